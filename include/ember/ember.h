@@ -1,0 +1,15 @@
+/*
+ * ember/ember.h — the umbrella header of Ember's public C API.
+ *
+ *   core.h    status codes, dtypes, the context (errors, scopes, eager mode), devices
+ *   tensor.h  tensor handles, host memory, ownership
+ *   ops.h     the eager ops
+ */
+#ifndef EMBER_EMBER_H
+#define EMBER_EMBER_H
+
+#include "ember/core.h"
+#include "ember/tensor.h"
+#include "ember/ops.h"
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * A persistent thread pool. Workers spin briefly after each job (decode loops submit many small
+ * jobs back to back) and then sleep on a condition variable. One job runs at a time; a job
+ * submitted from inside a worker runs inline on that worker.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "backends/cpu/cpu.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPIN_ITERS 20000
+
+typedef struct pool {
+    int nthreads; /* including the submitting thread */
+    pthread_t *threads;
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    atomic_uint generation;
+    atomic_int pending; /* workers still running the current job */
+    atomic_bool stop;
+    /* the job */
+    em_par_fn fn;
+    em_par_each_fn each;
+    void *user;
+    int64_t n, chunk;
+    atomic_llong next;
+} pool;
+
+static pthread_mutex_t submit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pool *the_pool;          /* guarded by submit_lock */
+static atomic_int configured_threads;
+static _Thread_local int in_worker;
+
+static void run_chunks(pool *p, int tid) {
+    for (;;) {
+        int64_t b = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
+        if (b >= p->n) break;
+        int64_t e = b + p->chunk < p->n ? b + p->chunk : p->n;
+        p->fn(p->user, b, e, tid);
+    }
+}
+
+typedef struct worker_arg {
+    pool *p;
+    int tid;
+} worker_arg;
+
+static void *worker_main(void *arg) {
+    worker_arg *wa = arg;
+    pool *p = wa->p;
+    int tid = wa->tid;
+    free(wa);
+    in_worker = 1;
+    unsigned seen = 0; /* the generation at creation: a job may already be posted */
+    for (;;) {
+        int spins = 0;
+        while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
+               !atomic_load(&p->stop)) {
+            if (++spins < SPIN_ITERS) {
+                CPU_RELAX();
+                continue;
+            }
+            pthread_mutex_lock(&p->m);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->m);
+            pthread_mutex_unlock(&p->m);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = atomic_load(&p->generation);
+        if (p->each)
+            p->each(p->user, tid, p->nthreads);
+        else
+            run_chunks(p, tid);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static int default_threads(void) {
+    const char *e = getenv("EMBER_NUM_THREADS");
+    if (e && *e) {
+        int n = atoi(e);
+        if (n >= 1 && n <= 1024) return n;
+    }
+    int n = em_cpu_features_get()->physical_cores;
+    return n >= 1 ? n : 1;
+}
+
+static void pool_destroy(pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->m);
+    atomic_store(&p->stop, true);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->m);
+    for (int i = 0; i < p->nthreads - 1; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->m);
+    pthread_cond_destroy(&p->cv);
+    free(p->threads);
+    free(p);
+}
+
+static pool *pool_create(int n) {
+    pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->nthreads = n;
+    pthread_mutex_init(&p->m, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, false);
+    p->threads = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < n - 1; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) {
+            p->nthreads = i + 1;
+            break;
+        }
+        wa->p = p;
+        wa->tid = i + 1;
+        if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+            free(wa);
+            p->nthreads = i + 1;
+            break;
+        }
+    }
+    return p;
+}
+
+static void shutdown_pool(void) {
+    pthread_mutex_lock(&submit_lock);
+    pool_destroy(the_pool);
+    the_pool = NULL;
+    pthread_mutex_unlock(&submit_lock);
+}
+
+/* Returns the pool with submit_lock held, or NULL (lock released) for single-threaded runs. */
+static pool *acquire(void) {
+    if (in_worker) return NULL;
+    pthread_mutex_lock(&submit_lock);
+    if (!the_pool) {
+        int n = atomic_load(&configured_threads);
+        if (n <= 0) {
+            n = default_threads();
+            atomic_store(&configured_threads, n);
+        }
+        if (n > 1) {
+            the_pool = pool_create(n);
+            static bool registered;
+            if (!registered) {
+                registered = true;
+                atexit(shutdown_pool);
+            }
+        }
+    }
+    if (!the_pool || the_pool->nthreads <= 1) {
+        pthread_mutex_unlock(&submit_lock);
+        return NULL;
+    }
+    return the_pool;
+}
+
+static void run_job(pool *p, int tid0_each) {
+    atomic_store_explicit(&p->pending, p->nthreads - 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->m);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->m);
+    in_worker = 1;
+    if (tid0_each)
+        p->each(p->user, 0, p->nthreads);
+    else
+        run_chunks(p, 0);
+    in_worker = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
+}
+
+void em_parallel_for(int64_t n, int64_t grain, em_par_fn fn, void *user) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (n <= grain) {
+        fn(user, 0, n, 0);
+        return;
+    }
+    pool *p = acquire();
+    if (!p) {
+        fn(user, 0, n, 0);
+        return;
+    }
+    int64_t chunk = (n + p->nthreads * 4 - 1) / (p->nthreads * 4);
+    if (chunk < grain) chunk = grain;
+    p->fn = fn;
+    p->each = NULL;
+    p->user = user;
+    p->n = n;
+    p->chunk = chunk;
+    atomic_store(&p->next, 0);
+    run_job(p, 0);
+    pthread_mutex_unlock(&submit_lock);
+}
+
+void em_parallel_each(em_par_each_fn fn, void *user) {
+    pool *p = acquire();
+    if (!p) {
+        fn(user, 0, 1);
+        return;
+    }
+    p->fn = NULL;
+    p->each = fn;
+    p->user = user;
+    run_job(p, 1);
+    pthread_mutex_unlock(&submit_lock);
+}
+
+int em_num_threads(void) {
+    int n = atomic_load(&configured_threads);
+    if (n <= 0) {
+        n = default_threads();
+        atomic_store(&configured_threads, n);
+    }
+    return n;
+}
+
+void em_set_num_threads(int n) {
+    if (n < 1) n = 1;
+    pthread_mutex_lock(&submit_lock);
+    if (!the_pool || the_pool->nthreads != n) {
+        pool_destroy(the_pool);
+        the_pool = NULL;
+    }
+    atomic_store(&configured_threads, n);
+    pthread_mutex_unlock(&submit_lock);
+}

@@ -1,0 +1,175 @@
+/*
+ * Private layout of tensors, storages, devices, backends and the context.
+ */
+#ifndef EMBER_TENSOR_IMPL_H
+#define EMBER_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+#include <pthread.h>
+
+#include "ember/core.h"
+#include "ember/tensor.h"
+#include "ops/op_table.h"
+
+/* ---- dtype traits ---- */
+typedef struct em_dtype_traits {
+    const char *name;
+    size_t size;
+    bool is_float;
+    bool is_signed;
+} em_dtype_traits;
+extern const em_dtype_traits em_dtype_table[EM_DTYPE_COUNT];
+
+static inline size_t em_esize(em_dtype t) { return em_dtype_table[t].size; }
+
+/* ---- storage ---- */
+typedef struct em_storage em_storage;
+#define EM_STORAGE_INLINE_BYTES 64
+
+struct em_storage {
+    atomic_int refcount;
+    em_device *dev;
+    void *data;     /* host pointer (CPU) or backend handle */
+    size_t nbytes;  /* bytes usable at data */
+    size_t alloc_nbytes; /* bytes obtained from the allocator (0: not from the allocator) */
+    void (*release)(void *user_data); /* borrowed memory: called at the last reference */
+    void *release_ud;
+    _Alignas(64) unsigned char inline_buf[EM_STORAGE_INLINE_BYTES];
+};
+
+/* A pending fused-mode expression (see backends/cpu/fused.c). */
+typedef struct em_lazy {
+    em_op_id op;
+    int n_in;
+    em_tensor *in[3];
+    em_attr attrs[EM_MAX_ATTRS];
+    int depth; /* nodes in the expression tree below and including this one */
+} em_lazy;
+
+struct em_tensor {
+    atomic_int refcount;
+    em_dtype dtype;
+    int ndim;
+    int64_t numel;
+    int64_t shape[EM_MAX_DIMS];
+    int64_t strides[EM_MAX_DIMS]; /* elements */
+    int64_t offset;               /* elements */
+    em_device *dev;
+    em_storage *storage; /* NULL while lazy */
+    em_lazy *lazy;
+};
+
+/* ---- backends and devices ---- */
+typedef struct em_backend {
+    size_t struct_size;
+    const char *platform;
+    bool host_accessible; /* storage->data is a host pointer */
+    /* raw memory; the caching allocator sits on top */
+    void *(*raw_alloc)(em_device *d, size_t nbytes);
+    void (*raw_free)(em_device *d, void *p, size_t nbytes);
+    /* copies between host memory and a storage (byte offsets) */
+    em_status (*write)(em_ctx *c, em_storage *s, size_t off, const void *src, size_t n);
+    em_status (*read)(em_ctx *c, em_storage *s, size_t off, void *dst, size_t n);
+    em_status (*sync)(em_ctx *c, em_device *d);
+    em_status (*query)(const em_device *d, em_device_info *out);
+    /* fused mode: evaluates a lazy tensor into its (already allocated) storage; NULL = no fusion */
+    em_status (*eval_lazy)(em_ctx *c, em_tensor *t);
+    /* kernels, indexed by op id; NULL = unsupported on this backend */
+    em_kernel_fn kernels[EM_OP_COUNT];
+} em_backend;
+
+#define EM_ALLOC_CLASSES 256
+typedef struct em_alloc_block {
+    struct em_alloc_block *next;
+    void *ptr;
+} em_alloc_block;
+
+typedef struct em_allocator {
+    pthread_mutex_t lock;
+    em_alloc_block *free_lists[EM_ALLOC_CLASSES];
+    em_alloc_block *spare_blocks; /* recycled list nodes */
+    int64_t in_use, cached, cache_limit;
+} em_allocator;
+
+struct em_device {
+    const em_backend *be;
+    char name[64];
+    int index;
+    void *impl;
+    em_allocator alloc;
+};
+
+/* ---- context ---- */
+typedef struct em_scope {
+    em_tensor **items;
+    int len, cap;
+} em_scope;
+
+/* What is being dispatched right now, for error messages. */
+typedef struct em_call_info {
+    const char *op;
+    const char *file;
+    int line;
+    em_tensor *const *in;
+    int n_in;
+    const em_device *dev;
+} em_call_info;
+
+struct em_ctx {
+    em_error err;
+    em_eager_mode mode;
+    em_device *device;
+    em_scope *scopes;
+    int depth, scope_cap;
+    em_call_info cur;
+};
+
+/* ---- internal API ---- */
+/* tensors */
+em_tensor *em_tensor_alloc_meta(em_dtype dtype, int ndim, const int64_t *shape); /* no storage */
+void em_tensor_set_contiguous_strides(em_tensor *t);
+em_storage *em_storage_new(em_ctx *c, em_device *d, size_t nbytes);
+void em_storage_retain(em_storage *s);
+void em_storage_release(em_storage *s);
+/* Allocates storage for a contiguous tensor created by em_tensor_alloc_meta. */
+em_status em_tensor_alloc_storage(em_ctx *c, em_tensor *t, em_device *d);
+/* New tensor with storage: the full creation path. Records an error and returns NULL on failure.
+ * The result is owned by the caller (not in a scope). */
+em_tensor *em_tensor_new(em_ctx *c, em_device *d, em_dtype dtype, int ndim, const int64_t *shape);
+/* A view of `base` with the given geometry, sharing its storage (caller-owned). */
+em_tensor *em_tensor_view_of(em_tensor *base, int ndim, const int64_t *shape,
+                             const int64_t *strides, int64_t offset);
+/* Host pointer to element 0 (CPU storages only). */
+static inline void *em_tensor_ptr(const em_tensor *t) {
+    return (char *)t->storage->data + (size_t)t->offset * em_esize(t->dtype);
+}
+bool em_is_contiguous(const em_tensor *t);
+/* Makes sure the tensor holds values (evaluates pending fused work). */
+em_status em_tensor_materialize(em_ctx *c, em_tensor *t);
+/* Checked size arithmetic: numel of a shape and its byte size; false on overflow. */
+bool em_shape_numel(const int64_t *shape, int ndim, int64_t *out);
+
+/* scopes */
+em_tensor *em_scope_add(em_ctx *c, em_tensor *t); /* hands a caller-owned ref to the scope */
+
+/* errors: record without an op context (library code outside the dispatcher) */
+em_status em_fail_at(em_ctx *c, em_status s, const char *op, const char *file, int line,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+#define EM_FAIL(c, s, op, ...) em_fail_at((c), (s), (op), __FILE__, __LINE__, __VA_ARGS__)
+
+/* allocator */
+void em_allocator_init(em_allocator *a, int64_t cache_limit);
+void *em_allocator_alloc(em_device *d, size_t nbytes, size_t *got);
+void em_allocator_free(em_device *d, void *p, size_t got);
+void em_allocator_empty(em_device *d);
+
+/* devices */
+em_device *em_device_register(em_device *d); /* takes ownership; returns d or NULL if full */
+
+/* dtype conversion of n contiguous elements between any two dtypes */
+void em_convert(const void *src, em_dtype st, void *dst, em_dtype dt, int64_t n);
+/* Reads element i of a contiguous array of dtype t as double / writes it. */
+double em_load_f64(const void *p, em_dtype t, int64_t i);
+void em_store_f64(void *p, em_dtype t, int64_t i, double v);
+
+#endif

@@ -1,0 +1,148 @@
+/*
+ * The eager dispatcher. For every op call: check arity, NULLs and devices; run the op's shape
+ * rule; then build a view, defer an element-wise op (fused mode), or allocate the outputs and run
+ * the device's kernel. This path is the cost of a tiny op, so it allocates nothing but the
+ * outputs and formats nothing unless there is an error.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor_impl.h"
+#include "ops/dispatch.h"
+
+/* Longest expression a fused chain may grow to before it is evaluated. */
+#define EM_FUSE_MAX_DEPTH 16
+
+static em_tensor *make_lazy(em_ctx *c, const em_op_def *op, em_device *dev,
+                            em_tensor *const *in, int n_in, const em_attr *attrs,
+                            const em_meta *m) {
+    int depth = 1;
+    for (int i = 0; i < n_in; i++)
+        if (in[i]->lazy) depth += in[i]->lazy->depth;
+    if (depth > EM_FUSE_MAX_DEPTH) return NULL; /* evaluate now instead */
+    em_tensor *t = em_tensor_alloc_meta(m->dtype, m->ndim, m->shape);
+    em_lazy *lz = t ? malloc(sizeof *lz) : NULL;
+    if (!lz) {
+        free(t);
+        return NULL;
+    }
+    lz->op = op->id;
+    lz->n_in = n_in;
+    lz->depth = depth;
+    for (int i = 0; i < n_in; i++) lz->in[i] = em_tensor_retain(in[i]);
+    if (op->n_attrs) memcpy(lz->attrs, attrs, (size_t)op->n_attrs * sizeof *attrs);
+    t->lazy = lz;
+    t->dev = dev;
+    return t;
+}
+
+int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in, int n_in,
+               const em_attr *attrs, em_tensor **outs, int max_out) {
+    if (!c || c->err.status) return -1;
+    const em_op_def *op = em_op_get(id);
+    c->cur.op = op->name;
+    c->cur.file = file;
+    c->cur.line = line;
+    c->cur.in = in;
+    c->cur.n_in = n_in;
+    c->cur.dev = NULL;
+    if (n_in < op->min_in || (op->max_in >= 0 && n_in > op->max_in) || n_in > EM_MAX_INPUTS) {
+        em_op_fail(c, EM_ERR_INVALID_ARG, "%d inputs given, %d to %d expected", n_in, op->min_in,
+                   op->max_in < 0 ? EM_MAX_INPUTS : op->max_in);
+        return -1;
+    }
+    em_device *dev = NULL;
+    int dev_from = -1;
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) {
+            if (i < op->min_in) {
+                em_op_fail(c, EM_ERR_INVALID_ARG, "input %d is NULL", i);
+                return -1;
+            }
+            continue;
+        }
+        if (!dev) {
+            dev = in[i]->dev;
+            dev_from = i;
+        } else if (in[i]->dev != dev) {
+            em_op_fail(c, EM_ERR_DEVICE, "input %d is on %s but input %d is on %s", dev_from,
+                       dev->name, i, in[i]->dev->name);
+            return -1;
+        }
+    }
+    if (!dev) dev = c->device;
+    c->cur.dev = dev;
+
+    em_meta metas[EM_MAX_OUTPUTS];
+    int n_out = op->n_out;
+    if (op->rule(c, op, in, n_in, attrs, metas, &n_out) != EM_OK) {
+        if (!c->err.status) em_op_fail(c, EM_ERR_INTERNAL, "shape rule failed without a message");
+        return -1;
+    }
+    if (n_out > max_out) {
+        em_op_fail(c, EM_ERR_INVALID_ARG, "the op has %d outputs, room for %d", n_out, max_out);
+        return -1;
+    }
+
+    if (op->kind == EM_OPK_VIEW) {
+        for (int i = 0; i < n_in; i++)
+            if (in[i] && em_tensor_materialize(c, in[i])) return -1;
+        if (em_view_build(c, op, in, attrs, metas, n_out, outs) != EM_OK) return -1;
+        return n_out;
+    }
+
+    em_kernel_fn k = dev->be->kernels[id];
+    if (!k && op->kind != EM_OPK_CREATE) {
+        em_op_fail(c, EM_ERR_UNSUPPORTED, "no kernel for this op on %s", dev->name);
+        return -1;
+    }
+
+    if (c->mode == EM_EAGER_FUSED && op->kind == EM_OPK_EW && dev->be->eval_lazy) {
+        em_tensor *t = make_lazy(c, op, dev, in, n_in, attrs, &metas[0]);
+        if (t) {
+            outs[0] = t;
+            return 1;
+        }
+    }
+
+    for (int i = 0; i < n_in; i++)
+        if (in[i] && in[i]->lazy && em_tensor_materialize(c, in[i])) return -1;
+
+    for (int o = 0; o < n_out; o++) {
+        outs[o] = em_tensor_new(c, dev, metas[o].dtype, metas[o].ndim, metas[o].shape);
+        if (!outs[o]) {
+            for (int j = 0; j < o; j++) em_tensor_release(outs[j]);
+            return -1;
+        }
+    }
+    if (k) {
+        em_kernel_args a = {c, op, in, n_in, outs, n_out, attrs};
+        em_status s = k(&a);
+        if (s == EM_OK && c->mode == EM_EAGER_SYNC && dev->be->sync) s = dev->be->sync(c, dev);
+        if (s != EM_OK) {
+            if (!c->err.status) em_op_fail(c, s, "kernel failed");
+            for (int j = 0; j < n_out; j++) em_tensor_release(outs[j]);
+            return -1;
+        }
+    }
+    return n_out;
+}
+
+em_tensor *em_op_run(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in,
+                     int n_in, const em_attr *attrs, em_tensor **outs, int max_out,
+                     int *n_out_actual) {
+    em_tensor *local[EM_MAX_OUTPUTS];
+    em_tensor **o = outs ? outs : local;
+    int room = outs ? max_out : EM_MAX_OUTPUTS;
+    int n = em_op_exec(c, file, line, id, in, n_in, attrs, o, room);
+    if (n_out_actual) *n_out_actual = n < 0 ? 0 : n;
+    if (n <= 0) return NULL;
+    for (int i = 0; i < n; i++) {
+        if (!em_scope_add(c, o[i])) {
+            for (int j = i + 1; j < n; j++) em_tensor_release(o[j]);
+            return NULL;
+        }
+    }
+    /* when the caller passed no `outs`, outputs after the first stay reachable through the scope */
+    return o[0];
+}

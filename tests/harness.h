@@ -1,0 +1,54 @@
+/* A tiny test harness: CHECK macros that count failures and a main that runs test functions. */
+#ifndef EMBER_TEST_HARNESS_H
+#define EMBER_TEST_HARNESS_H
+
+#include <stdio.h>
+#include <string.h>
+
+extern int em_test_failures;
+extern int em_test_checks;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        em_test_checks++;                                                                          \
+        if (!(cond)) {                                                                             \
+            em_test_failures++;                                                                    \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                       \
+    do {                                                                                           \
+        em_test_checks++;                                                                          \
+        if (!(cond)) {                                                                             \
+            em_test_failures++;                                                                    \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* Checks that the context holds an error of `status` whose message contains every string. */
+#define CHECK_ERR(c, status, ...) em_test_check_err((c), (status), __FILE__, __LINE__,             \
+                                                    (const char *[]){__VA_ARGS__, NULL})
+void em_test_check_err(void *ctx, int status, const char *file, int line, const char **needles);
+
+typedef struct em_test_case {
+    const char *name;
+    void (*fn)(void);
+} em_test_case;
+
+/* Runs the tests (those whose name contains argv[1] when given) and returns the exit code. */
+int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
+
+#define EM_TEST_MAIN(...)                                                                          \
+    int main(int argc, char **argv) {                                                              \
+        static const em_test_case tests[] = {__VA_ARGS__};                                         \
+        return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);              \
+    }
+#define T(fn) {#fn, fn}
+
+/* Directory of the committed fixtures (EMBER_FIXTURES, set by ctest). */
+const char *em_test_fixtures_dir(void);
+
+#endif

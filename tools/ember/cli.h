@@ -1,0 +1,19 @@
+/* The ember command-line tool: subcommands and shared helpers. */
+#ifndef EMBER_CLI_H
+#define EMBER_CLI_H
+
+#include <stdbool.h>
+
+typedef struct em_cli_cmd {
+    const char *name;    /* "devices", "bench" */
+    const char *summary; /* one line for `ember --help` */
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand's name */
+} em_cli_cmd;
+
+int cmd_devices(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* True if argv holds -h or --help. */
+bool cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,44 @@
+/* ember: the command-line tool. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ember/ember.h"
+
+static const em_cli_cmd commands[] = {
+    {"devices", "list devices and their properties", cmd_devices},
+    {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
+};
+
+bool cli_wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
+    return false;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ember <command> [options]\n\n"
+               "Ember %s: Hugging Face models on any device, from C.\n\ncommands:\n",
+            em_version());
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nRun `ember <command> --help` for a command's options.\n"
+               "Environment: EMBER_NUM_THREADS (CPU threads), EMBER_EAGER=sync|async|fused.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("ember %s\n", em_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "ember: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
