@@ -1,0 +1,39 @@
+/*
+ * Op test cases from committed fixtures (scripts/gen_op_fixtures.py writes them with torch and
+ * numpy): each case names an op of the op table, its attributes, input tensors (optionally made
+ * into strided views) and the reference outputs, with a tolerance. The same runner serves the
+ * test suite and `ember test-devices`, which runs every case on every device.
+ *
+ * File format: <name>.json (cases) next to <name>.bin (raw little-endian tensor data, each
+ * tensor at the "offset" its JSON entry gives).
+ */
+#ifndef EMBER_OP_CASES_H
+#define EMBER_OP_CASES_H
+
+#include "ember/ember.h"
+
+typedef struct em_opcase_set em_opcase_set;
+
+/* Loads a fixture file; NULL with an error recorded in c. Free with em_opcases_free. */
+em_opcase_set *em_opcases_load(em_ctx *c, const char *json_path);
+void em_opcases_free(em_opcase_set *s);
+int em_opcases_count(const em_opcase_set *s);
+const char *em_opcases_name(const em_opcase_set *s, int i);
+const char *em_opcases_op(const em_opcase_set *s, int i);
+const char *em_opcases_dtype(const em_opcase_set *s, int i); /* first input's dtype, or "" */
+
+typedef struct em_opcase_result {
+    bool pass;
+    double max_abs_err;
+    char msg[1600];
+} em_opcase_result;
+
+/*
+ * Runs case i on `dev` (inputs are created there) and compares with the reference. The context's
+ * error state is cleared before returning (a case that expects an error checks it). Returns
+ * EM_OK when the case could be run (whether it passed is in r->pass).
+ */
+em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
+                         em_opcase_result *r);
+
+#endif
