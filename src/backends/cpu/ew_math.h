@@ -17,15 +17,19 @@ static inline float em_bits_f32(uint32_t u) {
 
 static inline float em_expf(float x) {
     float xc = x < -87.3365f ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
-    float fx = floorf(xc * 1.44269504088896341f + 0.5f);
+    /* round to nearest with the 1.5 * 2^23 trick (floorf does not vectorise without
+     * -fno-trapping-math); either rounding keeps |r| <= ln2/2 */
+    float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - fx * 0.693359375f + fx * 2.12194440e-4f;
     float z = r * r;
     float y = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r +
                 4.1665795894E-2f) * r + 1.6666665459E-1f) * r + 5.0000001201E-1f;
     y = y * z + r + 1.0f;
-    int32_t n = (int32_t)fx;
-    float scale = em_bits_f32((uint32_t)(n + 127) << 23);
-    float res = y * scale;
+    /* 2^n as two factors so that n = -126 and n = 128 stay representable */
+    int32_t n = (int32_t)fx, h = n / 2;
+    float s1 = em_bits_f32((uint32_t)(h + 127) << 23);
+    float s2 = em_bits_f32((uint32_t)(n - h + 127) << 23);
+    float res = y * s1 * s2;
     res = x < -87.3365f ? 0.0f : res;
     res = x > 88.7228f ? INFINITY : res;
     return x != x ? x : res;

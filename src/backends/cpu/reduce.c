@@ -85,22 +85,32 @@ static void fold_run(const red_plan *p, red_state *s, int64_t off, int64_t strid
         s->n += n;
         return;
     }
-    if ((op == EM_OP_MAX || op == EM_OP_MIN) && stride == 1 && x->dtype == EM_F32) {
+    if ((op == EM_OP_MAX || op == EM_OP_MIN) && stride == 1 && x->dtype == EM_F32 && n >= 16) {
+        /* 16 lanes; a NaN is sticky in its lane (v != v wins, then nothing beats NaN) */
         const float *v = (const float *)base + off;
-        float best = s->n ? (float)s->s : v[0];
-        bool nan = s->nan;
+        float lane[16];
+        for (int j = 0; j < 16; j++) lane[j] = v[j];
+        int64_t k = 16;
         if (op == EM_OP_MAX)
-            for (int64_t k = 0; k < n; k++) {
-                nan |= v[k] != v[k];
-                best = v[k] > best ? v[k] : best;
-            }
+            for (; k + 16 <= n; k += 16)
+                for (int j = 0; j < 16; j++)
+                    lane[j] = (v[k + j] > lane[j] || v[k + j] != v[k + j]) ? v[k + j] : lane[j];
         else
-            for (int64_t k = 0; k < n; k++) {
-                nan |= v[k] != v[k];
-                best = v[k] < best ? v[k] : best;
-            }
-        s->s = best;
-        s->nan = nan;
+            for (; k + 16 <= n; k += 16)
+                for (int j = 0; j < 16; j++)
+                    lane[j] = (v[k + j] < lane[j] || v[k + j] != v[k + j]) ? v[k + j] : lane[j];
+        float best = lane[0];
+        bool nan = false;
+        for (int j = 0; j < 16; j++) {
+            nan |= lane[j] != lane[j];
+            best = better(op, lane[j], best) ? lane[j] : best;
+        }
+        for (; k < n; k++) {
+            nan |= v[k] != v[k];
+            best = better(op, v[k], best) ? v[k] : best;
+        }
+        if (s->n == 0 || better(op, best, s->s)) s->s = best;
+        s->nan |= nan;
         s->n += n;
         return;
     }

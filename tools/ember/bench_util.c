@@ -1,0 +1,145 @@
+#include "bench_util.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median_ms(void (*fn)(void *), void *user, double min_s) {
+    fn(user);
+    double times[4096];
+    int n = 0;
+    double start = bench_now();
+    while (n < 4096) {
+        double t0 = bench_now();
+        fn(user);
+        times[n++] = (bench_now() - t0) * 1e3;
+        if (bench_now() - start >= min_s && n >= 3) break;
+    }
+    qsort(times, (size_t)n, sizeof *times, cmp_d);
+    return times[n / 2];
+}
+
+/* Where the peer scripts are: $EMBER_PEERS_DIR, the source tree, or the install prefix. */
+static const char *peers_dir(char *buf, size_t n) {
+    const char *e = getenv("EMBER_PEERS_DIR");
+    if (e && *e) return e;
+    struct stat st;
+    if (stat(EMBER_SOURCE_PEERS_DIR, &st) == 0) return EMBER_SOURCE_PEERS_DIR;
+    snprintf(buf, n, "%s", EMBER_INSTALL_PEERS_DIR);
+    return buf;
+}
+
+void bench_peer_run(const char *script, const char *tasks_json, bench_peer *out) {
+    memset(out, 0, sizeof *out);
+    char dirbuf[512], path[1024], inpath[] = "/tmp/ember-peer-XXXXXX";
+    snprintf(path, sizeof path, "%s/%s", peers_dir(dirbuf, sizeof dirbuf), script);
+    if (access(path, R_OK) != 0) {
+        snprintf(out->why, sizeof out->why, "peer script %s not found", path);
+        return;
+    }
+    int fd = mkstemp(inpath);
+    if (fd < 0) {
+        snprintf(out->why, sizeof out->why, "cannot create a temporary file");
+        return;
+    }
+    size_t len = strlen(tasks_json);
+    if (write(fd, tasks_json, len) != (ssize_t)len) {
+        close(fd);
+        unlink(inpath);
+        snprintf(out->why, sizeof out->why, "cannot write the peer's tasks");
+        return;
+    }
+    close(fd);
+    const char *py = getenv("EMBER_PYTHON");
+    if (!py || !*py) py = "python3";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' < '%s' 2>/dev/null", py, path, inpath);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        unlink(inpath);
+        snprintf(out->why, sizeof out->why, "cannot run %s", py);
+        return;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j) continue;
+        json_t *un = json_object_get(j, "unavailable");
+        if (un) {
+            snprintf(out->why, sizeof out->why, "%s", json_string_value(un));
+        } else if (out->n < 128) {
+            const char *name = json_string_value(json_object_get(j, "name"));
+            json_t *ms = json_object_get(j, "ms");
+            snprintf(out->names[out->n], sizeof out->names[0], "%s", name ? name : "?");
+            out->ms[out->n] = ms ? json_number_value(ms) : -1;
+            out->n++;
+            out->available = true;
+        }
+        json_decref(j);
+    }
+    int rc = pclose(f);
+    unlink(inpath);
+    if (!out->available && !out->why[0])
+        snprintf(out->why, sizeof out->why, "%s exited with status %d (torch not importable?)", py,
+                 rc);
+}
+
+double bench_peer_ms(const bench_peer *p, const char *name) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->names[i], name)) return p->ms[i];
+    return -1;
+}
+
+void bench_print_header(bool json) {
+    if (json) return;
+    printf("%-16s %-22s %-5s %10s %10s %7s  %-18s %10s %7s\n", "bench", "shape", "dtype",
+           "ember ms", "limit ms", "of lim", "peer", "peer ms", "speedup");
+}
+
+void bench_print_row(const bench_row *r, bool json) {
+    bool has_lim = r->limit_ms > 0 && r->ms > 0;
+    bool has_peer = r->peer && r->peer_ms > 0;
+    if (json) {
+        printf("{\"bench\": \"%s\", \"shape\": \"%s\", \"dtype\": \"%s\", \"ms\": %.6g, ", r->bench,
+               r->shape, r->dtype, r->ms);
+        if (has_lim)
+            printf("\"limit_ms\": %.6g, \"fraction_of_limit\": %.4f, \"limit\": \"%s\", ",
+                   r->limit_ms, r->limit_ms / r->ms, r->limit_what ? r->limit_what : "");
+        else
+            printf("\"limit_ms\": null, \"fraction_of_limit\": null, ");
+        if (has_peer)
+            printf("\"peer\": \"%s\", \"peer_ms\": %.6g, \"speedup_vs_peer\": %.3f}\n", r->peer,
+                   r->peer_ms, r->peer_ms / r->ms);
+        else
+            printf("\"peer\": null, \"peer_ms\": null}\n");
+        fflush(stdout);
+        return;
+    }
+    char lim[32] = "-", frac[16] = "-", pms[32] = "-", sp[16] = "-";
+    if (has_lim) {
+        snprintf(lim, sizeof lim, "%.4g", r->limit_ms);
+        snprintf(frac, sizeof frac, "%.0f%%", 100 * r->limit_ms / r->ms);
+    }
+    if (has_peer) {
+        snprintf(pms, sizeof pms, "%.4g", r->peer_ms);
+        snprintf(sp, sizeof sp, "%.2fx", r->peer_ms / r->ms);
+    }
+    printf("%-16s %-22s %-5s %10.4g %10s %7s  %-18s %10s %7s\n", r->bench, r->shape, r->dtype,
+           r->ms, lim, frac, r->peer ? r->peer : "-", pms, sp);
+    fflush(stdout);
+}

@@ -1,0 +1,42 @@
+/* Shared pieces of the `ember bench` commands: timing, peers run in a subprocess, output. */
+#ifndef EMBER_BENCH_UTIL_H
+#define EMBER_BENCH_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+double bench_now(void);
+/* Median time in ms of fn(user) over repetitions lasting at least min_s seconds (>= 3 reps,
+ * after one warm-up call). */
+double bench_median_ms(void (*fn)(void *user), void *user, double min_s);
+
+/* Results of a peer script: name -> ms (negative when the peer failed that task). */
+typedef struct bench_peer {
+    bool available;
+    char why[1200]; /* why not, when unavailable */
+    int n;
+    char names[128][64];
+    double ms[128];
+} bench_peer;
+
+/* Runs tools/ember/peers/<script> with $EMBER_PYTHON (default python3), feeding tasks_json on
+ * stdin. Never fails hard: an absent interpreter or library gives available = false. */
+void bench_peer_run(const char *script, const char *tasks_json, bench_peer *out);
+/* ms of a named task, or -1. */
+double bench_peer_ms(const bench_peer *p, const char *name);
+
+/* One result line: a table row, or with json a JSON object in the format. */
+typedef struct bench_row {
+    const char *bench;  /* e.g. "add", "matmul", "decode_linear" */
+    const char *shape;  /* e.g. "[2048,2048,2048]" */
+    const char *dtype;
+    double ms;          /* Ember's time */
+    double limit_ms;    /* the machine's bound for the same work (<= 0: none) */
+    const char *limit_what; /* what the limit is ("read bandwidth", "fp32 peak", ...) */
+    const char *peer;   /* NULL if no peer */
+    double peer_ms;     /* < 0 if none */
+} bench_row;
+void bench_print_row(const bench_row *r, bool json);
+void bench_print_header(bool json);
+
+#endif
