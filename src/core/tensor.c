@@ -298,7 +298,7 @@ em_tensor *em_from_host_borrowed_(em_ctx *c, const char *file, int line, em_dtyp
 }
 
 /* Copies the elements of any strided CPU tensor into contiguous `dst` (same dtype). */
-static void gather_strided(const em_tensor *t, void *dst) {
+void em_gather_strided(const em_tensor *t, void *dst) {
     size_t es = em_esize(t->dtype);
     if (t->numel == 0) return;
     if (em_is_contiguous(t)) {
@@ -339,7 +339,7 @@ em_status em_to_host(em_ctx *c, em_tensor *t, void *dst, size_t dst_nbytes) {
     if (s) return s;
     if (t->dev->be->sync && (s = t->dev->be->sync(c, t->dev))) return s;
     if (t->dev->be->host_accessible) {
-        gather_strided(t, dst);
+        em_gather_strided(t, dst);
         return EM_OK;
     }
     if (!em_is_contiguous(t))

@@ -144,6 +144,8 @@ static inline void *em_tensor_ptr(const em_tensor *t) {
     return (char *)t->storage->data + (size_t)t->offset * em_esize(t->dtype);
 }
 bool em_is_contiguous(const em_tensor *t);
+/* Copies the elements of a host-accessible tensor in logical order into contiguous dst. */
+void em_gather_strided(const em_tensor *t, void *dst);
 /* Makes sure the tensor holds values (evaluates pending fused work). */
 em_status em_tensor_materialize(em_ctx *c, em_tensor *t);
 /* Checked size arithmetic: numel of a shape and its byte size; false on overflow. */
