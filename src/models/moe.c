@@ -1,0 +1,264 @@
+/* The mixture-of-experts block: routing and three expert implementations (see ember/moe.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor_impl.h"
+#include "ember/moe.h"
+
+bool em_moe_impl_parse(const char *s, em_moe_impl *out) {
+    if (!s) return false;
+    if (!strcmp(s, "ragged")) *out = EM_MOE_RAGGED;
+    else if (!strcmp(s, "loop")) *out = EM_MOE_LOOP;
+    else if (!strcmp(s, "dense")) *out = EM_MOE_DENSE;
+    else return false;
+    return true;
+}
+
+const char *em_moe_impl_name(em_moe_impl impl) {
+    switch (impl) {
+    case EM_MOE_RAGGED: return "ragged";
+    case EM_MOE_LOOP: return "loop";
+    case EM_MOE_DENSE: return "dense";
+    }
+    return "?";
+}
+
+em_moe_params em_moe_default_params(void) {
+    em_moe_params p = {2, false, EM_MOE_ACT_SILU, EM_MOE_RAGGED};
+    return p;
+}
+
+em_tensor *em_moe_route_(EM_OP_ARGS, em_tensor *logits, const em_moe_params *p,
+                         em_tensor *per_expert_scale, em_dtype dtype, em_tensor **indices_out) {
+    if (!c || c->err.status) return NULL;
+    if (!logits || !p || !indices_out) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "moe_route", file, line, "NULL argument");
+        return NULL;
+    }
+    em_tensor *probs = em_softmax_(c, file, line, em_cast_(c, file, line, logits, EM_F32), -1);
+    em_tensor *idx = NULL;
+    em_tensor *top = em_topk_(c, file, line, probs, p->top_k, -1, true, true, &idx);
+    if (p->norm_topk_prob) {
+        int dim = -1;
+        top = em_div_(c, file, line, top, em_sum_(c, file, line, top, &dim, 1, true));
+    }
+    if (per_expert_scale)
+        top = em_mul_(c, file, line, top,
+                      em_reshape_(c, file, line,
+                                  em_index_select_(c, file, line,
+                                                   em_cast_(c, file, line, per_expert_scale, EM_F32),
+                                                   0, em_reshape_(c, file, line, idx, 1,
+                                                                  (int64_t[]){-1})),
+                                  2, em_tensor_shape(idx)));
+    *indices_out = idx;
+    return em_cast_(c, file, line, top, dtype);
+}
+
+static em_tensor *activate(EM_OP_ARGS, em_tensor *gate, em_tensor *up, em_moe_act act) {
+    em_tensor *g = act == EM_MOE_ACT_GELU_TANH ? em_gelu_(c, file, line, gate, true)
+                                               : em_silu_(c, file, line, gate);
+    return em_mul_(c, file, line, g, up);
+}
+
+/* Reads the routing indices to the host; checks they name experts. */
+static int64_t *host_indices(EM_OP_ARGS, em_tensor *indices, int64_t n_experts, int64_t *n) {
+    *n = em_tensor_numel(indices);
+    int64_t *v = malloc((size_t)(*n ? *n : 1) * sizeof *v);
+    em_tensor *i64 = em_cast_(c, file, line, indices, EM_I64);
+    if (!v || !i64 || em_to_host(c, i64, v, (size_t)*n * sizeof *v) != EM_OK) {
+        if (!v) em_fail_at(c, EM_ERR_OOM, "moe_experts", file, line, "out of memory");
+        free(v);
+        return NULL;
+    }
+    for (int64_t i = 0; i < *n; i++)
+        if (v[i] < 0 || v[i] >= n_experts) {
+            em_fail_at(c, EM_ERR_INDEX, "moe_experts", file, line,
+                       "routing index %lld at position %lld is not an expert (0..%lld)",
+                       (long long)v[i], (long long)i, (long long)(n_experts - 1));
+            free(v);
+            return NULL;
+        }
+    return v;
+}
+
+static em_tensor *i64_tensor(EM_OP_ARGS, const int64_t *v, int64_t n) {
+    return em_from_host_on_(c, file, line, em_device_cpu(), EM_I64, 1, &n, v);
+}
+
+/* One expert's weights as 2-D views: gate_up[e] [2I, H] and down[e] [H, I]. */
+static em_tensor *expert(EM_OP_ARGS, em_tensor *w, int64_t e) {
+    const int64_t *s = em_tensor_shape(w);
+    return em_reshape_(c, file, line, em_narrow_(c, file, line, w, 0, e, 1), 2,
+                       (int64_t[]){s[1], s[2]});
+}
+
+static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t,
+                                 int64_t k, em_tensor *weights, const em_moe_weights *w,
+                                 const em_moe_params *p, int64_t n_experts, int64_t *hit) {
+    int64_t rows = t * k, inter = em_tensor_dim(w->down, 2), hidden = em_tensor_dim(x, 1);
+    int64_t *offset = calloc((size_t)n_experts + 1, sizeof *offset);
+    int32_t *sizes = calloc((size_t)n_experts, sizeof *sizes);
+    int64_t *token = malloc((size_t)(rows ? rows : 1) * sizeof *token);
+    int64_t *inv = malloc((size_t)(rows ? rows : 1) * sizeof *inv);
+    em_tensor *out = NULL;
+    if (!offset || !sizes || !token || !inv) {
+        em_fail_at(c, EM_ERR_OOM, "moe_experts", file, line, "out of memory");
+        goto done;
+    }
+    /* counting sort of (token, slot) pairs by expert, stable in token order */
+    for (int64_t i = 0; i < rows; i++) sizes[idx[i]]++;
+    for (int64_t e = 0; e < n_experts; e++) {
+        offset[e + 1] = offset[e] + sizes[e];
+        *hit += sizes[e] > 0;
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t pos = offset[idx[i]]++;
+        token[pos] = i / k;
+        inv[i] = pos;
+    }
+    em_tensor *gs = em_from_host_on_(c, file, line, em_device_cpu(), EM_I32, 1, &n_experts, sizes);
+    em_tensor *xs = em_index_select_(c, file, line, x, 0, i64_tensor(c, file, line, token, rows));
+    em_tensor *h = em_ragged_dot_(c, file, line, xs, w->gate_up, gs, true);
+    em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
+                            em_narrow_(c, file, line, h, 1, inter, inter), p->act);
+    em_tensor *y = em_ragged_dot_(c, file, line, a, w->down, gs, true);
+    em_tensor *ys = em_index_select_(c, file, line, y, 0, i64_tensor(c, file, line, inv, rows));
+    ys = em_mul_(c, file, line, ys, em_reshape_(c, file, line, weights, 2, (int64_t[]){rows, 1}));
+    int dim = 1;
+    out = em_sum_(c, file, line, em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden}),
+                  &dim, 1, false);
+done:
+    free(offset);
+    free(sizes);
+    free(token);
+    free(inv);
+    return out;
+}
+
+static em_tensor *experts_loop(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t, int64_t k,
+                               em_tensor *weights, const em_moe_weights *w,
+                               const em_moe_params *p, int64_t n_experts, int64_t *hit) {
+    int64_t inter = em_tensor_dim(w->down, 2);
+    em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
+    em_tensor *wflat = em_reshape_(c, file, line, weights, 1, (int64_t[]){t * k});
+    int64_t *tok = malloc((size_t)(t * k + 1) * sizeof *tok);
+    int64_t *slot = malloc((size_t)(t * k + 1) * sizeof *slot);
+    if (!tok || !slot) {
+        em_fail_at(c, EM_ERR_OOM, "moe_experts", file, line, "out of memory");
+        free(tok);
+        free(slot);
+        return NULL;
+    }
+    for (int64_t e = 0; e < n_experts && out; e++) {
+        /* (top_k position, token) pairs in the order torch.where(expert_mask[e]) gives them */
+        int64_t n = 0;
+        for (int64_t s = 0; s < k; s++)
+            for (int64_t i = 0; i < t; i++)
+                if (idx[i * k + s] == e) {
+                    tok[n] = i;
+                    slot[n++] = i * k + s;
+                }
+        if (!n) continue;
+        (*hit)++;
+        em_scope_push(c);
+        em_tensor *ti = i64_tensor(c, file, line, tok, n);
+        em_tensor *h = em_linear_(c, file, line, em_index_select_(c, file, line, x, 0, ti),
+                                  expert(c, file, line, w->gate_up, e), NULL);
+        em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
+                                em_narrow_(c, file, line, h, 1, inter, inter), p->act);
+        em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
+        em_tensor *we = em_index_select_(c, file, line, wflat, 0, i64_tensor(c, file, line, slot, n));
+        y = em_mul_(c, file, line, y, em_reshape_(c, file, line, we, 2, (int64_t[]){n, 1}));
+        em_tensor *next = em_keep(c, em_index_add_(c, file, line, out, 0, ti, y, 1.0));
+        em_scope_pop(c);
+        out = next;
+    }
+    free(tok);
+    free(slot);
+    return out;
+}
+
+static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t, int64_t k,
+                                em_tensor *weights, const em_moe_weights *w,
+                                const em_moe_params *p, int64_t n_experts, int64_t *hit) {
+    int64_t inter = em_tensor_dim(w->down, 2);
+    /* routing weights scattered to a dense [T, E] matrix (zero where not routed) */
+    float *wh = malloc((size_t)(t * k + 1) * sizeof *wh);
+    float *dense = calloc((size_t)(t * n_experts + 1), sizeof *dense);
+    if (!wh || !dense || em_to_host_f32(c, weights, wh, t * k) != EM_OK) {
+        if (!c->err.status) em_fail_at(c, EM_ERR_OOM, "moe_experts", file, line, "out of memory");
+        free(wh);
+        free(dense);
+        return NULL;
+    }
+    for (int64_t i = 0; i < t * k; i++) dense[(i / k) * n_experts + idx[i]] = wh[i];
+    for (int64_t e = 0; e < n_experts; e++) {
+        bool any = false;
+        for (int64_t i = 0; i < t && !any; i++) any = dense[i * n_experts + e] != 0;
+        *hit += any;
+    }
+    em_tensor *wd = em_cast_(c, file, line,
+                             em_from_host_on_(c, file, line, em_device_cpu(), EM_F32, 2,
+                                              (int64_t[]){t, n_experts}, dense),
+                             em_tensor_dtype(x));
+    free(wh);
+    free(dense);
+    em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
+    for (int64_t e = 0; e < n_experts && out; e++) {
+        em_scope_push(c);
+        em_tensor *h = em_linear_(c, file, line, x, expert(c, file, line, w->gate_up, e), NULL);
+        em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
+                                em_narrow_(c, file, line, h, 1, inter, inter), p->act);
+        em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
+        y = em_mul_(c, file, line, y, em_narrow_(c, file, line, wd, 1, e, 1));
+        em_tensor *next = em_keep(c, em_add_(c, file, line, out, y));
+        em_scope_pop(c);
+        out = next;
+    }
+    return out;
+}
+
+em_tensor *em_moe_experts_(EM_OP_ARGS, em_tensor *x, em_tensor *indices, em_tensor *weights,
+                           const em_moe_weights *w, const em_moe_params *p, em_moe_stats *stats) {
+    if (!c || c->err.status) return NULL;
+    if (!x || !indices || !weights || !w || !w->gate_up || !w->down || !p) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "moe_experts", file, line, "NULL argument");
+        return NULL;
+    }
+    char s1[96], s2[96], s3[96];
+    int64_t t = em_tensor_dim(x, 0), k = em_tensor_dim(indices, -1);
+    int64_t n_experts = em_tensor_dim(w->gate_up, 0);
+    if (em_tensor_ndim(x) != 2 || em_tensor_ndim(indices) != 2 || em_tensor_dim(indices, 0) != t ||
+        em_tensor_ndim(w->gate_up) != 3 || em_tensor_ndim(w->down) != 3 ||
+        em_tensor_dim(w->gate_up, 1) != 2 * em_tensor_dim(w->down, 2) ||
+        em_tensor_dim(w->gate_up, 2) != em_tensor_dim(x, 1) ||
+        em_tensor_dim(w->down, 1) != em_tensor_dim(x, 1) ||
+        em_tensor_dim(w->down, 0) != n_experts) {
+        em_fail_at(c, EM_ERR_SHAPE, "moe_experts", file, line,
+                   "x %s, gate_up %s and down %s do not form an MoE block (need x [T, H], "
+                   "gate_up [E, 2I, H], down [E, H, I])",
+                   em_tensor_sig(x, s1, sizeof s1), em_tensor_sig(w->gate_up, s2, sizeof s2),
+                   em_tensor_sig(w->down, s3, sizeof s3));
+        return NULL;
+    }
+    int64_t n;
+    int64_t *idx = host_indices(c, file, line, indices, n_experts, &n);
+    if (!idx) return NULL;
+    int64_t hit = 0;
+    em_tensor *out;
+    switch (p->impl) {
+    case EM_MOE_LOOP:
+        out = experts_loop(c, file, line, x, idx, t, k, weights, w, p, n_experts, &hit);
+        break;
+    case EM_MOE_DENSE:
+        out = experts_dense(c, file, line, x, idx, t, k, weights, w, p, n_experts, &hit);
+        break;
+    default: out = experts_ragged(c, file, line, x, idx, t, k, weights, w, p, n_experts, &hit);
+    }
+    free(idx);
+    if (stats) {
+        stats->experts_hit = hit;
+        stats->rows = t * k;
+    }
+    return out;
+}
