@@ -48,3 +48,118 @@ int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
     fprintf(stderr, "%d tests, %d checks, %d failures\n", ran, em_test_checks, em_test_failures);
     return em_test_failures ? 1 : 0;
 }
+
+/* ---- tensor bundles ---- */
+#include <jansson.h>
+#include <math.h>
+
+struct em_test_bundle {
+    json_t *doc;
+    unsigned char *data;
+    size_t len;
+};
+
+em_test_bundle *em_test_bundle_load(const char *rel) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.json", em_test_fixtures_dir(), rel);
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    if (!doc) {
+        fprintf(stderr, "cannot load %s: %s\n", path, je.text);
+        em_test_failures++;
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s/%s.bin", em_test_fixtures_dir(), rel);
+    FILE *f = fopen(path, "rb");
+    em_test_bundle *b = calloc(1, sizeof *b);
+    if (!f || !b) {
+        fprintf(stderr, "cannot open %s\n", path);
+        em_test_failures++;
+        if (f) fclose(f);
+        json_decref(doc);
+        free(b);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    b->len = (size_t)ftell(f);
+    rewind(f);
+    b->data = malloc(b->len + 1);
+    if (!b->data || fread(b->data, 1, b->len, f) != b->len) b->len = 0;
+    fclose(f);
+    b->doc = doc;
+    return b;
+}
+
+void em_test_bundle_free(em_test_bundle *b) {
+    if (!b) return;
+    json_decref(b->doc);
+    free(b->data);
+    free(b);
+}
+
+long long em_test_bundle_meta_int(em_test_bundle *b, const char *key, long long def) {
+    json_t *v = json_object_get(json_object_get(b->doc, "meta"), key);
+    if (json_is_integer(v)) return json_integer_value(v);
+    if (json_is_boolean(v)) return json_is_true(v);
+    return def;
+}
+
+em_tensor *em_test_bundle_get(em_test_bundle *b, void *ctx, const char *name) {
+    em_ctx *c = ctx;
+    json_t *e = json_object_get(json_object_get(b->doc, "tensors"), name);
+    em_dtype t;
+    if (!e || !em_dtype_parse(json_string_value(json_object_get(e, "dtype")), &t)) {
+        fprintf(stderr, "bundle has no tensor '%s'\n", name);
+        em_test_failures++;
+        return NULL;
+    }
+    json_t *sh = json_object_get(e, "shape");
+    int nd = (int)json_array_size(sh);
+    int64_t shape[8];
+    for (int i = 0; i < nd && i < 8; i++) shape[i] = json_integer_value(json_array_get(sh, (size_t)i));
+    size_t off = (size_t)json_integer_value(json_object_get(e, "offset"));
+    size_t nb = (size_t)json_integer_value(json_object_get(e, "nbytes"));
+    if (off + nb > b->len) {
+        fprintf(stderr, "tensor '%s' lies outside the bundle data\n", name);
+        em_test_failures++;
+        return NULL;
+    }
+    return em_from_host(c, t, nd, shape, b->data + off);
+}
+
+bool em_test_allclose(void *ctx, em_tensor *got, em_tensor *want, double atol, double rtol,
+                      const char *what) {
+    em_ctx *c = ctx;
+    em_test_checks++;
+    if (!got || !want) {
+        em_test_failures++;
+        fprintf(stderr, "%s: missing tensor (%s)\n", what,
+                em_ctx_error(c) ? em_ctx_error(c)->message : "no error recorded");
+        return false;
+    }
+    int64_t n = em_tensor_numel(want);
+    if (em_tensor_numel(got) != n || em_tensor_ndim(got) != em_tensor_ndim(want)) {
+        char a[96], b[96];
+        em_test_failures++;
+        fprintf(stderr, "%s: got %s, want %s\n", what, em_tensor_sig(got, a, sizeof a),
+                em_tensor_sig(want, b, sizeof b));
+        return false;
+    }
+    float *g = malloc((size_t)(n + 1) * sizeof *g), *w = malloc((size_t)(n + 1) * sizeof *w);
+    bool ok = g && w && em_to_host_f32(c, got, g, n) == EM_OK && em_to_host_f32(c, want, w, n) == EM_OK;
+    double worst = 0;
+    for (int64_t i = 0; ok && i < n; i++) {
+        double e = fabs((double)g[i] - (double)w[i]);
+        bool bad = (isnan(w[i]) != isnan(g[i])) || (!isnan(w[i]) && e > atol + rtol * fabs(w[i]));
+        if (e > worst) worst = e;
+        if (bad) {
+            fprintf(stderr, "%s: element %lld: got %.8g, want %.8g (atol %g rtol %g)\n", what,
+                    (long long)i, g[i], w[i], atol, rtol);
+            ok = false;
+        }
+    }
+    free(g);
+    free(w);
+    if (!ok) em_test_failures++;
+    return ok;
+}

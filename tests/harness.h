@@ -3,6 +3,7 @@
 #define EMBER_TEST_HARNESS_H
 
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
 
 extern int em_test_failures;
@@ -50,5 +51,19 @@ int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
 
 /* Directory of the committed fixtures (EMBER_FIXTURES, set by ctest). */
 const char *em_test_fixtures_dir(void);
+
+/* Named reference tensors written by scripts/fixtures/common.py's Bundle. */
+typedef struct em_test_bundle em_test_bundle;
+/* Loads <path>.json + <path>.bin (path relative to the fixtures dir); NULL with a message. */
+em_test_bundle *em_test_bundle_load(const char *rel_path);
+void em_test_bundle_free(em_test_bundle *b);
+/* The tensor `name` created in c's current scope (NULL if absent: a CHECK fails). */
+struct em_tensor *em_test_bundle_get(em_test_bundle *b, void *ctx, const char *name);
+/* A metadata value (integer or bool) from the bundle's "meta" object; def when absent. */
+long long em_test_bundle_meta_int(em_test_bundle *b, const char *key, long long def);
+/* Checks that every element of got is within atol + rtol*|want| (NaN equal to NaN); prints the
+ * first mismatch with `what`. Returns true when close. */
+bool em_test_allclose(void *ctx, struct em_tensor *got, struct em_tensor *want, double atol,
+                      double rtol, const char *what);
 
 #endif

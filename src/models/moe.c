@@ -125,8 +125,10 @@ static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, i
     em_tensor *ys = em_index_select_(c, file, line, y, 0, i64_tensor(c, file, line, inv, rows));
     ys = em_mul_(c, file, line, ys, em_reshape_(c, file, line, weights, 2, (int64_t[]){rows, 1}));
     int dim = 1;
-    out = em_sum_(c, file, line, em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden}),
-                  &dim, 1, false);
+    out = em_cast_(c, file, line,
+                   em_sum_(c, file, line, em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden}),
+                           &dim, 1, false),
+                   em_tensor_dtype(x));
 done:
     free(offset);
     free(sizes);
@@ -169,6 +171,7 @@ static em_tensor *experts_loop(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int
         em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
         em_tensor *we = em_index_select_(c, file, line, wflat, 0, i64_tensor(c, file, line, slot, n));
         y = em_mul_(c, file, line, y, em_reshape_(c, file, line, we, 2, (int64_t[]){n, 1}));
+        y = em_cast_(c, file, line, y, em_tensor_dtype(x)); /* as transformers: .to(out dtype) */
         em_tensor *next = em_keep(c, em_index_add_(c, file, line, out, 0, ti, y, 1.0));
         em_scope_pop(c);
         out = next;
@@ -200,7 +203,7 @@ static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, in
     em_tensor *wd = em_cast_(c, file, line,
                              em_from_host_on_(c, file, line, em_device_cpu(), EM_F32, 2,
                                               (int64_t[]){t, n_experts}, dense),
-                             em_tensor_dtype(x));
+                             em_tensor_dtype(weights));
     free(wh);
     free(dense);
     em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
@@ -211,7 +214,8 @@ static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, in
                                 em_narrow_(c, file, line, h, 1, inter, inter), p->act);
         em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
         y = em_mul_(c, file, line, y, em_narrow_(c, file, line, wd, 1, e, 1));
-        em_tensor *next = em_keep(c, em_add_(c, file, line, out, y));
+        em_tensor *next = em_keep(c, em_add_(c, file, line, out, em_cast_(c, file, line, y,
+                                                                           em_tensor_dtype(x))));
         em_scope_pop(c);
         out = next;
     }
