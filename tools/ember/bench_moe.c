@@ -1,0 +1,216 @@
+/*
+ * `ember bench moe`: one MoE layer with the real dimensions of Qwen3-30B-A3B and Gemma 4 26B-A4B
+ * (bf16 weights, random, fixed seed), decode batches 1..64: Ember's loop, dense and ragged
+ * implementations against the memory-bandwidth bound for the expert weights each batch must read
+ * and against transformers' blocks in torch eager, in one run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "backends/cpu/probe.h"
+#include "bench_util.h"
+#include "cli.h"
+#include "ember/ember.h"
+
+typedef struct moe_model {
+    const char *name, *peer_name;
+    int64_t hidden, experts, top_k, inter;
+    em_moe_act act;
+    bool norm;
+} moe_model;
+
+static const moe_model MODELS[] = {
+    {"qwen3-30b-a3b", "qwen3_30b_a3b", 2048, 128, 8, 768, EM_MOE_ACT_SILU, true},
+    {"gemma4-26b-a4b", "gemma4_26b_a4b", 2816, 128, 8, 704, EM_MOE_ACT_GELU_TANH, true},
+};
+
+typedef struct read_job {
+    float *p;
+    size_t n;
+} read_job;
+
+static void read_each(void *user, int tid, int nt) {
+    read_job *j = user;
+    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
+    volatile float s = em_cpu_level() >= 2 ? em_probe_read_avx512(j->p + lo, hi - lo)
+                                           : em_probe_read_generic(j->p + lo, hi - lo);
+    (void)s;
+}
+
+static void read_run(void *user) { em_parallel_each(read_each, user); }
+
+static double read_bandwidth_gbs(void) {
+    read_job j = {NULL, (size_t)128 << 20};
+    j.p = aligned_alloc(64, j.n * 4);
+    if (!j.p) return 0;
+    for (size_t i = 0; i < j.n; i++) j.p[i] = (float)(i & 3);
+    double best = 1e30;
+    read_run(&j);
+    for (int i = 0; i < 5; i++) {
+        double t0 = bench_now();
+        read_run(&j);
+        double t = bench_now() - t0;
+        if (t < best) best = t;
+    }
+    free(j.p);
+    return (double)j.n * 4 / best / 1e9;
+}
+
+typedef struct moe_job {
+    em_ctx *c;
+    em_tensor *x, *router;
+    em_moe_weights w;
+    em_moe_params p;
+    em_moe_stats st;
+} moe_job;
+
+static void run_moe(void *user) {
+    moe_job *j = user;
+    em_ctx *c = j->c;
+    em_scope_push(c);
+    em_tensor *idx = NULL;
+    em_tensor *logits = em_linear(c, j->x, j->router, NULL);
+    em_tensor *rw = em_moe_route(c, logits, &j->p, j->w.per_expert_scale, em_tensor_dtype(j->x), &idx);
+    em_tensor *y = em_moe_experts(c, j->x, idx, rw, &j->w, &j->p, &j->st);
+    if (y) em_tensor_data(c, y);
+    em_scope_pop(c);
+}
+
+static void usage(void) {
+    printf("usage: ember bench moe [--json] [--model qwen3|gemma4|all] [--batches 1,4,16,32,64]\n"
+           "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n\n"
+           "One MoE layer with real dimensions (Qwen3-30B-A3B: hidden 2048, 128 experts, top-8,\n"
+           "intermediate 768, SwiGLU; Gemma 4 26B-A4B: hidden 2816, 128 experts, top-8,\n"
+           "intermediate 704, GELU-tanh gating), bf16 weights, one token per sequence. Prints per\n"
+           "batch: ms for each implementation, ragged's speedup over loop, the distinct experts\n"
+           "hit, the bytes of expert weights they must read, the bandwidth bound for those bytes\n"
+           "(from a read probe in the same run) and, when torch and transformers are importable\n"
+           "($EMBER_PYTHON or python3), transformers' block in torch eager.\n");
+}
+
+int bench_moe(int argc, char **argv) {
+    bool json = false, peers = true, quick = false;
+    const char *which = "all";
+    int batches[16] = {1, 4, 16, 32, 64}, nb = 5;
+    bool impl_on[3] = {true, true, true};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--skip-peers")) peers = false;
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
+            nb = 0;
+            for (char *s = argv[++i]; *s && nb < 16;) {
+                batches[nb++] = (int)strtol(s, &s, 10);
+                if (*s == ',') s++;
+                else if (*s) break;
+            }
+        } else if (!strcmp(argv[i], "--impls") && i + 1 < argc) {
+            const char *s = argv[++i];
+            for (int k = 0; k < 3; k++) impl_on[k] = strstr(s, em_moe_impl_name((em_moe_impl)k)) != NULL;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "ember bench moe: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    double mt = quick ? 0.2 : 0.5;
+    double bw = read_bandwidth_gbs();
+    if (!json) printf("read bandwidth %.1f GB/s on %d threads\n", bw, em_num_threads());
+    for (size_t m = 0; m < sizeof MODELS / sizeof MODELS[0]; m++) {
+        const moe_model *md = &MODELS[m];
+        if (strcmp(which, "all") && !strstr(md->name, which)) continue;
+        bench_peer torch = {0};
+        if (peers) {
+            char task[512];
+            int u = snprintf(task, sizeof task,
+                             "{\"model\": \"%s\", \"threads\": %d, \"min_time\": %g, \"batches\": [",
+                             md->peer_name, em_num_threads(), mt);
+            for (int b = 0; b < nb; b++) u += snprintf(task + u, sizeof task - (size_t)u, "%s%d", b ? ", " : "", batches[b]);
+            snprintf(task + u, sizeof task - (size_t)u, "]}");
+            bench_peer_run("torch_moe.py", task, &torch);
+            if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
+        }
+        em_ctx *c = em_ctx_create();
+        int64_t h = md->hidden, e = md->experts, in = md->inter;
+        moe_job j = {c, NULL, NULL, {NULL, NULL, NULL}, em_moe_default_params(), {0, 0}};
+        j.router = em_rand(c, EM_BF16, EM_SHAPE(e, h), 100, -0.05, 0.05);
+        j.w.gate_up = em_rand(c, EM_BF16, EM_SHAPE(e, 2 * in, h), 101, -0.05, 0.05);
+        j.w.down = em_rand(c, EM_BF16, EM_SHAPE(e, h, in), 102, -0.05, 0.05);
+        j.p.top_k = md->top_k;
+        j.p.norm_topk_prob = md->norm;
+        j.p.act = md->act;
+        double per_expert = 3.0 * (double)in * (double)h * 2;
+        if (!json)
+            printf("\n%s: hidden %lld, %lld experts, top-%lld, intermediate %lld, bf16 "
+                   "(%.2f GB of expert weights)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %10s %s\n",
+                   md->name, (long long)h, (long long)e, (long long)md->top_k, (long long)in,
+                   per_expert * (double)e / 1e9, "batch", "loop ms", "dense ms", "ragged ms",
+                   "rag/loop", "hit", "MB read", "bound ms", "of bnd", "torch ms", "(impl)");
+        for (int bi = 0; bi < nb; bi++) {
+            int b = batches[bi];
+            em_scope_push(c);
+            j.x = em_rand(c, EM_BF16, EM_SHAPE(b, h), 200 + (uint64_t)b, -1, 1);
+            double ms[3] = {-1, -1, -1};
+            int64_t hit = 0;
+            for (int k = 0; k < 3; k++) {
+                if (!impl_on[k]) continue;
+                j.p.impl = (em_moe_impl)k;
+                run_moe(&j);
+                if (em_ctx_status(c)) {
+                    fprintf(stderr, "%s: %s\n", em_moe_impl_name(j.p.impl), em_ctx_error(c)->message);
+                    em_ctx_clear_error(c);
+                    continue;
+                }
+                hit = j.st.experts_hit;
+                ms[k] = bench_median_ms(run_moe, &j, k == EM_MOE_DENSE ? mt / 2 : mt);
+            }
+            double bytes = (double)hit * per_expert + (double)e * h * 2;
+            double bound = bytes / (bw * 1e9) * 1e3;
+            /* best torch implementation for this batch */
+            double best = -1;
+            const char *best_name = "";
+            static const char *timpl[3] = {"eager", "batched_mm", "grouped_mm"};
+            for (int k = 0; k < 3; k++) {
+                char nm[64];
+                snprintf(nm, sizeof nm, "%s_%d", timpl[k], b);
+                double v = bench_peer_ms(&torch, nm);
+                if (v > 0 && (best < 0 || v < best)) {
+                    best = v;
+                    best_name = timpl[k];
+                }
+            }
+            if (json) {
+                for (int k = 0; k < 3; k++)
+                    if (ms[k] > 0)
+                        printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"%s\", \"ms\": %.4f, "
+                               "\"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, \"experts_hit\": %lld}\n",
+                               md->name, b, em_moe_impl_name((em_moe_impl)k), ms[k], bound,
+                               bound / ms[k], (long long)hit);
+                for (int k = 0; k < 3; k++) {
+                    char nm[64];
+                    snprintf(nm, sizeof nm, "%s_%d", timpl[k], b);
+                    double v = bench_peer_ms(&torch, nm);
+                    if (v > 0)
+                        printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"torch\", "
+                               "\"torch_impl\": \"%s\", \"ms\": %.4f, \"bound_ms\": %.4f, "
+                               "\"fraction_of_bound\": %.4f, \"experts_hit\": %lld}\n",
+                               md->name, b, timpl[k], v, bound, bound / v, (long long)hit);
+                }
+            } else {
+                printf("%6d %10.3f %10.3f %10.3f %7.2fx %6lld %9.1f %9.3f %6.0f%% %10.3f %s\n", b,
+                       ms[0 + 1] > 0 ? ms[1] : -1, ms[2], ms[0],
+                       ms[0] > 0 && ms[1] > 0 ? ms[1] / ms[0] : 0, (long long)hit, bytes / 1e6,
+                       bound, ms[0] > 0 ? 100 * bound / ms[0] : 0, best, best_name);
+            }
+            fflush(stdout);
+            em_scope_pop(c);
+        }
+        em_ctx_destroy(c);
+    }
+    return 0;
+}
