@@ -135,6 +135,22 @@ static void test_fused_equals_unfused(void) {
     em_ctx_destroy(c);
 }
 
+static void test_fused_sees_in_place_writes(void) {
+    em_ctx *c = em_ctx_create();
+    em_ctx_set_eager_mode(c, EM_EAGER_FUSED);
+    em_tensor *cache = em_zeros(c, EM_F32, EM_SHAPE(4));
+    em_tensor *pending = em_add_scalar(c, cache, 1.0); /* deferred: reads cache later */
+    CHECK(pending && pending->lazy);
+    CHECK(em_assign(c, em_slice(c, cache, 0, 0, 2, 1), em_ones(c, EM_F32, EM_SHAPE(2))) == EM_OK);
+    float v[4];
+    /* never a silently wrong value: the overwritten input is reported */
+    CHECK(em_to_host(c, pending, v, sizeof v) != EM_OK);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "overwritten in place");
+    em_tensor *now = em_add_scalar(c, cache, 1.0);
+    CHECK(em_to_host(c, now, v, sizeof v) == EM_OK && v[0] == 2 && v[3] == 1);
+    em_ctx_destroy(c);
+}
+
 static void test_mixed_devices_and_bad_dtype(void) {
     em_ctx *c = em_ctx_create();
     em_tensor *i = em_arange(c, 0, 4, 1, EM_I64);
@@ -149,4 +165,5 @@ static void test_mixed_devices_and_bad_dtype(void) {
 
 EM_TEST_MAIN(T(test_create_and_read), T(test_error_chain), T(test_scopes),
              T(test_views_share_storage), T(test_dtype_conversions),
-             T(test_fused_equals_unfused), T(test_mixed_devices_and_bad_dtype))
+             T(test_fused_equals_unfused), T(test_fused_sees_in_place_writes),
+             T(test_mixed_devices_and_bad_dtype))

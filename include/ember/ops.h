@@ -93,6 +93,12 @@ EM_API int em_split_sizes_(EM_OP_ARGS, em_tensor *x, const int64_t *sizes, int n
 /** A contiguous tensor with x's values (x itself, with a new reference, if already contiguous). */
 #define em_contiguous(c, ...) em_contiguous_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_contiguous_(EM_OP_ARGS, em_tensor *x);
+/**
+ * Writes src (broadcast to dst's shape, cast to dst's dtype) into dst's memory, in place. dst may
+ * be a strided view (a slice of a KV cache, say) but not an expanded one. Returns the status.
+ */
+#define em_assign(c, ...) em_assign_((c), EM_HERE, __VA_ARGS__)
+EM_API em_status em_assign_(EM_OP_ARGS, em_tensor *dst, em_tensor *src);
 /** Copy to another device (x itself if already there). */
 #define em_to(c, ...) em_to_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_to_(EM_OP_ARGS, em_tensor *x, em_device *dev);

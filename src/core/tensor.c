@@ -50,6 +50,7 @@ em_storage *em_storage_new(em_ctx *c, em_device *d, size_t nbytes) {
         return NULL;
     }
     atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
     s->dev = d;
     s->nbytes = nbytes;
     s->release = NULL;
@@ -286,6 +287,7 @@ em_tensor *em_from_host_borrowed_(em_ctx *c, const char *file, int line, em_dtyp
         return NULL;
     }
     atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
     s->dev = em_device_cpu();
     s->data = data;
     s->nbytes = data_nbytes;

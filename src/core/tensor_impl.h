@@ -28,6 +28,7 @@ typedef struct em_storage em_storage;
 
 struct em_storage {
     atomic_int refcount;
+    atomic_uint version; /* bumped by in-place writes (assign); fused chains check it */
     em_device *dev;
     void *data;     /* host pointer (CPU) or backend handle */
     size_t nbytes;  /* bytes usable at data */
@@ -42,6 +43,7 @@ typedef struct em_lazy {
     em_op_id op;
     int n_in;
     em_tensor *in[3];
+    unsigned in_version[3]; /* storage versions of non-lazy inputs when the node was made */
     em_attr attrs[EM_MAX_ATTRS];
     int depth; /* nodes in the expression tree below and including this one */
 } em_lazy;

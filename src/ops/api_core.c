@@ -177,6 +177,13 @@ em_tensor *em_contiguous_(EM_OP_ARGS, em_tensor *x) {
     return EM_RUN(EM_OP_CONTIGUOUS, &x, 1, NULL);
 }
 
+em_status em_assign_(EM_OP_ARGS, em_tensor *dst, em_tensor *src) {
+    em_tensor *in[2] = {dst, src};
+    if (!c) return EM_ERR_INVALID_ARG;
+    em_op_exec(c, file, line, EM_OP_ASSIGN, in, 2, NULL, NULL, 0);
+    return c->err.status;
+}
+
 /* ---- element-wise ---- */
 
 em_tensor *em_cast_(EM_OP_ARGS, em_tensor *x, em_dtype dtype) {

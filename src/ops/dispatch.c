@@ -29,7 +29,10 @@ static em_tensor *make_lazy(em_ctx *c, const em_op_def *op, em_device *dev,
     lz->op = op->id;
     lz->n_in = n_in;
     lz->depth = depth;
-    for (int i = 0; i < n_in; i++) lz->in[i] = em_tensor_retain(in[i]);
+    for (int i = 0; i < n_in; i++) {
+        lz->in[i] = em_tensor_retain(in[i]);
+        lz->in_version[i] = in[i]->storage ? atomic_load(&in[i]->storage->version) : 0;
+    }
     if (op->n_attrs) memcpy(lz->attrs, attrs, (size_t)op->n_attrs * sizeof *attrs);
     t->lazy = lz;
     t->dev = dev;

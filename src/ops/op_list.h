@@ -38,6 +38,7 @@
     X(UNSQUEEZE, "unsqueeze", VIEW, 1, 1, 1, "dim:int", rule_unsqueeze)                            \
     X(SPLIT, "split", VIEW, 1, 1, -1, "dim:int,sizes:ints,size:int", rule_split)                   \
     X(CONTIGUOUS, "contiguous", OTHER, 1, 1, 1, "", rule_same)                                     \
+    X(ASSIGN, "assign", OTHER, 2, 2, 0, "", rule_assign)                                           \
     /* element-wise, unary */                                                                      \
     X(NEG, "neg", EW, 1, 1, 1, "", rule_ew_keep_num)                                               \
     X(ABS, "abs", EW, 1, 1, 1, "", rule_ew_keep_num)                                               \

@@ -308,6 +308,29 @@ em_status rule_same(RULE_ARGS) {
     return EM_OK;
 }
 
+/* assign(dst, src): src broadcast to dst's shape and cast to its dtype, written in place. */
+em_status rule_assign(RULE_ARGS) {
+    (void)op, (void)n_in, (void)attrs, (void)out;
+    const em_tensor *dst = in[0], *src = in[1];
+    char b1[160], b2[160];
+    bool ok = src->ndim <= dst->ndim;
+    for (int i = 0; ok && i < src->ndim; i++) {
+        int64_t s = src->shape[i], d = dst->shape[dst->ndim - src->ndim + i];
+        ok = s == d || s == 1;
+    }
+    if (!ok)
+        return em_op_fail(c, EM_ERR_SHAPE, "source %s cannot be broadcast to destination %s",
+                          em_shape_str(src->shape, src->ndim, b2, sizeof b2),
+                          em_shape_str(dst->shape, dst->ndim, b1, sizeof b1));
+    for (int i = 0; i < dst->ndim; i++)
+        if (dst->strides[i] == 0 && dst->shape[i] > 1)
+            return em_op_fail(c, EM_ERR_INVALID_ARG,
+                              "the destination is an expanded view (dim %d has stride 0): several "
+                              "elements share memory", i);
+    *n_out = 0;
+    return EM_OK;
+}
+
 /* ---- element-wise ---- */
 
 static em_status ew_shape(em_ctx *c, em_tensor *const *in, int n_in, em_meta *out) {

@@ -70,6 +70,7 @@ typedef struct ew_prog {
     em_dtype out_dtype;
     char *out;
     int64_t numel;
+    int err; /* fused build: 1 too large, 2 an input was overwritten in place */
 } ew_prog;
 
 static bool native(em_dtype t) { return t == EM_F32 || t == EM_F64 || t == EM_I64; }
@@ -77,7 +78,10 @@ static bool native(em_dtype t) { return t == EM_F32 || t == EM_F64 || t == EM_I6
 static int add_leaf(ew_prog *p, const em_tensor *t, const int64_t *oshape, int ond) {
     for (int i = 0; i < p->n_leaves; i++)
         if (p->leaves[i].t == t) return i;
-    if (p->n_leaves == EW_MAX_LEAVES) return -1;
+    if (p->n_leaves == EW_MAX_LEAVES) {
+        p->err = 1;
+        return -1;
+    }
     int k = p->n_leaves++;
     ew_leaf *l = &p->leaves[k];
     l->t = t;
@@ -299,6 +303,7 @@ static void prog_init(ew_prog *p, em_tensor *out) {
     p->out_dtype = out->dtype;
     p->out = em_tensor_ptr(out);
     p->numel = out->numel;
+    p->err = 0;
 }
 
 /* The kernel for every element-wise op (unfused). */
@@ -329,6 +334,8 @@ static em_status contiguous_kernel(const em_kernel_args *a) {
     return run(a->ctx, &p);
 }
 
+void em_cpu_register_assign(em_kernel_fn *k);
+
 /* ---- fused mode ---- */
 
 static int add_value(ew_prog *p, em_tensor *t, const em_tensor *root) {
@@ -337,10 +344,21 @@ static int add_value(ew_prog *p, em_tensor *t, const em_tensor *root) {
         if (p->nodes[i].t == t) return -2 - i; /* shared sub-expression */
     int ins[3];
     for (int i = 0; i < t->lazy->n_in; i++) {
-        ins[i] = add_value(p, t->lazy->in[i], root);
+        em_tensor *x = t->lazy->in[i];
+        if (!x->lazy && x->storage &&
+            atomic_load_explicit(&x->storage->version, memory_order_relaxed) !=
+                t->lazy->in_version[i])
+        {
+            p->err = 2; /* written in place (assign) after this chain read it */
+            return -1;
+        }
+        ins[i] = add_value(p, x, root);
         if (ins[i] == -1) return -1;
     }
-    if (p->n_nodes == EW_MAX_NODES) return -1;
+    if (p->n_nodes == EW_MAX_NODES) {
+        p->err = 1;
+        return -1;
+    }
     int k = p->n_nodes++;
     ew_node *n = &p->nodes[k];
     n->op = t->lazy->op;
@@ -357,8 +375,12 @@ em_status em_cpu_eval_lazy(em_ctx *c, em_tensor *t) {
     ew_prog p;
     prog_init(&p, t);
     int r = add_value(&p, t, t);
-    if (r == -1)
+    if (r == -1 && p.err != 2)
         return EM_FAIL(c, EM_ERR_INTERNAL, "fused", "expression too large to fuse");
+    if (r == -1)
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "fused",
+                       "a tensor read by pending fused work was overwritten in place (assign) "
+                       "before the work ran; read the pending result first or use sync/async mode");
     /* node references were encoded as -2-k; map them to slots after the leaves */
     for (int k = 0; k < p.n_nodes; k++) {
         ew_node *n = &p.nodes[k];
@@ -374,4 +396,48 @@ void em_cpu_register_ew(em_kernel_fn *k) {
     for (int i = 0; i < EM_OP_COUNT; i++)
         if (em_op_get((em_op_id)i)->kind == EM_OPK_EW) k[i] = ew_kernel;
     k[EM_OP_CONTIGUOUS] = contiguous_kernel;
+    em_cpu_register_assign(k);
 }
+
+/* ---- assign: in-place strided copy with broadcast and cast ---- */
+
+static em_status assign_kernel(const em_kernel_args *a) {
+    em_tensor *dst = a->in[0];
+    const em_tensor *src = a->in[1];
+    if (dst->numel == 0) return EM_OK;
+    int nd = dst->ndim;
+    int64_t sst[EM_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        int sd = d - (nd - src->ndim);
+        sst[d] = (sd < 0 || (src->shape[sd] == 1 && dst->shape[d] != 1)) ? 0 : src->strides[sd];
+    }
+    int64_t inner = nd ? dst->shape[nd - 1] : 1;
+    int64_t dis = nd ? dst->strides[nd - 1] : 1, sis = nd ? sst[nd - 1] : 1;
+    size_t des = em_esize(dst->dtype), ses = em_esize(src->dtype);
+    char *db = dst->storage->data;
+    const char *sb = src->storage->data;
+    int64_t idx[EM_MAX_DIMS] = {0};
+    for (int64_t done = 0; done < dst->numel; done += inner) {
+        int64_t doff = dst->offset, soff = src->offset;
+        for (int d = 0; d < nd - 1; d++) {
+            doff += idx[d] * dst->strides[d];
+            soff += idx[d] * sst[d];
+        }
+        if (dis == 1 && sis == 1) {
+            em_convert(sb + (size_t)soff * ses, src->dtype, db + (size_t)doff * des, dst->dtype,
+                       inner);
+        } else {
+            for (int64_t i = 0; i < inner; i++)
+                em_convert(sb + (size_t)(soff + i * sis) * ses, src->dtype,
+                           db + (size_t)(doff + i * dis) * des, dst->dtype, 1);
+        }
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < dst->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    atomic_fetch_add_explicit(&dst->storage->version, 1, memory_order_relaxed);
+    return EM_OK;
+}
+
+void em_cpu_register_assign(em_kernel_fn *k) { k[EM_OP_ASSIGN] = assign_kernel; }
