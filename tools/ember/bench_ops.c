@@ -128,6 +128,20 @@ static void run_op(void *user) {
     em_scope_pop(c);
 }
 
+/* A chain of 8 element-wise ops (the fused-mode showcase): y = tanh(silu(x * a + b) - x) ... */
+static void run_chain(void *user) {
+    op_job *j = user;
+    em_ctx *c = j->c;
+    em_scope_push(c);
+    em_tensor *x = j->a, *y = j->b;
+    em_tensor *h = em_add(c, em_mul(c, x, y), y);
+    h = em_sub(c, em_silu(c, h), x);
+    h = em_mul(c, em_tanh(c, h), em_exp(c, em_neg(c, y)));
+    h = em_add(c, h, x);
+    if (h) em_tensor_data(c, h);
+    em_scope_pop(c);
+}
+
 static void run_dispatch(void *user) {
     op_job *j = user;
     for (int i = 0; i < 1000; i++) {
@@ -298,6 +312,19 @@ int bench_ops(int argc, char **argv) {
                            p > 0 ? "torch" : NULL, p};
             bench_print_row(&r, json);
         }
+        /* fused mode: the same 8-op chain evaluated in one pass vs op by op */
+        op_job j = {c, a, b, "chain"};
+        em_ctx_set_eager_mode(c, EM_EAGER_ASYNC);
+        double async_ms = bench_median_ms(run_chain, &j, mt);
+        em_ctx_set_eager_mode(c, EM_EAGER_FUSED);
+        double fused_ms = bench_median_ms(run_chain, &j, mt);
+        em_ctx_set_eager_mode(c, EM_EAGER_ASYNC);
+        char shape[32];
+        snprintf(shape, sizeof shape, "[%lld] 8 ops", (long long)big);
+        double lim = (double)big * 4 * 3 / (L.triad_gbs * 1e9) * 1e3; /* 2 inputs, 1 output */
+        bench_row r = {"fused_chain", shape, "f32", fused_ms, lim, "triad bw", "ember async",
+                       async_ms};
+        bench_print_row(&r, json);
         em_scope_pop(c);
     }
     /* matmul 2048^3 */

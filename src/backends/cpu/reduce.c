@@ -11,8 +11,28 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/ew_math.h"
+#include "backends/cpu/reduce_funcs.h"
 #include "ops/rules.h"
+
+static em_red_isa red_tables[3];
+static pthread_once_t red_once = PTHREAD_ONCE_INIT;
+
+static void red_init(void) {
+    em_red_fill_generic(&red_tables[0]);
+#if defined(__x86_64__)
+    em_red_fill_avx2(&red_tables[1]);
+    em_red_fill_avx512(&red_tables[2]);
+#endif
+}
+
+const em_red_isa *em_red_isa_get(void) {
+    pthread_once(&red_once, red_init);
+#if defined(__x86_64__)
+    return &red_tables[em_cpu_level()];
+#else
+    return &red_tables[0];
+#endif
+}
 
 typedef struct red_state {
     double s, q;  /* sum (or product, or best value) and sum of squares */
@@ -73,42 +93,15 @@ static void fold_run(const red_plan *p, red_state *s, int64_t off, int64_t strid
         return;
     }
     if ((op == EM_OP_SUM || op == EM_OP_MEAN) && stride == 1 && x->dtype == EM_F32) {
-        const float *v = (const float *)base + off;
-        double lane[16] = {0};
-        int64_t k = 0;
-        for (; k + 16 <= n; k += 16)
-            for (int j = 0; j < 16; j++) lane[j] += (double)v[k + j];
-        double t = 0;
-        for (; k < n; k++) t += v[k];
-        for (int j = 0; j < 16; j++) t += lane[j];
-        s->s += t;
+        s->s += em_red_isa_get()->sum_f32((const float *)base + off, n);
         s->n += n;
         return;
     }
-    if ((op == EM_OP_MAX || op == EM_OP_MIN) && stride == 1 && x->dtype == EM_F32 && n >= 16) {
-        /* 16 lanes; a NaN is sticky in its lane (v != v wins, then nothing beats NaN) */
-        const float *v = (const float *)base + off;
-        float lane[16];
-        for (int j = 0; j < 16; j++) lane[j] = v[j];
-        int64_t k = 16;
-        if (op == EM_OP_MAX)
-            for (; k + 16 <= n; k += 16)
-                for (int j = 0; j < 16; j++)
-                    lane[j] = (v[k + j] > lane[j] || v[k + j] != v[k + j]) ? v[k + j] : lane[j];
-        else
-            for (; k + 16 <= n; k += 16)
-                for (int j = 0; j < 16; j++)
-                    lane[j] = (v[k + j] < lane[j] || v[k + j] != v[k + j]) ? v[k + j] : lane[j];
-        float best = lane[0];
+    if ((op == EM_OP_MAX || op == EM_OP_MIN) && stride == 1 && x->dtype == EM_F32 && n > 0) {
         bool nan = false;
-        for (int j = 0; j < 16; j++) {
-            nan |= lane[j] != lane[j];
-            best = better(op, lane[j], best) ? lane[j] : best;
-        }
-        for (; k < n; k++) {
-            nan |= v[k] != v[k];
-            best = better(op, v[k], best) ? v[k] : best;
-        }
+        const em_red_isa *ri = em_red_isa_get();
+        float best = op == EM_OP_MAX ? ri->max_f32((const float *)base + off, n, &nan)
+                                     : ri->min_f32((const float *)base + off, n, &nan);
         if (s->n == 0 || better(op, best, s->s)) s->s = best;
         s->nan |= nan;
         s->n += n;
@@ -345,22 +338,10 @@ static void softmax_rows(void *user, int64_t b, int64_t e, int tid) {
         else
             for (int64_t k = 0; k < n; k++)
                 buf[k] = (float)em_load_f64(xb, p->x->dtype, xo + k * p->xstride);
-        float m = -INFINITY;
-        for (int64_t k = 0; k < n; k++) m = buf[k] > m ? buf[k] : m;
-        if (m == -INFINITY) m = 0; /* an all -inf row: exp gives 0s, as torch (NaN out) */
-        float sum = 0;
-        if (p->op == EM_OP_SOFTMAX) {
-            for (int64_t k = 0; k < n; k++) {
-                buf[k] = em_expf(buf[k] - m);
-                sum += buf[k];
-            }
-            float inv = 1.0f / sum;
-            for (int64_t k = 0; k < n; k++) buf[k] *= inv;
-        } else {
-            for (int64_t k = 0; k < n; k++) sum += em_expf(buf[k] - m);
-            float ls = logf(sum);
-            for (int64_t k = 0; k < n; k++) buf[k] = buf[k] - m - ls;
-        }
+        if (p->op == EM_OP_SOFTMAX)
+            em_red_isa_get()->softmax_f32(buf, n);
+        else
+            em_red_isa_get()->log_softmax_f32(buf, n);
         if (p->out->dtype == EM_F32 && p->ostride == 1)
             memcpy((float *)ob + oo, buf, (size_t)n * 4);
         else

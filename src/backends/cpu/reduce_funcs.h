@@ -1,0 +1,23 @@
+/* Row kernels of the reductions, compiled per instruction set (reduce_funcs.inc). */
+#ifndef EMBER_REDUCE_FUNCS_H
+#define EMBER_REDUCE_FUNCS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct em_red_isa {
+    double (*sum_f32)(const float *v, int64_t n);
+    /* best of n >= 1 values; *nan set when a NaN was seen */
+    float (*max_f32)(const float *v, int64_t n, bool *nan);
+    float (*min_f32)(const float *v, int64_t n, bool *nan);
+    /* in place over a row: softmax, or log_softmax */
+    void (*softmax_f32)(float *v, int64_t n);
+    void (*log_softmax_f32)(float *v, int64_t n);
+} em_red_isa;
+
+void em_red_fill_generic(em_red_isa *t);
+void em_red_fill_avx2(em_red_isa *t);
+void em_red_fill_avx512(em_red_isa *t);
+const em_red_isa *em_red_isa_get(void);
+
+#endif
