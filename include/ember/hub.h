@@ -34,11 +34,13 @@
  *
  * Errors (recorded in the context, the out-pointer set to NULL): EM_ERR_INVALID_ARG for a
  * malformed id, revision or file name (names that would leave the cache directory: "..", absolute
- * paths, backslashes); EM_ERR_NOT_FOUND for a repo, revision or file the Hub does not have, or one
- * not cached in offline mode; EM_ERR_IO for network failures (curl's message), HTTP 401/403 (a
- * gated or private repo: set HF_TOKEN), other HTTP errors, size or checksum mismatches (expected vs
- * got) and file system failures; EM_ERR_FORMAT for server answers that lack or misuse the Hub's
- * headers. A failed download leaves no file in snapshots/ or blobs/.
+ * paths, backslashes); EM_ERR_NOT_FOUND for a repo, revision or file the Hub says it does not have
+ * (404, or 401 "RepoNotFound", which is also what a private repo looks like without a token), or
+ * one not cached in offline mode; EM_ERR_IO for network failures (curl's message), a gated repo
+ * (HTTP 401/403: set HF_TOKEN), other HTTP errors, size or checksum mismatches (expected vs got)
+ * and file system failures; EM_ERR_FORMAT for server answers that lack or misuse the Hub's
+ * headers. A failed download leaves no file in snapshots/ or blobs/ (an interrupted one leaves
+ * blobs/<etag>.incomplete, which the next call resumes).
  *
  * Thread safety: every function may be called from several threads at once, each with its own
  * em_ctx, and several processes (Ember or the Python tools) may share one cache: a blob is
@@ -86,7 +88,8 @@ EM_API em_status em_hub_file(em_ctx *c, const char *id, const char *filename,
  * of one commit: a branch or tag is resolved once, then every file is taken at that commit).
  * `required` and `optional` are NULL-terminated lists of repo file names, either may be NULL; a
  * required file the repo lacks is an error, an optional one is skipped (and remembered under
- * .no_exist as huggingface_hub does). On success *out_dir is a string the caller frees with
+ * .no_exist as huggingface_hub does); an optional file that cannot be looked up (offline and not
+ * cached, or the Hub unreachable) is skipped too. On success *out_dir is a string the caller frees with
  * free(); on failure it is NULL, the error is recorded, and files already fetched stay cached.
  */
 EM_API em_status em_hub_ensure(em_ctx *c, const char *id, const char *const *required,
