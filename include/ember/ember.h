@@ -5,6 +5,7 @@
  *   tensor.h  tensor handles, host memory, ownership
  *   ops.h     the eager ops
  *   moe.h     the mixture-of-experts block (ragged, loop, dense)
+ *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
  */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
@@ -13,5 +14,6 @@
 #include "ember/tensor.h"
 #include "ember/ops.h"
 #include "ember/moe.h"
+#include "ember/hub.h"
 
 #endif
