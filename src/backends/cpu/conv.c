@@ -3,7 +3,8 @@
  *
  * Per image the input is copied once into a zero-padded f32 buffer whose rows are split into
  * `stride_w` phases (conv.h), so that every tap of every stride reads unit-stride runs; weights
- * are packed per block of output channels as [cg][kh][kw][ocb] so a tap's weights are adjacent.
+ * are read in place when they are contiguous f32 (one sequential stream per output channel of a
+ * tile), else from one f32 copy.
  * The micro-kernels (conv_kern.inc, one build per instruction set) compute tiles of output
  * channels x columns of one output row; the work items are (group, channel block, output row),
  * run on the thread pool, rows of one block kept together so its weights stay in cache.
@@ -67,10 +68,16 @@ typedef struct conv_job {
     em_tensor *out;
     int64_t n;                  /* the image being computed */
     int64_t C, H, W, O, ph, pw, sw, ho, wo, og, nblk;
-    float *xp;                  /* prepared image, [C][hp][sw][wq] */
-    const float *wp;            /* packed weights, [G][nblk][cg][kh][kw][ocb] */
+    /* Flat mode (stride 1): an output row is computed over the whole padded width wq, so
+     * positions m = oh * wq + ow run on across rows and tiles are full whatever the width; the
+     * columns ow >= wo are dropped. Chunks are `chunk` positions. Row mode (other strides): a
+     * chunk is one output row. */
+    bool flat;
+    int64_t span, chunk, n_chunks;
+    bool blocks_outer;          /* item order: all chunks of a block, or all blocks of a chunk */
+    float *xp;                  /* prepared image, [C][hp][sw][wq] (+ slack in flat mode) */
+    const float *wf;            /* weights as f32, [O][cg][kh][kw] */
     const float *bias;          /* [O] or NULL */
-    const float *wf;            /* weights as f32 [O][cg][kh][kw] (packing only) */
 } conv_job;
 
 /* Channels [c0, c1) of image j->n into the padded, phase-split buffer. */
@@ -111,53 +118,66 @@ static void prep_rows(void *user, int64_t c0, int64_t c1, int tid) {
     }
 }
 
-/* Blocks [b0, b1) (over groups x blocks) of the packed weights. */
-static void pack_weights(void *user, int64_t b0, int64_t b1, int tid) {
-    (void)tid;
-    const conv_job *j = user;
-    int64_t cg = j->geom.cg, taps = j->geom.kh * j->geom.kw, ocb = j->ocb;
-    for (int64_t gb = b0; gb < b1; gb++) {
-        int64_t g = gb / j->nblk, b = gb % j->nblk;
-        float *dst = (float *)j->wp + gb * cg * taps * ocb;
-        for (int64_t ic = 0; ic < cg; ic++)
-            for (int64_t t = 0; t < taps; t++)
-                for (int64_t o = 0; o < ocb; o++) {
-                    int64_t oc = b * ocb + o;
-                    *dst++ = oc < j->og ? j->wf[((g * j->og + oc) * cg + ic) * taps + t] : 0.0f;
-                }
+/* Adds the bias to one tile's accumulators and writes the valid part: channels < n_oc and, for
+ * each output row the tile covers, columns < wo. m0 is the tile's first position (flat mode) or
+ * column (row mode, on row oh). */
+static void store_tile(const conv_job *j, float *tile, int tw, int64_t n_oc, int64_t oc0,
+                       int64_t oh, int64_t m0) {
+    int64_t wq = j->geom.wq;
+    for (int64_t o = 0; o < n_oc; o++) {
+        float *acc = tile + o * tw;
+        float bv = j->bias ? j->bias[oc0 + o] : 0.0f;
+        int64_t plane = (j->n * j->O + oc0 + o) * j->ho;
+        int64_t m = m0, end = m0 + tw;
+        if (!j->flat) {
+            int64_t width = j->wo - m0 < tw ? j->wo - m0 : tw;
+            if (j->bias)
+                for (int64_t k = 0; k < width; k++) acc[k] += bv;
+            em_conv_store_row(j->out, (plane + oh) * j->wo + m0, acc, width);
+            continue;
+        }
+        if (end > j->span) end = j->span;
+        while (m < end) {
+            int64_t r = m / wq, col = m % wq;
+            int64_t stop = r * wq + j->wo < end ? r * wq + j->wo : end;
+            if (col < j->wo) {
+                float *v = acc + (m - m0);
+                if (j->bias)
+                    for (int64_t k = 0; k < stop - m; k++) v[k] += bv;
+                em_conv_store_row(j->out, (plane + r) * j->wo + col, v, stop - m);
+            }
+            m = (r + 1) * wq;
+        }
     }
 }
 
-/* Work items [i0, i1): item = (group * nblk + block) * ho + output row. */
-static void conv_rows(void *user, int64_t i0, int64_t i1, int tid) {
+/* Work items [i0, i1): (block over groups x channel blocks, chunk), in j->blocks_outer order. */
+static void conv_items(void *user, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const conv_job *j = user;
     const em_conv_geom *g = &j->geom;
     _Alignas(64) float tile[EM_CONV_MAX_OCB * EM_CONV_MAX_NV * EM_CONV_MAX_VW];
     int vw = j->isa->vw, ocb = j->ocb;
-    int64_t chan = g->hp * g->sw * g->wq, taps = g->kh * g->kw;
+    int64_t chan = g->hp * g->sw * g->wq, taps = g->kh * g->kw, nb = j->nblk * (j->O / j->og);
     for (int64_t it = i0; it < i1; it++) {
-        int64_t oh = it % j->ho, gb = it / j->ho;
+        int64_t gb = j->blocks_outer ? it / j->n_chunks : it % nb;
+        int64_t ch = j->blocks_outer ? it % j->n_chunks : it / nb;
         int64_t grp = gb / j->nblk, blk = gb % j->nblk;
         const float *xg = j->xp + grp * g->cg * chan;
-        const float *wb = j->wp + gb * g->cg * taps * ocb;
         int64_t oc0 = grp * j->og + blk * ocb;
         int64_t n_oc = j->og - blk * ocb < ocb ? j->og - blk * ocb : ocb;
-        for (int64_t ow0 = 0; ow0 < j->wo;) {
-            int64_t left = (j->wo - ow0 + vw - 1) / vw;
+        const float *wl[EM_CONV_MAX_OCB];
+        for (int o = 0; o < ocb; o++) wl[o] = j->wf + (oc0 + (o < n_oc ? o : n_oc - 1)) * g->cg * taps;
+        /* flat: positions [m, end) of row 0; rows: columns [0, wo) of row ch */
+        int64_t oh = j->flat ? 0 : ch;
+        int64_t m = j->flat ? ch * j->chunk : 0;
+        int64_t end = j->flat ? (m + j->chunk < j->span ? m + j->chunk : j->span) : j->wo;
+        while (m < end) {
+            int64_t left = (end - m + vw - 1) / vw;
             int nv = left < j->nv_max ? (int)left : j->nv_max;
-            j->tile(g, xg, wb, oh, ow0, nv, tile);
-            int64_t width = j->wo - ow0 < nv * vw ? j->wo - ow0 : nv * vw;
-            for (int64_t o = 0; o < n_oc; o++) {
-                float *acc = tile + o * nv * vw;
-                if (j->bias) {
-                    float bv = j->bias[oc0 + o];
-                    for (int64_t k = 0; k < width; k++) acc[k] += bv;
-                }
-                int64_t off = ((j->n * j->O + oc0 + o) * j->ho + oh) * j->wo + ow0;
-                em_conv_store_row(j->out, off, acc, width);
-            }
-            ow0 += nv * vw;
+            j->tile(g, xg, wl, oh, m, nv, tile);
+            store_tile(j, tile, nv * vw, n_oc, oc0, ch, m);
+            m += nv * vw;
         }
     }
 }
@@ -219,44 +239,58 @@ static em_status conv2d_kernel(const em_kernel_args *a) {
     j.nv_max = wide ? conv_isa.nv_wide : conv_isa.nv_narrow;
     j.tile = wide ? conv_isa.wide : conv_isa.narrow;
     j.nblk = (j.og + j.ocb - 1) / j.ocb;
-    /* phase rows long enough for the last (rounded-up) tile's furthest tap */
-    int64_t wo_r = (j.wo + conv_isa.vw - 1) / conv_isa.vw * conv_isa.vw;
-    g->wq = wo_r + (g->kw - 1) * dw / j.sw;
+    int tw = j.nv_max * conv_isa.vw;
+    int64_t slack = 0;
+    j.flat = g->sh == 1 && j.sw == 1;
+    if (j.flat) {
+        /* the last tile may run past the image by a tile and the taps' reach */
+        g->wq = j.W + 2 * j.pw;
+        j.span = j.ho * g->wq;
+        j.chunk = (256 + tw - 1) / tw * tw;
+        j.n_chunks = (j.span + j.chunk - 1) / j.chunk;
+        slack = tw + (g->kw - 1) * dw;
+    } else {
+        /* phase rows long enough for the last (rounded-up) tile's furthest tap */
+        int64_t wo_r = (j.wo + conv_isa.vw - 1) / conv_isa.vw * conv_isa.vw;
+        g->wq = wo_r + (g->kw - 1) * dw / j.sw;
+        j.n_chunks = j.ho;
+    }
 
-    size_t nb_x, nb_w;
-    int64_t n_xp, n_wp;
-    if (!mul_ok(&n_xp, 4, j.C, g->hp, j.sw, g->wq) ||
-        !mul_ok(&n_wp, 5, G * j.nblk, g->cg, g->kh, g->kw, (int64_t)j.ocb) ||
-        !size_ok(n_xp, &nb_x) || !size_ok(n_wp, &nb_w))
+    size_t nb_x;
+    int64_t n_xp;
+    if (!mul_ok(&n_xp, 4, j.C, g->hp, j.sw, g->wq) || !size_ok(n_xp + slack, &nb_x))
         return em_op_fail(a->ctx, EM_ERR_OVERFLOW, "conv2d work buffers are too large");
-    float *xp = malloc(nb_x), *wp = malloc(nb_w), *wf = em_cpu_to_f32(w);
+    /* Keep the larger of (one image, all weights) in cache across consecutive items: the
+     * weights of a block while it sweeps the image, or the image rows of a chunk while every
+     * block passes over them. */
+    j.blocks_outer = w->numel > n_xp;
+    bool w_direct = w->dtype == EM_F32 && em_is_contiguous(w);
+    float *xp = malloc(nb_x), *wf = w_direct ? NULL : em_cpu_to_f32(w);
     int64_t *koff = malloc((size_t)g->kw * sizeof *koff);
     float *bf = bias ? em_cpu_to_f32(bias) : NULL;
     em_status st = EM_OK;
-    if (!xp || !wp || !wf || !koff || (bias && !bf)) {
+    if (!xp || (!w_direct && !wf) || !koff || (bias && !bf)) {
         st = em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate %zu bytes of conv2d work buffers",
-                        nb_x + nb_w);
+                        nb_x + (size_t)w->numel * sizeof(float));
         goto done;
     }
+    memset(xp + n_xp, 0, (size_t)slack * sizeof *xp);
     for (int64_t k = 0; k < g->kw; k++) koff[k] = (k * dw % j.sw) * g->wq + k * dw / j.sw;
     g->koff = koff;
     j.xp = xp;
-    j.wp = wp;
-    j.wf = wf;
+    j.wf = w_direct ? (const float *)em_tensor_ptr(w) : wf;
     j.bias = bf;
 
     int64_t taps = g->kh * g->kw;
-    em_parallel_for(G * j.nblk, 1 + 65536 / (g->cg * taps * j.ocb + 1), pack_weights, &j);
-    int64_t items = G * j.nblk * j.ho;
-    int64_t flops_per_item = 2 * j.ocb * j.wo * g->cg * taps + 1;
-    int64_t grain = 1 + 200000 / flops_per_item;
+    int64_t items = G * j.nblk * j.n_chunks;
+    int64_t per_item = 2 * j.ocb * (j.flat ? j.chunk : j.wo) * g->cg * taps + 1;
+    int64_t grain = 1 + 200000 / per_item;
     for (j.n = 0; j.n < x->shape[0]; j.n++) {
         em_parallel_for(j.C, 1 + 16384 / (g->hp * j.sw * g->wq + 1), prep_rows, &j);
-        em_parallel_for(items, grain, conv_rows, &j);
+        em_parallel_for(items, grain, conv_items, &j);
     }
 done:
     free(xp);
-    free(wp);
     free(wf);
     free(koff);
     free(bf);

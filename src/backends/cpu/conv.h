@@ -27,12 +27,13 @@ typedef struct em_conv_geom {
  * One output tile: `ocb` output channels x nv*vw columns starting at ow0 of output row oh,
  * summed over the group's cg input channels and every tap, in f32.
  *   x   the group's prepared input, [cg][hp][sw][wq]
- *   w   the block's packed weights, [cg][kh][kw][ocb] (zeros for channels past the group)
+ *   w   ocb pointers, each to one output channel's f32 weights [cg][kh][kw] (a block's lanes
+ *       past its last channel may repeat that channel: their results are dropped)
  *   dst [ocb][nv*vw]
  * Reads x up to column ow0 + nv*vw - 1 + koff (the caller sizes wq for that).
  */
-typedef void (*em_conv_tile_fn)(const em_conv_geom *g, const float *x, const float *w, int64_t oh,
-                                int64_t ow0, int nv, float *dst);
+typedef void (*em_conv_tile_fn)(const em_conv_geom *g, const float *x, const float *const *w,
+                                int64_t oh, int64_t ow0, int nv, float *dst);
 
 /* The micro-kernels of one instruction set: `wide` handles `ocb` output channels at once and
  * up to nv_wide vectors of vw floats; `narrow` one channel (depthwise and thin groups) and up
