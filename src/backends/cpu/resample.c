@@ -118,30 +118,50 @@ typedef struct bilinear_job {
     atomic_int oom;
 } bilinear_job;
 
-/* Planes [p0, p1) (n * C + c). */
+/* Interpolates source row `src` horizontally into dst[wo]. */
+static void hrow(const float *src, const lin_tap *tx, int64_t wo, float *dst) {
+    for (int64_t k = 0; k < wo; k++) {
+        const lin_tap t = tx[k];
+        dst[k] = src[t.i0] * t.l0 + src[t.i1] * t.l1;
+    }
+}
+
+/* Planes [p0, p1) (n * C + c). Output rows visit source rows in order, so the two horizontally
+ * interpolated rows a row needs are usually those of the previous one: they are kept in two
+ * slots and computed once. */
 static void bilinear_planes(void *user, int64_t p0, int64_t p1, int tid) {
     (void)tid;
     bilinear_job *j = user;
     const em_tensor *x = j->x;
     int64_t H = x->shape[2], W = x->shape[3], ho = j->out->shape[2], wo = j->out->shape[3];
     bool direct = x->dtype == EM_F32 && em_is_contiguous(x);
-    float *buf = malloc((size_t)((direct ? 0 : H * W) + wo) * sizeof *buf);
+    float *buf = malloc((size_t)((direct ? 0 : H * W) + 3 * wo) * sizeof *buf);
     if (!buf) {
         atomic_store(&j->oom, 1);
         return;
     }
-    float *row = buf + (direct ? 0 : H * W);
+    float *slot[2] = {buf + (direct ? 0 : H * W), buf + (direct ? 0 : H * W) + wo};
+    float *row = slot[1] + wo;
     for (int64_t p = p0; p < p1; p++) {
         const float *src = em_conv_plane_f32(x, p, buf);
+        int64_t held[2] = {-1, -1};
         for (int64_t oh = 0; oh < ho; oh++) {
             const lin_tap ty = j->ty[oh];
-            const float *r0 = src + ty.i0 * W, *r1 = src + ty.i1 * W;
-            for (int64_t k = 0; k < wo; k++) {
-                const lin_tap tx = j->tx[k];
-                float t0 = r0[tx.i0] * tx.l0 + r0[tx.i1] * tx.l1;
-                float t1 = r1[tx.i0] * tx.l0 + r1[tx.i1] * tx.l1;
-                row[k] = t0 * ty.l0 + t1 * ty.l1;
+            const float *t[2];
+            int64_t need[2] = {ty.i0, ty.i1};
+            for (int k = 0; k < 2; k++) {
+                int s = held[0] == need[k] ? 0 : held[1] == need[k] ? 1 : -1;
+                if (s < 0) {
+                    /* replace the slot the other row does not use */
+                    s = held[0] == need[1 - k] ? 1 : 0;
+                    hrow(src + need[k] * W, j->tx, wo, slot[s]);
+                    held[s] = need[k];
+                }
+                t[k] = slot[s];
             }
+            const float *t0 = t[0], *t1 = t[1];
+            float l0 = ty.l0, l1 = ty.l1;
+            for (int64_t k = 0; k < wo; k++) row[k] = t0[k] * l0 + t1[k] * l1;
             em_conv_store_row(j->out, (p * ho + oh) * wo, row, wo);
         }
     }
