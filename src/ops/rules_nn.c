@@ -522,7 +522,8 @@ em_status rule_conv2d(RULE_ARGS) {
         if (k > WIN_MAX || x->shape[2 + i] > INT64_MAX / 4)
             return em_op_fail(c, EM_ERR_SHAPE, "input %s or weight %s is too large", SHAPE(x, s1),
                               SHAPE(w, s2));
-        if (k == 0) return em_op_fail(c, EM_ERR_SHAPE, "weight %s has an empty kernel", SHAPE(w, s2));
+        if (k == 0)
+            return em_op_fail(c, EM_ERR_SHAPE, "weight %s has an empty kernel", SHAPE(w, s2));
         int64_t span = x->shape[2 + i] + 2 * p - (d * (k - 1) + 1);
         if (span < 0)
             return em_op_fail(c, EM_ERR_SHAPE,

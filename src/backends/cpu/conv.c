@@ -5,9 +5,13 @@
  * `stride_w` phases (conv.h), so that every tap of every stride reads unit-stride runs; weights
  * are read in place when they are contiguous f32 (one sequential stream per output channel of a
  * tile), else from one f32 copy.
- * The micro-kernels (conv_kern.inc, one build per instruction set) compute tiles of output
- * channels x columns of one output row; the work items are (group, channel block, output row),
- * run on the thread pool, rows of one block kept together so its weights stay in cache.
+ *
+ * The micro-kernels (conv_kern.inc, one build per instruction set) compute tiles of (a block of
+ * output channels) x (a run of output positions) in registers. With stride 1 the positions run
+ * on across rows of the padded width (the few columns past the output's width are computed and
+ * dropped), so tiles are full whatever the image width, down to 8x8; with other strides a tile
+ * stays in one output row. Work items are (channel block, chunk of positions), run on the thread
+ * pool in the order that keeps the larger of (weights, image) in cache.
  *
  * This file also registers the family's other kernels (resample.c, pool.c).
  */
@@ -38,7 +42,8 @@ static void conv_isa_init(void) {
 
 const float *em_conv_plane_f32(const em_tensor *t, int64_t p, float *buf) {
     int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
-    if (t->dtype == EM_F32 && em_is_contiguous(t)) return (const float *)em_tensor_ptr(t) + p * H * W;
+    if (t->dtype == EM_F32 && em_is_contiguous(t))
+        return (const float *)em_tensor_ptr(t) + p * H * W;
     const em_ew_isa *isa = em_ew_isa_get();
     size_t es = em_esize(t->dtype);
     const char *base = t->storage->data;
@@ -167,7 +172,8 @@ static void conv_items(void *user, int64_t i0, int64_t i1, int tid) {
         int64_t oc0 = grp * j->og + blk * ocb;
         int64_t n_oc = j->og - blk * ocb < ocb ? j->og - blk * ocb : ocb;
         const float *wl[EM_CONV_MAX_OCB];
-        for (int o = 0; o < ocb; o++) wl[o] = j->wf + (oc0 + (o < n_oc ? o : n_oc - 1)) * g->cg * taps;
+        for (int o = 0; o < ocb; o++)
+            wl[o] = j->wf + (oc0 + (o < n_oc ? o : n_oc - 1)) * g->cg * taps;
         /* flat: positions [m, end) of row 0; rows: columns [0, wo) of row ch */
         int64_t oh = j->flat ? 0 : ch;
         int64_t m = j->flat ? ch * j->chunk : 0;
@@ -283,8 +289,8 @@ static em_status conv2d_kernel(const em_kernel_args *a) {
 
     int64_t taps = g->kh * g->kw;
     int64_t items = G * j.nblk * j.n_chunks;
-    int64_t per_item = 2 * j.ocb * (j.flat ? j.chunk : j.wo) * g->cg * taps + 1;
-    int64_t grain = 1 + 200000 / per_item;
+    double per_item = 2.0 * j.ocb * (double)(j.flat ? j.chunk : j.wo) * (double)(g->cg * taps);
+    int64_t grain = per_item >= 200000 ? 1 : 1 + (int64_t)(200000 / (per_item + 1));
     for (j.n = 0; j.n < x->shape[0]; j.n++) {
         em_parallel_for(j.C, 1 + 16384 / (g->hp * j.sw * g->wq + 1), prep_rows, &j);
         em_parallel_for(items, grain, conv_items, &j);

@@ -74,8 +74,9 @@ em_status em_cpu_avg_pool2d(const em_kernel_args *a) {
                   .pw = at[2].v[1],
                   .include_pad = at[4].i != 0};
     atomic_init(&j.oom, 0);
-    int64_t per_plane = out->shape[2] * out->shape[3] * j.kh * j.kw + 1;
-    em_parallel_for(x->shape[0] * x->shape[1], 1 + 65536 / per_plane, pool_planes, &j);
+    double per_plane = (double)out->shape[2] * (double)out->shape[3] * (double)(j.kh * j.kw);
+    int64_t grain = per_plane >= 65536 ? 1 : 1 + (int64_t)(65536 / (per_plane + 1));
+    em_parallel_for(x->shape[0] * x->shape[1], grain, pool_planes, &j);
     if (atomic_load(&j.oom))
         return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate a %lld x %lld plane buffer",
                           (long long)x->shape[2], (long long)x->shape[3]);
