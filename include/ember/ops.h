@@ -364,13 +364,28 @@ typedef struct em_conv2d_params {
 } em_conv2d_params;
 /** stride 1, padding 0, dilation 1, groups 1. */
 EM_API em_conv2d_params em_conv2d_default_params(void);
-/** x[N, C, H, W], w[O, C/groups, kh, kw], bias[O] or NULL. */
+/**
+ * torch.nn.functional.conv2d: x[N, C, H, W], w[O, C/groups, kh, kw], bias[O] or NULL, all of one
+ * dtype (f32, bf16 or f16; any strides). Accumulates in f32 and rounds once to the dtype.
+ * Output [N, O, (H + 2*pad - dil*(kh-1) - 1)/stride + 1, (same for W)]. p may be NULL (defaults).
+ * Errors (shape): C or O not divisible by groups, w[1] != C/groups, a dilated kernel larger than
+ * the padded input, an empty H or W; (invalid argument): stride or dilation < 1, padding < 0.
+ */
 #define em_conv2d(c, ...) em_conv2d_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_conv2d_(EM_OP_ARGS, em_tensor *x, em_tensor *w, em_tensor *bias,
                              const em_conv2d_params *p);
-/** Nearest-neighbour resize to (out_h, out_w) (torch's mode="nearest"). */
+/**
+ * Nearest-neighbour resize of x[N, C, H, W] to (out_h, out_w), as
+ * F.interpolate(x, size=(out_h, out_w), mode="nearest"): source index floor(dst * in/out)
+ * computed in f32 like torch, values copied exactly.
+ */
 #define em_upsample_nearest(c, ...) em_upsample_nearest_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_upsample_nearest_(EM_OP_ARGS, em_tensor *x, int64_t out_h, int64_t out_w);
+/**
+ * Bilinear resize of x[N, C, H, W] to (out_h, out_w), as F.interpolate(x, size=..., mode=
+ * "bilinear", align_corners=...): torch's source positions and weights (f32), interpolation in
+ * f32, one rounding to x's dtype. Any output size, larger or smaller.
+ */
 #define em_upsample_bilinear(c, ...) em_upsample_bilinear_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_upsample_bilinear_(EM_OP_ARGS, em_tensor *x, int64_t out_h, int64_t out_w,
                                         bool align_corners);
@@ -380,6 +395,11 @@ typedef struct em_pool2d_params {
 } em_pool2d_params;
 /** kernel k, stride k, padding 0, floor mode, count_include_pad true (torch's defaults). */
 EM_API em_pool2d_params em_pool2d_default_params(int64_t k);
+/**
+ * F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad) of x[N, C, H, W]: f32
+ * sums, one rounding. Padding may be at most half the kernel; in ceil mode the last window may
+ * hang over the padded input but starts inside it. p must not be NULL.
+ */
 #define em_avg_pool2d(c, ...) em_avg_pool2d_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_avg_pool2d_(EM_OP_ARGS, em_tensor *x, const em_pool2d_params *p);
 

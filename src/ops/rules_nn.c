@@ -459,8 +459,19 @@ em_status rule_repeat_interleave(RULE_ARGS) {
 
 /* ---- convolution and resampling ---- */
 
+/* Window sizes, strides, paddings and dilations beyond this are refused (they would only
+ * overflow the size arithmetic; no real model comes near). */
+#define WIN_MAX ((int64_t)1 << 30)
+
 static bool pair_ok(const em_attr *a, int64_t min) {
-    return a->n == 2 && a->v[0] >= min && a->v[1] >= min;
+    return a->n == 2 && a->v[0] >= min && a->v[1] >= min && a->v[0] <= WIN_MAX &&
+           a->v[1] <= WIN_MAX;
+}
+
+/* floor(a / b) for b > 0 (torch's div_rtn). */
+static int64_t div_floor(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
 em_status rule_conv2d(RULE_ARGS) {
@@ -468,30 +479,58 @@ em_status rule_conv2d(RULE_ARGS) {
     const em_tensor *x = in[0], *w = in[1], *b = n_in > 2 ? in[2] : NULL;
     char s1[128], s2[128];
     if (need_float(c, x, "input")) return EM_ERR_DTYPE;
-    if (w->dtype != x->dtype) return em_op_fail(c, EM_ERR_DTYPE, "input and weight dtypes differ");
+    if (w->dtype != x->dtype)
+        return em_op_fail(c, EM_ERR_DTYPE, "input is %s but weight is %s",
+                          em_dtype_name(x->dtype), em_dtype_name(w->dtype));
     if (x->ndim != 4 || w->ndim != 4)
         return em_op_fail(c, EM_ERR_SHAPE, "input %s and weight %s must be 4-D (NCHW, OIHW)",
                           SHAPE(x, s1), SHAPE(w, s2));
     if (!pair_ok(&attrs[0], 1) || !pair_ok(&attrs[1], 0) || !pair_ok(&attrs[2], 1))
         return em_op_fail(c, EM_ERR_INVALID_ARG,
-                          "stride and dilation must be >= 1 and padding >= 0, two values each");
+                          "stride and dilation must be in [1, 2^30] and padding in [0, 2^30], "
+                          "two values each");
     int64_t g = attrs[3].i;
-    if (g < 1 || x->shape[1] % g || w->shape[0] % g || w->shape[1] * g != x->shape[1])
-        return em_op_fail(c, EM_ERR_SHAPE, "input %s and weight %s do not fit groups=%lld",
-                          SHAPE(x, s1), SHAPE(w, s2), (long long)g);
-    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0] || b->dtype != x->dtype))
-        return em_op_fail(c, EM_ERR_SHAPE, "bias must be [%lld] of the input's dtype",
-                          (long long)w->shape[0]);
+    if (g < 1)
+        return em_op_fail(c, EM_ERR_INVALID_ARG, "groups=%lld must be >= 1", (long long)g);
+    if (x->shape[1] % g || w->shape[1] != x->shape[1] / g)
+        return em_op_fail(c, EM_ERR_SHAPE,
+                          "weight %s with groups=%lld needs %lld input channels (groups x %lld), "
+                          "but input %s has %lld",
+                          SHAPE(w, s2), (long long)g,
+                          w->shape[1] <= INT64_MAX / g ? (long long)(w->shape[1] * g) : -1LL,
+                          (long long)w->shape[1], SHAPE(x, s1), (long long)x->shape[1]);
+    if (w->shape[0] % g)
+        return em_op_fail(c, EM_ERR_SHAPE,
+                          "weight %s: %lld output channels are not divisible by groups=%lld",
+                          SHAPE(w, s2), (long long)w->shape[0], (long long)g);
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return em_op_fail(c, EM_ERR_SHAPE, "bias %s must be [%lld] (weight %s)", SHAPE(b, s1),
+                          (long long)w->shape[0], SHAPE(w, s2));
+    if (b && b->dtype != x->dtype)
+        return em_op_fail(c, EM_ERR_DTYPE, "bias is %s but input is %s", em_dtype_name(b->dtype),
+                          em_dtype_name(x->dtype));
+    if (x->shape[2] == 0 || x->shape[3] == 0)
+        return em_op_fail(c, EM_ERR_SHAPE, "input %s has an empty spatial dim", SHAPE(x, s1));
     out->dtype = x->dtype;
     out->ndim = 4;
     out->shape[0] = x->shape[0];
     out->shape[1] = w->shape[0];
     for (int i = 0; i < 2; i++) {
-        int64_t eff = attrs[2].v[i] * (w->shape[2 + i] - 1) + 1;
-        int64_t span = x->shape[2 + i] + 2 * attrs[1].v[i] - eff;
+        int64_t k = w->shape[2 + i], d = attrs[2].v[i], p = attrs[1].v[i];
+        /* sizes of a real tensor are < 2^62 here except with other dims 0; keep clear of
+         * overflow either way */
+        if (k > WIN_MAX || x->shape[2 + i] > INT64_MAX / 4)
+            return em_op_fail(c, EM_ERR_SHAPE, "input %s or weight %s is too large", SHAPE(x, s1),
+                              SHAPE(w, s2));
+        if (k == 0)
+            return em_op_fail(c, EM_ERR_SHAPE, "weight %s has an empty kernel", SHAPE(w, s2));
+        int64_t span = x->shape[2 + i] + 2 * p - (d * (k - 1) + 1);
         if (span < 0)
-            return em_op_fail(c, EM_ERR_SHAPE, "kernel %s is larger than the padded input %s",
-                              SHAPE(w, s2), SHAPE(x, s1));
+            return em_op_fail(c, EM_ERR_SHAPE,
+                              "kernel %s (dilation %lld,%lld) is larger than the padded input "
+                              "%s (padding %lld,%lld)",
+                              SHAPE(w, s2), (long long)attrs[2].v[0], (long long)attrs[2].v[1],
+                              SHAPE(x, s1), (long long)attrs[1].v[0], (long long)attrs[1].v[1]);
         out->shape[2 + i] = span / attrs[0].v[i] + 1;
     }
     return EM_OK;
@@ -503,8 +542,10 @@ em_status rule_upsample(RULE_ARGS) {
     char s[128];
     if (need_float(c, x, "input")) return EM_ERR_DTYPE;
     if (x->ndim != 4) return em_op_fail(c, EM_ERR_SHAPE, "input must be NCHW, got %s", SHAPE(x, s));
-    if (!pair_ok(&attrs[0], 1))
+    if (attrs[0].n != 2 || attrs[0].v[0] < 1 || attrs[0].v[1] < 1)
         return em_op_fail(c, EM_ERR_INVALID_ARG, "output size must be two values >= 1");
+    if (x->shape[2] == 0 || x->shape[3] == 0)
+        return em_op_fail(c, EM_ERR_SHAPE, "input %s has an empty spatial dim", SHAPE(x, s));
     meta_like(out, x, x->dtype);
     out->shape[2] = attrs[0].v[0];
     out->shape[3] = attrs[0].v[1];
@@ -518,18 +559,31 @@ em_status rule_avg_pool2d(RULE_ARGS) {
     if (need_float(c, x, "input")) return EM_ERR_DTYPE;
     if (x->ndim != 4) return em_op_fail(c, EM_ERR_SHAPE, "input must be NCHW, got %s", SHAPE(x, s));
     if (!pair_ok(&attrs[0], 1) || !pair_ok(&attrs[1], 1) || !pair_ok(&attrs[2], 0))
-        return em_op_fail(c, EM_ERR_INVALID_ARG, "kernel and stride must be >= 1, padding >= 0");
+        return em_op_fail(c, EM_ERR_INVALID_ARG,
+                          "kernel and stride must be in [1, 2^30], padding in [0, 2^30]");
+    /* as torch: only the batch may be empty */
+    if (x->shape[1] == 0 || x->shape[2] == 0 || x->shape[3] == 0)
+        return em_op_fail(c, EM_ERR_SHAPE, "input %s may be empty only in its batch dim",
+                          SHAPE(x, s));
+    if (x->shape[2] > INT64_MAX / 4 || x->shape[3] > INT64_MAX / 4)
+        return em_op_fail(c, EM_ERR_SHAPE, "input %s is too large", SHAPE(x, s));
     meta_like(out, x, x->dtype);
+    bool ceil_mode = attrs[3].i != 0;
     for (int i = 0; i < 2; i++) {
-        int64_t k = attrs[0].v[i], st = attrs[1].v[i], p = attrs[2].v[i];
+        int64_t k = attrs[0].v[i], st = attrs[1].v[i], p = attrs[2].v[i], n = x->shape[2 + i];
         if (p * 2 > k)
             return em_op_fail(c, EM_ERR_INVALID_ARG, "padding %lld must be at most half the "
                               "kernel %lld", (long long)p, (long long)k);
-        int64_t span = x->shape[2 + i] + 2 * p - k;
-        if (span < 0) return em_op_fail(c, EM_ERR_SHAPE, "kernel larger than the padded input");
-        int64_t o = (attrs[3].i ? (span + st - 1) / st : span / st) + 1;
-        /* torch: in ceil mode the last window must start inside the input or left padding */
-        if (attrs[3].i && (o - 1) * st >= x->shape[2 + i] + p) o--;
+        /* torch's pooling_output_shape: in ceil mode a window may hang over the padded input
+         * by up to stride - 1, but the last one must start inside the input or left padding */
+        int64_t o = div_floor(n + 2 * p - k + (ceil_mode ? st - 1 : 0), st) + 1;
+        if (ceil_mode && o > 0 && (o - 1) * st >= n + p) o--;
+        if (o < 1)
+            return em_op_fail(c, EM_ERR_SHAPE,
+                              "kernel %lldx%lld (padding %lld,%lld) is larger than the padded "
+                              "input %s",
+                              (long long)attrs[0].v[0], (long long)attrs[0].v[1],
+                              (long long)attrs[2].v[0], (long long)attrs[2].v[1], SHAPE(x, s));
         out->shape[2 + i] = o;
     }
     return EM_OK;
