@@ -97,7 +97,7 @@ typedef struct em_error {
     char op[48];        /* op or function name that failed ("matmul", "safetensors_open") */
     char device[48];    /* device the op ran on, "" if none */
     char detail[768];   /* what went wrong, naming shapes, dtypes, indices, files */
-    char message[1280]; /* one line: "<status>: <op>: <detail> [at file:line]" */
+    char message[1536]; /* one line: "<status>: <op>: <detail> [at file:line]" */
     const char *file;   /* caller's source position, when known (static string) */
     int line;
 } em_error;

@@ -25,7 +25,7 @@ const char *em_opcases_dtype(const em_opcase_set *s, int i); /* first input's dt
 typedef struct em_opcase_result {
     bool pass;
     double max_abs_err;
-    char msg[1600];
+    char msg[1800];
 } em_opcase_result;
 
 /*
