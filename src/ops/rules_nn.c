@@ -251,10 +251,13 @@ em_status rule_index_select(RULE_ARGS) {
     int d;
     if (need_index(c, idx, "index")) return EM_ERR_DTYPE;
     if (idx->ndim > 1) return em_op_fail(c, EM_ERR_SHAPE, "index must be 0-d or 1-d");
-    if (x->ndim == 0) return em_op_fail(c, EM_ERR_SHAPE, "cannot index a 0-d tensor");
     if (!em_rule_dim(c, attrs[0].i, x->ndim, "dim", &d)) return EM_ERR_INVALID_ARG;
     meta_like(out, x, x->dtype);
-    out->shape[d] = idx->numel;
+    /* torch: a 0-d input takes exactly one index value (0) and stays 0-d */
+    if (x->ndim == 0 && idx->numel != 1)
+        return em_op_fail(c, EM_ERR_SHAPE, "a 0-d input takes one index value, got %lld",
+                          (long long)idx->numel);
+    if (x->ndim) out->shape[d] = idx->numel;
     return EM_OK;
 }
 
@@ -334,7 +337,8 @@ em_status rule_index_add(RULE_ARGS) {
         return em_op_fail(c, EM_ERR_DTYPE, "src is %s but input is %s", em_dtype_name(src->dtype),
                           em_dtype_name(x->dtype));
     if (!em_rule_dim(c, attrs[0].i, x->ndim, "dim", &d)) return EM_ERR_INVALID_ARG;
-    bool ok = src->ndim == (x->ndim ? x->ndim : 1);
+    /* torch: a 0-d input takes a 0-d src and one index value */
+    bool ok = src->ndim == x->ndim && (x->ndim || idx->numel == 1);
     for (int i = 0; ok && i < x->ndim; i++)
         ok = i == d ? src->shape[i] == idx->numel : src->shape[i] == x->shape[i];
     if (!ok)
@@ -379,26 +383,34 @@ em_status rule_argsort(RULE_ARGS) {
     return EM_OK;
 }
 
+/* torch skips 1-d empty tensors (shape [0]) in cat whatever the other inputs' shapes. */
+static bool legacy_empty(const em_tensor *x) { return x->ndim == 1 && x->shape[0] == 0; }
+
 em_status rule_cat(RULE_ARGS) {
     (void)op, (void)n_out;
-    const em_tensor *x0 = in[0];
     char s1[128], s2[128];
-    int d;
-    if (x0->ndim == 0) return em_op_fail(c, EM_ERR_SHAPE, "cannot concatenate 0-d tensors");
+    int d, r = 0;
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) return em_op_fail(c, EM_ERR_INVALID_ARG, "input %d is NULL", i);
+        if (in[i]->ndim == 0)
+            return em_op_fail(c, EM_ERR_SHAPE, "cannot concatenate 0-d tensors (input %d)", i);
+        if (in[i]->dtype != in[0]->dtype)
+            return em_op_fail(c, EM_ERR_DTYPE, "input %d is %s but input 0 is %s", i,
+                              em_dtype_name(in[i]->dtype), em_dtype_name(in[0]->dtype));
+    }
+    while (r < n_in - 1 && legacy_empty(in[r])) r++; /* the first input that shapes the result */
+    const em_tensor *x0 = in[r];
     if (!em_rule_dim(c, attrs[0].i, x0->ndim, "dim", &d)) return EM_ERR_INVALID_ARG;
     meta_like(out, x0, x0->dtype);
     int64_t total = 0;
     for (int i = 0; i < n_in; i++) {
         const em_tensor *x = in[i];
-        if (!x) return em_op_fail(c, EM_ERR_INVALID_ARG, "input %d is NULL", i);
-        if (x->dtype != x0->dtype)
-            return em_op_fail(c, EM_ERR_DTYPE, "input %d is %s but input 0 is %s", i,
-                              em_dtype_name(x->dtype), em_dtype_name(x0->dtype));
+        if (legacy_empty(x) && x0->ndim != 1) continue;
         bool ok = x->ndim == x0->ndim;
         for (int j = 0; ok && j < x->ndim; j++) ok = j == d || x->shape[j] == x0->shape[j];
         if (!ok)
-            return em_op_fail(c, EM_ERR_SHAPE, "input %d %s does not match input 0 %s outside "
-                              "dim %d", i, SHAPE(x, s1), SHAPE(x0, s2), d);
+            return em_op_fail(c, EM_ERR_SHAPE, "input %d %s does not match input %d %s outside "
+                              "dim %d", i, SHAPE(x, s1), r, SHAPE(x0, s2), d);
         total += x->shape[d];
     }
     out->shape[d] = total;
