@@ -317,43 +317,75 @@ EM_API em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v,
 #define em_embedding(c, ...) em_embedding_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_embedding_(EM_OP_ARGS, em_tensor *weight, em_tensor *ids);
 
-/* ---- indexing ---- */
+/* ---- indexing ----
+ * torch's semantics for every dtype (these ops move data bit for bit) and any strides. Index
+ * tensors are i64 or i32 (torch wants i64 for some of them). An index value outside the indexed
+ * dim is an EM_ERR_INDEX error naming the value, its position in the index and the dim's size;
+ * negative values are errors too except for take_along_dim. Shape mismatches are EM_ERR_SHAPE
+ * errors naming the shapes. Results are new contiguous tensors in the current scope. */
+/** torch.index_select: slices of x along dim in the order of a 0-d or 1-d index; the dim's size
+ *  becomes the index's length. A 0-d x takes one index value (0) and gives a 0-d result. */
 #define em_index_select(c, ...) em_index_select_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_index_select_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index);
-/** torch.gather: out[i][j] = x[index[i][j]][j] (dim 0), index no larger than x elsewhere. */
+/** torch.gather: out[i][j] = x[index[i][j]][j] (dim 0); out has index's shape, which may not
+ *  exceed x's outside dim. */
 #define em_gather(c, ...) em_gather_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_gather_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index);
-/** torch.take_along_dim: gather with broadcasting of x and index outside dim. */
+/** torch.take_along_dim: gather with broadcasting of x and index outside dim. Index values in
+ *  [-size, 0) count from the end (torch 2.15 also wraps larger ones; here they are errors). */
 #define em_take_along_dim(c, ...) em_take_along_dim_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_take_along_dim_(EM_OP_ARGS, em_tensor *x, em_tensor *index, int dim);
-/** Out-of-place torch.scatter (a copy of x with src written at index). */
+/** Out-of-place torch.scatter: a copy of x with out[index[i][j]][j] = src[i][j] (dim 0). index
+ *  may not exceed src anywhere nor x outside dim. With duplicate indices along dim the last
+ *  write wins here; torch leaves that case undefined. */
 #define em_scatter(c, ...) em_scatter_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_scatter_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index,
                               em_tensor *src);
+/** Out-of-place torch.scatter_add: duplicates accumulate in index order; bf16/f16 sum in f32 and
+ *  round once (as torch does), integers wrap, bool ORs. */
 #define em_scatter_add(c, ...) em_scatter_add_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_scatter_add_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index,
                                   em_tensor *src);
-/** Out-of-place torch.index_add: x with alpha * src slices added at index along dim. */
+/** Out-of-place torch.index_add: x with alpha * src slices added at index (0-d or 1-d) along
+ *  dim; src has x's shape with the index's length at dim. Duplicates accumulate in index order.
+ *  bf16/f16 round like torch's CPU kernel: summed in f32 and rounded once when x has >= 2 dims,
+ *  dim is the first or last, alpha is 1 and the index is i64; rounded after every addition
+ *  otherwise. Integer dtypes truncate alpha. */
 #define em_index_add(c, ...) em_index_add_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_index_add_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index,
                                 em_tensor *src, double alpha);
-/** k largest (or smallest) along dim: values returned, i64 indices in *indices_out. */
+/**
+ * torch.topk: the k largest (or smallest) values along dim, returned, and their i64 indices in
+ * *indices_out (may be NULL). NaN counts as larger than every number. Equal values come out in
+ * the same order as torch's CPU topk (which is not stable: libstdc++'s partial_sort when
+ * k * 64 <= size, nth_element + sort otherwise). sorted=false gives the sorted order too. Not
+ * for bool; k outside [0, size] is an EM_ERR_INDEX error.
+ */
 #define em_topk(c, ...) em_topk_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_topk_(EM_OP_ARGS, em_tensor *x, int64_t k, int dim, bool largest,
                            bool sorted, em_tensor **indices_out);
-/** Stable sort along dim: values returned, i64 indices in *indices_out (may be NULL). */
+/** torch.sort(stable=True) along dim: values returned, i64 indices in *indices_out (may be
+ *  NULL). Equal values (-0.0 and 0.0 included) keep their input order in both directions; NaNs
+ *  sort above +inf (last ascending, first descending). */
 #define em_sort(c, ...) em_sort_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_sort_(EM_OP_ARGS, em_tensor *x, int dim, bool descending,
                            em_tensor **indices_out);
+/** The i64 indices of em_sort. */
 #define em_argsort(c, ...) em_argsort_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_argsort_(EM_OP_ARGS, em_tensor *x, int dim, bool descending);
+/** torch.cat of n (1 to 64) tensors of one dtype along dim; shapes must match outside dim. 1-d
+ *  empty tensors are skipped whatever their shape, as in torch. */
 #define em_cat(c, ...) em_cat_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_cat_(EM_OP_ARGS, em_tensor *const *xs, int n, int dim);
+/** torch.stack of n (1 to 64) tensors of one dtype and shape along a new dim. */
 #define em_stack(c, ...) em_stack_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_stack_(EM_OP_ARGS, em_tensor *const *xs, int n, int dim);
-/** i64 one-hot [*index, num_classes]. */
+/** i64 one-hot [*index, num_classes] (num_classes > 0); a value outside [0, num_classes) is an
+ *  EM_ERR_INDEX error. */
 #define em_one_hot(c, ...) em_one_hot_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_one_hot_(EM_OP_ARGS, em_tensor *index, int64_t num_classes);
+/** torch.repeat_interleave(x, repeats, dim): each slice along dim repeated `repeats` (>= 0)
+ *  times in place. */
 #define em_repeat_interleave(c, ...) em_repeat_interleave_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_repeat_interleave_(EM_OP_ARGS, em_tensor *x, int64_t repeats, int dim);
 

@@ -29,7 +29,7 @@ static void cat_rows(void *user, int64_t begin, int64_t end, int tid) {
             const em_tensor *x = j->a->in[i];
             if (x->numel == 0) continue;
             int64_t n = x->shape[d] * j->inner;
-            memcpy(dst, ix_at(x, x->offset) + r * n, (size_t)n);
+            ix_copy_bytes(dst, ix_at(x, x->offset) + r * n, (size_t)n);
             dst += n;
         }
     }

@@ -14,7 +14,6 @@
  * first bad value in the index's own order is reported once the loop is over.
  */
 #include <assert.h>
-#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 

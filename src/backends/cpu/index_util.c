@@ -10,7 +10,7 @@
 
 void ix_copy_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t es) {
     if (ds == 1 && ss == 1) {
-        memcpy(dst, src, (size_t)n * es);
+        ix_copy_bytes(dst, src, (size_t)n * es);
         return;
     }
     int64_t db = ds * (int64_t)es, sb = ss * (int64_t)es;
