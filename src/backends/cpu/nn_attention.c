@@ -1,0 +1,336 @@
+/*
+ * Scaled dot-product attention: q[B, Hq, Tq, D], k[B, Hkv, Tk, D], v[B, Hkv, Tk, Dv].
+ *
+ * Semantics (what Hugging Face's eager_attention_forward computes, in f32):
+ *   logits = (q . k) * scale; softcap: cap * tanh(logits / cap) (Gemma, before the mask);
+ *   causal: query i sees keys j <= i + (Tk - Tq) (the KV-cache offset); window W: and keys
+ *   j > i + (Tk - Tq) - W (masking_utils.sliding_window_overlay); mask: bool (false hides a key)
+ *   or floating (added); softmax in f32; out = p . v, rounded once to q's dtype.
+ *   A row with no visible key gives zeros, as torch's scaled_dot_product_attention does (HF's
+ *   eager path with a finite "min" float mask gives the mean of v; a float mask of that kind is
+ *   added like any other and so reproduces it).
+ *
+ * Work is flash-attention style: an item is (batch, kv head, a block of the query heads that
+ * share it, a block of queries, a range of keys). Its rows (heads x queries) are one small
+ * matrix, so each K/V tile is read once for all the query heads of a group (GQA) and the memory
+ * stays O(rows x tile), never O(Tq x Tk). Keys are visited in tiles with an online softmax.
+ * Items with few rows (decode) compute logits as dot products; larger ones as a register-tiled
+ * product with q transposed. When there are fewer items than threads (decode: B x Hkv), the key
+ * range is split and the partial softmax states combined in a second pass (flash-decoding), so
+ * a long KV cache is streamed once, by every core.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/nn.h"
+#include "backends/cpu/ew_math.h"
+
+#define ROWS_MAX 64      /* rows of an item (heads x queries) */
+#define GEMM_MIN_ROWS 8  /* below this the logits are dot products */
+#define KEY_TILE 64      /* keys per tile */
+#define SPLIT_MIN 512    /* keys per split, at least */
+
+typedef struct sdpa_plan {
+    const em_ew_isa *isa;
+    const em_nn_isa *nn;
+    const em_tensor *q, *k, *v, *mask;
+    em_tensor *out;
+    int64_t nb, hq, hkv, g, tq, tk, d, dv, off;
+    float scale, softcap;
+    bool causal;
+    int64_t window;
+    int64_t ms[4]; /* mask strides over [B, Hq, Tq, Tk] (0 where it broadcasts) */
+    /* decomposition */
+    int64_t gh, nhs, bq, nqb, nsplit, split_len, n_base;
+    bool k_direct, v_direct; /* f32 rows adjacent in memory: tiles are read in place */
+    float *part;             /* nsplit > 1: per item, rows x (dv + 2) partial states */
+    int64_t part_stride;
+    atomic_bool oom;
+} sdpa_plan;
+
+typedef struct item_geo {
+    int64_t b, hkv, h0, nh, i0, nq, rows, split;
+} item_geo;
+
+static void item_decode(const sdpa_plan *p, int64_t it, item_geo *g) {
+    g->split = it % p->nsplit;
+    it /= p->nsplit;
+    int64_t qb = it % p->nqb;
+    it /= p->nqb;
+    int64_t hs = it % p->nhs;
+    it /= p->nhs;
+    g->hkv = it % p->hkv;
+    g->b = it / p->hkv;
+    g->h0 = g->hkv * p->g + hs * p->gh;
+    g->nh = p->g - hs * p->gh < p->gh ? p->g - hs * p->gh : p->gh;
+    g->i0 = qb * p->bq;
+    g->nq = p->tq - g->i0 < p->bq ? p->tq - g->i0 : p->bq;
+    g->rows = g->nh * g->nq;
+}
+
+/* Per-thread scratch, sized for the largest item. */
+typedef struct scratch {
+    float *q, *qt, *k, *v, *st, *acc, *m, *l, *alpha, *tmp, *mrow;
+    int ldq;
+} scratch;
+
+static float *scratch_alloc(const sdpa_plan *p, scratch *s) {
+    int64_t rows = p->gh * p->bq, ldq = (rows + 15) / 16 * 16, d = p->d, dv = p->dv;
+    int64_t n = rows * d + ldq * d + KEY_TILE * d + KEY_TILE * dv + KEY_TILE * ldq + rows * dv +
+                4 * rows + KEY_TILE + 16 * 11;
+    float *base = malloc((size_t)n * sizeof *base);
+    if (!base) return NULL;
+    float *c = base;
+#define TAKE(field, cnt)                                                                           \
+    do {                                                                                           \
+        s->field = c;                                                                              \
+        c += ((cnt) + 15) / 16 * 16;                                                               \
+    } while (0)
+    TAKE(q, rows * d);
+    TAKE(qt, ldq * d);
+    TAKE(k, KEY_TILE * d);
+    TAKE(v, KEY_TILE * dv);
+    TAKE(st, KEY_TILE * ldq);
+    TAKE(acc, rows * dv);
+    TAKE(m, rows);
+    TAKE(l, rows);
+    TAKE(alpha, rows);
+    TAKE(tmp, rows);
+    TAKE(mrow, KEY_TILE);
+#undef TAKE
+    s->ldq = (int)ldq;
+    return base;
+}
+
+/* Loads a tile of `n` key rows starting at key j0 of head (b, h) of t as f32 rows of `w`
+ * values; returns the rows (in place when t's f32 rows are adjacent). */
+static const float *load_tile(const sdpa_plan *p, const em_tensor *t, bool direct, int64_t b,
+                              int64_t h, int64_t j0, int n, int64_t w, float *buf) {
+    int64_t off = t->offset + b * t->strides[0] + h * t->strides[1];
+    const void *base = nn_base(t);
+    if (direct) return (const float *)base + off + j0 * w;
+    for (int jj = 0; jj < n; jj++)
+        p->isa->load[t->dtype](buf + jj * w, nn_at(base, t->dtype, off + (j0 + jj) * t->strides[2]),
+                               t->strides[3], w);
+    return buf;
+}
+
+/* Adds the mask tensor's values for rows x keys [j0, j0 + n) to the logits (ld columns). */
+static void apply_mask(const sdpa_plan *p, const item_geo *g, float *st, int ld, int64_t j0, int n,
+                       float *mrow) {
+    const em_tensor *mk = p->mask;
+    const void *base = nn_base(mk);
+    for (int64_t r = 0; r < g->rows; r++) {
+        int64_t h = g->h0 + r / g->nq, i = g->i0 + r % g->nq;
+        int64_t off = mk->offset + g->b * p->ms[0] + h * p->ms[1] + i * p->ms[2] + j0 * p->ms[3];
+        if (mk->dtype == EM_BOOL) {
+            const uint8_t *mb = (const uint8_t *)base + off;
+            for (int j = 0; j < n; j++)
+                if (!mb[j * p->ms[3]]) st[j * ld + r] = -INFINITY;
+        } else {
+            p->isa->load[mk->dtype](mrow, nn_at(base, mk->dtype, off), p->ms[3], n);
+            for (int j = 0; j < n; j++) st[j * ld + r] += mrow[j];
+        }
+    }
+}
+
+static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
+    item_geo g;
+    item_decode(p, it, &g);
+    int rows = (int)g.rows, d = (int)p->d, dv = (int)p->dv;
+    bool gemm = rows >= GEMM_MIN_ROWS;
+    int ld = gemm ? s->ldq : rows;
+    /* keys any row of the item may see, within this split */
+    int64_t first = g.i0 + p->off, last = g.i0 + g.nq - 1 + p->off; /* query positions */
+    int64_t jlo = p->window ? first - p->window + 1 : 0;
+    int64_t jhi = p->causal ? last + 1 : p->tk;
+    int64_t s0 = g.split * p->split_len, s1 = s0 + p->split_len;
+    if (jlo < s0) jlo = s0;
+    if (jhi > s1) jhi = s1;
+    if (jlo < 0) jlo = 0;
+    if (jhi > p->tk) jhi = p->tk;
+    /* keys every row sees: tiles inside need no per-element visibility test */
+    int64_t all_lo = p->window ? last - p->window + 1 : 0, all_hi = p->causal ? first : p->tk - 1;
+
+    for (int r = 0; r < rows; r++) {
+        s->m[r] = -INFINITY;
+        s->l[r] = 0;
+    }
+    memset(s->acc, 0, (size_t)rows * (size_t)dv * sizeof *s->acc);
+    if (jlo < jhi) {
+        const em_tensor *q = p->q;
+        for (int r = 0; r < rows; r++) {
+            int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
+            int64_t off = q->offset + g.b * q->strides[0] + h * q->strides[1] + i * q->strides[2];
+            float *qr = s->q + (int64_t)r * d;
+            p->isa->load[q->dtype](qr, nn_at(nn_base(q), q->dtype, off), q->strides[3], d);
+            p->nn->scale(qr, d, p->scale);
+        }
+        if (gemm) {
+            for (int x = 0; x < d; x++) {
+                float *col = s->qt + (int64_t)x * ld;
+                for (int r = 0; r < rows; r++) col[r] = s->q[(int64_t)r * d + x];
+                for (int r = rows; r < ld; r++) col[r] = 0;
+            }
+        }
+    }
+    for (int64_t j0 = jlo; j0 < jhi; j0 += KEY_TILE) {
+        int n = (int)(jhi - j0 < KEY_TILE ? jhi - j0 : KEY_TILE);
+        const float *kt = load_tile(p, p->k, p->k_direct, g.b, g.hkv, j0, n, d, s->k);
+        if (gemm)
+            p->nn->qk_gemm(ld, d, s->qt, n, kt, s->st);
+        else
+            p->nn->qk_dot(rows, d, s->q, n, kt, s->st, ld);
+        if (p->softcap > 0) p->nn->softcap(s->st, (int64_t)n * ld, p->softcap);
+        if (p->mask) apply_mask(p, &g, s->st, ld, j0, n, s->mrow);
+        if (j0 < all_lo || j0 + n - 1 > all_hi) {
+            for (int r = 0; r < rows; r++) {
+                int64_t pos = g.i0 + r % g.nq + p->off;
+                int64_t lo = p->window ? pos - p->window + 1 : 0, hi = p->causal ? pos : p->tk - 1;
+                for (int j = 0; j < n; j++)
+                    if (j0 + j < lo || j0 + j > hi) s->st[j * ld + r] = -INFINITY;
+            }
+        }
+        p->nn->softmax_step(rows, ld, n, s->st, s->m, s->l, s->alpha, s->tmp);
+        for (int r = 0; r < rows; r++)
+            if (s->alpha[r] != 1.0f) p->nn->scale(s->acc + (int64_t)r * dv, dv, s->alpha[r]);
+        const float *vt = load_tile(p, p->v, p->v_direct, g.b, g.hkv, j0, n, dv, s->v);
+        p->nn->pv(rows, dv, n, s->st, ld, vt, s->acc);
+    }
+
+    if (p->nsplit > 1) {
+        float *part = p->part + it * p->part_stride;
+        memcpy(part, s->m, (size_t)rows * sizeof *part);
+        memcpy(part + rows, s->l, (size_t)rows * sizeof *part);
+        memcpy(part + 2 * rows, s->acc, (size_t)rows * (size_t)dv * sizeof *part);
+        return;
+    }
+    em_dtype od = p->out->dtype;
+    size_t es = em_esize(od);
+    char *ob = em_tensor_ptr(p->out);
+    for (int r = 0; r < rows; r++) {
+        int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
+        float *ar = s->acc + (int64_t)r * dv;
+        float inv = s->l[r] > 0 ? 1.0f / s->l[r] : 0.0f;
+        p->nn->scale(ar, dv, inv);
+        p->isa->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * p->dv) * es, ar, dv);
+    }
+}
+
+static void items_chunk(void *user, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    sdpa_plan *p = user;
+    scratch s;
+    float *mem = scratch_alloc(p, &s);
+    if (!mem) {
+        atomic_store(&p->oom, true);
+        return;
+    }
+    for (int64_t it = i0; it < i1; it++) run_item(p, it, &s);
+    free(mem);
+}
+
+/* Second pass of a split key range: merges the partial softmax states of each row. */
+static void combine_chunk(void *user, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    sdpa_plan *p = user;
+    int64_t dv = p->dv;
+    float *buf = malloc((size_t)(dv ? dv : 1) * sizeof *buf);
+    if (!buf) {
+        atomic_store(&p->oom, true);
+        return;
+    }
+    em_dtype od = p->out->dtype;
+    size_t es = em_esize(od);
+    char *ob = em_tensor_ptr(p->out);
+    for (int64_t base = i0; base < i1; base++) {
+        item_geo g;
+        item_decode(p, base * p->nsplit, &g);
+        for (int64_t r = 0; r < g.rows; r++) {
+            float mx = -INFINITY;
+            for (int64_t sp = 0; sp < p->nsplit; sp++) {
+                float m = p->part[(base * p->nsplit + sp) * p->part_stride + r];
+                mx = m > mx ? m : mx;
+            }
+            float l = 0;
+            memset(buf, 0, (size_t)dv * sizeof *buf);
+            if (mx != -INFINITY) {
+                for (int64_t sp = 0; sp < p->nsplit; sp++) {
+                    const float *part = p->part + (base * p->nsplit + sp) * p->part_stride;
+                    float w = em_expf(part[r] - mx);
+                    if (part[r] == -INFINITY || w == 0) continue;
+                    l += part[g.rows + r] * w;
+                    const float *ar = part + 2 * g.rows + r * dv;
+                    for (int64_t c = 0; c < dv; c++) buf[c] += ar[c] * w;
+                }
+            }
+            float inv = l > 0 ? 1.0f / l : 0.0f;
+            for (int64_t c = 0; c < dv; c++) buf[c] *= inv;
+            int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
+            p->isa->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * dv) * es, buf, dv);
+        }
+    }
+    free(buf);
+}
+
+static bool rows_adjacent_f32(const em_tensor *t) {
+    return t->dtype == EM_F32 && t->strides[3] == 1 && t->strides[2] == t->shape[3];
+}
+
+static em_status k_sdpa(const em_kernel_args *a) {
+    const em_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
+    const em_tensor *mask = a->n_in > 3 ? a->in[3] : NULL;
+    sdpa_plan p = {.isa = em_ew_isa_get(), .nn = em_nn_isa_get(), .q = q, .k = k, .v = v,
+                   .mask = mask, .out = a->out[0]};
+    atomic_init(&p.oom, false);
+    p.nb = q->shape[0];
+    p.hq = q->shape[1];
+    p.tq = q->shape[2];
+    p.d = q->shape[3];
+    p.hkv = k->shape[1];
+    p.tk = k->shape[2];
+    p.dv = v->shape[3];
+    p.g = p.hq / p.hkv;
+    p.off = p.tk - p.tq;
+    double scale = a->attrs[0].f;
+    p.scale = (float)(scale != 0 ? scale : 1.0 / sqrt((double)(p.d ? p.d : 1)));
+    p.causal = a->attrs[1].i != 0;
+    p.window = a->attrs[2].i;
+    p.softcap = (float)a->attrs[3].f;
+    if (mask)
+        for (int i = 0; i < 4; i++) {
+            int md = i - (4 - mask->ndim);
+            p.ms[i] = md < 0 || mask->shape[md] == 1 ? 0 : mask->strides[md];
+        }
+    p.k_direct = rows_adjacent_f32(k);
+    p.v_direct = rows_adjacent_f32(v);
+    if (a->out[0]->numel == 0) return EM_OK;
+
+    p.gh = p.g < ROWS_MAX ? p.g : ROWS_MAX;
+    p.nhs = (p.g + p.gh - 1) / p.gh;
+    p.bq = ROWS_MAX / p.gh;
+    if (p.bq > p.tq) p.bq = p.tq;
+    p.nqb = (p.tq + p.bq - 1) / p.bq;
+    p.n_base = p.nb * p.hkv * p.nhs * p.nqb;
+    p.nsplit = 1;
+    int64_t threads = em_num_threads();
+    if (p.n_base < 2 * threads && p.tk >= 2 * SPLIT_MIN) {
+        int64_t want = (2 * threads + p.n_base - 1) / p.n_base, most = p.tk / SPLIT_MIN;
+        p.nsplit = want < most ? want : most;
+    }
+    p.split_len = (p.tk + p.nsplit - 1) / p.nsplit;
+    p.split_len = (p.split_len + KEY_TILE - 1) / KEY_TILE * KEY_TILE;
+    if (p.nsplit > 1) {
+        p.part_stride = p.gh * p.bq * (p.dv + 2);
+        p.part = malloc((size_t)(p.n_base * p.nsplit * p.part_stride) * sizeof *p.part);
+        if (!p.part) return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate split-key partials");
+    }
+    em_parallel_for(p.n_base * p.nsplit, 1, items_chunk, &p);
+    if (p.nsplit > 1 && !atomic_load(&p.oom)) em_parallel_for(p.n_base, 1, combine_chunk, &p);
+    free(p.part);
+    if (atomic_load(&p.oom)) return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate scratch");
+    return EM_OK;
+}
+
+void em_cpu_register_nn_attention(em_kernel_fn *k) { k[EM_OP_SDPA] = k_sdpa; }

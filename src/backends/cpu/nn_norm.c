@@ -1,0 +1,240 @@
+/*
+ * Normalisation kernels: rms_norm (Llama/Qwen and Gemma forms), layer_norm, group_norm.
+ *
+ * Statistics are accumulated in double from f32 values, so they are at least as accurate as
+ * torch's f32 ones; everything else follows the reference's f32 arithmetic and rounding points:
+ *  - rms_norm, unit_offset = false (LlamaRMSNorm): h = x * rsqrt(mean(x^2) + eps) in f32,
+ *    rounded to x's dtype, then weight * h rounded to x's dtype (two roundings in bf16/f16).
+ *  - rms_norm, unit_offset = true (Gemma3RMSNorm): x * rsqrt(...) * (1 + weight) in f32, one
+ *    rounding.
+ *  - layer_norm / group_norm (F.layer_norm / F.group_norm): y = x * scale + shift with
+ *    scale = rstd * weight and shift = bias - mean * scale, in f32, one rounding.
+ * The output always has x's dtype (torch would promote bf16 x with an f32 weight to f32).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backends/cpu/nn.h"
+
+#define ROW_PAR_ELEMS 16384 /* elements per parallel chunk, at least */
+#define GN_CHUNK 4096       /* group_norm streams a group through buffers of this size */
+
+/* A 1-D parameter as contiguous f32 plus `add` (a NULL parameter gives `fill`). Caller frees. */
+static float *param_f32(const em_ew_isa *isa, const em_tensor *p, int64_t n, float fill,
+                        float add) {
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) return NULL;
+    if (p) {
+        nn_load_f32(isa, nn_at(nn_base(p), p->dtype, p->offset), p->dtype, 1, p->shape, p->strides,
+                    0, n, v);
+        for (int64_t i = 0; i < n; i++) v[i] += add;
+    } else {
+        for (int64_t i = 0; i < n; i++) v[i] = fill;
+    }
+    return v;
+}
+
+/* ---- row-wise norms (last dim) ---- */
+
+typedef struct row_job {
+    const em_ew_isa *isa;
+    const em_nn_isa *nn;
+    const em_tensor *x;
+    em_tensor *out;
+    const float *w, *b; /* f32 [n] (w may be 1 + weight), b may be NULL */
+    bool has_w;
+    int64_t n;
+    float eps;
+    int kind; /* 0 rms (Llama), 1 rms (Gemma), 2 layer norm */
+    atomic_bool oom;
+} row_job;
+
+static void row_chunk(void *user, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    row_job *j = user;
+    const em_tensor *x = j->x;
+    int64_t n = j->n;
+    float *buf = malloc((size_t)(n ? n : 1) * sizeof *buf);
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    em_dtype dt = x->dtype;
+    const void *xb = nn_at(nn_base(x), dt, x->offset);
+    char *ob = em_tensor_ptr(j->out);
+    size_t es = em_esize(dt);
+    for (int64_t r = r0; r < r1; r++) {
+        nn_load_f32(j->isa, xb, dt, x->ndim, x->shape, x->strides, r * n, n, buf);
+        if (j->kind == 2) {
+            double s = 0, q = 0;
+            j->nn->moments(buf, n, 0.0, &s, &q);
+            double mean = n ? s / (double)n : 0;
+            s = q = 0;
+            j->nn->moments(buf, n, mean, &s, &q);
+            double var = n ? (q - s * s / (double)n) / (double)n : 0;
+            float rstd = (float)(1.0 / sqrt(var + (double)j->eps)), meanf = (float)mean;
+            for (int64_t i = 0; i < n; i++) {
+                float sc = rstd * j->w[i];
+                float sh = (j->b ? j->b[i] : 0.0f) - meanf * sc;
+                buf[i] = buf[i] * sc + sh;
+            }
+        } else {
+            double s = 0, q = 0;
+            j->nn->moments(buf, n, 0.0, &s, &q);
+            float var = n ? (float)(q / (double)n) : 0.0f;
+            float r_ = 1.0f / sqrtf(var + j->eps);
+            j->nn->scale(buf, n, r_);
+            if (j->kind == 0) {
+                /* hidden_states.to(input_dtype) before the weight */
+                if (j->isa->round[dt]) j->isa->round[dt](buf, n);
+                if (j->has_w)
+                    for (int64_t i = 0; i < n; i++) buf[i] *= j->w[i];
+            } else {
+                for (int64_t i = 0; i < n; i++) buf[i] *= j->w[i];
+            }
+        }
+        j->isa->store[dt](ob + (size_t)(r * n) * es, buf, n);
+    }
+    free(buf);
+}
+
+static em_status row_norm(const em_kernel_args *a, int kind, const em_tensor *w,
+                          const em_tensor *b, double eps) {
+    const em_tensor *x = a->in[0];
+    int64_t n = x->shape[x->ndim - 1];
+    int64_t rows = n ? x->numel / n : 0;
+    row_job j = {.isa = em_ew_isa_get(), .nn = em_nn_isa_get(), .x = x, .out = a->out[0],
+                 .has_w = w != NULL, .n = n, .eps = (float)eps, .kind = kind};
+    atomic_init(&j.oom, false);
+    /* Gemma multiplies by (1 + weight) in f32 */
+    float *wf = param_f32(j.isa, w, n, 1.0f, kind == 1 ? 1.0f : 0.0f);
+    float *bf = b ? param_f32(j.isa, b, n, 0.0f, 0.0f) : NULL;
+    if (!wf || (b && !bf)) {
+        free(wf);
+        free(bf);
+        return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate %lld parameter values",
+                          (long long)n);
+    }
+    j.w = wf;
+    j.b = bf;
+    if (rows > 0 && n > 0) {
+        int64_t grain = ROW_PAR_ELEMS / n + 1;
+        em_parallel_for(rows, grain, row_chunk, &j);
+    }
+    free(wf);
+    free(bf);
+    if (atomic_load(&j.oom))
+        return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate a row buffer of %lld values",
+                          (long long)n);
+    return EM_OK;
+}
+
+static em_status k_rms_norm(const em_kernel_args *a) {
+    bool unit = a->attrs[1].i != 0;
+    return row_norm(a, unit ? 1 : 0, a->n_in > 1 ? a->in[1] : NULL, NULL, a->attrs[0].f);
+}
+
+static em_status k_layer_norm(const em_kernel_args *a) {
+    return row_norm(a, 2, a->n_in > 1 ? a->in[1] : NULL, a->n_in > 2 ? a->in[2] : NULL,
+                    a->attrs[0].f);
+}
+
+/* ---- group norm: x[N, C, *] ---- */
+
+typedef struct gn_job {
+    const em_ew_isa *isa;
+    const em_nn_isa *nn;
+    const em_tensor *x;
+    em_tensor *out;
+    const float *w, *b; /* f32 [C] */
+    int64_t c, g, cg, s; /* channels, groups, channels per group, spatial size */
+    float eps;
+    atomic_bool oom;
+} gn_job;
+
+static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    gn_job *j = user;
+    const em_tensor *x = j->x;
+    float *buf = malloc(GN_CHUNK * sizeof *buf);
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    em_dtype dt = x->dtype;
+    size_t es = em_esize(dt);
+    /* a group is the sub-array [cg, *spatial] of x */
+    int nd = x->ndim - 1;
+    int64_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        shape[d] = x->shape[d + 1];
+        strides[d] = x->strides[d + 1];
+    }
+    shape[0] = j->cg;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t n = it / j->g, g = it % j->g;
+        int64_t off = x->offset + n * x->strides[0] + g * j->cg * x->strides[1];
+        const void *gb = nn_at(nn_base(x), dt, off);
+        int64_t total = j->cg * j->s;
+        double s = 0, q = 0, shift = 0;
+        for (int64_t p = 0; p < total; p += GN_CHUNK) {
+            int64_t len = total - p < GN_CHUNK ? total - p : GN_CHUNK;
+            nn_load_f32(j->isa, gb, dt, nd, shape, strides, p, len, buf);
+            if (p == 0) shift = buf[0]; /* shifted sums keep the variance exact enough */
+            j->nn->moments(buf, len, shift, &s, &q);
+        }
+        double mean_s = total ? s / (double)total : 0;
+        double var = total ? q / (double)total - mean_s * mean_s : 0;
+        if (var < 0) var = 0;
+        float mean = (float)(mean_s + shift);
+        float rstd = (float)(1.0 / sqrt(var + (double)j->eps));
+        char *ob = (char *)em_tensor_ptr(j->out) + (size_t)((n * j->c + g * j->cg) * j->s) * es;
+        for (int64_t cc = 0; cc < j->cg; cc++) {
+            int64_t ch = g * j->cg + cc;
+            float sc = rstd * j->w[ch];
+            float sh = j->b[ch] - mean * sc;
+            for (int64_t p = 0; p < j->s; p += GN_CHUNK) {
+                int64_t len = j->s - p < GN_CHUNK ? j->s - p : GN_CHUNK;
+                nn_load_f32(j->isa, gb, dt, nd, shape, strides, cc * j->s + p, len, buf);
+                for (int64_t i = 0; i < len; i++) buf[i] = buf[i] * sc + sh;
+                j->isa->store[dt](ob + (size_t)(cc * j->s + p) * es, buf, len);
+            }
+        }
+    }
+    free(buf);
+}
+
+static em_status k_group_norm(const em_kernel_args *a) {
+    const em_tensor *x = a->in[0];
+    gn_job j = {.isa = em_ew_isa_get(), .nn = em_nn_isa_get(), .x = x, .out = a->out[0]};
+    atomic_init(&j.oom, false);
+    j.c = x->shape[1];
+    j.g = a->attrs[0].i;
+    j.cg = j.c / j.g;
+    j.eps = (float)a->attrs[1].f;
+    j.s = 1;
+    for (int d = 2; d < x->ndim; d++) j.s *= x->shape[d];
+    const em_tensor *w = a->n_in > 1 ? a->in[1] : NULL, *b = a->n_in > 2 ? a->in[2] : NULL;
+    float *wf = param_f32(j.isa, w, j.c, 1.0f, 0.0f), *bf = param_f32(j.isa, b, j.c, 0.0f, 0.0f);
+    if (!wf || !bf) {
+        free(wf);
+        free(bf);
+        return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate %lld parameter values",
+                          (long long)j.c);
+    }
+    j.w = wf;
+    j.b = bf;
+    int64_t items = x->shape[0] * j.g;
+    int64_t per = j.cg * j.s;
+    if (items > 0 && per > 0) em_parallel_for(items, ROW_PAR_ELEMS / per + 1, gn_chunk, &j);
+    free(wf);
+    free(bf);
+    if (atomic_load(&j.oom)) return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate a buffer");
+    return EM_OK;
+}
+
+void em_cpu_register_nn_norm(em_kernel_fn *k) {
+    k[EM_OP_RMS_NORM] = k_rms_norm;
+    k[EM_OP_LAYER_NORM] = k_layer_norm;
+    k[EM_OP_GROUP_NORM] = k_group_norm;
+}
