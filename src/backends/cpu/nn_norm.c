@@ -7,8 +7,9 @@
  *    rounded to x's dtype, then weight * h rounded to x's dtype (two roundings in bf16/f16).
  *  - rms_norm, unit_offset = true (Gemma3RMSNorm): x * rsqrt(...) * (1 + weight) in f32, one
  *    rounding.
- *  - layer_norm / group_norm (F.layer_norm / F.group_norm): y = x * scale + shift with
- *    scale = rstd * weight and shift = bias - mean * scale, in f32, one rounding.
+ *  - layer_norm / group_norm (F.layer_norm / F.group_norm): y = (x - mean) * (rstd * weight)
+ *    + bias in f32, one rounding. (torch folds the mean into the bias, x * scale + shift, which
+ *    cancels badly when |mean| >> std; centring first is more accurate and otherwise agrees.)
  * The output always has x's dtype (torch would promote bf16 x with an f32 weight to f32).
  */
 #include <math.h>
@@ -73,11 +74,8 @@ static void row_chunk(void *user, int64_t r0, int64_t r1, int tid) {
             j->nn->moments(buf, n, mean, &s, &q);
             double var = n ? (q - s * s / (double)n) / (double)n : 0;
             float rstd = (float)(1.0 / sqrt(var + (double)j->eps)), meanf = (float)mean;
-            for (int64_t i = 0; i < n; i++) {
-                float sc = rstd * j->w[i];
-                float sh = (j->b ? j->b[i] : 0.0f) - meanf * sc;
-                buf[i] = buf[i] * sc + sh;
-            }
+            for (int64_t i = 0; i < n; i++)
+                buf[i] = (buf[i] - meanf) * (rstd * j->w[i]) + (j->b ? j->b[i] : 0.0f);
         } else {
             double s = 0, q = 0;
             j->nn->moments(buf, n, 0.0, &s, &q);
@@ -191,12 +189,11 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
         char *ob = (char *)em_tensor_ptr(j->out) + (size_t)((n * j->c + g * j->cg) * j->s) * es;
         for (int64_t cc = 0; cc < j->cg; cc++) {
             int64_t ch = g * j->cg + cc;
-            float sc = rstd * j->w[ch];
-            float sh = j->b[ch] - mean * sc;
+            float sc = rstd * j->w[ch], sh = j->b[ch];
             for (int64_t p = 0; p < j->s; p += GN_CHUNK) {
                 int64_t len = j->s - p < GN_CHUNK ? j->s - p : GN_CHUNK;
                 nn_load_f32(j->isa, gb, dt, nd, shape, strides, cc * j->s + p, len, buf);
-                for (int64_t i = 0; i < len; i++) buf[i] = buf[i] * sc + sh;
+                for (int64_t i = 0; i < len; i++) buf[i] = (buf[i] - mean) * sc + sh;
                 j->isa->store[dt](ob + (size_t)(cc * j->s + p) * es, buf, len);
             }
         }
