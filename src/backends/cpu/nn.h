@@ -10,25 +10,46 @@
 #include "backends/cpu/ew.h"
 
 /* ---- micro-kernels (nn_kern.inc), one table per kernel level ---- */
+/* Storage types the attention kernels read K and V in directly (others go through f32). */
+enum { NN_SRC_F32 = 0, NN_SRC_BF16 = 1, NN_SRC_COUNT = 2 };
+
 typedef struct em_nn_isa {
-    /* st[j * ldst + r] = dot(q[r, :d], k[j, :d]) for r < rows, j < bk (q: rows x d, k: bk x d) */
-    void (*qk_dot)(int rows, int d, const float *q, int bk, const float *k, float *st, int ldst);
-    /* the same from qt = q transposed (d x ldq, rows <= ldq, ldq a multiple of 16); st's ld is
-     * ldq and its padding columns receive garbage */
-    void (*qk_gemm)(int ldq, int d, const float *qt, int bk, const float *k, float *st);
-    /* acc[r, :dv] += sum_j pt[j * ldp + r] * v[j, :dv]  (v: bk x dv, acc: rows x dv) */
-    void (*pv)(int rows, int dv, int bk, const float *pt, int ldp, const float *v, float *acc);
-    /* Online softmax step over a tile st[bk x ld] (rows columns used): updates the running max
-     * m[rows] and sum l[rows], replaces st by exp(st - m), returns the rescale factor of the old
-     * accumulator in alpha[rows]. tmp: rows floats. */
-    void (*softmax_step)(int rows, int ld, int bk, float *st, float *m, float *l, float *alpha,
-                         float *tmp);
+    /* st[r * ldst + j] = dot(q[r, :d], k[j, :d]) for r < rows, j < bk; q: rows x d f32, k rows
+     * ldk elements apart */
+    void (*qk_dot[NN_SRC_COUNT])(int rows, int d, const float *q, int bk, const void *k,
+                                 int64_t ldk, float *st, int ldst);
+    /* st[j * ldq + r] = the same, from qt = q transposed (d x ldq, rows <= ldq, ldq a multiple
+     * of 16; the padding columns of qt are zero and give zeros); f32 keys */
+    void (*qk_gemm)(int ldq, int d, const float *qt, int bk, const void *k, int64_t ldk,
+                    float *st);
+    /* acc[r, :dv] += sum_j p[j * pj + r * pr] * v[j, :dv]  (v rows ldv apart, acc: rows x dv) */
+    void (*pv[NN_SRC_COUNT])(int rows, int dv, int bk, const float *p, int64_t pj, int64_t pr,
+                             const void *v, int64_t ldv, float *acc);
+    /* The element order the kernels of a source type expect in the q rows of qk_dot and keep
+     * the accumulator rows of pv in (n values; NULL: the natural order). */
+    void (*perm_in[NN_SRC_COUNT])(float *x, int n);
+    void (*perm_out[NN_SRC_COUNT])(float *x, int n);
+    /* Online softmax step over a tile of logits (j, r) at st[j * sj + r * sr]: updates the
+     * running max m[rows] and sum l[rows], replaces the logits by exp(st - m), and returns the
+     * rescale factor of the old accumulator in alpha[rows]. tmp: rows floats. */
+    void (*softmax_step)(int rows, int bk, float *st, int64_t sj, int64_t sr, float *m, float *l,
+                         float *alpha, float *tmp);
     /* x = cap * tanh(x / cap), n values */
     void (*softcap)(float *x, int64_t n, float cap);
-    /* sum of squares and sum of n values, accumulated in double */
+    /* sum and sum of squares of (x - shift) over n values, accumulated in double */
     void (*moments)(const float *x, int64_t n, double shift, double *sum, double *sumsq);
-    /* y = x * s (n values) */
+    /* x *= s (n values) */
     void (*scale)(float *x, int64_t n, float s);
+    /* x *= w (n values) */
+    void (*mul)(float *x, const float *w, int64_t n);
+    /* x = (x - mean) * (rstd * w) + b, b may be NULL (n values) */
+    void (*norm_apply)(float *x, int64_t n, float mean, float rstd, const float *w,
+                       const float *b);
+    /* t1 = x * c, t2 = rotate_half(x) * s over the first r values (r even) */
+    void (*rope_products)(const float *x, const float *c, const float *s, int64_t r, float *t1,
+                          float *t2);
+    /* x = a + b (n values; x may be a or b) */
+    void (*add)(float *x, const float *a, const float *b, int64_t n);
 } em_nn_isa;
 
 void em_nn_fill_generic(em_nn_isa *t);

@@ -43,7 +43,10 @@ typedef struct sdpa_plan {
     int64_t ms[4]; /* mask strides over [B, Hq, Tq, Tk] (0 where it broadcasts) */
     /* decomposition */
     int64_t gh, nhs, bq, nqb, nsplit, split_len, n_base;
-    bool k_direct, v_direct; /* f32 rows adjacent in memory: tiles are read in place */
+    /* K and V are read in place (f32 or bf16 rows with unit inner stride, `ld` elements apart)
+     * or converted tile by tile into f32 scratch */
+    bool k_direct, v_direct;
+    int k_src, v_src;
     float *part;             /* nsplit > 1: per item, rows x (dv + 2) partial states */
     int64_t part_stride;
     atomic_bool oom;
@@ -103,22 +106,36 @@ static float *scratch_alloc(const sdpa_plan *p, scratch *s) {
     return base;
 }
 
-/* Loads a tile of `n` key rows starting at key j0 of head (b, h) of t as f32 rows of `w`
- * values; returns the rows (in place when t's f32 rows are adjacent). */
-static const float *load_tile(const sdpa_plan *p, const em_tensor *t, bool direct, int64_t b,
-                              int64_t h, int64_t j0, int n, int64_t w, float *buf) {
+/* The `n` rows of keys j0.. of head (b, h) of t: in place when direct (rows t->strides[2]
+ * apart), else converted into buf as f32 rows of `w` values. */
+static const void *load_tile(const sdpa_plan *p, const em_tensor *t, bool direct, int64_t b,
+                             int64_t h, int64_t j0, int n, int64_t w, float *buf) {
     int64_t off = t->offset + b * t->strides[0] + h * t->strides[1];
     const void *base = nn_base(t);
-    if (direct) return (const float *)base + off + j0 * w;
+    if (direct) return nn_at(base, t->dtype, off + j0 * t->strides[2]);
     for (int jj = 0; jj < n; jj++)
         p->isa->load[t->dtype](buf + jj * w, nn_at(base, t->dtype, off + (j0 + jj) * t->strides[2]),
                                t->strides[3], w);
     return buf;
 }
 
-/* Adds the mask tensor's values for rows x keys [j0, j0 + n) to the logits (ld columns). */
-static void apply_mask(const sdpa_plan *p, const item_geo *g, float *st, int ld, int64_t j0, int n,
-                       float *mrow) {
+/* Asks for the rows of the next tile while the current one is computed: a decode step is a
+ * stream through the KV cache, and the hardware prefetcher alone leaves it latency-bound. */
+static void prefetch_tile(const em_tensor *t, int64_t b, int64_t h, int64_t j0, int n, int64_t w) {
+    if (t->strides[3] != 1) return;
+    size_t es = em_esize(t->dtype), row = (size_t)w * es;
+    const char *base = (const char *)nn_base(t) +
+                       (size_t)(t->offset + b * t->strides[0] + h * t->strides[1]) * es;
+    for (int jj = 0; jj < n; jj++) {
+        const char *r = base + (size_t)((j0 + jj) * t->strides[2]) * es;
+        for (size_t o = 0; o < row; o += 64) __builtin_prefetch(r + o, 0, 3);
+    }
+}
+
+/* Adds the mask tensor's values for rows x keys [j0, j0 + n) to the logits ((j, r) at
+ * st[j * sj + r * sr]). */
+static void apply_mask(const sdpa_plan *p, const item_geo *g, float *st, int64_t sj, int64_t sr,
+                       int64_t j0, int n, float *mrow) {
     const em_tensor *mk = p->mask;
     const void *base = nn_base(mk);
     for (int64_t r = 0; r < g->rows; r++) {
@@ -127,10 +144,10 @@ static void apply_mask(const sdpa_plan *p, const item_geo *g, float *st, int ld,
         if (mk->dtype == EM_BOOL) {
             const uint8_t *mb = (const uint8_t *)base + off;
             for (int j = 0; j < n; j++)
-                if (!mb[j * p->ms[3]]) st[j * ld + r] = -INFINITY;
+                if (!mb[j * p->ms[3]]) st[j * sj + r * sr] = -INFINITY;
         } else {
             p->isa->load[mk->dtype](mrow, nn_at(base, mk->dtype, off), p->ms[3], n);
-            for (int j = 0; j < n; j++) st[j * ld + r] += mrow[j];
+            for (int j = 0; j < n; j++) st[j * sj + r * sr] += mrow[j];
         }
     }
 }
@@ -140,7 +157,11 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
     item_decode(p, it, &g);
     int rows = (int)g.rows, d = (int)p->d, dv = (int)p->dv;
     bool gemm = rows >= GEMM_MIN_ROWS;
-    int ld = gemm ? s->ldq : rows;
+    /* logit (j, r) at st[j * sj + r * sr]: rows contiguous for the tiled product, keys
+     * contiguous for the dot products */
+    int64_t sj = gemm ? s->ldq : 1, sr = gemm ? 1 : KEY_TILE;
+    int ld = s->ldq;
+    const em_nn_isa *nn = p->nn;
     /* keys any row of the item may see, within this split */
     int64_t first = g.i0 + p->off, last = g.i0 + g.nq - 1 + p->off; /* query positions */
     int64_t jlo = p->window ? first - p->window + 1 : 0;
@@ -165,7 +186,8 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
             int64_t off = q->offset + g.b * q->strides[0] + h * q->strides[1] + i * q->strides[2];
             float *qr = s->q + (int64_t)r * d;
             p->isa->load[q->dtype](qr, nn_at(nn_base(q), q->dtype, off), q->strides[3], d);
-            p->nn->scale(qr, d, p->scale);
+            nn->scale(qr, d, p->scale);
+            if (!gemm && nn->perm_in[p->k_src]) nn->perm_in[p->k_src](qr, d);
         }
         if (gemm) {
             for (int x = 0; x < d; x++) {
@@ -177,26 +199,41 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
     }
     for (int64_t j0 = jlo; j0 < jhi; j0 += KEY_TILE) {
         int n = (int)(jhi - j0 < KEY_TILE ? jhi - j0 : KEY_TILE);
-        const float *kt = load_tile(p, p->k, p->k_direct, g.b, g.hkv, j0, n, d, s->k);
+        if (j0 + n < jhi) {
+            int next = (int)(jhi - j0 - n < KEY_TILE ? jhi - j0 - n : KEY_TILE);
+            prefetch_tile(p->k, g.b, g.hkv, j0 + n, next, d);
+            prefetch_tile(p->v, g.b, g.hkv, j0 + n, next, dv);
+        }
+        /* the tiled product reads each key value once per 16 rows as a broadcast scalar, so
+         * it wants f32 keys: a bf16 tile is converted once (vectorised) rather than per use */
+        bool kdirect = p->k_direct && (!gemm || p->k_src == NN_SRC_F32);
+        const void *kt = load_tile(p, p->k, kdirect, g.b, g.hkv, j0, n, d, s->k);
+        int64_t kld = kdirect ? p->k->strides[2] : d;
         if (gemm)
-            p->nn->qk_gemm(ld, d, s->qt, n, kt, s->st);
+            nn->qk_gemm(ld, d, s->qt, n, kt, kld, s->st);
         else
-            p->nn->qk_dot(rows, d, s->q, n, kt, s->st, ld);
-        if (p->softcap > 0) p->nn->softcap(s->st, (int64_t)n * ld, p->softcap);
-        if (p->mask) apply_mask(p, &g, s->st, ld, j0, n, s->mrow);
+            nn->qk_dot[kdirect ? p->k_src : NN_SRC_F32](rows, d, s->q, n, kt, kld, s->st, KEY_TILE);
+        if (p->softcap > 0) {
+            if (gemm)
+                nn->softcap(s->st, (int64_t)n * ld, p->softcap);
+            else
+                for (int r = 0; r < rows; r++) nn->softcap(s->st + r * sr, n, p->softcap);
+        }
+        if (p->mask) apply_mask(p, &g, s->st, sj, sr, j0, n, s->mrow);
         if (j0 < all_lo || j0 + n - 1 > all_hi) {
             for (int r = 0; r < rows; r++) {
                 int64_t pos = g.i0 + r % g.nq + p->off;
                 int64_t lo = p->window ? pos - p->window + 1 : 0, hi = p->causal ? pos : p->tk - 1;
                 for (int j = 0; j < n; j++)
-                    if (j0 + j < lo || j0 + j > hi) s->st[j * ld + r] = -INFINITY;
+                    if (j0 + j < lo || j0 + j > hi) s->st[j * sj + r * sr] = -INFINITY;
             }
         }
-        p->nn->softmax_step(rows, ld, n, s->st, s->m, s->l, s->alpha, s->tmp);
+        nn->softmax_step(rows, n, s->st, sj, sr, s->m, s->l, s->alpha, s->tmp);
         for (int r = 0; r < rows; r++)
-            if (s->alpha[r] != 1.0f) p->nn->scale(s->acc + (int64_t)r * dv, dv, s->alpha[r]);
-        const float *vt = load_tile(p, p->v, p->v_direct, g.b, g.hkv, j0, n, dv, s->v);
-        p->nn->pv(rows, dv, n, s->st, ld, vt, s->acc);
+            if (s->alpha[r] != 1.0f) nn->scale(s->acc + (int64_t)r * dv, dv, s->alpha[r]);
+        const void *vt = load_tile(p, p->v, p->v_direct, g.b, g.hkv, j0, n, dv, s->v);
+        nn->pv[p->v_src](rows, dv, n, s->st, sj, sr, vt, p->v_direct ? p->v->strides[2] : dv,
+                         s->acc);
     }
 
     if (p->nsplit > 1) {
@@ -213,7 +250,8 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
         float *ar = s->acc + (int64_t)r * dv;
         float inv = s->l[r] > 0 ? 1.0f / s->l[r] : 0.0f;
-        p->nn->scale(ar, dv, inv);
+        nn->scale(ar, dv, inv);
+        if (nn->perm_out[p->v_src]) nn->perm_out[p->v_src](ar, dv);
         p->isa->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * p->dv) * es, ar, dv);
     }
 }
@@ -267,6 +305,7 @@ static void combine_chunk(void *user, int64_t i0, int64_t i1, int tid) {
             }
             float inv = l > 0 ? 1.0f / l : 0.0f;
             for (int64_t c = 0; c < dv; c++) buf[c] *= inv;
+            if (p->nn->perm_out[p->v_src]) p->nn->perm_out[p->v_src](buf, (int)dv);
             int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
             p->isa->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * dv) * es, buf, dv);
         }
@@ -274,8 +313,12 @@ static void combine_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     free(buf);
 }
 
-static bool rows_adjacent_f32(const em_tensor *t) {
-    return t->dtype == EM_F32 && t->strides[3] == 1 && t->strides[2] == t->shape[3];
+/* Whether the kernels can read t's rows in place, and as which source type. */
+static bool readable_in_place(const em_tensor *t, int *src) {
+    *src = NN_SRC_F32;
+    if (t->strides[3] != 1 && t->shape[3] > 1) return false;
+    if (t->dtype == EM_BF16) *src = NN_SRC_BF16;
+    return t->dtype == EM_F32 || t->dtype == EM_BF16;
 }
 
 static em_status k_sdpa(const em_kernel_args *a) {
@@ -303,8 +346,8 @@ static em_status k_sdpa(const em_kernel_args *a) {
             int md = i - (4 - mask->ndim);
             p.ms[i] = md < 0 || mask->shape[md] == 1 ? 0 : mask->strides[md];
         }
-    p.k_direct = rows_adjacent_f32(k);
-    p.v_direct = rows_adjacent_f32(v);
+    p.k_direct = readable_in_place(k, &p.k_src);
+    p.v_direct = readable_in_place(v, &p.v_src);
     if (a->out[0]->numel == 0) return EM_OK;
 
     p.gh = p.g < ROWS_MAX ? p.g : ROWS_MAX;

@@ -73,9 +73,8 @@ static void row_chunk(void *user, int64_t r0, int64_t r1, int tid) {
             s = q = 0;
             j->nn->moments(buf, n, mean, &s, &q);
             double var = n ? (q - s * s / (double)n) / (double)n : 0;
-            float rstd = (float)(1.0 / sqrt(var + (double)j->eps)), meanf = (float)mean;
-            for (int64_t i = 0; i < n; i++)
-                buf[i] = (buf[i] - meanf) * (rstd * j->w[i]) + (j->b ? j->b[i] : 0.0f);
+            float rstd = (float)(1.0 / sqrt(var + (double)j->eps));
+            j->nn->norm_apply(buf, n, (float)mean, rstd, j->w, j->b);
         } else {
             double s = 0, q = 0;
             j->nn->moments(buf, n, 0.0, &s, &q);
@@ -85,10 +84,9 @@ static void row_chunk(void *user, int64_t r0, int64_t r1, int tid) {
             if (j->kind == 0) {
                 /* hidden_states.to(input_dtype) before the weight */
                 if (j->isa->round[dt]) j->isa->round[dt](buf, n);
-                if (j->has_w)
-                    for (int64_t i = 0; i < n; i++) buf[i] *= j->w[i];
+                if (j->has_w) j->nn->mul(buf, j->w, n);
             } else {
-                for (int64_t i = 0; i < n; i++) buf[i] *= j->w[i];
+                j->nn->mul(buf, j->w, n);
             }
         }
         j->isa->store[dt](ob + (size_t)(r * n) * es, buf, n);

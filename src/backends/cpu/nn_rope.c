@@ -76,6 +76,7 @@ static em_status k_rope_cos_sin(const em_kernel_args *a) {
 
 typedef struct rope_job {
     const em_ew_isa *isa;
+    const em_nn_isa *nn;
     const em_tensor *x, *cos, *sin;
     em_tensor *out;
     em_dtype round_dt; /* dtype torch computes the products and the sum in (f32: no rounding) */
@@ -86,7 +87,7 @@ static void rope_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     rope_job *j = user;
     const em_tensor *x = j->x, *cs = j->cos, *sn = j->sin;
-    int64_t nh = x->shape[1], nt = x->shape[2], d = x->shape[3], r = cs->shape[2], half = r / 2;
+    int64_t nh = x->shape[1], nt = x->shape[2], d = x->shape[3], r = cs->shape[2];
     float *buf = malloc((size_t)(2 * r + 3 * d + 1) * sizeof *buf);
     if (!buf) {
         atomic_store(&j->oom, true);
@@ -106,14 +107,12 @@ static void rope_chunk(void *user, int64_t i0, int64_t i1, int tid) {
         for (int64_t h = 0; h < nh; h++) {
             int64_t xo = x->offset + b * x->strides[0] + h * x->strides[1] + t * x->strides[2];
             j->isa->load[xd](xb, nn_at(xbase, xd, xo), x->strides[3], d);
-            for (int64_t i = 0; i < r; i++) t1[i] = xb[i] * cb[i];
-            for (int64_t i = 0; i < half; i++) t2[i] = -xb[i + half] * sb[i];
-            for (int64_t i = half; i < r; i++) t2[i] = xb[i - half] * sb[i];
+            j->nn->rope_products(xb, cb, sb, r, t1, t2);
             if (rnd) {
                 rnd(t1, r);
                 rnd(t2, r);
             }
-            for (int64_t i = 0; i < r; i++) xb[i] = t1[i] + t2[i];
+            j->nn->add(xb, t1, t2, r);
             char *dst = (char *)em_tensor_ptr(j->out) + (size_t)(((b * nh + h) * nt + t) * d) * es;
             j->isa->store[xd](dst, xb, d);
         }
@@ -123,7 +122,7 @@ static void rope_chunk(void *user, int64_t i0, int64_t i1, int tid) {
 
 static em_status k_rope(const em_kernel_args *a) {
     const em_tensor *x = a->in[0], *cs = a->in[1];
-    rope_job j = {.isa = em_ew_isa_get(), .x = x, .cos = cs, .sin = a->in[2], .out = a->out[0]};
+    rope_job j = {.isa = em_ew_isa_get(), .nn = em_nn_isa_get(), .x = x, .cos = cs, .sin = a->in[2], .out = a->out[0]};
     atomic_init(&j.oom, false);
     /* torch's promotion of x and cos: equal dtypes stay, otherwise f32 (bf16 with f16 too) */
     j.round_dt = x->dtype == cs->dtype ? x->dtype : EM_F32;
