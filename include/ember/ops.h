@@ -232,12 +232,13 @@ EM_API em_tensor *em_linear_(EM_OP_ARGS, em_tensor *x, em_tensor *w, em_tensor *
 /**
  * RMSNorm over the last dim. unit_offset = false: Llama/Qwen (x * rsqrt(mean(x^2) + eps)
  * rounded to x's dtype, times weight); true: Gemma (times (1 + weight), in f32). weight may be
- * NULL.
+ * NULL. The result has x's dtype (with a weight of another dtype torch would promote; Ember
+ * rounds that result to x's dtype).
  */
 #define em_rms_norm(c, ...) em_rms_norm_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_rms_norm_(EM_OP_ARGS, em_tensor *x, em_tensor *weight, double eps,
                                bool unit_offset);
-/** LayerNorm over the last dim; weight and bias may be NULL. */
+/** LayerNorm over the last dim (F.layer_norm, biased variance); weight and bias may be NULL. */
 #define em_layer_norm(c, ...) em_layer_norm_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_layer_norm_(EM_OP_ARGS, em_tensor *x, em_tensor *weight, em_tensor *bias,
                                  double eps);
@@ -275,10 +276,13 @@ typedef struct em_rope_config {
 /** Defaults: default type, theta 10000, factor 1, beta_fast 32, beta_slow 1, truncate. */
 EM_API em_rope_config em_rope_config_default(void);
 /**
- * The inverse frequencies (rotary_dim / 2 of them) and the attention scaling that transformers'
- * rope initialisation computes for `cfg`. `seq_len` matters for the dynamic type only (the
- * longest position seen + 1). Returns the number of frequencies written (<= max_n) or -1 with
- * an error in the context.
+ * The inverse frequencies (rotary_dim / 2 of them, rotary_dim = int(head_dim *
+ * partial_rotary_factor), which must be even) and the attention scaling that transformers' rope
+ * initialisation computes for `cfg` (modeling_rope_utils.py), in the same f32 arithmetic.
+ * `seq_len` matters for the dynamic type only: the longest position seen + 1; up to
+ * max_position_embeddings it gives the initial frequencies, beyond it those the model's forward
+ * recomputes. attention_scaling may be NULL. Returns the number of frequencies written
+ * (<= max_n) or -1 with an error in the context (invalid or incomplete config, max_n too small).
  */
 EM_API int em_rope_inv_freq(em_ctx *c, const em_rope_config *cfg, int64_t seq_len,
                             float *inv_freq, int max_n, float *attention_scaling);
@@ -291,8 +295,10 @@ EM_API int em_rope_inv_freq(em_ctx *c, const em_rope_config *cfg, int64_t seq_le
 EM_API em_tensor *em_rope_cos_sin_(EM_OP_ARGS, em_tensor *positions, em_tensor *inv_freq,
                                    double scaling, em_dtype dtype, em_tensor **sin_out);
 /**
- * Rotary embedding with the rotate-half convention: x[B, H, T, D] with cos/sin [B, T, R]
- * (R <= D, even); the first R dims rotate, the rest pass through.
+ * Rotary embedding with the rotate-half convention: x[B, H, T, D] with cos/sin [B or 1, T, R]
+ * (R <= D, even); the first R dims rotate, the rest pass through. Rounded as torch computes
+ * q * cos + rotate_half(q) * sin (each product and the sum in the promoted dtype of x and cos);
+ * the result has x's dtype.
  */
 #define em_rope(c, ...) em_rope_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_rope_(EM_OP_ARGS, em_tensor *x, em_tensor *cos, em_tensor *sin);
@@ -300,15 +306,20 @@ EM_API em_tensor *em_rope_(EM_OP_ARGS, em_tensor *x, em_tensor *cos, em_tensor *
 typedef struct em_sdpa_params {
     double scale;   /* 0: 1/sqrt(head_dim) */
     bool causal;    /* query i sees keys <= i + (Tk - Tq) */
-    int64_t window; /* sliding window: query i sees keys > i + (Tk - Tq) - window; 0: none */
-    double softcap; /* logits = softcap * tanh(logits / softcap); 0: none */
+    int64_t window; /* sliding window: query i sees keys > i + (Tk - Tq) - window (so `window`
+                       keys with causal, as transformers' sliding_window); 0: none */
+    double softcap; /* logits = softcap * tanh(logits / softcap), before the mask; 0: none */
 } em_sdpa_params;
 EM_API em_sdpa_params em_sdpa_default_params(void);
 /**
  * Scaled dot-product attention. q[B, Hq, Tq, D], k[B, Hkv, Tk, D], v[B, Hkv, Tk, Dv] with
- * Hq % Hkv == 0 (grouped-query attention); mask (may be NULL) broadcastable to [B, Hq, Tq, Tk],
- * bool (true = attend) or floating (added to the logits). Softmax in f32. Rows with no visible
- * key give zeros. Returns [B, Hq, Tq, Dv].
+ * Hq % Hkv == 0 (grouped-query attention: query head h uses kv head h / (Hq / Hkv));
+ * mask (may be NULL) broadcastable to [B, Hq, Tq, Tk], bool (true = attend) or floating (added
+ * to the logits). Logits, softmax and the weighted sum in f32, one rounding to q's dtype. Rows
+ * with no visible key (all false, -inf, or outside causal/window) give zeros, as torch's
+ * scaled_dot_product_attention; a finite "minimum" float mask is added like any other value,
+ * which gives the mean of v on such rows, as transformers' eager attention does. Returns
+ * [B, Hq, Tq, Dv].
  */
 #define em_sdpa(c, ...) em_sdpa_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask,
