@@ -28,9 +28,9 @@ static void emb_chunk(void *user, int64_t p0, int64_t p1, int tid) {
         char *dst = ob + (size_t)(p * d) * es;
         if (sd == 1) {
             memcpy(dst, src, (size_t)d * es);
-        } else if (es == 2) {
+        } else if (es == 2) { /* a transposed table: gather the row */
             for (int64_t i = 0; i < d; i++)
-                memcpy(dst + i * 2, src + (size_t)(i * sd) * 2, 2);
+                ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i * sd];
         } else {
             for (int64_t i = 0; i < d; i++)
                 memcpy(dst + (size_t)i * es, src + (size_t)(i * sd) * es, es);
