@@ -307,8 +307,274 @@ def gen_safetensors():
     gen_malformed(out)
 
 
+# ---------------------------------------------------------------------------------------------
+# config.json / generation_config.json
+# ---------------------------------------------------------------------------------------------
+
+ROPE_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor", "factor",
+             "original_max_position_embeddings", "low_freq_factor", "high_freq_factor",
+             "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")
+LAYER_TYPES = {"full_attention": 0, "sliding_attention": 1, "chunked_attention": 2,
+               "linear_attention": 3}
+
+
+def rope_expect(d):
+    return {k: d[k] for k in ROPE_KEYS if d is not None and d.get(k) is not None}
+
+
+def config_expect(cfg):
+    """The values Ember's em_model_config must hold, read off the transformers config object
+    (and, where the config leaves a value to the model, the expression the modeling code uses)."""
+    t = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+    # Gemma 4's full-attention layers override head_dim (global_head_dim); the struct holds the
+    # global (sliding-layer) values, as the class attributes do.
+    t.allow_global_per_layer_attribute_access = True
+    heads = t.num_attention_heads
+    gemma = t.model_type.startswith("gemma")
+    e = {
+        "model_type": cfg.model_type,
+        "text_model_type": t.model_type,
+        "architectures": cfg.architectures or [],
+        "vocab_size": t.vocab_size,
+        "hidden_size": t.hidden_size,
+        "intermediate_size": t.intermediate_size,
+        "num_hidden_layers": t.num_hidden_layers,
+        "num_attention_heads": heads,
+        # modeling code: getattr(config, "head_dim", None) or hidden_size // heads
+        "head_dim": getattr(t, "head_dim", None) or t.hidden_size // heads,
+        "num_key_value_heads": getattr(t, "num_key_value_heads", None) or heads,
+        "max_position_embeddings": t.max_position_embeddings,
+        "hidden_act": t.hidden_activation if gemma else t.hidden_act,
+        "attention_bias": bool(getattr(t, "attention_bias", False)),
+        "mlp_bias": bool(getattr(t, "mlp_bias", False)),
+        "tie_word_embeddings": t.tie_word_embeddings,
+        "bos_token_id": t.bos_token_id,
+        "pad_token_id": t.pad_token_id,
+        "eos_token_ids": [] if t.eos_token_id is None else
+        ([t.eos_token_id] if isinstance(t.eos_token_id, int) else list(t.eos_token_id)),
+        "sliding_window": getattr(t, "sliding_window", None) or 0,
+    }
+    dt = t.dtype if t.dtype is not None else cfg.dtype
+    e["dtype"] = str(dt).replace("torch.", "") if dt is not None else None
+    if hasattr(t, "rms_norm_eps"):
+        e["rms_norm_eps"] = t.rms_norm_eps
+    if hasattr(t, "layer_norm_eps"):
+        e["layer_norm_eps"] = t.layer_norm_eps
+        e["type_vocab_size"] = t.type_vocab_size
+    n = t.num_hidden_layers
+    if getattr(t, "layer_types", None) is not None:
+        lt = t.layer_types
+    else:  # the model applies sliding_window (if any) to every layer
+        lt = ["sliding_attention" if e["sliding_window"] else "full_attention"] * n
+    e["layer_types"] = [LAYER_TYPES.get(x, 4) for x in lt]
+    rp = getattr(t, "rope_parameters", None)
+    if rp is not None:
+        if "full_attention" in rp or "sliding_attention" in rp:
+            e["rope"] = rope_expect(rp.get("full_attention"))
+            e["rope_local"] = rope_expect(rp.get("sliding_attention"))
+        else:
+            e["rope"] = e["rope_local"] = rope_expect(rp)
+    if t.model_type in ("qwen3_moe", "mixtral") or getattr(t, "enable_moe_block", False):
+        e["num_experts"] = getattr(t, "num_local_experts", None) or getattr(t, "num_experts", 0)
+        e["num_experts_per_tok"] = getattr(t, "num_experts_per_tok", None) or getattr(t, "top_k_experts", 0)
+        e["moe_intermediate_size"] = getattr(t, "moe_intermediate_size", None) or 0
+        e["norm_topk_prob"] = bool(getattr(t, "norm_topk_prob", False))
+        e["decoder_sparse_step"] = getattr(t, "decoder_sparse_step", 1)
+        e["mlp_only_layers"] = list(getattr(t, "mlp_only_layers", None) or [])
+    if t.model_type == "gemma3_text":
+        e["query_pre_attn_scalar"] = t.query_pre_attn_scalar
+        e["final_logit_softcapping"] = t.final_logit_softcapping or 0
+        e["attn_logit_softcapping"] = t.attn_logit_softcapping or 0
+    if t.model_type == "gemma4_text":
+        e["final_logit_softcapping"] = t.final_logit_softcapping or 0
+    return e
+
+
+def config_cases():
+    """name -> (config.json text, how it was made). Real classes' save_pretrained output, plus
+    hand-written Hub-style files that lean on defaults and on the older key names."""
+    from transformers import (BertConfig, Gemma3Config, Gemma3TextConfig, Gemma4Config,
+                              Gemma4TextConfig, LlamaConfig, MistralConfig, MixtralConfig,
+                              Qwen3Config, Qwen3MoeConfig)
+
+    small = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                 num_attention_heads=4, max_position_embeddings=256)
+    made = {
+        "qwen3": Qwen3Config(**small, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True,
+                             eos_token_id=[5, 6], bos_token_id=4, dtype="bfloat16",
+                             architectures=["Qwen3ForCausalLM"]),
+        "qwen3_sliding": Qwen3Config(**small, num_key_value_heads=2, use_sliding_window=True, sliding_window=32,
+                                     max_window_layers=2),
+        "qwen3_moe": Qwen3MoeConfig(**small, num_key_value_heads=2, num_experts=8,
+                                    num_experts_per_tok=2, moe_intermediate_size=16,
+                                    norm_topk_prob=True, mlp_only_layers=[0, 3],
+                                    decoder_sparse_step=2),
+        "llama": LlamaConfig(**small, num_key_value_heads=1, rope_parameters={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 128, "rope_theta": 500000.0},
+            attention_bias=True, mlp_bias=True, pad_token_id=0),
+        "llama_yarn": LlamaConfig(**small, rope_parameters={
+            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+            "beta_fast": 16.0, "beta_slow": 2.0, "rope_theta": 1e6, "attention_factor": 1.25}),
+        "mistral": MistralConfig(**small, num_key_value_heads=2, sliding_window=64, head_dim=24),
+        "mixtral": MixtralConfig(**small, num_key_value_heads=2, num_local_experts=4,
+                                 num_experts_per_tok=2),
+        "gemma3": Gemma3Config(text_config=Gemma3TextConfig(
+            **small, num_key_value_heads=1, head_dim=16, sliding_window=32,
+            query_pre_attn_scalar=16, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+            architectures=["Gemma3ForConditionalGeneration"]),
+        "gemma3_text": Gemma3TextConfig(**small, num_key_value_heads=2, head_dim=16,
+                                        sliding_window_pattern=2),
+        "gemma4": Gemma4Config(text_config=Gemma4TextConfig(**small, num_key_value_heads=2,
+                                                            head_dim=16, sliding_window=16)),
+        "bert": BertConfig(**small, type_vocab_size=3, layer_norm_eps=1e-5, hidden_act="gelu_new"),
+    }
+    out = {k: v.to_json_string() for k, v in made.items()}
+    # Hub-style files: minimal ones rely on the class defaults, older ones use rope_theta,
+    # rope_scaling, torch_dtype and a nested Gemma 3 config as google/gemma-3-4b-it ships it.
+    for t in ("qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "gemma3", "gemma3_text",
+              "gemma4", "gemma4_text", "bert"):
+        out[t + "_min"] = json.dumps({"model_type": t})
+    out["qwen3_legacy"] = json.dumps({
+        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3,
+        "rope_theta": 1000000, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                 "original_max_position_embeddings": 32768},
+        "torch_dtype": "bfloat16", "eos_token_id": 151645, "sliding_window": None,
+        "max_window_layers": 28, "use_sliding_window": False, "some_unknown_key": {"x": [1]}})
+    out["llama_legacy"] = json.dumps({
+        "model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+        "num_hidden_layers": 2, "num_key_value_heads": None, "head_dim": None,
+        "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 32.0,
+                                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                  "original_max_position_embeddings": 8192},
+        "max_position_embeddings": 131072, "bos_token_id": 128000,
+        "eos_token_id": [128001, 128008, 128009], "torch_dtype": "bfloat16", "dtype": "float32"})
+    out["gemma3_legacy"] = json.dumps({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "boi_token_index": 255999, "eos_token_id": [1, 106], "torch_dtype": "bfloat16",
+        "text_config": {"hidden_size": 64, "intermediate_size": 96, "model_type": "gemma3_text",
+                        "num_hidden_layers": 7, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "head_dim": 16, "query_pre_attn_scalar": 16,
+                        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "rope_theta": 1000000, "rope_local_base_freq": 10000,
+                        "sliding_window": 1024, "sliding_window_pattern": 6,
+                        "final_logit_softcapping": None, "attn_logit_softcapping": None,
+                        "hidden_activation": "gelu_pytorch_tanh"},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+                          "intermediate_size": 64, "num_hidden_layers": 1,
+                          "num_attention_heads": 2}})
+    return out
+
+
+# Wrong types: each must be rejected by Ember with the key (and file) named. The manifest
+# records whether transformers' strict config classes reject it too (they accept a few, e.g.
+# keys they only pass on untyped, like the rope dict).
+BAD_CONFIGS = {
+    "hidden_size_string": ({"model_type": "qwen3", "hidden_size": "big"}, "hidden_size", True),
+    "layers_bool": ({"model_type": "llama", "num_hidden_layers": True}, "num_hidden_layers", True),
+    "head_dim_float": ({"model_type": "qwen3", "head_dim": 128.5}, "head_dim", True),
+    "eps_string": ({"model_type": "mistral", "rms_norm_eps": "1e-6"}, "rms_norm_eps", True),
+    "tie_int": ({"model_type": "qwen3", "tie_word_embeddings": 1}, "tie_word_embeddings", True),
+    "eos_mixed": ({"model_type": "llama", "eos_token_id": [1, "a"]}, "eos_token_id", True),
+    "act_int": ({"model_type": "bert", "hidden_act": 3}, "hidden_act", True),
+    "layer_types_bogus": ({"model_type": "qwen3", "num_hidden_layers": 2,
+                           "layer_types": ["full_attention", "bogus"]}, "layer_types", True),
+    "layer_types_count": ({"model_type": "qwen3", "num_hidden_layers": 3,
+                           "layer_types": ["full_attention"]}, "layer_types", True),
+    "vocab_null": ({"model_type": "qwen3", "vocab_size": None}, "vocab_size", True),
+    "nested_string": ({"model_type": "gemma3", "text_config": {"hidden_size": "x"}},
+                      "text_config.hidden_size", True),
+    "rope_factor_string": ({"model_type": "llama", "rope_scaling": {"rope_type": "linear",
+                                                                    "factor": "8"}},
+                           "rope_scaling.factor", False),
+    "rope_not_object": ({"model_type": "llama", "rope_parameters": [1]}, "rope_parameters", True),
+    "experts_list": ({"model_type": "qwen3_moe", "num_experts": [8]}, "num_experts", True),
+    "mlp_only_string": ({"model_type": "qwen3_moe", "mlp_only_layers": "0"}, "mlp_only_layers",
+                        True),
+    "model_type_int": ({"model_type": 3}, "model_type", False),
+    "heads_not_divisible": ({"model_type": "llama", "num_attention_heads": 6,
+                             "num_key_value_heads": 4, "hidden_size": 48}, "num_key_value_heads",
+                            False),
+}
+
+GEN_CASES = {
+    "qwen3": dict(do_sample=True, temperature=0.6, top_k=20, top_p=0.95, min_p=0.0,
+                  repetition_penalty=1.05, max_new_tokens=256, bos_token_id=151643,
+                  pad_token_id=151643, eos_token_id=[151645, 151643]),
+    "greedy": dict(eos_token_id=2, bos_token_id=1, max_length=4096),
+    "empty": dict(),
+}
+
+
+def gen_expect(g):
+    from transformers import GenerationConfig
+
+    d = GenerationConfig._get_default_generation_params()
+    get = lambda k: getattr(g, k) if getattr(g, k) is not None else d.get(k)  # noqa: E731
+    eos = g.eos_token_id
+    return {
+        "do_sample": get("do_sample"), "temperature": get("temperature"), "top_k": get("top_k"),
+        "top_p": get("top_p"), "min_p": g.min_p or 0.0,
+        "repetition_penalty": get("repetition_penalty"),
+        "max_new_tokens": g.max_new_tokens if g.max_new_tokens is not None else -1,
+        "max_length": get("max_length"),
+        "bos_token_id": g.bos_token_id if g.bos_token_id is not None else -1,
+        "pad_token_id": g.pad_token_id if g.pad_token_id is not None else -1,
+        "eos_token_ids": [] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
+    }
+
+
 def gen_config():
-    pass
+    import transformers
+    from transformers import AutoConfig, GenerationConfig
+
+    transformers.logging.set_verbosity_error()
+    out = os.path.join(FIX, "config")
+    reset_dir(out)
+    for name, text in config_cases().items():
+        d = os.path.join(out, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            f.write(text)
+        cfg = AutoConfig.from_pretrained(d)
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump(config_expect(cfg), f, indent=1, sort_keys=True)
+        # what generate() would use without a generation_config.json
+        g = GenerationConfig.from_model_config(cfg)
+        with open(os.path.join(d, "generation_expected.json"), "w") as f:
+            json.dump(gen_expect(g), f, indent=1, sort_keys=True)
+    bad = os.path.join(out, "bad")
+    os.makedirs(bad)
+    manifest = {}
+    for name, (cfg, key, _) in BAD_CONFIGS.items():
+        d = os.path.join(bad, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        try:
+            AutoConfig.from_pretrained(d)
+            rejected = False
+        except Exception:
+            rejected = True
+        manifest[name] = {"key": key, "transformers_rejects": rejected}
+    with open(os.path.join(bad, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    gd = os.path.join(out, "generation")
+    os.makedirs(gd)
+    for name, kw in GEN_CASES.items():
+        d = os.path.join(gd, name)
+        GenerationConfig(**kw).save_pretrained(d)
+        g = GenerationConfig.from_pretrained(d)
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump(gen_expect(g), f, indent=1, sort_keys=True)
+    d = os.path.join(gd, "bad_temperature")
+    os.makedirs(d)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"temperature": "hot", "do_sample": True}, f)
 
 
 def main():

@@ -223,9 +223,9 @@ static int cmp_offsets(const void *a, const void *b) {
  * match their shape and dtype without overflow, inside the data section, covering it fully. */
 static em_status validate(em_ctx *c, em_safetensors *st, int64_t first, const char *path,
                           uint64_t data_len) {
-    em_st_entry *t = st->entries + first;
     int64_t n = st->n_entries - first;
-    qsort(t, (size_t)n, sizeof *t, cmp_offsets);
+    em_st_entry *t = n ? st->entries + first : NULL;
+    if (n > 1) qsort(t, (size_t)n, sizeof *t, cmp_offsets);
     uint64_t start = 0;
     char sb[192];
     for (int64_t i = 0; i < n; i++) {

@@ -242,7 +242,7 @@ static int cmp_wentry(const void *a, const void *b) {
 
 /* Sorts the entries and builds the padded header; *data_len gets the data section's size. */
 static em_status build_header(em_ctx *c, em_safetensors_writer *w, sbuf *h, uint64_t *data_len) {
-    qsort(w->e, (size_t)w->n, sizeof *w->e, cmp_wentry);
+    if (w->n > 1) qsort(w->e, (size_t)w->n, sizeof *w->e, cmp_wentry);
     puts_(h, "{");
     bool first = true;
     if (w->has_meta) {
