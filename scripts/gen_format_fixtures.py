@@ -387,6 +387,10 @@ def config_expect(cfg):
         e["attn_logit_softcapping"] = t.attn_logit_softcapping or 0
     if t.model_type == "gemma4_text":
         e["final_logit_softcapping"] = t.final_logit_softcapping or 0
+        # full-attention layers' head size, which their rope uses
+        plc = {int(k): v for k, v in (t.to_dict().get("per_layer_config") or {}).items()}
+        full = [i for i, x in enumerate(t.layer_types) if x == "full_attention"]
+        e["rope_head_dim"] = plc[full[0]]["head_dim"]
     return e
 
 

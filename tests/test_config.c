@@ -156,6 +156,8 @@ static void check_config(const char *name, const em_model_config *m, json_t *e) 
     } else {
         CHECK_MSG(m->num_experts == 0, "%s: num_experts %lld", name, (long long)m->num_experts);
     }
+    if ((v = json_object_get(e, "rope_head_dim"))) CHECK_INT(name, m->rope.head_dim, v);
+    else CHECK_MSG(m->rope.head_dim == m->head_dim, "%s: rope head_dim", name);
     if ((v = json_object_get(e, "query_pre_attn_scalar")))
         CHECK(near(m->query_pre_attn_scalar, json_number_value(v)));
     if ((v = json_object_get(e, "final_logit_softcapping")))

@@ -286,8 +286,23 @@ static em_status read_ropes(em_cfg_src *s, fam f, em_model_config *m) {
     json_decref(full_d);
     if (e) return e;
     if (f == FAM_GEMMA4) {
+        /* full-attention layers have their own head size: global_head_dim in Hub files,
+         * per_layer_config[<layer>].head_dim in files transformers writes */
         int64_t g = 512;
         if ((e = em_cfg_int(s, "global_head_dim", true, &g, NULL))) return e;
+        int64_t first_full = -1;
+        for (int64_t i = 0; i < m->num_hidden_layers && first_full < 0; i++)
+            if (m->layer_types[i] == EM_LAYER_FULL_ATTENTION) first_full = i;
+        json_t *plc = json_object_get(s->obj, "per_layer_config"), *lv;
+        const char *k;
+        if (json_is_object(plc) && first_full >= 0)
+            json_object_foreach(plc, k, lv) { /* keys are zero-padded layer indices ("05") */
+                char *end;
+                long long idx = strtoll(k, &end, 10);
+                json_t *hd = json_object_get(lv, "head_dim");
+                if (*k && !*end && idx == first_full && json_is_integer(hd))
+                    g = (int64_t)json_integer_value(hd);
+            }
         m->rope.head_dim = g;
     }
     return read_rope(s, sliding, "rope_parameters.sliding_attention", sb, m, &m->rope_local,
