@@ -19,7 +19,8 @@
  * On the CPU, a tensor whose dtype needs no conversion and whose bytes are aligned in the file
  * is zero-copy: it points into the file mapping, which stays alive (reference counted) until
  * the last such tensor is released, even after em_safetensors_close. Such tensors are
- * copy-on-write: writing to one never changes the file. Other devices get a copy.
+ * copy-on-write: writing to one never changes the file (on a system with strict overcommit
+ * that refuses such a mapping, the mapping is read-only instead). Other devices get a copy.
  *
  * Writing. em_safetensors_writer produces the same bytes as the `safetensors` library
  * (0.8.0): tensors sorted by dtype (the library's order) then by name, compact JSON with

@@ -1,8 +1,10 @@
 /* safetensors dtypes: names, sizes, the library's sort order, and exact conversion of stored
  * bytes into Ember dtypes (float8 decoding included). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "io/safetensors_impl.h"
 
 /* rank = declaration order of `enum Dtype` in safetensors/src/tensor.rs (0.8.0), which the
@@ -119,7 +121,8 @@ float em_st_f8_to_f32(em_st_dtype t, uint8_t b) {
 
 /* ---- conversion ---- */
 
-#define CHUNK 2048 /* elements converted per step through an aligned buffer */
+#define CHUNK 2048            /* elements converted per step through an aligned buffer */
+#define PAR_GRAIN (1 << 20)   /* elements per parallel task: big tensors use every core */
 
 static bool is_f8(em_st_dtype t) {
     return t == EM_ST_F8_E4M3 || t == EM_ST_F8_E5M2 || t == EM_ST_F8_E4M3FNUZ ||
@@ -131,90 +134,148 @@ static void f32_to_bf16_torch(const float *s, uint16_t *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = s[i] != s[i] ? 0x7fc0 : em_f32_to_bf16(s[i]);
 }
 
+/* Aligned chunk of a float source as f32 (exact for f16 / bf16). */
+static bool float_to_f32(const void *src, em_dtype st, float *out, int64_t k) {
+    if (st == EM_BF16) {
+        const uint16_t *s = src;
+        for (int64_t j = 0; j < k; j++) {
+            uint32_t u = (uint32_t)s[j] << 16;
+            memcpy(&out[j], &u, 4);
+        }
+        return true;
+    }
+    if (st == EM_F16) {
+        const uint16_t *s = src;
+        for (int64_t j = 0; j < k; j++) out[j] = em_f16_to_f32(s[j]);
+        return true;
+    }
+    return false;
+}
+
+/* f32 chunk → f16 / bf16 / f32 targets; false for other targets. */
+static bool f32_to_float(const float *v, void *dst, em_dtype dt, int64_t k) {
+    if (dt == EM_F32) {
+        memcpy(dst, v, (size_t)k * 4);
+    } else if (dt == EM_BF16) {
+        uint16_t *d = dst;
+        for (int64_t j = 0; j < k; j++) d[j] = em_f32_to_bf16(v[j]);
+    } else if (dt == EM_F16) {
+        uint16_t *d = dst;
+        for (int64_t j = 0; j < k; j++) d[j] = em_f32_to_f16(v[j]);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+typedef struct conv_job {
+    const uint8_t *src;
+    em_st_dtype st;
+    uint8_t *dst;
+    em_dtype dt;
+    float lut[256]; /* float8 codes → f32 */
+} conv_job;
+
+/* Converts elements [b, e): cannot fail (U64 ranges are checked before). */
+static void convert_range(void *user, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const conv_job *j = user;
+    const em_st_dtype_traits *tr = &em_st_dtype_table[j->st];
+    size_t ssz = (size_t)tr->bits / 8, dsz = em_esize(j->dt);
+    _Alignas(64) uint8_t abuf[CHUNK * 8]; /* the source chunk, aligned */
+    _Alignas(64) float fbuf[CHUNK];
+    _Alignas(64) int64_t ibuf[CHUNK];
+    for (int64_t i = b; i < e; i += CHUNK) {
+        int64_t k = e - i < CHUNK ? e - i : CHUNK;
+        const uint8_t *s = j->src + (size_t)i * ssz;
+        uint8_t *d = j->dst + (size_t)i * dsz;
+        if (is_f8(j->st)) {
+            if (j->dt == EM_F32) {
+                float *o = (float *)(void *)d;
+                for (int64_t q = 0; q < k; q++) o[q] = j->lut[s[q]];
+                continue;
+            }
+            for (int64_t q = 0; q < k; q++) fbuf[q] = j->lut[s[q]];
+            if (j->dt == EM_BF16)
+                f32_to_bf16_torch(fbuf, (uint16_t *)(void *)d, k);
+            else
+                em_convert(fbuf, EM_F32, d, j->dt, k);
+            continue;
+        }
+        if (tr->has_native) {
+            /* typed reads need alignment: the mapping may not give it */
+            const void *a = s;
+            if ((uintptr_t)s % ssz) {
+                memcpy(abuf, s, (size_t)k * ssz);
+                a = abuf;
+            }
+            if (float_to_f32(a, tr->native, fbuf, k) && f32_to_float(fbuf, d, j->dt, k))
+                continue;
+            if (tr->native == EM_F32 && f32_to_float(a, d, j->dt, k)) continue;
+            em_convert(a, tr->native, d, j->dt, k);
+            continue;
+        }
+        /* U16, U32, U64: exact through int64, or U64 → double for float targets */
+        if (j->st == EM_ST_U64 && em_dtype_is_float(j->dt)) {
+            _Alignas(64) double dbl[CHUNK];
+            for (int64_t q = 0; q < k; q++) {
+                uint64_t v;
+                memcpy(&v, s + (size_t)q * 8, 8);
+                dbl[q] = (double)v;
+            }
+            em_convert(dbl, EM_F64, d, j->dt, k);
+            continue;
+        }
+        for (int64_t q = 0; q < k; q++) {
+            if (j->st == EM_ST_U16) {
+                uint16_t v;
+                memcpy(&v, s + (size_t)q * 2, 2);
+                ibuf[q] = v;
+            } else if (j->st == EM_ST_U32) {
+                uint32_t v;
+                memcpy(&v, s + (size_t)q * 4, 4);
+                ibuf[q] = v;
+            } else {
+                uint64_t v;
+                memcpy(&v, s + (size_t)q * 8, 8);
+                ibuf[q] = (int64_t)v; /* range checked by em_st_convert */
+            }
+        }
+        em_convert(ibuf, EM_I64, d, j->dt, k);
+    }
+}
+
 em_status em_st_convert(em_ctx *c, const char *what, const void *src, em_st_dtype st, void *dst,
                         em_dtype dt, int64_t n) {
     const em_st_dtype_traits *tr = &em_st_dtype_table[st];
-    size_t dsz = em_esize(dt);
-    const uint8_t *s = src;
-    uint8_t *d = dst;
     if (!tr->loadable)
         return EM_FAIL(c, EM_ERR_UNSUPPORTED, "safetensors_load",
                        "%s: dtype %s cannot be converted to an Ember dtype", what, tr->name);
     if (tr->has_native && tr->native == dt) {
-        memcpy(dst, src, (size_t)n * dsz);
+        memcpy(dst, src, (size_t)n * em_esize(dt));
         return EM_OK;
     }
-    if (is_f8(st)) {
-        float lut[256];
-        for (int i = 0; i < 256; i++) lut[i] = em_st_f8_to_f32(st, (uint8_t)i);
-        _Alignas(64) float buf[CHUNK];
-        for (int64_t i = 0; i < n; i += CHUNK) {
-            int64_t k = n - i < CHUNK ? n - i : CHUNK;
-            if (dt == EM_F32) {
-                float *o = (float *)(void *)(d + (size_t)i * 4);
-                for (int64_t j = 0; j < k; j++) o[j] = lut[s[i + j]];
-                continue;
-            }
-            for (int64_t j = 0; j < k; j++) buf[j] = lut[s[i + j]];
-            if (dt == EM_BF16)
-                f32_to_bf16_torch(buf, (uint16_t *)(void *)(d + (size_t)i * 2), k);
-            else
-                em_convert(buf, EM_F32, d + (size_t)i * dsz, dt, k);
+    if (st == EM_ST_U64 && !em_dtype_is_float(dt)) {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, s + (size_t)i * 8, 8);
+            if (v > (uint64_t)INT64_MAX)
+                return EM_FAIL(c, EM_ERR_OVERFLOW, "safetensors_load",
+                               "%s: U64 element %lld is %llu, which does not fit %s", what,
+                               (long long)i, (unsigned long long)v, em_dtype_name(dt));
         }
-        return EM_OK;
     }
-    size_t ssz = (size_t)tr->bits / 8;
-    if (tr->has_native) {
-        /* Ember's em_convert reads typed values: feed it aligned chunks. */
-        if ((uintptr_t)s % ssz == 0) {
-            em_convert(s, tr->native, d, dt, n);
-            return EM_OK;
-        }
-        _Alignas(64) uint8_t buf[CHUNK * 8];
-        for (int64_t i = 0; i < n; i += CHUNK) {
-            int64_t k = n - i < CHUNK ? n - i : CHUNK;
-            memcpy(buf, s + (size_t)i * ssz, (size_t)k * ssz);
-            em_convert(buf, tr->native, d + (size_t)i * dsz, dt, k);
-        }
-        return EM_OK;
-    }
-    /* U16, U32, U64: widen through int64 (exact), checking U64 against an integer target. */
-    _Alignas(64) int64_t buf[CHUNK];
-    bool int_target = !em_dtype_is_float(dt);
-    for (int64_t i = 0; i < n; i += CHUNK) {
-        int64_t k = n - i < CHUNK ? n - i : CHUNK;
-        const uint8_t *p = s + (size_t)i * ssz;
-        if (st == EM_ST_U64 && !int_target) {
-            /* u64 → double (round to nearest) → target, without the int64 detour */
-            _Alignas(64) double dbl[CHUNK];
-            for (int64_t j = 0; j < k; j++) {
-                uint64_t v;
-                memcpy(&v, p + (size_t)j * 8, 8);
-                dbl[j] = (double)v;
-            }
-            em_convert(dbl, EM_F64, d + (size_t)i * dsz, dt, k);
-            continue;
-        }
-        for (int64_t j = 0; j < k; j++) {
-            if (st == EM_ST_U16) {
-                uint16_t v;
-                memcpy(&v, p + (size_t)j * 2, 2);
-                buf[j] = v;
-            } else if (st == EM_ST_U32) {
-                uint32_t v;
-                memcpy(&v, p + (size_t)j * 4, 4);
-                buf[j] = v;
-            } else {
-                uint64_t v;
-                memcpy(&v, p + (size_t)j * 8, 8);
-                if (v > (uint64_t)INT64_MAX)
-                    return EM_FAIL(c, EM_ERR_OVERFLOW, "safetensors_load",
-                                   "%s: U64 element %lld is %llu, which does not fit %s", what,
-                                   (long long)(i + j), (unsigned long long)v, em_dtype_name(dt));
-                buf[j] = (int64_t)v;
-            }
-        }
-        em_convert(buf, EM_I64, d + (size_t)i * dsz, dt, k);
-    }
+    conv_job *j = malloc(sizeof *j);
+    if (!j) return EM_FAIL(c, EM_ERR_OOM, "safetensors_load", "%s: out of memory", what);
+    j->src = src;
+    j->st = st;
+    j->dst = dst;
+    j->dt = dt;
+    if (is_f8(st))
+        for (int i = 0; i < 256; i++) j->lut[i] = em_st_f8_to_f32(st, (uint8_t)i);
+    /* Chunks start at multiples of the grain, so every task's output is aligned. */
+    em_parallel_for(n, PAR_GRAIN, convert_range, j);
+    free(j);
     return EM_OK;
 }

@@ -39,7 +39,8 @@ static em_st_image *image_new(em_st_image_kind kind, uint8_t *base, size_t len) 
 }
 
 /* Maps a whole file. Private and writable: tensors pointing into it may be written (the
- * writes stay in memory, copy-on-write) and the file can never be changed through them. */
+ * writes stay in memory, copy-on-write) and the file can never be changed through them.
+ * Pages are read when a tensor is first touched. */
 static em_st_image *map_file(em_ctx *c, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -66,7 +67,12 @@ static em_st_image *map_file(em_ctx *c, const char *path) {
     if (len == 0) {
         im = image_new(EM_ST_IMAGE_EMPTY, NULL, 0);
     } else {
-        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        /* NORESERVE: under the default overcommit heuristic a private writable mapping of a
+         * checkpoint larger than RAM would otherwise be refused; where it still is (strict
+         * overcommit), the mapping is read-only and writing into a zero-copy tensor faults. */
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+        if (p == MAP_FAILED && errno == ENOMEM)
+            p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int err = errno;
             close(fd);
