@@ -487,6 +487,139 @@ static void test_u64_range(void) {
     em_ctx_destroy(c);
 }
 
-EM_TEST_MAIN(T(test_dtypes), T(test_zero_copy), T(test_metadata), T(test_sharded),
+/* Shards that share a name: the index decides; without a say it is an error. */
+static void write_shard(em_ctx *c, const char *path, const char *a, float va, const char *b,
+                        float vb) {
+    em_tensor *ta = em_full(c, EM_F32, EM_SHAPE(2), va), *tb = em_full(c, EM_F32, EM_SHAPE(2), vb);
+    const char *names[] = {a, b};
+    em_tensor *ts[] = {ta, tb};
+    const char *meta[] = {"format", va < 10 ? "first" : "second", NULL};
+    CHECK(em_safetensors_save(c, path, 2, names, ts, meta) == EM_OK);
+}
+
+static void test_shard_duplicates(void) {
+    em_ctx *c = em_ctx_create();
+    char dir[] = "/tmp/ember_st_shardsXXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char pa[128], pb[128], idx[128], bad[128];
+    snprintf(pa, sizeof pa, "%s/a.safetensors", dir);
+    snprintf(pb, sizeof pb, "%s/b.safetensors", dir);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.index.json", dir);
+    write_shard(c, pa, "x", 1, "y", 2);
+    write_shard(c, pb, "y", 30, "z", 40);
+    FILE *f = fopen(idx, "w");
+    fputs("{\"metadata\": {\"total_size\": 32}, \"weight_map\": {\"x\": \"a.safetensors\", "
+          "\"y\": \"b.safetensors\", \"z\": \"b.safetensors\"}}",
+          f);
+    fclose(f);
+    f = fopen(bad, "w");
+    fputs("{\"weight_map\": {\"x\": \"a.safetensors\", \"z\": \"b.safetensors\"}}", f);
+    fclose(f);
+    em_safetensors *st = em_safetensors_open(c, dir);
+    CHECK(st && em_safetensors_count(st) == 3 && em_safetensors_file_count(st) == 2);
+    float v[2] = {0};
+    CHECK(em_to_host(c, em_safetensors_load(c, st, "y", NULL), v, sizeof v) == EM_OK &&
+          v[0] == 30);
+    CHECK(st && !strcmp(em_safetensors_metadata_get(st, "format"), "first"));
+    em_safetensors_close(st);
+    CHECK(em_safetensors_open(c, bad) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "tensor \"y\" is in both", "a.safetensors", "b.safetensors");
+    /* a shard path that leaves the checkpoint directory */
+    f = fopen(bad, "w");
+    fputs("{\"weight_map\": {\"x\": \"../a.safetensors\"}}", f);
+    fclose(f);
+    CHECK(em_safetensors_open(c, bad) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "../a.safetensors", "not a file name inside");
+    unlink(pa), unlink(pb), unlink(idx), unlink(bad), rmdir(dir);
+    em_ctx_destroy(c);
+}
+
+/* The library writes `{},"__metadata__":{}}` for no tensors and empty metadata (serde_json with
+ * a zero length hint); Ember writes the valid header instead. */
+static void test_empty_metadata_only(void) {
+    em_ctx *c = em_ctx_create();
+    em_safetensors_writer *w = em_safetensors_writer_create(c);
+    CHECK(em_safetensors_writer_set_metadata(c, w, NULL, NULL) == EM_OK);
+    void *buf;
+    size_t n;
+    CHECK(em_safetensors_writer_serialize(c, w, &buf, &n) == EM_OK);
+    CHECK(n == 32 && !memcmp((char *)buf + 8, "{\"__metadata__\":{}}     ", 24));
+    em_safetensors *st = em_safetensors_open_memory(c, buf, n, "mem");
+    CHECK(st && em_safetensors_count(st) == 0 && st->has_meta);
+    em_safetensors_close(st);
+    free(buf);
+    em_safetensors_writer_free(w);
+    em_ctx_destroy(c);
+}
+
+/* Tensors big enough to be converted by several threads; the bf16 → f32 reference is the
+ * definition of bf16 (the upper half of an f32). */
+static void test_parallel_convert(void) {
+    em_ctx *c = em_ctx_create();
+    int64_t n = 3 * (1 << 20) + 123;
+    uint16_t *b = malloc((size_t)n * 2);
+    uint32_t x = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        b[i] = (uint16_t)(x >> 16);
+        if ((b[i] & 0x7f80) == 0x7f80) b[i] &= 0xbfff; /* no NaN/inf: plain values */
+    }
+    em_safetensors_writer *w = em_safetensors_writer_create(c);
+    em_safetensors_writer_add_raw(c, w, "w", EM_ST_BF16, EM_SHAPE(n), b, (size_t)n * 2);
+    em_safetensors_writer_add_raw(c, w, "q", EM_ST_F8_E4M3, EM_SHAPE(n), b, (size_t)n);
+    void *buf;
+    size_t nb;
+    CHECK(em_safetensors_writer_serialize(c, w, &buf, &nb) == EM_OK);
+    em_safetensors_writer_free(w);
+    em_safetensors *st = em_safetensors_open_memory(c, buf, nb, "big");
+    em_tensor *f = em_safetensors_load_as(c, st, "w", EM_F32, NULL);
+    const uint32_t *fv = em_tensor_data(c, f);
+    int64_t bad = -1;
+    for (int64_t i = 0; fv && i < n && bad < 0; i++)
+        if (fv[i] != (uint32_t)b[i] << 16) bad = i;
+    CHECK_MSG(fv && bad < 0, "element %lld", (long long)bad);
+    em_tensor *q = em_safetensors_load_as(c, st, "q", EM_F32, NULL);
+    const float *qv = em_tensor_data(c, q);
+    const uint8_t *codes = (const uint8_t *)b;
+    bad = -1;
+    for (int64_t i = 0; qv && i < n && bad < 0; i++) {
+        float want = em_st_f8_to_f32(EM_ST_F8_E4M3, codes[i]);
+        if (memcmp(&qv[i], &want, 4)) bad = i;
+    }
+    CHECK_MSG(qv && bad < 0, "f8 element %lld", (long long)bad);
+    em_safetensors_close(st);
+    em_ctx_destroy(c);
+    free(buf);
+    free(b);
+}
+
+/* A writer that does not sort by alignment leaves an f32 at an odd offset: loads copy it. */
+static void test_misaligned(void) {
+    em_ctx *c = em_ctx_create();
+    const char *h = "{\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                    "\"f\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[3,11]}}";
+    size_t hn = strlen(h), pad = (8 - hn % 8) % 8, n = 8 + hn + pad + 11;
+    unsigned char *buf = calloc(1, n);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((hn + pad) >> (8 * i));
+    memcpy(buf + 8, h, hn);
+    memset(buf + 8 + hn, ' ', pad);
+    float want[2] = {1.5f, -2.25f};
+    memcpy(buf + 8 + hn + pad + 3, want, 8);
+    em_safetensors *st = em_safetensors_open_memory(c, buf, n, "odd");
+    CHECK(st != NULL);
+    em_tensor *t = em_safetensors_load(c, st, "f", NULL);
+    float got[2];
+    CHECK(em_to_host(c, t, got, sizeof got) == EM_OK && got[0] == 1.5f && got[1] == -2.25f);
+    CHECK(em_tensor_data(c, t) != (void *)(buf + 8 + hn + pad + 3)); /* a copy */
+    em_tensor *d = em_safetensors_load_as(c, st, "f", EM_F64, NULL);
+    double dv[2];
+    CHECK(em_to_host(c, d, dv, sizeof dv) == EM_OK && dv[0] == 1.5 && dv[1] == -2.25);
+    em_safetensors_close(st);
+    em_ctx_destroy(c);
+    free(buf);
+}
+
+EM_TEST_MAIN(T(test_parallel_convert), T(test_misaligned), T(test_shard_duplicates), T(test_empty_metadata_only), T(test_dtypes), T(test_zero_copy), T(test_metadata), T(test_sharded),
              T(test_lookup_errors), T(test_malformed), T(test_writer_bytes),
              T(test_writer_values), T(test_unloadable), T(test_u64_range))
