@@ -124,19 +124,6 @@ static void defaults(fam f, em_model_config *m) {
 
 /* ---- rope ---- */
 
-static em_rope_config rope_defaults(void) {
-    em_rope_config r;
-    memset(&r, 0, sizeof r);
-    r.type = EM_ROPE_DEFAULT;
-    r.theta = 10000.0;
-    r.partial_rotary_factor = 1.0;
-    r.factor = 1.0;
-    r.beta_fast = 32.0;
-    r.beta_slow = 1.0;
-    r.truncate = true;
-    return r;
-}
-
 static bool rope_type_of(const char *name, em_rope_type *t) {
     static const struct {
         const char *n;
@@ -167,7 +154,7 @@ static em_status read_rope(em_cfg_src *parent, json_t *d, const char *path, rope
     snprintf(prefix, sizeof prefix, "%s%s.", parent->prefix, path);
     em_cfg_src s = {parent->c, parent->file, prefix, d ? d : json_object(), parent->op};
     em_status e = EM_OK;
-    *r = rope_defaults();
+    *r = em_rope_config_default();
     bool p1 = false, p2 = false;
     set_str(type_name, tn, base.type);
     if ((e = em_cfg_str(&s, "rope_type", true, type_name, tn, &p1))) goto out;
