@@ -6,6 +6,8 @@
  *   ops.h     the eager ops
  *   moe.h     the mixture-of-experts block (ragged, loop, dense)
  *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
+ *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
+ *   config.h  config.json and generation_config.json
  */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
@@ -15,5 +17,7 @@
 #include "ember/ops.h"
 #include "ember/moe.h"
 #include "ember/hub.h"
+#include "ember/safetensors.h"
+#include "ember/config.h"
 
 #endif
