@@ -8,9 +8,12 @@
 
 #include "backends/cpu/gemm.h"
 
-/* The dot engine wins while x is a handful of rows: it reads each weight once and needs no
- * packing. Past this the packed engine's register blocking pays off (lab_gemm measures it). */
-#define DOT_MAX_M 16
+/* The dot engine reads each weight row once and packs nothing; it wins while x is a few rows,
+ * and while x stays in L2 for up to ~128 rows (bench/lab_gemm: at K = 2048 bf16 the packed
+ * engine, which must pack the weights, overtakes it between 128 and 256 rows). */
+#define DOT_ALWAYS_M 16
+#define DOT_MAX_M 128
+#define DOT_MAX_X_BYTES (512 << 10)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -75,12 +78,27 @@ static bool needs_scratch(const em_gemm_kernel *kern, em_dtype dt, int64_t k) {
     return dt != EM_F32 && k > kern->kc;
 }
 
+/* Column block: the kernel's nc, narrowed when f32 partial sums of a bf16/f16 C must be kept
+ * between k blocks (m x nc of them), so that scratch stays a few MB. */
+#define SCRATCH_BYTES ((int64_t)4 << 20)
+static int64_t col_block(const em_gemm_kernel *kern, em_dtype dt, int64_t m, int64_t k) {
+    if (!needs_scratch(kern, dt, k)) return kern->nc;
+    int64_t nc = SCRATCH_BYTES / (4 * (m > 0 ? m : 1)) / kern->nr * kern->nr;
+    return nc < kern->nr ? kern->nr : nc > kern->nc ? kern->nc : nc;
+}
+
 size_t em_gemm_block_ws(const em_gemm_kernel *kern, em_dtype dt, int64_t m, int64_t n,
                         int64_t k) {
+    /* Sized for any block of at most m x n: a shorter block may get a wider column block (see
+     * col_block), so B is sized for the widest and scratch for the largest m' x nc(m'). */
     int64_t ks = em_gemm_ksteps(kern->fmt, min64(kern->kc, k));
     size_t a = align64((size_t)(round_up(min64(kern->mc, m), kern->mr) * ks * 4) + 64);
     size_t b = align64((size_t)(round_up(min64(kern->nc, n), kern->nr) * ks * 4) + 64);
-    size_t s = needs_scratch(kern, dt, k) ? align64((size_t)(m * min64(kern->nc, n)) * 4) : 0;
+    size_t s = 0;
+    if (needs_scratch(kern, dt, k)) {
+        int64_t most = SCRATCH_BYTES / 4 > m * kern->nr ? SCRATCH_BYTES / 4 : m * kern->nr;
+        s = align64((size_t)min64(most, m * n) * 4);
+    }
     return a + b + s;
 }
 
@@ -106,14 +124,14 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
     const em_dtype dt = g->dtype;
     const size_t es = em_esize(dt);
     const int mr = kern->mr, nr = kern->nr;
-    const int64_t kc = kern->kc, mc = kern->mc, nc = kern->nc;
+    const int64_t kc = kern->kc, mc = kern->mc, nc = col_block(kern, dt, m, k);
     const int64_t ks_max = em_gemm_ksteps(kern->fmt, min64(kc, k));
     char *abuf = ws;
     char *bbuf = abuf + align64((size_t)(round_up(min64(mc, m), mr) * ks_max * 4) + 64);
     float *scratch = NULL;
     int64_t ld_scr = min64(nc, n);
     if (needs_scratch(kern, dt, k))
-        scratch = (float *)(bbuf + align64((size_t)(round_up(min64(nc, n), nr) * ks_max * 4) + 64));
+        scratch = (float *)(bbuf + align64((size_t)(round_up(min64(kern->nc, n), nr) * ks_max * 4) + 64));
     const char *ab = a, *bb = b;
 
     for (int64_t jc = 0; jc < n; jc += nc) {
@@ -225,7 +243,7 @@ static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)nbatch;
     /* Enough tiles to keep every thread busy, a few per thread for balance on big problems; a
      * small product runs on one thread (a job costs microseconds). */
-    int64_t want = flops < 1e6 ? 1 : flops < 1e8 ? nthr : 4 * (int64_t)nthr;
+    int64_t want = flops < 1e6 ? 1 : flops < 1e8 ? nthr : 2 * (int64_t)nthr;
     int64_t tm = 1, tn = 1;
     if (want > nbatch) choose_grid(g, kern, ceil_div(want, nbatch), &tm, &tn);
     int64_t mt = round_up(ceil_div(g->m, tm), kern->mr), nt = round_up(ceil_div(g->n, tn), kern->nr);
@@ -287,7 +305,9 @@ em_status em_gemm(const em_gemm_args *g) {
         }
         return EM_OK;
     }
-    bool dot = g->force_engine == 2 || (g->force_engine == 0 && g->m <= DOT_MAX_M);
+    double xbytes = (double)g->m * (double)g->k * (double)em_esize(g->dtype);
+    bool small = g->m <= DOT_ALWAYS_M || (g->m <= DOT_MAX_M && xbytes <= DOT_MAX_X_BYTES);
+    bool dot = g->force_engine == 2 || (g->force_engine == 0 && small);
     if (dot && dot_fits(g)) {
         dot_job j = {g, em_gemm_dot_for(g->dtype)};
         double bytes = (double)g->n * (double)g->k * (double)em_esize(g->dtype) * (double)nbatch;
