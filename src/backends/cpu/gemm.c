@@ -1,0 +1,323 @@
+/*
+ * The GEMM driver (see gemm.h): kernel choice, the portable packer, the serial block loop nest
+ * (BLIS order: column block jc -> k block pc -> row block ic -> nr panel -> mr panel) and the
+ * parallel schedule over batch entries and 2-D tiles of C.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/gemm.h"
+
+/* The dot engine reads each weight row once and packs nothing; it wins while x is a few rows,
+ * and while x stays in L2 for up to ~128 rows (bench/lab_gemm: at K = 2048 bf16 the packed
+ * engine, which must pack the weights, overtakes it between 128 and 256 rows). */
+#define DOT_ALWAYS_M 16
+#define DOT_MAX_M 128
+#define DOT_MAX_X_BYTES (512 << 10)
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- kernel choice ---- */
+
+const em_gemm_kernel *em_gemm_kernel_for(em_dtype dt) {
+    const em_gemm_kernel *k = NULL;
+#if defined(__x86_64__)
+    if (em_cpu_level() >= 2) k = em_gemm_kernel_avx512(dt, em_cpu_features_get()->avx512bf16);
+#endif
+    return k ? k : em_gemm_kernel_generic(dt);
+}
+
+em_gemm_dot_fn em_gemm_dot_for(em_dtype dt) {
+    em_gemm_dot_fn f = NULL;
+#if defined(__x86_64__)
+    if (em_cpu_level() >= 2) f = em_gemm_dot_avx512(dt, em_cpu_features_get()->avx512bf16);
+#endif
+    return f ? f : em_gemm_dot_generic(dt);
+}
+
+/* ---- the portable packer ---- */
+
+static inline float load_f32(const void *p, em_dtype dt, int64_t i) {
+    switch (dt) {
+    case EM_F32: return ((const float *)p)[i];
+    case EM_BF16: return em_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return em_f16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+void em_gemm_pack_generic(void *dst, em_gemm_fmt fmt, int W, int width, int64_t kc,
+                          const void *src, em_dtype dt, int64_t sw, int64_t sk) {
+    if (fmt == EM_GEMM_FMT_F32) {
+        float *d = dst;
+        for (int64_t k = 0; k < kc; k++, d += W) {
+            for (int w = 0; w < width; w++) d[w] = load_f32(src, dt, w * sw + k * sk);
+            for (int w = width; w < W; w++) d[w] = 0.0f;
+        }
+        return;
+    }
+    uint16_t *d = dst;
+    const uint16_t *s = src;
+    int64_t ks = em_gemm_ksteps(fmt, kc);
+    for (int64_t p = 0; p < ks; p++, d += 2 * W) {
+        int64_t k0 = 2 * p;
+        for (int w = 0; w < width; w++) {
+            d[2 * w] = s[w * sw + k0 * sk];
+            d[2 * w + 1] = k0 + 1 < kc ? s[w * sw + (k0 + 1) * sk] : 0;
+        }
+        for (int w = width; w < W; w++) d[2 * w] = d[2 * w + 1] = 0;
+    }
+}
+
+/* ---- the serial block driver ---- */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static bool needs_scratch(const em_gemm_kernel *kern, em_dtype dt, int64_t k) {
+    return dt != EM_F32 && k > kern->kc;
+}
+
+/* Column block: the kernel's nc, narrowed when f32 partial sums of a bf16/f16 C must be kept
+ * between k blocks (m x nc of them), so that scratch stays a few MB. */
+#define SCRATCH_BYTES ((int64_t)4 << 20)
+static int64_t col_block(const em_gemm_kernel *kern, em_dtype dt, int64_t m, int64_t k) {
+    if (!needs_scratch(kern, dt, k)) return kern->nc;
+    int64_t nc = SCRATCH_BYTES / (4 * (m > 0 ? m : 1)) / kern->nr * kern->nr;
+    return nc < kern->nr ? kern->nr : nc > kern->nc ? kern->nc : nc;
+}
+
+size_t em_gemm_block_ws(const em_gemm_kernel *kern, em_dtype dt, int64_t m, int64_t n,
+                        int64_t k) {
+    /* Sized for any block of at most m x n: a shorter block may get a wider column block (see
+     * col_block), so B is sized for the widest and scratch for the largest m' x nc(m'). */
+    int64_t ks = em_gemm_ksteps(kern->fmt, min64(kern->kc, k));
+    size_t a = align64((size_t)(round_up(min64(kern->mc, m), kern->mr) * ks * 4) + 64);
+    size_t b = align64((size_t)(round_up(min64(kern->nc, n), kern->nr) * ks * 4) + 64);
+    size_t s = 0;
+    if (needs_scratch(kern, dt, k)) {
+        int64_t most = SCRATCH_BYTES / 4 > m * kern->nr ? SCRATCH_BYTES / 4 : m * kern->nr;
+        s = align64((size_t)min64(most, m * n) * 4);
+    }
+    return a + b + s;
+}
+
+/* C = bias (or 0) where there is nothing to sum. */
+static void fill_empty(const em_gemm_args *g, void *c, int64_t i0, int64_t i1, int64_t j0,
+                       int64_t j1) {
+    size_t es = em_esize(g->dtype);
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++)
+            em_store_f64((char *)c + (size_t)(i * g->ldc) * es, g->dtype, j,
+                         g->bias ? g->bias[j] : 0.0);
+}
+
+void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void *a,
+                   const void *b, void *c, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                   void *ws) {
+    const int64_t m = i1 - i0, n = j1 - j0, k = g->k;
+    if (m <= 0 || n <= 0) return;
+    if (k == 0) {
+        fill_empty(g, c, i0, i1, j0, j1);
+        return;
+    }
+    const em_dtype dt = g->dtype;
+    const size_t es = em_esize(dt);
+    const int mr = kern->mr, nr = kern->nr;
+    const int64_t kc = kern->kc, mc = kern->mc, nc = col_block(kern, dt, m, k);
+    const int64_t ks_max = em_gemm_ksteps(kern->fmt, min64(kc, k));
+    char *abuf = ws;
+    char *bbuf = abuf + align64((size_t)(round_up(min64(mc, m), mr) * ks_max * 4) + 64);
+    float *scratch = NULL;
+    int64_t ld_scr = min64(nc, n);
+    if (needs_scratch(kern, dt, k))
+        scratch = (float *)(bbuf + align64((size_t)(round_up(min64(kern->nc, n), nr) * ks_max * 4) + 64));
+    const char *ab = a, *bb = b;
+
+    for (int64_t jc = 0; jc < n; jc += nc) {
+        const int64_t ncur = min64(nc, n - jc);
+        for (int64_t pc = 0; pc < k; pc += kc) {
+            const int64_t kcur = min64(kc, k - pc);
+            const int64_t ks = em_gemm_ksteps(kern->fmt, kcur);
+            const size_t bpanel = (size_t)(ks * nr * 4), apanel = (size_t)(ks * mr * 4);
+            for (int64_t jr = 0; jr < ncur; jr += nr)
+                kern->pack(bbuf + (size_t)(jr / nr) * bpanel, nr, (int)min64(nr, ncur - jr), kcur,
+                           bb + (size_t)(pc * g->b_rs + (j0 + jc + jr) * g->b_cs) * es, dt,
+                           g->b_cs, g->b_rs);
+            em_gemm_tile t;
+            t.load_acc = pc > 0;
+            t.final = pc + kcur >= k;
+            t.out_dt = dt;
+            t.ld_out = g->ldc;
+            t.ld_acc = scratch ? ld_scr : g->ldc;
+            for (int64_t ic = 0; ic < m; ic += mc) {
+                const int64_t mcur = min64(mc, m - ic);
+                for (int64_t ir = 0; ir < mcur; ir += mr)
+                    kern->pack(abuf + (size_t)(ir / mr) * apanel, mr, (int)min64(mr, mcur - ir),
+                               kcur, ab + (size_t)((i0 + ic + ir) * g->a_rs + pc * g->a_cs) * es,
+                               dt, g->a_rs, g->a_cs);
+                for (int64_t jr = 0; jr < ncur; jr += nr) {
+                    const int64_t col = j0 + jc + jr;
+                    t.bias = g->bias ? g->bias + col : NULL;
+                    for (int64_t ir = 0; ir < mcur; ir += mr) {
+                        const int64_t row = i0 + ic + ir;
+                        t.out = (char *)c + (size_t)(row * g->ldc + col) * es;
+                        t.acc = scratch ? scratch + (ic + ir) * ld_scr + jr
+                                        : (dt == EM_F32 ? (float *)t.out : NULL);
+                        kern->ukr(ks, abuf + (size_t)(ir / mr) * apanel,
+                                  bbuf + (size_t)(jr / nr) * bpanel, (int)min64(mr, mcur - ir),
+                                  (int)min64(nr, ncur - jr), &t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- the parallel schedule ---- */
+
+/* Offsets (elements) of batch entry idx in A, B and C. */
+static void batch_offsets(const em_gemm_args *g, int64_t idx, int64_t *oa, int64_t *ob,
+                          int64_t *oc) {
+    *oa = *ob = *oc = 0;
+    for (int d = g->batch_ndim - 1; d >= 0; d--) {
+        int64_t s = g->batch_shape[d], i = idx % s;
+        idx /= s;
+        *oa += i * g->a_bs[d];
+        *ob += i * g->b_bs[d];
+        *oc += i * g->c_bs[d];
+    }
+}
+
+typedef struct packed_job {
+    const em_gemm_args *g;
+    const em_gemm_kernel *kern;
+    int64_t tm, tn, mt, nt; /* tiles per batch entry and their size */
+    char *ws;
+    size_t ws_per_thread;
+} packed_job;
+
+static void packed_body(void *user, int64_t begin, int64_t end, int tid) {
+    const packed_job *j = user;
+    const em_gemm_args *g = j->g;
+    size_t es = em_esize(g->dtype);
+    void *ws = j->ws + (size_t)tid * j->ws_per_thread;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t per = j->tm * j->tn, e = t / per, r = t % per;
+        int64_t ti = r / j->tn, tj = r % j->tn;
+        int64_t oa, ob, oc;
+        batch_offsets(g, e, &oa, &ob, &oc);
+        int64_t i0 = ti * j->mt, j0 = tj * j->nt;
+        em_gemm_block(g, j->kern, (const char *)g->a + (size_t)oa * es,
+                      (const char *)g->b + (size_t)ob * es, (char *)g->c + (size_t)oc * es, i0,
+                      min64(i0 + j->mt, g->m), j0, min64(j0 + j->nt, g->n), ws);
+    }
+}
+
+/* Splits one batch entry's C into tm x tn tiles: at least `want` tiles (when the tile grid
+ * allows), choosing the grid that packs the least (A is packed once per column tile, B once per
+ * row tile). */
+static void choose_grid(const em_gemm_args *g, const em_gemm_kernel *kern, int64_t want,
+                        int64_t *tm, int64_t *tn) {
+    int64_t max_m = ceil_div(g->m, kern->mr), max_n = ceil_div(g->n, kern->nr);
+    if (want > max_m * max_n) want = max_m * max_n;
+    int64_t best_m = 1, best_n = 1;
+    double best = -1;
+    for (int64_t a = 1; a <= max_m && a <= want; a++) {
+        int64_t b = ceil_div(want, a);
+        if (b > max_n) continue;
+        double cost = (double)a * (double)g->n + (double)b * (double)g->m;
+        if (best < 0 || cost < best) {
+            best = cost;
+            best_m = a;
+            best_n = b;
+        }
+    }
+    *tm = best_m;
+    *tn = best_n;
+}
+
+static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
+    const em_gemm_kernel *kern = em_gemm_kernel_for(g->dtype);
+    int nthr = em_num_threads();
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)nbatch;
+    /* Enough tiles to keep every thread busy, a few per thread for balance on big problems; a
+     * small product runs on one thread (a job costs microseconds). */
+    int64_t want = flops < 1e6 ? 1 : flops < 1e8 ? nthr : 2 * (int64_t)nthr;
+    int64_t tm = 1, tn = 1;
+    if (want > nbatch) choose_grid(g, kern, ceil_div(want, nbatch), &tm, &tn);
+    int64_t mt = round_up(ceil_div(g->m, tm), kern->mr), nt = round_up(ceil_div(g->n, tn), kern->nr);
+    if (mt > g->m) mt = g->m;
+    if (nt > g->n) nt = g->n;
+    tm = ceil_div(g->m, mt);
+    tn = ceil_div(g->n, nt);
+    int64_t ntasks = nbatch * tm * tn;
+    int nws = ntasks < nthr ? (int)ntasks : nthr;
+    packed_job j = {g, kern, tm, tn, mt, nt, NULL, em_gemm_block_ws(kern, g->dtype, mt, nt, g->k)};
+    j.ws = aligned_alloc(64, j.ws_per_thread * (size_t)nws);
+    if (!j.ws) return EM_ERR_OOM;
+    if (ntasks == 1)
+        packed_body(&j, 0, 1, 0);
+    else
+        em_parallel_for(ntasks, 1, packed_body, &j);
+    free(j.ws);
+    return EM_OK;
+}
+
+typedef struct dot_job {
+    const em_gemm_args *g;
+    em_gemm_dot_fn fn;
+} dot_job;
+
+/* Tasks are (batch entry, row of B^T) pairs; a chunk may span batch entries. */
+static void dot_body(void *user, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const dot_job *j = user;
+    const em_gemm_args *g = j->g;
+    size_t es = em_esize(g->dtype);
+    while (begin < end) {
+        int64_t e = begin / g->n, r0 = begin % g->n;
+        int64_t r1 = min64(g->n, r0 + (end - begin));
+        int64_t oa, ob, oc;
+        batch_offsets(g, e, &oa, &ob, &oc);
+        j->fn(g->m, r1 - r0, g->k, (const char *)g->a + (size_t)oa * es, g->a_rs,
+              (const char *)g->b + (size_t)(ob + r0 * g->b_cs) * es, g->b_cs,
+              (char *)g->c + (size_t)(oc + r0) * es, g->ldc, g->dtype,
+              g->bias ? g->bias + r0 : NULL);
+        begin += r1 - r0;
+    }
+}
+
+/* Rows of A and columns of B contiguous along k (they may overlap: they are only read). */
+static bool dot_fits(const em_gemm_args *g) {
+    return (g->a_cs == 1 && g->b_rs == 1) || g->k == 1;
+}
+
+em_status em_gemm(const em_gemm_args *g) {
+    int64_t nbatch = 1;
+    for (int d = 0; d < g->batch_ndim; d++) nbatch *= g->batch_shape[d];
+    if (g->m <= 0 || g->n <= 0 || nbatch <= 0) return EM_OK;
+    if (g->k == 0) {
+        for (int64_t e = 0; e < nbatch; e++) {
+            int64_t oa, ob, oc;
+            batch_offsets(g, e, &oa, &ob, &oc);
+            fill_empty(g, (char *)g->c + (size_t)oc * em_esize(g->dtype), 0, g->m, 0, g->n);
+        }
+        return EM_OK;
+    }
+    double xbytes = (double)g->m * (double)g->k * (double)em_esize(g->dtype);
+    bool small = g->m <= DOT_ALWAYS_M || (g->m <= DOT_MAX_M && xbytes <= DOT_MAX_X_BYTES);
+    bool dot = g->force_engine == 2 || (g->force_engine == 0 && small);
+    if (dot && dot_fits(g)) {
+        dot_job j = {g, em_gemm_dot_for(g->dtype)};
+        double bytes = (double)g->n * (double)g->k * (double)em_esize(g->dtype) * (double)nbatch;
+        /* ~64 KB of weights per task at least; the pool makes ~4 chunks per thread */
+        int64_t grain = 1 + (int64_t)(65536.0 / ((double)g->k * (double)em_esize(g->dtype)));
+        if (bytes < 65536.0)
+            dot_body(&j, 0, g->n * nbatch, 0);
+        else
+            em_parallel_for(g->n * nbatch, grain, dot_body, &j);
+        return EM_OK;
+    }
+    return run_packed(g, nbatch);
+}

@@ -1,5 +1,0 @@
-/* Placeholder until the CPU kernels of the linalg family land: its ops report "no kernel on cpu".
- * Delete this file when the family's kernels register themselves. */
-#include "backends/cpu/cpu.h"
-
-void em_cpu_register_linalg(em_kernel_fn *k) { (void)k; }

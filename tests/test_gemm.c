@@ -1,0 +1,195 @@
+/*
+ * GEMM engines on large shapes, against a double-precision product of the same (rounded) inputs
+ * computed here. This is an additional check: the primary references are the torch fixtures in
+ * tests/fixtures/ops/linalg.* (run by test_ops). Covers what fixtures cannot hold cheaply: big
+ * and odd shapes (several k, m and n blocks), every packing layout, both engines, and the C
+ * twins called directly whatever the CPU.
+ *
+ * Bound: |got - ref| <= 2^-8 |ref| (one bf16/f16 rounding; 0 for f32) + 1e-5 * sum_k |a||b|
+ * (f32 accumulation over K terms with any summation order).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/gemm.h"
+#include "ember/ember.h"
+#include "harness.h"
+
+static uint64_t rng = 88172645463325252ull;
+
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static double get(const void *p, em_dtype dt, int64_t i) {
+    switch (dt) {
+    case EM_F32: return ((const float *)p)[i];
+    case EM_BF16: return em_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return em_f16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+static void *rand_buf(em_dtype dt, int64_t n) {
+    size_t es = em_dtype_size(dt);
+    void *p = malloc((size_t)(n > 0 ? n : 1) * es);
+    for (int64_t i = 0; i < n; i++) {
+        float v = frand();
+        if (dt == EM_F32)
+            ((float *)p)[i] = v;
+        else if (dt == EM_BF16)
+            ((uint16_t *)p)[i] = em_f32_to_bf16(v);
+        else
+            ((uint16_t *)p)[i] = em_f32_to_f16(v);
+    }
+    return p;
+}
+
+/* Compares g's C (already computed) with the double reference; returns the worst error / bound. */
+static double check(const em_gemm_args *g, const char *what) {
+    double worst = 0;
+    int64_t bad = 0;
+    double out_rel = g->dtype == EM_F32 ? 0 : g->dtype == EM_BF16 ? 1.0 / 256 : 1.0 / 2048;
+    /* A row-major and B^T row-major in double, so the reference loop is contiguous */
+    double *a = malloc((size_t)(g->m * g->k + 1) * sizeof *a);
+    double *bt = malloc((size_t)(g->n * g->k + 1) * sizeof *bt);
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t k = 0; k < g->k; k++)
+            a[i * g->k + k] = get(g->a, g->dtype, i * g->a_rs + k * g->a_cs);
+    for (int64_t j = 0; j < g->n; j++)
+        for (int64_t k = 0; k < g->k; k++)
+            bt[j * g->k + k] = get(g->b, g->dtype, k * g->b_rs + j * g->b_cs);
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            const double *ar = a + i * g->k, *br = bt + j * g->k;
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < g->k; k++) {
+                double p = ar[k] * br[k];
+                s += p;
+                sa += fabs(p);
+            }
+            if (g->bias) {
+                s += g->bias[j];
+                sa += fabs(g->bias[j]);
+            }
+            double got = get(g->c, g->dtype, i * g->ldc + j);
+            double bound = out_rel * fabs(s) + 1e-5 * sa + 1e-30;
+            double r = fabs(got - s) / bound;
+            if (!(r <= 1.0) && bad++ < 3)
+                fprintf(stderr, "  %s: C[%lld,%lld] = %.8g, expected %.8g (bound %.3g)\n", what,
+                        (long long)i, (long long)j, got, s, bound);
+            if (!(r <= worst)) worst = r;
+        }
+    free(a), free(bt);
+    CHECK_MSG(bad == 0, "%s: %lld elements out of bound", what, (long long)bad);
+    return worst;
+}
+
+/* layout bits: 1 = A stored transposed (column-major), 2 = B stored as [N, K] (k contiguous). */
+static void run_case(int64_t m, int64_t n, int64_t k, em_dtype dt, int layout, int engine,
+                     bool bias) {
+    em_gemm_args g = {0};
+    g.m = m, g.n = n, g.k = k, g.dtype = dt;
+    void *a = rand_buf(dt, m * k), *b = rand_buf(dt, k * n);
+    void *c = calloc((size_t)(m * n > 0 ? m * n : 1), 4);
+    float *bs = NULL;
+    g.a = a;
+    g.a_rs = layout & 1 ? 1 : k;
+    g.a_cs = layout & 1 ? m : 1;
+    g.b = b;
+    g.b_rs = layout & 2 ? 1 : n;
+    g.b_cs = layout & 2 ? k : 1;
+    g.c = c;
+    g.ldc = n;
+    if (bias) {
+        bs = malloc((size_t)n * sizeof *bs);
+        for (int64_t j = 0; j < n; j++) bs[j] = frand();
+        g.bias = bs;
+    }
+    g.force_engine = engine;
+    CHECK(em_gemm(&g) == EM_OK);
+    char what[160];
+    snprintf(what, sizeof what, "m%lld n%lld k%lld %s layout %d engine %d%s", (long long)m,
+             (long long)n, (long long)k, em_dtype_name(dt), layout, engine, bias ? " bias" : "");
+    double w = check(&g, what);
+    if (dt == EM_F32 && w > 0.5) fprintf(stderr, "  note: %s uses %.2f of its bound\n", what, w);
+    /* the portable twins on the same problem */
+    if (m * n * k <= 64 * 300 * 257) {
+        const em_gemm_kernel *gk = em_gemm_kernel_generic(dt);
+        void *ws = aligned_alloc(64, em_gemm_block_ws(gk, dt, m, n, k));
+        memset(c, 0, (size_t)(m * n) * 4);
+        em_gemm_block(&g, gk, g.a, g.b, g.c, 0, m, 0, n, ws);
+        free(ws);
+        strcat(what, " generic");
+        check(&g, what);
+        if (layout & 2 && (layout & 1) == 0) {
+            memset(c, 0, (size_t)(m * n) * 4);
+            em_gemm_dot_generic(dt)(m, n, k, a, k, b, k, c, n, dt, g.bias);
+            strcat(what, "-dot");
+            check(&g, what);
+        }
+    }
+    free(a), free(b), free(c), free(bs);
+}
+
+static void test_big_shapes(void) {
+    run_case(512, 700, 1000, EM_F32, 0, 0, false);
+    run_case(512, 700, 1000, EM_BF16, 0, 0, false);
+    run_case(300, 257, 4096, EM_BF16, 2, 0, true);
+    run_case(129, 200, 4096, EM_F32, 3, 0, false);
+    run_case(77, 515, 1537, EM_F16, 1, 0, true);
+}
+
+static void test_layouts_and_edges(void) {
+    em_dtype dts[] = {EM_F32, EM_BF16, EM_F16};
+    int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {14, 32, 2}, {15, 33, 513}, {29, 65, 257},
+                           {64, 300, 257}, {2, 97, 1031}};
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int layout = 0; layout < 4; layout++)
+                run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], layout, 1,
+                         (s + layout) % 2 == 0);
+}
+
+static void test_dot_engine(void) {
+    em_dtype dts[] = {EM_F32, EM_BF16, EM_F16};
+    int64_t shapes[][3] = {{1, 1, 1}, {1, 768, 2048}, {4, 37, 1000}, {5, 9, 31}, {16, 130, 33},
+                           {64, 70, 4096}, {3, 2048, 65}};
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], 2, 2, s % 2 == 1);
+}
+
+/* The public ops on big strided views: matmul of a transposed A, linear with 3-D x. */
+static void test_public_ops(void) {
+    em_ctx *c = em_ctx_create();
+    int64_t sa[2] = {700, 512}, sb[2] = {700, 300}, sx[3] = {3, 50, 1000}, sw[2] = {260, 1000};
+    em_tensor *a = em_randn(c, EM_BF16, 2, sa, 1, 0.0, 1.0);
+    em_tensor *b = em_randn(c, EM_BF16, 2, sb, 2, 0.0, 1.0);
+    em_tensor *at = em_transpose(c, a, 0, 1);
+    em_tensor *y = em_matmul(c, at, b);
+    em_tensor *x = em_randn(c, EM_F32, 3, sx, 3, 0.0, 1.0);
+    em_tensor *w = em_randn(c, EM_F32, 2, sw, 4, 0.0, 1.0);
+    em_tensor *z = em_linear(c, x, w, NULL);
+    CHECK(em_ctx_status(c) == EM_OK);
+    if (em_ctx_status(c) == EM_OK) {
+        em_gemm_args g = {0};
+        g.m = 512, g.n = 300, g.k = 700, g.dtype = EM_BF16;
+        g.a = em_tensor_data(c, a), g.a_rs = 1, g.a_cs = 512;
+        g.b = em_tensor_data(c, b), g.b_rs = 300, g.b_cs = 1;
+        g.c = em_tensor_data(c, y), g.ldc = 300;
+        check(&g, "em_matmul(a^T, b) bf16");
+        g.m = 150, g.n = 260, g.k = 1000, g.dtype = EM_F32;
+        g.a = em_tensor_data(c, x), g.a_rs = 1000, g.a_cs = 1;
+        g.b = em_tensor_data(c, w), g.b_rs = 1, g.b_cs = 1000;
+        g.c = em_tensor_data(c, z), g.ldc = 260;
+        check(&g, "em_linear(x[3,50,1000], w) f32");
+    }
+    em_ctx_destroy(c);
+}
+
+EM_TEST_MAIN(T(test_big_shapes), T(test_layouts_and_edges), T(test_dot_engine),
+             T(test_public_ops))
