@@ -8,6 +8,7 @@
 static const em_cli_cmd commands[] = {
     {"devices", "list devices and their properties", cmd_devices},
     {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
+    {"tokenize", "encode text to token ids, or decode ids, with a tokenizer.json", cmd_tokenize},
 };
 
 bool cli_wants_help(int argc, char **argv) {
