@@ -320,7 +320,7 @@ static bool cache_lookup(tk_bpe_cache *c, const char *s, size_t n, tk_ids *out, 
     int32_t k = tk_strmap_get(&c->map, s, n);
     bool ok = true;
     if (k >= 0) {
-        ok = tk_ids_append(out, c->ids.v + c->spans[k].off, c->spans[k].n);
+        if (c->spans[k].n) ok = tk_ids_append(out, c->ids.v + c->spans[k].off, c->spans[k].n);
         *hit = true;
     }
     pthread_mutex_unlock(&c->lock);
@@ -368,6 +368,7 @@ bool tk_bpe_tokenize(tk_enc *e, const char *s, size_t n) {
     if (hit) return true;
     size_t before = e->out.n;
     if (!bpe_word(e, m, s, n, &e->out)) return false;
-    cache_store(m->cache, s, n, e->out.v + before, e->out.n - before);
+    if (e->out.n > before) cache_store(m->cache, s, n, e->out.v + before, e->out.n - before);
+    else cache_store(m->cache, s, n, NULL, 0);
     return true;
 }

@@ -145,7 +145,7 @@ void tk_strlist_end(tk_strlist *l);
 void tk_strlist_clear(tk_strlist *l);
 void tk_strlist_free(tk_strlist *l);
 static inline const char *tk_strlist_at(const tk_strlist *l, size_t i) {
-    return l->data.p + l->off[i];
+    return l->data.p ? l->data.p + l->off[i] : "";
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -163,6 +163,7 @@ bool tk_normalize_form(tk_nf form, const char *s, size_t n, tk_buf *out) {
     utf8proc_option_t opt = UTF8PROC_DECOMPOSE | UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0);
     u32buf b = {0};
     bool ok = false;
+    if (!u32_reserve(&b, n + 8)) goto done;
     /* 1. full decomposition, one code point at a time, with the library's overrides */
     for (i = 0; i < n;) {
         size_t k;
