@@ -29,8 +29,6 @@ void tk_enc_free(tk_enc *e) {
     for (int i = 0; i < TK_MAX_PRETOK; i++) {
         tk_buf_free(&e->level[i][0]);
         tk_buf_free(&e->level[i][1]);
-        free(e->spans[i][0].v);
-        free(e->spans[i][1].v);
     }
     for (int i = 0; i < 2; i++) {
         free(e->added_spans[i].v);

@@ -5,8 +5,8 @@
  * first and end_of_word_suffix on the last; unknown characters become byte-fallback tokens or
  * the unknown token, fused or not), then the pair with the lowest merge rank is merged until no
  * pair can be: a min-heap on (rank, position), stale entries skipped, as word.rs does.
- * Results for words shorter than 256 bytes are kept in a cache of 10,000 words, like the
- * library's; the cache changes speed, never results.
+ * Results for words shorter than 256 bytes are kept in a cache of 65,536 words (the library keeps
+ * 10,000 per thread); the cache changes speed, never results.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 
 #include "io/tokenizer_impl.h"
 
-#define BPE_CACHE_CAPACITY 10000
+#define BPE_CACHE_CAPACITY 65536
 #define BPE_CACHE_MAX_LEN 256
 
 struct tk_sym {
@@ -136,9 +136,12 @@ bool tk_bpe_init(tk_model *m) {
         snprintf(tok, sizeof tok, "<0x%02X>", b);
         m->byte_ids[b] = tk_strmap_get(&m->vocab.map, tok, 6);
     }
-    for (int ch = 0; ch < 128; ch++) {
-        char s = (char)ch;
-        m->char_ids[ch] = tk_strmap_get(&m->vocab.map, &s, 1);
+    m->char_ids = malloc(0x800 * sizeof *m->char_ids);
+    if (!m->char_ids) return false;
+    for (uint32_t cp = 0; cp < 0x800; cp++) {
+        char u[4];
+        size_t k = tk_utf8_encode(cp, u);
+        m->char_ids[cp] = tk_strmap_get(&m->vocab.map, u, k);
     }
     m->cache = calloc(1, sizeof *m->cache);
     if (!m->cache) return false;
@@ -204,8 +207,9 @@ static bool bpe_word(tk_enc *e, const tk_model *m, const char *w, size_t n, tk_i
         int32_t id = -1;
         const char *s = w + i;
         size_t sl = k;
-        if (plain && k == 1) {
-            id = m->char_ids[(unsigned char)w[i]];
+        if (plain && k <= 2) {
+            size_t kk;
+            id = m->char_ids[tk_utf8_next(w + i, &kk)];
         } else {
             if ((!first && m->prefix) || (last && m->suffix)) {
                 tmp->len = 0;

@@ -8,8 +8,6 @@
 
 #include "io/tokenizer_impl.h"
 
-uint32_t tk_byte_level_char(uint8_t b);
-
 /* GPT-2 character -> byte (the inverse of bytes_char); -1 for other characters. The largest
  * such character is U+0143. */
 static int16_t char_byte[324];

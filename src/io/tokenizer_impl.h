@@ -201,6 +201,11 @@ void tk_regex_free(tk_regex *re);
  * one empty non-match span. Returns false (with message) on a matching failure or OOM. */
 bool tk_regex_find_matches(tk_rx_state *st, const tk_regex *re, const char *s, size_t n,
                            tk_spans *out, char *err, size_t errsz);
+/* The same spans, handed one at a time to fn (which returns false to stop: *stopped is then
+ * set and the call still returns true). Returns false (with message) on a matching failure. */
+typedef bool (*tk_span_fn)(void *ctx, size_t start, size_t end, bool match);
+bool tk_regex_each(tk_rx_state *st, const tk_regex *re, const char *s, size_t n, tk_span_fn fn,
+                   void *ctx, bool *stopped, char *err, size_t errsz);
 void tk_rx_state_free(tk_rx_state *st);
 
 /* ---------------------------------------------------------------------------------------------
@@ -320,7 +325,8 @@ typedef struct tk_model {
     size_t prefix_len, suffix_len;
     bool fuse_unk, byte_fallback, ignore_merges;
     int32_t byte_ids[256]; /* ids of "<0xXX>" tokens, -1 when absent */
-    int32_t char_ids[128]; /* ids of one-byte (ASCII) tokens, -1 when absent */
+    int32_t *char_ids;     /* ids of the one-character tokens below U+0800 (one or two UTF-8
+                              bytes: all of GPT-2's byte characters), -1 when absent */
     tk_bpe_cache *cache;
     /* WordPiece */
     size_t max_input_chars_per_word;
@@ -445,7 +451,6 @@ typedef struct tk_enc {
     tk_rx_state rx;
     tk_buf norm[2];                  /* normalizer ping-pong */
     tk_buf level[TK_MAX_PRETOK][2];  /* per pre-tokenizer step */
-    tk_spans spans[TK_MAX_PRETOK][2];  /* per step: pattern matches, kept pieces */
     tk_spans added_spans[2];           /* raw text, normalized piece */
     tk_ids added_ids[2];
     /* model scratch */
@@ -484,9 +489,9 @@ void tk_added_free(tk_added *a);
 bool tk_trie_add(tk_trie *t, const char *s, size_t n, int32_t val, int32_t *dup);
 void tk_trie_free(tk_trie *t);
 
-/* Splits [0, n) of s by `behavior` given the pattern's spans; appends the kept pieces to out
- * (as non-match spans). */
-bool tk_split_by_behavior(const tk_spans *matches, tk_split_behavior b, tk_spans *out);
+/* GPT-2's byte-level map (tokenizer_pretok.c): appends each byte of s as its character. */
+bool tk_byte_level_map(const char *s, size_t n, tk_buf *out);
+uint32_t tk_byte_level_char(uint8_t b);
 
 /* Builders used by tokenizer_load.c. */
 bool tk_bpe_build_merge(tk_model *m, const char *a, size_t alen, const char *b, size_t blen,

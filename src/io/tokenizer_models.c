@@ -89,6 +89,7 @@ void tk_model_free(tk_model *m) {
     tk_vocab_free(&m->vocab);
     tk_u64map_free(&m->merges);
     tk_bpe_cache_free(m->cache);
+    free(m->char_ids);
     free(m->scores);
     tk_u64map_free(&m->trie);
     free(m->trie_val);

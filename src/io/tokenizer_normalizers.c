@@ -10,8 +10,6 @@
 
 #include "io/tokenizer_impl.h"
 
-bool tk_byte_level_map(const char *s, size_t n, tk_buf *out);
-
 static bool oom(tk_enc *e) { return tk_enc_fail(e, EM_ERR_OOM, "out of memory in a normalizer"); }
 
 /* Strip: removes leading and/or trailing whitespace (char::is_whitespace). */

@@ -49,73 +49,95 @@ bool tk_byte_level_map(const char *s, size_t n, tk_buf *out) {
     return true;
 }
 
-bool tk_split_by_behavior(const tk_spans *m, tk_split_behavior b, tk_spans *out) {
-    out->n = 0;
-    bool prev = false;
-    switch (b) {
-    case TK_SPLIT_ISOLATED:
-        for (size_t i = 0; i < m->n; i++)
-            if (!tk_spans_push(out, m->v[i].start, m->v[i].end, false)) return false;
-        return true;
-    case TK_SPLIT_REMOVED:
-        for (size_t i = 0; i < m->n; i++)
-            if (!m->v[i].match && !tk_spans_push(out, m->v[i].start, m->v[i].end, false))
-                return false;
-        return true;
+/* ---- streaming splits ----
+ * A pattern's spans come one at a time (regex matches as they are found, or characters that
+ * satisfy a predicate) and go through the behaviour's fold below, which needs to hold at most one
+ * piece back; every piece it lets go is pre-tokenized further at once. This is the fold of
+ * NormalizedString::split, run forwards (MergedWithNext, which the library folds from the end,
+ * holds a match until it sees what follows). */
+
+typedef struct splitter {
+    tk_enc *e;
+    size_t step;
+    const char *src;
+    bool at_origin, invert;
+    tk_split_behavior b;
+    bool prev_match; /* the fold's previous_match */
+    bool have;       /* a piece is held back */
+    size_t hs, he;
+    bool failed;
+} splitter;
+
+static bool emit(splitter *sp, size_t a, size_t z) {
+    if (z <= a) return true; /* empty splits are dropped */
+    if (!tk_pretok_run(sp->e, sp->step + 1, sp->src + a, z - a, sp->at_origin && a == 0)) {
+        sp->failed = true;
+        return false;
+    }
+    return true;
+}
+
+static bool feed(void *ctx, size_t a, size_t z, bool m) {
+    splitter *sp = ctx;
+    if (sp->invert) m = !m;
+    switch (sp->b) {
+    case TK_SPLIT_ISOLATED: return emit(sp, a, z);
+    case TK_SPLIT_REMOVED: return m ? true : emit(sp, a, z);
     case TK_SPLIT_CONTIGUOUS:
-        for (size_t i = 0; i < m->n; i++) {
-            bool is = m->v[i].match;
-            if (is == prev && out->n) out->v[out->n - 1].end = m->v[i].end;
-            else if (!tk_spans_push(out, m->v[i].start, m->v[i].end, false)) return false;
-            prev = is;
+    case TK_SPLIT_MERGED_WITH_PREVIOUS: {
+        bool merge = sp->b == TK_SPLIT_CONTIGUOUS ? m == sp->prev_match : m && !sp->prev_match;
+        sp->prev_match = m;
+        if (merge && sp->have) {
+            sp->he = z;
+            return true;
         }
+        if (sp->have && !emit(sp, sp->hs, sp->he)) return false;
+        sp->have = true;
+        sp->hs = a, sp->he = z;
         return true;
-    case TK_SPLIT_MERGED_WITH_PREVIOUS:
-        for (size_t i = 0; i < m->n; i++) {
-            bool is = m->v[i].match;
-            if (is && !prev && out->n) out->v[out->n - 1].end = m->v[i].end;
-            else if (!tk_spans_push(out, m->v[i].start, m->v[i].end, false)) return false;
-            prev = is;
-        }
-        return true;
+    }
     case TK_SPLIT_MERGED_WITH_NEXT:
-        for (size_t i = m->n; i-- > 0;) {
-            bool is = m->v[i].match;
-            if (is && !prev && out->n) out->v[out->n - 1].start = m->v[i].start;
-            else if (!tk_spans_push(out, m->v[i].start, m->v[i].end, false)) return false;
-            prev = is;
+        if (sp->have) { /* a held match */
+            sp->have = false;
+            if (!m) return emit(sp, sp->hs, z);
+            if (!emit(sp, sp->hs, sp->he)) return false;
         }
-        for (size_t i = 0, j = out->n ? out->n - 1 : 0; i < j; i++, j--) {
-            tk_span t = out->v[i];
-            out->v[i] = out->v[j];
-            out->v[j] = t;
+        if (m) {
+            sp->have = true;
+            sp->hs = a, sp->he = z;
+            return true;
         }
-        return true;
+        return emit(sp, a, z);
     }
     return false;
 }
 
-/* Pattern::find_matches for a character predicate: every matching character is its own match
- * span, the text between them one non-match span. */
+static bool finish(splitter *sp) { return !sp->have || emit(sp, sp->hs, sp->he); }
+
+static splitter splitter_make(tk_enc *e, size_t step, const char *src, bool at_origin,
+                              tk_split_behavior b, bool invert) {
+    return (splitter){.e = e, .step = step, .src = src, .at_origin = at_origin, .b = b,
+                      .invert = invert};
+}
+
 typedef bool (*tk_pred)(uint32_t c, uint32_t arg);
 
-static bool pred_find_matches(const char *s, size_t n, tk_pred pred, uint32_t arg,
-                              tk_spans *out) {
-    out->n = 0;
-    if (n == 0) return tk_spans_push(out, 0, 0, false);
+/* Pattern::find_matches for a character predicate: every matching character is its own match
+ * span, the text between them one non-match span. */
+static bool pred_split(splitter *sp, const char *s, size_t n, tk_pred pred, uint32_t arg) {
     size_t last = 0;
     for (size_t i = 0; i < n;) {
         size_t k;
         uint32_t c = tk_utf8_next(s + i, &k);
         if (pred(c, arg)) {
-            if (last < i && !tk_spans_push(out, last, i, false)) return false;
-            if (!tk_spans_push(out, i, i + k, true)) return false;
+            if (last < i && !feed(sp, last, i, false)) return false;
+            if (!feed(sp, i, i + k, true)) return false;
             last = i + k;
         }
         i += k;
     }
-    if (n > last && !tk_spans_push(out, last, n, false)) return false;
-    return true;
+    if (n > last && !feed(sp, last, n, false)) return false;
+    return finish(sp);
 }
 
 static bool pred_ws(uint32_t c, uint32_t arg) { return (void)arg, tk_is_whitespace(c); }
@@ -125,8 +147,7 @@ static bool pred_char(uint32_t c, uint32_t arg) { return c == arg; }
 
 /* Whitespace: the pieces the regex \w+|[^\w\s]+ matches (runs of word characters, runs of
  * other non-space characters); the whitespace between them is dropped. */
-static bool whitespace_pieces(const char *s, size_t n, tk_spans *out) {
-    out->n = 0;
+static bool whitespace_split(splitter *sp, const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         size_t k;
@@ -144,24 +165,49 @@ static bool whitespace_pieces(const char *s, size_t n, tk_spans *out) {
             if (word ? !w : (w || tk_is_whitespace(c))) break;
             i += k;
         }
-        if (!tk_spans_push(out, start, i, false)) return false;
+        if (!emit(sp, start, i)) return false;
+    }
+    return true;
+}
+
+/* ByteLevel with its regex: each match, mapped to byte characters, goes on. */
+typedef struct bl_ctx {
+    tk_enc *e;
+    size_t step;
+    const char *src;
+    bool at_origin;
+    tk_buf *buf;
+    bool failed;
+} bl_ctx;
+
+static bool bl_piece(void *ctx, size_t a, size_t z, bool m) {
+    (void)m;
+    bl_ctx *b = ctx;
+    if (z <= a) return true;
+    b->buf->len = 0;
+    if (!tk_byte_level_map(b->src + a, z - a, b->buf)) {
+        tk_enc_fail(b->e, EM_ERR_OOM, "out of memory while splitting");
+        b->failed = true;
+        return false;
+    }
+    if (!tk_pretok_run(b->e, b->step + 1, b->buf->p, b->buf->len, b->at_origin && a == 0)) {
+        b->failed = true;
+        return false;
     }
     return true;
 }
 
 static bool oom(tk_enc *e) { return tk_enc_fail(e, EM_ERR_OOM, "out of memory while splitting"); }
 
-/* Hands every non-empty piece of src to the next step. */
-static bool run_pieces(tk_enc *e, size_t step, const char *src, const tk_spans *pieces,
-                       bool at_origin) {
-    for (size_t i = 0; i < pieces->n; i++) {
-        const tk_span *p = &pieces->v[i];
-        if (p->end <= p->start) continue;
-        if (!tk_pretok_run(e, step + 1, src + p->start, p->end - p->start,
-                           at_origin && p->start == 0))
-            return false;
-    }
-    return true;
+/* Runs a regex through a splitter. */
+static bool regex_split(tk_enc *e, const tk_regex *re, splitter *sp, const char *s, size_t n,
+                        const char *who) {
+    char err[320];
+    bool stopped;
+    if (!tk_regex_each(&e->rx, re, s, n, feed, sp, &stopped, err, sizeof err))
+        return tk_enc_fail(e, EM_ERR_INTERNAL, "pre_tokenizer %s: %s", who, err);
+    if (stopped || sp->failed) return false;
+    return finish(sp);
 }
 
 bool tk_pretok_run(tk_enc *e, size_t step, const char *s, size_t len, bool at_origin) {
@@ -169,18 +215,13 @@ bool tk_pretok_run(tk_enc *e, size_t step, const char *s, size_t len, bool at_or
     const em_tokenizer *t = e->t;
     if (step == t->n_pretok) return tk_model_tokenize(e, s, len);
     const tk_pretok *p = &t->pretok[step];
-    tk_spans *m = &e->spans[step][0], *pieces = &e->spans[step][1];
     tk_buf *b0 = &e->level[step][0], *b1 = &e->level[step][1];
-    char err[320];
+    splitter sp;
 
     switch (p->type) {
     case TK_PT_SPLIT:
-        if (!tk_regex_find_matches(&e->rx, &p->re, s, len, m, err, sizeof err))
-            return tk_enc_fail(e, EM_ERR_INTERNAL, "pre_tokenizer Split: %s", err);
-        if (p->invert)
-            for (size_t i = 0; i < m->n; i++) m->v[i].match = !m->v[i].match;
-        if (!tk_split_by_behavior(m, p->behavior, pieces)) return oom(e);
-        return run_pieces(e, step, s, pieces, at_origin);
+        sp = splitter_make(e, step, s, at_origin, p->behavior, p->invert);
+        return regex_split(e, &p->re, &sp, s, len, "Split");
 
     case TK_PT_BYTE_LEVEL: {
         const char *src = s;
@@ -191,84 +232,68 @@ bool tk_pretok_run(tk_enc *e, size_t step, const char *s, size_t len, bool at_or
             src = b0->p;
             n = b0->len;
         }
-        if (p->use_regex) {
-            if (!tk_regex_find_matches(&e->rx, &p->re, src, n, m, err, sizeof err))
-                return tk_enc_fail(e, EM_ERR_INTERNAL, "pre_tokenizer ByteLevel: %s", err);
-        } else {
-            m->n = 0;
-            if (!tk_spans_push(m, 0, n, false)) return oom(e);
-        }
-        for (size_t i = 0; i < m->n; i++) {
-            size_t a = m->v[i].start, z = m->v[i].end;
-            if (z <= a) continue;
-            b1->len = 0;
-            if (!tk_byte_level_map(src + a, z - a, b1)) return oom(e);
-            if (!tk_pretok_run(e, step + 1, b1->p, b1->len, at_origin && a == 0)) return false;
-        }
-        return true;
+        bl_ctx bc = {e, step, src, at_origin, b1, false};
+        if (!p->use_regex) return bl_piece(&bc, 0, n, false);
+        char err[320];
+        bool stopped;
+        if (!tk_regex_each(&e->rx, &p->re, src, n, bl_piece, &bc, &stopped, err, sizeof err))
+            return tk_enc_fail(e, EM_ERR_INTERNAL, "pre_tokenizer ByteLevel: %s", err);
+        return !stopped && !bc.failed;
     }
 
     case TK_PT_METASPACE: {
         char rep[4];
         size_t rl = tk_utf8_encode(p->ch, rep);
         b0->len = 0;
-        bool starts_with_rep = false;
-        {
-            size_t k;
-            starts_with_rep = tk_utf8_next(s, &k) == p->ch || (s[0] == ' ');
-        }
+        size_t k;
+        bool starts_with_rep = s[0] == ' ' || tk_utf8_next(s, &k) == p->ch;
         if ((p->prepend == TK_PREPEND_ALWAYS || (p->prepend == TK_PREPEND_FIRST && at_origin)) &&
             !starts_with_rep)
             if (!tk_buf_append(b0, rep, rl)) return oom(e);
+        if (!tk_buf_reserve(b0, len * rl)) return oom(e);
         for (size_t i = 0; i < len; i++) {
             if (s[i] == ' ') {
-                if (!tk_buf_append(b0, rep, rl)) return oom(e);
-            } else if (!tk_buf_putc(b0, s[i]))
-                return oom(e);
+                memcpy(b0->p + b0->len, rep, rl);
+                b0->len += rl;
+            } else
+                b0->p[b0->len++] = s[i];
         }
         if (!p->split) return tk_pretok_run(e, step + 1, b0->p, b0->len, at_origin);
-        if (!pred_find_matches(b0->p, b0->len, pred_char, p->ch, m)) return oom(e);
-        if (!tk_split_by_behavior(m, TK_SPLIT_MERGED_WITH_NEXT, pieces)) return oom(e);
-        return run_pieces(e, step, b0->p, pieces, at_origin);
+        sp = splitter_make(e, step, b0->p, at_origin, TK_SPLIT_MERGED_WITH_NEXT, false);
+        return pred_split(&sp, b0->p, b0->len, pred_char, p->ch);
     }
 
     case TK_PT_WHITESPACE:
-        if (!whitespace_pieces(s, len, pieces)) return oom(e);
-        return run_pieces(e, step, s, pieces, at_origin);
+        sp = splitter_make(e, step, s, at_origin, TK_SPLIT_ISOLATED, false);
+        return whitespace_split(&sp, s, len);
 
     case TK_PT_WS_SPLIT:
-        if (!pred_find_matches(s, len, pred_ws, 0, m)) return oom(e);
-        if (!tk_split_by_behavior(m, TK_SPLIT_REMOVED, pieces)) return oom(e);
-        return run_pieces(e, step, s, pieces, at_origin);
+        sp = splitter_make(e, step, s, at_origin, TK_SPLIT_REMOVED, false);
+        return pred_split(&sp, s, len, pred_ws, 0);
 
     case TK_PT_PUNCT:
-        if (!pred_find_matches(s, len, pred_punct, 0, m)) return oom(e);
-        if (!tk_split_by_behavior(m, p->behavior, pieces)) return oom(e);
-        return run_pieces(e, step, s, pieces, at_origin);
+        sp = splitter_make(e, step, s, at_origin, p->behavior, false);
+        return pred_split(&sp, s, len, pred_punct, 0);
 
     case TK_PT_DIGITS:
-        if (!pred_find_matches(s, len, pred_numeric, 0, m)) return oom(e);
-        if (!tk_split_by_behavior(m, p->individual_digits ? TK_SPLIT_ISOLATED
-                                                          : TK_SPLIT_CONTIGUOUS,
-                                  pieces))
-            return oom(e);
-        return run_pieces(e, step, s, pieces, at_origin);
+        sp = splitter_make(e, step, s, at_origin,
+                           p->individual_digits ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS, false);
+        return pred_split(&sp, s, len, pred_numeric, 0);
 
     case TK_PT_CHAR_DELIMITER:
-        if (!pred_find_matches(s, len, pred_char, p->ch, m)) return oom(e);
-        if (!tk_split_by_behavior(m, TK_SPLIT_REMOVED, pieces)) return oom(e);
-        return run_pieces(e, step, s, pieces, at_origin);
+        sp = splitter_make(e, step, s, at_origin, TK_SPLIT_REMOVED, false);
+        return pred_split(&sp, s, len, pred_char, p->ch);
 
     case TK_PT_FIXED_LENGTH: {
-        pieces->n = 0;
+        sp = splitter_make(e, step, s, at_origin, TK_SPLIT_ISOLATED, false);
         size_t i = 0;
         while (i < len) {
             size_t start = i;
             for (size_t c = 0; c < p->length && i < len; c++)
                 i += tk_utf8_len((unsigned char)s[i]);
-            if (!tk_spans_push(pieces, start, i, false)) return oom(e);
+            if (!emit(&sp, start, i)) return false;
         }
-        return run_pieces(e, step, s, pieces, at_origin);
+        return true;
     }
     }
     return tk_enc_fail(e, EM_ERR_INTERNAL, "unknown pre-tokenizer step %d", (int)p->type);

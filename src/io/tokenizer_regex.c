@@ -146,25 +146,32 @@ void tk_rx_state_free(tk_rx_state *st) {
 static bool rx_state_init(tk_rx_state *st, char *err, size_t errsz) {
     if (st->md) return true;
     st->md = pcre2_match_data_create(1, NULL);
-    st->mctx = pcre2_match_context_create(NULL);
-    st->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    if (!st->md || !st->mctx) {
-        tk_rx_state_free(st);
+    if (!st->md) {
         snprintf(err, errsz, "out of memory for regex match data");
         return false;
     }
-    if (st->jit_stack) pcre2_jit_stack_assign(st->mctx, NULL, st->jit_stack);
     return true;
 }
 
-/* One search from `start`. Returns 1 with [*s, *e) on a match, 0 when none, -1 on error. */
+/* One search from `start`. Returns 1 with [*s, *e) on a match, 0 when none, -1 on error.
+ * The JIT runs on a 32 KiB block of the machine stack; a pattern that needs more (long runs of
+ * backtracking) gets an 8 MiB JIT stack, created then and kept for the rest of the call. */
 static int rx_search(tk_rx_state *st, const tk_regex *re, const char *subj, size_t n,
                      size_t start, size_t *s, size_t *e, char *err, size_t errsz) {
     int rc = pcre2_match(re->code, (PCRE2_SPTR)subj, n, start, PCRE2_NO_UTF_CHECK, st->md,
                          st->mctx);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* retry with the interpreter, whose limit is larger */
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !st->jit_stack) {
+        st->mctx = pcre2_match_context_create(NULL);
+        st->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+        if (st->mctx && st->jit_stack) {
+            pcre2_jit_stack_assign(st->mctx, NULL, st->jit_stack);
+            rc = pcre2_match(re->code, (PCRE2_SPTR)subj, n, start, PCRE2_NO_UTF_CHECK, st->md,
+                             st->mctx);
+        }
+    }
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* still too deep: the interpreter's limits are larger */
         rc = pcre2_match(re->code, (PCRE2_SPTR)subj, n, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                         st->md, st->mctx);
+                         st->md, NULL);
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
@@ -179,10 +186,13 @@ static int rx_search(tk_rx_state *st, const tk_regex *re, const char *subj, size
     return 1;
 }
 
-bool tk_regex_find_matches(tk_rx_state *st, const tk_regex *re, const char *s, size_t n,
-                           tk_spans *out, char *err, size_t errsz) {
-    out->n = 0;
-    if (n == 0) return tk_spans_push(out, 0, 0, false) || (snprintf(err, errsz, "oom"), false);
+bool tk_regex_each(tk_rx_state *st, const tk_regex *re, const char *s, size_t n, tk_span_fn fn,
+                   void *ctx, bool *stopped, char *err, size_t errsz) {
+    *stopped = false;
+    if (n == 0) {
+        if (!fn(ctx, 0, 0, false)) *stopped = true;
+        return true;
+    }
     if (!rx_state_init(st, err, errsz)) return false;
     size_t pos = 0, prev = 0;
     bool have_last = false;
@@ -198,16 +208,31 @@ bool tk_regex_find_matches(tk_rx_state *st, const tk_regex *re, const char *s, s
             pos += tk_utf8_len((unsigned char)s[pos]);
             continue;
         }
-        if (prev != ms && !tk_spans_push(out, prev, ms, false)) goto oom;
-        if (!tk_spans_push(out, ms, me, true)) goto oom;
+        if ((prev != ms && !fn(ctx, prev, ms, false)) || !fn(ctx, ms, me, true)) {
+            *stopped = true;
+            return true;
+        }
         prev = me;
         pos = me;
         last_end = me;
         have_last = true;
     }
-    if (prev != n && !tk_spans_push(out, prev, n, false)) goto oom;
+    if (prev != n && !fn(ctx, prev, n, false)) *stopped = true;
     return true;
-oom:
-    snprintf(err, errsz, "out of memory while splitting");
-    return false;
+}
+
+static bool push_span(void *ctx, size_t a, size_t z, bool match) {
+    return tk_spans_push(ctx, a, z, match);
+}
+
+bool tk_regex_find_matches(tk_rx_state *st, const tk_regex *re, const char *s, size_t n,
+                           tk_spans *out, char *err, size_t errsz) {
+    out->n = 0;
+    bool stopped;
+    if (!tk_regex_each(st, re, s, n, push_span, out, &stopped, err, errsz)) return false;
+    if (stopped) {
+        snprintf(err, errsz, "out of memory while splitting");
+        return false;
+    }
+    return true;
 }

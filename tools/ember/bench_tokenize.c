@@ -1,7 +1,12 @@
 /*
  * `ember bench tokenize`: load time and single-threaded encode throughput of a tokenizer, for
- * Ember and, in the same run, for the `tokenizers` library (through a Python snippet) when it
- * can be imported.
+ * Ember and, in the same run, for the `tokenizers` library (through a Python child) when it can
+ * be imported.
+ *
+ * Three measures, each the best of several runs: loading tokenizer.json; encoding the whole text
+ * in one call; encoding it line by line (one call per line; the library gets encode_batch on one
+ * thread, which spares it Python's per-call cost). Wall and CPU time are both reported: on a
+ * shared machine the CPU figure is the steadier one.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,9 +18,23 @@
 #include "ember/core.h"
 #include "ember/tokenizer.h"
 
-static double now_s(void) {
+typedef struct figures {
+    double load_wall_ms, load_cpu_ms;
+    double whole_wall, whole_cpu; /* MB/s */
+    double lines_wall, lines_cpu;
+    unsigned long crc;            /* of the whole-text ids */
+    long n_ids;
+} figures;
+
+static double wall_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -52,43 +71,48 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-/* Runs the library in a Python child; fills the figures or leaves them NAN. */
-static void bench_library(const char *tok_path, const char *text_path, double min_s,
-                          double *load_ms, double *mbps, unsigned long *crc, long *n_ids,
+static const char lib_script[] =
+    "import sys,time,json,os,zlib,array\n"
+    "try:\n"
+    "  from tokenizers import Tokenizer\n"
+    "except Exception as e:\n"
+    "  print(json.dumps({'error':'cannot import tokenizers: %s'%e})); sys.exit(0)\n"
+    "p,tp,mins=sys.argv[1],sys.argv[2],float(sys.argv[3])\n"
+    "f=p if os.path.isfile(p) else os.path.join(p,'tokenizer.json')\n"
+    "def best(fn):\n"
+    "  bw=bc=1e9; t0=time.perf_counter(); runs=0\n"
+    "  while runs<3 or time.perf_counter()-t0<mins:\n"
+    "    w=time.perf_counter(); c=time.process_time(); fn()\n"
+    "    bw=min(bw,time.perf_counter()-w); bc=min(bc,time.process_time()-c); runs+=1\n"
+    "  return bw,bc\n"
+    "lw,lc=1e9,1e9\n"
+    "for _ in range(3):\n"
+    "  w=time.perf_counter(); c=time.process_time(); tok=Tokenizer.from_file(f)\n"
+    "  lw=min(lw,time.perf_counter()-w); lc=min(lc,time.process_time()-c)\n"
+    "tok.no_truncation(); tok.no_padding()\n"
+    "text=open(tp,encoding='utf-8').read(); nb=len(text.encode('utf-8'))\n"
+    "lines=text.split('\\n')\n"
+    "ids=tok.encode(text,add_special_tokens=False).ids\n"
+    "ww,wc=best(lambda: tok.encode(text,add_special_tokens=False))\n"
+    "bw,bc=best(lambda: tok.encode_batch(lines,add_special_tokens=False))\n"
+    "crc=zlib.crc32(array.array('i',ids).tobytes())\n"
+    "print(json.dumps({'r':[lw*1e3,lc*1e3,nb/ww/1e6,nb/wc/1e6,nb/bw/1e6,nb/bc/1e6],'crc':crc,"
+    "'n':len(ids)}))\n";
+
+/* Runs the library in a Python child; returns false (with the reason) when it cannot. */
+static bool bench_library(const char *tok_path, const char *text_path, double min_s, figures *f,
                           char *why, size_t whysz) {
-    *load_ms = *mbps = NAN;
-    *crc = 0;
-    *n_ids = -1;
     const char *py = getenv("EMBER_PYTHON");
     if (!py || !*py) py = "python3";
-    char script[] =
-        "import sys,time,json,os,zlib,array\n"
-        "try:\n"
-        "  from tokenizers import Tokenizer\n"
-        "except Exception as e:\n"
-        "  print(json.dumps({'error':'cannot import tokenizers: %s'%e})); sys.exit(0)\n"
-        "p,tp,mins=sys.argv[1],sys.argv[2],float(sys.argv[3])\n"
-        "f=p if os.path.isfile(p) else os.path.join(p,'tokenizer.json')\n"
-        "best_load=1e9\n"
-        "for _ in range(3):\n"
-        "  t0=time.perf_counter(); tok=Tokenizer.from_file(f); best_load=min(best_load,time.perf_counter()-t0)\n"
-        "tok.no_truncation(); tok.no_padding()\n"
-        "text=open(tp,encoding='utf-8').read(); nb=len(text.encode('utf-8'))\n"
-        "ids=tok.encode(text,add_special_tokens=False).ids\n"
-        "best=1e9; t_start=time.perf_counter(); runs=0\n"
-        "while runs<3 or time.perf_counter()-t_start<mins:\n"
-        "  t0=time.perf_counter(); tok.encode(text,add_special_tokens=False); best=min(best,time.perf_counter()-t0); runs+=1\n"
-        "crc=zlib.crc32(array.array('i',ids).tobytes())\n"
-        "print(json.dumps({'load_ms':best_load*1e3,'mbps':nb/best/1e6,'crc':crc,'n':len(ids)}))\n";
     char path[] = "/tmp/ember_bench_tok_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) {
         snprintf(why, whysz, "cannot create a temporary file");
-        return;
+        return false;
     }
-    FILE *f = fdopen(fd, "w");
-    fputs(script, f);
-    fclose(f);
+    FILE *s = fdopen(fd, "w");
+    fputs(lib_script, s);
+    fclose(s);
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false '%s' '%s' '%s' '%s' %.3f 2>&1", py,
@@ -99,11 +123,11 @@ static void bench_library(const char *tok_path, const char *text_path, double mi
     out[n] = 0;
     if (p) pclose(p);
     remove(path);
-    char *o;
-    if ((o = strstr(out, "\"load_ms\"")) &&
-        sscanf(o, "\"load_ms\": %lf, \"mbps\": %lf, \"crc\": %lu, \"n\": %ld", load_ms, mbps, crc,
-               n_ids) == 4)
-        return;
+    char *o = strstr(out, "{\"r\": [");
+    if (o && sscanf(o, "{\"r\": [%lf, %lf, %lf, %lf, %lf, %lf], \"crc\": %lu, \"n\": %ld",
+                    &f->load_wall_ms, &f->load_cpu_ms, &f->whole_wall, &f->whole_cpu,
+                    &f->lines_wall, &f->lines_cpu, &f->crc, &f->n_ids) == 8)
+        return true;
     char *e = strstr(out, "\"error\": \"");
     if (e) {
         e += 10;
@@ -111,7 +135,19 @@ static void bench_library(const char *tok_path, const char *text_path, double mi
         snprintf(why, whysz, "%.*s", q ? (int)(q - e) : 200, e);
     } else
         snprintf(why, whysz, "%s failed: %.200s", py, out);
-    *load_ms = *mbps = NAN;
+    return false;
+}
+
+static void usage(void) {
+    printf("usage: ember bench tokenize [--tokenizer DIR_OR_FILE] [--text FILE] [--seconds S] "
+           "[--json]\n\n"
+           "Loads the tokenizer (default $EMBER_SHARED_DATA/tokenizers/qwen3) and encodes the\n"
+           "text (default $EMBER_SHARED_DATA/text/tinyshakespeare.txt) on one thread: the whole\n"
+           "text in one call, then line by line; each measure repeats for at least S seconds\n"
+           "(default 1) and the best run counts. The `tokenizers` library is measured the same\n"
+           "way in a Python child ($EMBER_PYTHON or python3); its figures are null when it\n"
+           "cannot be imported. Prints load ms and MB/s (UTF-8 bytes), wall and CPU time, and\n"
+           "whether both produced the same ids. --json: one JSON object per line.\n");
 }
 
 int bench_tokenize(int argc, char **argv) {
@@ -126,14 +162,7 @@ int bench_tokenize(int argc, char **argv) {
     double min_s = 1.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: ember bench tokenize [--tokenizer DIR_OR_FILE] [--text FILE] "
-                   "[--seconds S] [--json]\n\n"
-                   "Loads the tokenizer (default $EMBER_SHARED_DATA/tokenizers/qwen3) and encodes\n"
-                   "the text (default $EMBER_SHARED_DATA/text/tinyshakespeare.txt) on one thread,\n"
-                   "repeating for at least S seconds (default 1), best run reported. The\n"
-                   "`tokenizers` library is measured the same way in a Python child\n"
-                   "($EMBER_PYTHON or python3); its figures are null when it cannot be\n"
-                   "imported. Prints load ms, MB/s (UTF-8 bytes) and whether the ids agree.\n");
+            usage();
             return 0;
         } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
             tok_path = argv[++i];
@@ -160,15 +189,16 @@ int bench_tokenize(int argc, char **argv) {
         return 1;
     }
     em_ctx *c = em_ctx_create();
-    double load_best = INFINITY;
+    figures ours = {INFINITY, INFINITY, 0, 0, 0, 0, 0, 0};
     em_tokenizer *tok = NULL;
     for (int r = 0; r < 3; r++) {
         em_tokenizer_free(tok);
-        double t0 = now_s();
+        double w = wall_s(), u = cpu_s();
         tok = em_tokenizer_load(c, tok_path);
-        double dt = now_s() - t0;
+        w = wall_s() - w, u = cpu_s() - u;
         if (!tok) break;
-        if (dt < load_best) load_best = dt;
+        ours.load_wall_ms = fmin(ours.load_wall_ms, w * 1e3);
+        ours.load_cpu_ms = fmin(ours.load_cpu_ms, u * 1e3);
     }
     if (!tok) {
         fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
@@ -176,59 +206,101 @@ int bench_tokenize(int argc, char **argv) {
         free(text);
         return 1;
     }
+    int rc = 0;
+    /* the whole text in one call */
     int32_t *ids = NULL;
     size_t n = 0;
-    double best = INFINITY, start = now_s();
-    int runs = 0;
-    unsigned long crc = 0;
-    while (runs < 3 || now_s() - start < min_s) {
+    double bw = INFINITY, bc = INFINITY, start = wall_s();
+    for (int runs = 0; runs < 3 || wall_s() - start < min_s; runs++) {
         em_tokenizer_free_ids(ids);
-        double t0 = now_s();
+        double w = wall_s(), u = cpu_s();
         if (em_tokenizer_encode(c, tok, text, tlen, false, &ids, &n) != EM_OK) {
             fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
-            break;
+            rc = 1;
+            goto done;
         }
-        double dt = now_s() - t0;
-        if (dt < best) best = dt;
-        runs++;
+        bw = fmin(bw, wall_s() - w), bc = fmin(bc, cpu_s() - u);
     }
-    if (ids) crc = crc32_ieee((const unsigned char *)ids, n * sizeof *ids);
-    double ours = (double)tlen / best / 1e6;
+    ours.whole_wall = (double)tlen / bw / 1e6, ours.whole_cpu = (double)tlen / bc / 1e6;
+    ours.crc = crc32_ieee((const unsigned char *)ids, n * sizeof *ids);
+    ours.n_ids = (long)n;
+    /* line by line (the lines as Python's str.split('\n') gives them, without the '\n') */
+    size_t n_lines = 0;
+    bw = INFINITY, bc = INFINITY, start = wall_s();
+    for (int runs = 0; runs < 3 || wall_s() - start < min_s; runs++) {
+        double w = wall_s(), u = cpu_s();
+        const char *p = text, *end = text + tlen;
+        n_lines = 0;
+        for (;;) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            const char *le = nl ? nl : end;
+            int32_t *li;
+            size_t ln;
+            if (em_tokenizer_encode(c, tok, p, (size_t)(le - p), false, &li, &ln) != EM_OK) {
+                fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
+                rc = 1;
+                goto done;
+            }
+            em_tokenizer_free_ids(li);
+            n_lines++;
+            if (!nl) break;
+            p = nl + 1;
+        }
+        bw = fmin(bw, wall_s() - w), bc = fmin(bc, cpu_s() - u);
+    }
+    ours.lines_wall = (double)tlen / bw / 1e6, ours.lines_cpu = (double)tlen / bc / 1e6;
 
-    double lib_load, lib_mbps;
-    unsigned long lib_crc;
-    long lib_n;
+    figures lib;
     char why[512] = "";
-    bench_library(tok_path, text_path, min_s, &lib_load, &lib_mbps, &lib_crc, &lib_n, why,
-                  sizeof why);
-    bool have_lib = !isnan(lib_mbps);
-    bool same = have_lib && lib_crc == crc && lib_n == (long)n;
+    bool have_lib = bench_library(tok_path, text_path, min_s, &lib, why, sizeof why);
+    bool same = have_lib && lib.crc == ours.crc && lib.n_ids == ours.n_ids;
     if (json) {
-        printf("{\"bench\": \"tokenize\", \"tokenizer\": \"%s\", \"text_bytes\": %zu, "
-               "\"ids\": %zu, \"ember_load_ms\": %.2f, \"ember_mb_s\": %.2f, ",
-               tok_path, tlen, n, load_best * 1e3, ours);
-        if (have_lib)
-            printf("\"tokenizers_load_ms\": %.2f, \"tokenizers_mb_s\": %.2f, \"ratio\": %.3f, "
-                   "\"ids_match\": %s}\n",
-                   lib_load, lib_mbps, ours / lib_mbps, same ? "true" : "false");
-        else
-            printf("\"tokenizers_load_ms\": null, \"tokenizers_mb_s\": null, \"ratio\": null, "
-                   "\"ids_match\": null}\n");
+        const char *names[3] = {"load", "whole_text", "lines"};
+        for (int k = 0; k < 3; k++) {
+            double ow = k == 0 ? ours.load_wall_ms : k == 1 ? ours.whole_wall : ours.lines_wall;
+            double oc = k == 0 ? ours.load_cpu_ms : k == 1 ? ours.whole_cpu : ours.lines_cpu;
+            const char *unit = k == 0 ? "ms" : "mb_s";
+            printf("{\"bench\": \"tokenize\", \"case\": \"%s\", \"tokenizer\": \"%s\", "
+                   "\"text_bytes\": %zu, \"ember_%s\": %.3f, \"ember_cpu_%s\": %.3f, ",
+                   names[k], tok_path, tlen, unit, ow, unit, oc);
+            if (have_lib) {
+                double lw = k == 0 ? lib.load_wall_ms : k == 1 ? lib.whole_wall : lib.lines_wall;
+                double lc = k == 0 ? lib.load_cpu_ms : k == 1 ? lib.whole_cpu : lib.lines_cpu;
+                double ratio = k == 0 ? lw / ow : ow / lw;
+                printf("\"tokenizers_%s\": %.3f, \"tokenizers_cpu_%s\": %.3f, "
+                       "\"speedup\": %.3f", unit, lw, unit, lc, ratio);
+            } else
+                printf("\"tokenizers_%s\": null, \"tokenizers_cpu_%s\": null, \"speedup\": null",
+                       unit, unit);
+            if (k == 1)
+                printf(", \"ids\": %zu, \"ids_match\": %s", n,
+                       have_lib ? (same ? "true" : "false") : "null");
+            printf("}\n");
+        }
     } else {
-        printf("tokenizer  %s\ntext       %s (%zu bytes, %zu ids)\n", tok_path, text_path, tlen, n);
-        printf("%-12s %10s %10s\n", "", "load ms", "MB/s");
-        printf("%-12s %10.1f %10.2f\n", "ember", load_best * 1e3, ours);
+        printf("tokenizer  %s\ntext       %s (%zu bytes, %zu lines, %zu ids)\n", tok_path,
+               text_path, tlen, n_lines, n);
+        printf("%-12s %18s %22s %22s\n", "", "load ms wall/cpu", "whole text MB/s w/cpu",
+               "per line MB/s w/cpu");
+        printf("%-12s %8.1f /%8.1f %10.2f /%9.2f %10.2f /%9.2f\n", "ember", ours.load_wall_ms,
+               ours.load_cpu_ms, ours.whole_wall, ours.whole_cpu, ours.lines_wall,
+               ours.lines_cpu);
         if (have_lib) {
-            printf("%-12s %10.1f %10.2f\n", "tokenizers", lib_load, lib_mbps);
-            printf("ratio (ember / tokenizers): encode %.2fx, load %.2fx faster; ids %s\n",
-                   ours / lib_mbps, lib_load / (load_best * 1e3),
-                   same ? "identical" : "DIFFER");
+            printf("%-12s %8.1f /%8.1f %10.2f /%9.2f %10.2f /%9.2f\n", "tokenizers",
+                   lib.load_wall_ms, lib.load_cpu_ms, lib.whole_wall, lib.whole_cpu,
+                   lib.lines_wall, lib.lines_cpu);
+            printf("ember is %.1fx faster to load, %.1fx (whole text) and %.1fx (per line) "
+                   "faster to encode (wall); ids %s\n",
+                   lib.load_wall_ms / ours.load_wall_ms, ours.whole_wall / lib.whole_wall,
+                   ours.lines_wall / lib.lines_wall, same ? "identical" : "DIFFER");
         } else
-            printf("%-12s %10s %10s   (%s)\n", "tokenizers", "null", "null", why);
+            printf("%-12s %18s %22s %22s   (%s)\n", "tokenizers", "null", "null", "null", why);
     }
+    if (have_lib && !same) rc = 1;
+done:
     em_tokenizer_free_ids(ids);
     em_tokenizer_free(tok);
     em_ctx_destroy(c);
     free(text);
-    return have_lib && !same ? 1 : 0;
+    return rc;
 }
