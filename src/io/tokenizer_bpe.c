@@ -70,64 +70,85 @@ static inline bool merge_get(const tk_model *m, int32_t a, int32_t b, uint32_t *
     return true;
 }
 
-bool tk_bpe_build_merge(tk_model *m, const char *a, size_t alen, const char *b, size_t blen,
-                        uint32_t rank, char *err, size_t errsz) {
-    /* the three lookups are independent: hash all, prefetch all, then probe (load time is
-     * bound by these cache misses) */
+bool tk_bpe_merge_add(tk_model *m, tk_merge_batch *b, const char *a, size_t alen, const char *bb,
+                      size_t blen, uint32_t rank, size_t index, char *err, size_t errsz) {
+    if (alen > UINT32_MAX / 2 || blen > UINT32_MAX / 2) {
+        snprintf(err, errsz, "model.merges[%zu] is too long", index);
+        return false;
+    }
+    if (b->n == (int)(sizeof b->item / sizeof b->item[0]) && !tk_bpe_merge_flush(m, b, err, errsz))
+        return false;
     size_t cut = m->prefix ? m->prefix_len : 0;
-    char stackbuf[512];
-    char *buf = NULL;
-    size_t nl = 0;
-    uint64_t hn = 0;
-    if (cut <= blen) {
-        nl = alen + blen - cut;
-        buf = nl <= sizeof stackbuf ? stackbuf : malloc(nl);
-        if (!buf) {
-            snprintf(err, errsz, "out of memory");
-            return false;
-        }
-        memcpy(buf, a, alen);
-        memcpy(buf + alen, b + cut, blen - cut);
-        hn = tk_hash(buf, nl);
-        tk_strmap_prefetch(&m->vocab.map, hn);
-    }
-    uint64_t ha = tk_hash(a, alen), hb = tk_hash(b, blen);
-    tk_strmap_prefetch(&m->vocab.map, ha);
-    tk_strmap_prefetch(&m->vocab.map, hb);
-    int32_t ia = tk_strmap_get_h(&m->vocab.map, a, alen, ha);
-    int32_t ib = tk_strmap_get_h(&m->vocab.map, b, blen, hb);
-    if (ia < 0 || ib < 0) {
-        const char *w = ia < 0 ? a : b;
-        size_t wl = ia < 0 ? alen : blen;
-        snprintf(err, errsz, "merge %u names the token \"%.*s\" that is not in the vocabulary",
-                 rank, (int)(wl > 100 ? 100 : wl), w);
-        if (buf != stackbuf) free(buf);
-        return false;
-    }
-    /* new token = a + b without the continuing_subword_prefix's length (model.rs does this
-     * whether or not b starts with the prefix) */
     if (cut > blen) {
-        snprintf(err, errsz, "merge %u: token \"%.*s\" is shorter than the continuing subword "
-                             "prefix", rank, (int)(blen > 100 ? 100 : blen), b);
+        snprintf(err, errsz, "model.merges[%zu]: token \"%.*s\" is shorter than the continuing "
+                             "subword prefix", index, (int)(blen > 100 ? 100 : blen), bb);
         return false;
     }
-    int32_t inew = tk_strmap_get_h(&m->vocab.map, buf, nl, hn);
-    if (inew < 0) {
-        snprintf(err, errsz, "merge %u (\"%.*s\" \"%.*s\") makes \"%.*s\", which is not in the "
-                             "vocabulary", rank, (int)(alen > 60 ? 60 : alen), a,
-                 (int)(blen > 60 ? 60 : blen), b,
-                 (int)(alen + blen - cut > 120 ? 120 : alen + blen - cut), buf);
-        if (buf != stackbuf) free(buf);
-        return false;
-    }
-    if (buf != stackbuf) free(buf);
-    /* a repeated pair keeps the later rank, as collecting into a HashMap does */
-    if (!tk_u64map_put(&m->merges, ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib,
-                       ((uint64_t)rank << 32) | (uint32_t)inew)) {
+    struct tk_merge_item *it = &b->item[b->n++];
+    it->alen = (uint32_t)alen, it->blen = (uint32_t)blen;
+    it->rank = rank, it->index = index;
+    it->aoff = b->buf.len;
+    it->boff = it->aoff + alen;
+    it->noff = it->boff + blen;
+    it->nlen = (uint32_t)(alen + blen - cut);
+    if (!tk_buf_append(&b->buf, a, alen) || !tk_buf_append(&b->buf, bb, blen) ||
+        !tk_buf_append(&b->buf, a, alen) || !tk_buf_append(&b->buf, bb + cut, blen - cut)) {
         snprintf(err, errsz, "out of memory");
         return false;
     }
     return true;
+}
+
+bool tk_bpe_merge_flush(tk_model *m, tk_merge_batch *b, char *err, size_t errsz) {
+    const tk_strmap *v = &m->vocab.map;
+    const char *p = b->buf.p;
+    /* 1. hash everything and start loading the slots */
+    for (int i = 0; i < b->n; i++) {
+        struct tk_merge_item *it = &b->item[i];
+        it->ha = tk_hash(p + it->aoff, it->alen);
+        it->hb = tk_hash(p + it->boff, it->blen);
+        it->hn = tk_hash(p + it->noff, it->nlen);
+        tk_strmap_prefetch(v, it->ha);
+        tk_strmap_prefetch(v, it->hb);
+        tk_strmap_prefetch(v, it->hn);
+    }
+    /* 2. probe, and start loading the merge table's slots */
+    for (int i = 0; i < b->n; i++) {
+        struct tk_merge_item *it = &b->item[i];
+        it->ia = tk_strmap_get_h(v, p + it->aoff, it->alen, it->ha);
+        it->ib = tk_strmap_get_h(v, p + it->boff, it->blen, it->hb);
+        it->inew = tk_strmap_get_h(v, p + it->noff, it->nlen, it->hn);
+        if (it->ia >= 0 && it->ib >= 0)
+            tk_u64map_prefetch(&m->merges, ((uint64_t)(uint32_t)it->ia << 32) | (uint32_t)it->ib);
+    }
+    /* 3. insert, in order: a repeated pair keeps the later rank, as collecting into a HashMap
+     * does */
+    bool ok = true;
+    for (int i = 0; ok && i < b->n; i++) {
+        struct tk_merge_item *it = &b->item[i];
+        if (it->ia < 0 || it->ib < 0) {
+            const char *w = p + (it->ia < 0 ? it->aoff : it->boff);
+            size_t wl = it->ia < 0 ? it->alen : it->blen;
+            snprintf(err, errsz, "model.merges[%zu] names the token \"%.*s\" that is not in the "
+                                 "vocabulary", it->index, (int)(wl > 100 ? 100 : wl), w);
+            ok = false;
+        } else if (it->inew < 0) {
+            snprintf(err, errsz, "model.merges[%zu] (\"%.*s\" \"%.*s\") makes \"%.*s\", which is "
+                                 "not in the vocabulary", it->index,
+                     (int)(it->alen > 60 ? 60 : it->alen), p + it->aoff,
+                     (int)(it->blen > 60 ? 60 : it->blen), p + it->boff,
+                     (int)(it->nlen > 120 ? 120 : it->nlen), p + it->noff);
+            ok = false;
+        } else if (!tk_u64map_put(&m->merges,
+                                  ((uint64_t)(uint32_t)it->ia << 32) | (uint32_t)it->ib,
+                                  ((uint64_t)it->rank << 32) | (uint32_t)it->inew)) {
+            snprintf(err, errsz, "out of memory");
+            ok = false;
+        }
+    }
+    b->n = 0;
+    b->buf.len = 0;
+    return ok;
 }
 
 bool tk_bpe_init(tk_model *m) {

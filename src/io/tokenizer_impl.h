@@ -81,6 +81,7 @@ typedef struct tk_strmap {
 } tk_strmap;
 bool tk_strmap_init(tk_strmap *m, size_t expected);
 bool tk_strmap_put(tk_strmap *m, const char *s, size_t len, int32_t val);
+bool tk_strmap_put_h(tk_strmap *m, const char *s, size_t len, int32_t val, uint64_t h);
 /* Returns the value or -1 when absent. */
 int32_t tk_strmap_get(const tk_strmap *m, const char *s, size_t len);
 int32_t tk_strmap_get_h(const tk_strmap *m, const char *s, size_t len, uint64_t h);
@@ -101,6 +102,7 @@ typedef struct tk_u64map {
 bool tk_u64map_init(tk_u64map *m, size_t expected);
 bool tk_u64map_put(tk_u64map *m, uint64_t key, uint64_t val);
 bool tk_u64map_get(const tk_u64map *m, uint64_t key, uint64_t *val);
+void tk_u64map_prefetch(const tk_u64map *m, uint64_t key);
 void tk_u64map_free(tk_u64map *m);
 
 /* UTF-8. tk_utf8_valid returns the length when the whole text is valid, else the offset of the
@@ -493,9 +495,23 @@ void tk_trie_free(tk_trie *t);
 bool tk_byte_level_map(const char *s, size_t n, tk_buf *out);
 uint32_t tk_byte_level_char(uint8_t b);
 
-/* Builders used by tokenizer_load.c. */
-bool tk_bpe_build_merge(tk_model *m, const char *a, size_t alen, const char *b, size_t blen,
-                        uint32_t rank, char *err, size_t errsz);
+/* Builders used by tokenizer_load.c. Merges are added in batches: tk_bpe_merge_add queues a
+ * copy of one, tk_bpe_merge_flush resolves the queue (and reports the first bad merge, naming
+ * its index). Batching lets the hash-table probes of many merges overlap. */
+typedef struct tk_merge_batch {
+    struct tk_merge_item {
+        size_t aoff, boff, noff; /* a, b and the merged token (a + b minus the prefix) in buf */
+        uint32_t alen, blen, nlen, rank;
+        size_t index;
+        uint64_t ha, hb, hn;
+        int32_t ia, ib, inew;
+    } item[64];
+    int n;
+    tk_buf buf;
+} tk_merge_batch;
+bool tk_bpe_merge_add(tk_model *m, tk_merge_batch *b, const char *a, size_t alen, const char *bb,
+                      size_t blen, uint32_t rank, size_t index, char *err, size_t errsz);
+bool tk_bpe_merge_flush(tk_model *m, tk_merge_batch *b, char *err, size_t errsz);
 bool tk_bpe_init(tk_model *m);
 void tk_bpe_cache_free(tk_bpe_cache *c);
 bool tk_unigram_build(tk_model *m);

@@ -285,11 +285,29 @@ static bool read_id(scan *s, int32_t *out) {
     return true;
 }
 
+#define BATCH 32
+
+typedef struct pending_key {
+    const char *key;
+    size_t len;
+    int32_t id;
+    uint64_t h;
+} pending_key;
+
+static bool flush_vocab(tk_vocab *v, pending_key *p, int *n) {
+    for (int i = 0; i < *n; i++)
+        if (!tk_strmap_put_h(&v->map, p[i].key, p[i].len, p[i].id, p[i].h)) return false;
+    *n = 0;
+    return true;
+}
+
 bool tk_json_parse_vocab(const char *doc, tk_json_span sp, tk_arena *a, tk_vocab *v, char *err,
                          size_t errsz) {
     scan s = {doc, sp.end, sp.start};
     tk_buf tmp = {0};
     bool ok = false;
+    pending_key pend[BATCH];
+    int npend = 0;
     if (!eat(&s, '{')) {
         fail_at(doc, sp.end, s.i, err, errsz, "model.vocab must be an object {\"token\": id}");
         goto done;
@@ -328,13 +346,26 @@ bool tk_json_parse_vocab(const char *doc, tk_json_span sp, tk_arena *a, tk_vocab
             goto done;
         }
         char *key = tk_arena_strndup(a, src ? src : "", sl);
-        if (!key || !tk_strmap_put(&v->map, key, sl, id)) {
+        if (!key) {
+            snprintf(err, errsz, "out of memory");
+            goto done;
+        }
+        /* insert in batches, prefetching each batch's slots first: the inserts are cache
+         * misses, and this lets them overlap */
+        pend[npend].key = key, pend[npend].len = sl, pend[npend].id = id;
+        pend[npend].h = tk_hash(key, sl);
+        tk_strmap_prefetch(&v->map, pend[npend].h);
+        if (++npend == BATCH && !flush_vocab(v, pend, &npend)) {
             snprintf(err, errsz, "out of memory");
             goto done;
         }
         if (eat(&s, ',')) continue;
         if (eat(&s, '}')) break;
         fail_at(doc, sp.end, s.i, err, errsz, "model.vocab: ',' or '}' expected");
+        goto done;
+    }
+    if (!flush_vocab(v, pend, &npend)) {
+        snprintf(err, errsz, "out of memory");
         goto done;
     }
     v->size = v->map.n;
@@ -348,7 +379,12 @@ bool tk_json_parse_merges(const char *doc, tk_json_span sp, tk_model *m, char *e
                           size_t errsz) {
     scan s = {doc, sp.end, sp.start};
     tk_buf a = {0}, b = {0};
+    tk_merge_batch *batch = calloc(1, sizeof *batch);
     bool ok = false;
+    if (!batch) {
+        snprintf(err, errsz, "out of memory");
+        goto done;
+    }
     if (!eat(&s, '[')) {
         fail_at(doc, sp.end, s.i, err, errsz, "model.merges must be an array");
         goto done;
@@ -415,13 +451,7 @@ bool tk_json_parse_merges(const char *doc, tk_json_span sp, tk_model *m, char *e
             rb = sp1 + 1;
             lb = l - la - 1;
         }
-        {
-            char e2[400];
-            if (!tk_bpe_build_merge(m, ra, la, rb, lb, rank, e2, sizeof e2)) {
-                snprintf(err, errsz, "model.merges[%zu]: %s", index, e2);
-                goto done;
-            }
-        }
+        if (!tk_bpe_merge_add(m, batch, ra, la, rb, lb, rank, index, err, errsz)) goto done;
         rank++;
     next:
         if (eat(&s, ',')) continue;
@@ -429,8 +459,10 @@ bool tk_json_parse_merges(const char *doc, tk_json_span sp, tk_model *m, char *e
         fail_at(doc, sp.end, s.i, err, errsz, "model.merges: ',' or ']' expected");
         goto done;
     }
-    ok = true;
+    ok = tk_bpe_merge_flush(m, batch, err, errsz);
 done:
+    if (batch) tk_buf_free(&batch->buf);
+    free(batch);
     tk_buf_free(&a);
     tk_buf_free(&b);
     return ok;

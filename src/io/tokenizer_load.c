@@ -597,19 +597,25 @@ static bool merges_from_json(ld *l, json_t *v, tk_model *m) {
         return lfail(l, EM_ERR_FORMAT, "model.merges", "must be an array, not %s", json_kind(v));
     if (!tk_u64map_init(&m->merges, json_array_size(v))) return oom(l);
     uint32_t rank = 0;
+    tk_merge_batch *batch = calloc(1, sizeof *batch);
+    if (!batch) return oom(l);
+    bool ok = true;
+    char err[400];
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *e = json_array_get(v, i);
         const char *a, *b;
         size_t la, lb;
-        char w[64], err[400];
+        char w[64];
         snprintf(w, sizeof w, "model.merges[%zu]", i);
         if (json_is_string(e)) {
             const char *s = json_string_value(e);
             size_t n = json_string_length(e);
             if (n >= 8 && !memcmp(s, "#version", 8)) continue;
             const char *sp = memchr(s, ' ', n);
-            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1))
-                return lfail(l, EM_ERR_FORMAT, w, "\"%.60s\" must hold exactly one space", s);
+            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1)) {
+                ok = lfail(l, EM_ERR_FORMAT, w, "\"%.60s\" must hold exactly one space", s);
+                break;
+            }
             a = s, la = (size_t)(sp - s), b = sp + 1, lb = n - la - 1;
         } else if (json_is_array(e) && json_array_size(e) == 2 &&
                    json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, 1))) {
@@ -617,13 +623,21 @@ static bool merges_from_json(ld *l, json_t *v, tk_model *m) {
             la = json_string_length(json_array_get(e, 0));
             b = json_string_value(json_array_get(e, 1));
             lb = json_string_length(json_array_get(e, 1));
-        } else
-            return lfail(l, EM_ERR_FORMAT, w,
-                         "must be a string \"a b\" or a pair [\"a\", \"b\"], not %s", json_kind(e));
-        if (!tk_bpe_build_merge(m, a, la, b, lb, rank++, err, sizeof err))
-            return lfail(l, EM_ERR_FORMAT, w, "%s", err);
+        } else {
+            ok = lfail(l, EM_ERR_FORMAT, w,
+                       "must be a string \"a b\" or a pair [\"a\", \"b\"], not %s", json_kind(e));
+            break;
+        }
+        if (!tk_bpe_merge_add(m, batch, a, la, b, lb, rank++, i, err, sizeof err)) {
+            ok = lfail(l, EM_ERR_FORMAT, NULL, "%s", err);
+            break;
+        }
     }
-    return true;
+    if (ok && !tk_bpe_merge_flush(m, batch, err, sizeof err))
+        ok = lfail(l, EM_ERR_FORMAT, NULL, "%s", err);
+    tk_buf_free(&batch->buf);
+    free(batch);
+    return ok;
 }
 
 static bool unigram_vocab_from_json(ld *l, json_t *v, tk_model *m) {

@@ -220,9 +220,13 @@ int32_t tk_strmap_get(const tk_strmap *m, const char *s, size_t len) {
 }
 
 bool tk_strmap_put(tk_strmap *m, const char *s, size_t len, int32_t val) {
+    return tk_strmap_put_h(m, s, len, val, tk_hash(s, len));
+}
+
+bool tk_strmap_put_h(tk_strmap *m, const char *s, size_t len, int32_t val, uint64_t h) {
     if (len > UINT32_MAX || m->n >= (1u << 30)) return false;
     if (!m->slots && !tk_strmap_init(m, 16)) return false;
-    uint64_t h = tk_hash(s, len), tag = h & 0xFFFFFFFF00000000ull, head = key_head(s, len);
+    uint64_t tag = h & 0xFFFFFFFF00000000ull, head = key_head(s, len);
     uint32_t j = (uint32_t)h & m->mask;
     for (;;) {
         uint64_t e = m->slots[j];
@@ -304,6 +308,10 @@ bool tk_u64map_put(tk_u64map *m, uint64_t key, uint64_t val) {
     m->n++;
     if ((uint64_t)m->n * 2 > m->mask) return u64map_grow(m);
     return true;
+}
+
+void tk_u64map_prefetch(const tk_u64map *m, uint64_t key) {
+    if (m->e) __builtin_prefetch(&m->e[(uint32_t)mix64(key + 1) & m->mask]);
 }
 
 bool tk_u64map_get(const tk_u64map *m, uint64_t key, uint64_t *val) {
