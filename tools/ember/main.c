@@ -9,6 +9,7 @@ static const em_cli_cmd commands[] = {
     {"devices", "list devices and their properties", cmd_devices},
     {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
     {"download", "fetch a model from the Hugging Face Hub into its cache", cmd_download},
+    {"tokenize", "encode text to token ids, or decode ids, with a tokenizer.json", cmd_tokenize},
 };
 
 bool cli_wants_help(int argc, char **argv) {

