@@ -4,6 +4,7 @@
  *   core.h    status codes, dtypes, the context (errors, scopes, eager mode), devices
  *   tensor.h  tensor handles, host memory, ownership
  *   ops.h     the eager ops
+ *   chat.h    chat templates (the Jinja2 subset of the Hub's tokenizer_config.json)
  */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
@@ -11,5 +12,6 @@
 #include "ember/core.h"
 #include "ember/tensor.h"
 #include "ember/ops.h"
+#include "ember/chat.h"
 
 #endif
