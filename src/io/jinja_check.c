@@ -76,6 +76,11 @@ static void check(checker *c, const jnode *n, bool soft) {
         return;
     case JN_MACRO:
     case JN_CALL_BLOCK:
+        for (int k = 0; k < n->l1.n - n->l2.n; k++)
+            if (!strcmp(n->l1.v[k]->name, "caller"))
+                jfail_at(c->f, EM_ERR_FORMAT, n->l1.v[k]->pos,
+                         "syntax error: When defining macros or call blocks the special "
+                         "\"caller\" argument must be omitted or be given a default.");
         ((jnode *)n)->uses = scan_list(&n->l3);
         check(c, n->a, soft);
         check_list(c, &n->l2, false);

@@ -256,8 +256,29 @@ jv jfmt_percent(jrt *rt, const jnode *at, jv fmt, jv args) {
         case 'F':
         case 'g':
         case 'G': pct_float(rt, at, &b, val, type, flags, width, prec); break;
+        case 'c': {
+            jbuf ch;
+            jb_init(&ch, rt->a, 0);
+            if (val.k == JV_INT || val.k == JV_BOOL) {
+                int64_t cp = val.k == JV_BOOL ? val.b : val.i;
+                if (cp < 0 || cp > 0x10FFFF)
+                    jrt_fail(rt, at, EM_ERR_INVALID_ARG,
+                             "OverflowError: %%c arg not in range(0x110000)");
+                if (cp >= 0xD800 && cp < 0xE000)
+                    jrt_fail(rt, at, EM_ERR_UNSUPPORTED, "unsupported: %%c of a surrogate");
+                jb_put_cp(&ch, (uint32_t)cp);
+            } else if (val.k == JV_STR && val.s->ncp == 1) {
+                jb_put(&ch, val.s->s, val.s->len);
+            } else {
+                jrt_fail(rt, at, EM_ERR_INVALID_ARG,
+                         "TypeError: %%c requires an int or a unicode character");
+            }
+            const char *txt = ch.p ? ch.p : "";
+            put_padded(&b, txt, ch.n, 1, width, strchr(flags, '-') ? '<' : '>', " ", 0);
+            break;
+        }
         default:
-            if (type == 'c' || type == 'a')
+            if (type == 'a')
                 jrt_fail(rt, at, EM_ERR_UNSUPPORTED, "unsupported: the %%%c conversion", type);
             jrt_fail(rt, at, EM_ERR_INVALID_ARG,
                      "ValueError: unsupported format character '%c' (0x%x) at index %zu", type,
@@ -377,7 +398,7 @@ static void format_value(jrt *rt, const jnode *at, jbuf *b, jv v, const char *sp
             if (f.sign == ' ' && !signbit(v.f)) jb_putc(&t, ' ');
             jv_write_float(&t, v.f);
         } else if (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == '%' ||
-                   ((type == 'g' || type == 'G') && f.prec >= 0)) {
+                   ((type == 'g' || type == 'G') && !f.alt)) {
             char flags[6] = "";
             size_t nf = 0;
             if (f.sign == '+' || f.sign == ' ') flags[nf++] = f.sign;
