@@ -94,8 +94,9 @@ def main():
     }
     for name, rs in tables.items():
         lines.append(f"static const ju_range ju_{name}[] = {{")
-        for a, b in rs:
-            lines.append(f"    {{0x{a:05x}, 0x{b:05x}}},")
+        cells = [f"{{0x{a:05x}, 0x{b:05x}}}," for a, b in rs]
+        for k in range(0, len(cells), 4):
+            lines.append("    " + " ".join(cells[k:k + 4]))
         lines.append("};")
         lines.append("")
     OUT.write_text("\n".join(lines))

@@ -941,8 +941,16 @@ static const struct {
 
 jv jinja_filter(jrt *rt, const jnode *at, const char *name, jv in, jargs *a) {
     jrt_work(rt, at, 1);
+    /* map('map', 'map', ...) nests filter calls as deep as the argument list is long */
+    if (++rt->depth > rt->lim->max_depth)
+        jrt_fail(rt, at, EM_ERR_OVERFLOW,
+                 "RecursionError: filters nested more than %d deep (limit)", rt->lim->max_depth);
     for (size_t k = 0; k < sizeof FILTERS / sizeof FILTERS[0]; k++)
-        if (!strcmp(FILTERS[k].name, name)) return FILTERS[k].fn(rt, at, in, a);
+        if (!strcmp(FILTERS[k].name, name)) {
+            jv r = FILTERS[k].fn(rt, at, in, a);
+            rt->depth--;
+            return r;
+        }
     if (jinja_has_filter(name))
         jrt_fail(rt, at, EM_ERR_UNSUPPORTED, "unsupported: the '%s' filter", name);
     jrt_fail(rt, at, EM_ERR_FORMAT, "TemplateRuntimeError: No filter named '%s'.", name);

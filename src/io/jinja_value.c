@@ -287,10 +287,7 @@ static int num_cmp(jv a, jv b) {
 bool jv_equal(jrt *rt, jv a, jv b) {
     jrt_work(rt, NULL, 1);
     if (jv_is_number(a) && jv_is_number(b)) return num_cmp(a, b) == 0;
-    if (a.k != b.k) {
-        if ((a.k == JV_LIST && b.k == JV_TUPLE) || (a.k == JV_TUPLE && b.k == JV_LIST)) return false;
-        return false;
-    }
+    if (a.k != b.k) return false; /* [1] != (1,), 'a' != 1 */
     switch (a.k) {
     case JV_UNDEF:
     case JV_NONE: return true;
@@ -371,7 +368,11 @@ int jv_compare(jrt *rt, const jnode *at, jv a, jv b, const char *opname) {
              jv_typename(a), jv_typename(b));
 }
 
-bool jv_hashable(jv v) {
+/* Tuples can nest as deep as a loop makes them; past this depth they count as unhashable (a
+ * clear TypeError) so that hashing and key comparison never recurse without bound. */
+enum { HASH_MAX_DEPTH = 100 };
+
+static bool hashable(jv v, int depth) {
     switch (v.k) {
     case JV_NONE:
     case JV_BOOL:
@@ -380,12 +381,15 @@ bool jv_hashable(jv v) {
     case JV_STR:
     case JV_UNDEF: return true;
     case JV_TUPLE:
+        if (depth >= HASH_MAX_DEPTH) return false;
         for (size_t k = 0; k < v.l->n; k++)
-            if (!jv_hashable(v.l->v[k])) return false;
+            if (!hashable(v.l->v[k], depth + 1)) return false;
         return true;
     default: return false;
     }
 }
+
+bool jv_hashable(jv v) { return hashable(v, 0); }
 
 /* ---- iteration ---- */
 
