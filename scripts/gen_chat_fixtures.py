@@ -8,7 +8,10 @@ keyword arguments as template variables).
 Writes, under tests/fixtures/chat/:
   expected.json  the templates of templates/*.jinja (written for these tests, each exercising a
                  group of constructs) rendered over a set of conversations, with and without
-                 add_generation_prompt; renderings jinja2 refuses are recorded as errors
+                 add_generation_prompt; renderings jinja2 refuses are recorded as errors. Also
+                 the one-line templates of snippet_sources.json (semantic corner cases: Python
+                 operators, Markup, generators, loop quirks, string formatting), rendered over
+                 the "snippets" conversation
   errors.json    templates that must fail: syntax errors, constructs Ember does not support,
                  runtime errors (raise_exception, undefined values, type errors), with what
                  jinja2 does with each
@@ -87,6 +90,10 @@ CONVERSATIONS = {
     "non_alternating": [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}],
     "content_parts": [{"role": "system", "content": [{"type": "text", "text": "Look carefully."}]},
                       {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " What is this? "}]}],
+    "snippets": [{"role": "system", "content": "You are nice."},
+                 {"role": "user", "content": "Hi <b>&'\"</b> ünï ☃ 😀"},
+                 {"role": "assistant", "content": "Hello {{ x }} {% if %}"},
+                 {"role": "user", "content": "Bye"}],
     "null_fields": [{"role": "user", "content": "hi", "name": None},
                     {"role": "assistant", "content": "hello", "tool_calls": None, "reasoning": None}],
 }
@@ -208,9 +215,15 @@ def gen_templates():
     missing = sorted(p.name for p in TEMPLATES.glob("*.jinja") if p.name not in CASES)
     if missing:
         sys.exit(f"templates without cases: {missing}")
+    snippets = []
+    for source in json.loads((OUT / "snippet_sources.json").read_text()):
+        r = render(source, CONVERSATIONS["snippets"], True, None)
+        if "0x7f" in r.get("output", ""):
+            sys.exit(f"snippet prints a memory address, its output is not reproducible: {source}")
+        snippets.append({"source": source, **r})
     return {"generator": "scripts/gen_chat_fixtures.py", "jinja2": jinja2.__version__,
             "transformers": transformers.__version__, "conversations": CONVERSATIONS,
-            "extras": EXTRAS, "cases": cases}
+            "extras": EXTRAS, "cases": cases, "snippets": snippets}
 
 
 def gen_errors():

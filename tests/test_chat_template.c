@@ -115,6 +115,39 @@ static void test_fixture_templates(void) {
     json_decref(fx);
 }
 
+/* One-line templates for semantic corner cases (Python operators, Markup, generators, loop
+ * quirks, formatting), each rendered over the "snippets" conversation. */
+static void test_snippets(void) {
+    json_t *fx = load_fixture("expected.json");
+    if (!fx) return;
+    json_t *conv = json_object_get(json_object_get(fx, "conversations"), "snippets");
+    em_ctx *c = em_ctx_create();
+    size_t k, n = 0;
+    json_t *sn;
+    json_array_foreach(json_object_get(fx, "snippets"), k, sn) {
+        const char *src = json_string_value(json_object_get(sn, "source"));
+        em_chat_template *t = em_chat_template_compile(c, src);
+        char *out = t ? render(c, t, conv, true, NULL) : NULL;
+        json_t *want = json_object_get(sn, "output");
+        char what[200];
+        snprintf(what, sizeof what, "snippet %zu: %.150s", k, src);
+        if (want) {
+            if (!out) fprintf(stderr, "%s: %s\n", what, em_ctx_error(c)->message);
+            check_text(what, out, json_string_value(want));
+        } else {
+            CHECK_MSG(out == NULL, "%s: rendered \"%s\" although jinja2 raised %s", what,
+                      out ? out : "", json_string_value(json_object_get(sn, "error")));
+        }
+        em_ctx_clear_error(c);
+        free(out);
+        em_chat_template_free(t);
+        n++;
+    }
+    fprintf(stderr, "  %zu snippets compared\n", n);
+    em_ctx_destroy(c);
+    json_decref(fx);
+}
+
 static em_status status_named(const char *s) {
     if (!strcmp(s, "format")) return EM_ERR_FORMAT;
     if (!strcmp(s, "unsupported")) return EM_ERR_UNSUPPORTED;
@@ -366,5 +399,5 @@ static void test_limits(void) {
     em_ctx_destroy(c);
 }
 
-EM_TEST_MAIN(T(test_fixture_templates), T(test_error_cases), T(test_real_templates),
+EM_TEST_MAIN(T(test_fixture_templates), T(test_snippets), T(test_error_cases), T(test_real_templates),
              T(test_api_errors), T(test_strftime_now), T(test_limits))
