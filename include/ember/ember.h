@@ -8,6 +8,7 @@
  *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
  *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
  *   config.h  config.json and generation_config.json
+ *   chat.h    chat templates (the Jinja2 subset of the Hub's tokenizer_config.json)
  */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
@@ -19,5 +20,6 @@
 #include "ember/hub.h"
 #include "ember/safetensors.h"
 #include "ember/config.h"
+#include "ember/chat.h"
 
 #endif

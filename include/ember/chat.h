@@ -1,0 +1,82 @@
+/*
+ * ember/chat.h — chat templates: turn a conversation into the prompt text a model expects.
+ *
+ * A Hugging Face checkpoint ships its prompt format as a Jinja2 template (the "chat_template"
+ * string of tokenizer_config.json, or chat_template.jinja). Ember interprets the subset of Jinja2
+ * that the Hub's templates use and renders exactly what transformers'
+ * `tokenizer.apply_chat_template(messages, tokenize=False, ...)` returns: the same jinja2 settings
+ * (sandboxed, trim_blocks, lstrip_blocks, loop controls, the {% generation %} tag), the same
+ * globals (raise_exception, strftime_now, namespace, dict, range) and the same custom `tojson`.
+ *
+ *     em_chat_template *t = em_chat_template_compile(c, template_source);
+ *     char *prompt = em_chat_template_render(c, t,
+ *         "[{\"role\":\"user\",\"content\":\"Hi!\"}]", true,
+ *         "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}");
+ *     if (!prompt) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
+ *     free(prompt);
+ *     em_chat_template_free(t);
+ *
+ * Anything outside the supported subset is an error that names the construct and its line and
+ * column (EM_ERR_UNSUPPORTED), never a silently different output. Python integers are unbounded;
+ * Ember's are 64-bit and an overflow is an error.
+ *
+ * Errors, all recorded in the caller's context under the name "chat_template":
+ *   EM_ERR_FORMAT       syntax error in the template, malformed JSON input
+ *   EM_ERR_UNSUPPORTED  a valid Jinja2 construct, filter, test or method Ember does not implement
+ *   EM_ERR_INVALID_ARG  the template failed while rendering this input: raise_exception(), an
+ *                       undefined attribute of an undefined value, a type error ("TypeError: ...",
+ *                       named like the Python exception jinja2 would raise), or a bad argument
+ *   EM_ERR_OVERFLOW     a resource limit: output size, working memory, evaluation steps, nesting
+ *                       depth, or a 64-bit integer overflow
+ *   EM_ERR_OOM          out of memory
+ */
+#ifndef EMBER_CHAT_H
+#define EMBER_CHAT_H
+
+#include <stdbool.h>
+
+#include "ember/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A compiled chat template (immutable; may be rendered from several threads at once). */
+typedef struct em_chat_template em_chat_template;
+
+/**
+ * Compiles `source`, a UTF-8 Jinja2 chat template. Returns NULL and records EM_ERR_FORMAT (syntax
+ * error, with line and column) or EM_ERR_UNSUPPORTED (a construct Ember does not implement, e.g.
+ * {% include %}) on failure. The template keeps its own copy of the source. Free with
+ * em_chat_template_free.
+ */
+EM_API em_chat_template *em_chat_template_compile(em_ctx *c, const char *source);
+
+/** Releases a template. NULL is a no-op. */
+EM_API void em_chat_template_free(em_chat_template *t);
+
+/**
+ * Renders the template for one conversation.
+ *
+ * messages_json: a JSON array of message objects ({"role": ..., "content": ...}, plus any other
+ *   field a template reads: "tool_calls", "reasoning_content", ...). As apply_chat_template does,
+ *   keys whose value is null are dropped, "reasoning_content" / "thinking" / "reasoning" are
+ *   aliased to one another, and an empty conversation is an error.
+ * add_generation_prompt: the template variable of that name.
+ * extra_vars_json: NULL or a JSON object whose members become template variables: the special
+ *   tokens (bos_token, eos_token, ...), "tools" and "documents" (null when absent, as in
+ *   transformers), and any keyword a template reads (enable_thinking, date_string, ...).
+ *   "messages" and "add_generation_prompt" may not appear there.
+ *
+ * Returns the rendered UTF-8 text, NUL-terminated, which the caller frees with free(); NULL on
+ * error with the error recorded in `c` (see the top of this file). A rendering that would contain
+ * a U+0000 character is reported as an error rather than truncated.
+ */
+EM_API char *em_chat_template_render(em_ctx *c, const em_chat_template *t,
+                                     const char *messages_json, bool add_generation_prompt,
+                                     const char *extra_vars_json);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
