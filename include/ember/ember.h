@@ -8,6 +8,9 @@
  *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
  *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
  *   config.h  config.json and generation_config.json
+ *   model.h   Hugging Face models: loading (device_map, dtype), forward, KV cache
+ *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
+ *   tokenizer.h  tokenizer.json (BPE, WordPiece, Unigram) id for id with `tokenizers`
  *   chat.h    chat templates (the Jinja2 subset of the Hub's tokenizer_config.json)
  */
 #ifndef EMBER_EMBER_H
@@ -20,6 +23,9 @@
 #include "ember/hub.h"
 #include "ember/safetensors.h"
 #include "ember/config.h"
+#include "ember/model.h"
+#include "ember/generate.h"
+#include "ember/tokenizer.h"
 #include "ember/chat.h"
 
 #endif

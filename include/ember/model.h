@@ -1,0 +1,109 @@
+/*
+ * ember/model.h — Hugging Face models loaded as they are: what
+ * `AutoModelForCausalLM.from_pretrained(id, device_map=...)` does in Python.
+ *
+ *     em_model_options o = em_model_default_options();
+ *     o.dtype = EM_BF16;
+ *     em_model *m = em_model_load(c, "Qwen/Qwen3-0.6B", &o);   // Hub id, Hub@rev or a folder
+ *     em_kv_cache *kv = em_kv_cache_create(c, m, 1, 512);
+ *     em_tensor *logits = em_model_forward(c, m, ids, NULL, kv, true);  // [B, 1, vocab]
+ *
+ * Families, chosen by config.json's model_type: qwen3, qwen3_moe, llama, mistral, mixtral,
+ * gemma3_text (and gemma3 checkpoints' text part), bert (an encoder: em_model_encode /
+ * em_model_embed). Tensor names are the Hub's; MoE experts are stacked at load into the
+ * transformers v5 layout (gate_up [E, 2I, H], down [E, H, I]) whatever the checkpoint stores.
+ *
+ * A model is immutable after loading and may be used from several threads, each with its own
+ * em_ctx and its own KV cache.
+ */
+#ifndef EMBER_MODEL_H
+#define EMBER_MODEL_H
+
+#include "ember/config.h"
+#include "ember/moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_model em_model;
+
+typedef struct em_model_options {
+    /** Device for the whole model ("cpu", "xla:0", ...); NULL: the context's default. Ignored
+     *  when device_map is set. */
+    const char *device;
+    /**
+     * Accelerate's device_map: "auto" (fill the available devices in order of free memory,
+     * then the CPU), or an explicit map "prefix=device,..." whose module prefixes must cover
+     * every weight, e.g. "model.embed_tokens=cpu,model.layers.0-13=cpu,model.layers.14-27=xla:0,
+     * model.norm=xla:0,lm_head=xla:0" (a range "a-b" expands over layer indices). NULL: none.
+     */
+    const char *device_map;
+    em_dtype dtype;          /* weights and activations (f32, bf16) */
+    bool dtype_set;          /* false: the checkpoint's dtype when it is f32/bf16, else f32 */
+    em_moe_impl moe_impl;    /* expert implementation (default ragged) */
+    bool progress;           /* a progress bar on stderr while loading, when it is a terminal */
+    bool offline;            /* never download (as HF_HUB_OFFLINE=1) */
+} em_model_options;
+
+/** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */
+EM_API em_model_options em_model_default_options(void);
+
+/**
+ * Loads a model from a Hub id ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B@REV", resolved through the
+ * Hub cache and downloaded when missing) or a local directory. Weights go from the mapped files
+ * straight to their device (zero-copy on the CPU when the dtype matches). NULL with an error
+ * naming the file, tensor or key when anything is missing or malformed. Free with em_model_free.
+ */
+EM_API em_model *em_model_load(em_ctx *c, const char *id_or_dir, const em_model_options *o);
+EM_API void em_model_free(em_model *m);
+
+EM_API const em_model_config *em_model_get_config(const em_model *m);
+/** The generation_config.json of the checkpoint (or transformers' defaults from config.json). */
+EM_API const em_generation_config *em_model_generation_config(const em_model *m);
+/** The local directory the model was read from (the Hub snapshot for Hub ids). */
+EM_API const char *em_model_dir(const em_model *m);
+EM_API em_dtype em_model_dtype(const em_model *m);
+/** True for decoder-only language models, false for encoders (bert). */
+EM_API bool em_model_is_causal_lm(const em_model *m);
+/** Writes the resolved device map, one "module=device" per line; returns the length. */
+EM_API int em_model_device_map(const em_model *m, char *buf, size_t n);
+/** Seconds spent in em_model_load. */
+EM_API double em_model_load_seconds(const em_model *m);
+/** Sets the MoE expert implementation used by later forwards. */
+EM_API void em_model_set_moe_impl(em_model *m, em_moe_impl impl);
+
+/* ---- decoder-only language models ---- */
+
+/** A fixed-size key/value cache for `batch` sequences of at most `max_len` positions, written
+ *  in place (no reallocation while generating). Free with em_kv_cache_free. */
+typedef struct em_kv_cache em_kv_cache;
+EM_API em_kv_cache *em_kv_cache_create(em_ctx *c, const em_model *m, int64_t batch,
+                                       int64_t max_len);
+EM_API void em_kv_cache_free(em_kv_cache *kv);
+/** Forgets the cached positions (the memory is kept). */
+EM_API void em_kv_cache_reset(em_kv_cache *kv);
+/** Positions already in the cache. */
+EM_API int64_t em_kv_cache_length(const em_kv_cache *kv);
+
+/**
+ * One forward step: ids [B, T] (i64) continue the sequences held by the cache (which is
+ * advanced by T). key_mask [B, cache length + T] (bool, true = real token; NULL: all real)
+ * marks left padding; position ids follow transformers (cumulative count of real tokens - 1).
+ * Returns logits [B, T, vocab] in f32 (only the last position when last_only: [B, 1, vocab]).
+ * A NULL cache runs without one (T is then the whole sequence).
+ */
+EM_API em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids,
+                                   em_tensor *key_mask, em_kv_cache *cache, bool last_only);
+
+/* ---- encoders (bert) ---- */
+
+/** Last hidden states [B, T, H] (f32) for ids [B, T] with mask [B, T] (bool or integer, may be
+ *  NULL) and token types [B, T] (may be NULL: zeros). */
+EM_API em_tensor *em_model_encode(em_ctx *c, const em_model *m, em_tensor *ids,
+                                  em_tensor *mask, em_tensor *token_types);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

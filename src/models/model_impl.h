@@ -1,0 +1,116 @@
+/*
+ * Private layout of loaded models: the family table, per-layer weights, the KV cache, and the
+ * weight loader the family files use.
+ */
+#ifndef EMBER_MODEL_IMPL_H
+#define EMBER_MODEL_IMPL_H
+
+#include "core/tensor_impl.h"
+#include "ember/model.h"
+#include "ember/safetensors.h"
+
+#define EM_MAX_ROPE_FREQS 512
+
+typedef struct em_model em_model;
+
+/* ---- the weight loader ---- */
+typedef struct em_wload {
+    em_ctx *c;
+    em_model *m;
+    em_safetensors *st;
+    char prefix[96];     /* "model." or the text part of a multimodal checkpoint */
+    int64_t done_bytes, total_bytes;
+    bool progress;
+    double last_draw;
+} em_wload;
+
+/* Tensor `<name>` (printf-style, no prefix added) converted to the model dtype on dev.
+ * Required: records an error naming the tensor and the checkpoint when absent. The result is
+ * owned by the caller (outside any scope). */
+em_tensor *em_wl_get(em_wload *w, em_device *dev, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Same, NULL without an error when absent. */
+em_tensor *em_wl_opt(em_wload *w, em_device *dev, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Whether a tensor exists. */
+bool em_wl_has(em_wload *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Experts of one MoE layer stacked as gate_up [E, 2I, H] and down [E, H, I], from either the
+ * fused v5 tensors `<base>experts.gate_up_proj` / `<base>experts.down_proj` or per-expert
+ * tensors `<base>experts.<e>.<gate>.weight` etc. Returns false with an error. */
+bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_experts,
+                   const char *gate, const char *up, const char *down, em_tensor **gate_up,
+                   em_tensor **down_out);
+
+/* ---- decoder layers ---- */
+typedef struct em_dec_layer {
+    em_device *dev;
+    bool sliding;  /* sliding-window attention (and the local rope for Gemma 3) */
+    bool moe;
+    em_tensor *in_norm, *post_attn_norm, *pre_ffn_norm, *post_ffn_norm;
+    em_tensor *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
+    em_tensor *gate, *up, *down;   /* dense MLP */
+    em_tensor *router;             /* MoE: [E, H] */
+    em_moe_weights experts;
+} em_dec_layer;
+
+/* ---- BERT ---- */
+typedef struct em_bert_layer {
+    em_tensor *q, *qb, *k, *kb, *v, *vb, *ao, *aob, *ln1, *ln1b, *inter, *interb, *out, *outb,
+        *ln2, *ln2b;
+} em_bert_layer;
+
+/* ---- families ---- */
+typedef enum em_mlp_act { EM_ACT_SILU, EM_ACT_GELU_TANH, EM_ACT_GELU } em_mlp_act;
+
+typedef struct em_family {
+    const char *model_type;    /* config.json's (text) model_type */
+    bool causal;               /* decoder LM (else encoder) */
+    bool qk_norm;              /* per-head RMSNorm of q and k (Qwen3, Gemma 3) */
+    bool gemma;                /* 1 + weight norms, sandwich norms, scaled embeddings */
+    int moe;                   /* 0 none, 1 Qwen3-MoE names, 2 Mixtral names */
+    /* loads everything after the common setup (weights, per-layer flags) */
+    em_status (*load)(em_wload *w);
+} em_family;
+
+const em_family *em_family_find(const char *model_type);
+/* The shared decoder loader (family files call it with their naming). */
+em_status em_decoder_load(em_wload *w);
+em_status em_bert_load(em_wload *w);
+
+struct em_kv_cache {
+    const em_model *m;
+    int64_t batch, max_len, len;
+    em_tensor **k, **v; /* per layer [B, Hkv, max_len, D], caller-owned */
+};
+
+struct em_model {
+    em_model_config cfg;
+    em_generation_config gen;
+    const em_family *fam;
+    char dir[1024];
+    em_dtype dtype;
+    em_moe_impl moe_impl;
+    double load_s;
+    /* placement */
+    em_device *dev_embed, *dev_head;
+    char *map_text;
+    /* decoder */
+    em_tensor *embed, *final_norm, *lm_head;
+    int64_t n_layers;
+    em_dec_layer *layers;
+    em_mlp_act act;
+    float inv_freq[EM_MAX_ROPE_FREQS], inv_freq_local[EM_MAX_ROPE_FREQS];
+    int n_freq, n_freq_local;
+    float rope_scaling, rope_scaling_local;
+    double attn_scale;     /* 0: 1/sqrt(head_dim) */
+    double embed_scale;    /* Gemma: sqrt(hidden) (0: none) */
+    /* bert */
+    em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
+    em_bert_layer *bert;
+};
+
+/* device placement (device_map.c): fills dev_embed, dev_head and layers[i].dev */
+em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_safetensors *st,
+                         const char *prefix);
+
+#endif

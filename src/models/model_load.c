@@ -1,0 +1,309 @@
+/* Loading a model: resolve the checkpoint, read its configs, pick the family, place the modules
+ * on devices, and hand the weights to the family's loader. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ember/hub.h"
+#include "models/model_impl.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+em_model_options em_model_default_options(void) {
+    em_model_options o;
+    memset(&o, 0, sizeof o);
+    o.dtype = EM_F32;
+    o.moe_impl = EM_MOE_RAGGED;
+    o.progress = true;
+    return o;
+}
+
+/* ---- the weight loader ---- */
+
+static void draw_progress(em_wload *w, bool final) {
+    if (!w->progress || w->total_bytes <= 0) return;
+    double t = now_s();
+    if (!final && t - w->last_draw < 0.1) return;
+    w->last_draw = t;
+    int width = 40, fill = (int)(width * (double)w->done_bytes / (double)w->total_bytes);
+    if (fill > width) fill = width;
+    fprintf(stderr, "\rloading weights [%.*s%*s] %5.1f%% of %.2f GB", fill,
+            "########################################", width - fill, "",
+            100.0 * (double)w->done_bytes / (double)w->total_bytes, w->total_bytes / 1e9);
+    if (final) fprintf(stderr, "\n");
+}
+
+static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *name) {
+    const em_safetensors_info *info = em_safetensors_find(w->st, name);
+    if (!info) {
+        if (required)
+            em_ctx_fail(w->c, EM_ERR_NOT_FOUND, "model_load",
+                        "tensor '%s' is missing from the checkpoint in %s (family %s)", name,
+                        w->m->dir, w->m->cfg.model_type);
+        return NULL;
+    }
+    em_tensor *t = em_safetensors_load_as(w->c, w->st, name, w->m->dtype, dev);
+    if (!t) return NULL;
+    w->done_bytes += (int64_t)info->nbytes;
+    draw_progress(w, false);
+    return em_detach(w->c, t);
+}
+
+em_tensor *em_wl_get(em_wload *w, em_device *dev, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return em_ctx_status(w->c) ? NULL : fetch(w, dev, true, name);
+}
+
+em_tensor *em_wl_opt(em_wload *w, em_device *dev, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return em_ctx_status(w->c) ? NULL : fetch(w, dev, false, name);
+}
+
+bool em_wl_has(em_wload *w, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return em_safetensors_has(w->st, name);
+}
+
+bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_experts,
+                   const char *gate, const char *up, const char *down, em_tensor **gate_up,
+                   em_tensor **down_out) {
+    em_ctx *c = w->c;
+    *gate_up = *down_out = NULL;
+    if (em_wl_has(w, "%sexperts.gate_up_proj", base)) { /* transformers v5 / Gemma 4 layout */
+        *gate_up = em_wl_get(w, dev, "%sexperts.gate_up_proj", base);
+        *down_out = em_wl_get(w, dev, "%sexperts.down_proj", base);
+        return *gate_up && *down_out;
+    }
+    /* per-expert tensors: stack them once, at load */
+    em_scope_push(c);
+    char name[256];
+    snprintf(name, sizeof name, "%sexperts.0.%s.weight", base, gate);
+    const em_safetensors_info *gi = em_safetensors_find(w->st, name);
+    snprintf(name, sizeof name, "%sexperts.0.%s.weight", base, down);
+    const em_safetensors_info *di = em_safetensors_find(w->st, name);
+    if (!gi || !di || gi->ndim != 2 || di->ndim != 2) {
+        em_ctx_fail(c, EM_ERR_NOT_FOUND, "model_load",
+                    "no experts for '%s' in %s (looked for %sexperts.gate_up_proj and "
+                    "%sexperts.0.%s.weight)", base, w->m->dir, base, base, gate);
+        em_scope_pop(c);
+        return false;
+    }
+    int64_t inter = gi->shape[0], hidden = gi->shape[1];
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, dev);
+    em_tensor *gu = em_empty_(c, __FILE__, __LINE__, w->m->dtype, 3,
+                              (int64_t[]){n_experts, 2 * inter, hidden});
+    em_tensor *dn = em_empty_(c, __FILE__, __LINE__, w->m->dtype, 3,
+                              (int64_t[]){n_experts, hidden, inter});
+    em_ctx_set_device(c, prev);
+    for (int64_t e = 0; e < n_experts && !em_ctx_status(c); e++) {
+        em_scope_push(c);
+        em_tensor *slot = em_narrow(c, gu, 0, e, 1);
+        em_tensor *g = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, (long long)e, gate);
+        em_tensor *u = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, (long long)e, up);
+        em_tensor *d = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, (long long)e, down);
+        if (g && u && d) {
+            em_assign(c, em_narrow(c, slot, 1, 0, inter), g);
+            em_assign(c, em_narrow(c, slot, 1, inter, inter), u);
+            em_assign(c, em_narrow(c, dn, 0, e, 1), d);
+        }
+        em_tensor_release(g);
+        em_tensor_release(u);
+        em_tensor_release(d);
+        em_scope_pop(c);
+    }
+    if (!em_ctx_status(c)) {
+        *gate_up = em_detach(c, gu);
+        *down_out = em_detach(c, dn);
+    }
+    em_scope_pop(c);
+    return !em_ctx_status(c);
+}
+
+/* ---- the model ---- */
+
+static const char *prefixes[] = {"model.", "model.language_model.", "language_model.model.", "",
+                                 NULL};
+
+static bool find_prefix(em_safetensors *st, bool causal, char *out, size_t n) {
+    for (int i = 0; prefixes[i]; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s%s", prefixes[i],
+                 causal ? "embed_tokens.weight" : "embeddings.word_embeddings.weight");
+        if (em_safetensors_has(st, name)) {
+            snprintf(out, n, "%s", prefixes[i]);
+            return true;
+        }
+    }
+    if (!causal) { /* sentence-transformers checkpoints may prefix BERT with "bert." */
+        if (em_safetensors_has(st, "bert.embeddings.word_embeddings.weight")) {
+            snprintf(out, n, "bert.");
+            return true;
+        }
+    }
+    return false;
+}
+
+static int64_t checkpoint_bytes(em_safetensors *st) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < em_safetensors_count(st); i++)
+        total += (int64_t)em_safetensors_info_at(st, i)->nbytes;
+    return total;
+}
+
+em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!id) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load", "model id is NULL");
+        return NULL;
+    }
+    double t0 = now_s();
+    em_model_options o = opts ? *opts : em_model_default_options();
+    em_hub_options ho = em_hub_default_options();
+    if (o.offline) ho.offline = 1;
+    ho.progress = o.progress ? -1 : 0;
+    char *dir = NULL;
+    if (em_hub_resolve(c, id, &ho, &dir) != EM_OK) return NULL;
+    em_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(dir);
+        em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
+        return NULL;
+    }
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    free(dir);
+    em_safetensors *st = NULL;
+    if (em_model_config_load(c, m->dir, &m->cfg) != EM_OK) goto fail;
+    const char *type = m->cfg.text_model_type[0] ? m->cfg.text_model_type : m->cfg.model_type;
+    m->fam = em_family_find(type);
+    if (!m->fam) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
+                    "model_type '%s' (%s/config.json) is not supported; Ember knows qwen3, "
+                    "qwen3_moe, llama, mistral, mixtral, gemma3_text, gemma3 and bert",
+                    type, m->dir);
+        goto fail;
+    }
+    char gpath[1100];
+    snprintf(gpath, sizeof gpath, "%s/generation_config.json", m->dir);
+    if (access(gpath, R_OK) == 0) {
+        if (em_generation_config_load(c, gpath, &m->gen) != EM_OK) goto fail;
+    } else {
+        m->gen = em_generation_config_from_model(&m->cfg);
+    }
+    if (o.dtype_set) m->dtype = o.dtype;
+    else m->dtype = m->cfg.has_dtype && (m->cfg.dtype == EM_BF16 || m->cfg.dtype == EM_F32)
+                        ? m->cfg.dtype : EM_F32;
+    if (m->dtype != EM_F32 && m->dtype != EM_BF16 && m->dtype != EM_F16) {
+        em_ctx_fail(c, EM_ERR_DTYPE, "model_load", "dtype %s is not supported for models "
+                    "(f32, bf16, f16)", em_dtype_name(m->dtype));
+        goto fail;
+    }
+    m->moe_impl = o.moe_impl;
+    st = em_safetensors_open(c, m->dir);
+    if (!st) goto fail;
+    em_wload w;
+    memset(&w, 0, sizeof w);
+    w.c = c;
+    w.m = m;
+    w.st = st;
+    if (!find_prefix(st, m->fam->causal, w.prefix, sizeof w.prefix)) {
+        em_ctx_fail(c, EM_ERR_NOT_FOUND, "model_load",
+                    "%s: no %s in the checkpoint (tried the prefixes model., "
+                    "model.language_model., language_model.model. and none)", m->dir,
+                    m->fam->causal ? "embed_tokens.weight" : "embeddings.word_embeddings.weight");
+        goto fail;
+    }
+    w.total_bytes = checkpoint_bytes(st);
+    w.progress = o.progress && isatty(2);
+    m->n_layers = m->cfg.num_hidden_layers;
+    if (m->n_layers < 0 || m->n_layers > 100000) {
+        em_ctx_fail(c, EM_ERR_FORMAT, "model_load", "%s/config.json: num_hidden_layers %lld",
+                    m->dir, (long long)m->n_layers);
+        goto fail;
+    }
+    m->layers = calloc((size_t)m->n_layers + 1, sizeof *m->layers);
+    if (!m->layers) {
+        em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
+        goto fail;
+    }
+    if (em_model_place(c, m, &o, st, w.prefix) != EM_OK) goto fail;
+    if (m->fam->load(&w) != EM_OK || em_ctx_status(c)) goto fail;
+    draw_progress(&w, true);
+    em_safetensors_close(st);
+    m->load_s = now_s() - t0;
+    return m;
+fail:
+    if (st) em_safetensors_close(st);
+    em_model_free(m);
+    return NULL;
+}
+
+static void rel(em_tensor *t) { em_tensor_release(t); }
+
+void em_model_free(em_model *m) {
+    if (!m) return;
+    rel(m->embed);
+    rel(m->final_norm);
+    if (m->lm_head != m->embed) rel(m->lm_head);
+    for (int64_t i = 0; m->layers && i < m->n_layers; i++) {
+        em_dec_layer *l = &m->layers[i];
+        em_tensor *ts[] = {l->in_norm, l->post_attn_norm, l->pre_ffn_norm, l->post_ffn_norm, l->q,
+                           l->k, l->v, l->o, l->q_bias, l->k_bias, l->v_bias, l->o_bias,
+                           l->q_norm, l->k_norm, l->gate, l->up, l->down, l->router,
+                           l->experts.gate_up, l->experts.down, l->experts.per_expert_scale};
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) rel(ts[k]);
+    }
+    free(m->layers);
+    rel(m->word_emb);
+    rel(m->pos_emb);
+    rel(m->type_emb);
+    rel(m->emb_ln);
+    rel(m->emb_lnb);
+    for (int64_t i = 0; m->bert && i < m->n_layers; i++) {
+        em_bert_layer *b = &m->bert[i];
+        em_tensor *ts[] = {b->q, b->qb, b->k, b->kb, b->v, b->vb, b->ao, b->aob, b->ln1,
+                           b->ln1b, b->inter, b->interb, b->out, b->outb, b->ln2, b->ln2b};
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) rel(ts[k]);
+    }
+    free(m->bert);
+    free(m->map_text);
+    em_model_config_free(&m->cfg);
+    free(m);
+}
+
+const em_model_config *em_model_get_config(const em_model *m) { return m ? &m->cfg : NULL; }
+const em_generation_config *em_model_generation_config(const em_model *m) {
+    return m ? &m->gen : NULL;
+}
+const char *em_model_dir(const em_model *m) { return m ? m->dir : NULL; }
+em_dtype em_model_dtype(const em_model *m) { return m ? m->dtype : EM_F32; }
+bool em_model_is_causal_lm(const em_model *m) { return m && m->fam->causal; }
+double em_model_load_seconds(const em_model *m) { return m ? m->load_s : 0; }
+void em_model_set_moe_impl(em_model *m, em_moe_impl impl) {
+    if (m) m->moe_impl = impl;
+}
+
+int em_model_device_map(const em_model *m, char *buf, size_t n) {
+    if (!m || !buf || !n) return 0;
+    int k = snprintf(buf, n, "%s", m->map_text ? m->map_text : "");
+    return k < 0 ? 0 : k;
+}

@@ -1,0 +1,188 @@
+/* Every model family against transformers on tiny random checkpoints (tests/fixtures/models,
+ * made by scripts/gen_model_fixtures.py): logits in f32 (1e-4) and bf16, greedy continuations
+ * token for token, with and without batching and left padding, with each MoE implementation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "ember/generate.h"
+#include "harness.h"
+
+static em_model *load(em_ctx *c, const char *family, em_dtype dt) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), family);
+    em_model_options o = em_model_default_options();
+    o.dtype = dt;
+    o.dtype_set = true;
+    o.progress = false;
+    o.offline = true;
+    em_model *m = em_model_load(c, dir, &o);
+    CHECK_MSG(m != NULL, "%s: %s", family, em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    return m;
+}
+
+static int64_t *host_i64(em_ctx *c, em_tensor *t, int64_t *n) {
+    *n = em_tensor_numel(t);
+    int64_t *v = malloc((size_t)(*n + 1) * sizeof *v);
+    if (v && em_to_host(c, em_cast(c, t, EM_I64), v, (size_t)*n * sizeof *v) != EM_OK) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *family,
+                         const char *what) {
+    int64_t n_ids, n_want;
+    int64_t *ids = host_i64(c, em_test_bundle_get(b, c, "ids"), &n_ids);
+    int64_t *want = host_i64(c, em_test_bundle_get(b, c, "greedy"), &n_want);
+    if (!ids || !want) {
+        CHECK(false);
+        free(ids);
+        free(want);
+        return;
+    }
+    int64_t plen = n_ids / 2;
+    em_generate_params p = em_generate_default_params(m);
+    p.max_new_tokens = n_want;
+    p.do_sample = false;
+    p.repetition_penalty = 1.0;
+    p.eos_ids = ids; /* a non-NULL list of length 0: no eos stop (as the reference) */
+    p.n_eos_ids = 0;
+    const int64_t *prompts[1] = {ids};
+    em_generate_result r;
+    if (em_generate(c, m, NULL, prompts, &plen, 1, &p, &r) == EM_OK) {
+        CHECK_MSG(r.n_ids[0] == n_want && !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want),
+                  "%s %s: greedy tokens differ from transformers", family, what);
+        em_generate_result_free(&r);
+    } else {
+        CHECK_MSG(false, "%s: %s", family, em_ctx_error(c)->message);
+        em_ctx_clear_error(c);
+    }
+    /* the left-padded batch */
+    int64_t nb, nm, ng;
+    int64_t *bids = host_i64(c, em_test_bundle_get(b, c, "batch_ids"), &nb);
+    int64_t *bmask = host_i64(c, em_test_bundle_get(b, c, "batch_mask"), &nm);
+    int64_t *bwant = host_i64(c, em_test_bundle_get(b, c, "batch_greedy"), &ng);
+    if (bids && bmask && bwant) {
+        int64_t width = nb / 2, lens[2] = {0, 0};
+        const int64_t *pr[2];
+        for (int k = 0; k < 2; k++) {
+            for (int64_t j = 0; j < width; j++) lens[k] += bmask[k * width + j];
+            pr[k] = bids + k * width + (width - lens[k]);
+        }
+        p.max_new_tokens = ng / 2;
+        if (em_generate(c, m, NULL, pr, lens, 2, &p, &r) == EM_OK) {
+            for (int k = 0; k < 2; k++)
+                CHECK_MSG(r.n_ids[k] == ng / 2 &&
+                              !memcmp(r.ids[k], bwant + k * (ng / 2), (size_t)(ng / 2) * sizeof *bwant),
+                          "%s %s: batched greedy row %d differs from transformers", family, what, k);
+            em_generate_result_free(&r);
+        } else {
+            CHECK_MSG(false, "%s batch: %s", family, em_ctx_error(c)->message);
+            em_ctx_clear_error(c);
+        }
+    }
+    free(bids);
+    free(bmask);
+    free(bwant);
+    free(ids);
+    free(want);
+}
+
+static void check_causal(const char *family, bool moe) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "models/%s_ref", family);
+    em_test_bundle *b = em_test_bundle_load(rel);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_model *m = load(c, family, EM_F32);
+    if (m) {
+        em_scope_push(c);
+        em_tensor *ids = em_test_bundle_get(b, c, "ids");
+        em_tensor *lg = em_model_forward(c, m, ids, NULL, NULL, false);
+        char what[128];
+        snprintf(what, sizeof what, "%s logits f32", family);
+        em_test_allclose(c, lg, em_test_bundle_get(b, c, "logits_f32"), 1e-4, 1e-4, what);
+        em_scope_pop(c);
+        em_ctx_clear_error(c);
+        check_greedy(c, m, b, family, "f32");
+        if (moe)
+            for (int impl = EM_MOE_LOOP; impl <= EM_MOE_DENSE; impl++) {
+                em_model_set_moe_impl(m, (em_moe_impl)impl);
+                check_greedy(c, m, b, family, em_moe_impl_name((em_moe_impl)impl));
+            }
+        em_model_free(m);
+    }
+    /* bf16: HF rounds every op to bf16, as Ember does; differences are a few bf16 ulps */
+    m = load(c, family, EM_BF16);
+    if (m) {
+        em_scope_push(c);
+        em_tensor *lg = em_model_forward(c, m, em_test_bundle_get(b, c, "ids"), NULL, NULL, false);
+        char what[128];
+        snprintf(what, sizeof what, "%s logits bf16", family);
+        em_test_allclose(c, lg, em_test_bundle_get(b, c, "logits_bf16"), 6e-2, 6e-2, what);
+        em_scope_pop(c);
+        em_model_free(m);
+    }
+    em_ctx_clear_error(c);
+    em_ctx_destroy(c);
+    em_test_bundle_free(b);
+}
+
+static void test_qwen3(void) { check_causal("qwen3", false); }
+static void test_qwen3_moe(void) { check_causal("qwen3_moe", true); }
+static void test_llama(void) { check_causal("llama", false); }
+static void test_mistral(void) { check_causal("mistral", false); }
+static void test_mixtral(void) { check_causal("mixtral", true); }
+static void test_gemma3(void) { check_causal("gemma3_text", false); }
+
+static void test_bert(void) {
+    em_test_bundle *b = em_test_bundle_load("models/bert_ref");
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_model *m = load(c, "bert", EM_F32);
+    if (m) {
+        CHECK(!em_model_is_causal_lm(m));
+        em_tensor *h = em_model_encode(c, m, em_test_bundle_get(b, c, "ids"),
+                                       em_test_bundle_get(b, c, "mask"), NULL);
+        em_test_allclose(c, h, em_test_bundle_get(b, c, "hidden"), 1e-4, 1e-4, "bert hidden");
+        em_model_free(m);
+    }
+    em_ctx_destroy(c);
+    em_test_bundle_free(b);
+}
+
+static void test_errors(void) {
+    em_ctx *c = em_ctx_create();
+    em_model_options o = em_model_default_options();
+    o.offline = true;
+    o.progress = false;
+    CHECK(em_model_load(c, "/nonexistent/dir", &o) == NULL);
+    CHECK(em_ctx_status(c) != EM_OK);
+    em_ctx_clear_error(c);
+    /* a device map that misses a module is an error naming it */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/qwen3", em_test_fixtures_dir());
+    o.device_map = "model.embed_tokens=cpu,model.layers.0-0=cpu,model.norm=cpu";
+    CHECK(em_model_load(c, dir, &o) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "model.layers.1");
+    o.device_map = "model.embed_tokens=cpu,model.layers.0-1=cpu,model.norm=cpu,lm_head=cpu";
+    em_model *m = em_model_load(c, dir, &o);
+    CHECK(m != NULL);
+    char map[2048];
+    em_model_device_map(m, map, sizeof map);
+    CHECK(strstr(map, "model.layers.1=cpu") != NULL);
+    /* a cache too small for the request is an error, not an overflow */
+    em_kv_cache *kv = em_kv_cache_create(c, m, 1, 4);
+    int64_t six[6] = {3, 4, 5, 6, 7, 8};
+    CHECK(em_model_forward(c, m, em_from_host(c, EM_I64, EM_SHAPE(1, 6), six), NULL, kv, true) ==
+          NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "model_forward", "cache");
+    em_kv_cache_free(kv);
+    em_model_free(m);
+    em_ctx_destroy(c);
+}
+
+EM_TEST_MAIN(T(test_qwen3), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),
+             T(test_gemma3), T(test_bert), T(test_errors))

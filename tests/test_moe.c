@@ -1,0 +1,80 @@
+/* The MoE block against transformers' Qwen3-MoE and Gemma 4 blocks (tests/fixtures/moe, made by
+ * scripts/gen_moe_fixtures.py): routing, and the experts through each implementation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+static void check_bundle(const char *name, bool bf16, bool gemma) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "moe/%s", name);
+    em_test_bundle *b = em_test_bundle_load(rel);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_moe_params p = em_moe_default_params();
+    p.top_k = em_test_bundle_meta_int(b, "top_k", 2);
+    p.norm_topk_prob = em_test_bundle_meta_int(b, "norm_topk_prob", 0) != 0;
+    p.act = gemma ? EM_MOE_ACT_GELU_TANH : EM_MOE_ACT_SILU;
+    em_tensor *x = em_test_bundle_get(b, c, "x");
+    em_tensor *logits = em_test_bundle_get(b, c, "logits");
+    em_tensor *want_w = em_test_bundle_get(b, c, "route_weights");
+    em_tensor *want_i = em_test_bundle_get(b, c, "route_indices");
+    em_moe_weights w = {em_test_bundle_get(b, c, "gate_up"), em_test_bundle_get(b, c, "down"),
+                        gemma ? em_test_bundle_get(b, c, "per_expert_scale") : NULL};
+    em_tensor *want_y = em_test_bundle_get(b, c, "y");
+    /* routing */
+    em_tensor *idx = NULL;
+    em_tensor *rw = em_moe_route(c, logits, &p, w.per_expert_scale,
+                                 em_tensor_dtype(want_w), &idx);
+    double rt = bf16 ? 1e-2 : 1e-6;
+    char what[160];
+    snprintf(what, sizeof what, "%s route weights", name);
+    em_test_allclose(c, rw, want_w, rt, rt, what);
+    snprintf(what, sizeof what, "%s route indices", name);
+    em_test_allclose(c, idx, want_i, 0, 0, what);
+    /* experts, with transformers' routing, through each implementation */
+    for (int impl = 0; impl < 3; impl++) {
+        p.impl = (em_moe_impl)impl;
+        em_moe_stats st = {0};
+        em_tensor *y = em_moe_experts(c, x, want_i, want_w, &w, &p, &st);
+        snprintf(what, sizeof what, "%s experts (%s)", name, em_moe_impl_name(p.impl));
+        double tol = bf16 ? 2e-2 : 2e-5;
+        em_test_allclose(c, y, want_y, tol, tol, what);
+        CHECK(st.rows == em_tensor_numel(want_i) && st.experts_hit > 0 && st.experts_hit <= 8);
+        em_ctx_clear_error(c);
+    }
+    em_ctx_destroy(c);
+    em_test_bundle_free(b);
+}
+
+static void test_qwen3_moe(void) {
+    check_bundle("qwen3_moe_norm_f32", false, false);
+    check_bundle("qwen3_moe_nonorm_f32", false, false);
+    check_bundle("qwen3_moe_norm_bf16", true, false);
+    check_bundle("qwen3_moe_nonorm_bf16", true, false);
+}
+
+static void test_gemma4(void) {
+    check_bundle("gemma4_f32", false, true);
+    check_bundle("gemma4_bf16", true, true);
+}
+
+static void test_errors(void) {
+    em_ctx *c = em_ctx_create();
+    em_moe_params p = em_moe_default_params();
+    em_tensor *x = em_zeros(c, EM_F32, EM_SHAPE(3, 8));
+    em_moe_weights w = {em_zeros(c, EM_F32, EM_SHAPE(4, 10, 8)), em_zeros(c, EM_F32, EM_SHAPE(4, 8, 6)),
+                        NULL};
+    int64_t bad[6] = {0, 1, 2, 3, 4, 0};
+    em_tensor *idx = em_from_host(c, EM_I64, EM_SHAPE(3, 2), bad);
+    em_tensor *rw = em_ones(c, EM_F32, EM_SHAPE(3, 2));
+    CHECK(em_moe_experts(c, x, idx, rw, &w, &p, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "moe_experts", "gate_up");
+    w.gate_up = em_zeros(c, EM_F32, EM_SHAPE(4, 12, 8));
+    CHECK(em_moe_experts(c, x, idx, rw, &w, &p, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_INDEX, "routing index 4");
+    em_ctx_destroy(c);
+}
+
+EM_TEST_MAIN(T(test_qwen3_moe), T(test_gemma4), T(test_errors))

@@ -1,0 +1,331 @@
+/* `ember generate` and `ember embed`: the command-line faces of model.h and generate.h. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ember/chat.h"
+#include "ember/ember.h"
+#include "ember/generate.h"
+
+static void gen_usage(void) {
+    printf(
+        "usage: ember generate --model ID_OR_DIR [--device DEV | --device-map MAP] [--dtype bf16]\n"
+        "                      (--prompt TEXT | --chat TEXT | --ids 1,2,3) [--max-new-tokens N]\n"
+        "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
+        "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
+        "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n\n"
+        "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
+        "the Hub cache when missing unless HF_HUB_OFFLINE=1) and continues the prompt.\n"
+        "  --prompt TEXT      plain text, tokenized with the model's tokenizer\n"
+        "  --chat TEXT        a user message rendered with the model's chat template\n"
+        "  --ids 1,2,3        token ids\n"
+        "  --batch-file FILE  one prompt (or chat message with --chat) per line, as a batch\n"
+        "  --print-ids        print the new ids as one JSON array per sequence\n"
+        "Sampling defaults come from generation_config.json; --greedy forces greedy decoding.\n"
+        "Load time, time to first token and tokens/s are reported on stderr.\n");
+}
+
+typedef struct stream_state {
+    bool on;
+} stream_state;
+
+static bool print_piece(void *user, int seq, int64_t id, const char *piece) {
+    (void)seq, (void)id;
+    stream_state *s = user;
+    if (s->on && piece) {
+        fputs(piece, stdout);
+        fflush(stdout);
+    }
+    return true;
+}
+
+/* Renders a one-message conversation with the tokenizer's chat template. */
+static char *render_chat(em_ctx *c, const em_tokenizer *tok, const char *text) {
+    const char *src = em_tokenizer_chat_template(tok, NULL);
+    if (!src) {
+        em_ctx_fail(c, EM_ERR_NOT_FOUND, "generate", "the tokenizer has no chat template");
+        return NULL;
+    }
+    em_chat_template *t = em_chat_template_compile(c, src);
+    if (!t) return NULL;
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", text);
+    json_t *vars = json_object();
+    const char *bos = em_tokenizer_special_token(tok, EM_SPECIAL_BOS);
+    const char *eos = em_tokenizer_special_token(tok, EM_SPECIAL_EOS);
+    if (bos) json_object_set_new(vars, "bos_token", json_string(bos));
+    if (eos) json_object_set_new(vars, "eos_token", json_string(eos));
+    char *mj = json_dumps(msgs, JSON_COMPACT), *vj = json_dumps(vars, JSON_COMPACT);
+    char *out = mj && vj ? em_chat_template_render(c, t, mj, true, vj) : NULL;
+    free(mj);
+    free(vj);
+    json_decref(msgs);
+    json_decref(vars);
+    em_chat_template_free(t);
+    return out;
+}
+
+static int64_t *parse_ids(const char *s, int64_t *n) {
+    size_t cap = 16;
+    int64_t *v = malloc(cap * sizeof *v);
+    *n = 0;
+    while (v && *s) {
+        char *end;
+        long long x = strtoll(s, &end, 10);
+        if (end == s) {
+            free(v);
+            return NULL;
+        }
+        if ((size_t)*n == cap) {
+            int64_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return NULL;
+            }
+            v = nv;
+        }
+        v[(*n)++] = x;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL, *chat = NULL, *ids_s = NULL, *batch_file = NULL;
+    em_model_options mo = em_model_default_options();
+    bool greedy = false, print_ids = false, show_map = false, have[8] = {false};
+    double temperature = 1, top_p = 1, min_p = 0, rep = 1;
+    long long top_k = 0, max_new = 128, seed = 0;
+    const char *stops[16];
+    int n_stops = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool val = i + 1 < argc;
+#define ARG(name) (!strcmp(a, name) && val && (++i, 1))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            gen_usage();
+            return 0;
+        } else if (ARG("--model")) model = argv[i];
+        else if (ARG("--prompt")) prompt = argv[i];
+        else if (ARG("--chat")) chat = argv[i];
+        else if (ARG("--ids")) ids_s = argv[i];
+        else if (ARG("--batch-file")) batch_file = argv[i];
+        else if (ARG("--device")) mo.device = argv[i];
+        else if (ARG("--device-map")) mo.device_map = argv[i];
+        else if (ARG("--dtype")) {
+            if (!em_dtype_parse(argv[i], &mo.dtype)) {
+                fprintf(stderr, "ember generate: unknown dtype '%s'\n", argv[i]);
+                return 2;
+            }
+            mo.dtype_set = true;
+        } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
+        else if (ARG("--temperature")) temperature = atof(argv[i]), have[0] = true;
+        else if (ARG("--top-k")) top_k = atoll(argv[i]), have[1] = true;
+        else if (ARG("--top-p")) top_p = atof(argv[i]), have[2] = true;
+        else if (ARG("--min-p")) min_p = atof(argv[i]), have[3] = true;
+        else if (ARG("--seed")) seed = atoll(argv[i]), have[4] = true;
+        else if (ARG("--repetition-penalty")) rep = atof(argv[i]), have[5] = true;
+        else if (ARG("--stop")) {
+            if (n_stops < 16) stops[n_stops++] = argv[i];
+        } else if (ARG("--moe-impl")) {
+            if (!em_moe_impl_parse(argv[i], &mo.moe_impl)) {
+                fprintf(stderr, "ember generate: --moe-impl is loop, dense or ragged\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--greedy")) greedy = true;
+        else if (!strcmp(a, "--print-ids")) print_ids = true;
+        else if (!strcmp(a, "--show-device-map")) show_map = true;
+        else {
+            fprintf(stderr, "ember generate: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        }
+#undef ARG
+    }
+    if (!model || (!prompt && !chat && !ids_s && !batch_file) || max_new < 1) {
+        fprintf(stderr, "ember generate: --model and one of --prompt, --chat, --ids or "
+                        "--batch-file are required (see --help)\n");
+        return 2;
+    }
+    em_ctx *c = em_ctx_create();
+    em_model *m = em_model_load(c, model, &mo);
+    em_tokenizer *tok = NULL;
+    int rc = 1, batch = 0;
+    int64_t *prompts[64] = {NULL};
+    int64_t lens[64] = {0};
+    if (!m) goto fail;
+    fprintf(stderr, "loaded %s (%s, %s) in %.2f s\n", em_model_get_config(m)->model_type,
+            em_model_dir(m), em_dtype_name(em_model_dtype(m)), em_model_load_seconds(m));
+    if (show_map) {
+        char map[16384];
+        em_model_device_map(m, map, sizeof map);
+        fprintf(stderr, "device map:\n%s", map);
+    }
+    if (!ids_s) {
+        tok = em_tokenizer_load(c, em_model_dir(m));
+        if (!tok) goto fail;
+    }
+    /* the prompts */
+    char *lines[64];
+    int n_lines = 0;
+    char *file_text = NULL;
+    if (batch_file) {
+        FILE *f = fopen(batch_file, "rb");
+        if (!f) {
+            fprintf(stderr, "ember generate: cannot open %s\n", batch_file);
+            goto fail;
+        }
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        rewind(f);
+        file_text = malloc((size_t)sz + 1);
+        if (!file_text || fread(file_text, 1, (size_t)sz, f) != (size_t)sz) sz = 0;
+        fclose(f);
+        if (file_text) file_text[sz] = 0;
+        for (char *save = NULL, *l = file_text ? strtok_r(file_text, "\n", &save) : NULL;
+             l && n_lines < 64; l = strtok_r(NULL, "\n", &save))
+            if (*l) lines[n_lines++] = l;
+    } else {
+        lines[n_lines++] = (char *)(chat ? chat : prompt);
+    }
+    for (int b = 0; b < n_lines; b++) {
+        if (ids_s) {
+            prompts[b] = parse_ids(ids_s, &lens[b]);
+            if (!prompts[b] || !lens[b]) {
+                fprintf(stderr, "ember generate: --ids must be a comma-separated list of ids\n");
+                goto fail;
+            }
+        } else {
+            char *text = chat ? render_chat(c, tok, lines[b]) : strdup(lines[b]);
+            if (!text) goto fail;
+            int32_t *ids32 = NULL;
+            size_t n = 0;
+            /* a rendered chat already holds its special tokens */
+            em_status s = em_tokenizer_encode(c, tok, text, strlen(text), !chat, &ids32, &n);
+            free(text);
+            if (s) goto fail;
+            prompts[b] = malloc((n + 1) * sizeof **prompts);
+            for (size_t k = 0; prompts[b] && k < n; k++) prompts[b][k] = ids32[k];
+            lens[b] = (int64_t)n;
+            em_tokenizer_free_ids(ids32);
+        }
+        batch++;
+    }
+    free(file_text);
+    em_generate_params p = em_generate_default_params(m);
+    p.max_new_tokens = max_new;
+    if (greedy) p.do_sample = false;
+    if (have[0] || have[1] || have[2] || have[3]) p.do_sample = !greedy;
+    if (have[0]) p.temperature = temperature;
+    if (have[1]) p.top_k = top_k;
+    if (have[2]) p.top_p = top_p;
+    if (have[3]) p.min_p = min_p;
+    if (have[4]) p.seed = (uint64_t)seed;
+    if (have[5]) p.repetition_penalty = rep;
+    p.stop_strings = stops;
+    p.n_stop_strings = tok ? n_stops : 0;
+    stream_state ss = {!print_ids && batch == 1 && tok};
+    p.on_token = print_piece;
+    p.user_data = &ss;
+    em_generate_result r;
+    if (em_generate(c, m, tok, (const int64_t *const *)prompts, lens, batch, &p, &r) != EM_OK)
+        goto fail;
+    if (ss.on) printf("\n");
+    for (int b = 0; b < batch; b++) {
+        if (print_ids) {
+            printf("[");
+            for (int64_t k = 0; k < r.n_ids[b]; k++)
+                printf("%s%lld", k ? ", " : "", (long long)r.ids[b][k]);
+            printf("]\n");
+        } else if (!ss.on && tok) {
+            int32_t *v = malloc((size_t)(r.n_ids[b] + 1) * sizeof *v);
+            for (int64_t k = 0; v && k < r.n_ids[b]; k++) v[k] = (int32_t)r.ids[b][k];
+            char *text = v ? em_tokenizer_decode(c, tok, v, (size_t)r.n_ids[b], true, NULL) : NULL;
+            printf("%s\n", text ? text : "");
+            em_tokenizer_free_text(text);
+            free(v);
+        }
+    }
+    int64_t prompt_tokens = 0;
+    for (int b = 0; b < batch; b++) prompt_tokens += lens[b];
+    fprintf(stderr,
+            "prompt %lld tokens, time to first token %.3f s (%.1f tokens/s prefill); "
+            "%lld tokens in %.3f s = %.2f tokens/s (batch %d)\n",
+            (long long)prompt_tokens, r.prefill_s,
+            r.prefill_s > 0 ? (double)prompt_tokens / r.prefill_s : 0.0,
+            (long long)r.decoded_tokens, r.decode_s,
+            r.decode_s > 0 ? (double)r.decoded_tokens / r.decode_s : 0.0, batch);
+    em_generate_result_free(&r);
+    rc = 0;
+fail:
+    if (rc && em_ctx_error(c)) fprintf(stderr, "ember generate: %s\n", em_ctx_error(c)->message);
+    for (int b = 0; b < 64; b++) free(prompts[b]);
+    em_tokenizer_free(tok);
+    em_model_free(m);
+    em_ctx_destroy(c);
+    return rc;
+}
+
+int cmd_embed(int argc, char **argv) {
+    const char *model = NULL;
+    bool sim = false;
+    const char *texts[256];
+    int n = 0;
+    em_model_options mo = em_model_default_options();
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: ember embed --model ID_OR_DIR [--device DEV] [--similarity] TEXT...\n\n"
+                   "Sentence embeddings as sentence-transformers computes them for\n"
+                   "all-MiniLM-L6-v2 (mean pooling over the real tokens, L2 normalisation): one\n"
+                   "JSON array per text; with --similarity, the cosine matrix instead.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) mo.device = argv[++i];
+        else if (!strcmp(argv[i], "--similarity")) sim = true;
+        else if (n < 256) texts[n++] = argv[i];
+    }
+    if (!model || n == 0) {
+        fprintf(stderr, "ember embed: --model and at least one TEXT are required (see --help)\n");
+        return 2;
+    }
+    em_ctx *c = em_ctx_create();
+    em_model *m = em_model_load(c, model, &mo);
+    em_tokenizer *tok = m ? em_tokenizer_load(c, em_model_dir(m)) : NULL;
+    int rc = 1;
+    float *e = NULL;
+    if (!tok) goto out;
+    int64_t h = em_model_get_config(m)->hidden_size;
+    e = malloc((size_t)(n * h) * sizeof *e);
+    if (!e || em_embed_texts(c, m, tok, texts, n, e) != EM_OK) goto out;
+    if (sim) {
+        for (int i = 0; i < n; i++) {
+            printf("[");
+            for (int j = 0; j < n; j++) {
+                double d = 0;
+                for (int64_t k = 0; k < h; k++) d += (double)e[i * h + k] * e[j * h + k];
+                printf("%s%.6f", j ? ", " : "", d);
+            }
+            printf("]\n");
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            printf("[");
+            for (int64_t k = 0; k < h; k++) printf("%s%.8g", k ? ", " : "", (double)e[i * h + k]);
+            printf("]\n");
+        }
+    }
+    rc = 0;
+out:
+    if (rc && em_ctx_error(c)) fprintf(stderr, "ember embed: %s\n", em_ctx_error(c)->message);
+    free(e);
+    em_tokenizer_free(tok);
+    em_model_free(m);
+    em_ctx_destroy(c);
+    return rc;
+}
