@@ -273,21 +273,24 @@ fail:
 }
 
 int cmd_embed(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *query = NULL;
     bool sim = false;
-    const char *texts[256];
+    const char *texts[257];
     int n = 0;
     em_model_options mo = em_model_default_options();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: ember embed --model ID_OR_DIR [--device DEV] [--similarity] TEXT...\n\n"
+            printf("usage: ember embed --model ID_OR_DIR [--device DEV] [--similarity | --search "
+                   "QUERY] TEXT...\n\n"
                    "Sentence embeddings as sentence-transformers computes them for\n"
                    "all-MiniLM-L6-v2 (mean pooling over the real tokens, L2 normalisation): one\n"
-                   "JSON array per text; with --similarity, the cosine matrix instead.\n");
+                   "JSON array per text; with --similarity, the cosine matrix instead; with\n"
+                   "--search QUERY, the texts ranked by cosine similarity to the query.\n");
             return 0;
         } else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) mo.device = argv[++i];
         else if (!strcmp(argv[i], "--similarity")) sim = true;
+        else if (!strcmp(argv[i], "--search") && i + 1 < argc) query = argv[++i];
         else if (n < 256) texts[n++] = argv[i];
     }
     if (!model || n == 0) {
@@ -301,9 +304,27 @@ int cmd_embed(int argc, char **argv) {
     float *e = NULL;
     if (!tok) goto out;
     int64_t h = em_model_get_config(m)->hidden_size;
-    e = malloc((size_t)(n * h) * sizeof *e);
-    if (!e || em_embed_texts(c, m, tok, texts, n, e) != EM_OK) goto out;
-    if (sim) {
+    if (query) texts[n] = query; /* embedded with the corpus, last */
+    int total = n + (query != NULL);
+    e = malloc((size_t)(total * h) * sizeof *e);
+    if (!e || em_embed_texts(c, m, tok, texts, total, e) != EM_OK) goto out;
+    if (query) {
+        double score[256];
+        int order[256];
+        for (int i = 0; i < n; i++) {
+            score[i] = 0;
+            for (int64_t k = 0; k < h; k++) score[i] += (double)e[i * h + k] * e[n * h + k];
+            order[i] = i;
+        }
+        for (int i = 0; i < n; i++) /* a few texts: insertion sort, best first */
+            for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]]; j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        printf("query: %s\n", query);
+        for (int i = 0; i < n; i++) printf("  %.4f  %s\n", score[order[i]], texts[order[i]]);
+    } else if (sim) {
         for (int i = 0; i < n; i++) {
             printf("[");
             for (int j = 0; j < n; j++) {

@@ -7,7 +7,10 @@
 
 static const em_cli_cmd commands[] = {
     {"generate", "generate text with a Hugging Face model (Hub id or folder)", cmd_generate},
-    {"embed", "sentence embeddings (all-MiniLM-L6-v2 and other BERT encoders)", cmd_embed},
+    {"embed", "sentence embeddings and semantic search (all-MiniLM-L6-v2, BERT encoders)",
+     cmd_embed},
+    {"make-checkpoint", "write a checkpoint with random weights (demos, benchmarks)",
+     cmd_make_checkpoint},
     {"devices", "list devices and their properties", cmd_devices},
     {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
     {"download", "fetch a model from the Hugging Face Hub into its cache", cmd_download},

@@ -16,7 +16,9 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ITERS 20000
+/* ~1-2 ms of spinning before a worker sleeps: decode issues parallel jobs every few hundred
+ * microseconds, and waking a sleeping thread costs tens of microseconds on a VM */
+#define SPIN_ITERS 100000
 
 typedef struct pool {
     int nthreads; /* including the submitting thread */
@@ -24,7 +26,9 @@ typedef struct pool {
     pthread_mutex_t m;
     pthread_cond_t cv;
     atomic_uint generation;
-    atomic_int pending; /* workers still running the current job */
+    atomic_int pending;   /* parallel_each: workers still running the current job */
+    atomic_int active;    /* parallel_for: workers inside the job right now */
+    atomic_llong done;    /* parallel_for: items finished */
     atomic_bool stop;
     /* the job */
     em_par_fn fn;
@@ -45,6 +49,7 @@ static void run_chunks(pool *p, int tid) {
         if (b >= p->n) break;
         int64_t e = b + p->chunk < p->n ? b + p->chunk : p->n;
         p->fn(p->user, b, e, tid);
+        atomic_fetch_add_explicit(&p->done, e - b, memory_order_release);
     }
 }
 
@@ -75,11 +80,16 @@ static void *worker_main(void *arg) {
         }
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->generation);
-        if (p->each)
+        if (p->each) {
             p->each(p->user, tid, p->nthreads);
-        else
-            run_chunks(p, tid);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        } else {
+            /* a worker that wakes after the others finished finds no chunk left; the caller
+             * does not wait for it, only for workers already inside the job */
+            atomic_fetch_add_explicit(&p->active, 1, memory_order_acq_rel);
+            if (atomic_load(&p->generation) == seen) run_chunks(p, tid);
+            atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
+        }
     }
     return NULL;
 }
@@ -115,6 +125,8 @@ static pool *pool_create(int n) {
     pthread_cond_init(&p->cv, NULL);
     atomic_init(&p->generation, 0);
     atomic_init(&p->pending, 0);
+    atomic_init(&p->active, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->stop, false);
     p->threads = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *p->threads);
     if (!p->threads) {
@@ -172,7 +184,8 @@ static pool *acquire(void) {
 }
 
 static void run_job(pool *p, int tid0_each) {
-    atomic_store_explicit(&p->pending, p->nthreads - 1, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, tid0_each ? p->nthreads - 1 : 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->m);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv);
@@ -183,7 +196,12 @@ static void run_job(pool *p, int tid0_each) {
     else
         run_chunks(p, 0);
     in_worker = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
+    if (tid0_each) {
+        while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
+    } else {
+        while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n) CPU_RELAX();
+        while (atomic_load_explicit(&p->active, memory_order_acquire) > 0) CPU_RELAX();
+    }
 }
 
 void em_parallel_for(int64_t n, int64_t grain, em_par_fn fn, void *user) {

@@ -1,0 +1,228 @@
+/*
+ * `ember make-checkpoint`: writes a Hugging Face checkpoint with RANDOM weights (config.json,
+ * generation_config.json, sharded model.safetensors + index, and a tokenizer when given), for
+ * demos and benchmarks on machines with no Hub access. Presets give the real layer dimensions
+ * of Qwen3-0.6B and Qwen3-30B-A3B; the weights are random, so the text they generate is noise.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "ember/ember.h"
+
+typedef struct ckpt_cfg {
+    const char *model_type;
+    int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim, experts, top_k, moe_inter;
+    bool tie;
+} ckpt_cfg;
+
+static const ckpt_cfg PRESETS[] = {
+    /* name-free rows; the table below names them */
+    {"qwen3_moe", 0, 512, 1024, 8, 8, 4, 64, 64, 8, 256, false},          /* demo */
+    {"qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 0, 0, 0, true},         /* Qwen3-0.6B */
+    {"qwen3_moe", 151936, 2048, 6144, 12, 32, 4, 128, 128, 8, 768, false}, /* Qwen3-30B-A3B */
+};
+static const char *PRESET_NAMES[] = {"demo-moe", "qwen3-0.6b", "qwen3-30b-a3b"};
+
+typedef struct writer {
+    em_ctx *c;
+    const char *dir;
+    em_dtype dtype;
+    uint64_t seed;
+    em_safetensors_writer *w;
+    int64_t bytes, shard_limit;
+    int shard;
+    json_t *weight_map;
+    char shard_name[64];
+    int64_t total;
+} writer;
+
+static void flush_shard(writer *wr) {
+    if (!wr->w) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", wr->dir, wr->shard_name);
+    em_safetensors_writer_save(wr->c, wr->w, path);
+    em_safetensors_writer_free(wr->w);
+    wr->w = NULL;
+    wr->bytes = 0;
+    em_scope_pop(wr->c);
+}
+
+/* Adds a random tensor (uniform, std `scale`; `ones` for norm weights). */
+static void add(writer *wr, const char *name, int nd, const int64_t *shape, double scale, bool ones) {
+    em_ctx *c = wr->c;
+    if (em_ctx_status(c)) return;
+    if (!wr->w) {
+        em_scope_push(c);
+        wr->w = em_safetensors_writer_create(c);
+        snprintf(wr->shard_name, sizeof wr->shard_name, "model-%05d.safetensors", ++wr->shard);
+    }
+    double a = scale * sqrt(3.0);
+    em_tensor *t = ones ? em_ones(c, wr->dtype, nd, shape)
+                        : em_rand(c, wr->dtype, nd, shape, wr->seed++, -a, a);
+    em_safetensors_writer_add(c, wr->w, name, t);
+    json_object_set_new(wr->weight_map, name, json_string(wr->shard_name));
+    int64_t n = em_tensor_nbytes(t);
+    wr->bytes += n;
+    wr->total += n;
+    if (wr->bytes >= wr->shard_limit) flush_shard(wr);
+}
+
+static void usage(void) {
+    printf("usage: ember make-checkpoint --out DIR [--preset demo-moe|qwen3-0.6b|qwen3-30b-a3b]\n"
+           "                             [--layers N] [--tokenizer FILE.json] [--dtype bf16|f32]\n"
+           "                             [--seed S]\n\n"
+           "Writes a checkpoint with RANDOM weights in the Hub's format (config.json,\n"
+           "generation_config.json, sharded safetensors with an index, the tokenizer when\n"
+           "given). The presets have the real dimensions of Qwen3-0.6B and Qwen3-30B-A3B (with\n"
+           "--layers to bound the size); demo-moe is a small Qwen3-MoE. Random weights produce\n"
+           "random text: this is for timing and demos, not for reading the output.\n");
+}
+
+int cmd_make_checkpoint(int argc, char **argv) {
+    const char *out = NULL, *tokenizer = NULL, *preset = "demo-moe";
+    int64_t layers = -1;
+    uint64_t seed = 1;
+    em_dtype dtype = EM_BF16;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage();
+            return 0;
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokenizer = argv[++i];
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            if (!em_dtype_parse(argv[++i], &dtype) || (dtype != EM_BF16 && dtype != EM_F32)) {
+                fprintf(stderr, "ember make-checkpoint: --dtype is bf16 or f32\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "ember make-checkpoint: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    int pi = -1;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(preset, PRESET_NAMES[k])) pi = k;
+    if (!out || pi < 0) {
+        fprintf(stderr, "ember make-checkpoint: --out DIR and a known --preset are required\n");
+        return 2;
+    }
+    ckpt_cfg cfg = PRESETS[pi];
+    if (layers > 0) cfg.layers = layers;
+    em_ctx *c = em_ctx_create();
+    em_tokenizer *tok = NULL;
+    if (tokenizer) {
+        tok = em_tokenizer_load(c, tokenizer);
+        if (!tok) {
+            fprintf(stderr, "ember make-checkpoint: %s\n", em_ctx_error(c)->message);
+            em_ctx_destroy(c);
+            return 1;
+        }
+        if (!cfg.vocab) cfg.vocab = (int64_t)em_tokenizer_vocab_size(tok);
+    }
+    if (!cfg.vocab) cfg.vocab = 1024;
+    mkdir(out, 0755);
+    /* config.json */
+    json_t *j = json_object();
+    const char *arch = !strcmp(cfg.model_type, "qwen3") ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM";
+    json_object_set_new(j, "architectures", json_pack("[s]", arch));
+    json_object_set_new(j, "model_type", json_string(cfg.model_type));
+    json_object_set_new(j, "vocab_size", json_integer(cfg.vocab));
+    json_object_set_new(j, "hidden_size", json_integer(cfg.hidden));
+    json_object_set_new(j, "intermediate_size", json_integer(cfg.inter));
+    json_object_set_new(j, "num_hidden_layers", json_integer(cfg.layers));
+    json_object_set_new(j, "num_attention_heads", json_integer(cfg.heads));
+    json_object_set_new(j, "num_key_value_heads", json_integer(cfg.kv_heads));
+    json_object_set_new(j, "head_dim", json_integer(cfg.head_dim));
+    json_object_set_new(j, "max_position_embeddings", json_integer(40960));
+    json_object_set_new(j, "rms_norm_eps", json_real(1e-6));
+    json_object_set_new(j, "rope_theta", json_real(1000000.0));
+    json_object_set_new(j, "hidden_act", json_string("silu"));
+    json_object_set_new(j, "tie_word_embeddings", json_boolean(cfg.tie));
+    json_object_set_new(j, "torch_dtype", json_string(dtype == EM_BF16 ? "bfloat16" : "float32"));
+    json_object_set_new(j, "_comment", json_string("RANDOM WEIGHTS made by `ember make-checkpoint`"));
+    if (cfg.experts) {
+        json_object_set_new(j, "num_experts", json_integer(cfg.experts));
+        json_object_set_new(j, "num_experts_per_tok", json_integer(cfg.top_k));
+        json_object_set_new(j, "moe_intermediate_size", json_integer(cfg.moe_inter));
+        json_object_set_new(j, "norm_topk_prob", json_true());
+        json_object_set_new(j, "decoder_sparse_step", json_integer(1));
+    }
+    int32_t eos = tok ? em_tokenizer_special_id(tok, EM_SPECIAL_EOS) : -1;
+    if (eos < 0) eos = 0;
+    json_object_set_new(j, "eos_token_id", json_integer(eos));
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", out);
+    json_dump_file(j, path, JSON_INDENT(2));
+    json_decref(j);
+    snprintf(path, sizeof path, "%s/generation_config.json", out);
+    j = json_pack("{s:i, s:b}", "eos_token_id", eos, "do_sample", 0);
+    json_dump_file(j, path, JSON_INDENT(2));
+    json_decref(j);
+    /* weights, written shard by shard */
+    writer wr = {c, out, dtype, seed, NULL, 0, (int64_t)1 << 30, 0, json_object(), "", 0};
+    int64_t h = cfg.hidden, hd = cfg.head_dim;
+    add(&wr, "model.embed_tokens.weight", 2, (int64_t[]){cfg.vocab, h}, 0.02, false);
+    for (int64_t l = 0; l < cfg.layers && !em_ctx_status(c); l++) {
+        char n[160];
+#define NAME(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
+        add(&wr, NAME("input_layernorm.weight"), 1, (int64_t[]){h}, 0, true);
+        add(&wr, NAME("post_attention_layernorm.weight"), 1, (int64_t[]){h}, 0, true);
+        add(&wr, NAME("self_attn.q_proj.weight"), 2, (int64_t[]){cfg.heads * hd, h}, 0.02, false);
+        add(&wr, NAME("self_attn.k_proj.weight"), 2, (int64_t[]){cfg.kv_heads * hd, h}, 0.02, false);
+        add(&wr, NAME("self_attn.v_proj.weight"), 2, (int64_t[]){cfg.kv_heads * hd, h}, 0.02, false);
+        add(&wr, NAME("self_attn.o_proj.weight"), 2, (int64_t[]){h, cfg.heads * hd}, 0.02, false);
+        add(&wr, NAME("self_attn.q_norm.weight"), 1, (int64_t[]){hd}, 0, true);
+        add(&wr, NAME("self_attn.k_norm.weight"), 1, (int64_t[]){hd}, 0, true);
+        if (cfg.experts) {
+            add(&wr, NAME("mlp.gate.weight"), 2, (int64_t[]){cfg.experts, h}, 0.02, false);
+            /* the transformers v5 fused layout (Ember also reads per-expert tensors) */
+            add(&wr, NAME("mlp.experts.gate_up_proj"), 3,
+                (int64_t[]){cfg.experts, 2 * cfg.moe_inter, h}, 0.02, false);
+            add(&wr, NAME("mlp.experts.down_proj"), 3, (int64_t[]){cfg.experts, h, cfg.moe_inter},
+                0.02, false);
+        } else {
+            add(&wr, NAME("mlp.gate_proj.weight"), 2, (int64_t[]){cfg.inter, h}, 0.02, false);
+            add(&wr, NAME("mlp.up_proj.weight"), 2, (int64_t[]){cfg.inter, h}, 0.02, false);
+            add(&wr, NAME("mlp.down_proj.weight"), 2, (int64_t[]){h, cfg.inter}, 0.02, false);
+        }
+#undef NAME
+    }
+    add(&wr, "model.norm.weight", 1, (int64_t[]){h}, 0, true);
+    if (!cfg.tie) add(&wr, "lm_head.weight", 2, (int64_t[]){cfg.vocab, h}, 0.02, false);
+    flush_shard(&wr);
+    json_t *index = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)wr.total,
+                              "weight_map", wr.weight_map);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out);
+    json_dump_file(index, path, JSON_INDENT(2));
+    json_decref(index);
+    if (tokenizer) { /* the tokenizer travels with the checkpoint, byte for byte */
+        FILE *in = fopen(tokenizer, "rb");
+        snprintf(path, sizeof path, "%s/tokenizer.json", out);
+        FILE *o = in ? fopen(path, "wb") : NULL;
+        char buf[65536];
+        size_t k;
+        while (in && o && (k = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, k, o);
+        if (in) fclose(in);
+        if (o) fclose(o);
+    }
+    int rc = 0;
+    if (em_ctx_status(c)) {
+        fprintf(stderr, "ember make-checkpoint: %s\n", em_ctx_error(c)->message);
+        rc = 1;
+    } else {
+        fprintf(stderr, "wrote %s: %s preset, %lld layers, %.2f GB of RANDOM %s weights in %d shards\n",
+                out, PRESET_NAMES[pi], (long long)cfg.layers, wr.total / 1e9, em_dtype_name(dtype),
+                wr.shard);
+    }
+    em_tokenizer_free(tok);
+    em_ctx_destroy(c);
+    return rc;
+}
