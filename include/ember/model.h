@@ -85,6 +85,8 @@ EM_API void em_kv_cache_free(em_kv_cache *kv);
 EM_API void em_kv_cache_reset(em_kv_cache *kv);
 /** Positions already in the cache. */
 EM_API int64_t em_kv_cache_length(const em_kv_cache *kv);
+/** MoE models: distinct experts hit in the last forward, summed over layers (0 otherwise). */
+EM_API int64_t em_kv_cache_experts_hit(const em_kv_cache *kv);
 
 /**
  * One forward step: ids [B, T] (i64) continue the sequences held by the cache (which is

@@ -170,6 +170,8 @@ void em_kv_cache_reset(em_kv_cache *kv) {
 
 int64_t em_kv_cache_length(const em_kv_cache *kv) { return kv ? kv->len : 0; }
 
+int64_t em_kv_cache_experts_hit(const em_kv_cache *kv) { return kv ? kv->experts_hit : 0; }
+
 /* ---- forward ---- */
 
 typedef struct fwd {
@@ -257,7 +259,7 @@ static em_tensor *act(fwd *f, em_tensor *g) {
     }
 }
 
-static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x) {
+static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *kv) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
     if (!l->moe) {
@@ -274,7 +276,9 @@ static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x) {
     p.impl = m->moe_impl;
     em_tensor *idx = NULL;
     em_tensor *w = em_moe_route(c, em_linear(c, flat, l->router, NULL), &p, NULL, m->dtype, &idx);
-    em_tensor *y = em_moe_experts(c, flat, idx, w, &l->experts, &p, NULL);
+    em_moe_stats st = {0, 0};
+    em_tensor *y = em_moe_experts(c, flat, idx, w, &l->experts, &p, &st);
+    if (kv) kv->experts_hit += st.experts_hit;
     return em_reshape(c, y, 3, (int64_t[]){f->b, f->t, hidden});
 }
 
@@ -335,6 +339,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
         return NULL;
     }
     em_scope_push(c);
+    if (kv) kv->experts_hit = 0;
     fwd f;
     memset(&f, 0, sizeof f);
     f.c = c;
@@ -358,7 +363,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
         if (m->fam->gemma) a = norm(&f, a, l->post_attn_norm);
         em_tensor *h2 = em_add(c, h, a);
         em_tensor *r = norm(&f, h2, m->fam->gemma ? l->pre_ffn_norm : l->post_attn_norm);
-        em_tensor *y = mlp(&f, l, r);
+        em_tensor *y = mlp(&f, l, r, kv);
         if (m->fam->gemma) y = norm(&f, y, l->post_ffn_norm);
         em_tensor *next = em_keep(c, em_add(c, h2, y));
         em_scope_pop(c);

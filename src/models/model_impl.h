@@ -80,6 +80,7 @@ em_status em_bert_load(em_wload *w);
 struct em_kv_cache {
     const em_model *m;
     int64_t batch, max_len, len;
+    int64_t experts_hit; /* MoE: distinct experts hit, summed over layers, in the last forward */
     em_tensor **k, **v; /* per layer [B, Hkv, max_len, D], caller-owned */
 };
 

@@ -5,6 +5,7 @@
 #include "cli.h"
 
 int bench_ops(int argc, char **argv);
+int bench_decode(int argc, char **argv);
 int bench_moe(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
 
@@ -13,6 +14,7 @@ int cmd_bench(int argc, char **argv) {
         printf("usage: ember bench <what> [options]\n\n"
                "  ops       machine limits, peers and Ember's op kernels (dispatch, bandwidth,\n"
                "            matmul, decode-shaped matmul)\n"
+               "  decode    decode and prefill tokens/s of Qwen3-0.6B / Qwen3-30B-A3B shapes\n"
                "  moe       one MoE layer of Qwen3-30B-A3B / Gemma 4 26B-A4B: loop, dense, ragged\n"
                "  tokenize  tokenizer load time and encode MB/s against the tokenizers library\n\n"
                "Each benchmark measures the machine's limit, the peer and Ember in the same run\n"
@@ -20,6 +22,7 @@ int cmd_bench(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "ember bench: unknown benchmark '%s'\n", argv[1]);

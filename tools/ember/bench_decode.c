@@ -1,0 +1,247 @@
+/*
+ * `ember bench decode`: decode tokens/s at batch 1 and 16 and prefill tokens/s at 512 tokens on
+ * checkpoints with the real dimensions of Qwen3-0.6B and Qwen3-30B-A3B (random bf16 weights,
+ * made with `ember make-checkpoint` when missing), next to the memory-bandwidth bound of a
+ * decode step (the bytes it must read / the bandwidth measured in the same run) and
+ * transformers' eager generate on torch CPU when importable.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backends/cpu/cpu.h"
+#include "backends/cpu/probe.h"
+#include "bench_util.h"
+#include "cli.h"
+#include "ember/ember.h"
+
+typedef struct rd_job {
+    float *p;
+    size_t n;
+} rd_job;
+
+static void rd_each(void *user, int tid, int nt) {
+    rd_job *j = user;
+    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
+    volatile float s = em_cpu_level() >= 2 ? em_probe_read_avx512(j->p + lo, hi - lo)
+                                           : em_probe_read_generic(j->p + lo, hi - lo);
+    (void)s;
+}
+
+static double bandwidth_gbs(void) {
+    rd_job j = {NULL, (size_t)128 << 20};
+    j.p = aligned_alloc(64, j.n * 4);
+    if (!j.p) return 0;
+    for (size_t i = 0; i < j.n; i++) j.p[i] = (float)(i & 3);
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = bench_now();
+        em_parallel_each(rd_each, &j);
+        double t = bench_now() - t0;
+        if (r && t < best) best = t;
+    }
+    free(j.p);
+    return (double)j.n * 4 / best / 1e9;
+}
+
+/* Bytes one decode step must read: every weight but the embedding table (one row), only the
+ * experts that were hit, and the KV cache up to `pos`. */
+static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, int64_t pos) {
+    const em_model_config *cfg = em_model_get_config(m);
+    double es = em_model_dtype(m) == EM_F32 ? 4 : 2;
+    int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
+    double attn = (double)h * hd * (2.0 * cfg->num_attention_heads + 2.0 * cfg->num_key_value_heads);
+    double per_layer = attn + 2.0 * h + 2.0 * hd;
+    double total = per_layer * (double)L;
+    if (cfg->num_experts > 0) {
+        double expert = 3.0 * (double)cfg->moe_intermediate_size * h;
+        total += (double)experts_hit * expert + (double)L * cfg->num_experts * h; /* + routers */
+    } else {
+        total += 3.0 * (double)cfg->intermediate_size * h * (double)L;
+    }
+    total += (double)cfg->vocab_size * h + h; /* lm_head (tied or not) and final norm */
+    double kv = 2.0 * (double)L * cfg->num_key_value_heads * hd * (double)pos * (double)batch;
+    return (total + kv) * es;
+}
+
+typedef struct run {
+    int64_t batch, prompt, steps;
+    double prefill_ms, step_ms;
+    int64_t experts_hit; /* per step, summed over layers, averaged */
+} run;
+
+static em_status decode_run(em_ctx *c, const em_model *m, run *r) {
+    em_kv_cache *kv = em_kv_cache_create(c, m, r->batch, r->prompt + r->steps + 1);
+    if (!kv) return em_ctx_status(c);
+    int64_t vocab = em_model_get_config(m)->vocab_size;
+    int64_t *ids = malloc((size_t)(r->batch * r->prompt) * sizeof *ids);
+    for (int64_t i = 0; ids && i < r->batch * r->prompt; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
+    em_scope_push(c);
+    double t0 = bench_now();
+    em_tensor *lg = em_model_forward(c, m, em_from_host(c, EM_I64, EM_SHAPE(r->batch, r->prompt), ids),
+                                     NULL, kv, true);
+    em_tensor *next = em_argmax(c, lg, -1, false); /* [B, 1] greedy */
+    if (next) em_tensor_data(c, next);
+    r->prefill_ms = (bench_now() - t0) * 1e3;
+    double t1 = bench_now();
+    int64_t hits = 0;
+    for (int64_t s = 0; s < r->steps && !em_ctx_status(c); s++) {
+        em_scope_push(c);
+        lg = em_model_forward(c, m, next, NULL, kv, true);
+        em_tensor *nx = em_keep(c, em_argmax(c, lg, -1, false));
+        if (nx) em_tensor_data(c, nx);
+        hits += em_kv_cache_experts_hit(kv);
+        em_scope_pop(c);
+        next = nx;
+    }
+    r->step_ms = (bench_now() - t1) * 1e3 / (double)r->steps;
+    r->experts_hit = r->steps ? hits / r->steps : 0;
+    em_scope_pop(c);
+    free(ids);
+    em_kv_cache_free(kv);
+    return em_ctx_status(c);
+}
+
+static void usage(void) {
+    printf("usage: ember bench decode [--json] [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b|all]\n"
+           "                          [--layers N] [--steps N] [--skip-peers] [--cache-dir DIR]\n\n"
+           "Decode tokens/s at batch 1 and 16 and prefill tokens/s at 512 tokens, with the\n"
+           "memory-bandwidth bound of a decode step and transformers' eager generate (torch CPU)\n"
+           "in the same run. Presets are checkpoints with the real layer dimensions and RANDOM\n"
+           "bf16 weights, written once into --cache-dir (default build/bench-models);\n"
+           "qwen3-30b-a3b keeps 12 of its 48 layers so that it fits in 16 GiB.\n");
+}
+
+int bench_decode(int argc, char **argv) {
+    bool json = false, peers = true;
+    const char *model = NULL, *preset = "all", *cache = "build/bench-models";
+    long layers = 0, steps = 32;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--skip-peers")) peers = false;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) cache = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "ember bench decode: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    const char *presets[2] = {"qwen3-0.6b", "qwen3-30b-a3b"};
+    char dirs[2][1024];
+    int n_models = 0;
+    if (model) {
+        snprintf(dirs[n_models++], sizeof dirs[0], "%s", model);
+    } else {
+        mkdir("build", 0755);
+        mkdir(cache, 0755);
+        for (int k = 0; k < 2; k++) {
+            if (strcmp(preset, "all") && strcmp(preset, presets[k])) continue;
+            snprintf(dirs[n_models], sizeof dirs[0], "%s/%s", cache, presets[k]);
+            char probe[1100];
+            snprintf(probe, sizeof probe, "%s/config.json", dirs[n_models]);
+            struct stat st;
+            if (stat(probe, &st) != 0) {
+                char lay[32];
+                snprintf(lay, sizeof lay, "%ld", layers > 0 ? layers : (k ? 12 : 28));
+                char *av[] = {"make-checkpoint", "--preset", (char *)presets[k], "--out",
+                              dirs[n_models], "--layers", lay, NULL};
+                if (cmd_make_checkpoint(7, av) != 0) return 1;
+            }
+            n_models++;
+        }
+    }
+    double bw = bandwidth_gbs();
+    int threads = em_num_threads();
+    if (!json) printf("read bandwidth %.1f GB/s on %d threads\n", bw, threads);
+    for (int k = 0; k < n_models; k++) {
+        bench_peer torch = {0};
+        if (peers) {
+            char task[2400];
+            snprintf(task, sizeof task,
+                     "{\"model\": \"%s\", \"threads\": %d, \"batches\": [1, 16], \"prompt\": 16, "
+                     "\"new\": %ld, \"prefill\": 512}", dirs[k], threads, steps);
+            bench_peer_run("torch_decode.py", task, &torch);
+            if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
+        }
+        em_ctx *c = em_ctx_create();
+        em_model_options o = em_model_default_options();
+        o.progress = false;
+        o.offline = true;
+        em_model *m = em_model_load(c, dirs[k], &o);
+        if (!m) {
+            fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
+            em_ctx_destroy(c);
+            return 1;
+        }
+        const em_model_config *cfg = em_model_get_config(m);
+        if (!json)
+            printf("\n%s (%s, %lld layers, %s, random weights)\n%-10s %10s %12s %10s %8s %12s %8s\n",
+                   dirs[k], cfg->model_type, (long long)cfg->num_hidden_layers,
+                   em_dtype_name(em_model_dtype(m)), "run", "ms/step", "tokens/s", "bound ms",
+                   "of bnd", "torch tok/s", "speedup");
+        int64_t batches[2] = {1, 16};
+        for (int bi = 0; bi < 2; bi++) {
+            run r = {batches[bi], 16, steps, 0, 0, 0};
+            if (decode_run(c, m, &r) != EM_OK) {
+                fprintf(stderr, "decode: %s\n", em_ctx_error(c)->message);
+                em_ctx_clear_error(c);
+                continue;
+            }
+            double bound = step_bytes(m, r.experts_hit, r.batch, r.prompt + r.steps / 2) /
+                           (bw * 1e9) * 1e3;
+            double tps = (double)r.batch * 1e3 / r.step_ms;
+            char name[32];
+            snprintf(name, sizeof name, "decode_%lld", (long long)r.batch);
+            double pms = torch.available ? bench_peer_ms(&torch, name) : -1;
+            double ptps = pms > 0 ? (double)r.batch * 1e3 / pms : -1;
+            if (json) {
+                printf("{\"bench\": \"decode\", \"model\": \"%s\", \"batch\": %lld, \"ms\": %.4f, "
+                       "\"tokens_per_s\": %.3f, \"limit_ms\": %.4f, \"fraction_of_limit\": %.4f, "
+                       "\"experts_hit\": %lld, ",
+                       cfg->model_type, (long long)r.batch, r.step_ms, tps, bound,
+                       bound / r.step_ms, (long long)r.experts_hit);
+                if (pms > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.4f}\n", pms);
+                else printf("\"peer\": null, \"peer_ms\": null}\n");
+            } else
+                printf("decode b%-3lld %10.2f %12.2f %10.2f %7.0f%% %12.2f %7.2fx\n",
+                       (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms, ptps,
+                       ptps > 0 ? tps / ptps : 0.0);
+            fflush(stdout);
+        }
+        /* prefill of 512 tokens */
+        run p = {1, 512, 0, 0, 0, 0};
+        em_kv_cache *kv = em_kv_cache_create(c, m, 1, 513);
+        int64_t *ids = malloc(512 * sizeof *ids);
+        for (int i = 0; ids && i < 512; i++) ids[i] = 10 + (i * 7919) % (cfg->vocab_size - 10);
+        em_scope_push(c);
+        em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(1, 512), ids);
+        double t0 = bench_now();
+        em_tensor *lg = em_model_forward(c, m, it, NULL, kv, true);
+        if (lg) em_tensor_data(c, lg);
+        p.prefill_ms = (bench_now() - t0) * 1e3;
+        em_scope_pop(c);
+        free(ids);
+        em_kv_cache_free(kv);
+        double pp = torch.available ? bench_peer_ms(&torch, "prefill") : -1;
+        if (json) {
+            printf("{\"bench\": \"prefill\", \"model\": \"%s\", \"tokens\": 512, \"ms\": %.3f, "
+                   "\"tokens_per_s\": %.2f, ", cfg->model_type, p.prefill_ms, 512e3 / p.prefill_ms);
+            if (pp > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.3f}\n", pp);
+            else printf("\"peer\": null, \"peer_ms\": null}\n");
+        } else
+            printf("prefill512 %10.1f %12.1f %10s %8s %12.1f %7.2fx\n", p.prefill_ms,
+                   512e3 / p.prefill_ms, "-", "-", pp > 0 ? 512e3 / pp : -1.0,
+                   pp > 0 ? pp / p.prefill_ms : 0.0);
+        em_ctx_clear_error(c);
+        em_model_free(m);
+        em_ctx_destroy(c);
+    }
+    return 0;
+}
