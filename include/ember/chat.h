@@ -49,6 +49,8 @@
  *   EM_ERR_OVERFLOW     a resource limit: output size, working memory, evaluation steps, nesting
  *                       depth, or a 64-bit integer overflow
  *   EM_ERR_OOM          out of memory
+ * Like every Ember call, both functions return NULL at once, recording nothing, when the context
+ * already holds an error.
  */
 #ifndef EMBER_CHAT_H
 #define EMBER_CHAT_H
