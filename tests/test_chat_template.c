@@ -328,7 +328,16 @@ static void test_api_errors(void) {
     CHECK(render_src(c, "{{ messages[0].content }}", "[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]",
                      NULL) == NULL);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "U+0000");
-    /* a context holding an error does not block chat templates: they record their own */
+    /* a context that holds an error keeps it: both calls return NULL and record nothing */
+    em_ctx_fail(c, EM_ERR_IO, "earlier", "first failure");
+    CHECK(em_chat_template_compile(c, "ok") == NULL);
+    t = NULL;
+    CHECK_ERR(c, EM_ERR_IO, "first failure");
+    t = em_chat_template_compile(c, "ok");
+    em_ctx_fail(c, EM_ERR_IO, "earlier", "first failure");
+    CHECK(em_chat_template_render(c, t, MSGS, false, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_IO, "first failure");
+    em_chat_template_free(t);
     em_ctx_destroy(c);
 }
 

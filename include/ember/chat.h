@@ -16,9 +16,29 @@
  *     free(prompt);
  *     em_chat_template_free(t);
  *
- * Anything outside the supported subset is an error that names the construct and its line and
- * column (EM_ERR_UNSUPPORTED), never a silently different output. Python integers are unbounded;
- * Ember's are 64-bit and an overflow is an error.
+ * Supported: {{ }}, {% %}, {# #}, whitespace control (-, +), raw; for (else, inline if, tuple
+ * targets, the loop object: index, index0, revindex(0), first, last, length, depth, previtem,
+ * nextitem, cycle, changed), break / continue, if / elif / else, set (also set blocks with
+ * filters and namespace attributes), macro (defaults, varargs, kwargs, caller), call blocks,
+ * filter blocks, with, print, generation; namespace(), range(), dict(); every operator with
+ * Python's semantics (floor division and modulo signs, str and list repetition, `in`, chained
+ * comparisons, ~, inline if); the filters abs, attr, capitalize, center, count, d/default,
+ * dictsort, e/escape, first, float, forceescape, format, indent, int, items, join, last,
+ * length, list, lower, map, max, min, reject, rejectattr, replace, reverse, round, safe,
+ * select, selectattr, sort, string, sum, title, tojson, trim, truncate, unique, upper,
+ * wordcount; every jinja2 test; the str methods templates call (split, rsplit, strip, lstrip,
+ * rstrip, startswith, endswith, replace, find, count, join, format, upper, lower, title,
+ * capitalize, splitlines, partition, is*, ...), dict.get / items / keys / values, list.index /
+ * count; Markup from |safe and |escape; Python's Unicode case mappings, str(), repr() and
+ * json.dumps() output.
+ *
+ * Not supported (an error naming the construct and its line and column, EM_ERR_UNSUPPORTED,
+ * never a silently different output): include / import / extends / block, recursive loops,
+ * the filters batch, filesizeformat, groupby, pprint, random, slice, striptags, urlencode,
+ * urlize, wordwrap, xmlattr, the globals cycler, joiner, lipsum, a few str methods (encode,
+ * translate, casefold, ...), printing objects whose Python text is a memory address
+ * (generators, methods), non-ASCII identifiers, \N{...} escapes. Python integers are unbounded;
+ * Ember's are 64-bit and an overflow is an error (EM_ERR_OVERFLOW).
  *
  * Errors, all recorded in the caller's context under the name "chat_template":
  *   EM_ERR_FORMAT       syntax error in the template, malformed JSON input
@@ -29,6 +49,8 @@
  *   EM_ERR_OVERFLOW     a resource limit: output size, working memory, evaluation steps, nesting
  *                       depth, or a 64-bit integer overflow
  *   EM_ERR_OOM          out of memory
+ * Like every Ember call, both functions return NULL at once, recording nothing, when the context
+ * already holds an error.
  */
 #ifndef EMBER_CHAT_H
 #define EMBER_CHAT_H

@@ -56,6 +56,7 @@ static size_t utf8_invalid_at(const char *s, size_t n) {
 }
 
 em_chat_template *em_chat_template_compile(em_ctx *c, const char *source) {
+    if (em_ctx_status(c) != EM_OK) return NULL; /* the first error stays (DESIGN.md) */
     if (!source) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the template source is NULL");
         return NULL;
@@ -148,6 +149,7 @@ static jv prepare_message(jrt *rt, jdict *m) {
 
 char *em_chat_template_render(em_ctx *c, const em_chat_template *t, const char *messages_json,
                               bool add_generation_prompt, const char *extra_vars_json) {
+    if (em_ctx_status(c) != EM_OK) return NULL;
     if (!t || !messages_json) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s is NULL", !t ? "the template" : "messages_json");
         return NULL;

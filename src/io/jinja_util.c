@@ -11,7 +11,7 @@ jinja_limits jinja_default_limits(void) {
         .max_source = (size_t)16 << 20,
         .max_output = (size_t)64 << 20,
         .max_memory = (size_t)512 << 20,
-        .max_steps = 200u * 1000 * 1000,
+        .max_steps = 50u * 1000 * 1000,
         .max_depth = 1000,
         .max_parse_depth = 150,
         .max_height = 1000,
