@@ -45,26 +45,11 @@ static bool print_piece(void *user, int seq, int64_t id, const char *piece) {
 
 /* Renders a one-message conversation with the tokenizer's chat template. */
 static char *render_chat(em_ctx *c, const em_tokenizer *tok, const char *text) {
-    const char *src = em_tokenizer_chat_template(tok, NULL);
-    if (!src) {
-        em_ctx_fail(c, EM_ERR_NOT_FOUND, "generate", "the tokenizer has no chat template");
-        return NULL;
-    }
-    em_chat_template *t = em_chat_template_compile(c, src);
-    if (!t) return NULL;
     json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", text);
-    json_t *vars = json_object();
-    const char *bos = em_tokenizer_special_token(tok, EM_SPECIAL_BOS);
-    const char *eos = em_tokenizer_special_token(tok, EM_SPECIAL_EOS);
-    if (bos) json_object_set_new(vars, "bos_token", json_string(bos));
-    if (eos) json_object_set_new(vars, "eos_token", json_string(eos));
-    char *mj = json_dumps(msgs, JSON_COMPACT), *vj = json_dumps(vars, JSON_COMPACT);
-    char *out = mj && vj ? em_chat_template_render(c, t, mj, true, vj) : NULL;
-    free(mj);
-    free(vj);
+    char *mj = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL;
     json_decref(msgs);
-    json_decref(vars);
-    em_chat_template_free(t);
+    char *out = mj ? em_apply_chat_template(c, tok, mj, true, NULL) : NULL;
+    free(mj);
     return out;
 }
 
