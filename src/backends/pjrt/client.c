@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backends/pjrt/pjrt.h"
 
@@ -147,9 +148,15 @@ em_status pj_client_create(em_ctx *c, pj_plugin *pl, const em_pjrt_option *opts,
         return EM_FAIL(c, EM_ERR_DEVICE, "pjrt", "plugin %s has no addressable devices",
                        pl->path);
     /* the key under which executables of this plugin may be reused (memory and disk) */
-    snprintf(pl->version_key, sizeof pl->version_key, "%s|%d.%d|%s|%s|%s|%s", pl->path,
-             pl->major, pl->minor, pl->xla_version, pl->platform, pl->platform_version,
-             pl->shlo_current);
+    struct stat st;
+    long long fsize = 0, fmtime = 0;
+    if (stat(pl->path, &st) == 0) {
+        fsize = (long long)st.st_size;
+        fmtime = (long long)st.st_mtime;
+    }
+    snprintf(pl->version_key, sizeof pl->version_key, "%s|%lld|%lld|%d.%d|%s|%s|%s|%s", pl->path,
+             fsize, fmtime, pl->major, pl->minor, pl->xla_version, pl->platform,
+             pl->platform_version, pl->shlo_current);
     pj_backend_init(pl);
     pj_cache_init(pl);
     pl->devices = calloc(dv.num_devices, sizeof *pl->devices);

@@ -192,6 +192,110 @@ static em_status ensure_buffer(em_ctx *c, em_tensor *t) {
  * returns its new contents. */
 static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_dtype src_dt);
 
+/* ---- index checks ---- */
+
+/* Index values are data: the CPU checks them and reports the first bad one at the op. The same
+ * check here needs the indices on the host (a small read that waits for them); indices with
+ * more than EMBER_PJRT_INDEX_CHECK elements (default 2^20; 0 disables) are not checked, and a
+ * bad one then reads a clamped position (gathers) or is dropped (scatters), as XLA defines. */
+static em_status check_indices(em_ctx *c, const em_kernel_args *a) {
+    em_op_id id = a->op->id;
+    int which = 1;
+    int64_t size = 0;
+    bool wrap = false;
+    int dim = 0;
+    switch (id) {
+    case EM_OP_INDEX_SELECT:
+    case EM_OP_GATHER:
+    case EM_OP_TAKE_ALONG_DIM:
+    case EM_OP_SCATTER:
+    case EM_OP_SCATTER_ADD:
+    case EM_OP_INDEX_ADD: {
+        const em_tensor *x = a->in[0];
+        int64_t d = a->attrs[0].i;
+        dim = (int)(d < 0 ? d + x->ndim : d);
+        size = x->ndim ? x->shape[dim] : 1;
+        wrap = id == EM_OP_TAKE_ALONG_DIM;
+        break;
+    }
+    case EM_OP_ONE_HOT:
+        which = 0;
+        size = a->attrs[0].i;
+        break;
+    case EM_OP_EMBEDDING: size = a->in[0]->shape[0]; break;
+    case EM_OP_RAGGED_DOT: which = 2; break;
+    default: return EM_OK;
+    }
+    em_tensor *idx = a->in[which];
+    static int64_t limit = -1;
+    if (limit < 0) {
+        const char *e = getenv("EMBER_PJRT_INDEX_CHECK");
+        limit = e && *e ? atoll(e) : (int64_t)1 << 20;
+    }
+    if (idx->numel == 0 || idx->numel > limit) return EM_OK;
+    size_t nb = em_tensor_nbytes(idx);
+    void *buf = malloc(nb);
+    if (!buf) return em_op_fail(c, EM_ERR_OOM, "cannot stage %zu bytes of indices", nb);
+    em_call_info saved = c->cur;
+    em_status s = em_to_host(c, idx, buf, nb);
+    c->cur = saved;
+    if (s) {
+        free(buf);
+        return s;
+    }
+    if (id == EM_OP_RAGGED_DOT) { /* group sizes: non-negative, at most M rows in all */
+        int64_t m = a->in[0]->shape[0], total = 0;
+        const int32_t *gs = buf;
+        for (int64_t i = 0; i < idx->numel; i++) {
+            int64_t g = gs[i];
+            if (g < 0) {
+                free(buf);
+                return em_op_fail(c, EM_ERR_INVALID_ARG, "group_sizes[%lld] = %lld is negative",
+                                  (long long)i, (long long)g);
+            }
+            total += gs[i];
+            if (total > m) {
+                free(buf);
+                return em_op_fail(c, EM_ERR_INVALID_ARG,
+                                  "group sizes sum to more than the %lld rows of lhs (reached %lld "
+                                  "at group %lld)",
+                                  (long long)m, (long long)total, (long long)i);
+            }
+        }
+        free(buf);
+        return EM_OK;
+    }
+    int64_t lo = wrap ? -size : 0, bad = -1, v = 0;
+    for (int64_t i = 0; i < idx->numel; i++) {
+        v = idx->dtype == EM_I64 ? ((const int64_t *)buf)[i] : ((const int32_t *)buf)[i];
+        if (v < lo || v >= size) {
+            bad = i;
+            break;
+        }
+    }
+    free(buf);
+    if (bad < 0) return EM_OK;
+    int64_t coord[EM_MAX_DIMS], pos = bad;
+    for (int d = idx->ndim - 1; d >= 0; d--) {
+        coord[d] = idx->shape[d] ? pos % idx->shape[d] : 0;
+        pos = idx->shape[d] ? pos / idx->shape[d] : 0;
+    }
+    char where[160];
+    em_shape_str(coord, idx->ndim, where, sizeof where);
+    if (id == EM_OP_ONE_HOT)
+        return em_op_fail(c, EM_ERR_INDEX,
+                          "class %lld at position %s is out of range for num_classes %lld",
+                          (long long)v, where, (long long)size);
+    if (id == EM_OP_EMBEDDING)
+        return em_op_fail(c, EM_ERR_INDEX, "id %lld at position %s is out of range for %lld embeddings",
+                          (long long)v, where, (long long)size);
+    return em_op_fail(c, EM_ERR_INDEX,
+                      "index %lld at position %s of the index is out of range for dim %d of size "
+                      "%lld%s",
+                      (long long)v, where, dim, (long long)size,
+                      wrap ? " (negative values count from the end)" : "");
+}
+
 static em_status kernel(const em_kernel_args *a) {
     em_ctx *c = a->ctx;
     em_device *d = (em_device *)c->cur.dev;
@@ -199,6 +303,7 @@ static em_status kernel(const em_kernel_args *a) {
     pj_plugin *pl = pd->pl;
     const em_op_def *op = a->op;
     bool assign = op->id == EM_OP_ASSIGN;
+    if (check_indices(c, a)) return c->err.status;
     pj_key k;
     pj_key_init(&k);
     pj_key_i64(&k, op->id);

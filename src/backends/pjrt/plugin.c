@@ -178,9 +178,15 @@ static bool find_plugin(const char *name, char *out, size_t out_n, char *tried, 
             }
         }
     if (!found) {
-        for (int i = 0; i < nd; i++) {
-            snprintf(note, sizeof note, "%s/{%s%s}", dirs[i], rel[0], rel[1] ? ",..." : "");
-            note_tried(tried, tried_n, note);
+        size_t u = strlen(tried);
+        if (u + 4 < tried_n) {
+            int k = snprintf(tried + u, tried_n - u, "%s", u ? "; " : "");
+            for (int r = 0; rel[r] && k > 0; r++)
+                k += snprintf(tried + u + k, tried_n - u - (size_t)k, "%s%s", r ? " or " : "", rel[r]);
+            k += snprintf(tried + u + k, tried_n - u - (size_t)k, " in");
+            for (int i = 0; i < nd; i++)
+                k += snprintf(tried + u + k, tried_n - u - (size_t)k, "%s %s", i ? "," : "",
+                              dirs[i]);
         }
     }
     pthread_mutex_unlock(&dirs_lock);

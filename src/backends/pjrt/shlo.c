@@ -325,6 +325,14 @@ sh_val sh_bin(sh_b *b, const char *op, sh_val x, sh_val y) {
     return sh_op(b, name, ops, 2, NULL, x.t);
 }
 
+sh_val sh_nan_aware(sh_b *b, const char *op, sh_val x, sh_val y) {
+    bool mx = !strcmp(op, "max_nan");
+    if (!mx && strcmp(op, "min_nan")) return sh_bin(b, op, x, y);
+    /* (x > y || x != x) ? x : y, as C and torch: a NaN on either side wins */
+    sh_val pick = sh_bin(b, "or", sh_cmp(b, mx ? "GT" : "LT", x, y), sh_cmp(b, "NE", x, x));
+    return sh_select(b, pick, x, y);
+}
+
 sh_val sh_bin_c(sh_b *b, const char *op, sh_val x, double v) {
     return sh_bin(b, op, x, sh_const(b, x.t, v));
 }
@@ -583,7 +591,7 @@ sh_val sh_reduce(sh_b *b, sh_val x, sh_val init, const int *dims, int ndims, con
     sh_elem ae[2] = {x.t.e, x.t.e};
     sh_val args[2];
     region_open(b, r, 1, "stablehlo.reduce", ops, 2, ae, 2, args);
-    sh_val s = sh_bin(b, body_op, args[0], args[1]);
+    sh_val s = sh_nan_aware(b, body_op, args[0], args[1]);
     region_return(b, &s, 1);
     char dl[128], a[160];
     snprintf(a, sizeof a, "dimensions = array<i64: %s>", sh_dims(dl, sizeof dl, dims, ndims));

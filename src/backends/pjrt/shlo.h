@@ -104,6 +104,9 @@ sh_val sh_cmp(sh_b *b, const char *dir, sh_val x, sh_val y);
 sh_val sh_select(sh_b *b, sh_val pred, sh_val on_true, sh_val on_false);
 sh_val sh_convert(sh_b *b, sh_val x, sh_elem e); /* no-op when already e */
 sh_val sh_bitcast(sh_b *b, sh_val x, sh_elem e); /* same width */
+/* "max_nan" / "min_nan": maximum / minimum where a NaN on either side wins (XLA's own
+ * maximum may drop NaN on some backends); any other op name: sh_bin. */
+sh_val sh_nan_aware(sh_b *b, const char *op, sh_val x, sh_val y);
 /* x op scalar constant */
 sh_val sh_bin_c(sh_b *b, const char *op, sh_val x, double v);
 
@@ -126,7 +129,7 @@ sh_val sh_dynamic_update_slice(sh_b *b, sh_val x, sh_val upd, const sh_val *idx)
 
 /* ---- reductions ---- */
 /* reduce over dims with a body that applies `body_op` ("add", "maximum", "multiply", "and",
- * "or", "minimum") to the accumulated and the new value. */
+ * "or", "minimum", "max_nan", "min_nan") to the accumulated and the new value. */
 sh_val sh_reduce(sh_b *b, sh_val x, sh_val init, const int *dims, int ndims, const char *body_op);
 /* reduce_window without padding (pad first with sh_pad). */
 sh_val sh_reduce_window(sh_b *b, sh_val x, sh_val init, const int64_t *win, const int64_t *stride,

@@ -166,8 +166,8 @@ sh_val pj_emit_ew(sh_b *b, em_op_id op, const sh_val *in, em_tensor *const *tin,
     case EM_OP_MUL: r = sh_bin(b, "multiply", x, y); break;
     case EM_OP_DIV: r = sh_bin(b, "divide", x, y); break;
     case EM_OP_POW: r = fl ? sh_bin(b, "power", x, y) : ipow(b, x, y); break;
-    case EM_OP_MAXIMUM: r = sh_bin(b, "maximum", x, y); break;
-    case EM_OP_MINIMUM: r = sh_bin(b, "minimum", x, y); break;
+    case EM_OP_MAXIMUM: r = fl ? sh_nan_aware(b, "max_nan", x, y) : sh_bin(b, "maximum", x, y); break;
+    case EM_OP_MINIMUM: r = fl ? sh_nan_aware(b, "min_nan", x, y) : sh_bin(b, "minimum", x, y); break;
     case EM_OP_EQ: r = sh_cmp(b, "EQ", x, y); break;
     case EM_OP_NE: r = sh_cmp(b, "NE", x, y); break;
     case EM_OP_LT: r = sh_cmp(b, "LT", x, y); break;

@@ -54,6 +54,10 @@ static em_status emit_index_select(pj_emit *e) {
     sh_b *b = e->b;
     sh_val x = e->in[0], idx = sh_convert(b, e->in[1], SH_I64);
     int nd = x.t.nd, dim = norm_dim(e->attrs[0].i, nd);
+    if (nd == 0) { /* a 0-d input: index 0 (checked) selects the value itself */
+        e->out[0] = x;
+        return EM_OK;
+    }
     int64_t n = sh_numel(&idx.t), n1[2] = {n, 1};
     idx = sh_reshape(b, idx, 2, n1);
     sh_gather_dims g;
@@ -107,8 +111,14 @@ static em_status emit_scatter(pj_emit *e) {
     int64_t z[EM_MAX_DIMS] = {0}, one[EM_MAX_DIMS];
     for (int d = 0; d < nd; d++) one[d] = 1;
     sh_val upd = sh_slice(b, src, z, idx.t.d, one);
-    e->out[0] = scatter_points(b, x, coords(b, idx, dim, nd), upd, nd,
-                               e->op->id == EM_OP_SCATTER_ADD ? "add" : NULL);
+    bool add = e->op->id == EM_OP_SCATTER_ADD;
+    sh_elem xe = x.t.e;
+    if (add && (xe == SH_BF16 || xe == SH_F16)) { /* sums in f32, one rounding (as torch) */
+        x = sh_convert(b, x, SH_F32);
+        upd = sh_convert(b, upd, SH_F32);
+    }
+    sh_val r = scatter_points(b, x, coords(b, idx, dim, nd), upd, nd, add ? "add" : NULL);
+    e->out[0] = sh_convert(b, r, xe);
     return EM_OK;
 }
 
@@ -145,7 +155,12 @@ static em_status emit_index_add(pj_emit *e) {
         if (d != dim) perm[k++] = d;
     sh_val upd = sh_transpose(b, src, perm);
     for (int d = 0; d < s.n_update_window; d++) s.update_window[d] = d + 1;
-    e->out[0] = sh_scatter(b, x, idx, upd, &s, "add");
+    sh_elem xe = x.t.e;
+    if (xe == SH_BF16 || xe == SH_F16) { /* sums in f32, one rounding (as torch) */
+        x = sh_convert(b, x, SH_F32);
+        upd = sh_convert(b, upd, SH_F32);
+    }
+    e->out[0] = sh_convert(b, sh_scatter(b, x, idx, upd, &s, "add"), xe);
     return EM_OK;
 }
 
@@ -155,10 +170,14 @@ static em_status emit_sort(pj_emit *e) {
     em_op_id op = e->op->id;
     int64_t one = 1;
     bool scalar = x.t.nd == 0;
-    if (scalar) x = sh_reshape(b, x, 1, &one);
+    if (scalar) { /* one element: itself, at index 0 */
+        e->out[op == EM_OP_ARGSORT ? 1 : 0] = x;
+        e->out[op == EM_OP_ARGSORT ? 0 : 1] = sh_const_i(b, sh_scalar_ty(SH_I64), 0);
+        return EM_OK;
+    }
+    (void)one;
     int nd = x.t.nd;
     int dim = norm_dim(op == EM_OP_TOPK ? e->attrs[1].i : e->attrs[0].i, nd);
-    if (scalar) dim = 0;
     bool desc = op == EM_OP_TOPK ? e->attrs[2].i != 0 : e->attrs[1].i != 0;
     sh_val key = x;
     if (x.t.e == SH_BF16 || x.t.e == SH_F16) key = sh_convert(b, x, SH_F32);
@@ -185,10 +204,12 @@ static em_status emit_cat(pj_emit *e) {
     sh_val xs[EM_MAX_INPUTS];
     int n = 0;
     bool stack = e->op->id == EM_OP_STACK;
-    int nd = e->in[0].t.nd;
+    int nd = stack ? e->in[0].t.nd : e->out_meta[0].ndim;
     int dim = stack ? norm_dim(e->attrs[0].i, nd + 1) : norm_dim(e->attrs[0].i, nd);
     for (int i = 0; i < e->n_in; i++) {
         sh_val x = e->in[i];
+        /* torch's legacy rule: 1-D empty tensors are skipped by cat */
+        if (!stack && x.t.nd == 1 && x.t.d[0] == 0 && e->out_meta[0].ndim != 1) continue;
         if (stack) {
             int64_t d[EM_MAX_DIMS];
             for (int j = 0, k = 0; j <= nd; j++) d[j] = j == dim ? 1 : x.t.d[k++];
@@ -196,7 +217,7 @@ static em_status emit_cat(pj_emit *e) {
         }
         xs[n++] = x;
     }
-    e->out[0] = sh_concat(b, xs, n, dim);
+    e->out[0] = n ? sh_concat(b, xs, n, dim) : sh_const(b, pj_meta_type(&e->out_meta[0]), 0);
     return EM_OK;
 }
 

@@ -60,7 +60,9 @@ static em_status emit_reduce(pj_emit *e) {
                        : el == SH_I8 ? INT8_MAX : 255;
             init = sh_const_i(b, sh_scalar_ty(el), mx ? lo : hi);
         }
-        e->out[0] = sh_reduce(b, x, init, dims, nd, mx ? "maximum" : "minimum");
+        const char *body = sh_elem_is_float(el) ? (mx ? "max_nan" : "min_nan")
+                                                : (mx ? "maximum" : "minimum");
+        e->out[0] = sh_reduce(b, x, init, dims, nd, body);
         return EM_OK;
     }
     sh_elem ct = pj_ct(em_dtype_is_float(xd) ? xd : EM_I64);
@@ -127,7 +129,7 @@ static em_status emit_softmax(pj_emit *e) {
     int map[EM_MAX_DIMS], k = 0;
     for (int i = 0; i < x.t.nd; i++)
         if (i != dim) map[k++] = i;
-    sh_val mx = sh_reduce(b, xc, sh_const(b, st, -INFINITY), &dim, 1, "maximum");
+    sh_val mx = sh_reduce(b, xc, sh_const(b, st, -INFINITY), &dim, 1, "max_nan");
     /* rows of -inf only: the CPU (like torch) gives NaN; subtracting -inf does that too */
     sh_val sh = sh_bin(b, "subtract", xc, sh_bcast_in_dim(b, mx, map, x.t.nd, x.t.d));
     sh_val ex = sh_un(b, "exponential", sh);
