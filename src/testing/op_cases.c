@@ -453,6 +453,8 @@ em_status em_opcases_compare(em_ctx *c, const em_opcase_set *s, int i, em_device
     }
     for (int k = 0; k < nd && r->pass; k++) {
         em_tensor *a = dout[k], *b = ro[k];
+        /* topk's indices among tied values: checked against the torch reference already */
+        if (op->id == EM_OP_TOPK && k == 1 && s->tie_tolerant) continue;
         if (a->dtype != b->dtype || a->ndim != b->ndim ||
             memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape)) {
             char sa[96], sb[96];

@@ -849,3 +849,64 @@ sh_val sh_const_vec(sh_b *b, sh_elem e, const double *v, int nd, const int64_t *
     r.t = ft;
     return sh_reshape(b, r, nd, d);
 }
+
+sh_val sh_dynamic_slice(sh_b *b, sh_val x, const sh_val *idx, const int64_t *sizes) {
+    sh_val ops[1 + EM_MAX_DIMS];
+    ops[0] = x;
+    for (int i = 0; i < x.t.nd; i++) ops[1 + i] = idx[i];
+    char a[256];
+    arr_attr(a, sizeof a, "slice_sizes", sizes, x.t.nd);
+    return sh_op(b, "stablehlo.dynamic_slice", ops, 1 + x.t.nd, a, sh_ty(x.t.e, x.t.nd, sizes));
+}
+
+void sh_for(sh_b *b, int64_t n, sh_val *vals, int nv, sh_body_fn body, void *user) {
+    if (!valid(b, vals, nv) || nv > 15) return;
+    sh_type it = sh_scalar_ty(SH_I64);
+    sh_val ops[16];
+    ops[0] = sh_const_i(b, it, 0);
+    sh_type rts[16];
+    sh_elem unused[1];
+    (void)unused;
+    rts[0] = it;
+    for (int i = 0; i < nv; i++) {
+        ops[1 + i] = vals[i];
+        rts[1 + i] = vals[i].t;
+    }
+    int n_ops = nv + 1;
+    sh_val r = fresh(b, it);
+    put(b, "    %%v%d:%d = \"stablehlo.while\"", r.id, n_ops);
+    put_operands(b, ops, n_ops);
+    /* condition */
+    put(b, " ({\n    ^bb0(");
+    sh_val ca[16];
+    for (int i = 0; i < n_ops; i++) {
+        ca[i] = fresh(b, rts[i]);
+        put(b, "%s", i ? ", " : "");
+        put_val(b, ca[i]);
+        put(b, ": ");
+        put_type(b, &rts[i]);
+    }
+    put(b, "):\n");
+    sh_val lt = sh_cmp(b, "LT", ca[0], sh_const_i(b, it, n));
+    region_return(b, &lt, 1);
+    /* body */
+    put(b, "    }, {\n    ^bb0(");
+    sh_val ba[16];
+    for (int i = 0; i < n_ops; i++) {
+        ba[i] = fresh(b, rts[i]);
+        put(b, "%s", i ? ", " : "");
+        put_val(b, ba[i]);
+        put(b, ": ");
+        put_type(b, &rts[i]);
+    }
+    put(b, "):\n");
+    sh_val nvals[16];
+    for (int i = 0; i < nv; i++) nvals[i] = ba[1 + i];
+    body(b, ba[0], nvals, nv, user);
+    sh_val ret[16];
+    ret[0] = sh_bin(b, "add", ba[0], sh_const_i(b, it, 1));
+    for (int i = 0; i < nv; i++) ret[1 + i] = nvals[i];
+    region_return(b, ret, n_ops);
+    region_close(b, NULL, ops, n_ops, rts, n_ops);
+    for (int i = 0; i < nv; i++) vals[i] = sub_of(r, 1 + i, rts[1 + i]);
+}

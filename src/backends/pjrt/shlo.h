@@ -126,6 +126,13 @@ sh_val sh_pad(sh_b *b, sh_val x, sh_val pad_value, const int64_t *lo, const int6
               const int64_t *interior);
 sh_val sh_iota(sh_b *b, sh_type t, int dim);
 sh_val sh_dynamic_update_slice(sh_b *b, sh_val x, sh_val upd, const sh_val *idx);
+/* x[idx[0]:+sizes[0], ...] (idx: one rank-0 integer per dim, clamped into range). */
+sh_val sh_dynamic_slice(sh_b *b, sh_val x, const sh_val *idx, const int64_t *sizes);
+
+/* A counted loop: for (i = 0; i < n; i++) body(i, vals) with the nv values carried (updated in
+ * place by body). The body sees only i, the carried values and constants it makes. */
+typedef void (*sh_body_fn)(sh_b *b, sh_val i, sh_val *vals, int nv, void *user);
+void sh_for(sh_b *b, int64_t n, sh_val *vals, int nv, sh_body_fn body, void *user);
 
 /* ---- reductions ---- */
 /* reduce over dims with a body that applies `body_op` ("add", "maximum", "multiply", "and",

@@ -6,6 +6,8 @@
  */
 #include <string.h>
 
+#include "ember/tensor.h"
+
 #include "backends/pjrt/pjrt.h"
 
 static int norm_dim(int64_t d, int nd) { return (int)(d < 0 ? d + nd : d); }
@@ -122,17 +124,68 @@ static em_status emit_scatter(pj_emit *e) {
     return EM_OK;
 }
 
+/* torch 2.x's CPU index_add on bf16/f16 adds one index at a time, rounding each time, except
+ * for ndim > 1 with dim first or last, alpha 1 and an i64 index, where it sums in f32 (the CPU
+ * backend's ia_mode documents the three paths); the sequential paths are a loop here. */
+typedef struct ia_loop {
+    int dim;
+    bool scalar16; /* ndim <= 1: the product is rounded too */
+    double alpha;  /* already rounded to the dtype */
+} ia_loop;
+
+static void ia_body(sh_b *b, sh_val i, sh_val *v, int nv, void *user) {
+    (void)nv;
+    const ia_loop *L = user;
+    sh_val x = v[0], idx = v[1], src = v[2];
+    sh_type it = sh_scalar_ty(SH_I64);
+    int64_t one = 1;
+    sh_val id = sh_reshape(b, sh_dynamic_slice(b, idx, &i, &one), 0, NULL);
+    sh_val s_at[EM_MAX_DIMS], d_at[EM_MAX_DIMS];
+    int64_t sizes[EM_MAX_DIMS];
+    for (int d = 0; d < x.t.nd; d++) {
+        sh_val z = sh_const_i(b, it, 0);
+        s_at[d] = d == L->dim ? i : z;
+        d_at[d] = d == L->dim ? id : z;
+        sizes[d] = d == L->dim ? 1 : x.t.d[d];
+    }
+    sh_val sv = sh_convert(b, sh_dynamic_slice(b, src, s_at, sizes), SH_F32);
+    sh_val dv = sh_convert(b, sh_dynamic_slice(b, x, d_at, sizes), SH_F32);
+    if (L->alpha != 1.0) {
+        sv = sh_bin(b, "multiply", sv, sh_const(b, sv.t, L->alpha));
+        if (L->scalar16) sv = sh_convert(b, sh_convert(b, sv, x.t.e), SH_F32);
+    }
+    sh_val nv2 = sh_convert(b, sh_bin(b, "add", dv, sv), x.t.e);
+    v[0] = sh_dynamic_update_slice(b, x, nv2, d_at);
+}
+
 static em_status emit_index_add(pj_emit *e) {
     sh_b *b = e->b;
     sh_val x = e->in[0], idx = sh_convert(b, e->in[1], SH_I64), src = e->in[2];
     int nd = x.t.nd, dim = norm_dim(e->attrs[0].i, nd);
     double alpha = e->attrs[1].f;
+    sh_elem xe = x.t.e;
+    bool half = xe == SH_BF16 || xe == SH_F16;
+    int64_t n = sh_numel(&idx.t);
+    bool acc16 = nd > 1 && (dim == 0 || dim == nd - 1) && alpha == 1.0 && e->in_dt[1] == EM_I64;
+    if (half && !acc16 && n > 0) {
+        if (nd == 0) {
+            int64_t one1 = 1;
+            x = sh_reshape(b, x, 1, &one1);
+            src = sh_reshape(b, src, 1, &one1);
+        }
+        ia_loop L = {nd ? dim : 0, nd <= 1,
+                     xe == SH_BF16 ? (double)em_bf16_to_f32(em_f32_to_bf16((float)alpha))
+                                   : (double)em_f16_to_f32(em_f32_to_f16((float)alpha))};
+        sh_val vals[3] = {x, sh_reshape(b, idx, 1, &n), src};
+        sh_for(b, n, vals, 3, ia_body, &L);
+        e->out[0] = nd == 0 ? sh_reshape(b, vals[0], 0, NULL) : vals[0];
+        return EM_OK;
+    }
     if (alpha != 1.0) {
         sh_elem ct = pj_ct(e->in_dt[2]);
         src = sh_convert(b, sh_bin(b, "multiply", sh_convert(b, src, ct), sh_const(b, sh_ty_with(src.t, ct), alpha)),
                          src.t.e);
     }
-    int64_t n = sh_numel(&idx.t);
     if (nd == 0) {
         e->out[0] = n ? sh_bin(b, "add", x, sh_reshape(b, src, 0, NULL)) : x;
         return EM_OK;
@@ -155,8 +208,7 @@ static em_status emit_index_add(pj_emit *e) {
         if (d != dim) perm[k++] = d;
     sh_val upd = sh_transpose(b, src, perm);
     for (int d = 0; d < s.n_update_window; d++) s.update_window[d] = d + 1;
-    sh_elem xe = x.t.e;
-    if (xe == SH_BF16 || xe == SH_F16) { /* sums in f32, one rounding (as torch) */
+    if (half) { /* sums in f32, one rounding (as torch) */
         x = sh_convert(b, x, SH_F32);
         upd = sh_convert(b, upd, SH_F32);
     }
