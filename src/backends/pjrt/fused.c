@@ -4,6 +4,7 @@
  * code as the unfused op (pj_emit_ew) and rounded to its dtype the same way, so the results are
  * identical to async mode; XLA fuses the chain into one kernel.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,14 @@ em_status pj_eval_lazy(em_ctx *c, em_tensor *t) {
             m.ndim = n->t->ndim;
             memcpy(m.shape, n->t->shape, (size_t)m.ndim * sizeof *m.shape);
             nv[i] = pj_emit_ew(&b, lz->op, in, lz->in, lz->n_in, lz->attrs, &m);
+            /* Unfused, every f32/f64 node result is rounded in memory; fused, the plugin's code
+             * generator may contract a multiply into the next node's add (an FMA), which is
+             * more accurate but not what async computes. A select on NaN (NaN in, NaN out)
+             * between nodes is exact and keeps the multiply and the add apart. */
+            sh_elem ne = nv[i].t.e;
+            if ((ne == SH_F32 || ne == SH_F64) && i + 1 < f->n_nodes)
+                nv[i] = sh_select(&b, sh_cmp(&b, "NE", nv[i], nv[i]), sh_const(&b, nv[i].t, NAN),
+                                  nv[i]);
         }
         char *text = sh_finish(&b, &nv[f->n_nodes - 1], 1);
         if (!text) {
