@@ -68,6 +68,9 @@ typedef struct em_pjrt_cache_stats {
     int64_t failures;        /* compiles that failed */
     int64_t entries;         /* executables held in memory */
     double compile_seconds;  /* total time in compiles and disk loads */
+    int64_t executions;      /* programs launched */
+    double execute_seconds;  /* time spent inside the plugin's execute call (launching) */
+    double wait_seconds;     /* time spent waiting for earlier executions (bounded queue) */
 } em_pjrt_cache_stats;
 
 /** Fills `out` for the plugin of device `d`. EM_ERR_INVALID_ARG if d is not a PJRT device. */

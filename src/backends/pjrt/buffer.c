@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/pjrt/pjrt.h"
 
@@ -79,7 +80,16 @@ em_status pj_dev_track(em_ctx *c, em_device *d, PJRT_Event *ev) {
     pd->pending[pd->n_pending++] = ev;
     pthread_mutex_unlock(&pd->lock);
     /* bounded queue: at most PJ_PENDING executions in flight per device */
-    return oldest ? pj_event_await(c, pd->pl, oldest, false, "pjrt_execute") : EM_OK;
+    if (!oldest) return EM_OK;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    em_status s = pj_event_await(c, pd->pl, oldest, false, "pjrt_execute");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pj_plugin *pl = pd->pl;
+    pthread_mutex_lock(&pl->cache.lock);
+    pl->cache.stats.wait_seconds += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    pthread_mutex_unlock(&pl->cache.lock);
+    return s;
 }
 
 /* ---- the backend's memory entries ---- */

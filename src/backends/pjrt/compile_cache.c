@@ -445,7 +445,13 @@ em_status pj_execute(em_ctx *c, em_device *d, pj_exec *x, PJRT_Buffer *const *ar
     a.output_lists = out_lists;
     a.device_complete_events = &ev;
     a.execute_device = pd->dev;
-    if (pj_check(c, pl, pl->api->PJRT_LoadedExecutable_Execute(&a), in_op, "execute"))
-        return EM_ERR_BACKEND;
+    double t0 = now_s();
+    PJRT_Error *err = pl->api->PJRT_LoadedExecutable_Execute(&a);
+    double dt = now_s() - t0;
+    pthread_mutex_lock(&pl->cache.lock);
+    pl->cache.stats.executions++;
+    pl->cache.stats.execute_seconds += dt;
+    pthread_mutex_unlock(&pl->cache.lock);
+    if (pj_check(c, pl, err, in_op, "execute")) return EM_ERR_BACKEND;
     return ev ? pj_dev_track(c, d, ev) : EM_OK;
 }
