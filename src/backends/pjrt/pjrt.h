@@ -158,7 +158,23 @@ typedef struct pj_emit {
     sh_val out[EM_MAX_OUTPUTS];
     em_tensor *const *tin; /* the input tensors (dtypes, ranks; never their data) */
     const pj_plugin *pl;   /* whose program this is (some lowerings depend on the platform) */
+    /* host-made extra inputs (ragged_dot's grouping plan), after the op's inputs */
+    int n_extra;
+    sh_val extra[4];
+    int64_t variant[2]; /* what the extra inputs' shapes depend on (part of the cache key) */
 } pj_emit;
+
+/* ragged_dot's grouping plan, made on the host from the (checked) group sizes: the non-empty
+ * groups, padded to a power of two, and for each of their slots the lhs row it takes (or M).
+ * NULL plan arrays when the lowering needs none (native, or forced dense/gather). */
+typedef struct pj_ragged_plan {
+    int64_t hb, cb; /* groups used (padded), rows per group (padded) */
+    int32_t *experts; /* [hb] */
+    int32_t *rows;    /* [hb * cb], M for an empty slot */
+} pj_ragged_plan;
+bool pj_ragged_wants_plan(const pj_plugin *pl);
+em_status pj_ragged_plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m,
+                              pj_ragged_plan *p);
 
 typedef em_status (*pj_emit_fn)(pj_emit *e);
 /* The emitter of an op id, NULL when the op has none. */

@@ -198,7 +198,7 @@ static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_d
  * check here needs the indices on the host (a small read that waits for them); indices with
  * more than EMBER_PJRT_INDEX_CHECK elements (default 2^20; 0 disables) are not checked, and a
  * bad one then reads a clamped position (gathers) or is dropped (scatters), as XLA defines. */
-static em_status check_indices(em_ctx *c, const em_kernel_args *a) {
+static em_status check_indices(em_ctx *c, const em_kernel_args *a, int32_t **gs_out) {
     em_op_id id = a->op->id;
     int which = 1;
     int64_t size = 0;
@@ -232,7 +232,8 @@ static em_status check_indices(em_ctx *c, const em_kernel_args *a) {
         const char *e = getenv("EMBER_PJRT_INDEX_CHECK");
         limit = e && *e ? atoll(e) : (int64_t)1 << 20;
     }
-    if (idx->numel == 0 || idx->numel > limit) return EM_OK;
+    bool need = id == EM_OP_RAGGED_DOT && gs_out; /* the grouping plan needs the sizes */
+    if (idx->numel == 0 || (idx->numel > limit && !need) || (limit == 0 && !need)) return EM_OK;
     size_t nb = em_tensor_nbytes(idx);
     void *buf = malloc(nb);
     if (!buf) return em_op_fail(c, EM_ERR_OOM, "cannot stage %zu bytes of indices", nb);
@@ -262,7 +263,10 @@ static em_status check_indices(em_ctx *c, const em_kernel_args *a) {
                                   (long long)m, (long long)total, (long long)i);
             }
         }
-        free(buf);
+        if (gs_out)
+            *gs_out = buf;
+        else
+            free(buf);
         return EM_OK;
     }
     int64_t lo = wrap ? -size : 0, bad = -1, v = 0;
@@ -296,19 +300,59 @@ static em_status check_indices(em_ctx *c, const em_kernel_args *a) {
                       wrap ? " (negative values count from the end)" : "");
 }
 
+static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl,
+                            em_tensor *const *extra_t, int n_extra, const pj_ragged_plan *plan);
+
 static em_status kernel(const em_kernel_args *a) {
     em_ctx *c = a->ctx;
     em_device *d = (em_device *)c->cur.dev;
     pj_dev *pd = d->impl;
     pj_plugin *pl = pd->pl;
     const em_op_def *op = a->op;
+    int32_t *gs = NULL;
+    bool plan_wanted = op->id == EM_OP_RAGGED_DOT && pj_ragged_wants_plan(pl);
+    if (check_indices(c, a, plan_wanted ? &gs : NULL)) return c->err.status;
+    pj_ragged_plan plan = {0, 0, NULL, NULL};
+    em_tensor *extra_t[2] = {NULL, NULL};
+    int n_extra = 0;
+    if (plan_wanted && gs) {
+        em_status ps = pj_ragged_plan_make(c, gs, a->in[2]->numel, a->in[0]->shape[0], &plan);
+        free(gs);
+        if (ps) return ps;
+        em_call_info saved = c->cur;
+        extra_t[0] = em_tensor_new(c, d, EM_I32, 1, &plan.hb);
+        int64_t nr = plan.hb * plan.cb;
+        extra_t[1] = em_tensor_new(c, d, EM_I32, 1, &nr);
+        if (extra_t[0] && extra_t[1] && !d->be->upload(c, extra_t[0], plan.experts) &&
+            !d->be->upload(c, extra_t[1], plan.rows))
+            n_extra = 2;
+        c->cur = saved;
+        free(plan.experts);
+        free(plan.rows);
+        if (n_extra != 2) {
+            em_tensor_release(extra_t[0]);
+            em_tensor_release(extra_t[1]);
+            return c->err.status ? c->err.status : EM_ERR_OOM;
+        }
+    } else {
+        free(gs);
+    }
+    em_status ks = kernel_run(a, d, pl, extra_t, n_extra, &plan);
+    em_tensor_release(extra_t[0]);
+    em_tensor_release(extra_t[1]);
+    return ks;
+}
+
+static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl,
+                            em_tensor *const *extra_t, int n_extra, const pj_ragged_plan *plan) {
+    em_ctx *c = a->ctx;
+    const em_op_def *op = a->op;
     bool assign = op->id == EM_OP_ASSIGN;
-    if (check_indices(c, a)) return c->err.status;
     pj_key k;
     pj_key_init(&k);
     pj_key_i64(&k, op->id);
     key_attrs(&k, op, a->attrs);
-    PJRT_Buffer *args[EM_MAX_INPUTS];
+    PJRT_Buffer *args[EM_MAX_INPUTS + 4];
     int n_args = 0;
     for (int i = 0; i < a->n_in; i++) {
         em_tensor *t = a->in[i];
@@ -327,6 +371,12 @@ static em_status kernel(const em_kernel_args *a) {
         pj_key_add(&k, hdr, sizeof hdr);
         pj_key_add(&k, t->shape, (size_t)t->ndim * sizeof *t->shape);
     }
+    pj_key_i64(&k, n_extra);
+    if (n_extra) {
+        pj_key_i64(&k, plan->hb);
+        pj_key_i64(&k, plan->cb);
+    }
+    for (int i = 0; i < n_extra; i++) args[n_args++] = ((pj_buf *)extra_t[i]->storage->data)->buf;
     if (k.oom) {
         pj_key_free(&k);
         return em_op_fail(c, EM_ERR_OOM, "out of memory");
@@ -359,6 +409,13 @@ static em_status kernel(const em_kernel_args *a) {
             e.present[i] = true;
             e.in_dt[i] = t->dtype;
             p++;
+        }
+        for (int i = 0; i < n_extra; i++)
+            e.extra[i] = sh_param(&b, sh_ty(SH_I32, 1, extra_t[i]->shape));
+        e.n_extra = n_extra;
+        if (n_extra) {
+            e.variant[0] = plan->hb;
+            e.variant[1] = plan->cb;
         }
         for (int i = 0; i < a->n_in; i++)
             if (a->in[i] && !(assign && i == 0)) e.in[i] = pj_view_value(&b, params[i], a->in[i]);
