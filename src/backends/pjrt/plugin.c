@@ -17,7 +17,9 @@
 
 /* Paths are formatted into fixed buffers; one that does not fit is truncated and then simply
  * not found (and reported as tried), which is the right outcome. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
 #define PJ_MAX_PLUGINS 8

@@ -12,7 +12,9 @@
 
 /* Attribute text is built in fixed buffers sized for EM_MAX_DIMS values of 20 digits; GCC cannot
  * see that bound and warns about truncation that cannot happen. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 static const char *elem_names[SH_ELEM_COUNT] = {"f32", "bf16", "f16", "f64", "i64", "i32",
                                                 "i16", "i8",   "ui8", "i1",  "ui32", "ui64"};
