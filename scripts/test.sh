@@ -11,10 +11,23 @@ jobs=$(nproc)
 EMBER_MINILM_DIR=$(./scripts/fetch_minilm.sh build/minilm)
 export EMBER_MINILM_DIR
 
+# XLA's CPU PJRT plugin, pinned, in a venv under the build dir (nothing else is installed there):
+# test_pjrt and the cross-device conformance suite (ember test-devices) run on it.
+PJRT_PLUGIN_PKG="xla-cpu-pjrt==0.0.1"
+mkdir -p build
+[ -x build/pjrt-venv/bin/pip ] || python3 -m venv build/pjrt-venv
+build/pjrt-venv/bin/pip install -q --disable-pip-version-check "$PJRT_PLUGIN_PKG"
+plugin=$(ls build/pjrt-venv/lib/python3*/site-packages/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so | head -n 1)
+export EMBER_PJRT_XLA_PLUGIN="$PWD/$plugin"
+# compiled executables are shared by both builds (same plugin, same programs)
+export EMBER_PJRT_CACHE_DIR="$PWD/build/pjrt-cache"
+
 echo "== build and test (gcc, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== the cross-device conformance report (xla:0; executables come from the cache by now)"
+./build/tools/ember/ember test-devices --device xla:0 | grep -v "^  FAIL" | tail -n 12
 
 echo "== install check: find_package(ember) and pkg-config"
 rm -rf build/install-test

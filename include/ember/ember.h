@@ -27,5 +27,6 @@
 #include "ember/generate.h"
 #include "ember/tokenizer.h"
 #include "ember/chat.h"
+#include "ember/pjrt.h"
 
 #endif

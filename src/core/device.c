@@ -37,8 +37,10 @@ em_device *em_device_at(int i) {
     return d;
 }
 
-/* Hook for backends that create devices on demand (PJRT); NULL until one is linked in. */
-em_device *(*em_device_open_hook)(em_ctx *c, const char *name, char *tried, size_t tried_n);
+/* Hook for backends that create devices on demand: PJRT plugins (backends/pjrt/plugin.c). */
+em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
+em_device *(*em_device_open_hook)(em_ctx *c, const char *name, char *tried, size_t tried_n) =
+    em_pjrt_device_open;
 
 em_device *em_device_get(em_ctx *c, const char *name) {
     if (!c || c->err.status) return NULL;

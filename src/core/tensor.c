@@ -242,7 +242,12 @@ em_tensor *em_from_host_on_(em_ctx *c, const char *file, int line, em_device *de
     }
     em_tensor *t = em_tensor_new(c, dev, dtype, ndim, shape);
     if (!t) return NULL;
-    if (n > 0 && dev->be->write(c, t->storage, 0, data, (size_t)n * em_esize(dtype)) != EM_OK) {
+    em_status ws = EM_OK;
+    if (dev->be->upload)
+        ws = dev->be->upload(c, t, data);
+    else if (n > 0)
+        ws = dev->be->write(c, t->storage, 0, data, (size_t)n * em_esize(dtype));
+    if (ws != EM_OK) {
         em_tensor_release(t);
         return NULL;
     }
@@ -344,6 +349,7 @@ em_status em_to_host(em_ctx *c, em_tensor *t, void *dst, size_t dst_nbytes) {
         em_gather_strided(t, dst);
         return EM_OK;
     }
+    if (t->dev->be->download) return t->dev->be->download(c, t, dst);
     if (!em_is_contiguous(t))
         return EM_FAIL(c, EM_ERR_UNSUPPORTED, "to_host",
                        "strided tensors on %s must be made contiguous first", t->dev->name);

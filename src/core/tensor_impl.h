@@ -78,6 +78,14 @@ typedef struct em_backend {
     em_status (*eval_lazy)(em_ctx *c, em_tensor *t);
     /* kernels, indexed by op id; NULL = unsupported on this backend */
     em_kernel_fn kernels[EM_OP_COUNT];
+    /* Optional, for devices whose storages are not host memory (PJRT); NULL = use write/read.
+     * upload: fills fresh contiguous t from contiguous host data of t's dtype and shape.
+     * download: copies any tensor of the device (views included) to contiguous host memory.
+     * copy: copies x into dst, a fresh contiguous tensor on another device of the same backend;
+     *       returns EM_ERR_UNSUPPORTED without recording an error when it cannot. */
+    em_status (*upload)(em_ctx *c, em_tensor *t, const void *src);
+    em_status (*download)(em_ctx *c, em_tensor *t, void *dst);
+    em_status (*copy)(em_ctx *c, em_tensor *x, em_tensor *dst);
 } em_backend;
 
 #define EM_ALLOC_CLASSES 256

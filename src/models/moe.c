@@ -81,8 +81,9 @@ static int64_t *host_indices(EM_OP_ARGS, em_tensor *indices, int64_t n_experts, 
     return v;
 }
 
-static em_tensor *i64_tensor(EM_OP_ARGS, const int64_t *v, int64_t n) {
-    return em_from_host_on_(c, file, line, em_device_cpu(), EM_I64, 1, &n, v);
+/* Helper tensors live on the device of the block's input (the CPU or a PJRT device). */
+static em_tensor *i64_tensor(EM_OP_ARGS, em_device *dev, const int64_t *v, int64_t n) {
+    return em_from_host_on_(c, file, line, dev, EM_I64, 1, &n, v);
 }
 
 /* One expert's weights as 2-D views: gate_up[e] [2I, H] and down[e] [H, I]. */
@@ -116,13 +117,13 @@ static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, i
         token[pos] = i / k;
         inv[i] = pos;
     }
-    em_tensor *gs = em_from_host_on_(c, file, line, em_device_cpu(), EM_I32, 1, &n_experts, sizes);
-    em_tensor *xs = em_index_select_(c, file, line, x, 0, i64_tensor(c, file, line, token, rows));
+    em_tensor *gs = em_from_host_on_(c, file, line, em_tensor_device(x), EM_I32, 1, &n_experts, sizes);
+    em_tensor *xs = em_index_select_(c, file, line, x, 0, i64_tensor(c, file, line, em_tensor_device(x), token, rows));
     em_tensor *h = em_ragged_dot_(c, file, line, xs, w->gate_up, gs, true);
     em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
                             em_narrow_(c, file, line, h, 1, inter, inter), p->act);
     em_tensor *y = em_ragged_dot_(c, file, line, a, w->down, gs, true);
-    em_tensor *ys = em_index_select_(c, file, line, y, 0, i64_tensor(c, file, line, inv, rows));
+    em_tensor *ys = em_index_select_(c, file, line, y, 0, i64_tensor(c, file, line, em_tensor_device(x), inv, rows));
     ys = em_mul_(c, file, line, ys, em_reshape_(c, file, line, weights, 2, (int64_t[]){rows, 1}));
     int dim = 1;
     out = em_cast_(c, file, line,
@@ -163,13 +164,13 @@ static em_tensor *experts_loop(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int
         if (!n) continue;
         (*hit)++;
         em_scope_push(c);
-        em_tensor *ti = i64_tensor(c, file, line, tok, n);
+        em_tensor *ti = i64_tensor(c, file, line, em_tensor_device(x), tok, n);
         em_tensor *h = em_linear_(c, file, line, em_index_select_(c, file, line, x, 0, ti),
                                   expert(c, file, line, w->gate_up, e), NULL);
         em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
                                 em_narrow_(c, file, line, h, 1, inter, inter), p->act);
         em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
-        em_tensor *we = em_index_select_(c, file, line, wflat, 0, i64_tensor(c, file, line, slot, n));
+        em_tensor *we = em_index_select_(c, file, line, wflat, 0, i64_tensor(c, file, line, em_tensor_device(x), slot, n));
         y = em_mul_(c, file, line, y, em_reshape_(c, file, line, we, 2, (int64_t[]){n, 1}));
         y = em_cast_(c, file, line, y, em_tensor_dtype(x)); /* as transformers: .to(out dtype) */
         em_tensor *next = em_keep(c, em_index_add_(c, file, line, out, 0, ti, y, 1.0));
@@ -201,7 +202,7 @@ static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, in
         *hit += any;
     }
     em_tensor *wd = em_cast_(c, file, line,
-                             em_from_host_on_(c, file, line, em_device_cpu(), EM_F32, 2,
+                             em_from_host_on_(c, file, line, em_tensor_device(x), EM_F32, 2,
                                               (int64_t[]){t, n_experts}, dense),
                              em_tensor_dtype(weights));
     free(wh);

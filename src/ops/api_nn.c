@@ -14,6 +14,16 @@ em_tensor *em_to_(EM_OP_ARGS, em_tensor *x, em_device *dev) {
         return NULL;
     }
     if (x->dev == dev) return em_scope_add(c, em_tensor_retain(x));
+    if (x->dev->be == dev->be && dev->be->copy) {
+        /* device to device within one backend (e.g. two chips of one PJRT plugin) */
+        if (em_tensor_materialize(c, x)) return NULL;
+        em_tensor *r = em_tensor_new(c, dev, x->dtype, x->ndim, x->shape);
+        if (!r) return NULL;
+        em_status s = dev->be->copy(c, x, r);
+        if (s == EM_OK) return em_scope_add(c, r);
+        em_tensor_release(r);
+        if (s != EM_ERR_UNSUPPORTED || c->err.status) return NULL;
+    }
     /* Through host memory: the portable path every backend supports. */
     size_t nb = em_tensor_nbytes(x);
     void *tmp = malloc(nb ? nb : 1);

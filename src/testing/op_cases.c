@@ -16,6 +16,7 @@ struct em_opcase_set {
     unsigned char *data;
     size_t data_len;
     char path[512];
+    bool tie_tolerant;
 };
 
 static unsigned char *read_file(const char *path, size_t *len) {
@@ -242,6 +243,42 @@ static void compare(em_ctx *c, const em_opcase_set *s, json_t *ref, em_tensor *g
     free(buf);
 }
 
+static double *read_f64(em_ctx *c, em_tensor *t);
+
+/* topk indices that select the expected values, each index once per row. */
+static bool topk_ties_ok(em_ctx *c, const em_opcase_set *s, json_t *ref0, em_tensor *x,
+                         em_tensor *idx, const em_attr *attrs) {
+    em_dtype t;
+    if (!em_dtype_parse(json_string_value(json_object_get(ref0, "dtype")), &t)) return false;
+    size_t off = (size_t)json_integer_value(json_object_get(ref0, "offset"));
+    if (off + (size_t)idx->numel * em_esize(t) > s->data_len) return false;
+    double *xv = read_f64(c, x), *iv = read_f64(c, idx);
+    bool ok = xv && iv;
+    int nd = x->ndim;
+    int dim = nd ? (int)(attrs[1].i < 0 ? attrs[1].i + nd : attrs[1].i) : 0;
+    int64_t k = nd ? idx->shape[dim] : 1, n = nd ? x->shape[dim] : 1;
+    int64_t inner = 1;
+    for (int d = dim + 1; d < nd; d++) inner *= x->shape[d];
+    for (int64_t p = 0; ok && p < idx->numel; p++) {
+        int64_t o = p / (k * inner), j = (p / inner) % k, q = p % inner;
+        int64_t id = (int64_t)iv[p];
+        if (id < 0 || id >= n) {
+            ok = false;
+            break;
+        }
+        double got = xv[(o * n + id) * inner + q], want = em_load_f64(s->data + off, t, p);
+        ok = (got != got && want != want) || got == want;
+        for (int64_t j2 = 0; ok && j2 < j; j2++)
+            ok = (int64_t)iv[(o * k + j2) * inner + q] != id;
+    }
+    free(xv);
+    free(iv);
+    em_ctx_clear_error(c);
+    return ok;
+}
+
+void em_opcases_set_tie_tolerant(em_opcase_set *s, bool on) { s->tie_tolerant = on; }
+
 em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
                          em_opcase_result *r) {
     memset(r, 0, sizeof *r);
@@ -320,6 +357,141 @@ em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *de
         }
         for (int k = 0; k < n_out && r->pass; k++)
             compare(c, s, json_array_get(refs, (size_t)k), outs[k], atol, rtol, k, r);
+        /* topk's order among equal values is torch's libstdc++ heap/nth_element artefact on the
+         * CPU; other devices may list tied elements in another order: accept indices that point
+         * at the expected values (distinct in each row) when the values themselves matched. */
+        if (!r->pass && op->id == EM_OP_TOPK && s->tie_tolerant && n_out == 2 &&
+            !strncmp(r->msg, "output 1 ", 9) && topk_ties_ok(c, s, json_array_get(refs, 0), in[0],
+                                                             outs[1], attrs)) {
+            r->pass = true;
+            r->msg[0] = 0;
+        }
+    }
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+    return EM_OK;
+}
+
+/* ---- one device against another ---- */
+
+/* Runs case cs on dev in the current scope; returns the number of outputs (outputs in outs, for
+ * in-place ops the inputs) or -1 with r->msg set. */
+static int exec_on(em_ctx *c, const em_opcase_set *s, json_t *cs, const em_op_def *op,
+                   const em_attr *attrs, em_device *dev, em_tensor **outs, char *msg, size_t mn) {
+    json_t *ins = json_object_get(cs, "inputs");
+    int n_in = (int)json_array_size(ins);
+    em_tensor *in[EM_MAX_INPUTS] = {NULL};
+    for (int k = 0; k < n_in && k < EM_MAX_INPUTS; k++) {
+        json_t *d = json_array_get(ins, (size_t)k);
+        if (json_is_null(d)) continue;
+        in[k] = make_input(c, s, d, dev, msg, mn);
+        if (!in[k]) {
+            if (!msg[0])
+                snprintf(msg, mn, "cannot create input %d: %s", k,
+                         em_ctx_error(c) ? em_ctx_error(c)->message : "?");
+            return -1;
+        }
+    }
+    int n_out = 0;
+    em_op_run(c, __FILE__, __LINE__, op->id, in, n_in, attrs, outs, EM_MAX_OUTPUTS, &n_out);
+    if (em_ctx_error(c)) {
+        snprintf(msg, mn, "%s", em_ctx_error(c)->message);
+        return -1;
+    }
+    if (op->n_out == 0) {
+        for (int k = 0; k < n_in; k++) outs[k] = in[k];
+        return n_in;
+    }
+    return n_out;
+}
+
+static double *read_f64(em_ctx *c, em_tensor *t) {
+    size_t nb = em_tensor_nbytes(t);
+    void *raw = malloc(nb ? nb : 1);
+    double *v = malloc((size_t)(t->numel ? t->numel : 1) * sizeof *v);
+    if (!raw || !v || em_to_host(c, t, raw, nb) != EM_OK) {
+        free(raw);
+        free(v);
+        return NULL;
+    }
+    for (int64_t i = 0; i < t->numel; i++) v[i] = em_load_f64(raw, t->dtype, i);
+    free(raw);
+    return v;
+}
+
+em_status em_opcases_compare(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
+                             em_device *ref, em_opcase_result *r, bool *ref_ran) {
+    memset(r, 0, sizeof *r);
+    r->pass = true;
+    *ref_ran = false;
+    json_t *cs = json_array_get(s->cases, (size_t)i);
+    const char *opname = json_string_value(json_object_get(cs, "op"));
+    const em_op_def *op = opname ? em_op_find(opname) : NULL;
+    em_attr attrs[EM_MAX_ATTRS];
+    if (!op || json_object_get(cs, "error") ||
+        !fill_attrs(op, json_object_get(cs, "attrs"), attrs, r->msg, sizeof r->msg)) {
+        r->msg[0] = 0;
+        return EM_OK; /* nothing to compare */
+    }
+    double atol = json_number_value(json_object_get(cs, "atol"));
+    double rtol = json_number_value(json_object_get(cs, "rtol"));
+    em_scope_push(c);
+    em_tensor *ro[EM_MAX_OUTPUTS], *dout[EM_MAX_OUTPUTS];
+    char msg[600] = "";
+    int nr = exec_on(c, s, cs, op, attrs, ref, ro, msg, sizeof msg);
+    em_ctx_clear_error(c);
+    if (nr < 0) { /* the reference cannot run it (no kernel there): nothing to compare */
+        em_scope_pop(c);
+        return EM_OK;
+    }
+    *ref_ran = true;
+    int nd = exec_on(c, s, cs, op, attrs, dev, dout, r->msg, sizeof r->msg);
+    if (nd < 0 || nd != nr) {
+        r->pass = false;
+        if (nd >= 0) snprintf(r->msg, sizeof r->msg, "%d outputs on %s, %d on %s", nd,
+                              em_device_name(dev), nr, em_device_name(ref));
+    }
+    for (int k = 0; k < nd && r->pass; k++) {
+        em_tensor *a = dout[k], *b = ro[k];
+        /* topk's indices among tied values: checked against the torch reference already */
+        if (op->id == EM_OP_TOPK && k == 1 && s->tie_tolerant) continue;
+        if (a->dtype != b->dtype || a->ndim != b->ndim ||
+            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape)) {
+            char sa[96], sb[96];
+            snprintf(r->msg, sizeof r->msg, "output %d is %s on %s, %s on %s", k,
+                     em_tensor_sig(a, sa, sizeof sa), em_device_name(dev),
+                     em_tensor_sig(b, sb, sizeof sb), em_device_name(ref));
+            r->pass = false;
+            break;
+        }
+        double *va = read_f64(c, a), *vb = read_f64(c, b);
+        if (!va || !vb) {
+            snprintf(r->msg, sizeof r->msg, "cannot read output %d: %s", k,
+                     em_ctx_error(c) ? em_ctx_error(c)->message : "out of memory");
+            r->pass = false;
+        }
+        bool fl = em_dtype_is_float(a->dtype);
+        for (int64_t j = 0; r->pass && j < a->numel; j++) {
+            double x = va[j], y = vb[j];
+            bool ok;
+            if (!fl) ok = x == y;
+            else if (isnan(x) || isnan(y)) ok = isnan(x) && isnan(y);
+            else if (isinf(x) || isinf(y)) ok = x == y;
+            else {
+                double e = fabs(x - y);
+                if (e > r->max_abs_err) r->max_abs_err = e;
+                /* both sit within tol of the reference, so within twice of each other */
+                ok = e <= 2 * (atol + rtol * fabs(y));
+            }
+            if (!ok) {
+                r->pass = false;
+                snprintf(r->msg, sizeof r->msg,
+                         "output %d element %lld: %.9g on %s, %.9g on %s (atol %g, rtol %g)", k,
+                         (long long)j, x, em_device_name(dev), y, em_device_name(ref), atol, rtol);
+            }
+        }
+        free(va);
+        free(vb);
     }
     em_ctx_clear_error(c);
     em_scope_pop(c);

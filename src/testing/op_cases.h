@@ -36,4 +36,17 @@ typedef struct em_opcase_result {
 em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
                          em_opcase_result *r);
 
+/* Accept topk indices that list tied values in another order than torch's CPU (see
+ * em_opcases_run); used for devices other than the CPU. */
+void em_opcases_set_tie_tolerant(em_opcase_set *s, bool on);
+
+/*
+ * Runs case i on `dev` and on `ref` (e.g. the CPU backend) and compares their outputs with the
+ * case's tolerance (twice it: each is within it of the torch reference). Cases that expect an
+ * error compare nothing. *ref_ran is false when `ref` could not run the case (no kernel there);
+ * then nothing is compared and r->pass stays true.
+ */
+em_status em_opcases_compare(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
+                             em_device *ref, em_opcase_result *r, bool *ref_ran);
+
 #endif

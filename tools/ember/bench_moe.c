@@ -74,25 +74,30 @@ static void run_moe(void *user) {
     em_tensor *logits = em_linear(c, j->x, j->router, NULL);
     em_tensor *rw = em_moe_route(c, logits, &j->p, j->w.per_expert_scale, em_tensor_dtype(j->x), &idx);
     em_tensor *y = em_moe_experts(c, j->x, idx, rw, &j->w, &j->p, &j->st);
-    if (y) em_tensor_data(c, y);
+    /* completed: host data on the CPU; every queued execution on a PJRT device */
+    if (y && em_device_is_pjrt(em_tensor_device(y))) em_device_sync(c, em_tensor_device(y));
+    else if (y) em_tensor_data(c, y);
     em_scope_pop(c);
 }
 
 static void usage(void) {
     printf("usage: ember bench moe [--json] [--model qwen3|gemma4|all] [--batches 1,4,16,32,64]\n"
-           "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n\n"
+           "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n"
+           "                       [--device DEV]\n\n"
            "One MoE layer with real dimensions (Qwen3-30B-A3B: hidden 2048, 128 experts, top-8,\n"
            "intermediate 768, SwiGLU; Gemma 4 26B-A4B: hidden 2816, 128 experts, top-8,\n"
            "intermediate 704, GELU-tanh gating), bf16 weights, one token per sequence. Prints per\n"
            "batch: ms for each implementation, ragged's speedup over loop, the distinct experts\n"
            "hit, the bytes of expert weights they must read, the bandwidth bound for those bytes\n"
            "(from a read probe in the same run) and, when torch and transformers are importable\n"
-           "($EMBER_PYTHON or python3), transformers' block in torch eager.\n");
+           "($EMBER_PYTHON or python3), transformers' block in torch eager.\n"
+           "--device runs the layer on a PJRT device (cuda:0, tpu:0, xla:0); the bound is\n"
+           "then still the host's read bandwidth, for reference only.\n");
 }
 
 int bench_moe(int argc, char **argv) {
     bool json = false, peers = true, quick = false;
-    const char *which = "all";
+    const char *which = "all", *device = NULL;
     int batches[16] = {1, 4, 16, 32, 64}, nb = 5;
     bool impl_on[3] = {true, true, true};
     for (int i = 1; i < argc; i++) {
@@ -100,6 +105,7 @@ int bench_moe(int argc, char **argv) {
         else if (!strcmp(argv[i], "--skip-peers")) peers = false;
         else if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             nb = 0;
             for (char *s = argv[++i]; *s && nb < 16;) {
@@ -136,6 +142,16 @@ int bench_moe(int argc, char **argv) {
             if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
         }
         em_ctx *c = em_ctx_create();
+        if (device) {
+            em_device *dev = em_device_get(c, device);
+            if (!dev) {
+                fprintf(stderr, "ember bench moe: %s\n", em_ctx_error(c)->message);
+                em_ctx_destroy(c);
+                return 1;
+            }
+            em_ctx_set_device(c, dev); /* weights and inputs are made there */
+            if (!json) printf("device %s\n", device);
+        }
         int64_t h = md->hidden, e = md->experts, in = md->inter;
         moe_job j = {c, NULL, NULL, {NULL, NULL, NULL}, em_moe_default_params(), {0, 0}};
         j.router = em_rand(c, EM_BF16, EM_SHAPE(e, h), 100, -0.05, 0.05);

@@ -211,7 +211,7 @@ static double openblas_sgemm_ms(int n, char *core, size_t core_n) {
 /* ---- the command ---- */
 
 static void usage(void) {
-    printf("usage: ember bench ops [--json] [--quick] [--skip-peers]\n\n"
+    printf("usage: ember bench ops [--json] [--quick] [--skip-peers] [--device DEV]\n\n"
            "Measures, in one run: the machine's limits (read and triad bandwidth, FP32 FMA and\n"
            "BF16 dot peaks), the peers (torch eager via $EMBER_PYTHON or python3 when torch is\n"
            "importable; OpenBLAS sgemm when installed) and Ember: dispatch of a tiny op,\n"
@@ -219,13 +219,20 @@ static void usage(void) {
            "linear layers (M = 1, 4, 16, 64; K = 2048; N = 768, 2048).\n"
            "  --json        one JSON object per line\n"
            "  --quick       shorter timings and smaller bandwidth arrays\n"
-           "  --skip-peers  do not run torch or OpenBLAS\n");
+           "  --skip-peers  do not run torch or OpenBLAS\n"
+           "  --device DEV  a PJRT device (xla:0, cuda:0, ...): Ember's overhead per cached\n"
+           "                eager op, compile time of a new op, the same ops on cpu, and fused\n"
+           "                against async on a chain of 8 element-wise ops\n");
 }
+
+int bench_ops_device(const char *device, bool json, bool quick);
 
 int bench_ops(int argc, char **argv) {
     bool json = false, quick = false, peers = true;
+    const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
+        else if (i + 1 < argc && !strcmp(argv[i], "--device")) device = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--skip-peers")) peers = false;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -236,6 +243,7 @@ int bench_ops(int argc, char **argv) {
             return 2;
         }
     }
+    if (device) return bench_ops_device(device, json, quick);
     double mt = quick ? 0.2 : 0.6;
     int threads = em_num_threads();
     limits L = {0};

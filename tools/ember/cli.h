@@ -17,6 +17,7 @@ int cmd_make_checkpoint(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_download(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_test_devices(int argc, char **argv);
 
 /* True if argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);

@@ -15,6 +15,8 @@ static const em_cli_cmd commands[] = {
     {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
     {"download", "fetch a model from the Hugging Face Hub into its cache", cmd_download},
     {"tokenize", "encode text to token ids, or decode ids, with a tokenizer.json", cmd_tokenize},
+    {"test-devices", "run the op conformance suite on every device (PJRT) vs torch and CPU",
+     cmd_test_devices},
 };
 
 bool cli_wants_help(int argc, char **argv) {

@@ -1,0 +1,256 @@
+/*
+ * `ember test-devices`: the cross-device conformance report. Every op case of the committed
+ * fixtures (tests/fixtures/ops/FAMILY.json, made with torch) runs on each device and is compared with
+ * the torch reference; where the CPU backend can run the case too, the device's outputs are also
+ * compared with the CPU's. Prints per device the cases passed, the pass rate and every failure.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ember/ember.h"
+#include "testing/op_cases.h"
+
+#ifndef EMBER_SOURCE_FIXTURES_DIR
+#define EMBER_SOURCE_FIXTURES_DIR "tests/fixtures"
+#endif
+
+static void usage(void) {
+    printf("usage: ember test-devices [--device DEV ...] [--json] [--fixtures DIR] [--filter S]\n"
+           "                          [--mode sync|async|fused] [--no-cpu]\n\n"
+           "Runs every op case of the core test suite on each device and compares it with the\n"
+           "committed torch reference and with the CPU backend's output. Devices default to\n"
+           "every PJRT device that can be found (xla:0, cuda:0, tpu:0).\n"
+           "  --device DEV   a device to test (repeatable): xla:0, cuda:0, tpu:0, pjrt:/path.so\n"
+           "  --fixtures DIR folder of <family>.json/.bin fixtures (default: $EMBER_FIXTURES/ops\n"
+           "                 or the source tree's tests/fixtures/ops)\n"
+           "  --filter S     only cases whose name contains S\n"
+           "  --mode M       eager mode for the run (default: $EMBER_EAGER or async)\n"
+           "  --no-cpu       do not compare with the CPU backend\n"
+           "  --allow-missing  a --device that cannot be found is skipped (exit 0), not an error\n"
+           "  --json         failures and summaries as JSON lines; the last lines are\n"
+           "                 {\"device\": ..., \"passed\": N, \"total\": N, \"pass_rate\": R}\n");
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The fixture families of dir, sorted. */
+static int families(const char *dir, char names[][256], int max) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    char *list[128];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max && n < 128) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && !strcmp(e->d_name + l - 5, ".json")) list[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(list, (size_t)n, sizeof *list, cmp_str);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], 256, "%.*s", (int)strlen(list[i]) - 5, list[i]);
+        free(list[i]);
+    }
+    return n;
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+typedef struct dev_result {
+    char name[64];
+    int passed, total, cpu_compared, cpu_agree;
+} dev_result;
+
+int cmd_test_devices(int argc, char **argv) {
+    const char *devs[16];
+    int n_devs = 0;
+    bool json = false, use_cpu = true, allow_missing = false;
+    const char *fixtures = NULL, *filter = NULL, *mode = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage();
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--no-cpu")) {
+            use_cpu = false;
+        } else if (!strcmp(argv[i], "--allow-missing")) {
+            allow_missing = true;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
+            if (n_devs < 16) devs[n_devs++] = argv[++i];
+        } else if (i + 1 < argc && !strcmp(argv[i], "--fixtures")) {
+            fixtures = argv[++i];
+        } else if (i + 1 < argc && !strcmp(argv[i], "--filter")) {
+            filter = argv[++i];
+        } else if (i + 1 < argc && !strcmp(argv[i], "--mode")) {
+            mode = argv[++i];
+        } else {
+            fprintf(stderr, "ember test-devices: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    char dir[1024];
+    const char *env = getenv("EMBER_FIXTURES");
+    if (fixtures)
+        snprintf(dir, sizeof dir, "%s", fixtures);
+    else if (env && *env)
+        snprintf(dir, sizeof dir, "%s/ops", env);
+    else
+        snprintf(dir, sizeof dir, "%s/ops", EMBER_SOURCE_FIXTURES_DIR);
+    static char fams[64][256];
+    int n_fams = families(dir, fams, 64);
+    if (n_fams <= 0) {
+        fprintf(stderr, "ember test-devices: no fixtures (*.json) in %s\n", dir);
+        return 1;
+    }
+    em_ctx *c = em_ctx_create();
+    if (mode) {
+        em_eager_mode m;
+        if (!em_eager_mode_parse(mode, &m)) {
+            fprintf(stderr, "ember test-devices: unknown mode '%s'\n", mode);
+            em_ctx_destroy(c);
+            return 2;
+        }
+        em_ctx_set_eager_mode(c, m);
+    }
+    bool explicit_devs = n_devs > 0;
+    if (!explicit_devs) {
+        devs[n_devs++] = "xla:0";
+        devs[n_devs++] = "cuda:0";
+        devs[n_devs++] = "tpu:0";
+    }
+    em_device *dv[16];
+    int n_ok = 0, rc = 0;
+    for (int i = 0; i < n_devs; i++) {
+        em_device *d = em_device_get(c, devs[i]);
+        if (!d) {
+            const char *m = em_ctx_error(c)->message;
+            if (json) {
+                printf("{\"device\": ");
+                json_str(devs[i]);
+                printf(", \"skipped\": ");
+                json_str(m);
+                printf("}\n");
+            } else {
+                printf("skip %s: %s\n", devs[i], m);
+            }
+            if (explicit_devs && !allow_missing) rc = 1;
+            em_ctx_clear_error(c);
+            continue;
+        }
+        dv[n_ok++] = d;
+    }
+    dev_result res[16];
+    em_device *cpu = em_device_cpu();
+    for (int di = 0; di < n_ok; di++) {
+        em_device *d = dv[di];
+        dev_result *R = &res[di];
+        memset(R, 0, sizeof *R);
+        snprintf(R->name, sizeof R->name, "%s", em_device_name(d));
+        em_pjrt_plugin_info pi;
+        if (!json) {
+            if (em_pjrt_plugin_info_get(d, &pi) == EM_OK)
+                printf("== %s: platform %s, PJRT API %d.%d, StableHLO %s..%s, %s (mode %s)\n",
+                       R->name, pi.platform, pi.api_major, pi.api_minor, pi.stablehlo_minimum,
+                       pi.stablehlo_current, pi.path, em_eager_mode_name(em_ctx_eager_mode(c)));
+            else
+                printf("== %s (mode %s)\n", R->name, em_eager_mode_name(em_ctx_eager_mode(c)));
+        }
+        for (int f = 0; f < n_fams; f++) {
+            char path[1400];
+            if (strlen(dir) + strlen(fams[f]) + 8 > sizeof path) continue;
+            snprintf(path, sizeof path, "%.1024s/%.255s.json", dir, fams[f]);
+            em_opcase_set *s = em_opcases_load(c, path);
+            if (!s) {
+                fprintf(stderr, "%s\n", em_ctx_error(c)->message);
+                em_ctx_clear_error(c);
+                rc = 1;
+                continue;
+            }
+            em_opcases_set_tie_tolerant(s, true);
+            int fam_pass = 0, fam_total = 0;
+            for (int i = 0; i < em_opcases_count(s); i++) {
+                const char *name = em_opcases_name(s, i);
+                if (filter && !strstr(name, filter)) continue;
+                em_opcase_result r;
+                em_opcases_run(c, s, i, d, &r);
+                bool ref_ran = false;
+                em_opcase_result rc2 = {0};
+                rc2.pass = true;
+                if (r.pass && use_cpu && d != cpu) {
+                    em_opcases_compare(c, s, i, d, cpu, &rc2, &ref_ran);
+                    if (ref_ran) {
+                        R->cpu_compared++;
+                        if (rc2.pass) R->cpu_agree++;
+                    }
+                }
+                fam_total++;
+                R->total++;
+                bool pass = r.pass && rc2.pass;
+                if (pass) {
+                    fam_pass++;
+                    R->passed++;
+                    continue;
+                }
+                const char *why = r.pass ? rc2.msg : r.msg;
+                if (json) {
+                    printf("{\"device\": ");
+                    json_str(R->name);
+                    printf(", \"family\": ");
+                    json_str(fams[f]);
+                    printf(", \"case\": ");
+                    json_str(name);
+                    printf(", \"op\": ");
+                    json_str(em_opcases_op(s, i));
+                    printf(", \"dtype\": ");
+                    json_str(em_opcases_dtype(s, i));
+                    printf(", \"message\": ");
+                    json_str(why);
+                    printf("}\n");
+                } else {
+                    printf("  FAIL %s/%s (op %s, dtype %s)%s: %s\n", fams[f], name,
+                           em_opcases_op(s, i), em_opcases_dtype(s, i),
+                           r.pass ? " vs cpu" : "", why);
+                }
+            }
+            if (!json)
+                printf("  %-12s %4d / %4d\n", fams[f], fam_pass, fam_total);
+            em_opcases_free(s);
+        }
+        if (R->passed != R->total) rc = 1;
+        if (!json) {
+            em_pjrt_cache_stats st;
+            printf("%s: %d / %d cases passed (%.2f %%); agrees with cpu on %d / %d cases run "
+                   "there\n",
+                   R->name, R->passed, R->total, R->total ? 100.0 * R->passed / R->total : 0.0,
+                   R->cpu_agree, R->cpu_compared);
+            if (em_pjrt_cache_stats_get(d, &st) == EM_OK)
+                printf("%s: executables: %lld compiled, %lld from disk, %lld cache hits, "
+                       "%lld failed compiles, %.1f s compiling\n",
+                       R->name, (long long)st.compiles, (long long)st.disk_hits,
+                       (long long)st.hits, (long long)st.failures, st.compile_seconds);
+        }
+    }
+    for (int di = 0; json && di < n_ok; di++) {
+        printf("{\"device\": ");
+        json_str(res[di].name);
+        printf(", \"passed\": %d, \"total\": %d, \"pass_rate\": %.4f}\n", res[di].passed,
+               res[di].total, res[di].total ? (double)res[di].passed / res[di].total : 0.0);
+    }
+    if (n_ok == 0 && !json)
+        printf("SKIP: no device to test (install a plugin, e.g. pip install xla-cpu-pjrt)\n");
+    em_ctx_destroy(c);
+    return rc;
+}
