@@ -128,7 +128,10 @@ bool tk_added_find(tk_enc *e, const tk_trie *trie, const char *s, size_t n, tk_s
         if (start_offset < ms && (!tk_spans_push(out, start_offset, ms, false) ||
                                   !tk_ids_push(ids, -1)))
             goto oom;
-        if (!tk_spans_push(out, ms, me, true) || !tk_ids_push(ids, tok->id)) goto oom;
+        /* a match that lstrip moved to the end of an earlier match's rstrip is empty: the
+         * library drops empty splits, token or not */
+        if (me > ms && (!tk_spans_push(out, ms, me, true) || !tk_ids_push(ids, tok->id)))
+            goto oom;
         start_offset = me;
     }
     if (start_offset != n &&

@@ -803,7 +803,6 @@ static bool add_tokens(ld *l, json_t *arr) {
         return oom(l);
     /* ids come from the vocabulary, not from the file (AddedVocabulary::add_tokens) */
     int64_t next_id = (int64_t)t->model.vocab.size;
-    tk_enc e = {.c = l->c, .t = t};
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_array_get(arr, i);
         char w[64];
@@ -841,7 +840,10 @@ static bool add_tokens(ld *l, json_t *arr) {
         if (tok.normalized && t->normalizer) {
             tk_buf out = {0};
             bool lead;
-            if (!tk_normalize(&e, t->normalizer, tok.content, tok.len, &out, &lead)) {
+            tk_enc e = {.c = l->c, .t = t};
+            bool ok = tk_normalize(&e, t->normalizer, tok.content, tok.len, &out, &lead);
+            tk_enc_free(&e);
+            if (!ok) {
                 tk_buf_free(&out);
                 return false;
             }
@@ -878,7 +880,6 @@ static bool add_tokens(ld *l, json_t *arr) {
         if (!tk_u64map_put(&a->by_id, (uint64_t)new_id, a->n)) return oom(l);
         a->n++;
     }
-    tk_enc_free(&e);
     /* the two matching sets, in id order so that among equal patterns the larger id wins */
     size_t *order = malloc((a->n ? a->n : 1) * sizeof *order);
     if (!order) return oom(l);
