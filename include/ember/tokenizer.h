@@ -52,8 +52,9 @@ typedef struct em_tokenizer em_tokenizer;
  * Loads a tokenizer. `path` is either a `tokenizer.json` file or a folder holding
  * `tokenizer.json` and, optionally, `tokenizer_config.json` (special tokens, add_bos_token,
  * add_eos_token, chat_template) and `chat_template.jinja` (a chat template that overrides the one
- * in tokenizer_config.json, as transformers does). Given a file, a `tokenizer_config.json` in
- * the same folder is read too.
+ * in tokenizer_config.json, as transformers does). Given a file named `tokenizer.json`, the
+ * `tokenizer_config.json` and `chat_template.jinja` next to it are read too; a file with another
+ * name is read alone.
  * Returns NULL and records EM_ERR_NOT_FOUND / EM_ERR_IO (file), EM_ERR_FORMAT (malformed JSON,
  * wrong types, missing fields, merges naming tokens not in the vocabulary, ...) or
  * EM_ERR_UNSUPPORTED (a component type Ember does not implement). Free with em_tokenizer_free.
