@@ -27,6 +27,14 @@
  *     never skipped silently.
  *   - decode() returns what `tokenizers` returns; transformers' extra
  *     `clean_up_tokenization_spaces` pass is not applied.
+ *   - Known differences, all outside what real tokenizer files do: Metaspace's prepend_scheme
+ *     "first" looks at whether a split starts the input, which Ember follows through added
+ *     tokens, pre-tokenizer splits and normalizers that drop leading characters, but not
+ *     through a normalizer that grows the first character (Prepend, NFD...) followed by a
+ *     pre-tokenizer splitting inside that growth; an added token whose normalized form is empty
+ *     is never matched (the library matches it everywhere); where two normalized added tokens
+ *     share a normalized form, the one with the larger id wins (the library picks either, at
+ *     random).
  *
  * Errors: every function that can fail records the error in the caller's context (em_ctx) with
  * the file, the JSON path of the offending component ("pre_tokenizer.pretokenizers[1]") and what
