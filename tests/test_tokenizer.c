@@ -627,6 +627,10 @@ static void test_unicode(void) {
         }
     }
     CHECK_MSG(map_bad == 0, "%d blocks of Unicode mappings differ", map_bad);
+    if (bad || map_bad || rx_bad)
+        fprintf(stderr, "  (src/io/tokenizer_unicode_fixups.h corrects the utf8proc and PCRE2 it was "
+                        "generated with; with other versions regenerate it: "
+                        "/opt/refvenv/bin/python scripts/gen_tokenizer_fixtures.py --unicode)\n");
     fprintf(stderr, "  unicode: 4 classes, 8 regex classes, 8 mappings over all code points: "
                     "%d classes, "
                     "%d mapping blocks differ; PCRE2 vs Oniguruma classes: %d code points "
