@@ -778,8 +778,12 @@ def set_runs(s):
 
 
 def regex_classes(regex_runs):
+    """PCRE2 class contents for Oniguruma's \\p{L}, \\p{N}, \\w, \\s, outside brackets (from
+    regex_runs) and inside them (Oniguruma's \\w differs there: not the six Latin-1 digits
+    ¹²³¼½¾)."""
     pc = Pcre2()
     out = {}
+    pats = {"L": r"\p{L}", "N": r"\p{N}", "w": r"\w", "s": r"\s"}
     for name, base in RX_BASE.items():
         lib, v, prev = set(), False, 0
         for b in regex_runs[name] + [0x110000]:
@@ -787,13 +791,19 @@ def regex_classes(regex_runs):
                 lib.update(c for c in range(prev, b) if not 0xD800 <= c <= 0xDFFF)
             v, prev = not v, b
         have = pc.members(base)
-        extra, wrong = lib - have, have - lib
-        if wrong:
-            print("  warning: PCRE2 [%s] matches %d code points Oniguruma's \\%s does not "
-                  "(first U+%04X); they stay" % (base, len(wrong), name, min(wrong)))
-        cls = base + "".join("\\x{%x}" % a if a == b else "\\x{%x}-\\x{%x}" % (a, b)
-                             for a, b in set_runs(extra))
-        out[name] = (cls, len(extra))
+        lib_in, v, prev = set(), False, 0
+        for b in regex_runs[name + "_in"] + [0x110000]:
+            if v:
+                lib_in.update(c for c in range(prev, b) if not 0xD800 <= c <= 0xDFFF)
+            v, prev = not v, b
+        for ctx, want in (("", lib), ("_in", lib_in)):
+            extra, wrong = want - have, have - want
+            if wrong:
+                print("  warning: PCRE2 [%s] matches %d code points Oniguruma's %s does not "
+                      "(first U+%04X); they stay" % (base, len(wrong), pats[name], min(wrong)))
+            cls = base + "".join("\\x{%x}" % a if a == b else "\\x{%x}-\\x{%x}" % (a, b)
+                                 for a, b in set_runs(extra))
+            out[name + ctx] = (cls, len(extra))
     return out
 
 
@@ -821,7 +831,9 @@ def gen_unicode():
         "word": runs(lambda c: word[c] == 1 and not is_ws(c)),
     }
     regex = {}
-    for name, rx in (("L", r"\p{L}"), ("N", r"\p{N}"), ("s", r"\s"), ("w", r"\w")):
+    for name, rx in (("L", r"\p{L}"), ("N", r"\p{N}"), ("s", r"\s"), ("w", r"\w"),
+                     ("L_in", r"[\p{L}]"), ("N_in", r"[\p{N}]"), ("s_in", r"[\s]"),
+                     ("w_in", r"[\w]")):
         sp = P.Split(Regex(rx), "removed")
         regex[name] = runs(lambda c: len(sp.pre_tokenize_str("\x01" + chr(c) + "\x01")) == 2)
     rx_classes = regex_classes(regex)
@@ -929,9 +941,12 @@ def write_fixups(version, fix, lower, decomp, rx_classes):
     out.append("#endif")
     out.append("#ifdef TK_FIXUPS_REGEX")
     out.append("/* Oniguruma's \\p{L}, \\p{N}, \\w and \\s as PCRE2 class contents (for the "
-               "installed PCRE2) */")
-    for name in ("L", "N", "w", "s"):
+               "installed PCRE2), outside brackets and, _in, inside them */")
+    for name in ("L", "N", "w", "s", "L_in", "N_in", "w_in", "s_in"):
         cls, n = rx_classes[name]
+        if name.endswith("_in") and cls == rx_classes[name[:-3]][0]:
+            out.append("#define tk_rx_class_%s tk_rx_class_%s" % (name, name[:-3]))
+            continue
         out.append("static const char tk_rx_class_%s[] = /* %d code points added */" % (name, n))
         chunks = [cls[i:i + 90] for i in range(0, len(cls), 90)]
         out.append("\n".join('    "%s"' % c.replace("\\", "\\\\") for c in chunks) + ";")

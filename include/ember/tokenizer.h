@@ -27,6 +27,14 @@
  *     never skipped silently.
  *   - decode() returns what `tokenizers` returns; transformers' extra
  *     `clean_up_tokenization_spaces` pass is not applied.
+ *   - Known differences, all outside what real tokenizer files do: Metaspace's prepend_scheme
+ *     "first" looks at whether a split starts the input, which Ember follows through added
+ *     tokens, pre-tokenizer splits and normalizers that drop leading characters, but not
+ *     through a normalizer that grows the first character (Prepend, NFD...) followed by a
+ *     pre-tokenizer splitting inside that growth; an added token whose normalized form is empty
+ *     is never matched (the library matches it everywhere); where two normalized added tokens
+ *     share a normalized form, the one with the larger id wins (the library picks either, at
+ *     random).
  *
  * Errors: every function that can fail records the error in the caller's context (em_ctx) with
  * the file, the JSON path of the offending component ("pre_tokenizer.pretokenizers[1]") and what
@@ -52,8 +60,9 @@ typedef struct em_tokenizer em_tokenizer;
  * Loads a tokenizer. `path` is either a `tokenizer.json` file or a folder holding
  * `tokenizer.json` and, optionally, `tokenizer_config.json` (special tokens, add_bos_token,
  * add_eos_token, chat_template) and `chat_template.jinja` (a chat template that overrides the one
- * in tokenizer_config.json, as transformers does). Given a file, a `tokenizer_config.json` in
- * the same folder is read too.
+ * in tokenizer_config.json, as transformers does). Given a file named `tokenizer.json`, the
+ * `tokenizer_config.json` and `chat_template.jinja` next to it are read too; a file with another
+ * name is read alone.
  * Returns NULL and records EM_ERR_NOT_FOUND / EM_ERR_IO (file), EM_ERR_FORMAT (malformed JSON,
  * wrong types, missing fields, merges naming tokens not in the vocabulary, ...) or
  * EM_ERR_UNSUPPORTED (a component type Ember does not implement). Free with em_tokenizer_free.

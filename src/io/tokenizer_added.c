@@ -8,6 +8,8 @@
  * and widened as the library does (single_word, lstrip, rstrip); a discarded match still moves
  * the search past its end, exactly like the automaton's iterator.
  */
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,7 +130,10 @@ bool tk_added_find(tk_enc *e, const tk_trie *trie, const char *s, size_t n, tk_s
         if (start_offset < ms && (!tk_spans_push(out, start_offset, ms, false) ||
                                   !tk_ids_push(ids, -1)))
             goto oom;
-        if (!tk_spans_push(out, ms, me, true) || !tk_ids_push(ids, tok->id)) goto oom;
+        /* a match that lstrip moved to the end of an earlier match's rstrip is empty: the
+         * library drops empty splits, token or not */
+        if (me > ms && (!tk_spans_push(out, ms, me, true) || !tk_ids_push(ids, tok->id)))
+            goto oom;
         start_offset = me;
     }
     if (start_offset != n &&
@@ -137,4 +142,125 @@ bool tk_added_find(tk_enc *e, const tk_trie *trie, const char *s, size_t n, tk_s
     return true;
 oom:
     return tk_enc_fail(e, EM_ERR_OOM, "out of memory while matching added tokens");
+}
+
+/* ---- loading (tokenizer.json "added_tokens") ---- */
+
+bool tk_parse_added_tokens(tk_ld *l, json_t *arr) {
+    em_tokenizer *t = l->t;
+    tk_added *a = &t->added;
+    if (!arr || json_is_null(arr)) return true;
+    if (!json_is_array(arr))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "added_tokens", "must be an array, not %s", tk_json_kind(arr));
+    size_t n = json_array_size(arr);
+    if (!tk_strmap_init(&a->by_content, n) || !tk_u64map_init(&a->by_id, n) ||
+        !tk_strmap_init(&a->special, n))
+        return tk_ld_oom(l);
+    /* ids come from the vocabulary, not from the file (AddedVocabulary::add_tokens) */
+    int64_t next_id = (int64_t)t->model.vocab.size;
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(arr, i);
+        char w[64];
+        snprintf(w, sizeof w, "added_tokens[%zu]", i);
+        if (!json_is_object(o)) return tk_ld_fail(l, EM_ERR_FORMAT, w, "must be an object");
+        tk_added_token tok = {0};
+        if (!tk_opt_str(l, o, "content", true, &tok.content, &tok.len, w) ||
+            !tk_opt_bool(l, o, "special", false, &tok.special, w) ||
+            !tk_opt_bool(l, o, "single_word", false, &tok.single_word, w) ||
+            !tk_opt_bool(l, o, "lstrip", false, &tok.lstrip, w) ||
+            !tk_opt_bool(l, o, "rstrip", false, &tok.rstrip, w) ||
+            !tk_opt_bool(l, o, "normalized", !tok.special, &tok.normalized, w))
+            return false;
+        json_t *id = json_object_get(o, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0)
+            return tk_ld_fail(l, EM_ERR_FORMAT, w, "\"id\" must be a non-negative integer");
+        if (tok.len == 0) continue;
+        int32_t existing = tk_strmap_get(&a->by_content, tok.content, tok.len);
+        uint64_t k;
+        if (existing >= 0 && tk_u64map_get(&a->by_id, (uint64_t)existing, &k)) {
+            const tk_added_token *p = &a->toks[k];
+            if (p->special == tok.special && p->single_word == tok.single_word &&
+                p->lstrip == tok.lstrip && p->rstrip == tok.rstrip &&
+                p->normalized == tok.normalized)
+                continue;
+        }
+        int32_t new_id = existing >= 0 ? existing
+                                       : tk_strmap_get(&t->model.vocab.map, tok.content, tok.len);
+        if (new_id < 0) {
+            /* the model's vocabulary may already use ids at or above its size */
+            if (next_id > INT32_MAX) return tk_ld_fail(l, EM_ERR_FORMAT, w, "too many tokens");
+            new_id = (int32_t)next_id++;
+        }
+        tok.id = new_id;
+        if (tok.normalized && t->normalizer) {
+            tk_buf out = {0};
+            bool lead;
+            tk_enc e = {.c = l->c, .t = t};
+            bool ok = tk_normalize(&e, t->normalizer, tok.content, tok.len, &out, &lead);
+            tk_enc_free(&e);
+            if (!ok) {
+                tk_buf_free(&out);
+                return false;
+            }
+            if (out.len != tok.len || memcmp(out.p, tok.content, tok.len)) {
+                tok.norm = tk_arena_strndup(&t->arena, out.p ? out.p : "", out.len);
+                tok.norm_len = out.len;
+                if (!tok.norm) {
+                    tk_buf_free(&out);
+                    return tk_ld_oom(l);
+                }
+            }
+            tk_buf_free(&out);
+        }
+        if (!tk_strmap_put(&a->by_content, tok.content, tok.len, new_id)) return tk_ld_oom(l);
+        if (tok.special && !tk_strmap_put(&a->special, tok.content, tok.len, 1)) return tk_ld_oom(l);
+        if (tk_u64map_get(&a->by_id, (uint64_t)new_id, &k)) {
+            /* same id again: the new properties replace the old, a cached normalized form
+             * stays (as normalized_cache does) */
+            if (!tok.norm && a->toks[k].norm) {
+                tok.norm = a->toks[k].norm;
+                tok.norm_len = a->toks[k].norm_len;
+            }
+            a->toks[k] = tok;
+            continue;
+        }
+        if (a->n == a->cap) {
+            size_t cap = a->cap ? a->cap * 2 : 16;
+            tk_added_token *nt = realloc(a->toks, cap * sizeof *nt);
+            if (!nt) return tk_ld_oom(l);
+            a->toks = nt;
+            a->cap = cap;
+        }
+        a->toks[a->n] = tok;
+        if (!tk_u64map_put(&a->by_id, (uint64_t)new_id, a->n)) return tk_ld_oom(l);
+        a->n++;
+    }
+    /* the two matching sets, in id order so that among equal patterns the larger id wins */
+    size_t *order = malloc((a->n ? a->n : 1) * sizeof *order);
+    if (!order) return tk_ld_oom(l);
+    for (size_t i = 0; i < a->n; i++) order[i] = i;
+    for (size_t i = 1; i < a->n; i++) { /* insertion sort by id (added tokens are few) */
+        size_t x = order[i], j = i;
+        while (j > 0 && a->toks[order[j - 1]].id > a->toks[x].id) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = x;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        const tk_added_token *tok = &a->toks[order[i]];
+        tk_trie *trie = tok->normalized ? &a->normalized : &a->raw;
+        const char *pat = tok->normalized && tok->norm ? tok->norm : tok->content;
+        size_t pl = tok->normalized && tok->norm ? tok->norm_len : tok->len;
+        if (!pl) continue;
+        int32_t dup;
+        if (!tk_trie_add(trie, pat, pl, (int32_t)order[i], &dup)) {
+            free(order);
+            return tk_ld_oom(l);
+        }
+        if (tok->normalized) a->has_normalized = true;
+        else a->has_raw = true;
+    }
+    free(order);
+    return true;
 }

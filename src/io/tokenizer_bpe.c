@@ -5,8 +5,8 @@
  * first and end_of_word_suffix on the last; unknown characters become byte-fallback tokens or
  * the unknown token, fused or not), then the pair with the lowest merge rank is merged until no
  * pair can be: a min-heap on (rank, position), stale entries skipped, as word.rs does.
- * Results for words shorter than 256 bytes are kept in a cache of 65,536 words (the library keeps
- * 10,000 per thread); the cache changes speed, never results.
+ * Results for words shorter than 256 bytes are kept in a cache of 65,536 words and at most 2^20
+ * ids (the library keeps 10,000 words per thread); the cache changes speed, never results.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,8 @@
 #include "io/tokenizer_impl.h"
 
 #define BPE_CACHE_CAPACITY 65536
+#define BPE_CACHE_MAX_IDS (1u << 20)   /* bounds the cache's memory too: 4 MB of ids... */
+#define BPE_CACHE_MAX_KEYS (4u << 20)  /* ...and about 4 MB of words */
 #define BPE_CACHE_MAX_LEN 256
 
 struct tk_sym {
@@ -356,7 +358,8 @@ static void cache_store(tk_bpe_cache *c, const char *s, size_t n, const int32_t 
                         size_t nids) {
     if (!c || n >= BPE_CACHE_MAX_LEN) return;
     if (pthread_mutex_trylock(&c->lock)) return;
-    if (c->n < BPE_CACHE_CAPACITY && tk_strmap_get(&c->map, s, n) < 0) {
+    if (c->n < BPE_CACHE_CAPACITY && c->ids.n + nids <= BPE_CACHE_MAX_IDS &&
+        c->keys.total <= BPE_CACHE_MAX_KEYS && tk_strmap_get(&c->map, s, n) < 0) {
         if (c->n == c->cap) {
             size_t cap = c->cap ? c->cap * 2 : 256;
             void *p = realloc(c->spans, cap * sizeof *c->spans);

@@ -2,6 +2,7 @@
  * Decoders (tokenizers/src/decoders): each maps a list of token strings to a new list
  * (decode_chain); the final text is their concatenation.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,4 +339,83 @@ void tk_decoder_free(tk_decoder *d) {
     tk_regex_free(&d->re);
     for (size_t i = 0; i < d->n_children; i++) tk_decoder_free(&d->children[i]);
     free(d->children);
+}
+
+/* ---- loading (tokenizer.json "decoder") ---- */
+
+bool tk_parse_decoder(tk_ld *l, json_t *v, const char *where, tk_decoder *d, int depth) {
+    memset(d, 0, sizeof *d);
+    const char *type;
+    if (depth > 16) return tk_ld_fail(l, EM_ERR_FORMAT, where, "decoders nested too deeply");
+    if (!tk_get_type(l, v, where, &type)) return false;
+    if (!strcmp(type, "ByteLevel")) {
+        d->type = TK_DEC_BYTE_LEVEL;
+        return true;
+    }
+    if (!strcmp(type, "Metaspace")) {
+        d->type = TK_DEC_METASPACE;
+        return tk_opt_char(l, v, "replacement", 0x2581, &d->ch, where) &&
+               tk_get_prepend_scheme(l, v, where, &d->prepend);
+    }
+    if (!strcmp(type, "WordPiece")) {
+        d->type = TK_DEC_WORDPIECE;
+        if (!tk_opt_str(l, v, "prefix", false, &d->str, &d->str_len, where) ||
+            !tk_opt_bool(l, v, "cleanup", true, &d->cleanup, where))
+            return false;
+        if (!d->str) d->str = "##", d->str_len = 2;
+        return true;
+    }
+    if (!strcmp(type, "ByteFallback")) {
+        d->type = TK_DEC_BYTE_FALLBACK;
+        return true;
+    }
+    if (!strcmp(type, "Fuse")) {
+        d->type = TK_DEC_FUSE;
+        return true;
+    }
+    if (!strcmp(type, "Strip")) {
+        d->type = TK_DEC_STRIP;
+        if (!json_object_get(v, "content"))
+            return tk_ld_fail(l, EM_ERR_FORMAT, where, "missing \"content\"");
+        return tk_opt_char(l, v, "content", ' ', &d->ch, where) &&
+               tk_opt_uint(l, v, "start", 0, &d->start, where) &&
+               tk_opt_uint(l, v, "stop", 0, &d->stop, where);
+    }
+    if (!strcmp(type, "Replace")) {
+        d->type = TK_DEC_REPLACE;
+        return tk_get_pattern(l, v, where, &d->re) &&
+               tk_opt_str(l, v, "content", true, &d->str, &d->str_len, where);
+    }
+    if (!strcmp(type, "BPEDecoder")) {
+        d->type = TK_DEC_BPE;
+        if (!tk_opt_str(l, v, "suffix", false, &d->str, &d->str_len, where)) return false;
+        if (!d->str) d->str = "</w>", d->str_len = 4;
+        return true;
+    }
+    if (!strcmp(type, "CTC")) {
+        d->type = TK_DEC_CTC;
+        if (!tk_opt_str(l, v, "pad_token", false, &d->str, &d->str_len, where) ||
+            !tk_opt_str(l, v, "word_delimiter_token", false, &d->str2, &d->str2_len, where) ||
+            !tk_opt_bool(l, v, "cleanup", true, &d->cleanup, where))
+            return false;
+        if (!d->str) d->str = "<pad>", d->str_len = 5;
+        if (!d->str2) d->str2 = "|", d->str2_len = 1;
+        return true;
+    }
+    if (!strcmp(type, "Sequence")) {
+        d->type = TK_DEC_SEQUENCE;
+        json_t *arr;
+        if (!tk_get_array(l, v, "decoders", where, &arr)) return false;
+        d->n_children = json_array_size(arr);
+        d->children = calloc(d->n_children ? d->n_children : 1, sizeof *d->children);
+        if (!d->children) return tk_ld_oom(l);
+        for (size_t i = 0; i < d->n_children; i++) {
+            char w[200];
+            snprintf(w, sizeof w, "%s.decoders[%zu]", where, i);
+            if (!tk_parse_decoder(l, json_array_get(arr, i), w, &d->children[i], depth + 1))
+                return false;
+        }
+        return true;
+    }
+    return tk_ld_fail(l, EM_ERR_FORMAT, where, "unknown decoder type \"%s\"", type);
 }

@@ -2,7 +2,8 @@
  * Private declarations of the tokenizer (include/ember/tokenizer.h), shared by its files:
  *
  *   tokenizer.c             public API, the encode and decode pipelines
- *   tokenizer_load.c        reading tokenizer.json / tokenizer_config.json, the component tree
+ *   tokenizer_load.c        reading tokenizer.json / tokenizer_config.json (the document)
+ *   tokenizer_fields.c      checked reading of JSON fields, shared by the component loaders
  *   tokenizer_json.c        fast scanner for the big model arrays (vocab, merges)
  *   tokenizer_util.c        buffers, arena, hash maps, UTF-8 helpers
  *   tokenizer_unicode.c     character classes and case/normal forms as `tokenizers` sees them
@@ -15,6 +16,8 @@
  *   tokenizer_post.c        post-processors
  *   tokenizer_decoders.c    decoders
  *
+ * Each component file also holds the loader of its part of tokenizer.json (tk_parse_*).
+ *
  * The pipeline follows `tokenizers` (huggingface/tokenizers, tokenizer/mod.rs) but tracks no
  * offsets: only the ids matter. The one place where `tokenizers` looks at offsets (Metaspace's
  * prepend_scheme "first", which asks whether a split starts at offset 0 of the input) is served
@@ -24,6 +27,7 @@
 #define EMBER_IO_TOKENIZER_IMPL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -517,14 +521,57 @@ void tk_bpe_cache_free(tk_bpe_cache *c);
 bool tk_unigram_build(tk_model *m);
 void tk_model_free(tk_model *m);
 void tk_norm_free(tk_norm *n);
-void tk_pretok_free(tk_pretok *p);
 void tk_post_free(tk_post *p);
 void tk_decoder_free(tk_decoder *d);
 
-/* Fast JSON scanner (tokenizer_json.c). */
+/* ---------------------------------------------------------------------------------------------
+ * Loading (tokenizer_fields.c and the tk_parse_* of each component)
+ * ------------------------------------------------------------------------------------------- */
+
 typedef struct tk_json_span {
     size_t start, end; /* byte range of a value in the document */
 } tk_json_span;
+
+/* What a loader needs: the context for errors, the file name for messages, the tokenizer being
+ * built (its arena owns the strings). */
+typedef struct tk_ld {
+    em_ctx *c;
+    const char *file;
+    em_tokenizer *t;
+} tk_ld;
+
+/* Records "<file>: <where>: <message>" (where may be NULL); returns false. */
+bool tk_ld_fail(tk_ld *l, em_status s, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+bool tk_ld_oom(tk_ld *l);
+const char *tk_json_kind(const json_t *v); /* "an object", "a string", ... */
+/* Optional fields (absent or null: the default). Strings are copied into the arena. */
+bool tk_opt_bool(tk_ld *l, json_t *o, const char *key, bool dflt, bool *out, const char *where);
+bool tk_opt_str(tk_ld *l, json_t *o, const char *key, bool required, const char **out,
+                size_t *len, const char *where);
+bool tk_opt_uint(tk_ld *l, json_t *o, const char *key, size_t dflt, size_t *out,
+                 const char *where);
+bool tk_opt_char(tk_ld *l, json_t *o, const char *key, uint32_t dflt, uint32_t *out,
+                 const char *where); /* a string of exactly one character */
+bool tk_get_type(tk_ld *l, json_t *v, const char *where, const char **type);
+bool tk_get_pattern(tk_ld *l, json_t *o, const char *where, tk_regex *re);
+bool tk_get_behavior(tk_ld *l, json_t *o, const char *where, bool required,
+                     tk_split_behavior *b);
+bool tk_get_prepend_scheme(tk_ld *l, json_t *o, const char *where, tk_prepend_scheme *out);
+bool tk_get_array(tk_ld *l, json_t *o, const char *key, const char *where, json_t **out);
+
+/* The component loaders. `where` is the JSON path used in messages. */
+bool tk_parse_normalizer(tk_ld *l, json_t *v, const char *where, tk_norm *n);
+bool tk_parse_pretok(tk_ld *l, json_t *v, const char *where, int depth); /* appends to t->pretok */
+bool tk_parse_post(tk_ld *l, json_t *v, const char *where, tk_post *p, int depth);
+bool tk_parse_decoder(tk_ld *l, json_t *v, const char *where, tk_decoder *d, int depth);
+/* model; vs / ms: the spans of model.vocab / model.merges found by the fast scanner (NULL to
+ * read them with jansson) */
+bool tk_parse_model(tk_ld *l, json_t *v, const char *doc, const tk_json_span *vs,
+                    const tk_json_span *ms);
+bool tk_parse_added_tokens(tk_ld *l, json_t *arr);
+
+/* Fast JSON scanner (tokenizer_json.c). */
 /* Finds model.vocab and model.merges at the top level of a tokenizer.json. Returns false when
  * the document does not have the expected shape (the caller then uses the full parser). */
 bool tk_json_find_model_arrays(const char *doc, size_t len, tk_json_span *vocab,

@@ -2,7 +2,9 @@
  * WordPiece, WordLevel and Unigram models (tokenizers/src/models/{wordpiece,wordlevel,unigram}),
  * the vocabulary helpers and the model dispatch.
  */
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -322,4 +324,225 @@ bool tk_model_tokenize(tk_enc *e, const char *s, size_t len) {
     case TK_MODEL_UNIGRAM: return unigram(e, m, s, len);
     }
     return tk_enc_fail(e, EM_ERR_INTERNAL, "unknown model type");
+}
+
+
+/* The vocabulary as a JSON object (slow path). */
+static bool vocab_from_json(tk_ld *l, json_t *v, tk_vocab *voc) {
+    if (!json_is_object(v))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model.vocab", "must be an object {\"token\": id}, not %s",
+                     tk_json_kind(v));
+    if (!tk_strmap_init(&voc->map, json_object_size(v))) return tk_ld_oom(l);
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+            json_integer_value(val) > INT32_MAX)
+            return tk_ld_fail(l, EM_ERR_FORMAT, "model.vocab",
+                         "the id of \"%.60s\" must be an integer in [0, 2147483647], not %s", key,
+                         tk_json_kind(val));
+        size_t n = strlen(key);
+        char *k = tk_arena_strndup(&l->t->arena, key, n);
+        if (!k || !tk_strmap_put(&voc->map, k, n, (int32_t)json_integer_value(val)))
+            return tk_ld_oom(l);
+    }
+    voc->size = voc->map.n;
+    return true;
+}
+
+static bool merges_from_json(tk_ld *l, json_t *v, tk_model *m) {
+    if (!json_is_array(v))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model.merges", "must be an array, not %s", tk_json_kind(v));
+    if (!tk_u64map_init(&m->merges, json_array_size(v))) return tk_ld_oom(l);
+    uint32_t rank = 0;
+    tk_merge_batch *batch = calloc(1, sizeof *batch);
+    if (!batch) return tk_ld_oom(l);
+    bool ok = true;
+    char err[400];
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        const char *a, *b;
+        size_t la, lb;
+        char w[64];
+        snprintf(w, sizeof w, "model.merges[%zu]", i);
+        if (json_is_string(e)) {
+            const char *s = json_string_value(e);
+            size_t n = json_string_length(e);
+            if (n >= 8 && !memcmp(s, "#version", 8)) continue;
+            const char *sp = memchr(s, ' ', n);
+            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1)) {
+                ok = tk_ld_fail(l, EM_ERR_FORMAT, w, "\"%.60s\" must hold exactly one space", s);
+                break;
+            }
+            a = s, la = (size_t)(sp - s), b = sp + 1, lb = n - la - 1;
+        } else if (json_is_array(e) && json_array_size(e) == 2 &&
+                   json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, 1))) {
+            a = json_string_value(json_array_get(e, 0));
+            la = json_string_length(json_array_get(e, 0));
+            b = json_string_value(json_array_get(e, 1));
+            lb = json_string_length(json_array_get(e, 1));
+        } else {
+            ok = tk_ld_fail(l, EM_ERR_FORMAT, w,
+                       "must be a string \"a b\" or a pair [\"a\", \"b\"], not %s", tk_json_kind(e));
+            break;
+        }
+        if (!tk_bpe_merge_add(m, batch, a, la, b, lb, rank++, i, err, sizeof err)) {
+            ok = tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
+            break;
+        }
+    }
+    if (ok && !tk_bpe_merge_flush(m, batch, err, sizeof err))
+        ok = tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
+    tk_buf_free(&batch->buf);
+    free(batch);
+    return ok;
+}
+
+static bool unigram_vocab_from_json(tk_ld *l, json_t *v, tk_model *m) {
+    if (!json_is_array(v))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model.vocab",
+                     "a Unigram vocabulary must be an array of [\"piece\", score], not %s",
+                     tk_json_kind(v));
+    size_t n = json_array_size(v);
+    if (n >= INT32_MAX) return tk_ld_fail(l, EM_ERR_FORMAT, "model.vocab", "too many pieces");
+    m->scores = malloc((n ? n : 1) * sizeof *m->scores);
+    m->vocab.rev_s = malloc((n ? n : 1) * sizeof *m->vocab.rev_s);
+    m->vocab.rev_len = malloc((n ? n : 1) * sizeof *m->vocab.rev_len);
+    if (!m->scores || !m->vocab.rev_s || !m->vocab.rev_len || !tk_strmap_init(&m->vocab.map, n))
+        return tk_ld_oom(l);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        json_t *s = json_array_get(e, 0), *sc = json_array_get(e, 1);
+        if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_string(s) ||
+            !json_is_number(sc)) {
+            char w[64];
+            snprintf(w, sizeof w, "model.vocab[%zu]", i);
+            return tk_ld_fail(l, EM_ERR_FORMAT, w, "must be [\"piece\", score]");
+        }
+        size_t len = json_string_length(s);
+        char *k = tk_arena_strndup(&l->t->arena, json_string_value(s), len);
+        if (!k || !tk_strmap_put(&m->vocab.map, k, len, (int32_t)i)) return tk_ld_oom(l);
+        m->scores[i] = json_number_value(sc);
+        m->vocab.rev_s[i] = k;
+        m->vocab.rev_len[i] = (uint32_t)len;
+    }
+    m->vocab.size = n;
+    m->vocab.rev_n = n;
+    return true;
+}
+
+bool tk_parse_model(tk_ld *l, json_t *v, const char *doc, const tk_json_span *vs,
+                        const tk_json_span *ms) {
+    tk_model *m = &l->t->model;
+    m->unk_id = -1;
+    if (!json_is_object(v))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model", "expected an object, found %s",
+                     v ? tk_json_kind(v) : "nothing");
+    json_t *ty = json_object_get(v, "type");
+    const char *type;
+    if (ty) {
+        if (!json_is_string(ty)) return tk_ld_fail(l, EM_ERR_FORMAT, "model", "\"type\" must be a string");
+        type = json_string_value(ty);
+    } else if (json_object_get(v, "merges") || (ms && ms->end))
+        type = "BPE"; /* files older than the "type" field: infer as serde's untagged enum did */
+    else if (json_object_get(v, "continuing_subword_prefix") ||
+             json_object_get(v, "max_input_chars_per_word"))
+        type = "WordPiece";
+    else if (json_is_array(json_object_get(v, "vocab")) ||
+             (vs && vs->end && doc[vs->start] == '['))
+        type = "Unigram";
+    else
+        type = "WordLevel";
+    char err[600];
+    bool fast = vs && vs->end > vs->start;
+
+    if (!strcmp(type, "Unigram")) {
+        m->type = TK_MODEL_UNIGRAM;
+        if (fast) {
+            if (!tk_json_parse_unigram_vocab(doc, *vs, &l->t->arena, m, err, sizeof err))
+                return tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
+        } else {
+            json_t *voc = json_object_get(v, "vocab");
+            if (!voc) return tk_ld_fail(l, EM_ERR_FORMAT, "model", "missing \"vocab\"");
+            if (!unigram_vocab_from_json(l, voc, m)) return false;
+        }
+        json_t *unk = json_object_get(v, "unk_id");
+        if (unk && !json_is_null(unk)) {
+            if (!json_is_integer(unk) || json_integer_value(unk) < 0)
+                return tk_ld_fail(l, EM_ERR_FORMAT, "model", "\"unk_id\" must be null or an index");
+            if ((size_t)json_integer_value(unk) >= m->vocab.size)
+                return tk_ld_fail(l, EM_ERR_FORMAT, "model",
+                             "\"unk_id\" %lld is larger than the vocabulary (%zu pieces)",
+                             (long long)json_integer_value(unk), m->vocab.size);
+            m->unk_id = (int32_t)json_integer_value(unk);
+        }
+        if (!tk_opt_bool(l, v, "byte_fallback", false, &m->byte_fallback, "model")) return false;
+        for (int b = 0; b < 256; b++) {
+            char tok[8];
+            snprintf(tok, sizeof tok, "<0x%02X>", b);
+            m->byte_ids[b] = tk_strmap_get(&m->vocab.map, tok, 6);
+        }
+        return tk_unigram_build(m) ? true : tk_ld_oom(l);
+    }
+
+    bool is_bpe = !strcmp(type, "BPE"), is_wp = !strcmp(type, "WordPiece"),
+         is_wl = !strcmp(type, "WordLevel");
+    if (!is_bpe && !is_wp && !is_wl)
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model", "unknown model type \"%s\"", type);
+    if (fast) {
+        if (doc[vs->start] != '{')
+            return tk_ld_fail(l, EM_ERR_FORMAT, "model.vocab", "must be an object {\"token\": id}");
+        if (!tk_json_parse_vocab(doc, *vs, &l->t->arena, &m->vocab, err, sizeof err))
+            return tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
+    } else {
+        json_t *voc = json_object_get(v, "vocab");
+        if (!voc) return tk_ld_fail(l, EM_ERR_FORMAT, "model", "missing \"vocab\"");
+        if (!vocab_from_json(l, voc, &m->vocab)) return false;
+    }
+    if (!tk_vocab_finish(&m->vocab)) return tk_ld_oom(l);
+
+    if (is_bpe) {
+        m->type = TK_MODEL_BPE;
+        const char *prefix, *suffix;
+        size_t pl, sl;
+        if (!tk_opt_str(l, v, "unk_token", false, &m->unk_token, &m->unk_len, "model") ||
+            !tk_opt_str(l, v, "continuing_subword_prefix", false, &prefix, &pl, "model") ||
+            !tk_opt_str(l, v, "end_of_word_suffix", false, &suffix, &sl, "model") ||
+            !tk_opt_bool(l, v, "fuse_unk", false, &m->fuse_unk, "model") ||
+            !tk_opt_bool(l, v, "byte_fallback", false, &m->byte_fallback, "model") ||
+            !tk_opt_bool(l, v, "ignore_merges", false, &m->ignore_merges, "model"))
+            return false;
+        json_t *dropout = json_object_get(v, "dropout");
+        if (dropout && !json_is_null(dropout) && !json_is_number(dropout))
+            return tk_ld_fail(l, EM_ERR_FORMAT, "model", "\"dropout\" must be null or a number");
+        m->prefix = prefix, m->prefix_len = pl;
+        m->suffix = suffix, m->suffix_len = sl;
+        if (m->unk_token) m->unk_id = tk_strmap_get(&m->vocab.map, m->unk_token, m->unk_len);
+        if (ms && ms->end > ms->start) {
+            if (!tk_json_parse_merges(doc, *ms, m, err, sizeof err))
+                return tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
+        } else {
+            json_t *mg = json_object_get(v, "merges");
+            if (!mg) return tk_ld_fail(l, EM_ERR_FORMAT, "model", "missing \"merges\"");
+            if (!merges_from_json(l, mg, m)) return false;
+        }
+        return tk_bpe_init(m) ? true : tk_ld_oom(l);
+    }
+    if (is_wp) {
+        m->type = TK_MODEL_WORDPIECE;
+        if (!tk_opt_str(l, v, "unk_token", false, &m->unk_token, &m->unk_len, "model") ||
+            !tk_opt_str(l, v, "continuing_subword_prefix", false, &m->prefix, &m->prefix_len,
+                     "model") ||
+            !tk_opt_uint(l, v, "max_input_chars_per_word", 100, &m->max_input_chars_per_word,
+                      "model"))
+            return false;
+        if (!m->unk_token) m->unk_token = "[UNK]", m->unk_len = 5;
+        if (!m->prefix) m->prefix = "##", m->prefix_len = 2;
+    } else {
+        m->type = TK_MODEL_WORDLEVEL;
+        if (!tk_opt_str(l, v, "unk_token", false, &m->unk_token, &m->unk_len, "model")) return false;
+        if (!m->unk_token) m->unk_token = "<unk>", m->unk_len = 5;
+    }
+    m->unk_id = tk_strmap_get(&m->vocab.map, m->unk_token, m->unk_len);
+    return true;
 }

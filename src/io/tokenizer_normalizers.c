@@ -5,6 +5,8 @@
  * normalized text then no longer starts at the split's original offset, which is what
  * Metaspace's prepend_scheme "first" looks at (see tokenizer_impl.h).
  */
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,4 +233,78 @@ bool tk_normalize(tk_enc *e, const tk_norm *n, const char *s, size_t len, tk_buf
     *lead_removed = false;
     if (!tk_buf_reserve(out, len)) return oom(e);
     return norm_one(e, n, s, len, out, lead_removed);
+}
+
+/* ---- loading (tokenizer.json "normalizer") ---- */
+
+bool tk_parse_normalizer(tk_ld *l, json_t *v, const char *where, tk_norm *n) {
+    memset(n, 0, sizeof *n);
+    const char *type;
+    if (!tk_get_type(l, v, where, &type)) return false;
+    static const struct {
+        const char *name;
+        tk_norm_type type;
+    } simple[] = {{"NFC", TK_NORM_NFC},           {"NFD", TK_NORM_NFD},
+                  {"NFKC", TK_NORM_NFKC},         {"NFKD", TK_NORM_NFKD},
+                  {"Lowercase", TK_NORM_LOWERCASE}, {"StripAccents", TK_NORM_STRIP_ACCENTS},
+                  {"Nmt", TK_NORM_NMT},           {"ByteLevel", TK_NORM_BYTE_LEVEL}};
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+        if (!strcmp(type, simple[i].name)) {
+            n->type = simple[i].type;
+            return true;
+        }
+    if (!strcmp(type, "Sequence")) {
+        n->type = TK_NORM_SEQUENCE;
+        json_t *arr;
+        if (!tk_get_array(l, v, "normalizers", where, &arr)) return false;
+        n->n_children = json_array_size(arr);
+        n->children = calloc(n->n_children ? n->n_children : 1, sizeof *n->children);
+        if (!n->children) return tk_ld_oom(l);
+        for (size_t i = 0; i < n->n_children; i++) {
+            char w[200];
+            snprintf(w, sizeof w, "%s.normalizers[%zu]", where, i);
+            if (!tk_parse_normalizer(l, json_array_get(arr, i), w, &n->children[i])) {
+                n->n_children = i + 1; /* free what was built */
+                return false;
+            }
+        }
+        return true;
+    }
+    if (!strcmp(type, "BertNormalizer") || !strcmp(type, "Bert")) {
+        n->type = TK_NORM_BERT;
+        bool lower = true;
+        if (!tk_opt_bool(l, v, "clean_text", true, &n->clean_text, where) ||
+            !tk_opt_bool(l, v, "handle_chinese_chars", true, &n->handle_chinese_chars, where) ||
+            !tk_opt_bool(l, v, "lowercase", true, &lower, where))
+            return false;
+        n->lowercase = lower;
+        /* strip_accents: None means "same as lowercase" */
+        return tk_opt_bool(l, v, "strip_accents", lower, &n->strip_accents, where);
+    }
+    if (!strcmp(type, "Strip")) {
+        n->type = TK_NORM_STRIP;
+        return tk_opt_bool(l, v, "strip_left", true, &n->strip_left, where) &&
+               tk_opt_bool(l, v, "strip_right", true, &n->strip_right, where);
+    }
+    if (!strcmp(type, "Replace")) {
+        n->type = TK_NORM_REPLACE;
+        return tk_get_pattern(l, v, where, &n->re) &&
+               tk_opt_str(l, v, "content", true, &n->content, &n->content_len, where);
+    }
+    if (!strcmp(type, "Prepend")) {
+        n->type = TK_NORM_PREPEND;
+        return tk_opt_str(l, v, "prepend", true, &n->content, &n->content_len, where);
+    }
+    if (!strcmp(type, "Precompiled"))
+        return tk_ld_fail(l, EM_ERR_UNSUPPORTED, where,
+                     "the normalizer type \"Precompiled\" (a SentencePiece precompiled "
+                     "charsmap) is not supported by Ember");
+    return tk_ld_fail(l, EM_ERR_FORMAT, where, "unknown normalizer type \"%s\"", type);
+}
+
+void tk_norm_free(tk_norm *n) {
+    if (!n) return;
+    tk_regex_free(&n->re);
+    for (size_t i = 0; i < n->n_children; i++) tk_norm_free(&n->children[i]);
+    free(n->children);
 }

@@ -7,6 +7,8 @@
  * input into pieces and hands each non-empty piece to step k + 1; after the last step a piece
  * goes to the model.
  */
+#include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "io/tokenizer_impl.h"
@@ -297,4 +299,106 @@ bool tk_pretok_run(tk_enc *e, size_t step, const char *s, size_t len, bool at_or
     }
     }
     return tk_enc_fail(e, EM_ERR_INTERNAL, "unknown pre-tokenizer step %d", (int)p->type);
+}
+
+/* ---- loading (tokenizer.json "pre_tokenizer") ---- */
+
+/* GPT-2's split (pre_tokenizers/byte_level.rs), used by ByteLevel with use_regex. */
+static const char gpt2_regex[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+
+static tk_pretok *pretok_add(tk_ld *l, const char *where) {
+    em_tokenizer *t = l->t;
+    if (t->n_pretok == TK_MAX_PRETOK) {
+        tk_ld_fail(l, EM_ERR_UNSUPPORTED, where, "more than %d pre-tokenizer steps", TK_MAX_PRETOK);
+        return NULL;
+    }
+    tk_pretok *p = &t->pretok[t->n_pretok++];
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+bool tk_parse_pretok(tk_ld *l, json_t *v, const char *where, int depth) {
+    const char *type;
+    if (depth > 16) return tk_ld_fail(l, EM_ERR_FORMAT, where, "pre-tokenizers nested too deeply");
+    if (!tk_get_type(l, v, where, &type)) return false;
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr;
+        if (!tk_get_array(l, v, "pretokenizers", where, &arr)) return false;
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            char w[200];
+            snprintf(w, sizeof w, "%s.pretokenizers[%zu]", where, i);
+            if (!tk_parse_pretok(l, json_array_get(arr, i), w, depth + 1)) return false;
+        }
+        return true;
+    }
+    if (!strcmp(type, "BertPreTokenizer")) {
+        tk_pretok *a = pretok_add(l, where);
+        if (!a) return false;
+        a->type = TK_PT_WS_SPLIT;
+        tk_pretok *b = pretok_add(l, where);
+        if (!b) return false;
+        b->type = TK_PT_PUNCT;
+        b->behavior = TK_SPLIT_ISOLATED;
+        return true;
+    }
+    tk_pretok *p = pretok_add(l, where);
+    if (!p) return false;
+    if (!strcmp(type, "Split")) {
+        p->type = TK_PT_SPLIT;
+        return tk_get_pattern(l, v, where, &p->re) && tk_get_behavior(l, v, where, true, &p->behavior) &&
+               tk_opt_bool(l, v, "invert", false, &p->invert, where);
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        p->type = TK_PT_BYTE_LEVEL;
+        if (!tk_opt_bool(l, v, "add_prefix_space", true, &p->add_prefix_space, where) ||
+            !tk_opt_bool(l, v, "use_regex", true, &p->use_regex, where))
+            return false;
+        if (p->use_regex) {
+            char err[400];
+            if (!tk_regex_compile(&p->re, gpt2_regex, strlen(gpt2_regex), false, err, sizeof err))
+                return tk_ld_fail(l, EM_ERR_INTERNAL, where, "%s", err);
+        }
+        return true;
+    }
+    if (!strcmp(type, "Metaspace")) {
+        p->type = TK_PT_METASPACE;
+        return tk_opt_char(l, v, "replacement", 0x2581, &p->ch, where) &&
+               tk_get_prepend_scheme(l, v, where, &p->prepend) &&
+               tk_opt_bool(l, v, "split", true, &p->split, where);
+    }
+    if (!strcmp(type, "Whitespace")) {
+        p->type = TK_PT_WHITESPACE;
+        return true;
+    }
+    if (!strcmp(type, "WhitespaceSplit")) {
+        p->type = TK_PT_WS_SPLIT;
+        return true;
+    }
+    if (!strcmp(type, "Punctuation")) {
+        p->type = TK_PT_PUNCT;
+        return tk_get_behavior(l, v, where, false, &p->behavior);
+    }
+    if (!strcmp(type, "Digits")) {
+        p->type = TK_PT_DIGITS;
+        return tk_opt_bool(l, v, "individual_digits", false, &p->individual_digits, where);
+    }
+    if (!strcmp(type, "CharDelimiterSplit")) {
+        p->type = TK_PT_CHAR_DELIMITER;
+        if (!json_object_get(v, "delimiter"))
+            return tk_ld_fail(l, EM_ERR_FORMAT, where, "missing \"delimiter\"");
+        return tk_opt_char(l, v, "delimiter", 0, &p->ch, where);
+    }
+    if (!strcmp(type, "FixedLength")) {
+        p->type = TK_PT_FIXED_LENGTH;
+        if (!tk_opt_uint(l, v, "length", 5, &p->length, where)) return false;
+        if (p->length == 0) return tk_ld_fail(l, EM_ERR_FORMAT, where, "\"length\" must be positive");
+        return true;
+    }
+    l->t->n_pretok--;
+    if (!strcmp(type, "UnicodeScripts"))
+        return tk_ld_fail(l, EM_ERR_UNSUPPORTED, where,
+                     "the pre-tokenizer type \"UnicodeScripts\" is not supported by Ember");
+    return tk_ld_fail(l, EM_ERR_FORMAT, where, "unknown pre-tokenizer type \"%s\"", type);
 }

@@ -14,24 +14,42 @@
 #define TK_FIXUPS_REGEX
 #include "io/tokenizer_unicode_fixups.h"
 
-/* The class content standing for an Oniguruma class escape (\\p{L}, \\pL, \\p{N}, \\pN, \\w, \\s and
- * their negations), or NULL; *len = length of the escape, *neg = negated. */
-static const char *class_for(const char *p, size_t n, size_t *len, bool *neg) {
+/* The class content standing for an Oniguruma class escape (\p{L}, \pL, \p{N}, \pN, \w, \s and
+ * their negations) inside or outside brackets, or NULL; *len = length of the escape, *neg =
+ * negated. */
+static const char *class_for(const char *p, size_t n, bool in_class, size_t *len, bool *neg) {
     char e = p[1];
     *neg = e == 'P' || e == 'W' || e == 'S';
-    if (e == 'w' || e == 'W') return *len = 2, tk_rx_class_w;
-    if (e == 's' || e == 'S') return *len = 2, tk_rx_class_s;
+    if (e == 'w' || e == 'W') return *len = 2, in_class ? tk_rx_class_w_in : tk_rx_class_w;
+    if (e == 's' || e == 'S') return *len = 2, in_class ? tk_rx_class_s_in : tk_rx_class_s;
     if (e != 'p' && e != 'P') return NULL;
-    if (n >= 3 && (p[2] == 'L' || p[2] == 'N'))
-        return *len = 3, p[2] == 'L' ? tk_rx_class_L : tk_rx_class_N;
-    if (n >= 5 && p[2] == '{' && (p[3] == 'L' || p[3] == 'N') && p[4] == '}')
-        return *len = 5, p[3] == 'L' ? tk_rx_class_L : tk_rx_class_N;
-    return NULL;
+    char k = 0;
+    if (n >= 3 && (p[2] == 'L' || p[2] == 'N')) k = p[2], *len = 3;
+    else if (n >= 5 && p[2] == '{' && (p[3] == 'L' || p[3] == 'N') && p[4] == '}')
+        k = p[3], *len = 5;
+    if (!k) return NULL;
+    if (k == 'L') return in_class ? tk_rx_class_L_in : tk_rx_class_L;
+    return in_class ? tk_rx_class_N_in : tk_rx_class_N;
+}
+
+/* \b and \B as lookarounds on Oniguruma's word class W (PCRE2's would use its own \w):
+ * \b = (?<=W)(?!W) | (?<!W)(?=W), \B = (?<=W)(?=W) | (?<!W)(?!W). */
+static bool word_boundary(tk_buf *out, bool negated) {
+    const char *w = tk_rx_class_w;
+    size_t wl = strlen(w);
+    const char *parts[5] = {"(?:(?<=[", negated ? "])(?=[" : "])(?![", "])|(?<![",
+                            negated ? "])(?![" : "])(?=[", "]))"};
+    for (int i = 0; i < 5; i++) {
+        if (!tk_buf_append(out, parts[i], strlen(parts[i]))) return false;
+        if (i < 4 && !tk_buf_append(out, w, wl)) return false;
+    }
+    return true;
 }
 
 /* Rewrites an Oniguruma pattern (as `tokenizers` compiles it) for PCRE2:
  *   - \p{L}, \p{N}, \w, \s (and \P{L}, \W, \S, ... outside brackets) become explicit classes
  *     holding what Oniguruma's newer Unicode tables put in them (tokenizer_unicode_fixups.h);
+ *   - \b and \B become lookarounds on that word class;
  *   - the inline option (?m) is dot-all in Oniguruma, (?s) in PCRE2;
  *   - \h is a hex digit in Oniguruma, horizontal space in PCRE2. */
 static bool translate(const char *p, size_t n, tk_buf *out) {
@@ -42,13 +60,18 @@ static bool translate(const char *p, size_t n, tk_buf *out) {
             char nx = p[i + 1];
             size_t len;
             bool neg;
-            const char *cls = class_for(p + i, n - i, &len, &neg);
+            const char *cls = class_for(p + i, n - i, in_class, &len, &neg);
             if (cls && (!in_class || !neg)) {
                 bool ok = in_class ? tk_buf_append(out, cls, strlen(cls))
                                    : tk_buf_append(out, neg ? "[^" : "[", neg ? 2 : 1) &&
                                          tk_buf_append(out, cls, strlen(cls)) && tk_buf_putc(out, ']');
                 if (!ok) return false;
                 i += len - 1;
+                continue;
+            }
+            if (!in_class && (nx == 'b' || nx == 'B')) {
+                if (!word_boundary(out, nx == 'B')) return false;
+                i++;
                 continue;
             }
             if (nx == 'h' || nx == 'H') {

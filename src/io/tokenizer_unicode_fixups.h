@@ -307,7 +307,7 @@ static const struct tk_fix_decomp tk_fix_nfkd[] = {
     {0xFFFFFFFF, 0, 0}};
 #endif
 #ifdef TK_FIXUPS_REGEX
-/* Oniguruma's \p{L}, \p{N}, \w and \s as PCRE2 class contents (for the installed PCRE2) */
+/* Oniguruma's \p{L}, \p{N}, \w and \s as PCRE2 class contents (for the installed PCRE2), outside brackets and, _in, inside them */
 static const char tk_rx_class_L[] = /* 9272 code points added */
     "\\p{L}\\x{1c89}-\\x{1c8a}\\x{a7cb}-\\x{a7cd}\\x{a7da}-\\x{a7dc}\\x{105c0}-\\x{105f3}\\x{10d4a}-\\x{10"
     "d65}\\x{10d6f}-\\x{10d85}\\x{10ec2}-\\x{10ec4}\\x{1123f}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138b}\\"
@@ -334,4 +334,18 @@ static const char tk_rx_class_w[] = /* 9601 code points added */
     "3af}";
 static const char tk_rx_class_s[] = /* 0 code points added */
     "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
+#define tk_rx_class_L_in tk_rx_class_L
+#define tk_rx_class_N_in tk_rx_class_N
+static const char tk_rx_class_w_in[] = /* 9595 code points added */
+    "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{897}\\x{cf3}\\x{ece}\\x{1c89}-\\x{1c8a}\\x{24b6}-\\x{24e9}\\x{a7cb"
+    "}-\\x{a7cd}\\x{a7da}-\\x{a7dc}\\x{105c0}-\\x{105f3}\\x{10d40}-\\x{10d65}\\x{10d69}-\\x{10d6d}\\x{10d"
+    "6f}-\\x{10d85}\\x{10ec2}-\\x{10ec4}\\x{10efc}-\\x{10eff}\\x{1123f}-\\x{11241}\\x{11380}-\\x{11389}\\"
+    "x{1138b}\\x{1138e}\\x{11390}-\\x{113b5}\\x{113b7}-\\x{113c0}\\x{113c2}\\x{113c5}\\x{113c7}-\\x{113c"
+    "a}\\x{113cc}-\\x{113d3}\\x{113e1}-\\x{113e2}\\x{116d0}-\\x{116e3}\\x{11bc0}-\\x{11be0}\\x{11bf0}-\\x"
+    "{11bf9}\\x{11f00}-\\x{11f10}\\x{11f12}-\\x{11f3a}\\x{11f3e}-\\x{11f42}\\x{11f50}-\\x{11f5a}\\x{1342"
+    "f}\\x{13440}-\\x{13455}\\x{13460}-\\x{143fa}\\x{16100}-\\x{16139}\\x{16d40}-\\x{16d6c}\\x{16d70}-\\x"
+    "{16d79}\\x{18cff}\\x{1b132}\\x{1b155}\\x{1ccf0}-\\x{1ccf9}\\x{1df25}-\\x{1df2a}\\x{1e030}-\\x{1e06d"
+    "}\\x{1e08f}\\x{1e4d0}-\\x{1e4f9}\\x{1e5d0}-\\x{1e5fa}\\x{1f130}-\\x{1f149}\\x{1f150}-\\x{1f169}\\x{1"
+    "f170}-\\x{1f189}\\x{2b739}\\x{2ebf0}-\\x{2ee5d}\\x{31350}-\\x{323af}";
+#define tk_rx_class_s_in tk_rx_class_s
 #endif
