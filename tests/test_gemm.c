@@ -163,6 +163,33 @@ static void test_dot_engine(void) {
             run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], 2, 2, s % 2 == 1);
 }
 
+/*
+ * em_gemm_block with workspace sized for a taller block than it computes: a bf16 C with several
+ * k blocks keeps f32 partial sums, and a shorter block gets a wider column block (ASan watches
+ * the buffers). A kernel copy with small blocks makes this cheap to reach.
+ */
+static void test_block_workspace(void) {
+    const em_gemm_kernel *base = em_gemm_kernel_for(EM_BF16);
+    em_gemm_kernel kern = *base;
+    kern.kc = 64;
+    kern.mc = 2 * kern.mr;
+    kern.nc = 8192;
+    int64_t m = 1500, n = 1000, k = 100;
+    em_gemm_args g = {0};
+    g.m = m, g.n = n, g.k = k, g.dtype = EM_BF16;
+    void *a = rand_buf(EM_BF16, m * k), *b = rand_buf(EM_BF16, k * n);
+    g.a = a, g.a_rs = k, g.a_cs = 1;
+    g.b = b, g.b_rs = n, g.b_cs = 1;
+    g.c = calloc((size_t)(m * n), 2);
+    g.ldc = n;
+    size_t bytes = em_gemm_block_ws(&kern, EM_BF16, m, n, k);
+    void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    em_gemm_block(&g, &kern, a, b, g.c, 0, 1000, 0, n, ws);  /* shorter than sized for */
+    em_gemm_block(&g, &kern, a, b, g.c, 1000, m, 0, n, ws);
+    check(&g, "bf16 blocks with f32 partial sums");
+    free(ws), free(a), free(b), free(g.c);
+}
+
 /* The public ops on big strided views: matmul of a transposed A, linear with 3-D x. */
 static void test_public_ops(void) {
     em_ctx *c = em_ctx_create();
@@ -192,4 +219,4 @@ static void test_public_ops(void) {
 }
 
 EM_TEST_MAIN(T(test_big_shapes), T(test_layouts_and_edges), T(test_dot_engine),
-             T(test_public_ops))
+             T(test_block_workspace), T(test_public_ops))

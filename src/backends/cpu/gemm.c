@@ -131,7 +131,8 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
     float *scratch = NULL;
     int64_t ld_scr = min64(nc, n);
     if (needs_scratch(kern, dt, k))
-        scratch = (float *)(bbuf + align64((size_t)(round_up(min64(kern->nc, n), nr) * ks_max * 4) + 64));
+        scratch = (float *)(bbuf +
+                            align64((size_t)(round_up(min64(kern->nc, n), nr) * ks_max * 4) + 64));
     const char *ab = a, *bb = b;
 
     for (int64_t jc = 0; jc < n; jc += nc) {
@@ -246,7 +247,8 @@ static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
     int64_t want = flops < 1e6 ? 1 : flops < 1e8 ? nthr : 2 * (int64_t)nthr;
     int64_t tm = 1, tn = 1;
     if (want > nbatch) choose_grid(g, kern, ceil_div(want, nbatch), &tm, &tn);
-    int64_t mt = round_up(ceil_div(g->m, tm), kern->mr), nt = round_up(ceil_div(g->n, tn), kern->nr);
+    int64_t mt = round_up(ceil_div(g->m, tm), kern->mr);
+    int64_t nt = round_up(ceil_div(g->n, tn), kern->nr);
     if (mt > g->m) mt = g->m;
     if (nt > g->n) nt = g->n;
     tm = ceil_div(g->m, mt);

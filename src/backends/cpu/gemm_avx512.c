@@ -22,8 +22,6 @@
 #define MR 14
 #define PACK_PF_WORDS 32
 
-
-
 #define NR 32
 #define INLINE static inline __attribute__((always_inline))
 
@@ -211,11 +209,14 @@ INLINE void transpose16(__m512 *r) {
                 for (int q = 0; q < 16; q++) {                                                     \
                     int w = g + q;                                                                 \
                     r[q] = w < width ? LOAD(w, k0, km) : _mm512_setzero_ps();                      \
-                    if (w < width) _mm_prefetch((const char *)&LOAD_ADDR(w, k0 + PACK_PF_WORDS), _MM_HINT_T0); \
+                    if (w < width)                                                                 \
+                        _mm_prefetch((const char *)&LOAD_ADDR(w, k0 + PACK_PF_WORDS),              \
+                                     _MM_HINT_T0);                                                 \
                 }                                                                                  \
                 transpose16(r);                                                                    \
                 __mmask16 wm = mask16(W - g);                                                      \
-                for (int q = 0; q < len; q++) _mm512_mask_storeu_ps(d + (k0 + q) * W + g, wm, r[q]); \
+                for (int q = 0; q < len; q++)                                                      \
+                    _mm512_mask_storeu_ps(d + (k0 + q) * W + g, wm, r[q]);                         \
             }                                                                                      \
         }                                                                                          \
     } while (0)
@@ -409,7 +410,8 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
     }
     __m512 v[16];
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) v[i * 4 + j] = i < MB && j < NB ? acc[i][j] : _mm512_setzero_ps();
+        for (int j = 0; j < 4; j++)
+            v[i * 4 + j] = i < MB && j < NB ? acc[i][j] : _mm512_setzero_ps();
     _mm512_storeu_ps(&out[0][0], hsum16(v));
 }
 
@@ -420,8 +422,8 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
 #define DOT_CASES_MB(MB) DOT_CASE(MB, 1) DOT_CASE(MB, 2) DOT_CASE(MB, 3) DOT_CASE(MB, 4)
 
 #define DEFINE_DOT(name, HW, DT)                                                                   \
-    static void name(int64_t m, int64_t n, int64_t k, const void *x, int64_t ldx, const void *w,  \
-                     int64_t ldw, void *c, int64_t ldc, em_dtype dt, const float *bias) {         \
+    static void name(int64_t m, int64_t n, int64_t k, const void *x, int64_t ldx, const void *w,   \
+                     int64_t ldw, void *c, int64_t ldc, em_dtype dt, const float *bias) {          \
         (void)dt;                                                                                  \
         const bool hw_ = HW;                                                                       \
         const em_dtype dt_ = DT;                                                                   \
@@ -432,7 +434,7 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
             int next = n - j - 4 < 4 ? (int)(n - j - 4) : 4;                                       \
             for (int64_t i = 0; i < m; i += 4) {                                                   \
                 /* tile t of the ceil(m/4) prefetches rows [t*per, (t+1)*per) of the next block */ \
-                int64_t per = (4 + (m + 3) / 4 - 1) / ((m + 3) / 4), r0 = i / 4 * per;            \
+                int64_t per = (4 + (m + 3) / 4 - 1) / ((m + 3) / 4), r0 = i / 4 * per;             \
                 int pf_rows = (int)(r0 + per < next ? per : next - r0);                            \
                 const char *pf = pf_rows > 0 ? wr + (size_t)((4 + r0) * ldw) * es : NULL;          \
                 int mb = m - i < 4 ? (int)(m - i) : 4;                                             \

@@ -67,7 +67,8 @@ static em_status run(const em_kernel_args *ka, em_gemm_args *g, const em_tensor 
     em_status s = em_gemm(g);
     free(b32);
     if (s != EM_OK)
-        return em_op_fail(ka->ctx, s, "cannot allocate packing buffers for a %lldx%lldx%lld product",
+        return em_op_fail(ka->ctx, s,
+                          "cannot allocate packing buffers for a %lldx%lldx%lld (MxKxN) product",
                           (long long)g->m, (long long)g->k, (long long)g->n);
     return EM_OK;
 }
