@@ -116,20 +116,25 @@ static void run_case(int64_t m, int64_t n, int64_t k, em_dtype dt, int layout, i
              (long long)n, (long long)k, em_dtype_name(dt), layout, engine, bias ? " bias" : "");
     double w = check(&g, what);
     if (dt == EM_F32 && w > 0.5) fprintf(stderr, "  note: %s uses %.2f of its bound\n", what, w);
-    /* the portable twins on the same problem */
-    if (m * n * k <= 64 * 300 * 257) {
-        const em_gemm_kernel *gk = em_gemm_kernel_generic(dt);
+    /* the portable twins on the same problem (generic, and avx2 where the CPU has it) */
+    const em_cpu_features *f = em_cpu_features_get();
+    bool has_avx2 = f->avx2 && f->fma && f->f16c;
+    for (int isa = 0; isa < 2 && m * n * k <= 64 * 300 * 257; isa++) {
+        if (isa == 1 && !has_avx2) break;
+        const em_gemm_kernel *gk = isa ? em_gemm_kernel_avx2(dt) : em_gemm_kernel_generic(dt);
+        em_gemm_dot_fn gd = isa ? em_gemm_dot_avx2(dt) : em_gemm_dot_generic(dt);
+        char name[200];
         void *ws = aligned_alloc(64, em_gemm_block_ws(gk, dt, m, n, k));
         memset(c, 0, (size_t)(m * n) * 4);
         em_gemm_block(&g, gk, g.a, g.b, g.c, 0, m, 0, n, ws);
         free(ws);
-        strcat(what, " generic");
-        check(&g, what);
+        snprintf(name, sizeof name, "%s %s", what, gk->name);
+        check(&g, name);
         if (layout & 2 && (layout & 1) == 0) {
             memset(c, 0, (size_t)(m * n) * 4);
-            em_gemm_dot_generic(dt)(m, n, k, a, k, b, k, c, n, dt, g.bias);
-            strcat(what, "-dot");
-            check(&g, what);
+            gd(m, n, k, a, k, b, k, c, n, dt, g.bias);
+            snprintf(name, sizeof name, "%s %s dot", what, isa ? "avx2" : "generic");
+            check(&g, name);
         }
     }
     free(a), free(b), free(c), free(bs);

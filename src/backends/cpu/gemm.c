@@ -25,6 +25,7 @@ const em_gemm_kernel *em_gemm_kernel_for(em_dtype dt) {
     const em_gemm_kernel *k = NULL;
 #if defined(__x86_64__)
     if (em_cpu_level() >= 2) k = em_gemm_kernel_avx512(dt, em_cpu_features_get()->avx512bf16);
+    if (!k && em_cpu_level() >= 1) k = em_gemm_kernel_avx2(dt);
 #endif
     return k ? k : em_gemm_kernel_generic(dt);
 }
@@ -33,6 +34,7 @@ em_gemm_dot_fn em_gemm_dot_for(em_dtype dt) {
     em_gemm_dot_fn f = NULL;
 #if defined(__x86_64__)
     if (em_cpu_level() >= 2) f = em_gemm_dot_avx512(dt, em_cpu_features_get()->avx512bf16);
+    if (!f && em_cpu_level() >= 1) f = em_gemm_dot_avx2(dt);
 #endif
     return f ? f : em_gemm_dot_generic(dt);
 }

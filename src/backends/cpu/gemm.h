@@ -82,9 +82,12 @@ typedef void (*em_gemm_dot_fn)(int64_t m, int64_t n, int64_t k, const void *x, i
 const em_gemm_kernel *em_gemm_kernel_for(em_dtype dt);
 em_gemm_dot_fn em_gemm_dot_for(em_dtype dt);
 
-/* Per-ISA tables (gemm_avx512.c, gemm_generic.c). NULL entries: not available for that dtype. */
+/* Per-ISA tables (gemm_avx512.c; gemm_kern.inc compiled as gemm_avx2.c and gemm_generic.c).
+ * NULL: not available for that dtype. */
 const em_gemm_kernel *em_gemm_kernel_avx512(em_dtype dt, bool bf16_hw);
 em_gemm_dot_fn em_gemm_dot_avx512(em_dtype dt, bool bf16_hw);
+const em_gemm_kernel *em_gemm_kernel_avx2(em_dtype dt);
+em_gemm_dot_fn em_gemm_dot_avx2(em_dtype dt);
 const em_gemm_kernel *em_gemm_kernel_generic(em_dtype dt);
 em_gemm_dot_fn em_gemm_dot_generic(em_dtype dt);
 /* The portable packer: any strides, any supported dtype/format pair. */
