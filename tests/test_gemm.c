@@ -195,6 +195,44 @@ static void test_block_workspace(void) {
     free(ws), free(a), free(b), free(g.c);
 }
 
+/* Every element is summed in one order whatever the thread count (tiles and chunks differ). */
+static void test_thread_invariance(void) {
+    int64_t shapes[][3] = {{300, 257, 700}, {5, 1000, 333}, {64, 900, 2048}};
+    em_dtype dts[] = {EM_F32, EM_BF16};
+    int saved = em_num_threads();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int d = 0; d < 2; d++) {
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            em_dtype dt = dts[d];
+            size_t es = em_dtype_size(dt), cb = (size_t)(m * n) * es;
+            void *a = rand_buf(dt, m * k), *b = rand_buf(dt, k * n);
+            void *c1 = malloc(cb), *c2 = malloc(cb);
+            em_gemm_args g = {0};
+            g.m = m, g.n = n, g.k = k, g.dtype = dt;
+            g.a = a, g.a_rs = k, g.a_cs = 1;
+            g.b = b, g.b_rs = 1, g.b_cs = k; /* linear layout: both engines can take it */
+            g.ldc = n;
+            for (int engine = 1; engine <= 2; engine++) {
+                g.force_engine = engine;
+                em_set_num_threads(1);
+                g.c = c1;
+                CHECK(em_gemm(&g) == EM_OK);
+                int counts[] = {2, 3, 5};
+                for (int t = 0; t < 3; t++) {
+                    em_set_num_threads(counts[t]);
+                    g.c = c2;
+                    memset(c2, 0xff, cb);
+                    CHECK(em_gemm(&g) == EM_OK);
+                    CHECK_MSG(!memcmp(c1, c2, cb), "m%lld n%lld k%lld %s engine %d: %d threads",
+                              (long long)m, (long long)n, (long long)k, em_dtype_name(dt),
+                              engine, counts[t]);
+                }
+            }
+            free(a), free(b), free(c1), free(c2);
+        }
+    em_set_num_threads(saved);
+}
+
 /* The public ops on big strided views: matmul of a transposed A, linear with 3-D x. */
 static void test_public_ops(void) {
     em_ctx *c = em_ctx_create();
@@ -224,4 +262,4 @@ static void test_public_ops(void) {
 }
 
 EM_TEST_MAIN(T(test_big_shapes), T(test_layouts_and_edges), T(test_dot_engine),
-             T(test_block_workspace), T(test_public_ops))
+             T(test_block_workspace), T(test_thread_invariance), T(test_public_ops))

@@ -3,6 +3,7 @@
  * (BLIS order: column block jc -> k block pc -> row block ic -> nr panel -> mr panel) and the
  * parallel schedule over batch entries and 2-D tiles of C.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,15 +197,24 @@ typedef struct packed_job {
     const em_gemm_args *g;
     const em_gemm_kernel *kern;
     int64_t tm, tn, mt, nt; /* tiles per batch entry and their size */
-    char *ws;
+    char *ws; /* one workspace per pool thread, by thread index */
     size_t ws_per_thread;
+    int nws;
+    atomic_bool oom;
 } packed_job;
 
 static void packed_body(void *user, int64_t begin, int64_t end, int tid) {
-    const packed_job *j = user;
+    packed_job *j = user;
     const em_gemm_args *g = j->g;
     size_t es = em_esize(g->dtype);
-    void *ws = j->ws + (size_t)tid * j->ws_per_thread;
+    void *own = NULL, *ws = j->ws + (size_t)tid * j->ws_per_thread;
+    if (tid >= j->nws) { /* the pool grew since the job was sized (em_set_num_threads) */
+        ws = own = aligned_alloc(64, j->ws_per_thread);
+        if (!own) {
+            atomic_store(&j->oom, true);
+            return;
+        }
+    }
     for (int64_t t = begin; t < end; t++) {
         int64_t per = j->tm * j->tn, e = t / per, r = t % per;
         int64_t ti = r / j->tn, tj = r % j->tn;
@@ -215,6 +225,7 @@ static void packed_body(void *user, int64_t begin, int64_t end, int tid) {
                       (const char *)g->b + (size_t)ob * es, (char *)g->c + (size_t)oc * es, i0,
                       min64(i0 + j->mt, g->m), j0, min64(j0 + j->nt, g->n), ws);
     }
+    free(own);
 }
 
 /* Splits one batch entry's C into tm x tn tiles: at least `want` tiles (when the tile grid
@@ -256,16 +267,18 @@ static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
     tm = ceil_div(g->m, mt);
     tn = ceil_div(g->n, nt);
     int64_t ntasks = nbatch * tm * tn;
-    int nws = ntasks < nthr ? (int)ntasks : nthr;
-    packed_job j = {g, kern, tm, tn, mt, nt, NULL, em_gemm_block_ws(kern, g->dtype, mt, nt, g->k)};
-    j.ws = aligned_alloc(64, j.ws_per_thread * (size_t)nws);
+    /* Any pool thread may take a task, so every one has a workspace (pages that no thread
+     * touches are never mapped). */
+    packed_job j = {g, kern, tm, tn, mt, nt, NULL, em_gemm_block_ws(kern, g->dtype, mt, nt, g->k),
+                    ntasks == 1 ? 1 : nthr, false};
+    j.ws = aligned_alloc(64, j.ws_per_thread * (size_t)j.nws);
     if (!j.ws) return EM_ERR_OOM;
     if (ntasks == 1)
         packed_body(&j, 0, 1, 0);
     else
         em_parallel_for(ntasks, 1, packed_body, &j);
     free(j.ws);
-    return EM_OK;
+    return atomic_load(&j.oom) ? EM_ERR_OOM : EM_OK;
 }
 
 typedef struct dot_job {

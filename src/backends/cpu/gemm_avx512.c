@@ -403,11 +403,7 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
             }
         }
     }
-    if (MB * NB <= 2) {
-        for (int i = 0; i < MB; i++)
-            for (int j = 0; j < NB; j++) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
-        return;
-    }
+    /* one summation order for every tile shape: results do not depend on how N was split */
     __m512 v[16];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
