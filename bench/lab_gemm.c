@@ -3,11 +3,16 @@
  * same run, the machine's limits (FP32 FMA and BF16 dot peak on all pool threads, DRAM read
  * bandwidth), OpenBLAS sgemm when built with it, and Ember's kernels:
  *
- *   lab_gemm [peak] [mm] [linear] [shape M N K dtype [packed|dot]] ...
+ *   lab_gemm [peak] [mm] [mmsize S] [linear] [shape M N K dtype [packed|dot]] ...
  *
  * "mm": 2048^3 matmul, f32 and bf16. "linear": decode-shaped linear, x [M, 2048] @ w[N, 2048]^T
- * bf16 for M = 1, 4, 16, 64 and N = 768, 2048, with enough weight copies (rotated) that every
- * call reads its weights from DRAM. Times are the best of a few repetitions.
+ * bf16 for M = 1, 4, 16, 64 and N = 768, 2048, with enough weight copies (rotated, 128 MB in
+ * all) that every call reads its weights from DRAM (LAB_HOT=1: one copy, kernel speed only).
+ *
+ * The machine is shared, so every call is timed on its own and the best is kept, twice: by the
+ * wall clock, and by the process's CPU time divided by the thread count (which does not count the
+ * slices other processes take from us, but does count our own spinning, so it never flatters).
+ * Compute-bound figures are reliable in CPU time; memory-bound ones only in quiet wall time.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -25,26 +30,40 @@ void openblas_set_num_threads(int);
 char *openblas_get_corename(void);
 #endif
 
-/* Wall time, or, with LAB_CPUTIME=1, the process's CPU time divided by the thread count: the
- * machine is shared, and CPU time does not count the slices other processes take from us (it
- * does count our own spinning, so it never flatters). */
-static bool use_cputime;
-
-static double now(void) {
+static double clock_of(clockid_t id) {
     struct timespec t;
-    clock_gettime(use_cputime ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-    double v = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-    return use_cputime ? v / em_num_threads() : v;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static double peak_fma, peak_dot, dram_bw;
+typedef struct timing {
+    double wall, cpu; /* best seconds per call */
+} timing;
+
+/* Times `reps` samples of `inner` calls of fn (after one warm-up call); best per call. Samples
+ * of a few ms at least: the CPU time of other threads is accounted at scheduler ticks. */
+static timing measure(void (*fn)(void *), void *user, int reps, int inner) {
+    timing best = {1e30, 1e30};
+    fn(user);
+    for (int r = 0; r < reps; r++) {
+        double w = clock_of(CLOCK_MONOTONIC), c = clock_of(CLOCK_PROCESS_CPUTIME_ID);
+        for (int i = 0; i < inner; i++) fn(user);
+        c = (clock_of(CLOCK_PROCESS_CPUTIME_ID) - c) / em_num_threads() / inner;
+        w = (clock_of(CLOCK_MONOTONIC) - w) / inner;
+        if (w < best.wall) best.wall = w;
+        if (c < best.cpu) best.cpu = c;
+    }
+    return best;
+}
+
+static double peak_fma, peak_dot, dram_bw; /* GFLOP/s (CPU time), GB/s (best wall) */
 
 /* ---- machine limits ---- */
 
-#define PEAK_ITERS 20000000L
+#define PEAK_ITERS 10000000L
 
 __attribute__((target("avx512f"))) static void fma_loop(void *user, int tid, int nthr) {
-    (void)tid, (void)nthr;
+    (void)nthr;
     __m512 a[16], b = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(1e-9f);
     for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
     for (long n = 0; n < PEAK_ITERS; n++) {
@@ -70,58 +89,61 @@ __attribute__((target("avx512f,avx512bf16"))) static void dot_loop(void *user, i
     ((float *)user)[tid] = s;
 }
 
+static void run_fma(void *user) { em_parallel_each(fma_loop, user); }
+static void run_dot(void *user) { em_parallel_each(dot_loop, user); }
+
 typedef struct bw_job {
     const float *p;
-    int64_t n;
+    int64_t n, chunk, next; /* floats in all, per call, start of the next call */
     double sums[64];
 } bw_job;
 
 __attribute__((target("avx512f"))) static void bw_body(void *user, int64_t b, int64_t e, int tid) {
     bw_job *j = user;
+    const float *p = j->p + j->next;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int64_t i = b * 64; i < e * 64; i += 64) {
-        s0 = _mm512_add_ps(s0, _mm512_load_ps(j->p + i));
-        s1 = _mm512_add_ps(s1, _mm512_load_ps(j->p + i + 16));
-        s2 = _mm512_add_ps(s2, _mm512_load_ps(j->p + i + 32));
-        s3 = _mm512_add_ps(s3, _mm512_load_ps(j->p + i + 48));
+        s0 = _mm512_add_ps(s0, _mm512_load_ps(p + i));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps(p + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps(p + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps(p + i + 48));
     }
     j->sums[tid] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+static void run_bw(void *user) {
+    bw_job *j = user;
+    em_parallel_for(j->chunk / 64, 1024, bw_body, j);
+    j->next = (j->next + j->chunk) % j->n;
 }
 
 static void measure_peak(void) {
     int nthr = em_num_threads();
     float sink[64];
     const em_cpu_features *f = em_cpu_features_get();
+    double flops = (double)nthr * PEAK_ITERS * 16 * 32;
     if (f->avx512f) {
-        em_parallel_each(fma_loop, sink); /* warm up clocks and threads */
-        double t = now();
-        em_parallel_each(fma_loop, sink);
-        t = now() - t;
-        peak_fma = (double)nthr * PEAK_ITERS * 16 * 32 / t / 1e9;
+        timing t = measure(run_fma, sink, 3, 1);
+        peak_fma = flops / t.cpu / 1e9;
+        printf("FP32 FMA peak: %.0f GFLOP/s (CPU time), %.0f (wall)\n", peak_fma,
+               flops / t.wall / 1e9);
     }
     if (f->avx512bf16) {
-        double t = now();
-        em_parallel_each(dot_loop, sink);
-        t = now() - t;
-        peak_dot = (double)nthr * PEAK_ITERS * 16 * 64 / t / 1e9;
+        timing t = measure(run_dot, sink, 3, 1);
+        peak_dot = 2 * flops / t.cpu / 1e9;
+        printf("BF16 dot peak: %.0f GFLOP/s (CPU time), %.0f (wall)\n", peak_dot,
+               2 * flops / t.wall / 1e9);
     }
-    int64_t n = (int64_t)256 << 20 >> 2; /* 256 MB of floats */
+    /* 64 MB per call (twice the L3) from a 512 MB buffer */
+    int64_t n = (int64_t)512 << 20 >> 2;
     float *p = aligned_alloc(64, (size_t)n * 4);
     if (!p) return;
     for (int64_t i = 0; i < n; i++) p[i] = 1.0f;
-    bw_job j = {p, n, {0}};
-    double best = 1e9;
-    for (int r = 0; r < 4; r++) {
-        double t = now();
-        em_parallel_for(n / 64, 4096, bw_body, &j);
-        t = now() - t;
-        if (t < best) best = t;
-    }
-    dram_bw = (double)n * 4 / best / 1e9;
+    bw_job j = {p, n, n / 8, 0, {0}};
+    timing t = measure(run_bw, &j, 40, 1);
+    dram_bw = (double)j.chunk * 4 / t.wall / 1e9;
+    printf("DRAM read: %.1f GB/s (best wall), %d threads\n", dram_bw, nthr);
     free(p);
-    printf("machine: %d threads, FP32 FMA peak %.0f GFLOP/s, BF16 dot peak %.0f GFLOP/s, "
-           "DRAM read %.1f GB/s\n",
-           nthr, peak_fma, peak_dot, dram_bw);
 }
 
 /* ---- helpers ---- */
@@ -139,65 +161,67 @@ static void fill(void *p, em_dtype dt, int64_t n, unsigned seed) {
     }
 }
 
-/* Best time per call of g over `reps` rounds of `inner` calls, rotating through `copies`
- * weight buffers (B operands `bcopy` bytes apart). */
-static double time_gemm(em_gemm_args *g, const char *b0, size_t bcopy, int copies, int inner,
-                        int reps) {
-    double best = 1e9;
-    em_gemm(g); /* warm up */
-    for (int r = 0; r < reps; r++) {
-        double t = now();
-        for (int i = 0; i < inner; i++) {
-            g->b = b0 + (size_t)(i % copies) * bcopy;
-            em_gemm(g);
-        }
-        t = (now() - t) / inner;
-        if (t < best) best = t;
-    }
-    return best;
+typedef struct gemm_job {
+    em_gemm_args g;
+    const char *b0; /* first weight copy */
+    size_t bcopy;   /* bytes between copies */
+    int copies, next;
+} gemm_job;
+
+static void run_gemm(void *user) {
+    gemm_job *j = user;
+    j->g.b = j->b0 + (size_t)j->next * j->bcopy;
+    j->next = (j->next + 1) % j->copies;
+    em_gemm(&j->g);
 }
 
-static em_gemm_args square(int64_t m, int64_t n, int64_t k, em_dtype dt, void *a, void *b,
-                           void *c) {
-    em_gemm_args g = {0};
-    g.m = m, g.n = n, g.k = k, g.dtype = dt;
-    g.a = a, g.a_rs = k, g.a_cs = 1;
-    g.b = b, g.b_rs = n, g.b_cs = 1;
-    g.c = c, g.ldc = n;
-    return g;
+static void report(const char *what, double flops, double bytes, timing t, double peak) {
+    printf("%s: %8.1f us wall (%6.1f GFLOP/s, %5.1f GB/s), %8.1f us CPU (%6.1f GFLOP/s, %3.0f%% "
+           "of peak)\n",
+           what, t.wall * 1e6, flops / t.wall / 1e9, bytes / t.wall / 1e9, t.cpu * 1e6,
+           flops / t.cpu / 1e9, peak > 0 ? 100 * flops / t.cpu / 1e9 / peak : 0);
 }
 
 /* ---- benchmarks ---- */
 
-static void bench_mm(int64_t s) {
+#ifdef LAB_OPENBLAS
+typedef struct blas_job {
+    int s;
+    const float *a, *b;
+    float *c;
+} blas_job;
+
+static void run_blas(void *user) {
+    blas_job *j = user;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->s, j->s, j->s, 1.0f, j->a, j->s,
+                j->b, j->s, 0.0f, j->c, j->s);
+}
+#endif
+
+static void bench_mm(int64_t s, int reps) {
+    double flops = 2.0 * (double)s * (double)s * (double)s;
     for (int d = 0; d < 2; d++) {
         em_dtype dt = d ? EM_BF16 : EM_F32;
-        size_t es = em_dtype_size(dt);
-        void *a = aligned_alloc(64, (size_t)(s * s) * es), *b = aligned_alloc(64, (size_t)(s * s) * es);
-        void *c = aligned_alloc(64, (size_t)(s * s) * es);
+        size_t es = em_dtype_size(dt), nb = (size_t)(s * s) * es;
+        void *a = aligned_alloc(64, nb), *b = aligned_alloc(64, nb), *c = aligned_alloc(64, nb);
         fill(a, dt, s * s, 1);
         fill(b, dt, s * s, 2);
-        em_gemm_args g = square(s, s, s, dt, a, b, c);
-        double t = time_gemm(&g, b, 0, 1, 1, 5);
-        double gf = 2.0 * (double)s * s * s / t / 1e9;
-        double peak = d ? peak_dot : peak_fma;
-        printf("matmul %s %lldx%lldx%lld: %.2f ms, %.1f GFLOP/s (%.0f%% of peak) [%s]\n",
-               em_dtype_name(dt), (long long)s, (long long)s, (long long)s, t * 1e3, gf,
-               peak > 0 ? 100 * gf / peak : 0, em_gemm_kernel_for(dt)->name);
+        gemm_job j = {{0}, b, 0, 1, 0};
+        j.g.m = j.g.n = j.g.k = s, j.g.dtype = dt;
+        j.g.a = a, j.g.a_rs = s, j.g.a_cs = 1;
+        j.g.b_rs = s, j.g.b_cs = 1;
+        j.g.c = c, j.g.ldc = s;
+        char what[128];
+        snprintf(what, sizeof what, "matmul %-4s %lld^3 ember   ", em_dtype_name(dt),
+                 (long long)s);
+        report(what, flops, 3.0 * (double)nb, measure(run_gemm, &j, reps, 1), d ? peak_dot : peak_fma);
 #ifdef LAB_OPENBLAS
         if (dt == EM_F32) {
             openblas_set_num_threads(em_num_threads());
-            double best = 1e9;
-            for (int r = 0; r < 6; r++) {
-                double t0 = now();
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s, (int)s, (int)s, 1.0f,
-                            a, (int)s, b, (int)s, 0.0f, c, (int)s);
-                t0 = now() - t0;
-                if (r > 0 && t0 < best) best = t0;
-            }
-            gf = 2.0 * (double)s * s * s / best / 1e9;
-            printf("  openblas sgemm (%s): %.2f ms, %.1f GFLOP/s (%.0f%% of peak)\n",
-                   openblas_get_corename(), best * 1e3, gf, peak > 0 ? 100 * gf / peak : 0);
+            blas_job bj = {(int)s, a, b, c};
+            snprintf(what, sizeof what, "matmul f32  %lld^3 openblas", (long long)s);
+            report(what, flops, 3.0 * (double)nb, measure(run_blas, &bj, reps, 1), peak_fma);
+            printf("  (OpenBLAS core: %s)\n", openblas_get_corename());
         }
 #endif
         free(a), free(b), free(c);
@@ -208,48 +232,53 @@ static void bench_mm(int64_t s) {
 static void bench_linear(int64_t m, int64_t n, int64_t k, em_dtype dt, int engine) {
     size_t es = em_dtype_size(dt);
     size_t wbytes = (size_t)(n * k) * es;
-    int copies = (int)((128u << 20) / wbytes) + 1; /* 128 MB: four times the L3 */
-    if (getenv("LAB_HOT")) copies = 1;             /* weights stay in cache: kernel speed */
-    char *w = aligned_alloc(64, wbytes * (size_t)copies);
-    void *x = aligned_alloc(64, (size_t)(m * k) * es + 64), *c = aligned_alloc(64, (size_t)(m * n) * 4 + 64);
-    fill(w, dt, (int64_t)(wbytes / es) * copies, 3);
+    int copies = (int)((128u << 20) / wbytes) + 1;
+    if (getenv("LAB_HOT")) copies = 1;
+    char *w = aligned_alloc(64, (wbytes + 63) / 64 * 64 * (size_t)copies);
+    void *x = aligned_alloc(64, (size_t)(m * k) * es + 64);
+    void *c = aligned_alloc(64, (size_t)(m * n) * 4 + 64);
+    size_t stride = (wbytes + 63) / 64 * 64;
+    for (int i = 0; i < copies; i++) fill(w + (size_t)i * stride, dt, n * k, 3 + (unsigned)i);
     fill(x, dt, m * k, 4);
-    em_gemm_args g = {0};
-    g.m = m, g.n = n, g.k = k, g.dtype = dt;
-    g.a = x, g.a_rs = k, g.a_cs = 1;
-    g.b = w, g.b_rs = 1, g.b_cs = k;
-    g.c = c, g.ldc = n;
-    g.force_engine = engine;
-    int inner = (int)(0.2 / (wbytes / 40e9 + 2.0 * m * n * k / 200e9)) + 1;
-    double t = time_gemm(&g, w, wbytes, copies, inner, 3);
-    double gbs = (double)wbytes / t / 1e9, gf = 2.0 * m * n * k / t / 1e9;
+    gemm_job j = {{0}, w, stride, copies, 0};
+    j.g.m = m, j.g.n = n, j.g.k = k, j.g.dtype = dt;
+    j.g.a = x, j.g.a_rs = k, j.g.a_cs = 1;
+    j.g.b_rs = 1, j.g.b_cs = k;
+    j.g.c = c, j.g.ldc = n;
+    j.g.force_engine = engine;
+    double flops = 2.0 * (double)m * (double)n * (double)k;
     double peak = dt == EM_BF16 && peak_dot > 0 ? peak_dot : peak_fma;
-    double roof = fmax(wbytes / (dram_bw * 1e9), 2.0 * m * n * k / (peak * 1e9));
-    printf("linear %s M=%-3lld N=%-5lld K=%lld %-6s: %7.1f us, %6.1f GB/s, %6.1f GFLOP/s, "
-           "%3.0f%% of roofline (%s-bound)\n",
-           em_dtype_name(dt), (long long)m, (long long)n, (long long)k,
-           engine == 1 ? "packed" : engine == 2 ? "dot" : "auto", t * 1e6, gbs, gf,
-           dram_bw > 0 && peak > 0 ? 100 * roof / t : 0,
-           wbytes / (dram_bw * 1e9) > 2.0 * m * n * k / (peak * 1e9) ? "memory" : "compute");
+    int inner = (int)(0.01 / ((double)wbytes / 40e9 + flops / 200e9)) + 1;
+    timing t = measure(run_gemm, &j, 30, inner);
+    char what[128];
+    snprintf(what, sizeof what, "linear %-4s M=%-3lld N=%-5lld K=%lld %-6s", em_dtype_name(dt),
+             (long long)m, (long long)n, (long long)k,
+             engine == 1 ? "packed" : engine == 2 ? "dot" : "auto");
+    report(what, flops, (double)wbytes, t, peak);
+    double t_mem = dram_bw > 0 ? (double)wbytes / (dram_bw * 1e9) : 0;
+    double t_comp = peak > 0 ? flops / (peak * 1e9) : 0;
+    printf("    roofline %.1f us (%s-bound): %.0f%% of it in wall time\n",
+           fmax(t_mem, t_comp) * 1e6, t_mem > t_comp ? "memory" : "compute",
+           100 * fmax(t_mem, t_comp) / t.wall);
     free(w), free(x), free(c);
 }
 
 int main(int argc, char **argv) {
     em_ctx *ctx = em_ctx_create();
-    use_cputime = getenv("LAB_CPUTIME") && atoi(getenv("LAB_CPUTIME"));
     char feats[256];
     em_cpu_features_str(feats, sizeof feats);
-    printf("cpu: %s; timing: %s\n", feats, use_cputime ? "CPU time / threads" : "wall");
-    bool all = argc < 2;
+    printf("cpu: %s; %d threads\n", feats, em_num_threads());
     measure_peak();
+    bool all = argc < 2;
     for (int i = 1; i < argc || all; i++) {
         const char *w = all ? "all" : argv[i];
-        if (all || !strcmp(w, "mm")) bench_mm(2048);
+        if (all || !strcmp(w, "mm")) bench_mm(2048, 8);
         if (all || !strcmp(w, "linear")) {
             int64_t ms[] = {1, 4, 16, 64}, ns[] = {768, 2048};
             for (int a = 0; a < 2; a++)
                 for (int b = 0; b < 4; b++) bench_linear(ms[b], ns[a], 2048, EM_BF16, 0);
         }
+        if (!all && !strcmp(w, "mmsize") && i + 1 < argc) bench_mm(atoll(argv[++i]), 5);
         if (!all && !strcmp(w, "shape") && i + 4 < argc) {
             em_dtype dt;
             if (!em_dtype_parse(argv[i + 4], &dt)) dt = EM_F32;
@@ -259,7 +288,6 @@ int main(int argc, char **argv) {
             bench_linear(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]), dt, engine);
             i += engine ? 5 : 4;
         }
-        if (!all && !strcmp(w, "mmsize") && i + 1 < argc) bench_mm(atoll(argv[++i]));
         if (all) break;
     }
     em_ctx_destroy(ctx);

@@ -255,9 +255,9 @@ static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
     const em_gemm_kernel *kern = em_gemm_kernel_for(g->dtype);
     int nthr = em_num_threads();
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)nbatch;
-    /* Enough tiles to keep every thread busy, a few per thread for balance on big problems; a
-     * small product runs on one thread (a job costs microseconds). */
-    int64_t want = flops < 1e6 ? 1 : flops < 1e8 ? nthr : 2 * (int64_t)nthr;
+    /* One tile per thread: bigger tiles pack less (more tiles per thread balanced no better in
+     * lab_gemm); a small product runs on one thread (a job costs microseconds). */
+    int64_t want = flops < 1e6 ? 1 : nthr;
     int64_t tm = 1, tn = 1;
     if (want > nbatch) choose_grid(g, kern, ceil_div(want, nbatch), &tm, &tn);
     int64_t mt = round_up(ceil_div(g->m, tm), kern->mr);
