@@ -267,17 +267,20 @@ static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
     tm = ceil_div(g->m, mt);
     tn = ceil_div(g->n, nt);
     int64_t ntasks = nbatch * tm * tn;
-    /* Any pool thread may take a task, so every one has a workspace (pages that no thread
-     * touches are never mapped). */
+    /* Any pool thread may take a task, so every one has a workspace. It comes from the CPU
+     * device's caching allocator: a loop of same-sized products reuses one block (no page faults
+     * for megabytes of panels on every call; huge pages when large). */
     packed_job j = {g, kern, tm, tn, mt, nt, NULL, em_gemm_block_ws(kern, g->dtype, mt, nt, g->k),
                     ntasks == 1 ? 1 : nthr, false};
-    j.ws = aligned_alloc(64, j.ws_per_thread * (size_t)j.nws);
+    em_device *dev = em_device_cpu();
+    size_t got = 0;
+    j.ws = em_allocator_alloc(dev, j.ws_per_thread * (size_t)j.nws, &got);
     if (!j.ws) return EM_ERR_OOM;
     if (ntasks == 1)
         packed_body(&j, 0, 1, 0);
     else
         em_parallel_for(ntasks, 1, packed_body, &j);
-    free(j.ws);
+    em_allocator_free(dev, j.ws, got);
     return atomic_load(&j.oom) ? EM_ERR_OOM : EM_OK;
 }
 
