@@ -10,10 +10,10 @@
 #include "backends/cpu/gemm.h"
 
 /* The dot engine reads each weight row once and packs nothing; it wins while x is a few rows,
- * and while x stays in L2 for up to ~128 rows (bench/lab_gemm: at K = 2048 bf16 the packed
- * engine, which must pack the weights, overtakes it between 128 and 256 rows). */
+ * and keeps up while x stays in L2 (bench/lab_gemm, K = 2048: equal to the packed engine, which
+ * must pack the weights, at 64 to 96 rows of bf16; behind it at 128). */
 #define DOT_ALWAYS_M 16
-#define DOT_MAX_M 128
+#define DOT_MAX_M 96
 #define DOT_MAX_X_BYTES (512 << 10)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
