@@ -6,7 +6,7 @@
  *   lab_gemm [peak] [mm] [mmsize S] [linear] [shape M N K dtype [packed|dot]] ...
  *
  * "mm": 2048^3 matmul, f32 and bf16. "linear": decode-shaped linear, x [M, 2048] @ w[N, 2048]^T
- * bf16 for M = 1, 4, 16, 64 and N = 768, 2048, with enough weight copies (rotated, 128 MB in
+ * bf16 for M = 1, 4, 16, 64 and N = 768, 2048, with enough weight copies (rotated, 512 MB in
  * all) that every call reads its weights from DRAM (LAB_HOT=1: one copy, kernel speed only).
  *
  * The machine is shared, so every call is timed on its own and the best is kept, twice: by the
@@ -57,6 +57,7 @@ static timing measure(void (*fn)(void *), void *user, int reps, int inner) {
 }
 
 static double peak_fma, peak_dot, dram_bw; /* GFLOP/s (CPU time), GB/s (best wall) */
+static struct bw_job *probe;                /* the DRAM read probe, kept for re-measuring */
 
 /* ---- machine limits ---- */
 
@@ -134,16 +135,26 @@ static void measure_peak(void) {
         printf("BF16 dot peak: %.0f GFLOP/s (CPU time), %.0f (wall)\n", peak_dot,
                2 * flops / t.wall / 1e9);
     }
-    /* 64 MB per call (twice the L3) from a 512 MB buffer */
-    int64_t n = (int64_t)512 << 20 >> 2;
+    /* 64 MB per call (twice the L3) from a 1 GB buffer (Zen's L3 is a victim cache with no
+     * strict LRU: a short rotation would find some lines still there) */
+    int64_t n = (int64_t)1024 << 20 >> 2;
     float *p = aligned_alloc(64, (size_t)n * 4);
     if (!p) return;
     for (int64_t i = 0; i < n; i++) p[i] = 1.0f;
-    bw_job j = {p, n, n / 8, 0, {0}};
+    static bw_job j;
+    j = (bw_job){p, n, n / 16, 0, {0}};
+    probe = &j;
     timing t = measure(run_bw, &j, 40, 1);
     dram_bw = (double)j.chunk * 4 / t.wall / 1e9;
     printf("DRAM read: %.1f GB/s (best wall), %d threads\n", dram_bw, nthr);
-    free(p);
+}
+
+/* The DRAM read bandwidth now: the host's memory is shared and its bandwidth drifts, so each
+ * memory-bound figure is compared with a measurement taken just before it. */
+static double dram_now(void) {
+    if (!probe) return dram_bw;
+    timing t = measure(run_bw, probe, 12, 1);
+    return (double)probe->chunk * 4 / t.wall / 1e9;
 }
 
 /* ---- helpers ---- */
@@ -232,7 +243,7 @@ static void bench_mm(int64_t s, int reps) {
 static void bench_linear(int64_t m, int64_t n, int64_t k, em_dtype dt, int engine) {
     size_t es = em_dtype_size(dt);
     size_t wbytes = (size_t)(n * k) * es;
-    int copies = (int)((128u << 20) / wbytes) + 1;
+    int copies = (int)((512u << 20) / wbytes) + 1; /* see measure_peak */
     if (getenv("LAB_HOT")) copies = 1;
     char *w = aligned_alloc(64, (wbytes + 63) / 64 * 64 * (size_t)copies);
     void *x = aligned_alloc(64, (size_t)(m * k) * es + 64);
@@ -249,16 +260,18 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, em_dtype dt, int engin
     double flops = 2.0 * (double)m * (double)n * (double)k;
     double peak = dt == EM_BF16 && peak_dot > 0 ? peak_dot : peak_fma;
     int inner = (int)(0.01 / ((double)wbytes / 40e9 + flops / 200e9)) + 1;
+    double bw = dram_now();
     timing t = measure(run_gemm, &j, 30, inner);
     char what[128];
     snprintf(what, sizeof what, "linear %-4s M=%-3lld N=%-5lld K=%lld %-6s", em_dtype_name(dt),
              (long long)m, (long long)n, (long long)k,
              engine == 1 ? "packed" : engine == 2 ? "dot" : "auto");
     report(what, flops, (double)wbytes, t, peak);
-    double t_mem = dram_bw > 0 ? (double)wbytes / (dram_bw * 1e9) : 0;
+    double t_mem = bw > 0 ? (double)wbytes / (bw * 1e9) : 0;
     double t_comp = peak > 0 ? flops / (peak * 1e9) : 0;
-    printf("    roofline %.1f us (%s-bound): %.0f%% of it in wall time\n",
-           fmax(t_mem, t_comp) * 1e6, t_mem > t_comp ? "memory" : "compute",
+    printf("    roofline %.1f us (%s-bound; DRAM read just before: %.1f GB/s): %.0f%% of it in wall "
+           "time\n",
+           fmax(t_mem, t_comp) * 1e6, t_mem > t_comp ? "memory" : "compute", bw,
            100 * fmax(t_mem, t_comp) / t.wall);
     free(w), free(x), free(c);
 }
@@ -290,6 +303,7 @@ int main(int argc, char **argv) {
         }
         if (all) break;
     }
+    if (probe) free((void *)probe->p);
     em_ctx_destroy(ctx);
     return 0;
 }
