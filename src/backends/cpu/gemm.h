@@ -8,12 +8,15 @@
  *    F32 (one float per k step) and BF16X2 (a pair of bf16 for k and k+1 in each 32-bit word, the
  *    operand layout of vdpbf16ps). f16 and bf16-without-hardware-support are widened to f32
  *    while packing.
- *  - dot: small M with rows of A and columns of B contiguous along k (x @ w^T for a weight
- *    w [N, K], the decode step of a linear layer). Every weight row is streamed once and dotted
- *    with all rows of x; threads split N. Memory-bound by design.
+ *  - dot: small M (up to 16 rows, or 96 while x fits in L2) with rows of A and columns of B
+ *    contiguous along k (x @ w^T for a weight w [N, K], the decode step of a linear layer). Every
+ *    weight row is streamed once (prefetched a block ahead) and dotted with all rows of x;
+ *    threads split N. Nothing is packed.
  *
- * Both run on the thread pool. The pieces (kernels, packers, the serial block driver) are
- * exposed so that grouped GEMMs (MoE ragged_dot) can schedule their own tiles.
+ * Both run on the thread pool; each output element is summed in one order whatever the thread
+ * count. The pieces (kernels, packers, the serial block driver) are exposed so that grouped
+ * GEMMs (MoE ragged_dot) can schedule their own tiles. Kernel levels: AVX-512 (+BF16) in
+ * gemm_avx512.c, the portable twins of gemm_kern.inc for AVX2 and the baseline.
  *
  * Units: all strides and offsets are in elements of the operand's dtype.
  */
