@@ -220,11 +220,17 @@ EM_API em_tensor *em_cumsum_(EM_OP_ARGS, em_tensor *x, int dim);
 /* ---- linear algebra ---- */
 /**
  * torch.matmul for 1-D to 4-D operands with batch broadcasting; f32, bf16, f16 (bf16/f16
- * accumulate in f32), both operands of the same dtype.
+ * accumulate in f32 and round once, as torch's CPU matmul), both operands of the same dtype.
+ * Operands may be any strided views. An inner size of 0 gives zeros. Errors: EM_ERR_SHAPE
+ * naming both shapes (inner sizes differ, batch dims do not broadcast, more than 4 dims),
+ * EM_ERR_DTYPE (not f32/bf16/f16, or two dtypes).
  */
 #define em_matmul(c, ...) em_matmul_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_matmul_(EM_OP_ARGS, em_tensor *a, em_tensor *b);
-/** x[..., in] @ w[out, in]^T + bias[out] (bias may be NULL): the Hub's nn.Linear layout. */
+/**
+ * x[..., in] @ w[out, in]^T + bias[out] (bias may be NULL): the Hub's nn.Linear layout. bf16/f16
+ * sum in f32, bias included, and round once (as torch). x, w and bias share one dtype.
+ */
 #define em_linear(c, ...) em_linear_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_linear_(EM_OP_ARGS, em_tensor *x, em_tensor *w, em_tensor *bias);
 
