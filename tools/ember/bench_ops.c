@@ -155,7 +155,7 @@ static void run_dispatch(void *user) {
 typedef struct lin_job {
     em_ctx *c;
     em_tensor *x;
-    em_tensor *w[16];
+    em_tensor *w[160];
     int copies, next;
 } lin_job;
 
@@ -279,9 +279,10 @@ int bench_ops(int argc, char **argv) {
         for (int ni = 0; ni < 2; ni++)
             u += snprintf(tasks + u, sizeof tasks - (size_t)u,
                           ", {\"name\": \"linear_%d_%d\", \"kind\": \"linear\", \"m\": %d, "
-                          "\"k\": 2048, \"n\": %d, \"dtype\": \"bf16\", \"copies\": 8, "
+                          "\"k\": 2048, \"n\": %d, \"dtype\": \"bf16\", \"copies\": %d, "
                           "\"min_time\": %g}",
-                          M_[mi], N_[ni], M_[mi], N_[ni], mt);
+                          M_[mi], N_[ni], M_[mi], N_[ni],
+                          (int)((256.0 * 1048576) / ((double)N_[ni] * 2048 * 2) + 1), mt);
     snprintf(tasks + u, sizeof tasks - (size_t)u, "]");
     bench_peer torch = {0};
     if (peers) bench_peer_run("torch_ops.py", tasks, &torch);
@@ -372,9 +373,12 @@ int bench_ops(int argc, char **argv) {
         for (int mi = 0; mi < 4; mi++) {
             em_scope_push(c);
             int m = M_[mi], n = N_[ni], k = 2048;
-            lin_job j = {c, em_randn(c, EM_BF16, EM_SHAPE(m, k), 5, 0, 1), {NULL}, 8, 0};
+            /* enough copies to span 256 MiB (8x the L3): each call reads its weights from DRAM */
+            int copies = (int)((256.0 * 1048576) / ((double)n * k * 2) + 1);
+            if (copies > 160) copies = 160;
+            lin_job j = {c, em_randn(c, EM_BF16, EM_SHAPE(m, k), 5, 0, 1), {NULL}, copies, 0};
             for (int w = 0; w < j.copies; w++)
-                j.w[w] = em_randn(c, EM_BF16, EM_SHAPE(n, k), 10 + (uint64_t)w, 0, 0.05);
+                j.w[w] = em_rand(c, EM_BF16, EM_SHAPE(n, k), 10 + (uint64_t)w, -0.05, 0.05);
             run_linear(&j);
             if (em_ctx_status(c)) {
                 fprintf(stderr, "linear: %s\n", em_ctx_error(c)->message);

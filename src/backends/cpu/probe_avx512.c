@@ -30,8 +30,8 @@ double em_probe_fma_avx512(int64_t iters) {
     __m512 a[12];
     for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
     for (int64_t i = 0; i < iters; i++) {
+        /* 12 independent chains: FMA is not associative, so nothing folds or spills */
         for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
-        __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]));
     }
     float s = 0;
     for (int k = 0; k < 12; k++) s += _mm512_reduce_add_ps(a[k]);
@@ -46,7 +46,6 @@ double em_probe_bf16dot_avx512(int64_t iters) {
     for (int k = 0; k < 12; k++) a[k] = _mm512_setzero_ps();
     for (int64_t i = 0; i < iters; i++) {
         for (int k = 0; k < 12; k++) a[k] = _mm512_dpbf16_ps(a[k], x, y);
-        __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]));
     }
     float s = 0;
     for (int k = 0; k < 12; k++) s += _mm512_reduce_add_ps(a[k]);
