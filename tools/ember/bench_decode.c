@@ -12,38 +12,10 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/probe.h"
+#include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "ember/ember.h"
-
-typedef struct rd_job {
-    float *p;
-    size_t n;
-} rd_job;
-
-static void rd_each(void *user, int tid, int nt) {
-    rd_job *j = user;
-    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
-    volatile float s = em_cpu_level() >= 2 ? em_probe_read_avx512(j->p + lo, hi - lo)
-                                           : em_probe_read_generic(j->p + lo, hi - lo);
-    (void)s;
-}
-
-static double bandwidth_gbs(void) {
-    rd_job j = {NULL, (size_t)128 << 20};
-    j.p = aligned_alloc(64, j.n * 4);
-    if (!j.p) return 0;
-    for (size_t i = 0; i < j.n; i++) j.p[i] = (float)(i & 3);
-    double best = 1e30;
-    for (int r = 0; r < 6; r++) {
-        double t0 = bench_now();
-        em_parallel_each(rd_each, &j);
-        double t = bench_now() - t0;
-        if (r && t < best) best = t;
-    }
-    free(j.p);
-    return (double)j.n * 4 / best / 1e9;
-}
 
 /* Bytes one decode step must read: every weight but the embedding table (one row), only the
  * experts that were hit, and the KV cache up to `pos`. */
@@ -157,7 +129,7 @@ int bench_decode(int argc, char **argv) {
             n_models++;
         }
     }
-    double bw = bandwidth_gbs();
+    double bw = bench_read_gbs();
     int threads = em_num_threads();
     if (!json) printf("read bandwidth %.1f GB/s on %d threads\n", bw, threads);
     for (int k = 0; k < n_models; k++) {

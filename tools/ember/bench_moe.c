@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/probe.h"
+#include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "ember/ember.h"
@@ -25,38 +26,6 @@ static const moe_model MODELS[] = {
     {"qwen3-30b-a3b", "qwen3_30b_a3b", 2048, 128, 8, 768, EM_MOE_ACT_SILU, true},
     {"gemma4-26b-a4b", "gemma4_26b_a4b", 2816, 128, 8, 704, EM_MOE_ACT_GELU_TANH, true},
 };
-
-typedef struct read_job {
-    float *p;
-    size_t n;
-} read_job;
-
-static void read_each(void *user, int tid, int nt) {
-    read_job *j = user;
-    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
-    volatile float s = em_cpu_level() >= 2 ? em_probe_read_avx512(j->p + lo, hi - lo)
-                                           : em_probe_read_generic(j->p + lo, hi - lo);
-    (void)s;
-}
-
-static void read_run(void *user) { em_parallel_each(read_each, user); }
-
-static double read_bandwidth_gbs(void) {
-    read_job j = {NULL, (size_t)128 << 20};
-    j.p = aligned_alloc(64, j.n * 4);
-    if (!j.p) return 0;
-    for (size_t i = 0; i < j.n; i++) j.p[i] = (float)(i & 3);
-    double best = 1e30;
-    read_run(&j);
-    for (int i = 0; i < 5; i++) {
-        double t0 = bench_now();
-        read_run(&j);
-        double t = bench_now() - t0;
-        if (t < best) best = t;
-    }
-    free(j.p);
-    return (double)j.n * 4 / best / 1e9;
-}
 
 typedef struct moe_job {
     em_ctx *c;
@@ -125,7 +94,7 @@ int bench_moe(int argc, char **argv) {
         }
     }
     double mt = quick ? 0.2 : 0.5;
-    double bw = read_bandwidth_gbs();
+    double bw = bench_read_gbs();
     if (!json) printf("read bandwidth %.1f GB/s on %d threads\n", bw, em_num_threads());
     for (size_t m = 0; m < sizeof MODELS / sizeof MODELS[0]; m++) {
         const moe_model *md = &MODELS[m];

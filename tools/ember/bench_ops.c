@@ -14,95 +14,12 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/probe.h"
+#include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "ember/ember.h"
 
-typedef struct limits {
-    double read_gbs_1, read_gbs, triad_gbs, fp32_gflops, bf16_gflops;
-} limits;
-
-/* ---- machine limits ---- */
-
-typedef struct probe_job {
-    float *a, *b, *c;
-    size_t n; /* floats per array */
-    int kind; /* 0 read, 1 triad, 2 fma, 3 bf16 */
-    int64_t iters;
-    double flops[64];
-} probe_job;
-
-static void probe_each(void *user, int tid, int nt) {
-    probe_job *j = user;
-    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
-    bool avx512 = em_cpu_level() >= 2;
-    switch (j->kind) {
-    case 0: {
-        volatile float s = avx512 ? em_probe_read_avx512(j->a + lo, hi - lo)
-                                  : em_probe_read_generic(j->a + lo, hi - lo);
-        (void)s;
-        break;
-    }
-    case 1:
-        if (avx512)
-            em_probe_triad_avx512(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo);
-        else
-            em_probe_triad_generic(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo);
-        break;
-    case 2:
-        j->flops[tid] = avx512 ? em_probe_fma_avx512(j->iters) : em_probe_fma_generic(j->iters);
-        break;
-    case 3:
-        j->flops[tid] = em_cpu_features_get()->avx512bf16 ? em_probe_bf16dot_avx512(j->iters) : 0;
-        break;
-    }
-}
-
-static void run_probe(void *user) { em_parallel_each(probe_each, user); }
-
-static void run_probe_1t(void *user) { probe_each(user, 0, 1); }
-
-static double best_of(void (*fn)(void *), void *user, int reps) {
-    double best = 1e30;
-    fn(user);
-    for (int i = 0; i < reps; i++) {
-        double t0 = bench_now();
-        fn(user);
-        double t = bench_now() - t0;
-        if (t < best) best = t;
-    }
-    return best;
-}
-
-static void measure_limits(limits *L) {
-    size_t n = (size_t)128 << 20; /* 512 MiB of floats per array: far beyond the caches */
-    probe_job j = {0};
-    j.a = aligned_alloc(64, n * 4);
-    j.b = aligned_alloc(64, n * 4);
-    j.c = aligned_alloc(64, n * 4);
-    for (size_t i = 0; i < n; i++) j.a[i] = j.b[i] = j.c[i] = (float)(i & 7);
-    j.n = n;
-    j.kind = 0;
-    L->read_gbs = n * 4.0 / best_of(run_probe, &j, 5) / 1e9;
-    L->read_gbs_1 = n * 4.0 / best_of(run_probe_1t, &j, 3) / 1e9;
-    j.n = n / 2;
-    j.kind = 1;
-    L->triad_gbs = 3.0 * j.n * 4.0 / best_of(run_probe, &j, 5) / 1e9;
-    free(j.a);
-    free(j.b);
-    free(j.c);
-    int nt = em_num_threads();
-    for (int kind = 2; kind <= 3; kind++) {
-        probe_job f = {0};
-        f.kind = kind;
-        f.iters = 2000000;
-        double t = best_of(run_probe, &f, 3);
-        double flops = 0;
-        for (int i = 0; i < nt && i < 64; i++) flops += f.flops[i];
-        if (kind == 2) L->fp32_gflops = flops / t / 1e9;
-        else L->bf16_gflops = flops / t / 1e9;
-    }
-}
+typedef bench_limits limits;
 
 /* ---- Ember measurements ---- */
 
@@ -247,7 +164,7 @@ int bench_ops(int argc, char **argv) {
     double mt = quick ? 0.2 : 0.6;
     int threads = em_num_threads();
     limits L = {0};
-    measure_limits(&L);
+    bench_measure_limits(&L);
     if (json)
         printf("{\"bench\": \"limits\", \"threads\": %d, \"read_gbs_1thread\": %.2f, "
                "\"read_gbs\": %.2f, \"triad_gbs\": %.2f, \"fp32_gflops\": %.1f, "
@@ -311,9 +228,11 @@ int bench_ops(int argc, char **argv) {
         em_tensor *b = em_randn(c, EM_F32, EM_SHAPE(big), 2, 0, 1);
         for (int i = 0; i < 5; i++) {
             op_job j = {c, a, b, ew_ops[i]};
+            double bw0 = i < 3 ? bench_triad_gbs() : bench_read_gbs();
             double ms = bench_median_ms(run_op, &j, mt);
+            double bw1 = i < 3 ? bench_triad_gbs() : bench_read_gbs();
             double bytes = (double)big * 4 * (i < 2 ? 3 : i == 2 ? 2 : 1);
-            double lim = bytes / ((i < 3 ? L.triad_gbs : L.read_gbs) * 1e9) * 1e3;
+            double lim = bytes / ((bw0 > bw1 ? bw0 : bw1) * 1e9) * 1e3;
             double p = torch.available ? bench_peer_ms(&torch, ew_ops[i]) : -1;
             char shape[32];
             snprintf(shape, sizeof shape, "[%lld] %lldMiB", (long long)big, (long long)(big * 4 >> 20));
@@ -386,9 +305,12 @@ int bench_ops(int argc, char **argv) {
                 em_scope_pop(c);
                 continue;
             }
+            double bw0 = bench_read_gbs();
             double ms = bench_median_ms(run_linear, &j, mt);
+            double bw1 = bench_read_gbs();
             double bytes = (double)n * k * 2, flops = 2.0 * m * n * k;
-            double mem = bytes / (L.read_gbs * 1e9) * 1e3, comp = flops / (L.bf16_gflops * 1e9) * 1e3;
+            double mem = bytes / ((bw0 > bw1 ? bw0 : bw1) * 1e9) * 1e3,
+                   comp = flops / (L.bf16_gflops * 1e9) * 1e3;
             char name[32], shape[48];
             snprintf(name, sizeof name, "linear_%d_%d", m, n);
             snprintf(shape, sizeof shape, "M%d K%d N%d", m, k, n);

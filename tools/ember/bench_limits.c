@@ -1,0 +1,116 @@
+/*
+ * Machine-limit probes: STREAM-style read and triad bandwidth over arrays far larger than the
+ * caches, and the FP32 FMA and BF16 dot peaks. The arrays come from the CPU device's allocator
+ * (the same huge-page-backed memory tensors get), so the limit and the kernels it judges see the
+ * same TLB behaviour.
+ */
+#include "bench_limits.h"
+
+#include <stdlib.h>
+
+#include "backends/cpu/cpu.h"
+#include "backends/cpu/probe.h"
+#include "bench_util.h"
+#include "ember/ember.h"
+
+typedef struct probe_job {
+    float *a, *b, *c;
+    size_t n;
+    int kind; /* 0 read, 1 triad, 2 fma, 3 bf16 */
+    int64_t iters;
+    double flops[64];
+} probe_job;
+
+static void probe_each(void *user, int tid, int nt) {
+    probe_job *j = user;
+    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
+    bool avx512 = em_cpu_level() >= 2;
+    switch (j->kind) {
+    case 0: {
+        volatile float s = avx512 ? em_probe_read_avx512(j->a + lo, hi - lo)
+                                  : em_probe_read_generic(j->a + lo, hi - lo);
+        (void)s;
+        break;
+    }
+    case 1:
+        if (avx512)
+            em_probe_triad_avx512(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo);
+        else
+            em_probe_triad_generic(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo);
+        break;
+    case 2:
+        j->flops[tid < 64 ? tid : 63] = avx512 ? em_probe_fma_avx512(j->iters)
+                                               : em_probe_fma_generic(j->iters);
+        break;
+    default:
+        j->flops[tid < 64 ? tid : 63] =
+            em_cpu_features_get()->avx512bf16 ? em_probe_bf16dot_avx512(j->iters) : 0;
+    }
+}
+
+static void run_all(void *user) { em_parallel_each(probe_each, user); }
+static void run_one(void *user) { probe_each(user, 0, 1); }
+
+static double best_s(void (*fn)(void *), void *user, int reps) {
+    double best = 1e30;
+    fn(user); /* first touch and warm-up */
+    for (int i = 0; i < reps; i++) {
+        double t0 = bench_now();
+        fn(user);
+        double t = bench_now() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static void bandwidth(bench_limits *L, bool triad, bool single) {
+    em_ctx *c = em_ctx_create();
+    size_t n = (size_t)128 << 20; /* 512 MiB of floats per array */
+    probe_job j = {0};
+    em_tensor *ta = em_full(c, EM_F32, EM_SHAPE((int64_t)n), 1.0);
+    em_tensor *tb = triad ? em_full(c, EM_F32, EM_SHAPE((int64_t)n), 2.0) : NULL;
+    em_tensor *tc = triad ? em_full(c, EM_F32, EM_SHAPE((int64_t)n), 3.0) : NULL;
+    j.a = em_tensor_data(c, ta);
+    j.b = tb ? em_tensor_data(c, tb) : NULL;
+    j.c = tc ? em_tensor_data(c, tc) : NULL;
+    j.n = triad ? n / 2 : n;
+    if (j.a && (!triad || (j.b && j.c))) {
+        if (triad) {
+            j.kind = 1;
+            L->triad_gbs = 3.0 * (double)j.n * 4 / best_s(run_all, &j, 5) / 1e9;
+        } else {
+            j.kind = 0;
+            L->read_gbs = (double)n * 4 / best_s(run_all, &j, 5) / 1e9;
+            if (single) L->read_gbs_1 = (double)n * 4 / best_s(run_one, &j, 3) / 1e9;
+        }
+    }
+    em_ctx_destroy(c);
+}
+
+double bench_read_gbs(void) {
+    bench_limits L = {0};
+    bandwidth(&L, false, false);
+    return L.read_gbs;
+}
+
+double bench_triad_gbs(void) {
+    bench_limits L = {0};
+    bandwidth(&L, true, false);
+    return L.triad_gbs;
+}
+
+void bench_measure_limits(bench_limits *L) {
+    bandwidth(L, false, true);
+    bandwidth(L, true, false);
+    int nt = em_num_threads();
+    for (int kind = 2; kind <= 3; kind++) {
+        probe_job f = {0};
+        f.kind = kind;
+        f.iters = 2000000;
+        double t = best_s(run_all, &f, 3);
+        double flops = 0;
+        for (int i = 0; i < nt && i < 64; i++) flops += f.flops[i];
+        if (kind == 2) L->fp32_gflops = flops / t / 1e9;
+        else L->bf16_gflops = flops / t / 1e9;
+    }
+}

@@ -1,0 +1,22 @@
+/* The machine's limits, measured in the same run as the benchmark that quotes them. */
+#ifndef EMBER_BENCH_LIMITS_H
+#define EMBER_BENCH_LIMITS_H
+
+typedef struct bench_limits {
+    double read_gbs_1;   /* read bandwidth, one thread */
+    double read_gbs;     /* read bandwidth, all threads */
+    double triad_gbs;    /* a = b + s*c, bytes of all three arrays, all threads */
+    double fp32_gflops;  /* FMA peak, all threads */
+    double bf16_gflops;  /* vdpbf16ps peak, all threads (0 without AVX512_BF16) */
+} bench_limits;
+
+/* Bandwidth only (read, all threads), in GB/s. */
+double bench_read_gbs(void);
+/* Everything. */
+void bench_measure_limits(bench_limits *L);
+/* The triad bandwidth alone (GB/s). */
+double bench_triad_gbs(void);
+/* This VM's memory bandwidth drifts with its neighbours, so memory-bound rows re-measure the
+ * bandwidth right before and after they run and quote the higher figure (the stricter bound). */
+
+#endif
