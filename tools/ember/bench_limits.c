@@ -87,6 +87,48 @@ static void bandwidth(bench_limits *L, bool triad, bool single) {
     em_ctx_destroy(c);
 }
 
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_interleaved(void (*op)(void *), void *user, double op_bytes, bool triad, int reps,
+                         int inner, double *op_ms, double *gbs) {
+    em_ctx *c = em_ctx_create();
+    size_t n = (size_t)64 << 20; /* 256 MiB per array */
+    probe_job j = {0};
+    em_tensor *ta = em_full(c, EM_F32, EM_SHAPE((int64_t)n), 1.0);
+    em_tensor *tb = triad ? em_full(c, EM_F32, EM_SHAPE((int64_t)n), 2.0) : NULL;
+    em_tensor *tc = triad ? em_full(c, EM_F32, EM_SHAPE((int64_t)n), 3.0) : NULL;
+    j.a = em_tensor_data(c, ta);
+    j.b = tb ? em_tensor_data(c, tb) : NULL;
+    j.c = tc ? em_tensor_data(c, tc) : NULL;
+    j.n = n;
+    j.kind = triad ? 1 : 0;
+    double probe_bytes = (triad ? 3.0 : 1.0) * (double)n * 4;
+    if (reps > 64) reps = 64;
+    double frac[64], ms[64], bw[64];
+    run_all(&j); /* first touch */
+    op(user);
+    for (int r = 0; r < reps; r++) {
+        double t0 = bench_now();
+        run_all(&j);
+        double t1 = bench_now();
+        for (int k = 0; k < (inner > 0 ? inner : 1); k++) op(user);
+        double t2 = bench_now(), per = (t2 - t1) / (inner > 0 ? inner : 1);
+        bw[r] = probe_bytes / (t1 - t0) / 1e9;
+        ms[r] = per * 1e3;
+        frac[r] = (op_bytes / per) / (probe_bytes / (t1 - t0));
+    }
+    qsort(frac, (size_t)reps, sizeof *frac, cmp_d);
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_d);
+    qsort(bw, (size_t)reps, sizeof *bw, cmp_d);
+    *op_ms = ms[reps / 2];
+    *gbs = bw[reps / 2];
+    em_ctx_destroy(c);
+    return frac[reps / 2];
+}
+
 double bench_read_gbs(void) {
     bench_limits L = {0};
     bandwidth(&L, false, false);

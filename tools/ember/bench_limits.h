@@ -2,6 +2,8 @@
 #ifndef EMBER_BENCH_LIMITS_H
 #define EMBER_BENCH_LIMITS_H
 
+#include <stdbool.h>
+
 typedef struct bench_limits {
     double read_gbs_1;   /* read bandwidth, one thread */
     double read_gbs;     /* read bandwidth, all threads */
@@ -16,7 +18,14 @@ double bench_read_gbs(void);
 void bench_measure_limits(bench_limits *L);
 /* The triad bandwidth alone (GB/s). */
 double bench_triad_gbs(void);
-/* This VM's memory bandwidth drifts with its neighbours, so memory-bound rows re-measure the
- * bandwidth right before and after they run and quote the higher figure (the stricter bound). */
+/*
+ * This VM's memory bandwidth drifts with its neighbours from one tenth of a second to the next,
+ * so a memory-bound figure is measured interleaved with its limit: `reps` times the probe (read,
+ * or triad) then the op, each pair giving a fraction of the bandwidth of that moment. Returns the
+ * median fraction; *op_ms gets the median op time and *gbs the median probe bandwidth. Short
+ * ops run `inner` times per pair (op_bytes is per call).
+ */
+double bench_interleaved(void (*op)(void *), void *user, double op_bytes, bool triad, int reps,
+                         int inner, double *op_ms, double *gbs);
 
 #endif

@@ -228,11 +228,9 @@ int bench_ops(int argc, char **argv) {
         em_tensor *b = em_randn(c, EM_F32, EM_SHAPE(big), 2, 0, 1);
         for (int i = 0; i < 5; i++) {
             op_job j = {c, a, b, ew_ops[i]};
-            double bw0 = i < 3 ? bench_triad_gbs() : bench_read_gbs();
-            double ms = bench_median_ms(run_op, &j, mt);
-            double bw1 = i < 3 ? bench_triad_gbs() : bench_read_gbs();
-            double bytes = (double)big * 4 * (i < 2 ? 3 : i == 2 ? 2 : 1);
-            double lim = bytes / ((bw0 > bw1 ? bw0 : bw1) * 1e9) * 1e3;
+            double bytes = (double)big * 4 * (i < 2 ? 3 : i == 2 ? 2 : 1), ms, gbs;
+            double frac = bench_interleaved(run_op, &j, bytes, i < 3, quick ? 5 : 11, 1, &ms, &gbs);
+            double lim = ms * frac;
             double p = torch.available ? bench_peer_ms(&torch, ew_ops[i]) : -1;
             char shape[32];
             snprintf(shape, sizeof shape, "[%lld] %lldMiB", (long long)big, (long long)(big * 4 >> 20));
@@ -305,12 +303,9 @@ int bench_ops(int argc, char **argv) {
                 em_scope_pop(c);
                 continue;
             }
-            double bw0 = bench_read_gbs();
-            double ms = bench_median_ms(run_linear, &j, mt);
-            double bw1 = bench_read_gbs();
-            double bytes = (double)n * k * 2, flops = 2.0 * m * n * k;
-            double mem = bytes / ((bw0 > bw1 ? bw0 : bw1) * 1e9) * 1e3,
-                   comp = flops / (L.bf16_gflops * 1e9) * 1e3;
+            double bytes = (double)n * k * 2, flops = 2.0 * m * n * k, ms, gbs;
+            double frac = bench_interleaved(run_linear, &j, bytes, false, quick ? 9 : 21, 40, &ms, &gbs);
+            double mem = ms * frac, comp = flops / (L.bf16_gflops * 1e9) * 1e3;
             char name[32], shape[48];
             snprintf(name, sizeof name, "linear_%d_%d", m, n);
             snprintf(shape, sizeof shape, "M%d K%d N%d", m, k, n);

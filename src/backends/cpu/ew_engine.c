@@ -14,6 +14,7 @@
 #include "backends/cpu/ew.h"
 
 #define EW_BLOCK 256
+#define EW_BLOCK_DIRECT 8192 /* when no value needs a scratch buffer */
 #define EW_MAX_LEAVES 40
 #define EW_MAX_NODES 20
 #define EW_STACK_SCRATCH (48 * 1024)
@@ -71,6 +72,7 @@ typedef struct ew_prog {
     char *out;
     int64_t numel;
     int err; /* fused build: 1 too large, 2 an input was overwritten in place */
+    int64_t block; /* elements per block: EW_BLOCK, or EW_BLOCK_DIRECT when nothing is copied */
 } ew_prog;
 
 static bool native(em_dtype t) { return t == EM_F32 || t == EM_F64 || t == EM_I64; }
@@ -189,9 +191,9 @@ static void eval_range(const ew_prog *p, int64_t begin, int64_t end, char *scrat
     char *slot_buf[EW_MAX_LEAVES + EW_MAX_NODES];
     char *conv_buf[EW_MAX_NODES][3];
     char *s = scratch;
-    for (int i = 0; i < nslots; i++, s += EW_BLOCK * 8) slot_buf[i] = s;
+    for (int i = 0; i < nslots; i++, s += p->block * 8) slot_buf[i] = s;
     for (int n = 0; n < p->n_nodes; n++)
-        for (int j = 0; j < p->nodes[n].n_in; j++, s += EW_BLOCK * 8) conv_buf[n][j] = s;
+        for (int j = 0; j < p->nodes[n].n_in; j++, s += p->block * 8) conv_buf[n][j] = s;
     const void *ptr[EW_MAX_LEAVES + EW_MAX_NODES];
     int nd = p->nd;
     int64_t inner = p->shape[nd - 1];
@@ -203,7 +205,7 @@ static void eval_range(const ew_prog *p, int64_t begin, int64_t end, char *scrat
         int64_t rem = pos / inner, ii = pos % inner;
         int64_t len = inner - ii;
         if (len > end - pos) len = end - pos;
-        if (len > EW_BLOCK) len = EW_BLOCK;
+        if (len > p->block) len = p->block;
         int64_t outer_off[EW_MAX_LEAVES];
         for (int l = 0; l < p->n_leaves; l++) outer_off[l] = 0;
         for (int d = nd - 2; d >= 0; d--) {
@@ -264,7 +266,7 @@ static void eval_range(const ew_prog *p, int64_t begin, int64_t end, char *scrat
 static size_t scratch_bytes(const ew_prog *p) {
     size_t n = (size_t)(p->n_leaves + p->n_nodes);
     for (int i = 0; i < p->n_nodes; i++) n += (size_t)p->nodes[i].n_in;
-    return n * EW_BLOCK * 8;
+    return p->block == EW_BLOCK_DIRECT ? 0 : n * EW_BLOCK * 8;
 }
 
 static void par_body(void *user, int64_t b, int64_t e, int tid) {
@@ -274,23 +276,38 @@ static void par_body(void *user, int64_t b, int64_t e, int tid) {
     _Alignas(64) char stack[EW_STACK_SCRATCH];
     char *buf = need <= sizeof stack ? stack : malloc(need);
     if (!buf) return; /* cannot happen in practice; the caller pre-checks with one malloc */
-    eval_range(p, b * EW_BLOCK, e * EW_BLOCK < p->numel ? e * EW_BLOCK : p->numel, buf);
+    eval_range(p, b * p->block, e * p->block < p->numel ? e * p->block : p->numel, buf);
     if (buf != stack) free(buf);
+}
+
+/* A single node whose inputs are read in place and whose output is written in place needs no
+ * scratch: it can run in long blocks (less per-block bookkeeping on large tensors). */
+static bool direct_only(const ew_prog *p) {
+    if (p->n_nodes != 1 || !native(p->out_dtype) || p->nodes[0].op == EM_OP_CAST) return false;
+    const ew_node *n = &p->nodes[0];
+    if (!native(n->dtype)) return false;
+    for (int j = 0; j < n->n_in; j++)
+        if (n->truth[j] || p->slot_ct[n->in[j]] != n->ct_in) return false;
+    for (int l = 0; l < p->n_leaves; l++)
+        if (!p->leaves[l].direct) return false;
+    return true;
 }
 
 static em_status run(em_ctx *c, ew_prog *p) {
     if (p->numel == 0) return EM_OK;
     coalesce(p);
+    p->block = direct_only(p) ? EW_BLOCK_DIRECT : EW_BLOCK;
     if (scratch_bytes(p) > EW_STACK_SCRATCH) {
         void *probe = malloc(scratch_bytes(p));
         if (!probe) return EM_FAIL(c, EM_ERR_OOM, "elementwise", "no scratch memory");
         free(probe);
     }
-    int64_t blocks = (p->numel + EW_BLOCK - 1) / EW_BLOCK;
+    int64_t blocks = (p->numel + p->block - 1) / p->block;
     if (p->numel < EW_PAR_MIN) {
         par_body(p, 0, blocks, 0);
     } else {
-        em_parallel_for(blocks, EW_PAR_MIN / EW_BLOCK / 4, par_body, p);
+        int64_t grain = EW_PAR_MIN / p->block / 4;
+        em_parallel_for(blocks, grain > 0 ? grain : 1, par_body, p);
     }
     return EM_OK;
 }
