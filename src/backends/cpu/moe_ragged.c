@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/ragged.h"
 
 #define RD_NBLOCK 64 /* weight rows per task */
@@ -24,6 +25,7 @@ typedef struct rd_job {
     em_tensor *out;
     rd_task *tasks;
     bool avx512, bf16dot;
+    em_gemm_dot_fn dot; /* the linear layers' weight-streaming dot engine, for few rows */
 } rd_job;
 
 static float bfv(uint16_t h) { return em_bf16_to_f32(h); }
@@ -82,6 +84,14 @@ static void run_tasks(void *user, int64_t b, int64_t e, int tid) {
         int64_t ldo = direct ? j->n : t->nn;
         const char *x = j->x + (size_t)(t->row0 * j->k) * es;
         const char *w = j->w + (size_t)((t->g * j->n + t->n0) * j->k) * es;
+        if (j->native && j->dot && t->rows <= 64 && j->out->dtype == j->dt) {
+            /* decode sizes: stream this block of weight rows once against the group's rows,
+             * rounding once into the output */
+            char *o = (char *)em_tensor_ptr(j->out) + (size_t)(t->row0 * j->n + t->n0) * es;
+            j->dot(t->rows, t->nn, j->k, x, j->k, w, j->k, o, j->n, j->dt, NULL);
+            if (acc != stackbuf) free(acc);
+            continue;
+        }
         if (j->native && j->dt == EM_BF16) {
             if (j->bf16dot)
                 em_ragged_nk_bf16_avx512((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w,
@@ -170,6 +180,7 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
     j.out = out;
     j.avx512 = em_cpu_level() >= 2;
     j.bf16dot = j.avx512 && em_cpu_features_get()->avx512bf16;
+    j.dot = j.native ? em_gemm_dot_for(j.dt) : NULL;
     int64_t t = 0, row = 0;
     for (int64_t i = 0; i < g; i++) {
         int64_t s = em_cpu_get_i64(gs, i);
