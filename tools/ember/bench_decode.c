@@ -37,6 +37,20 @@ static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, 
     return (total + kv) * es;
 }
 
+/* Multiply-adds per token of a decode step (weights touched once per token). */
+static double step_params(const em_model *m, int64_t experts_hit, int64_t batch) {
+    const em_model_config *cfg = em_model_get_config(m);
+    int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
+    double attn = (double)h * hd * (2.0 * cfg->num_attention_heads + 2.0 * cfg->num_key_value_heads);
+    double per = attn * (double)L + (double)cfg->vocab_size * h;
+    if (cfg->num_experts > 0) /* each token uses top_k experts per layer */
+        per += (double)L * cfg->num_experts_per_tok * 3.0 * cfg->moe_intermediate_size * h;
+    else
+        per += 3.0 * (double)cfg->intermediate_size * h * (double)L;
+    (void)experts_hit, (void)batch;
+    return per;
+}
+
 typedef struct run {
     int64_t batch, prompt, steps;
     double prefill_ms, step_ms;
@@ -129,9 +143,13 @@ int bench_decode(int argc, char **argv) {
             n_models++;
         }
     }
-    double bw = bench_read_gbs();
+    bench_limits L = {0};
+    bench_measure_limits(&L);
+    double bw = L.read_gbs;
     int threads = em_num_threads();
-    if (!json) printf("read bandwidth %.1f GB/s on %d threads\n", bw, threads);
+    if (!json)
+        printf("read bandwidth %.1f GB/s, bf16 dot peak %.0f GFLOP/s on %d threads\n", bw,
+               L.bf16_gflops, threads);
     for (int k = 0; k < n_models; k++) {
         bench_peer torch = {0};
         if (peers) {
@@ -166,8 +184,13 @@ int bench_decode(int argc, char **argv) {
                 em_ctx_clear_error(c);
                 continue;
             }
+            /* the roofline: bytes a step must read, or the flops of its matmuls at the bf16 peak
+             * (batch 16 on the dense model is compute-bound on this CPU) */
             double bound = step_bytes(m, r.experts_hit, r.batch, r.prompt + r.steps / 2) /
                            (bw * 1e9) * 1e3;
+            double flops = 2.0 * (double)r.batch * step_params(m, r.experts_hit, r.batch);
+            double comp = L.bf16_gflops > 0 ? flops / (L.bf16_gflops * 1e9) * 1e3 : 0;
+            if (comp > bound) bound = comp;
             double tps = (double)r.batch * 1e3 / r.step_ms;
             char name[32];
             snprintf(name, sizeof name, "decode_%lld", (long long)r.batch);
