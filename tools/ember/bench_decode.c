@@ -55,7 +55,14 @@ typedef struct run {
     int64_t batch, prompt, steps;
     double prefill_ms, step_ms;
     int64_t experts_hit; /* per step, summed over layers, averaged */
+    double frac;         /* median over steps of (bytes / step time) / bandwidth probed just
+                            before that step (the host's bandwidth drifts) */
 } run;
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 static em_status decode_run(em_ctx *c, const em_model *m, run *r) {
     em_kv_cache *kv = em_kv_cache_create(c, m, r->batch, r->prompt + r->steps + 1);
@@ -70,18 +77,27 @@ static em_status decode_run(em_ctx *c, const em_model *m, run *r) {
     em_tensor *next = em_argmax(c, lg, -1, false); /* [B, 1] greedy */
     if (next) em_tensor_data(c, next);
     r->prefill_ms = (bench_now() - t0) * 1e3;
-    double t1 = bench_now();
-    int64_t hits = 0;
+    double total = 0, fr[256];
+    int64_t hits = 0, nf = 0;
     for (int64_t s = 0; s < r->steps && !em_ctx_status(c); s++) {
+        double gbs = bench_read_gbs(); /* the bandwidth of this moment */
         em_scope_push(c);
+        double t1 = bench_now();
         lg = em_model_forward(c, m, next, NULL, kv, true);
         em_tensor *nx = em_keep(c, em_argmax(c, lg, -1, false));
         if (nx) em_tensor_data(c, nx);
-        hits += em_kv_cache_experts_hit(kv);
+        double dt = bench_now() - t1;
+        total += dt;
+        int64_t hit = em_kv_cache_experts_hit(kv);
+        hits += hit;
+        if (nf < 256 && gbs > 0)
+            fr[nf++] = step_bytes(m, hit, r->batch, r->prompt + s) / dt / (gbs * 1e9);
         em_scope_pop(c);
         next = nx;
     }
-    r->step_ms = (bench_now() - t1) * 1e3 / (double)r->steps;
+    r->step_ms = total * 1e3 / (double)r->steps;
+    qsort(fr, (size_t)nf, sizeof *fr, cmp_d);
+    r->frac = nf ? fr[nf / 2] : 0;
     r->experts_hit = r->steps ? hits / r->steps : 0;
     em_scope_pop(c);
     free(ids);
@@ -178,7 +194,7 @@ int bench_decode(int argc, char **argv) {
                    "of bnd", "torch tok/s", "speedup");
         int64_t batches[2] = {1, 16};
         for (int bi = 0; bi < 2; bi++) {
-            run r = {batches[bi], 16, steps, 0, 0, 0};
+            run r = {batches[bi], 16, steps, 0, 0, 0, 0};
             if (decode_run(c, m, &r) != EM_OK) {
                 fprintf(stderr, "decode: %s\n", em_ctx_error(c)->message);
                 em_ctx_clear_error(c);
@@ -186,8 +202,9 @@ int bench_decode(int argc, char **argv) {
             }
             /* the roofline: bytes a step must read, or the flops of its matmuls at the bf16 peak
              * (batch 16 on the dense model is compute-bound on this CPU) */
-            double bound = step_bytes(m, r.experts_hit, r.batch, r.prompt + r.steps / 2) /
-                           (bw * 1e9) * 1e3;
+            double bound = r.frac > 0 ? r.step_ms * r.frac
+                                      : step_bytes(m, r.experts_hit, r.batch, r.prompt + r.steps / 2) /
+                                            (bw * 1e9) * 1e3;
             double flops = 2.0 * (double)r.batch * step_params(m, r.experts_hit, r.batch);
             double comp = L.bf16_gflops > 0 ? flops / (L.bf16_gflops * 1e9) * 1e3 : 0;
             if (comp > bound) bound = comp;
@@ -211,7 +228,7 @@ int bench_decode(int argc, char **argv) {
             fflush(stdout);
         }
         /* prefill of 512 tokens */
-        run p = {1, 512, 0, 0, 0, 0};
+        run p = {1, 512, 0, 0, 0, 0, 0};
         em_kv_cache *kv = em_kv_cache_create(c, m, 1, 513);
         int64_t *ids = malloc(512 * sizeof *ids);
         for (int i = 0; ids && i < 512; i++) ids[i] = 10 + (i * 7919) % (cfg->vocab_size - 10);
