@@ -261,16 +261,24 @@ em_status rule_index_select(RULE_ARGS) {
     return EM_OK;
 }
 
+/* gather and take_along_dim: an index tensor with as many dims as the input, and a dim. */
+static em_status check_along_dim(em_ctx *c, const em_tensor *x, const em_tensor *idx,
+                                 int64_t dim, int *d) {
+    char s1[128], s2[128];
+    if (need_index(c, idx, "index")) return EM_ERR_DTYPE;
+    if (idx->ndim != x->ndim)
+        return em_op_fail(c, EM_ERR_SHAPE, "index %s and input %s need the same number of dims",
+                          SHAPE(idx, s1), SHAPE(x, s2));
+    return em_rule_dim(c, dim, x->ndim, "dim", d) ? EM_OK : EM_ERR_INVALID_ARG;
+}
+
 em_status rule_gather(RULE_ARGS) {
     (void)op, (void)n_in, (void)n_out;
     const em_tensor *x = in[0], *idx = in[1];
     char s1[128], s2[128];
     int d;
-    if (need_index(c, idx, "index")) return EM_ERR_DTYPE;
-    if (idx->ndim != x->ndim)
-        return em_op_fail(c, EM_ERR_SHAPE, "index %s and input %s need the same number of dims",
-                          SHAPE(idx, s1), SHAPE(x, s2));
-    if (!em_rule_dim(c, attrs[0].i, x->ndim, "dim", &d)) return EM_ERR_INVALID_ARG;
+    em_status s = check_along_dim(c, x, idx, attrs[0].i, &d);
+    if (s) return s;
     for (int i = 0; i < x->ndim; i++)
         if (i != d && idx->shape[i] > x->shape[i])
             return em_op_fail(c, EM_ERR_SHAPE, "index %s is larger than input %s in dim %d",
@@ -284,11 +292,8 @@ em_status rule_take_along_dim(RULE_ARGS) {
     const em_tensor *x = in[0], *idx = in[1];
     char s1[128], s2[128];
     int d;
-    if (need_index(c, idx, "index")) return EM_ERR_DTYPE;
-    if (idx->ndim != x->ndim)
-        return em_op_fail(c, EM_ERR_SHAPE, "index %s and input %s need the same number of dims",
-                          SHAPE(idx, s1), SHAPE(x, s2));
-    if (!em_rule_dim(c, attrs[0].i, x->ndim, "dim", &d)) return EM_ERR_INVALID_ARG;
+    em_status st = check_along_dim(c, x, idx, attrs[0].i, &d);
+    if (st) return st;
     out->dtype = x->dtype;
     out->ndim = x->ndim;
     for (int i = 0; i < x->ndim; i++) {
