@@ -8,10 +8,13 @@
 #include "ember/generate.h"
 #include "harness.h"
 
-static em_model *load(em_ctx *c, const char *family, em_dtype dt) {
+static em_model *load_on(em_ctx *c, const char *family, em_dtype dt, const char *device,
+                         const char *map) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), family);
     em_model_options o = em_model_default_options();
+    o.device = device;
+    o.device_map = map;
     o.dtype = dt;
     o.dtype_set = true;
     o.progress = false;
@@ -19,6 +22,10 @@ static em_model *load(em_ctx *c, const char *family, em_dtype dt) {
     em_model *m = em_model_load(c, dir, &o);
     CHECK_MSG(m != NULL, "%s: %s", family, em_ctx_error(c) ? em_ctx_error(c)->message : "");
     return m;
+}
+
+static em_model *load(em_ctx *c, const char *family, em_dtype dt) {
+    return load_on(c, family, dt, NULL, NULL);
 }
 
 static int64_t *host_i64(em_ctx *c, em_tensor *t, int64_t *n) {
@@ -153,6 +160,38 @@ static void test_bert(void) {
     em_test_bundle_free(b);
 }
 
+/* On a PJRT device (XLA's CPU plugin) and split between cpu and xla: the same greedy tokens as
+ * transformers (and so as the CPU backend). Skipped, loudly, when no plugin is installed. */
+static void test_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    em_device *xla = em_device_get(c, "xla:0");
+    if (!xla) {
+        fprintf(stderr, "*** SKIP test_on_xla: no XLA PJRT plugin (%s); install xla-cpu-pjrt "
+                        "or set EMBER_PJRT_XLA_PLUGIN ***\n", em_ctx_error(c)->message);
+        em_ctx_destroy(c);
+        return;
+    }
+    const char *families[] = {"qwen3", "qwen3_moe", "gemma3_text"};
+    for (int i = 0; i < 3; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "models/%s_ref", families[i]);
+        em_test_bundle *b = em_test_bundle_load(rel);
+        em_model *m = load_on(c, families[i], EM_F32, "xla:0", NULL);
+        if (m && b) check_greedy(c, m, b, families[i], "on xla:0");
+        em_model_free(m);
+        if (i == 0 && b) { /* layers split between the CPU and the PJRT device */
+            m = load_on(c, families[i], EM_F32, NULL,
+                        "model.embed_tokens=cpu,model.layers.0=cpu,model.layers.1=xla:0,"
+                        "model.norm=xla:0");
+            if (m) check_greedy(c, m, b, families[i], "split cpu/xla:0");
+            em_model_free(m);
+        }
+        em_test_bundle_free(b);
+        em_ctx_clear_error(c);
+    }
+    em_ctx_destroy(c);
+}
+
 static void test_errors(void) {
     em_ctx *c = em_ctx_create();
     em_model_options o = em_model_default_options();
@@ -185,4 +224,4 @@ static void test_errors(void) {
 }
 
 EM_TEST_MAIN(T(test_qwen3), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),
-             T(test_gemma3), T(test_bert), T(test_errors))
+             T(test_gemma3), T(test_bert), T(test_on_xla), T(test_errors))

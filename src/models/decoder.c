@@ -353,7 +353,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     enter_device(&f, m->dev_embed);
     em_tensor *h = em_embedding(c, m->embed, to_dev(c, ids, m->dev_embed));
     if (m->embed_scale > 0) /* Gemma: the scale is rounded to the model dtype first */
-        h = em_mul(c, h, em_scalar(c, m->embed_scale, m->dtype));
+        h = em_mul_scalar(c, h, m->embed_scale);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
         const em_dec_layer *l = &m->layers[i];
         enter_device(&f, l->dev);

@@ -246,13 +246,16 @@ em_tensor *em_where_(EM_OP_ARGS, em_tensor *cond, em_tensor *a, em_tensor *b) {
     return EM_RUN(EM_OP_WHERE, in, 3, NULL);
 }
 
-/* A Python number as torch wraps it: the tensor's own float dtype, else i64 or f32. */
+/* A Python number as torch wraps it: the tensor's own float dtype, else i64 or f32; made on the
+ * tensor's device (an op never mixes devices). */
 static em_tensor *wrap_scalar(EM_OP_ARGS, em_tensor *x, double v) {
     if (!c || c->err.status || !x) return NULL;
     em_dtype t;
     if (em_dtype_is_float(x->dtype)) t = x->dtype;
     else t = (v == floor(v) && fabs(v) < 9.0e15) ? EM_I64 : EM_F32;
-    return em_scalar_(c, file, line, v, t);
+    unsigned char buf[8];
+    em_store_f64(buf, t, 0, v);
+    return em_from_host_on_(c, file, line, x->dev, t, 0, NULL, buf);
 }
 
 #define SCALAR(fn, ID)                                                                             \
