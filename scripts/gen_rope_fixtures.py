@@ -75,6 +75,19 @@ CASES = [
     ("yarn/partial", {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                       "partial_rotary_factor": 0.5, "original_max_position_embeddings": 2048},
      128, 8192, None),
+    # Gemma 4's full-attention layers: head_dim / 2 frequencies, the first
+    # int(partial_rotary_factor * head_dim // 2) of them rotating, the others zero
+    ("proportional/gemma4_global", {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                    "partial_rotary_factor": 0.25}, 512, 131072, None),
+    ("proportional/factor", {"rope_type": "proportional", "rope_theta": 1000000.0,
+                             "partial_rotary_factor": 0.25, "factor": 8.0}, 256, 131072, None),
+    ("proportional/small", {"rope_type": "proportional", "rope_theta": 1000000.0,
+                            "partial_rotary_factor": 0.25}, 16, 128, None),
+    ("proportional/odd_angles", {"rope_type": "proportional", "rope_theta": 10000.0,
+                                 "partial_rotary_factor": 0.3}, 80, 4096, None),
+    ("proportional/full", {"rope_type": "proportional", "rope_theta": 10000.0}, 64, 4096, None),
+    ("proportional/none", {"rope_type": "proportional", "rope_theta": 10000.0,
+                           "partial_rotary_factor": 0.0}, 32, 4096, None),
 ]
 
 KEYS = ["factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor",

@@ -25,7 +25,8 @@ static bool parse_type(const char *s, em_rope_type *t) {
         const char *name;
         em_rope_type t;
     } names[] = {{"default", EM_ROPE_DEFAULT}, {"linear", EM_ROPE_LINEAR},
-                 {"dynamic", EM_ROPE_DYNAMIC}, {"llama3", EM_ROPE_LLAMA3}, {"yarn", EM_ROPE_YARN}};
+                 {"dynamic", EM_ROPE_DYNAMIC}, {"llama3", EM_ROPE_LLAMA3}, {"yarn", EM_ROPE_YARN},
+                 {"proportional", EM_ROPE_PROPORTIONAL}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (s && !strcmp(s, names[i].name)) {
             *t = names[i].t;
@@ -146,6 +147,27 @@ static void test_errors(void) {
     CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == -1);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "llama3", "original_max_position_embeddings");
     em_ctx_clear_error(c);
+    /* proportional: any fraction in [0, 1], an even head, a positive factor */
+    cfg = em_rope_config_default();
+    cfg.type = EM_ROPE_PROPORTIONAL;
+    cfg.head_dim = 30;
+    cfg.partial_rotary_factor = 0.5; /* 7 angles of 15 */
+    CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == 15 && f[6] > 0 && f[7] == 0 && s == 1.0f);
+    cfg.head_dim = 31;
+    CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == -1);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "proportional", "even head_dim");
+    cfg.head_dim = 30;
+    cfg.partial_rotary_factor = -0.5;
+    CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == -1);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "proportional", "partial_rotary_factor -0.5");
+    cfg.partial_rotary_factor = 0.25;
+    cfg.factor = 0;
+    CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == -1);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "proportional", "factor");
+    cfg.factor = 1;
+    cfg.head_dim = 256;
+    CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == -1);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "128 frequencies", "64");
     cfg.type = (em_rope_type)9;
     CHECK(em_rope_inv_freq(c, &cfg, 0, f, 64, &s) == -1);
     /* a context holding an error is left alone (CHECK_ERR clears it, so check afterwards) */

@@ -261,7 +261,8 @@ typedef enum em_rope_type {
     EM_ROPE_LINEAR = 1,
     EM_ROPE_DYNAMIC = 2,
     EM_ROPE_LLAMA3 = 3,
-    EM_ROPE_YARN = 4
+    EM_ROPE_YARN = 4,
+    EM_ROPE_PROPORTIONAL = 5 /* Gemma 4: head_dim / 2 frequencies, the unrotated ones 0 */
 } em_rope_type;
 
 typedef struct em_rope_config {
@@ -269,7 +270,7 @@ typedef struct em_rope_config {
     double theta;                  /* rope_theta */
     int64_t head_dim;              /* attention head size */
     double partial_rotary_factor;  /* fraction of head_dim that rotates (1.0: all) */
-    double factor;                 /* linear, dynamic, llama3, yarn */
+    double factor;                 /* linear, dynamic, llama3, yarn, proportional */
     int64_t max_position_embeddings;
     int64_t original_max_position_embeddings; /* llama3, yarn (0: use max_position_embeddings) */
     double low_freq_factor, high_freq_factor; /* llama3 */
@@ -287,7 +288,10 @@ EM_API em_rope_config em_rope_config_default(void);
  * initialisation computes for `cfg` (modeling_rope_utils.py), in the same f32 arithmetic.
  * `seq_len` matters for the dynamic type only: the longest position seen + 1; up to
  * max_position_embeddings it gives the initial frequencies, beyond it those the model's forward
- * recomputes. attention_scaling may be NULL. Returns the number of frequencies written
+ * recomputes. The proportional type (Gemma 4) always gives head_dim / 2 frequencies: the first
+ * int(partial_rotary_factor * head_dim // 2) as the default type computes them over head_dim,
+ * the rest 0 (those dims pass through em_rope unrotated), all divided by factor; its
+ * partial_rotary_factor may be 0. attention_scaling may be NULL. Returns the number of frequencies written
  * (<= max_n) or -1 with an error in the context (invalid or incomplete config, max_n too small).
  */
 EM_API int em_rope_inv_freq(em_ctx *c, const em_rope_config *cfg, int64_t seq_len,

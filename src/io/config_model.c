@@ -129,7 +129,8 @@ static bool rope_type_of(const char *name, em_rope_type *t) {
         const char *n;
         em_rope_type t;
     } map[] = {{"default", EM_ROPE_DEFAULT}, {"linear", EM_ROPE_LINEAR},
-               {"dynamic", EM_ROPE_DYNAMIC}, {"llama3", EM_ROPE_LLAMA3}, {"yarn", EM_ROPE_YARN}};
+               {"dynamic", EM_ROPE_DYNAMIC}, {"llama3", EM_ROPE_LLAMA3}, {"yarn", EM_ROPE_YARN},
+               {"proportional", EM_ROPE_PROPORTIONAL}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(map[i].n, name)) {
             *t = map[i].t;

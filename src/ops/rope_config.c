@@ -58,6 +58,44 @@ static double yarn_corr_dim(double rot, int64_t dim, double base, double max_pos
     return ((double)dim * log(max_pos / (rot * 2 * M_PI))) / (2 * log(base));
 }
 
+/* Gemma 4's proportional rope (_compute_proportional_rope_parameters): the exponents are
+ * taken over the whole head, and the head keeps its size, so that rotate_half pairs dim i with
+ * i + head_dim / 2 whatever fraction rotates. */
+static int proportional(em_ctx *c, const em_rope_config *cfg, float *inv_freq, int max_n,
+                        float *attention_scaling) {
+    double prf = cfg->partial_rotary_factor;
+    if (!(prf >= 0 && prf <= 1)) {
+        EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "proportional rope: partial_rotary_factor %g is not in "
+                "[0, 1]", prf);
+        return -1;
+    }
+    if (!(cfg->factor > 0)) {
+        EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "proportional rope needs factor > 0 (got %g)",
+                cfg->factor);
+        return -1;
+    }
+    int64_t hd = cfg->head_dim;
+    if (hd < 2 || hd % 2) {
+        EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "proportional rope needs an even head_dim (got %lld)",
+                (long long)hd);
+        return -1;
+    }
+    int n = (int)(hd / 2);
+    if (n > max_n) {
+        EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "%d frequencies do not fit the output array of %d", n,
+                max_n);
+        return -1;
+    }
+    /* int(rope_proportion * head_dim // 2): a float floor division in Python */
+    int angles = (int)floor(prf * (double)hd / 2.0);
+    if (angles > n) angles = n;
+    base_inv_freq((float)cfg->theta, hd, angles, inv_freq);
+    for (int i = angles; i < n; i++) inv_freq[i] = 0.0f;
+    for (int i = 0; i < n; i++) inv_freq[i] /= (float)cfg->factor;
+    if (attention_scaling) *attention_scaling = 1.0f;
+    return n;
+}
+
 static const char *type_name(em_rope_type t) {
     switch (t) {
     case EM_ROPE_DEFAULT: return "default";
@@ -65,6 +103,7 @@ static const char *type_name(em_rope_type t) {
     case EM_ROPE_DYNAMIC: return "dynamic";
     case EM_ROPE_LLAMA3: return "llama3";
     case EM_ROPE_YARN: return "yarn";
+    case EM_ROPE_PROPORTIONAL: return "proportional";
     }
     return "?";
 }
@@ -76,7 +115,7 @@ int em_rope_inv_freq(em_ctx *c, const em_rope_config *cfg, int64_t seq_len, floa
         EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "config or output array is NULL");
         return -1;
     }
-    if ((unsigned)cfg->type > EM_ROPE_YARN) {
+    if ((unsigned)cfg->type > EM_ROPE_PROPORTIONAL) {
         EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "unknown rope type %d", (int)cfg->type);
         return -1;
     }
@@ -87,6 +126,8 @@ int em_rope_inv_freq(em_ctx *c, const em_rope_config *cfg, int64_t seq_len, floa
         return -1;
     }
     double prf = cfg->partial_rotary_factor;
+    if (cfg->type == EM_ROPE_PROPORTIONAL) return proportional(c, cfg, inv_freq, max_n,
+                                                               attention_scaling);
     if (!(prf > 0 && prf <= 1)) {
         EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "partial_rotary_factor %g is not in (0, 1]", prf);
         return -1;
@@ -126,6 +167,7 @@ int em_rope_inv_freq(em_ctx *c, const em_rope_config *cfg, int64_t seq_len, floa
     float scaling = 1.0f;
 
     switch (cfg->type) {
+    case EM_ROPE_PROPORTIONAL: break; /* returned above */
     case EM_ROPE_DEFAULT: base_inv_freq((float)cfg->theta, dim, n, inv_freq); break;
     case EM_ROPE_LINEAR:
         base_inv_freq((float)cfg->theta, dim, n, inv_freq);
