@@ -50,17 +50,53 @@ def families():
                                                     final_logit_softcapping=30.0,
                                                     hidden_activation="gelu_pytorch_tanh")),
                         T.Gemma3ForCausalLM),
+        # Gemma 4 as the E2B/E4B checkpoints are made: per-layer inputs, the last two layers
+        # reusing the keys/values of the last sliding and full layer before them, double-wide
+        # MLPs there, and full-attention layers with their own head size and proportional rope
+        "gemma4_text": (T.Gemma4TextConfig(**gemma4_common(
+            num_hidden_layers=4, intermediate_size=48, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=VOCAB, final_logit_softcapping=30.0)),
+            T.Gemma4ForCausalLM),
+        # the 26B-A4B layout, saved as a multimodal gemma4 checkpoint without vision or audio
+        # (weights under model.language_model.): a dense MLP and 8 experts in parallel in every
+        # layer, keys = values with one kv head in the full-attention layers
+        "gemma4": (T.Gemma4Config(text_config=T.Gemma4TextConfig(**gemma4_common(
+            num_hidden_layers=3, intermediate_size=32, sliding_window=6,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            hidden_size_per_layer_input=0, attention_k_eq_v=True, num_global_key_value_heads=1,
+            enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=16)),
+            vision_config=None, audio_config=None),
+            T.Gemma4ForConditionalGeneration),
     }
+
+
+def gemma4_common(**kw):
+    """Gemma 4 at a size that keeps the checkpoint near 250 KB: sliding layers with head_dim 8,
+    full layers with global_head_dim 16 (4 of its 8 frequencies rotate, proportional rope)."""
+    base = common(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                  global_head_dim=16, tie_word_embeddings=True,
+                  hidden_activation="gelu_pytorch_tanh")
+    base.update(kw)
+    return base
 
 
 def randomise(model, seed):
     torch.manual_seed(seed)
+    # Gemma 4's norms multiply by w itself (not 1 + w): keep them near 1
+    unit = model.config.model_type.startswith("gemma4")
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name or "layernorm" in name.lower():
-                p.normal_(0.0, 0.2)  # norms away from the identity, Gemma's (1 + w) too
+            if "norm" in name or "layernorm" in name.lower() or name.endswith("router.scale"):
+                p.normal_(1.0 if unit else 0.0, 0.2)  # norms away from the identity
+            elif name.endswith("per_expert_scale"):
+                p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 0.08)
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):  # a saved buffer (ones at init)
+                b.uniform_(0.5, 1.5)
 
 
 def causal(name, cfg, cls, seed):
@@ -71,6 +107,9 @@ def causal(name, cfg, cls, seed):
     randomise(model, seed)
     model.generation_config = GenerationConfig(eos_token_id=2, pad_token_id=0, bos_token_id=1)
     model.save_pretrained(d, safe_serialization=True)
+    # generate() falls back on the model's eos for a None in the GenerationConfig passed to it:
+    # without this a continuation that meets eos (2) would stop there and be padded
+    model.generation_config.eos_token_id = None
     g = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(3, VOCAB, (2, 12), generator=g)
     b = Bundle(os.path.join(OUT, name + "_ref"))
@@ -105,6 +144,9 @@ def bert(seed):
     model = T.BertModel(cfg, add_pooling_layer=False).eval()
     randomise(model, seed)
     model.save_pretrained(d, safe_serialization=True)
+    # generate() falls back on the model's eos for a None in the GenerationConfig passed to it:
+    # without this a continuation that meets eos (2) would stop there and be padded
+    model.generation_config.eos_token_id = None
     g = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(3, VOCAB, (3, 10), generator=g)
     mask = torch.ones(3, 10, dtype=torch.long)

@@ -9,8 +9,8 @@
  *     em_tensor *logits = em_model_forward(c, m, ids, NULL, kv, true);  // [B, 1, vocab]
  *
  * Families, chosen by config.json's model_type: qwen3, qwen3_moe, llama, mistral, mixtral,
- * gemma3_text (and gemma3 checkpoints' text part), bert (an encoder: em_model_encode /
- * em_model_embed). Tensor names are the Hub's; MoE experts are stacked at load into the
+ * gemma3_text and gemma4_text (and gemma3 / gemma4 checkpoints' text part; image, audio and
+ * video inputs are not supported), bert (an encoder: em_model_encode / em_model_embed). Tensor names are the Hub's; MoE experts are stacked at load into the
  * transformers v5 layout (gate_up [E, 2I, H], down [E, H, I]) whatever the checkpoint stores.
  *
  * A model is immutable after loading and may be used from several threads, each with its own

@@ -12,7 +12,7 @@
 
 /* ---- loading ---- */
 
-static em_mlp_act act_of(const char *name) {
+em_mlp_act em_decoder_act(const char *name) {
     if (!strcmp(name, "gelu_pytorch_tanh") || !strcmp(name, "gelu_new") ||
         !strcmp(name, "gelu_fast") || !strcmp(name, "gelu_tanh"))
         return EM_ACT_GELU_TANH;
@@ -35,7 +35,7 @@ em_status em_decoder_load(em_wload *w) {
     const em_model_config *cfg = &m->cfg;
     const em_family *f = m->fam;
     const char *p = w->prefix;
-    m->act = act_of(cfg->hidden_act);
+    m->act = em_decoder_act(cfg->hidden_act);
     if (cfg->head_dim <= 0 || cfg->num_attention_heads <= 0 || cfg->num_key_value_heads <= 0)
         return em_ctx_fail(c, EM_ERR_FORMAT, "model_load", "%s/config.json: head sizes %lld x %lld "
                            "(kv %lld) are not usable", m->dir, (long long)cfg->num_attention_heads,
@@ -139,9 +139,13 @@ em_kv_cache *em_kv_cache_create(em_ctx *c, const em_model *m, int64_t batch, int
     kv->batch = batch;
     kv->max_len = max_len;
     em_device *prev = em_ctx_device(c);
-    int64_t shape[4] = {batch, m->cfg.num_key_value_heads, max_len, m->cfg.head_dim};
     for (int64_t i = 0; i < m->n_layers; i++) {
-        em_ctx_set_device(c, m->layers[i].dev);
+        const em_dec_layer *l = &m->layers[i];
+        if (l->kv_shared) continue; /* Gemma 4: reads another layer's cache */
+        /* layers may have their own sizes (Gemma 4's full-attention layers) */
+        int64_t shape[4] = {batch, l->kv_heads ? l->kv_heads : m->cfg.num_key_value_heads,
+                            max_len, l->head_dim ? l->head_dim : m->cfg.head_dim};
+        em_ctx_set_device(c, l->dev);
         kv->k[i] = em_detach(c, em_zeros(c, m->dtype, 4, shape));
         kv->v[i] = em_detach(c, em_zeros(c, m->dtype, 4, shape));
     }
@@ -283,8 +287,8 @@ static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *
 }
 
 /* Positions as transformers computes them: cumsum(mask) - 1, 1 where masked; the last T. */
-static em_tensor *positions_of(em_ctx *c, const em_model *m, em_tensor *key_mask, int64_t b,
-                               int64_t t, int64_t pos0, int64_t tk) {
+em_tensor *em_decoder_positions(em_ctx *c, em_tensor *key_mask, int64_t b, int64_t t,
+                                int64_t pos0, int64_t tk) {
     int64_t *pos = malloc((size_t)(b * t) * sizeof *pos);
     uint8_t *mk = key_mask ? malloc((size_t)(b * tk)) : NULL;
     em_tensor *r = NULL;
@@ -309,7 +313,6 @@ static em_tensor *positions_of(em_ctx *c, const em_model *m, em_tensor *key_mask
 done:
     free(pos);
     free(mk);
-    (void)m;
     return r;
 }
 
@@ -338,6 +341,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
                     em_tensor_sig(key_mask, s2, sizeof s2), (long long)b, (long long)tk);
         return NULL;
     }
+    if (m->fam->forward) return m->fam->forward(c, m, ids, key_mask, kv, last_only);
     em_scope_push(c);
     if (kv) kv->experts_hit = 0;
     fwd f;
@@ -348,7 +352,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     f.t = t;
     f.pos0 = pos0;
     f.tk = tk;
-    f.positions = positions_of(c, m, key_mask, b, t, pos0, tk);
+    f.positions = em_decoder_positions(c, key_mask, b, t, pos0, tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
     enter_device(&f, m->dev_embed);
     em_tensor *h = em_embedding(c, m->embed, to_dev(c, ids, m->dev_embed));

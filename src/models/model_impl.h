@@ -51,6 +51,15 @@ typedef struct em_dec_layer {
     em_tensor *gate, *up, *down;   /* dense MLP */
     em_tensor *router;             /* MoE: [E, H] */
     em_moe_weights experts;
+    /* Gemma 4 (gemma4.c); zero for the other families */
+    int64_t head_dim, kv_heads;    /* this layer's sizes (0: the config's) */
+    bool kv_shared;                /* reads the keys/values of layer kv_src (no cache of its own) */
+    bool k_eq_v;                   /* values are the key projection (no v_proj) */
+    int64_t kv_src;
+    em_tensor *pre_ffn_norm_2, *post_ffn_norm_1, *post_ffn_norm_2; /* MoE beside the MLP */
+    em_tensor *router_scale;       /* [H] */
+    em_tensor *pl_gate, *pl_proj, *pl_norm; /* per-layer input: [P, H], [H, P], [H] */
+    em_tensor *layer_scalar;       /* [1] or NULL */
 } em_dec_layer;
 
 /* ---- BERT ---- */
@@ -70,11 +79,20 @@ typedef struct em_family {
     int moe;                   /* 0 none, 1 Qwen3-MoE names, 2 Mixtral names */
     /* loads everything after the common setup (weights, per-layer flags) */
     em_status (*load)(em_wload *w);
+    /* the forward of em_model_forward once its arguments are checked; NULL: the shared decoder */
+    em_tensor *(*forward)(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
+                          em_kv_cache *kv, bool last_only);
 } em_family;
 
 const em_family *em_family_find(const char *model_type);
 /* The shared decoder loader (family files call it with their naming). */
 em_status em_decoder_load(em_wload *w);
+/* hidden_act / hidden_activation of config.json as an activation */
+em_mlp_act em_decoder_act(const char *name);
+/* Position ids [B, T] (i64, CPU) of the last T of tk keys as transformers computes them from the
+ * key mask [B, tk] (may be NULL: pos0, pos0 + 1, ...). */
+em_tensor *em_decoder_positions(em_ctx *c, em_tensor *key_mask, int64_t b, int64_t t,
+                                int64_t pos0, int64_t tk);
 em_status em_bert_load(em_wload *w);
 
 struct em_kv_cache {
@@ -105,6 +123,12 @@ struct em_model {
     float rope_scaling, rope_scaling_local;
     double attn_scale;     /* 0: 1/sqrt(head_dim) */
     double embed_scale;    /* Gemma: sqrt(hidden) (0: none) */
+    /* Gemma 4's per-layer inputs (hidden_size_per_layer_input = pl_dim > 0) */
+    em_tensor *embed_pl;       /* [vocab_per_layer, n_layers * P] */
+    em_tensor *pl_model_proj;  /* [n_layers * P, H] */
+    em_tensor *pl_proj_norm;   /* [P] */
+    int64_t pl_dim;
+    int64_t first_kv_shared;   /* layers from here on reuse earlier keys/values (n_layers: none) */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;

@@ -198,7 +198,8 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     if (!m->fam) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
                     "model_type '%s' (%s/config.json) is not supported; Ember knows qwen3, "
-                    "qwen3_moe, llama, mistral, mixtral, gemma3_text, gemma3 and bert",
+                    "qwen3_moe, llama, mistral, mixtral, gemma3_text, gemma3, gemma4_text, "
+                    "gemma4 and bert",
                     type, m->dir);
         goto fail;
     }
@@ -269,10 +270,16 @@ void em_model_free(em_model *m) {
         em_tensor *ts[] = {l->in_norm, l->post_attn_norm, l->pre_ffn_norm, l->post_ffn_norm, l->q,
                            l->k, l->v, l->o, l->q_bias, l->k_bias, l->v_bias, l->o_bias,
                            l->q_norm, l->k_norm, l->gate, l->up, l->down, l->router,
-                           l->experts.gate_up, l->experts.down, l->experts.per_expert_scale};
+                           l->experts.gate_up, l->experts.down, l->experts.per_expert_scale,
+                           l->pre_ffn_norm_2, l->post_ffn_norm_1, l->post_ffn_norm_2,
+                           l->router_scale, l->pl_gate, l->pl_proj, l->pl_norm,
+                           l->layer_scalar};
         for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) rel(ts[k]);
     }
     free(m->layers);
+    rel(m->embed_pl);
+    rel(m->pl_model_proj);
+    rel(m->pl_proj_norm);
     rel(m->word_emb);
     rel(m->pos_emb);
     rel(m->type_emb);
