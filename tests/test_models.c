@@ -291,7 +291,9 @@ static void skip_layer(json_t *t) {
 static void bidirectional(json_t *t) {
     json_object_set_new(t, "use_bidirectional_attention", json_string("all"));
 }
-static void all_shared(json_t *t) { json_object_set_new(t, "num_kv_shared_layers", json_integer(4)); }
+static void all_shared(json_t *t) {
+    json_object_set_new(t, "num_kv_shared_layers", json_integer(4));
+}
 static void wrong_head_dim(json_t *t) {
     json_object_set_new(json_object_get(json_object_get(t, "per_layer_config"), "3"), "head_dim",
                         json_integer(32));
