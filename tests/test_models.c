@@ -341,8 +341,8 @@ static void test_on_xla(void) {
         em_ctx_destroy(c);
         return;
     }
-    const char *families[] = {"qwen3", "qwen3_moe", "gemma3_text"};
-    for (int i = 0; i < 3; i++) {
+    const char *families[] = {"qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "gemma4"};
+    for (int i = 0; i < 5; i++) {
         char rel[128];
         snprintf(rel, sizeof rel, "models/%s_ref", families[i]);
         em_test_bundle *b = em_test_bundle_load(rel);
