@@ -11,7 +11,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/ragged.h"
 
-#define RD_NBLOCK 64 /* weight rows per task */
+#define RD_NBLOCK 256 /* weight rows per task: long streams for the prefetcher */
 
 typedef struct rd_task {
     int64_t g, row0, rows, n0, nn;
