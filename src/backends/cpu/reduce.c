@@ -242,6 +242,77 @@ static void per_part(void *user, int64_t b, int64_t e, int tid) {
     }
 }
 
+/*
+ * sum/mean over a block of dims that has contiguous dims after it (x [O, R, I] -> [O, I]): whole
+ * rows of I are added into f32 accumulators (vectorised), instead of folding one output at a
+ * time with stride I. The MoE combine (sum over the top-k slots) and mean pooling take this path.
+ * Returns EM_UNSUPPORTED when the shape is not of that form.
+ */
+typedef struct mid_job {
+    const em_tensor *x;
+    em_tensor *out;
+    int64_t o, r, i;
+    bool mean;
+} mid_job;
+
+static void mid_body(void *user, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    mid_job *j = user;
+    float *acc = malloc((size_t)j->i * sizeof *acc), *row = malloc((size_t)j->i * sizeof *row);
+    if (!acc || !row) {
+        free(acc);
+        free(row);
+        return;
+    }
+    const char *xb = em_tensor_ptr(j->x);
+    char *ob = em_tensor_ptr(j->out);
+    size_t es = em_esize(j->x->dtype);
+    for (int64_t o = b; o < e; o++) {
+        for (int64_t k = 0; k < j->i; k++) acc[k] = 0;
+        for (int64_t r = 0; r < j->r; r++) {
+            const char *src = xb + (size_t)((o * j->r + r) * j->i) * es;
+            const float *v = (const float *)src;
+            if (j->x->dtype != EM_F32) {
+                em_convert(src, j->x->dtype, row, EM_F32, j->i);
+                v = row;
+            }
+            for (int64_t k = 0; k < j->i; k++) acc[k] += v[k];
+        }
+        if (j->mean)
+            for (int64_t k = 0; k < j->i; k++) acc[k] /= (float)j->r;
+        em_convert(acc, EM_F32, ob + (size_t)(o * j->i) * em_esize(j->out->dtype), j->out->dtype,
+                   j->i);
+    }
+    free(acc);
+    free(row);
+}
+
+static em_status sum_middle(em_ctx *c, const em_tensor *x, em_tensor *out, em_op_id op,
+                            const bool red[EM_MAX_DIMS]) {
+    (void)c;
+    if ((op != EM_OP_SUM && op != EM_OP_MEAN) || !em_dtype_is_float(x->dtype) ||
+        x->dtype == EM_F64 || !em_is_contiguous(x) || x->ndim < 2)
+        return EM_ERR_UNSUPPORTED;
+    int first = -1, last = -1;
+    for (int d = 0; d < x->ndim; d++)
+        if (red[d]) {
+            if (first < 0) first = d;
+            else if (last != d - 1) return EM_ERR_UNSUPPORTED; /* not one block */
+            last = d;
+        }
+    if (first < 0 || last == x->ndim - 1) return EM_ERR_UNSUPPORTED; /* needs inner dims */
+    mid_job j = {x, out, 1, 1, 1, op == EM_OP_MEAN};
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < first) j.o *= x->shape[d];
+        else if (d <= last) j.r *= x->shape[d];
+        else j.i *= x->shape[d];
+    }
+    if (j.i < 16 || j.r == 0) return EM_ERR_UNSUPPORTED; /* short rows: the general path */
+    int64_t grain = j.r * j.i >= 32768 ? 1 : 32768 / (j.r * j.i);
+    em_parallel_for(j.o, grain, mid_body, &j);
+    return EM_OK;
+}
+
 static em_status reduce_kernel(const em_kernel_args *a) {
     const em_tensor *x = a->in[0];
     em_tensor *out = a->out[0];
@@ -276,6 +347,7 @@ static em_status reduce_kernel(const em_kernel_args *a) {
         }
     }
     if (p.n_out == 0) return EM_OK;
+    if (sum_middle(a->ctx, x, out, p.op, red) == EM_OK) return EM_OK;
     int threads = em_num_threads();
     if (p.n_out < threads && p.n_red >= (1 << 16)) {
         red_job j = {&p, out, NULL, threads * 4};
