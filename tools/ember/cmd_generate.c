@@ -237,6 +237,7 @@ int cmd_generate(int argc, char **argv) {
             free(v);
         }
     }
+    fflush(stdout); /* the text before the timings, also when both go to one pipe */
     int64_t prompt_tokens = 0;
     for (int b = 0; b < batch; b++) prompt_tokens += lens[b];
     fprintf(stderr,
