@@ -163,3 +163,18 @@ bool em_test_allclose(void *ctx, em_tensor *got, em_tensor *want, double atol, d
     if (!ok) em_test_failures++;
     return ok;
 }
+
+const char *em_test_fixture_path(const char *sub, const char *rel) {
+    static char buf[8][1024];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s/%s", em_test_fixtures_dir(), sub, rel);
+    return b;
+}
+
+void *em_test_load_json(const char *path) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j) fprintf(stderr, "cannot read %s: %s\n", path, e.text);
+    return j;
+}

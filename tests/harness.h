@@ -52,6 +52,11 @@ int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
 /* Directory of the committed fixtures (EMBER_FIXTURES, set by ctest). */
 const char *em_test_fixtures_dir(void);
 
+/* "<fixtures dir>/<sub>/<rel>" in one of 8 rotating static buffers (valid for a few calls). */
+const char *em_test_fixture_path(const char *sub, const char *rel);
+/* A JSON document (jansson json_t *, cast by the caller), or NULL after printing why. */
+void *em_test_load_json(const char *path);
+
 /* Named reference tensors written by scripts/fixtures/common.py's Bundle. */
 typedef struct em_test_bundle em_test_bundle;
 /* Loads <path>.json + <path>.bin (path relative to the fixtures dir); NULL with a message. */

@@ -12,20 +12,9 @@
 #include "ember/ember.h"
 #include "harness.h"
 
-static const char *cfg_dir(const char *rel) {
-    static char buf[4][1024];
-    static int k;
-    char *b = buf[k++ % 4];
-    snprintf(b, sizeof buf[0], "%s/config/%s", em_test_fixtures_dir(), rel);
-    return b;
-}
+static const char *cfg_dir(const char *rel) { return em_test_fixture_path("config", rel); }
 
-static json_t *load_json(const char *path) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    if (!j) fprintf(stderr, "cannot read %s: %s\n", path, e.text);
-    return j;
-}
+static json_t *load_json(const char *path) { return em_test_load_json(path); }
 
 #define CHECK_INT(name, got, want_json)                                                            \
     do {                                                                                           \

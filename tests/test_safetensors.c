@@ -13,20 +13,9 @@
 #include "harness.h"
 #include "io/safetensors_impl.h"
 
-static char *fx(const char *rel) {
-    static char buf[8][1024];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, sizeof buf[0], "%s/safetensors/%s", em_test_fixtures_dir(), rel);
-    return b;
-}
+static const char *fx(const char *rel) { return em_test_fixture_path("safetensors", rel); }
 
-static json_t *load_json(const char *path) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    if (!j) fprintf(stderr, "cannot read %s: %s\n", path, e.text);
-    return j;
-}
+static json_t *load_json(const char *path) { return em_test_load_json(path); }
 
 /* Hex string → bytes (malloc'd); *n gets the count. */
 static unsigned char *unhex(const char *s, size_t *n) {

@@ -189,16 +189,12 @@ typedef struct fwd {
     em_tensor *cos, *sin, *cos_l, *sin_l, *mask;
 } fwd;
 
-static em_tensor *to_dev(em_ctx *c, em_tensor *x, em_device *d) {
-    return x && em_tensor_device(x) != d ? em_to(c, x, d) : x;
-}
-
 static void enter_device(fwd *f, em_device *d) {
     if (f->dev == d) return;
     em_ctx *c = f->c;
     const em_model *m = f->m;
     f->dev = d;
-    em_tensor *pos = to_dev(c, f->positions, d);
+    em_tensor *pos = em_model_to_dev(c, f->positions, d);
     em_tensor *inv = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq}, m->inv_freq);
     f->cos = em_rope_cos_sin(c, pos, inv, m->rope_scaling, m->dtype, &f->sin);
     f->cos_l = f->sin_l = NULL;
@@ -208,7 +204,7 @@ static void enter_device(fwd *f, em_device *d) {
         f->cos_l = em_rope_cos_sin(c, pos, invl, m->rope_scaling_local, m->dtype, &f->sin_l);
     }
     f->mask = f->key_mask
-                  ? em_reshape(c, to_dev(c, f->key_mask, d), 4, (int64_t[]){f->b, 1, 1, f->tk})
+                  ? em_reshape(c, em_model_to_dev(c, f->key_mask, d), 4, (int64_t[]){f->b, 1, 1, f->tk})
                   : NULL;
 }
 
@@ -355,13 +351,13 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     f.positions = em_decoder_positions(c, key_mask, b, t, pos0, tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
     enter_device(&f, m->dev_embed);
-    em_tensor *h = em_embedding(c, m->embed, to_dev(c, ids, m->dev_embed));
+    em_tensor *h = em_embedding(c, m->embed, em_model_to_dev(c, ids, m->dev_embed));
     if (m->embed_scale > 0) /* Gemma: the scale is rounded to the model dtype first */
         h = em_mul_scalar(c, h, m->embed_scale);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
         const em_dec_layer *l = &m->layers[i];
         enter_device(&f, l->dev);
-        h = to_dev(c, h, l->dev);
+        h = em_model_to_dev(c, h, l->dev);
         em_scope_push(c);
         em_tensor *a = attention(&f, l, norm(&f, h, l->in_norm), kv, i);
         if (m->fam->gemma) a = norm(&f, a, l->post_attn_norm);
@@ -373,7 +369,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
         em_scope_pop(c);
         h = next;
     }
-    h = to_dev(c, h, m->dev_head);
+    h = em_model_to_dev(c, h, m->dev_head);
     if (last_only && t > 1) h = em_narrow(c, h, 1, t - 1, 1);
     h = norm(&f, h, m->final_norm);
     em_tensor *logits = em_cast(c, em_linear(c, h, m->lm_head, NULL), EM_F32);

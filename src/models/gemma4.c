@@ -316,16 +316,12 @@ typedef struct fwd {
     em_tensor *cos_s, *sin_s, *cos_f, *sin_f, *mask;
 } fwd;
 
-static em_tensor *to_dev(em_ctx *c, em_tensor *x, em_device *d) {
-    return x && em_tensor_device(x) != d ? em_to(c, x, d) : x;
-}
-
 static void enter_device(fwd *f, em_device *d) {
     if (f->dev == d) return;
     em_ctx *c = f->c;
     const em_model *m = f->m;
     f->dev = d;
-    em_tensor *pos = to_dev(c, f->positions, d);
+    em_tensor *pos = em_model_to_dev(c, f->positions, d);
     f->cos_s = f->sin_s = f->cos_f = f->sin_f = NULL;
     if (m->n_freq > 0) {
         em_tensor *inv = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq}, m->inv_freq);
@@ -337,7 +333,7 @@ static void enter_device(fwd *f, em_device *d) {
         f->cos_s = em_rope_cos_sin(c, pos, inv, m->rope_scaling_local, m->dtype, &f->sin_s);
     }
     f->mask = f->key_mask
-                  ? em_reshape(c, to_dev(c, f->key_mask, d), 4, (int64_t[]){f->b, 1, 1, f->tk})
+                  ? em_reshape(c, em_model_to_dev(c, f->key_mask, d), 4, (int64_t[]){f->b, 1, 1, f->tk})
                   : NULL;
 }
 
@@ -395,8 +391,8 @@ static em_tensor *attention(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_c
     q = em_rope(c, em_transpose(c, q, 1, 2), cos, sin);
     em_tensor *k, *v;
     if (l->kv_shared) {
-        k = to_dev(c, f->keys[l->kv_src], l->dev);
-        v = to_dev(c, f->vals[l->kv_src], l->dev);
+        k = em_model_to_dev(c, f->keys[l->kv_src], l->dev);
+        v = em_model_to_dev(c, f->vals[l->kv_src], l->dev);
     } else {
         em_tensor *kr = split_heads(f, em_linear(c, x, l->k, l->k_bias), hkv, d);
         em_tensor *vr = l->k_eq_v ? kr : split_heads(f, em_linear(c, x, l->v, l->v_bias), hkv, d);
@@ -467,7 +463,7 @@ static em_tensor *layer(fwd *f, const em_dec_layer *l, em_tensor *h, em_kv_cache
         em_tensor *in = em_reshape(c, em_narrow(c, f->pli, 2, li, 1), 3,
                                    (int64_t[]){f->b, f->t, m->pl_dim});
         em_tensor *g = em_mul(c, act(f, em_linear(c, h, l->pl_gate, NULL)),
-                              to_dev(c, in, l->dev));
+                              em_model_to_dev(c, in, l->dev));
         h = em_add(c, h, norm(f, em_linear(c, g, l->pl_proj, NULL), l->pl_norm));
     }
     return l->layer_scalar ? em_mul(c, h, l->layer_scalar) : h;
@@ -523,7 +519,7 @@ static em_tensor *gemma4_forward(em_ctx *c, const em_model *m, em_tensor *ids,
     f.positions = em_decoder_positions(c, key_mask, b, t, pos0, f.tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
     enter_device(&f, m->dev_embed);
-    em_tensor *ids_e = to_dev(c, ids, m->dev_embed);
+    em_tensor *ids_e = em_model_to_dev(c, ids, m->dev_embed);
     /* the scale is rounded to the model dtype first (Gemma4TextScaledWordEmbedding) */
     em_tensor *h = em_mul_scalar(c, em_embedding(c, m->embed, ids_e), m->embed_scale);
     if (m->pl_dim > 0) f.pli = per_layer_inputs(&f, ids_e, h);
@@ -531,13 +527,13 @@ static em_tensor *gemma4_forward(em_ctx *c, const em_model *m, em_tensor *ids,
         const em_dec_layer *l = &m->layers[i];
         if (i == m->first_kv_shared && last_only && f.t > 1) h = keep_last(&f, h);
         enter_device(&f, l->dev);
-        h = to_dev(c, h, l->dev);
+        h = em_model_to_dev(c, h, l->dev);
         em_scope_push(c);
         em_tensor *next = em_keep(c, layer(&f, l, h, kv, i));
         em_scope_pop(c);
         h = next;
     }
-    h = to_dev(c, h, m->dev_head);
+    h = em_model_to_dev(c, h, m->dev_head);
     if (last_only && f.t > 1) h = em_narrow(c, h, 1, f.t - 1, 1);
     h = norm(&f, h, m->final_norm);
     em_tensor *logits = em_linear(c, h, m->lm_head, NULL);

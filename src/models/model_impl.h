@@ -134,6 +134,11 @@ struct em_model {
     em_bert_layer *bert;
 };
 
+/* x on device d (a copy through em_to when it lives elsewhere); NULL passes through. */
+static inline em_tensor *em_model_to_dev(em_ctx *c, em_tensor *x, em_device *d) {
+    return x && em_tensor_device(x) != d ? em_to(c, x, d) : x;
+}
+
 /* device placement (device_map.c): fills dev_embed, dev_head and layers[i].dev */
 em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_safetensors *st,
                          const char *prefix);
