@@ -40,6 +40,8 @@ static int64_t *host_i64(em_ctx *c, em_tensor *t, int64_t *n) {
     return v;
 }
 
+static bool compiled_greedy; /* check_greedy runs em_generate with compile on */
+
 static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *family,
                          const char *what) {
     int64_t n_ids, n_want;
@@ -58,11 +60,16 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
     p.repetition_penalty = 1.0;
     p.eos_ids = ids; /* a non-NULL list of length 0: no eos stop (as the reference) */
     p.n_eos_ids = 0;
+    p.compile = compiled_greedy;
+    p.compile_bucket = 4; /* small buckets: the tiny sequences cross several */
     const int64_t *prompts[1] = {ids};
     em_generate_result r;
     if (em_generate(c, m, NULL, prompts, &plen, 1, &p, &r) == EM_OK) {
         CHECK_MSG(r.n_ids[0] == n_want && !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want),
                   "%s %s: greedy tokens differ from transformers", family, what);
+        if (compiled_greedy) /* one program per key bucket reached, plus the prefill shape */
+            CHECK_MSG(r.compiles >= 2 && r.compiles <= 1 + (plen + n_want + 3) / 4,
+                      "%s %s: %lld compiles", family, what, (long long)r.compiles);
         em_generate_result_free(&r);
     } else {
         CHECK_MSG(false, "%s: %s", family, em_ctx_error(c)->message);
@@ -117,6 +124,23 @@ static void check_causal_tol(const char *family, bool moe, double bf16_tol) {
         em_scope_pop(c);
         em_ctx_clear_error(c);
         check_greedy(c, m, b, family, "f32");
+        if (em_model_compile_supported(m)) { /* compile mode: logits and greedy tokens */
+            em_scope_push(c);
+            em_tensor *ids2 = em_test_bundle_get(b, c, "ids");
+            em_kv_cache *kv = em_kv_cache_create(c, m, em_tensor_dim(ids2, 0),
+                                                 em_tensor_dim(ids2, 1) + 8);
+            em_model_compiled *mc = em_model_compile(c, m, kv, 0);
+            snprintf(what, sizeof what, "%s logits f32 compiled", family);
+            em_test_allclose(c, em_model_forward_compiled(c, mc, ids2, NULL, false),
+                             em_test_bundle_get(b, c, "logits_f32"), 1e-4, 1e-4, what);
+            em_model_compiled_free(mc);
+            em_kv_cache_free(kv);
+            em_scope_pop(c);
+            em_ctx_clear_error(c);
+            compiled_greedy = true;
+            check_greedy(c, m, b, family, "f32 compiled");
+            compiled_greedy = false;
+        }
         if (moe)
             for (int impl = EM_MOE_LOOP; impl <= EM_MOE_DENSE; impl++) {
                 em_model_set_moe_impl(m, (em_moe_impl)impl);

@@ -33,17 +33,28 @@ static void check_bundle(const char *name, bool bf16, bool gemma) {
     em_test_allclose(c, rw, want_w, rt, rt, what);
     snprintf(what, sizeof what, "%s route indices", name);
     em_test_allclose(c, idx, want_i, 0, 0, what);
-    /* experts, with transformers' routing, through each implementation */
-    for (int impl = 0; impl < 3; impl++) {
-        p.impl = (em_moe_impl)impl;
-        em_moe_stats st = {0};
-        em_tensor *y = em_moe_experts(c, x, want_i, want_w, &w, &p, &st);
-        snprintf(what, sizeof what, "%s experts (%s)", name, em_moe_impl_name(p.impl));
-        double tol = bf16 ? 2e-2 : 2e-5;
-        em_test_allclose(c, y, want_y, tol, tol, what);
-        CHECK(st.rows == em_tensor_numel(want_i) && st.experts_hit > 0 && st.experts_hit <= 8);
-        em_ctx_clear_error(c);
-    }
+    /* experts, with transformers' routing, through each implementation, the routing read on
+     * the host and then kept on the device (compile mode's path; loop cannot do that) */
+    for (int dev = 0; dev < 2; dev++)
+        for (int impl = 0; impl < 3; impl++) {
+            p.impl = (em_moe_impl)impl;
+            p.device_routing = dev;
+            em_moe_stats st = {0};
+            em_tensor *y = em_moe_experts(c, x, want_i, want_w, &w, &p, &st);
+            if (dev && p.impl == EM_MOE_LOOP) {
+                CHECK(y == NULL);
+                CHECK_ERR(c, EM_ERR_UNSUPPORTED, "moe_experts", "loop",
+                          "needs the routing on the host", "use ragged or dense");
+                continue;
+            }
+            snprintf(what, sizeof what, "%s experts (%s%s)", name, em_moe_impl_name(p.impl),
+                     dev ? ", device routing" : "");
+            double tol = bf16 ? 2e-2 : 2e-5;
+            em_test_allclose(c, y, want_y, tol, tol, what);
+            CHECK(st.rows == em_tensor_numel(want_i));
+            CHECK(dev ? st.experts_hit == -1 : st.experts_hit > 0 && st.experts_hit <= 8);
+            em_ctx_clear_error(c);
+        }
     em_ctx_destroy(c);
     em_test_bundle_free(b);
 }
@@ -60,6 +71,32 @@ static void test_gemma4(void) {
     check_bundle("gemma4_bf16", true, true);
 }
 
+/* The device routing reorders nothing: argsort is stable, so its ragged rows come in the host
+ * counting sort's order and the results match bit for bit; so does the dense matrix. i32
+ * indices, as a caller may hold them. */
+static void test_device_routing_matches_host(void) {
+    em_ctx *c = em_ctx_create();
+    em_moe_params p = em_moe_default_params();
+    CHECK(!p.device_routing);
+    em_tensor *x = em_randn(c, EM_F32, EM_SHAPE(5, 8), 1, 0.0, 1.0);
+    em_moe_weights w = {em_randn(c, EM_F32, EM_SHAPE(4, 12, 8), 2, 0.0, 0.3),
+                        em_randn(c, EM_F32, EM_SHAPE(4, 8, 6), 3, 0.0, 0.3), NULL};
+    int32_t ids[10] = {3, 0, 0, 2, 3, 1, 0, 3, 2, 0}; /* expert 1 once, 3 three times */
+    em_tensor *idx = em_from_host(c, EM_I32, EM_SHAPE(5, 2), ids);
+    em_tensor *rw = em_rand(c, EM_F32, EM_SHAPE(5, 2), 4, 0.0, 1.0);
+    for (int impl = 0; impl < 3; impl += 2) { /* ragged, dense */
+        p.impl = (em_moe_impl)impl;
+        p.device_routing = false;
+        em_tensor *want = em_moe_experts(c, x, idx, rw, &w, &p, NULL);
+        p.device_routing = true;
+        em_moe_stats st = {0};
+        em_tensor *got = em_moe_experts(c, x, idx, rw, &w, &p, &st);
+        em_test_allclose(c, got, want, 0, 0, em_moe_impl_name(p.impl));
+        CHECK(st.experts_hit == -1 && st.rows == 10);
+    }
+    em_ctx_destroy(c);
+}
+
 static void test_errors(void) {
     em_ctx *c = em_ctx_create();
     em_moe_params p = em_moe_default_params();
@@ -74,7 +111,13 @@ static void test_errors(void) {
     w.gate_up = em_zeros(c, EM_F32, EM_SHAPE(4, 12, 8));
     CHECK(em_moe_experts(c, x, idx, rw, &w, &p, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_INDEX, "routing index 4");
+    /* with the routing on the device the range is the caller's contract; on the CPU one_hot
+     * still catches it */
+    p.device_routing = true;
+    CHECK(em_moe_experts(c, x, idx, rw, &w, &p, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_INDEX, "one_hot");
     em_ctx_destroy(c);
 }
 
-EM_TEST_MAIN(T(test_qwen3_moe), T(test_gemma4), T(test_errors))
+EM_TEST_MAIN(T(test_qwen3_moe), T(test_gemma4), T(test_device_routing_matches_host),
+             T(test_errors))

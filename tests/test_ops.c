@@ -21,6 +21,9 @@ int main(int argc, char **argv) {
         em_ctx_destroy(c);
         return 1;
     }
+    const char *cm = getenv("EMBER_TEST_COMPILE");
+    bool compiled = cm && *cm && strcmp(cm, "0");
+    em_opcases_set_compiled(s, compiled);
     int n = em_opcases_count(s), ran = 0, failed = 0;
     for (int i = 0; i < n; i++) {
         const char *name = em_opcases_name(s, i);
@@ -34,7 +37,7 @@ int main(int argc, char **argv) {
         }
     }
     fprintf(stderr, "%s [%s]: %d cases, %d failed\n", argv[1],
-            em_eager_mode_name(em_ctx_eager_mode(c)), ran, failed);
+            compiled ? "compiled" : em_eager_mode_name(em_ctx_eager_mode(c)), ran, failed);
     em_opcases_free(s);
     em_ctx_destroy(c);
     return failed || ran == 0 ? 1 : 0;

@@ -19,6 +19,7 @@
 #include "ember/core.h"
 #include "ember/tensor.h"
 #include "ember/ops.h"
+#include "ember/compile.h"
 #include "ember/moe.h"
 #include "ember/hub.h"
 #include "ember/safetensors.h"

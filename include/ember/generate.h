@@ -49,6 +49,8 @@ typedef struct em_generate_params {
     int n_stop_strings;
     em_token_callback on_token;   /* may be NULL */
     void *user_data;
+    bool compile;                 /* run the forward as a compiled program (em_model_compile) */
+    int64_t compile_bucket;       /* its KV-length bucket (<= 0: 128) */
 } em_generate_params;
 
 /** The checkpoint's generation_config.json values (greedy unless it says do_sample), 256 new
@@ -63,6 +65,8 @@ typedef struct em_generate_result {
     double prefill_s;    /* time to the first token */
     double decode_s;     /* time for the remaining tokens */
     int64_t decoded_tokens; /* tokens produced after the first, over all sequences */
+    int64_t compiles;    /* with compile: programs compiled (prefill shape + key buckets) */
+    double compile_s;    /* with compile: time spent tracing and compiling (in prefill/decode) */
 } em_generate_result;
 
 EM_API void em_generate_result_free(em_generate_result *r);

@@ -21,6 +21,7 @@
 
 #include "ember/config.h"
 #include "ember/moe.h"
+#include "ember/compile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,6 +98,31 @@ EM_API int64_t em_kv_cache_experts_hit(const em_kv_cache *kv);
  */
 EM_API em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids,
                                    em_tensor *key_mask, em_kv_cache *cache, bool last_only);
+
+/* ---- compile mode (ember/compile.h) ---- */
+
+/**
+ * The forward step of a decoder language model as a compiled function bound to `cache` (which
+ * must outlive it). Shapes depend only on the batch, the number of new tokens and the key
+ * bucket: the cache length rounded up to a multiple of `bucket` (<= 0: 128), capped at the
+ * cache's size. Positions, write positions and masks are data, so a decode loop compiles one
+ * program per bucket it reaches (plus one for the prefill shape). The model must sit on one
+ * device; MoE routing stays on the device (em_kv_cache_experts_hit then reads -1). Families with
+ * their own forward (gemma4) are not supported yet: EM_ERR_UNSUPPORTED. NULL on error.
+ */
+typedef struct em_model_compiled em_model_compiled;
+EM_API em_model_compiled *em_model_compile(em_ctx *c, const em_model *m, em_kv_cache *cache,
+                                           int64_t bucket);
+/** Whether em_model_compile accepts the model (a decoder with the shared forward on one
+ *  device). */
+EM_API bool em_model_compile_supported(const em_model *m);
+/** em_model_forward through the compiled step (same arguments and results; the cache is the
+ *  one given to em_model_compile). */
+EM_API em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor *ids,
+                                            em_tensor *key_mask, bool last_only);
+/** Compile counters (compiles, time spent compiling, the last reason). */
+EM_API void em_model_compiled_stats(const em_model_compiled *mc, em_compile_stats *out);
+EM_API void em_model_compiled_free(em_model_compiled *mc);
 
 /* ---- encoders (bert) ---- */
 

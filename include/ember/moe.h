@@ -1,8 +1,9 @@
 /*
  * ember/moe.h — the mixture-of-experts block, with three interchangeable implementations.
  *
- *   ragged  (default) tokens sorted by expert with a counting sort, then two ragged_dot calls:
- *           every hit expert's weights are read once, whatever the batch.
+ *   ragged  (default) tokens sorted by expert with a counting sort (an argsort on the device
+ *           with device_routing), then two ragged_dot calls: every hit expert's weights are
+ *           read once, whatever the batch.
  *   loop    what transformers' default eager block does: a loop over the experts that were hit,
  *           gathering their tokens, two linear layers each, index_add back.
  *   dense   every expert for every token, weighted by the (mostly zero) routing weights.
@@ -34,9 +35,17 @@ typedef struct em_moe_params {
     bool norm_topk_prob;   /* renormalise the top-k probabilities to sum to 1 */
     em_moe_act act;
     em_moe_impl impl;
+    /* Keeps the routing on the device (for compile mode, where a traced function may not read
+     * tensor values on the host): no host reads, and every shape depends only on T, k and E,
+     * never on which experts were chosen. ragged sorts the rows with argsort and counts the
+     * groups with one_hot; dense builds its [T, E] weights with one_hot. loop is refused
+     * (EM_ERR_UNSUPPORTED): it needs the routing on the host. Indices outside [0, E) are the
+     * caller's contract here (nothing can check them on the host; one_hot may still fail).
+     * stats->experts_hit is -1: it is not known without a host read. */
+    bool device_routing;
 } em_moe_params;
 
-/** top_k 2, no renormalisation, SiLU, ragged. */
+/** top_k 2, no renormalisation, SiLU, ragged, routing read on the host. */
 EM_API em_moe_params em_moe_default_params(void);
 
 typedef struct em_moe_weights {
@@ -47,7 +56,7 @@ typedef struct em_moe_weights {
 
 /** What a call did (for benchmarks and logs). */
 typedef struct em_moe_stats {
-    int64_t experts_hit; /* distinct experts with at least one token */
+    int64_t experts_hit; /* distinct experts with at least one token; -1 with device_routing */
     int64_t rows;        /* token-expert pairs (tokens * top_k) */
 } em_moe_stats;
 

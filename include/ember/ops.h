@@ -376,6 +376,23 @@ EM_API em_tensor *em_scatter_add_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *
 EM_API em_tensor *em_index_add_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index,
                                 em_tensor *src, double alpha);
 /**
+ * torch's dst.index_copy_(dim, index, src), in place: dst[.., index[i], ..] = src[.., i, ..]
+ * along dim (the write of Hugging Face's StaticCache). index is i64 or i32, 0-d or 1-d; src has
+ * dst's dtype (no cast) and dst's shape except at dim, where it has the index's length. dst may
+ * be a strided view (a slice of a bigger cache, say) but not an expanded one; nothing is
+ * returned and no reference is taken: the caller keeps owning dst, index and src. Index values
+ * must lie in [0, size of dim) (no counting from the end, as torch): on the CPU every value is
+ * checked before anything is written, and a bad one is EM_ERR_INDEX naming it and its position,
+ * with dst unchanged. On PJRT devices eager calls check them the same way (indices with up to
+ * EMBER_PJRT_INDEX_CHECK elements); beyond that, and in compiled programs, an out-of-range
+ * update is dropped (XLA scatter semantics). With duplicate indices the last write wins on the
+ * CPU; elsewhere which one wins is unspecified, as in torch. Returns the status (EM_ERR_SHAPE,
+ * EM_ERR_DTYPE, EM_ERR_INDEX, EM_ERR_INVALID_ARG, ...; the context holds the message).
+ */
+#define em_index_copy(c, ...) em_index_copy_((c), EM_HERE, __VA_ARGS__)
+EM_API em_status em_index_copy_(EM_OP_ARGS, em_tensor *dst, int64_t dim, em_tensor *index,
+                                em_tensor *src);
+/**
  * torch.topk: the k largest (or smallest) values along dim, returned, and their i64 indices in
  * *indices_out (may be NULL). NaN counts as larger than every number. Equal values come out in
  * the same order as torch's CPU topk (which is not stable: libstdc++'s partial_sort when

@@ -40,6 +40,7 @@ em_tensor *em_tensor_alloc_meta(em_dtype dtype, int ndim, const int64_t *shape) 
     t->dev = NULL;
     t->storage = NULL;
     t->lazy = NULL;
+    t->sym = 0;
     return t;
 }
 
@@ -125,7 +126,7 @@ em_tensor *em_tensor_view_of(em_tensor *base, int ndim, const int64_t *shape,
     t->offset = offset;
     t->dev = base->dev;
     t->storage = base->storage;
-    em_storage_retain(t->storage);
+    if (t->storage) em_storage_retain(t->storage); /* symbolic (traced) tensors have none */
     return t;
 }
 
@@ -336,6 +337,7 @@ em_status em_to_host(em_ctx *c, em_tensor *t, void *dst, size_t dst_nbytes) {
     if (c->err.status) return c->err.status;
     if (!t || (!dst && dst_nbytes))
         return EM_FAIL(c, EM_ERR_INVALID_ARG, "to_host", "tensor or destination is NULL");
+    if (t->sym) return em_trace_value_needed(c, t, "to_host");
     size_t need = em_tensor_nbytes(t);
     if (need != dst_nbytes) {
         char b[96];
@@ -392,6 +394,10 @@ void *em_tensor_data(em_ctx *c, em_tensor *t) {
     if (!c || c->err.status) return NULL;
     if (!t) {
         EM_FAIL(c, EM_ERR_INVALID_ARG, "tensor_data", "tensor is NULL");
+        return NULL;
+    }
+    if (t->sym) {
+        em_trace_value_needed(c, t, "tensor_data");
         return NULL;
     }
     if (!t->dev->be->host_accessible) {

@@ -57,8 +57,9 @@ struct em_tensor {
     int64_t strides[EM_MAX_DIMS]; /* elements */
     int64_t offset;               /* elements */
     em_device *dev;
-    em_storage *storage; /* NULL while lazy */
+    em_storage *storage; /* NULL while lazy or symbolic */
     em_lazy *lazy;
+    int sym; /* compile mode: 1 + the graph value this tensor stands for while tracing; 0 else */
 };
 
 /* ---- backends and devices ---- */
@@ -132,7 +133,17 @@ struct em_ctx {
     em_scope *scopes;
     int depth, scope_cap;
     em_call_info cur;
+    struct em_trace *trace; /* compile mode: the trace being recorded, or NULL (compile/trace.c) */
 };
+
+/* ---- compile mode hooks (compile/trace.c) ---- */
+/* Records an op call into the active trace instead of running it; outs receive symbolic
+ * tensors (caller-owned). Returns the number of outputs or -1 with an error. */
+int em_trace_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
+                    const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
+/* Reports that `what` needs the values of a symbolic tensor (a host read or a device copy
+ * inside a traced function). Returns the recorded status. */
+em_status em_trace_value_needed(em_ctx *c, const em_tensor *t, const char *what);
 
 /* ---- internal API ---- */
 /* tensors */

@@ -108,6 +108,7 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     seq_state *st = calloc((size_t)batch, sizeof *st);
     int64_t *step_ids = malloc((size_t)batch * sizeof *step_ids);
     em_kv_cache *kv = NULL;
+    em_model_compiled *mc = NULL;
     em_status s = EM_OK;
     if (!out->ids || !out->n_ids || !out->stop_reason || !all || !mask || !logits || !scratch ||
         !order || !st || !step_ids) {
@@ -129,7 +130,8 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     bool padded = false;
     for (int b = 0; b < batch; b++) padded |= lens[b] != lmax;
     kv = em_kv_cache_create(c, m, batch, total);
-    if (!kv) {
+    if (kv && p->compile) mc = em_model_compile(c, m, kv, p->compile_bucket);
+    if (!kv || (p->compile && !mc)) {
         s = em_ctx_status(c);
         goto done;
     }
@@ -157,7 +159,8 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
         em_tensor *km = mk ? em_from_host(c, EM_BOOL, EM_SHAPE(batch, cur), mk) : NULL;
         free(idbuf);
         free(mk);
-        em_tensor *lg = em_model_forward(c, m, ids, km, kv, true);
+        em_tensor *lg = mc ? em_model_forward_compiled(c, mc, ids, km, true)
+                           : em_model_forward(c, m, ids, km, kv, true);
         s = lg ? em_to_host(c, lg, logits, (size_t)(batch * vocab) * sizeof *logits)
                : em_ctx_status(c);
         em_scope_pop(c);
@@ -213,6 +216,13 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     out->decode_s = now_s() - t0 - out->prefill_s;
     for (int b = 0; b < batch; b++) out->n_ids[b] = st[b].n;
 done:
+    if (mc) {
+        em_compile_stats cs;
+        em_model_compiled_stats(mc, &cs);
+        out->compiles = cs.compiles;
+        out->compile_s = cs.compile_ms / 1e3;
+    }
+    em_model_compiled_free(mc);
     em_kv_cache_free(kv);
     free(all);
     free(mask);

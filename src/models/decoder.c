@@ -182,8 +182,13 @@ typedef struct fwd {
     em_ctx *c;
     const em_model *m;
     int64_t b, t, pos0, tk; /* batch, new tokens, cached positions, keys after this step */
-    em_tensor *positions;   /* [B, T] i64 on the CPU */
+    em_tensor *positions;   /* [B, T] i64 on the CPU (on the model's device when static) */
     em_tensor *key_mask;    /* [B, Tk] bool on the CPU, or NULL */
+    /* static (compile mode): the KV write positions [T] and full masks [B, 1, T, Tk] (true =
+     * attend; causality, padding and the key bucket's unused tail in them), for global and
+     * sliding layers; shapes depend on the bucket only, never on the cache length */
+    bool stat;
+    em_tensor *cache_pos, *smask, *smask_local;
     /* per device: rope tables and the mask (recomputed when the device changes) */
     em_device *dev;
     em_tensor *cos, *sin, *cos_l, *sin_l, *mask;
@@ -203,6 +208,7 @@ static void enter_device(fwd *f, em_device *d) {
                                           m->inv_freq_local);
         f->cos_l = em_rope_cos_sin(c, pos, invl, m->rope_scaling_local, m->dtype, &f->sin_l);
     }
+    if (f->stat) return; /* the static masks come with the inputs */
     f->mask = f->key_mask
                   ? em_reshape(c, em_model_to_dev(c, f->key_mask, d), 4, (int64_t[]){f->b, 1, 1, f->tk})
                   : NULL;
@@ -235,18 +241,28 @@ static em_tensor *attention(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_c
     bool local = l->sliding && f->cos_l;
     q = em_rope(c, q, local ? f->cos_l : f->cos, local ? f->sin_l : f->sin);
     k = em_rope(c, k, local ? f->cos_l : f->cos, local ? f->sin_l : f->sin);
-    if (kv) {
-        em_assign(c, em_slice(c, kv->k[li], 2, f->pos0, f->pos0 + f->t, 1), k);
-        em_assign(c, em_slice(c, kv->v[li], 2, f->pos0, f->pos0 + f->t, 1), v);
-        k = em_slice(c, kv->k[li], 2, 0, f->tk, 1);
-        v = em_slice(c, kv->v[li], 2, 0, f->tk, 1);
-    }
+    em_tensor *mask = f->mask;
     em_sdpa_params sp = em_sdpa_default_params();
     sp.scale = m->attn_scale;
     sp.causal = true;
     sp.window = l->sliding ? cfg->sliding_window : 0;
     sp.softcap = cfg->attn_logit_softcapping;
-    em_tensor *a = em_sdpa(c, q, k, v, f->mask, &sp);
+    if (kv && f->stat) {
+        /* positions are data: HF's StaticCache write, attention over the whole bucket */
+        em_index_copy(c, kv->k[li], 2, f->cache_pos, em_contiguous(c, k));
+        em_index_copy(c, kv->v[li], 2, f->cache_pos, em_contiguous(c, v));
+        mask = l->sliding && f->smask_local ? f->smask_local : f->smask;
+        sp.causal = false;
+        sp.window = 0;
+    } else if (kv) {
+        em_assign(c, em_slice(c, kv->k[li], 2, f->pos0, f->pos0 + f->t, 1), k);
+        em_assign(c, em_slice(c, kv->v[li], 2, f->pos0, f->pos0 + f->t, 1), v);
+    }
+    if (kv) {
+        k = em_slice(c, kv->k[li], 2, 0, f->tk, 1);
+        v = em_slice(c, kv->v[li], 2, 0, f->tk, 1);
+    }
+    em_tensor *a = em_sdpa(c, q, k, v, mask, &sp);
     a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
     return em_linear(c, a, l->o, l->o_bias);
 }
@@ -274,11 +290,12 @@ static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *
     p.norm_topk_prob = m->fam->moe == 2 ? true : m->cfg.norm_topk_prob;
     p.act = m->act == EM_ACT_GELU_TANH ? EM_MOE_ACT_GELU_TANH : EM_MOE_ACT_SILU;
     p.impl = m->moe_impl;
+    p.device_routing = f->stat;
     em_tensor *idx = NULL;
     em_tensor *w = em_moe_route(c, em_linear(c, flat, l->router, NULL), &p, NULL, m->dtype, &idx);
     em_moe_stats st = {0, 0};
     em_tensor *y = em_moe_experts(c, flat, idx, w, &l->experts, &p, &st);
-    if (kv) kv->experts_hit += st.experts_hit;
+    if (kv && !f->stat) kv->experts_hit += st.experts_hit;
     return em_reshape(c, y, 3, (int64_t[]){f->b, f->t, hidden});
 }
 
@@ -311,6 +328,8 @@ done:
     free(mk);
     return r;
 }
+
+static em_tensor *forward_body(fwd *f, em_tensor *ids, em_kv_cache *kv, bool last_only);
 
 em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
                             em_kv_cache *kv, bool last_only) {
@@ -350,6 +369,43 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     f.tk = tk;
     f.positions = em_decoder_positions(c, key_mask, b, t, pos0, tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
+    em_tensor *logits = forward_body(&f, ids, kv, last_only);
+    if (!em_ctx_status(c) && kv) kv->len = tk;
+    em_tensor *r = em_keep(c, logits);
+    em_scope_pop(c);
+    return r;
+}
+
+em_tensor *em_decoder_forward_static(em_ctx *c, const em_model *m, em_tensor *ids,
+                                     em_tensor *positions, em_tensor *cache_pos, em_tensor *mask,
+                                     em_tensor *mask_local, em_kv_cache *kv, bool last_only) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (m->fam->forward || !kv) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_forward",
+                    "the static (compile-mode) forward needs a KV cache and the shared decoder "
+                    "(%s has its own forward)", m->cfg.model_type);
+        return NULL;
+    }
+    fwd f;
+    memset(&f, 0, sizeof f);
+    f.c = c;
+    f.m = m;
+    f.b = em_tensor_dim(ids, 0);
+    f.t = em_tensor_dim(ids, 1);
+    f.tk = em_tensor_dim(mask, 3);
+    f.stat = true;
+    f.positions = positions;
+    f.cache_pos = cache_pos;
+    f.smask = mask;
+    f.smask_local = mask_local;
+    return forward_body(&f, ids, kv, last_only);
+}
+
+static em_tensor *forward_body(fwd *fp, em_tensor *ids, em_kv_cache *kv, bool last_only) {
+    fwd f = *fp;
+    em_ctx *c = f.c;
+    const em_model *m = f.m;
+    int64_t t = f.t;
     enter_device(&f, m->dev_embed);
     em_tensor *h = em_embedding(c, m->embed, em_model_to_dev(c, ids, m->dev_embed));
     if (m->embed_scale > 0) /* Gemma: the scale is rounded to the model dtype first */
@@ -377,8 +433,5 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
         double cap = m->cfg.final_logit_softcapping;
         logits = em_mul_scalar(c, em_tanh(c, em_div_scalar(c, logits, cap)), cap);
     }
-    if (!em_ctx_status(c) && kv) kv->len = tk;
-    em_tensor *r = em_keep(c, logits);
-    em_scope_pop(c);
-    return r;
+    return logits;
 }

@@ -94,6 +94,13 @@ em_mlp_act em_decoder_act(const char *name);
 em_tensor *em_decoder_positions(em_ctx *c, em_tensor *key_mask, int64_t b, int64_t t,
                                 int64_t pos0, int64_t tk);
 em_status em_bert_load(em_wload *w);
+/* The forward with static shapes that compile mode traces (decoder.c): positions [B, T] and
+ * cache_pos [T] (i64) and the masks [B, 1, T, L] (bool; mask_local for sliding layers, may be
+ * NULL) are tensors on the model's device; keys are written with index_copy and attention reads
+ * the first L cache positions. Does not advance the cache (the caller does). */
+em_tensor *em_decoder_forward_static(em_ctx *c, const em_model *m, em_tensor *ids,
+                                     em_tensor *positions, em_tensor *cache_pos, em_tensor *mask,
+                                     em_tensor *mask_local, em_kv_cache *kv, bool last_only);
 
 struct em_kv_cache {
     const em_model *m;

@@ -24,7 +24,7 @@ const char *em_moe_impl_name(em_moe_impl impl) {
 }
 
 em_moe_params em_moe_default_params(void) {
-    em_moe_params p = {2, false, EM_MOE_ACT_SILU, EM_MOE_RAGGED};
+    em_moe_params p = {2, false, EM_MOE_ACT_SILU, EM_MOE_RAGGED, false};
     return p;
 }
 
@@ -93,10 +93,29 @@ static em_tensor *expert(EM_OP_ARGS, em_tensor *w, int64_t e) {
                        (int64_t[]){s[1], s[2]});
 }
 
+/* The ragged expert pass, shared by both routings. token [T*k]: the token of each row sorted
+ * by expert; inv [T*k]: the sorted row of each (token, slot) pair; gs [E] i32: group sizes. */
+static em_tensor *ragged_ffn(EM_OP_ARGS, em_tensor *x, em_tensor *token, em_tensor *inv,
+                             em_tensor *gs, int64_t k, em_tensor *weights,
+                             const em_moe_weights *w, const em_moe_params *p) {
+    int64_t t = em_tensor_dim(x, 0), rows = t * k;
+    int64_t inter = em_tensor_dim(w->down, 2), hidden = em_tensor_dim(x, 1);
+    em_tensor *xs = em_index_select_(c, file, line, x, 0, token);
+    em_tensor *h = em_ragged_dot_(c, file, line, xs, w->gate_up, gs, true);
+    em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
+                            em_narrow_(c, file, line, h, 1, inter, inter), p->act);
+    em_tensor *y = em_ragged_dot_(c, file, line, a, w->down, gs, true);
+    em_tensor *ys = em_index_select_(c, file, line, y, 0, inv);
+    ys = em_mul_(c, file, line, ys, em_reshape_(c, file, line, weights, 2, (int64_t[]){rows, 1}));
+    ys = em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden});
+    int dim = 1;
+    return em_cast_(c, file, line, em_sum_(c, file, line, ys, &dim, 1, false), em_tensor_dtype(x));
+}
+
 static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t,
                                  int64_t k, em_tensor *weights, const em_moe_weights *w,
                                  const em_moe_params *p, int64_t n_experts, int64_t *hit) {
-    int64_t rows = t * k, inter = em_tensor_dim(w->down, 2), hidden = em_tensor_dim(x, 1);
+    int64_t rows = t * k;
     int64_t *offset = calloc((size_t)n_experts + 1, sizeof *offset);
     int32_t *sizes = calloc((size_t)n_experts, sizeof *sizes);
     int64_t *token = malloc((size_t)(rows ? rows : 1) * sizeof *token);
@@ -117,19 +136,11 @@ static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, i
         token[pos] = i / k;
         inv[i] = pos;
     }
-    em_tensor *gs = em_from_host_on_(c, file, line, em_tensor_device(x), EM_I32, 1, &n_experts, sizes);
-    em_tensor *xs = em_index_select_(c, file, line, x, 0, i64_tensor(c, file, line, em_tensor_device(x), token, rows));
-    em_tensor *h = em_ragged_dot_(c, file, line, xs, w->gate_up, gs, true);
-    em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
-                            em_narrow_(c, file, line, h, 1, inter, inter), p->act);
-    em_tensor *y = em_ragged_dot_(c, file, line, a, w->down, gs, true);
-    em_tensor *ys = em_index_select_(c, file, line, y, 0, i64_tensor(c, file, line, em_tensor_device(x), inv, rows));
-    ys = em_mul_(c, file, line, ys, em_reshape_(c, file, line, weights, 2, (int64_t[]){rows, 1}));
-    int dim = 1;
-    out = em_cast_(c, file, line,
-                   em_sum_(c, file, line, em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden}),
-                           &dim, 1, false),
-                   em_tensor_dtype(x));
+    em_device *dev = em_tensor_device(x);
+    out = ragged_ffn(c, file, line, x, i64_tensor(c, file, line, dev, token, rows),
+                     i64_tensor(c, file, line, dev, inv, rows),
+                     em_from_host_on_(c, file, line, dev, EM_I32, 1, &n_experts, sizes), k,
+                     weights, w, p);
 done:
     free(offset);
     free(sizes);
@@ -182,10 +193,30 @@ static em_tensor *experts_loop(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int
     return out;
 }
 
+/* The dense expert pass, shared by both routings: every expert on every token, scaled by its
+ * column of the [T, E] routing-weight matrix wd. */
+static em_tensor *dense_ffn(EM_OP_ARGS, em_tensor *x, em_tensor *wd, const em_moe_weights *w,
+                            const em_moe_params *p, int64_t n_experts) {
+    int64_t inter = em_tensor_dim(w->down, 2);
+    em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
+    for (int64_t e = 0; e < n_experts && out; e++) {
+        em_scope_push(c);
+        em_tensor *h = em_linear_(c, file, line, x, expert(c, file, line, w->gate_up, e), NULL);
+        em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
+                                em_narrow_(c, file, line, h, 1, inter, inter), p->act);
+        em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
+        y = em_mul_(c, file, line, y, em_narrow_(c, file, line, wd, 1, e, 1));
+        em_tensor *next = em_keep(c, em_add_(c, file, line, out, em_cast_(c, file, line, y,
+                                                                           em_tensor_dtype(x))));
+        em_scope_pop(c);
+        out = next;
+    }
+    return out;
+}
+
 static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t, int64_t k,
                                 em_tensor *weights, const em_moe_weights *w,
                                 const em_moe_params *p, int64_t n_experts, int64_t *hit) {
-    int64_t inter = em_tensor_dim(w->down, 2);
     /* routing weights scattered to a dense [T, E] matrix (zero where not routed) */
     float *wh = malloc((size_t)(t * k + 1) * sizeof *wh);
     float *dense = calloc((size_t)(t * n_experts + 1), sizeof *dense);
@@ -207,19 +238,101 @@ static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, in
                              em_tensor_dtype(weights));
     free(wh);
     free(dense);
-    em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
-    for (int64_t e = 0; e < n_experts && out; e++) {
-        em_scope_push(c);
-        em_tensor *h = em_linear_(c, file, line, x, expert(c, file, line, w->gate_up, e), NULL);
-        em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
-                                em_narrow_(c, file, line, h, 1, inter, inter), p->act);
-        em_tensor *y = em_linear_(c, file, line, a, expert(c, file, line, w->down, e), NULL);
-        y = em_mul_(c, file, line, y, em_narrow_(c, file, line, wd, 1, e, 1));
-        em_tensor *next = em_keep(c, em_add_(c, file, line, out, em_cast_(c, file, line, y,
-                                                                           em_tensor_dtype(x))));
-        em_scope_pop(c);
-        out = next;
+    return dense_ffn(c, file, line, x, wd, w, p, n_experts);
+}
+
+/* ---- device routing: only ops on tensors, so nothing is read back and no shape depends on
+ * which experts were chosen (what compile mode needs) ---- */
+
+/* 0..n-1 as i64 on dev: creation ops use the context's default device, which need not be x's. */
+static em_tensor *arange_on(EM_OP_ARGS, em_device *dev, int64_t n) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, dev);
+    em_tensor *r = em_arange_(c, file, line, 0, (double)n, 1, EM_I64);
+    em_ctx_set_device(c, prev);
+    return r;
+}
+
+/* The token of each flattened (token, slot) row, [T*k]: 0,..,0, 1,..,1, ... */
+static em_tensor *row_tokens(EM_OP_ARGS, em_device *dev, int64_t t, int64_t k) {
+    em_tensor *r = em_reshape_(c, file, line, arange_on(c, file, line, dev, t), 2,
+                               (int64_t[]){t, 1});
+    r = em_expand_(c, file, line, r, 2, (int64_t[]){t, k});
+    return em_reshape_(c, file, line, r, 1, (int64_t[]){t * k});
+}
+
+static em_tensor *experts_ragged_device(EM_OP_ARGS, em_tensor *x, em_tensor *indices, int64_t k,
+                                        em_tensor *weights, const em_moe_weights *w,
+                                        const em_moe_params *p, int64_t n_experts) {
+    int64_t t = em_tensor_dim(x, 0), rows = t * k;
+    em_tensor *ids = em_cast_(c, file, line, indices, EM_I64);
+    ids = em_reshape_(c, file, line, ids, 1, &rows);
+    /* argsort is stable, so each expert's rows stay in token order, as in the host counting sort
+     * (the same row order gives bit-identical ragged_dot results) */
+    em_tensor *perm = em_argsort_(c, file, line, ids, 0, false);
+    em_tensor *tok = row_tokens(c, file, line, em_tensor_device(x), t, k);
+    /* perm holds each value once, so sorting it inverts it */
+    em_tensor *inv = em_argsort_(c, file, line, perm, 0, false);
+    int dim = 0;
+    em_tensor *gs = em_cast_(c, file, line,
+                             em_sum_(c, file, line, em_one_hot_(c, file, line, ids, n_experts),
+                                     &dim, 1, false),
+                             EM_I32);
+    return ragged_ffn(c, file, line, x, em_index_select_(c, file, line, tok, 0, perm), inv, gs,
+                      k, weights, w, p);
+}
+
+static em_tensor *experts_dense_device(EM_OP_ARGS, em_tensor *x, em_tensor *indices,
+                                       em_tensor *weights, const em_moe_weights *w,
+                                       const em_moe_params *p, int64_t n_experts) {
+    /* [T, k, E] one-hot times the [T, k, 1] weights, summed over k: every (t, e) gets at most
+     * one nonzero term, so this equals the host's scattered matrix exactly (a token naming an expert
+     * twice gets the sum, as in the ragged path) */
+    em_tensor *oh = em_cast_(c, file, line,
+                             em_one_hot_(c, file, line, em_cast_(c, file, line, indices, EM_I64),
+                                         n_experts),
+                             em_tensor_dtype(weights));
+    int dim = 1;
+    em_tensor *wd = em_sum_(c, file, line,
+                            em_mul_(c, file, line, oh, em_unsqueeze_(c, file, line, weights, 2)),
+                            &dim, 1, false);
+    return dense_ffn(c, file, line, x, wd, w, p, n_experts);
+}
+
+static em_tensor *experts_device(EM_OP_ARGS, em_tensor *x, em_tensor *indices, int64_t k,
+                                 em_tensor *weights, const em_moe_weights *w,
+                                 const em_moe_params *p, int64_t n_experts) {
+    switch (p->impl) {
+    case EM_MOE_LOOP:
+        em_fail_at(c, EM_ERR_UNSUPPORTED, "moe_experts", file, line,
+                   "device_routing: the loop implementation needs the routing on the host; "
+                   "use ragged or dense");
+        return NULL;
+    case EM_MOE_DENSE:
+        return experts_dense_device(c, file, line, x, indices, weights, w, p, n_experts);
+    default: return experts_ragged_device(c, file, line, x, indices, k, weights, w, p, n_experts);
     }
+}
+
+/* The host routing: indices read back (and checked), counts known. */
+static em_tensor *experts_host(EM_OP_ARGS, em_tensor *x, em_tensor *indices, int64_t k,
+                               em_tensor *weights, const em_moe_weights *w,
+                               const em_moe_params *p, int64_t n_experts, int64_t *hit) {
+    int64_t n, t = em_tensor_dim(x, 0);
+    *hit = 0;
+    int64_t *idx = host_indices(c, file, line, indices, n_experts, &n);
+    if (!idx) return NULL;
+    em_tensor *out;
+    switch (p->impl) {
+    case EM_MOE_LOOP:
+        out = experts_loop(c, file, line, x, idx, t, k, weights, w, p, n_experts, hit);
+        break;
+    case EM_MOE_DENSE:
+        out = experts_dense(c, file, line, x, idx, t, k, weights, w, p, n_experts, hit);
+        break;
+    default: out = experts_ragged(c, file, line, x, idx, t, k, weights, w, p, n_experts, hit);
+    }
+    free(idx);
     return out;
 }
 
@@ -246,21 +359,12 @@ em_tensor *em_moe_experts_(EM_OP_ARGS, em_tensor *x, em_tensor *indices, em_tens
                    em_tensor_sig(w->down, s3, sizeof s3));
         return NULL;
     }
-    int64_t n;
-    int64_t *idx = host_indices(c, file, line, indices, n_experts, &n);
-    if (!idx) return NULL;
-    int64_t hit = 0;
+    int64_t hit = -1; /* stays -1 with device routing: unknown without a host read */
     em_tensor *out;
-    switch (p->impl) {
-    case EM_MOE_LOOP:
-        out = experts_loop(c, file, line, x, idx, t, k, weights, w, p, n_experts, &hit);
-        break;
-    case EM_MOE_DENSE:
-        out = experts_dense(c, file, line, x, idx, t, k, weights, w, p, n_experts, &hit);
-        break;
-    default: out = experts_ragged(c, file, line, x, idx, t, k, weights, w, p, n_experts, &hit);
-    }
-    free(idx);
+    if (p->device_routing)
+        out = experts_device(c, file, line, x, indices, k, weights, w, p, n_experts);
+    else
+        out = experts_host(c, file, line, x, indices, k, weights, w, p, n_experts, &hit);
     if (stats) {
         stats->experts_hit = hit;
         stats->rows = t * k;

@@ -14,6 +14,10 @@ em_tensor *em_to_(EM_OP_ARGS, em_tensor *x, em_device *dev) {
         return NULL;
     }
     if (x->dev == dev) return em_scope_add(c, em_tensor_retain(x));
+    if (x->sym) {
+        em_trace_value_needed(c, x, "to");
+        return NULL;
+    }
     if (x->dev->be == dev->be && dev->be->copy) {
         /* device to device within one backend (e.g. two chips of one PJRT plugin) */
         if (em_tensor_materialize(c, x)) return NULL;
@@ -147,6 +151,15 @@ em_tensor *em_index_add_(EM_OP_ARGS, em_tensor *x, int dim, em_tensor *index, em
     em_tensor *in[3] = {x, index, src};
     em_attr a[2] = {em_attr_int(dim), em_attr_float(alpha)};
     return EM_RUN(EM_OP_INDEX_ADD, in, 3, a);
+}
+
+em_status em_index_copy_(EM_OP_ARGS, em_tensor *dst, int64_t dim, em_tensor *index,
+                         em_tensor *src) {
+    em_tensor *in[3] = {dst, index, src};
+    em_attr a[1] = {em_attr_int(dim)};
+    if (!c) return EM_ERR_INVALID_ARG;
+    em_op_exec(c, file, line, EM_OP_INDEX_COPY, in, 3, a, NULL, 0);
+    return c->err.status;
 }
 
 em_tensor *em_topk_(EM_OP_ARGS, em_tensor *x, int64_t k, int dim, bool largest, bool sorted,

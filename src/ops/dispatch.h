@@ -17,6 +17,11 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
 em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
                         const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
 
+/* Strides viewing a tensor of geometry (xnd, xshape, xstrides, xnumel) with `shape` without a
+ * copy (torch's computeStride, ops/views.c); false when the layout does not allow it. */
+bool em_view_strides(int xnd, const int64_t *xshape, const int64_t *xstrides, int64_t xnumel,
+                     int ndim, const int64_t *shape, int64_t *st);
+
 /* attribute constructors */
 static inline em_attr em_attr_int(int64_t v) {
     em_attr a;

@@ -108,6 +108,9 @@
     X(SCATTER, "scatter", OTHER, 3, 3, 1, "dim:int", rule_scatter)                                 \
     X(SCATTER_ADD, "scatter_add", OTHER, 3, 3, 1, "dim:int", rule_scatter)                         \
     X(INDEX_ADD, "index_add", OTHER, 3, 3, 1, "dim:int,alpha:float", rule_index_add)               \
+    /* in place, as torch's index_copy_ (the static KV cache's write): dst[.., index[i], ..] = */  \
+    /* src[.., i, ..] along dim; no outputs */                                                     \
+    X(INDEX_COPY, "index_copy", OTHER, 3, 3, 0, "dim:int", rule_index_copy)                        \
     X(TOPK, "topk", OTHER, 1, 1, 2, "k:int,dim:int,largest:bool,sorted:bool", rule_topk)           \
     X(SORT, "sort", OTHER, 1, 1, 2, "dim:int,descending:bool", rule_sort)                          \
     X(ARGSORT, "argsort", OTHER, 1, 1, 1, "dim:int,descending:bool", rule_argsort)                 \

@@ -331,8 +331,8 @@ em_status rule_scatter(RULE_ARGS) {
     return EM_OK;
 }
 
-em_status rule_index_add(RULE_ARGS) {
-    (void)op, (void)n_in, (void)n_out;
+/* index_add and index_copy: src matches x except along dim, which has one slice per index */
+static em_status index_into_rule(em_ctx *c, em_tensor *const *in, const em_attr *attrs) {
     const em_tensor *x = in[0], *idx = in[1], *src = in[2];
     char s1[128], s2[128], s3[128];
     int d;
@@ -350,7 +350,28 @@ em_status rule_index_add(RULE_ARGS) {
         return em_op_fail(c, EM_ERR_SHAPE, "src %s must match input %s except dim %d, which must "
                           "equal the %lld indices of %s", SHAPE(src, s3), SHAPE(x, s1), d,
                           (long long)idx->numel, SHAPE(idx, s2));
-    meta_like(out, x, x->dtype);
+    return EM_OK;
+}
+
+em_status rule_index_add(RULE_ARGS) {
+    (void)op, (void)n_in, (void)n_out;
+    em_status s = index_into_rule(c, in, attrs);
+    if (s == EM_OK) meta_like(out, in[0], in[0]->dtype);
+    return s;
+}
+
+/* in place: no outputs; the destination must not be an expanded view */
+em_status rule_index_copy(RULE_ARGS) {
+    (void)op, (void)n_in, (void)out;
+    em_status s = index_into_rule(c, in, attrs);
+    if (s != EM_OK) return s;
+    const em_tensor *x = in[0];
+    for (int i = 0; i < x->ndim; i++)
+        if (x->strides[i] == 0 && x->shape[i] > 1)
+            return em_op_fail(c, EM_ERR_INVALID_ARG,
+                              "the destination is an expanded view (dim %d has stride 0): several "
+                              "elements share memory", i);
+    *n_out = 0;
     return EM_OK;
 }
 

@@ -6,10 +6,11 @@
 #include "ops/dispatch.h"
 #include "ops/rules.h"
 
-/* Strides that let `x` be viewed with `shape` without copying (torch's computeStride);
- * false when the memory layout does not allow it. */
-static bool view_strides(const em_tensor *x, int ndim, const int64_t *shape, int64_t *st) {
-    if (x->numel == 0 || x->ndim == 0) {
+/* Strides that view a tensor of the given geometry with `shape` without copying (torch's
+ * computeStride); false when the memory layout does not allow it. */
+bool em_view_strides(int xnd, const int64_t *xshape, const int64_t *xstrides, int64_t xnumel,
+                     int ndim, const int64_t *shape, int64_t *st) {
+    if (xnumel == 0 || xnd == 0) {
         int64_t s = 1;
         for (int i = ndim - 1; i >= 0; i--) {
             st[i] = s;
@@ -18,11 +19,10 @@ static bool view_strides(const em_tensor *x, int ndim, const int64_t *shape, int
         return true;
     }
     int view_d = ndim - 1;
-    int64_t chunk_base = x->strides[x->ndim - 1], tensor_numel = 1, view_numel = 1;
-    for (int td = x->ndim - 1; td >= 0; td--) {
-        tensor_numel *= x->shape[td];
-        if (td == 0 ||
-            (x->shape[td - 1] != 1 && x->strides[td - 1] != tensor_numel * chunk_base)) {
+    int64_t chunk_base = xstrides[xnd - 1], tensor_numel = 1, view_numel = 1;
+    for (int td = xnd - 1; td >= 0; td--) {
+        tensor_numel *= xshape[td];
+        if (td == 0 || (xshape[td - 1] != 1 && xstrides[td - 1] != tensor_numel * chunk_base)) {
             while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
                 st[view_d] = view_numel * chunk_base;
                 view_numel *= shape[view_d];
@@ -30,13 +30,17 @@ static bool view_strides(const em_tensor *x, int ndim, const int64_t *shape, int
             }
             if (view_numel != tensor_numel) return false;
             if (td > 0) {
-                chunk_base = x->strides[td - 1];
+                chunk_base = xstrides[td - 1];
                 tensor_numel = 1;
                 view_numel = 1;
             }
         }
     }
     return view_d == -1;
+}
+
+static bool view_strides(const em_tensor *x, int ndim, const int64_t *shape, int64_t *st) {
+    return em_view_strides(x->ndim, x->shape, x->strides, x->numel, ndim, shape, st);
 }
 
 static em_status reshape(em_ctx *c, const em_op_def *op, em_tensor *x, const em_meta *m,

@@ -17,7 +17,54 @@ struct em_opcase_set {
     size_t data_len;
     char path[512];
     bool tie_tolerant;
+    bool compiled;
 };
+
+void em_opcases_set_compiled(em_opcase_set *s, bool on) { s->compiled = on; }
+
+/* ---- compile mode: each case's op call traced and run as a compiled function ---- */
+
+typedef struct compiled_case {
+    const em_op_def *op;
+    const em_attr *attrs;
+    int n_in;
+    em_tensor *const *in; /* the case's inputs (NULL entries: absent optional inputs) */
+} compiled_case;
+
+static int case_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                   int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    const compiled_case *cc = user;
+    em_tensor *args[EM_MAX_INPUTS] = {NULL};
+    int k = 0;
+    for (int i = 0; i < cc->n_in; i++) {
+        if (!cc->in[i]) continue;
+        /* an in-place op's destination is captured (a compiled function writes into captured
+         * tensors, as into a KV cache; its inputs are copies) */
+        args[i] = i == 0 && cc->op->n_out == 0 ? cc->in[0] : in[k++];
+    }
+    int n_out = 0;
+    em_op_run(c, __FILE__, __LINE__, cc->op->id, args, cc->n_in, cc->attrs, out, EM_MAX_OUTPUTS,
+              &n_out);
+    return em_ctx_status(c) ? -1 : n_out;
+}
+
+static void run_op(em_ctx *c, const em_opcase_set *s, const em_op_def *op, em_tensor *const *in,
+                   int n_in, const em_attr *attrs, em_tensor **outs, int *n_out) {
+    if (!s->compiled) {
+        em_op_run(c, __FILE__, __LINE__, op->id, in, n_in, attrs, outs, EM_MAX_OUTPUTS, n_out);
+        return;
+    }
+    compiled_case cc = {op, attrs, n_in, in};
+    em_tensor *args[EM_MAX_INPUTS];
+    int k = 0;
+    for (int i = 0; i < n_in; i++)
+        if (in[i] && !(i == 0 && op->n_out == 0)) args[k++] = in[i];
+    em_compiled *f = em_compile(c, op->name, case_fn, &cc);
+    int n = f ? em_compiled_call(c, f, args, k, NULL, 0, outs, EM_MAX_OUTPUTS) : -1;
+    em_compiled_free(f);
+    *n_out = n < 0 ? 0 : n;
+}
 
 static unsigned char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -316,7 +363,7 @@ em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *de
     }
     em_tensor *outs[EM_MAX_OUTPUTS];
     int n_out = 0;
-    em_op_run(c, __FILE__, __LINE__, op->id, in, n_in, attrs, outs, EM_MAX_OUTPUTS, &n_out);
+    run_op(c, s, op, in, n_in, attrs, outs, &n_out);
     json_t *expect_err = json_object_get(cs, "error");
     if (expect_err) {
         const em_error *e = em_ctx_error(c);
@@ -393,7 +440,7 @@ static int exec_on(em_ctx *c, const em_opcase_set *s, json_t *cs, const em_op_de
         }
     }
     int n_out = 0;
-    em_op_run(c, __FILE__, __LINE__, op->id, in, n_in, attrs, outs, EM_MAX_OUTPUTS, &n_out);
+    run_op(c, s, op, in, n_in, attrs, outs, &n_out);
     if (em_ctx_error(c)) {
         snprintf(msg, mn, "%s", em_ctx_error(c)->message);
         return -1;

@@ -36,6 +36,10 @@ typedef struct em_opcase_result {
 em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
                          em_opcase_result *r);
 
+/* Runs each case's op call as a compiled function (ember/compile.h): traced, lowered for the
+ * device (a CPU plan or one PJRT program) and run. In-place ops write into a captured tensor. */
+void em_opcases_set_compiled(em_opcase_set *s, bool on);
+
 /* Accept topk indices that list tied values in another order than torch's CPU (see
  * em_opcases_run); used for devices other than the CPU. */
 void em_opcases_set_tie_tolerant(em_opcase_set *s, bool on);

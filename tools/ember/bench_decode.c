@@ -57,6 +57,8 @@ typedef struct run {
     int64_t experts_hit; /* per step, summed over layers, averaged */
     double frac;         /* median over steps of (bytes / step time) / bandwidth probed just
                             before that step (the host's bandwidth drifts) */
+    int64_t compiles;    /* compiled runs: programs compiled during the decode steps */
+    double compile_ms;   /* compiled runs: all tracing + compiling, prefill included */
 } run;
 
 static int cmp_d(const void *a, const void *b) {
@@ -64,31 +66,46 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static em_status decode_run(em_ctx *c, const em_model *m, run *r) {
+static em_tensor *forward(em_ctx *c, const em_model *m, em_model_compiled *mc, em_tensor *ids,
+                          em_kv_cache *kv) {
+    return mc ? em_model_forward_compiled(c, mc, ids, NULL, true)
+              : em_model_forward(c, m, ids, NULL, kv, true);
+}
+
+/* compiled: through em_model_compile (r->compiles gets the programs compiled for the decode
+ * steps, prefill excluded) */
+static em_status decode_run(em_ctx *c, const em_model *m, run *r, bool compiled) {
     em_kv_cache *kv = em_kv_cache_create(c, m, r->batch, r->prompt + r->steps + 1);
     if (!kv) return em_ctx_status(c);
+    em_model_compiled *mc = compiled ? em_model_compile(c, m, kv, 128) : NULL;
+    if (compiled && !mc) {
+        em_kv_cache_free(kv);
+        return em_ctx_status(c);
+    }
     int64_t vocab = em_model_get_config(m)->vocab_size;
     int64_t *ids = malloc((size_t)(r->batch * r->prompt) * sizeof *ids);
     for (int64_t i = 0; ids && i < r->batch * r->prompt; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
     em_scope_push(c);
     double t0 = bench_now();
-    em_tensor *lg = em_model_forward(c, m, em_from_host(c, EM_I64, EM_SHAPE(r->batch, r->prompt), ids),
-                                     NULL, kv, true);
+    em_tensor *lg = forward(c, m, mc, em_from_host(c, EM_I64, EM_SHAPE(r->batch, r->prompt), ids),
+                            kv);
     em_tensor *next = em_argmax(c, lg, -1, false); /* [B, 1] greedy */
     if (next) em_tensor_data(c, next);
     r->prefill_ms = (bench_now() - t0) * 1e3;
+    em_compile_stats cs0 = {0}, cs1 = {0};
+    em_model_compiled_stats(mc, &cs0);
     double total = 0, fr[256];
     int64_t hits = 0, nf = 0;
     for (int64_t s = 0; s < r->steps && !em_ctx_status(c); s++) {
         double gbs = bench_read_gbs(); /* the bandwidth of this moment */
         em_scope_push(c);
         double t1 = bench_now();
-        lg = em_model_forward(c, m, next, NULL, kv, true);
+        lg = forward(c, m, mc, next, kv);
         em_tensor *nx = em_keep(c, em_argmax(c, lg, -1, false));
         if (nx) em_tensor_data(c, nx);
         double dt = bench_now() - t1;
         total += dt;
-        int64_t hit = em_kv_cache_experts_hit(kv);
+        int64_t hit = mc ? r->experts_hit : em_kv_cache_experts_hit(kv); /* compiled: eager's */
         hits += hit;
         if (nf < 256 && gbs > 0)
             fr[nf++] = step_bytes(m, hit, r->batch, r->prompt + s) / dt / (gbs * 1e9);
@@ -99,25 +116,34 @@ static em_status decode_run(em_ctx *c, const em_model *m, run *r) {
     qsort(fr, (size_t)nf, sizeof *fr, cmp_d);
     r->frac = nf ? fr[nf / 2] : 0;
     r->experts_hit = r->steps ? hits / r->steps : 0;
+    em_model_compiled_stats(mc, &cs1);
+    r->compiles = cs1.compiles - cs0.compiles;
+    r->compile_ms = cs1.compile_ms;
     em_scope_pop(c);
     free(ids);
+    em_model_compiled_free(mc);
     em_kv_cache_free(kv);
     return em_ctx_status(c);
 }
 
 static void usage(void) {
     printf("usage: ember bench decode [--json] [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b|all]\n"
-           "                          [--layers N] [--steps N] [--skip-peers] [--cache-dir DIR]\n\n"
+           "                          [--layers N] [--steps N] [--skip-peers] [--cache-dir DIR]\n"
+           "                          [--device DEV] [--compile] [--batches 1,16]\n\n"
            "Decode tokens/s at batch 1 and 16 and prefill tokens/s at 512 tokens, with the\n"
            "memory-bandwidth bound of a decode step and transformers' eager generate (torch CPU)\n"
            "in the same run. Presets are checkpoints with the real layer dimensions and RANDOM\n"
            "bf16 weights, written once into --cache-dir (default build/bench-models);\n"
-           "qwen3-30b-a3b keeps 12 of its 48 layers so that it fits in 16 GiB.\n");
+           "qwen3-30b-a3b keeps 12 of its 48 layers so that it fits in 16 GiB.\n"
+           "--compile adds, for every batch, the same decode through compile mode (one program\n"
+           "per KV bucket of 128) next to eager, with the speedup and the programs compiled.\n");
 }
 
 int bench_decode(int argc, char **argv) {
-    bool json = false, peers = true;
-    const char *model = NULL, *preset = "all", *cache = "build/bench-models";
+    bool json = false, peers = true, compile = false;
+    const char *model = NULL, *preset = "all", *cache = "build/bench-models", *device = NULL;
+    int64_t batches[8] = {1, 16};
+    int n_batches = 2;
     long layers = 0, steps = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
@@ -127,6 +153,22 @@ int bench_decode(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) cache = argv[++i];
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--compile")) compile = true;
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
+            n_batches = 0;
+            for (char *q = argv[++i]; *q && n_batches < 8;) {
+                char *e;
+                long v = strtol(q, &e, 10);
+                if (e == q || v <= 0) break;
+                batches[n_batches++] = v;
+                q = *e == ',' ? e + 1 : e;
+            }
+            if (!n_batches) {
+                fprintf(stderr, "ember bench decode: --batches takes a list like 1,16\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;
@@ -163,6 +205,10 @@ int bench_decode(int argc, char **argv) {
     bench_measure_limits(&L);
     double bw = L.read_gbs;
     int threads = em_num_threads();
+    if (steps < 1 || steps > 256) {
+        fprintf(stderr, "ember bench decode: --steps must be 1..256\n");
+        return 2;
+    }
     if (!json)
         printf("read bandwidth %.1f GB/s, bf16 dot peak %.0f GFLOP/s on %d threads\n", bw,
                L.bf16_gflops, threads);
@@ -180,6 +226,7 @@ int bench_decode(int argc, char **argv) {
         em_model_options o = em_model_default_options();
         o.progress = false;
         o.offline = true;
+        o.device = device;
         em_model *m = em_model_load(c, dirs[k], &o);
         if (!m) {
             fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
@@ -192,14 +239,18 @@ int bench_decode(int argc, char **argv) {
                    dirs[k], cfg->model_type, (long long)cfg->num_hidden_layers,
                    em_dtype_name(em_model_dtype(m)), "run", "ms/step", "tokens/s", "bound ms",
                    "of bnd", "torch tok/s", "speedup");
-        int64_t batches[2] = {1, 16};
-        for (int bi = 0; bi < 2; bi++) {
-            run r = {batches[bi], 16, steps, 0, 0, 0, 0};
-            if (decode_run(c, m, &r) != EM_OK) {
-                fprintf(stderr, "decode: %s\n", em_ctx_error(c)->message);
+        for (int bi = 0; bi < n_batches * (compile ? 2 : 1); bi++) {
+            bool cmode = compile && bi % 2 == 1;
+            int64_t batch = batches[compile ? bi / 2 : bi];
+            static run eager; /* the eager run of this batch (compiled rows compare with it) */
+            run r = {batch, 16, steps, 0, 0, cmode ? eager.experts_hit : 0, 0, 0, 0};
+            if (decode_run(c, m, &r, cmode) != EM_OK) {
+                fprintf(stderr, "decode%s: %s\n", cmode ? " --compile" : "",
+                        em_ctx_error(c)->message);
                 em_ctx_clear_error(c);
                 continue;
             }
+            if (!cmode) eager = r;
             /* the roofline: bytes a step must read, or the flops of its matmuls at the bf16 peak
              * (batch 16 on the dense model is compute-bound on this CPU) */
             double bound = r.frac > 0 ? r.step_ms * r.frac
@@ -214,13 +265,25 @@ int bench_decode(int argc, char **argv) {
             double pms = torch.available ? bench_peer_ms(&torch, name) : -1;
             double ptps = pms > 0 ? (double)r.batch * 1e3 / pms : -1;
             if (json) {
-                printf("{\"bench\": \"decode\", \"model\": \"%s\", \"batch\": %lld, \"ms\": %.4f, "
+                printf("{\"bench\": \"decode\", \"model\": \"%s\", \"device\": \"%s\", "
+                       "\"mode\": \"%s\", \"batch\": %lld, \"ms\": %.4f, "
                        "\"tokens_per_s\": %.3f, \"limit_ms\": %.4f, \"fraction_of_limit\": %.4f, "
                        "\"experts_hit\": %lld, ",
-                       cfg->model_type, (long long)r.batch, r.step_ms, tps, bound,
-                       bound / r.step_ms, (long long)r.experts_hit);
+                       cfg->model_type, device ? device : "cpu", cmode ? "compiled" : "eager",
+                       (long long)r.batch, r.step_ms, tps, bound, bound / r.step_ms,
+                       (long long)r.experts_hit);
+                if (cmode)
+                    printf("\"eager_ms\": %.4f, \"speedup_over_eager\": %.4f, \"compiles\": %lld, "
+                           "\"compile_ms\": %.1f, ", eager.step_ms, eager.step_ms / r.step_ms,
+                           (long long)r.compiles, r.compile_ms);
                 if (pms > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.4f}\n", pms);
                 else printf("\"peer\": null, \"peer_ms\": null}\n");
+            } else if (cmode) {
+                printf("compiled%-3lld %9.2f %12.2f %10.2f %7.0f%% %12.2f %7.2fx  (%.2fx eager; "
+                       "%lld decode compiles, %.0f ms compiling)\n",
+                       (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms, ptps,
+                       ptps > 0 ? tps / ptps : 0.0, eager.step_ms / r.step_ms,
+                       (long long)r.compiles, r.compile_ms);
             } else
                 printf("decode b%-3lld %10.2f %12.2f %10.2f %7.0f%% %12.2f %7.2fx\n",
                        (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms, ptps,
@@ -228,7 +291,7 @@ int bench_decode(int argc, char **argv) {
             fflush(stdout);
         }
         /* prefill of 512 tokens */
-        run p = {1, 512, 0, 0, 0, 0, 0};
+        run p = {1, 512, 0, 0, 0, 0, 0, 0, 0};
         em_kv_cache *kv = em_kv_cache_create(c, m, 1, 513);
         int64_t *ids = malloc(512 * sizeof *ids);
         for (int i = 0; ids && i < 512; i++) ids[i] = 10 + (i * 7919) % (cfg->vocab_size - 10);

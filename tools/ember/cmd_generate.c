@@ -17,7 +17,8 @@ static void gen_usage(void) {
         "                      (--prompt TEXT | --chat TEXT | --ids 1,2,3) [--max-new-tokens N]\n"
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
-        "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n\n"
+        "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
+        "                      [--compile [--bucket N]]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
         "the Hub cache when missing unless HF_HUB_OFFLINE=1) and continues the prompt.\n"
         "  --prompt TEXT      plain text, tokenized with the model's tokenizer\n"
@@ -25,6 +26,8 @@ static void gen_usage(void) {
         "  --ids 1,2,3        token ids\n"
         "  --batch-file FILE  one prompt (or chat message with --chat) per line, as a batch\n"
         "  --print-ids        print the new ids as one JSON array per sequence\n"
+        "  --compile          run each step as a compiled program (one per KV-length bucket\n"
+        "                     of --bucket positions, default 128); compiles are reported\n"
         "Sampling defaults come from generation_config.json; --greedy forces greedy decoding.\n"
         "Load time, time to first token and tokens/s are reported on stderr.\n");
 }
@@ -85,7 +88,8 @@ static int64_t *parse_ids(const char *s, int64_t *n) {
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *chat = NULL, *ids_s = NULL, *batch_file = NULL;
     em_model_options mo = em_model_default_options();
-    bool greedy = false, print_ids = false, show_map = false, have[8] = {false};
+    bool greedy = false, print_ids = false, show_map = false, have[8] = {false}, compile = false;
+    long long bucket = 0;
     double temperature = 1, top_p = 1, min_p = 0, rep = 1;
     long long top_k = 0, max_new = 128, seed = 0;
     const char *stops[16];
@@ -124,7 +128,10 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "ember generate: --moe-impl is loop, dense or ragged\n");
                 return 2;
             }
-        } else if (!strcmp(a, "--greedy")) greedy = true;
+        } else if (ARG("--bucket")) {
+            bucket = atoll(argv[i]);
+        } else if (!strcmp(a, "--compile")) compile = true;
+        else if (!strcmp(a, "--greedy")) greedy = true;
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--show-device-map")) show_map = true;
         else {
@@ -212,6 +219,8 @@ int cmd_generate(int argc, char **argv) {
     if (have[2]) p.top_p = top_p;
     if (have[3]) p.min_p = min_p;
     if (have[4]) p.seed = (uint64_t)seed;
+    p.compile = compile;
+    p.compile_bucket = bucket;
     if (have[5]) p.repetition_penalty = rep;
     p.stop_strings = stops;
     p.n_stop_strings = tok ? n_stops : 0;
@@ -247,6 +256,9 @@ int cmd_generate(int argc, char **argv) {
             r.prefill_s > 0 ? (double)prompt_tokens / r.prefill_s : 0.0,
             (long long)r.decoded_tokens, r.decode_s,
             r.decode_s > 0 ? (double)r.decoded_tokens / r.decode_s : 0.0, batch);
+    if (compile)
+        fprintf(stderr, "compile mode: %lld programs compiled in %.3f s (KV buckets of %lld)\n",
+                (long long)r.compiles, r.compile_s, (long long)(bucket > 0 ? bucket : 128));
     em_generate_result_free(&r);
     rc = 0;
 fail:

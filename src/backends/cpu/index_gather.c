@@ -1,6 +1,6 @@
 /*
  * Gathers and scatters on the CPU: index_select, gather, take_along_dim, scatter, scatter_add,
- * index_add and one_hot.
+ * index_add, index_copy (in place) and one_hot.
  *
  * gather, take_along_dim, scatter and scatter_add share one plan (gs_plan): a walk over the
  * positions of the index, split into tasks of (outer position, block of the innermost dim). A
@@ -606,6 +606,47 @@ done:
     return s;
 }
 
+/* ---- index_copy (in place) ---- */
+
+/*
+ * dst[.., index[i], ..] = src[.., i, ..] along dim, into dst's own (possibly strided) memory.
+ * Every index value is checked before anything is written. The index is walked in order and cut
+ * into runs of consecutive destinations (v, v+1, ...); each run is one strided block copy
+ * (ix_copy_nd merges dims, so a run into a contiguous KV cache [B,H,L,D] at dim 2 is B*H memcpys
+ * of run*D elements, and on the thread pool when large). Runs are copied one after another, so
+ * with duplicate indices the last write wins.
+ */
+static em_status index_copy_kernel(const em_kernel_args *a) {
+    em_tensor *dst = a->in[0];
+    const em_tensor *idx = a->in[1], *src = a->in[2];
+    int nd = dst->ndim, d = norm_dim(a->attrs[0].i, nd);
+    int64_t D = nd ? dst->shape[d] : 1, N = idx->numel;
+    if (ix_check_index(a->ctx, idx, D, false, d)) return EM_ERR_INDEX;
+    if (N == 0 || dst->numel == 0) return EM_OK;
+    size_t es = em_esize(dst->dtype);
+    if (nd == 0) { /* one value, index 0 */
+        ix_copy1(ix_at(dst, dst->offset), ix_at(src, src->offset), es);
+    } else {
+        int64_t shape[EM_MAX_DIMS], dst_st[EM_MAX_DIMS], src_st[EM_MAX_DIMS];
+        for (int i = 0; i < nd; i++) {
+            shape[i] = dst->shape[i];
+            dst_st[i] = dst->strides[i];
+            src_st[i] = src->strides[i];
+        }
+        int64_t dsd = dst->strides[d], ssd = src->strides[d];
+        for (int64_t i = 0; i < N;) {
+            int64_t v = em_cpu_get_i64(idx, i), run = 1;
+            while (i + run < N && em_cpu_get_i64(idx, i + run) == v + run) run++;
+            shape[d] = run;
+            ix_copy_nd(ix_at(dst, dst->offset + v * dsd), dst_st,
+                       ix_at(src, src->offset + i * ssd), src_st, shape, nd, es);
+            i += run;
+        }
+    }
+    atomic_fetch_add_explicit(&dst->storage->version, 1, memory_order_relaxed);
+    return EM_OK;
+}
+
 /* ---- one_hot ---- */
 
 static em_status one_hot_kernel(const em_kernel_args *a) {
@@ -633,6 +674,7 @@ void em_cpu_register_index(em_kernel_fn *k) {
     k[EM_OP_SCATTER] = scatter_kernel;
     k[EM_OP_SCATTER_ADD] = scatter_kernel;
     k[EM_OP_INDEX_ADD] = index_add_kernel;
+    k[EM_OP_INDEX_COPY] = index_copy_kernel;
     k[EM_OP_ONE_HOT] = one_hot_kernel;
     em_cpu_register_index_sort(k);
     em_cpu_register_index_concat(k);

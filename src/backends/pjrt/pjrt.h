@@ -193,6 +193,16 @@ sh_val pj_cast(sh_b *b, sh_val x, em_dtype from, em_dtype to);
 /* The compute element type Ember's CPU uses for a dtype (f32 for bf16/f16, i64 for integers). */
 sh_elem pj_ct(em_dtype t);
 
+/* torch's index_copy_ as a value: dst (a value of the destination's logical shape) with
+ * dst[.., index[i], ..] = src[.., i, ..] along dim (0 <= dim < rank; 0 for a 0-d dst). index is
+ * an integer value, 0-d or 1-d; src has dst's element type and dst's shape except at dim, where
+ * it has the index's length. Returns the updated destination (same type as dst); the eager
+ * kernel writes it back into the destination's storage, a whole-graph lowering uses it as the
+ * new value of the written tensor. Out-of-range index values are not checked here: their
+ * updates are dropped (XLA scatter semantics). With duplicate indices which update wins is
+ * unspecified. */
+sh_val pj_emit_index_copy(sh_b *b, sh_val dst, sh_val index, sh_val src, int dim);
+
 /* Emitter registration per family. */
 void pj_register_ew(pj_emit_fn *t);
 void pj_register_create(pj_emit_fn *t);
@@ -209,6 +219,13 @@ void pj_register_moe(pj_emit_fn *t);
 sh_val pj_view_value(sh_b *b, sh_val base, const em_tensor *t);
 /* Appends what pj_view_value depends on to a key. */
 void pj_key_tensor(pj_key *k, const em_tensor *t);
+
+/* ASSIGN as a value (for whole-graph lowerings): the storage buffer value `base` with the view
+ * dst (a tensor of that storage; only its geometry and storage->data's pj_buf are read)
+ * replaced by src (of dtype src_dt, cast and broadcast to dst as eager assign does). */
+sh_val pj_assign_value(sh_b *b, sh_val base, const em_tensor *dst, sh_val src, em_dtype src_dt);
+/* A contiguous copy of t (the eager CONTIGUOUS op; caller-owned; NULL with an error). */
+em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t);
 
 /* Fused mode (fused.c). */
 em_status pj_eval_lazy(em_ctx *c, em_tensor *t);

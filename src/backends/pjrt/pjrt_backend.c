@@ -188,9 +188,10 @@ static em_status ensure_buffer(em_ctx *c, em_tensor *t) {
     return s;
 }
 
-/* ASSIGN writes into the destination's storage: the program takes the whole storage buffer and
- * returns its new contents. */
+/* ASSIGN and INDEX_COPY write into the destination's storage: the program takes the whole
+ * storage buffer and returns its new contents. */
 static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_dtype src_dt);
+static em_status emit_index_copy(pj_emit *e, sh_val base, const em_tensor *dst);
 
 /* ---- index checks ---- */
 
@@ -210,10 +211,11 @@ static em_status check_indices(em_ctx *c, const em_kernel_args *a, int32_t **gs_
     case EM_OP_TAKE_ALONG_DIM:
     case EM_OP_SCATTER:
     case EM_OP_SCATTER_ADD:
-    case EM_OP_INDEX_ADD: {
+    case EM_OP_INDEX_ADD:
+    case EM_OP_INDEX_COPY: {
         const em_tensor *x = a->in[0];
         int64_t d = a->attrs[0].i;
-        dim = (int)(d < 0 ? d + x->ndim : d);
+        dim = (int)(d < 0 ? d + (x->ndim ? x->ndim : 1) : d);
         size = x->ndim ? x->shape[dim] : 1;
         wrap = id == EM_OP_TAKE_ALONG_DIM;
         break;
@@ -347,7 +349,8 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
                             em_tensor *const *extra_t, int n_extra, const pj_ragged_plan *plan) {
     em_ctx *c = a->ctx;
     const em_op_def *op = a->op;
-    bool assign = op->id == EM_OP_ASSIGN;
+    bool assign = op->id == EM_OP_ASSIGN, index_copy = op->id == EM_OP_INDEX_COPY;
+    bool inplace = assign || index_copy; /* result: the destination's new storage buffer */
     pj_key k;
     pj_key_init(&k);
     pj_key_i64(&k, op->id);
@@ -385,7 +388,7 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
     pj_exec *x = pj_cache_find(pl, &k, h);
     if (!x) {
         pj_emit_fn fn = pj_emitter(op->id);
-        if (!fn && !assign) {
+        if (!fn && !inplace) {
             pj_key_free(&k);
             return em_op_fail(c, EM_ERR_UNSUPPORTED, "no StableHLO lowering for this op");
         }
@@ -418,16 +421,18 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
             e.variant[1] = plan->cb;
         }
         for (int i = 0; i < a->n_in; i++)
-            if (a->in[i] && !(assign && i == 0)) e.in[i] = pj_view_value(&b, params[i], a->in[i]);
+            if (a->in[i] && !(inplace && i == 0)) e.in[i] = pj_view_value(&b, params[i], a->in[i]);
         for (int o = 0; o < a->n_out; o++) {
             const em_tensor *t = a->out[o];
             e.out_meta[o].dtype = t->dtype;
             e.out_meta[o].ndim = t->ndim;
             memcpy(e.out_meta[o].shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
         }
-        em_status s = assign ? emit_assign(&e, params[0], a->in[0], a->in[1]->dtype) : fn(&e);
+        em_status s = assign       ? emit_assign(&e, params[0], a->in[0], a->in[1]->dtype)
+                      : index_copy ? emit_index_copy(&e, params[0], a->in[0])
+                                   : fn(&e);
         char *text = NULL;
-        int n_res = assign ? 1 : a->n_out;
+        int n_res = inplace ? 1 : a->n_out;
         if (s == EM_OK && sh_ok(&b)) {
             for (int o = 0; o < a->n_out; o++) {
                 /* the result must be exactly the output's type */
@@ -459,12 +464,12 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
     }
     pj_key_free(&k);
     PJRT_Buffer *outs[EM_MAX_OUTPUTS] = {NULL};
-    int n_res = assign ? 1 : a->n_out;
+    int n_res = inplace ? 1 : a->n_out;
     if (x->n_out >= 0 && x->n_out != n_res)
         return em_op_fail(c, EM_ERR_INTERNAL, "executable has %d outputs, expected %d", x->n_out,
                           n_res);
     if (pj_execute(c, d, x, args, n_args, outs, true)) return c->err.status;
-    if (assign) {
+    if (inplace) {
         em_tensor *dst = a->in[0];
         pj_buf *pb = dst->storage->data;
         pj_storage_set(dst->storage, outs[0], pb->dtype, pb->ndim, pb->dims);
@@ -480,11 +485,13 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
 
 /* ---- assign ---- */
 
-static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_dtype src_dt) {
-    sh_b *b = e->b;
-    sh_val src = pj_cast(b, e->in[1], src_dt, dst->dtype);
-    src = sh_bcast_to(b, src, dst->ndim, dst->shape);
+/* The storage buffer `base` with the view dst (a tensor of that storage) replaced by `src`, a
+ * value of dst's logical shape and dtype. */
+static sh_val write_view(sh_b *b, sh_val base, const em_tensor *dst, sh_val src) {
     const pj_buf *pb = dst->storage->data;
+    int64_t bn = sh_numel(&base.t);
+    if (em_is_contiguous(dst) && dst->offset == 0 && dst->numel == bn) /* the whole buffer */
+        return sh_reshape(b, src, base.t.nd, base.t.d);
     /* a box of the buffer (a slice with unit steps): dynamic_update_slice */
     int64_t cs[EM_MAX_DIMS], s = 1;
     for (int i = pb->ndim - 1; i >= 0; i--) {
@@ -503,16 +510,11 @@ static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_d
     if (box && dst->numel > 0) {
         sh_val idx[EM_MAX_DIMS];
         for (int i = 0; i < pb->ndim; i++) idx[i] = sh_const_i(b, sh_scalar_ty(SH_I64), start[i]);
-        e->out[0] = sh_dynamic_update_slice(b, base, src, idx);
-        return EM_OK;
+        return sh_dynamic_update_slice(b, base, src, idx);
     }
     /* any view: scatter each element at offset + sum(i_d * stride_d) of the flat buffer */
-    int64_t bn = sh_numel(&base.t);
     sh_val flat = sh_reshape(b, base, 1, &bn);
-    if (dst->numel == 0) {
-        e->out[0] = base;
-        return EM_OK;
-    }
+    if (dst->numel == 0) return base;
     sh_type it = sh_ty(SH_I64, dst->ndim, dst->shape);
     sh_val idx = sh_const_i(b, it, dst->offset);
     for (int d = 0; d < dst->ndim; d++) {
@@ -532,7 +534,70 @@ static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_d
     sd.n_to_operand = 1;
     sd.index_vector_dim = 1;
     sh_val r = sh_scatter(b, flat, idx, src, &sd, NULL);
-    e->out[0] = sh_reshape(b, r, base.t.nd, base.t.d);
+    return sh_reshape(b, r, base.t.nd, base.t.d);
+}
+
+static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_dtype src_dt) {
+    sh_b *b = e->b;
+    sh_val src = pj_cast(b, e->in[1], src_dt, dst->dtype);
+    src = sh_bcast_to(b, src, dst->ndim, dst->shape);
+    e->out[0] = write_view(b, base, dst, src);
+    return EM_OK;
+}
+
+/* ---- index_copy ---- */
+
+sh_val pj_emit_index_copy(sh_b *b, sh_val dst, sh_val index, sh_val src, int dim) {
+    int nd = dst.t.nd;
+    int64_t n = sh_numel(&index.t);
+    bool ok = src.t.e == dst.t.e && src.t.nd == nd && index.t.nd <= 1 && (nd || n == 1) &&
+              (nd == 0 || (dim >= 0 && dim < nd));
+    for (int d = 0; ok && d < nd; d++) ok = src.t.d[d] == (d == dim ? n : dst.t.d[d]);
+    if (!ok) {
+        if (sh_ok(b))
+            sh_fail(b, "index_copy: src %s[%d dims] does not fit the destination %s[%d dims] "
+                    "at dim %d with %lld indices", sh_elem_name(src.t.e), src.t.nd,
+                    sh_elem_name(dst.t.e), nd, dim, (long long)n);
+        sh_val bad = dst;
+        bad.id = -1;
+        return bad;
+    }
+    if (n == 0) return dst;
+    sh_val idx = sh_convert(b, index, SH_I64);
+    if (nd == 0) { /* one value; its index must be 0, any other is dropped */
+        sh_val i0 = sh_reshape(b, idx, 0, NULL);
+        sh_val at0 = sh_cmp(b, "EQ", i0, sh_const_i(b, i0.t, 0));
+        return sh_select(b, at0, sh_reshape(b, src, 0, NULL), dst);
+    }
+    int64_t n1[2] = {n, 1};
+    idx = sh_reshape(b, idx, 2, n1);
+    sh_scatter_dims s;
+    memset(&s, 0, sizeof s);
+    s.inserted_window[0] = dim;
+    s.n_inserted_window = 1;
+    s.to_operand[0] = dim;
+    s.n_to_operand = 1;
+    s.index_vector_dim = 1;
+    /* updates: the index dim first, then the window dims in order (as index_add) */
+    int perm[EM_MAX_DIMS], k = 0;
+    perm[k++] = dim;
+    for (int d = 0; d < nd; d++)
+        if (d != dim) perm[k++] = d;
+    sh_val upd = dim == 0 ? src : sh_transpose(b, src, perm);
+    for (int d = 1; d < nd; d++) s.update_window[s.n_update_window++] = d;
+    return sh_scatter(b, dst, idx, upd, &s, NULL);
+}
+
+/* The destination dst may be any (non-expanded) view of its storage: its current value is read
+ * out of the buffer, updated, and written back (a reshape when dst is the whole buffer, a
+ * dynamic_update_slice when it is a box of it, an element scatter otherwise). */
+static em_status emit_index_copy(pj_emit *e, sh_val base, const em_tensor *dst) {
+    sh_b *b = e->b;
+    int64_t d = e->attrs[0].i;
+    int nd = dst->ndim, dim = (int)(d < 0 ? d + (nd ? nd : 1) : d);
+    sh_val cur = pj_view_value(b, base, dst);
+    sh_val upd = pj_emit_index_copy(b, cur, e->in[1], e->in[2], nd ? dim : 0);
+    e->out[0] = write_view(b, base, dst, upd);
     return EM_OK;
 }
 
@@ -559,6 +624,20 @@ void pj_backend_init(pj_plugin *pl) {
     for (int i = 0; i < EM_OP_COUNT; i++) {
         const em_op_def *op = em_op_get((em_op_id)i);
         if (op->kind == EM_OPK_VIEW) continue;
-        if (pj_emitter((em_op_id)i) || i == EM_OP_ASSIGN) be->kernels[i] = kernel;
+        if (pj_emitter((em_op_id)i) || i == EM_OP_ASSIGN || i == EM_OP_INDEX_COPY)
+            be->kernels[i] = kernel;
     }
+}
+
+/* ---- for whole-graph lowerings (graph_lower.c) ---- */
+
+sh_val pj_assign_value(sh_b *b, sh_val base, const em_tensor *dst, sh_val src, em_dtype src_dt) {
+    pj_emit e;
+    memset(&e, 0, sizeof e);
+    e.b = b;
+    e.in[1] = src;
+    e.out[0] = base;
+    e.out[0].id = -1;
+    emit_assign(&e, base, dst, src_dt);
+    return e.out[0];
 }

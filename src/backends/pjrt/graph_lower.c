@@ -1,0 +1,874 @@
+/*
+ * Compile mode on PJRT devices: one StableHLO module for a whole traced graph (compile/graph.h).
+ *
+ * @main takes the graph inputs (their logical shapes; a non-contiguous input is made contiguous
+ * before the call) and then one parameter per distinct captured storage (weights, KV caches):
+ * the storage's whole buffer. It returns the graph outputs and then the new contents of every
+ * storage the graph wrote (ASSIGN, INDEX_COPY); em_pjrt_program_run puts those buffers into
+ * the storages and bumps their versions, as the eager in-place kernels do.
+ *
+ * Lowering follows eager semantics with "slots": a slot is a buffer (a parameter, or the
+ * output of a node) whose current value changes as the program writes into it. Every graph
+ * value is a slot plus a view geometry (shape, strides, offset, in elements of the slot's
+ * buffer), so view ops (reshape, permute, slice, ...) only compute a new geometry, exactly as
+ * the eager dispatcher does (ops/views.c), and a value is read (pj_view_value: a slice,
+ * reshape, transpose, broadcast or gather of the slot's current value) when a node uses it.
+ * A write replaces the slot's current value (pj_assign_value: a dynamic_update_slice or a
+ * scatter), so every view of that buffer read afterwards sees it and reads made before do not.
+ * Every other op is emitted by its eager emitter (pj_emitter) on the values read.
+ *
+ * What differs from eager: index values are not checked on the host (out-of-range gathers
+ * clamp and scatters drop, as XLA defines), and ragged_dot uses a lowering that needs no host
+ * plan (the plugin's native ragged dot where it is used, else the gather/dense forms).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/pjrt/pjrt.h"
+#include "compile/lower.h"
+#include "ops/dispatch.h"
+#include "ops/rules.h"
+
+enum { GL_INPUT, GL_CAPTURED, GL_NODE };
+
+typedef struct gl_slot {
+    int kind;
+    int input;          /* GL_INPUT: the input position */
+    em_tensor *cap;     /* GL_CAPTURED: a captured tensor of the storage (borrowed from g) */
+    em_storage *shadow; /* what the view helpers see: ->data points to pb */
+    pj_buf pb;          /* the buffer's dtype and dims (no PJRT buffer) */
+    sh_val cur;         /* the current value of the whole buffer */
+    int version;        /* bumped by every write into it */
+    bool written;
+    int result; /* position among the results when written */
+} gl_slot;
+
+typedef struct gl_val {
+    int slot; /* -1: not defined yet */
+    em_dtype dtype;
+    int ndim;
+    int64_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset, numel;
+    sh_val read;      /* the last read of the value ... */
+    int read_version; /* ... made at this version of its slot (-1: none) */
+} gl_val;
+
+typedef struct gl {
+    em_ctx *c;
+    const em_graph *g;
+    sh_b b;
+    gl_slot *slots;
+    int n_slots;
+    em_storage *shadows; /* one per slot (64-byte aligned) */
+    gl_val *v;
+    const em_gnode *node; /* being lowered (for errors) */
+} gl;
+
+/* ---- the program ---- */
+
+typedef struct gl_cap {
+    em_tensor *t; /* retained: keeps the storage alive */
+    em_dtype dtype;
+    int ndim;
+    int64_t dims[EM_MAX_DIMS];
+    int result; /* -1 when not written */
+} gl_cap;
+
+struct em_pjrt_program {
+    em_device *dev;
+    pj_plugin *pl;
+    pj_exec *x; /* owned by the plugin's cache */
+    int n_inputs;
+    em_meta *in_meta;
+    int *in_result; /* per input: result holding its new value when written, else -1 */
+    int n_caps;
+    gl_cap *caps;
+    int n_outputs;
+    em_meta *out_meta;
+    int n_results;
+};
+
+/* ---- geometry ---- */
+
+static void geom_contiguous(gl_val *v) {
+    int64_t s = 1;
+    for (int i = v->ndim - 1; i >= 0; i--) {
+        v->strides[i] = s;
+        s *= v->shape[i] ? v->shape[i] : 1;
+    }
+    v->offset = 0;
+}
+
+static int64_t numel_of(int nd, const int64_t *d) {
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= d[i];
+    return n;
+}
+
+/* A tensor record describing value v as a view of its slot's buffer (no data of its own). */
+static void shadow_tensor(const gl *L, const gl_val *v, em_tensor *t) {
+    memset(t, 0, sizeof *t);
+    t->dtype = v->dtype;
+    t->ndim = v->ndim;
+    memcpy(t->shape, v->shape, sizeof t->shape);
+    memcpy(t->strides, v->strides, sizeof t->strides);
+    t->offset = v->offset;
+    t->numel = v->numel;
+    t->dev = L->g->dev;
+    t->storage = v->slot >= 0 ? L->slots[v->slot].shadow : NULL;
+}
+
+/* torch's computeStride, shared with ops/views.c */
+static bool view_strides(const gl_val *x, int ndim, const int64_t *shape, int64_t *st) {
+    return em_view_strides(x->ndim, x->shape, x->strides, x->numel, ndim, shape, st);
+}
+
+/* ---- slots and values ---- */
+
+static int new_slot(gl *L, int kind, em_dtype dt, int nd, const int64_t *dims) {
+    int i = L->n_slots++;
+    gl_slot *s = &L->slots[i];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->input = -1;
+    s->result = -1;
+    s->shadow = &L->shadows[i];
+    memset(s->shadow, 0, sizeof *s->shadow);
+    s->shadow->data = &s->pb;
+    s->shadow->dev = L->g->dev;
+    s->pb.dtype = dt;
+    s->pb.ndim = nd;
+    memcpy(s->pb.dims, dims, (size_t)nd * sizeof *dims);
+    return i;
+}
+
+static sh_type slot_type(const gl_slot *s) {
+    return sh_ty(sh_elem_of(s->pb.dtype), s->pb.ndim, s->pb.dims);
+}
+
+/* The value of graph value `id` now (after the writes lowered so far). */
+static sh_val read_val(gl *L, int id) {
+    gl_val *v = &L->v[id];
+    const gl_slot *s = &L->slots[v->slot];
+    if (v->read_version == s->version && v->read.id >= 0) return v->read;
+    em_tensor t;
+    shadow_tensor(L, v, &t);
+    v->read = pj_view_value(&L->b, s->cur, &t);
+    v->read_version = s->version;
+    return v->read;
+}
+
+/* Defines value `id` as a new buffer holding x (converted to the value's dtype and shape). */
+static void define_dense(gl *L, int id, sh_val x) {
+    const em_gval *gv = &L->g->vals[id];
+    gl_val *v = &L->v[id];
+    sh_type want = sh_ty(sh_elem_of(gv->dtype), gv->ndim, gv->shape);
+    if (x.id >= 0 && x.t.e != want.e) x = sh_convert(&L->b, x, want.e);
+    if (x.id >= 0 && !sh_same_shape(&x.t, &want)) x = sh_reshape(&L->b, x, want.nd, want.d);
+    int s = new_slot(L, GL_NODE, gv->dtype, gv->ndim, gv->shape);
+    L->slots[s].cur = x;
+    v->slot = s;
+    v->dtype = gv->dtype;
+    v->ndim = gv->ndim;
+    memcpy(v->shape, gv->shape, sizeof v->shape);
+    v->numel = numel_of(gv->ndim, gv->shape);
+    geom_contiguous(v);
+}
+
+/* Reports an error at the node being lowered: its op and where the function called it. */
+static em_status node_fail(gl *L, em_status s, const char *msg) {
+    const em_gnode *n = L->node;
+    return em_fail_at(L->c, s, em_op_get(n->op)->name, n->file, n->line, "%s", msg);
+}
+
+/* View ops: new geometry over the input's slot (ops/views.c's rules on gl_val). */
+static em_status lower_view(gl *L, const em_gnode *n) {
+    const em_graph *g = L->g;
+    const gl_val *x = &L->v[n->in[0]];
+    const em_attr *attrs = n->attrs;
+    int64_t st[EM_MAX_DIMS];
+    int64_t off = x->offset;
+    const em_gval *o0 = &g->vals[n->out0];
+    switch (n->op) {
+    case EM_OP_RESHAPE:
+    case EM_OP_VIEW:
+        if (!view_strides(x, o0->ndim, o0->shape, st)) { /* eager copies (contiguous) */
+            define_dense(L, n->out0, read_val(L, n->in[0]));
+            return EM_OK;
+        }
+        break;
+    case EM_OP_PERMUTE:
+        for (int i = 0; i < o0->ndim; i++) {
+            int64_t d = attrs[0].v[i];
+            st[i] = x->strides[d < 0 ? d + x->ndim : d];
+        }
+        break;
+    case EM_OP_TRANSPOSE:
+        memcpy(st, x->strides, sizeof st);
+        if (x->ndim > 0) {
+            int64_t d0 = attrs[0].i < 0 ? attrs[0].i + x->ndim : attrs[0].i;
+            int64_t d1 = attrs[1].i < 0 ? attrs[1].i + x->ndim : attrs[1].i;
+            st[d0] = x->strides[d1];
+            st[d1] = x->strides[d0];
+        }
+        break;
+    case EM_OP_SLICE: {
+        int d = (int)(attrs[0].i < 0 ? attrs[0].i + x->ndim : attrs[0].i);
+        int64_t s0, cnt;
+        em_slice_bounds(x->shape[d], attrs[1].i, attrs[2].i, attrs[3].i, &s0, &cnt);
+        memcpy(st, x->strides, sizeof st);
+        if (cnt > 0) off += s0 * x->strides[d];
+        st[d] = x->strides[d] * attrs[3].i;
+        break;
+    }
+    case EM_OP_EXPAND:
+        for (int i = 0; i < o0->ndim; i++) {
+            int k = i - (o0->ndim - x->ndim);
+            st[i] = (k < 0 || (x->shape[k] == 1 && o0->shape[i] != 1)) ? 0 : x->strides[k];
+        }
+        break;
+    case EM_OP_SQUEEZE: {
+        em_tensor t;
+        shadow_tensor(L, x, &t);
+        bool drop[EM_MAX_DIMS];
+        em_squeeze_drops(&t, attrs, drop);
+        for (int d = 0, j = 0; d < x->ndim; d++)
+            if (!drop[d]) st[j++] = x->strides[d];
+        break;
+    }
+    case EM_OP_UNSQUEEZE: {
+        int d = (int)(attrs[0].i < 0 ? attrs[0].i + x->ndim + 1 : attrs[0].i);
+        for (int i = 0, k = 0; i < o0->ndim; i++) {
+            if (i == d)
+                st[i] = d < x->ndim ? x->strides[d] * x->shape[d] : 1;
+            else
+                st[i] = x->strides[k++];
+        }
+        break;
+    }
+    case EM_OP_SPLIT: {
+        int d = (int)(attrs[0].i < 0 ? attrs[0].i + x->ndim : attrs[0].i);
+        int64_t pos = 0;
+        for (int o = 0; o < n->n_out; o++) {
+            const em_gval *go = &g->vals[n->out0 + o];
+            gl_val *v = &L->v[n->out0 + o];
+            v->slot = x->slot;
+            v->dtype = go->dtype;
+            v->ndim = go->ndim;
+            memcpy(v->shape, go->shape, sizeof v->shape);
+            memcpy(v->strides, x->strides, sizeof v->strides);
+            v->numel = numel_of(go->ndim, go->shape);
+            v->offset = x->offset + (go->shape[d] ? pos * x->strides[d] : 0);
+            pos += go->shape[d];
+        }
+        return EM_OK;
+    }
+    default: return node_fail(L, EM_ERR_INTERNAL, "not a view op");
+    }
+    gl_val *v = &L->v[n->out0];
+    v->slot = x->slot;
+    v->dtype = o0->dtype;
+    v->ndim = o0->ndim;
+    memcpy(v->shape, o0->shape, sizeof v->shape);
+    memcpy(v->strides, st, sizeof v->strides);
+    v->offset = off;
+    v->numel = numel_of(o0->ndim, o0->shape);
+    return EM_OK;
+}
+
+/* ASSIGN / INDEX_COPY: the destination's slot gets a new current value. */
+static void write_into(gl *L, int dst_id, sh_val src, em_dtype src_dt) {
+    const gl_val *d = &L->v[dst_id];
+    gl_slot *s = &L->slots[d->slot];
+    em_tensor t;
+    shadow_tensor(L, d, &t);
+    s->cur = pj_assign_value(&L->b, s->cur, &t, src, src_dt);
+    s->version++;
+    s->written = true;
+}
+
+static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
+    const em_graph *g = L->g;
+    const em_op_def *op = em_op_get(n->op);
+    if (op->kind == EM_OPK_VIEW) return lower_view(L, n);
+    if (n->op == EM_OP_ASSIGN) {
+        sh_val src = read_val(L, n->in[1]);
+        write_into(L, n->in[0], src, L->v[n->in[1]].dtype);
+        return EM_OK;
+    }
+    if (n->op == EM_OP_INDEX_COPY) {
+        const gl_val *d = &L->v[n->in[0]];
+        int64_t a = n->attrs[0].i;
+        int nd = d->ndim, dim = (int)(a < 0 ? a + (nd ? nd : 1) : a);
+        sh_val cur = read_val(L, n->in[0]);
+        sh_val upd = pj_emit_index_copy(&L->b, cur, read_val(L, n->in[1]), read_val(L, n->in[2]),
+                                        nd ? dim : 0);
+        write_into(L, n->in[0], upd, d->dtype);
+        return EM_OK;
+    }
+    pj_emit_fn fn = pj_emitter(n->op);
+    if (!fn) return node_fail(L, EM_ERR_UNSUPPORTED,
+                                "no StableHLO lowering for this op (compile mode, PJRT)");
+    pj_emit e;
+    memset(&e, 0, sizeof e);
+    e.b = &L->b;
+    e.op = op;
+    e.n_in = n->n_in;
+    e.attrs = n->attrs;
+    e.n_out = n->n_out;
+    e.pl = ((pj_dev *)g->dev->impl)->pl;
+    em_tensor *tin[EM_MAX_INPUTS];
+    for (int i = 0; i < n->n_in; i++) {
+        tin[i] = NULL;
+        if (n->in[i] < 0) continue;
+        shadow_tensor(L, &L->v[n->in[i]], &meta[i]);
+        meta[i].storage = NULL;
+        tin[i] = &meta[i];
+        e.present[i] = true;
+        e.in_dt[i] = L->v[n->in[i]].dtype;
+        e.in[i] = read_val(L, n->in[i]);
+    }
+    e.tin = tin;
+    for (int o = 0; o < n->n_out; o++) {
+        const em_gval *gv = &g->vals[n->out0 + o];
+        e.out_meta[o].dtype = gv->dtype;
+        e.out_meta[o].ndim = gv->ndim;
+        memcpy(e.out_meta[o].shape, gv->shape, (size_t)gv->ndim * sizeof *gv->shape);
+    }
+    if (!sh_ok(&L->b)) return EM_OK; /* reported by the caller */
+    em_status s = fn(&e);
+    if (s) {
+        char why[320];
+        snprintf(why, sizeof why, "StableHLO emitter: %s",
+                 L->b.err[0] ? L->b.err : em_status_str(s));
+        return node_fail(L, s, why);
+    }
+    for (int o = 0; o < n->n_out; o++) define_dense(L, n->out0 + o, e.out[o]);
+    return EM_OK;
+}
+
+/* ---- module text ---- */
+
+typedef struct gl_str {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} gl_str;
+
+static void str_put(gl_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void str_put(gl_str *s, const char *fmt, ...) {
+    if (s->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = s->cap - s->len;
+        int k = vsnprintf(s->p ? s->p + s->len : NULL, s->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            s->oom = true;
+            return;
+        }
+        if (s->p && (size_t)k < room) {
+            s->len += (size_t)k;
+            return;
+        }
+        size_t nc = s->cap ? s->cap * 2 : 4096;
+        while (nc < s->len + (size_t)k + 1) nc *= 2;
+        char *np = realloc(s->p, nc);
+        if (!np) {
+            s->oom = true;
+            return;
+        }
+        s->p = np;
+        s->cap = nc;
+    }
+}
+
+static void str_type(gl_str *s, const sh_type *t) {
+    str_put(s, "tensor<");
+    for (int i = 0; i < t->nd; i++) str_put(s, "%lldx", (long long)t->d[i]);
+    str_put(s, "%s>", sh_elem_name(t->e));
+}
+
+static void str_valref(gl_str *s, sh_val v) {
+    if (v.sub >= 0)
+        str_put(s, "%%v%d#%d", v.id, v.sub);
+    else
+        str_put(s, "%%v%d", v.id);
+}
+
+/* The module (as sh_finish, without its limit on the number of parameters). */
+static char *finish(gl *L, const sh_type *params, int n_params, const sh_val *res, int n_res) {
+    for (int i = 0; i < n_res; i++)
+        if (res[i].id < 0) return NULL;
+    if (!sh_ok(&L->b)) return NULL;
+    gl_str s = {NULL, 0, 0, false};
+    str_put(&s, "module @ember {\n  func.func public @main(");
+    for (int i = 0; i < n_params; i++) {
+        str_put(&s, "%s%%v%d: ", i ? ", " : "", i);
+        str_type(&s, &params[i]);
+    }
+    str_put(&s, ") -> (");
+    for (int i = 0; i < n_res; i++) {
+        if (i) str_put(&s, ", ");
+        str_type(&s, &res[i].t);
+    }
+    str_put(&s, ") {\n");
+    if (L->b.len) str_put(&s, "%s", L->b.body);
+    str_put(&s, "    \"func.return\"(");
+    for (int i = 0; i < n_res; i++) {
+        if (i) str_put(&s, ", ");
+        str_valref(&s, res[i]);
+    }
+    str_put(&s, ") : (");
+    for (int i = 0; i < n_res; i++) {
+        if (i) str_put(&s, ", ");
+        str_type(&s, &res[i].t);
+    }
+    str_put(&s, ") -> ()\n  }\n}\n");
+    if (s.oom) {
+        free(s.p);
+        sh_fail(&L->b, "out of memory");
+        return NULL;
+    }
+    return s.p;
+}
+
+/* ---- compile ---- */
+
+void em_pjrt_program_free(em_pjrt_program *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n_caps; i++) em_tensor_release(p->caps[i].t);
+    free(p->caps);
+    free(p->in_meta);
+    free(p->in_result);
+    free(p->out_meta);
+    free(p);
+}
+
+/* Gives a never-written storage a buffer of zeros (as the eager kernel does). */
+static em_status ensure_buffer(em_ctx *c, em_tensor *t) {
+    pj_buf *pb = t->storage->data;
+    if (pb->buf) return EM_OK;
+    size_t es = em_esize(t->dtype);
+    int64_t n = (int64_t)(t->storage->nbytes / es);
+    void *z = calloc((size_t)(n ? n : 1), es);
+    if (!z) return EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+    em_tensor *tmp = em_tensor_alloc_meta(t->dtype, 1, &n);
+    em_status s = EM_ERR_OOM;
+    if (tmp) {
+        tmp->storage = t->storage;
+        tmp->dev = t->dev;
+        s = t->dev->be->upload(c, tmp, z);
+        tmp->storage = NULL;
+        free(tmp);
+    } else {
+        EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+    }
+    free(z);
+    return s;
+}
+
+static em_status val_fail(em_ctx *c, const em_graph *g, int id, em_status s, const char *what) {
+    /* the first node reading the value names the place */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const em_gnode *n = &g->nodes[i];
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] == id)
+                return em_fail_at(c, s, em_op_get(n->op)->name, n->file, n->line, "%s", what);
+    }
+    return EM_FAIL(c, s, "compile", "%s", what);
+}
+
+em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *dev) {
+    if (!c || c->err.status) return NULL;
+    if (!g || !dev || !em_device_is_pjrt(dev)) {
+        EM_FAIL(c, EM_ERR_INVALID_ARG, "compile", "%s is not a PJRT device",
+                dev ? dev->name : "(null)");
+        return NULL;
+    }
+    pj_plugin *pl = ((pj_dev *)dev->impl)->pl;
+    em_graph gd = *g; /* the graph as lowered: on dev */
+    gd.dev = dev;
+    gl L;
+    memset(&L, 0, sizeof L);
+    L.c = c;
+    L.g = &gd;
+    sh_init(&L.b);
+    int cap_slots = g->n_vals + 1;
+    size_t shadow_bytes = (size_t)cap_slots * sizeof(em_storage);
+    L.slots = calloc((size_t)cap_slots, sizeof *L.slots);
+    L.shadows = aligned_alloc(_Alignof(em_storage), shadow_bytes);
+    L.v = calloc((size_t)(g->n_vals ? g->n_vals : 1), sizeof *L.v);
+    em_tensor *meta = calloc(EM_MAX_INPUTS, sizeof *meta);
+    sh_type *ptypes = calloc((size_t)cap_slots, sizeof *ptypes);
+    int *pslot = calloc((size_t)cap_slots, sizeof *pslot);
+    em_pjrt_program *p = calloc(1, sizeof *p);
+    sh_val *res = NULL;
+    char *text = NULL;
+    if (!L.slots || !L.shadows || !L.v || !meta || !ptypes || !pslot || !p) {
+        EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+        goto fail;
+    }
+    p->dev = dev;
+    p->pl = pl;
+    p->n_inputs = g->n_inputs;
+    p->n_outputs = g->n_outputs;
+    p->in_meta = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *p->in_meta);
+    p->in_result = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *p->in_result);
+    p->out_meta = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *p->out_meta);
+    p->caps = calloc((size_t)cap_slots, sizeof *p->caps);
+    if (!p->in_meta || !p->in_result || !p->out_meta || !p->caps) {
+        EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < g->n_vals; i++) {
+        L.v[i].slot = -1;
+        L.v[i].read_version = -1;
+    }
+
+    /* parameters: the inputs, then one per captured storage */
+    int n_params = 0;
+    for (int i = 0; i < g->n_vals; i++) {
+        const em_gval *gv = &g->vals[i];
+        if (gv->kind != EM_GV_INPUT) continue;
+        if (gv->index < 0 || gv->index >= g->n_inputs) {
+            EM_FAIL(c, EM_ERR_INTERNAL, "compile", "value %d is input %d of %d", i, gv->index,
+                    g->n_inputs);
+            goto fail;
+        }
+        int s = new_slot(&L, GL_INPUT, gv->dtype, gv->ndim, gv->shape);
+        L.slots[s].input = gv->index;
+        L.v[i].slot = s;
+        L.v[i].dtype = gv->dtype;
+        L.v[i].ndim = gv->ndim;
+        memcpy(L.v[i].shape, gv->shape, sizeof L.v[i].shape);
+        L.v[i].numel = numel_of(gv->ndim, gv->shape);
+        geom_contiguous(&L.v[i]);
+        em_meta *m = &p->in_meta[gv->index];
+        m->dtype = gv->dtype;
+        m->ndim = gv->ndim;
+        memcpy(m->shape, gv->shape, sizeof m->shape);
+    }
+    /* inputs in their order (a graph input no node reads still has its parameter) */
+    for (int k = 0; k < g->n_inputs; k++) {
+        int s = -1;
+        for (int j = 0; j < L.n_slots; j++)
+            if (L.slots[j].kind == GL_INPUT && L.slots[j].input == k) s = j;
+        if (s < 0) {
+            EM_FAIL(c, EM_ERR_INTERNAL, "compile", "graph input %d has no value", k);
+            goto fail;
+        }
+        ptypes[n_params] = slot_type(&L.slots[s]);
+        pslot[n_params++] = s;
+    }
+    for (int i = 0; i < g->n_vals; i++) {
+        const em_gval *gv = &g->vals[i];
+        if (gv->kind != EM_GV_CAPTURED) continue;
+        em_tensor *t = gv->t;
+        char msg[256];
+        if (!t || t->dev != dev) {
+            snprintf(msg, sizeof msg,
+                     "a captured tensor lives on %s but the program runs on %s; move it with "
+                     "em_to before tracing",
+                     t && t->dev ? t->dev->name : "no device", dev->name);
+            val_fail(c, g, i, EM_ERR_DEVICE, msg);
+            goto fail;
+        }
+        if (em_tensor_materialize(c, t) || ensure_buffer(c, t)) goto fail;
+        const pj_buf *pb = t->storage->data;
+        if (pb->dtype != t->dtype) {
+            snprintf(msg, sizeof msg, "a captured %s tensor's storage holds %s data",
+                     em_dtype_name(t->dtype), em_dtype_name(pb->dtype));
+            val_fail(c, g, i, EM_ERR_DTYPE, msg);
+            goto fail;
+        }
+        int s = -1;
+        for (int j = 0; j < L.n_slots; j++)
+            if (L.slots[j].kind == GL_CAPTURED && L.slots[j].cap->storage == t->storage) s = j;
+        if (s < 0) {
+            s = new_slot(&L, GL_CAPTURED, pb->dtype, pb->ndim, pb->dims);
+            L.slots[s].cap = t;
+            ptypes[n_params] = slot_type(&L.slots[s]);
+            pslot[n_params++] = s;
+        }
+        gl_val *v = &L.v[i];
+        v->slot = s;
+        v->dtype = t->dtype;
+        v->ndim = t->ndim;
+        memcpy(v->shape, t->shape, sizeof v->shape);
+        memcpy(v->strides, t->strides, sizeof v->strides);
+        v->offset = t->offset;
+        v->numel = t->numel;
+    }
+    L.b.next = n_params; /* %v0 .. %v<n_params-1> are @main's arguments */
+    for (int i = 0; i < n_params; i++) {
+        sh_val a;
+        memset(&a, 0, sizeof a);
+        a.id = i;
+        a.sub = -1;
+        a.t = ptypes[i];
+        L.slots[pslot[i]].cur = a;
+    }
+
+    /* the nodes, in program order */
+    int n_live = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const em_gnode *n = &g->nodes[i];
+        if (n->dead) continue;
+        n_live++;
+        L.node = n;
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] >= g->n_vals || (n->in[j] >= 0 && L.v[n->in[j]].slot < 0)) {
+                node_fail(&L, EM_ERR_INTERNAL, "an input is not defined before the node");
+                goto fail;
+            }
+        if (lower_node(&L, n, meta)) goto fail;
+        if (!sh_ok(&L.b)) {
+            char why[320];
+            snprintf(why, sizeof why, "StableHLO lowering: %s", L.b.err);
+            node_fail(&L, EM_ERR_INTERNAL, why);
+            goto fail;
+        }
+    }
+
+    /* results: the outputs (read after every write), then the written storages */
+    int n_res = g->n_outputs;
+    for (int s = 0; s < L.n_slots; s++)
+        if (L.slots[s].written && L.slots[s].kind != GL_NODE) L.slots[s].result = n_res++;
+    res = calloc((size_t)(n_res ? n_res : 1), sizeof *res);
+    if (!res) {
+        EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+        goto fail;
+    }
+    for (int o = 0; o < g->n_outputs; o++) {
+        int id = g->outputs[o];
+        if (id < 0 || id >= g->n_vals || L.v[id].slot < 0) {
+            EM_FAIL(c, EM_ERR_INTERNAL, "compile", "output %d (value %d) is not defined", o, id);
+            goto fail;
+        }
+        const em_gval *gv = &g->vals[id];
+        sh_val r = read_val(&L, id);
+        sh_type want = sh_ty(sh_elem_of(gv->dtype), gv->ndim, gv->shape);
+        if (r.id >= 0 && r.t.e != want.e) r = sh_convert(&L.b, r, want.e);
+        if (r.id >= 0 && !sh_same_shape(&r.t, &want)) r = sh_reshape(&L.b, r, want.nd, want.d);
+        res[o] = r;
+        p->out_meta[o].dtype = gv->dtype;
+        p->out_meta[o].ndim = gv->ndim;
+        memcpy(p->out_meta[o].shape, gv->shape, sizeof p->out_meta[o].shape);
+    }
+    for (int k = 0; k < g->n_inputs; k++) p->in_result[k] = -1;
+    for (int s = 0; s < L.n_slots; s++) {
+        gl_slot *sl = &L.slots[s];
+        if (sl->result < 0) continue;
+        res[sl->result] = sl->cur;
+        if (sl->kind == GL_INPUT) p->in_result[sl->input] = sl->result;
+    }
+    /* the captured storages, in parameter order */
+    for (int i = 0; i < n_params; i++) {
+        gl_slot *sl = &L.slots[pslot[i]];
+        if (sl->kind != GL_CAPTURED) continue;
+        gl_cap *cp = &p->caps[p->n_caps++];
+        cp->t = em_tensor_retain(sl->cap);
+        cp->dtype = sl->pb.dtype;
+        cp->ndim = sl->pb.ndim;
+        memcpy(cp->dims, sl->pb.dims, sizeof cp->dims);
+        cp->result = sl->result;
+    }
+    p->n_results = n_res;
+    if (!sh_ok(&L.b)) {
+        EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO lowering of the outputs: %s", L.b.err);
+        goto fail;
+    }
+    text = finish(&L, ptypes, n_params, res, n_res);
+    if (!text) {
+        EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO module: %s",
+                L.b.err[0] ? L.b.err : "invalid result");
+        goto fail;
+    }
+    if (getenv("EMBER_PJRT_DUMP_GRAPH")) fprintf(stderr, "%s", text);
+
+    /* the executable: keyed by the module text (which the graph's structure determines) */
+    pj_key k;
+    pj_key_init(&k);
+    pj_key_i64(&k, -2); /* not an op id: a whole graph */
+    size_t tl = strlen(text);
+    pj_key_i64(&k, (int64_t)tl);
+    pj_key_i64(&k, (int64_t)pj_hash(text, tl));
+    pj_key_i64(&k, (int64_t)pj_hash(text, tl / 2));
+    uint64_t h = pj_hash(k.p, k.len);
+    p->x = pj_cache_find(pl, &k, h);
+    if (!p->x) {
+        char what[160];
+        snprintf(what, sizeof what, "compile graph: %d nodes, %d params, %d results", n_live,
+                 n_params, n_res);
+        p->x = pj_compile(c, pl, &k, h, text, what, false);
+    }
+    pj_key_free(&k);
+    if (!p->x) goto fail;
+    if (p->x->n_out >= 0 && p->x->n_out != n_res) {
+        EM_FAIL(c, EM_ERR_INTERNAL, "compile", "the executable has %d outputs, expected %d",
+                p->x->n_out, n_res);
+        goto fail;
+    }
+    free(text);
+    free(res);
+    free(meta);
+    free(ptypes);
+    free(pslot);
+    free(L.slots);
+    free(L.shadows);
+    free(L.v);
+    sh_free(&L.b);
+    return p;
+fail:
+    free(text);
+    free(res);
+    free(meta);
+    free(ptypes);
+    free(pslot);
+    free(L.slots);
+    free(L.shadows);
+    free(L.v);
+    sh_free(&L.b);
+    if (!c->err.status) EM_FAIL(c, EM_ERR_INTERNAL, "compile", "lowering failed");
+    em_pjrt_program_free(p);
+    return NULL;
+}
+
+/* ---- run ---- */
+
+static bool same_dims(int nd, const int64_t *a, int nd2, const int64_t *b) {
+    if (nd != nd2) return false;
+    for (int i = 0; i < nd; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *in,
+                              em_tensor **out) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (c->err.status) return c->err.status;
+    if (!p) return EM_FAIL(c, EM_ERR_INVALID_ARG, "compiled_run", "no program");
+    for (int o = 0; o < p->n_outputs; o++) out[o] = NULL;
+    int n_args = p->n_inputs + p->n_caps;
+    PJRT_Buffer **args = calloc((size_t)(n_args ? n_args : 1), sizeof *args);
+    PJRT_Buffer **outs = calloc((size_t)(p->n_results ? p->n_results : 1), sizeof *outs);
+    em_tensor **tmp = calloc((size_t)(p->n_inputs ? p->n_inputs : 1), sizeof *tmp);
+    em_status s = EM_OK;
+    if (!args || !outs || !tmp) {
+        s = EM_FAIL(c, EM_ERR_OOM, "compiled_run", "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < p->n_inputs; i++) {
+        em_tensor *t = in[i];
+        const em_meta *m = &p->in_meta[i];
+        char a[160], b[160];
+        if (!t) {
+            s = EM_FAIL(c, EM_ERR_INVALID_ARG, "compiled_run", "input %d is NULL", i);
+            goto done;
+        }
+        if (t->dev != p->dev) {
+            s = EM_FAIL(c, EM_ERR_DEVICE, "compiled_run",
+                        "input %d is on %s but the program runs on %s", i,
+                        t->dev ? t->dev->name : "no device", p->dev->name);
+            goto done;
+        }
+        if (t->dtype != m->dtype || !same_dims(t->ndim, t->shape, m->ndim, m->shape)) {
+            s = EM_FAIL(c, EM_ERR_SHAPE, "compiled_run",
+                        "input %d is %s%s but the program was compiled for %s%s", i,
+                        em_dtype_name(t->dtype), em_shape_str(t->shape, t->ndim, a, sizeof a),
+                        em_dtype_name(m->dtype), em_shape_str(m->shape, m->ndim, b, sizeof b));
+            goto done;
+        }
+        if ((s = em_tensor_materialize(c, t))) goto done;
+        const pj_buf *pb = t->storage ? t->storage->data : NULL;
+        if (pb && pb->buf && em_is_contiguous(t) && t->offset == 0 && pb->dtype == t->dtype &&
+            same_dims(pb->ndim, pb->dims, t->ndim, t->shape)) {
+            args[i] = pb->buf;
+            continue;
+        }
+        /* another layout (a view, or a buffer of other dims): a contiguous copy */
+        tmp[i] = pj_make_contiguous(c, t);
+        if (!tmp[i]) {
+            s = c->err.status ? c->err.status : EM_ERR_INTERNAL;
+            goto done;
+        }
+        args[i] = ((pj_buf *)tmp[i]->storage->data)->buf;
+    }
+    for (int k = 0; k < p->n_caps; k++) {
+        gl_cap *cp = &p->caps[k];
+        if ((s = em_tensor_materialize(c, cp->t))) goto done;
+        const pj_buf *pb = cp->t->storage->data;
+        if (!pb->buf || pb->dtype != cp->dtype ||
+            !same_dims(pb->ndim, pb->dims, cp->ndim, cp->dims)) {
+            char a[160], b[160];
+            s = EM_FAIL(c, EM_ERR_INVALID_ARG, "compiled_run",
+                        "captured tensor %d: its storage now holds %s%s, the program was compiled "
+                        "for %s%s; compile again",
+                        k, em_dtype_name(pb->dtype), em_shape_str(pb->dims, pb->ndim, a, sizeof a),
+                        em_dtype_name(cp->dtype), em_shape_str(cp->dims, cp->ndim, b, sizeof b));
+            goto done;
+        }
+        args[p->n_inputs + k] = pb->buf;
+    }
+    if ((s = pj_execute(c, p->dev, p->x, args, n_args, outs, false))) goto done;
+    /* the outputs */
+    for (int o = 0; o < p->n_outputs; o++) {
+        const em_meta *m = &p->out_meta[o];
+        em_tensor *t = em_tensor_new(c, p->dev, m->dtype, m->ndim, m->shape);
+        if (!t) {
+            s = c->err.status ? c->err.status : EM_ERR_OOM;
+            goto done;
+        }
+        pj_storage_set(t->storage, outs[o], m->dtype, m->ndim, m->shape);
+        outs[o] = NULL;
+        out[o] = t;
+    }
+    /* the written storages */
+    for (int k = 0; k < p->n_caps; k++) {
+        gl_cap *cp = &p->caps[k];
+        if (cp->result < 0) continue;
+        pj_storage_set(cp->t->storage, outs[cp->result], cp->dtype, cp->ndim, cp->dims);
+        outs[cp->result] = NULL;
+        atomic_fetch_add(&cp->t->storage->version, 1);
+    }
+    /* written inputs: the new values go into the caller's tensors (any layout) */
+    for (int i = 0; i < p->n_inputs; i++) {
+        int r = p->in_result[i];
+        if (r < 0) continue;
+        const em_meta *m = &p->in_meta[i];
+        em_tensor *nv = em_tensor_new(c, p->dev, m->dtype, m->ndim, m->shape);
+        if (!nv) {
+            s = c->err.status ? c->err.status : EM_ERR_OOM;
+            goto done;
+        }
+        pj_storage_set(nv->storage, outs[r], m->dtype, m->ndim, m->shape);
+        outs[r] = NULL;
+        em_tensor *ab[2] = {in[i], nv};
+        em_call_info saved = c->cur;
+        int n = em_op_exec(c, __FILE__, __LINE__, EM_OP_ASSIGN, ab, 2, NULL, NULL, 0);
+        c->cur = saved;
+        em_tensor_release(nv);
+        if (n < 0) {
+            s = c->err.status ? c->err.status : EM_ERR_INTERNAL;
+            goto done;
+        }
+    }
+done:
+    if (outs)
+        for (int r = 0; r < p->n_results; r++)
+            if (outs[r]) pj_buffer_free(p->pl, outs[r]);
+    if (s && out)
+        for (int o = 0; o < p->n_outputs; o++) {
+            em_tensor_release(out[o]);
+            out[o] = NULL;
+        }
+    if (tmp)
+        for (int i = 0; i < p->n_inputs; i++) em_tensor_release(tmp[i]);
+    free(tmp);
+    free(args);
+    free(outs);
+    return s;
+}
