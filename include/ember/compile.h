@@ -84,6 +84,7 @@ typedef struct em_compile_stats {
     int removed_dead, removed_common, folded; /* what the passes did */
     int fused_groups, fused_nodes; /* CPU: element-wise expressions, ops computed inside them */
     int kernels;          /* CPU: kernel calls per run */
+    int grouped_linears;  /* CPU: linears sharing an input that run as one parallel pass */
     int64_t arena_bytes, unplanned_bytes; /* CPU: intermediate memory with and without reuse */
     char last_reason[160]; /* why the most recent compile happened ("first call", a guard) */
     char backend[16];      /* "cpu-plan" or "pjrt" */

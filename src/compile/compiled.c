@@ -303,12 +303,13 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
         f->st.fused_groups = info.fused_groups;
         f->st.fused_nodes = info.fused_nodes;
         f->st.kernels = info.kernels;
+        f->st.grouped_linears = info.grouped;
         f->st.arena_bytes = info.arena_bytes;
         f->st.unplanned_bytes = info.unplanned_bytes;
         snprintf(f->st.backend, sizeof f->st.backend, "cpu-plan");
     } else {
         p->pj = em_pjrt_graph_compile(c, g, g->dev);
-        f->st.fused_groups = f->st.fused_nodes = f->st.kernels = 0;
+        f->st.fused_groups = f->st.fused_nodes = f->st.kernels = f->st.grouped_linears = 0;
         f->st.arena_bytes = f->st.unplanned_bytes = 0;
         snprintf(f->st.backend, sizeof f->st.backend, "pjrt");
     }
@@ -375,11 +376,12 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
         if (f->log)
             fprintf(stderr,
                     "ember compile: %s (%s) on %s: %d ops traced -> %d (dead %d, common %d, "
-                    "folded %d), %s, %d kernels, %d fused groups, arena %.1f of %.1f MiB, "
-                    "%.1f ms\n",
+                    "folded %d), %s, %d kernels, %d fused groups, %d linears grouped, arena %.1f "
+                    "of %.1f MiB, %.1f ms\n",
                     f->name, why, p->g.dev->name, f->st.nodes_traced, f->st.nodes,
                     f->st.removed_dead, f->st.removed_common, f->st.folded, f->st.backend,
-                    f->st.kernels, f->st.fused_groups, (double)f->st.arena_bytes / 1048576.0,
+                    f->st.kernels, f->st.fused_groups, f->st.grouped_linears,
+                    (double)f->st.arena_bytes / 1048576.0,
                     (double)f->st.unplanned_bytes / 1048576.0, ms);
         hit = 0;
     } else if (hit > 0) {

@@ -19,6 +19,7 @@ void em_cpu_plan_free(em_cpu_plan *p);
 /* What the plan did with the graph (for logs and stats). */
 typedef struct em_cpu_plan_info {
     int kernels;       /* kernel calls per run */
+    int grouped;       /* linears run in groups that share their input (one pass each group) */
     int fused_groups;  /* element-wise expressions evaluated in one pass */
     int fused_nodes;   /* nodes computed inside those expressions (no buffer of their own) */
     int buffers;       /* intermediate values placed in the arena */

@@ -10,9 +10,12 @@
  *   - the other intermediate values live in one arena, placed by a first-fit allocator over
  *     their lifetimes (a buffer is reused once the last reader of every view of it has run).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "backends/cpu/cpu.h"
 #include "compile/lower.h"
 #include "compile/trace.h"
 #include "ops/dispatch.h"
@@ -28,6 +31,7 @@ typedef struct step {
     int n_in, n_out;
     em_tensor **in, **out; /* into the plan's pointer pool */
     const em_attr *attrs;
+    int group; /* > 1: this step and the next group-1 are linears on one input, run together */
 } step;
 
 struct em_cpu_plan {
@@ -42,7 +46,29 @@ struct em_cpu_plan {
     em_tensor **lazy_nodes; /* every lazy tensor of every fused expression (version refresh) */
     int n_lazy;
     em_cpu_plan_info info;
+    /* EMBER_PLAN_PROFILE=1: seconds per op (grouped linears count as "linear*"), printed at free */
+    double *prof;
+    int64_t prof_runs;
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void profile_print(const em_cpu_plan *p) {
+    double total = 0;
+    for (int i = 0; i <= EM_OP_COUNT; i++) total += p->prof[i];
+    fprintf(stderr, "ember plan profile: %lld runs, %.3f ms per run\n", (long long)p->prof_runs,
+            p->prof_runs ? total * 1e3 / (double)p->prof_runs : 0.0);
+    for (int i = 0; i <= EM_OP_COUNT; i++)
+        if (p->prof[i] > 0)
+            fprintf(stderr, "  %-18s %9.3f ms/run %5.1f%%\n",
+                    i == EM_OP_COUNT ? "linear (grouped)" : em_op_get((em_op_id)i)->name,
+                    p->prof[i] * 1e3 / (double)(p->prof_runs ? p->prof_runs : 1),
+                    100 * p->prof[i] / (total > 0 ? total : 1));
+}
 
 static bool own(em_cpu_plan *p, em_tensor *t) {
     if (p->n_owned == p->cap_owned) {
@@ -58,6 +84,8 @@ static bool own(em_cpu_plan *p, em_tensor *t) {
 
 void em_cpu_plan_free(em_cpu_plan *p) {
     if (!p) return;
+    if (p->prof) profile_print(p);
+    free(p->prof);
     for (int i = p->n_owned - 1; i >= 0; i--) em_tensor_release(p->owned[i]);
     free(p->owned);
     free(p->vt);
@@ -225,9 +253,11 @@ static em_tensor *lazy_tensor(em_cpu_plan *p, const em_gnode *n, const em_gval *
     return t;
 }
 
+static em_kernel_args step_args(em_ctx *c, const step *s);
+
 static em_status run_step(em_ctx *c, em_cpu_plan *p, const step *s) {
     if (s->fused) return s->fused->dev->be->eval_lazy(c, s->fused);
-    em_kernel_args a = {c, s->op, s->in, s->n_in, s->out, s->n_out, s->attrs};
+    em_kernel_args a = step_args(c, s);
     c->cur.op = s->op->name;
     c->cur.file = p->g->nodes[s->node].file;
     c->cur.line = p->g->nodes[s->node].line;
@@ -237,6 +267,34 @@ static em_status run_step(em_ctx *c, em_cpu_plan *p, const step *s) {
     em_status st = s->k(&a);
     if (st != EM_OK && !c->err.status) em_op_fail(c, st, "kernel failed");
     return st;
+}
+
+static em_kernel_args step_args(em_ctx *c, const step *s) {
+    em_kernel_args a = {c, s->op, s->in, s->n_in, s->out, s->n_out, s->attrs};
+    return a;
+}
+
+/* Linears that read the same input one after the other (q/k/v projections, gate/up) run as
+ * one parallel pass: one meeting of the threads instead of one per projection. */
+static void group_linears(em_ctx *c, em_cpu_plan *p) {
+    for (int i = 0; i < p->n_steps;) {
+        step *s = &p->steps[i];
+        em_kernel_args a = step_args(c, s);
+        int n = 1;
+        if (s->k && s->op->id == EM_OP_LINEAR && s->in[0]->dev->be->host_accessible &&
+            em_cpu_linear_groupable(&a))
+            while (i + n < p->n_steps && n < 8) {
+                step *t = &p->steps[i + n];
+                em_kernel_args b = step_args(c, t);
+                if (!t->k || t->op->id != EM_OP_LINEAR || t->in[0] != s->in[0] ||
+                    t->out[0]->dtype != s->out[0]->dtype || !em_cpu_linear_groupable(&b))
+                    break;
+                n++;
+            }
+        s->group = n;
+        if (n > 1) p->info.grouped += n;
+        i += n;
+    }
 }
 
 em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
@@ -256,6 +314,9 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
     for (int n = 0; n < g->n_nodes; n++) pool_n += (size_t)(g->nodes[n].n_in + g->nodes[n].n_out);
     p->pool = calloc(pool_n + 1, sizeof *p->pool);
     if (!p->vt || !p->steps || !p->lazy_nodes || !p->pool) goto oom;
+    const char *prof = getenv("EMBER_PLAN_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") && !(p->prof = calloc(EM_OP_COUNT + 1, sizeof(double))))
+        goto oom;
 
     for (int n = 0; n < g->n_nodes; n++) {
         const em_gnode *nd = &g->nodes[n];
@@ -412,6 +473,7 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
         }
         p->n_steps++;
     }
+    group_linears(c, p);
     for (int n = 0; n < g->n_nodes; n++)
         if (!g->nodes[n].dead && g->nodes[n].fused_into >= 0) p->info.fused_nodes++;
     p->info.kernels = p->n_steps;
@@ -460,12 +522,28 @@ em_status em_cpu_plan_run(em_ctx *c, em_cpu_plan *p, em_tensor *const *in, em_te
         em_gather_strided(x, em_tensor_ptr(p->vt[v]));
     }
     em_call_info saved = c->cur;
+    p->prof_runs++;
     for (int i = 0; i < p->n_steps; i++) {
-        if (p->steps[i].fused) refresh_versions(p->steps[i].fused);
-        if (run_step(c, p, &p->steps[i]) != EM_OK) {
+        step *s = &p->steps[i];
+        double t0 = p->prof ? now_s() : 0;
+        if (s->group > 1) {
+            em_kernel_args a[8];
+            const em_kernel_args *ap[8];
+            for (int j = 0; j < s->group; j++) {
+                a[j] = step_args(c, &s[j]);
+                ap[j] = &a[j];
+            }
+            em_cpu_linear_group(ap, s->group);
+            i += s->group - 1;
+            if (p->prof) p->prof[EM_OP_COUNT] += now_s() - t0;
+            continue;
+        }
+        if (s->fused) refresh_versions(s->fused);
+        if (run_step(c, p, s) != EM_OK) {
             c->cur = saved;
             return c->err.status ? c->err.status : EM_ERR_INTERNAL;
         }
+        if (p->prof) p->prof[s->op->id] += now_s() - t0;
     }
     c->cur = saved;
     for (int i = 0; i < g->n_outputs; i++) {

@@ -39,6 +39,12 @@ void em_cpu_register_index(em_kernel_fn *k);
 void em_cpu_register_conv(em_kernel_fn *k);
 void em_cpu_register_moe(em_kernel_fn *k);
 
+/* Linears computed together (compile mode's CPU plan, linalg.c): whether a LINEAR call can join
+ * a group (no bias, a dot-engine product), and a group of up to 8 of them in one parallel pass
+ * (same dtype; each output written exactly as linear_kernel writes it). */
+bool em_cpu_linear_groupable(const em_kernel_args *ka);
+em_status em_cpu_linear_group(const em_kernel_args *const *ka, int n);
+
 /* Fused-mode evaluation of a lazy tensor (ew_engine.c). */
 em_status em_cpu_eval_lazy(em_ctx *c, em_tensor *t);
 

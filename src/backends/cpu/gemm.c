@@ -341,3 +341,50 @@ em_status em_gemm(const em_gemm_args *g) {
     }
     return run_packed(g, nbatch);
 }
+
+/* ---- several products in one parallel pass (compile mode: linears that share their input) ---- */
+
+typedef struct dot_group {
+    const em_gemm_args *const *g;
+    int n;
+    int64_t start[EM_GEMM_GROUP_MAX + 1]; /* first task of product i */
+    em_gemm_dot_fn fn;
+} dot_group;
+
+static void group_body(void *user, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const dot_group *j = user;
+    int i = 0;
+    while (begin < end) {
+        while (j->start[i + 1] <= begin) i++;
+        const em_gemm_args *g = j->g[i];
+        int64_t r0 = begin - j->start[i], r1 = min64(g->n, r0 + (end - begin));
+        size_t es = em_esize(g->dtype);
+        j->fn(g->m, r1 - r0, g->k, g->a, g->a_rs, (const char *)g->b + (size_t)(r0 * g->b_cs) * es,
+              g->b_cs, (char *)g->c + (size_t)r0 * es, g->ldc, g->dtype,
+              g->bias ? g->bias + r0 : NULL);
+        begin += r1 - r0;
+    }
+}
+
+bool em_gemm_group_fits(const em_gemm_args *g) {
+    double xbytes = (double)g->m * (double)g->k * (double)em_esize(g->dtype);
+    bool small = g->m <= DOT_ALWAYS_M || (g->m <= DOT_MAX_M && xbytes <= DOT_MAX_X_BYTES);
+    return g->batch_ndim == 0 && g->m > 0 && g->n > 0 && g->k > 0 && g->force_engine == 0 &&
+           small && dot_fits(g);
+}
+
+void em_gemm_dot_group(const em_gemm_args *const *g, int n) {
+    dot_group j;
+    j.g = g;
+    j.n = n;
+    j.fn = em_gemm_dot_for(g[0]->dtype);
+    j.start[0] = 0;
+    int64_t kmin = g[0]->k;
+    for (int i = 0; i < n; i++) {
+        j.start[i + 1] = j.start[i] + g[i]->n;
+        if (g[i]->k < kmin) kmin = g[i]->k;
+    }
+    int64_t grain = 1 + (int64_t)(65536.0 / ((double)kmin * (double)em_esize(g[0]->dtype)));
+    em_parallel_for(j.start[n], grain, group_body, &j);
+}

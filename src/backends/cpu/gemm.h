@@ -122,6 +122,13 @@ typedef struct em_gemm_args {
 /* Runs the product on the thread pool. EM_ERR_OOM if the packing buffers cannot be had. */
 em_status em_gemm(const em_gemm_args *g);
 
+/* Grouped products: several dot-engine products (no batch dims, same dtype) computed by one
+ * parallel pass over all their output columns, so the threads meet once instead of once per
+ * product. em_gemm_group_fits says whether a product qualifies. */
+#define EM_GEMM_GROUP_MAX 8
+bool em_gemm_group_fits(const em_gemm_args *g);
+void em_gemm_dot_group(const em_gemm_args *const *g, int n);
+
 /* Bytes of workspace em_gemm_block needs for a block of at most m x n with this kernel. */
 size_t em_gemm_block_ws(const em_gemm_kernel *kern, em_dtype dt, int64_t m, int64_t n,
                         int64_t k);

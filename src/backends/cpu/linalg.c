@@ -112,11 +112,9 @@ static em_status matmul_kernel(const em_kernel_args *ka) {
     return run(ka, &g, NULL);
 }
 
-static em_status linear_kernel(const em_kernel_args *ka) {
+static void linear_args(const em_kernel_args *ka, em_gemm_args *out) {
     const em_tensor *x = ka->in[0], *w = ka->in[1];
-    const em_tensor *bias = ka->n_in > 2 ? ka->in[2] : NULL;
     em_tensor *o = ka->out[0];
-    if (o->numel == 0) return EM_OK;
     em_gemm_args g = {0};
     g.dtype = o->dtype;
     g.a = em_tensor_ptr(x);
@@ -143,7 +141,36 @@ static em_status linear_kernel(const em_kernel_args *ka) {
         g.b_bs[d] = 0;
         g.c_bs[d] = o->strides[d];
     }
-    return run(ka, &g, bias);
+    *out = g;
+}
+
+static em_status linear_kernel(const em_kernel_args *ka) {
+    if (ka->out[0]->numel == 0) return EM_OK;
+    em_gemm_args g;
+    linear_args(ka, &g);
+    return run(ka, &g, ka->n_in > 2 ? ka->in[2] : NULL);
+}
+
+bool em_cpu_linear_groupable(const em_kernel_args *ka) {
+    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0)
+        return false;
+    em_gemm_args g;
+    linear_args(ka, &g);
+    simplify_batch(&g);
+    return em_gemm_group_fits(&g);
+}
+
+em_status em_cpu_linear_group(const em_kernel_args *const *ka, int n) {
+    em_gemm_args g[EM_GEMM_GROUP_MAX];
+    const em_gemm_args *gp[EM_GEMM_GROUP_MAX];
+    if (n > EM_GEMM_GROUP_MAX) return EM_ERR_INVALID_ARG;
+    for (int i = 0; i < n; i++) {
+        linear_args(ka[i], &g[i]);
+        simplify_batch(&g[i]);
+        gp[i] = &g[i];
+    }
+    em_gemm_dot_group(gp, n);
+    return EM_OK;
 }
 
 void em_cpu_register_linalg(em_kernel_fn *k) {
