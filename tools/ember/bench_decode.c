@@ -66,6 +66,15 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Waits for t by reading it (a few token ids; works on every device). */
+static void wait_for(em_ctx *c, em_tensor *t) {
+    int64_t buf[256];
+    if (t && em_tensor_numel(t) <= 256)
+        em_to_host(c, em_cast(c, t, EM_I64), buf, (size_t)em_tensor_numel(t) * sizeof *buf);
+    else if (t)
+        em_tensor_data(c, t);
+}
+
 static em_tensor *forward(em_ctx *c, const em_model *m, em_model_compiled *mc, em_tensor *ids,
                           em_kv_cache *kv) {
     return mc ? em_model_forward_compiled(c, mc, ids, NULL, true)
@@ -90,7 +99,7 @@ static em_status decode_run(em_ctx *c, const em_model *m, run *r, bool compiled)
     em_tensor *lg = forward(c, m, mc, em_from_host(c, EM_I64, EM_SHAPE(r->batch, r->prompt), ids),
                             kv);
     em_tensor *next = em_argmax(c, lg, -1, false); /* [B, 1] greedy */
-    if (next) em_tensor_data(c, next);
+    wait_for(c, next);
     r->prefill_ms = (bench_now() - t0) * 1e3;
     em_compile_stats cs0 = {0}, cs1 = {0};
     em_model_compiled_stats(mc, &cs0);
@@ -102,7 +111,7 @@ static em_status decode_run(em_ctx *c, const em_model *m, run *r, bool compiled)
         double t1 = bench_now();
         lg = forward(c, m, mc, next, kv);
         em_tensor *nx = em_keep(c, em_argmax(c, lg, -1, false));
-        if (nx) em_tensor_data(c, nx);
+        wait_for(c, nx);
         double dt = bench_now() - t1;
         total += dt;
         int64_t hit = mc ? r->experts_hit : em_kv_cache_experts_hit(kv); /* compiled: eager's */
@@ -129,7 +138,7 @@ static em_status decode_run(em_ctx *c, const em_model *m, run *r, bool compiled)
 static void usage(void) {
     printf("usage: ember bench decode [--json] [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b|all]\n"
            "                          [--layers N] [--steps N] [--skip-peers] [--cache-dir DIR]\n"
-           "                          [--device DEV] [--compile] [--batches 1,16]\n\n"
+           "                          [--device DEV] [--compile] [--batches 1,16] [--dtype f32]\n\n"
            "Decode tokens/s at batch 1 and 16 and prefill tokens/s at 512 tokens, with the\n"
            "memory-bandwidth bound of a decode step and transformers' eager generate (torch CPU)\n"
            "in the same run. Presets are checkpoints with the real layer dimensions and RANDOM\n"
@@ -143,6 +152,8 @@ int bench_decode(int argc, char **argv) {
     bool json = false, peers = true, compile = false;
     const char *model = NULL, *preset = "all", *cache = "build/bench-models", *device = NULL;
     int64_t batches[8] = {1, 16};
+    const char *dtype_name = NULL;
+    em_dtype dtype = EM_BF16;
     int n_batches = 2;
     long layers = 0, steps = 32;
     for (int i = 1; i < argc; i++) {
@@ -155,6 +166,13 @@ int bench_decode(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            dtype_name = argv[++i];
+            if (!em_dtype_parse(dtype_name, &dtype)) {
+                fprintf(stderr, "ember bench decode: unknown dtype '%s'\n", dtype_name);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             n_batches = 0;
             for (char *q = argv[++i]; *q && n_batches < 8;) {
@@ -227,6 +245,10 @@ int bench_decode(int argc, char **argv) {
         o.progress = false;
         o.offline = true;
         o.device = device;
+        if (dtype_name) {
+            o.dtype = dtype;
+            o.dtype_set = true;
+        }
         em_model *m = em_model_load(c, dirs[k], &o);
         if (!m) {
             fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
@@ -299,7 +321,7 @@ int bench_decode(int argc, char **argv) {
         em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(1, 512), ids);
         double t0 = bench_now();
         em_tensor *lg = em_model_forward(c, m, it, NULL, kv, true);
-        if (lg) em_tensor_data(c, lg);
+        wait_for(c, em_argmax(c, lg, -1, false));
         p.prefill_ms = (bench_now() - t0) * 1e3;
         em_scope_pop(c);
         free(ids);
