@@ -372,6 +372,11 @@ static void test_on_xla(void) {
         em_test_bundle *b = em_test_bundle_load(rel);
         em_model *m = load_on(c, families[i], EM_F32, "xla:0", NULL);
         if (m && b) check_greedy(c, m, b, families[i], "on xla:0");
+        if (m && b && em_model_compile_supported(m)) { /* one StableHLO program per step */
+            compiled_greedy = true;
+            check_greedy(c, m, b, families[i], "compiled on xla:0");
+            compiled_greedy = false;
+        }
         em_model_free(m);
         if (i == 0 && b) { /* layers split between the CPU and the PJRT device */
             m = load_on(c, families[i], EM_F32, NULL,
