@@ -476,27 +476,7 @@ void em_pjrt_program_free(em_pjrt_program *p) {
 }
 
 /* Gives a never-written storage a buffer of zeros (as the eager kernel does). */
-static em_status ensure_buffer(em_ctx *c, em_tensor *t) {
-    pj_buf *pb = t->storage->data;
-    if (pb->buf) return EM_OK;
-    size_t es = em_esize(t->dtype);
-    int64_t n = (int64_t)(t->storage->nbytes / es);
-    void *z = calloc((size_t)(n ? n : 1), es);
-    if (!z) return EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
-    em_tensor *tmp = em_tensor_alloc_meta(t->dtype, 1, &n);
-    em_status s = EM_ERR_OOM;
-    if (tmp) {
-        tmp->storage = t->storage;
-        tmp->dev = t->dev;
-        s = t->dev->be->upload(c, tmp, z);
-        tmp->storage = NULL;
-        free(tmp);
-    } else {
-        EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
-    }
-    free(z);
-    return s;
-}
+static em_status ensure_buffer(em_ctx *c, em_tensor *t) { return pj_ensure_buffer(c, t, false); }
 
 static em_status val_fail(em_ctx *c, const em_graph *g, int id, em_status s, const char *what) {
     /* the first node reading the value names the place */

@@ -103,6 +103,9 @@ void pj_buffer_free(const pj_plugin *pl, PJRT_Buffer *b);
  * work still reads it). */
 void pj_storage_set(em_storage *s, PJRT_Buffer *b, em_dtype dt, int nd, const int64_t *dims);
 int pj_buffer_type(em_dtype t);
+/* Gives a never-written storage a buffer of zeros (as a fresh tensor reads); errors through
+ * em_op_fail when in_op, else in the name of compile mode. */
+em_status pj_ensure_buffer(em_ctx *c, em_tensor *t, bool in_op);
 void pj_backend_memory(em_backend *be);
 
 /* ---- executables (compile_cache.c) ---- */

@@ -167,15 +167,13 @@ static void describe(char *buf, size_t n, const em_kernel_args *a) {
     if (u > 0 && (size_t)u < n) snprintf(buf + u, n - (size_t)u, ")");
 }
 
-/* Makes sure an input storage has a buffer (tensors that were never written: empty ones). */
-static em_status ensure_buffer(em_ctx *c, em_tensor *t) {
+em_status pj_ensure_buffer(em_ctx *c, em_tensor *t, bool in_op) {
     pj_buf *pb = t->storage->data;
     if (pb->buf) return EM_OK;
     size_t es = em_esize(t->dtype);
     int64_t n = (int64_t)(t->storage->nbytes / es);
     void *z = calloc((size_t)(n ? n : 1), es);
-    if (!z) return em_op_fail(c, EM_ERR_OOM, "out of memory");
-    em_tensor *tmp = em_tensor_alloc_meta(t->dtype, 1, &n);
+    em_tensor *tmp = z ? em_tensor_alloc_meta(t->dtype, 1, &n) : NULL;
     em_status s = EM_ERR_OOM;
     if (tmp) {
         tmp->storage = t->storage;
@@ -183,10 +181,15 @@ static em_status ensure_buffer(em_ctx *c, em_tensor *t) {
         s = t->dev->be->upload(c, tmp, z);
         tmp->storage = NULL;
         free(tmp);
+    } else {
+        s = in_op ? em_op_fail(c, EM_ERR_OOM, "out of memory")
+                  : EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
     }
     free(z);
     return s;
 }
+
+static em_status ensure_buffer(em_ctx *c, em_tensor *t) { return pj_ensure_buffer(c, t, true); }
 
 /* ASSIGN and INDEX_COPY write into the destination's storage: the program takes the whole
  * storage buffer and returns its new contents. */
