@@ -368,7 +368,13 @@ em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *de
     if (expect_err) {
         const em_error *e = em_ctx_error(c);
         const char *want = json_string_value(json_object_get(expect_err, "status"));
-        if (!e) {
+        if (!e && s->compiled && !dev->be->host_accessible) {
+            /* the trace ran every shape rule, so the expected error is about values, which a
+             * whole program on the device does not check (XLA clamps gathers, drops scatters) */
+            r->not_applicable = true;
+            snprintf(r->msg, sizeof r->msg, "expected an error (%s) about index values: not "
+                     "checked inside a compiled program on %s", want, dev->name);
+        } else if (!e) {
             r->pass = false;
             snprintf(r->msg, sizeof r->msg, "expected an error (%s), the op succeeded", want);
         } else {
