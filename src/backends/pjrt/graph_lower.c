@@ -124,10 +124,13 @@ static bool view_strides(const gl_val *x, int ndim, const int64_t *shape, int64_
     return em_view_strides(x->ndim, x->shape, x->strides, x->numel, ndim, shape, st);
 }
 
-/* XLA's CPU compiler treats a one-row dot (a decode step's linear) as a loop it may fuse with
- * whatever computes its input, and then recomputes that input for every output element: a
- * Qwen3-0.6B decode step ran 12x slower as one program than as separate ones. Two rows (the
- * second zero) make it a matrix product that XLA hands to its GEMM; the zero row is dropped. */
+/* XLA's CPU compiler treats a one-row bf16 dot (a decode step's linear) as a loop it may fuse
+ * with whatever computes its input, and then recomputes that input for every output element
+ * (seen in the optimised HLO of a Qwen3-0.6B decode step). Two rows (the second zero) make it a
+ * matrix product that XLA hands to Eigen; the zero row is dropped. Measured on an 8-layer
+ * Qwen3-0.6B-shaped step: bf16 606 -> 225 ms. Not for f32 weights: there the one-row dot is
+ * Eigen's GEMV already, and two rows make Eigen pack the whole weight on every call (196 ->
+ * 1266 ms). Either way the step stays slower than op-by-op execution on this plugin. */
 static bool one_row(const pj_emit *e) {
     const sh_val *x = &e->in[0];
     int64_t rows = 1;
@@ -361,8 +364,8 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         memcpy(e.out_meta[o].shape, gv->shape, (size_t)gv->ndim * sizeof *gv->shape);
     }
     if (!sh_ok(&L->b)) return EM_OK; /* reported by the caller */
-    bool padded = n->op == EM_OP_LINEAR && !getenv("EMBER_GL_NOPAD") && one_row(&e) &&
-                  !strcmp(e.pl->platform, "cpu");
+    bool padded = n->op == EM_OP_LINEAR && one_row(&e) && e.in[1].t.e != SH_F32 &&
+                  e.in[1].t.e != SH_F64 && !strcmp(e.pl->platform, "cpu");
     if (padded) pad_row(&L->b, &e);
     em_status s = fn(&e);
     if (padded && s == EM_OK) unpad_row(&L->b, &e);
