@@ -13,14 +13,15 @@
 int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in, int n_in,
                const em_attr *attrs, em_tensor **outs, int max_out);
 
+/* The geometry of a VIEW op's outputs over x's memory (ops/views.c): strides and offset per
+ * output. *copy: the op is a reshape the layout does not allow, which eager does as a
+ * contiguous copy followed by a view of it (st/off then unset). Errors through em_op_fail. */
+em_status em_view_geometry(em_ctx *c, const em_op_def *op, const em_tensor *x,
+                           const em_attr *attrs, const em_meta *m, int n_out,
+                           int64_t (*st)[EM_MAX_DIMS], int64_t *off, bool *copy);
 /* Builds the outputs of a VIEW op (ops/views.c). Outputs are caller-owned. */
 em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
                         const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
-
-/* Strides viewing a tensor of geometry (xnd, xshape, xstrides, xnumel) with `shape` without a
- * copy (torch's computeStride, ops/views.c); false when the layout does not allow it. */
-bool em_view_strides(int xnd, const int64_t *xshape, const int64_t *xstrides, int64_t xnumel,
-                     int ndim, const int64_t *shape, int64_t *st);
 
 /* attribute constructors */
 static inline em_attr em_attr_int(int64_t v) {

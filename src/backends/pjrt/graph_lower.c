@@ -119,11 +119,6 @@ static void shadow_tensor(const gl *L, const gl_val *v, em_tensor *t) {
     t->storage = v->slot >= 0 ? L->slots[v->slot].shadow : NULL;
 }
 
-/* torch's computeStride, shared with ops/views.c */
-static bool view_strides(const gl_val *x, int ndim, const int64_t *shape, int64_t *st) {
-    return em_view_strides(x->ndim, x->shape, x->strides, x->numel, ndim, shape, st);
-}
-
 /* XLA's CPU compiler treats a one-row bf16 dot (a decode step's linear) as a loop it may fuse
  * with whatever computes its input, and then recomputes that input for every output element
  * (seen in the optimised HLO of a Qwen3-0.6B decode step). Two rows (the second zero) make it a
@@ -209,98 +204,40 @@ static em_status node_fail(gl *L, em_status s, const char *msg) {
     return em_fail_at(L->c, s, em_op_get(n->op)->name, n->file, n->line, "%s", msg);
 }
 
-/* View ops: new geometry over the input's slot (ops/views.c's rules on gl_val). */
+/* View ops: new geometry over the input's slot, computed by ops/views.c as eager does. */
 static em_status lower_view(gl *L, const em_gnode *n) {
     const em_graph *g = L->g;
     const gl_val *x = &L->v[n->in[0]];
-    const em_attr *attrs = n->attrs;
-    int64_t st[EM_MAX_DIMS];
-    int64_t off = x->offset;
-    const em_gval *o0 = &g->vals[n->out0];
-    switch (n->op) {
-    case EM_OP_RESHAPE:
-    case EM_OP_VIEW:
-        if (!view_strides(x, o0->ndim, o0->shape, st)) { /* eager copies (contiguous) */
-            define_dense(L, n->out0, read_val(L, n->in[0]));
-            return EM_OK;
-        }
-        break;
-    case EM_OP_PERMUTE:
-        for (int i = 0; i < o0->ndim; i++) {
-            int64_t d = attrs[0].v[i];
-            st[i] = x->strides[d < 0 ? d + x->ndim : d];
-        }
-        break;
-    case EM_OP_TRANSPOSE:
-        memcpy(st, x->strides, sizeof st);
-        if (x->ndim > 0) {
-            int64_t d0 = attrs[0].i < 0 ? attrs[0].i + x->ndim : attrs[0].i;
-            int64_t d1 = attrs[1].i < 0 ? attrs[1].i + x->ndim : attrs[1].i;
-            st[d0] = x->strides[d1];
-            st[d1] = x->strides[d0];
-        }
-        break;
-    case EM_OP_SLICE: {
-        int d = (int)(attrs[0].i < 0 ? attrs[0].i + x->ndim : attrs[0].i);
-        int64_t s0, cnt;
-        em_slice_bounds(x->shape[d], attrs[1].i, attrs[2].i, attrs[3].i, &s0, &cnt);
-        memcpy(st, x->strides, sizeof st);
-        if (cnt > 0) off += s0 * x->strides[d];
-        st[d] = x->strides[d] * attrs[3].i;
-        break;
+    em_meta m[EM_MAX_OUTPUTS];
+    for (int o = 0; o < n->n_out; o++) {
+        const em_gval *go = &g->vals[n->out0 + o];
+        m[o].dtype = go->dtype;
+        m[o].ndim = go->ndim;
+        memcpy(m[o].shape, go->shape, sizeof m[o].shape);
     }
-    case EM_OP_EXPAND:
-        for (int i = 0; i < o0->ndim; i++) {
-            int k = i - (o0->ndim - x->ndim);
-            st[i] = (k < 0 || (x->shape[k] == 1 && o0->shape[i] != 1)) ? 0 : x->strides[k];
-        }
-        break;
-    case EM_OP_SQUEEZE: {
-        em_tensor t;
-        shadow_tensor(L, x, &t);
-        bool drop[EM_MAX_DIMS];
-        em_squeeze_drops(&t, attrs, drop);
-        for (int d = 0, j = 0; d < x->ndim; d++)
-            if (!drop[d]) st[j++] = x->strides[d];
-        break;
-    }
-    case EM_OP_UNSQUEEZE: {
-        int d = (int)(attrs[0].i < 0 ? attrs[0].i + x->ndim + 1 : attrs[0].i);
-        for (int i = 0, k = 0; i < o0->ndim; i++) {
-            if (i == d)
-                st[i] = d < x->ndim ? x->strides[d] * x->shape[d] : 1;
-            else
-                st[i] = x->strides[k++];
-        }
-        break;
-    }
-    case EM_OP_SPLIT: {
-        int d = (int)(attrs[0].i < 0 ? attrs[0].i + x->ndim : attrs[0].i);
-        int64_t pos = 0;
-        for (int o = 0; o < n->n_out; o++) {
-            const em_gval *go = &g->vals[n->out0 + o];
-            gl_val *v = &L->v[n->out0 + o];
-            v->slot = x->slot;
-            v->dtype = go->dtype;
-            v->ndim = go->ndim;
-            memcpy(v->shape, go->shape, sizeof v->shape);
-            memcpy(v->strides, x->strides, sizeof v->strides);
-            v->numel = numel_of(go->ndim, go->shape);
-            v->offset = x->offset + (go->shape[d] ? pos * x->strides[d] : 0);
-            pos += go->shape[d];
-        }
+    em_tensor t;
+    shadow_tensor(L, x, &t);
+    int64_t st[EM_MAX_OUTPUTS][EM_MAX_DIMS], off[EM_MAX_OUTPUTS];
+    bool copy;
+    em_call_info saved = L->c->cur;
+    em_status s = em_view_geometry(L->c, em_op_get(n->op), &t, n->attrs, m, n->n_out, st, off,
+                                   &copy);
+    L->c->cur = saved;
+    if (s != EM_OK) return s;
+    if (copy) { /* eager copies (contiguous), then views the copy */
+        define_dense(L, n->out0, read_val(L, n->in[0]));
         return EM_OK;
     }
-    default: return node_fail(L, EM_ERR_INTERNAL, "not a view op");
+    for (int o = 0; o < n->n_out; o++) {
+        gl_val *v = &L->v[n->out0 + o];
+        v->slot = x->slot;
+        v->dtype = m[o].dtype;
+        v->ndim = m[o].ndim;
+        memcpy(v->shape, m[o].shape, sizeof v->shape);
+        memcpy(v->strides, st[o], sizeof v->strides);
+        v->offset = off[o];
+        v->numel = numel_of(m[o].ndim, m[o].shape);
     }
-    gl_val *v = &L->v[n->out0];
-    v->slot = x->slot;
-    v->dtype = o0->dtype;
-    v->ndim = o0->ndim;
-    memcpy(v->shape, o0->shape, sizeof v->shape);
-    memcpy(v->strides, st, sizeof v->strides);
-    v->offset = off;
-    v->numel = numel_of(o0->ndim, o0->shape);
     return EM_OK;
 }
 
