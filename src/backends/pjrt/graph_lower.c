@@ -367,7 +367,8 @@ static void str_valref(gl_str *s, sh_val v) {
 }
 
 /* The module (as sh_finish, without its limit on the number of parameters). */
-static char *finish(gl *L, const sh_type *params, int n_params, const sh_val *res, int n_res) {
+static char *finish(gl *L, const sh_type *params, const int *alias, int n_params,
+                    const sh_val *res, int n_res) {
     for (int i = 0; i < n_res; i++)
         if (res[i].id < 0) return NULL;
     if (!sh_ok(&L->b)) return NULL;
@@ -376,6 +377,8 @@ static char *finish(gl *L, const sh_type *params, int n_params, const sh_val *re
     for (int i = 0; i < n_params; i++) {
         str_put(&s, "%s%%v%d: ", i ? ", " : "", i);
         str_type(&s, &params[i]);
+        /* a written cache is donated: its new value is computed into the same buffer */
+        if (alias[i] >= 0) str_put(&s, " {tf.aliasing_output = %d : i32}", alias[i]);
     }
     str_put(&s, ") -> (");
     for (int i = 0; i < n_res; i++) {
@@ -455,6 +458,10 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     em_pjrt_program *p = calloc(1, sizeof *p);
     sh_val *res = NULL;
     char *text = NULL;
+    int *alias = NULL;
+    /* EMBER_PJRT_DONATE=0 keeps written caches out of place (a copy per call) */
+    const char *dn = getenv("EMBER_PJRT_DONATE");
+    bool donate_off = dn && !strcmp(dn, "0");
     if (!L.slots || !L.shadows || !L.v || !meta || !ptypes || !pslot || !p) {
         EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
         goto fail;
@@ -629,7 +636,16 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO lowering of the outputs: %s", L.b.err);
         goto fail;
     }
-    text = finish(&L, ptypes, n_params, res, n_res);
+    alias = calloc((size_t)(n_params > 0 ? n_params : 1), sizeof *alias);
+    if (!alias) {
+        EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n_params; i++) {
+        const gl_slot *sl = &L.slots[pslot[i]];
+        alias[i] = sl->kind == GL_CAPTURED && sl->result >= 0 && !donate_off ? sl->result : -1;
+    }
+    text = finish(&L, ptypes, alias, n_params, res, n_res);
     if (!text) {
         EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO module: %s",
                 L.b.err[0] ? L.b.err : "invalid result");
@@ -662,6 +678,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     }
     free(text);
     free(res);
+    free(alias);
     free(meta);
     free(ptypes);
     free(pslot);
@@ -673,6 +690,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
 fail:
     free(text);
     free(res);
+    free(alias);
     free(meta);
     free(ptypes);
     free(pslot);
