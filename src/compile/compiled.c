@@ -289,10 +289,6 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
     f->st.removed_dead = em_pass_dce(g);
     f->st.removed_common = em_pass_cse(c, g);
     f->st.removed_dead += em_pass_dce(g);
-    bool *folded = calloc((size_t)g->n_nodes + 1, sizeof *folded);
-    em_graph_count_uses(g);
-    f->st.folded = folded ? em_pass_constants(g, folded) : 0;
-    free(folded);
     int live = 0;
     for (int n = 0; n < g->n_nodes; n++) live += !g->nodes[n].dead;
     f->st.nodes = live;
@@ -304,11 +300,17 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
         f->st.fused_nodes = info.fused_nodes;
         f->st.kernels = info.kernels;
         f->st.grouped_linears = info.grouped;
+        f->st.folded = info.folded;
         f->st.arena_bytes = info.arena_bytes;
         f->st.unplanned_bytes = info.unplanned_bytes;
         snprintf(f->st.backend, sizeof f->st.backend, "cpu-plan");
     } else {
         p->pj = em_pjrt_graph_compile(c, g, g->dev);
+        /* XLA folds constants itself; the count says what the CPU plan would fold */
+        bool *folded = calloc((size_t)g->n_nodes + 1, sizeof *folded);
+        em_graph_count_uses(g);
+        f->st.folded = folded ? em_pass_constants(g, folded) : 0;
+        free(folded);
         f->st.fused_groups = f->st.fused_nodes = f->st.kernels = f->st.grouped_linears = 0;
         f->st.arena_bytes = f->st.unplanned_bytes = 0;
         snprintf(f->st.backend, sizeof f->st.backend, "pjrt");

@@ -20,6 +20,7 @@ void em_cpu_plan_free(em_cpu_plan *p);
 typedef struct em_cpu_plan_info {
     int kernels;       /* kernel calls per run */
     int grouped;       /* linears run in groups that share their input (one pass each group) */
+    int folded;        /* nodes that only depend on creation ops: run once, when built */
     int fused_groups;  /* element-wise expressions evaluated in one pass */
     int fused_nodes;   /* nodes computed inside those expressions (no buffer of their own) */
     int buffers;       /* intermediate values placed in the arena */

@@ -43,8 +43,6 @@ struct em_cpu_plan {
     int n_steps;
     em_tensor **pool; /* step argument arrays */
     em_tensor *arena;
-    em_tensor **lazy_nodes; /* every lazy tensor of every fused expression (version refresh) */
-    int n_lazy;
     em_cpu_plan_info info;
     /* EMBER_PLAN_PROFILE=1: seconds per op (grouped linears count as "linear*"), printed at free */
     double *prof;
@@ -91,7 +89,6 @@ void em_cpu_plan_free(em_cpu_plan *p) {
     free(p->vt);
     free(p->steps);
     free(p->pool);
-    free(p->lazy_nodes);
     em_tensor_release(p->arena);
     free(p);
 }
@@ -249,7 +246,6 @@ static em_tensor *lazy_tensor(em_cpu_plan *p, const em_gnode *n, const em_gval *
     for (int i = 0; i < n->n_in; i++) lz->in[i] = em_tensor_retain(p->vt[n->in[i]]);
     memcpy(lz->attrs, n->attrs, sizeof lz->attrs);
     t->lazy = lz;
-    p->lazy_nodes[p->n_lazy++] = t;
     return t;
 }
 
@@ -309,11 +305,10 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
     p->g = g;
     p->vt = calloc((size_t)g->n_vals + 1, sizeof *p->vt);
     p->steps = calloc((size_t)g->n_nodes + 1, sizeof *p->steps);
-    p->lazy_nodes = calloc((size_t)g->n_nodes + 1, sizeof *p->lazy_nodes);
     size_t pool_n = 0;
     for (int n = 0; n < g->n_nodes; n++) pool_n += (size_t)(g->nodes[n].n_in + g->nodes[n].n_out);
     p->pool = calloc(pool_n + 1, sizeof *p->pool);
-    if (!p->vt || !p->steps || !p->lazy_nodes || !p->pool) goto oom;
+    if (!p->vt || !p->steps || !p->pool) goto oom;
     const char *prof = getenv("EMBER_PLAN_PROFILE");
     if (prof && *prof && strcmp(prof, "0") && !(p->prof = calloc(EM_OP_COUNT + 1, sizeof(double))))
         goto oom;
@@ -328,7 +323,7 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
             }
     }
     em_graph_count_uses(g);
-    em_pass_constants(g, folded);
+    p->info.folded = em_pass_constants(g, folded);
     for (int n = 0; n < g->n_nodes; n++) g->nodes[n].fused_into = -1;
     mark_fusion(g, folded);
 

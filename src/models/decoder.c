@@ -299,6 +299,21 @@ static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *
     return em_reshape(c, y, 3, (int64_t[]){f->b, f->t, hidden});
 }
 
+void em_decoder_positions_host(const uint8_t *mk, int64_t b, int64_t t, int64_t pos0, int64_t tk,
+                               int64_t *pos) {
+    for (int64_t i = 0; i < b; i++) {
+        int64_t run = 0;
+        for (int64_t j = 0; j < tk; j++) {
+            int64_t p = pos0 + (j - pos0); /* position of key j without padding */
+            if (mk) {
+                run += mk[i * tk + j] != 0;
+                p = mk[i * tk + j] ? run - 1 : 1;
+            }
+            if (j >= tk - t) pos[i * t + (j - (tk - t))] = p;
+        }
+    }
+}
+
 /* Positions as transformers computes them: cumsum(mask) - 1, 1 where masked; the last T. */
 em_tensor *em_decoder_positions(em_ctx *c, em_tensor *key_mask, int64_t b, int64_t t,
                                 int64_t pos0, int64_t tk) {
@@ -311,17 +326,7 @@ em_tensor *em_decoder_positions(em_ctx *c, em_tensor *key_mask, int64_t b, int64
     }
     if (key_mask && em_to_host(c, em_cast(c, key_mask, EM_BOOL), mk, (size_t)(b * tk)) != EM_OK)
         goto done;
-    for (int64_t i = 0; i < b; i++) {
-        int64_t run = 0;
-        for (int64_t j = 0; j < tk; j++) {
-            int64_t p = pos0 + (j - pos0); /* position of key j without padding */
-            if (mk) {
-                run += mk[i * tk + j] != 0;
-                p = mk[i * tk + j] ? run - 1 : 1;
-            }
-            if (j >= tk - t) pos[i * t + (j - (tk - t))] = p;
-        }
-    }
+    em_decoder_positions_host(mk, b, t, pos0, tk, pos);
     r = em_from_host_on(c, em_device_cpu(), EM_I64, 2, (int64_t[]){b, t}, pos);
 done:
     free(pos);
@@ -329,12 +334,33 @@ done:
     return r;
 }
 
+bool em_decoder_check_step(em_ctx *c, const char *what, const em_model *m,
+                           const em_kv_cache *kv, em_tensor *ids, em_tensor *key_mask) {
+    char s1[96];
+    int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
+    int64_t pos0 = kv ? kv->len : 0, tk = pos0 + t;
+    if (kv && (kv->m != m || kv->batch != b || tk > kv->max_len)) {
+        em_ctx_fail(c, EM_ERR_SHAPE, what,
+                    "the cache holds %lld of %lld positions for batch %lld; ids %s do not fit",
+                    (long long)pos0, (long long)kv->max_len, (long long)kv->batch,
+                    em_tensor_sig(ids, s1, sizeof s1));
+        return false;
+    }
+    if (key_mask && (em_tensor_ndim(key_mask) != 2 || em_tensor_dim(key_mask, 0) != b ||
+                     em_tensor_dim(key_mask, 1) != tk)) {
+        em_ctx_fail(c, EM_ERR_SHAPE, what, "key_mask %s must be [%lld, %lld]",
+                    em_tensor_sig(key_mask, s1, sizeof s1), (long long)b, (long long)tk);
+        return false;
+    }
+    return true;
+}
+
 static em_tensor *forward_body(fwd *f, em_tensor *ids, em_kv_cache *kv, bool last_only);
 
 em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
                             em_kv_cache *kv, bool last_only) {
     if (!c || em_ctx_status(c)) return NULL;
-    char s1[96], s2[96];
+    char s1[96];
     if (!m || !ids || !m->fam->causal || em_tensor_ndim(ids) != 2) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_forward",
                     "needs a causal LM and ids [B, T], got %s",
@@ -343,19 +369,7 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     }
     int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
     int64_t pos0 = kv ? kv->len : 0, tk = pos0 + t;
-    if (kv && (kv->m != m || kv->batch != b || tk > kv->max_len)) {
-        em_ctx_fail(c, EM_ERR_SHAPE, "model_forward",
-                    "the cache holds %lld of %lld positions for batch %lld; ids %s do not fit",
-                    (long long)pos0, (long long)kv->max_len, (long long)kv->batch,
-                    em_tensor_sig(ids, s1, sizeof s1));
-        return NULL;
-    }
-    if (key_mask && (em_tensor_ndim(key_mask) != 2 || em_tensor_dim(key_mask, 0) != b ||
-                     em_tensor_dim(key_mask, 1) != tk)) {
-        em_ctx_fail(c, EM_ERR_SHAPE, "model_forward", "key_mask %s must be [%lld, %lld]",
-                    em_tensor_sig(key_mask, s2, sizeof s2), (long long)b, (long long)tk);
-        return NULL;
-    }
+    if (!em_decoder_check_step(c, "model_forward", m, kv, ids, key_mask)) return NULL;
     if (m->fam->forward) return m->fam->forward(c, m, ids, key_mask, kv, last_only);
     em_scope_push(c);
     if (kv) kv->experts_hit = 0;

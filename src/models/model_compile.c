@@ -106,34 +106,24 @@ em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor
     em_kv_cache *kv = mc->kv;
     int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
     int64_t pos0 = kv->len, tk = pos0 + t;
-    if (b != kv->batch || tk > kv->max_len) {
-        em_ctx_fail(c, EM_ERR_SHAPE, "model_forward_compiled",
-                    "the cache holds %lld of %lld positions for batch %lld; ids %s do not fit",
-                    (long long)pos0, (long long)kv->max_len, (long long)kv->batch,
-                    em_tensor_sig(ids, s1, sizeof s1));
-        return NULL;
-    }
-    if (key_mask && (em_tensor_ndim(key_mask) != 2 || em_tensor_dim(key_mask, 0) != b ||
-                     em_tensor_dim(key_mask, 1) != tk)) {
-        em_ctx_fail(c, EM_ERR_SHAPE, "model_forward_compiled", "key_mask %s must be [%lld, %lld]",
-                    em_tensor_sig(key_mask, s1, sizeof s1), (long long)b, (long long)tk);
-        return NULL;
-    }
+    if (!em_decoder_check_step(c, "model_forward_compiled", m, kv, ids, key_mask)) return NULL;
     int64_t l = (tk + mc->bucket - 1) / mc->bucket * mc->bucket;
     if (l > kv->max_len) l = kv->max_len;
     em_scope_push(c);
     em_device *d = m->dev_embed;
     uint8_t *valid = key_mask ? malloc((size_t)(b * tk) + 1) : NULL;
     int64_t *cpos = malloc((size_t)t * sizeof *cpos + 1);
+    int64_t *pos = malloc((size_t)(b * t) * sizeof *pos + 1);
     uint8_t *mk = NULL, *mkl = NULL;
     em_tensor *r = NULL;
-    if ((key_mask && !valid) || !cpos) {
+    if ((key_mask && !valid) || !cpos || !pos) {
         em_ctx_fail(c, EM_ERR_OOM, "model_forward_compiled", "out of memory");
         goto done;
     }
     if (valid && em_to_host(c, em_cast(c, key_mask, EM_BOOL), valid, (size_t)(b * tk)))
         goto done;
     for (int64_t i = 0; i < t; i++) cpos[i] = pos0 + i;
+    em_decoder_positions_host(valid, b, t, pos0, tk, pos);
     mk = make_mask(valid, b, t, pos0, tk, l, 0);
     mkl = mc->local ? make_mask(valid, b, t, pos0, tk, l, m->cfg.sliding_window) : NULL;
     if (!mk || (mc->local && !mkl)) {
@@ -143,7 +133,7 @@ em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor
     int64_t ms[4] = {b, 1, t, l};
     em_tensor *in[5] = {
         em_model_to_dev(c, ids, d),
-        em_model_to_dev(c, em_decoder_positions(c, key_mask, b, t, pos0, tk), d),
+        em_from_host_on(c, d, EM_I64, 2, (int64_t[]){b, t}, pos),
         em_from_host_on(c, d, EM_I64, 1, &t, cpos),
         em_from_host_on(c, d, EM_BOOL, 4, ms, mk),
         mkl ? em_from_host_on(c, d, EM_BOOL, 4, ms, mkl) : NULL,
@@ -159,6 +149,7 @@ em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor
 done:
     free(valid);
     free(cpos);
+    free(pos);
     free(mk);
     free(mkl);
     em_scope_pop(c);

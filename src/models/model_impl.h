@@ -93,6 +93,14 @@ em_mlp_act em_decoder_act(const char *name);
  * key mask [B, tk] (may be NULL: pos0, pos0 + 1, ...). */
 em_tensor *em_decoder_positions(em_ctx *c, em_tensor *key_mask, int64_t b, int64_t t,
                                 int64_t pos0, int64_t tk);
+/* The same from a key mask already on the host ([B, tk] bytes, NULL: no padding) into pos
+ * [B, T]. */
+void em_decoder_positions_host(const uint8_t *mk, int64_t b, int64_t t, int64_t pos0, int64_t tk,
+                               int64_t *pos);
+/* Checks that ids [B, T] and key_mask [B, cache length + T] (may be NULL) continue `kv` (may
+ * be NULL) of model m; false with an EM_ERR_SHAPE error in the name of `what`. */
+bool em_decoder_check_step(em_ctx *c, const char *what, const em_model *m,
+                           const em_kv_cache *kv, em_tensor *ids, em_tensor *key_mask);
 em_status em_bert_load(em_wload *w);
 /* The forward with static shapes that compile mode traces (decoder.c): positions [B, T] and
  * cache_pos [T] (i64) and the masks [B, 1, T, L] (bool; mask_local for sliding layers, may be

@@ -64,6 +64,11 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
             }
             continue;
         }
+        if (in[i]->sym && !c->trace) {
+            em_op_fail(c, EM_ERR_INVALID_ARG,
+                       "input %d is a traced value of a compiled function, used outside it", i);
+            return -1;
+        }
         if (!dev) {
             dev = in[i]->dev;
             dev_from = i;
@@ -89,12 +94,6 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
     /* compile mode: the call is recorded, not run (the rule above already checked it, so a
      * mistake is reported here, at the call, not when the program runs) */
     if (c->trace) return em_trace_record(c, op, in, n_in, attrs, metas, n_out, outs);
-    for (int i = 0; i < n_in; i++)
-        if (in[i] && in[i]->sym) {
-            em_op_fail(c, EM_ERR_INVALID_ARG,
-                       "input %d is a traced value of a compiled function, used outside it", i);
-            return -1;
-        }
 
     if (op->kind == EM_OPK_VIEW) {
         for (int i = 0; i < n_in; i++)

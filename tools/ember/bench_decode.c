@@ -313,11 +313,11 @@ int bench_decode(int argc, char **argv) {
         }
         free(ids);
         em_kv_cache_free(kv);
+        run pair[2]; /* this batch's eager and compiled runs */
         for (int bi = 0; bi < n_batches * (compile ? 2 : 1); bi++) {
             bool cmode = compile && bi % 2 == 1;
             int64_t batch = batches[compile ? bi / 2 : bi];
             /* eager and compiled decode together (interleaved); the rows print one by one */
-            static run pair[2];
             if (!cmode) {
                 memset(pair, 0, sizeof pair);
                 for (int q = 0; q < 2; q++) {

@@ -459,6 +459,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     sh_val *res = NULL;
     char *text = NULL;
     int *alias = NULL;
+    bool done = false;
     /* EMBER_PJRT_DONATE=0 keeps written caches out of place (a copy per call) */
     const char *dn = getenv("EMBER_PJRT_DONATE");
     bool donate_off = dn && !strcmp(dn, "0");
@@ -676,6 +677,8 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
                 p->x->n_out, n_res);
         goto fail;
     }
+    done = true;
+fail: /* also the way out on success (done) */
     free(text);
     free(res);
     free(alias);
@@ -686,18 +689,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     free(L.shadows);
     free(L.v);
     sh_free(&L.b);
-    return p;
-fail:
-    free(text);
-    free(res);
-    free(alias);
-    free(meta);
-    free(ptypes);
-    free(pslot);
-    free(L.slots);
-    free(L.shadows);
-    free(L.v);
-    sh_free(&L.b);
+    if (done) return p;
     if (!c->err.status) EM_FAIL(c, EM_ERR_INTERNAL, "compile", "lowering failed");
     em_pjrt_program_free(p);
     return NULL;
