@@ -87,13 +87,13 @@ static void test_guards_and_stats(void) {
     char g[256];
     em_compiled_guards(f, g, sizeof g);
     CHECK_MSG(strstr(g, "input 0: f32[2,16] on cpu") && strstr(g, "static 0 == 0"), "%s", g);
-    /* a dtype change */
+    /* a dtype change retraces, and the retrace reports the bf16 x f32 linear at its call */
     em_tensor *xh = em_cast(c, x2, EM_BF16);
-    CHECK(em_compiled_call(c, f, &xh, 1, &s0, 1, &y, 1) == -1 || 1);
-    em_compiled_stats(f, &st);
-    CHECK_MSG(!strcmp(st.last_reason, "input 0 dtype: f32 -> bf16") || em_ctx_status(c),
-              "reason '%s'", st.last_reason);
+    CHECK(em_compiled_call(c, f, &xh, 1, &s0, 1, &y, 1) == -1);
+    CHECK_ERR(c, EM_ERR_DTYPE, "linear", "test_compile.c");
     em_ctx_clear_error(c);
+    em_compiled_stats(f, &st);
+    CHECK(st.compiles == 3); /* a failed trace adds no program */
     em_compiled_free(f);
     em_scope_pop(c);
     em_ctx_destroy(c);
@@ -307,5 +307,23 @@ static void test_reshape_copy(void) {
     em_ctx_destroy(c);
 }
 
+/* a dtype change is a broken guard with its own reason */
+static void test_dtype_guard(void) {
+    em_ctx *c = em_ctx_create();
+    em_scope_push(c);
+    em_compiled *f = em_compile(c, "reshape_t", reshape_t, NULL);
+    em_tensor *x = ramp(c, 3, 5, 1.0f), *xh = em_cast(c, x, EM_BF16), *y = NULL, *ref = NULL;
+    CHECK(em_compiled_call(c, f, &x, 1, NULL, 0, &y, 1) == 1);
+    CHECK(em_compiled_call(c, f, &xh, 1, NULL, 0, &y, 1) == 1);
+    em_compile_stats st;
+    em_compiled_stats(f, &st);
+    CHECK_MSG(st.compiles == 2 && !strcmp(st.last_reason, "input 0 dtype: f32 -> bf16"),
+              "reason '%s'", st.last_reason);
+    CHECK(reshape_t(c, &xh, 1, NULL, 0, &ref, 1, NULL) == 1 && same_bits(c, y, ref));
+    em_compiled_free(f);
+    em_scope_pop(c);
+    em_ctx_destroy(c);
+}
+
 EM_TEST_MAIN(T(test_guards_and_stats), T(test_passes), T(test_fusion_and_reuse),
-             T(test_captured_writes), T(test_errors), T(test_reshape_copy))
+             T(test_captured_writes), T(test_errors), T(test_reshape_copy), T(test_dtype_guard))
