@@ -305,10 +305,10 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
         f->st.unplanned_bytes = info.unplanned_bytes;
         snprintf(f->st.backend, sizeof f->st.backend, "cpu-plan");
     } else {
+        em_graph_count_uses(g); /* the lowering materializes values with several users */
         p->pj = em_pjrt_graph_compile(c, g, g->dev);
         /* XLA folds constants itself; the count says what the CPU plan would fold */
         bool *folded = calloc((size_t)g->n_nodes + 1, sizeof *folded);
-        em_graph_count_uses(g);
         f->st.folded = folded ? em_pass_constants(g, folded) : 0;
         free(folded);
         f->st.fused_groups = f->st.fused_nodes = f->st.kernels = f->st.grouped_linears = 0;
