@@ -98,6 +98,24 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
             CHECK_MSG(false, "%s batch: %s", family, em_ctx_error(c)->message);
             em_ctx_clear_error(c);
         }
+        if (compiled_greedy) {
+            /* three rows run as a batch bucket of four (the fourth a copy of the first) */
+            const int64_t *pr3[3] = {pr[0], pr[1], pr[0]};
+            int64_t lens3[3] = {lens[0], lens[1], lens[0]};
+            p.compile_batch_bucket = 1;
+            if (em_generate(c, m, NULL, pr3, lens3, 3, &p, &r) == EM_OK) {
+                for (int k = 0; k < 3; k++)
+                    CHECK_MSG(r.n_ids[k] == ng / 2 &&
+                                  !memcmp(r.ids[k], bwant + (k % 2) * (ng / 2),
+                                          (size_t)(ng / 2) * sizeof *bwant),
+                              "%s %s: batch-bucketed greedy row %d differs from transformers",
+                              family, what, k);
+                em_generate_result_free(&r);
+            } else {
+                CHECK_MSG(false, "%s batch bucket: %s", family, em_ctx_error(c)->message);
+                em_ctx_clear_error(c);
+            }
+        }
     }
     free(bids);
     free(bmask);

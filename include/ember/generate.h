@@ -51,6 +51,11 @@ typedef struct em_generate_params {
     void *user_data;
     bool compile;                 /* run the forward as a compiled program (em_model_compile) */
     int64_t compile_bucket;       /* its KV-length bucket (<= 0: 128) */
+    int compile_batch_bucket;     /* compile: run the batch rounded up to a power of two, the
+                                     extra rows copies of the first, so that batch sizes share
+                                     programs (1: always, -1: never, 0: on PJRT devices, where a
+                                     program takes seconds to compile and is cached across calls
+                                     by its text) */
 } em_generate_params;
 
 /** The checkpoint's generation_config.json values (greedy unless it says do_sample), 256 new

@@ -95,18 +95,24 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     const int64_t *eos = p->eos_ids ? p->eos_ids : m->gen.eos_token_ids;
     int n_eos = p->eos_ids ? p->n_eos_ids : m->gen.n_eos_token_ids;
     int64_t pad = m->gen.pad_token_id >= 0 ? m->gen.pad_token_id : (n_eos ? eos[0] : 0);
+    /* the batch the forward runs: rows >= batch mirror row 0 and are never sampled */
+    int run = batch;
+    bool bucket_batch = p->compile_batch_bucket > 0 ||
+                        (p->compile_batch_bucket == 0 && !m->dev_embed->be->host_accessible);
+    if (p->compile && bucket_batch)
+        while (run < batch || (run & (run - 1))) run++;
 
     out->batch = batch;
     out->ids = calloc((size_t)batch, sizeof *out->ids);
     out->n_ids = calloc((size_t)batch, sizeof *out->n_ids);
     out->stop_reason = calloc((size_t)batch, sizeof *out->stop_reason);
-    int64_t *all = malloc((size_t)(batch * total) * sizeof *all); /* prompt + new, per row */
-    uint8_t *mask = calloc((size_t)(batch * total), 1);
-    float *logits = malloc((size_t)(batch * vocab) * sizeof *logits);
+    int64_t *all = malloc((size_t)(run * total) * sizeof *all); /* prompt + new, per row */
+    uint8_t *mask = calloc((size_t)(run * total), 1);
+    float *logits = malloc((size_t)(run * vocab) * sizeof *logits);
     float *scratch = malloc((size_t)(2 * vocab + 16) * sizeof *scratch);
     int32_t *order = malloc((size_t)(vocab + 16) * sizeof *order);
     seq_state *st = calloc((size_t)batch, sizeof *st);
-    int64_t *step_ids = malloc((size_t)batch * sizeof *step_ids);
+    int64_t *step_ids = malloc((size_t)run * sizeof *step_ids);
     em_kv_cache *kv = NULL;
     em_model_compiled *mc = NULL;
     em_status s = EM_OK;
@@ -127,9 +133,13 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
             mask[b * total + j] = j >= padn;
         }
     }
+    for (int b = batch; b < run; b++) {
+        memcpy(all + b * total, all, (size_t)lmax * sizeof *all);
+        memcpy(mask + b * total, mask, (size_t)lmax);
+    }
     bool padded = false;
     for (int b = 0; b < batch; b++) padded |= lens[b] != lmax;
-    kv = em_kv_cache_create(c, m, batch, total);
+    kv = em_kv_cache_create(c, m, run, total);
     if (kv && p->compile) mc = em_model_compile(c, m, kv, p->compile_bucket);
     if (!kv || (p->compile && !mc)) {
         s = em_ctx_status(c);
@@ -142,8 +152,8 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     for (int64_t step = 0; step < p->max_new_tokens; step++) {
         em_scope_push(c);
         int64_t t = step == 0 ? lmax : 1;
-        int64_t *idbuf = malloc((size_t)(batch * t) * sizeof *idbuf);
-        uint8_t *mk = padded ? malloc((size_t)(batch * cur)) : NULL;
+        int64_t *idbuf = malloc((size_t)(run * t) * sizeof *idbuf);
+        uint8_t *mk = padded ? malloc((size_t)(run * cur)) : NULL;
         if (!idbuf || (padded && !mk)) {
             free(idbuf);
             free(mk);
@@ -151,17 +161,17 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
             s = em_ctx_fail(c, EM_ERR_OOM, "generate", "out of memory");
             goto done;
         }
-        for (int b = 0; b < batch; b++) {
+        for (int b = 0; b < run; b++) {
             memcpy(idbuf + b * t, all + b * total + (cur - t), (size_t)t * sizeof *idbuf);
             if (mk) memcpy(mk + b * cur, mask + b * total, (size_t)cur);
         }
-        em_tensor *ids = em_from_host(c, EM_I64, EM_SHAPE(batch, t), idbuf);
-        em_tensor *km = mk ? em_from_host(c, EM_BOOL, EM_SHAPE(batch, cur), mk) : NULL;
+        em_tensor *ids = em_from_host(c, EM_I64, EM_SHAPE(run, t), idbuf);
+        em_tensor *km = mk ? em_from_host(c, EM_BOOL, EM_SHAPE(run, cur), mk) : NULL;
         free(idbuf);
         free(mk);
         em_tensor *lg = mc ? em_model_forward_compiled(c, mc, ids, km, true)
                            : em_model_forward(c, m, ids, km, kv, true);
-        s = lg ? em_to_host(c, lg, logits, (size_t)(batch * vocab) * sizeof *logits)
+        s = lg ? em_to_host(c, lg, logits, (size_t)(run * vocab) * sizeof *logits)
                : em_ctx_status(c);
         em_scope_pop(c);
         if (s) goto done;
@@ -209,6 +219,10 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
             mask[b * total + cur] = 1;
             step_ids[b] = id;
             all_done &= st[b].done;
+        }
+        for (int b = batch; b < run; b++) {
+            all[b * total + cur] = all[cur];
+            mask[b * total + cur] = 1;
         }
         cur++;
         if (all_done) break;
