@@ -6,9 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/tensor_impl.h"
 #include "ember/ember.h"
 #include "ember/generate.h"
 #include "harness.h"
+#include "models/model_impl.h"
 
 static em_model *load_on(em_ctx *c, const char *family, em_dtype dt, const char *device,
                          const char *map) {
@@ -209,6 +211,83 @@ static void test_bert(void) {
         em_test_allclose(c, h, em_test_bundle_get(b, c, "hidden"), 1e-4, 1e-4, "bert hidden");
         em_model_free(m);
     }
+    em_ctx_destroy(c);
+    em_test_bundle_free(b);
+}
+
+/* ---- weights copied out of the checkpoint mapping into huge pages ---- */
+
+static bool thp_on(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char buf[128] = {0};
+    bool on = f && fgets(buf, sizeof buf, f) && !strstr(buf, "[never]");
+    if (f) fclose(f);
+    return on;
+}
+
+/* The qwen3 fixture with its vocabulary padded from 256 to 8192 rows (zeros), so that the
+ * embedding and lm_head are 2 MiB tensors, which the loader copies into huge pages: the first
+ * 256 logits are still transformers' (the padded rows add logits of 0 and are never looked up);
+ * with zero_copy the weights stay views of the mapping and the logits are the same bits. */
+static void test_weight_copies(void) {
+    em_test_bundle *b = em_test_bundle_load("models/qwen3_ref");
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    char src[1024], path[1200], dir[] = "/tmp/ember_copies_XXXXXX";
+    snprintf(src, sizeof src, "%s/models/qwen3", em_test_fixtures_dir());
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    CHECK_MSG(cfg != NULL, "%s: %s", path, je.text);
+    json_object_set_new(cfg, "vocab_size", json_integer(8192));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(cfg && json_dump_file(cfg, path, JSON_INDENT(1)) == 0);
+    json_decref(cfg);
+    em_safetensors *st = em_safetensors_open(c, src);
+    em_safetensors_writer *w = em_safetensors_writer_create(c);
+    for (int64_t i = 0; st && w && i < em_safetensors_count(st); i++) {
+        const char *name = em_safetensors_info_at(st, i)->name;
+        em_tensor *t = em_safetensors_load(c, st, name, NULL);
+        if (!strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "lm_head.weight")) {
+            em_tensor *big = em_zeros(c, EM_F32, EM_SHAPE(8192, em_tensor_dim(t, 1)));
+            em_assign(c, em_narrow(c, big, 0, 0, em_tensor_dim(t, 0)), t);
+            t = big;
+        }
+        em_safetensors_writer_add(c, w, name, t);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(em_safetensors_writer_save(c, w, path) == EM_OK);
+    em_safetensors_writer_free(w);
+    em_safetensors_close(st);
+    em_tensor *first = NULL;
+    for (int zc = 0; zc < 2 && !em_ctx_status(c); zc++) {
+        em_model_options o = em_model_default_options();
+        o.progress = false;
+        o.offline = true;
+        o.zero_copy = zc;
+        em_model *m = em_model_load(c, dir, &o);
+        CHECK_MSG(m != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        if (!m) break;
+        bool copied = m->embed->storage->release == NULL && m->lm_head->storage->release == NULL;
+        if (zc)
+            CHECK_MSG(!copied, "zero_copy: the embedding should be a view of the mapping");
+        else if (thp_on())
+            CHECK_MSG(copied, "the 2 MiB embedding and lm_head should be copies");
+        else
+            fprintf(stderr, "note: transparent huge pages are off here; no copies to check\n");
+        em_tensor *lg = em_model_forward(c, m, em_test_bundle_get(b, c, "ids"), NULL, NULL, false);
+        em_tensor *head = em_narrow(c, lg, -1, 0, 256);
+        em_test_allclose(c, head, em_test_bundle_get(b, c, "logits_f32"), 1e-4, 1e-4,
+                         zc ? "padded vocab, zero copy" : "padded vocab, copies");
+        if (!zc) first = em_keep(c, head);
+        else em_test_allclose(c, head, first, 0, 0, "copies and zero copy agree bit for bit");
+        em_model_free(m);
+    }
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
     em_ctx_destroy(c);
     em_test_bundle_free(b);
 }
@@ -440,6 +519,6 @@ static void test_errors(void) {
     em_ctx_destroy(c);
 }
 
-EM_TEST_MAIN(T(test_qwen3), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),
+EM_TEST_MAIN(T(test_qwen3), T(test_weight_copies), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),
              T(test_gemma3), T(test_gemma4_text), T(test_gemma4_moe), T(test_gemma4_paths),
              T(test_gemma4_errors), T(test_bert), T(test_on_xla), T(test_errors))

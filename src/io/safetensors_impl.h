@@ -55,6 +55,11 @@ typedef struct em_st_image {
     size_t len;
 } em_st_image;
 
+/* Unmaps the whole pages inside tensor `name`'s bytes from a file mapping (MADV_DONTNEED; a
+ * later read faults them in again from the file), once the caller holds a copy: the process
+ * then does not hold the checkpoint twice. Nothing for other images or unknown names. */
+void em_st_drop_pages(const em_safetensors *st, const char *name);
+
 void em_st_image_retain(em_st_image *im);
 void em_st_image_release(em_st_image *im);
 /* em_from_host_borrowed's release callback. */

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "io/safetensors_impl.h"
 
@@ -125,4 +127,17 @@ em_tensor *em_safetensors_load_(em_ctx *c, const char *file, int line, const em_
         return NULL;
     }
     return em_safetensors_load_as_(c, file, line, st, name, dt, dev);
+}
+
+void em_st_drop_pages(const em_safetensors *st, const char *name) {
+    const em_safetensors_info *ti = st && name ? em_safetensors_find(st, name) : NULL;
+    if (!ti) return;
+    const em_st_entry *e = (const em_st_entry *)ti;
+    const em_st_image *im = st->files[e->file].image;
+    if (!im || im->kind != EM_ST_IMAGE_MMAP || !im->base) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b = (uintptr_t)(im->base + ti->file_offset), end = b + (uintptr_t)ti->nbytes;
+    b = (b + page - 1) & ~(page - 1); /* pages shared with a neighbour stay */
+    end &= ~(page - 1);
+    if (end > b) madvise((void *)b, end - b, MADV_DONTNEED);
 }

@@ -22,6 +22,7 @@ typedef struct em_wload {
     int64_t done_bytes, total_bytes;
     bool progress;
     double last_draw;
+    bool huge_copy;      /* copy large CPU weights out of the mapping into 2 MiB pages */
 } em_wload;
 
 /* Tensor `<name>` (printf-style, no prefix added) converted to the model dtype on dev.

@@ -9,7 +9,7 @@
 
 /* Allocations at least this large are mapped directly and marked for transparent huge pages
  * (weights and activations of real models; fewer TLB misses when streaming them). */
-#define BIG_ALLOC (4u << 20)
+#define BIG_ALLOC (2u << 20)
 
 static void *cpu_raw_alloc(em_device *d, size_t n) {
     (void)d;
