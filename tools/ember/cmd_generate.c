@@ -27,7 +27,8 @@ static void gen_usage(void) {
         "  --batch-file FILE  one prompt (or chat message with --chat) per line, as a batch\n"
         "  --print-ids        print the new ids as one JSON array per sequence\n"
         "  --compile          run each step as a compiled program (one per KV-length bucket\n"
-        "                     of --bucket positions, default 128); compiles are reported\n"
+        "                     of --bucket positions, default 128); compiles are reported;\n"
+        "                     on PJRT devices the batch runs rounded up to a power of two\n"
         "Sampling defaults come from generation_config.json; --greedy forces greedy decoding.\n"
         "Load time, time to first token and tokens/s are reported on stderr.\n");
 }
