@@ -100,7 +100,7 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     bool bucket_batch = p->compile_batch_bucket > 0 ||
                         (p->compile_batch_bucket == 0 && !m->dev_embed->be->host_accessible);
     if (p->compile && bucket_batch)
-        while (run < batch || (run & (run - 1))) run++;
+        for (run = 1; run < batch;) run *= 2;
 
     out->batch = batch;
     out->ids = calloc((size_t)batch, sizeof *out->ids);

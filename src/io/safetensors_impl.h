@@ -55,10 +55,11 @@ typedef struct em_st_image {
     size_t len;
 } em_st_image;
 
-/* Unmaps the whole pages inside tensor `name`'s bytes from a file mapping (MADV_DONTNEED; a
- * later read faults them in again from the file), once the caller holds a copy: the process
- * then does not hold the checkpoint twice. Nothing for other images or unknown names. */
-void em_st_drop_pages(const em_safetensors *st, const char *name);
+/* Unmaps the whole pages inside tensor `ti`'s bytes (from em_safetensors_find on st) from a
+ * file mapping (MADV_DONTNEED; a later read faults them in again from the file), once the
+ * caller holds a copy: the process then does not hold the checkpoint twice. Nothing for other
+ * images. */
+void em_st_drop_pages(const em_safetensors *st, const em_safetensors_info *ti);
 
 void em_st_image_retain(em_st_image *im);
 void em_st_image_release(em_st_image *im);

@@ -129,9 +129,8 @@ em_tensor *em_safetensors_load_(em_ctx *c, const char *file, int line, const em_
     return em_safetensors_load_as_(c, file, line, st, name, dt, dev);
 }
 
-void em_st_drop_pages(const em_safetensors *st, const char *name) {
-    const em_safetensors_info *ti = st && name ? em_safetensors_find(st, name) : NULL;
-    if (!ti) return;
+void em_st_drop_pages(const em_safetensors *st, const em_safetensors_info *ti) {
+    if (!st || !ti) return;
     const em_st_entry *e = (const em_st_entry *)ti;
     const em_st_image *im = st->files[e->file].image;
     if (!im || im->kind != EM_ST_IMAGE_MMAP || !im->base) return;

@@ -96,13 +96,13 @@ static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *
     em_tensor *t = em_safetensors_load_as(w->c, w->st, name, w->m->dtype, dev);
     if (!t) return NULL;
     if (w->huge_copy && dev == em_device_cpu() && em_tensor_nbytes(t) >= HUGE_COPY_MIN &&
-        em_tensor_data(w->c, t) == em_safetensors_data(w->c, w->st, name, NULL)) {
-        /* a view of the mapping: copy it into the allocator's huge-page memory */
+        t->storage->release) {
+        /* a view of the mapping (borrowed storage): copy it into huge-page memory */
         em_tensor *view = em_detach(w->c, t);
         t = huge_copy(w->c, view);
         em_tensor_release(view);
         if (!t) return NULL;
-        em_st_drop_pages(w->st, name);
+        em_st_drop_pages(w->st, info);
     }
     w->done_bytes += (int64_t)info->nbytes;
     draw_progress(w, false);
