@@ -11,7 +11,9 @@
  *  - dot: small M (up to 16 rows, or 96 while x fits in L2) with rows of A and columns of B
  *    contiguous along k (x @ w^T for a weight w [N, K], the decode step of a linear layer). Every
  *    weight row is streamed once (prefetched a block ahead) and dotted with all rows of x;
- *    threads split N. Nothing is packed.
+ *    threads split N. Nothing is packed. bf16 with vdpbf16ps and at most four rows of x (decode)
+ *    reads each weight row front to back, one sequential stream per thread, with its own
+ *    summation order (four accumulators along k); more rows use 4 x 4 tiles.
  *
  * Both run on the thread pool; each output element is summed in one order whatever the thread
  * count. The pieces (kernels, packers, the serial block driver) are exposed so that grouped
