@@ -480,9 +480,11 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
  * the 4 x 4 tiles above interleave four rows, and one Zen 4 core streamed them from DRAM 10-20 %
  * slower than one stream (measured per decode step of a Qwen3-0.6B-shaped model: 1.08-1.17x).
  * Software prefetch runs a fixed distance ahead into L2; the best distance measured depends on the
- * work per line (2 KB for one to three rows of x, 6 KB for four). The x rows stay in L1. Each output
+ * work per line (2 KB for one to three rows of x, 6 KB for four); near the end of the weights it
+ * runs past them, which is harmless (prefetches do not fault). The x rows stay in L1. Each output
  * is summed over four accumulators (the k lines modulo 4), then pairwise, then across lanes: one
- * order whatever the thread count or the number of rows in the call. */
+ * order whatever the thread count and for one to four rows of x alike (the tiles, for more rows,
+ * keep one accumulator per output). */
 #define DOT_STREAM_MAX_M 4
 #define DOT_STREAM_PF 2048
 #define DOT_STREAM_PF_4 6144
