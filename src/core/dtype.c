@@ -3,6 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/bf16_inline.h"
 #include "core/tensor_impl.h"
 
 const em_dtype_traits em_dtype_table[EM_DTYPE_COUNT] = {
@@ -45,27 +46,9 @@ bool em_dtype_parse(const char *s, em_dtype *out) {
     return false;
 }
 
-/* The exported conversions are interposable symbols, so calls to them are never inlined: the
- * loops of em_convert use these static twins, which the compiler vectorises (a middle-axis bf16
- * sum spent most of its time in per-element calls). */
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+uint16_t em_f32_to_bf16(float f) { return em_bf16_from_f32_inline(f); }
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t em_f32_to_bf16(float f) { return f32_to_bf16(f); }
-
-float em_bf16_to_f32(uint16_t h) { return bf16_to_f32(h); }
+float em_bf16_to_f32(uint16_t h) { return em_bf16_to_f32_inline(h); }
 
 uint16_t em_f32_to_f16(float f) {
     uint32_t x;
@@ -192,13 +175,13 @@ void em_convert(const void *src, em_dtype st, void *dst, em_dtype dt, int64_t n)
     if (st == EM_F32 && dt == EM_BF16) {
         const float *s = src;
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = em_bf16_from_f32_inline(s[i]);
         return;
     }
     if (st == EM_BF16 && dt == EM_F32) {
         const uint16_t *s = src;
         float *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = em_bf16_to_f32_inline(s[i]);
         return;
     }
     bool sf = em_dtype_table[st].is_float, df = em_dtype_table[dt].is_float;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "core/bf16_inline.h"
 
 #define MR 14
 #define NR 32
@@ -337,18 +338,10 @@ const em_gemm_kernel *em_gemm_kernel_avx512(em_dtype dt, bool bf16_hw) {
 
 /* ---- dot engine ---- */
 
-/* em_f32_to_bf16 inlined: a call per output cost ~5 % of a tile's time at m = 8 */
-INLINE uint16_t round_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 INLINE void store_one(void *c, em_dtype dt, int64_t i, float v) {
     switch (dt) {
     case EM_F32: ((float *)c)[i] = v; break;
-    case EM_BF16: ((uint16_t *)c)[i] = round_bf16(v); break;
+    case EM_BF16: ((uint16_t *)c)[i] = em_bf16_from_f32_inline(v); break;
     default: ((uint16_t *)c)[i] = em_f32_to_f16(v); break;
     }
 }
@@ -538,7 +531,7 @@ INLINE void dot_stream_bf16(const int MB, int64_t n, int64_t k, const char *x, i
         for (int jj = 0; jj < nb; jj++)
             for (int i = 0; i < MB; i++)
                 c[i * ldc + j0 + jj] =
-                    round_bf16(out[jj * MB + i] + (bias ? bias[j0 + jj] : 0.0f));
+                    em_bf16_from_f32_inline(out[jj * MB + i] + (bias ? bias[j0 + jj] : 0.0f));
     }
 }
 

@@ -38,22 +38,6 @@ static inline void ix_copy1(char *dst, const char *src, size_t es) {
     }
 }
 
-/* bf16 <-> f32 inline (the same rounding as em_f32_to_bf16: nearest even, NaN kept quiet). */
-static inline float ix_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t ix_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /*
  * memcpy for the row-sized blocks these kernels move. glibc's memmove copies backwards when
  * destination and source are congruent modulo 4 KiB (to dodge 4K aliasing), which is exactly

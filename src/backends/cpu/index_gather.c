@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/index.h"
+#include "core/bf16_inline.h"
 
 #define RUN_BLOCK 4096   /* innermost elements per task */
 #define TASK_ELEMS 16384 /* elements a pool task handles at least */
@@ -30,25 +31,25 @@ static int norm_dim(int64_t dim, int ndim) {
 /* ---- bf16 / f16 helpers ---- */
 
 static inline float ld16(em_dtype t, const uint16_t *p, int64_t i) {
-    return t == EM_BF16 ? ix_bf16_to_f32(p[i]) : em_f16_to_f32(p[i]);
+    return t == EM_BF16 ? em_bf16_to_f32_inline(p[i]) : em_f16_to_f32(p[i]);
 }
 
 static inline uint16_t st16(em_dtype t, float v) {
-    return t == EM_BF16 ? ix_f32_to_bf16(v) : em_f32_to_f16(v);
+    return t == EM_BF16 ? em_bf16_from_f32_inline(v) : em_f32_to_f16(v);
 }
 
 /* n contiguous bf16/f16 values to f32 and back (inline: em_convert's calls cost more than the
  * adds they surround) */
 static void half_to_f32(float *dst, const uint16_t *src, em_dtype t, int64_t n) {
     if (t == EM_BF16)
-        for (int64_t i = 0; i < n; i++) dst[i] = ix_bf16_to_f32(src[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = em_bf16_to_f32_inline(src[i]);
     else
         for (int64_t i = 0; i < n; i++) dst[i] = em_f16_to_f32(src[i]);
 }
 
 static void f32_to_half(uint16_t *dst, const float *src, em_dtype t, int64_t n) {
     if (t == EM_BF16)
-        for (int64_t i = 0; i < n; i++) dst[i] = ix_f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = em_bf16_from_f32_inline(src[i]);
     else
         for (int64_t i = 0; i < n; i++) dst[i] = em_f32_to_f16(src[i]);
 }
@@ -96,7 +97,7 @@ static inline void add1(const gs_plan *p, int64_t xo, int64_t so) {
     switch (p->dt) {
     case EM_F32: ((float *)p->px)[xo] += ((const float *)p->pd)[so]; break;
     case EM_F64: ((double *)p->px)[xo] += ((const double *)p->pd)[so]; break;
-    case EM_BF16: p->acc[xo] += ix_bf16_to_f32(((const uint16_t *)p->pd)[so]); break;
+    case EM_BF16: p->acc[xo] += em_bf16_to_f32_inline(((const uint16_t *)p->pd)[so]); break;
     case EM_F16: p->acc[xo] += em_f16_to_f32(((const uint16_t *)p->pd)[so]); break;
     case EM_I64: ((uint64_t *)p->px)[xo] += ((const uint64_t *)p->pd)[so]; break;
     case EM_I32: ((uint32_t *)p->px)[xo] += ((const uint32_t *)p->pd)[so]; break;
