@@ -366,16 +366,21 @@ int bench_decode(int argc, char **argv) {
                            (long long)r.compiles, r.compile_ms);
                 if (pms > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.4f}\n", pms);
                 else printf("\"peer\": null, \"peer_ms\": null}\n");
-            } else if (cmode) {
-                printf("compiled%-3lld %9.2f %12.2f %10.2f %7.0f%% %12.2f %7.2fx  (%.2fx eager, "
-                       "median of interleaved steps; %lld decode compiles, %.0f ms compiling)\n",
-                       (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms, ptps,
-                       ptps > 0 ? tps / ptps : 0.0, r.speedup, (long long)r.compiles,
-                       r.compile_ms);
-            } else
-                printf("decode b%-3lld %10.2f %12.2f %10.2f %7.0f%% %12.2f %7.2fx\n",
-                       (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms, ptps,
-                       ptps > 0 ? tps / ptps : 0.0);
+            } else {
+                char peer_s[24], ratio_s[16];
+                bench_cell(peer_s, sizeof peer_s, "%.2f", ptps);
+                bench_cell(ratio_s, sizeof ratio_s, "%.2fx", ptps > 0 ? tps / ptps : -1);
+                if (cmode)
+                    printf("compiled%-3lld %9.2f %12.2f %10.2f %7.0f%% %12s %8s  (%.2fx eager, "
+                           "median of interleaved steps; %lld decode compiles, %.0f ms "
+                           "compiling)\n",
+                           (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms,
+                           peer_s, ratio_s, r.speedup, (long long)r.compiles, r.compile_ms);
+                else
+                    printf("decode b%-3lld %10.2f %12.2f %10.2f %7.0f%% %12s %8s\n",
+                           (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms,
+                           peer_s, ratio_s);
+            }
             fflush(stdout);
         }
         double pp = torch.available ? bench_peer_ms(&torch, "prefill") : -1;
@@ -384,10 +389,13 @@ int bench_decode(int argc, char **argv) {
                    "\"tokens_per_s\": %.2f, ", cfg->model_type, p.prefill_ms, 512e3 / p.prefill_ms);
             if (pp > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.3f}\n", pp);
             else printf("\"peer\": null, \"peer_ms\": null}\n");
-        } else
-            printf("prefill512 %10.1f %12.1f %10s %8s %12.1f %7.2fx\n", p.prefill_ms,
-                   512e3 / p.prefill_ms, "-", "-", pp > 0 ? 512e3 / pp : -1.0,
-                   pp > 0 ? pp / p.prefill_ms : 0.0);
+        } else {
+            char peer_s[24], ratio_s[16];
+            bench_cell(peer_s, sizeof peer_s, "%.1f", pp > 0 ? 512e3 / pp : -1);
+            bench_cell(ratio_s, sizeof ratio_s, "%.2fx", pp > 0 ? pp / p.prefill_ms : -1);
+            printf("prefill512 %10.1f %12.1f %10s %8s %12s %8s\n", p.prefill_ms,
+                   512e3 / p.prefill_ms, "-", "-", peer_s, ratio_s);
+        }
         em_ctx_clear_error(c);
         em_model_free(m);
         em_ctx_destroy(c);

@@ -187,7 +187,6 @@ int bench_moe(int argc, char **argv) {
             double bound = bytes / (bw * 1e9) * 1e3;
             /* the bandwidth drifts on shared hosts: loop and ragged are timed interleaved with
              * bandwidth probes (same conditions for both; see bench_limits.h) */
-            double frac_loop = 0;
             for (int k = EM_MOE_LOOP; k >= EM_MOE_RAGGED; k--) {
                 if (ms[k] <= 0) continue;
                 double rms, gbs;
@@ -195,9 +194,7 @@ int bench_moe(int argc, char **argv) {
                 double frac = bench_interleaved(run_moe, &j, bytes, false, quick ? 5 : 9, 1, &rms, &gbs);
                 ms[k] = rms;
                 if (k == EM_MOE_RAGGED) bound = rms * frac;
-                else frac_loop = frac;
             }
-            (void)frac_loop;
             /* compile mode: the whole layer (router included) as one program, interleaved with
              * probes like the others; its bound adds the router's weights (read in both) */
             double cms = -1, cfrac = 0;
@@ -251,10 +248,20 @@ int bench_moe(int argc, char **argv) {
                                md->name, b, timpl[k], v, bound, bound / v, (long long)hit);
                 }
             } else {
-                printf("%6d %10.3f %10.3f %10.3f %7.2fx %6lld %9.1f %9.3f %6.0f%% %10.3f %s\n", b,
-                       ms[0 + 1] > 0 ? ms[1] : -1, ms[2], ms[0],
-                       ms[0] > 0 && ms[1] > 0 ? ms[1] / ms[0] : 0, (long long)hit, bytes / 1e6,
-                       bound, ms[0] > 0 ? 100 * bound / ms[0] : 0, best, best_name);
+                /* "-" where nothing was measured (an impl left out, no peer) */
+                char loop_s[16], dense_s[16], rag_s[16], ratio_s[16], frac_s[16], torch_s[16];
+                bench_cell(loop_s, sizeof loop_s, "%.3f", ms[EM_MOE_LOOP]);
+                bench_cell(dense_s, sizeof dense_s, "%.3f", ms[EM_MOE_DENSE]);
+                bench_cell(rag_s, sizeof rag_s, "%.3f", ms[EM_MOE_RAGGED]);
+                bench_cell(ratio_s, sizeof ratio_s, "%.2fx",
+                         ms[EM_MOE_RAGGED] > 0 && ms[EM_MOE_LOOP] > 0
+                             ? ms[EM_MOE_LOOP] / ms[EM_MOE_RAGGED] : -1);
+                bench_cell(frac_s, sizeof frac_s, "%.0f%%",
+                         ms[EM_MOE_RAGGED] > 0 ? 100 * bound / ms[EM_MOE_RAGGED] : -1);
+                bench_cell(torch_s, sizeof torch_s, "%.3f", best);
+                printf("%6d %10s %10s %10s %8s %6lld %9.1f %9.3f %7s %10s %s\n", b, loop_s, dense_s,
+                       rag_s, ratio_s, (long long)hit, bytes / 1e6, bound, frac_s, torch_s,
+                       best_name);
                 if (cms > 0)
                     printf("%6s %10s %10s %10.3f %8s %6s %9s %9.3f %6.0f%%   (ragged, compiled: "
                            "the layer with its router as one program)\n",

@@ -111,6 +111,12 @@ void bench_print_header(bool json) {
            "ember ms", "limit ms", "of lim", "peer", "peer ms", "speedup");
 }
 
+const char *bench_cell(char *buf, size_t n, const char *fmt, double v) {
+    if (v > 0) snprintf(buf, n, fmt, v);
+    else snprintf(buf, n, "-");
+    return buf;
+}
+
 void bench_print_row(const bench_row *r, bool json) {
     bool has_lim = r->limit_ms > 0 && r->ms > 0;
     bool has_peer = r->peer && r->peer_ms > 0;

@@ -37,6 +37,9 @@ typedef struct bench_row {
     double peer_ms;     /* < 0 if none */
 } bench_row;
 void bench_print_row(const bench_row *r, bool json);
+/* A table cell: v printed with fmt (one double conversion), or "-" when v <= 0 (not measured:
+ * an implementation left out, no peer). Returns buf. */
+const char *bench_cell(char *buf, size_t n, const char *fmt, double v);
 void bench_print_header(bool json);
 
 #endif
