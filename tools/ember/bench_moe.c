@@ -123,8 +123,16 @@ int bench_moe(int argc, char **argv) {
         }
     }
     double mt = quick ? 0.2 : 0.5;
-    double bw = bench_read_gbs();
-    if (!json) printf("read bandwidth %.1f GB/s on %d threads\n", bw, em_num_threads());
+    /* the bf16 dot peak gives each batch's compute floor next to its bandwidth bound: on a few
+     * cores the larger batches approach it (see the README) */
+    bench_limits L = {0};
+    bench_measure_limits(&L);
+    double bw = L.read_gbs, peak = device ? 0 : L.bf16_gflops;
+    if (!json) {
+        printf("read bandwidth %.1f GB/s on %d threads", bw, em_num_threads());
+        if (peak > 0) printf(", bf16 dot peak %.0f GFLOP/s", peak);
+        printf("\n");
+    }
     for (size_t m = 0; m < sizeof MODELS / sizeof MODELS[0]; m++) {
         const moe_model *md = &MODELS[m];
         if (strcmp(which, "all") && !strstr(md->name, which)) continue;
@@ -161,10 +169,11 @@ int bench_moe(int argc, char **argv) {
         double per_expert = 3.0 * (double)in * (double)h * 2;
         if (!json)
             printf("\n%s: hidden %lld, %lld experts, top-%lld, intermediate %lld, bf16 "
-                   "(%.2f GB of expert weights)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %10s %s\n",
+                   "(%.2f GB of expert weights)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %8s %10s %s\n",
                    md->name, (long long)h, (long long)e, (long long)md->top_k, (long long)in,
                    per_expert * (double)e / 1e9, "batch", "loop ms", "dense ms", "ragged ms",
-                   "rag/loop", "hit", "MB read", "bound ms", "of bnd", "torch ms", "(impl)");
+                   "rag/loop", "hit", "MB read", "bound ms", "of bnd", "dot ms", "torch ms",
+                   "(impl)");
         for (int bi = 0; bi < nb; bi++) {
             int b = batches[bi];
             em_scope_push(c);
@@ -185,6 +194,10 @@ int bench_moe(int argc, char **argv) {
             }
             double bytes = (double)hit * per_expert + (double)e * h * 2;
             double bound = bytes / (bw * 1e9) * 1e3;
+            /* the ragged layer's multiply-adds (router, gate/up and down for top_k rows per
+             * token) at the dot peak: a floor, not part of the bound the fraction quotes */
+            double flops = 2.0 * b * ((double)e * h + (double)md->top_k * 3.0 * in * h);
+            double dot_ms = peak > 0 ? flops / (peak * 1e9) * 1e3 : -1;
             /* the bandwidth drifts on shared hosts: loop and ragged are timed interleaved with
              * bandwidth probes (same conditions for both; see bench_limits.h) */
             for (int k = EM_MOE_LOOP; k >= EM_MOE_RAGGED; k--) {
@@ -226,12 +239,15 @@ int bench_moe(int argc, char **argv) {
                 }
             }
             if (json) {
-                for (int k = 0; k < 3; k++)
-                    if (ms[k] > 0)
-                        printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"%s\", \"ms\": %.4f, "
-                               "\"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, \"experts_hit\": %lld}\n",
-                               md->name, b, em_moe_impl_name((em_moe_impl)k), ms[k], bound,
-                               bound / ms[k], (long long)hit);
+                for (int k = 0; k < 3; k++) {
+                    if (ms[k] <= 0) continue;
+                    printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"%s\", \"ms\": %.4f, "
+                           "\"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, \"experts_hit\": %lld",
+                           md->name, b, em_moe_impl_name((em_moe_impl)k), ms[k], bound,
+                           bound / ms[k], (long long)hit);
+                    if (k == EM_MOE_RAGGED && dot_ms > 0) printf(", \"dot_peak_ms\": %.4f", dot_ms);
+                    printf("}\n");
+                }
                 if (cms > 0)
                     printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"ragged_compiled\", "
                            "\"ms\": %.4f, \"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, "
@@ -249,7 +265,9 @@ int bench_moe(int argc, char **argv) {
                 }
             } else {
                 /* "-" where nothing was measured (an impl left out, no peer) */
-                char loop_s[16], dense_s[16], rag_s[16], ratio_s[16], frac_s[16], torch_s[16];
+                char loop_s[16], dense_s[16], rag_s[16], ratio_s[16], frac_s[16], torch_s[16],
+                    dot_s[16];
+                bench_cell(dot_s, sizeof dot_s, "%.3f", dot_ms);
                 bench_cell(loop_s, sizeof loop_s, "%.3f", ms[EM_MOE_LOOP]);
                 bench_cell(dense_s, sizeof dense_s, "%.3f", ms[EM_MOE_DENSE]);
                 bench_cell(rag_s, sizeof rag_s, "%.3f", ms[EM_MOE_RAGGED]);
@@ -259,9 +277,9 @@ int bench_moe(int argc, char **argv) {
                 bench_cell(frac_s, sizeof frac_s, "%.0f%%",
                          ms[EM_MOE_RAGGED] > 0 ? 100 * bound / ms[EM_MOE_RAGGED] : -1);
                 bench_cell(torch_s, sizeof torch_s, "%.3f", best);
-                printf("%6d %10s %10s %10s %8s %6lld %9.1f %9.3f %7s %10s %s\n", b, loop_s, dense_s,
-                       rag_s, ratio_s, (long long)hit, bytes / 1e6, bound, frac_s, torch_s,
-                       best_name);
+                printf("%6d %10s %10s %10s %8s %6lld %9.1f %9.3f %7s %8s %10s %s\n", b, loop_s,
+                       dense_s, rag_s, ratio_s, (long long)hit, bytes / 1e6, bound, frac_s, dot_s,
+                       torch_s, best_name);
                 if (cms > 0)
                     printf("%6s %10s %10s %10.3f %8s %6s %9s %9.3f %6.0f%%   (ragged, compiled: "
                            "the layer with its router as one program)\n",
