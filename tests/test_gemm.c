@@ -162,7 +162,8 @@ static void test_layouts_and_edges(void) {
 static void test_dot_engine(void) {
     em_dtype dts[] = {EM_F32, EM_BF16, EM_F16};
     int64_t shapes[][3] = {{1, 1, 1}, {1, 768, 2048}, {4, 37, 1000}, {5, 9, 31}, {16, 130, 33},
-                           {64, 70, 4096}, {3, 2048, 65}, {2, 19, 300}};
+                           {64, 70, 4096}, {3, 2048, 65}, {2, 19, 300}, {6, 37, 300},
+                           {7, 11, 2048}, {8, 130, 97}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], 2, 2, s % 2 == 1);
@@ -197,7 +198,8 @@ static void test_block_workspace(void) {
 
 /* Every element is summed in one order whatever the thread count (tiles and chunks differ). */
 static void test_thread_invariance(void) {
-    int64_t shapes[][3] = {{300, 257, 700}, {5, 1000, 333}, {64, 900, 2048}, {2, 1000, 777}};
+    int64_t shapes[][3] = {{300, 257, 700}, {5, 1000, 333}, {64, 900, 2048}, {2, 1000, 777},
+                           {7, 1000, 333}};
     em_dtype dts[] = {EM_F32, EM_BF16};
     int saved = em_num_threads();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)

@@ -535,12 +535,70 @@ INLINE void dot_stream_bf16(const int MB, int64_t n, int64_t k, const char *x, i
     }
 }
 
+/* Five to seven rows of x (MoE groups at batches 32-64): one tile of all MB rows against NB weight
+ * rows (MB x NB <= 28 accumulators in registers), so each weight vector loaded feeds MB dot
+ * products; the 4 x 4 tiles split such a group into 4 + (MB - 4) rows and load every weight
+ * vector twice. Each output keeps one accumulator and the same lane reduction as the tiles, so
+ * the results are those of the tiles bit for bit. The next block's rows are prefetched into L2
+ * one line per row per step, as in the tiles. */
+#define DOT_WIDE_MIN_M 5
+#define DOT_WIDE_MAX_M 8
+
+INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, const char *x,
+                          int64_t ldx, const char *w, int64_t ldw, uint16_t *c, int64_t ldc,
+                          const float *bias) {
+    for (int64_t j = 0; j < n; j += NB) {
+        const int nb = n - j < NB ? (int)(n - j) : NB;
+        const char *wr = w + (size_t)(j * ldw) * 2;
+        int pf_rows = n - j - NB < NB ? (int)(n - j - NB) : NB;
+        const char *pf = wr + (size_t)(NB * ldw) * 2;
+        __m512 acc[8][4];
+        for (int i = 0; i < MB; i++)
+            for (int b = 0; b < NB; b++) acc[i][b] = _mm512_setzero_ps();
+        int64_t kk = 0;
+        for (; kk + 32 <= k; kk += 32) {
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++)
+                if (b < pf_rows) _mm_prefetch(pf + (size_t)(b * ldw + kk) * 2, _MM_HINT_T1);
+            __m512i wv[4];
+            for (int b = 0; b < NB; b++) wv[b] = _mm512_loadu_si512(wr + (size_t)(b * ldw + kk) * 2);
+            for (int i = 0; i < MB; i++) {
+                __m512bh xv = (__m512bh)_mm512_loadu_si512(x + (size_t)(i * ldx + kk) * 2);
+                for (int b = 0; b < NB; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
+            }
+        }
+        if (kk < k) {
+            __mmask32 m = mask32(k - kk);
+            __m512i wv[4];
+            for (int b = 0; b < NB; b++)
+                wv[b] = _mm512_maskz_loadu_epi16(m, wr + (size_t)(b * ldw + kk) * 2);
+            for (int i = 0; i < MB; i++) {
+                __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + (size_t)(i * ldx + kk) * 2);
+                for (int b = 0; b < NB; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
+            }
+        }
+        /* outputs in row-major (i, b) order, 16 per horizontal sum */
+        float out[32];
+        for (int q0 = 0; q0 < MB * NB; q0 += 16) {
+            __m512 v[16];
+            for (int q = 0; q < 16; q++)
+                v[q] = q0 + q < MB * NB ? acc[(q0 + q) / NB][(q0 + q) % NB] : _mm512_setzero_ps();
+            _mm512_storeu_ps(out + q0, hsum16(v));
+        }
+        for (int i = 0; i < MB; i++)
+            for (int b = 0; b < nb; b++)
+                c[i * ldc + j + b] =
+                    em_bf16_from_f32_inline(out[i * NB + b] + (bias ? bias[j + b] : 0.0f));
+    }
+}
+
 DEFINE_DOT(dot_bf16, true, EM_BF16)
 DEFINE_DOT(dot_bf16_soft, false, EM_BF16)
 DEFINE_DOT(dot_f32, false, EM_F32)
 DEFINE_DOT(dot_f16, false, EM_F16)
 
-/* bf16 with vdpbf16ps: row streaming for decode-sized x, tiles for more rows */
+/* bf16 with vdpbf16ps: row streaming for decode-sized x, one wide tile for five to seven rows,
+ * 4 x 4 tiles for more */
 static void dot_bf16_any(int64_t m, int64_t n, int64_t k, const void *x, int64_t ldx,
                          const void *w, int64_t ldw, void *c, int64_t ldc, em_dtype dt,
                          const float *bias) {
@@ -549,6 +607,10 @@ static void dot_bf16_any(int64_t m, int64_t n, int64_t k, const void *x, int64_t
     case 2: dot_stream_bf16(2, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     case 3: dot_stream_bf16(3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     case DOT_STREAM_MAX_M: dot_stream_bf16(4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case DOT_WIDE_MIN_M: dot_wide_bf16(5, 4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case 6: dot_wide_bf16(6, 4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case 7: dot_wide_bf16(7, 3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case DOT_WIDE_MAX_M: dot_wide_bf16(8, 3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     default: dot_bf16(m, n, k, x, ldx, w, ldw, c, ldc, dt, bias);
     }
 }
