@@ -550,6 +550,10 @@ INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, cons
     for (int64_t j = 0; j < n; j += NB) {
         const int nb = n - j < NB ? (int)(n - j) : NB;
         const char *wr = w + (size_t)(j * ldw) * 2;
+        /* a last block of fewer rows reads its first row again in place of the missing ones
+         * (their sums are dropped), so the tile keeps its constant shape */
+        const char *wrow[4];
+        for (int b = 0; b < NB; b++) wrow[b] = wr + (size_t)((b < nb ? b : 0) * ldw) * 2;
         int pf_rows = n - j - NB < NB ? (int)(n - j - NB) : NB;
         const char *pf = wr + (size_t)(NB * ldw) * 2;
         __m512 acc[8][4];
@@ -561,7 +565,7 @@ INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, cons
             for (int b = 0; b < NB; b++)
                 if (b < pf_rows) _mm_prefetch(pf + (size_t)(b * ldw + kk) * 2, _MM_HINT_T1);
             __m512i wv[4];
-            for (int b = 0; b < NB; b++) wv[b] = _mm512_loadu_si512(wr + (size_t)(b * ldw + kk) * 2);
+            for (int b = 0; b < NB; b++) wv[b] = _mm512_loadu_si512(wrow[b] + (size_t)kk * 2);
             for (int i = 0; i < MB; i++) {
                 __m512bh xv = (__m512bh)_mm512_loadu_si512(x + (size_t)(i * ldx + kk) * 2);
                 for (int b = 0; b < NB; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
@@ -571,7 +575,7 @@ INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, cons
             __mmask32 m = mask32(k - kk);
             __m512i wv[4];
             for (int b = 0; b < NB; b++)
-                wv[b] = _mm512_maskz_loadu_epi16(m, wr + (size_t)(b * ldw + kk) * 2);
+                wv[b] = _mm512_maskz_loadu_epi16(m, wrow[b] + (size_t)kk * 2);
             for (int i = 0; i < MB; i++) {
                 __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + (size_t)(i * ldx + kk) * 2);
                 for (int b = 0; b < NB; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
