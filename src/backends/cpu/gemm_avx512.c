@@ -404,6 +404,9 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
         }
     }
     if (kk < k) {
+        if (pf) /* the last, partial line of each next row too (see dot_row_bf16) */
+            for (int j = 0; j < pf_rows; j++)
+                _mm_prefetch(pf + (size_t)(j * ldw + kk) * es, _MM_HINT_T1);
         if (hw) {
             __mmask32 m = mask32(k - kk);
             __m512i wv[4];
@@ -504,6 +507,9 @@ INLINE void dot_row_bf16(const int MB, int64_t k, const char *x, int64_t ldx, co
 #pragma GCC unroll 4
     for (int s = 0; s < 4; s++, kk += 32) {
         if (kk >= k) break;
+        /* keep the prefetch stream whole: rows whose length is not a multiple of 128 values
+         * (Gemma 4's down projection, k = 704) would otherwise leave lines to demand misses */
+        _mm_prefetch(w + (size_t)kk * 2 + pf, _MM_HINT_T1);
         __mmask32 m = mask32(k - kk);
         __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + (size_t)kk * 2);
         for (int i = 0; i < MB; i++)
@@ -568,17 +574,21 @@ INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, cons
             for (int b = 0; b < NB; b++) wv[b] = _mm512_loadu_si512(wrow[b] + (size_t)kk * 2);
             for (int i = 0; i < MB; i++) {
                 __m512bh xv = (__m512bh)_mm512_loadu_si512(x + (size_t)(i * ldx + kk) * 2);
-                for (int b = 0; b < NB; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
+                for (int b = 0; b < NB; b++)
+                    acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
             }
         }
         if (kk < k) {
+            for (int b = 0; b < pf_rows; b++)
+                _mm_prefetch(pf + (size_t)(b * ldw + kk) * 2, _MM_HINT_T1);
             __mmask32 m = mask32(k - kk);
             __m512i wv[4];
             for (int b = 0; b < NB; b++)
                 wv[b] = _mm512_maskz_loadu_epi16(m, wrow[b] + (size_t)kk * 2);
             for (int i = 0; i < MB; i++) {
                 __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + (size_t)(i * ldx + kk) * 2);
-                for (int b = 0; b < NB; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
+                for (int b = 0; b < NB; b++)
+                    acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, (__m512bh)wv[b]);
             }
         }
         /* outputs in row-major (i, b) order, 16 per horizontal sum */
