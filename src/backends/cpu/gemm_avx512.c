@@ -476,19 +476,20 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
  * the 4 x 4 tiles above interleave four rows, and one Zen 4 core streamed them from DRAM 10-20 %
  * slower than one stream (measured per decode step of a Qwen3-0.6B-shaped model: 1.08-1.17x).
  * Software prefetch runs a fixed distance ahead into L2; the best distance measured depends on the
- * work per line (2 KB for one to three rows of x, 6 KB for four); near the end of the weights it
- * runs past them, which is harmless (prefetches do not fault). The x rows stay in L1. Each output
+ * work per line (2 KB for one or two rows of x, 6 KB for three or four: with three, 2 KB left
+ * MoE groups of three rows at 55-67 % of the read bandwidth in fast phases, 6 KB 82-85 %; one
+ * row at 6 KB lost 5-10 points at batch 16); near the end of the weights it runs past them, which is harmless (prefetches do not fault). The x rows stay in L1. Each output
  * is summed over four accumulators (the k lines modulo 4), then pairwise, then across lanes: one
- * order whatever the thread count and for one to four rows of x alike (the tiles, for more rows,
- * keep one accumulator per output). */
+ * order whatever the thread count and for one to four rows of x alike (the tiles and the wide
+ * tile, for more rows, keep one accumulator per output). */
 #define DOT_STREAM_MAX_M 4
 #define DOT_STREAM_PF 2048
-#define DOT_STREAM_PF_4 6144
+#define DOT_STREAM_PF_3 6144
 
 /* MB rows of x dotted with one weight row of k bf16 values: MB vectors of partial sums in res. */
 INLINE void dot_row_bf16(const int MB, int64_t k, const char *x, int64_t ldx, const char *w,
                          __m512 *res) {
-    const int pf = MB == 4 ? DOT_STREAM_PF_4 : DOT_STREAM_PF;
+    const int pf = MB >= 3 ? DOT_STREAM_PF_3 : DOT_STREAM_PF;
     __m512 acc[4][4];
     for (int i = 0; i < MB; i++)
         for (int s = 0; s < 4; s++) acc[i][s] = _mm512_setzero_ps();
