@@ -478,10 +478,11 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
  * Software prefetch runs a fixed distance ahead into L2; the best distance measured depends on the
  * work per line (2 KB for one or two rows of x, 6 KB for three or four: with three, 2 KB left
  * MoE groups of three rows at 55-67 % of the read bandwidth in fast phases, 6 KB 82-85 %; one
- * row at 6 KB lost 5-10 points at batch 16); near the end of the weights it runs past them, which is harmless (prefetches do not fault). The x rows stay in L1. Each output
- * is summed over four accumulators (the k lines modulo 4), then pairwise, then across lanes: one
- * order whatever the thread count and for one to four rows of x alike (the tiles and the wide
- * tile, for more rows, keep one accumulator per output). */
+ * row at 6 KB lost 5-10 points at batch 16); near the end of the weights it runs past them,
+ * which is harmless (prefetches do not fault). The x rows stay in L1. Each output is summed
+ * over four accumulators (the k lines modulo 4), then pairwise, then across lanes: one order
+ * whatever the thread count and for one to four rows of x alike (the tiles and the wide tile,
+ * for more rows, keep one accumulator per output). */
 #define DOT_STREAM_MAX_M 4
 #define DOT_STREAM_PF 2048
 #define DOT_STREAM_PF_3 6144
