@@ -169,11 +169,12 @@ int bench_moe(int argc, char **argv) {
         double per_expert = 3.0 * (double)in * (double)h * 2;
         if (!json)
             printf("\n%s: hidden %lld, %lld experts, top-%lld, intermediate %lld, bf16 "
-                   "(%.2f GB of expert weights)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %8s %10s %s\n",
+                   "(%.2f GB of expert weights)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %6s %8s %10s "
+                   "%s\n",
                    md->name, (long long)h, (long long)e, (long long)md->top_k, (long long)in,
                    per_expert * (double)e / 1e9, "batch", "loop ms", "dense ms", "ragged ms",
-                   "rag/loop", "hit", "MB read", "bound ms", "of bnd", "dot ms", "torch ms",
-                   "(impl)");
+                   "rag/loop", "hit", "MB read", "bound ms", "of bnd", "GB/s", "dot ms",
+                   "torch ms", "(impl)");
         for (int bi = 0; bi < nb; bi++) {
             int b = batches[bi];
             em_scope_push(c);
@@ -200,13 +201,17 @@ int bench_moe(int argc, char **argv) {
             double dot_ms = peak > 0 ? flops / (peak * 1e9) * 1e3 : -1;
             /* the bandwidth drifts on shared hosts: loop and ragged are timed interleaved with
              * bandwidth probes (same conditions for both; see bench_limits.h) */
+            double probe_gbs = -1; /* the read bandwidth next to ragged's runs: which phase */
             for (int k = EM_MOE_LOOP; k >= EM_MOE_RAGGED; k--) {
                 if (ms[k] <= 0) continue;
                 double rms, gbs;
                 j.p.impl = (em_moe_impl)k;
                 double frac = bench_interleaved(run_moe, &j, bytes, false, quick ? 5 : 9, 1, &rms, &gbs);
                 ms[k] = rms;
-                if (k == EM_MOE_RAGGED) bound = rms * frac;
+                if (k == EM_MOE_RAGGED) {
+                    bound = rms * frac;
+                    probe_gbs = gbs;
+                }
             }
             /* compile mode: the whole layer (router included) as one program, interleaved with
              * probes like the others; its bound adds the router's weights (read in both) */
@@ -246,6 +251,8 @@ int bench_moe(int argc, char **argv) {
                            md->name, b, em_moe_impl_name((em_moe_impl)k), ms[k], bound,
                            bound / ms[k], (long long)hit);
                     if (k == EM_MOE_RAGGED && dot_ms > 0) printf(", \"dot_peak_ms\": %.4f", dot_ms);
+                    if (k == EM_MOE_RAGGED && probe_gbs > 0)
+                        printf(", \"probe_gbs\": %.2f", probe_gbs);
                     printf("}\n");
                 }
                 if (cms > 0)
@@ -266,8 +273,9 @@ int bench_moe(int argc, char **argv) {
             } else {
                 /* "-" where nothing was measured (an impl left out, no peer) */
                 char loop_s[16], dense_s[16], rag_s[16], ratio_s[16], frac_s[16], torch_s[16],
-                    dot_s[16];
+                    dot_s[16], gbs_s[16];
                 bench_cell(dot_s, sizeof dot_s, "%.3f", dot_ms);
+                bench_cell(gbs_s, sizeof gbs_s, "%.0f", probe_gbs);
                 bench_cell(loop_s, sizeof loop_s, "%.3f", ms[EM_MOE_LOOP]);
                 bench_cell(dense_s, sizeof dense_s, "%.3f", ms[EM_MOE_DENSE]);
                 bench_cell(rag_s, sizeof rag_s, "%.3f", ms[EM_MOE_RAGGED]);
@@ -277,11 +285,11 @@ int bench_moe(int argc, char **argv) {
                 bench_cell(frac_s, sizeof frac_s, "%.0f%%",
                          ms[EM_MOE_RAGGED] > 0 ? 100 * bound / ms[EM_MOE_RAGGED] : -1);
                 bench_cell(torch_s, sizeof torch_s, "%.3f", best);
-                printf("%6d %10s %10s %10s %8s %6lld %9.1f %9.3f %7s %8s %10s %s\n", b, loop_s,
-                       dense_s, rag_s, ratio_s, (long long)hit, bytes / 1e6, bound, frac_s, dot_s,
-                       torch_s, best_name);
+                printf("%6d %10s %10s %10s %8s %6lld %9.1f %9.3f %7s %6s %8s %10s %s\n", b, loop_s,
+                       dense_s, rag_s, ratio_s, (long long)hit, bytes / 1e6, bound, frac_s, gbs_s,
+                       dot_s, torch_s, best_name);
                 if (cms > 0)
-                    printf("%6s %10s %10s %10.3f %8s %6s %9s %9.3f %6.0f%%   (ragged, compiled: "
+                    printf("%6s %10s %10s %10.3f %8s %6s %9s %9.3f %6.0f%%          (ragged, compiled: "
                            "the layer with its router as one program)\n",
                            "", "", "", cms, "", "", "", cms * cfrac, 100 * cfrac);
             }
