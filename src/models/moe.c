@@ -105,24 +105,27 @@ static em_tensor *ragged_ffn(EM_OP_ARGS, em_tensor *x, em_tensor *token, em_tens
     em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
                             em_narrow_(c, file, line, h, 1, inter, inter), p->act);
     em_tensor *y = em_ragged_dot_(c, file, line, a, w->down, gs, true);
-    em_tensor *ys = em_index_select_(c, file, line, y, 0, inv);
+    /* each token's k rows [t, k, hidden], weighted by its routing weights and summed over k */
+    em_tensor *ys = em_reshape_(c, file, line, em_index_select_(c, file, line, y, 0, inv), 3,
+                                (int64_t[]){t, k, hidden});
+    em_tensor *sum;
     if (em_tensor_dtype(weights) == em_tensor_dtype(ys)) {
-        /* each token's k rows, weighted and summed as one batched product [t, 1, k] x
-         * [t, k, hidden] (f32 accumulation, one rounding): 3-4x faster on the CPU than a
-         * multiply, a sum over k and a cast (Qwen3's block at batch 64: 0.42 -> 0.12 ms) */
+        /* one batched product [t, 1, k] x [t, k, hidden] (f32 accumulation, one rounding): 3-4x
+         * faster on the CPU than a multiply and a sum over k (Qwen3's block at batch 64:
+         * 0.42 -> 0.12 ms) */
         em_tensor *wk = em_reshape_(c, file, line, weights, 3, (int64_t[]){t, 1, k});
-        ys = em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden});
-        return em_cast_(c, file, line,
-                        em_reshape_(c, file, line, em_matmul_(c, file, line, wk, ys), 2,
-                                    (int64_t[]){t, hidden}),
-                        em_tensor_dtype(x));
+        sum = em_reshape_(c, file, line, em_matmul_(c, file, line, wk, ys), 2,
+                          (int64_t[]){t, hidden});
+    } else {
+        /* weights of another dtype (Gemma 4 keeps them f32): the products promote, as in
+         * transformers; a product in f32 would first widen every row (slower than this) */
+        int dim = 1;
+        sum = em_sum_(c, file, line,
+                      em_mul_(c, file, line, ys,
+                              em_reshape_(c, file, line, weights, 3, (int64_t[]){t, k, 1})),
+                      &dim, 1, false);
     }
-    /* weights of another dtype (Gemma 4 keeps them f32): the products promote, as in
-     * transformers; a product in f32 would first widen every row (slower than this) */
-    ys = em_mul_(c, file, line, ys, em_reshape_(c, file, line, weights, 2, (int64_t[]){t * k, 1}));
-    ys = em_reshape_(c, file, line, ys, 3, (int64_t[]){t, k, hidden});
-    int dim = 1;
-    return em_cast_(c, file, line, em_sum_(c, file, line, ys, &dim, 1, false), em_tensor_dtype(x));
+    return em_cast_(c, file, line, sum, em_tensor_dtype(x));
 }
 
 static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t,

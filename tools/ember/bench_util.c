@@ -136,15 +136,11 @@ void bench_print_row(const bench_row *r, bool json) {
         fflush(stdout);
         return;
     }
-    char lim[32] = "-", frac[16] = "-", pms[32] = "-", sp[16] = "-";
-    if (has_lim) {
-        snprintf(lim, sizeof lim, "%.4g", r->limit_ms);
-        snprintf(frac, sizeof frac, "%.0f%%", 100 * r->limit_ms / r->ms);
-    }
-    if (has_peer) {
-        snprintf(pms, sizeof pms, "%.4g", r->peer_ms);
-        snprintf(sp, sizeof sp, "%.2fx", r->peer_ms / r->ms);
-    }
+    char lim[32], frac[16], pms[32], sp[16];
+    bench_cell(lim, sizeof lim, "%.4g", has_lim ? r->limit_ms : -1);
+    bench_cell(frac, sizeof frac, "%.0f%%", has_lim ? 100 * r->limit_ms / r->ms : -1);
+    bench_cell(pms, sizeof pms, "%.4g", has_peer ? r->peer_ms : -1);
+    bench_cell(sp, sizeof sp, "%.2fx", has_peer ? r->peer_ms / r->ms : -1);
     printf("%-16s %-22s %-5s %10.4g %10s %7s  %-18s %10s %7s\n", r->bench, r->shape, r->dtype,
            r->ms, lim, frac, r->peer ? r->peer : "-", pms, sp);
     fflush(stdout);

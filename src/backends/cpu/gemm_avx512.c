@@ -483,7 +483,6 @@ INLINE void dot_tile(const int MB, const int NB, const bool hw, const em_dtype d
  * over four accumulators (the k lines modulo 4), then pairwise, then across lanes: one order
  * whatever the thread count and for one to four rows of x alike (the tiles and the wide tile,
  * for more rows, keep one accumulator per output). */
-#define DOT_STREAM_MAX_M 4
 #define DOT_STREAM_PF 2048
 #define DOT_STREAM_PF_3 6144
 
@@ -525,7 +524,7 @@ INLINE void dot_row_bf16(const int MB, int64_t k, const char *x, int64_t ldx, co
 
 /* n weight rows against MB rows of x, 16 / MB weight rows per horizontal sum. */
 INLINE void dot_stream_bf16(const int MB, int64_t n, int64_t k, const char *x, int64_t ldx,
-                            const char *w, int64_t ldw, uint16_t *c, int64_t ldc,
+                            const char *w, int64_t ldw, void *c, int64_t ldc,
                             const float *bias) {
     const int per = 16 / MB;
     for (int64_t j0 = 0; j0 < n; j0 += per) {
@@ -538,22 +537,19 @@ INLINE void dot_stream_bf16(const int MB, int64_t n, int64_t k, const char *x, i
         _mm512_storeu_ps(out, hsum16(v));
         for (int jj = 0; jj < nb; jj++)
             for (int i = 0; i < MB; i++)
-                c[i * ldc + j0 + jj] =
-                    em_bf16_from_f32_inline(out[jj * MB + i] + (bias ? bias[j0 + jj] : 0.0f));
+                store_one(c, EM_BF16, i * ldc + j0 + jj,
+                          out[jj * MB + i] + (bias ? bias[j0 + jj] : 0.0f));
     }
 }
 
-/* Five to seven rows of x (MoE groups at batches 32-64): one tile of all MB rows against NB weight
- * rows (MB x NB <= 28 accumulators in registers), so each weight vector loaded feeds MB dot
+/* Five to eight rows of x (MoE groups at batches 32-64): one tile of all MB rows against NB weight
+ * rows (MB x NB <= 24 accumulators in registers), so each weight vector loaded feeds MB dot
  * products; the 4 x 4 tiles split such a group into 4 + (MB - 4) rows and load every weight
  * vector twice. Each output keeps one accumulator and the same lane reduction as the tiles, so
  * the results are those of the tiles bit for bit. The next block's rows are prefetched into L2
  * one line per row per step, as in the tiles. */
-#define DOT_WIDE_MIN_M 5
-#define DOT_WIDE_MAX_M 8
-
 INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, const char *x,
-                          int64_t ldx, const char *w, int64_t ldw, uint16_t *c, int64_t ldc,
+                          int64_t ldx, const char *w, int64_t ldw, void *c, int64_t ldc,
                           const float *bias) {
     for (int64_t j = 0; j < n; j += NB) {
         const int nb = n - j < NB ? (int)(n - j) : NB;
@@ -603,8 +599,8 @@ INLINE void dot_wide_bf16(const int MB, const int NB, int64_t n, int64_t k, cons
         }
         for (int i = 0; i < MB; i++)
             for (int b = 0; b < nb; b++)
-                c[i * ldc + j + b] =
-                    em_bf16_from_f32_inline(out[i * NB + b] + (bias ? bias[j + b] : 0.0f));
+                store_one(c, EM_BF16, i * ldc + j + b,
+                          out[i * NB + b] + (bias ? bias[j + b] : 0.0f));
     }
 }
 
@@ -613,8 +609,9 @@ DEFINE_DOT(dot_bf16_soft, false, EM_BF16)
 DEFINE_DOT(dot_f32, false, EM_F32)
 DEFINE_DOT(dot_f16, false, EM_F16)
 
-/* bf16 with vdpbf16ps: row streaming for decode-sized x, one wide tile for five to seven rows,
- * 4 x 4 tiles for more */
+/* bf16 with vdpbf16ps: row streaming for one to four rows of x, one wide tile for five to eight
+ * (four weight rows a tile up to six rows of x, three beyond: at most 24 accumulators), 4 x 4
+ * tiles for more */
 static void dot_bf16_any(int64_t m, int64_t n, int64_t k, const void *x, int64_t ldx,
                          const void *w, int64_t ldw, void *c, int64_t ldc, em_dtype dt,
                          const float *bias) {
@@ -622,11 +619,11 @@ static void dot_bf16_any(int64_t m, int64_t n, int64_t k, const void *x, int64_t
     case 1: dot_stream_bf16(1, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     case 2: dot_stream_bf16(2, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     case 3: dot_stream_bf16(3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
-    case DOT_STREAM_MAX_M: dot_stream_bf16(4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
-    case DOT_WIDE_MIN_M: dot_wide_bf16(5, 4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case 4: dot_stream_bf16(4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case 5: dot_wide_bf16(5, 4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     case 6: dot_wide_bf16(6, 4, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     case 7: dot_wide_bf16(7, 3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
-    case DOT_WIDE_MAX_M: dot_wide_bf16(8, 3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
+    case 8: dot_wide_bf16(8, 3, n, k, x, ldx, w, ldw, c, ldc, bias); break;
     default: dot_bf16(m, n, k, x, ldx, w, ldw, c, ldc, dt, bias);
     }
 }
