@@ -253,7 +253,8 @@ int bench_decode(int argc, char **argv) {
         }
     }
     bench_limits L = {0};
-    bench_measure_limits(&L);
+    bench_measure_read(&L);
+    bench_measure_peaks(&L);
     double bw = L.read_gbs;
     int threads = em_num_threads();
     if (steps < 1 || steps > 256) {

@@ -141,9 +141,9 @@ double bench_triad_gbs(void) {
     return L.triad_gbs;
 }
 
-void bench_measure_limits(bench_limits *L) {
-    bandwidth(L, false, true);
-    bandwidth(L, true, false);
+void bench_measure_read(bench_limits *L) { bandwidth(L, false, true); }
+
+void bench_measure_peaks(bench_limits *L) {
     int nt = em_num_threads();
     for (int kind = 2; kind <= 3; kind++) {
         probe_job f = {0};
@@ -155,4 +155,10 @@ void bench_measure_limits(bench_limits *L) {
         if (kind == 2) L->fp32_gflops = flops / t / 1e9;
         else L->bf16_gflops = flops / t / 1e9;
     }
+}
+
+void bench_measure_limits(bench_limits *L) {
+    bench_measure_read(L);
+    bandwidth(L, true, false);
+    bench_measure_peaks(L);
 }

@@ -16,6 +16,10 @@ typedef struct bench_limits {
 double bench_read_gbs(void);
 /* Everything. */
 void bench_measure_limits(bench_limits *L);
+/* Parts of it, for benchmarks that quote only these: read bandwidth (all threads and one), and
+ * the FMA and vdpbf16ps peaks. */
+void bench_measure_read(bench_limits *L);
+void bench_measure_peaks(bench_limits *L);
 /* The triad bandwidth alone (GB/s). */
 double bench_triad_gbs(void);
 /*

@@ -126,7 +126,8 @@ int bench_moe(int argc, char **argv) {
     /* the bf16 dot peak gives each batch's compute floor next to its bandwidth bound: on a few
      * cores the larger batches approach it (see the README) */
     bench_limits L = {0};
-    bench_measure_limits(&L);
+    bench_measure_read(&L);
+    if (!device) bench_measure_peaks(&L);
     double bw = L.read_gbs, peak = device ? 0 : L.bf16_gflops;
     if (!json) {
         printf("read bandwidth %.1f GB/s on %d threads", bw, em_num_threads());
