@@ -34,21 +34,27 @@ static void check_bundle(const char *name, bool bf16, bool gemma) {
     snprintf(what, sizeof what, "%s route indices", name);
     em_test_allclose(c, idx, want_i, 0, 0, what);
     /* experts, with transformers' routing, through each implementation, the routing read on
-     * the host and then kept on the device (compile mode's path; loop cannot do that) */
+     * the host and then kept on the device (compile mode's path; loop cannot do that), with the
+     * weights as the Hub has them and packed (em_ragged_pack: what a model load gives ragged on
+     * a CPU with AVX-512 BF16; loop and dense unpack them per expert) */
+    em_moe_weights wp = {em_ragged_pack(c, w.gate_up), em_ragged_pack(c, w.down),
+                         w.per_expert_scale};
+    CHECK(em_tensor_ndim(wp.gate_up) == 5 && em_tensor_ndim(wp.down) == 5);
+    for (int packed = 0; packed < 2; packed++)
     for (int dev = 0; dev < 2; dev++)
         for (int impl = 0; impl < 3; impl++) {
             p.impl = (em_moe_impl)impl;
             p.device_routing = dev;
             em_moe_stats st = {0};
-            em_tensor *y = em_moe_experts(c, x, want_i, want_w, &w, &p, &st);
+            em_tensor *y = em_moe_experts(c, x, want_i, want_w, packed ? &wp : &w, &p, &st);
             if (dev && p.impl == EM_MOE_LOOP) {
                 CHECK(y == NULL);
                 CHECK_ERR(c, EM_ERR_UNSUPPORTED, "moe_experts", "loop",
                           "needs the routing on the host", "use ragged or dense");
                 continue;
             }
-            snprintf(what, sizeof what, "%s experts (%s%s)", name, em_moe_impl_name(p.impl),
-                     dev ? ", device routing" : "");
+            snprintf(what, sizeof what, "%s experts (%s%s%s)", name, em_moe_impl_name(p.impl),
+                     dev ? ", device routing" : "", packed ? ", packed weights" : "");
             double tol = bf16 ? 2e-2 : 2e-5;
             em_test_allclose(c, y, want_y, tol, tol, what);
             CHECK(st.rows == em_tensor_numel(want_i));
@@ -116,8 +122,44 @@ static void test_errors(void) {
     p.device_routing = true;
     CHECK(em_moe_experts(c, x, idx, rw, &w, &p, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_INDEX, "one_hot");
+    /* packing: N a multiple of 32, K even, rank 3; unpacking: a packed shape */
+    CHECK(em_ragged_pack(c, em_zeros(c, EM_F32, EM_SHAPE(4, 10, 8))) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "ragged_pack", "multiple of 32", "[4,10,8]");
+    CHECK(em_ragged_pack(c, em_zeros(c, EM_F32, EM_SHAPE(4, 32, 7))) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "ragged_pack", "K even", "[4,32,7]");
+    CHECK(em_ragged_pack(c, em_zeros(c, EM_F32, EM_SHAPE(32, 8))) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "ragged_pack", "[G, N, K]");
+    CHECK(em_ragged_pack(c, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "ragged_pack", "NULL");
+    CHECK(em_ragged_unpack(c, em_zeros(c, EM_F32, EM_SHAPE(4, 1, 4, 16, 2))) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "ragged_unpack", "[4,1,4,16,2]");
+    /* an MoE block whose packed weights do not fit x */
+    em_tensor *x16 = em_zeros(c, EM_F32, EM_SHAPE(3, 16));
+    w.gate_up = em_ragged_pack(c, em_zeros(c, EM_F32, EM_SHAPE(4, 64, 16)));
+    w.down = em_ragged_pack(c, em_zeros(c, EM_F32, EM_SHAPE(4, 32, 32)));
+    CHECK(em_moe_experts(c, x16, idx, rw, &w, &p, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "moe_experts", "ragged_pack forms");
+    em_ctx_destroy(c);
+}
+
+/* Packing round-trips on any dtype, and ragged_dot gives the same rows from either layout. */
+static void test_pack_roundtrip(void) {
+    em_ctx *c = em_ctx_create();
+    em_dtype dts[3] = {EM_F32, EM_BF16, EM_F16};
+    int32_t sizes[3] = {5, 0, 17};
+    for (int i = 0; i < 3; i++) {
+        em_tensor *w = em_randn(c, dts[i], EM_SHAPE(3, 64, 18), 7, 0.0, 1.0);
+        em_tensor *p = em_ragged_pack(c, w);
+        CHECK(em_tensor_ndim(p) == 5 && em_tensor_dim(p, 1) == 2 && em_tensor_dim(p, 2) == 9);
+        em_test_allclose(c, em_ragged_unpack(c, p), w, 0, 0, em_dtype_name(dts[i]));
+        em_tensor *x = em_randn(c, dts[i], EM_SHAPE(24, 18), 8, 0.0, 1.0);
+        em_tensor *gs = em_from_host(c, EM_I32, EM_SHAPE(3), sizes);
+        double tol = dts[i] == EM_F32 ? 1e-5 : 1e-2;
+        em_test_allclose(c, em_ragged_dot(c, x, p, gs, true), em_ragged_dot(c, x, w, gs, true),
+                         tol, tol, em_dtype_name(dts[i]));
+    }
     em_ctx_destroy(c);
 }
 
 EM_TEST_MAIN(T(test_qwen3_moe), T(test_gemma4), T(test_device_routing_matches_host),
-             T(test_errors))
+             T(test_errors), T(test_pack_roundtrip))

@@ -42,7 +42,9 @@ typedef struct em_model_options {
     const char *device_map;
     em_dtype dtype;          /* weights and activations (f32, bf16) */
     bool dtype_set;          /* false: the checkpoint's dtype when it is f32/bf16, else f32 */
-    em_moe_impl moe_impl;    /* expert implementation (default ragged) */
+    em_moe_impl moe_impl;    /* expert implementation (default ragged; with ragged, bf16
+                                experts on an AVX-512 BF16 CPU are packed at load, see
+                                em_ragged_pack, unless zero_copy) */
     bool progress;           /* a progress bar on stderr while loading, when it is a terminal */
     bool offline;            /* never download (as HF_HUB_OFFLINE=1) */
     /** Keep CPU weights as views of the checkpoint's file mapping (no copy, instant load).
@@ -76,7 +78,9 @@ EM_API bool em_model_is_causal_lm(const em_model *m);
 EM_API int em_model_device_map(const em_model *m, char *buf, size_t n);
 /** Seconds spent in em_model_load. */
 EM_API double em_model_load_seconds(const em_model *m);
-/** Sets the MoE expert implementation used by later forwards. */
+/** Sets the MoE expert implementation used by later forwards. Experts packed at load (ragged's
+ *  layout, see em_model_options.moe_impl) stay packed: loop and dense then unpack each expert
+ *  per call, correct but slower than loading with that implementation. */
 EM_API void em_model_set_moe_impl(em_model *m, em_moe_impl impl);
 
 /* ---- decoder-only language models ---- */

@@ -9,7 +9,10 @@
  *   dense   every expert for every token, weighted by the (mostly zero) routing weights.
  *
  * All three give the same result within rounding (tested against transformers' block). Weights
- * use the transformers v5 layout: gate_up [E, 2I, H] (gate rows, then up rows) and down [E, H, I].
+ * use the transformers v5 layout: gate_up [E, 2I, H] (gate rows, then up rows) and down [E, H, I],
+ * or either of them packed by em_ragged_pack ([E, N/32, K/2, 32, 2]), the layout ragged reads
+ * fastest on AVX-512 BF16 CPUs and the one a model load gives bf16 experts there; loop and
+ * dense accept packed weights too but unpack each expert they use on every call.
  */
 #ifndef EMBER_MOE_H
 #define EMBER_MOE_H
@@ -49,8 +52,8 @@ typedef struct em_moe_params {
 EM_API em_moe_params em_moe_default_params(void);
 
 typedef struct em_moe_weights {
-    em_tensor *gate_up;          /* [E, 2I, H] */
-    em_tensor *down;             /* [E, H, I] */
+    em_tensor *gate_up;          /* [E, 2I, H], or packed [E, 2I/32, H/2, 32, 2] */
+    em_tensor *down;             /* [E, H, I], or packed [E, H/32, I/2, 32, 2] */
     em_tensor *per_expert_scale; /* [E] multiplies the routing weights (Gemma 4), or NULL */
 } em_moe_weights;
 

@@ -482,6 +482,25 @@ EM_API em_tensor *em_avg_pool2d_(EM_OP_ARGS, em_tensor *x, const em_pool2d_param
 #define em_ragged_dot(c, ...) em_ragged_dot_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_ragged_dot_(EM_OP_ARGS, em_tensor *lhs, em_tensor *rhs,
                                  em_tensor *group_sizes, bool rhs_nk);
+/**
+ * The packed form of a [G, N, K] rhs (N a multiple of 32, K even): a new contiguous tensor
+ * [G, N/32, K/2, 32, 2] holding rhs[g, 32p + c, 2s + h] at [g, p, s, c, h], on rhs's device
+ * and in its dtype — vdpbf16ps's operand layout, in which each 32-column panel of a matrix is
+ * one sequential stream. em_ragged_dot takes it as rhs with rhs_nk = true and gives the same
+ * result; on the CPU, bf16 with AVX-512 BF16 then runs a kernel that reads each panel once per
+ * 14 rows and reaches the memory bandwidth at decode sizes where the [G, N, K] kernel does not
+ * (README, MoE benchmark). Same number of bytes as rhs; the caller owns both and may free rhs.
+ * EM_ERR_SHAPE (rank, N or K), NULL on error.
+ */
+#define em_ragged_pack(c, ...) em_ragged_pack_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_ragged_pack_(EM_OP_ARGS, em_tensor *rhs_nk);
+/** The inverse: [G, N/32, K/2, 32, 2] -> a contiguous [G, N, K]. EM_ERR_SHAPE, NULL on error. */
+#define em_ragged_unpack(c, ...) em_ragged_unpack_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_ragged_unpack_(EM_OP_ARGS, em_tensor *packed);
+/** Whether packing pays for weights of dtype on dev (NULL: the CPU): true on the CPU for bf16
+ *  when it has AVX-512 BF16 (honouring EMBER_CPU_LEVEL). A packed rhs is correct on every device
+ *  (elsewhere it is unpacked on the fly); this says where it is faster. */
+EM_API bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype);
 
 /* ---- generic access to the op table (tests, tools, bindings) ---- */
 /** Number of ops in the table and the name of op i. */

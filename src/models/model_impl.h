@@ -23,6 +23,8 @@ typedef struct em_wload {
     bool progress;
     double last_draw;
     bool huge_copy;      /* copy large CPU weights out of the mapping into 2 MiB pages */
+    bool pack_experts;   /* expert weights in em_ragged_pack's layout where it pays (ragged MoE,
+                            weights not kept as views of the mapping) */
 } em_wload;
 
 /* Tensor `<name>` (printf-style, no prefix added) converted to the model dtype on dev.

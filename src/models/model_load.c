@@ -136,6 +136,31 @@ bool em_wl_has(em_wload *w, const char *fmt, ...) {
     return em_safetensors_has(w->st, name);
 }
 
+/* Replaces *t [E, N, K] by its packed form when that pays on its device and the shape allows
+ * (N a multiple of 32, K even: every MoE family's sizes are). Same bytes, one copy at load. */
+static void maybe_pack(em_wload *w, em_tensor **t) {
+    const int64_t *s = em_tensor_shape(*t);
+    if (!w->pack_experts || !em_ragged_pack_pays(em_tensor_device(*t), em_tensor_dtype(*t)) ||
+        em_tensor_ndim(*t) != 3 || s[1] % 32 || s[2] % 2)
+        return;
+    em_ctx *c = w->c;
+    em_scope_push(c);
+    em_tensor *p = em_ragged_pack(c, *t);
+    if (p) {
+        em_tensor_release(*t);
+        *t = em_detach(c, p);
+    }
+    em_scope_pop(c);
+}
+
+static bool experts_packed(em_wload *w, em_tensor **gate_up, em_tensor **down) {
+    if (*gate_up && *down) {
+        maybe_pack(w, gate_up);
+        maybe_pack(w, down);
+    }
+    return *gate_up && *down && !em_ctx_status(w->c);
+}
+
 bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_experts,
                    const char *gate, const char *up, const char *down, em_tensor **gate_up,
                    em_tensor **down_out) {
@@ -144,7 +169,7 @@ bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_expe
     if (em_wl_has(w, "%sexperts.gate_up_proj", base)) { /* transformers v5 / Gemma 4 layout */
         *gate_up = em_wl_get(w, dev, "%sexperts.gate_up_proj", base);
         *down_out = em_wl_get(w, dev, "%sexperts.down_proj", base);
-        return *gate_up && *down_out;
+        return experts_packed(w, gate_up, down_out);
     }
     /* per-expert tensors: stack them once, at load */
     em_scope_push(c);
@@ -192,7 +217,7 @@ bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_expe
         *down_out = em_detach(c, dn);
     }
     em_scope_pop(c);
-    return !em_ctx_status(c);
+    return !em_ctx_status(c) && experts_packed(w, gate_up, down_out);
 }
 
 /* ---- the model ---- */
@@ -292,7 +317,9 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     w.total_bytes = checkpoint_bytes(st);
     w.progress = o.progress && isatty(2);
     const char *zc = getenv("EMBER_ZERO_COPY_WEIGHTS");
-    w.huge_copy = !o.zero_copy && !(zc && !strcmp(zc, "1")) && huge_pages_available();
+    bool views = o.zero_copy || (zc && !strcmp(zc, "1"));
+    w.huge_copy = !views && huge_pages_available();
+    w.pack_experts = !views && o.moe_impl == EM_MOE_RAGGED;
     m->n_layers = m->cfg.num_hidden_layers;
     if (m->n_layers < 0 || m->n_layers > 100000) {
         em_ctx_fail(c, EM_ERR_FORMAT, "model_load", "%s/config.json: num_hidden_layers %lld",

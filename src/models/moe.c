@@ -86,11 +86,21 @@ static em_tensor *i64_tensor(EM_OP_ARGS, em_device *dev, const int64_t *v, int64
     return em_from_host_on_(c, file, line, dev, EM_I64, 1, &n, v);
 }
 
-/* One expert's weights as 2-D views: gate_up[e] [2I, H] and down[e] [H, I]. */
-static em_tensor *expert(EM_OP_ARGS, em_tensor *w, int64_t e) {
+/* Dim i of an expert matrix [E, N, K], also when it is packed ([E, N/32, K/2, 32, 2], from
+ * em_ragged_pack); -1 for any other shape. */
+static int64_t wdim(const em_tensor *w, int i) {
     const int64_t *s = em_tensor_shape(w);
-    return em_reshape_(c, file, line, em_narrow_(c, file, line, w, 0, e, 1), 2,
-                       (int64_t[]){s[1], s[2]});
+    if (em_tensor_ndim(w) == 3) return s[i];
+    if (em_tensor_ndim(w) != 5 || s[3] != 32 || s[4] != 2) return -1;
+    return i == 0 ? s[0] : i == 1 ? s[1] * 32 : s[2] * 2;
+}
+
+/* One expert's weights as 2-D views: gate_up[e] [2I, H] and down[e] [H, I]. Packed weights
+ * (made for ragged) are unpacked per call: correct for loop and dense, not fast. */
+static em_tensor *expert(EM_OP_ARGS, em_tensor *w, int64_t e) {
+    em_tensor *we = em_narrow_(c, file, line, w, 0, e, 1);
+    if (em_tensor_ndim(w) == 5) we = em_ragged_unpack_(c, file, line, we);
+    return em_reshape_(c, file, line, we, 2, (int64_t[]){wdim(w, 1), wdim(w, 2)});
 }
 
 /* The ragged expert pass, shared by both routings. token [T*k]: the token of each row sorted
@@ -99,7 +109,7 @@ static em_tensor *ragged_ffn(EM_OP_ARGS, em_tensor *x, em_tensor *token, em_tens
                              em_tensor *gs, int64_t k, em_tensor *weights,
                              const em_moe_weights *w, const em_moe_params *p) {
     int64_t t = em_tensor_dim(x, 0);
-    int64_t inter = em_tensor_dim(w->down, 2), hidden = em_tensor_dim(x, 1);
+    int64_t inter = wdim(w->down, 2), hidden = em_tensor_dim(x, 1);
     em_tensor *xs = em_index_select_(c, file, line, x, 0, token);
     em_tensor *h = em_ragged_dot_(c, file, line, xs, w->gate_up, gs, true);
     em_tensor *a = activate(c, file, line, em_narrow_(c, file, line, h, 1, 0, inter),
@@ -168,7 +178,7 @@ done:
 static em_tensor *experts_loop(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int64_t t, int64_t k,
                                em_tensor *weights, const em_moe_weights *w,
                                const em_moe_params *p, int64_t n_experts, int64_t *hit) {
-    int64_t inter = em_tensor_dim(w->down, 2);
+    int64_t inter = wdim(w->down, 2);
     em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
     em_tensor *wflat = em_reshape_(c, file, line, weights, 1, (int64_t[]){t * k});
     int64_t *tok = malloc((size_t)(t * k + 1) * sizeof *tok);
@@ -213,7 +223,7 @@ static em_tensor *experts_loop(EM_OP_ARGS, em_tensor *x, const int64_t *idx, int
  * column of the [T, E] routing-weight matrix wd. */
 static em_tensor *dense_ffn(EM_OP_ARGS, em_tensor *x, em_tensor *wd, const em_moe_weights *w,
                             const em_moe_params *p, int64_t n_experts) {
-    int64_t inter = em_tensor_dim(w->down, 2);
+    int64_t inter = wdim(w->down, 2);
     em_tensor *out = em_zeros_(c, file, line, em_tensor_dtype(x), 2, em_tensor_shape(x));
     for (int64_t e = 0; e < n_experts && out; e++) {
         em_scope_push(c);
@@ -361,16 +371,14 @@ em_tensor *em_moe_experts_(EM_OP_ARGS, em_tensor *x, em_tensor *indices, em_tens
     }
     char s1[96], s2[96], s3[96];
     int64_t t = em_tensor_dim(x, 0), k = em_tensor_dim(indices, -1);
-    int64_t n_experts = em_tensor_dim(w->gate_up, 0);
+    int64_t n_experts = wdim(w->gate_up, 0);
     if (em_tensor_ndim(x) != 2 || em_tensor_ndim(indices) != 2 || em_tensor_dim(indices, 0) != t ||
-        em_tensor_ndim(w->gate_up) != 3 || em_tensor_ndim(w->down) != 3 ||
-        em_tensor_dim(w->gate_up, 1) != 2 * em_tensor_dim(w->down, 2) ||
-        em_tensor_dim(w->gate_up, 2) != em_tensor_dim(x, 1) ||
-        em_tensor_dim(w->down, 1) != em_tensor_dim(x, 1) ||
-        em_tensor_dim(w->down, 0) != n_experts) {
+        n_experts < 0 || wdim(w->down, 0) < 0 || wdim(w->gate_up, 1) != 2 * wdim(w->down, 2) ||
+        wdim(w->gate_up, 2) != em_tensor_dim(x, 1) || wdim(w->down, 1) != em_tensor_dim(x, 1) ||
+        wdim(w->down, 0) != n_experts) {
         em_fail_at(c, EM_ERR_SHAPE, "moe_experts", file, line,
                    "x %s, gate_up %s and down %s do not form an MoE block (need x [T, H], "
-                   "gate_up [E, 2I, H], down [E, H, I])",
+                   "gate_up [E, 2I, H], down [E, H, I], or their ragged_pack forms)",
                    em_tensor_sig(x, s1, sizeof s1), em_tensor_sig(w->gate_up, s2, sizeof s2),
                    em_tensor_sig(w->down, s3, sizeof s3));
         return NULL;

@@ -269,3 +269,43 @@ em_tensor *em_ragged_dot_(EM_OP_ARGS, em_tensor *lhs, em_tensor *rhs, em_tensor 
     em_attr a[1] = {em_attr_int(rhs_nk)};
     return EM_RUN(EM_OP_RAGGED_DOT, in, 3, a);
 }
+
+/* Packing is a reshape and a permutation, so every device does it with the ops it has. */
+em_tensor *em_ragged_pack_(EM_OP_ARGS, em_tensor *rhs) {
+    if (!c || c->err.status) return NULL;
+    if (!rhs) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "ragged_pack", file, line, "rhs is NULL");
+        return NULL;
+    }
+    char s[96];
+    const int64_t *d = em_tensor_shape(rhs);
+    if (em_tensor_ndim(rhs) != 3 || d[1] % 32 || d[2] % 2) {
+        em_fail_at(c, EM_ERR_SHAPE, "ragged_pack", file, line,
+                   "need rhs [G, N, K] with N a multiple of 32 and K even; got %s",
+                   em_tensor_sig(rhs, s, sizeof s));
+        return NULL;
+    }
+    em_tensor *v = em_reshape_(c, file, line, rhs, 5,
+                               (int64_t[]){d[0], d[1] / 32, 32, d[2] / 2, 2});
+    em_tensor *p = em_permute_(c, file, line, v, 5, (int[]){0, 1, 3, 2, 4});
+    return em_contiguous_(c, file, line, p);
+}
+
+em_tensor *em_ragged_unpack_(EM_OP_ARGS, em_tensor *packed) {
+    if (!c || c->err.status) return NULL;
+    if (!packed) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "ragged_unpack", file, line, "packed is NULL");
+        return NULL;
+    }
+    char s[96];
+    const int64_t *d = em_tensor_shape(packed);
+    if (em_tensor_ndim(packed) != 5 || d[3] != 32 || d[4] != 2) {
+        em_fail_at(c, EM_ERR_SHAPE, "ragged_unpack", file, line,
+                   "need a packed [G, N/32, K/2, 32, 2]; got %s",
+                   em_tensor_sig(packed, s, sizeof s));
+        return NULL;
+    }
+    em_tensor *p = em_permute_(c, file, line, packed, 5, (int[]){0, 1, 3, 2, 4});
+    return em_reshape_(c, file, line, em_contiguous_(c, file, line, p), 3,
+                       (int64_t[]){d[0], d[1] * 32, d[2] * 2});
+}

@@ -640,14 +640,22 @@ em_status rule_ragged_dot(RULE_ARGS) {
     if (g->dtype != EM_I32)
         return em_op_fail(c, EM_ERR_DTYPE, "group_sizes must be i32, not %s",
                           em_dtype_name(g->dtype));
-    if (l->ndim != 2 || r->ndim != 3 || g->ndim != 1)
+    bool nk = attrs[0].i != 0;
+    /* rank 5: the packed [G, N/32, K/2, 32, 2] form of a [G, N, K] rhs (em_ragged_pack) */
+    bool packed = r->ndim == 5;
+    if (l->ndim != 2 || (r->ndim != 3 && !packed) || g->ndim != 1)
         return em_op_fail(c, EM_ERR_SHAPE, "need lhs [M, K], rhs [G, K, N] and group_sizes [G]; "
                           "got %s, %s, %s", SHAPE(l, s1), SHAPE(r, s2), SHAPE(g, s3));
-    bool nk = attrs[0].i != 0;
-    int64_t k = nk ? r->shape[2] : r->shape[1], n = nk ? r->shape[1] : r->shape[2];
+    if (packed && (!nk || r->shape[3] != 32 || r->shape[4] != 2))
+        return em_op_fail(c, EM_ERR_SHAPE, "a rank-5 rhs must be a packed [G, N/32, K/2, 32, 2] "
+                          "matrix (from ragged_pack) with rhs_nk set; got %s%s", SHAPE(r, s2),
+                          nk ? "" : " without rhs_nk");
+    int64_t k = packed ? 2 * r->shape[2] : nk ? r->shape[2] : r->shape[1];
+    int64_t n = packed ? 32 * r->shape[1] : nk ? r->shape[1] : r->shape[2];
     if (g->shape[0] != r->shape[0] || k != l->shape[1])
         return em_op_fail(c, EM_ERR_SHAPE, "lhs %s, rhs %s (%s layout) and group_sizes %s do "
-                          "not agree", SHAPE(l, s1), SHAPE(r, s2), nk ? "[G,N,K]" : "[G,K,N]",
+                          "not agree", SHAPE(l, s1), SHAPE(r, s2),
+                          packed ? "packed [G,N/32,K/2,32,2]" : nk ? "[G,N,K]" : "[G,K,N]",
                           SHAPE(g, s3));
     out->dtype = l->dtype;
     out->ndim = 2;

@@ -30,7 +30,9 @@ static const moe_model MODELS[] = {
 typedef struct moe_job {
     em_ctx *c;
     em_tensor *x, *router;
-    em_moe_weights w;
+    em_moe_weights w;  /* the Hub's layout: loop and dense */
+    em_moe_weights wr; /* what ragged reads: w packed (em_ragged_pack) where that pays, as a
+                          model load does, unless --no-pack */
     em_moe_params p;
     em_moe_stats st;
     em_compiled *f; /* --compile: the layer (router, routing, ragged experts) as one program */
@@ -47,7 +49,7 @@ static int moe_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *st, 
     em_tensor *idx = NULL;
     em_tensor *rw = em_moe_route(c, em_linear(c, in[0], j->router, NULL), &p,
                                  j->w.per_expert_scale, em_tensor_dtype(in[0]), &idx);
-    out[0] = em_moe_experts(c, in[0], idx, rw, &j->w, &p, NULL);
+    out[0] = em_moe_experts(c, in[0], idx, rw, &j->wr, &p, NULL);
     return out[0] ? 1 : -1;
 }
 
@@ -70,7 +72,8 @@ static void run_moe(void *user) {
     em_tensor *idx = NULL;
     em_tensor *logits = em_linear(c, j->x, j->router, NULL);
     em_tensor *rw = em_moe_route(c, logits, &j->p, j->w.per_expert_scale, em_tensor_dtype(j->x), &idx);
-    em_tensor *y = em_moe_experts(c, j->x, idx, rw, &j->w, &j->p, &j->st);
+    const em_moe_weights *w = j->p.impl == EM_MOE_RAGGED ? &j->wr : &j->w;
+    em_tensor *y = em_moe_experts(c, j->x, idx, rw, w, &j->p, &j->st);
     /* completed: host data on the CPU; every queued execution on a PJRT device */
     if (y && em_device_is_pjrt(em_tensor_device(y))) em_device_sync(c, em_tensor_device(y));
     else if (y) em_tensor_data(c, y);
@@ -80,7 +83,7 @@ static void run_moe(void *user) {
 static void usage(void) {
     printf("usage: ember bench moe [--json] [--model qwen3|gemma4|all] [--batches 1,4,16,32,64]\n"
            "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n"
-           "                       [--device DEV] [--compile]\n\n"
+           "                       [--device DEV] [--compile] [--no-pack]\n\n"
            "One MoE layer with real dimensions (Qwen3-30B-A3B: hidden 2048, 128 experts, top-8,\n"
            "intermediate 768, SwiGLU; Gemma 4 26B-A4B: hidden 2816, 128 experts, top-8,\n"
            "intermediate 704, GELU-tanh gating), bf16 weights, one token per sequence. Prints per\n"
@@ -89,11 +92,13 @@ static void usage(void) {
            "(from a read probe in the same run) and, when torch and transformers are importable\n"
            "($EMBER_PYTHON or python3), transformers' block in torch eager.\n"
            "--device runs the layer on a PJRT device (cuda:0, tpu:0, xla:0); the bound is\n"
-           "then still the host's read bandwidth, for reference only.\n");
+           "then still the host's read bandwidth, for reference only.\n"
+           "--no-pack: ragged reads the experts in the Hub's [E, N, K] layout instead of the\n"
+           "packed one a model load gives it where that pays (bf16 on AVX-512 BF16 CPUs).\n");
 }
 
 int bench_moe(int argc, char **argv) {
-    bool json = false, peers = true, quick = false, compile = false;
+    bool json = false, peers = true, quick = false, compile = false, pack = true;
     const char *which = "all", *device = NULL;
     int batches[16] = {1, 4, 16, 32, 64}, nb = 5;
     bool impl_on[3] = {true, true, true};
@@ -104,6 +109,7 @@ int bench_moe(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) which = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
+        else if (!strcmp(argv[i], "--no-pack")) pack = false;
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             nb = 0;
             for (char *s = argv[++i]; *s && nb < 16;) {
@@ -163,20 +169,27 @@ int bench_moe(int argc, char **argv) {
             if (!json) printf("device %s\n", device);
         }
         int64_t h = md->hidden, e = md->experts, in = md->inter;
-        moe_job j = {c, NULL, NULL, {NULL, NULL, NULL}, em_moe_default_params(), {0, 0}, NULL};
+        moe_job j = {c, NULL, NULL, {NULL, NULL, NULL}, {NULL, NULL, NULL}, em_moe_default_params(),
+                     {0, 0}, NULL};
         j.router = em_rand(c, EM_BF16, EM_SHAPE(e, h), 100, -0.05, 0.05);
         j.w.gate_up = em_rand(c, EM_BF16, EM_SHAPE(e, 2 * in, h), 101, -0.05, 0.05);
         j.w.down = em_rand(c, EM_BF16, EM_SHAPE(e, h, in), 102, -0.05, 0.05);
+        j.wr = j.w;
+        bool packed = pack && em_ragged_pack_pays(em_ctx_device(c), EM_BF16);
+        if (packed) {
+            j.wr.gate_up = em_ragged_pack(c, j.w.gate_up);
+            j.wr.down = em_ragged_pack(c, j.w.down);
+        }
         j.p.top_k = md->top_k;
         j.p.norm_topk_prob = md->norm;
         j.p.act = md->act;
         double per_expert = 3.0 * (double)in * (double)h * 2;
         if (!json)
             printf("\n%s: hidden %lld, %lld experts, top-%lld, intermediate %lld, bf16 "
-                   "(%.2f GB of expert weights)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %6s %8s %10s "
+                   "(%.2f GB of expert weights; ragged reads them %s)\n%6s %10s %10s %10s %8s %6s %9s %9s %7s %6s %8s %10s "
                    "%s\n",
                    md->name, (long long)h, (long long)e, (long long)md->top_k, (long long)in,
-                   per_expert * (double)e / 1e9, "batch", "loop ms", "dense ms", "ragged ms",
+                   per_expert * (double)e / 1e9, packed ? "packed" : "in the Hub's layout", "batch", "loop ms", "dense ms", "ragged ms",
                    "rag/loop", "hit", "MB read", "bound ms", "of bnd", "GB/s", "dot ms",
                    "torch ms", "(impl)");
         for (int bi = 0; bi < nb; bi++) {

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backends/cpu/cvt_avx512.h"
 #include "backends/cpu/gemm.h"
 #include "core/bf16_inline.h"
 
@@ -35,18 +36,6 @@
 #define PACK_PF_ROWS 32
 
 /* ---- conversions ---- */
-
-/* f32 -> bf16, round to nearest even, NaN kept quiet: the same as em_f32_to_bf16. */
-INLINE __m256i cvt_bf16(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i hi = _mm512_srli_epi32(u, 16);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)),
-                                                     _mm512_set1_epi32(0x7fff)));
-    r = _mm512_srli_epi32(r, 16);
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
-}
 
 INLINE __m256i cvt_f16(__m512 v) {
     return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -81,7 +70,7 @@ INLINE void store_half(const em_gemm_tile *t, float *acc, char *out, __m512 v, _
     v = _mm512_add_ps(v, bias);
     switch (t->out_dt) {
     case EM_F32: _mm512_mask_storeu_ps(out, m, v); break;
-    case EM_BF16: _mm256_mask_storeu_epi16(out, m, cvt_bf16(v)); break;
+    case EM_BF16: _mm256_mask_storeu_epi16(out, m, em_cvt_bf16_avx512(v)); break;
     default: _mm256_mask_storeu_epi16(out, m, cvt_f16(v)); break;
     }
 }

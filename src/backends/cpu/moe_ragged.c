@@ -20,6 +20,7 @@ typedef struct rd_task {
 typedef struct rd_job {
     em_dtype dt;
     bool nk, native;
+    bool packed; /* rhs [G, N/32, K/2, 32, 2] (em_ragged_pack): nk holds too */
     const char *x, *w; /* contiguous lhs [M, K] and rhs */
     int64_t k, n;
     em_tensor *out;
@@ -29,6 +30,18 @@ typedef struct rd_job {
 } rd_job;
 
 static float bfv(uint16_t h) { return em_bf16_to_f32(h); }
+
+/* Weight row n of a group's matrix (nk or packed) as f32. */
+static void weight_row(const rd_job *j, const char *wg, int64_t n, float *wr) {
+    size_t es = em_esize(j->dt);
+    if (!j->packed) {
+        em_convert(wg + (size_t)(n * j->k) * es, j->dt, wr, EM_F32, j->k);
+        return;
+    }
+    const char *panel = wg + (size_t)((n / 32) * j->k * 32 + (n % 32) * 2) * es;
+    for (int64_t s = 0; s < j->k / 2; s++) /* a (k, k+1) pair per 64-element step */
+        em_convert(panel + (size_t)(s * 64) * es, j->dt, wr + 2 * s, EM_F32, 2);
+}
 
 /* Any dtype, either layout: converts on the fly (f16 and the [G, K, N] layout). */
 static void task_generic(const rd_job *j, const rd_task *t, float *acc) {
@@ -44,7 +57,7 @@ static void task_generic(const rd_job *j, const rd_task *t, float *acc) {
     }
     if (j->nk) {
         for (int64_t n = 0; n < t->nn; n++) {
-            em_convert(wg + (size_t)((t->n0 + n) * j->k) * es, j->dt, wr, EM_F32, j->k);
+            weight_row(j, wg, t->n0 + n, wr);
             for (int64_t r = 0; r < t->rows; r++) {
                 em_convert(j->x + (size_t)((t->row0 + r) * j->k) * es, j->dt, xr, EM_F32, j->k);
                 float s = 0;
@@ -83,7 +96,15 @@ static void run_tasks(void *user, int64_t b, int64_t e, int tid) {
         float *dst = direct ? (float *)em_tensor_ptr(j->out) + t->row0 * j->n + t->n0 : acc;
         int64_t ldo = direct ? j->n : t->nn;
         const char *x = j->x + (size_t)(t->row0 * j->k) * es;
+        /* the task's first weight row, or first panel (32 rows a panel) when packed */
         const char *w = j->w + (size_t)((t->g * j->n + t->n0) * j->k) * es;
+        if (j->packed && j->bf16dot && j->dt == EM_BF16) {
+            uint16_t *o = (uint16_t *)em_tensor_ptr(j->out) + t->row0 * j->n + t->n0;
+            em_ragged_packed_bf16_avx512((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w,
+                                         t->nn / 32, j->k / 2, o, j->n);
+            if (acc != stackbuf) free(acc);
+            continue;
+        }
         if (j->native && j->dot && t->rows <= 64 && j->out->dtype == j->dt) {
             /* decode sizes: stream this block of weight rows once against the group's rows,
              * rounding once into the output */
@@ -137,7 +158,7 @@ static const char *contiguous_data(const em_tensor *t, void **owned) {
 static em_status ragged_dot_kernel(const em_kernel_args *a) {
     const em_tensor *lhs = a->in[0], *rhs = a->in[1], *gs = a->in[2];
     em_tensor *out = a->out[0];
-    bool nk = a->attrs[0].i != 0;
+    bool nk = a->attrs[0].i != 0, packed = rhs->ndim == 5;
     int64_t m = lhs->shape[0], k = lhs->shape[1], g = rhs->shape[0];
     int64_t n = out->shape[1];
     /* group sizes are data: validate them here */
@@ -174,7 +195,8 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
     }
     j.dt = lhs->dtype;
     j.nk = nk;
-    j.native = nk && (j.dt == EM_BF16 || j.dt == EM_F32);
+    j.packed = packed;
+    j.native = nk && !packed && (j.dt == EM_BF16 || j.dt == EM_F32);
     j.k = k;
     j.n = n;
     j.out = out;
@@ -194,6 +216,11 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
     free(own_x);
     free(own_w);
     return EM_OK;
+}
+
+bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype) {
+    return (!dev || dev == em_device_cpu()) && dtype == EM_BF16 && em_cpu_level() >= 2 &&
+           em_cpu_features_get()->avx512bf16;
 }
 
 void em_cpu_register_moe(em_kernel_fn *k) { k[EM_OP_RAGGED_DOT] = ragged_dot_kernel; }

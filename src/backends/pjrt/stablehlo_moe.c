@@ -1,6 +1,7 @@
 /*
  * ragged_dot in StableHLO. Rows of lhs[M, K] are grouped contiguously by group_sizes[G]; group
- * g's rows multiply rhs[g] ([G, K, N], or [G, N, K] when rhs_nk); rows past the sum give zeros.
+ * g's rows multiply rhs[g] ([G, K, N], or [G, N, K] when rhs_nk, or that packed as [G, N/32, K/2,
+ * 32, 2], which is transposed back first); rows past the sum give zeros.
  *
  * Lowerings (EMBER_PJRT_RAGGED=native|grouped|gather|dense overrides the choice):
  *  - native: chlo.ragged_dot, the plugin's own ragged dot (used on TPU, as JAX does);
@@ -146,6 +147,11 @@ static em_status emit_ragged(pj_emit *e) {
     sh_b *b = e->b;
     sh_val lhs = e->in[0], rhs = e->in[1], gs = e->in[2];
     bool nk = e->attrs[0].i != 0;
+    if (rhs.t.nd == 5) { /* packed [G, N/32, K/2, 32, 2] (a CPU layout): back to [G, N, K] */
+        const int perm[5] = {0, 1, 3, 2, 4};
+        int64_t gnk[3] = {rhs.t.d[0], rhs.t.d[1] * 32, rhs.t.d[2] * 2};
+        rhs = sh_reshape(b, sh_transpose(b, rhs, perm), 3, gnk);
+    }
     int64_t m = lhs.t.d[0], k = lhs.t.d[1], g = rhs.t.d[0];
     int64_t n = nk ? rhs.t.d[1] : rhs.t.d[2];
     sh_elem acc = lhs.t.e == SH_F64 ? SH_F64 : SH_F32;
