@@ -2,6 +2,15 @@
  * A persistent thread pool. Workers spin briefly after each job (decode loops submit many small
  * jobs back to back) and then sleep on a condition variable. One job runs at a time; a job
  * submitted from inside a worker runs inline on that worker.
+ *
+ * The job protocol: `generation` is odd while a job is open and even while the submitter sets
+ * up the next one. A worker registers in `active` before it reads any field of the job and then
+ * checks that the generation is still the odd one it saw; the submitter closes the job (makes
+ * the generation even) and then waits for `active` to drain before it touches the fields again
+ * (both sides sequentially consistent, so one of them sees the other). Without the closing step
+ * a worker that woke late for one job could see the next job's fields before its generation
+ * was published, run its chunks and have its counts reset under it: items done twice or never,
+ * or a submitter waiting forever (tests/test_threadpool.c caught both).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,9 +34,9 @@ typedef struct pool {
     pthread_t *threads;
     pthread_mutex_t m;
     pthread_cond_t cv;
-    atomic_uint generation;
+    atomic_uint generation; /* odd: a job is open */
     atomic_int pending;   /* parallel_each: workers still running the current job */
-    atomic_int active;    /* parallel_for: workers inside the job right now */
+    atomic_int active;    /* workers registered in the job right now */
     atomic_llong done;    /* parallel_for: items finished */
     atomic_bool stop;
     /* the job */
@@ -64,7 +73,7 @@ static void *worker_main(void *arg) {
     int tid = wa->tid;
     free(wa);
     in_worker = 1;
-    unsigned seen = 0; /* the generation at creation: a job may already be posted */
+    unsigned seen = 0; /* the generation at creation (closed): a job may already be open */
     for (;;) {
         int spins = 0;
         while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
@@ -80,16 +89,19 @@ static void *worker_main(void *arg) {
         }
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->generation);
-        if (p->each) {
-            p->each(p->user, tid, p->nthreads);
-            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
-        } else {
-            /* a worker that wakes after the others finished finds no chunk left; the caller
-             * does not wait for it, only for workers already inside the job */
-            atomic_fetch_add_explicit(&p->active, 1, memory_order_acq_rel);
-            if (atomic_load(&p->generation) == seen) run_chunks(p, tid);
-            atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
+        if (!(seen & 1u)) continue; /* a job closed: wait for the next one to open */
+        /* register, then check that the job is still the one seen (see the top of the file);
+         * a worker that wakes after the others finished finds no chunk left */
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->generation) == seen) {
+            if (p->each) {
+                p->each(p->user, tid, p->nthreads);
+                atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+            } else {
+                run_chunks(p, tid);
+            }
         }
+        atomic_fetch_sub(&p->active, 1);
     }
     return NULL;
 }
@@ -187,7 +199,7 @@ static void run_job(pool *p, int tid0_each) {
     atomic_store_explicit(&p->pending, tid0_each ? p->nthreads - 1 : 0, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->m);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    atomic_fetch_add(&p->generation, 1); /* open (odd) */
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->m);
     in_worker = 1;
@@ -197,11 +209,14 @@ static void run_job(pool *p, int tid0_each) {
         run_chunks(p, 0);
     in_worker = 0;
     if (tid0_each) {
+        /* every worker runs an each-job, so it stays open until all have */
         while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
     } else {
         while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n) CPU_RELAX();
-        while (atomic_load_explicit(&p->active, memory_order_acquire) > 0) CPU_RELAX();
     }
+    /* close (even): no worker joins from now on; wait for those registered */
+    atomic_fetch_add(&p->generation, 1);
+    while (atomic_load(&p->active) > 0) CPU_RELAX();
 }
 
 void em_parallel_for(int64_t n, int64_t grain, em_par_fn fn, void *user) {
