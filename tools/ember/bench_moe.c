@@ -270,6 +270,7 @@ int bench_moe(int argc, char **argv) {
                     if (k == EM_MOE_RAGGED && dot_ms > 0) printf(", \"dot_peak_ms\": %.4f", dot_ms);
                     if (k == EM_MOE_RAGGED && probe_gbs > 0)
                         printf(", \"probe_gbs\": %.2f", probe_gbs);
+                    if (k == EM_MOE_RAGGED) printf(", \"packed\": %s", packed ? "true" : "false");
                     printf("}\n");
                 }
                 if (cms > 0)
