@@ -488,7 +488,7 @@ EM_API em_tensor *em_ragged_dot_(EM_OP_ARGS, em_tensor *lhs, em_tensor *rhs,
  * and in its dtype — vdpbf16ps's operand layout, in which each 32-column panel of a matrix is
  * one sequential stream. em_ragged_dot takes it as rhs with rhs_nk = true and gives the same
  * result; on the CPU, bf16 with AVX-512 BF16 then runs a kernel that reads each panel once per
- * 14 rows and reaches the memory bandwidth at decode sizes where the [G, N, K] kernel does not
+ * 10 rows and reaches the memory bandwidth at decode sizes where the [G, N, K] kernel does not
  * (README, MoE benchmark). Same number of bytes as rhs; the caller owns both and may free rhs.
  * EM_ERR_SHAPE (rank, N or K), NULL on error.
  */
