@@ -29,6 +29,9 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== the cross-device conformance report (xla:0; executables come from the cache by now)"
 ./build/tools/ember/ember test-devices --device xla:0 | grep -v "^  FAIL" | tail -n 12
 
+echo "== every EM_API function is exported by the shared library"
+./scripts/check_exports.sh build/libember.so
+
 echo "== install check: find_package(ember) and pkg-config"
 rm -rf build/install-test
 cmake --install build --prefix "$PWD/build/install-test/prefix" >/dev/null

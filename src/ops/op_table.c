@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ember/ops.h" /* em_op_count, em_op_name: exported */
 #include "ops/op_table.h"
 #include "ops/rules.h"
 

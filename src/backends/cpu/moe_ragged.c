@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/ragged.h"
+#include "ember/ops.h" /* em_ragged_pack_pays, exported */
 
 #define RD_NBLOCK 256 /* weight rows per task: long streams for the prefetcher */
 
