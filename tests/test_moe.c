@@ -1,5 +1,6 @@
 /* The MoE block against transformers' Qwen3-MoE and Gemma 4 blocks (tests/fixtures/moe, made by
  * scripts/gen_moe_fixtures.py): routing, and the experts through each implementation. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,5 +162,27 @@ static void test_pack_roundtrip(void) {
     em_ctx_destroy(c);
 }
 
+/* The packed kernel's tasks split the columns, never a sum: the same bits on any thread count,
+ * with groups that take one to three row blocks. */
+static void test_packed_thread_invariance(void) {
+    em_ctx *c = em_ctx_create();
+    int saved = em_num_threads();
+    int32_t sizes[4] = {3, 17, 0, 30};
+    em_tensor *w = em_ragged_pack(c, em_randn(c, EM_BF16, EM_SHAPE(4, 512, 96), 9, 0.0, 0.2));
+    em_tensor *x = em_randn(c, EM_BF16, EM_SHAPE(52, 96), 10, 0.0, 1.0);
+    em_tensor *gs = em_from_host(c, EM_I32, EM_SHAPE(4), sizes);
+    em_set_num_threads(1);
+    em_tensor *one = em_ragged_dot(c, x, w, gs, true);
+    em_tensor_data(c, one);
+    for (int t = 2; t <= 3; t++) {
+        em_set_num_threads(t);
+        char what[32];
+        snprintf(what, sizeof what, "%d threads", t);
+        em_test_allclose(c, em_ragged_dot(c, x, w, gs, true), one, 0, 0, what);
+    }
+    em_set_num_threads(saved);
+    em_ctx_destroy(c);
+}
+
 EM_TEST_MAIN(T(test_qwen3_moe), T(test_gemma4), T(test_device_routing_matches_host),
-             T(test_errors), T(test_pack_roundtrip))
+             T(test_errors), T(test_pack_roundtrip), T(test_packed_thread_invariance))
