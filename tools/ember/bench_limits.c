@@ -24,27 +24,16 @@ typedef struct probe_job {
 static void probe_each(void *user, int tid, int nt) {
     probe_job *j = user;
     size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
-    bool avx512 = em_cpu_level() >= 2;
+    const em_probe_isa *p = em_probe_isa_get();
     switch (j->kind) {
     case 0: {
-        volatile float s = avx512 ? em_probe_read_avx512(j->a + lo, hi - lo)
-                                  : em_probe_read_generic(j->a + lo, hi - lo);
+        volatile float s = p->read(j->a + lo, hi - lo);
         (void)s;
         break;
     }
-    case 1:
-        if (avx512)
-            em_probe_triad_avx512(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo);
-        else
-            em_probe_triad_generic(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo);
-        break;
-    case 2:
-        j->flops[tid < 64 ? tid : 63] = avx512 ? em_probe_fma_avx512(j->iters)
-                                               : em_probe_fma_generic(j->iters);
-        break;
-    default:
-        j->flops[tid < 64 ? tid : 63] =
-            em_cpu_features_get()->avx512bf16 ? em_probe_bf16dot_avx512(j->iters) : 0;
+    case 1: p->triad(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo); break;
+    case 2: j->flops[tid < 64 ? tid : 63] = p->fma(j->iters); break;
+    default: j->flops[tid < 64 ? tid : 63] = p->bf16dot ? p->bf16dot(j->iters) : 0;
     }
 }
 
@@ -155,6 +144,8 @@ void bench_measure_peaks(bench_limits *L) {
         if (kind == 2) L->fp32_gflops = flops / t / 1e9;
         else L->bf16_gflops = flops / t / 1e9;
     }
+    /* without a native bf16 dot, bf16 products run on the FMA units (bf16 -> f32 by a shift) */
+    if (!em_probe_isa_get()->bf16dot) L->bf16_gflops = L->fp32_gflops;
 }
 
 void bench_measure_limits(bench_limits *L) {

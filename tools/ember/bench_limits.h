@@ -9,7 +9,8 @@ typedef struct bench_limits {
     double read_gbs;     /* read bandwidth, all threads */
     double triad_gbs;    /* a = b + s*c, bytes of all three arrays, all threads */
     double fp32_gflops;  /* FMA peak, all threads */
-    double bf16_gflops;  /* vdpbf16ps peak, all threads (0 without AVX512_BF16) */
+    double bf16_gflops;  /* native bf16 dot peak, all threads; the FMA peak where the kernel
+                            level has no bf16 dot (bf16 is widened and multiplied on the FMAs) */
 } bench_limits;
 
 /* Bandwidth only (read, all threads), in GB/s. */

@@ -24,19 +24,9 @@
 #include "backends/cpu/conv.h"
 #include "backends/cpu/ew.h"
 
-static em_conv_isa conv_isa;
-static pthread_once_t conv_isa_once = PTHREAD_ONCE_INIT;
-
-static void conv_isa_init(void) {
-    em_conv_isa_generic(&conv_isa);
-#if defined(__x86_64__)
-    int level = em_cpu_level();
-    if (level >= 2)
-        em_conv_isa_avx512(&conv_isa);
-    else if (level == 1)
-        em_conv_isa_avx2(&conv_isa);
-#endif
-}
+EM_CPU_ISA_TABLE(em_conv_isa, em_conv_isa_get, [EM_ISA_GENERIC] = em_conv_isa_generic,
+                 [EM_ISA_AVX2] = EM_ISA_X86(em_conv_isa_avx2),
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_conv_isa_avx512))
 
 /* ---- helpers shared with resample.c and pool.c ---- */
 
@@ -210,12 +200,12 @@ static bool size_ok(int64_t n, size_t *bytes) {
 }
 
 static em_status conv2d_kernel(const em_kernel_args *a) {
-    pthread_once(&conv_isa_once, conv_isa_init);
+    const em_conv_isa *cisa = em_conv_isa_get();
     const em_tensor *x = a->in[0], *w = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
     em_tensor *out = a->out[0];
     const em_attr *at = a->attrs;
     conv_job j = {0};
-    j.isa = &conv_isa;
+    j.isa = cisa;
     j.x = x;
     j.out = out;
     j.C = x->shape[1];
@@ -240,12 +230,12 @@ static em_status conv2d_kernel(const em_kernel_args *a) {
     if (out->numel == 0) return EM_OK;
 
     /* thin groups (depthwise) waste a wide block's lanes: one channel per tile instead */
-    bool wide = j.og * 2 >= conv_isa.ocb;
-    j.ocb = wide ? conv_isa.ocb : 1;
-    j.nv_max = wide ? conv_isa.nv_wide : conv_isa.nv_narrow;
-    j.tile = wide ? conv_isa.wide : conv_isa.narrow;
+    bool wide = j.og * 2 >= cisa->ocb;
+    j.ocb = wide ? cisa->ocb : 1;
+    j.nv_max = wide ? cisa->nv_wide : cisa->nv_narrow;
+    j.tile = wide ? cisa->wide : cisa->narrow;
     j.nblk = (j.og + j.ocb - 1) / j.ocb;
-    int tw = j.nv_max * conv_isa.vw;
+    int tw = j.nv_max * cisa->vw;
     int64_t slack = 0;
     j.flat = g->sh == 1 && j.sw == 1;
     if (j.flat) {
@@ -257,7 +247,7 @@ static em_status conv2d_kernel(const em_kernel_args *a) {
         slack = tw + (g->kw - 1) * dw;
     } else {
         /* phase rows long enough for the last (rounded-up) tile's furthest tap */
-        int64_t wo_r = (j.wo + conv_isa.vw - 1) / conv_isa.vw * conv_isa.vw;
+        int64_t wo_r = (j.wo + cisa->vw - 1) / cisa->vw * cisa->vw;
         g->wq = wo_r + (g->kw - 1) * dw / j.sw;
         j.n_chunks = j.ho;
     }

@@ -44,9 +44,11 @@ typedef struct em_conv_isa {
     em_conv_tile_fn wide, narrow;
 } em_conv_isa;
 
-void em_conv_isa_generic(em_conv_isa *t);
-void em_conv_isa_avx2(em_conv_isa *t);
-void em_conv_isa_avx512(em_conv_isa *t);
+/* Per-ISA fills (t is an em_conv_isa), called only through em_cpu_isa_fill. */
+void em_conv_isa_generic(void *t);
+void em_conv_isa_avx2(void *t);
+void em_conv_isa_avx512(void *t);
+const em_conv_isa *em_conv_isa_get(void);
 #define EM_CONV_MAX_VW 16
 #define EM_CONV_MAX_OCB 8
 #define EM_CONV_MAX_NV 8

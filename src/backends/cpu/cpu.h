@@ -11,14 +11,69 @@
 typedef struct em_cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vnni;
-    bool neon;
+    bool neon, neon_bf16; /* aarch64: Advanced SIMD; FEAT_BF16 (BFDOT/BFMMLA) */
     int physical_cores;
 } em_cpu_features;
 const em_cpu_features *em_cpu_features_get(void);
-/* The kernel level in use: 0 generic C, 1 AVX2+FMA, 2 AVX-512 (+BF16 when present).
- * EMBER_CPU_LEVEL=generic|avx2|avx512 lowers it (for tests of the C twins). */
-int em_cpu_level(void);
 void em_cpu_features_str(char *buf, size_t n);
+
+/*
+ * The instruction set the kernels use, chosen once per process: the best one the CPU and the OS
+ * support, lowered by EMBER_CPU_LEVEL=generic|avx2|avx512|neon (for tests of the portable twins
+ * and to reproduce the AVX2 path on an AVX-512 CPU). Code compiled for any other instruction
+ * set (files *_avx2.c, *_avx512.c, *_neon.c) must never run: every kernel family reaches its
+ * per-ISA code only through this choice, so nothing built with wider flags executes before it.
+ */
+typedef enum em_cpu_isa {
+    EM_ISA_GENERIC = 0, /* portable C, built for the architecture's baseline */
+    EM_ISA_AVX2 = 1,    /* x86-64: AVX2 + FMA + F16C */
+    EM_ISA_AVX512 = 2,  /* x86-64: AVX-512 F/BW/VL/DQ (+BF16/VNNI where present) */
+    EM_ISA_NEON = 3,    /* aarch64: Advanced SIMD (+BF16 where present) */
+    EM_ISA_COUNT
+} em_cpu_isa;
+em_cpu_isa em_cpu_isa_get(void);
+const char *em_cpu_isa_name(em_cpu_isa isa);
+/* Whether the chosen instruction set has a native bf16 dot product (AVX-512 BF16 vdpbf16ps, or
+ * NEON BFDOT): the kernels that use one, and the layouts packed for them, depend on it. */
+bool em_cpu_bf16_dot(void);
+
+/*
+ * The one way a kernel family sets up its per-ISA table: fills[EM_ISA_GENERIC] (required, fills
+ * every entry) runs first, then the fill of the chosen instruction set, or of the nearest one
+ * below it that the family has (AVX-512 -> AVX2 -> generic; NEON -> generic); NULL entries are
+ * sets the family has no variant for. Only fills the CPU can run are ever called.
+ */
+typedef void (*em_isa_fill_fn)(void *table);
+void em_cpu_isa_fill(void *table, const em_isa_fill_fn fills[EM_ISA_COUNT]);
+/* A per-ISA function for designated initialisers of `fills`: NULL on other architectures, where
+ * the file defining it is not built. */
+#if defined(__x86_64__)
+#define EM_ISA_X86(fn) (fn)
+#else
+#define EM_ISA_X86(fn) NULL
+#endif
+#if defined(__aarch64__)
+#define EM_ISA_ARM(fn) (fn)
+#else
+#define EM_ISA_ARM(fn) NULL
+#endif
+/*
+ * Defines `const TYPE *GETTER(void)`, the family's table for the chosen instruction set, filled
+ * once (thread-safe) by em_cpu_isa_fill from the designated initialisers given, e.g.
+ *   EM_CPU_ISA_TABLE(em_ew_isa, em_ew_isa_get, [EM_ISA_GENERIC] = em_ew_fill_generic,
+ *                    [EM_ISA_AVX2] = EM_ISA_X86(em_ew_fill_avx2))
+ */
+#define EM_CPU_ISA_TABLE(TYPE, GETTER, ...)                                                        \
+    static TYPE GETTER##_table;                                                                    \
+    static pthread_once_t GETTER##_once = PTHREAD_ONCE_INIT;                                       \
+    static void GETTER##_init(void) {                                                              \
+        static const em_isa_fill_fn fills[EM_ISA_COUNT] = {__VA_ARGS__};                           \
+        em_cpu_isa_fill(&GETTER##_table, fills);                                                   \
+    }                                                                                              \
+    const TYPE *GETTER(void) {                                                                     \
+        pthread_once(&GETTER##_once, GETTER##_init);                                               \
+        return &GETTER##_table;                                                                    \
+    }
 
 /* ---- thread pool ---- */
 /* fn(user, begin, end) over [0, n) split into chunks of at least `grain`; runs inline when the

@@ -12,7 +12,7 @@
 #endif
 
 static em_cpu_features feats;
-static int level;
+static em_cpu_isa isa;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Physical cores: distinct (package, core) pairs in sysfs; logical CPUs as a fallback. */
@@ -44,6 +44,13 @@ static int count_physical_cores(void) {
     return seen > 0 ? seen : (int)ncpu;
 }
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
+#endif
+#endif
+
 static void detect(void) {
 #if defined(__x86_64__)
     unsigned a, b, c, d;
@@ -66,22 +73,38 @@ static void detect(void) {
             feats.avx512vl = zmm && ((b >> 31) & 1);
             feats.avx512vnni = zmm && ((c >> 11) & 1);
         }
-        if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx512bf16 = zmm && ((a >> 5) & 1);
+        /* leaf 7 sub-leaf 1 exists only when leaf 7 sub-leaf 0 says so (eax = max sub-leaf) */
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && a >= 1 &&
+            __get_cpuid_count(7, 1, &a, &b, &c, &d))
+            feats.avx512bf16 = zmm && ((a >> 5) & 1);
         if (!ymm) feats.fma = feats.f16c = false;
     }
+    isa = EM_ISA_GENERIC;
+    if (feats.avx2 && feats.fma && feats.f16c) isa = EM_ISA_AVX2;
+    if (isa == EM_ISA_AVX2 && feats.avx512f && feats.avx512bw && feats.avx512vl &&
+        feats.avx512dq)
+        isa = EM_ISA_AVX512;
 #elif defined(__aarch64__)
-    feats.neon = true;
+    feats.neon = true; /* Advanced SIMD is part of the aarch64 baseline */
+    feats.neon_bf16 = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+    isa = EM_ISA_NEON;
+#else
+    isa = EM_ISA_GENERIC;
 #endif
     feats.physical_cores = count_physical_cores();
 
-    level = 0;
-    if (feats.avx2 && feats.fma && feats.f16c) level = 1;
-    if (level == 1 && feats.avx512f && feats.avx512bw && feats.avx512vl && feats.avx512dq)
-        level = 2;
+    /* EMBER_CPU_LEVEL only lowers the choice: asking for a set the CPU lacks (or another
+     * architecture's) keeps the detected one, except that "generic" is always honoured. */
     const char *e = getenv("EMBER_CPU_LEVEL");
-    if (e) {
-        int want = !strcmp(e, "generic") ? 0 : !strcmp(e, "avx2") ? 1 : !strcmp(e, "avx512") ? 2 : 9;
-        if (want < level) level = want;
+    if (e && *e) {
+        em_cpu_isa want = EM_ISA_COUNT;
+        for (int i = 0; i < EM_ISA_COUNT; i++)
+            if (!strcmp(e, em_cpu_isa_name((em_cpu_isa)i))) want = (em_cpu_isa)i;
+        if (want == EM_ISA_GENERIC || (want == EM_ISA_AVX2 && isa == EM_ISA_AVX512))
+            isa = want;
+        else if (want == EM_ISA_COUNT)
+            fprintf(stderr, "ember: EMBER_CPU_LEVEL=%s is not one of generic, avx2, avx512, neon; "
+                            "using %s\n", e, em_cpu_isa_name(isa));
     }
 }
 
@@ -90,16 +113,39 @@ const em_cpu_features *em_cpu_features_get(void) {
     return &feats;
 }
 
-int em_cpu_level(void) {
+em_cpu_isa em_cpu_isa_get(void) {
     pthread_once(&once, detect);
-    return level;
+    return isa;
+}
+
+const char *em_cpu_isa_name(em_cpu_isa i) {
+    switch (i) {
+    case EM_ISA_GENERIC: return "generic";
+    case EM_ISA_AVX2: return "avx2";
+    case EM_ISA_AVX512: return "avx512";
+    case EM_ISA_NEON: return "neon";
+    default: return "?";
+    }
+}
+
+bool em_cpu_bf16_dot(void) {
+    em_cpu_isa i = em_cpu_isa_get();
+    return (i == EM_ISA_AVX512 && feats.avx512bf16) || (i == EM_ISA_NEON && feats.neon_bf16);
+}
+
+void em_cpu_isa_fill(void *table, const em_isa_fill_fn fills[EM_ISA_COUNT]) {
+    fills[EM_ISA_GENERIC](table);
+    em_cpu_isa i = em_cpu_isa_get();
+    while (i != EM_ISA_GENERIC && !fills[i]) i = i == EM_ISA_AVX512 ? EM_ISA_AVX2 : EM_ISA_GENERIC;
+    if (i != EM_ISA_GENERIC) fills[i](table);
 }
 
 void em_cpu_features_str(char *buf, size_t n) {
     const em_cpu_features *f = em_cpu_features_get();
-    snprintf(buf, n, "%s%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
-             f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "", f->avx512bw ? "avx512bw " : "",
-             f->avx512vl ? "avx512vl " : "", f->avx512bf16 ? "avx512bf16 " : "",
-             f->avx512vnni ? "avx512vnni " : "", f->neon ? "neon " : "",
-             level == 2 ? "[kernels: avx512]" : level == 1 ? "[kernels: avx2]" : "[kernels: generic]");
+    snprintf(buf, n, "%s%s%s%s%s%s%s%s%s%s[kernels: %s]", f->avx2 ? "avx2 " : "",
+             f->fma ? "fma " : "", f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "",
+             f->avx512bw ? "avx512bw " : "", f->avx512vl ? "avx512vl " : "",
+             f->avx512bf16 ? "avx512bf16 " : "", f->avx512vnni ? "avx512vnni " : "",
+             f->neon ? "neon " : "", f->neon_bf16 ? "bf16 " : "",
+             em_cpu_isa_name(em_cpu_isa_get()));
 }

@@ -33,9 +33,11 @@ typedef struct em_ew_isa {
     void (*truth[EW_CT_COUNT])(void *dst, const void *src, int64_t n);
 } em_ew_isa;
 
-void em_ew_fill_generic(em_ew_isa *t);
-void em_ew_fill_avx2(em_ew_isa *t);
-void em_ew_fill_avx512(em_ew_isa *t);
+/* Per-ISA fills (ew_funcs.inc compiled once per instruction set); t is an em_ew_isa. Called only
+ * through em_cpu_isa_fill. */
+void em_ew_fill_generic(void *t);
+void em_ew_fill_avx2(void *t);
+void em_ew_fill_avx512(void *t);
 
 /* The table for the CPU's kernel level. */
 const em_ew_isa *em_ew_isa_get(void);

@@ -20,25 +20,9 @@
 #define EW_STACK_SCRATCH (48 * 1024)
 #define EW_PAR_MIN 32768 /* elements below which one thread does the work */
 
-static em_ew_isa isa_tables[3];
-static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
-
-static void isa_init(void) {
-    em_ew_fill_generic(&isa_tables[0]);
-#if defined(__x86_64__)
-    em_ew_fill_avx2(&isa_tables[1]);
-    em_ew_fill_avx512(&isa_tables[2]);
-#endif
-}
-
-const em_ew_isa *em_ew_isa_get(void) {
-    pthread_once(&isa_once, isa_init);
-#if defined(__x86_64__)
-    return &isa_tables[em_cpu_level()];
-#else
-    return &isa_tables[0];
-#endif
-}
+EM_CPU_ISA_TABLE(em_ew_isa, em_ew_isa_get, [EM_ISA_GENERIC] = em_ew_fill_generic,
+                 [EM_ISA_AVX2] = EM_ISA_X86(em_ew_fill_avx2),
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_ew_fill_avx512))
 
 typedef struct ew_leaf {
     const em_tensor *t;

@@ -22,21 +22,34 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- kernel choice ---- */
 
+/* The chosen instruction set's kernel for dt, else the nearest set below it that has one. */
 const em_gemm_kernel *em_gemm_kernel_for(em_dtype dt) {
     const em_gemm_kernel *k = NULL;
+    switch (em_cpu_isa_get()) {
 #if defined(__x86_64__)
-    if (em_cpu_level() >= 2) k = em_gemm_kernel_avx512(dt, em_cpu_features_get()->avx512bf16);
-    if (!k && em_cpu_level() >= 1) k = em_gemm_kernel_avx2(dt);
+    case EM_ISA_AVX512:
+        k = em_gemm_kernel_avx512(dt, em_cpu_bf16_dot());
+        if (k) break;
+        /* fall through */
+    case EM_ISA_AVX2: k = em_gemm_kernel_avx2(dt); break;
 #endif
+    default: break;
+    }
     return k ? k : em_gemm_kernel_generic(dt);
 }
 
 em_gemm_dot_fn em_gemm_dot_for(em_dtype dt) {
     em_gemm_dot_fn f = NULL;
+    switch (em_cpu_isa_get()) {
 #if defined(__x86_64__)
-    if (em_cpu_level() >= 2) f = em_gemm_dot_avx512(dt, em_cpu_features_get()->avx512bf16);
-    if (!f && em_cpu_level() >= 1) f = em_gemm_dot_avx2(dt);
+    case EM_ISA_AVX512:
+        f = em_gemm_dot_avx512(dt, em_cpu_bf16_dot());
+        if (f) break;
+        /* fall through */
+    case EM_ISA_AVX2: f = em_gemm_dot_avx2(dt); break;
 #endif
+    default: break;
+    }
     return f ? f : em_gemm_dot_generic(dt);
 }
 

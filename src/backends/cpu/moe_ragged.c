@@ -26,7 +26,7 @@ typedef struct rd_job {
     int64_t k, n;
     em_tensor *out;
     rd_task *tasks;
-    bool avx512, bf16dot;
+    const em_ragged_isa *isa;
     em_gemm_dot_fn dot; /* the linear layers' weight-streaming dot engine, for few rows */
 } rd_job;
 
@@ -99,10 +99,10 @@ static void run_tasks(void *user, int64_t b, int64_t e, int tid) {
         const char *x = j->x + (size_t)(t->row0 * j->k) * es;
         /* the task's first weight row, or first panel (32 rows a panel) when packed */
         const char *w = j->w + (size_t)((t->g * j->n + t->n0) * j->k) * es;
-        if (j->packed && j->bf16dot && j->dt == EM_BF16) {
+        if (j->packed && j->isa->packed_bf16 && j->dt == EM_BF16) {
             uint16_t *o = (uint16_t *)em_tensor_ptr(j->out) + t->row0 * j->n + t->n0;
-            em_ragged_packed_bf16_avx512((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w,
-                                         t->nn / 32, j->k / 2, o, j->n);
+            j->isa->packed_bf16((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w,
+                                t->nn / 32, j->k / 2, o, j->n);
             if (acc != stackbuf) free(acc);
             continue;
         }
@@ -115,19 +115,11 @@ static void run_tasks(void *user, int64_t b, int64_t e, int tid) {
             continue;
         }
         if (j->native && j->dt == EM_BF16) {
-            if (j->bf16dot)
-                em_ragged_nk_bf16_avx512((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w,
-                                         j->k, t->nn, j->k, dst, ldo);
-            else
-                em_ragged_nk_bf16_generic((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w,
-                                          j->k, t->nn, j->k, dst, ldo);
+            j->isa->nk_bf16((const uint16_t *)x, j->k, t->rows, (const uint16_t *)w, j->k, t->nn,
+                            j->k, dst, ldo);
         } else if (j->native && j->dt == EM_F32) {
-            if (j->avx512)
-                em_ragged_nk_f32_avx512((const float *)x, j->k, t->rows, (const float *)w, j->k,
-                                        t->nn, j->k, dst, ldo);
-            else
-                em_ragged_nk_f32_generic((const float *)x, j->k, t->rows, (const float *)w, j->k,
-                                         t->nn, j->k, dst, ldo);
+            j->isa->nk_f32((const float *)x, j->k, t->rows, (const float *)w, j->k, t->nn, j->k,
+                           dst, ldo);
         } else {
             float *tmp = direct ? malloc(need * sizeof *tmp) : acc;
             if (!tmp) continue;
@@ -201,8 +193,7 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
     j.k = k;
     j.n = n;
     j.out = out;
-    j.avx512 = em_cpu_level() >= 2;
-    j.bf16dot = j.avx512 && em_cpu_features_get()->avx512bf16;
+    j.isa = em_ragged_isa_get();
     j.dot = j.native ? em_gemm_dot_for(j.dt) : NULL;
     int64_t t = 0, row = 0;
     for (int64_t i = 0; i < g; i++) {
@@ -219,9 +210,14 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
     return EM_OK;
 }
 
+EM_CPU_ISA_TABLE(em_ragged_isa, em_ragged_isa_get,
+                 [EM_ISA_GENERIC] = em_ragged_fill_generic,
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_ragged_fill_avx512))
+
 bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype) {
-    return (!dev || dev == em_device_cpu()) && dtype == EM_BF16 && em_cpu_level() >= 2 &&
-           em_cpu_features_get()->avx512bf16;
+    /* packing pays where a kernel reads the packed layout directly (AVX-512 BF16) */
+    return (!dev || dev == em_device_cpu()) && dtype == EM_BF16 &&
+           em_ragged_isa_get()->packed_bf16 != NULL;
 }
 
 void em_cpu_register_moe(em_kernel_fn *k) { k[EM_OP_RAGGED_DOT] = ragged_dot_kernel; }

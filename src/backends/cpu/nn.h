@@ -52,9 +52,10 @@ typedef struct em_nn_isa {
     void (*add)(float *x, const float *a, const float *b, int64_t n);
 } em_nn_isa;
 
-void em_nn_fill_generic(em_nn_isa *t);
-void em_nn_fill_avx2(em_nn_isa *t);
-void em_nn_fill_avx512(em_nn_isa *t);
+/* Per-ISA fills (t is an em_nn_isa), called only through em_cpu_isa_fill. */
+void em_nn_fill_generic(void *t);
+void em_nn_fill_avx2(void *t);
+void em_nn_fill_avx512(void *t);
 const em_nn_isa *em_nn_isa_get(void);
 
 /* ---- strided access ---- */

@@ -2,25 +2,9 @@
  * level, strided loads into f32, and the family's registration. */
 #include "backends/cpu/nn.h"
 
-static em_nn_isa nn_tables[3];
-static pthread_once_t nn_once = PTHREAD_ONCE_INIT;
-
-static void nn_init(void) {
-    em_nn_fill_generic(&nn_tables[0]);
-#if defined(__x86_64__)
-    em_nn_fill_avx2(&nn_tables[1]);
-    em_nn_fill_avx512(&nn_tables[2]);
-#endif
-}
-
-const em_nn_isa *em_nn_isa_get(void) {
-    pthread_once(&nn_once, nn_init);
-#if defined(__x86_64__)
-    return &nn_tables[em_cpu_level()];
-#else
-    return &nn_tables[0];
-#endif
-}
+EM_CPU_ISA_TABLE(em_nn_isa, em_nn_isa_get, [EM_ISA_GENERIC] = em_nn_fill_generic,
+                 [EM_ISA_AVX2] = EM_ISA_X86(em_nn_fill_avx2),
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_nn_fill_avx512))
 
 void nn_load_f32(const em_ew_isa *isa, const void *base, em_dtype dt, int nd, const int64_t *shape,
                  const int64_t *strides, int64_t begin, int64_t count, float *dst) {

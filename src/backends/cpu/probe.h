@@ -1,7 +1,8 @@
 /*
  * Machine-limit probes for the benchmarks: what the hardware can do, measured in the same run
  * as the kernels they judge. Each returns its figure for the calling thread's share of the work;
- * the callers run them on every pool thread and add up.
+ * the callers run them on every pool thread and add up. One table per instruction set, so the
+ * limits are those of the instruction set the kernels use (EMBER_CPU_LEVEL lowers both).
  */
 #ifndef EMBER_PROBE_H
 #define EMBER_PROBE_H
@@ -9,16 +10,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Reads n floats (sums them, so the loads cannot be elided). */
-float em_probe_read_avx512(const float *p, size_t n);
-float em_probe_read_generic(const float *p, size_t n);
-/* a[i] = b[i] + s * c[i]. */
-void em_probe_triad_avx512(float *a, const float *b, const float *c, float s, size_t n);
-void em_probe_triad_generic(float *a, const float *b, const float *c, float s, size_t n);
-/* Independent FMA chains on registers: returns the flops done (2 per lane per FMA). */
-double em_probe_fma_avx512(int64_t iters);
-double em_probe_fma_generic(int64_t iters);
-/* vdpbf16ps chains: 2 multiply-adds per pair, 32 pairs... returns flops done. */
-double em_probe_bf16dot_avx512(int64_t iters);
+typedef struct em_probe_isa {
+    /* Reads n floats (sums them, so the loads cannot be elided). */
+    float (*read)(const float *p, size_t n);
+    /* a[i] = b[i] + s * c[i]. */
+    void (*triad)(float *a, const float *b, const float *c, float s, size_t n);
+    /* Independent FMA chains on registers: returns the flops done (2 per lane per FMA). */
+    double (*fma)(int64_t iters);
+    /* Native bf16 dot chains (vdpbf16ps: 2 multiply-adds per f32 lane): the flops done; NULL
+     * where the instruction set has none (bf16 kernels then run on the FMA units). */
+    double (*bf16dot)(int64_t iters);
+} em_probe_isa;
+
+/* The probes of the chosen instruction set. */
+const em_probe_isa *em_probe_isa_get(void);
+void em_probe_fill_generic(void *t);
+void em_probe_fill_avx2(void *t);
+void em_probe_fill_avx512(void *t);
 
 #endif

@@ -1,9 +1,10 @@
 /* Machine-limit probes with AVX-512 (see probe.h). */
 #include <immintrin.h>
 
+#include "backends/cpu/cpu.h"
 #include "backends/cpu/probe.h"
 
-float em_probe_read_avx512(const float *p, size_t n) {
+static float read_(const float *p, size_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
@@ -17,7 +18,7 @@ float em_probe_read_avx512(const float *p, size_t n) {
     return s;
 }
 
-void em_probe_triad_avx512(float *a, const float *b, const float *c, float s, size_t n) {
+static void triad(float *a, const float *b, const float *c, float s, size_t n) {
     __m512 vs = _mm512_set1_ps(s);
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -25,7 +26,7 @@ void em_probe_triad_avx512(float *a, const float *b, const float *c, float s, si
     for (; i < n; i++) a[i] = b[i] + s * c[i];
 }
 
-double em_probe_fma_avx512(int64_t iters) {
+static double fma_(int64_t iters) {
     __m512 x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
     __m512 a[12];
     for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
@@ -40,7 +41,7 @@ double em_probe_fma_avx512(int64_t iters) {
     return (double)iters * 12 * 16 * 2;
 }
 
-double em_probe_bf16dot_avx512(int64_t iters) {
+static double bf16dot(int64_t iters) {
     __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3f80);
     __m512 a[12];
     for (int k = 0; k < 12; k++) a[k] = _mm512_setzero_ps();
@@ -52,4 +53,12 @@ double em_probe_bf16dot_avx512(int64_t iters) {
     volatile float sink = s;
     (void)sink;
     return (double)iters * 12 * 32 * 2;
+}
+
+void em_probe_fill_avx512(void *table) {
+    em_probe_isa *t = table;
+    t->read = read_;
+    t->triad = triad;
+    t->fma = fma_;
+    t->bf16dot = em_cpu_bf16_dot() ? bf16dot : NULL;
 }

@@ -10,15 +10,11 @@
 
 /* [N, K] layout ("nk", the Hub's expert layout): out[r*ldo + n] = sum_k x[r*ldx + k] * w[n*ldw + k].
  * x and w are bf16 (uint16_t) or f32; out is f32. */
-void em_ragged_nk_bf16_avx512(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *w,
-                              int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo);
-void em_ragged_nk_f32_avx512(const float *x, int64_t ldx, int64_t rows, const float *w,
-                             int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo);
-/* Portable twins (x and w as f32 rows already converted by the caller for other dtypes). */
-void em_ragged_nk_bf16_generic(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *w,
-                               int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo);
-void em_ragged_nk_f32_generic(const float *x, int64_t ldx, int64_t rows, const float *w,
-                              int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo);
+typedef void (*em_ragged_nk_bf16_fn)(const uint16_t *x, int64_t ldx, int64_t rows,
+                                     const uint16_t *w, int64_t ldw, int64_t nn, int64_t k,
+                                     float *out, int64_t ldo);
+typedef void (*em_ragged_nk_f32_fn)(const float *x, int64_t ldx, int64_t rows, const float *w,
+                                    int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo);
 
 /*
  * Packed layout ("nk packed", em_ragged_pack): a group's [N, K] matrix stored as N/32 panels of
@@ -29,7 +25,23 @@ void em_ragged_nk_f32_generic(const float *x, int64_t ldx, int64_t rows, const f
  * rows (larger groups in equal blocks of at most 10, the panel again from L2 for each), and x
  * is read 32 columns at a time instead of 4.
  */
-void em_ragged_packed_bf16_avx512(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *wp,
-                                  int64_t np, int64_t ks, uint16_t *out, int64_t ldo);
+typedef void (*em_ragged_packed_bf16_fn)(const uint16_t *x, int64_t ldx, int64_t rows,
+                                         const uint16_t *wp, int64_t np, int64_t ks,
+                                         uint16_t *out, int64_t ldo);
+
+/* The micro-kernels of one instruction set. packed_bf16 is NULL where the set has no kernel for
+ * the packed layout (the caller then converts the panels on the fly, slowly; loads pack only
+ * where em_ragged_pack_pays). */
+typedef struct em_ragged_isa {
+    em_ragged_nk_bf16_fn nk_bf16;
+    em_ragged_nk_f32_fn nk_f32;
+    em_ragged_packed_bf16_fn packed_bf16;
+} em_ragged_isa;
+
+/* The table for the chosen instruction set (em_cpu_isa_fill). */
+const em_ragged_isa *em_ragged_isa_get(void);
+/* Per-ISA fills (t is an em_ragged_isa): ragged_generic.c, ragged_avx512.c. */
+void em_ragged_fill_generic(void *t);
+void em_ragged_fill_avx512(void *t);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/cvt_avx512.h"
+#include "backends/cpu/cpu.h"
 #include "backends/cpu/ragged.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -60,8 +61,8 @@ ALWAYS_INLINE void block_bf16(const uint16_t *x, int64_t ldx, const uint16_t *w,
     default: FN(__VA_ARGS__, 4, 4); break;                                                         \
     }
 
-void em_ragged_nk_bf16_avx512(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *w,
-                              int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
+static void nk_bf16(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *w,
+                    int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
     for (int64_t n = 0; n < nn; n += 4) {
         int C = nn - n < 4 ? (int)(nn - n) : 4;
         for (int64_t r = 0; r < rows; r += 4) {
@@ -99,8 +100,8 @@ ALWAYS_INLINE void block_f32(const float *x, int64_t ldx, const float *w, int64_
         for (int c = 0; c < C; c++) out[r * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-void em_ragged_nk_f32_avx512(const float *x, int64_t ldx, int64_t rows, const float *w,
-                             int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
+static void nk_f32(const float *x, int64_t ldx, int64_t rows, const float *w,
+                   int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
     for (int64_t n = 0; n < nn; n += 4) {
         int C = nn - n < 4 ? (int)(nn - n) : 4;
         for (int64_t r = 0; r < rows; r += 4) {
@@ -148,8 +149,8 @@ ALWAYS_INLINE void packed_tile(const int R, const uint16_t *x, int64_t ldx, cons
     }
 }
 
-void em_ragged_packed_bf16_avx512(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *wp,
-                                  int64_t np, int64_t ks, uint16_t *out, int64_t ldo) {
+static void packed_bf16(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *wp,
+                        int64_t np, int64_t ks, uint16_t *out, int64_t ldo) {
     int64_t nblocks = (rows + PACKED_MR - 1) / PACKED_MR;
     for (int64_t p = 0; p < np; p++) {
         const char *pb = (const char *)(wp + p * ks * 64);
@@ -171,5 +172,14 @@ void em_ragged_packed_bf16_avx512(const uint16_t *x, int64_t ldx, int64_t rows, 
             }
             r += R;
         }
+    }
+}
+
+void em_ragged_fill_avx512(void *table) {
+    em_ragged_isa *t = table;
+    t->nk_f32 = nk_f32;
+    if (em_cpu_bf16_dot()) { /* both bf16 kernels are built on vdpbf16ps */
+        t->nk_bf16 = nk_bf16;
+        t->packed_bf16 = packed_bf16;
     }
 }

@@ -10,8 +10,8 @@ static inline float bf(uint16_t h) {
     return f;
 }
 
-void em_ragged_nk_bf16_generic(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *w,
-                               int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
+static void nk_bf16(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *w,
+                    int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
     for (int64_t n = 0; n < nn; n++) {
         const uint16_t *wr = w + n * ldw;
         for (int64_t r = 0; r < rows; r++) {
@@ -28,8 +28,8 @@ void em_ragged_nk_bf16_generic(const uint16_t *x, int64_t ldx, int64_t rows, con
     }
 }
 
-void em_ragged_nk_f32_generic(const float *x, int64_t ldx, int64_t rows, const float *w,
-                              int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
+static void nk_f32(const float *x, int64_t ldx, int64_t rows, const float *w,
+                   int64_t ldw, int64_t nn, int64_t k, float *out, int64_t ldo) {
     for (int64_t n = 0; n < nn; n++) {
         const float *wr = w + n * ldw;
         for (int64_t r = 0; r < rows; r++) {
@@ -44,4 +44,11 @@ void em_ragged_nk_f32_generic(const float *x, int64_t ldx, int64_t rows, const f
             out[r * ldo + n] = s;
         }
     }
+}
+
+void em_ragged_fill_generic(void *table) {
+    em_ragged_isa *t = table;
+    t->nk_bf16 = nk_bf16;
+    t->nk_f32 = nk_f32;
+    t->packed_bf16 = NULL;
 }

@@ -14,25 +14,9 @@
 #include "backends/cpu/reduce_funcs.h"
 #include "ops/rules.h"
 
-static em_red_isa red_tables[3];
-static pthread_once_t red_once = PTHREAD_ONCE_INIT;
-
-static void red_init(void) {
-    em_red_fill_generic(&red_tables[0]);
-#if defined(__x86_64__)
-    em_red_fill_avx2(&red_tables[1]);
-    em_red_fill_avx512(&red_tables[2]);
-#endif
-}
-
-const em_red_isa *em_red_isa_get(void) {
-    pthread_once(&red_once, red_init);
-#if defined(__x86_64__)
-    return &red_tables[em_cpu_level()];
-#else
-    return &red_tables[0];
-#endif
-}
+EM_CPU_ISA_TABLE(em_red_isa, em_red_isa_get, [EM_ISA_GENERIC] = em_red_fill_generic,
+                 [EM_ISA_AVX2] = EM_ISA_X86(em_red_fill_avx2),
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_red_fill_avx512))
 
 typedef struct red_state {
     double s, q;  /* sum (or product, or best value) and sum of squares */

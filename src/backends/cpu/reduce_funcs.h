@@ -15,9 +15,10 @@ typedef struct em_red_isa {
     void (*log_softmax_f32)(float *v, int64_t n);
 } em_red_isa;
 
-void em_red_fill_generic(em_red_isa *t);
-void em_red_fill_avx2(em_red_isa *t);
-void em_red_fill_avx512(em_red_isa *t);
+/* Per-ISA fills (t is an em_red_isa), called only through em_cpu_isa_fill. */
+void em_red_fill_generic(void *t);
+void em_red_fill_avx2(void *t);
+void em_red_fill_avx512(void *t);
 const em_red_isa *em_red_isa_get(void);
 
 #endif
