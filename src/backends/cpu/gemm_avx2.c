@@ -330,7 +330,9 @@ INLINE void row_dot(const em_dtype DT, const int MB, int64_t k, const float *xs,
     const size_t es = em_esize(DT);
     const int64_t pf = MB >= 3 ? DOT_STREAM_PF_3 : DOT_STREAM_PF;
     __m256 acc[4][4];
+    #pragma GCC unroll 4
     for (int i = 0; i < MB; i++)
+        #pragma GCC unroll 4
         for (int a = 0; a < 2 * A; a++) acc[i][a] = _mm256_setzero_ps();
     int64_t kk = 0;
     for (; kk + 32 <= k; kk += 32) {
@@ -342,6 +344,7 @@ INLINE void row_dot(const em_dtype DT, const int MB, int64_t k, const float *xs,
             const char *q = p + (size_t)(16 * s) * es;
             const int a = A == 2 ? 2 * s : 0;
             const __m256 lo = wlo(DT, q), hi = whi(DT, q);
+            #pragma GCC unroll 4
             for (int i = 0; i < MB; i++) {
                 const float *xr = xs + i * kp + kk + 16 * s;
                 acc[i][a] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xr), acc[i][a]);
@@ -353,12 +356,14 @@ INLINE void row_dot(const em_dtype DT, const int MB, int64_t k, const float *xs,
         char buf[64];
         const char *q = kk + 16 <= k ? w + (size_t)kk * es : wtail(DT, w + (size_t)kk * es, k - kk, buf);
         const __m256 lo = wlo(DT, q), hi = whi(DT, q);
+        #pragma GCC unroll 4
         for (int i = 0; i < MB; i++) {
             const float *xr = xs + i * kp + kk;
             acc[i][0] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xr), acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xr + 8), acc[i][1]);
         }
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < MB; i++) {
         __m256 s = _mm256_add_ps(acc[i][0], acc[i][1]);
         if (A == 2) s = _mm256_add_ps(s, _mm256_add_ps(acc[i][2], acc[i][3]));
@@ -373,6 +378,7 @@ INLINE void dot_stream(const em_dtype DT, const em_dtype OT, const int MB, int64
     for (int64_t j = 0; j < n; j++) {
         __m256 v[4];
         row_dot(DT, MB, k, xs, kp, w + (size_t)(j * ldw) * es, v);
+        #pragma GCC unroll 4
         for (int i = 0; i < MB; i++)
             store_one(c, OT, i * ldc + j, em_hsum_avx2(v[i]) + (bias ? bias[j] : 0.0f));
     }
@@ -388,42 +394,59 @@ INLINE void dot_tile(const em_dtype DT, const int MB, const int NB, int64_t k, c
                      float *out) {
     const size_t es = em_esize(DT), lw = (size_t)ldw * es;
     __m256 acc[4][3];
+    #pragma GCC unroll 4
     for (int i = 0; i < MB; i++)
+        #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) acc[i][b] = _mm256_setzero_ps();
     int64_t kk = 0;
     for (; kk + 16 <= k; kk += 16) {
         const char *p = w + (size_t)kk * es;
         if (pf && ((kk & 31) == 0 || es == 4))
-            for (int b = 0; b < NB; b++)
+            #pragma GCC unroll 4
+            for (int b = 0; b < 3; b++)
                 if (b < pf_rows) _mm_prefetch(pf + b * lw + (size_t)kk * es, _MM_HINT_T1);
         __m256 wv[3];
+        #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) wv[b] = wlo(DT, p + b * lw);
+        #pragma GCC unroll 4
         for (int i = 0; i < MB; i++) {
             const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk);
+            #pragma GCC unroll 4
             for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
         }
+        #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) wv[b] = whi(DT, p + b * lw);
+        #pragma GCC unroll 4
         for (int i = 0; i < MB; i++) {
             const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk + 8);
+            #pragma GCC unroll 4
             for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
         }
     }
     if (kk < k) {
         char buf[3][64];
         __m256 wv[3];
+        #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
             wv[b] = wlo(DT, wtail(DT, w + b * lw + (size_t)kk * es, k - kk, buf[b]));
+        #pragma GCC unroll 4
         for (int i = 0; i < MB; i++) {
             const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk);
+            #pragma GCC unroll 4
             for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
         }
+        #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) wv[b] = whi(DT, buf[b]);
+        #pragma GCC unroll 4
         for (int i = 0; i < MB; i++) {
             const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk + 8);
+            #pragma GCC unroll 4
             for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
         }
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < MB; i++)
+        #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) out[i * 3 + b] = em_hsum_avx2(acc[i][b]);
 }
 
@@ -442,9 +465,13 @@ INLINE void dot_tiles(const em_dtype DT, const em_dtype OT, int64_t m, int64_t n
         const char *wr = w + (size_t)(j * ldw) * es;
         for (int64_t i = 0; i < m; i += 4) {
             const int mb = m - i < 4 ? (int)(m - i) : 4;
-            /* the first row group fetches the next block; the others find this one in L1 */
-            int pf_rows = i > 0 ? 0 : n - j - 3 < 3 ? (int)(n - j - 3) : 3;
-            const char *pf = pf_rows > 0 ? wr + (size_t)(3 * ldw) * es : NULL;
+            /* row group g of the G fetches its share of the next block's rows, so that the
+             * fetches spread over the whole tile (all from the first group: M = 16 from DRAM
+             * ran at 45 % of the FMA peak, 69 % with the weights in L2) */
+            const int64_t G = (m + 3) / 4, per = (3 + G - 1) / G, r0 = i / 4 * per;
+            const int64_t next = n - j - 3 < 3 ? n - j - 3 : 3;
+            int pf_rows = (int)(r0 + per < next ? per : next - r0);
+            const char *pf = pf_rows > 0 ? wr + (size_t)((3 + r0) * ldw) * es : NULL;
             const float *xr = xs + i * kp;
             float out[12];
             switch ((mb - 1) * 3 + nb - 1) {
