@@ -208,8 +208,8 @@ static uint64_t fnv1a64(const char *s) {
 static void test_real_templates(void) {
     const char *data = getenv("EMBER_SHARED_DATA");
     if (!data || !*data) {
-        fprintf(stderr, "SKIP test_real_templates: EMBER_SHARED_DATA is not set, the chat "
-                        "templates of real checkpoints (qwen3, gemma3, llama3) are not checked\n");
+        em_test_skip("EMBER_SHARED_DATA is not set, the chat templates of real checkpoints "
+                     "(qwen3, gemma3, llama3) are not checked");
         return;
     }
     json_t *fx = load_fixture("real.json");

@@ -141,15 +141,13 @@ static void test_compile_options(void) {
 /* ---- with a plugin ---- */
 
 static em_device *xla(em_ctx *c, int i) {
-    static int skipped = 0;
     char name[16];
     snprintf(name, sizeof name, "xla:%d", i);
     em_device *d = em_device_get(c, name);
     if (!d) {
-        if (!skipped++)
-            printf("SKIP: no XLA CPU PJRT plugin (pip install xla-cpu-pjrt==0.0.1 or set "
-                   "EMBER_PJRT_XLA_PLUGIN=/path/xla_cpu_pjrt.so): %s\n",
-                   em_ctx_error(c)->message);
+        em_test_skip("no XLA CPU PJRT plugin (pip install xla-cpu-pjrt==0.0.1 or set "
+                     "EMBER_PJRT_XLA_PLUGIN=/path/xla_cpu_pjrt.so): %s",
+                     em_ctx_error(c)->message);
         em_ctx_clear_error(c);
     }
     return d;
@@ -171,7 +169,7 @@ static void test_devices_and_options(void) {
     em_pjrt_option o = {"cpu_device_count", EM_PJRT_OPT_INT, 2, 0, false, NULL};
     int n = em_pjrt_open(c, "xla", NULL, &o, 1);
     if (n < 0) {
-        printf("SKIP test_devices_and_options: %s\n", em_ctx_error(c)->message);
+        em_test_skip("%s", em_ctx_error(c)->message);
         em_ctx_destroy(c);
         return;
     }
