@@ -18,7 +18,7 @@
 #include "ember/ember.h"
 #include "ember/hub.h"
 #include "harness.h"
-#include "io/hub_internal.h"
+#include "io/hub/hub_internal.h"
 
 /* ---- scaffolding: temporary directories, the test Hub, small file helpers ----------------- */
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_impl.h"
 #include "tokenizer_expect.h"
 
 static json_t *texts_doc;
@@ -631,7 +631,7 @@ static void test_unicode(void) {
     }
     CHECK_MSG(map_bad == 0, "%d blocks of Unicode mappings differ", map_bad);
     if (bad || map_bad || rx_bad)
-        fprintf(stderr, "  (src/io/tokenizer_unicode_fixups.h corrects the utf8proc and PCRE2 it was "
+        fprintf(stderr, "  (src/io/tokenizer/tokenizer_unicode_fixups.h corrects the utf8proc and PCRE2 it was "
                         "generated with; with other versions regenerate it: "
                         "/opt/refvenv/bin/python scripts/gen_tokenizer_fixtures.py --unicode)\n");
     fprintf(stderr, "  unicode: 4 classes, 8 regex classes, 8 mappings over all code points: "
