@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include "core/file_read.h"
 #include "ember/ember.h"
 
 int em_test_failures;
@@ -202,6 +203,16 @@ const char *em_test_fixture_path(const char *sub, const char *rel) {
     char *b = buf[k++ % 8];
     snprintf(b, sizeof buf[0], "%s/%s/%s", em_test_fixtures_dir(), sub, rel);
     return b;
+}
+
+char *em_test_read_file(const char *path, size_t *len) {
+    em_ctx *c = em_ctx_create();
+    size_t n = 0;
+    char *buf = em_file_read(c, "test", path, SIZE_MAX / 2, &n, NULL);
+    if (!buf) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
+    em_ctx_destroy(c);
+    if (len) *len = n;
+    return buf;
 }
 
 void *em_test_load_json(const char *path) {

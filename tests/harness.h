@@ -65,6 +65,8 @@ const char *em_test_fixtures_dir(void);
 
 /* "<fixtures dir>/<sub>/<rel>" in one of 8 rotating static buffers (valid for a few calls). */
 const char *em_test_fixture_path(const char *sub, const char *rel);
+/* A whole file, NUL-terminated, malloc'd (*len may be NULL); NULL after printing why. */
+char *em_test_read_file(const char *path, size_t *len);
 /* A JSON document (jansson json_t *, cast by the caller), or NULL after printing why. */
 void *em_test_load_json(const char *path);
 

@@ -9,22 +9,6 @@
 #include "harness.h"
 #include "io/jinja/jinja.h"
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 static json_t *load_fixture(const char *name) {
     char path[1024];
     snprintf(path, sizeof path, "%s/chat/%s", em_test_fixtures_dir(), name);
@@ -79,7 +63,7 @@ static void test_fixture_templates(void) {
             em_chat_template_free(t);
             char path[1024];
             snprintf(path, sizeof path, "%s/chat/templates/%s", em_test_fixtures_dir(), name);
-            char *src = read_file(path);
+            char *src = em_test_read_file(path, NULL);
             CHECK_MSG(src != NULL, "cannot read %s", path);
             t = src ? em_chat_template_compile(c, src) : NULL;
             CHECK_MSG(t != NULL, "%s: %s", name, em_ctx_error(c) ? em_ctx_error(c)->message : "");

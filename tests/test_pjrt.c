@@ -57,22 +57,6 @@ static char *emit_text(em_op_id id, int n_in, const em_dtype *dts, const int *nd
     return text;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Compares with tests/fixtures/pjrt/<name>.mlir; EMBER_UPDATE_GOLDEN=1 rewrites it (review the
  * diff: the text is Ember's own output, kept to catch unintended changes). */
 static void check_golden(const char *name, char *text) {
@@ -88,7 +72,7 @@ static void check_golden(const char *name, char *text) {
         }
         printf("wrote %s\n", path);
     }
-    char *want = slurp(path);
+    char *want = em_test_read_file(path, NULL);
     CHECK_MSG(want && !strcmp(want, text), "%s differs from the golden text:\n%s", path, text);
     free(want);
     free(text);

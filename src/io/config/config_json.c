@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/file_read.h"
 #include "io/config/config_impl.h"
 
 const char *em_cfg_kind(const json_t *v) {
@@ -141,38 +142,10 @@ em_status em_cfg_load_file(em_ctx *c, const char *op, const char *path, const ch
         snprintf(p, n, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", default_name);
     else
         snprintf(p, n, "%s", path);
-    FILE *f = fopen(p, "rb");
-    if (!f) {
-        em_status s = EM_FAIL(c, errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, op,
-                              "cannot open %s: %s", p, strerror(errno));
-        free(p);
-        return s;
-    }
     /* config files are small; a bound keeps a stray multi-GB path from being slurped */
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *nt = cap <= (64u << 20) ? realloc(text, cap) : NULL;
-            if (!nt) {
-                fclose(f);
-                free(text);
-                em_status s = EM_FAIL(c, cap > (64u << 20) ? EM_ERR_FORMAT : EM_ERR_OOM, op,
-                                      "%s: larger than 64 MiB, not a config file", p);
-                free(p);
-                return s;
-            }
-            text = nt;
-        }
-        size_t k = fread(text + len, 1, cap - len, f);
-        len += k;
-        if (k == 0) break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    em_status s = bad ? EM_FAIL(c, EM_ERR_IO, op, "cannot read %s", p)
-                      : em_cfg_parse_text(c, op, text ? text : "", len, p, root);
+    size_t len = 0;
+    char *text = em_file_read(c, op, p, (size_t)64 << 20, &len, NULL);
+    em_status s = text ? em_cfg_parse_text(c, op, text, len, p, root) : em_ctx_status(c);
     free(text);
     if (s) {
         free(p);

@@ -16,48 +16,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/file_read.h"
 #include "io/tokenizer/tokenizer_impl.h"
 
 /* ---- tokenizer_config.json ---- */
 
 static bool read_file(em_ctx *c, const char *path, bool optional, char **buf, size_t *len,
                       bool *found) {
-    *buf = NULL;
-    *len = 0;
-    if (found) *found = false;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return true;
-        em_ctx_fail(c, errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "tokenizer_load",
-                    "cannot open %s: %s", path, strerror(errno));
-        return false;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size > ((int64_t)1 << 31)) {
-        em_ctx_fail(c, EM_ERR_IO, "tokenizer_load", "%s is not a regular file of at most 2 GiB",
-                    path);
-        fclose(f);
-        return false;
-    }
-    size_t n = (size_t)st.st_size;
-    char *b = malloc(n + 1);
-    if (!b) {
-        em_ctx_fail(c, EM_ERR_OOM, "tokenizer_load", "cannot allocate %zu bytes for %s", n, path);
-        fclose(f);
-        return false;
-    }
-    size_t got = fread(b, 1, n, f);
-    fclose(f);
-    if (got != n) {
-        em_ctx_fail(c, EM_ERR_IO, "tokenizer_load", "read %zu of %zu bytes of %s", got, n, path);
-        free(b);
-        return false;
-    }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
-    if (found) *found = true;
-    return true;
+    bool missing = false;
+    *buf = em_file_read(c, "tokenizer_load", path, (size_t)1 << 31, len, optional ? &missing : NULL);
+    if (found) *found = *buf != NULL;
+    return *buf || missing;
 }
 
 static json_t *parse_json(tk_ld *l, const char *doc, size_t len, size_t flags) {
