@@ -3,6 +3,8 @@
  * clamps and selects of exp, tanh, sigmoid, silu and gelu and vectorises those loops, which it
  * left scalar for AVX2 (AVX-512 vectorises them with masks); the results are the same IEEE
  * operations per element. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
+#endif
 #define EW_ISA avx2
 #include "backends/cpu/ew_funcs.inc"
