@@ -384,6 +384,24 @@ INLINE void dot_stream(const em_dtype DT, const em_dtype OT, const int MB, int64
     }
 }
 
+/* One 16-value step of a tile: the low then the high half of each weight row (rows[b]) against
+ * the matching half of each x row (xs + i*kp), into acc[i][b]. */
+INLINE void tile_step(const em_dtype DT, const int MB, const int NB, const char *const *rows,
+                      const float *xs, int64_t kp, __m256 (*acc)[3]) {
+    __m256 wv[3];
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        #pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) wv[b] = h ? whi(DT, rows[b]) : wlo(DT, rows[b]);
+        #pragma GCC unroll 4
+        for (int i = 0; i < MB; i++) {
+            const __m256 xv = _mm256_loadu_ps(xs + i * kp + 8 * h);
+            #pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
+        }
+    }
+}
+
 /*
  * MB (1..4) rows of x by NB (1..3) weight rows over the whole k, one accumulator per output:
  * per 16 values, each half of a weight vector feeds MB FMAs and each x vector NB. The next
@@ -405,44 +423,15 @@ INLINE void dot_tile(const em_dtype DT, const int MB, const int NB, int64_t k, c
             #pragma GCC unroll 4
             for (int b = 0; b < 3; b++)
                 if (b < pf_rows) _mm_prefetch(pf + b * lw + (size_t)kk * es, _MM_HINT_T1);
-        __m256 wv[3];
-        #pragma GCC unroll 4
-        for (int b = 0; b < NB; b++) wv[b] = wlo(DT, p + b * lw);
-        #pragma GCC unroll 4
-        for (int i = 0; i < MB; i++) {
-            const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk);
-            #pragma GCC unroll 4
-            for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
-        }
-        #pragma GCC unroll 4
-        for (int b = 0; b < NB; b++) wv[b] = whi(DT, p + b * lw);
-        #pragma GCC unroll 4
-        for (int i = 0; i < MB; i++) {
-            const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk + 8);
-            #pragma GCC unroll 4
-            for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
-        }
+        const char *rows[3] = {p, p + lw, p + 2 * lw};
+        tile_step(DT, MB, NB, rows, xs + kk, kp, acc);
     }
-    if (kk < k) {
+    if (kk < k) { /* the rows' last, partial chunk, from zero-padded copies */
         char buf[3][64];
-        __m256 wv[3];
+        const char *rows[3] = {buf[0], buf[1], buf[2]};
         #pragma GCC unroll 4
-        for (int b = 0; b < NB; b++)
-            wv[b] = wlo(DT, wtail(DT, w + b * lw + (size_t)kk * es, k - kk, buf[b]));
-        #pragma GCC unroll 4
-        for (int i = 0; i < MB; i++) {
-            const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk);
-            #pragma GCC unroll 4
-            for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
-        }
-        #pragma GCC unroll 4
-        for (int b = 0; b < NB; b++) wv[b] = whi(DT, buf[b]);
-        #pragma GCC unroll 4
-        for (int i = 0; i < MB; i++) {
-            const __m256 xv = _mm256_loadu_ps(xs + i * kp + kk + 8);
-            #pragma GCC unroll 4
-            for (int b = 0; b < NB; b++) acc[i][b] = _mm256_fmadd_ps(xv, wv[b], acc[i][b]);
-        }
+        for (int b = 0; b < NB; b++) wtail(DT, w + b * lw + (size_t)kk * es, k - kk, buf[b]);
+        tile_step(DT, MB, NB, rows, xs + kk, kp, acc);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < MB; i++)
