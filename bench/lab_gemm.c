@@ -200,7 +200,9 @@ static void bench_mm(int64_t s, int reps) {
         char what[128];
         snprintf(what, sizeof what, "matmul %-4s %lld^3 ember   ", em_dtype_name(dt),
                  (long long)s);
-        report(what, flops, 3.0 * (double)nb, measure(run_gemm, &j, reps, 1), d ? peak_dot : peak_fma);
+        /* without a bf16 dot instruction bf16 runs on the FMA units: that peak bounds it */
+        report(what, flops, 3.0 * (double)nb, measure(run_gemm, &j, reps, 1),
+               d && peak_dot > 0 ? peak_dot : peak_fma);
 #ifdef LAB_OPENBLAS
         if (dt == EM_F32) {
             openblas_set_num_threads(em_num_threads());
