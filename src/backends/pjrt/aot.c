@@ -127,6 +127,9 @@ void pj_aot_env(const char *lib) {
     env_default("TPU_WORKER_ID", "0");
     env_default("TPU_WORKER_HOSTNAMES", "localhost");
     env_default("TPU_HOST_BOUNDS", "1,1,1"); /* else it warns that it cannot find the host's */
+    /* libtpu takes a lock file so that one process owns the chips; without chips, any number
+     * of processes may compile (ctest -j, a bench next to a test run) */
+    env_default("ALLOW_MULTIPLE_LIBTPU_LOAD", "1");
 }
 
 em_status pj_aot_create(em_ctx *c, pj_plugin *pl) {
