@@ -31,6 +31,10 @@ static void test_names(void) {
     CHECK(!pj_aot_parse("tpu-aot:v6e:2x4:", prefix, sizeof prefix, &topo, &tl, &idx));
     CHECK(!pj_aot_parse("tpu-aot:v6e:2x4:-1", prefix, sizeof prefix, &topo, &tl, &idx));
     CHECK(!pj_aot_parse("tpu-aot:v6e:2y4", prefix, sizeof prefix, &topo, &tl, &idx));
+    CHECK(pj_aot_parse("cuda-aot:h100_sxm", prefix, sizeof prefix, &topo, &tl, &idx));
+    CHECK(!strcmp(prefix, "cuda-aot:h100_sxm") && !strncmp(topo, "h100_sxm", tl) && idx == 0);
+    CHECK(pj_aot_parse("cuda-aot:h200:1", prefix, sizeof prefix, &topo, &tl, &idx) && idx == 1);
+    CHECK(!pj_aot_parse("cuda-aot:", prefix, sizeof prefix, &topo, &tl, &idx));
 }
 
 /* Multi-device compile options (issue 18 plugs in here): canonical protobuf bytes. */
@@ -311,6 +315,65 @@ static void test_decode_steps(void) {
         for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) decode_step(devs[k], fams[i]);
 }
 
+/* cuda-aot: XLA's CUDA plugin compiling for a GPU it does not have, described by a target
+ * configuration. The one here is a minimal description of an H100 SXM (NVIDIA's published
+ * figures: 132 SMs, 80 GB at 3.35 TB/s, 50 MB L2, compute capability 9.0), enough for XLA. */
+static const char h100_config[] =
+    "gpu_device_info {\n  threads_per_block_limit: 1024\n  threads_per_warp: 32\n"
+    "  shared_memory_per_block: 49152\n  shared_memory_per_core: 233472\n"
+    "  threads_per_core_limit: 2048\n  core_count: 132\n  fpus_per_core: 128\n"
+    "  block_dim_limit_x: 2147483647\n  block_dim_limit_y: 65535\n  block_dim_limit_z: 65535\n"
+    "  memory_bandwidth: 3352320000000\n  l2_cache_size: 52428800\n  clock_rate_ghz: 1.98\n"
+    "  device_memory_size: 84942979072\n  shared_memory_per_block_optin: 232448\n"
+    "  cuda_compute_capability { major: 9 minor: 0 }\n  registers_per_core_limit: 65536\n"
+    "  registers_per_block_limit: 65536\n}\nplatform_name: \"CUDA\"\n"
+    "dnn_version_info { major: 9 minor: 1 }\ndevice_description_str: \"NVIDIA H100 80GB HBM3\"\n";
+
+static void test_cuda_aot(void) {
+    char path[] = "/tmp/ember_h100_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) return;
+    fputs(h100_config, f);
+    fclose(f);
+    setenv("EMBER_CUDA_TARGET_CONFIG", path, 1);
+    em_ctx *c = em_ctx_create();
+    em_device *d = em_device_get(c, "cuda-aot:h100_sxm");
+    if (!d) {
+        printf("SKIP test_cuda_aot: no XLA CUDA plugin (pip install jax-cuda13-pjrt, or set "
+               "EMBER_PJRT_CUDA_PLUGIN): %s\n", em_ctx_error(c)->message);
+        goto out;
+    }
+    CHECK(em_device_is_compile_only(d));
+    em_device_info info;
+    CHECK(em_device_query(d, &info) == EM_OK && strstr(info.kind, "H100") &&
+          info.memory_bytes == 84942979072LL);
+    em_ctx_set_device(c, d);
+    em_scope_push(c);
+    em_tensor *y = em_silu(c, em_matmul(c, em_zeros(c, EM_BF16, EM_SHAPE(64, 128)),
+                                        em_zeros(c, EM_BF16, EM_SHAPE(128, 32))));
+    CHECK_MSG(y && em_tensor_dim(y, 1) == 32, "%s",
+              em_ctx_status(c) ? em_ctx_error(c)->message : "");
+    float v[64 * 32];
+    CHECK(em_to_host(c, em_cast(c, y, EM_F32), v, sizeof v) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "GPU target h100_sxm", "compile-only");
+    em_ctx_clear_error(c);
+    /* the plugin gives no cost analysis for a GPU program compiled this way; memory it does */
+    find_report fr = {"matmul(", false, {.flops = 0}};
+    CHECK(em_pjrt_reports(d, find_cb, &fr) > 0 && fr.found);
+    CHECK(fr.r.argument_bytes == (64 * 128 + 128 * 32) * 2 && fr.r.peak_bytes > 0);
+    em_scope_pop(c);
+    /* without a configuration: what to give it */
+    unsetenv("EMBER_CUDA_TARGET_CONFIG");
+    CHECK(em_device_get(c, "cuda-aot:b200") == NULL);
+    CHECK_ERR(c, EM_ERR_NOT_FOUND, "target configuration", "EMBER_CUDA_TARGET_CONFIG");
+out:
+    unsetenv("EMBER_CUDA_TARGET_CONFIG");
+    remove(path);
+    em_ctx_clear_error(c);
+    em_ctx_destroy(c);
+}
+
 EM_TEST_MAIN(T(test_names), T(test_compile_options_spec), T(test_topology),
              T(test_eager_shape_only), T(test_ragged_native), T(test_compiled_and_fused),
-             T(test_decode_steps))
+             T(test_decode_steps), T(test_cuda_aot))

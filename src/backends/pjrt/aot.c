@@ -59,19 +59,27 @@ double pj_aot_roofline(const pj_plugin *pl, double flops, double bytes) {
 /* ---- names ---- */
 
 /* "tpu-aot:v6e:2x4", "tpu-aot:v6e:2x4:3", "tpu-aot:v5p:2x2x1": the topology is GEN:DIMS with
- * DIMS digits and 'x' (libtpu checks the rest and names its own rule when it refuses one). */
+ * DIMS digits and 'x' (libtpu checks the rest and names its own rule when it refuses one).
+ * "cuda-aot:h100_sxm[:N]": the name of a GPU target configuration (letters, digits, _ . -). */
 bool pj_aot_parse(const char *name, char *prefix_out, size_t n, const char **topology,
                   size_t *topology_len, int *index) {
-    static const char *const kinds[] = {"tpu-aot:"};
-    const char *rest = NULL;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && !rest; k++)
-        if (!strncmp(name, kinds[k], strlen(kinds[k]))) rest = name + strlen(kinds[k]);
-    if (!rest) return false;
-    const char *gen_end = strchr(rest, ':');
-    if (!gen_end || gen_end == rest) return false;
-    const char *dims = gen_end + 1, *p = dims;
-    while (isdigit((unsigned char)*p) || *p == 'x') p++;
-    if (p == dims) return false;
+    const char *rest = NULL, *p;
+    if (!strncmp(name, "tpu-aot:", 8)) {
+        rest = name + 8;
+        const char *gen_end = strchr(rest, ':');
+        if (!gen_end || gen_end == rest) return false;
+        const char *dims = gen_end + 1;
+        p = dims;
+        while (isdigit((unsigned char)*p) || *p == 'x') p++;
+        if (p == dims) return false;
+    } else if (!strncmp(name, "cuda-aot:", 9)) {
+        rest = name + 9;
+        p = rest;
+        while (isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '-') p++;
+        if (p == rest) return false;
+    } else {
+        return false;
+    }
     *index = 0;
     if (*p == ':') {
         char *end;
@@ -132,6 +140,32 @@ void pj_aot_env(const char *lib) {
     env_default("ALLOW_MULTIPLE_LIBTPU_LOAD", "1");
 }
 
+/* A GPU target configuration (GpuTargetConfigProto in text form) for "cuda-aot:NAME": the file
+ * $EMBER_CUDA_TARGET_CONFIG, else NAME.txtpb in $EMBER_CUDA_TARGET_CONFIG_DIR. XLA keeps one per
+ * GPU model in xla/backends/gpu/target_config/specs/ (h100_sxm.txtpb, h200.txtpb, ...). */
+static char *gpu_target_config(em_ctx *c, const pj_plugin *pl, size_t *len) {
+    char path[1200] = "";
+    const char *f = getenv("EMBER_CUDA_TARGET_CONFIG"), *dir = getenv("EMBER_CUDA_TARGET_CONFIG_DIR");
+    if (f && *f) snprintf(path, sizeof path, "%s", f);
+    else if (dir && *dir) snprintf(path, sizeof path, "%s/%s.txtpb", dir, pl->topology_name);
+    FILE *fp = path[0] ? fopen(path, "rb") : NULL;
+    char *buf = NULL;
+    if (fp) {
+        buf = malloc(1 << 20);
+        *len = buf ? fread(buf, 1, (1 << 20) - 1, fp) : 0;
+        if (buf) buf[*len] = 0;
+        fclose(fp);
+    }
+    if (!buf)
+        EM_FAIL(c, EM_ERR_NOT_FOUND, "device_get",
+                "cuda-aot:%s needs a GPU target configuration, a GpuTargetConfigProto in text "
+                "form such as XLA's xla/backends/gpu/target_config/specs/%s.txtpb: set "
+                "EMBER_CUDA_TARGET_CONFIG=FILE or EMBER_CUDA_TARGET_CONFIG_DIR=DIR (%s%s)",
+                pl->topology_name, pl->topology_name, path[0] ? "cannot read " : "neither is set",
+                path);
+    return buf;
+}
+
 em_status pj_aot_create(em_ctx *c, pj_plugin *pl) {
     static const char *const need[] = {"PJRT_TopologyDescription_Create", "PJRT_Compile",
                                        "PJRT_TopologyDescription_GetDeviceDescriptions"};
@@ -148,7 +182,32 @@ em_status pj_aot_create(em_ctx *c, pj_plugin *pl) {
     PJ_ARGS(PJRT_TopologyDescription_Create_Args, tc, topology);
     tc.topology_name = pl->topology_name;
     tc.topology_name_size = strlen(pl->topology_name);
+    /* XLA's GPU plugin describes a GPU it does not have from a target configuration; one
+     * device ("1x1x1": partitions x hosts x devices per host) */
+    PJRT_NamedValue nv[2];
+    size_t cfg_len = 0;
+    char *cfg = NULL;
+    if (!strncmp(pl->name, "cuda-", 5)) {
+        if (!(cfg = gpu_target_config(c, pl, &cfg_len))) return c->err.status;
+        memset(nv, 0, sizeof nv);
+        nv[0].struct_size = nv[1].struct_size = PJ_SIZE(PJRT_NamedValue, value_size);
+        nv[0].name = "target_config";
+        nv[0].name_size = 13;
+        nv[0].type = PJ_NV_STRING;
+        nv[0].string_value = cfg;
+        nv[0].value_size = cfg_len;
+        nv[1].name = "topology";
+        nv[1].name_size = 8;
+        nv[1].type = PJ_NV_STRING;
+        nv[1].string_value = "1x1x1";
+        nv[1].value_size = 5;
+        tc.create_options = nv;
+        tc.num_options = 2;
+        const char *m = strstr(cfg, "device_memory_size:");
+        if (m) pl->device_memory_limit = strtoll(m + 19, NULL, 10);
+    }
     PJRT_Error *e = pl->api->PJRT_TopologyDescription_Create(&tc);
+    free(cfg);
     if (e) return topo_fail(c, pl, e);
     pl->topology = tc.topology;
     PJ_ARGS(PJRT_TopologyDescription_String_Args, ts, str_size);
@@ -241,13 +300,15 @@ em_status pj_aot_refuse(em_ctx *c, const em_device *d, const char *what, bool in
     const pj_plugin *pl = ((const pj_dev *)d->impl)->pl;
     if (in_op)
         return em_op_fail(c, EM_ERR_UNSUPPORTED,
-                          "%s is a compile-only device (TPU topology %s, no chip): %s needs tensor "
+                          "%s is a compile-only device (%s %s, no chip): %s needs tensor "
                           "values, and tensors there have shapes only",
-                          d->name, pl->topology_name, what);
+                          d->name, pl->platform[0] == 't' ? "TPU topology" : "GPU target",
+                          pl->topology_name, what);
     return EM_FAIL(c, EM_ERR_UNSUPPORTED, what,
-                   "%s is a compile-only device (TPU topology %s, no chip): its tensors have "
+                   "%s is a compile-only device (%s %s, no chip): its tensors have "
                    "shapes but no values; programs compile there, nothing runs",
-                   d->name, pl->topology_name);
+                   d->name, pl->platform[0] == 't' ? "TPU topology" : "GPU target",
+                   pl->topology_name);
 }
 
 em_status em_pjrt_topology_get(const em_device *d, em_pjrt_topology *out) {

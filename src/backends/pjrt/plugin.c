@@ -440,8 +440,8 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
         if (!pl) {
             if (!c->err.status)
                 EM_FAIL(c, EM_ERR_NOT_FOUND, "device_get",
-                        "%s needs the %s PJRT plugin (pip install libtpu); tried: %s", name, lib,
-                        tried);
+                        "%s needs the %s PJRT plugin (pip install %s); tried: %s", name, lib,
+                        strcmp(lib, "tpu") ? "jax-cuda13-pjrt" : "libtpu", tried);
             return NULL;
         }
         if (index >= pl->n_devices) {
