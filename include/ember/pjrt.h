@@ -32,7 +32,9 @@
  * EM_ERR_UNSUPPORTED naming the device as compile-only; so does an op that needs index values
  * on the host. Creating a tensor from host data there keeps only its shape. Each launch adds
  * the program's XLA cost analysis to the device's projection (em_pjrt_projection_get).
- * docs/tpu-aot.md has the details.
+ * "cuda-aot:NAME[:N]" does the same with XLA's CUDA plugin for a GPU described by a target
+ * configuration (EMBER_CUDA_TARGET_CONFIG=FILE, or EMBER_CUDA_TARGET_CONFIG_DIR/NAME.txtpb);
+ * that plugin gives memory statistics but no cost analysis. docs/tpu-aot.md has the details.
  */
 #ifndef EMBER_PJRT_H_PUBLIC
 #define EMBER_PJRT_H_PUBLIC
