@@ -84,18 +84,21 @@ static void run_moe(void *user) {
 /* ---- compile-only devices: the layer projected from XLA's cost analysis ---- */
 
 typedef struct ragged_flops {
-    int64_t m;   /* rows of the batch's ragged dots (tokens * top_k) */
-    double flops; /* XLA's count, summed over them */
+    int64_t m, h, inter; /* rows of the batch's ragged dots (tokens * top_k); the two K's */
+    double flops;        /* XLA's count, summed over them */
     int n;
 } ragged_flops;
 
 static int ragged_cb(const em_pjrt_program_report *r, void *user) {
     ragged_flops *f = user;
-    char pre[48];
-    snprintf(pre, sizeof pre, "ragged_dot(bf16[%lld,", (long long)f->m);
-    if (!strncmp(r->what, pre, strlen(pre)) && r->flops > 0) {
-        f->flops += r->flops;
-        f->n++;
+    for (int k = 0; k < 2; k++) { /* gate_up reads [M, H], down [M, I] */
+        char pre[64];
+        snprintf(pre, sizeof pre, "ragged_dot(bf16[%lld,%lld]", (long long)f->m,
+                 (long long)(k ? f->inter : f->h));
+        if (!strncmp(r->what, pre, strlen(pre)) && r->flops > 0) {
+            f->flops += r->flops;
+            f->n++;
+        }
     }
     return 0;
 }
@@ -184,7 +187,7 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
                 break;
             }
             /* what XLA counts for the ragged dots against the multiply-adds they must do */
-            ragged_flops rf = {(int64_t)b * md->top_k, 0, 0};
+            ragged_flops rf = {(int64_t)b * md->top_k, h, in, 0, 0};
             em_pjrt_reports(d, ragged_cb, &rf);
             double useful = 2.0 * (double)b * md->top_k * 3.0 * in * h;
             /* XLA's bytes for a ragged dot are its whole rhs: every expert, hit or not (the

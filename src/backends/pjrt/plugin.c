@@ -418,6 +418,28 @@ int em_pjrt_open(em_ctx *c, const char *name, const char *path, const em_pjrt_op
     return pl ? pl->n_devices : -1;
 }
 
+/* Whether this host has a TPU: a PCI device of Google's vendor id, as JAX checks before it
+ * loads libtpu. Without one, creating libtpu's client asks the cloud metadata server about the
+ * host for minutes before it fails; a clear error at once is better. */
+static bool tpu_present(void) {
+    glob_t g;
+    bool found = false;
+    if (glob("/sys/bus/pci/devices/*/vendor", 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+            FILE *f = fopen(g.gl_pathv[i], "r");
+            char v[16] = "";
+            if (f) {
+                if (!fgets(v, sizeof v, f)) v[0] = 0;
+                fclose(f);
+            }
+            found = !strncmp(v, "0x1ae0", 6);
+        }
+    }
+    globfree(&g);
+    const char *force = getenv("EMBER_TPU_ASSUME_PRESENT");
+    return found || (force && !strcmp(force, "1"));
+}
+
 /* "xla", "xla:1", "cuda", "tpu:0", "pjrt:/path/x.so" (devices "pjrtN:0..") */
 em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
     char prefix[64];
@@ -473,6 +495,20 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
             long v = strtol(colon + 1, &end, 10);
             if (!colon[1] || *end || v < 0) return NULL;
             index = (int)v;
+        }
+        if (!strcmp(prefix, "tpu") && !tpu_present()) {
+            bool open = false;
+            pthread_mutex_lock(&plugins_lock);
+            for (int i = 0; i < n_plugins; i++) open |= !strcmp(plugins[i]->name, "tpu");
+            pthread_mutex_unlock(&plugins_lock);
+            if (!open) {
+                EM_FAIL(c, EM_ERR_DEVICE, "device_get",
+                        "no device named '%s': this host has no TPU (no PCI device of vendor "
+                        "0x1ae0; EMBER_TPU_ASSUME_PRESENT=1 skips the check); to compile for one "
+                        "without it use a compile-only device such as tpu-aot:v6e:2x4",
+                        name);
+                return NULL;
+            }
         }
         if (strcmp(prefix, "xla") && strcmp(prefix, "cuda") && strcmp(prefix, "tpu")) {
             /* a prefix opened before through em_pjrt_open */
