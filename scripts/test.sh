@@ -39,9 +39,15 @@ echo "== the cross-device conformance report (xla:0; executables come from the c
 
 echo "== TPU without a TPU: every op case compiled for a TPU v6e-8 slice (per-op, fused, compiled)"
 # reports per mode compiled / total; execution is not applicable on a compile-only device
+# Not fatal yet: libtpu 0.0.51's compiler crashes (SIGSEGV in TpuPriorityFusionQueue) on the
+# reduce family's softmax f32[3,5,17] dim 0 (docs/notes/2026-12-01-tpu-aot.md); until that
+# program is worked around the report runs up to there and says so.
 start=$(date +%s)
-./build/tools/ember/ember test-devices --device tpu-aot:v6e:2x4 --modes async,fused,compiled |
-  grep -v "^  FAIL" | tail -n 14
+if ! ./build/tools/ember/ember test-devices --device tpu-aot:v6e:2x4 --modes async,fused,compiled \
+  >build/tpu-aot-conformance.txt 2>&1; then
+  echo "tpu-aot conformance did not pass or did not complete (full log: build/tpu-aot-conformance.txt)"
+fi
+grep -E "^(==|   |--|  [a-z]+ +[0-9]|tpu-aot)" build/tpu-aot-conformance.txt | tail -n 30
 echo "tpu-aot conformance: $(($(date +%s) - start)) s"
 
 echo "== every EM_API function is exported by the shared library"
