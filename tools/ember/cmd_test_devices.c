@@ -40,11 +40,11 @@ static void usage(void) {
            "  --no-cpu       do not compare with the CPU backend\n"
            "  --allow-missing  a --device that cannot be found is skipped, not an error (exit 77,\n"
            "                 ctest's skip code, when none of them is found)\n"
+           "  --json         failures and summaries as JSON lines; the last lines are\n"
+           "                 {\"device\": ..., \"passed\": N, \"total\": N, \"pass_rate\": R}\n"
            "A compile-only device (tpu-aot:TOPOLOGY[:N], e.g. tpu-aot:v6e:2x4) compiles every\n"
            "case's programs against the topology and checks the outputs' shapes and dtypes;\n"
-           "it runs nothing, so it reports compiled / total and counts execution apart.\n"
-           "  --json         failures and summaries as JSON lines; the last lines are\n"
-           "                 {\"device\": ..., \"passed\": N, \"total\": N, \"pass_rate\": R}\n");
+           "it runs nothing, so it reports compiled / total and counts execution apart.\n");
 }
 
 static int cmp_str(const void *a, const void *b) {
