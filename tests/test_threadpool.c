@@ -1,7 +1,8 @@
 /* The CPU thread pool under back-to-back tiny jobs, more threads than cores (so that workers are
  * preempted at every point of the job protocol), parallel_for and parallel_each interleaved.
  * A worker that joins a job late must never take part in the next one: a watchdog turns a
- * hang into a failure. */
+ * hang into a failure. The test counts jobs, never time: how fast the pool is on a busy machine
+ * is `ember bench pool`'s question. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -50,6 +51,10 @@ static void *watchdog(void *arg) {
     }
 }
 
+/* Enough back-to-back jobs to hit the protocol's windows many times over (each job opens and
+ * closes once; with more threads than cores workers are preempted inside them). */
+#define JOBS 2000
+
 static double seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -60,8 +65,8 @@ static void stress(int threads) {
     em_set_num_threads(threads);
     job *j = calloc(1, sizeof *j);
     int bad = 0, jobs = 0;
-    double end = seconds() + 3.0;
-    for (; jobs < 200000 && seconds() < end; jobs++) {
+    double t0 = seconds(); /* printed for information only */
+    for (; jobs < JOBS; jobs++) {
         for (int i = 0; i < ITEMS; i++) atomic_store(&j->hits[i], 0);
         atomic_store(&j->each_calls, 0);
         int64_t n = 2 + jobs % (ITEMS - 1); /* 2..64 items, one per chunk at small n */
@@ -75,8 +80,7 @@ static void stress(int threads) {
         atomic_fetch_add(&progress, 1);
     }
     CHECK(bad == 0);
-    CHECK(jobs > 1000);
-    printf("  %d threads: %d jobs, %d wrong counts\n", threads, jobs, bad);
+    printf("  %d threads: %d jobs, %d wrong counts (%.2f s)\n", threads, jobs, bad, seconds() - t0);
     free(j);
 }
 
