@@ -25,6 +25,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "bench_util.h"
+#include "core/threadpool.h"
 #include "cli.h"
 #include "ember/ember.h"
 

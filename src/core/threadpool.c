@@ -12,11 +12,15 @@
  * was published, run its chunks and have its counts reset under it: items done twice or never,
  * or a submitter waiting forever (tests/test_threadpool.c caught both).
  */
+#include "core/threadpool.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
-#include "backends/cpu/cpu.h"
+#include "core/cpu_count.h"
+#include "ember/core.h" /* em_num_threads, em_set_num_threads (EM_API: exported) */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -106,16 +110,6 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-static int default_threads(void) {
-    const char *e = getenv("EMBER_NUM_THREADS");
-    if (e && *e) {
-        int n = atoi(e);
-        if (n >= 1 && n <= 1024) return n;
-    }
-    int n = em_cpu_features_get()->physical_cores;
-    return n >= 1 ? n : 1;
-}
-
 static void pool_destroy(pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->m);
@@ -176,7 +170,7 @@ static pool *acquire(void) {
     if (!the_pool) {
         int n = atomic_load(&configured_threads);
         if (n <= 0) {
-            n = default_threads();
+            n = em_cpu_default_threads();
             atomic_store(&configured_threads, n);
         }
         if (n > 1) {
@@ -259,7 +253,7 @@ void em_parallel_each(em_par_each_fn fn, void *user) {
 int em_num_threads(void) {
     int n = atomic_load(&configured_threads);
     if (n <= 0) {
-        n = default_threads();
+        n = em_cpu_default_threads();
         atomic_store(&configured_threads, n);
     }
     return n;
