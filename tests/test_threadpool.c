@@ -25,13 +25,18 @@ typedef struct job {
     atomic_int hits[ITEMS];
     atomic_int each_calls;
     int round;
-    atomic_int wrong_round;
+    atomic_llong by_workers; /* items run by threads other than the caller */
 } job;
 
 static void count_items(void *user, int64_t b, int64_t e, int tid) {
-    (void)tid;
     job *j = user;
-    for (int64_t i = b; i < e; i++) atomic_fetch_add(&j->hits[i], 1);
+    for (int64_t i = b; i < e; i++) {
+        /* every third job's items take a little while, so that workers join it too */
+        for (volatile int k = 0; k < (j->round % 3 == 0 ? 300 : 0); k++) {
+        }
+        atomic_fetch_add(&j->hits[i], 1);
+    }
+    if (tid) atomic_fetch_add(&j->by_workers, e - b);
 }
 
 static void count_each(void *user, int tid, int n) {
@@ -58,7 +63,7 @@ static void *watchdog(void *arg) {
 
 /* Enough back-to-back jobs to hit the protocol's windows many times over (each job opens and
  * closes once; with more threads than cores workers are preempted inside them). */
-#define JOBS 2000
+#define JOBS 20000
 
 static double seconds(void) {
     struct timespec t;
@@ -74,6 +79,7 @@ static void stress(int threads) {
     for (; jobs < JOBS; jobs++) {
         for (int i = 0; i < ITEMS; i++) atomic_store(&j->hits[i], 0);
         atomic_store(&j->each_calls, 0);
+        j->round = jobs;
         int64_t n = 2 + jobs % (ITEMS - 1); /* 2..64 items, one per chunk at small n */
         em_parallel_for(n, 1, count_items, j);
         for (int64_t i = 0; i < ITEMS; i++)
@@ -85,7 +91,8 @@ static void stress(int threads) {
         atomic_fetch_add(&progress, 1);
     }
     CHECK(bad == 0);
-    printf("  %d threads: %d jobs, %d wrong counts (%.2f s)\n", threads, jobs, bad, seconds() - t0);
+    printf("  %d threads: %d jobs, %d wrong counts, %lld items run by workers (%.2f s)\n", threads,
+           jobs, bad, (long long)atomic_load(&j->by_workers), seconds() - t0);
     free(j);
 }
 

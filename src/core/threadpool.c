@@ -1,7 +1,6 @@
 /*
- * A persistent thread pool. Workers spin briefly after each job (decode loops submit many small
- * jobs back to back) and then sleep on a condition variable. One job runs at a time; a job
- * submitted from inside a worker runs inline on that worker.
+ * A persistent thread pool. One job runs at a time; a job submitted from inside a worker runs
+ * inline on that worker.
  *
  * The job protocol: `generation` is odd while a job is open and even while the submitter sets
  * up the next one. A worker registers in `active` before it reads any field of the job and then
@@ -11,34 +10,70 @@
  * a worker that woke late for one job could see the next job's fields before its generation
  * was published, run its chunks and have its counts reset under it: items done twice or never,
  * or a submitter waiting forever (tests/test_threadpool.c caught both).
+ *
+ * Waiting (a worker for the next job; the submitter for the job's last items and for registered
+ * workers to leave): spin briefly, then yield a few times, then sleep on a futex. Decode submits
+ * jobs a few microseconds apart and waking a sleeping thread costs 5-50 us, so on an idle
+ * machine a short spin pays. With more runnable threads than cores (a neighbour, `ctest -j`, a
+ * CPU quota, more threads than cores) a spinning thread holds a core that the thread it waits
+ * for may need, and a thread that yields to a busy neighbour loses the core for a whole time
+ * slice, whereas a thread woken from sleep preempts it at once. So a waiter that notices it lost
+ * its core (the clock jumps while it spins or yields) marks the pool contended, and for a while
+ * every wait goes to sleep after a few hundred nanoseconds of spinning.
+ *
+ * No lost wake-ups: a sleeper announces itself (`sleepers`, `sub_sleeping`) before it checks its
+ * condition a last time, and sleeps only while the futex word still holds the value it read
+ * before that check; a waker changes the word after changing the condition and then looks for
+ * sleepers (all sequentially consistent, so either the sleeper sees the condition or the waker
+ * sees the sleeper).
  */
 #include "core/threadpool.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/cpu_count.h"
 #include "ember/core.h" /* em_num_threads, em_set_num_threads (EM_API: exported) */
 
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
 #else
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* ~1-2 ms of spinning before a worker sleeps: decode issues parallel jobs every few hundred
- * microseconds, and waking a sleeping thread costs tens of microseconds on a VM */
-#define SPIN_ITERS 100000
+/* How long a waiter spins before it yields: long enough to bridge the serial code between the
+ * parallel ops of a decode step on an idle machine (the 2.7 ms the pool used to spin decoded no
+ * faster: docs/threadpool.md), short enough that a waiter soon stops holding a core. */
+#define SPIN_NS 50000
+/* Yields before sleeping (each returns at once when no other thread wants this core). */
+#define YIELDS 4
+/* A gap this long in a spin or a yield means another thread had this core. */
+#define PREEMPTED_NS 100000
+/* How long the pool stays in sleep-first mode after a waiter lost its core. */
+#define CONTENDED_NS 20000000
 
 typedef struct pool {
     int nthreads; /* including the submitting thread */
     pthread_t *threads;
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    atomic_uint generation; /* odd: a job is open */
+    atomic_uint generation; /* odd: a job is open; the futex workers sleep on */
+    atomic_int sleepers;    /* workers asleep (or about to be) on `generation` */
+    atomic_uint wake;       /* bumped when the submitter's condition may have changed */
+    atomic_int sub_sleeping; /* the submitter is asleep (or about to be) on `wake` */
+    atomic_llong contended_until; /* CLOCK_MONOTONIC ns */
     atomic_int pending;   /* parallel_each: workers still running the current job */
     atomic_int active;    /* workers registered in the job right now */
     atomic_llong done;    /* parallel_for: items finished */
@@ -56,13 +91,123 @@ static pool *the_pool;          /* guarded by submit_lock */
 static atomic_int configured_threads;
 static _Thread_local int in_worker;
 
+/* ---- sleeping and waking ---- */
+
+_Static_assert(sizeof(atomic_uint) == sizeof(unsigned), "a futex word is a plain 32-bit int");
+
+static void sleep_on(atomic_uint *word, unsigned expected) {
+#if defined(__linux__)
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else /* no futex: a short nap, after which the caller checks its condition again */
+    (void)word, (void)expected;
+    usleep(50);
+#endif
+}
+
+static void wake_on(atomic_uint *word, int n) {
+#if defined(__linux__)
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+#else
+    (void)word, (void)n;
+#endif
+}
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static bool contended(pool *p) {
+    long long until = atomic_load_explicit(&p->contended_until, memory_order_relaxed);
+    return until && now_ns() < until;
+}
+
+/* The condition a waiter waits for; arg is the generation a worker last saw. */
+typedef bool (*ready_fn)(pool *p, unsigned arg);
+
+/*
+ * Spins, then yields, until ready(p, arg): true when it is, false when the waiter should sleep
+ * (its budget is spent, or it lost its core: then the pool is marked contended). When the pool
+ * is already contended it spins only ~100 pause instructions: enough for a worker that is
+ * finishing its last item, short of taking a core that someone else needs.
+ */
+static bool spin_then_yield(pool *p, ready_fn ready, unsigned arg) {
+    if (contended(p)) {
+        for (int i = 0; i < 128; i++) {
+            if (ready(p, arg)) return true;
+            CPU_RELAX();
+        }
+        return ready(p, arg);
+    }
+    long long t0 = now_ns(), last = t0, t;
+    for (unsigned i = 1;; i++) {
+        if (ready(p, arg)) return true;
+        CPU_RELAX();
+        if (i % 16) continue;
+        t = now_ns();
+        if (t - last > PREEMPTED_NS) goto lost_core;
+        if (t - t0 > SPIN_NS) break;
+        last = t;
+    }
+    for (int k = 0; k < YIELDS; k++) {
+        if (ready(p, arg)) return true;
+        sched_yield();
+        t = now_ns();
+        if (t - last > PREEMPTED_NS) goto lost_core;
+        last = t;
+    }
+    return ready(p, arg);
+lost_core:
+    atomic_store_explicit(&p->contended_until, t + CONTENDED_NS, memory_order_relaxed);
+    return ready(p, arg);
+}
+
+static bool job_changed(pool *p, unsigned seen) {
+    return atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
+           atomic_load_explicit(&p->stop, memory_order_relaxed);
+}
+
+/* A worker's wait for the generation to move on from `seen` (or for the pool to stop). */
+static void wait_job(pool *p, unsigned seen) {
+    if (spin_then_yield(p, job_changed, seen)) return;
+    atomic_fetch_add(&p->sleepers, 1);
+    while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+        sleep_on(&p->generation, seen);
+    atomic_fetch_sub(&p->sleepers, 1);
+}
+
+/* The submitter's wait for ready(p, 0), which workers announce with notify_submitter. */
+static void wait_submitter(pool *p, ready_fn ready) {
+    if (spin_then_yield(p, ready, 0)) return;
+    for (;;) {
+        atomic_store(&p->sub_sleeping, 1);
+        unsigned w = atomic_load(&p->wake);
+        if (ready(p, 0)) break;
+        sleep_on(&p->wake, w);
+    }
+    atomic_store(&p->sub_sleeping, 0);
+}
+
+/* Called by a worker after a change that may satisfy the submitter's condition. */
+static void notify_submitter(pool *p) {
+    atomic_fetch_add(&p->wake, 1);
+    if (atomic_load(&p->sub_sleeping)) wake_on(&p->wake, 1);
+}
+
+static bool each_done(pool *p, unsigned arg) { return atomic_load(&p->pending) <= 0; }
+static bool items_done(pool *p, unsigned arg) { return atomic_load(&p->done) >= p->n; }
+static bool none_active(pool *p, unsigned arg) { return atomic_load(&p->active) <= 0; }
+
+/* ---- workers ---- */
+
 static void run_chunks(pool *p, int tid) {
     for (;;) {
         int64_t b = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
         if (b >= p->n) break;
         int64_t e = b + p->chunk < p->n ? b + p->chunk : p->n;
         p->fn(p->user, b, e, tid);
-        atomic_fetch_add_explicit(&p->done, e - b, memory_order_release);
+        if (atomic_fetch_add(&p->done, e - b) + (e - b) >= p->n && tid) notify_submitter(p);
     }
 }
 
@@ -79,18 +224,7 @@ static void *worker_main(void *arg) {
     in_worker = 1;
     unsigned seen = 0; /* the generation at creation (closed): a job may already be open */
     for (;;) {
-        int spins = 0;
-        while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
-               !atomic_load(&p->stop)) {
-            if (++spins < SPIN_ITERS) {
-                CPU_RELAX();
-                continue;
-            }
-            pthread_mutex_lock(&p->m);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
-                pthread_cond_wait(&p->cv, &p->m);
-            pthread_mutex_unlock(&p->m);
-        }
+        wait_job(p, seen);
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->generation);
         if (!(seen & 1u)) continue; /* a job closed: wait for the next one to open */
@@ -100,25 +234,24 @@ static void *worker_main(void *arg) {
         if (atomic_load(&p->generation) == seen) {
             if (p->each) {
                 p->each(p->user, tid, p->nthreads);
-                atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+                if (atomic_fetch_sub(&p->pending, 1) == 1) notify_submitter(p);
             } else {
                 run_chunks(p, tid);
             }
         }
-        atomic_fetch_sub(&p->active, 1);
+        if (atomic_fetch_sub(&p->active, 1) == 1) notify_submitter(p);
     }
     return NULL;
 }
 
+/* ---- the pool ---- */
+
 static void pool_destroy(pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->m);
     atomic_store(&p->stop, true);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->m);
+    atomic_fetch_add(&p->generation, 2); /* wakes every wait; the parity stays even */
+    wake_on(&p->generation, INT_MAX);
     for (int i = 0; i < p->nthreads - 1; i++) pthread_join(p->threads[i], NULL);
-    pthread_mutex_destroy(&p->m);
-    pthread_cond_destroy(&p->cv);
     free(p->threads);
     free(p);
 }
@@ -127,9 +260,11 @@ static pool *pool_create(int n) {
     pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->nthreads = n;
-    pthread_mutex_init(&p->m, NULL);
-    pthread_cond_init(&p->cv, NULL);
     atomic_init(&p->generation, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->wake, 0);
+    atomic_init(&p->sub_sleeping, 0);
+    atomic_init(&p->contended_until, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->active, 0);
     atomic_init(&p->done, 0);
@@ -168,11 +303,7 @@ static pool *acquire(void) {
     if (in_worker) return NULL;
     pthread_mutex_lock(&submit_lock);
     if (!the_pool) {
-        int n = atomic_load(&configured_threads);
-        if (n <= 0) {
-            n = em_cpu_default_threads();
-            atomic_store(&configured_threads, n);
-        }
+        int n = em_num_threads();
         if (n > 1) {
             the_pool = pool_create(n);
             static bool registered;
@@ -189,28 +320,24 @@ static pool *acquire(void) {
     return the_pool;
 }
 
-static void run_job(pool *p, int tid0_each) {
+/* Opens the job whose fields are set, takes part as thread 0, waits for it and closes it. `wake`
+ * is how many sleeping workers the job can use. */
+static void run_job(pool *p, int tid0_each, int wake) {
     atomic_store_explicit(&p->pending, tid0_each ? p->nthreads - 1 : 0, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    pthread_mutex_lock(&p->m);
     atomic_fetch_add(&p->generation, 1); /* open (odd) */
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->m);
+    if (atomic_load(&p->sleepers) > 0) wake_on(&p->generation, wake);
     in_worker = 1;
     if (tid0_each)
         p->each(p->user, 0, p->nthreads);
     else
         run_chunks(p, 0);
     in_worker = 0;
-    if (tid0_each) {
-        /* every worker runs an each-job, so it stays open until all have */
-        while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
-    } else {
-        while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n) CPU_RELAX();
-    }
+    /* every worker runs an each-job, so it stays open until all have */
+    wait_submitter(p, tid0_each ? each_done : items_done);
     /* close (even): no worker joins from now on; wait for those registered */
     atomic_fetch_add(&p->generation, 1);
-    while (atomic_load(&p->active) > 0) CPU_RELAX();
+    wait_submitter(p, none_active);
 }
 
 void em_parallel_for(int64_t n, int64_t grain, em_par_fn fn, void *user) {
@@ -233,7 +360,8 @@ void em_parallel_for(int64_t n, int64_t grain, em_par_fn fn, void *user) {
     p->n = n;
     p->chunk = chunk;
     atomic_store(&p->next, 0);
-    run_job(p, 0);
+    int64_t chunks = (n + chunk - 1) / chunk;
+    run_job(p, 0, chunks - 1 < p->nthreads - 1 ? (int)(chunks - 1) : p->nthreads - 1);
     pthread_mutex_unlock(&submit_lock);
 }
 
@@ -246,15 +374,16 @@ void em_parallel_each(em_par_each_fn fn, void *user) {
     p->fn = NULL;
     p->each = fn;
     p->user = user;
-    run_job(p, 1);
+    run_job(p, 1, INT_MAX);
     pthread_mutex_unlock(&submit_lock);
 }
 
 int em_num_threads(void) {
     int n = atomic_load(&configured_threads);
     if (n <= 0) {
-        n = em_cpu_default_threads();
-        atomic_store(&configured_threads, n);
+        /* the first value stored wins, should two first calls race */
+        int want = em_cpu_default_threads(), none = 0;
+        n = atomic_compare_exchange_strong(&configured_threads, &none, want) ? want : none;
     }
     return n;
 }

@@ -316,7 +316,7 @@ static int parse_list(const char *s, int *out, int max) {
 
 static void usage(void) {
     printf("usage: ember bench pool [--json] [--seconds S] [--threads N,M] [--busy 0,1,2]\n"
-           "                        [--skip-decode] [--model DIR | --cache-dir DIR]\n"
+           "                        [--skip-jobs] [--skip-decode] [--model DIR | --cache-dir DIR]\n"
            "                        [--decode-busy 0,1,2] [--steps N] [--reps N] [--dtype f32]\n\n"
            "Round-trip latency of parallel jobs (an empty parallel_each; parallel_for jobs of\n"
            "~10 us and ~200 us in 64 items) quiet and with --busy spinning processes PER AVAILABLE CPU that this\n"
@@ -327,7 +327,7 @@ static void usage(void) {
 }
 
 int bench_pool(int argc, char **argv) {
-    bool json = false, decode = true;
+    bool json = false, decode = true, jobs = true;
     double seconds = 1.5;
     int threads[8], n_threads = 0, loads[8] = {0, 1, 2}, n_loads = 3;
     decode_opts d = {NULL, "build/bench-models", NULL, 8, 2, {0, 1, 2}, 3, false};
@@ -335,6 +335,7 @@ int bench_pool(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--skip-decode")) decode = false;
+        else if (!strcmp(a, "--skip-jobs")) jobs = false;
         else if (!strcmp(a, "--seconds") && v) seconds = atof(argv[++i]);
         else if (!strcmp(a, "--threads") && v) n_threads = parse_list(argv[++i], threads, 8);
         else if (!strcmp(a, "--busy") && v) n_loads = parse_list(argv[++i], loads, 8);
@@ -387,13 +388,13 @@ int bench_pool(int argc, char **argv) {
     j->iters = (int64_t)(1000 * 200e-6 / best);
     if (j->iters < 1) j->iters = 1;
 
-    if (!json)
+    if (!json && jobs)
         printf("\njob round trip, us per job; busy = spinning processes per available CPU\n"
                "%7s %4s %-5s %9s %9s %9s %9s %8s %9s %9s\n",
                "threads", "busy", "job", "median", "mean", "p99", "serial", "speedup", "omp med",
                "omp mean");
     busy b = {0};
-    for (int ti = 0; ti < n_threads; ti++) {
+    for (int ti = 0; jobs && ti < n_threads; ti++) {
         em_set_num_threads(threads[ti]);
         for (int li = 0; li < n_loads; li++) {
             busy_start(&b, loads[li] * cpus);
