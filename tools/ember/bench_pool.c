@@ -150,8 +150,9 @@ static stats summarise(samples *s) {
 
 /*
  * Times jobs of one kind for about `seconds`, in blocks that alternate the implementations so
- * that each sees the same moments of the machine; a pause between blocks lets the previous
- * runtime's workers stop spinning.
+ * that each sees the same moments of the machine. A pause between blocks lets the previous
+ * runtime's workers stop spinning: libgomp's keep a core busy for 10-50 ms after a parallel
+ * region (GOMP_SPINCOUNT), and a pool measured in that time runs on the cores left.
  */
 static void measure_jobs(int kind, int threads, double seconds, jobdata *j, samples out[IMPLS]) {
     bool impl_on[IMPLS] = {true, kind != JOB_EACH, bench_omp_available()};
@@ -159,7 +160,7 @@ static void measure_jobs(int kind, int threads, double seconds, jobdata *j, samp
     for (int r = 0; r < rounds; r++) {
         for (int impl = 0; impl < IMPLS; impl++) {
             if (!impl_on[impl]) continue;
-            usleep(10000);
+            usleep(60000);
             run_job(kind, impl, j, threads); /* warm: wakes the workers */
             double end = bench_now() + seconds / rounds / 3;
             for (int i = 0; i < 200000 && bench_now() < end; i++) {
