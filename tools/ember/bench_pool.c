@@ -13,7 +13,7 @@
  * `ember bench decode` uses), quiet and with busy processes, next to the slowdown a perfectly fair
  * scheduler would give a CPU-bound job with the same competitors.
  */
-#include <sched.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "bench_util.h"
+#include "core/cpu_count.h"
 #include "core/threadpool.h"
 #include "cli.h"
 #include "ember/ember.h"
@@ -366,14 +367,19 @@ int bench_pool(int argc, char **argv) {
         threads[n_threads++] = def;
         threads[n_threads++] = 2 * def;
     }
-    cpu_set_t set;
-    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (cpus < 1) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (!json)
-        printf("ember bench pool: %ld CPUs online, %d in this process's affinity; pool default %d "
-               "threads; kernels %s; OpenMP peer %s\n",
-               sysconf(_SC_NPROCESSORS_ONLN), cpus, def, em_cpu_isa_name(em_cpu_isa_get()),
-               bench_omp_available() ? "on" : "not built");
+    /* the CPUs this process may use: what "per available CPU" and "fair" count */
+    em_cpu_budget cb;
+    em_cpu_budget_get(&cb);
+    int cpus = cb.affinity;
+    if (cb.quota > 0 && ceil(cb.quota) < cpus) cpus = (int)ceil(cb.quota);
+    if (!json) {
+        char quota[32] = "none";
+        if (cb.quota > 0) snprintf(quota, sizeof quota, "%.2f CPUs", cb.quota);
+        printf("ember bench pool [kernels: %s]: %d CPUs online, affinity %d CPUs on %d cores, "
+               "cgroup quota %s; pool default %d threads; OpenMP peer %s\n",
+               em_cpu_isa_name(em_cpu_isa_get()), cb.online, cb.affinity, cb.affinity_cores, quota,
+               def, bench_omp_available() ? "on" : "not built");
+    }
 
     jobdata *j = calloc(1, sizeof *j);
     if (!j) return 1;
