@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Ember with warnings as errors and runs the whole test suite: the ctest suite, the
-# install check (find_package and pkg-config consumers), the same suite under ASan+UBSan, and a
-# few seconds of every fuzz target. Exits non-zero on any failure.
+# install check (find_package and pkg-config consumers), the same suite under ASan+UBSan, the
+# thread pool under TSan, and a few seconds of every fuzz target. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -70,6 +70,9 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_WERR
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+echo "== the thread pool under ThreadSanitizer"
+./scripts/tsan_pool.sh build
 
 echo "== fuzz targets, a few seconds each (clang, libFuzzer)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON \
