@@ -498,7 +498,8 @@ EM_API em_tensor *em_ragged_pack_(EM_OP_ARGS, em_tensor *rhs_nk);
 #define em_ragged_unpack(c, ...) em_ragged_unpack_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_ragged_unpack_(EM_OP_ARGS, em_tensor *packed);
 /** Whether packing pays for weights of dtype on dev (NULL: the CPU): true on the CPU for bf16
- *  when it has AVX-512 BF16 (honouring EMBER_CPU_LEVEL). A packed rhs is correct on every device
+ *  when it has a bf16 dot instruction that reads the packed layout (AVX-512 BF16, or NEON with
+ *  FEAT_BF16 on aarch64), honouring EMBER_CPU_LEVEL. A packed rhs is correct on every device
  *  (elsewhere it is unpacked on the fly); this says where it is faster. */
 EM_API bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype);
 

@@ -212,10 +212,11 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
 
 EM_CPU_ISA_TABLE(em_ragged_isa, em_ragged_isa_get,
                  [EM_ISA_GENERIC] = em_ragged_fill_generic,
-                 [EM_ISA_AVX512] = EM_ISA_X86(em_ragged_fill_avx512))
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_ragged_fill_avx512),
+                 [EM_ISA_NEON] = EM_ISA_ARM(em_ragged_fill_neon))
 
 bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype) {
-    /* packing pays where a kernel reads the packed layout directly (AVX-512 BF16) */
+    /* packing pays where a kernel reads the packed layout directly (AVX-512 BF16, NEON BF16) */
     return (!dev || dev == em_device_cpu()) && dtype == EM_BF16 &&
            em_ragged_isa_get()->packed_bf16 != NULL;
 }
