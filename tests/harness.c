@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "backends/cpu/cpu.h"
 #include "ember/ember.h"
 
 int em_test_failures;
@@ -35,7 +36,24 @@ const char *em_test_fixtures_dir(void) {
     return d && *d ? d : "tests/fixtures";
 }
 
+static void kernels_str(char *buf, size_t n) {
+    snprintf(buf, n, "%s%s", em_cpu_isa_name(em_cpu_isa_get()), em_cpu_bf16_dot() ? "+bf16" : "");
+}
+
+bool em_test_check_kernels(void) {
+    char got[32];
+    kernels_str(got, sizeof got);
+    const char *want = getenv("EMBER_TEST_EXPECT_KERNELS");
+    if (want && *want && strcmp(want, got)) {
+        fprintf(stderr, "the CPU kernels in use are %s, EMBER_TEST_EXPECT_KERNELS wants %s\n", got,
+                want);
+        return false;
+    }
+    return true;
+}
+
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
+    if (!em_test_check_kernels()) return 1;
     const char *filter = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     for (int i = 0; i < n; i++) {
@@ -45,7 +63,10 @@ int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
         ran++;
         fprintf(stderr, "%-40s %s\n", tests[i].name, em_test_failures == before ? "ok" : "FAILED");
     }
-    fprintf(stderr, "%d tests, %d checks, %d failures\n", ran, em_test_checks, em_test_failures);
+    char kern[32];
+    kernels_str(kern, sizeof kern);
+    fprintf(stderr, "%d tests, %d checks, %d failures (kernels: %s)\n", ran, em_test_checks,
+            em_test_failures, kern);
     return em_test_failures ? 1 : 0;
 }
 

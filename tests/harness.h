@@ -39,7 +39,16 @@ typedef struct em_test_case {
     void (*fn)(void);
 } em_test_case;
 
-/* Runs the tests (those whose name contains argv[1] when given) and returns the exit code. */
+/*
+ * The CPU kernels in use, "<level>[+bf16]" (e.g. "avx2", "generic", "neon+bf16": the kernel level
+ * and whether it has a native bf16 dot). When EMBER_TEST_EXPECT_KERNELS is set and differs,
+ * prints why and returns false: the emulated-CPU suites use it to prove they ran at the level
+ * they claim (a CPU model qemu does not provide, or a wrong EMBER_CPU_LEVEL, would not).
+ */
+bool em_test_check_kernels(void);
+
+/* Runs the tests (those whose name contains argv[1] when given) and returns the exit code; checks
+ * the kernels in use first (em_test_check_kernels). */
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
 
 #define EM_TEST_MAIN(...)                                                                          \
