@@ -212,7 +212,10 @@ static void test_dot_engine(void) {
 static void test_dot_f32out_avx2(void) {
 #if defined(__x86_64__)
     const em_cpu_features *f = em_cpu_features_get();
-    if (!(f->avx2 && f->fma && f->f16c)) return;
+    if (!(f->avx2 && f->fma && f->f16c)) {
+        em_test_skip("this CPU has no AVX2/FMA/F16C");
+        return;
+    }
     int64_t shapes[][3] = {{1, 7, 33}, {3, 300, 2048}, {4, 5, 17}, {5, 64, 1000}, {16, 33, 2049},
                            {37, 9, 300}, {70, 20, 96}};
     em_dtype dts[] = {EM_F32, EM_BF16};
@@ -243,6 +246,8 @@ static void test_dot_f32out_avx2(void) {
                       em_dtype_name(dt), (long long)bad, (long long)diff);
             free(x), free(w), free(c), free(cb);
         }
+#else
+    em_test_skip("the AVX2 engine is built on x86-64 only");
 #endif
 }
 
