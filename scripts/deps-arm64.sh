@@ -8,7 +8,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   $SUDO dpkg --add-architecture arm64
   $SUDO apt-get update -qq
 fi
-PKGS="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcurl4-openssl-dev:arm64"
+PKGS="gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcurl4-openssl-dev:arm64 libgomp1:arm64"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
