@@ -241,7 +241,7 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
 
     tr.g.dev = n_in ? in[0]->dev : c->device;
     tr.g.n_inputs = n_in;
-    c->trace = &tr;
+    em_trace_begin(c, &tr);
     em_scope_push(c);
     em_tensor *syms[EM_MAX_INPUTS];
     for (int i = 0; i < n_in; i++) syms[i] = em_scope_add(c, em_trace_input(c, in[i], i));
@@ -276,7 +276,7 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
     }
     free(outs);
     em_scope_pop(c);
-    c->trace = NULL;
+    em_trace_end(c);
     em_trace_free(&tr);
     p->g = tr.g; /* owns the graph from here, also on failure */
     if (c->err.status || !graph_one_device(c, &p->g) || !no_input_writes(c, &p->g)) {
@@ -332,7 +332,7 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
                 max_out);
         return -1;
     }
-    if (c->trace) {
+    if (c->tracer) {
         EM_FAIL(c, EM_ERR_UNSUPPORTED, "compiled_call",
                 "%s is called while another function is being traced (nesting is not supported)",
                 f->name);
@@ -344,7 +344,7 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
             return -1;
         }
         if (in[i]->sym) {
-            em_trace_value_needed(c, in[i], "compiled_call");
+            em_sym_value_needed(c, in[i], "compiled_call");
             return -1;
         }
     }

@@ -12,6 +12,10 @@ typedef struct em_trace {
     size_t cap_cap, cap_len;
 } em_trace;
 
+/* Starts recording into tr: the context's op calls become nodes of tr's graph until
+ * em_trace_end (installs the tracer's hooks in the context). */
+void em_trace_begin(em_ctx *c, em_trace *tr);
+void em_trace_end(em_ctx *c);
 /* A symbolic tensor for input `index` shaped like `like` (caller-owned). */
 em_tensor *em_trace_input(em_ctx *c, const em_tensor *like, int index);
 /* The value a tensor stands for in the active trace (capturing concrete tensors); -1 on error. */

@@ -294,7 +294,7 @@ em_tensor *em_from_host_borrowed_(em_ctx *c, const char *file, int line, em_dtyp
     }
     atomic_init(&s->refcount, 1);
     atomic_init(&s->version, 0);
-    s->dev = em_device_cpu();
+    s->dev = em_device_host();
     s->data = data;
     s->nbytes = data_nbytes;
     s->alloc_nbytes = 0;
@@ -332,12 +332,20 @@ void em_gather_strided(const em_tensor *t, void *dst) {
     }
 }
 
+em_status em_sym_value_needed(em_ctx *c, const em_tensor *t, const char *what) {
+    if (c->tracer) return c->tracer->value_needed(c, t, what);
+    char sig[96];
+    return em_fail_at(c, EM_ERR_INVALID_ARG, what, c->cur.file, c->cur.line,
+                      "%s is a traced value of a compiled function, used outside it",
+                      em_tensor_sig(t, sig, sizeof sig));
+}
+
 em_status em_to_host(em_ctx *c, em_tensor *t, void *dst, size_t dst_nbytes) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (c->err.status) return c->err.status;
     if (!t || (!dst && dst_nbytes))
         return EM_FAIL(c, EM_ERR_INVALID_ARG, "to_host", "tensor or destination is NULL");
-    if (t->sym) return em_trace_value_needed(c, t, "to_host");
+    if (t->sym) return em_sym_value_needed(c, t, "to_host");
     size_t need = em_tensor_nbytes(t);
     if (need != dst_nbytes) {
         char b[96];
@@ -397,7 +405,7 @@ void *em_tensor_data(em_ctx *c, em_tensor *t) {
         return NULL;
     }
     if (t->sym) {
-        em_trace_value_needed(c, t, "tensor_data");
+        em_sym_value_needed(c, t, "tensor_data");
         return NULL;
     }
     if (!t->dev->be->host_accessible) {

@@ -9,7 +9,7 @@
 
 #include "ember/core.h"
 #include "ember/tensor.h"
-#include "ops/op_table.h"
+#include "core/op_table.h"
 
 /* ---- dtype traits ---- */
 typedef struct em_dtype_traits {
@@ -126,6 +126,20 @@ typedef struct em_call_info {
     const em_device *dev;
 } em_call_info;
 
+/*
+ * Compile mode: while a function is traced, the context holds the tracer's hooks and its state
+ * (compile/trace.c installs both). Core and the dispatcher reach the tracer only through them.
+ */
+typedef struct em_tracer {
+    /* Records an op call into the trace instead of running it; outs receive symbolic tensors
+     * (caller-owned). Returns the number of outputs or -1 with an error. */
+    int (*record)(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
+                  const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
+    /* Reports that `what` needs the values of a symbolic tensor of the trace (a host read or a
+     * device copy inside the traced function). Returns the recorded status. */
+    em_status (*value_needed)(em_ctx *c, const em_tensor *t, const char *what);
+} em_tracer;
+
 struct em_ctx {
     em_error err;
     em_eager_mode mode;
@@ -133,17 +147,13 @@ struct em_ctx {
     em_scope *scopes;
     int depth, scope_cap;
     em_call_info cur;
-    struct em_trace *trace; /* compile mode: the trace being recorded, or NULL (compile/trace.c) */
+    const em_tracer *tracer; /* compile mode: the hooks of the trace being recorded, or NULL */
+    void *trace;             /* ... and the trace itself (the tracer's own state) */
 };
 
-/* ---- compile mode hooks (compile/trace.c) ---- */
-/* Records an op call into the active trace instead of running it; outs receive symbolic
- * tensors (caller-owned). Returns the number of outputs or -1 with an error. */
-int em_trace_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
-                    const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
-/* Reports that `what` needs the values of a symbolic tensor (a host read or a device copy
- * inside a traced function). Returns the recorded status. */
-em_status em_trace_value_needed(em_ctx *c, const em_tensor *t, const char *what);
+/* Reports that `what` needs the values of symbolic tensor t: the tracer says why it cannot
+ * while a function is traced; otherwise t escaped its compiled function. Returns the status. */
+em_status em_sym_value_needed(em_ctx *c, const em_tensor *t, const char *what);
 
 /* ---- internal API ---- */
 /* tensors */
@@ -188,6 +198,31 @@ void em_allocator_empty(em_device *d);
 
 /* devices */
 em_device *em_device_register(em_device *d); /* takes ownership; returns d or NULL if full */
+
+/* ---- the backend registry (core/backend_registry.c) ---- */
+/* What a backend tells core about itself. Core knows backends only through these entries:
+ * src/backends/registry.c registers the built-in ones before main runs. */
+typedef struct em_backend_reg {
+    const char *name; /* "cpu", "pjrt", ... */
+    /* Device-name prefixes the backend opens, NULL-terminated: "xla" matches "xla" and "xla:N";
+     * a prefix that ends in ':' ("pjrt:") matches every name that starts with it. */
+    const char *const *prefixes;
+    /* Finds or opens device `name`: NULL without an error when the backend has no such device,
+     * NULL with an error in c when it should have one but cannot open it. `tried` collects the
+     * places looked at for the caller's message. Also asked, in registration order, for names
+     * no prefix claims (a backend may learn prefixes at run time, e.g. em_pjrt_open's). */
+    em_device *(*open)(em_ctx *c, const char *name, char *tried, size_t tried_n);
+    /* The backend's device whose storages are host memory, created on the first call; NULL
+     * when it has none. The first registered backend with one provides em_device_host(). */
+    em_device *(*host_device)(void);
+} em_backend_reg;
+/* Adds a backend (kept by pointer, never removed). Returns false when the registry is full. */
+bool em_backend_register(const em_backend_reg *r);
+/* The host's device (the CPU backend's): every context's default device, and where borrowed
+ * host memory lives. Never NULL once a backend with a host device is registered. */
+em_device *em_device_host(void);
+/* Asks the registered backends for device `name` (as em_backend_reg.open). */
+em_device *em_backend_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
 
 /* dtype conversion of n contiguous elements between any two dtypes */
 void em_convert(const void *src, em_dtype st, void *dst, em_dtype dt, int64_t n);

@@ -72,7 +72,7 @@ em_tensor *em_safetensors_load_as_(em_ctx *c, const char *file, int line,
     size_t es = em_esize(dtype);
 
     if (tr->has_native && tr->native == dtype) {
-        if (dev == em_device_cpu() && ((uintptr_t)src % es) == 0) {
+        if (dev == em_device_host() && ((uintptr_t)src % es) == 0) {
             em_st_image_retain(im);
             em_tensor *t = em_from_host_borrowed_(c, file, line, dtype, ti->ndim, ti->shape, src,
                                                   (size_t)ti->nbytes, em_st_image_release_cb, im);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/tensor_impl.h"
-#include "ops/op_table.h"
+#include "ops/dispatch.h"
 
 struct em_opcase_set {
     json_t *root;

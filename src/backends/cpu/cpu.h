@@ -7,6 +7,9 @@
 
 #include "core/tensor_impl.h"
 
+/* The CPU backend's entry in core's backend registry (src/backends/registry.c registers it). */
+extern const em_backend_reg em_cpu_backend_reg;
+
 /* ---- CPU features (detected once) ---- */
 typedef struct em_cpu_features {
     bool avx2, fma, f16c;

@@ -114,6 +114,23 @@ em_device *em_device_cpu(void) {
     return &cpu_device;
 }
 
+/* "cpu" and "cpu:0" name the one CPU device. */
+static em_device *cpu_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
+    (void)c;
+    (void)tried;
+    (void)tried_n;
+    return !strcmp(name, "cpu") || !strcmp(name, "cpu:0") ? em_device_cpu() : NULL;
+}
+
+static const char *const cpu_prefixes[] = {"cpu", NULL};
+
+const em_backend_reg em_cpu_backend_reg = {
+    .name = "cpu",
+    .prefixes = cpu_prefixes,
+    .open = cpu_open,
+    .host_device = em_device_cpu,
+};
+
 /* ---- helpers shared by CPU kernels ---- */
 
 double em_cpu_get_f64(const em_tensor *t, int64_t i) {

@@ -11,7 +11,7 @@
  * output of a node) whose current value changes as the program writes into it. Every graph
  * value is a slot plus a view geometry (shape, strides, offset, in elements of the slot's
  * buffer), so view ops (reshape, permute, slice, ...) only compute a new geometry, exactly as
- * the eager dispatcher does (ops/views.c), and a value is read (pj_view_value: a slice,
+ * the eager dispatcher does (core/views.c), and a value is read (pj_view_value: a slice,
  * reshape, transpose, broadcast or gather of the slot's current value) when a node uses it.
  * A write replaces the slot's current value (pj_assign_value: a dynamic_update_slice or a
  * scatter), so every view of that buffer read afterwards sees it and reads made before do not.
@@ -29,7 +29,7 @@
 #include "backends/pjrt/pjrt.h"
 #include "compile/lower.h"
 #include "ops/dispatch.h"
-#include "ops/rules.h"
+#include "core/rules.h"
 
 enum { GL_INPUT, GL_CAPTURED, GL_NODE };
 
@@ -222,7 +222,7 @@ static em_status node_fail(gl *L, em_status s, const char *msg) {
     return em_fail_at(L->c, s, em_op_get(n->op)->name, n->file, n->line, "%s", msg);
 }
 
-/* View ops: new geometry over the input's slot, computed by ops/views.c as eager does. */
+/* View ops: new geometry over the input's slot, computed by core/views.c as eager does. */
 static em_status lower_view(gl *L, const em_gnode *n) {
     const em_graph *g = L->g;
     const gl_val *x = &L->v[n->in[0]];

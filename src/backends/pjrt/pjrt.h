@@ -84,8 +84,10 @@ em_status pj_missing(em_ctx *c, const pj_plugin *pl, const char *fn, bool in_op)
  * path; `tried` collects the places looked at. NULL with an error in c when none is found. */
 pj_plugin *pj_plugin_get(em_ctx *c, const char *name, const char *path, char *tried,
                          size_t tried_n);
-/* The device name hook (core/device.c). */
-em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
+/* The PJRT backend's entry in core's backend registry: the device-name prefixes of the plugins
+ * it finds by itself, and the function that opens their devices (src/backends/registry.c
+ * registers it). */
+extern const em_backend_reg em_pjrt_backend_reg;
 /* Creates the plugin's client with options and registers its devices (client.c). */
 em_status pj_client_create(em_ctx *c, pj_plugin *pl, const em_pjrt_option *opts, int n_opts);
 /* Fills the backend table of a plugin (pjrt_backend.c). */

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "backends/pjrt/pjrt.h"
-#include "ops/op_table.h"
+#include "core/op_table.h"
 
 /* Paths are formatted into fixed buffers; one that does not fit is truncated and then simply
  * not found (and reported as tried), which is the right outcome. */
@@ -396,8 +396,12 @@ int em_pjrt_open(em_ctx *c, const char *name, const char *path, const em_pjrt_op
     return pl ? pl->n_devices : -1;
 }
 
+/* The device-name prefixes this backend opens without em_pjrt_open (package_paths, the
+ * EMBER_PJRT_* variables) and the explicit-path form. */
+static const char *const pjrt_prefixes[] = {"xla", "cuda", "tpu", "pjrt:", NULL};
+
 /* "xla", "xla:1", "cuda", "tpu:0", "pjrt:/path/x.so" (devices "pjrtN:0..") */
-em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
+static em_device *pjrt_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
     char prefix[32];
     int index = 0;
     const char *path = NULL;
@@ -423,9 +427,10 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
             if (!colon[1] || *end || v < 0) return NULL;
             index = (int)v;
         }
-        if (strcmp(prefix, "xla") && strcmp(prefix, "cuda") && strcmp(prefix, "tpu")) {
+        bool known = false;
+        for (const char *const *p = pjrt_prefixes; *p; p++) known |= !strcmp(*p, prefix);
+        if (!known) {
             /* a prefix opened before through em_pjrt_open */
-            bool known = false;
             pthread_mutex_lock(&plugins_lock);
             for (int i = 0; i < n_plugins; i++) known |= !strcmp(plugins[i]->name, prefix);
             pthread_mutex_unlock(&plugins_lock);
@@ -441,6 +446,12 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
     }
     return pl->devices[index];
 }
+
+const em_backend_reg em_pjrt_backend_reg = {
+    .name = "pjrt",
+    .prefixes = pjrt_prefixes,
+    .open = pjrt_open,
+};
 
 /* ---- public queries ---- */
 

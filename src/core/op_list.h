@@ -9,7 +9,7 @@
  *  outputs     -1: decided by the shape rule (split).
  *  schema      "name:type,..." with type int | float | bool | ints | dtype. Every attribute has a
  *              value in every call; the public wrappers in ops/api_core.c and ops/api_nn.c fill them.
- *  shape_rule  checks arguments, infers output dtypes and shapes (ops/rules_*.c).
+ *  shape_rule  checks arguments, infers output dtypes and shapes (core/rules_*.c).
  *
  * Append new ops at the end of their family; ids are not stable across versions (not ABI).
  */

@@ -1,12 +1,15 @@
 /*
- * The op table (see op_list.h), attributes, shape rules and the eager dispatcher.
+ * The op vocabulary: the op table (see op_list.h), attributes, output metas, shape rules and
+ * the kernel signature. Core owns it so that every layer above (the dispatcher, the backends,
+ * compile mode) speaks of ops in the same terms; running an op is the dispatcher's business
+ * (ops/dispatch.h).
  */
 #ifndef EMBER_OP_TABLE_H
 #define EMBER_OP_TABLE_H
 
 #include "ember/core.h"
 #include "ember/tensor.h"
-#include "ops/op_list.h"
+#include "core/op_list.h"
 
 typedef enum em_op_id {
 #define EM_X_ENUM(id, name, kind, min_in, max_in, nout, schema, rule) EM_OP_##id,
@@ -91,16 +94,6 @@ const em_op_def *em_op_find(const char *name);
 int em_op_attr_index(const em_op_def *op, const char *name);
 
 /*
- * The eager dispatcher: validates, infers, allocates, runs (or defers, in fused mode) and puts
- * the outputs into the context's scope. Returns the first output (others in outs[1..]) or NULL.
- * `outs` may be NULL for single-output ops; otherwise it must hold max_out entries.
- * `n_out_actual` (may be NULL) receives the number of outputs.
- */
-em_tensor *em_op_run(em_ctx *c, const char *file, int line, em_op_id op, em_tensor *const *in,
-                     int n_in, const em_attr *attrs, em_tensor **outs, int max_out,
-                     int *n_out_actual);
-
-/*
  * Records an error for the op being dispatched (used by rules and kernels). The message names
  * the op, its inputs' signatures, the device and the caller's source position. Returns s.
  */
@@ -117,5 +110,15 @@ char *em_shape_str(const int64_t *shape, int ndim, char *buf, size_t n);
 bool em_broadcast_shapes(em_ctx *c, em_tensor *const *in, int n, em_meta *out);
 /* torch's result_type for a set of tensors (0-d tensors count less than dimensioned ones). */
 em_dtype em_promote_types(em_tensor *const *in, int n);
+
+/* The geometry of a VIEW op's outputs over x's memory (core/views.c): strides and offset per
+ * output. *copy: the op is a reshape the layout does not allow, which eager does as a
+ * contiguous copy followed by a view of it (st/off then unset). Errors through em_op_fail. */
+em_status em_view_geometry(em_ctx *c, const em_op_def *op, const em_tensor *x,
+                           const em_attr *attrs, const em_meta *m, int n_out,
+                           int64_t (*st)[EM_MAX_DIMS], int64_t *off, bool *copy);
+/* Strides that view x's memory with `shape` without copying (torch's computeStride); false
+ * when the layout does not allow it. */
+bool em_view_strides(const em_tensor *x, int ndim, const int64_t *shape, int64_t *st);
 
 #endif

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/tensor_impl.h"
-#include "ops/rules.h"
+#include "core/rules.h"
 
 #define RULE_ARGS                                                                                  \
     em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in, const em_attr *attrs,          \

@@ -1,8 +1,8 @@
-/* Declarations of every shape rule named in op_list.h (defined in ops/rules_*.c). */
+/* Declarations of every shape rule named in op_list.h (defined in core/rules_*.c). */
 #ifndef EMBER_RULES_H
 #define EMBER_RULES_H
 
-#include "ops/op_table.h"
+#include "core/op_table.h"
 
 #define EM_X_RULE(id, name, kind, min_in, max_in, nout, schema, rule)                              \
     em_status rule(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,                 \

@@ -1,10 +1,10 @@
-/* View ops: new geometry over the same storage (shapes come from the rules in rules_core.c). */
-#include <stdlib.h>
+/* View ops' geometry: strides and offsets over the same storage (shapes come from the rules in
+ * rules_core.c). The dispatcher builds eager views with it, compile mode's lowerings their
+ * views of planned buffers. */
 #include <string.h>
 
+#include "core/rules.h"
 #include "core/tensor_impl.h"
-#include "ops/dispatch.h"
-#include "ops/rules.h"
 
 /* Strides that view a tensor of the given geometry with `shape` without copying (torch's
  * computeStride); false when the memory layout does not allow it. */
@@ -39,7 +39,7 @@ static bool geometry_strides(int xnd, const int64_t *xshape, const int64_t *xstr
     return view_d == -1;
 }
 
-static bool view_strides(const em_tensor *x, int ndim, const int64_t *shape, int64_t *st) {
+bool em_view_strides(const em_tensor *x, int ndim, const int64_t *shape, int64_t *st) {
     return geometry_strides(x->ndim, x->shape, x->strides, x->numel, ndim, shape, st);
 }
 
@@ -51,7 +51,7 @@ em_status em_view_geometry(em_ctx *c, const em_op_def *op, const em_tensor *x,
     switch (op->id) {
     case EM_OP_RESHAPE:
     case EM_OP_VIEW:
-        if (view_strides(x, m->ndim, m->shape, st[0])) return EM_OK;
+        if (em_view_strides(x, m->ndim, m->shape, st[0])) return EM_OK;
         if (op->id == EM_OP_VIEW)
             return em_op_fail(c, EM_ERR_SHAPE,
                               "the strides of the input do not allow this view; use reshape "
@@ -117,31 +117,4 @@ em_status em_view_geometry(em_ctx *c, const em_op_def *op, const em_tensor *x,
     }
     default: return em_op_fail(c, EM_ERR_INTERNAL, "not a view op");
     }
-}
-
-em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
-                        const em_attr *attrs, const em_meta *m, int n_out, em_tensor **out) {
-    em_tensor *x = in[0];
-    int64_t st[EM_MAX_OUTPUTS][EM_MAX_DIMS], off[EM_MAX_OUTPUTS];
-    bool copy;
-    em_status s = em_view_geometry(c, op, x, attrs, m, n_out, st, off, &copy);
-    if (s != EM_OK) return s;
-    if (copy) {
-        em_tensor *cp;
-        if (em_op_exec(c, c->cur.file, c->cur.line, EM_OP_CONTIGUOUS, &x, 1, NULL, &cp, 1) != 1)
-            return c->err.status;
-        em_tensor_set_contiguous_strides(cp); /* no-op: a fresh copy is contiguous */
-        view_strides(cp, m->ndim, m->shape, st[0]);
-        out[0] = em_tensor_view_of(cp, m->ndim, m->shape, st[0], cp->offset);
-        em_tensor_release(cp);
-        return out[0] ? EM_OK : em_op_fail(c, EM_ERR_OOM, "out of memory");
-    }
-    for (int o = 0; o < n_out; o++) {
-        out[o] = em_tensor_view_of(x, m[o].ndim, m[o].shape, st[o], off[o]);
-        if (!out[o]) {
-            for (int j = 0; j < o; j++) em_tensor_release(out[j]);
-            return em_op_fail(c, EM_ERR_OOM, "out of memory");
-        }
-    }
-    return EM_OK;
 }

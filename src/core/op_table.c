@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "ember/ops.h" /* em_op_count, em_op_name: exported */
-#include "ops/op_table.h"
-#include "ops/rules.h"
+#include "core/op_table.h"
+#include "core/rules.h"
 
 static em_op_def table[EM_OP_COUNT] = {
 #define EM_X_DEF(id_, name_, kind_, min_in_, max_in_, nout_, schema_, rule_)                       \
