@@ -10,29 +10,6 @@
 #include "compile/trace.h"
 #include "ops/dispatch.h"
 
-/* ---- the graph ---- */
-
-void em_graph_free(em_graph *g) {
-    if (!g) return;
-    for (int i = 0; i < g->n_vals; i++)
-        if (g->vals[i].kind == EM_GV_CAPTURED) em_tensor_release(g->vals[i].t);
-    free(g->vals);
-    free(g->nodes);
-    free(g->outputs);
-    memset(g, 0, sizeof *g);
-}
-
-void em_graph_count_uses(em_graph *g) {
-    for (int i = 0; i < g->n_vals; i++) g->vals[i].n_uses = 0;
-    for (int n = 0; n < g->n_nodes; n++) {
-        const em_gnode *nd = &g->nodes[n];
-        if (nd->dead) continue;
-        for (int i = 0; i < nd->n_in; i++)
-            if (nd->in[i] >= 0) g->vals[nd->in[i]].n_uses++;
-    }
-    for (int i = 0; i < g->n_outputs; i++) g->vals[g->outputs[i]].n_uses++;
-}
-
 static int new_value(em_ctx *c, em_graph *g, em_gval_kind kind, const em_tensor *like) {
     if (g->n_vals == g->cap_vals) {
         int cap = g->cap_vals ? 2 * g->cap_vals : 256;
@@ -146,6 +123,7 @@ static em_gnode *new_node(em_ctx *c, em_graph *g) {
     memset(n, 0, offsetof(em_gnode, attrs));
     n->fused_into = -1;
     n->dead = false;
+    n->constant = false;
     n->file = c->cur.file;
     n->line = c->cur.line;
     return n;

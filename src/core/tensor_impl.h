@@ -63,6 +63,18 @@ struct em_tensor {
 };
 
 /* ---- backends and devices ---- */
+typedef struct em_graph em_graph; /* compile mode's graph IR (core/graph.h) */
+
+/* What a backend's program made of a graph, for em_compile_stats. */
+typedef struct em_program_info {
+    char kind[16];      /* "cpu-plan", "pjrt" */
+    int kernels;        /* kernel calls per run (0: one executable) */
+    int grouped;        /* calls that run in groups sharing their input (one pass each group) */
+    int fused_groups;   /* element-wise expressions evaluated in one pass */
+    int fused_nodes;    /* nodes computed inside those expressions (no buffer of their own) */
+    int64_t arena_bytes, unplanned_bytes; /* intermediate memory with and without reuse */
+} em_program_info;
+
 typedef struct em_backend {
     size_t struct_size;
     const char *platform;
@@ -87,6 +99,16 @@ typedef struct em_backend {
     em_status (*upload)(em_ctx *c, em_tensor *t, const void *src);
     em_status (*download)(em_ctx *c, em_tensor *t, void *dst);
     em_status (*copy)(em_ctx *c, em_tensor *x, em_tensor *dst);
+    /* Compile mode, optional (NULL: functions traced on this backend's devices cannot run).
+     * program_build lowers a traced graph whose values live on `dev` (passes done, n_uses
+     * counted, constant nodes marked) into a program and describes it in *info; NULL with an
+     * error naming the node that cannot be lowered. The graph outlives the program; the build
+     * may annotate its nodes. program_run reads in[] (the graph inputs, any layout) and hands
+     * the caller n_outputs new tensors in out[]; captured tensors the graph writes see the
+     * writes afterwards, as in eager mode. */
+    void *(*program_build)(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info);
+    em_status (*program_run)(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out);
+    void (*program_free)(void *prog);
 } em_backend;
 
 #define EM_ALLOC_CLASSES 256

@@ -85,7 +85,12 @@ static em_backend cpu_backend = {
     .sync = NULL,
     .query = cpu_query,
     .eval_lazy = em_cpu_eval_lazy,
+    .program_build = em_cpu_program_build,
+    .program_run = em_cpu_program_run,
+    .program_free = em_cpu_program_free,
 };
+
+static em_cpu_group_fns cpu_groups[EM_OP_COUNT];
 
 static em_device cpu_device;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
@@ -99,6 +104,7 @@ static void cpu_init(void) {
     em_cpu_register_index(cpu_backend.kernels);
     em_cpu_register_conv(cpu_backend.kernels);
     em_cpu_register_moe(cpu_backend.kernels);
+    em_cpu_register_linalg_groups(cpu_groups);
     cpu_device.be = &cpu_backend;
     snprintf(cpu_device.name, sizeof cpu_device.name, "cpu");
     cpu_device.index = 0;
@@ -112,6 +118,11 @@ static void cpu_init(void) {
 em_device *em_device_cpu(void) {
     pthread_once(&cpu_once, cpu_init);
     return &cpu_device;
+}
+
+const em_cpu_group_fns *em_cpu_group_get(em_op_id op) {
+    pthread_once(&cpu_once, cpu_init);
+    return (unsigned)op < EM_OP_COUNT && cpu_groups[op].run ? &cpu_groups[op] : NULL;
 }
 
 /* "cpu" and "cpu:0" name the one CPU device. */

@@ -1,5 +1,5 @@
 /*
- * Compile mode on PJRT devices: one StableHLO module for a whole traced graph (compile/graph.h).
+ * Compile mode on PJRT devices: one StableHLO module for a whole traced graph (core/graph.h).
  *
  * @main takes the graph inputs (their logical shapes; a non-contiguous input is made contiguous
  * before the call) and then one parameter per distinct captured storage (weights, KV caches):
@@ -13,9 +13,10 @@
  * buffer), so view ops (reshape, permute, slice, ...) only compute a new geometry, exactly as
  * the eager dispatcher does (core/views.c), and a value is read (pj_view_value: a slice,
  * reshape, transpose, broadcast or gather of the slot's current value) when a node uses it.
- * A write replaces the slot's current value (pj_assign_value: a dynamic_update_slice or a
- * scatter), so every view of that buffer read afterwards sees it and reads made before do not.
- * Every other op is emitted by its eager emitter (pj_emitter) on the values read.
+ * A write (an op with an `update` hook: assign, index_copy) replaces the slot's current value
+ * (pj_write_view: a dynamic_update_slice or a scatter), so every view of that buffer read
+ * afterwards sees it and reads made before do not. Every other op is emitted by its eager
+ * emitter (pj_op_get) on the values read.
  *
  * What differs from eager: index values are not checked on the host (out-of-range gathers
  * clamp and scatters drop, as XLA defines), and ragged_dot uses a lowering that needs no host
@@ -27,9 +28,6 @@
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
-#include "compile/lower.h"
-#include "ops/dispatch.h"
-#include "core/rules.h"
 
 enum { GL_INPUT, GL_CAPTURED, GL_NODE };
 
@@ -259,13 +257,15 @@ static em_status lower_view(gl *L, const em_gnode *n) {
     return EM_OK;
 }
 
-/* ASSIGN / INDEX_COPY: the destination's slot gets a new current value. */
-static void write_into(gl *L, int dst_id, sh_val src, em_dtype src_dt) {
+/* In-place ops: the destination's slot gets a new current value (the update of e). */
+static void write_into(gl *L, int dst_id, const pj_op *po, pj_emit *e) {
     const gl_val *d = &L->v[dst_id];
     gl_slot *s = &L->slots[d->slot];
+    sh_val cur = {.id = -1};
+    if (po->update_reads_dst) cur = read_val(L, dst_id);
     em_tensor t;
     shadow_tensor(L, d, &t);
-    s->cur = pj_assign_value(&L->b, s->cur, &t, src, src_dt);
+    s->cur = pj_write_view(&L->b, s->cur, &t, po->update(e, cur));
     s->version++;
     s->written = true;
 }
@@ -274,24 +274,11 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     const em_graph *g = L->g;
     const em_op_def *op = em_op_get(n->op);
     if (op->kind == EM_OPK_VIEW) return lower_view(L, n);
-    if (n->op == EM_OP_ASSIGN) {
-        sh_val src = read_val(L, n->in[1]);
-        write_into(L, n->in[0], src, L->v[n->in[1]].dtype);
-        return EM_OK;
-    }
-    if (n->op == EM_OP_INDEX_COPY) {
-        const gl_val *d = &L->v[n->in[0]];
-        int64_t a = n->attrs[0].i;
-        int nd = d->ndim, dim = (int)(a < 0 ? a + (nd ? nd : 1) : a);
-        sh_val cur = read_val(L, n->in[0]);
-        sh_val upd = pj_emit_index_copy(&L->b, cur, read_val(L, n->in[1]), read_val(L, n->in[2]),
-                                        nd ? dim : 0);
-        write_into(L, n->in[0], upd, d->dtype);
-        return EM_OK;
-    }
-    pj_emit_fn fn = pj_emitter(n->op);
-    if (!fn) return node_fail(L, EM_ERR_UNSUPPORTED,
-                                "no StableHLO lowering for this op (compile mode, PJRT)");
+    const pj_op *po = pj_op_get(n->op);
+    pj_emit_fn fn = po->emit;
+    if (!fn && !po->update)
+        return node_fail(L, EM_ERR_UNSUPPORTED,
+                         "no StableHLO lowering for this op (compile mode, PJRT)");
     pj_emit e;
     memset(&e, 0, sizeof e);
     e.b = &L->b;
@@ -309,7 +296,7 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         tin[i] = &meta[i];
         e.present[i] = true;
         e.in_dt[i] = L->v[n->in[i]].dtype;
-        e.in[i] = read_val(L, n->in[i]);
+        if (!(po->update && i == 0)) e.in[i] = read_val(L, n->in[i]);
     }
     e.tin = tin;
     for (int o = 0; o < n->n_out; o++) {
@@ -319,6 +306,10 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         memcpy(e.out_meta[o].shape, gv->shape, (size_t)gv->ndim * sizeof *gv->shape);
     }
     if (!sh_ok(&L->b)) return EM_OK; /* reported by the caller */
+    if (po->update) {
+        write_into(L, n->in[0], po, &e);
+        return EM_OK;
+    }
     em_status s = EM_OK;
     if (row_linear(&e, n->op)) e.out[0] = emit_row_linear(&L->b, e.in[0], e.in[1]);
     else s = fn(&e);
@@ -827,14 +818,9 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         pj_storage_set(nv->storage, outs[r], m->dtype, m->ndim, m->shape);
         outs[r] = NULL;
         em_tensor *ab[2] = {in[i], nv};
-        em_call_info saved = c->cur;
-        int n = em_op_exec(c, __FILE__, __LINE__, EM_OP_ASSIGN, ab, 2, NULL, NULL, 0);
-        c->cur = saved;
+        s = pj_run(c, EM_OP_ASSIGN, ab, 2, NULL, 0);
         em_tensor_release(nv);
-        if (n < 0) {
-            s = c->err.status ? c->err.status : EM_ERR_INTERNAL;
-            goto done;
-        }
+        if (s) goto done;
     }
 done:
     if (outs)
@@ -851,4 +837,23 @@ done:
     free(args);
     free(outs);
     return s;
+}
+
+/* ---- the backend table's entries ---- */
+
+static void *program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info) {
+    snprintf(info->kind, sizeof info->kind, "pjrt");
+    return em_pjrt_graph_compile(c, g, dev);
+}
+
+static em_status program_run(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out) {
+    return em_pjrt_program_run(c, prog, in, out);
+}
+
+static void program_free(void *prog) { em_pjrt_program_free(prog); }
+
+void pj_backend_programs(em_backend *be) {
+    be->program_build = program_build;
+    be->program_run = program_run;
+    be->program_free = program_free;
 }

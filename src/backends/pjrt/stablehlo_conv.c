@@ -216,9 +216,9 @@ static em_status emit_avg_pool(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_conv(pj_emit_fn *t) {
-    t[EM_OP_CONV2D] = emit_conv2d;
-    t[EM_OP_UPSAMPLE_NEAREST] = emit_nearest;
-    t[EM_OP_UPSAMPLE_BILINEAR] = emit_bilinear;
-    t[EM_OP_AVG_POOL2D] = emit_avg_pool;
+void pj_register_conv(pj_op *t) {
+    t[EM_OP_CONV2D].emit = emit_conv2d;
+    t[EM_OP_UPSAMPLE_NEAREST].emit = emit_nearest;
+    t[EM_OP_UPSAMPLE_BILINEAR].emit = emit_bilinear;
+    t[EM_OP_AVG_POOL2D].emit = emit_avg_pool;
 }

@@ -78,7 +78,7 @@ static em_status emit_linear(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_linalg(pj_emit_fn *t) {
-    t[EM_OP_MATMUL] = emit_matmul;
-    t[EM_OP_LINEAR] = emit_linear;
+void pj_register_linalg(pj_op *t) {
+    t[EM_OP_MATMUL].emit = emit_matmul;
+    t[EM_OP_LINEAR].emit = emit_linear;
 }

@@ -49,7 +49,13 @@ static const char *ragged_mode(const pj_plugin *pl) {
     return pl && !strcmp(pl->platform, "tpu") ? "native" : "grouped";
 }
 
-bool pj_ragged_wants_plan(const pj_plugin *pl) { return !strcmp(ragged_mode(pl), "grouped"); }
+/* ragged_dot's grouping plan, made on the host from the (checked) group sizes: the non-empty
+ * groups, padded to a power of two, and for each of their slots the lhs row it takes (or M). */
+typedef struct ragged_plan {
+    int64_t hb, cb;   /* groups used (padded), rows per group (padded) */
+    int32_t *experts; /* [hb] */
+    int32_t *rows;    /* [hb * cb], M for an empty slot */
+} ragged_plan;
 
 static int64_t pow2_at_least(int64_t n) {
     int64_t p = 1;
@@ -57,8 +63,7 @@ static int64_t pow2_at_least(int64_t n) {
     return p;
 }
 
-em_status pj_ragged_plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m,
-                              pj_ragged_plan *p) {
+static em_status plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m, ragged_plan *p) {
     int64_t h = 0, cmax = 0;
     for (int64_t i = 0; i < g; i++) {
         h += gs[i] > 0;
@@ -224,4 +229,51 @@ static em_status emit_ragged(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_moe(pj_emit_fn *t) { t[EM_OP_RAGGED_DOT] = emit_ragged; }
+/* Group sizes are data: non-negative, at most M rows in all, as the CPU checks them. */
+static em_status check_sizes(em_ctx *c, const int32_t *gs, int64_t g, int64_t m) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < g; i++) {
+        if (gs[i] < 0)
+            return em_op_fail(c, EM_ERR_INVALID_ARG, "group_sizes[%lld] = %lld is negative",
+                              (long long)i, (long long)gs[i]);
+        total += gs[i];
+        if (total > m)
+            return em_op_fail(c, EM_ERR_INVALID_ARG,
+                              "group sizes sum to more than the %lld rows of lhs (reached %lld at "
+                              "group %lld)",
+                              (long long)m, (long long)total, (long long)i);
+    }
+    return EM_OK;
+}
+
+/* The host's part: the group sizes are checked when they are read (pj_read_indices: always for
+ * the grouped lowering, which needs them for its plan, else as the index check allows), and
+ * the grouped lowering's plan goes to the program as two extra inputs. */
+static em_status ragged_prepare(em_ctx *c, const em_kernel_args *a, em_device *d, pj_extra *x) {
+    bool grouped = !strcmp(ragged_mode(((pj_dev *)d->impl)->pl), "grouped");
+    int64_t g = a->in[2]->numel, m = a->in[0]->shape[0];
+    void *buf;
+    em_status s = pj_read_indices(c, a->in[2], grouped, &buf);
+    if (s || !buf) return s;
+    const int32_t *gs = buf;
+    s = check_sizes(c, gs, g, m);
+    if (!s && grouped) {
+        ragged_plan p;
+        s = plan_make(c, gs, g, m, &p);
+        if (!s) {
+            x->variant[0] = p.hb;
+            x->variant[1] = p.cb;
+            s = pj_extra_add(c, d, x, p.experts, p.hb);
+            if (!s) s = pj_extra_add(c, d, x, p.rows, p.hb * p.cb);
+            free(p.experts);
+            free(p.rows);
+        }
+    }
+    free(buf);
+    return s;
+}
+
+void pj_register_moe(pj_op *t) {
+    t[EM_OP_RAGGED_DOT].emit = emit_ragged;
+    t[EM_OP_RAGGED_DOT].prepare = ragged_prepare;
+}

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
@@ -239,12 +240,18 @@ static em_status emit_embedding(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_nn(pj_emit_fn *t) {
-    t[EM_OP_RMS_NORM] = emit_rms_norm;
-    t[EM_OP_LAYER_NORM] = emit_layer_norm;
-    t[EM_OP_GROUP_NORM] = emit_group_norm;
-    t[EM_OP_ROPE_COS_SIN] = emit_rope_cos_sin;
-    t[EM_OP_ROPE] = emit_rope;
-    t[EM_OP_SDPA] = emit_sdpa;
-    t[EM_OP_EMBEDDING] = emit_embedding;
+static bool embedding_ids(const em_kernel_args *a, pj_index_rule *r) {
+    int64_t n = a->in[0]->shape[0];
+    return pj_index_rule_set(r, 1, 0, n, "id", "", "%lld embeddings", (long long)n);
+}
+
+void pj_register_nn(pj_op *t) {
+    t[EM_OP_RMS_NORM].emit = emit_rms_norm;
+    t[EM_OP_LAYER_NORM].emit = emit_layer_norm;
+    t[EM_OP_GROUP_NORM].emit = emit_group_norm;
+    t[EM_OP_ROPE_COS_SIN].emit = emit_rope_cos_sin;
+    t[EM_OP_ROPE].emit = emit_rope;
+    t[EM_OP_SDPA].emit = emit_sdpa;
+    t[EM_OP_EMBEDDING].emit = emit_embedding;
+    t[EM_OP_EMBEDDING].indices = embedding_ids;
 }

@@ -1,5 +1,5 @@
 /*
- * The CPU lowering: an execution plan. Everything the eager dispatcher does per op call —
+ * Compile mode on the CPU: a traced graph (core/graph.h) lowered into an execution plan. Everything the eager dispatcher does per op call —
  * arity and device checks, shape rules, view construction, output allocation, fusion decisions —
  * is done once, here, when the plan is built. A run copies the inputs in and calls kernels:
  *
@@ -16,9 +16,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
-#include "compile/lower.h"
-#include "compile/trace.h"
-#include "ops/dispatch.h"
+#include "core/graph.h"
 
 #define FUSE_MAX_NODES 16
 #define ARENA_ALIGN 64
@@ -31,10 +29,10 @@ typedef struct step {
     int n_in, n_out;
     em_tensor **in, **out; /* into the plan's pointer pool */
     const em_attr *attrs;
-    int group; /* > 1: this step and the next group-1 are linears on one input, run together */
+    int group; /* > 1: this step and the next group-1 call one op on one input, run together */
 } step;
 
-struct em_cpu_plan {
+typedef struct em_cpu_plan {
     const em_graph *g; /* the graph it was built from (owned by the caller) */
     em_tensor **vt;    /* per value: the tensor that holds it (NULL for values not needed) */
     em_tensor **owned; /* tensors the plan created, released at free */
@@ -43,11 +41,11 @@ struct em_cpu_plan {
     int n_steps;
     em_tensor **pool; /* step argument arrays */
     em_tensor *arena;
-    em_cpu_plan_info info;
-    /* EMBER_PLAN_PROFILE=1: seconds per op (grouped linears count as "linear*"), printed at free */
+    em_program_info info;
+    /* EMBER_PLAN_PROFILE=1: seconds per op, then per op run in groups, printed at free */
     double *prof;
     int64_t prof_runs;
-};
+} em_cpu_plan;
 
 static double now_s(void) {
     struct timespec ts;
@@ -57,15 +55,18 @@ static double now_s(void) {
 
 static void profile_print(const em_cpu_plan *p) {
     double total = 0;
-    for (int i = 0; i <= EM_OP_COUNT; i++) total += p->prof[i];
+    for (int i = 0; i < 2 * EM_OP_COUNT; i++) total += p->prof[i];
     fprintf(stderr, "ember plan profile: %lld runs, %.3f ms per run\n", (long long)p->prof_runs,
             p->prof_runs ? total * 1e3 / (double)p->prof_runs : 0.0);
-    for (int i = 0; i <= EM_OP_COUNT; i++)
-        if (p->prof[i] > 0)
-            fprintf(stderr, "  %-18s %9.3f ms/run %5.1f%%\n",
-                    i == EM_OP_COUNT ? "linear (grouped)" : em_op_get((em_op_id)i)->name,
-                    p->prof[i] * 1e3 / (double)(p->prof_runs ? p->prof_runs : 1),
-                    100 * p->prof[i] / (total > 0 ? total : 1));
+    for (int i = 0; i < 2 * EM_OP_COUNT; i++) {
+        if (p->prof[i] <= 0) continue;
+        char name[48];
+        snprintf(name, sizeof name, "%s%s", em_op_get((em_op_id)(i % EM_OP_COUNT))->name,
+                 i >= EM_OP_COUNT ? " (grouped)" : "");
+        fprintf(stderr, "  %-18s %9.3f ms/run %5.1f%%\n", name,
+                p->prof[i] * 1e3 / (double)(p->prof_runs ? p->prof_runs : 1),
+                100 * p->prof[i] / (total > 0 ? total : 1));
+    }
 }
 
 static bool own(em_cpu_plan *p, em_tensor *t) {
@@ -80,7 +81,8 @@ static bool own(em_cpu_plan *p, em_tensor *t) {
     return true;
 }
 
-void em_cpu_plan_free(em_cpu_plan *p) {
+void em_cpu_program_free(void *prog) {
+    em_cpu_plan *p = prog;
     if (!p) return;
     if (p->prof) profile_print(p);
     free(p->prof);
@@ -91,11 +93,6 @@ void em_cpu_plan_free(em_cpu_plan *p) {
     free(p->pool);
     em_tensor_release(p->arena);
     free(p);
-}
-
-void em_cpu_plan_get_info(const em_cpu_plan *p, em_cpu_plan_info *out) {
-    if (p) *out = p->info;
-    else memset(out, 0, sizeof *out);
 }
 
 /* ---- arena placement: first fit over free extents, merged on release ---- */
@@ -179,7 +176,7 @@ static bool same_shape(const em_gval *a, const em_gval *b) {
 }
 
 /* Decides which element-wise nodes are computed inline by their only reader. */
-static void mark_fusion(em_graph *g, const bool *folded) {
+static void mark_fusion(em_graph *g) {
     int *reader = malloc((size_t)g->n_vals * sizeof *reader);
     int *size = malloc((size_t)g->n_nodes * sizeof *size);
     int *epoch = malloc((size_t)g->n_nodes * sizeof *epoch);
@@ -197,13 +194,14 @@ static void mark_fusion(em_graph *g, const bool *folded) {
     }
     for (int n = 0; n < g->n_nodes; n++) {
         em_gnode *x = &g->nodes[n];
-        if (x->dead || folded[n] || em_op_get(x->op)->kind != EM_OPK_EW || x->n_out != 1) continue;
+        if (x->dead || x->constant || em_op_get(x->op)->kind != EM_OPK_EW || x->n_out != 1)
+            continue;
         const em_gval *xv = &g->vals[x->out0];
         if (xv->n_uses != 1 || !xv->dev->be->eval_lazy || !xv->dev->be->host_accessible) continue;
         int r = reader[x->out0];
         if (r < 0) continue; /* read by the graph's outputs only */
         em_gnode *y = &g->nodes[r];
-        if (y->dead || folded[r] || em_op_get(y->op)->kind != EM_OPK_EW || epoch[r] != epoch[n])
+        if (y->dead || y->constant || em_op_get(y->op)->kind != EM_OPK_EW || epoch[r] != epoch[n])
             continue;
         if (!same_shape(xv, &g->vals[y->out0]) || size[r] + size[n] > FUSE_MAX_NODES) continue;
         x->fused_into = r;
@@ -270,20 +268,21 @@ static em_kernel_args step_args(em_ctx *c, const step *s) {
     return a;
 }
 
-/* Linears that read the same input one after the other (q/k/v projections, gate/up) run as
- * one parallel pass: one meeting of the threads instead of one per projection. */
-static void group_linears(em_ctx *c, em_cpu_plan *p) {
+/* Calls of one op that read the same input one after the other (the linears of the q/k/v
+ * projections, of gate/up) run as one parallel pass where the op's kernels allow it
+ * (em_cpu_group_get): one meeting of the threads instead of one per call. */
+static void group_steps(em_ctx *c, em_cpu_plan *p) {
     for (int i = 0; i < p->n_steps;) {
         step *s = &p->steps[i];
         em_kernel_args a = step_args(c, s);
+        const em_cpu_group_fns *grp = s->k ? em_cpu_group_get(s->op->id) : NULL;
         int n = 1;
-        if (s->k && s->op->id == EM_OP_LINEAR && s->in[0]->dev->be->host_accessible &&
-            em_cpu_linear_groupable(&a))
-            while (i + n < p->n_steps && n < 8) {
+        if (grp && grp->joins(&a))
+            while (i + n < p->n_steps && n < EM_CPU_GROUP_MAX) {
                 step *t = &p->steps[i + n];
                 em_kernel_args b = step_args(c, t);
-                if (!t->k || t->op->id != EM_OP_LINEAR || t->in[0] != s->in[0] ||
-                    t->out[0]->dtype != s->out[0]->dtype || !em_cpu_linear_groupable(&b))
+                if (!t->k || t->op != s->op || t->in[0] != s->in[0] ||
+                    t->out[0]->dtype != s->out[0]->dtype || !grp->joins(&b))
                     break;
                 n++;
             }
@@ -293,15 +292,13 @@ static void group_linears(em_ctx *c, em_cpu_plan *p) {
     }
 }
 
-em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
-    em_graph *g = (em_graph *)gc; /* fusion marks live in the nodes */
+void *em_cpu_program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info) {
     em_cpu_plan *p = calloc(1, sizeof *p);
-    bool *folded = calloc((size_t)g->n_nodes + 1, sizeof *folded);
     int64_t *off = malloc(((size_t)g->n_vals + 1) * sizeof *off);
     int *last = malloc(((size_t)g->n_vals + 1) * sizeof *last);
     int *root = malloc(((size_t)g->n_vals + 1) * sizeof *root);
     arena_alloc aa = {0};
-    if (!p || !folded || !off || !last || !root) goto oom;
+    if (!p || !off || !last || !root) goto oom;
     p->g = g;
     p->vt = calloc((size_t)g->n_vals + 1, sizeof *p->vt);
     p->steps = calloc((size_t)g->n_nodes + 1, sizeof *p->steps);
@@ -310,7 +307,8 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
     p->pool = calloc(pool_n + 1, sizeof *p->pool);
     if (!p->vt || !p->steps || !p->pool) goto oom;
     const char *prof = getenv("EMBER_PLAN_PROFILE");
-    if (prof && *prof && strcmp(prof, "0") && !(p->prof = calloc(EM_OP_COUNT + 1, sizeof(double))))
+    if (prof && *prof && strcmp(prof, "0") &&
+        !(p->prof = calloc(2 * EM_OP_COUNT, sizeof(double))))
         goto oom;
 
     for (int n = 0; n < g->n_nodes; n++) {
@@ -322,10 +320,8 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
                 goto fail;
             }
     }
-    em_graph_count_uses(g);
-    p->info.folded = em_pass_constants(g, folded);
     for (int n = 0; n < g->n_nodes; n++) g->nodes[n].fused_into = -1;
-    mark_fusion(g, folded);
+    mark_fusion(g);
 
     /* lifetimes of the memory owners (views extend their root's) */
     for (int v = 0; v < g->n_vals; v++) {
@@ -351,7 +347,7 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
     if (!live) goto oom;
     for (int n = 0; n < g->n_nodes; n++) {
         const em_gnode *nd = &g->nodes[n];
-        if (nd->dead || nd->fused_into >= 0 || folded[n] ||
+        if (nd->dead || nd->fused_into >= 0 || nd->constant ||
             em_op_get(nd->op)->kind == EM_OPK_VIEW)
             continue;
         for (int i = 0; i < n_live; i++)
@@ -374,8 +370,7 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
     p->info.arena_bytes = aa.end;
     p->info.unplanned_bytes = unplanned;
     int64_t arena_len = aa.end ? aa.end : ARENA_ALIGN;
-    p->arena = em_tensor_new(c, g->dev && g->dev->be->host_accessible ? g->dev : em_device_cpu(),
-                             EM_U8, 1, &arena_len);
+    p->arena = em_tensor_new(c, dev, EM_U8, 1, &arena_len);
     if (!p->arena) goto fail;
 
     /* tensors for every value, steps for every kernel */
@@ -395,7 +390,7 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
         const em_op_def *op = em_op_get(nd->op);
         em_tensor *ins[EM_MAX_INPUTS];
         for (int i = 0; i < nd->n_in; i++) ins[i] = nd->in[i] >= 0 ? p->vt[nd->in[i]] : NULL;
-        if (op->kind == EM_OPK_VIEW) {
+        if (op->kind == EM_OPK_VIEW) { /* over the planned buffer: geometry only */
             em_meta m[EM_MAX_OUTPUTS];
             for (int o = 0; o < nd->n_out; o++) {
                 const em_gval *gv = &g->vals[nd->out0 + o];
@@ -403,15 +398,18 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
                 m[o].ndim = gv->ndim;
                 memcpy(m[o].shape, gv->shape, sizeof m[o].shape);
             }
-            em_tensor *outs[EM_MAX_OUTPUTS];
-            if (em_view_build(c, op, ins, nd->attrs, m, nd->n_out, outs) != EM_OK) goto fail;
+            int64_t st[EM_MAX_OUTPUTS][EM_MAX_DIMS], voff[EM_MAX_OUTPUTS];
+            bool copy;
+            if (em_view_geometry(c, op, ins[0], nd->attrs, m, nd->n_out, st, voff, &copy))
+                goto fail;
+            if (copy) { /* the trace records the copy a reshape needs as a node of its own */
+                node_fail(c, nd, EM_ERR_INTERNAL, "a view copied its input");
+                goto fail;
+            }
             for (int o = 0; o < nd->n_out; o++) {
-                p->vt[nd->out0 + o] = outs[o];
-                if (!own(p, outs[o])) goto oom;
-                if (outs[o]->storage != ins[0]->storage) {
-                    node_fail(c, nd, EM_ERR_INTERNAL, "a view copied its input");
-                    goto fail;
-                }
+                em_tensor *t = em_tensor_view_of(ins[0], m[o].ndim, m[o].shape, st[o], voff[o]);
+                if (!t || !own(p, t)) goto oom;
+                p->vt[nd->out0 + o] = t;
             }
             continue;
         }
@@ -421,16 +419,17 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
             p->vt[nd->out0] = t;
             continue;
         }
-        em_device *dev = nd->n_out ? g->vals[nd->out0].dev : ins[0]->dev;
-        em_kernel_fn k = dev->be->kernels[nd->op];
+        em_device *nd_dev = nd->n_out ? g->vals[nd->out0].dev : ins[0]->dev;
+        em_kernel_fn k = nd_dev->be->kernels[nd->op];
         if (!k) {
             node_fail(c, nd, EM_ERR_UNSUPPORTED, "no kernel for this op on the device");
             goto fail;
         }
         for (int o = 0; o < nd->n_out; o++) {
             const em_gval *gv = &g->vals[nd->out0 + o];
-            em_tensor *t = folded[n] ? em_tensor_new(c, gv->dev, gv->dtype, gv->ndim, gv->shape)
-                                     : arena_tensor(p, gv, off[nd->out0 + o]);
+            em_tensor *t = nd->constant
+                               ? em_tensor_new(c, gv->dev, gv->dtype, gv->ndim, gv->shape)
+                               : arena_tensor(p, gv, off[nd->out0 + o]);
             if (!t || !own(p, t)) goto oom;
             p->vt[nd->out0 + o] = t;
         }
@@ -462,19 +461,18 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
         } else {
             s->k = k;
         }
-        if (folded[n]) { /* run once now; the step is not kept */
+        if (nd->constant) { /* run once now; the step is not kept */
             if (run_step(c, p, s) != EM_OK) goto fail;
             continue;
         }
         p->n_steps++;
     }
-    group_linears(c, p);
+    group_steps(c, p);
     for (int n = 0; n < g->n_nodes; n++)
         if (!g->nodes[n].dead && g->nodes[n].fused_into >= 0) p->info.fused_nodes++;
     p->info.kernels = p->n_steps;
-    for (int v = 0; v < g->n_vals; v++)
-        if (off[v] >= 0) p->info.buffers++;
-    free(folded);
+    snprintf(p->info.kind, sizeof p->info.kind, "cpu-plan");
+    *info = p->info;
     free(off);
     free(last);
     free(root);
@@ -483,12 +481,11 @@ em_cpu_plan *em_cpu_plan_build(em_ctx *c, const em_graph *gc) {
 oom:
     if (!c->err.status) EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory building the CPU plan");
 fail:
-    free(folded);
     free(off);
     free(last);
     free(root);
     free(aa.free_);
-    em_cpu_plan_free(p);
+    em_cpu_program_free(p);
     return NULL;
 }
 
@@ -506,7 +503,8 @@ static void refresh_versions(em_tensor *t) {
     }
 }
 
-em_status em_cpu_plan_run(em_ctx *c, em_cpu_plan *p, em_tensor *const *in, em_tensor **out) {
+em_status em_cpu_program_run(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out) {
+    em_cpu_plan *p = prog;
     const em_graph *g = p->g;
     for (int v = 0; v < g->n_vals; v++) {
         const em_gval *gv = &g->vals[v];
@@ -522,15 +520,15 @@ em_status em_cpu_plan_run(em_ctx *c, em_cpu_plan *p, em_tensor *const *in, em_te
         step *s = &p->steps[i];
         double t0 = p->prof ? now_s() : 0;
         if (s->group > 1) {
-            em_kernel_args a[8];
-            const em_kernel_args *ap[8];
+            em_kernel_args a[EM_CPU_GROUP_MAX];
+            const em_kernel_args *ap[EM_CPU_GROUP_MAX];
             for (int j = 0; j < s->group; j++) {
                 a[j] = step_args(c, &s[j]);
                 ap[j] = &a[j];
             }
-            em_cpu_linear_group(ap, s->group);
+            em_cpu_group_get(s->op->id)->run(ap, s->group);
             i += s->group - 1;
-            if (p->prof) p->prof[EM_OP_COUNT] += now_s() - t0;
+            if (p->prof) p->prof[EM_OP_COUNT + s->op->id] += now_s() - t0;
             continue;
         }
         if (s->fused) refresh_versions(s->fused);

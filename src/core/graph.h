@@ -1,7 +1,7 @@
 /*
  * Compile mode's graph IR: what a trace records (compile/trace.c), what the passes rewrite
- * (compile/passes.c) and what the lowerings consume (compile/plan_cpu.c for the CPU backend,
- * backends/pjrt/graph_lower.c for PJRT devices).
+ * (compile/passes.c) and what the backends lower into programs (em_backend.program_build: the
+ * CPU plan in backends/cpu/plan.c, one StableHLO module in backends/pjrt/graph_lower.c).
  *
  * The IR is the op table itself: a node is one call of a table op with its attributes, exactly
  * as the eager dispatcher saw it (the shape rule ran at trace time, so every value has a static
@@ -11,8 +11,8 @@
  * also the order of side effects: ASSIGN and INDEX_COPY write into their first input's storage
  * and are never removed or reordered.
  */
-#ifndef EMBER_COMPILE_GRAPH_H
-#define EMBER_COMPILE_GRAPH_H
+#ifndef EMBER_CORE_GRAPH_H
+#define EMBER_CORE_GRAPH_H
 
 #include "core/tensor_impl.h"
 
@@ -44,10 +44,11 @@ typedef struct em_gnode {
     const char *file; /* where the function called the op (for errors and logs) */
     int line;
     bool dead;     /* removed by a pass */
+    bool constant; /* depends only on creation ops and nothing writes it (em_pass_constants) */
     int fused_into; /* CPU fusion: the element-wise node that computes this one inline, or -1 */
 } em_gnode;
 
-typedef struct em_graph {
+struct em_graph {
     em_gval *vals;
     int n_vals, cap_vals;
     em_gnode *nodes;
@@ -56,13 +57,14 @@ typedef struct em_graph {
     int *outputs; /* value ids the function returned */
     int n_outputs;
     em_device *dev; /* the device of the inputs (or the context's default) */
-} em_graph;
+};
 
 /* True when the node writes into its first input (ASSIGN, INDEX_COPY). */
 static inline bool em_gnode_writes(const em_gnode *n) {
     return n->op == EM_OP_ASSIGN || n->op == EM_OP_INDEX_COPY;
 }
 
+/* Releases the captured tensors and frees the arrays (core/graph.c). */
 void em_graph_free(em_graph *g);
 /* Recomputes n_uses of every value from the live nodes and the outputs. */
 void em_graph_count_uses(em_graph *g);
