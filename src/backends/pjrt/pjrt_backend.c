@@ -133,15 +133,7 @@ sh_val pj_view_value(sh_b *b, sh_val base, const em_tensor *t) {
         sh_val io = sh_iota(b, it, d);
         idx = sh_bin(b, "add", idx, sh_bin(b, "multiply", io, sh_const_i(b, it, t->strides[d])));
     }
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    g.collapsed[0] = 0;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = 0;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = t->ndim;
-    g.slice_sizes[0] = 1;
-    return sh_gather(b, flat, idx, &g, sh_ty(base.t.e, t->ndim, t->shape));
+    return sh_take_along(b, flat, idx, 0);
 }
 
 /* ---- the kernel ---- */
@@ -474,17 +466,9 @@ sh_val pj_write_view(sh_b *b, sh_val base, const em_tensor *dst, sh_val src) {
         idx = sh_bin(b, "add", idx, sh_bin(b, "multiply", io, sh_const_i(b, it, dst->strides[d])));
     }
     int64_t n = dst->numel;
-    int64_t n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
+    idx = sh_reshape(b, idx, 1, &n);
     src = sh_reshape(b, src, 1, &n);
-    sh_scatter_dims sd;
-    memset(&sd, 0, sizeof sd);
-    sd.inserted_window[0] = 0;
-    sd.n_inserted_window = 1;
-    sd.to_operand[0] = 0;
-    sd.n_to_operand = 1;
-    sd.index_vector_dim = 1;
-    sh_val r = sh_scatter(b, flat, idx, src, &sd, NULL);
+    sh_val r = sh_scatter_along(b, flat, idx, src, 0, NULL);
     return sh_reshape(b, r, base.t.nd, base.t.d);
 }
 

@@ -61,22 +61,8 @@ static em_status emit_index_select(pj_emit *e) {
         e->out[0] = x;
         return EM_OK;
     }
-    int64_t n = sh_numel(&idx.t), n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    for (int d = 0; d < nd; d++) {
-        if (d != dim) g.offset_dims[g.n_offset++] = d;
-        g.slice_sizes[d] = d == dim ? 1 : x.t.d[d];
-    }
-    g.collapsed[0] = dim;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = dim;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = 1;
-    sh_type rt = x.t;
-    rt.d[dim] = n;
-    e->out[0] = sh_gather(b, x, idx, &g, rt);
+    int64_t n = sh_numel(&idx.t); /* a 0-d index keeps the dim (size 1), as torch */
+    e->out[0] = sh_take_along(b, x, sh_reshape(b, idx, 1, &n), dim);
     return EM_OK;
 }
 
@@ -191,29 +177,11 @@ static em_status emit_index_add(pj_emit *e) {
         e->out[0] = n ? sh_bin(b, "add", x, sh_reshape(b, src, 0, NULL)) : x;
         return EM_OK;
     }
-    int64_t n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
-    sh_scatter_dims s;
-    memset(&s, 0, sizeof s);
-    for (int d = 0; d < nd; d++)
-        if (d != dim) s.update_window[s.n_update_window++] = d;
-    s.inserted_window[0] = dim;
-    s.n_inserted_window = 1;
-    s.to_operand[0] = dim;
-    s.n_to_operand = 1;
-    s.index_vector_dim = 1;
-    /* updates: the batch (index) dim first, then the window dims in order */
-    int perm[EM_MAX_DIMS], k = 0;
-    perm[k++] = dim;
-    for (int d = 0; d < nd; d++)
-        if (d != dim) perm[k++] = d;
-    sh_val upd = sh_transpose(b, src, perm);
-    for (int d = 0; d < s.n_update_window; d++) s.update_window[d] = d + 1;
     if (half) { /* sums in f32, one rounding (as torch) */
         x = sh_convert(b, x, SH_F32);
-        upd = sh_convert(b, upd, SH_F32);
+        src = sh_convert(b, src, SH_F32);
     }
-    e->out[0] = sh_convert(b, sh_scatter(b, x, idx, upd, &s, "add"), xe);
+    e->out[0] = sh_convert(b, sh_scatter_along(b, x, idx, src, dim, "add"), xe);
     return EM_OK;
 }
 
@@ -335,23 +303,7 @@ static sh_val index_copy_value(sh_b *b, sh_val dst, sh_val index, sh_val src, in
         sh_val at0 = sh_cmp(b, "EQ", i0, sh_const_i(b, i0.t, 0));
         return sh_select(b, at0, sh_reshape(b, src, 0, NULL), dst);
     }
-    int64_t n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
-    sh_scatter_dims s;
-    memset(&s, 0, sizeof s);
-    s.inserted_window[0] = dim;
-    s.n_inserted_window = 1;
-    s.to_operand[0] = dim;
-    s.n_to_operand = 1;
-    s.index_vector_dim = 1;
-    /* updates: the index dim first, then the window dims in order (as index_add) */
-    int perm[EM_MAX_DIMS], k = 0;
-    perm[k++] = dim;
-    for (int d = 0; d < nd; d++)
-        if (d != dim) perm[k++] = d;
-    sh_val upd = dim == 0 ? src : sh_transpose(b, src, perm);
-    for (int d = 1; d < nd; d++) s.update_window[s.n_update_window++] = d;
-    return sh_scatter(b, dst, idx, upd, &s, NULL);
+    return sh_scatter_along(b, dst, idx, src, dim, NULL);
 }
 
 /* The destination may be any (non-expanded) view of its storage: its current value is read out

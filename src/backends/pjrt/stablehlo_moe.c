@@ -95,34 +95,15 @@ static em_status plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m, r
     return EM_OK;
 }
 
-/* x[idx] along dim 0 for a 1-D index: slices of the other dims */
-static sh_val take_rows(sh_b *b, sh_val x, sh_val idx) {
-    int64_t n = idx.t.d[0], n1[2] = {n, 1};
-    sh_val ix = sh_reshape(b, idx, 2, n1);
-    sh_gather_dims gd;
-    memset(&gd, 0, sizeof gd);
-    for (int d = 1; d < x.t.nd; d++) gd.offset_dims[gd.n_offset++] = d;
-    gd.collapsed[0] = 0;
-    gd.n_collapsed = 1;
-    gd.start_index_map[0] = 0;
-    gd.n_start_index_map = 1;
-    gd.index_vector_dim = 1;
-    gd.slice_sizes[0] = 1;
-    for (int d = 1; d < x.t.nd; d++) gd.slice_sizes[d] = x.t.d[d];
-    sh_type rt = x.t;
-    rt.d[0] = n;
-    return sh_gather(b, x, ix, &gd, rt);
-}
-
 static em_status emit_grouped(pj_emit *e, sh_val lhs, sh_val rhs, bool nk, sh_elem acc, sh_elem oe) {
     sh_b *b = e->b;
     int64_t m = lhs.t.d[0], k = lhs.t.d[1], n = nk ? rhs.t.d[1] : rhs.t.d[2];
     int64_t hb = e->variant[0], cb = e->variant[1];
     sh_val experts = e->extra[0], rows = e->extra[1];
-    sh_val w = take_rows(b, rhs, experts); /* [Hb, K, N] or [Hb, N, K] */
+    sh_val w = sh_take_along(b, rhs, experts, 0); /* [Hb, K, N] or [Hb, N, K] */
     sh_val valid = sh_cmp(b, "LT", rows, sh_const_i(b, rows.t, m));
     sh_val rc = sh_bin(b, "minimum", rows, sh_const_i(b, rows.t, m - 1));
-    sh_val x = take_rows(b, lhs, rc); /* [Hb*Cb, K] */
+    sh_val x = sh_take_along(b, lhs, rc, 0); /* [Hb*Cb, K] */
     int64_t x3[3] = {hb, cb, k};
     x = sh_reshape(b, x, 3, x3);
     int lb = 0, rb = 0, lc = 2, rcd = nk ? 2 : 1;
@@ -132,18 +113,9 @@ static em_status emit_grouped(pj_emit *e, sh_val lhs, sh_val rhs, bool nk, sh_el
     int map0[1] = {0};
     y = sh_select(b, sh_bcast_in_dim(b, valid, map0, 2, y2), y, sh_zeros_like(b, y));
     /* rows back to their places; empty slots add zeros to row M-1 */
-    int64_t mn[2] = {m, n}, r1[2] = {hb * cb, 1};
+    int64_t mn[2] = {m, n};
     sh_val out = sh_const(b, sh_ty(acc, 2, mn), 0);
-    sh_scatter_dims s;
-    memset(&s, 0, sizeof s);
-    s.update_window[0] = 1;
-    s.n_update_window = 1;
-    s.inserted_window[0] = 0;
-    s.n_inserted_window = 1;
-    s.to_operand[0] = 0;
-    s.n_to_operand = 1;
-    s.index_vector_dim = 1;
-    out = sh_scatter(b, out, sh_reshape(b, rc, 2, r1), y, &s, "add");
+    out = sh_scatter_along(b, out, rc, y, 0, "add");
     e->out[0] = sh_convert(b, out, oe);
     return EM_OK;
 }
@@ -189,23 +161,7 @@ static em_status emit_ragged(pj_emit *e) {
     int mapm[1] = {0};
     if (!strcmp(mode, "gather")) {
         sh_val idx = sh_bin(b, "minimum", grp, sh_const_i(b, grp.t, g - 1));
-        int64_t m1[2] = {m, 1};
-        idx = sh_reshape(b, idx, 2, m1);
-        sh_gather_dims gd;
-        memset(&gd, 0, sizeof gd);
-        gd.offset_dims[0] = 1;
-        gd.offset_dims[1] = 2;
-        gd.n_offset = 2;
-        gd.collapsed[0] = 0;
-        gd.n_collapsed = 1;
-        gd.start_index_map[0] = 0;
-        gd.n_start_index_map = 1;
-        gd.index_vector_dim = 1;
-        gd.slice_sizes[0] = 1;
-        gd.slice_sizes[1] = rhs.t.d[1];
-        gd.slice_sizes[2] = rhs.t.d[2];
-        int64_t wd[3] = {m, rhs.t.d[1], rhs.t.d[2]};
-        sh_val w = sh_gather(b, rhs, idx, &gd, sh_ty(rhs.t.e, 3, wd)); /* [M, K, N] or [M, N, K] */
+        sh_val w = sh_take_along(b, rhs, idx, 0); /* [M, K, N] or [M, N, K] */
         int lb = 0, rb = 0, lc = 1, rc = nk ? 2 : 1;
         sh_val r = sh_dot(b, lhs, w, &lb, &rb, 1, &lc, &rc, 1, acc); /* [M, N] */
         sh_val vb = sh_bcast_in_dim(b, valid, mapm, 2, mn);

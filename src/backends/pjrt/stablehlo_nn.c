@@ -219,24 +219,7 @@ static em_status emit_sdpa(pj_emit *e) {
 
 static em_status emit_embedding(pj_emit *e) {
     sh_b *b = e->b;
-    sh_val w = e->in[0], ids = e->in[1];
-    int nd = ids.t.nd;
-    int64_t id[EM_MAX_DIMS + 1];
-    memcpy(id, ids.t.d, (size_t)nd * sizeof *id);
-    id[nd] = 1;
-    sh_val ix = sh_reshape(b, sh_convert(b, ids, SH_I64), nd + 1, id);
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    g.offset_dims[0] = nd;
-    g.n_offset = 1;
-    g.collapsed[0] = 0;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = 0;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = nd;
-    g.slice_sizes[0] = 1;
-    g.slice_sizes[1] = w.t.d[1];
-    e->out[0] = sh_gather(b, w, ix, &g, pj_meta_type(&e->out_meta[0]));
+    e->out[0] = sh_take_along(b, e->in[0], sh_convert(b, e->in[1], SH_I64), 0);
     return EM_OK;
 }
 
