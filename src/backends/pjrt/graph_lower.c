@@ -122,16 +122,16 @@ static void shadow_tensor(const gl *L, const gl_val *v, em_tensor *t) {
  * - A one-row dot becomes a loop fusion (it takes in the bf16->f32 convert of the weight) into
  *   which the compiler then keeps fusing whatever computes the row (norm, residual adds, even
  *   the embedding gather), recomputing the row for every output element: 0.22x eager on a
- *   2-layer Qwen3-0.6B step.
+ *   2-layer Qwen3-0.6B step (linear's program emitter, stablehlo_linalg.c, handles it).
  * - A cheap value with several users is recomputed inside each of them, so the residual stream
  *   of layer L is re-added from all earlier layers' outputs in every later layer (quadratic in
  *   the layers; 0.81x eager at batch 16, 28 layers).
  * Its fusion pass never pulls a reduce_window into a loop, so such values go through an
  * identity reduce_window (zeros interleaved by a pad, windows of two: x + 0) that it cannot see
  * through, which makes it compute them once. */
-static bool xla_cpu(const pj_emit *e) { return !strcmp(e->pl->platform, "cpu"); }
+bool pj_xla_cpu(const pj_plugin *pl) { return !strcmp(pl->platform, "cpu"); }
 
-static sh_val materialize(sh_b *b, sh_val x) {
+sh_val pj_materialize(sh_b *b, sh_val x) {
     int64_t n = 1, lo = 0, hi = 1, interior = 1, win = 2, stride = 2;
     for (int i = 0; i < x.t.nd; i++) n *= x.t.d[i];
     if (n == 0) return x;
@@ -139,25 +139,6 @@ static sh_val materialize(sh_b *b, sh_val x) {
     sh_val zero = sh_const(b, sh_scalar_ty(x.t.e), 0);
     sh_val flat = sh_pad(b, sh_reshape(b, x, 1, &n), zero, &lo, &hi, &interior);
     return sh_reshape(b, sh_reduce_window(b, flat, zero, &win, &stride, "add"), t.nd, t.d);
-}
-
-/* The one-row linear for XLA's CPU plugin: the rank-1 dot whose fused convert-and-dot reads the
- * weight once (as the op-by-op linear does), its row materialized. Measured on the 28-layer
- * bf16 step, batch 1: 1.66x eager (0.96x with rows padded to two, which made Eigen repack the
- * weight every call). The caller reshapes the [N] result. */
-static bool row_linear(const pj_emit *e, em_op_id op) {
-    if (op != EM_OP_LINEAR || !xla_cpu(e) || (e->n_in > 2 && e->present[2])) return false;
-    const sh_val *x = &e->in[0];
-    int64_t rows = 1;
-    for (int i = 0; i < x->t.nd - 1; i++) rows *= x->t.d[i];
-    return x->t.nd >= 1 && rows == 1;
-}
-
-static sh_val emit_row_linear(sh_b *b, sh_val x, sh_val w) {
-    int64_t k = x.t.d[x.t.nd - 1];
-    x = materialize(b, sh_reshape(b, x, 1, &k));
-    int lc = 0, rc = 1;
-    return sh_dot(b, x, w, NULL, NULL, 0, &lc, &rc, 1, x.t.e == SH_F64 ? SH_F64 : SH_F32);
 }
 
 static bool is_float(sh_elem e) { return e == SH_F32 || e == SH_BF16 || e == SH_F16 || e == SH_F64; }
@@ -275,7 +256,7 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     const em_op_def *op = em_op_get(n->op);
     if (op->kind == EM_OPK_VIEW) return lower_view(L, n);
     const pj_op *po = pj_op_get(n->op);
-    pj_emit_fn fn = po->emit;
+    pj_emit_fn fn = po->emit_program ? po->emit_program : po->emit;
     if (!fn && !po->update)
         return node_fail(L, EM_ERR_UNSUPPORTED,
                          "no StableHLO lowering for this op (compile mode, PJRT)");
@@ -310,9 +291,7 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         write_into(L, n->in[0], po, &e);
         return EM_OK;
     }
-    em_status s = EM_OK;
-    if (row_linear(&e, n->op)) e.out[0] = emit_row_linear(&L->b, e.in[0], e.in[1]);
-    else s = fn(&e);
+    em_status s = fn(&e);
     if (s) {
         char why[320];
         snprintf(why, sizeof why, "StableHLO emitter: %s",
@@ -322,9 +301,9 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     for (int o = 0; o < n->n_out; o++) {
         define_dense(L, n->out0 + o, e.out[o]);
         gl_slot *sl = &L->slots[L->v[n->out0 + o].slot];
-        if (xla_cpu(&e) && g->vals[n->out0 + o].n_uses > 1 && sl->cur.id >= 0 &&
+        if (pj_xla_cpu(e.pl) && g->vals[n->out0 + o].n_uses > 1 && sl->cur.id >= 0 &&
             is_float(sl->cur.t.e))
-            sl->cur = materialize(&L->b, sl->cur);
+            sl->cur = pj_materialize(&L->b, sl->cur);
     }
     return EM_OK;
 }

@@ -214,6 +214,9 @@ typedef struct pj_op {
     bool (*indices)(const em_kernel_args *a, pj_index_rule *r);
     /* Host work before the program runs: may check inputs' values and add extra inputs. */
     em_status (*prepare)(em_ctx *c, const em_kernel_args *a, em_device *d, pj_extra *x);
+    /* Whole-graph programs only (optional): the emitter used there instead of `emit`, for forms
+     * that pay off once the compiler sees the whole program. */
+    pj_emit_fn emit_program;
 } pj_op;
 /* The op's entry (never NULL; every field NULL for an op the backend does not run). */
 const pj_op *pj_op_get(em_op_id op);
@@ -266,6 +269,12 @@ em_status pj_run(em_ctx *c, em_op_id id, em_tensor *const *in, int n_in, em_tens
                  int n_out);
 /* A contiguous copy of t (the CONTIGUOUS kernel; caller-owned; NULL with an error). */
 em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t);
+
+/* XLA's CPU plugin (its compiler has habits the lowerings work around, graph_lower.c). */
+bool pj_xla_cpu(const pj_plugin *pl);
+/* x computed once where XLA's CPU compiler would recompute it inside every user: an identity
+ * reduce_window its fusion pass does not see through (graph_lower.c). */
+sh_val pj_materialize(sh_b *b, sh_val x);
 
 /* Fused mode (fused.c). */
 em_status pj_eval_lazy(em_ctx *c, em_tensor *t);
