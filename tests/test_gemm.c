@@ -163,10 +163,52 @@ static void test_dot_engine(void) {
     em_dtype dts[] = {EM_F32, EM_BF16, EM_F16};
     int64_t shapes[][3] = {{1, 1, 1}, {1, 768, 2048}, {4, 37, 1000}, {5, 9, 31}, {16, 130, 33},
                            {64, 70, 4096}, {3, 2048, 65}, {2, 19, 300}, {6, 37, 300},
-                           {7, 11, 2048}, {8, 130, 97}};
+                           {7, 11, 2048}, {8, 130, 97}, {33, 10, 47}, {1, 5, 15}, {2, 3, 17}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], 2, 2, s % 2 == 1);
+}
+
+/*
+ * The AVX2 dot engine with f32 results (ragged_dot's [N, K] kernels): within the f32 bound of the
+ * double reference, and equal bit for bit to the bf16 engine's output once rounded (the same sums
+ * in the same order). Row counts past the 32-row blocks and odd k and n included.
+ */
+static void test_dot_f32out_avx2(void) {
+#if defined(__x86_64__)
+    const em_cpu_features *f = em_cpu_features_get();
+    if (!(f->avx2 && f->fma && f->f16c)) return;
+    int64_t shapes[][3] = {{1, 7, 33}, {3, 300, 2048}, {4, 5, 17}, {5, 64, 1000}, {16, 33, 2049},
+                           {37, 9, 300}, {70, 20, 96}};
+    em_dtype dts[] = {EM_F32, EM_BF16};
+    for (int d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            em_dtype dt = dts[d];
+            void *x = rand_buf(dt, m * k), *w = rand_buf(dt, n * k);
+            float *c = malloc((size_t)(m * n) * sizeof *c);
+            uint16_t *cb = malloc((size_t)(m * n) * 2);
+            CHECK(em_gemm_dot_f32out_avx2(dt, m, n, k, x, k, w, k, c, n));
+            if (dt == EM_BF16) em_gemm_dot_avx2(dt)(m, n, k, x, k, w, k, cb, n, dt, NULL);
+            int64_t bad = 0, diff = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double ref = 0, sa = 0;
+                    for (int64_t q = 0; q < k; q++) {
+                        double p = get(x, dt, i * k + q) * get(w, dt, j * k + q);
+                        ref += p;
+                        sa += fabs(p);
+                    }
+                    bad += !(fabs(c[i * n + j] - ref) <= 1e-5 * sa + 1e-30);
+                    if (dt == EM_BF16) diff += em_f32_to_bf16(c[i * n + j]) != cb[i * n + j];
+                }
+            CHECK_MSG(bad == 0 && diff == 0,
+                      "avx2 f32-out dot m%lld n%lld k%lld %s: %lld out of bound, %lld differ "
+                      "from the bf16 engine", (long long)m, (long long)n, (long long)k,
+                      em_dtype_name(dt), (long long)bad, (long long)diff);
+            free(x), free(w), free(c), free(cb);
+        }
+#endif
 }
 
 /*
@@ -264,4 +306,5 @@ static void test_public_ops(void) {
 }
 
 EM_TEST_MAIN(T(test_big_shapes), T(test_layouts_and_edges), T(test_dot_engine),
+             T(test_dot_f32out_avx2),
              T(test_block_workspace), T(test_thread_invariance), T(test_public_ops))

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "cli.h"
 
 int bench_ops(int argc, char **argv);
@@ -21,6 +22,13 @@ int cmd_bench(int argc, char **argv) {
                "and prints ratios. --json prints one JSON object per line.\n");
         return argc < 2 ? 2 : 0;
     }
+    bool json = false, help = false;
+    for (int i = 2; i < argc; i++) {
+        json |= !strcmp(argv[i], "--json");
+        help |= !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+    }
+    /* every benchmark's first line: what it runs on, the kernel level first */
+    if (!help) bench_print_machine(json);
     if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);

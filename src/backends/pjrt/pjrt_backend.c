@@ -164,9 +164,13 @@ static void describe(char *buf, size_t n, const em_kernel_args *a) {
 
 em_status pj_ensure_buffer(em_ctx *c, em_tensor *t, bool in_op) {
     pj_buf *pb = t->storage->data;
-    if (pb->buf) return EM_OK;
+    if (pb->buf || pb->shape_only) return EM_OK;
     size_t es = em_esize(t->dtype);
     int64_t n = (int64_t)(t->storage->nbytes / es);
+    if (((pj_dev *)t->dev->impl)->pl->aot) { /* a shape is all a compile-only storage gets */
+        pj_storage_set(t->storage, NULL, t->dtype, 1, &n);
+        return EM_OK;
+    }
     void *z = calloc((size_t)(n ? n : 1), es);
     em_tensor *tmp = z ? em_tensor_alloc_meta(t->dtype, 1, &n) : NULL;
     em_status s = EM_ERR_OOM;
@@ -279,7 +283,9 @@ static em_status kernel(const em_kernel_args *a) {
     pj_dev *pd = d->impl;
     const pj_op *po = pj_op_get(a->op->id);
     pj_index_rule r;
-    if (po->indices && po->indices(a, &r) && check_indices(c, &r, a->in[r.input]))
+    /* index values are data: a compile-only device has none to check (XLA's semantics apply,
+     * as in a compiled program) */
+    if (!pd->pl->aot && po->indices && po->indices(a, &r) && check_indices(c, &r, a->in[r.input]))
         return c->err.status;
     pj_extra x;
     memset(&x, 0, sizeof x);

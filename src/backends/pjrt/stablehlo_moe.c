@@ -46,7 +46,8 @@ static const char *ragged_mode(const pj_plugin *pl) {
     if (m && (!strcmp(m, "native") || !strcmp(m, "gather") || !strcmp(m, "dense") ||
               !strcmp(m, "grouped")))
         return m;
-    return pl && !strcmp(pl->platform, "tpu") ? "native" : "grouped";
+    /* a compile-only device has no group sizes to plan with: XLA's own ragged dot there too */
+    return pl && (!strcmp(pl->platform, "tpu") || pl->aot) ? "native" : "grouped";
 }
 
 /* ragged_dot's grouping plan, made on the host from the (checked) group sizes: the non-empty
@@ -206,7 +207,16 @@ static em_status check_sizes(em_ctx *c, const int32_t *gs, int64_t g, int64_t m)
  * the grouped lowering, which needs them for its plan, else as the index check allows), and
  * the grouped lowering's plan goes to the program as two extra inputs. */
 static em_status ragged_prepare(em_ctx *c, const em_kernel_args *a, em_device *d, pj_extra *x) {
-    bool grouped = !strcmp(ragged_mode(((pj_dev *)d->impl)->pl), "grouped");
+    const pj_plugin *pl = ((pj_dev *)d->impl)->pl;
+    bool grouped = !strcmp(ragged_mode(pl), "grouped");
+    /* a compile-only device has no group sizes: nothing to check, no plan to make */
+    if (pl->aot)
+        return grouped ? pj_aot_refuse(c, d,
+                                       "ragged_dot's grouped lowering (a plan from the group "
+                                       "sizes; EMBER_PJRT_RAGGED=native, gather or dense compile "
+                                       "without it)",
+                                       true)
+                       : EM_OK;
     int64_t g = a->in[2]->numel, m = a->in[0]->shape[0];
     void *buf;
     em_status s = pj_read_indices(c, a->in[2], grouped, &buf);
