@@ -4,6 +4,7 @@
  * built-in ones), so core asks for devices by name without naming a backend.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/tensor_impl.h"
@@ -15,10 +16,16 @@ static const em_backend_reg *backends[EM_MAX_BACKENDS];
 static int n_backends;
 
 bool em_backend_register(const em_backend_reg *r) {
+    if (r->struct_size != sizeof *r) {
+        fprintf(stderr, "ember: backend %s not registered: its entry has %zu bytes, not %zu\n",
+                r->name, r->struct_size, sizeof *r);
+        return false;
+    }
     pthread_mutex_lock(&lock);
     bool ok = n_backends < EM_MAX_BACKENDS;
     if (ok) backends[n_backends++] = r;
     pthread_mutex_unlock(&lock);
+    if (!ok) fprintf(stderr, "ember: backend %s not registered: the registry is full\n", r->name);
     return ok;
 }
 

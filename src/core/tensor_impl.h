@@ -225,7 +225,8 @@ em_device *em_device_register(em_device *d); /* takes ownership; returns d or NU
 /* What a backend tells core about itself. Core knows backends only through these entries:
  * src/backends/registry.c registers the built-in ones before main runs. */
 typedef struct em_backend_reg {
-    const char *name; /* "cpu", "pjrt", ... */
+    size_t struct_size; /* sizeof(em_backend_reg): an entry of another layout is refused */
+    const char *name;   /* "cpu", "pjrt", ... */
     /* Device-name prefixes the backend opens, NULL-terminated: "xla" matches "xla" and "xla:N";
      * a prefix that ends in ':' ("pjrt:") matches every name that starts with it. */
     const char *const *prefixes;
@@ -238,7 +239,8 @@ typedef struct em_backend_reg {
      * when it has none. The first registered backend with one provides em_device_host(). */
     em_device *(*host_device)(void);
 } em_backend_reg;
-/* Adds a backend (kept by pointer, never removed). Returns false when the registry is full. */
+/* Adds a backend (kept by pointer, never removed). Returns false, saying why on stderr, when
+ * the registry is full or the entry has another layout. */
 bool em_backend_register(const em_backend_reg *r);
 /* The host's device (the CPU backend's): every context's default device, and where borrowed
  * host memory lives. Never NULL once a backend with a host device is registered. */

@@ -136,6 +136,7 @@ static em_device *cpu_open(em_ctx *c, const char *name, char *tried, size_t trie
 static const char *const cpu_prefixes[] = {"cpu", NULL};
 
 const em_backend_reg em_cpu_backend_reg = {
+    .struct_size = sizeof(em_backend_reg),
     .name = "cpu",
     .prefixes = cpu_prefixes,
     .open = cpu_open,

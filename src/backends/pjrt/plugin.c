@@ -539,6 +539,7 @@ static em_device *pjrt_open(em_ctx *c, const char *name, char *tried, size_t tri
 }
 
 const em_backend_reg em_pjrt_backend_reg = {
+    .struct_size = sizeof(em_backend_reg),
     .name = "pjrt",
     .prefixes = pjrt_prefixes,
     .open = pjrt_open,
