@@ -66,13 +66,11 @@ static void test_compile_options_spec(void) {
 /* ---- with libtpu ---- */
 
 static em_device *aot(em_ctx *c, const char *name) {
-    static int skipped = 0;
     em_device *d = em_device_get(c, name);
     if (!d) {
-        if (!skipped++)
-            printf("SKIP: no libtpu for %s (pip install libtpu, or set "
-                   "EMBER_PJRT_TPU_PLUGIN=/path/libtpu.so): %s\n",
-                   name, em_ctx_error(c)->message);
+        em_test_skip("no libtpu for %s (pip install libtpu, or set "
+                     "EMBER_PJRT_TPU_PLUGIN=/path/libtpu.so): %s",
+                     name, em_ctx_error(c)->message);
         em_ctx_clear_error(c);
     }
     return d;
@@ -340,8 +338,8 @@ static void test_cuda_aot(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = em_device_get(c, "cuda-aot:h100_sxm");
     if (!d) {
-        printf("SKIP test_cuda_aot: no XLA CUDA plugin (pip install jax-cuda13-pjrt, or set "
-               "EMBER_PJRT_CUDA_PLUGIN): %s\n", em_ctx_error(c)->message);
+        em_test_skip("no XLA CUDA plugin (pip install jax-cuda13-pjrt, or set "
+                     "EMBER_PJRT_CUDA_PLUGIN): %s", em_ctx_error(c)->message);
         goto out;
     }
     CHECK(em_device_is_compile_only(d));

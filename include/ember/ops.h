@@ -500,9 +500,9 @@ EM_API em_tensor *em_ragged_pack_(EM_OP_ARGS, em_tensor *rhs_nk);
 EM_API em_tensor *em_ragged_unpack_(EM_OP_ARGS, em_tensor *packed);
 /** Whether packing pays for weights of dtype on dev (NULL: the CPU): true on the CPU for bf16
  *  where the kernel level in use (EMBER_CPU_LEVEL honoured) has a packed kernel that measured
- *  faster than the [G, N, K] one: AVX-512 BF16 and AVX2 (not the portable C level). A packed rhs
- *  is correct on every device (elsewhere it is unpacked on the fly); this says where it is
- *  faster. */
+ *  faster than the [G, N, K] one: AVX-512 BF16, AVX2, and NEON with FEAT_BF16 on aarch64 (not
+ *  the portable C level). A packed rhs is correct on every device (elsewhere it is unpacked on
+ *  the fly); this says where it is faster. */
 EM_API bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype);
 
 /* ---- generic access to the op table (tests, tools, bindings) ---- */

@@ -43,9 +43,12 @@ typedef struct em_ragged_isa {
 
 /* The table for the chosen instruction set (em_cpu_isa_fill). */
 const em_ragged_isa *em_ragged_isa_get(void);
-/* Per-ISA fills (t is an em_ragged_isa): ragged_generic.c, ragged_avx2.c, ragged_avx512.c. */
+/* Per-ISA fills (t is an em_ragged_isa): ragged_generic.c, ragged_avx2.c, ragged_avx512.c,
+ * ragged_neon.c (which calls ragged_neon_bf16.c's where em_cpu_bf16_dot()). */
 void em_ragged_fill_generic(void *t);
 void em_ragged_fill_avx2(void *t);
 void em_ragged_fill_avx512(void *t);
+void em_ragged_fill_neon(void *t);
+void em_ragged_fill_neon_bf16(void *t);
 
 #endif

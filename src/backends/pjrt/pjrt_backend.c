@@ -100,7 +100,7 @@ static bool view_box(sh_b *b, sh_val flat, const em_tensor *t, sh_val *out) {
     for (int i = 0; i < m; i++) sizes[i] = t->shape[order[i]];
     v = sh_reshape(b, v, m, sizes);
     /* into the kept dims' original order */
-    int perm[EM_MAX_DIMS], rank_of[EM_MAX_DIMS];
+    int perm[EM_MAX_DIMS], rank_of[EM_MAX_DIMS] = {0}; /* every kept dim is in order */
     int kept[EM_MAX_DIMS], nk = 0;
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] > 1 && t->strides[i] != 0) kept[nk++] = i;
