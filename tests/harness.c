@@ -35,6 +35,19 @@ const char *em_test_fixtures_dir(void) {
     return d && *d ? d : "tests/fixtures";
 }
 
+void *em_test_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = len >= 0 ? malloc(len ? (size_t)len : 1) : NULL;
+    if (p) *n = fread(p, 1, (size_t)len, f);
+    fclose(f);
+    return p;
+}
+
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     int ran = 0;

@@ -54,6 +54,8 @@ const char *em_test_fixtures_dir(void);
 
 /* "<fixtures dir>/<sub>/<rel>" in one of 8 rotating static buffers (valid for a few calls). */
 const char *em_test_fixture_path(const char *sub, const char *rel);
+/* The bytes of a file (malloc'd, caller frees; *n gets the count), NULL when unreadable. */
+void *em_test_read_file(const char *path, size_t *n);
 /* A JSON document (jansson json_t *, cast by the caller), or NULL after printing why. */
 void *em_test_load_json(const char *path);
 

@@ -30,19 +30,6 @@ static unsigned char *unhex(const char *s, size_t *n) {
     return b;
 }
 
-static void *read_file(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(len ? (size_t)len : 1);
-    *n = fread(p, 1, (size_t)len, f);
-    fclose(f);
-    return p;
-}
-
 /* Compares a loaded tensor's bytes with the expected hex; reports the first differing byte. */
 static void check_bytes(em_ctx *c, em_tensor *t, const char *hex, const char *what,
                         const char *as) {
@@ -298,7 +285,7 @@ static void test_malformed(void) {
                       err->message);
         /* the same bytes through the in-memory path give the same verdict */
         size_t n;
-        void *bytes = read_file(path, &n);
+        void *bytes = em_test_read_file(path, &n);
         em_ctx_clear_error(c);
         CHECK(em_safetensors_open_memory(c, bytes, n, name) == NULL);
         CHECK_MSG(em_ctx_status(c) == want, "%s in memory", name);
@@ -333,7 +320,8 @@ static void *rewrite(em_ctx *c, em_safetensors *st, size_t *n, const char *save_
                                            em_safetensors_metadata_value(st, i));
     void *out = NULL;
     if (save_path) {
-        if (em_safetensors_writer_save(c, w, save_path) == EM_OK) out = read_file(save_path, n);
+        if (em_safetensors_writer_save(c, w, save_path) == EM_OK)
+            out = em_test_read_file(save_path, n);
     } else {
         em_safetensors_writer_serialize(c, w, &out, n);
     }
@@ -344,7 +332,7 @@ static void *rewrite(em_ctx *c, em_safetensors *st, size_t *n, const char *save_
 
 static void check_rewrite(em_ctx *c, const char *path, bool via_file) {
     size_t want_n = 0, got_n = 0;
-    void *want = read_file(path, &want_n);
+    void *want = em_test_read_file(path, &want_n);
     em_safetensors *st = em_safetensors_open(c, path);
     CHECK_MSG(st != NULL, "%s: %s", path, em_ctx_error(c) ? em_ctx_error(c)->message : "");
     if (!st) {

@@ -48,7 +48,7 @@ em_tensor *em_safetensors_load_as_(em_ctx *c, const char *file, int line,
     if (!e) return NULL;
     const em_safetensors_info *ti = &e->info;
     const em_st_dtype_traits *tr = &em_st_dtype_table[ti->dtype];
-    if ((unsigned)dtype >= EM_DTYPE_COUNT) {
+    if ((unsigned)dtype >= EM_DTYPE_COUNT || em_is_quant(dtype)) {
         em_fail_at(c, EM_ERR_DTYPE, OP, file, line, "tensor \"%s\": invalid target dtype %d", name,
                    (int)dtype);
         return NULL;

@@ -93,6 +93,8 @@ void em_cpu_register_nn(em_kernel_fn *k);
 void em_cpu_register_index(em_kernel_fn *k);
 void em_cpu_register_conv(em_kernel_fn *k);
 void em_cpu_register_moe(em_kernel_fn *k);
+/* quantized weights (quant_ops.c): wraps linear, embedding and cast, so it registers last */
+void em_cpu_register_quant(em_kernel_fn *k);
 
 /* Linears computed together (compile mode's CPU plan, linalg.c): whether a LINEAR call can join
  * a group (no bias, a dot-engine product), and a group of up to 8 of them in one parallel pass

@@ -152,7 +152,8 @@ static em_status linear_kernel(const em_kernel_args *ka) {
 }
 
 bool em_cpu_linear_groupable(const em_kernel_args *ka) {
-    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0)
+    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0 ||
+        em_is_quant(ka->in[1]->dtype)) /* quantized weights: quant_ops.c */
         return false;
     em_gemm_args g;
     linear_args(ka, &g);
