@@ -2,7 +2,7 @@
 """Generates the GGUF fixtures in tests/fixtures/gguf/ with the real `gguf` package (pinned in
 scripts/requirements-fixtures.txt), and the seed corpus of fuzz/fuzz_gguf.c.
 
-Usage: /opt/refvenv/bin/python scripts/gen_gguf_fixtures.py
+Usage: /opt/refvenv/bin/python scripts/gen_gguf_fixtures.py [types] [tokenizers] [--smollm2 F]
 
   types.gguf + types.{json,bin}  one tensor of every type Ember loads (written by GGUFWriter;
                                  quantized with gguf.quants.quantize where the package can, random
@@ -14,6 +14,13 @@ Usage: /opt/refvenv/bin/python scripts/gen_gguf_fixtures.py
   malformed/*.gguf               one file per validation failure, built field by field below,
   malformed.json                 with the status Ember must report and a word its message
                                  must contain.
+  tok_*.gguf, tokenizers.json    tokenizers written as llama.cpp's converter does (the small
+                                 tokenizers of tests/fixtures/tokenizers/ as gpt2 vocabularies
+                                 with several tokenizer.ggml.pre, llama vocabularies with merges
+                                 and with scores only, a gemma3 one), and what transformers builds
+                                 from each: ids of a few hundred strings with and without special
+                                 tokens, decoded text, rendered chat templates.
+  real_smollm2_tokenizer.json    the same for the real SmolLM2-135M-Instruct GGUF (--smollm2).
 """
 import json
 import os
@@ -343,14 +350,187 @@ def gen_corpus(cases):
     w.close()
 
 
+# ---- tokenizers ------------------------------------------------------------------------------
+
+TOKFIX = os.path.join(HERE, "..", "tests", "fixtures", "tokenizers")
+CHATS = [
+    [{"role": "user", "content": "Hi there!"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 12 + 30?"},
+     {"role": "assistant", "content": "42."}, {"role": "user", "content": "Why?\n  Explain."}],
+    [{"role": "user", "content": "Code: `def f(x):\n\treturn x**2`  <think> ok </think>"}],
+]
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def tok_strings():
+    """A few hundred strings: the tokenizer tests' texts, their lines and words, and edges."""
+    with open(os.path.join(TOKFIX, "texts.json"), encoding="utf-8") as f:
+        texts = [t["text"] for t in json.load(f)]
+    out = list(texts)
+    for t in texts:
+        out += [ln for ln in t.split("\n") if ln][:6]
+        words = t.split(" ")
+        out += [" ".join(words[i:i + 3]) for i in range(0, min(len(words), 24), 3)]
+    out += ["", " ", "  ", "\n", "\n\n\n", "\t\t x", "   leading", "trailing   ", "a\r\nb",
+            "0", "7", "42", "123", "1234", "12345", " 2024", "3.14159", "1,000,000", "x1y22z333",
+            "日本語のテキスト", "Ünïcödé ñ", "emoji 😀👍🏽", "مرحبا بالعالم", "नमस्ते",
+            "<|im_start|>user\nhi<|im_end|>", "<think>x</think>", "<|endoftext|><|endoftext|>",
+            "<s>hello</s>", "<bos>a<eos>", "don't won't I'M", "    def f():\n        pass",
+            "\u00a0nbsp\u2009thin", "ﬁ ligature", "e\u0301 combining"]
+    rng = np.random.default_rng(5)  # mixtures of the pieces above, for the rest
+    pieces = ["the", "The", " cat", "  ", " ", "\n", "\t", "123", "4", "56789", "'s", "'LL",
+              "é", "日本", "😀", "--", "!!", "?", "(x)", "<|im_end|>", "<think>", "▁", "ß",
+              "ǅ", "\u0301", "foo_bar", "camelCase", "URL: http://a.b/c?d=1", "ūnī", "  \n "]
+    for _ in range(130):
+        k = int(rng.integers(2, 9))
+        out.append("".join(pieces[int(i)] for i in rng.integers(0, len(pieces), k)))
+    seen, res = set(), []
+    for x in out:
+        if x not in seen:
+            seen.add(x)
+            res.append(x)
+    return res
+
+
+def gguf_from_tokenizer_json(path, src, model, arch="llama", pre=None, add_bos=None,
+                             add_eos=None, bos=None, eos=None, unk=None, pad=None, merges=True,
+                             scores=False, extra=(), blank_as_space=False, tpl=CHATML):
+    """A GGUF holding the tokenizer of tests/fixtures/tokenizers/<src> as llama.cpp's converter
+    writes one: tokens in id order, token types (3 control for special added tokens, 4
+    user-defined for the others, 6 for <0xXX>, 2 for <unk>), merges or scores."""
+    with open(os.path.join(TOKFIX, src), encoding="utf-8") as f:
+        d = json.load(f)
+    vocab = d["model"]["vocab"]
+    n = max(list(vocab.values()) + [a["id"] for a in d["added_tokens"]]) + 1
+    toks, types = [None] * n, [1] * n
+    for t, i in vocab.items():
+        toks[i] = t
+    for a in d["added_tokens"]:
+        toks[a["id"]] = a["content"]
+        types[a["id"]] = 3 if a["special"] else 4
+    for i, t in enumerate(toks):
+        if t is None:
+            toks[i], types[i] = f"[PAD{i}]", 5
+        elif len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            types[i] = 6
+        elif t == "<unk>":
+            types[i] = 2
+        if blank_as_space and t and len(t) > 1 and set(t) == {"\u2581"}:
+            toks[i] = " " * len(t)  # Gemma files store blank tokens as spaces
+    for t, ty in extra:
+        toks.append(t)
+        types.append(ty)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_string("tokenizer.ggml.model", model)
+    if pre:
+        w.add_string("tokenizer.ggml.pre", pre)
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    if scores:
+        w.add_token_scores([float(-i) * 0.5 for i in range(len(toks))])
+    if merges:
+        w.add_token_merges([m if isinstance(m, str) else " ".join(m)
+                            for m in d["model"]["merges"]])
+    for key, v in (("bos", bos), ("eos", eos), ("unk", unk), ("pad", pad)):
+        if v is not None:
+            getattr(w, {"bos": "add_bos_token_id", "eos": "add_eos_token_id",
+                        "unk": "add_unk_token_id", "pad": "add_pad_token_id"}[key])(v)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
+    if tpl:
+        w.add_chat_template(tpl)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def tok_expectations(path, strings):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+    be = tok.backend_tokenizer
+    cases = []  # per string; decoded text only where it is not the string itself
+    for s in strings:
+        with_sp = be.encode(s, add_special_tokens=True).ids
+        assert tok(s).input_ids == with_sp
+        plain = be.encode(s, add_special_tokens=False).ids
+        dec, dec_skip = (be.decode(plain, skip_special_tokens=False),
+                         be.decode(with_sp, skip_special_tokens=True))
+        cases.append([plain, with_sp, None if dec == s else dec,
+                      None if dec_skip == s else dec_skip])
+    chats = []
+    if tok.chat_template:
+        for conv in CHATS:
+            text = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+            chats.append({"messages": conv, "text": text,
+                          "ids": be.encode(text, add_special_tokens=False).ids})
+    sp = {k: getattr(tok, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+    return {"cases": cases, "chats": chats, "special": sp,
+            "add_bos": bool(getattr(tok, "add_bos_token", False)),
+            "vocab_size": be.get_vocab_size(with_added_tokens=True),
+            "pipeline": json.loads(be.to_str())["pre_tokenizer"]}
+
+
+TOKENIZERS = {  # name: (source tokenizer.json, GGUF options)
+    "gpt2_smollm": ("bpe_bytelevel.json", dict(model="gpt2", pre="smollm", add_bos=False,
+                                               bos=1, eos=2, unk=0, pad=2,
+                                               extra=[("<ctl\u2713>", 3)])),
+    "gpt2_llama_bpe": ("bpe_bytelevel.json", dict(model="gpt2", pre="llama-bpe", add_bos=True,
+                                                  bos=0, eos=1)),
+    "gpt2_qwen2": ("bpe_bytelevel.json", dict(model="gpt2", arch="qwen2", pre="qwen2", eos=2,
+                                              add_eos=True, bos=1)),
+    "gpt2_gpt2": ("bpe_bytelevel.json", dict(model="gpt2", pre="gpt-2", bos=0, eos=0)),
+    "llama_merges": ("bpe_llama2_style.json", dict(model="llama", bos=2, eos=1, unk=3,
+                                                   scores=True)),
+    "llama_scores": ("bpe_llama2_style.json", dict(model="llama", bos=2, eos=1, unk=3,
+                                                   scores=True, merges=False, add_bos=False)),
+    "gpt2_llama3": ("bpe_llama3_style.json", dict(model="gpt2", pre="llama-bpe", add_bos=True,
+                                                  bos=0, eos=1)),
+    "llama_no_s": ("bpe_gemma_style.json", dict(model="llama", bos=2, eos=1, unk=3, scores=True,
+                                                merges=False)),
+    "gemma3": ("bpe_gemma_style.json", dict(model="llama", arch="gemma3", bos=2, eos=1, unk=3,
+                                            pad=0, merges=False, scores=True, add_bos=True,
+                                            blank_as_space=True, extra=[("\u2581\u2581", 1)])),
+}
+
+
+def gen_tokenizers(real_gguf=None):
+    strings = tok_strings()
+    expected = {"texts": strings, "tokenizers": {}}
+    for name, (src, opts) in TOKENIZERS.items():
+        path = os.path.join(OUT, f"tok_{name}.gguf")
+        gguf_from_tokenizer_json(path, src, **opts)
+        expected["tokenizers"][name] = tok_expectations(path, strings)
+    with open(os.path.join(OUT, "tokenizers.json"), "w", encoding="utf-8") as f:
+        json.dump(expected, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    if real_gguf:  # only the expectations are committed, never the model file
+        exp = {"texts": strings, "tokenizers": {"smollm2": tok_expectations(real_gguf, strings)}}
+        with open(os.path.join(OUT, "real_smollm2_tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(exp, f, ensure_ascii=False, separators=(",", ":"))
+            f.write("\n")
+
+
 def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("parts", nargs="*", default=["types", "tokenizers"])
+    ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch_smollm2.sh)")
+    a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
-    gen_types()
-    gen_meta()
-    gen_align1()
-    cases = gen_malformed()
-    gen_corpus(cases)
-    print("wrote", OUT, "and", CORPUS)
+    if "types" in a.parts:
+        gen_types()
+        gen_meta()
+        gen_align1()
+        cases = gen_malformed()
+        gen_corpus(cases)
+    if "tokenizers" in a.parts:
+        gen_tokenizers(a.smollm2)
+    print("wrote", OUT)
 
 
 if __name__ == "__main__":

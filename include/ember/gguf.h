@@ -35,6 +35,7 @@
 #define EMBER_GGUF_H
 
 #include "ember/tensor.h"
+#include "ember/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -226,6 +227,25 @@ EM_API em_tensor *em_gguf_load_(em_ctx *c, const char *file, int line, const em_
 #define em_gguf_load_as(c, ...) em_gguf_load_as_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_gguf_load_as_(em_ctx *c, const char *file, int line, const em_gguf *g,
                                    const char *name, em_dtype dtype, em_device *dev);
+
+/* ---------------------------------------------------------------------------------------------
+ * The tokenizer.
+ * ------------------------------------------------------------------------------------------- */
+
+/**
+ * The tokenizer the file's metadata describes (tokenizer.ggml.model "gpt2" or "llama", tokens,
+ * token types, merges or scores, tokenizer.ggml.pre, bos/eos/unknown/padding ids,
+ * add_bos_token / add_eos_token, tokenizer.chat_template), built as transformers 5.24 builds
+ * one from the same file, so ids match transformers'. tokenizer.ggml.pre selects the
+ * pre-tokenizer regex where transformers has one for the name (llama-bpe / llama3, qwen2,
+ * tekken, gpt-4o and their aliases); other byte-level vocabularies (gpt-2, smollm, ...) get
+ * GPT-2's regex, as in transformers — llama.cpp splits digits one by one for smollm, so its
+ * ids can differ on numbers. The result is independent of the handle (it may be closed).
+ * Errors: EM_ERR_NOT_FOUND (no tokenizer in the file), EM_ERR_UNSUPPORTED (another
+ * tokenizer.ggml.model, named), EM_ERR_FORMAT (malformed metadata, merges naming tokens not in
+ * the vocabulary), EM_ERR_OOM. em_tokenizer_load also accepts a .gguf file.
+ */
+EM_API em_tokenizer *em_tokenizer_from_gguf(em_ctx *c, const em_gguf *g);
 
 #ifdef __cplusplus
 }
