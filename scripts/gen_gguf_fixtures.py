@@ -515,10 +515,178 @@ def gen_tokenizers(real_gguf=None):
             f.write("\n")
 
 
+# ---- models -----------------------------------------------------------------------------------
+
+MODEL_IDS = [1, 17, 250, 3, 99, 42, 7, 128, 64, 200, 5, 31]
+
+
+def tiny_models():
+    """Tiny random models of each architecture Ember reads from GGUF, in configurations a GGUF
+    file can state (defaults where the file says nothing)."""
+    import transformers as T
+    base = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                rms_norm_eps=1e-5)
+    return {
+        "llama": (T.LlamaConfig(**base, head_dim=16, rope_theta=10000.0,
+                                tie_word_embeddings=True), T.LlamaForCausalLM, "llama"),
+        "qwen2": (T.Qwen2Config(**base, rope_theta=1e6, tie_word_embeddings=False),
+                  T.Qwen2ForCausalLM, "qwen2"),
+        # head_dim 128 as every Qwen3: transformers does not read key_length for qwen3 files
+        "qwen3": (T.Qwen3Config(**dict(base, num_attention_heads=2, num_key_value_heads=1),
+                                head_dim=128, rope_theta=1e6, tie_word_embeddings=True),
+                  T.Qwen3ForCausalLM, "qwen3"),
+        "qwen3moe": (T.Qwen3MoeConfig(**base, head_dim=16, rope_theta=1e6, num_experts=4,
+                                      num_experts_per_tok=2, moe_intermediate_size=32,
+                                      norm_topk_prob=True, tie_word_embeddings=False),
+                     T.Qwen3MoeForCausalLM, "qwen3moe"),
+        "mixtral": (T.MixtralConfig(**dict(base, intermediate_size=32), head_dim=16,
+                                    rope_theta=1e6, num_local_experts=4, num_experts_per_tok=2,
+                                    tie_word_embeddings=False), T.MixtralForCausalLM, "llama"),
+        # query_pre_attn_scalar = head_dim: what llama.cpp assumes (the file does not say)
+        "gemma3": (T.Gemma3TextConfig(**base, head_dim=16, rope_theta=1e6, sliding_window=8,
+                                      query_pre_attn_scalar=16, tie_word_embeddings=True),
+                   T.Gemma3ForCausalLM, "gemma3"),
+    }
+
+
+def llama_permute(w, n_head, n_head_kv):
+    """convert_hf_to_gguf.py LlamaModel.permute."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def write_model_gguf(path, name, cfg, model, arch):
+    """The model as llama.cpp's converter writes it: gguf-py's tensor names, q/k rows permuted
+    (llama), norms + 1 (gemma3), experts split and stacked, 2-D weights as Q8_0 (quantized with
+    gguf.quants.quantize), norms in F32. Returns {hf name: the weight the file holds, as
+    transformers dequantizes it (before undoing llama.cpp's transforms)}."""
+    march = [k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch][0]
+    nmap = gguf.get_tensor_name_map(march, cfg.num_hidden_layers)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    rp = cfg.rope_parameters
+    w.add_rope_freq_base((rp["full_attention"] if "full_attention" in rp else rp)["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if arch == "llama":
+        w.add_rope_dimension_count(hd)
+    if arch in ("qwen3", "qwen3moe", "gemma3"):
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if arch == "gemma3":
+        w.add_sliding_window(cfg.sliding_window)
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+        if arch == "qwen3moe":
+            w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    stored = {}
+
+    def put(gname, t, hf_name):
+        a = t.detach().float().numpy()
+        if a.ndim >= 2 and a.shape[-1] % 32 == 0:
+            q = gguf.quants.quantize(a, Q.Q8_0)
+            w.add_tensor(gname, q, raw_dtype=Q.Q8_0)
+            deq = torch.from_numpy(gguf.quants.dequantize(q, Q.Q8_0).reshape(a.shape).copy())
+        else:
+            w.add_tensor(gname, a.astype(np.float32))
+            deq = torch.from_numpy(a.copy())
+        stored.setdefault(hf_name, []).append(deq)
+
+    for hf, t in model.state_dict().items():
+        if hf == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        base, suffix = hf.rsplit(".", 1) if hf.endswith((".weight", ".bias")) else (hf, "")
+        if base.endswith("experts.gate_up_proj") or base.endswith("experts.down_proj"):
+            layer = int(hf.split(".")[2])
+            if base.endswith("gate_up_proj"):
+                inter = t.shape[1] // 2
+                put(f"blk.{layer}.ffn_gate_exps.weight", t[:, :inter], hf)
+                put(f"blk.{layer}.ffn_up_exps.weight", t[:, inter:], hf)
+            else:
+                put(f"blk.{layer}.ffn_down_exps.weight", t, hf)
+            continue
+        gname = nmap.get_name(base)
+        assert gname, hf
+        if arch == "llama" and base.endswith("q_proj"):
+            t = llama_permute(t, cfg.num_attention_heads, cfg.num_attention_heads)
+        if arch == "llama" and base.endswith("k_proj"):
+            t = llama_permute(t, cfg.num_attention_heads, cfg.num_key_value_heads)
+        if arch == "gemma3" and hf.endswith("norm.weight"):
+            t = t + 1
+        put(gname + "." + suffix, t, hf)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return stored
+
+
+def gen_models():
+    import transformers as T
+    bundle = Bundle(os.path.join(OUT, "models"))
+    meta = {}
+    for name, (cfg, cls, arch) in tiny_models().items():
+        torch.manual_seed(3)
+        model = cls(cfg).eval()
+        with torch.no_grad():  # norms away from 1 so that a missed offset shows
+            for k, p in model.named_parameters():
+                if k.endswith("norm.weight"):
+                    p.copy_(torch.randn_like(p) * 0.2 + (0.0 if arch == "gemma3" else 1.0))
+        path = os.path.join(OUT, f"model_{name}.gguf")
+        stored = write_model_gguf(path, f"ember {name} fixture", cfg, model, arch)
+        # the reference: the same model holding the file's (Q8_0-rounded) weights
+        with torch.no_grad():
+            sd = model.state_dict()
+            for hf, parts in stored.items():
+                v = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+                if arch == "llama" and (hf.endswith("q_proj.weight") or hf.endswith("k_proj.weight")):
+                    heads = cfg.num_attention_heads if "q_proj" in hf else cfg.num_key_value_heads
+                    dim = v.shape[0] // heads // 2  # transformers' _reverse_permute_weights
+                    v = v.reshape(heads, dim, 2, *v.shape[1:]).swapaxes(2, 1).reshape(v.shape)
+                if arch == "gemma3" and hf.endswith("norm.weight"):
+                    v = v - 1
+                sd[hf].copy_(v.reshape(sd[hf].shape))
+            if cfg.tie_word_embeddings:
+                model.tie_weights()
+            ids = torch.tensor([MODEL_IDS])
+            logits = model(ids).logits[0].float()
+            gen = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0)[0, len(MODEL_IDS):]
+        bundle.add(f"{name}.logits", logits)
+        bundle.add(f"{name}.greedy", gen.to(torch.int64))
+        # transformers reading the same file must agree (it checks the file's transforms).
+        # It cannot read three of them: mixtral files (llama with experts), qwen3moe's
+        # expert_feed_forward_length (it keeps the class default, 768) and gemma3's attention
+        # scale (it keeps 256; llama.cpp uses the head size): those rest on the model above.
+        check = "reference only"
+        if name not in ("mixtral", "gemma3", "qwen3moe"):
+            tm = T.AutoModelForCausalLM.from_pretrained(OUT, gguf_file=os.path.basename(path),
+                                                        dtype=torch.float32).eval()
+            with torch.no_grad():
+                d = (tm(ids).logits[0].float() - logits).abs().max().item()
+            assert d < 1e-4, (name, d)
+            check = f"transformers from the GGUF: max |diff| {d:.2e}"
+        meta[name] = check
+    bundle.meta = {"ids": MODEL_IDS, "checked": meta, "transformers": T.__version__}
+    bundle.write()
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
-    ap.add_argument("parts", nargs="*", default=["types", "tokenizers"])
+    ap.add_argument("parts", nargs="*", default=["types", "tokenizers", "models"])
     ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch_smollm2.sh)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -530,6 +698,8 @@ def main():
         gen_corpus(cases)
     if "tokenizers" in a.parts:
         gen_tokenizers(a.smollm2)
+    if "models" in a.parts:
+        gen_models()
     print("wrote", OUT)
 
 

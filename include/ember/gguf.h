@@ -34,6 +34,7 @@
 #ifndef EMBER_GGUF_H
 #define EMBER_GGUF_H
 
+#include "ember/config.h"
 #include "ember/tensor.h"
 #include "ember/tokenizer.h"
 
@@ -227,6 +228,22 @@ EM_API em_tensor *em_gguf_load_(em_ctx *c, const char *file, int line, const em_
 #define em_gguf_load_as(c, ...) em_gguf_load_as_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_gguf_load_as_(em_ctx *c, const char *file, int line, const em_gguf *g,
                                    const char *name, em_dtype dtype, em_device *dev);
+
+/* ---------------------------------------------------------------------------------------------
+ * The model config.
+ * ------------------------------------------------------------------------------------------- */
+
+/**
+ * The config.json transformers builds from the file's metadata (<arch>.block_count,
+ * .embedding_length, .attention.head_count, ... and the tokenizer's bos/eos/pad ids), read with
+ * the defaults of the family's config class (ember/config.h). general.architecture llama (with
+ * <arch>.expert_count: mixtral; general.name "mistral": mistral), mistral, qwen2, qwen3,
+ * qwen3moe and gemma3 (as gemma3_text). Beyond transformers, as llama.cpp reads the file: rope
+ * scaling (<arch>.rope.scaling.*) and Gemma 3's attention scale. tie_word_embeddings is true
+ * when the file has no output.weight. Errors: EM_ERR_UNSUPPORTED (another architecture, named),
+ * the config reader's. em_model_config_load also accepts a .gguf file.
+ */
+EM_API em_status em_model_config_from_gguf(em_ctx *c, const em_gguf *g, em_model_config *out);
 
 /* ---------------------------------------------------------------------------------------------
  * The tokenizer.

@@ -13,14 +13,17 @@
 
 static void gen_usage(void) {
     printf(
-        "usage: ember generate --model ID_OR_DIR [--device DEV | --device-map MAP] [--dtype bf16]\n"
+        "usage: ember generate --model ID_OR_DIR_OR_GGUF [--device DEV | --device-map MAP]\n"
+        "                      [--dtype f32|bf16]\n"
         "                      (--prompt TEXT | --chat TEXT | --ids 1,2,3) [--max-new-tokens N]\n"
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
         "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
         "                      [--compile [--bucket N]]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
-        "the Hub cache when missing unless HF_HUB_OFFLINE=1) and continues the prompt.\n"
+        "the Hub cache when missing unless HF_HUB_OFFLINE=1) or a GGUF file, and continues the\n"
+        "prompt. A GGUF file's quantized weights are used as stored (quantized kernels, f32\n"
+        "activations); --dtype f32|bf16 dequantizes them at load (as on PJRT devices).\n"
         "  --prompt TEXT      plain text, tokenized with the model's tokenizer\n"
         "  --chat TEXT        a user message rendered with the model's chat template\n"
         "  --ids 1,2,3        token ids\n"
@@ -153,8 +156,14 @@ int cmd_generate(int argc, char **argv) {
     int64_t *prompts[64] = {NULL};
     int64_t lens[64] = {0};
     if (!m) goto fail;
-    fprintf(stderr, "loaded %s (%s, %s) in %.2f s\n", em_model_get_config(m)->model_type,
-            em_model_dir(m), em_dtype_name(em_model_dtype(m)), em_model_load_seconds(m));
+    char wd[160];
+    em_model_weight_dtypes(m, wd, sizeof wd);
+    fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
+            em_model_get_config(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
+            em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
+    if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q"))
+        fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
+                mo.dtype_set ? "--dtype was given" : "quantized weights run on the CPU only");
     if (show_map) {
         char map[16384];
         em_model_device_map(m, map, sizeof map);

@@ -76,6 +76,17 @@ const em_ggml_traits *em_ggml_traits_of(uint32_t type); /* NULL for unknown numb
 /* Size in bytes of one element of a scalar value type; 0 for STRING and ARRAY. */
 size_t em_gguf_scalar_size(em_gguf_type t);
 
+/* How a general.architecture maps onto Ember's families (gguf_config.c). */
+typedef struct em_gguf_arch {
+    const char *gguf;       /* general.architecture */
+    const char *model_type; /* the family (config.json's model_type) */
+    bool permute_qk;        /* llama.cpp's converter permuted the q/k rows (LlamaModel) */
+    bool norm_offset;       /* norms stored as 1 + w (Gemma) */
+    const char *moe_prefix; /* where the experts live: "mlp." or "block_sparse_moe." */
+} em_gguf_arch;
+/* The row for the file's architecture, NULL when Ember has none. */
+const em_gguf_arch *em_gguf_arch_of(const em_gguf *g);
+
 /* Parses and validates the image (gguf_open.c); the handle takes the image's reference. */
 em_gguf *em_gguf_parse(em_ctx *c, const char *name, em_st_image *im);
 /* The name in the file closest to `name` (longest common prefix), for "did you mean". */
