@@ -17,24 +17,27 @@
 #include "cli.h"
 #include "ember/ember.h"
 
-/* Bytes one decode step must read: every weight but the embedding table (one row), only the
- * experts that were hit, and the KV cache up to `pos`. */
+/* Bytes one decode step must read: every weight as the model holds it (quantized ones at their
+ * quantized size) but the embedding table (one row), only the experts that were hit, and the
+ * KV cache up to `pos`. */
 static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, int64_t pos) {
     const em_model_config *cfg = em_model_get_config(m);
-    double es = em_model_dtype(m) == EM_F32 ? 4 : 2;
+    double es = em_model_dtype(m) == EM_F32 ? 4 : 2; /* activations, KV cache and experts */
     int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
-    double attn = (double)h * hd * (2.0 * cfg->num_attention_heads + 2.0 * cfg->num_key_value_heads);
-    double per_layer = attn + 2.0 * h + 2.0 * hd;
-    double total = per_layer * (double)L;
-    if (cfg->num_experts > 0) {
-        double expert = 3.0 * (double)cfg->moe_intermediate_size * h;
-        total += (double)experts_hit * expert + (double)L * cfg->num_experts * h; /* + routers */
-    } else {
-        total += 3.0 * (double)cfg->intermediate_size * h * (double)L;
+    double total = (double)em_model_weight_bytes(m, true);
+    if (cfg->num_experts > 0) { /* all experts are counted: keep the ones hit */
+        double expert = 3.0 * (double)cfg->moe_intermediate_size * h * es;
+        int64_t moe_layers = 0;
+        for (int64_t i = 0; i < L; i++) {
+            bool dense = false;
+            for (int k = 0; k < cfg->n_mlp_only_layers; k++) dense |= cfg->mlp_only_layers[k] == i;
+            int64_t step = cfg->decoder_sparse_step > 0 ? cfg->decoder_sparse_step : 1;
+            moe_layers += !dense && (i + 1) % step == 0;
+        }
+        total -= expert * (double)(moe_layers * cfg->num_experts - experts_hit);
     }
-    total += (double)cfg->vocab_size * h + h; /* lm_head (tied or not) and final norm */
     double kv = 2.0 * (double)L * cfg->num_key_value_heads * hd * (double)pos * (double)batch;
-    return (total + kv) * es;
+    return total + kv * es;
 }
 
 /* Multiply-adds per token of a decode step (weights touched once per token). */

@@ -25,8 +25,11 @@ typedef struct em_qdot_kernel {
     size_t (*x_row_bytes)(int64_t k);
     /* quantizes k f32 values (k a multiple of the weight's block size) into xq */
     void (*quantize_x)(const float *x, void *xq, int64_t k);
-    /* y[r] = dot(weight row r, x) for r < rows; weight rows start ldw bytes apart */
-    void (*dot)(int64_t k, const uint8_t *w, size_t ldw, int rows, const void *xq, float *y);
+    /* y[i * ldy + r] = dot(weight row r, x row i) for r < rows, i < nx: weight rows start ldw
+     * bytes apart, quantized x rows ldx bytes apart. Each weight row is read once for all nx
+     * rows of x. */
+    void (*dot)(int64_t k, const uint8_t *w, size_t ldw, int rows, const void *xq, size_t ldx,
+                int nx, float *y, int64_t ldy);
     int64_t grain; /* weight rows per task of the thread pool */
 } em_qdot_kernel;
 

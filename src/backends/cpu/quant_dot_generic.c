@@ -120,9 +120,14 @@ static float row_q6_k(int64_t nb, const uint8_t *w, const em_qx8_k *x) {
 }
 
 #define ROWS_KERNEL(name, expr)                                                                    \
-    static void name(int64_t k, const uint8_t *w, size_t ldw, int rows, const void *xq,            \
-                     float *y) {                                                                   \
-        for (int r = 0; r < rows; r++, w += ldw) y[r] = (expr);                                    \
+    static void name(int64_t k, const uint8_t *wr, size_t ldw, int rows, const void *xr,           \
+                     size_t ldx, int nx, float *y, int64_t ldy) {                                  \
+        for (int r = 0; r < rows; r++)                                                             \
+            for (int i = 0; i < nx; i++) {                                                         \
+                const uint8_t *w = wr + (size_t)r * ldw;                                           \
+                const void *xq = (const uint8_t *)xr + (size_t)i * ldx;                            \
+                y[i * ldy + r] = (expr);                                                           \
+            }                                                                                      \
     }
 
 ROWS_KERNEL(dot_q8_0, row_q8_0(k / 32, w, xq))

@@ -3,89 +3,64 @@
  * weight, embedding rows of a quantized table, and cast (dequantization). These wrap the
  * backend's kernels for the same ops, which keep every unquantized call.
  *
- * linear: y = x @ w^T (+ bias) for x [..., K] of any float dtype and w [N, K] quantized.
- *   Few rows (decode): x is quantized on the fly to 8-bit blocks as llama.cpp does, and each
- *   weight row is read once, as it is, by the quantized dot kernels (quant_dot.h).
- *   Many rows (prefill): panels of weight rows are dequantized to f32 and multiplied by the
- *   packed GEMM, so the arithmetic runs at the FMA peak and the dequantization is paid once
- *   per panel, not once per row of x.
+ * linear: y = x @ w^T (+ bias) for x [..., K] of any float dtype and w [N, K] quantized. The
+ *   rows of x are quantized once to 8-bit blocks, as llama.cpp does, and the quantized dot
+ *   kernels (quant_dot.h) read the weight's bytes as they are. The work is split in tiles of
+ *   weight rows x rows of x: the weight rows of a tile stay in L1 while its rows of x (at most
+ *   QX_ROWS, in L2) pass over them, so prefill reuses each weight block across many tokens
+ *   and decode (one row of x) streams every weight row once.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/gemm.h"
 #include "backends/cpu/quant_dot.h"
 
 static em_kernel_fn base_linear, base_embedding, base_cast;
 
 /* ---- linear ---- */
 
-/* Rows of x up to which the quantized dot kernels run; above, dequantized panels and GEMM. */
-#define QDOT_MAX_ROWS 16
-/* Weight rows per dequantized panel of the GEMM path. */
-#define PANEL_ROWS 256
+/* Rows of x per tile: 64 rows of 8-bit activations of K = 4096 are 272 KB, in L2. */
+#define QX_ROWS 64
 
 typedef struct qlin {
     int64_t m, n, k;
-    const float *x;   /* [m, k] f32 */
     const uint8_t *w; /* [n] rows of row_bytes */
     size_t row_bytes;
-    em_dtype wt;
     float *y;         /* [m, n] */
     const float *bias;
     const em_qdot_kernel *kern;
-    const void *xq;   /* x quantized for kern, m rows of xq_row bytes */
+    const uint8_t *xq; /* x quantized for kern, m rows of xq_row bytes */
     size_t xq_row;
+    int64_t grain, n_tiles; /* weight rows per tile, tiles along n */
 } qlin;
 
-static void qdot_chunk(void *user, int64_t b, int64_t e, int tid) {
+/* Tiles t: weight rows (t % n_tiles) * grain, rows of x (t / n_tiles) * QX_ROWS. */
+static void qdot_tiles(void *user, int64_t b, int64_t e, int tid) {
     (void)tid;
     const qlin *q = user;
-    for (int64_t m = 0; m < q->m; m++) {
-        const uint8_t *xq = (const uint8_t *)q->xq + (size_t)m * q->xq_row;
-        float *y = q->y + m * q->n;
-        q->kern->dot(q->k, q->w + (size_t)b * q->row_bytes, q->row_bytes, (int)(e - b), xq,
-                     y + b);
-        if (q->bias)
-            for (int64_t j = b; j < e; j++) y[j] += q->bias[j];
+    for (int64_t t = b; t < e; t++) {
+        int64_t j0 = (t % q->n_tiles) * q->grain, m0 = (t / q->n_tiles) * QX_ROWS;
+        int64_t nj = q->n - j0 < q->grain ? q->n - j0 : q->grain;
+        int64_t nm = q->m - m0 < QX_ROWS ? q->m - m0 : QX_ROWS;
+        q->kern->dot(q->k, q->w + (size_t)j0 * q->row_bytes, q->row_bytes, (int)nj,
+                     q->xq + (size_t)m0 * q->xq_row, q->xq_row, (int)nm, q->y + m0 * q->n + j0,
+                     q->n);
+        for (int64_t m = m0; q->bias && m < m0 + nm; m++)
+            for (int64_t j = j0; j < j0 + nj; j++) q->y[m * q->n + j] += q->bias[j];
     }
 }
 
-typedef struct deq_job {
-    const uint8_t *w;
-    size_t row_bytes;
-    em_dtype wt;
-    int64_t k;
-    float *out;
-} deq_job;
+typedef struct qx_job {
+    const qlin *q;
+    const float *x;
+} qx_job;
 
-static void deq_rows(void *user, int64_t b, int64_t e, int tid) {
+static void quantize_rows(void *user, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const deq_job *d = user;
-    for (int64_t r = b; r < e; r++)
-        em_dequantize(d->wt, d->w + (size_t)r * d->row_bytes, d->out + r * d->k, d->k);
-}
-
-static em_status qlin_gemm(const qlin *q) {
-    int64_t rows = q->n < PANEL_ROWS ? q->n : PANEL_ROWS;
-    float *panel = malloc((size_t)(rows * q->k) * sizeof *panel);
-    if (!panel) return EM_ERR_OOM;
-    em_status s = EM_OK;
-    for (int64_t j0 = 0; j0 < q->n && !s; j0 += PANEL_ROWS) {
-        int64_t nr = q->n - j0 < PANEL_ROWS ? q->n - j0 : PANEL_ROWS;
-        deq_job d = {q->w + (size_t)j0 * q->row_bytes, q->row_bytes, q->wt, q->k, panel};
-        em_parallel_for(nr, 4, deq_rows, &d);
-        em_gemm_args g = {0};
-        g.m = q->m, g.n = nr, g.k = q->k;
-        g.dtype = EM_F32;
-        g.a = q->x, g.a_rs = q->k, g.a_cs = 1;
-        g.b = panel, g.b_rs = 1, g.b_cs = q->k; /* B = panel^T */
-        g.c = q->y + j0, g.ldc = q->n;
-        g.bias = q->bias ? q->bias + j0 : NULL;
-        s = em_gemm(&g);
-    }
-    free(panel);
-    return s;
+    const qx_job *j = user;
+    for (int64_t m = b; m < e; m++)
+        j->q->kern->quantize_x(j->x + m * j->q->k, (uint8_t *)j->q->xq + (size_t)m * j->q->xq_row,
+                               j->q->k);
 }
 
 static em_status q_linear(const em_kernel_args *a) {
@@ -97,38 +72,31 @@ static em_status q_linear(const em_kernel_args *a) {
     q.k = w->shape[1];
     q.n = w->shape[0];
     q.m = x->numel / q.k;
-    q.wt = w->dtype;
     q.w = em_tensor_ptr(w);
     q.row_bytes = em_dtype_nbytes(w->dtype, q.k);
+    q.kern = em_qdot_kernel_for(w->dtype);
+    if (!q.kern)
+        return em_op_fail(a->ctx, EM_ERR_UNSUPPORTED, "no dot kernel for %s weights",
+                          em_dtype_name(w->dtype));
     bool x_direct = x->dtype == EM_F32 && em_is_contiguous(x);
     float *xf = x_direct ? NULL : em_cpu_to_f32(x);
     float *bf = bias ? em_cpu_to_f32(bias) : NULL;
     float *yf = o->dtype == EM_F32 ? NULL : malloc((size_t)o->numel * sizeof *yf);
-    void *xq = NULL;
+    q.xq_row = q.kern->x_row_bytes(q.k);
+    uint8_t *xq = malloc(q.xq_row * (size_t)q.m);
     em_status s = EM_OK;
-    if ((!x_direct && !xf) || (bias && !bf) || (o->dtype != EM_F32 && !yf)) {
+    if ((!x_direct && !xf) || (bias && !bf) || (o->dtype != EM_F32 && !yf) || !xq) {
         s = em_op_fail(a->ctx, EM_ERR_OOM, "out of memory for a quantized linear");
         goto done;
     }
-    q.x = x_direct ? em_tensor_ptr(x) : xf;
     q.y = yf ? yf : em_tensor_ptr(o);
     q.bias = bf;
-    q.kern = em_qdot_kernel_for(w->dtype);
-    if (q.m <= QDOT_MAX_ROWS && q.kern) {
-        q.xq_row = q.kern->x_row_bytes(q.k);
-        xq = malloc(q.xq_row * (size_t)q.m);
-        if (!xq) {
-            s = em_op_fail(a->ctx, EM_ERR_OOM, "out of memory for a quantized linear");
-            goto done;
-        }
-        for (int64_t m = 0; m < q.m; m++)
-            q.kern->quantize_x(q.x + m * q.k, (uint8_t *)xq + (size_t)m * q.xq_row, q.k);
-        q.xq = xq;
-        em_parallel_for(q.n, q.kern->grain, qdot_chunk, &q);
-    } else if ((s = qlin_gemm(&q)) != EM_OK) {
-        s = em_op_fail(a->ctx, s, "out of memory for a quantized linear");
-        goto done;
-    }
+    q.xq = xq;
+    qx_job qj = {&q, x_direct ? (const float *)em_tensor_ptr(x) : xf};
+    em_parallel_for(q.m, 8, quantize_rows, &qj);
+    q.grain = q.kern->grain;
+    q.n_tiles = (q.n + q.grain - 1) / q.grain;
+    em_parallel_for(q.n_tiles * ((q.m + QX_ROWS - 1) / QX_ROWS), 1, qdot_tiles, &q);
     if (yf) em_cpu_from_f32(o, yf);
 done:
     free(xf);
