@@ -5,7 +5,8 @@
  * reading the files agrees exactly for llama, qwen2 and qwen3).
  *   - with dtype f32 (dequantized at load): logits within 1e-4, greedy tokens exactly;
  *   - as stored (Q8_0 matrices used by the quantized kernels): logits within the rounding of the
- *     activations to 8 bits (relative RMS error below 2 %), eager and compiled alike;
+ *     activations to 16 bits (relative RMS error below 5e-4), and the greedy tokens, eager and
+ *     compiled alike;
  *   - an explicit device map and the config read from the metadata. */
 #include <math.h>
 #include <stdlib.h>
@@ -63,9 +64,8 @@ static void test_models(void) {
             }
             em_tensor *lg = em_model_forward(c, m, x, NULL, NULL, false);
             em_tensor *got = lg ? em_reshape(c, lg, 2, em_tensor_shape(want)) : NULL;
-            if (!quant) {
-                CHECK(em_test_allclose(c, got, want, 1e-4, 1e-4, arch));
-                /* greedy continuation through the KV cache */
+            if (!quant) CHECK(em_test_allclose(c, got, want, 1e-4, 1e-4, arch));
+            {   /* greedy continuation through the KV cache */
                 em_generate_params p = em_generate_default_params(m);
                 p.max_new_tokens = 8;
                 static const int64_t no_eos[1] = {-1}; /* as the reference: no eos */
@@ -77,17 +77,16 @@ static void test_models(void) {
                 if (em_generate(c, m, NULL, prompts, lens, 1, &p, &r) == EM_OK) {
                     const int64_t *g = em_tensor_data(c, greedy);
                     bool same = r.n_ids[0] == 8 && g && !memcmp(r.ids[0], g, 8 * sizeof *g);
-                    CHECK_MSG(same, "%s: greedy tokens differ", arch);
-                    for (int i = 0; !same && i < 8 && g; i++)
-                        fprintf(stderr, "  %lld/%lld", (long long)r.ids[0][i], (long long)g[i]);
+                    CHECK_MSG(same, "%s%s: greedy tokens differ", arch, quant ? " quantized" : "");
                     em_generate_result_free(&r);
                 } else {
                     CHECK_MSG(false, "%s: %s", arch, em_ctx_error(c)->message);
                     em_ctx_clear_error(c);
                 }
-            } else {
+            }
+            if (quant) {
                 double e = rel_rms(c, got, want);
-                CHECK_MSG(e < 0.02, "%s quantized: relative RMS error %g", arch, e);
+                CHECK_MSG(e < 5e-4, "%s quantized: relative RMS error %g", arch, e);
                 printf("  %-9s as stored (Q8_0 kernels): logits relative RMS error %.2e\n", arch,
                        e);
                 /* compile mode runs the same kernels */

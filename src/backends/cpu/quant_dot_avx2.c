@@ -1,12 +1,11 @@
 /*
  * The quantized dot kernels with AVX2 (see quant_dot.h) for the weight types of common
- * downloads: Q8_0, Q4_0, Q4_1 against 32-element 8-bit activation blocks, Q4_K and Q6_K
+ * downloads: Q8_0, Q4_0, Q4_1 against 32-element blocks of 16-bit activations, Q4_K and Q6_K
  * against 256-element ones. Q5_0, Q5_1 and Q5_K keep the portable kernels.
  *
- * Integer products: vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16;
- * signed weights go through |w| and sign(x, w) first. vpmaddwd then adds pairs into int32
- * (multiplied by the sub-block scales of the K types at the same time). One f32 multiply-add
- * per block applies the two scales.
+ * Weights are widened to int16 (vpmovzxbw / vpmovsxbw) and vpmaddwd multiplies them by the
+ * activations, adding pairs into int32; the K types' sub-block scales multiply those sums
+ * (vpmulld), and one f32 multiply-add per block applies the two f16/f32 scales.
  *
  * Each weight row is read once for up to four rows of x (the register tile); two accumulators
  * per row of x (even and odd blocks) hide the latency of the multiply-add chain.
@@ -15,7 +14,6 @@
 #include <string.h>
 
 #include "backends/cpu/quant_dot.h"
-#include "core/quant.h"
 
 #define XT 4 /* rows of x per pass over a weight row */
 
@@ -32,14 +30,20 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
-/* 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0-15), then high (16-31). */
-static inline __m256i nibbles(const uint8_t *q) {
-    __m128i t = _mm_loadu_si128((const __m128i *)q);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* w (16 int16) . x (16 int16) + w2 . x2, as 8 int32 */
+static inline __m256i madd2(__m256i w, __m256i w2, const int16_t *x) {
+    return _mm256_add_epi32(_mm256_madd_epi16(w, load32(x)), _mm256_madd_epi16(w2, load32(x + 16)));
 }
 
-static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+/* 16 bytes of packed nibbles -> elements 0-15 (low nibbles) and 16-31 (high) as int16: each
+ * byte widened once, then split in its 16-bit lane */
+static inline void nibbles16(const uint8_t *q, __m256i *lo, __m256i *hi) {
+    __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
+    *lo = _mm256_and_si256(v, _mm256_set1_epi16(0x0F));
+    *hi = _mm256_srli_epi16(v, 4);
+}
 
 /* ---- the driver ---- */
 
@@ -95,47 +99,55 @@ static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const _
 
 /* ---- 32-element blocks ---- */
 
-/* Signed weights QEXPR (32 bytes) with one f16 scale at wb: |w| . sign(x, w) in vpmaddubsw. */
-#define STEP_SIGNED(QEXPR, wb, xs, b, par, acc, NX)                                                \
+/* int16 weights (w0: elements 0-15, w1: 16-31) with one f16 scale at wb. */
+#define STEP_SCALED(w0, w1, wb, xs, b, par, acc, NX)                                               \
     do {                                                                                           \
-        __m256i q = (QEXPR);                                                                       \
-        __m256i aq = _mm256_sign_epi8(q, q);                                                       \
         float dw = h2f(wb);                                                                        \
         (void)mins;                                                                                \
         for (int t = 0; t < (NX); t++) {                                                           \
-            const em_qx8_0 *xb = xs[t] + (b);                                                      \
-            __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load32(xb->q), q));              \
-            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));             \
+            const em_qx16 *xb = xs[t] + (b);                                                       \
+            __m256 f = _mm256_cvtepi32_ps(madd2(w0, w1, xb->q));                                   \
             acc[t][par] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), f, acc[t][par]);             \
         }                                                                                          \
     } while (0)
 
 #define STEP_Q8_0(wb, xs, b, par, acc, extra, NX)                                                  \
-    STEP_SIGNED(load32((wb) + 2), wb, xs, b, par, acc, NX)
+    do {                                                                                           \
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)((wb) + 2)));           \
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)((wb) + 18)));          \
+        STEP_SCALED(w0, w1, wb, xs, b, par, acc, NX);                                              \
+    } while (0)
+
 #define STEP_Q4_0(wb, xs, b, par, acc, extra, NX)                                                  \
-    STEP_SIGNED(_mm256_sub_epi8(nibbles((wb) + 2), _mm256_set1_epi8(8)), wb, xs, b, par, acc, NX)
+    do {                                                                                           \
+        __m256i w0, w1;                                                                            \
+        nibbles16((wb) + 2, &w0, &w1);                                                             \
+        w0 = _mm256_sub_epi16(w0, _mm256_set1_epi16(8));                                           \
+        w1 = _mm256_sub_epi16(w1, _mm256_set1_epi16(8));                                           \
+        STEP_SCALED(w0, w1, wb, xs, b, par, acc, NX);                                              \
+    } while (0)
 
 /* The weight's (d, m) and x's (d, s) as one pair each: d_w d_x scales the products, m_w s_x
  * (lane 1) adds the mins; both in one multiply. */
 #define STEP_Q4_1(wb, xs, b, par, acc, extra, NX)                                                  \
     do {                                                                                           \
-        __m256i q = nibbles((wb) + 4);                                                             \
+        __m256i w0, w1;                                                                            \
+        nibbles16((wb) + 4, &w0, &w1);                                                             \
         uint32_t dm;                                                                               \
         memcpy(&dm, wb, 4);                                                                        \
         __m128 wdm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));                                     \
         for (int t = 0; t < (NX); t++) {                                                           \
-            const em_qx8_1 *xb = xs[t] + (b);                                                      \
-            __m256i p = _mm256_maddubs_epi16(q, load32(xb->q));                                    \
-            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));             \
+            const em_qx16 *xb = xs[t] + (b);                                                       \
+            __m256 f = _mm256_cvtepi32_ps(madd2(w0, w1, xb->q));                                   \
             __m128 ds = _mm_mul_ps(wdm, _mm_castpd_ps(_mm_load_sd((const double *)&xb->d)));       \
             acc[t][par] = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds), f, acc[t][par]);              \
             mins[t] = _mm_add_ps(mins[t], ds);                                                     \
         }                                                                                          \
     } while (0)
 
-DEFINE_DOT(dot_q8_0, 34, em_qx8_0, 32, STEP_Q8_0, _mm256_add_ps)
-DEFINE_DOT(dot_q4_0, 18, em_qx8_0, 32, STEP_Q4_0, _mm256_add_ps)
-DEFINE_DOT(dot_q4_1, 20, em_qx8_1, 32, STEP_Q4_1, _mm256_add_ps)
+DEFINE_DOT(dot_q8_0, 34, em_qx16, 32, STEP_Q8_0, _mm256_add_ps)
+DEFINE_DOT(dot_q4_0, 18, em_qx16, 32, STEP_Q4_0, _mm256_add_ps)
+DEFINE_DOT(dot_q4_1, 20, em_qx16, 32, STEP_Q4_1, _mm256_add_ps)
 
 /* ---- 256-element blocks ---- */
 
@@ -152,64 +164,65 @@ static inline __m128i q4k_scales_mins(const uint8_t *s) {
 }
 
 /* Q4_K: d sum_j sc_j (q . x)_j - dmin sum_j m_j (sum x)_j over the 8 sub-blocks of 32; the
- * mins term goes to its own accumulator (macc), subtracted at the end. */
-static inline void q4k_block(const uint8_t *wb, const em_qx8_k *xb, __m256 *acc, __m256 *macc) {
+ * mins term goes to its own accumulator (macc), subtracted at the end. Worst case per int32
+ * lane: 8 sub-blocks x 63 x 4 products of 15 x 32767, below 2^31. */
+static inline void q4k_block(const uint8_t *wb, const em_qx16_k *xb, __m256 *acc, __m256 *macc) {
     __m128i sm = q4k_scales_mins(wb + 4);
-    /* scales as 16-bit lanes, the same 8 in both halves */
-    __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
     const uint8_t *qs = wb + 16;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i sumi = _mm256_setzero_si256();
     for (int g = 0; g < 4; g++) {
-        __m256i v = load32(qs + 32 * g);
-        __m256i plo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), load32(xb->q + 64 * g));
-        __m256i phi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-                                           load32(xb->q + 64 * g + 32));
-        /* broadcast scale 2g (bytes 4g, 4g+1 of each half) and 2g+1 */
-        __m256i s0 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * 2 * g)));
-        __m256i s1 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0202 * 2 * g)));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, s0));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, s1));
+        /* bytes 0-15 and 16-31 of the pair: low nibbles are sub-block 2g, high 2g + 1 */
+        __m256i a0, a1, b0, b1;
+        nibbles16(qs + 32 * g, &a0, &b0);
+        nibbles16(qs + 32 * g + 16, &a1, &b1);
+        __m256i p0 = madd2(a0, a1, xb->q + 64 * g);
+        __m256i p1 = madd2(b0, b1, xb->q + 64 * g + 32);
+        int s0 = _mm_extract_epi8(sm, 2 * g), s1 = _mm_extract_epi8(sm, 2 * g + 1);
+        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p0, _mm256_set1_epi32(s0)));
+        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p1, _mm256_set1_epi32(s1)));
     }
-    /* mins . (sums of 32): bsums pairs against each min repeated twice */
-    __m128i mn = _mm_unpackhi_epi64(sm, sm);
-    __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
-    __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mn16);
+    /* mins . (sums of 32) */
+    __m256i mn = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(sm, sm));
+    __m256i msum = _mm256_mullo_epi32(mn, _mm256_loadu_si256((const __m256i *)xb->sums));
     *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb) * xb->d), _mm256_cvtepi32_ps(sumi), *acc);
     *macc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb + 2) * xb->d), _mm256_cvtepi32_ps(msum), *macc);
 }
 
-/* Q6_K: d sum_g sc_g ((q - 32) . x)_g over 16 groups of 16. */
-static inline void q6k_block(const uint8_t *wb, const em_qx8_k *xb, __m256 *acc) {
+/* Q6_K: d sum_g sc_g ((q - 32) . x)_g over 16 groups of 16, converted to f32 per half block
+ * (8 groups: at most 16 products of 32 x 32767 x 128 per lane, below 2^31). */
+static inline void q6k_block(const uint8_t *wb, const em_qx16_k *xb, __m256 *acc) {
     const uint8_t *ql = wb, *qh = wb + 128;
     const int8_t *sc = (const int8_t *)(wb + 192);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    __m256i sumi = _mm256_setzero_si256();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), c32 = _mm256_set1_epi8(32);
+    __m256 f = _mm256_setzero_ps();
     for (int h = 0; h < 2; h++) {
         __m256i l0 = load32(ql + 64 * h), l1 = load32(ql + 64 * h + 32), hb = load32(qh + 32 * h);
-        __m256i q[4];
         /* the high bits of chunk j are bits 2j, 2j + 1 of qh: moved to bits 4 and 5 */
         __m256i h0 = _mm256_and_si256(hb, m2), h1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2);
         __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(hb, 4), m2);
         __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(hb, 6), m2);
+        __m256i q[4];
         q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(h0, 4));
         q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(h1, 4));
         q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
                                _mm256_slli_epi16(h2, 4));
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                _mm256_slli_epi16(h3, 4));
+        __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
-            const int8_t *x = xb->q + 128 * h + 32 * j;
-            __m256i xv = load32(x);
-            /* (q - 32) . x = q . x - 32 sum(x), in int16 pairs */
-            __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[j], xv),
-                                         _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv));
-            int g = (128 * h + 32 * j) / 16;
-            __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+            __m256i v = _mm256_sub_epi8(q[j], c32); /* -32 .. 31 */
+            const int16_t *x = xb->q + 128 * h + 32 * j;
+            __m256i p0 =
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), load32(x));
+            __m256i p1 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)),
+                                           load32(x + 16));
+            int g = 8 * h + 2 * j;
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p0, _mm256_set1_epi32(sc[g])));
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p1, _mm256_set1_epi32(sc[g + 1])));
         }
+        f = _mm256_add_ps(f, _mm256_cvtepi32_ps(sumi));
     }
-    *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb + 208) * xb->d), _mm256_cvtepi32_ps(sumi), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb + 208) * xb->d), f, *acc);
 }
 
 /* acc[t][0] sums the products, acc[t][1] the (negated at the end) mins terms: see dot_q4_k */
@@ -225,14 +238,14 @@ static inline void q6k_block(const uint8_t *wb, const em_qx8_k *xb, __m256 *acc)
         for (int t = 0; t < (NX); t++) q6k_block(wb, xs[t] + (b), &acc[t][par]);                  \
     } while (0)
 
-DEFINE_DOT(dot_q4_k, 144, em_qx8_k, 256, STEP_Q4_K, _mm256_sub_ps)
-DEFINE_DOT(dot_q6_k, 210, em_qx8_k, 256, STEP_Q6_K, _mm256_add_ps)
+DEFINE_DOT(dot_q4_k, 144, em_qx16_k, 256, STEP_Q4_K, _mm256_sub_ps)
+DEFINE_DOT(dot_q6_k, 210, em_qx16_k, 256, STEP_Q6_K, _mm256_add_ps)
 
 void em_qdot_fill_avx2(void *t) {
     em_qdot_isa *q = t;
-    q->kern[EM_Q8_0] = (em_qdot_kernel){em_qx_row_bytes_8_0, em_qx_quantize_8_0, dot_q8_0, 16};
-    q->kern[EM_Q4_0] = (em_qdot_kernel){em_qx_row_bytes_8_0, em_qx_quantize_8_0, dot_q4_0, 16};
-    q->kern[EM_Q4_1] = (em_qdot_kernel){em_qx_row_bytes_8_1, em_qx_quantize_8_1, dot_q4_1, 16};
-    q->kern[EM_Q4_K] = (em_qdot_kernel){em_qx_row_bytes_8_k, em_qx_quantize_8_k, dot_q4_k, 8};
-    q->kern[EM_Q6_K] = (em_qdot_kernel){em_qx_row_bytes_8_k, em_qx_quantize_8_k, dot_q6_k, 8};
+    q->kern[EM_Q8_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q8_0, 16};
+    q->kern[EM_Q4_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q4_0, 16};
+    q->kern[EM_Q4_1] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q4_1, 16};
+    q->kern[EM_Q4_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q4_k, 8};
+    q->kern[EM_Q6_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q6_k, 8};
 }

@@ -1,6 +1,6 @@
 /* The quantized dot kernels in portable C (see quant_dot.h): the reference for the vector
  * levels and the fallback of every CPU. One weight row at a time, block by block, integer sums
- * inside a block and one f32 multiply-add per block. */
+ * inside a block and one f32 multiply-add per block, against 16-bit activation blocks. */
 #include <string.h>
 
 #include "backends/cpu/quant_dot.h"
@@ -12,20 +12,22 @@ static inline uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static float row_q8_0(int64_t nb, const uint8_t *w, const em_qx8_0 *x) {
+/* Sums are int64: 32 products of 16-bit activations fit int32, but not a 256-block's scaled
+ * sub-block sums. */
+static float row_q8_0(int64_t nb, const uint8_t *w, const em_qx16 *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += 34) {
-        int sum = 0;
+        int64_t sum = 0;
         for (int j = 0; j < 32; j++) sum += (int8_t)w[2 + j] * x[i].q[j];
         acc += h2f(w) * x[i].d * (float)sum;
     }
     return acc;
 }
 
-static float row_q4_0(int64_t nb, const uint8_t *w, const em_qx8_0 *x) {
+static float row_q4_0(int64_t nb, const uint8_t *w, const em_qx16 *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += 18) {
-        int sum = 0;
+        int64_t sum = 0;
         for (int j = 0; j < 16; j++)
             sum += ((w[2 + j] & 15) - 8) * x[i].q[j] + ((w[2 + j] >> 4) - 8) * x[i].q[j + 16];
         acc += h2f(w) * x[i].d * (float)sum;
@@ -33,10 +35,10 @@ static float row_q4_0(int64_t nb, const uint8_t *w, const em_qx8_0 *x) {
     return acc;
 }
 
-static float row_q4_1(int64_t nb, const uint8_t *w, const em_qx8_1 *x) {
+static float row_q4_1(int64_t nb, const uint8_t *w, const em_qx16 *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += 20) {
-        int sum = 0;
+        int64_t sum = 0;
         for (int j = 0; j < 16; j++)
             sum += (w[4 + j] & 15) * x[i].q[j] + (w[4 + j] >> 4) * x[i].q[j + 16];
         acc += h2f(w) * x[i].d * (float)sum + h2f(w + 2) * x[i].s;
@@ -44,11 +46,11 @@ static float row_q4_1(int64_t nb, const uint8_t *w, const em_qx8_1 *x) {
     return acc;
 }
 
-static float row_q5_0(int64_t nb, const uint8_t *w, const em_qx8_0 *x) {
+static float row_q5_0(int64_t nb, const uint8_t *w, const em_qx16 *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += 22) {
         uint32_t qh = rd32(w + 2);
-        int sum = 0;
+        int64_t sum = 0;
         for (int j = 0; j < 16; j++) {
             int lo = ((w[6 + j] & 15) | (int)((qh >> j) & 1) << 4) - 16;
             int hi = ((w[6 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4) - 16;
@@ -59,11 +61,11 @@ static float row_q5_0(int64_t nb, const uint8_t *w, const em_qx8_0 *x) {
     return acc;
 }
 
-static float row_q5_1(int64_t nb, const uint8_t *w, const em_qx8_1 *x) {
+static float row_q5_1(int64_t nb, const uint8_t *w, const em_qx16 *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += 24) {
         uint32_t qh = rd32(w + 4);
-        int sum = 0;
+        int64_t sum = 0;
         for (int j = 0; j < 16; j++) {
             int lo = (w[8 + j] & 15) | (int)((qh >> j) & 1) << 4;
             int hi = (w[8 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
@@ -74,38 +76,39 @@ static float row_q5_1(int64_t nb, const uint8_t *w, const em_qx8_1 *x) {
     return acc;
 }
 
-/* Q4_K (qh NULL) and Q5_K: sum_j sc_j * dot_j * d  -  dmin * sum_j m_j * (sum of x_j). */
-static float row_k45(int64_t nb, const uint8_t *w, size_t bbytes, bool five, const em_qx8_k *x) {
+/* Q4_K (qh NULL) and Q5_K: d sum_j sc_j dot_j - dmin sum_j m_j (sum of x)_j. */
+static float row_k45(int64_t nb, const uint8_t *w, size_t bbytes, bool five, const em_qx16_k *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += bbytes) {
         const uint8_t *qh = five ? w + 16 : NULL, *qs = w + (five ? 48 : 16);
-        int sumi = 0, summ = 0;
+        int64_t sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
             em_q4k_scale_min(w + 4, j, &sc, &m);
             const uint8_t *q = qs + 32 * (j / 2);
-            int shift = 4 * (j % 2), dot = 0;
+            int shift = 4 * (j % 2);
+            int64_t dot = 0;
             for (int e = 0; e < 32; e++) {
                 int v = (q[e] >> shift) & 15;
                 if (qh) v |= ((qh[e] >> j) & 1) << 4;
                 dot += v * x[i].q[32 * j + e];
             }
             sumi += sc * dot;
-            summ += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+            summ += m * (int64_t)x[i].sums[j];
         }
         acc += x[i].d * (h2f(w) * (float)sumi - h2f(w + 2) * (float)summ);
     }
     return acc;
 }
 
-static float row_q6_k(int64_t nb, const uint8_t *w, const em_qx8_k *x) {
+static float row_q6_k(int64_t nb, const uint8_t *w, const em_qx16_k *x) {
     float acc = 0;
     for (int64_t i = 0; i < nb; i++, w += 210) {
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *sc = (const int8_t *)(w + 192);
-        int sumi = 0;
+        int64_t sumi = 0;
         for (int g = 0; g < 16; g++) {
-            int dot = 0;
+            int64_t dot = 0;
             for (int t = 0; t < 16; t++) {
                 int e = 16 * g + t, h = e / 128, j = (e % 128) / 32, l = e % 32;
                 int lo = (ql[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 15;
@@ -142,12 +145,12 @@ ROWS_KERNEL(dot_q6_k, row_q6_k(k / 256, w, xq))
 void em_qdot_fill_generic(void *t) {
     em_qdot_isa *q = t;
     memset(q, 0, sizeof *q);
-    q->kern[EM_Q8_0] = (em_qdot_kernel){em_qx_row_bytes_8_0, em_qx_quantize_8_0, dot_q8_0, 16};
-    q->kern[EM_Q4_0] = (em_qdot_kernel){em_qx_row_bytes_8_0, em_qx_quantize_8_0, dot_q4_0, 16};
-    q->kern[EM_Q4_1] = (em_qdot_kernel){em_qx_row_bytes_8_1, em_qx_quantize_8_1, dot_q4_1, 16};
-    q->kern[EM_Q5_0] = (em_qdot_kernel){em_qx_row_bytes_8_0, em_qx_quantize_8_0, dot_q5_0, 16};
-    q->kern[EM_Q5_1] = (em_qdot_kernel){em_qx_row_bytes_8_1, em_qx_quantize_8_1, dot_q5_1, 16};
-    q->kern[EM_Q4_K] = (em_qdot_kernel){em_qx_row_bytes_8_k, em_qx_quantize_8_k, dot_q4_k, 16};
-    q->kern[EM_Q5_K] = (em_qdot_kernel){em_qx_row_bytes_8_k, em_qx_quantize_8_k, dot_q5_k, 16};
-    q->kern[EM_Q6_K] = (em_qdot_kernel){em_qx_row_bytes_8_k, em_qx_quantize_8_k, dot_q6_k, 16};
+    q->kern[EM_Q8_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q8_0, 16};
+    q->kern[EM_Q4_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q4_0, 16};
+    q->kern[EM_Q4_1] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q4_1, 16};
+    q->kern[EM_Q5_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q5_0, 16};
+    q->kern[EM_Q5_1] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q5_1, 16};
+    q->kern[EM_Q4_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q4_k, 16};
+    q->kern[EM_Q5_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q5_k, 16};
+    q->kern[EM_Q6_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q6_k, 16};
 }

@@ -4,7 +4,7 @@
  * backend's kernels for the same ops, which keep every unquantized call.
  *
  * linear: y = x @ w^T (+ bias) for x [..., K] of any float dtype and w [N, K] quantized. The
- *   rows of x are quantized once to 8-bit blocks, as llama.cpp does, and the quantized dot
+ *   rows of x are quantized once to 16-bit blocks (quant_dot.h), and the quantized dot
  *   kernels (quant_dot.h) read the weight's bytes as they are. The work is split in tiles of
  *   weight rows x rows of x: the weight rows of a tile stay in L1 while its rows of x (at most
  *   QX_ROWS, in L2) pass over them, so prefill reuses each weight block across many tokens
@@ -19,8 +19,8 @@ static em_kernel_fn base_linear, base_embedding, base_cast;
 
 /* ---- linear ---- */
 
-/* Rows of x per tile: 64 rows of 8-bit activations of K = 4096 are 272 KB, in L2. */
-#define QX_ROWS 64
+/* Rows of x per tile: 32 rows of 16-bit activations of K = 4096 are 295 KB, in L2. */
+#define QX_ROWS 32
 
 typedef struct qlin {
     int64_t m, n, k;
