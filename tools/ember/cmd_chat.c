@@ -122,9 +122,9 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL;
     em_model_options mo = em_model_default_options();
-    bool greedy = false, have[6] = {false}, compile = false;
-    double temperature = 1, top_p = 1, min_p = 0, rep = 1;
-    long long top_k = 0, max_new = 512, seed = 0;
+    bool compile = false;
+    cli_sampling samp = {0};
+    long long max_new = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool val = i + 1 < argc;
@@ -132,6 +132,7 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage();
             return 0;
+        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--system")) system = argv[i];
         else if (ARG("--device")) mo.device = argv[i];
@@ -142,13 +143,6 @@ int cmd_chat(int argc, char **argv) {
             }
             mo.dtype_set = true;
         } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
-        else if (ARG("--temperature")) temperature = atof(argv[i]), have[0] = true;
-        else if (ARG("--top-k")) top_k = atoll(argv[i]), have[1] = true;
-        else if (ARG("--top-p")) top_p = atof(argv[i]), have[2] = true;
-        else if (ARG("--min-p")) min_p = atof(argv[i]), have[3] = true;
-        else if (ARG("--seed")) seed = atoll(argv[i]), have[4] = true;
-        else if (ARG("--repetition-penalty")) rep = atof(argv[i]), have[5] = true;
-        else if (!strcmp(a, "--greedy")) greedy = true;
         else if (!strcmp(a, "--compile")) compile = true;
         else {
             fprintf(stderr, "ember chat: unknown or incomplete option '%s' (see --help)\n", a);
@@ -179,13 +173,7 @@ int cmd_chat(int argc, char **argv) {
             (double)em_model_weight_bytes(m, false) / 1e6, em_num_threads());
     em_generate_params gp = em_generate_default_params(m);
     gp.max_new_tokens = max_new;
-    if (greedy) gp.do_sample = false;
-    if (have[0]) gp.temperature = temperature, gp.do_sample = true;
-    if (have[1]) gp.top_k = top_k;
-    if (have[2]) gp.top_p = top_p;
-    if (have[3]) gp.min_p = min_p;
-    if (have[4]) gp.seed = (uint64_t)seed;
-    if (have[5]) gp.repetition_penalty = rep;
+    cli_sampling_apply(&samp, &gp);
     gp.compile = compile;
     /* Ctrl-C interrupts the answer (and a read at the prompt), not the program */
     struct sigaction sa;

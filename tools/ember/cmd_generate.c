@@ -92,10 +92,10 @@ static int64_t *parse_ids(const char *s, int64_t *n) {
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *chat = NULL, *ids_s = NULL, *batch_file = NULL;
     em_model_options mo = em_model_default_options();
-    bool greedy = false, print_ids = false, show_map = false, have[8] = {false}, compile = false;
+    bool print_ids = false, show_map = false, compile = false;
+    cli_sampling samp = {0};
     long long bucket = 0;
-    double temperature = 1, top_p = 1, min_p = 0, rep = 1;
-    long long top_k = 0, max_new = 128, seed = 0;
+    long long max_new = 128;
     const char *stops[16];
     int n_stops = 0;
     for (int i = 1; i < argc; i++) {
@@ -105,6 +105,7 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage();
             return 0;
+        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--prompt")) prompt = argv[i];
         else if (ARG("--chat")) chat = argv[i];
@@ -119,12 +120,6 @@ int cmd_generate(int argc, char **argv) {
             }
             mo.dtype_set = true;
         } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
-        else if (ARG("--temperature")) temperature = atof(argv[i]), have[0] = true;
-        else if (ARG("--top-k")) top_k = atoll(argv[i]), have[1] = true;
-        else if (ARG("--top-p")) top_p = atof(argv[i]), have[2] = true;
-        else if (ARG("--min-p")) min_p = atof(argv[i]), have[3] = true;
-        else if (ARG("--seed")) seed = atoll(argv[i]), have[4] = true;
-        else if (ARG("--repetition-penalty")) rep = atof(argv[i]), have[5] = true;
         else if (ARG("--stop")) {
             if (n_stops < 16) stops[n_stops++] = argv[i];
         } else if (ARG("--moe-impl")) {
@@ -135,7 +130,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (ARG("--bucket")) {
             bucket = atoll(argv[i]);
         } else if (!strcmp(a, "--compile")) compile = true;
-        else if (!strcmp(a, "--greedy")) greedy = true;
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--show-device-map")) show_map = true;
         else {
@@ -222,16 +216,9 @@ int cmd_generate(int argc, char **argv) {
     free(file_text);
     em_generate_params p = em_generate_default_params(m);
     p.max_new_tokens = max_new;
-    if (greedy) p.do_sample = false;
-    if (have[0] || have[1] || have[2] || have[3]) p.do_sample = !greedy;
-    if (have[0]) p.temperature = temperature;
-    if (have[1]) p.top_k = top_k;
-    if (have[2]) p.top_p = top_p;
-    if (have[3]) p.min_p = min_p;
-    if (have[4]) p.seed = (uint64_t)seed;
+    cli_sampling_apply(&samp, &p);
     p.compile = compile;
     p.compile_bucket = bucket;
-    if (have[5]) p.repetition_penalty = rep;
     p.stop_strings = stops;
     p.n_stop_strings = tok ? n_stops : 0;
     stream_state ss = {!print_ids && batch == 1 && tok};
