@@ -2,7 +2,8 @@
 """Generates the GGUF fixtures in tests/fixtures/gguf/ with the real `gguf` package (pinned in
 scripts/requirements-fixtures.txt), and the seed corpus of fuzz/fuzz_gguf.c.
 
-Usage: /opt/refvenv/bin/python scripts/gen_gguf_fixtures.py [types] [tokenizers] [--smollm2 F]
+Usage: /opt/refvenv/bin/python scripts/gen_gguf_fixtures.py [types] [tokenizers] [models]
+           [--smollm2 $(scripts/fetch_smollm2.sh)]
 
   types.gguf + types.{json,bin}  one tensor of every type Ember loads (written by GGUFWriter;
                                  quantized with gguf.quants.quantize where the package can, random
@@ -21,6 +22,10 @@ Usage: /opt/refvenv/bin/python scripts/gen_gguf_fixtures.py [types] [tokenizers]
                                  from each: ids of a few hundred strings with and without special
                                  tokens, decoded text, rendered chat templates.
   real_smollm2_tokenizer.json    the same for the real SmolLM2-135M-Instruct GGUF (--smollm2).
+  model_*.gguf, models.{json,bin}  tiny models of each architecture written as llama.cpp's
+                                 converter does, with logits and greedy tokens.
+  real_smollm2.{json,bin}        transformers on the real SmolLM2 GGUF (--smollm2): logits and
+                                 greedy continuations of five chat questions.
 """
 import json
 import os
@@ -683,6 +688,45 @@ def gen_models():
     bundle.write()
 
 
+# ---- the real SmolLM2-135M-Instruct GGUF ---------------------------------------------------------
+
+SMOLLM2_QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.",
+                     "What is 12 + 30?", "Name three primary colors.",
+                     "Explain photosynthesis in one sentence."]
+
+
+def gen_smollm2(path):
+    """transformers (which dequantizes the file to f32) on the real SmolLM2 GGUF: for each
+    question rendered with the file's chat template, the last token's logits at 4096 fixed
+    random ids and at the 64 best ones, and the 24-token greedy continuation. Only these
+    expectations are committed, never the model file."""
+    import transformers as T
+    d, f = os.path.dirname(path), os.path.basename(path)
+    tok = T.AutoTokenizer.from_pretrained(d, gguf_file=f)
+    model = T.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    vocab = model.config.vocab_size
+    subset = torch.from_numpy(np.random.default_rng(11).choice(vocab, 4096, replace=False))
+    bundle = Bundle(os.path.join(OUT, "real_smollm2"))
+    for i, q in enumerate(SMOLLM2_QUESTIONS):
+        text = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids
+        with torch.no_grad():
+            logits = model(ids).logits[0, -1].float()
+            gen = model.generate(ids, max_new_tokens=24, do_sample=False)[0, ids.shape[1]:]
+        top = torch.topk(logits, 64)
+        bundle.add(f"q{i}.ids", ids[0].to(torch.int64))
+        bundle.add(f"q{i}.subset_logits", logits[subset])
+        bundle.add(f"q{i}.top_ids", top.indices.to(torch.int64))
+        bundle.add(f"q{i}.top_logits", top.values)
+        bundle.add(f"q{i}.greedy", gen.to(torch.int64))
+        print(q, "->", repr(tok.decode(gen, skip_special_tokens=True)))
+    bundle.add("subset", subset.to(torch.int64))
+    bundle.meta = {"questions": SMOLLM2_QUESTIONS, "transformers": T.__version__,
+                   "file": f, "bytes": os.path.getsize(path)}
+    bundle.write()
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
@@ -700,6 +744,8 @@ def main():
         gen_tokenizers(a.smollm2)
     if "models" in a.parts:
         gen_models()
+    if a.smollm2:
+        gen_smollm2(a.smollm2)
     print("wrote", OUT)
 
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_limits.h"
 #include "cli.h"
 #include "ember/chat.h"
 #include "ember/ember.h"
@@ -32,15 +33,17 @@ static void chat_usage(void) {
         "usage: ember chat --model ID_OR_DIR_OR_GGUF [--system TEXT] [--max-new-tokens N]\n"
         "                  [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                  [--repetition-penalty R] [--device DEV] [--dtype f32|bf16]\n"
-        "                  [--compile]\n\n"
+        "                  [--compile] [--bound]\n\n"
         "A conversation with a model through its chat template (Hub id, folder or GGUF file).\n"
         "On a terminal: type a message, the answer streams as it is generated; /reset forgets\n"
         "the conversation, /exit (or Ctrl-D) leaves, Ctrl-C stops the answer being written.\n"
-        "Without a terminal, each line of stdin is one user message and each answer is printed\n"
-        "followed by an empty line. After each answer a line on stderr gives its tokens, the\n"
+        "Without a terminal, each line of stdin is one user message, printed after \"> \" and\n"
+        "followed by its answer and an empty line. After each answer a line on stderr gives its tokens, the\n"
         "time to the first token and the decode speed in tokens/s. Sampling defaults come from\n"
         "the model's generation config (greedy for GGUF files); --max-new-tokens defaults to\n"
-        "512 per answer.\n");
+        "512 per answer. --bound measures the machine's read bandwidth after each answer and\n"
+        "gives the decode speed as a fraction of the bound it sets: the bytes a step reads\n"
+        "(weights as held, quantized ones at their size, and the KV cache) per token.\n");
 }
 
 typedef struct reply {
@@ -67,8 +70,17 @@ static void chomp(char *s) {
 
 /* One turn: renders `conv` (a JSON array), generates and streams the answer, appends it to
  * conv. Returns false on an error (printed). */
+/* Bytes a decode step of one sequence reads at position pos: the weights as held (one row of
+ * an untied embedding) and the KV cache so far. */
+static double step_bytes(const em_model *m, int64_t pos) {
+    const em_model_config *cfg = em_model_get_config(m);
+    double kv = 2.0 * (double)cfg->num_hidden_layers * (double)cfg->num_key_value_heads *
+                (double)cfg->head_dim * (double)pos * (double)em_dtype_size(em_model_dtype(m));
+    return (double)em_model_weight_bytes(m, true) + kv;
+}
+
 static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *conv,
-                 const em_generate_params *gp, bool tty) {
+                 const em_generate_params *gp, bool tty, bool bound) {
     char *msgs = json_dumps(conv, JSON_COMPACT);
     char *text = msgs ? em_apply_chat_template(c, tok, msgs, true, NULL) : NULL;
     free(msgs);
@@ -109,9 +121,15 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
     printf(stopped ? " [stopped]\n\n" : "\n\n");
     fflush(stdout);
     double tps = res.decode_s > 0 ? (double)res.decoded_tokens / res.decode_s : 0;
-    fprintf(stderr,
-            "[%lld tokens (%s), prompt %zu tokens, first token after %.2f s, %.1f tokens/s]\n",
+    fprintf(stderr, "[%lld tokens (%s), prompt %zu tokens, first token after %.2f s, %.1f tokens/s",
             (long long)res.n_ids[0], res.stop_reason[0], n, res.prefill_s, tps);
+    if (bound && tps > 0) {
+        double gbs = bench_read_gbs(), bytes = step_bytes(m, (int64_t)n + res.n_ids[0] / 2);
+        double max_tps = gbs * 1e9 / bytes;
+        fprintf(stderr, " = %.0f%% of the bandwidth bound (%.1f tokens/s: %.1f MB per token at "
+                "%.1f GB/s, measured now)", 100.0 * tps / max_tps, max_tps, bytes / 1e6, gbs);
+    }
+    fprintf(stderr, "]\n");
     json_array_append_new(conv, json_pack("{s:s, s:s}", "role", "assistant", "content",
                                           answer ? answer : ""));
     em_tokenizer_free_text(answer);
@@ -122,7 +140,7 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL;
     em_model_options mo = em_model_default_options();
-    bool compile = false;
+    bool compile = false, bound = false;
     cli_sampling samp = {0};
     long long max_new = 512;
     for (int i = 1; i < argc; i++) {
@@ -144,6 +162,7 @@ int cmd_chat(int argc, char **argv) {
             mo.dtype_set = true;
         } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
         else if (!strcmp(a, "--compile")) compile = true;
+        else if (!strcmp(a, "--bound")) bound = true;
         else {
             fprintf(stderr, "ember chat: unknown or incomplete option '%s' (see --help)\n", a);
             return 2;
@@ -220,7 +239,8 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         json_array_append_new(conv, msg);
-        if (!turn(c, m, tok, conv, &gp, tty)) {
+        if (!tty) printf("> %s\n", line); /* a transcript: the question, then the answer */
+        if (!turn(c, m, tok, conv, &gp, tty, bound)) {
             json_array_remove(conv, json_array_size(conv) - 1);
             rc = 1;
             if (!tty) break;
