@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "ember/ember.h"
-#include "io/jinja.h"
+#include "io/jinja/jinja.h"
 
 static const char *MESSAGES =
     "[{\"role\":\"system\",\"content\":\"You are {{ helpful }}.\"},"

@@ -10,7 +10,7 @@
 
 #include "ember/ember.h"
 #include "ember/safetensors.h"
-#include "io/safetensors_impl.h"
+#include "io/safetensors/safetensors_impl.h"
 
 #define INVARIANT(x)                                                                               \
     do {                                                                                           \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/io/jinja_unicode.inc: the Unicode facts Python's str methods use that utf8proc does not
+"""Writes src/io/jinja/jinja_unicode.inc: the Unicode facts Python's str methods use that utf8proc does not
 give in the same form, so that the chat-template interpreter matches Python 3.11 (Unicode 14.0)
 character for character:
 
@@ -16,7 +16,7 @@ import pathlib
 import sys
 import unicodedata
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "src" / "io" / "jinja_unicode.inc"
+OUT = pathlib.Path(__file__).resolve().parent.parent / "src" / "io" / "jinja" / "jinja_unicode.inc"
 
 
 def ranges(pred):

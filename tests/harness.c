@@ -1,11 +1,25 @@
 #include "harness.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 
+#include "core/file_read.h"
 #include "ember/ember.h"
 
 int em_test_failures;
 int em_test_checks;
+int em_test_skips;
+static const char *current_test;
+
+void em_test_skip(const char *fmt, ...) {
+    em_test_skips++;
+    fprintf(stderr, "*** SKIP %s: ", current_test ? current_test : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+}
 
 void em_test_check_err(void *ctx, int status, const char *file, int line, const char **needles) {
     em_ctx *c = ctx;
@@ -35,31 +49,37 @@ const char *em_test_fixtures_dir(void) {
     return d && *d ? d : "tests/fixtures";
 }
 
-void *em_test_read_file(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = len >= 0 ? malloc(len ? (size_t)len : 1) : NULL;
-    if (p) *n = fread(p, 1, (size_t)len, f);
-    fclose(f);
-    return p;
-}
-
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
-    int ran = 0;
+    int ran = 0, skipped = 0;
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
-        int before = em_test_failures;
+        int failures = em_test_failures, checks = em_test_checks, skips = em_test_skips;
+        current_test = tests[i].name;
         tests[i].fn();
+        current_test = NULL;
         ran++;
-        fprintf(stderr, "%-40s %s\n", tests[i].name, em_test_failures == before ? "ok" : "FAILED");
+        bool skip = em_test_skips > skips;
+        if (!skip && em_test_checks == checks && em_test_failures == failures) {
+            em_test_failures++; /* a test that checks nothing proves nothing */
+            fprintf(stderr, "%s: made no checks and did not say why (em_test_skip)\n",
+                    tests[i].name);
+        }
+        const char *verdict = em_test_failures != failures ? "FAILED"
+                            : skip && em_test_checks == checks ? "SKIPPED"
+                            : skip                             ? "ok (part skipped)"
+                                                               : "ok";
+        skipped += skip && em_test_checks == checks && em_test_failures == failures;
+        fprintf(stderr, "%-40s %s\n", tests[i].name, verdict);
     }
-    fprintf(stderr, "%d tests, %d checks, %d failures\n", ran, em_test_checks, em_test_failures);
-    return em_test_failures ? 1 : 0;
+    fprintf(stderr, "%d tests, %d checks, %d failures, %d skipped\n", ran, em_test_checks,
+            em_test_failures, skipped);
+    if (em_test_failures) return 1;
+    if (ran == 0) {
+        fprintf(stderr, "no test matches '%s'\n", filter ? filter : "");
+        return 1;
+    }
+    return skipped == ran ? EM_TEST_SKIPPED : 0;
 }
 
 /* ---- tensor bundles ---- */
@@ -183,6 +203,16 @@ const char *em_test_fixture_path(const char *sub, const char *rel) {
     char *b = buf[k++ % 8];
     snprintf(b, sizeof buf[0], "%s/%s/%s", em_test_fixtures_dir(), sub, rel);
     return b;
+}
+
+char *em_test_read_file(const char *path, size_t *len) {
+    em_ctx *c = em_ctx_create();
+    size_t n = 0;
+    char *buf = em_file_read(c, "test", path, SIZE_MAX / 2, &n, NULL);
+    if (!buf) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
+    em_ctx_destroy(c);
+    if (len) *len = n;
+    return buf;
 }
 
 void *em_test_load_json(const char *path) {

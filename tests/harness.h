@@ -8,6 +8,11 @@
 
 extern int em_test_failures;
 extern int em_test_checks;
+extern int em_test_skips;
+
+/* Exit code of a test binary all of whose tests were skipped: ctest reports it as skipped
+ * (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
+#define EM_TEST_SKIPPED 77
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -34,12 +39,18 @@ extern int em_test_checks;
                                                     (const char *[]){__VA_ARGS__, NULL})
 void em_test_check_err(void *ctx, int status, const char *file, int line, const char **needles);
 
+/* Marks the running test as skipped, loudly, with the reason (printf format): a skipped test may
+ * make no checks; a test that is not skipped and makes no checks fails. */
+void em_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 typedef struct em_test_case {
     const char *name;
     void (*fn)(void);
 } em_test_case;
 
-/* Runs the tests (those whose name contains argv[1] when given) and returns the exit code. */
+/* Runs the tests (those whose name contains argv[1] when given) and returns the exit code: 1 on
+ * a failure (or a test that neither checked anything nor skipped), EM_TEST_SKIPPED when every
+ * test that ran was skipped, 0 otherwise. */
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
 
 #define EM_TEST_MAIN(...)                                                                          \
@@ -54,8 +65,8 @@ const char *em_test_fixtures_dir(void);
 
 /* "<fixtures dir>/<sub>/<rel>" in one of 8 rotating static buffers (valid for a few calls). */
 const char *em_test_fixture_path(const char *sub, const char *rel);
-/* The bytes of a file (malloc'd, caller frees; *n gets the count), NULL when unreadable. */
-void *em_test_read_file(const char *path, size_t *n);
+/* A whole file, NUL-terminated, malloc'd (*len may be NULL); NULL after printing why. */
+char *em_test_read_file(const char *path, size_t *len);
 /* A JSON document (jansson json_t *, cast by the caller), or NULL after printing why. */
 void *em_test_load_json(const char *path);
 

@@ -7,23 +7,7 @@
 
 #include "ember/ember.h"
 #include "harness.h"
-#include "io/jinja.h"
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) buf[n] = 0;
-    fclose(f);
-    return buf;
-}
+#include "io/jinja/jinja.h"
 
 static json_t *load_fixture(const char *name) {
     char path[1024];
@@ -34,7 +18,9 @@ static json_t *load_fixture(const char *name) {
     return j;
 }
 
-static char *dumps(json_t *j) { return j && !json_is_null(j) ? json_dumps(j, JSON_ENCODE_ANY) : NULL; }
+static char *dumps(json_t *j) {
+    return j && !json_is_null(j) ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+}
 
 /* Compares a rendering with the expected text; on mismatch shows where they part. */
 static void check_text(const char *what, const char *got, const char *want) {
@@ -77,7 +63,7 @@ static void test_fixture_templates(void) {
             em_chat_template_free(t);
             char path[1024];
             snprintf(path, sizeof path, "%s/chat/templates/%s", em_test_fixtures_dir(), name);
-            char *src = read_file(path);
+            char *src = em_test_read_file(path, NULL);
             CHECK_MSG(src != NULL, "cannot read %s", path);
             t = src ? em_chat_template_compile(c, src) : NULL;
             CHECK_MSG(t != NULL, "%s: %s", name, em_ctx_error(c) ? em_ctx_error(c)->message : "");
@@ -171,7 +157,8 @@ static void test_error_cases(void) {
     json_t *cs;
     json_array_foreach(json_object_get(fx, "cases"), k, cs) {
         const char *name = json_string_value(json_object_get(cs, "name"));
-        em_chat_template *t = em_chat_template_compile(c, json_string_value(json_object_get(cs, "source")));
+        em_chat_template *t =
+            em_chat_template_compile(c, json_string_value(json_object_get(cs, "source")));
         char *out = t ? render(c, t, conv, true, extra) : NULL;
         CHECK_MSG(out == NULL, "%s: rendered \"%s\" instead of failing", name, out ? out : "");
         const em_error *e = em_ctx_error(c);
@@ -208,8 +195,8 @@ static uint64_t fnv1a64(const char *s) {
 static void test_real_templates(void) {
     const char *data = getenv("EMBER_SHARED_DATA");
     if (!data || !*data) {
-        fprintf(stderr, "SKIP test_real_templates: EMBER_SHARED_DATA is not set, the chat "
-                        "templates of real checkpoints (qwen3, gemma3, llama3) are not checked\n");
+        em_test_skip("EMBER_SHARED_DATA is not set, the chat templates of real checkpoints "
+                     "(qwen3, gemma3, llama3) are not checked");
         return;
     }
     json_t *fx = load_fixture("real.json");
@@ -312,7 +299,8 @@ static void test_api_errors(void) {
     CHECK_ERR(c, EM_ERR_FORMAT, "extra_vars_json");
     /* a template is reusable, also after a failed render */
     char *a = em_chat_template_render(c, t, MSGS, false, NULL);
-    char *b = em_chat_template_render(c, t, "[{\"role\":\"user\",\"content\":\"second\"}]", false, NULL);
+    char *b =
+        em_chat_template_render(c, t, "[{\"role\":\"user\",\"content\":\"second\"}]", false, NULL);
     CHECK(a && !strcmp(a, "hi"));
     CHECK(b && !strcmp(b, "second"));
     free(a);
@@ -325,8 +313,8 @@ static void test_api_errors(void) {
     CHECK(render_src(c, "a\nb\n  {% if %}", MSGS, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_FORMAT, "line 3, column 9");
     /* U+0000 cannot travel in a C string */
-    CHECK(render_src(c, "{{ messages[0].content }}", "[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]",
-                     NULL) == NULL);
+    CHECK(render_src(c, "{{ messages[0].content }}",
+                     "[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]", NULL) == NULL);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "U+0000");
     /* a context that holds an error keeps it: both calls return NULL and record nothing */
     em_ctx_fail(c, EM_ERR_IO, "earlier", "first failure");
@@ -408,5 +396,5 @@ static void test_limits(void) {
     em_ctx_destroy(c);
 }
 
-EM_TEST_MAIN(T(test_fixture_templates), T(test_snippets), T(test_error_cases), T(test_real_templates),
-             T(test_api_errors), T(test_strftime_now), T(test_limits))
+EM_TEST_MAIN(T(test_fixture_templates), T(test_snippets), T(test_error_cases),
+             T(test_real_templates), T(test_api_errors), T(test_strftime_now), T(test_limits))

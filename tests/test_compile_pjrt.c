@@ -17,13 +17,11 @@
 #include "ops/dispatch.h"
 
 static em_device *xla(em_ctx *c) {
-    static int skipped = 0;
     em_device *d = em_device_get(c, "xla:0");
     if (!d) {
-        if (!skipped++)
-            printf("SKIP: no XLA CPU PJRT plugin (pip install xla-cpu-pjrt==0.0.1 or set "
-                   "EMBER_PJRT_XLA_PLUGIN=/path/xla_cpu_pjrt.so): %s\n",
-                   em_ctx_error(c)->message);
+        em_test_skip("no XLA CPU PJRT plugin (pip install xla-cpu-pjrt==0.0.1 or set "
+                     "EMBER_PJRT_XLA_PLUGIN=/path/xla_cpu_pjrt.so): %s",
+                     em_ctx_error(c)->message);
         em_ctx_clear_error(c);
     }
     return d;

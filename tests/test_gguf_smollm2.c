@@ -16,8 +16,8 @@
 static void test_smollm2(void) {
     const char *path = getenv("EMBER_SMOLLM2_GGUF");
     if (!path || access(path, R_OK)) {
-        printf("SKIPPED: the real SmolLM2-135M-Instruct GGUF is not here (%s); "
-               "scripts/fetch_smollm2.sh fetches it\n", path ? path : "EMBER_SMOLLM2_GGUF unset");
+        em_test_skip("the real SmolLM2-135M-Instruct GGUF is not here (%s); "
+                     "scripts/fetch_smollm2.sh fetches it", path ? path : "EMBER_SMOLLM2_GGUF unset");
         return;
     }
     em_test_bundle *b = em_test_bundle_load("gguf/real_smollm2");

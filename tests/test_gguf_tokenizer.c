@@ -160,8 +160,8 @@ static void test_errors(void) {
 static void test_real_smollm2(void) {
     const char *path = getenv("EMBER_SMOLLM2_GGUF");
     if (!path || access(path, R_OK)) {
-        printf("SKIPPED: the real SmolLM2-135M-Instruct GGUF is not here (%s); "
-               "scripts/fetch_smollm2.sh fetches it\n", path ? path : "EMBER_SMOLLM2_GGUF unset");
+        em_test_skip("the real SmolLM2-135M-Instruct GGUF is not here (%s); "
+                     "scripts/fetch_smollm2.sh fetches it", path ? path : "EMBER_SMOLLM2_GGUF unset");
         return;
     }
     json_t *exp = load("real_smollm2_tokenizer.json");

@@ -18,7 +18,7 @@
 #include "ember/ember.h"
 #include "ember/hub.h"
 #include "harness.h"
-#include "io/hub_internal.h"
+#include "io/hub/hub_internal.h"
 
 /* ---- scaffolding: temporary directories, the test Hub, small file helpers ----------------- */
 
@@ -144,8 +144,8 @@ static bool server(void) {
         fclose(f);
     }
     if (!hub) {
-        fprintf(stderr, "SKIP: the test Hub (%s %s) did not start: the download tests are not "
-                        "run\n", python(), script);
+        em_test_skip("the test Hub (%s %s) did not start: the download tests are not run",
+                     python(), script);
         return false;
     }
     snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", hub);
@@ -359,12 +359,12 @@ static void test_settings_from_env(void) {
             fprintf(stderr, "  cache dir and offline flag agree with huggingface_hub in %d "
                             "environments\n", i);
         else
-            fprintf(stderr, "SKIP: %s could not run huggingface_hub's constants (rc %d)\n", ref, rc);
+            em_test_skip("%s could not run huggingface_hub's constants (rc %d)", ref, rc);
         free(cmd);
         free(args);
     } else {
-        fprintf(stderr, "SKIP: no huggingface_hub (set EMBER_REF_PYTHON): cache-dir rules checked "
-                        "against hand-written values only\n");
+        em_test_skip("no huggingface_hub (set EMBER_REF_PYTHON): cache-dir rules checked "
+                     "against hand-written values only");
     }
     for (int k = 0; k < 7; k++) {
         env_set(env_keys[k], saved[k]);
@@ -938,8 +938,8 @@ static void test_python_reads_ember_cache(void) {
     int have = system(probe);
     free(probe);
     if (have != 0) {
-        fprintf(stderr, "SKIP: huggingface_hub is not importable by %s (set EMBER_REF_PYTHON): "
-                        "Ember's cache was not checked by the real library\n", ref);
+        em_test_skip("huggingface_hub is not importable by %s (set EMBER_REF_PYTHON): "
+                     "Ember's cache was not checked by the real library", ref);
         return;
     }
     /* the flaky file, fetched into the shared interop cache too */

@@ -457,8 +457,8 @@ static void test_on_xla(void) {
     em_ctx *c = em_ctx_create();
     em_device *xla = em_device_get(c, "xla:0");
     if (!xla) {
-        fprintf(stderr, "*** SKIP test_on_xla: no XLA PJRT plugin (%s); install xla-cpu-pjrt "
-                        "or set EMBER_PJRT_XLA_PLUGIN ***\n", em_ctx_error(c)->message);
+        em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set "
+                     "EMBER_PJRT_XLA_PLUGIN", em_ctx_error(c)->message);
         em_ctx_destroy(c);
         return;
     }

@@ -57,22 +57,6 @@ static char *emit_text(em_op_id id, int n_in, const em_dtype *dts, const int *nd
     return text;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Compares with tests/fixtures/pjrt/<name>.mlir; EMBER_UPDATE_GOLDEN=1 rewrites it (review the
  * diff: the text is Ember's own output, kept to catch unintended changes). */
 static void check_golden(const char *name, char *text) {
@@ -88,7 +72,7 @@ static void check_golden(const char *name, char *text) {
         }
         printf("wrote %s\n", path);
     }
-    char *want = slurp(path);
+    char *want = em_test_read_file(path, NULL);
     CHECK_MSG(want && !strcmp(want, text), "%s differs from the golden text:\n%s", path, text);
     free(want);
     free(text);
@@ -141,15 +125,13 @@ static void test_compile_options(void) {
 /* ---- with a plugin ---- */
 
 static em_device *xla(em_ctx *c, int i) {
-    static int skipped = 0;
     char name[16];
     snprintf(name, sizeof name, "xla:%d", i);
     em_device *d = em_device_get(c, name);
     if (!d) {
-        if (!skipped++)
-            printf("SKIP: no XLA CPU PJRT plugin (pip install xla-cpu-pjrt==0.0.1 or set "
-                   "EMBER_PJRT_XLA_PLUGIN=/path/xla_cpu_pjrt.so): %s\n",
-                   em_ctx_error(c)->message);
+        em_test_skip("no XLA CPU PJRT plugin (pip install xla-cpu-pjrt==0.0.1 or set "
+                     "EMBER_PJRT_XLA_PLUGIN=/path/xla_cpu_pjrt.so): %s",
+                     em_ctx_error(c)->message);
         em_ctx_clear_error(c);
     }
     return d;
@@ -171,7 +153,7 @@ static void test_devices_and_options(void) {
     em_pjrt_option o = {"cpu_device_count", EM_PJRT_OPT_INT, 2, 0, false, NULL};
     int n = em_pjrt_open(c, "xla", NULL, &o, 1);
     if (n < 0) {
-        printf("SKIP test_devices_and_options: %s\n", em_ctx_error(c)->message);
+        em_test_skip("%s", em_ctx_error(c)->message);
         em_ctx_destroy(c);
         return;
     }

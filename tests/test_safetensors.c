@@ -11,7 +11,7 @@
 #include "ember/ember.h"
 #include "ember/safetensors.h"
 #include "harness.h"
-#include "io/safetensors_impl.h"
+#include "io/safetensors/safetensors_impl.h"
 
 static const char *fx(const char *rel) { return em_test_fixture_path("safetensors", rel); }
 

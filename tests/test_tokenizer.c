@@ -10,13 +10,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_impl.h"
 #include "tokenizer_expect.h"
 
+static json_t *texts_doc;
+static void free_texts(void) { json_decref(texts_doc); }
+
+/* The shared strings fixture, loaded once (freed at exit, before the leak check). */
 static json_t *texts(void) {
-    static json_t *t;
-    if (!t) t = load_fixture_json("texts.json");
-    return t;
+    if (!texts_doc && (texts_doc = load_fixture_json("texts.json"))) atexit(free_texts);
+    return texts_doc;
 }
 
 static char *read_fixture(const char *rel, size_t *len);
@@ -144,8 +147,8 @@ static void check_config(const em_tokenizer *t, json_t *cfg, const char *label) 
 static void test_real_tokenizers(void) {
     const char *data = getenv("EMBER_SHARED_DATA");
     if (!data || !*data) {
-        fprintf(stderr, "\n*** SKIP test_real_tokenizers: EMBER_SHARED_DATA is not set, so the "
-                        "real Qwen3 / Gemma 3 / Llama 3 tokenizers are not checked ***\n\n");
+        em_test_skip("EMBER_SHARED_DATA is not set, so the real Qwen3 / Gemma 3 / Llama 3 "
+                     "tokenizers are not checked");
         return;
     }
     static const char *const names[] = {"qwen3", "gemma3", "llama3"};
@@ -628,7 +631,7 @@ static void test_unicode(void) {
     }
     CHECK_MSG(map_bad == 0, "%d blocks of Unicode mappings differ", map_bad);
     if (bad || map_bad || rx_bad)
-        fprintf(stderr, "  (src/io/tokenizer_unicode_fixups.h corrects the utf8proc and PCRE2 it was "
+        fprintf(stderr, "  (src/io/tokenizer/tokenizer_unicode_fixups.h corrects the utf8proc and PCRE2 it was "
                         "generated with; with other versions regenerate it: "
                         "/opt/refvenv/bin/python scripts/gen_tokenizer_fixtures.py --unicode)\n");
     fprintf(stderr, "  unicode: 4 classes, 8 regex classes, 8 mappings over all code points: "
@@ -641,9 +644,5 @@ static void test_unicode(void) {
     json_decref(u);
 }
 
-static void cleanup(void) { json_decref(texts()); }
-
-static void test_zz_cleanup(void) { cleanup(); }
-
 EM_TEST_MAIN(T(test_trained_fixtures), T(test_real_tokenizers), T(test_errors), T(test_config),
-             T(test_threads), T(test_unicode), T(test_zz_cleanup))
+             T(test_threads), T(test_unicode))

@@ -13,8 +13,7 @@ static void test_minilm(void) {
     const char *dir = getenv("EMBER_MINILM_DIR");
     const char *data = getenv("EMBER_SHARED_DATA");
     if ((!dir || !*dir) && (!data || !*data)) {
-        fprintf(stderr, "\n*** SKIP test_minilm: neither EMBER_SHARED_DATA nor EMBER_MINILM_DIR is "
-                        "set ***\n\n");
+        em_test_skip("neither EMBER_SHARED_DATA nor EMBER_MINILM_DIR is set");
         return;
     }
     char probe[4200];

@@ -1,5 +1,6 @@
 /* Generation (prefill, then one token per step with a fixed KV cache) and sentence
  * embeddings. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,18 +263,11 @@ em_status em_embed_texts(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     /* sentence-transformers' max_seq_length (256 for all-MiniLM-L6-v2) when configured */
     char path[1100];
     snprintf(path, sizeof path, "%s/sentence_bert_config.json", m->dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        char buf[512];
-        size_t k = fread(buf, 1, sizeof buf - 1, f);
-        buf[k] = 0;
-        fclose(f);
-        char *q = strstr(buf, "\"max_seq_length\"");
-        if (q && (q = strchr(q, ':'))) {
-            long v = strtol(q + 1, NULL, 10);
-            if (v > 0 && v < limit) limit = v;
-        }
-    }
+    json_t *sb = json_load_file(path, 0, NULL); /* absent or unreadable: no limit of its own */
+    json_t *msl = json_object_get(sb, "max_seq_length");
+    if (json_is_integer(msl) && json_integer_value(msl) > 0 && json_integer_value(msl) < limit)
+        limit = json_integer_value(msl);
+    json_decref(sb);
     int32_t **ids = calloc((size_t)n, sizeof *ids);
     size_t *lens = calloc((size_t)n, sizeof *lens);
     em_status s = EM_OK;

@@ -9,7 +9,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "ember/hub.h"
-#include "io/safetensors_impl.h"
+#include "io/safetensors/safetensors_impl.h"
 #include "models/model_impl.h"
 
 static double now_s(void) {

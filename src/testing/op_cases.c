@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file_read.h"
 #include "core/tensor_impl.h"
 #include "ops/op_table.h"
 
@@ -66,24 +67,6 @@ static void run_op(em_ctx *c, const em_opcase_set *s, const em_op_def *op, em_te
     *n_out = n < 0 ? 0 : n;
 }
 
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    long n = ftell(f);
-    rewind(f);
-    unsigned char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) *len = (size_t)n;
-    return buf;
-}
 
 em_opcase_set *em_opcases_load(em_ctx *c, const char *json_path) {
     em_opcase_set *s = calloc(1, sizeof *s);
@@ -102,10 +85,14 @@ em_opcase_set *em_opcases_load(em_ctx *c, const char *json_path) {
     s->cases = json_object_get(s->root, "cases");
     char bin[520];
     snprintf(bin, sizeof bin, "%.*s.bin", (int)(strlen(json_path) - 5), json_path);
-    s->data = read_file(bin, &s->data_len);
-    if (!json_is_array(s->cases) || !s->data) {
-        em_ctx_fail(c, EM_ERR_FORMAT, "opcases_load", "%s: no \"cases\" array or no %s",
-                    json_path, bin);
+    s->data = (unsigned char *)em_file_read(c, "opcases_load", bin, SIZE_MAX / 2, &s->data_len,
+                                            NULL);
+    if (!s->data) {
+        em_opcases_free(s);
+        return NULL;
+    }
+    if (!json_is_array(s->cases)) {
+        em_ctx_fail(c, EM_ERR_FORMAT, "opcases_load", "%s: no \"cases\" array", json_path);
         em_opcases_free(s);
         return NULL;
     }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "core/file_read.h"
 #include "ember/core.h"
 #include "ember/tokenizer.h"
 
@@ -50,25 +51,6 @@ static unsigned long crc32_ieee(const unsigned char *p, size_t n) {
     unsigned long c = 0xFFFFFFFFul;
     for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFul;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) {
-        b[n] = 0;
-        *len = (size_t)n;
-    }
-    return b;
 }
 
 static const char lib_script[] =
@@ -183,12 +165,13 @@ int bench_tokenize(int argc, char **argv) {
         return 2;
     }
     size_t tlen;
-    char *text = slurp(text_path, &tlen);
+    em_ctx *c = em_ctx_create();
+    char *text = em_file_read(c, "bench tokenize", text_path, SIZE_MAX / 2, &tlen, NULL);
     if (!text) {
-        fprintf(stderr, "ember bench tokenize: cannot read %s\n", text_path);
+        fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
+        em_ctx_destroy(c);
         return 1;
     }
-    em_ctx *c = em_ctx_create();
     figures ours = {INFINITY, INFINITY, 0, 0, 0, 0, 0, 0};
     em_tokenizer *tok = NULL;
     for (int r = 0; r < 3; r++) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/file_read.h"
 #include "ember/chat.h"
 #include "ember/ember.h"
 #include "ember/generate.h"
@@ -172,18 +173,12 @@ int cmd_generate(int argc, char **argv) {
     int n_lines = 0;
     char *file_text = NULL;
     if (batch_file) {
-        FILE *f = fopen(batch_file, "rb");
-        if (!f) {
-            fprintf(stderr, "ember generate: cannot open %s\n", batch_file);
+        size_t sz;
+        file_text = em_file_read(c, "generate", batch_file, (size_t)64 << 20, &sz, NULL);
+        if (!file_text) {
+            fprintf(stderr, "ember generate: %s\n", em_ctx_error(c)->message);
             goto fail;
         }
-        fseek(f, 0, SEEK_END);
-        long sz = ftell(f);
-        rewind(f);
-        file_text = malloc((size_t)sz + 1);
-        if (!file_text || fread(file_text, 1, (size_t)sz, f) != (size_t)sz) sz = 0;
-        fclose(f);
-        if (file_text) file_text[sz] = 0;
         for (char *save = NULL, *l = file_text ? strtok_r(file_text, "\n", &save) : NULL;
              l && n_lines < 64; l = strtok_r(NULL, "\n", &save))
             if (*l) lines[n_lines++] = l;

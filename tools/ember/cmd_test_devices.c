@@ -31,7 +31,8 @@ static void usage(void) {
            "  --compile      run each case as a compiled function (one program per case: the\n"
            "                 whole-program lowering on PJRT devices, the plan on the CPU)\n"
            "  --no-cpu       do not compare with the CPU backend\n"
-           "  --allow-missing  a --device that cannot be found is skipped (exit 0), not an error\n"
+           "  --allow-missing  a --device that cannot be found is skipped, not an error (exit 77,\n"
+           "                 ctest's skip code, when none of them is found)\n"
            "  --json         failures and summaries as JSON lines; the last lines are\n"
            "                 {\"device\": ..., \"passed\": N, \"total\": N, \"pass_rate\": R}\n");
 }
@@ -266,5 +267,6 @@ int cmd_test_devices(int argc, char **argv) {
     if (n_ok == 0 && !json)
         printf("SKIP: no device to test (install a plugin, e.g. pip install xla-cpu-pjrt)\n");
     em_ctx_destroy(c);
+    if (rc == 0 && allow_missing && explicit_devs && n_ok == 0) rc = 77;
     return rc;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/file_read.h"
 #include "ember/core.h"
 #include "ember/tokenizer.h"
 
@@ -20,28 +21,6 @@ static void usage(FILE *f) {
             "  --add-special-tokens    let the post-processor add its special tokens (BOS, [CLS]...)\n"
             "  --decode                ids -> text\n"
             "  --skip-special-tokens   with --decode, leave special tokens out\n");
-}
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    *len = n;
-    return buf;
 }
 
 static int decode(em_ctx *c, em_tokenizer *tok, const char *in, size_t len, bool skip) {
@@ -115,11 +94,9 @@ int cmd_tokenize(int argc, char **argv) {
     int rc = 1;
     em_tokenizer *tok = em_tokenizer_load(c, path);
     size_t len = 0;
-    char *in = tok ? read_all(stdin, &len) : NULL;
-    if (!tok) {
+    char *in = tok ? em_file_read(c, "tokenize", "-", SIZE_MAX / 2, &len, NULL) : NULL;
+    if (!tok || !in) {
         fprintf(stderr, "ember tokenize: %s\n", em_ctx_error(c)->message);
-    } else if (!in) {
-        fprintf(stderr, "ember tokenize: cannot read stdin\n");
     } else if (do_decode) {
         rc = decode(c, tok, in, len, skip);
     } else {

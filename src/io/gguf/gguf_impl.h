@@ -9,7 +9,7 @@
 
 #include "core/tensor_impl.h"
 #include "ember/gguf.h"
-#include "io/safetensors_impl.h" /* em_st_image: the shared file-mapping record */
+#include "io/safetensors/safetensors_impl.h" /* em_st_image: the shared file-mapping record */
 
 #define EM_GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define EM_GGUF_DEFAULT_ALIGNMENT 32u

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "io/gguf/gguf_impl.h"
-#include "io/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_impl.h"
 
 #define OP "tokenizer_load"
 
