@@ -14,7 +14,6 @@
  * slices other processes take from us, but does count our own spinning, so it never flatters).
  * Compute-bound figures are reliable in CPU time; memory-bound ones only in quiet wall time.
  */
-#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include <time.h>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/probe.h"
 #include "ember/ember.h"
 
 #ifdef LAB_OPENBLAS
@@ -63,35 +63,22 @@ static struct bw_job *probe;                /* the DRAM read probe, kept for re-
 
 #define PEAK_ITERS 10000000L
 
-__attribute__((target("avx512f"))) static void fma_loop(void *user, int tid, int nthr) {
+/* The peaks and the read bandwidth come from the probes of the kernel level in use (probe.h), so
+ * that this runs on every CPU and judges each level by its own instruction set. */
+typedef struct peak_job {
+    double flops[64];
+    bool dot;
+} peak_job;
+
+static void peak_each(void *user, int tid, int nthr) {
     (void)nthr;
-    __m512 a[16], b = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(1e-9f);
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long n = 0; n < PEAK_ITERS; n++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
-    }
-    float s = 0;
-    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_ps(a[i]);
-    ((float *)user)[tid] = s;
+    peak_job *j = user;
+    const em_probe_isa *p = em_probe_isa_get();
+    double f = j->dot ? (p->bf16dot ? p->bf16dot(PEAK_ITERS / 2) : 0) : p->fma(PEAK_ITERS / 2);
+    j->flops[tid < 64 ? tid : 63] = f;
 }
 
-__attribute__((target("avx512f,avx512bf16"))) static void dot_loop(void *user, int tid, int nthr) {
-    (void)nthr;
-    __m512 a[16];
-    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80);
-    for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-    for (long n = 0; n < PEAK_ITERS; n++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbf16_ps(a[i], x, x);
-    }
-    float s = 0;
-    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_ps(a[i]);
-    ((float *)user)[tid] = s;
-}
-
-static void run_fma(void *user) { em_parallel_each(fma_loop, user); }
-static void run_dot(void *user) { em_parallel_each(dot_loop, user); }
+static void run_peak(void *user) { em_parallel_each(peak_each, user); }
 
 typedef struct bw_job {
     const float *p;
@@ -99,17 +86,9 @@ typedef struct bw_job {
     double sums[64];
 } bw_job;
 
-__attribute__((target("avx512f"))) static void bw_body(void *user, int64_t b, int64_t e, int tid) {
+static void bw_body(void *user, int64_t b, int64_t e, int tid) {
     bw_job *j = user;
-    const float *p = j->p + j->next;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int64_t i = b * 64; i < e * 64; i += 64) {
-        s0 = _mm512_add_ps(s0, _mm512_load_ps(p + i));
-        s1 = _mm512_add_ps(s1, _mm512_load_ps(p + i + 16));
-        s2 = _mm512_add_ps(s2, _mm512_load_ps(p + i + 32));
-        s3 = _mm512_add_ps(s3, _mm512_load_ps(p + i + 48));
-    }
-    j->sums[tid] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    j->sums[tid < 64 ? tid : 63] += em_probe_isa_get()->read(j->p + j->next + b * 64, (size_t)(e - b) * 64);
 }
 
 static void run_bw(void *user) {
@@ -120,20 +99,16 @@ static void run_bw(void *user) {
 
 static void measure_peak(void) {
     int nthr = em_num_threads();
-    float sink[64];
-    const em_cpu_features *f = em_cpu_features_get();
-    double flops = (double)nthr * PEAK_ITERS * 16 * 32;
-    if (f->avx512f) {
-        timing t = measure(run_fma, sink, 3, 1);
-        peak_fma = flops / t.cpu / 1e9;
-        printf("FP32 FMA peak: %.0f GFLOP/s (CPU time), %.0f (wall)\n", peak_fma,
+    for (int d = 0; d < 2; d++) {
+        peak_job j = {{0}, d == 1};
+        if (d && !em_probe_isa_get()->bf16dot) break;
+        timing t = measure(run_peak, &j, 3, 1);
+        double flops = 0;
+        for (int i = 0; i < nthr && i < 64; i++) flops += j.flops[i];
+        double *peak = d ? &peak_dot : &peak_fma;
+        *peak = flops / t.cpu / 1e9;
+        printf("%s peak: %.0f GFLOP/s (CPU time), %.0f (wall)\n", d ? "BF16 dot" : "FP32 FMA", *peak,
                flops / t.wall / 1e9);
-    }
-    if (f->avx512bf16) {
-        timing t = measure(run_dot, sink, 3, 1);
-        peak_dot = 2 * flops / t.cpu / 1e9;
-        printf("BF16 dot peak: %.0f GFLOP/s (CPU time), %.0f (wall)\n", peak_dot,
-               2 * flops / t.wall / 1e9);
     }
     /* 64 MB per call (twice the L3) from a 1 GB buffer (Zen's L3 is a victim cache with no
      * strict LRU: a short rotation would find some lines still there) */
@@ -225,7 +200,9 @@ static void bench_mm(int64_t s, int reps) {
         char what[128];
         snprintf(what, sizeof what, "matmul %-4s %lld^3 ember   ", em_dtype_name(dt),
                  (long long)s);
-        report(what, flops, 3.0 * (double)nb, measure(run_gemm, &j, reps, 1), d ? peak_dot : peak_fma);
+        /* without a bf16 dot instruction bf16 runs on the FMA units: that peak bounds it */
+        report(what, flops, 3.0 * (double)nb, measure(run_gemm, &j, reps, 1),
+               d && peak_dot > 0 ? peak_dot : peak_fma);
 #ifdef LAB_OPENBLAS
         if (dt == EM_F32) {
             openblas_set_num_threads(em_num_threads());

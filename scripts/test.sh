@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds Ember with warnings as errors and runs the whole test suite: the ctest suite, the
-# install check (find_package and pkg-config consumers), the same suite under ASan+UBSan, and a
-# few seconds of every fuzz target. Exits non-zero on any failure.
+# install check (find_package and pkg-config consumers), the suites again on emulated x86-64 CPUs
+# (qemu-x86_64 as a Haswell: AVX2, no AVX-512; as a Nehalem: no AVX), the aarch64 cross build
+# and its suites under qemu-aarch64 (scripts/test-arm64.sh), the suite under ASan+UBSan, the thread
+# pool under TSan, and a
+# few seconds of every fuzz target. Exits non-zero on any failure. What runs where, and how to
+# run each part alone: docs/platforms.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -26,12 +30,33 @@ export EMBER_PJRT_XLA_PLUGIN="$PWD/$plugin"
 # compiled executables are shared by both builds (same plugin, same programs)
 export EMBER_PJRT_CACHE_DIR="$PWD/build/pjrt-cache"
 
+# libtpu, pinned, in its own venv under the build dir: the TPU compiler for the compile-only
+# devices tpu-aot:TOPOLOGY (test_tpu_aot and the TPU conformance report below); no TPU needed.
+TPU_PLUGIN_PKG="libtpu==0.0.51"
+[ -x build/tpu-venv/bin/pip ] || python3 -m venv build/tpu-venv
+build/tpu-venv/bin/pip install -q --disable-pip-version-check "$TPU_PLUGIN_PKG"
+tpu_plugin=$(ls build/tpu-venv/lib/python3*/site-packages/libtpu/libtpu.so | head -n 1)
+export EMBER_PJRT_TPU_PLUGIN="$PWD/$tpu_plugin"
+
 echo "== build and test (gcc, -Werror)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON -DEMBER_EMULATED_TESTS=ON
 cmake --build build -j "$jobs"
-ctest --test-dir build --output-on-failure -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" -LE emulated
 echo "== the cross-device conformance report (xla:0; executables come from the cache by now)"
 ./build/tools/ember/ember test-devices --device xla:0 | grep -v "^  FAIL" | tail -n 12
+
+echo "== TPU without a TPU: every op case compiled for a TPU v6e-8 slice (per-op, fused, compiled)"
+# reports per mode compiled / total; execution is not applicable on a compile-only device
+# Not fatal yet: libtpu 0.0.51's compiler crashes (SIGSEGV in TpuPriorityFusionQueue) on the
+# reduce family's softmax f32[3,5,17] dim 0 (docs/notes/2026-12-01-tpu-aot.md); until that
+# program is worked around the report runs up to there and says so.
+start=$(date +%s)
+if ! ./build/tools/ember/ember test-devices --device tpu-aot:v6e:2x4 --modes async,fused,compiled \
+  >build/tpu-aot-conformance.txt 2>&1; then
+  echo "tpu-aot conformance did not pass or did not complete (full log: build/tpu-aot-conformance.txt)"
+fi
+grep -E "^(==|   |--|  [a-z]+ +[0-9]|tpu-aot)" build/tpu-aot-conformance.txt | tail -n 30
+echo "tpu-aot conformance: $(($(date +%s) - start)) s"
 
 echo "== every EM_API function is exported by the shared library"
 ./scripts/check_exports.sh build/libember.so
@@ -48,11 +73,22 @@ PKG_CONFIG_PATH="$PWD/build/install-test/prefix/lib/pkgconfig" \
   -o build/install-test/eager-pc
 LD_LIBRARY_PATH="$PWD/build/install-test/prefix/lib" build/install-test/eager-pc >/dev/null
 
+echo "== the suites on emulated x86-64 CPUs: qemu-x86_64 -cpu Haswell (avx2) and -cpu Nehalem (generic)"
+t0=$(date +%s)
+ctest --test-dir build --output-on-failure -j "$jobs" -L emulated
+echo "emulated x86-64: $(($(date +%s) - t0)) s"
+
+echo "== aarch64: cross build, and its suites under qemu-aarch64 (with and without bf16)"
+./scripts/test-arm64.sh
+
 echo "== the suite under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_WERROR=ON -DEMBER_SANITIZE=ON
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+echo "== the thread pool under ThreadSanitizer"
+./scripts/tsan_pool.sh build
 
 echo "== fuzz targets, a few seconds each (clang, libFuzzer)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON \

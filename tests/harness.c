@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include "backends/cpu/cpu.h"
 #include "core/file_read.h"
 #include "ember/ember.h"
 
@@ -49,7 +50,24 @@ const char *em_test_fixtures_dir(void) {
     return d && *d ? d : "tests/fixtures";
 }
 
+static void kernels_str(char *buf, size_t n) {
+    snprintf(buf, n, "%s%s", em_cpu_isa_name(em_cpu_isa_get()), em_cpu_bf16_dot() ? "+bf16" : "");
+}
+
+bool em_test_check_kernels(void) {
+    char got[32];
+    kernels_str(got, sizeof got);
+    const char *want = getenv("EMBER_TEST_EXPECT_KERNELS");
+    if (want && *want && strcmp(want, got)) {
+        fprintf(stderr, "the CPU kernels in use are %s, EMBER_TEST_EXPECT_KERNELS wants %s\n", got,
+                want);
+        return false;
+    }
+    return true;
+}
+
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
+    if (!em_test_check_kernels()) return 1;
     const char *filter = argc > 1 ? argv[1] : NULL;
     int ran = 0, skipped = 0;
     for (int i = 0; i < n; i++) {
@@ -72,8 +90,10 @@ int em_test_run(const em_test_case *tests, int n, int argc, char **argv) {
         skipped += skip && em_test_checks == checks && em_test_failures == failures;
         fprintf(stderr, "%-40s %s\n", tests[i].name, verdict);
     }
-    fprintf(stderr, "%d tests, %d checks, %d failures, %d skipped\n", ran, em_test_checks,
-            em_test_failures, skipped);
+    char kern[32];
+    kernels_str(kern, sizeof kern);
+    fprintf(stderr, "%d tests, %d checks, %d failures, %d skipped (kernels: %s)\n", ran,
+            em_test_checks, em_test_failures, skipped, kern);
     if (em_test_failures) return 1;
     if (ran == 0) {
         fprintf(stderr, "no test matches '%s'\n", filter ? filter : "");

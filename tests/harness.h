@@ -48,9 +48,18 @@ typedef struct em_test_case {
     void (*fn)(void);
 } em_test_case;
 
+/*
+ * The CPU kernels in use, "<level>[+bf16]" (e.g. "avx2", "generic", "neon+bf16": the kernel level
+ * and whether it has a native bf16 dot). When EMBER_TEST_EXPECT_KERNELS is set and differs,
+ * prints why and returns false: the emulated-CPU suites use it to prove they ran at the level
+ * they claim (a CPU model qemu does not provide, or a wrong EMBER_CPU_LEVEL, would not).
+ */
+bool em_test_check_kernels(void);
+
 /* Runs the tests (those whose name contains argv[1] when given) and returns the exit code: 1 on
- * a failure (or a test that neither checked anything nor skipped), EM_TEST_SKIPPED when every
- * test that ran was skipped, 0 otherwise. */
+ * a failure (or a test that neither checked anything nor skipped, or kernels other than
+ * EMBER_TEST_EXPECT_KERNELS: em_test_check_kernels runs first), EM_TEST_SKIPPED when every test
+ * that ran was skipped, 0 otherwise. */
 int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
 
 #define EM_TEST_MAIN(...)                                                                          \

@@ -5,6 +5,9 @@
  * and odd shapes (several k, m and n blocks), every packing layout, both engines, and the C
  * twins called directly whatever the CPU.
  *
+ * EMBER_TEST_QUICK=1 (the suites under an emulated CPU, where this runs 10-50x slower) keeps every
+ * engine, layout, dtype and block crossing on smaller shapes.
+ *
  * Bound: |got - ref| <= 2^-8 |ref| (one bf16/f16 rounding; 0 for f32) + 1e-5 * sum_k |a||b|
  * (f32 accumulation over K terms with any summation order).
  */
@@ -17,6 +20,11 @@
 #include "harness.h"
 
 static uint64_t rng = 88172645463325252ull;
+
+static bool quick(void) {
+    const char *q = getenv("EMBER_TEST_QUICK");
+    return q && *q && strcmp(q, "0");
+}
 
 static float frand(void) {
     rng ^= rng << 13;
@@ -116,13 +124,30 @@ static void run_case(int64_t m, int64_t n, int64_t k, em_dtype dt, int layout, i
              (long long)n, (long long)k, em_dtype_name(dt), layout, engine, bias ? " bias" : "");
     double w = check(&g, what);
     if (dt == EM_F32 && w > 0.5) fprintf(stderr, "  note: %s uses %.2f of its bound\n", what, w);
-    /* the portable twins on the same problem (generic, and avx2 where the CPU has it) */
+    /* the per-ISA kernels called directly on the same problem: the portable twins everywhere,
+     * the avx2 ones where the CPU has AVX2, the NEON ones (with and without the bf16 dot) on
+     * aarch64 */
     const em_cpu_features *f = em_cpu_features_get();
-    bool has_avx2 = f->avx2 && f->fma && f->f16c;
-    for (int isa = 0; isa < 2 && m * n * k <= 64 * 300 * 257; isa++) {
-        if (isa == 1 && !has_avx2) break;
-        const em_gemm_kernel *gk = isa ? em_gemm_kernel_avx2(dt) : em_gemm_kernel_generic(dt);
-        em_gemm_dot_fn gd = isa ? em_gemm_dot_avx2(dt) : em_gemm_dot_generic(dt);
+    const char *tw_name[3] = {"generic"};
+    const em_gemm_kernel *tw_kern[3] = {em_gemm_kernel_generic(dt)};
+    em_gemm_dot_fn tw_dot[3] = {em_gemm_dot_generic(dt)};
+    int ntw = 1;
+#if defined(__x86_64__)
+    if (f->avx2 && f->fma && f->f16c) {
+        tw_name[ntw] = "avx2", tw_kern[ntw] = em_gemm_kernel_avx2(dt);
+        tw_dot[ntw++] = em_gemm_dot_avx2(dt);
+    }
+#elif defined(__aarch64__)
+    tw_name[ntw] = "neon", tw_kern[ntw] = em_gemm_kernel_neon(dt);
+    tw_dot[ntw++] = em_gemm_dot_neon(dt, false);
+    if (f->neon_bf16) {
+        tw_name[ntw] = "neon bf16", tw_kern[ntw] = em_gemm_kernel_neon(dt);
+        tw_dot[ntw++] = em_gemm_dot_neon(dt, true);
+    }
+#endif
+    (void)f;
+    for (int isa = 0; isa < ntw && m * n * k <= 64 * 300 * 257; isa++) {
+        const em_gemm_kernel *gk = tw_kern[isa];
         char name[200];
         void *ws = aligned_alloc(64, em_gemm_block_ws(gk, dt, m, n, k));
         memset(c, 0, (size_t)(m * n) * 4);
@@ -132,8 +157,8 @@ static void run_case(int64_t m, int64_t n, int64_t k, em_dtype dt, int layout, i
         check(&g, name);
         if (layout & 2 && (layout & 1) == 0) {
             memset(c, 0, (size_t)(m * n) * 4);
-            gd(m, n, k, a, k, b, k, c, n, dt, g.bias);
-            snprintf(name, sizeof name, "%s %s dot", what, isa ? "avx2" : "generic");
+            tw_dot[isa](m, n, k, a, k, b, k, c, n, dt, g.bias);
+            snprintf(name, sizeof name, "%s %s dot", what, tw_name[isa]);
             check(&g, name);
         }
     }
@@ -141,6 +166,14 @@ static void run_case(int64_t m, int64_t n, int64_t k, em_dtype dt, int layout, i
 }
 
 static void test_big_shapes(void) {
+    if (quick()) { /* still several k, m and n blocks of every kernel */
+        run_case(150, 530, 300, EM_F32, 0, 0, false);
+        run_case(150, 530, 300, EM_BF16, 0, 0, false);
+        run_case(100, 97, 2100, EM_BF16, 2, 0, true);
+        run_case(129, 50, 1100, EM_F32, 3, 0, false);
+        run_case(77, 60, 1537, EM_F16, 1, 0, true);
+        return;
+    }
     run_case(512, 700, 1000, EM_F32, 0, 0, false);
     run_case(512, 700, 1000, EM_BF16, 0, 0, false);
     run_case(300, 257, 4096, EM_BF16, 2, 0, true);
@@ -155,7 +188,8 @@ static void test_layouts_and_edges(void) {
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int layout = 0; layout < 4; layout++)
-                run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], layout, 1,
+                if (!quick() || shapes[s][0] * shapes[s][1] * shapes[s][2] < 1000000)
+                    run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], layout, 1,
                          (s + layout) % 2 == 0);
 }
 
@@ -163,10 +197,53 @@ static void test_dot_engine(void) {
     em_dtype dts[] = {EM_F32, EM_BF16, EM_F16};
     int64_t shapes[][3] = {{1, 1, 1}, {1, 768, 2048}, {4, 37, 1000}, {5, 9, 31}, {16, 130, 33},
                            {64, 70, 4096}, {3, 2048, 65}, {2, 19, 300}, {6, 37, 300},
-                           {7, 11, 2048}, {8, 130, 97}};
+                           {7, 11, 2048}, {8, 130, 97}, {33, 10, 47}, {1, 5, 15}, {2, 3, 17}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], 2, 2, s % 2 == 1);
+            if (!quick() || shapes[s][0] * shapes[s][1] * shapes[s][2] < 1000000)
+                run_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[d], 2, 2, s % 2 == 1);
+}
+
+/*
+ * The AVX2 dot engine with f32 results (ragged_dot's [N, K] kernels): within the f32 bound of the
+ * double reference, and equal bit for bit to the bf16 engine's output once rounded (the same sums
+ * in the same order). Row counts past the 32-row blocks and odd k and n included.
+ */
+static void test_dot_f32out_avx2(void) {
+#if defined(__x86_64__)
+    const em_cpu_features *f = em_cpu_features_get();
+    if (!(f->avx2 && f->fma && f->f16c)) return;
+    int64_t shapes[][3] = {{1, 7, 33}, {3, 300, 2048}, {4, 5, 17}, {5, 64, 1000}, {16, 33, 2049},
+                           {37, 9, 300}, {70, 20, 96}};
+    em_dtype dts[] = {EM_F32, EM_BF16};
+    for (int d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            em_dtype dt = dts[d];
+            void *x = rand_buf(dt, m * k), *w = rand_buf(dt, n * k);
+            float *c = malloc((size_t)(m * n) * sizeof *c);
+            uint16_t *cb = malloc((size_t)(m * n) * 2);
+            CHECK(em_gemm_dot_f32out_avx2(dt, m, n, k, x, k, w, k, c, n));
+            if (dt == EM_BF16) em_gemm_dot_avx2(dt)(m, n, k, x, k, w, k, cb, n, dt, NULL);
+            int64_t bad = 0, diff = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double ref = 0, sa = 0;
+                    for (int64_t q = 0; q < k; q++) {
+                        double p = get(x, dt, i * k + q) * get(w, dt, j * k + q);
+                        ref += p;
+                        sa += fabs(p);
+                    }
+                    bad += !(fabs(c[i * n + j] - ref) <= 1e-5 * sa + 1e-30);
+                    if (dt == EM_BF16) diff += em_f32_to_bf16(c[i * n + j]) != cb[i * n + j];
+                }
+            CHECK_MSG(bad == 0 && diff == 0,
+                      "avx2 f32-out dot m%lld n%lld k%lld %s: %lld out of bound, %lld differ "
+                      "from the bf16 engine", (long long)m, (long long)n, (long long)k,
+                      em_dtype_name(dt), (long long)bad, (long long)diff);
+            free(x), free(w), free(c), free(cb);
+        }
+#endif
 }
 
 /*
@@ -180,7 +257,8 @@ static void test_block_workspace(void) {
     kern.kc = 64;
     kern.mc = 2 * kern.mr;
     kern.nc = 8192;
-    int64_t m = 1500, n = 1000, k = 100;
+    /* m * n > 1M f32 partial sums: the taller block's column block is the narrower one */
+    int64_t m = quick() ? 1100 : 1500, n = 1000, k = quick() ? 70 : 100, split = m * 2 / 3;
     em_gemm_args g = {0};
     g.m = m, g.n = n, g.k = k, g.dtype = EM_BF16;
     void *a = rand_buf(EM_BF16, m * k), *b = rand_buf(EM_BF16, k * n);
@@ -190,8 +268,8 @@ static void test_block_workspace(void) {
     g.ldc = n;
     size_t bytes = em_gemm_block_ws(&kern, EM_BF16, m, n, k);
     void *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    em_gemm_block(&g, &kern, a, b, g.c, 0, 1000, 0, n, ws);  /* shorter than sized for */
-    em_gemm_block(&g, &kern, a, b, g.c, 1000, m, 0, n, ws);
+    em_gemm_block(&g, &kern, a, b, g.c, 0, split, 0, n, ws); /* shorter than sized for */
+    em_gemm_block(&g, &kern, a, b, g.c, split, m, 0, n, ws);
     check(&g, "bf16 blocks with f32 partial sums");
     free(ws), free(a), free(b), free(g.c);
 }
@@ -199,12 +277,13 @@ static void test_block_workspace(void) {
 /* Every element is summed in one order whatever the thread count (tiles and chunks differ). */
 static void test_thread_invariance(void) {
     int64_t shapes[][3] = {{300, 257, 700}, {5, 1000, 333}, {64, 900, 2048}, {2, 1000, 777},
-                           {7, 1000, 333}};
+                           {7, 1000, 333}, {100, 200, 300}};
     em_dtype dts[] = {EM_F32, EM_BF16};
     int saved = em_num_threads();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int d = 0; d < 2; d++) {
             int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            if (quick() && m * n * k > 10000000) continue;
             em_dtype dt = dts[d];
             size_t es = em_dtype_size(dt), cb = (size_t)(m * n) * es;
             void *a = rand_buf(dt, m * k), *b = rand_buf(dt, k * n);
@@ -238,7 +317,9 @@ static void test_thread_invariance(void) {
 /* The public ops on big strided views: matmul of a transposed A, linear with 3-D x. */
 static void test_public_ops(void) {
     em_ctx *c = em_ctx_create();
-    int64_t sa[2] = {700, 512}, sb[2] = {700, 300}, sx[3] = {3, 50, 1000}, sw[2] = {260, 1000};
+    const int64_t K = quick() ? 300 : 700, M = quick() ? 130 : 512, N = quick() ? 120 : 300;
+    const int64_t KX = quick() ? 400 : 1000, MX = quick() ? 20 : 50, NX = quick() ? 100 : 260;
+    int64_t sa[2] = {K, M}, sb[2] = {K, N}, sx[3] = {3, MX, KX}, sw[2] = {NX, KX};
     em_tensor *a = em_randn(c, EM_BF16, 2, sa, 1, 0.0, 1.0);
     em_tensor *b = em_randn(c, EM_BF16, 2, sb, 2, 0.0, 1.0);
     em_tensor *at = em_transpose(c, a, 0, 1);
@@ -249,19 +330,20 @@ static void test_public_ops(void) {
     CHECK(em_ctx_status(c) == EM_OK);
     if (em_ctx_status(c) == EM_OK) {
         em_gemm_args g = {0};
-        g.m = 512, g.n = 300, g.k = 700, g.dtype = EM_BF16;
-        g.a = em_tensor_data(c, a), g.a_rs = 1, g.a_cs = 512;
-        g.b = em_tensor_data(c, b), g.b_rs = 300, g.b_cs = 1;
-        g.c = em_tensor_data(c, y), g.ldc = 300;
+        g.m = M, g.n = N, g.k = K, g.dtype = EM_BF16;
+        g.a = em_tensor_data(c, a), g.a_rs = 1, g.a_cs = M;
+        g.b = em_tensor_data(c, b), g.b_rs = N, g.b_cs = 1;
+        g.c = em_tensor_data(c, y), g.ldc = N;
         check(&g, "em_matmul(a^T, b) bf16");
-        g.m = 150, g.n = 260, g.k = 1000, g.dtype = EM_F32;
-        g.a = em_tensor_data(c, x), g.a_rs = 1000, g.a_cs = 1;
-        g.b = em_tensor_data(c, w), g.b_rs = 1, g.b_cs = 1000;
-        g.c = em_tensor_data(c, z), g.ldc = 260;
-        check(&g, "em_linear(x[3,50,1000], w) f32");
+        g.m = 3 * MX, g.n = NX, g.k = KX, g.dtype = EM_F32;
+        g.a = em_tensor_data(c, x), g.a_rs = KX, g.a_cs = 1;
+        g.b = em_tensor_data(c, w), g.b_rs = 1, g.b_cs = KX;
+        g.c = em_tensor_data(c, z), g.ldc = NX;
+        check(&g, "em_linear(x[3,MX,KX], w) f32");
     }
     em_ctx_destroy(c);
 }
 
 EM_TEST_MAIN(T(test_big_shapes), T(test_layouts_and_edges), T(test_dot_engine),
+             T(test_dot_f32out_avx2),
              T(test_block_workspace), T(test_thread_invariance), T(test_public_ops))

@@ -12,6 +12,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_ops FAMILY [FILTER]\n");
         return 2;
     }
+    if (!em_test_check_kernels()) return 1;
     char path[1024];
     snprintf(path, sizeof path, "%s/ops/%s.json", em_test_fixtures_dir(), argv[1]);
     em_ctx *c = em_ctx_create();

@@ -234,7 +234,9 @@ EM_API int em_device_count(void);
 /** Device `i` (0 <= i < em_device_count()), NULL if out of range. */
 EM_API em_device *em_device_at(int i);
 
-/** Number of CPU worker threads (EMBER_NUM_THREADS, default: physical cores). */
+/** Number of CPU worker threads, the caller included: EMBER_NUM_THREADS (1..1024) when set,
+ *  else the physical cores among the CPUs this process may run on (its affinity mask), capped by
+ *  its cgroup's CPU quota rounded up. Decided on the first call. */
 EM_API int em_num_threads(void);
 /** Changes the number of CPU worker threads (>= 1). Not to be called while ops run. */
 EM_API void em_set_num_threads(int n);

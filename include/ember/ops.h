@@ -489,7 +489,8 @@ EM_API em_tensor *em_ragged_dot_(EM_OP_ARGS, em_tensor *lhs, em_tensor *rhs,
  * one sequential stream. em_ragged_dot takes it as rhs with rhs_nk = true and gives the same
  * result; on the CPU, bf16 with AVX-512 BF16 then runs a kernel that reads each panel once per
  * 10 rows and reaches the memory bandwidth at decode sizes where the [G, N, K] kernel does not
- * (README, MoE benchmark). Same number of bytes as rhs; the caller owns both and may free rhs.
+ * (README, MoE benchmark); with AVX2, one that reads it once per 2 rows (faster at 1-2 rows per
+ * group, docs/performance-avx2.md). Same number of bytes as rhs; the caller owns both and may free rhs.
  * EM_ERR_SHAPE (rank, N or K), NULL on error.
  */
 #define em_ragged_pack(c, ...) em_ragged_pack_((c), EM_HERE, __VA_ARGS__)
@@ -498,8 +499,10 @@ EM_API em_tensor *em_ragged_pack_(EM_OP_ARGS, em_tensor *rhs_nk);
 #define em_ragged_unpack(c, ...) em_ragged_unpack_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_ragged_unpack_(EM_OP_ARGS, em_tensor *packed);
 /** Whether packing pays for weights of dtype on dev (NULL: the CPU): true on the CPU for bf16
- *  when it has AVX-512 BF16 (honouring EMBER_CPU_LEVEL). A packed rhs is correct on every device
- *  (elsewhere it is unpacked on the fly); this says where it is faster. */
+ *  where the kernel level in use (EMBER_CPU_LEVEL honoured) has a packed kernel that measured
+ *  faster than the [G, N, K] one: AVX-512 BF16, AVX2, and NEON with FEAT_BF16 on aarch64 (not
+ *  the portable C level). A packed rhs is correct on every device (elsewhere it is unpacked on
+ *  the fly); this says where it is faster. */
 EM_API bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype);
 
 /* ---- generic access to the op table (tests, tools, bindings) ---- */

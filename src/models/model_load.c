@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/cpu/cpu.h"
+#include "core/threadpool.h"
 #include "ember/hub.h"
 #include "io/safetensors/safetensors_impl.h"
 #include "models/model_impl.h"

@@ -28,6 +28,10 @@ typedef struct em_opcase_result {
      * about index or group-size VALUES that the trace (the shape rules) accepted. Counted
      * apart; pass stays true. */
     bool not_applicable;
+    /* the device compiles programs but runs none (a compile-only PJRT device, tpu-aot:...):
+     * pass means the case's programs compiled and its outputs have the reference's shapes and
+     * dtypes; values were not compared (execution is not applicable there) */
+    bool compile_only;
     double max_abs_err;
     char msg[1800];
 } em_opcase_result;

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/probe.h"
+#include "bench_aot.h"
 #include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
@@ -186,7 +187,11 @@ static void usage(void) {
            "--model FILE.gguf: the file's weights as stored (quantized ones read by the\n"
            "quantized kernels; --dtype dequantizes them), the bound counting their bytes, and\n"
            "llama.cpp's llama-bench on the same file and thread count as the peer when it is\n"
-           "on PATH or in $EMBER_LLAMA_BENCH (prefill 512 and batch-1 decode).\n");
+           "on PATH or in $EMBER_LLAMA_BENCH (prefill 512 and batch-1 decode).\n"
+           "On a compile-only device (--device tpu-aot:v6e:2x4) nothing runs: the compiled step\n"
+           "of each batch is compiled for the TPU and projected from XLA's cost analysis (flops,\n"
+           "bytes accessed, their roofline at the chip's figures, peak memory against its HBM),\n"
+           "plus a per-program launch overhead measured on xla:0 (--launch-us to give one).\n");
 }
 
 int bench_decode(int argc, char **argv) {
@@ -197,6 +202,7 @@ int bench_decode(int argc, char **argv) {
     em_dtype dtype = EM_BF16;
     int n_batches = 2;
     long layers = 0, steps = 32;
+    double launch_us = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
         else if (!strcmp(argv[i], "--skip-peers")) peers = false;
@@ -205,6 +211,7 @@ int bench_decode(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) cache = argv[++i];
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atol(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) launch_us = atof(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
@@ -259,6 +266,47 @@ int bench_decode(int argc, char **argv) {
             }
             n_models++;
         }
+    }
+    if (device) { /* a compile-only device: projections, not measurements */
+        em_ctx *c = em_ctx_create();
+        em_device *d = em_device_get(c, device);
+        if (!d) {
+            fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
+            em_ctx_destroy(c);
+            return 1;
+        }
+        if (em_device_is_compile_only(d)) {
+            bench_aot_overhead ov;
+            bench_aot_overhead_get(launch_us, -1, &ov);
+            bench_aot_header(d, &ov, json);
+            int rc = 0;
+            for (int k = 0; k < n_models && !rc; k++) {
+                em_model_options o = em_model_default_options();
+                o.progress = false;
+                o.offline = true;
+                o.device = device;
+                if (dtype_name) {
+                    o.dtype = dtype;
+                    o.dtype_set = true;
+                }
+                em_model *m = em_model_load(c, dirs[k], &o);
+                if (!m) {
+                    fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
+                    rc = 1;
+                    break;
+                }
+                const em_model_config *cfg = em_model_get_config(m);
+                if (!json)
+                    printf("\n%s (%s, %lld layers, %s, compiled decode step)\n", dirs[k],
+                           cfg->model_type, (long long)cfg->num_hidden_layers,
+                           em_dtype_name(em_model_dtype(m)));
+                rc = bench_aot_decode(c, m, d, batches, n_batches, &ov, json);
+                em_model_free(m);
+            }
+            em_ctx_destroy(c);
+            return rc;
+        }
+        em_ctx_destroy(c);
     }
     bench_limits L = {0};
     bench_measure_read(&L);

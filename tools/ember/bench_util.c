@@ -1,5 +1,8 @@
 #include "bench_util.h"
 
+#include "backends/cpu/cpu.h"
+#include "ember/ember.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,5 +146,20 @@ void bench_print_row(const bench_row *r, bool json) {
     bench_cell(sp, sizeof sp, "%.2fx", has_peer ? r->peer_ms / r->ms : -1);
     printf("%-16s %-22s %-5s %10.4g %10s %7s  %-18s %10s %7s\n", r->bench, r->shape, r->dtype,
            r->ms, lim, frac, r->peer ? r->peer : "-", pms, sp);
+    fflush(stdout);
+}
+
+void bench_print_machine(bool json) {
+    char feats[256];
+    em_cpu_features_str(feats, sizeof feats);
+    em_device_info info;
+    const char *kind = em_device_query(em_device_cpu(), &info) == EM_OK ? info.kind : "?";
+    const char *level = em_cpu_isa_name(em_cpu_isa_get());
+    if (json)
+        printf("{\"bench\": \"machine\", \"kernels\": \"%s\", \"cpu\": \"%s\", "
+               "\"features\": \"%s\", \"threads\": %d}\n",
+               level, kind, feats, em_num_threads());
+    else
+        printf("cpu kernels: %s (%s; %s), %d threads\n", level, kind, feats, em_num_threads());
     fflush(stdout);
 }

@@ -44,5 +44,9 @@ void bench_print_row(const bench_row *r, bool json);
  * an implementation left out, no peer). Returns buf. */
 const char *bench_cell(char *buf, size_t n, const char *fmt, double v);
 void bench_print_header(bool json);
+/* The machine line every benchmark starts with: the CPU kernel level in use (EMBER_CPU_LEVEL
+ * lowers it), the CPU's name and features, and the thread count; with json one object
+ * {"bench": "machine", ...}. */
+void bench_print_machine(bool json);
 
 #endif

@@ -2,12 +2,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "cli.h"
 
 int bench_ops(int argc, char **argv);
 int bench_decode(int argc, char **argv);
 int bench_moe(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
+int bench_pool(int argc, char **argv);
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -16,15 +18,24 @@ int cmd_bench(int argc, char **argv) {
                "            matmul, decode-shaped matmul)\n"
                "  decode    decode and prefill tokens/s of Qwen3-0.6B / Qwen3-30B-A3B shapes\n"
                "  moe       one MoE layer of Qwen3-30B-A3B / Gemma 4 26B-A4B: loop, dense, ragged\n"
-               "  tokenize  tokenizer load time and encode MB/s against the tokenizers library\n\n"
+               "  tokenize  tokenizer load time and encode MB/s against the tokenizers library\n"
+               "  pool      thread-pool job latency and decode with busy neighbours, against OpenMP\n\n"
                "Each benchmark measures the machine's limit, the peer and Ember in the same run\n"
                "and prints ratios. --json prints one JSON object per line.\n");
         return argc < 2 ? 2 : 0;
     }
+    bool json = false, help = false;
+    for (int i = 2; i < argc; i++) {
+        json |= !strcmp(argv[i], "--json");
+        help |= !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+    }
+    /* every benchmark's first line: what it runs on, the kernel level first */
+    if (!help) bench_print_machine(json);
     if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "pool")) return bench_pool(argc - 1, argv + 1);
     fprintf(stderr, "ember bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

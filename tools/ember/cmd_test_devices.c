@@ -3,11 +3,15 @@
  * fixtures (tests/fixtures/ops/FAMILY.json, made with torch) runs on each device and is compared with
  * the torch reference; where the CPU backend can run the case too, the device's outputs are also
  * compared with the CPU's. Prints per device the cases passed, the pass rate and every failure.
+ *
+ * On a compile-only device (tpu-aot:v6e:2x4) a case passes when its programs compile and its
+ * outputs have the reference's shapes and dtypes; execution is counted apart as not applicable.
  */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "ember/ember.h"
@@ -19,7 +23,8 @@
 
 static void usage(void) {
     printf("usage: ember test-devices [--device DEV ...] [--json] [--fixtures DIR] [--filter S]\n"
-           "                          [--mode sync|async|fused] [--compile] [--no-cpu]\n\n"
+           "                          [--mode sync|async|fused] [--compile] [--no-cpu]\n"
+           "                          [--modes async,fused,compiled]\n\n"
            "Runs every op case of the core test suite on each device and compares it with the\n"
            "committed torch reference and with the CPU backend's output. Devices default to\n"
            "every PJRT device that can be found (xla:0, cuda:0, tpu:0).\n"
@@ -30,11 +35,16 @@ static void usage(void) {
            "  --mode M       eager mode for the run (default: $EMBER_EAGER or async)\n"
            "  --compile      run each case as a compiled function (one program per case: the\n"
            "                 whole-program lowering on PJRT devices, the plan on the CPU)\n"
+           "  --modes LIST   run the cases once per mode of LIST (sync, async, fused, compiled)\n"
+           "                 in one process, sharing the executable cache; a summary per mode\n"
            "  --no-cpu       do not compare with the CPU backend\n"
            "  --allow-missing  a --device that cannot be found is skipped, not an error (exit 77,\n"
            "                 ctest's skip code, when none of them is found)\n"
            "  --json         failures and summaries as JSON lines; the last lines are\n"
-           "                 {\"device\": ..., \"passed\": N, \"total\": N, \"pass_rate\": R}\n");
+           "                 {\"device\": ..., \"passed\": N, \"total\": N, \"pass_rate\": R}\n"
+           "A compile-only device (tpu-aot:TOPOLOGY[:N], e.g. tpu-aot:v6e:2x4) compiles every\n"
+           "case's programs against the topology and checks the outputs' shapes and dtypes;\n"
+           "it runs nothing, so it reports compiled / total and counts execution apart.\n");
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -73,14 +83,96 @@ static void json_str(const char *s) {
 
 typedef struct dev_result {
     char name[64];
+    char mode[16];
+    bool compile_only;
     int passed, total, cpu_compared, cpu_agree, not_applicable;
+    double seconds;
 } dev_result;
+
+/* One mode of a --modes list: an eager mode, compiled or not. */
+typedef struct run_mode {
+    char name[16];
+    em_eager_mode eager;
+    bool compiled;
+} run_mode;
+
+static int parse_modes(const char *list, run_mode *out, int max) {
+    int n = 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save)) {
+        run_mode *m = &out[n];
+        memset(m, 0, sizeof *m);
+        snprintf(m->name, sizeof m->name, "%s", t);
+        if (!strcmp(t, "compiled")) {
+            m->eager = EM_EAGER_ASYNC;
+            m->compiled = true;
+        } else if (!em_eager_mode_parse(t, &m->eager)) {
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What a device is: the plugin, its versions and, for a compile-only device, the topology and
+ * the options programs are compiled with. */
+static void describe_device(em_ctx *c, em_device *d, bool json) {
+    em_pjrt_plugin_info pi;
+    em_pjrt_topology tp;
+    bool is_pjrt = em_pjrt_plugin_info_get(d, &pi) == EM_OK;
+    bool aot = em_pjrt_topology_get(d, &tp) == EM_OK;
+    const char *opts = "num_replicas 1, num_partitions 1, portable (single-device programs)";
+    if (json) {
+        printf("{\"device\": ");
+        json_str(em_device_name(d));
+        if (is_pjrt) {
+            printf(", \"platform\": ");
+            json_str(pi.platform);
+            printf(", \"pjrt_api\": \"%d.%d\", \"plugin\": ", pi.api_major, pi.api_minor);
+            json_str(pi.path);
+            printf(", \"stablehlo\": \"%s..%s\"", pi.stablehlo_minimum, pi.stablehlo_current);
+        }
+        if (aot) {
+            printf(", \"compile_only\": true, \"topology\": ");
+            json_str(tp.name);
+            printf(", \"topology_devices\": %d, \"device_kind\": ", tp.n_devices);
+            json_str(tp.device_kind);
+            printf(", \"device_memory_limit\": %lld, \"platform_version\": ",
+                   (long long)tp.device_memory_limit);
+            json_str(tp.platform_version);
+            printf(", \"compile_options\": ");
+            json_str(opts);
+        }
+        printf("}\n");
+        return;
+    }
+    if (is_pjrt)
+        printf("== %s: platform %s, PJRT API %d.%d, StableHLO %s..%s, %s\n", em_device_name(d),
+               pi.platform, pi.api_major, pi.api_minor, pi.stablehlo_minimum,
+               pi.stablehlo_current, pi.path);
+    else
+        printf("== %s\n", em_device_name(d));
+    if (aot)
+        printf("   compile-only: topology %s (%d devices, %s, %.3g GB per device), %s\n"
+               "   compile options: %s\n",
+               tp.name, tp.n_devices, tp.device_kind, (double)tp.device_memory_limit / 1e9,
+               tp.platform_version, opts);
+    (void)c;
+}
 
 int cmd_test_devices(int argc, char **argv) {
     const char *devs[16];
     int n_devs = 0;
     bool json = false, use_cpu = true, allow_missing = false, compile = false;
-    const char *fixtures = NULL, *filter = NULL, *mode = NULL;
+    const char *fixtures = NULL, *filter = NULL, *mode = NULL, *modes = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
@@ -101,6 +193,8 @@ int cmd_test_devices(int argc, char **argv) {
             filter = argv[++i];
         } else if (i + 1 < argc && !strcmp(argv[i], "--mode")) {
             mode = argv[++i];
+        } else if (i + 1 < argc && !strcmp(argv[i], "--modes")) {
+            modes = argv[++i];
         } else {
             fprintf(stderr, "ember test-devices: unknown option '%s'\n", argv[i]);
             return 2;
@@ -157,98 +251,129 @@ int cmd_test_devices(int argc, char **argv) {
         }
         dv[n_ok++] = d;
     }
-    dev_result res[16];
+    run_mode rm[4];
+    int n_rm = 1;
+    if (modes) {
+        n_rm = parse_modes(modes, rm, 4);
+        if (n_rm <= 0) {
+            fprintf(stderr, "ember test-devices: bad --modes '%s' (sync, async, fused, compiled)\n",
+                    modes);
+            em_ctx_destroy(c);
+            return 2;
+        }
+    } else {
+        memset(&rm[0], 0, sizeof rm[0]);
+        rm[0].eager = em_ctx_eager_mode(c);
+        rm[0].compiled = compile;
+        snprintf(rm[0].name, sizeof rm[0].name, "%s", compile ? "compiled" : em_eager_mode_name(rm[0].eager));
+    }
+    static dev_result res[64];
+    int n_res = 0;
     em_device *cpu = em_device_cpu();
     for (int di = 0; di < n_ok; di++) {
         em_device *d = dv[di];
-        dev_result *R = &res[di];
-        memset(R, 0, sizeof *R);
-        snprintf(R->name, sizeof R->name, "%s", em_device_name(d));
-        em_pjrt_plugin_info pi;
-        if (!json) {
-            if (em_pjrt_plugin_info_get(d, &pi) == EM_OK)
-                printf("== %s: platform %s, PJRT API %d.%d, StableHLO %s..%s, %s (mode %s)\n",
-                       R->name, pi.platform, pi.api_major, pi.api_minor, pi.stablehlo_minimum,
-                       pi.stablehlo_current, pi.path, em_eager_mode_name(em_ctx_eager_mode(c)));
-            else
-                printf("== %s (mode %s)\n", R->name, em_eager_mode_name(em_ctx_eager_mode(c)));
-        }
-        for (int f = 0; f < n_fams; f++) {
-            char path[1400];
-            if (strlen(dir) + strlen(fams[f]) + 8 > sizeof path) continue;
-            snprintf(path, sizeof path, "%.1024s/%.255s.json", dir, fams[f]);
-            em_opcase_set *s = em_opcases_load(c, path);
-            if (!s) {
-                fprintf(stderr, "%s\n", em_ctx_error(c)->message);
-                em_ctx_clear_error(c);
-                rc = 1;
-                continue;
-            }
-            em_opcases_set_tie_tolerant(s, true);
-            em_opcases_set_compiled(s, compile);
-            int fam_pass = 0, fam_total = 0;
-            for (int i = 0; i < em_opcases_count(s); i++) {
-                const char *name = em_opcases_name(s, i);
-                if (filter && !strstr(name, filter)) continue;
-                em_opcase_result r;
-                em_opcases_run(c, s, i, d, &r);
-                bool ref_ran = false;
-                em_opcase_result rc2 = {0};
-                rc2.pass = true;
-                if (r.pass && use_cpu && d != cpu) {
-                    em_opcases_compare(c, s, i, d, cpu, &rc2, &ref_ran);
-                    if (ref_ran) {
-                        R->cpu_compared++;
-                        if (rc2.pass) R->cpu_agree++;
+        describe_device(c, d, json);
+        for (int mi = 0; mi < n_rm && n_res < 64; mi++) {
+            dev_result *R = &res[n_res++];
+            memset(R, 0, sizeof *R);
+            snprintf(R->name, sizeof R->name, "%s", em_device_name(d));
+            memcpy(R->mode, rm[mi].name, sizeof R->mode);
+            R->compile_only = em_device_is_compile_only(d);
+            em_ctx_set_eager_mode(c, rm[mi].eager);
+            if (!json) printf("-- %s, mode %s\n", R->name, R->mode);
+            double t0 = now_s();
+            for (int f = 0; f < n_fams; f++) {
+                char path[1400];
+                if (strlen(dir) + strlen(fams[f]) + 8 > sizeof path) continue;
+                snprintf(path, sizeof path, "%.1024s/%.255s.json", dir, fams[f]);
+                em_opcase_set *s = em_opcases_load(c, path);
+                if (!s) {
+                    fprintf(stderr, "%s\n", em_ctx_error(c)->message);
+                    em_ctx_clear_error(c);
+                    rc = 1;
+                    continue;
+                }
+                em_opcases_set_tie_tolerant(s, true);
+                em_opcases_set_compiled(s, rm[mi].compiled);
+                int fam_pass = 0, fam_total = 0;
+                for (int i = 0; i < em_opcases_count(s); i++) {
+                    const char *name = em_opcases_name(s, i);
+                    if (filter && !strstr(name, filter)) continue;
+                    em_opcase_result r;
+                    em_opcases_run(c, s, i, d, &r);
+                    bool ref_ran = false;
+                    em_opcase_result rc2 = {0};
+                    rc2.pass = true;
+                    if (r.pass && use_cpu && d != cpu && !R->compile_only) {
+                        em_opcases_compare(c, s, i, d, cpu, &rc2, &ref_ran);
+                        if (ref_ran) {
+                            R->cpu_compared++;
+                            if (rc2.pass) R->cpu_agree++;
+                        }
                     }
+                    if (r.not_applicable) {
+                        R->not_applicable++;
+                        continue;
+                    }
+                    fam_total++;
+                    R->total++;
+                    bool pass = r.pass && rc2.pass;
+                    if (pass) {
+                        fam_pass++;
+                        R->passed++;
+                        continue;
+                    }
+                    const char *why = r.pass ? rc2.msg : r.msg;
+                    if (json) {
+                        printf("{\"device\": ");
+                        json_str(R->name);
+                        printf(", \"mode\": ");
+                        json_str(R->mode);
+                        printf(", \"family\": ");
+                        json_str(fams[f]);
+                        printf(", \"case\": ");
+                        json_str(name);
+                        printf(", \"op\": ");
+                        json_str(em_opcases_op(s, i));
+                        printf(", \"dtype\": ");
+                        json_str(em_opcases_dtype(s, i));
+                        printf(", \"message\": ");
+                        json_str(why);
+                        printf("}\n");
+                    } else {
+                        printf("  FAIL %s/%s (op %s, dtype %s)%s: %s\n", fams[f], name,
+                               em_opcases_op(s, i), em_opcases_dtype(s, i),
+                               r.pass ? " vs cpu" : "", why);
+                    }
+                    fflush(stdout);
                 }
-                if (r.not_applicable) {
-                    R->not_applicable++;
-                    continue;
-                }
-                fam_total++;
-                R->total++;
-                bool pass = r.pass && rc2.pass;
-                if (pass) {
-                    fam_pass++;
-                    R->passed++;
-                    continue;
-                }
-                const char *why = r.pass ? rc2.msg : r.msg;
-                if (json) {
-                    printf("{\"device\": ");
-                    json_str(R->name);
-                    printf(", \"family\": ");
-                    json_str(fams[f]);
-                    printf(", \"case\": ");
-                    json_str(name);
-                    printf(", \"op\": ");
-                    json_str(em_opcases_op(s, i));
-                    printf(", \"dtype\": ");
-                    json_str(em_opcases_dtype(s, i));
-                    printf(", \"message\": ");
-                    json_str(why);
-                    printf("}\n");
-                } else {
-                    printf("  FAIL %s/%s (op %s, dtype %s)%s: %s\n", fams[f], name,
-                           em_opcases_op(s, i), em_opcases_dtype(s, i),
-                           r.pass ? " vs cpu" : "", why);
-                }
+                if (!json) printf("  %-12s %4d / %4d\n", fams[f], fam_pass, fam_total);
+                fflush(stdout);
+                em_opcases_free(s);
             }
-            if (!json)
-                printf("  %-12s %4d / %4d\n", fams[f], fam_pass, fam_total);
-            em_opcases_free(s);
-        }
-        if (R->passed != R->total) rc = 1;
-        if (!json) {
+            R->seconds = now_s() - t0;
+            if (R->passed != R->total) rc = 1;
+            if (json) continue;
+            if (R->compile_only) {
+                printf("%s [%s]: %d / %d cases compiled (%.2f %%) in %.0f s; execution not "
+                       "applicable (compile-only device)\n",
+                       R->name, R->mode, R->passed, R->total,
+                       R->total ? 100.0 * R->passed / R->total : 0.0, R->seconds);
+                if (R->not_applicable)
+                    printf("%s [%s]: %d error cases about index values not applicable: nothing "
+                           "runs, so no value is checked\n", R->name, R->mode, R->not_applicable);
+            } else {
+                printf("%s [%s]: %d / %d cases passed (%.2f %%); agrees with cpu on %d / %d cases "
+                       "run there\n",
+                       R->name, R->mode, R->passed, R->total,
+                       R->total ? 100.0 * R->passed / R->total : 0.0, R->cpu_agree,
+                       R->cpu_compared);
+                if (R->not_applicable)
+                    printf("%s [%s]: %d error cases about index values not applicable: a "
+                           "compiled program on the device does not check data\n",
+                           R->name, R->mode, R->not_applicable);
+            }
             em_pjrt_cache_stats st;
-            printf("%s: %d / %d cases passed (%.2f %%); agrees with cpu on %d / %d cases run "
-                   "there\n",
-                   R->name, R->passed, R->total, R->total ? 100.0 * R->passed / R->total : 0.0,
-                   R->cpu_agree, R->cpu_compared);
-            if (R->not_applicable)
-                printf("%s: %d error cases about index values not applicable: a compiled program "
-                       "on the device does not check data\n", R->name, R->not_applicable);
             if (em_pjrt_cache_stats_get(d, &st) == EM_OK)
                 printf("%s: executables: %lld compiled, %lld from disk, %lld cache hits, "
                        "%lld failed compiles, %.1f s compiling\n",
@@ -256,13 +381,19 @@ int cmd_test_devices(int argc, char **argv) {
                        (long long)st.hits, (long long)st.failures, st.compile_seconds);
         }
     }
-    for (int di = 0; json && di < n_ok; di++) {
+    for (int k = 0; json && k < n_res; k++) {
+        const dev_result *R = &res[k];
         printf("{\"device\": ");
-        json_str(res[di].name);
-        printf(", \"passed\": %d, \"total\": %d, \"pass_rate\": %.4f, \"not_applicable\": %d}\n",
-               res[di].passed, res[di].total,
-               res[di].total ? (double)res[di].passed / res[di].total : 0.0,
-               res[di].not_applicable);
+        json_str(R->name);
+        printf(", \"mode\": ");
+        json_str(R->mode);
+        printf(", \"passed\": %d, \"total\": %d, \"pass_rate\": %.4f, \"not_applicable\": %d",
+               R->passed, R->total, R->total ? (double)R->passed / R->total : 0.0,
+               R->not_applicable);
+        if (R->compile_only)
+            printf(", \"compile_only\": true, \"compiled\": %d, \"executed\": "
+                   "\"not applicable\"", R->passed);
+        printf(", \"seconds\": %.1f}\n", R->seconds);
     }
     if (n_ok == 0 && !json)
         printf("SKIP: no device to test (install a plugin, e.g. pip install xla-cpu-pjrt)\n");

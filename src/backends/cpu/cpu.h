@@ -1,11 +1,12 @@
 /*
- * The native CPU backend: private interfaces shared by its files (thread pool, feature
- * detection, kernel registration, element-wise engine).
+ * The native CPU backend: private interfaces shared by its files (feature detection, kernel
+ * registration, element-wise engine). The thread pool its kernels run on is core's.
  */
 #ifndef EMBER_CPU_H
 #define EMBER_CPU_H
 
 #include "core/tensor_impl.h"
+#include "core/threadpool.h"
 
 /* ---- CPU features (detected once) ---- */
 typedef struct em_cpu_features {
@@ -74,15 +75,6 @@ void em_cpu_isa_fill(void *table, const em_isa_fill_fn fills[EM_ISA_COUNT]);
         pthread_once(&GETTER##_once, GETTER##_init);                                               \
         return &GETTER##_table;                                                                    \
     }
-
-/* ---- thread pool ---- */
-/* fn(user, begin, end) over [0, n) split into chunks of at least `grain`; runs inline when the
- * work is small, a single thread is configured, or the caller is itself a pool worker. */
-typedef void (*em_par_fn)(void *user, int64_t begin, int64_t end, int tid);
-void em_parallel_for(int64_t n, int64_t grain, em_par_fn fn, void *user);
-/* Runs fn(user, tid, nthreads) once on each of the pool's threads (tid 0 is the caller). */
-typedef void (*em_par_each_fn)(void *user, int tid, int nthreads);
-void em_parallel_each(em_par_each_fn fn, void *user);
 
 /* ---- kernel registration (one function per op family) ---- */
 void em_cpu_register_ew(em_kernel_fn *k);

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/cpu_count.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -14,35 +14,6 @@
 static em_cpu_features feats;
 static em_cpu_isa isa;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-/* Physical cores: distinct (package, core) pairs in sysfs; logical CPUs as a fallback. */
-static int count_physical_cores(void) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu < 1) ncpu = 1;
-    int seen = 0;
-    long keys[1024];
-    for (long i = 0; i < ncpu && i < 1024; i++) {
-        char path[128];
-        long core = -1, pkg = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/core_id", i);
-        FILE *f = fopen(path, "r");
-        if (!f) return (int)ncpu;
-        if (fscanf(f, "%ld", &core) != 1) core = i;
-        fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id",
-                 i);
-        f = fopen(path, "r");
-        if (f) {
-            if (fscanf(f, "%ld", &pkg) != 1) pkg = 0;
-            fclose(f);
-        }
-        long key = pkg * 100000 + core;
-        bool dup = false;
-        for (int j = 0; j < seen; j++) dup |= keys[j] == key;
-        if (!dup) keys[seen++] = key;
-    }
-    return seen > 0 ? seen : (int)ncpu;
-}
 
 #if defined(__aarch64__)
 #include <sys/auxv.h>
@@ -91,7 +62,7 @@ static void detect(void) {
 #else
     isa = EM_ISA_GENERIC;
 #endif
-    feats.physical_cores = count_physical_cores();
+    feats.physical_cores = em_cpu_physical_cores();
 
     /* EMBER_CPU_LEVEL only lowers the choice: asking for a set the CPU lacks (or another
      * architecture's) keeps the detected one, except that "generic" is always honoured. */

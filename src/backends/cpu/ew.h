@@ -33,11 +33,12 @@ typedef struct em_ew_isa {
     void (*truth[EW_CT_COUNT])(void *dst, const void *src, int64_t n);
 } em_ew_isa;
 
-/* Per-ISA fills (ew_funcs.inc compiled once per instruction set); t is an em_ew_isa. Called only
- * through em_cpu_isa_fill. */
+/* Per-ISA fills (ew_funcs.inc compiled once per instruction set; on aarch64 ew_neon.c replaces a
+ * few entries of the generic table); t is an em_ew_isa. Called only through em_cpu_isa_fill. */
 void em_ew_fill_generic(void *t);
 void em_ew_fill_avx2(void *t);
 void em_ew_fill_avx512(void *t);
+void em_ew_fill_neon(void *t);
 
 /* The table for the CPU's kernel level. */
 const em_ew_isa *em_ew_isa_get(void);

@@ -22,7 +22,8 @@
 
 EM_CPU_ISA_TABLE(em_ew_isa, em_ew_isa_get, [EM_ISA_GENERIC] = em_ew_fill_generic,
                  [EM_ISA_AVX2] = EM_ISA_X86(em_ew_fill_avx2),
-                 [EM_ISA_AVX512] = EM_ISA_X86(em_ew_fill_avx512))
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_ew_fill_avx512),
+                 [EM_ISA_NEON] = EM_ISA_ARM(em_ew_fill_neon))
 
 typedef struct ew_leaf {
     const em_tensor *t;

@@ -32,6 +32,8 @@ const em_gemm_kernel *em_gemm_kernel_for(em_dtype dt) {
         if (k) break;
         /* fall through */
     case EM_ISA_AVX2: k = em_gemm_kernel_avx2(dt); break;
+#elif defined(__aarch64__)
+    case EM_ISA_NEON: k = em_gemm_kernel_neon(dt); break;
 #endif
     default: break;
     }
@@ -47,6 +49,8 @@ em_gemm_dot_fn em_gemm_dot_for(em_dtype dt) {
         if (f) break;
         /* fall through */
     case EM_ISA_AVX2: f = em_gemm_dot_avx2(dt); break;
+#elif defined(__aarch64__)
+    case EM_ISA_NEON: f = em_gemm_dot_neon(dt, em_cpu_bf16_dot()); break;
 #endif
     default: break;
     }

@@ -18,7 +18,8 @@
  * Both run on the thread pool; each output element is summed in one order whatever the thread
  * count. The pieces (kernels, packers, the serial block driver) are exposed so that grouped
  * GEMMs (MoE ragged_dot) can schedule their own tiles. Kernel levels: AVX-512 (+BF16) in
- * gemm_avx512.c, the portable twins of gemm_kern.inc for AVX2 and the baseline.
+ * gemm_avx512.c, AVX2 + FMA in gemm_avx2.c (bf16 and f16 widened to f32), NEON (+BF16) in
+ * gemm_neon.c and gemm_neon_bf16.c, the portable twins of gemm_kern.inc for the baseline.
  *
  * Units: all strides and offsets are in elements of the operand's dtype.
  */
@@ -87,14 +88,23 @@ typedef void (*em_gemm_dot_fn)(int64_t m, int64_t n, int64_t k, const void *x, i
 const em_gemm_kernel *em_gemm_kernel_for(em_dtype dt);
 em_gemm_dot_fn em_gemm_dot_for(em_dtype dt);
 
-/* Per-ISA tables (gemm_avx512.c; gemm_kern.inc compiled as gemm_avx2.c and gemm_generic.c).
+/* Per-ISA tables (gemm_avx512.c, gemm_avx2.c; gemm_kern.inc compiled as gemm_generic.c).
  * NULL: not available for that dtype. */
 const em_gemm_kernel *em_gemm_kernel_avx512(em_dtype dt, bool bf16_hw);
 em_gemm_dot_fn em_gemm_dot_avx512(em_dtype dt, bool bf16_hw);
 const em_gemm_kernel *em_gemm_kernel_avx2(em_dtype dt);
 em_gemm_dot_fn em_gemm_dot_avx2(em_dtype dt);
+/* The AVX2 dot engine with f32 results (ragged_dot's partial sums), for dt bf16 or f32: c[i, j]
+ * at c + i*ldc + j. false (nothing written) when its x buffer cannot be allocated. */
+bool em_gemm_dot_f32out_avx2(em_dtype dt, int64_t m, int64_t n, int64_t k, const void *x,
+                             int64_t ldx, const void *w, int64_t ldw, float *c, int64_t ldc);
 const em_gemm_kernel *em_gemm_kernel_generic(em_dtype dt);
 em_gemm_dot_fn em_gemm_dot_generic(em_dtype dt);
+/* aarch64 (gemm_neon.c): the f32 microkernel (bf16/f16 widened while packing) and the dot
+ * engine; bf16_hw picks the BFDOT engine of gemm_neon_bf16.c (call only where em_cpu_bf16_dot). */
+const em_gemm_kernel *em_gemm_kernel_neon(em_dtype dt);
+em_gemm_dot_fn em_gemm_dot_neon(em_dtype dt, bool bf16_hw);
+em_gemm_dot_fn em_gemm_dot_neon_bf16(void);
 /* The portable packer: any strides, any supported dtype/format pair. */
 void em_gemm_pack_generic(void *dst, em_gemm_fmt fmt, int W, int width, int64_t kc,
                           const void *src, em_dtype dt, int64_t sw, int64_t sk);

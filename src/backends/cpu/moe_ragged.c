@@ -212,12 +212,15 @@ static em_status ragged_dot_kernel(const em_kernel_args *a) {
 
 EM_CPU_ISA_TABLE(em_ragged_isa, em_ragged_isa_get,
                  [EM_ISA_GENERIC] = em_ragged_fill_generic,
-                 [EM_ISA_AVX512] = EM_ISA_X86(em_ragged_fill_avx512))
+                 [EM_ISA_AVX2] = EM_ISA_X86(em_ragged_fill_avx2),
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_ragged_fill_avx512),
+                 [EM_ISA_NEON] = EM_ISA_ARM(em_ragged_fill_neon))
 
 bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype) {
-    /* packing pays where a kernel reads the packed layout directly (AVX-512 BF16) */
+    /* packing pays where a kernel reads the packed layout directly and beat the [N, K] path
+     * (AVX-512 BF16, AVX2, NEON BF16; per instruction set, ragged.h) */
     return (!dev || dev == em_device_cpu()) && dtype == EM_BF16 &&
-           em_ragged_isa_get()->packed_bf16 != NULL;
+           em_ragged_isa_get()->packed_bf16 != NULL && em_ragged_isa_get()->pack_pays;
 }
 
 void em_cpu_register_moe(em_kernel_fn *k) { k[EM_OP_RAGGED_DOT] = ragged_dot_kernel; }

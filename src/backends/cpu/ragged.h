@@ -6,6 +6,7 @@
 #ifndef EMBER_RAGGED_H
 #define EMBER_RAGGED_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* [N, K] layout ("nk", the Hub's expert layout): out[r*ldo + n] = sum_k x[r*ldx + k] * w[n*ldw + k].
@@ -30,18 +31,24 @@ typedef void (*em_ragged_packed_bf16_fn)(const uint16_t *x, int64_t ldx, int64_t
                                          uint16_t *out, int64_t ldo);
 
 /* The micro-kernels of one instruction set. packed_bf16 is NULL where the set has no kernel for
- * the packed layout (the caller then converts the panels on the fly, slowly; loads pack only
- * where em_ragged_pack_pays). */
+ * the packed layout (the caller then converts the panels on the fly, slowly). pack_pays: the
+ * packed kernel beat the [N, K] path on this set (measured, see docs/performance-avx2.md), so
+ * model loads pack bf16 experts (em_ragged_pack_pays). */
 typedef struct em_ragged_isa {
     em_ragged_nk_bf16_fn nk_bf16;
     em_ragged_nk_f32_fn nk_f32;
     em_ragged_packed_bf16_fn packed_bf16;
+    bool pack_pays;
 } em_ragged_isa;
 
 /* The table for the chosen instruction set (em_cpu_isa_fill). */
 const em_ragged_isa *em_ragged_isa_get(void);
-/* Per-ISA fills (t is an em_ragged_isa): ragged_generic.c, ragged_avx512.c. */
+/* Per-ISA fills (t is an em_ragged_isa): ragged_generic.c, ragged_avx2.c, ragged_avx512.c,
+ * ragged_neon.c (which calls ragged_neon_bf16.c's where em_cpu_bf16_dot()). */
 void em_ragged_fill_generic(void *t);
+void em_ragged_fill_avx2(void *t);
 void em_ragged_fill_avx512(void *t);
+void em_ragged_fill_neon(void *t);
+void em_ragged_fill_neon_bf16(void *t);
 
 #endif

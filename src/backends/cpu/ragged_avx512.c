@@ -177,9 +177,12 @@ static void packed_bf16(const uint16_t *x, int64_t ldx, int64_t rows, const uint
 
 void em_ragged_fill_avx512(void *table) {
     em_ragged_isa *t = table;
+    /* without vdpbf16ps the bf16 kernels are AVX2's (products on the FMA units) */
+    em_ragged_fill_avx2(table);
     t->nk_f32 = nk_f32;
     if (em_cpu_bf16_dot()) { /* both bf16 kernels are built on vdpbf16ps */
         t->nk_bf16 = nk_bf16;
         t->packed_bf16 = packed_bf16;
+        t->pack_pays = true;
     }
 }

@@ -51,4 +51,5 @@ void em_ragged_fill_generic(void *table) {
     t->nk_bf16 = nk_bf16;
     t->nk_f32 = nk_f32;
     t->packed_bf16 = NULL;
+    t->pack_pays = false;
 }

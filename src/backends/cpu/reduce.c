@@ -16,7 +16,8 @@
 
 EM_CPU_ISA_TABLE(em_red_isa, em_red_isa_get, [EM_ISA_GENERIC] = em_red_fill_generic,
                  [EM_ISA_AVX2] = EM_ISA_X86(em_red_fill_avx2),
-                 [EM_ISA_AVX512] = EM_ISA_X86(em_red_fill_avx512))
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_red_fill_avx512),
+                 [EM_ISA_NEON] = EM_ISA_ARM(em_red_fill_neon))
 
 typedef struct red_state {
     double s, q;  /* sum (or product, or best value) and sum of squares */

@@ -15,10 +15,12 @@ typedef struct em_red_isa {
     void (*log_softmax_f32)(float *v, int64_t n);
 } em_red_isa;
 
-/* Per-ISA fills (t is an em_red_isa), called only through em_cpu_isa_fill. */
+/* Per-ISA fills (t is an em_red_isa), called only through em_cpu_isa_fill: reduce_funcs.inc per
+ * x86 level, reduce_neon.c on aarch64. */
 void em_red_fill_generic(void *t);
 void em_red_fill_avx2(void *t);
 void em_red_fill_avx512(void *t);
+void em_red_fill_neon(void *t);
 const em_red_isa *em_red_isa_get(void);
 
 #endif

@@ -1,3 +1,10 @@
 /* Reduction row kernels compiled for the avx2 kernel level (see reduce_funcs.inc). */
+/* No FP trap semantics here (nothing reads the exception flags): GCC then if-converts the
+ * clamps and selects of exp, tanh, sigmoid, silu and gelu and vectorises those loops, which it
+ * left scalar for AVX2 (AVX-512 vectorises them with masks); the results are the same IEEE
+ * operations per element. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #define RF_ISA avx2
 #include "backends/cpu/reduce_funcs.inc"

@@ -60,7 +60,14 @@ void pj_buffer_free(const pj_plugin *pl, PJRT_Buffer *b) {
 
 void pj_storage_set(em_storage *s, PJRT_Buffer *b, em_dtype dt, int nd, const int64_t *dims) {
     pj_buf *pb = s->data;
-    const pj_plugin *pl = ((pj_dev *)s->dev->impl)->pl;
+    pj_dev *pd = s->dev->impl;
+    const pj_plugin *pl = pd->pl;
+    if (pl->aot) { /* no buffer: the storage takes the shape and counts its bytes */
+        pb->shape_only = true;
+        int64_t nb = (int64_t)s->nbytes;
+        atomic_fetch_add(&pd->resident, nb - pb->counted);
+        pb->counted = nb;
+    }
     if (pb->buf) pj_buffer_free(pl, pb->buf);
     pb->buf = b;
     pb->dtype = dt;
@@ -102,6 +109,7 @@ static void *raw_alloc(em_device *d, size_t nbytes) {
 static void raw_free(em_device *d, void *p, size_t nbytes) {
     (void)nbytes;
     pj_buf *pb = p;
+    if (pb && pb->counted) atomic_fetch_sub(&((pj_dev *)d->impl)->resident, pb->counted);
     if (pb && pb->buf) pj_buffer_free(((pj_dev *)d->impl)->pl, pb->buf);
     free(pb);
 }
@@ -152,6 +160,10 @@ static em_status from_host(em_ctx *c, em_device *d, const void *src, em_dtype dt
 
 static em_status upload(em_ctx *c, em_tensor *t, const void *src) {
     PJRT_Buffer *b = NULL;
+    if (((pj_dev *)t->dev->impl)->pl->aot) { /* compile-only: the shape is all it keeps */
+        pj_storage_set(t->storage, NULL, t->dtype, t->ndim, t->shape);
+        return EM_OK;
+    }
     if (from_host(c, t->dev, src, t->dtype, t->ndim, t->shape, &b)) return EM_ERR_BACKEND;
     pj_storage_set(t->storage, b, t->dtype, t->ndim, t->shape);
     return EM_OK;
@@ -164,7 +176,8 @@ static em_status write_bytes(em_ctx *c, em_storage *s, size_t off, const void *s
                        "partial writes into %s storages (use assign)", s->dev->name);
     int64_t dim = (int64_t)n;
     PJRT_Buffer *b = NULL;
-    if (from_host(c, s->dev, src, EM_U8, 1, &dim, &b)) return EM_ERR_BACKEND;
+    if (!((pj_dev *)s->dev->impl)->pl->aot && from_host(c, s->dev, src, EM_U8, 1, &dim, &b))
+        return EM_ERR_BACKEND;
     pj_storage_set(s, b, EM_U8, 1, &dim);
     return EM_OK;
 }
@@ -186,6 +199,7 @@ static em_status to_host(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, void *d
 static em_status read_bytes(em_ctx *c, em_storage *s, size_t off, void *dst, size_t n) {
     pj_buf *pb = s->data;
     const pj_plugin *pl = ((pj_dev *)s->dev->impl)->pl;
+    if (pl->aot) return pj_aot_refuse(c, s->dev, "to_host", false);
     if (!pb->buf) {
         memset(dst, 0, n);
         return EM_OK;
@@ -214,6 +228,7 @@ static bool plain(const em_tensor *t) {
 
 static em_status download(em_ctx *c, em_tensor *t, void *dst) {
     size_t nb = em_tensor_nbytes(t);
+    if (((pj_dev *)t->dev->impl)->pl->aot) return pj_aot_refuse(c, t->dev, "to_host", false);
     if (t->numel == 0) return EM_OK;
     const pj_plugin *pl = ((pj_dev *)t->dev->impl)->pl;
     if (plain(t)) return to_host(c, pl, ((pj_buf *)t->storage->data)->buf, dst, nb);
@@ -226,6 +241,10 @@ static em_status download(em_ctx *c, em_tensor *t, void *dst) {
 
 static em_status copy(em_ctx *c, em_tensor *x, em_tensor *dst) {
     const pj_plugin *pl = ((pj_dev *)x->dev->impl)->pl;
+    if (pl->aot) { /* between devices of one slice: shapes move, there is nothing else */
+        pj_storage_set(dst->storage, NULL, dst->dtype, dst->ndim, dst->shape);
+        return EM_OK;
+    }
     if (!PJ_HAS(pl, PJRT_Buffer_CopyToDevice)) return EM_ERR_UNSUPPORTED;
     em_tensor *src = x;
     if (!plain(x)) {

@@ -73,7 +73,7 @@ static em_status add_device(em_ctx *c, pj_plugin *pl, PJRT_Device *dev, int inde
         return c->err.status;
     }
     d->be = &pl->be;
-    snprintf(d->name, sizeof d->name, "%s:%d", pl->name, index);
+    snprintf(d->name, sizeof d->name, "%.40s:%d", pl->name, index);
     d->index = index;
     d->impl = pd;
     /* PJRT buffers are immutable results of executions: a storage record is cheap and must not

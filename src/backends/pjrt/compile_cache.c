@@ -97,6 +97,65 @@ size_t pj_compile_options(unsigned char *out, size_t cap) {
     return n;
 }
 
+/* A length-delimited field: tag, length, bytes. */
+static size_t put_bytes(unsigned char *o, int field, const unsigned char *b, size_t n) {
+    size_t k = put_varint(o, ((uint64_t)field << 3) | 2);
+    k += put_varint(o + k, n);
+    memcpy(o + k, b, n);
+    return k + n;
+}
+
+/* DeviceAssignmentProto {replica_count (1), computation_count (2), computation_devices (3)
+ * {replica_device_ids (1)}} inside ExecutableBuildOptionsProto's device_assignment (9);
+ * use_spmd_partitioning is field 6. Worst case per id: 10 bytes + framing. */
+size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, size_t cap) {
+    if (!sp || (sp->num_replicas <= 1 && sp->num_partitions <= 1 && !sp->device_ids && !sp->spmd))
+        return pj_compile_options(out, cap);
+    int64_t r = sp->num_replicas > 0 ? sp->num_replicas : 1;
+    int64_t p = sp->num_partitions > 0 ? sp->num_partitions : 1;
+    if (r * p > 4096) return 0;
+    size_t need = 64 + (size_t)(r * p) * 24;
+    unsigned char *inner = malloc(need), *da = malloc(need), *cd = malloc(need);
+    size_t ni = 0, nd = 0, n = 0;
+    if (!inner || !da || !cd || cap < 16) {
+        free(inner), free(da), free(cd);
+        return 0;
+    }
+    ni += put_varint(inner + ni, 4 << 3);
+    ni += put_varint(inner + ni, (uint64_t)r);
+    ni += put_varint(inner + ni, 5 << 3);
+    ni += put_varint(inner + ni, (uint64_t)p);
+    if (sp->spmd) {
+        ni += put_varint(inner + ni, 6 << 3);
+        ni += put_varint(inner + ni, 1);
+    }
+    if (sp->device_ids) {
+        nd += put_varint(da + nd, 1 << 3);
+        nd += put_varint(da + nd, (uint64_t)r);
+        nd += put_varint(da + nd, 2 << 3);
+        nd += put_varint(da + nd, (uint64_t)p);
+        /* one ComputationDevice per partition, listing that partition's device per replica */
+        for (int64_t j = 0; j < p; j++) {
+            size_t nc = 0;
+            for (int64_t i = 0; i < r; i++) {
+                nc += put_varint(cd + nc, 1 << 3);
+                nc += put_varint(cd + nc, (uint64_t)sp->device_ids[i * p + j]);
+            }
+            nd += put_bytes(da + nd, 3, cd, nc);
+        }
+        ni += put_bytes(inner + ni, 9, da, nd);
+    }
+    if (ni + 16 <= cap) {
+        n = put_bytes(out, 3, inner, ni);
+        if (!sp->device_ids) { /* no assignment: portable across devices */
+            n += put_varint(out + n, 4 << 3);
+            n += put_varint(out + n, 1);
+        }
+    }
+    free(inner), free(da), free(cd);
+    return n;
+}
+
 /* ---- the in-memory cache ---- */
 
 void pj_cache_init(pj_plugin *pl) {
@@ -288,6 +347,75 @@ static PJRT_LoadedExecutable *disk_load(pj_plugin *pl, uint64_t ph, const unsign
     return r;
 }
 
+/* Compile-only plugins keep no executable (nothing could load it without a client): their disk
+ * entries hold what a program is needed for there, its output count and its report. */
+static const char report_magic[8] = {'E', 'M', 'B', 'P', 'J', 'R', '1', '\n'};
+
+static void report_path(const pj_plugin *pl, uint64_t ph, const unsigned char *opts, size_t no,
+                        char *out, size_t n) {
+    disk_path(pl, ph, opts, no, out, n);
+    size_t l = strlen(out);
+    if (l > 4) snprintf(out + l - 4, n - (l - 4), ".pjr"); /* next to the .pjx files */
+}
+
+static void report_store(pj_plugin *pl, uint64_t ph, const unsigned char *opts, size_t no,
+                         int n_out, const em_pjrt_program_report *r) {
+    if (!pl->cache.dir[0]) return;
+    char path[1200], tmp[1300];
+    report_path(pl, ph, opts, no, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    mkdirs(pl->cache.dir);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return;
+    uint32_t vl = (uint32_t)strlen(pl->version_key);
+    int32_t no32 = n_out;
+    double d[4] = {r->flops, r->transcendentals, r->bytes_accessed, r->optimal_seconds};
+    int64_t m[6] = {r->argument_bytes, r->output_bytes, r->alias_bytes,
+                    r->temp_bytes,     r->code_bytes,   r->peak_bytes};
+    bool ok = fwrite(report_magic, 1, 8, f) == 8 && fwrite(&vl, 4, 1, f) == 1 &&
+              fwrite(pl->version_key, 1, vl, f) == vl && fwrite(&ph, 8, 1, f) == 1 &&
+              fwrite(&no32, 4, 1, f) == 1 && fwrite(d, sizeof d, 1, f) == 1 &&
+              fwrite(m, sizeof m, 1, f) == 1;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0) {
+        pthread_mutex_lock(&pl->cache.lock);
+        pl->cache.stats.disk_writes++;
+        pthread_mutex_unlock(&pl->cache.lock);
+    } else {
+        remove(tmp);
+    }
+}
+
+static bool report_load(pj_plugin *pl, uint64_t ph, const unsigned char *opts, size_t no,
+                        int *n_out, em_pjrt_program_report *r) {
+    if (!pl->cache.dir[0]) return false;
+    char path[1200], magic[8], vk[1600];
+    report_path(pl, ph, opts, no, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    uint32_t vl = 0;
+    uint64_t fph = 0;
+    int32_t no32 = 0;
+    double d[4];
+    int64_t m[6];
+    bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, report_magic, 8) &&
+              fread(&vl, 4, 1, f) == 1 && vl < sizeof vk && fread(vk, 1, vl, f) == vl;
+    if (ok) {
+        vk[vl] = 0;
+        ok = !strcmp(vk, pl->version_key) && fread(&fph, 8, 1, f) == 1 && fph == ph &&
+             fread(&no32, 4, 1, f) == 1 && fread(d, sizeof d, 1, f) == 1 &&
+             fread(m, sizeof m, 1, f) == 1;
+    }
+    fclose(f);
+    if (!ok) return false;
+    *n_out = no32;
+    r->flops = d[0], r->transcendentals = d[1], r->bytes_accessed = d[2], r->optimal_seconds = d[3];
+    r->argument_bytes = m[0], r->output_bytes = m[1], r->alias_bytes = m[2];
+    r->temp_bytes = m[3], r->code_bytes = m[4], r->peak_bytes = m[5];
+    r->n_outputs = no32;
+    return true;
+}
+
 /* ---- compile ---- */
 
 static double now_s(void) {
@@ -332,6 +460,47 @@ static void destroy_loaded(const pj_plugin *pl, PJRT_LoadedExecutable *le) {
     pj_error_free(pl, pl->api->PJRT_LoadedExecutable_Destroy(&d));
 }
 
+static void compile_failed(em_ctx *c, pj_plugin *pl, PJRT_Error *e, const char *text,
+                           const char *what, bool in_op) {
+    pthread_mutex_lock(&pl->cache.lock);
+    pl->cache.stats.failures++;
+    pthread_mutex_unlock(&pl->cache.lock);
+    if (getenv("EMBER_PJRT_DUMP_FAILED")) fprintf(stderr, "%s\n", text);
+    char msg[700];
+    pj_error_text(pl, e, msg, sizeof msg);
+    pj_error_free(pl, e);
+    if (pl->log_compiles)
+        fprintf(stderr, "[ember] compile FAILED on %s: %s: %s\n", pl->name, what, msg);
+    if (in_op)
+        em_op_fail(c, EM_ERR_BACKEND, "compiling the StableHLO program failed (plugin %s): %s",
+                   pl->name, msg);
+    else
+        EM_FAIL(c, EM_ERR_BACKEND, what, "compile failed (plugin %s): %s", pl->name, msg);
+}
+
+/* A compile-only plugin's compile: PJRT_Compile against the topology, then the report and the
+ * output count; the executable itself is not kept. false after an error (recorded). */
+static bool compile_aot(em_ctx *c, pj_plugin *pl, const PJRT_Program *prog,
+                        const unsigned char *opts, size_t no, const char *text, const char *what,
+                        bool in_op, int *n_out, em_pjrt_program_report *rep) {
+    PJ_ARGS(PJRT_Compile_Args, a, executable);
+    a.topology = pl->topology;
+    a.program = prog;
+    a.compile_options = (const char *)opts;
+    a.compile_options_size = no;
+    PJRT_Error *e = pl->api->PJRT_Compile(&a);
+    if (e) {
+        compile_failed(c, pl, e, text, what, in_op);
+        return false;
+    }
+    pj_report_fill(pl, a.executable, rep);
+    *n_out = rep->n_outputs;
+    PJ_ARGS(PJRT_Executable_Destroy_Args, d, executable);
+    d.executable = a.executable;
+    pj_error_free(pl, pl->api->PJRT_Executable_Destroy(&d));
+    return true;
+}
+
 pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const char *text,
                     const char *what, bool in_op) {
     unsigned char opts[64];
@@ -340,17 +509,27 @@ pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const
     uint64_t ph = pj_hash(text, tl);
     double t0 = now_s();
     bool from_disk = false;
-    PJRT_LoadedExecutable *le = disk_load(pl, ph, opts, no);
-    if (le) {
+    PJRT_LoadedExecutable *le = NULL;
+    em_pjrt_program_report rep;
+    memset(&rep, 0, sizeof rep);
+    snprintf(rep.what, sizeof rep.what, "%s", what);
+    int n_out = -1;
+    PJRT_Program prog;
+    memset(&prog, 0, sizeof prog);
+    prog.struct_size = PJ_SIZE(PJRT_Program, format_size);
+    prog.code = (char *)text;
+    prog.code_size = tl;
+    prog.format = "mlir";
+    prog.format_size = 4;
+    if (pl->aot) {
+        from_disk = report_load(pl, ph, opts, no, &n_out, &rep);
+        if (!from_disk && !compile_aot(c, pl, &prog, opts, no, text, what, in_op, &n_out, &rep))
+            return NULL;
+        if (!from_disk) report_store(pl, ph, opts, no, n_out, &rep);
+        rep.roofline_seconds = pj_aot_roofline(pl, rep.flops, rep.bytes_accessed);
+    } else if ((le = disk_load(pl, ph, opts, no))) {
         from_disk = true;
     } else {
-        PJRT_Program prog;
-        memset(&prog, 0, sizeof prog);
-        prog.struct_size = PJ_SIZE(PJRT_Program, format_size);
-        prog.code = (char *)text;
-        prog.code_size = tl;
-        prog.format = "mlir";
-        prog.format_size = 4;
         PJRT_Client_Compile_Args a;
         memset(&a, 0, sizeof a);
         a.struct_size = PJ_SIZE(PJRT_Client_Compile_Args, executable);
@@ -360,31 +539,18 @@ pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const
         a.compile_options_size = no;
         PJRT_Error *e = pl->api->PJRT_Client_Compile(&a);
         if (e) {
-            pthread_mutex_lock(&pl->cache.lock);
-            pl->cache.stats.failures++;
-            pthread_mutex_unlock(&pl->cache.lock);
-            if (getenv("EMBER_PJRT_DUMP_FAILED")) fprintf(stderr, "%s\n", text);
-            char msg[700];
-            pj_error_text(pl, e, msg, sizeof msg);
-            pj_error_free(pl, e);
-            if (pl->log_compiles)
-                fprintf(stderr, "[ember] compile FAILED on %s: %s: %s\n", pl->name, what, msg);
-            if (in_op)
-                em_op_fail(c, EM_ERR_BACKEND, "compiling the StableHLO program failed (plugin %s): %s",
-                           pl->name, msg);
-            else
-                EM_FAIL(c, EM_ERR_BACKEND, what, "compile failed (plugin %s): %s", pl->name, msg);
+            compile_failed(c, pl, e, text, what, in_op);
             return NULL;
         }
         le = a.executable;
     }
     double dt = now_s() - t0;
-    int n_out = num_outputs(pl, le);
+    if (le) n_out = num_outputs(pl, le);
     pj_exec *x = calloc(1, sizeof *x);
     unsigned char *kb = x ? malloc(k->len ? k->len : 1) : NULL;
     if (!kb) {
         free(x);
-        destroy_loaded(pl, le);
+        if (le) destroy_loaded(pl, le);
         if (in_op) em_op_fail(c, EM_ERR_OOM, "out of memory");
         else EM_FAIL(c, EM_ERR_OOM, what, "out of memory");
         return NULL;
@@ -395,12 +561,17 @@ pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const
     x->key_len = k->len;
     x->exe = le;
     x->n_out = n_out;
-    if (pl->log_compiles)
+    snprintf(rep.what, sizeof rep.what, "%s", what); /* not what the disk entry had */
+    x->report = rep; /* a client plugin's report is made on request (pj_exec_report) */
+    x->report_ready = pl->aot;
+    if (pl->log_compiles) {
         fprintf(stderr, "[ember] %s on %s: %s (%s) %.1f ms\n", from_disk ? "loaded" : "compiled",
                 pl->name, what,
                 from_disk ? "found in the disk cache" : "first call with this signature",
                 dt * 1e3);
-    if (!from_disk) disk_store(pl, le, ph, opts, no);
+        pj_report_log(pl, pj_exec_report(pl, x));
+    }
+    if (!from_disk && le) disk_store(pl, le, ph, opts, no);
     pthread_mutex_lock(&pl->cache.lock);
     pl->cache.stats.misses++;
     if (from_disk)
@@ -411,7 +582,7 @@ pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const
     pj_exec *kept = insert_locked(&pl->cache, x);
     pthread_mutex_unlock(&pl->cache.lock);
     if (kept != x) { /* another thread compiled it meanwhile (or no memory for the table) */
-        destroy_loaded(pl, le);
+        if (le) destroy_loaded(pl, le);
         free(x->key);
         free(x);
         if (!kept) {
@@ -428,6 +599,11 @@ em_status pj_execute(em_ctx *c, em_device *d, pj_exec *x, PJRT_Buffer *const *ar
                      PJRT_Buffer **outs, bool in_op) {
     pj_dev *pd = d->impl;
     pj_plugin *pl = pd->pl;
+    if (pl->aot) { /* nothing runs: the outputs stay shape-only, the cost is counted */
+        for (int i = 0; i < x->n_out; i++) outs[i] = NULL;
+        pj_project(pl, x);
+        return EM_OK;
+    }
     PJRT_ExecuteOptions o;
     memset(&o, 0, sizeof o);
     o.struct_size = PJ_SIZE(PJRT_ExecuteOptions, incarnation_ids);

@@ -83,7 +83,7 @@ em_status pj_eval_lazy(em_ctx *c, em_tensor *t) {
     for (int i = 0; i < f->n_leaves; i++) {
         em_tensor *x = f->leaves[i];
         pj_buf *pb = x->storage->data;
-        if (!pb->buf) { /* cannot happen: uploads and kernels always leave a buffer */
+        if (!pb->buf && !pb->shape_only) { /* cannot happen: uploads and kernels leave one */
             free(f);
             pj_key_free(&k);
             return EM_FAIL(c, EM_ERR_INTERNAL, "fused", "input %d holds no device buffer", i);

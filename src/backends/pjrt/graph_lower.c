@@ -764,7 +764,8 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         }
         if ((s = em_tensor_materialize(c, t))) goto done;
         const pj_buf *pb = t->storage ? t->storage->data : NULL;
-        if (pb && pb->buf && em_is_contiguous(t) && t->offset == 0 && pb->dtype == t->dtype &&
+        if (pb && (pb->buf || pb->shape_only) && em_is_contiguous(t) && t->offset == 0 &&
+            pb->dtype == t->dtype &&
             same_dims(pb->ndim, pb->dims, t->ndim, t->shape)) {
             args[i] = pb->buf;
             continue;
@@ -781,7 +782,7 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         gl_cap *cp = &p->caps[k];
         if ((s = em_tensor_materialize(c, cp->t))) goto done;
         const pj_buf *pb = cp->t->storage->data;
-        if (!pb->buf || pb->dtype != cp->dtype ||
+        if ((!pb->buf && !pb->shape_only) || pb->dtype != cp->dtype ||
             !same_dims(pb->ndim, pb->dims, cp->ndim, cp->dims)) {
             char a[160], b[160];
             s = EM_FAIL(c, EM_ERR_INVALID_ARG, "compiled_run",

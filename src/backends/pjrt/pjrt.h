@@ -7,6 +7,12 @@
  * instead of host memory. Kernels emit a small StableHLO module per (op, attributes, input
  * geometry, dtypes), compile it once per plugin, and execute it on the device's buffers; the
  * outputs are new PJRT buffers that stay on the device.
+ *
+ * A compile-only plugin (aot.c: "tpu-aot:v6e:2x4") has a topology instead of a client: its
+ * devices are the topology's device descriptions, programs are compiled with PJRT_Compile
+ * against the topology, nothing is executed and no device memory exists. Its storages are
+ * shape-only (a pj_buf with dims and no buffer); a "launch" adds the program's cost analysis to
+ * the device's projection instead of running it.
  */
 #ifndef EMBER_PJRT_H
 #define EMBER_PJRT_H
@@ -31,7 +37,7 @@ typedef struct pj_cache {
 } pj_cache;
 
 typedef struct pj_plugin {
-    char name[32];      /* device name prefix: "xla", "cuda", "tpu", "pjrt0", ... */
+    char name[64];      /* device name prefix: "xla", "cuda", "tpu", "pjrt0", "tpu-aot:v6e:2x4" */
     char path[1024];    /* the shared object */
     void *dl;
     const PJRT_Api *api;
@@ -45,13 +51,22 @@ typedef struct pj_plugin {
     pj_cache cache;
     char version_key[1600]; /* what makes an executable from this plugin reusable */
     bool log_compiles;
+    /* compile-only plugins (aot.c); client == NULL */
+    bool aot;
+    PJRT_TopologyDescription *topology;
+    char topology_name[48];     /* "v6e:2x4" */
+    int64_t device_memory_limit; /* the topology's per-device limit in bytes, 0 if unknown */
+    em_pjrt_projection proj;     /* launches counted instead of run (under cache.lock) */
 } pj_plugin;
 
 #define PJ_PENDING 64
 
 typedef struct pj_dev {
     pj_plugin *pl;
-    PJRT_Device *dev;
+    PJRT_Device *dev;                  /* NULL on a compile-only device */
+    PJRT_DeviceDescription *desc;      /* compile-only devices: the topology's description */
+    int device_id;                     /* compile-only devices: the description's id */
+    _Atomic int64_t resident;          /* compile-only devices: bytes of the shape-only storages */
     int local_index;
     char kind[128];
     pthread_mutex_t lock;
@@ -62,6 +77,8 @@ typedef struct pj_dev {
 /* What a PJRT storage's `data` points to. */
 typedef struct pj_buf {
     PJRT_Buffer *buf; /* NULL until the storage is first written */
+    bool shape_only;  /* compile-only device: dims are set, there is no buffer and no value */
+    int64_t counted;  /* compile-only device: bytes counted in the device's resident total */
     em_dtype dtype;
     int ndim;
     int64_t dims[EM_MAX_DIMS];
@@ -80,6 +97,9 @@ void pj_error_free(const pj_plugin *pl, PJRT_Error *e);
 /* Reports a function the plugin lacks. */
 em_status pj_missing(em_ctx *c, const pj_plugin *pl, const char *fn, bool in_op);
 
+/* Loads, dlopens and initialises the plugin library of pl->path (shared with any plugin record
+ * already open on the same file: PJRT_Plugin_Initialize runs once per library). */
+em_status pj_plugin_load(em_ctx *c, pj_plugin *pl);
 /* Loads (once) the plugin behind a device name prefix ("xla", "cuda", "tpu") or an explicit
  * path; `tried` collects the places looked at. NULL with an error in c when none is found. */
 pj_plugin *pj_plugin_get(em_ctx *c, const char *name, const char *path, char *tried,
@@ -90,6 +110,20 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
 em_status pj_client_create(em_ctx *c, pj_plugin *pl, const em_pjrt_option *opts, int n_opts);
 /* Fills the backend table of a plugin (pjrt_backend.c). */
 void pj_backend_init(pj_plugin *pl);
+/* Compile-only plugins (aot.c): "tpu-aot:TOPOLOGY[:N]" and "cuda-aot:..." names. prefix_out gets
+ * the plugin name ("tpu-aot:v6e:2x4"), *index the device; false if `name` is not such a name. */
+bool pj_aot_parse(const char *name, char *prefix_out, size_t n, const char **topology,
+                  size_t *topology_len, int *index);
+/* Before a compile-only plugin's library is loaded: libtpu reads its host's description when
+ * it loads; the variables that tell it there is no TPU host to ask about are set (if unset). */
+void pj_aot_env(const char *lib);
+/* max(flops / peak, bytes / bandwidth) at the chip's table figures for a compile-only plugin
+ * whose generation the table knows; -1 otherwise or for unknown (negative) counts. */
+double pj_aot_roofline(const pj_plugin *pl, double flops, double bytes);
+/* Creates the topology of pl->topology_name and registers its devices (compile-only). */
+em_status pj_aot_create(em_ctx *c, pj_plugin *pl);
+/* The compile-only device error: "<device> is compile-only (...): <what> needs values". */
+em_status pj_aot_refuse(em_ctx *c, const em_device *d, const char *what, bool in_op);
 
 /* ---- events and buffers (buffer.c) ---- */
 
@@ -114,8 +148,12 @@ struct pj_exec {
     uint64_t hash;
     unsigned char *key;
     size_t key_len;
-    PJRT_LoadedExecutable *exe;
+    PJRT_LoadedExecutable *exe; /* NULL for a compile-only plugin's program */
     int n_out;
+    /* XLA's cost analysis and memory statistics: made at compile time on compile-only plugins
+     * and when compiles are logged, else on the first request (report_ready under cache.lock) */
+    bool report_ready;
+    em_pjrt_program_report report;
 };
 
 /* A cache key: bytes appended by the caller, then hashed. */
@@ -142,6 +180,31 @@ em_status pj_execute(em_ctx *c, em_device *d, pj_exec *e, PJRT_Buffer *const *ar
                      PJRT_Buffer **outs, bool in_op);
 /* The canonical CompileOptionsProto bytes for single-device programs (n written). */
 size_t pj_compile_options(unsigned char *out, size_t cap);
+
+/* What a multi-device program is compiled for (issue 18 plugs in here): replicas x partitions
+ * over device ids (a row-major [replicas][partitions] assignment; ids of the plugin's devices
+ * or, compile-only, of the topology's), SPMD partitioning for sharded programs. The options'
+ * bytes are canonical, so they are part of the executable's cache key. */
+typedef struct pj_compile_spec {
+    int num_replicas, num_partitions;
+    bool spmd;
+    const int64_t *device_ids; /* num_replicas * num_partitions ids, or NULL: portable */
+} pj_compile_spec;
+/* CompileOptionsProto for a spec (n written, 0 if it does not fit in cap). A NULL spec or
+ * 1 x 1 without ids gives pj_compile_options' portable single-device bytes. */
+size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, size_t cap);
+
+/* ---- reports (report.c) ---- */
+
+/* Fills r from a compiled (not loaded) executable: cost analysis and memory statistics, -1
+ * for what the plugin does not give. */
+void pj_report_fill(const pj_plugin *pl, PJRT_Executable *x, em_pjrt_program_report *r);
+/* The report of a cached program (computed on first use for a client plugin's executable). */
+const em_pjrt_program_report *pj_exec_report(pj_plugin *pl, pj_exec *x);
+/* One line for EMBER_LOG_COMPILES after "[ember] compiled on ...". */
+void pj_report_log(const pj_plugin *pl, const em_pjrt_program_report *r);
+/* A compile-only launch: adds x's report to the plugin's projection. */
+void pj_project(pj_plugin *pl, pj_exec *x);
 void pj_cache_init(pj_plugin *pl);
 
 /* ---- emitters (stablehlo_*.c) ---- */

@@ -380,6 +380,105 @@ typedef struct {
     PJRT_Event *event; /* out */
 } PJRT_Buffer_ReadyEvent_Args;
 
+/* ---- topologies and compiling without a client (ahead of time) ---- */
+
+typedef struct PJRT_TopologyDescription PJRT_TopologyDescription;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    const char *topology_name; /* e.g. "v6e:2x4" */
+    size_t topology_name_size;
+    const PJRT_NamedValue *create_options;
+    size_t num_options;
+    PJRT_TopologyDescription *topology; /* out */
+} PJRT_TopologyDescription_Create_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_TopologyDescription *topology;
+} PJRT_TopologyDescription_Destroy_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_TopologyDescription *topology;
+    const char *str; /* out: platform name / version, lives as long as the topology */
+    size_t str_size; /* out */
+} PJRT_TopologyDescription_String_Args; /* PlatformName and PlatformVersion share this layout */
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_TopologyDescription *topology;
+    PJRT_DeviceDescription *const *descriptions; /* out, live as long as the topology */
+    size_t num_descriptions;                     /* out */
+} PJRT_TopologyDescription_GetDeviceDescriptions_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_TopologyDescription *topology;
+    const PJRT_NamedValue *attributes; /* out, live as long as the topology */
+    size_t num_attributes;             /* out */
+} PJRT_TopologyDescription_Attributes_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_DeviceDescription *device_description;
+    size_t num_attributes;             /* out */
+    const PJRT_NamedValue *attributes; /* out */
+} PJRT_DeviceDescription_Attributes_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    const PJRT_TopologyDescription *topology;
+    const PJRT_Program *program;
+    const char *compile_options; /* serialized CompileOptionsProto */
+    size_t compile_options_size;
+    PJRT_Client *client;         /* optional; NULL for a compile-only device */
+    PJRT_Executable *executable; /* out: cannot run, can be analysed and serialized */
+} PJRT_Compile_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_Executable *executable;
+    size_t num_properties;             /* out */
+    const PJRT_NamedValue *properties; /* out, live as long as the executable */
+} PJRT_Executable_GetCostAnalysis_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_Executable *executable;
+    /* device memory (HBM on TPU and GPU), bytes */
+    int64_t generated_code_size_in_bytes;
+    int64_t argument_size_in_bytes;
+    int64_t output_size_in_bytes;
+    int64_t alias_size_in_bytes; /* argument bytes reused for outputs */
+    int64_t temp_size_in_bytes;
+    /* host memory, bytes */
+    int64_t host_generated_code_size_in_bytes;
+    int64_t host_argument_size_in_bytes;
+    int64_t host_output_size_in_bytes;
+    int64_t host_alias_size_in_bytes;
+    int64_t host_temp_size_in_bytes;
+    /* device memory at the program's peak (newer plugins insist on this field: libtpu 0.0.51
+     * rejects a struct that ends before it) */
+    int64_t peak_memory_in_bytes;
+} PJRT_Executable_GetCompiledMemoryStats_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    PJRT_Executable *executable;
+    int64_t size_in_bytes; /* out */
+} PJRT_Executable_SizeOfGeneratedCodeInBytes_Args;
+
 /* ---- the function table ---- */
 
 typedef PJRT_Error *pj_fn(void *args);
@@ -464,6 +563,30 @@ typedef struct PJRT_Api {
     pj_fn *PJRT_Buffer_ToHostBuffer;
     pj_fn *PJRT_Buffer_IsOnCpu;
     pj_fn *PJRT_Buffer_ReadyEvent;
+    pj_fn *PJRT_Buffer_UnsafePointer;
+    pj_fn *PJRT_Buffer_IncreaseExternalReferenceCount;
+    pj_fn *PJRT_Buffer_DecreaseExternalReferenceCount;
+    pj_fn *PJRT_Buffer_OpaqueDeviceMemoryDataPointer;
+    pj_fn *PJRT_CopyToDeviceStream_Destroy;
+    pj_fn *PJRT_CopyToDeviceStream_AddChunk;
+    pj_fn *PJRT_CopyToDeviceStream_TotalBytes;
+    pj_fn *PJRT_CopyToDeviceStream_GranuleSize;
+    pj_fn *PJRT_CopyToDeviceStream_CurrentBytes;
+    pj_fn *PJRT_TopologyDescription_Create;
+    pj_fn *PJRT_TopologyDescription_Destroy;
+    pj_fn *PJRT_TopologyDescription_PlatformName;
+    pj_fn *PJRT_TopologyDescription_PlatformVersion;
+    pj_fn *PJRT_TopologyDescription_GetDeviceDescriptions;
+    pj_fn *PJRT_TopologyDescription_Serialize;
+    pj_fn *PJRT_TopologyDescription_Attributes;
+    pj_fn *PJRT_Compile;
+    pj_fn *PJRT_Executable_OutputElementTypes;
+    pj_fn *PJRT_Executable_OutputDimensions;
+    pj_fn *PJRT_Buffer_CopyToMemory;
+    pj_fn *PJRT_Client_CreateViewOfDeviceBuffer;
+    pj_fn *PJRT_Executable_Fingerprint;
+    pj_fn *PJRT_Client_TopologyDescription;
+    pj_fn *PJRT_Executable_GetCompiledMemoryStats;
     /* later entries are not used by Ember */
 } PJRT_Api;
 

@@ -97,7 +97,7 @@ static bool view_box(sh_b *b, sh_val flat, const em_tensor *t, sh_val *out) {
     for (int i = 0; i < m; i++) sizes[i] = t->shape[order[i]];
     v = sh_reshape(b, v, m, sizes);
     /* into the kept dims' original order */
-    int perm[EM_MAX_DIMS], rank_of[EM_MAX_DIMS];
+    int perm[EM_MAX_DIMS], rank_of[EM_MAX_DIMS] = {0}; /* every kept dim is in order */
     int kept[EM_MAX_DIMS], nk = 0;
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] > 1 && t->strides[i] != 0) kept[nk++] = i;
@@ -169,9 +169,13 @@ static void describe(char *buf, size_t n, const em_kernel_args *a) {
 
 em_status pj_ensure_buffer(em_ctx *c, em_tensor *t, bool in_op) {
     pj_buf *pb = t->storage->data;
-    if (pb->buf) return EM_OK;
+    if (pb->buf || pb->shape_only) return EM_OK;
     size_t es = em_esize(t->dtype);
     int64_t n = (int64_t)(t->storage->nbytes / es);
+    if (((pj_dev *)t->dev->impl)->pl->aot) { /* a shape is all a compile-only storage gets */
+        pj_storage_set(t->storage, NULL, t->dtype, 1, &n);
+        return EM_OK;
+    }
     void *z = calloc((size_t)(n ? n : 1), es);
     em_tensor *tmp = z ? em_tensor_alloc_meta(t->dtype, 1, &n) : NULL;
     em_status s = EM_ERR_OOM;
@@ -316,7 +320,13 @@ static em_status kernel(const em_kernel_args *a) {
     const em_op_def *op = a->op;
     int32_t *gs = NULL;
     bool plan_wanted = op->id == EM_OP_RAGGED_DOT && pj_ragged_wants_plan(pl);
-    if (check_indices(c, a, plan_wanted ? &gs : NULL)) return c->err.status;
+    /* index values are data: a compile-only device has none to check (XLA's semantics apply,
+     * as in a compiled program); a plan made from group sizes cannot be made there */
+    if (pl->aot && plan_wanted)
+        return pj_aot_refuse(c, d, "ragged_dot's grouped lowering (a plan from the group sizes; "
+                                   "EMBER_PJRT_RAGGED=native, gather or dense compile without it)",
+                             true);
+    if (!pl->aot && check_indices(c, a, plan_wanted ? &gs : NULL)) return c->err.status;
     pj_ragged_plan plan = {0, 0, NULL, NULL};
     em_tensor *extra_t[2] = {NULL, NULL};
     int n_extra = 0;

@@ -214,7 +214,21 @@ static void attr_copy(const PJRT_NamedValue *v, char *out, size_t n) {
     }
 }
 
-static em_status load(em_ctx *c, pj_plugin *pl) {
+em_status pj_plugin_load(em_ctx *c, pj_plugin *pl) {
+    /* a library already open under another name (tpu:0 and tpu-aot:v6e:2x4 share libtpu):
+     * one dlopen, one PJRT_Plugin_Initialize */
+    for (int i = 0; i < n_plugins; i++)
+        if (!strcmp(plugins[i]->path, pl->path) && plugins[i]->api) {
+            const pj_plugin *o = plugins[i];
+            pl->dl = o->dl;
+            pl->api = o->api;
+            pl->major = o->major;
+            pl->minor = o->minor;
+            memcpy(pl->xla_version, o->xla_version, sizeof pl->xla_version);
+            memcpy(pl->shlo_current, o->shlo_current, sizeof pl->shlo_current);
+            memcpy(pl->shlo_minimum, o->shlo_minimum, sizeof pl->shlo_minimum);
+            return EM_OK;
+        }
     dlerror();
     pl->dl = dlopen(pl->path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!pl->dl) {
@@ -325,9 +339,11 @@ static int env_options(char *buf, size_t n, em_pjrt_option *opts, int max) {
     return k;
 }
 
-static pj_plugin *open_locked(em_ctx *c, const char *name, const char *path,
-                              const em_pjrt_option *opts, int n_opts, char *tried,
-                              size_t tried_n) {
+/* name: the plugin's device name prefix; lib: the name its library is searched under ("tpu"
+ * for "tpu-aot:v6e:2x4"); topology: a compile-only plugin's slice, or NULL for a client. */
+static pj_plugin *open_locked(em_ctx *c, const char *name, const char *lib, const char *topology,
+                              const char *path, const em_pjrt_option *opts, int n_opts,
+                              char *tried, size_t tried_n) {
     for (int i = 0; i < n_plugins; i++)
         if (!strcmp(plugins[i]->name, name)) return plugins[i];
     if (n_plugins == PJ_MAX_PLUGINS) {
@@ -341,7 +357,7 @@ static pj_plugin *open_locked(em_ctx *c, const char *name, const char *path,
             return NULL;
         }
         snprintf(file, sizeof file, "%s", path);
-    } else if (!find_plugin(name, file, sizeof file, tried, tried_n)) {
+    } else if (!find_plugin(lib, file, sizeof file, tried, tried_n)) {
         return NULL; /* the caller reports what was tried */
     }
     pj_plugin *pl = calloc(1, sizeof *pl);
@@ -359,7 +375,13 @@ static pj_plugin *open_locked(em_ctx *c, const char *name, const char *path,
         n_opts = env_options(optbuf, sizeof optbuf, envo, 16);
         opts = envo;
     }
-    if (load(c, pl) || pj_client_create(c, pl, opts, n_opts)) {
+    if (topology) {
+        pl->aot = true;
+        snprintf(pl->topology_name, sizeof pl->topology_name, "%s", topology);
+        pj_aot_env(lib);
+    }
+    if (pj_plugin_load(c, pl) ||
+        (topology ? pj_aot_create(c, pl) : pj_client_create(c, pl, opts, n_opts))) {
         /* the library stays mapped (RTLD_NODELETE); the record goes */
         free(pl->devices);
         free(pl);
@@ -372,7 +394,7 @@ static pj_plugin *open_locked(em_ctx *c, const char *name, const char *path,
 pj_plugin *pj_plugin_get(em_ctx *c, const char *name, const char *path, char *tried,
                          size_t tried_n) {
     pthread_mutex_lock(&plugins_lock);
-    pj_plugin *pl = open_locked(c, name, path, NULL, 0, tried, tried_n);
+    pj_plugin *pl = open_locked(c, name, name, NULL, path, NULL, 0, tried, tried_n);
     pthread_mutex_unlock(&plugins_lock);
     return pl;
 }
@@ -388,7 +410,7 @@ int em_pjrt_open(em_ctx *c, const char *name, const char *path, const em_pjrt_op
     }
     char tried[2048] = "";
     pthread_mutex_lock(&plugins_lock);
-    pj_plugin *pl = open_locked(c, name, path, opts, n_opts, tried, sizeof tried);
+    pj_plugin *pl = open_locked(c, name, name, NULL, path, opts, n_opts, tried, sizeof tried);
     pthread_mutex_unlock(&plugins_lock);
     if (!pl && !c->err.status)
         EM_FAIL(c, EM_ERR_NOT_FOUND, "pjrt_open", "no PJRT plugin for '%s'; tried: %s", name,
@@ -396,11 +418,62 @@ int em_pjrt_open(em_ctx *c, const char *name, const char *path, const em_pjrt_op
     return pl ? pl->n_devices : -1;
 }
 
+/* Whether this host has a TPU: a PCI device of Google's vendor id, as JAX checks before it
+ * loads libtpu. Without one, creating libtpu's client asks the cloud metadata server about the
+ * host for minutes before it fails; a clear error at once is better. */
+static bool tpu_present(void) {
+    glob_t g;
+    bool found = false;
+    if (glob("/sys/bus/pci/devices/*/vendor", 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+            FILE *f = fopen(g.gl_pathv[i], "r");
+            char v[16] = "";
+            if (f) {
+                if (!fgets(v, sizeof v, f)) v[0] = 0;
+                fclose(f);
+            }
+            found = !strncmp(v, "0x1ae0", 6);
+        }
+    }
+    globfree(&g);
+    const char *force = getenv("EMBER_TPU_ASSUME_PRESENT");
+    return found || (force && !strcmp(force, "1"));
+}
+
 /* "xla", "xla:1", "cuda", "tpu:0", "pjrt:/path/x.so" (devices "pjrtN:0..") */
 em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
-    char prefix[32];
+    char prefix[64];
     int index = 0;
     const char *path = NULL;
+    const char *topo = NULL;
+    size_t topo_len = 0;
+    if (pj_aot_parse(name, prefix, sizeof prefix, &topo, &topo_len, &index)) {
+        char t[48], lib[16];
+        if (topo_len >= sizeof t) {
+            EM_FAIL(c, EM_ERR_DEVICE, "device_get", "topology name of '%s' is too long", name);
+            return NULL;
+        }
+        memcpy(t, topo, topo_len);
+        t[topo_len] = 0;
+        snprintf(lib, sizeof lib, "%.*s", (int)(strchr(prefix, '-') - prefix), prefix);
+        pthread_mutex_lock(&plugins_lock);
+        pj_plugin *pl = open_locked(c, prefix, lib, t, NULL, NULL, 0, tried, tried_n);
+        pthread_mutex_unlock(&plugins_lock);
+        if (!pl) {
+            if (!c->err.status)
+                EM_FAIL(c, EM_ERR_NOT_FOUND, "device_get",
+                        "%s needs the %s PJRT plugin (pip install %s); tried: %s", name, lib,
+                        strcmp(lib, "tpu") ? "jax-cuda13-pjrt" : "libtpu", tried);
+            return NULL;
+        }
+        if (index >= pl->n_devices) {
+            EM_FAIL(c, EM_ERR_DEVICE, "device_get",
+                    "topology %s has %d device(s); there is no device %d", t, pl->n_devices,
+                    index);
+            return NULL;
+        }
+        return pl->devices[index];
+    }
     if (!strncmp(name, "pjrt:", 5)) {
         path = name + 5;
         /* one prefix per distinct path */
@@ -422,6 +495,20 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
             long v = strtol(colon + 1, &end, 10);
             if (!colon[1] || *end || v < 0) return NULL;
             index = (int)v;
+        }
+        if (!strcmp(prefix, "tpu") && !tpu_present()) {
+            bool open = false;
+            pthread_mutex_lock(&plugins_lock);
+            for (int i = 0; i < n_plugins; i++) open |= !strcmp(plugins[i]->name, "tpu");
+            pthread_mutex_unlock(&plugins_lock);
+            if (!open) {
+                EM_FAIL(c, EM_ERR_DEVICE, "device_get",
+                        "no device named '%s': this host has no TPU (no PCI device of vendor "
+                        "0x1ae0; EMBER_TPU_ASSUME_PRESENT=1 skips the check); to compile for one "
+                        "without it use a compile-only device such as tpu-aot:v6e:2x4",
+                        name);
+                return NULL;
+            }
         }
         if (strcmp(prefix, "xla") && strcmp(prefix, "cuda") && strcmp(prefix, "tpu")) {
             /* a prefix opened before through em_pjrt_open */
@@ -455,6 +542,51 @@ static const pj_plugin *plugin_of(const em_device *d) {
 }
 
 bool em_device_is_pjrt(const em_device *d) { return plugin_of(d) != NULL; }
+
+bool em_device_is_compile_only(const em_device *d) {
+    const pj_plugin *pl = plugin_of(d);
+    return pl && pl->aot;
+}
+
+int em_pjrt_reports(const em_device *d, int (*fn)(const em_pjrt_program_report *r, void *user),
+                    void *user) {
+    pj_plugin *pl = (pj_plugin *)plugin_of(d);
+    if (!pl || !fn) return -1;
+    /* a snapshot of the entries (they live as long as the plugin), visited without the lock */
+    pthread_mutex_lock(&pl->cache.lock);
+    size_t n = 0, cap = pl->cache.cap;
+    pj_exec **list = malloc((pl->cache.len ? pl->cache.len : 1) * sizeof *list);
+    for (size_t i = 0; list && i < cap; i++)
+        if (pl->cache.slots[i]) list[n++] = pl->cache.slots[i];
+    pthread_mutex_unlock(&pl->cache.lock);
+    if (!list) return -1;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        k++;
+        if (fn(pj_exec_report(pl, list[i]), user)) break;
+    }
+    free(list);
+    return k;
+}
+
+em_status em_pjrt_projection_get(const em_device *d, em_pjrt_projection *out) {
+    pj_plugin *pl = (pj_plugin *)plugin_of(d);
+    if (!pl || !pl->aot || !out) return EM_ERR_INVALID_ARG;
+    pthread_mutex_lock(&pl->cache.lock);
+    *out = pl->proj;
+    pthread_mutex_unlock(&pl->cache.lock);
+    out->resident_bytes = atomic_load(&((pj_dev *)d->impl)->resident);
+    return EM_OK;
+}
+
+em_status em_pjrt_projection_reset(const em_device *d) {
+    pj_plugin *pl = (pj_plugin *)plugin_of(d);
+    if (!pl || !pl->aot) return EM_ERR_INVALID_ARG;
+    pthread_mutex_lock(&pl->cache.lock);
+    memset(&pl->proj, 0, sizeof pl->proj);
+    pthread_mutex_unlock(&pl->cache.lock);
+    return EM_OK;
+}
 
 em_status em_pjrt_cache_stats_get(const em_device *d, em_pjrt_cache_stats *out) {
     pj_plugin *pl = (pj_plugin *)plugin_of(d);

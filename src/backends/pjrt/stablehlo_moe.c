@@ -46,7 +46,8 @@ static const char *ragged_mode(const pj_plugin *pl) {
     if (m && (!strcmp(m, "native") || !strcmp(m, "gather") || !strcmp(m, "dense") ||
               !strcmp(m, "grouped")))
         return m;
-    return pl && !strcmp(pl->platform, "tpu") ? "native" : "grouped";
+    /* a compile-only device has no group sizes to plan with: XLA's own ragged dot there too */
+    return pl && (!strcmp(pl->platform, "tpu") || pl->aot) ? "native" : "grouped";
 }
 
 bool pj_ragged_wants_plan(const pj_plugin *pl) { return !strcmp(ragged_mode(pl), "grouped"); }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu.h"
+#include "core/threadpool.h"
 #include "io/safetensors/safetensors_impl.h"
 
 /* rank = declaration order of `enum Dtype` in safetensors/src/tensor.rs (0.8.0), which the
