@@ -21,6 +21,11 @@ static bool valid_dtype(em_ctx *c, int64_t d) {
         em_op_fail(c, EM_ERR_DTYPE, "invalid dtype %lld", (long long)d);
         return false;
     }
+    if (em_is_quant((em_dtype)d)) { /* quantized tensors come from files, not from ops */
+        em_op_fail(c, EM_ERR_DTYPE, "%s is a block-quantized dtype; no op produces it",
+                   em_dtype_name((em_dtype)d));
+        return false;
+    }
     return true;
 }
 
@@ -369,6 +374,9 @@ em_status rule_ew_cast(RULE_ARGS) {
     if (!valid_dtype(c, attrs[0].i)) return EM_ERR_DTYPE;
     if (ew_shape(c, in, n_in, out)) return EM_ERR_SHAPE;
     out->dtype = (em_dtype)attrs[0].i;
+    if (em_is_quant(in[0]->dtype) && !em_dtype_table[out->dtype].is_float)
+        return em_op_fail(c, EM_ERR_DTYPE, "a %s tensor dequantizes to f32, bf16, f16 or f64, "
+                          "not %s", em_dtype_name(in[0]->dtype), em_dtype_name(out->dtype));
     return EM_OK;
 }
 

@@ -76,8 +76,10 @@ em_status rule_linear(RULE_ARGS) {
     (void)op, (void)attrs, (void)n_out;
     const em_tensor *x = in[0], *w = in[1], *bias = n_in > 2 ? in[2] : NULL;
     char s1[128], s2[128];
-    if (need_float(c, x, "input") || need_float(c, w, "weight")) return EM_ERR_DTYPE;
-    if (x->dtype != w->dtype)
+    if (need_float(c, x, "input")) return EM_ERR_DTYPE;
+    /* a quantized weight takes input of any float dtype; the result has the input's dtype */
+    if (!em_is_quant(w->dtype) && need_float(c, w, "weight")) return EM_ERR_DTYPE;
+    if (!em_is_quant(w->dtype) && x->dtype != w->dtype)
         return em_op_fail(c, EM_ERR_DTYPE, "input is %s but weight is %s", em_dtype_name(x->dtype),
                           em_dtype_name(w->dtype));
     if (w->ndim != 2)
@@ -238,7 +240,8 @@ em_status rule_embedding(RULE_ARGS) {
     if (w->ndim != 2) return em_op_fail(c, EM_ERR_SHAPE, "weight must be [V, D], got %s", SHAPE(w, s));
     if (need_index(c, ids, "ids")) return EM_ERR_DTYPE;
     if (ids->ndim + 1 > EM_MAX_DIMS) return em_op_fail(c, EM_ERR_SHAPE, "ids have too many dims");
-    meta_like(out, ids, w->dtype);
+    /* rows of a quantized table come out dequantized, in f32 */
+    meta_like(out, ids, em_is_quant(w->dtype) ? EM_F32 : w->dtype);
     out->shape[out->ndim++] = w->shape[1];
     return EM_OK;
 }

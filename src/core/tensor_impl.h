@@ -14,13 +14,19 @@
 /* ---- dtype traits ---- */
 typedef struct em_dtype_traits {
     const char *name;
-    size_t size;
+    size_t size;  /* bytes per element; per block for quantized dtypes */
     bool is_float;
     bool is_signed;
+    int block;    /* elements per block: 1, or 32 / 256 for the quantized dtypes */
 } em_dtype_traits;
 extern const em_dtype_traits em_dtype_table[EM_DTYPE_COUNT];
 
 static inline size_t em_esize(em_dtype t) { return em_dtype_table[t].size; }
+static inline bool em_is_quant(em_dtype t) { return em_dtype_table[t].block > 1; }
+/* Bytes of n consecutive elements (n a multiple of the block size for quantized dtypes). */
+static inline size_t em_dtype_nbytes(em_dtype t, int64_t n) {
+    return (size_t)(n / em_dtype_table[t].block) * em_dtype_table[t].size;
+}
 
 /* ---- storage ---- */
 typedef struct em_storage em_storage;
@@ -194,7 +200,7 @@ em_tensor *em_tensor_view_of(em_tensor *base, int ndim, const int64_t *shape,
                              const int64_t *strides, int64_t offset);
 /* Host pointer to element 0 (CPU storages only). */
 static inline void *em_tensor_ptr(const em_tensor *t) {
-    return (char *)t->storage->data + (size_t)t->offset * em_esize(t->dtype);
+    return (char *)t->storage->data + em_dtype_nbytes(t->dtype, t->offset);
 }
 bool em_is_contiguous(const em_tensor *t);
 /* Copies the elements of a host-accessible tensor in logical order into contiguous dst. */
@@ -248,8 +254,14 @@ em_device *em_device_host(void);
 /* Asks the registered backends for device `name` (as em_backend_reg.open). */
 em_device *em_backend_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
 
-/* dtype conversion of n contiguous elements between any two dtypes */
+/* dtype conversion of n contiguous elements between any two dtypes, from a quantized dtype too
+ * (n then a multiple of its block size); never to a quantized one */
 void em_convert(const void *src, em_dtype st, void *dst, em_dtype dt, int64_t n);
+/* Dequantization (core/quant.c), exactly as gguf.quants.dequantize computes it in f32: n
+ * elements (a multiple of the block size) of quantized dtype t at src (any alignment). */
+void em_dequantize(em_dtype t, const void *src, float *dst, int64_t n);
+/* The same, rounded to dt (f32, bf16, f16, f64) */
+void em_dequantize_to(em_dtype t, const void *src, void *dst, em_dtype dt, int64_t n);
 /* Reads element i of a contiguous array of dtype t as double / writes it. */
 double em_load_f64(const void *p, em_dtype t, int64_t i);
 void em_store_f64(void *p, em_dtype t, int64_t i, double v);

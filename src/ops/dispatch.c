@@ -39,6 +39,19 @@ static em_tensor *make_lazy(em_ctx *c, const em_op_def *op, em_device *dev,
     return t;
 }
 
+/* The inputs that may be block-quantized (core.h: EM_Q8_0 ...): the weight of linear and of
+ * embedding, whose kernels read the blocks as they are, and cast's input (dequantization).
+ * Everything else — views included — would need kernels for every quantized layout, so it is
+ * refused at the call, naming the op and the way out. */
+static bool takes_quant(em_op_id id, int input) {
+    switch (id) {
+    case EM_OP_LINEAR: return input == 1;
+    case EM_OP_EMBEDDING: return input == 0;
+    case EM_OP_CAST: return input == 0;
+    default: return false;
+    }
+}
+
 int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in, int n_in,
                const em_attr *attrs, em_tensor **outs, int max_out) {
     if (!c || c->err.status) return -1;
@@ -67,6 +80,14 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         if (in[i]->sym && !c->tracer) {
             em_op_fail(c, EM_ERR_INVALID_ARG,
                        "input %d is a traced value of a compiled function, used outside it", i);
+            return -1;
+        }
+        if (em_is_quant(in[i]->dtype) && !takes_quant(id, i)) {
+            em_op_fail(c, EM_ERR_DTYPE,
+                       "input %d is block-quantized (%s); only linear's and embedding's weights "
+                       "and cast's input may be: dequantize it first with em_cast (or load the "
+                       "model with dtype f32/bf16)",
+                       i, em_dtype_name(in[i]->dtype));
             return -1;
         }
         if (!dev) {
@@ -108,7 +129,8 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         return -1;
     }
 
-    if (c->mode == EM_EAGER_FUSED && op->kind == EM_OPK_EW && dev->be->eval_lazy) {
+    if (c->mode == EM_EAGER_FUSED && op->kind == EM_OPK_EW && dev->be->eval_lazy &&
+        !em_is_quant(in[0]->dtype)) { /* dequantization runs at once */
         em_tensor *t = make_lazy(c, op, dev, in, n_in, attrs, &metas[0]);
         if (t) {
             outs[0] = t;

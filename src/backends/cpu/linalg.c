@@ -151,9 +151,11 @@ static em_status linear_kernel(const em_kernel_args *ka) {
     return run(ka, &g, ka->n_in > 2 ? ka->in[2] : NULL);
 }
 
-/* A LINEAR call joins a group when it has no bias and its product runs on the dot engine. */
+/* A LINEAR call joins a group when it has no bias and its product runs on the dot engine
+ * (quantized weights have their own kernels, quant_ops.c). */
 static bool linear_joins(const em_kernel_args *ka) {
-    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0)
+    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0 ||
+        em_is_quant(ka->in[1]->dtype))
         return false;
     em_gemm_args g;
     linear_args(ka, &g);
