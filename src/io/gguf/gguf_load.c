@@ -60,7 +60,7 @@ em_tensor *em_gguf_load_as_(em_ctx *c, const char *file, int line, const em_gguf
     }
     uint8_t *src = g->image->base ? g->image->base + ti->file_offset : NULL;
     if (dtype == own) {
-        if (dev == em_device_cpu() && ((uintptr_t)src % em_esize(own) == 0 || em_is_quant(own))) {
+        if (dev == em_device_host() && ((uintptr_t)src % em_esize(own) == 0 || em_is_quant(own))) {
             em_st_image_retain(g->image);
             em_tensor *t = em_from_host_borrowed_(c, file, line, own, ti->ndim, ti->shape, src,
                                                   (size_t)ti->nbytes, em_st_image_release_cb,
