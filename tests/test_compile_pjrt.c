@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
-#include "compile/lower.h"
 #include "ember/ember.h"
 #include "harness.h"
 #include "ops/dispatch.h"

@@ -320,7 +320,8 @@ static void *rewrite(em_ctx *c, em_safetensors *st, size_t *n, const char *save_
                                            em_safetensors_metadata_value(st, i));
     void *out = NULL;
     if (save_path) {
-        if (em_safetensors_writer_save(c, w, save_path) == EM_OK) out = em_test_read_file(save_path, n);
+        if (em_safetensors_writer_save(c, w, save_path) == EM_OK)
+            out = em_test_read_file(save_path, n);
     } else {
         em_safetensors_writer_serialize(c, w, &out, n);
     }

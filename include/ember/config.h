@@ -116,7 +116,8 @@ typedef struct em_model_config {
 } em_model_config;
 
 /**
- * Reads `path` (a config.json, or a directory holding one) into `out`. On failure records an
+ * Reads `path` (a config.json, a directory holding one, or a .gguf file: see
+ * em_model_config_from_gguf in ember/gguf.h) into `out`. On failure records an
  * error naming the file and key (EM_ERR_IO, EM_ERR_NOT_FOUND, EM_ERR_FORMAT) and leaves `out`
  * zeroed (em_model_config_free on it is a no-op).
  */

@@ -75,17 +75,40 @@ typedef enum em_dtype {
     EM_F64 = 7,
     EM_I16 = 8,
     EM_I8 = 9,
-    EM_DTYPE_COUNT = 10
+    /* Block-quantized weights as GGUF files store them (ggml's layouts, see ember/gguf.h):
+     * each block of 32 (or 256 for the K types) consecutive elements of a row is stored as
+     * scales plus packed integers. A tensor of these dtypes is contiguous, lives on the CPU, and
+     * its last dimension is a multiple of the block size. It is a first-class weight for
+     * em_linear (x @ w^T with w [N, K] quantized: quantized dot kernels, no dequantized copy)
+     * and em_embedding (rows dequantized on the fly); em_cast dequantizes it (to f32, bf16,
+     * f16). Every other op refuses it with EM_ERR_DTYPE. */
+    EM_Q8_0 = 10,
+    EM_Q4_0 = 11,
+    EM_Q4_1 = 12,
+    EM_Q5_0 = 13,
+    EM_Q5_1 = 14,
+    EM_Q4_K = 15,
+    EM_Q5_K = 16,
+    EM_Q6_K = 17,
+    EM_DTYPE_COUNT = 18
 } em_dtype;
 
-/** Short name: "f32", "bf16", ... ; "?" for an invalid value. */
+/** Short name: "f32", "bf16", "q4_k", ... ; "?" for an invalid value. */
 EM_API const char *em_dtype_name(em_dtype t);
-/** Parses a dtype name ("f32", "float32", "bf16", "bfloat16", ...). Returns false if unknown. */
+/** Parses a dtype name ("f32", "float32", "bf16", "bfloat16", "q8_0", ...). False if unknown. */
 EM_API bool em_dtype_parse(const char *name, em_dtype *out);
-/** Size of one element in bytes (0 for an invalid value). */
+/** Size of one element in bytes; 0 for an invalid value and for block-quantized dtypes (whose
+ *  sizes are em_dtype_block_bytes per em_dtype_block_size elements). */
 EM_API size_t em_dtype_size(em_dtype t);
 /** True for f32, bf16, f16, f64. */
 EM_API bool em_dtype_is_float(em_dtype t);
+/** True for the block-quantized dtypes (EM_Q8_0 ... EM_Q6_K). */
+EM_API bool em_dtype_is_quantized(em_dtype t);
+/** Elements per block: 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), 256 (the K types), 1 for every other
+ *  dtype; 0 for an invalid value. */
+EM_API int em_dtype_block_size(em_dtype t);
+/** Bytes per block (em_dtype_size for unquantized dtypes); 0 for an invalid value. */
+EM_API size_t em_dtype_block_bytes(em_dtype t);
 
 /* ---------------------------------------------------------------------------------------------
  * Errors and the context.

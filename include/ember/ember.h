@@ -7,6 +7,7 @@
  *   moe.h     the mixture-of-experts block (ragged, loop, dense)
  *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
  *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
+ *   gguf.h    GGUF checkpoints (llama.cpp, Ollama): metadata, tensors, quantized types
  *   config.h  config.json and generation_config.json
  *   model.h   Hugging Face models: loading (device_map, dtype), forward, KV cache
  *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
@@ -23,6 +24,7 @@
 #include "ember/moe.h"
 #include "ember/hub.h"
 #include "ember/safetensors.h"
+#include "ember/gguf.h"
 #include "ember/config.h"
 #include "ember/model.h"
 #include "ember/generate.h"

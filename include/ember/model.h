@@ -8,7 +8,7 @@
  *     em_kv_cache *kv = em_kv_cache_create(c, m, 1, 512);
  *     em_tensor *logits = em_model_forward(c, m, ids, NULL, kv, true);  // [B, 1, vocab]
  *
- * Families, chosen by config.json's model_type: qwen3, qwen3_moe, llama, mistral, mixtral,
+ * Families, chosen by config.json's model_type: qwen2, qwen3, qwen3_moe, llama, mistral, mixtral,
  * gemma3_text and gemma4_text (and gemma3 / gemma4 checkpoints' text part; image, audio and
  * video inputs are not supported), bert (an encoder: em_model_encode / em_model_embed). Tensor names are the Hub's; MoE experts are stacked at load into the
  * transformers v5 layout (gate_up [E, 2I, H], down [E, H, I]) whatever the checkpoint stores.
@@ -59,7 +59,11 @@ EM_API em_model_options em_model_default_options(void);
 
 /**
  * Loads a model from a Hub id ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B@REV", resolved through the
- * Hub cache and downloaded when missing) or a local directory. Weights go from the mapped files
+ * Hub cache and downloaded when missing), a local directory, or a local .gguf file (llama,
+ * mistral, mixtral, qwen2, qwen3, qwen3moe, gemma3; see ember/gguf.h: its config, tokenizer and
+ * weights come from the file). A GGUF file's quantized matrices stay quantized (used by the
+ * quantized kernels, activations in f32) unless o->dtype_set, which dequantizes every weight
+ * to o->dtype at load; on devices other than the CPU they are always dequantized. Weights go from the mapped files
  * straight to their device (zero-copy on the CPU when the dtype matches). NULL with an error
  * naming the file, tensor or key when anything is missing or malformed. Free with em_model_free.
  */
@@ -78,6 +82,20 @@ EM_API bool em_model_is_causal_lm(const em_model *m);
 EM_API int em_model_device_map(const em_model *m, char *buf, size_t n);
 /** Seconds spent in em_model_load. */
 EM_API double em_model_load_seconds(const em_model *m);
+/**
+ * Bytes of the weights as the model holds them, quantized ones at their quantized size. With
+ * `decode_step`, only what one decode step reads in full: every weight but the embedding table
+ * (of which a step reads one row per token) unless it is also the LM head (tied); MoE experts
+ * all counted (a step reads those its tokens are routed to).
+ */
+EM_API int64_t em_model_weight_bytes(const em_model *m, bool decode_step);
+/**
+ * Writes the dtypes the weights are held in, by share of their bytes ("q4_1 67%, q8_0 31%,
+ * f32 2%") into buf (always NUL-terminated); returns the length. A GGUF file's quantized
+ * weights are held as stored unless a dtype was asked for at load, or the model sits on a
+ * device other than the CPU (quantized weights are dequantized for PJRT devices).
+ */
+EM_API int em_model_weight_dtypes(const em_model *m, char *buf, size_t n);
 /** Sets the MoE expert implementation used by later forwards. Experts packed at load (ragged's
  *  layout, see em_model_options.moe_impl) stay packed: loop and dense then unpack each expert
  *  per call, correct but slower than loading with that implementation. */

@@ -38,7 +38,8 @@ EM_API int64_t em_tensor_dim(const em_tensor *t, int d);
 /** Strides in elements (ndim entries). */
 EM_API const int64_t *em_tensor_strides(const em_tensor *t);
 EM_API int64_t em_tensor_numel(const em_tensor *t);
-EM_API size_t em_tensor_nbytes(const em_tensor *t); /* numel * element size */
+/* numel * element size (numel / block size * block bytes for quantized dtypes) */
+EM_API size_t em_tensor_nbytes(const em_tensor *t);
 EM_API em_device *em_tensor_device(const em_tensor *t);
 EM_API bool em_tensor_is_contiguous(const em_tensor *t);
 /** Formats "bf16[2,3]" into buf (always NUL-terminated); returns buf. */

@@ -63,6 +63,7 @@ typedef struct em_tokenizer em_tokenizer;
  * in tokenizer_config.json, as transformers does). Given a file named `tokenizer.json`, the
  * `tokenizer_config.json` and `chat_template.jinja` next to it are read too; a file with another
  * name is read alone.
+ * A path ending in ".gguf" is read as a GGUF file's tokenizer (em_tokenizer_from_gguf, gguf.h).
  * Returns NULL and records EM_ERR_NOT_FOUND / EM_ERR_IO (file), EM_ERR_FORMAT (malformed JSON,
  * wrong types, missing fields, merges naming tokens not in the vocabulary, ...) or
  * EM_ERR_UNSUPPORTED (a component type Ember does not implement). Free with em_tokenizer_free.

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "compile/lower.h"
 #include "compile/trace.h"
 #include "ember/compile.h"
 
@@ -26,8 +25,8 @@ typedef struct program {
     in_sig *sig;
     int64_t *statics;
     em_graph g;
-    em_cpu_plan *cpu;
-    em_pjrt_program *pj;
+    const em_backend *be; /* whose program `prog` is */
+    void *prog;
 } program;
 
 struct em_compiled {
@@ -69,8 +68,7 @@ em_compiled *em_compile(em_ctx *c, const char *name, em_compiled_fn fn, void *us
 
 static void program_free(program *p) {
     if (!p) return;
-    em_cpu_plan_free(p->cpu);
-    em_pjrt_program_free(p->pj);
+    if (p->prog) p->be->program_free(p->prog);
     em_graph_free(&p->g);
     free(p->sig);
     free(p->statics);
@@ -241,7 +239,7 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
 
     tr.g.dev = n_in ? in[0]->dev : c->device;
     tr.g.n_inputs = n_in;
-    c->trace = &tr;
+    em_trace_begin(c, &tr);
     em_scope_push(c);
     em_tensor *syms[EM_MAX_INPUTS];
     for (int i = 0; i < n_in; i++) syms[i] = em_scope_add(c, em_trace_input(c, in[i], i));
@@ -276,7 +274,7 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
     }
     free(outs);
     em_scope_pop(c);
-    c->trace = NULL;
+    em_trace_end(c);
     em_trace_free(&tr);
     p->g = tr.g; /* owns the graph from here, also on failure */
     if (c->err.status || !graph_one_device(c, &p->g) || !no_input_writes(c, &p->g)) {
@@ -292,33 +290,32 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
     int live = 0;
     for (int n = 0; n < g->n_nodes; n++) live += !g->nodes[n].dead;
     f->st.nodes = live;
-    if (g->dev->be->host_accessible) {
-        p->cpu = em_cpu_plan_build(c, g);
-        em_cpu_plan_info info;
-        em_cpu_plan_get_info(p->cpu, &info);
-        f->st.fused_groups = info.fused_groups;
-        f->st.fused_nodes = info.fused_nodes;
-        f->st.kernels = info.kernels;
-        f->st.grouped_linears = info.grouped;
-        f->st.folded = info.folded;
-        f->st.arena_bytes = info.arena_bytes;
-        f->st.unplanned_bytes = info.unplanned_bytes;
-        snprintf(f->st.backend, sizeof f->st.backend, "cpu-plan");
-    } else {
-        em_graph_count_uses(g); /* the lowering materializes values with several users */
-        p->pj = em_pjrt_graph_compile(c, g, g->dev);
-        /* XLA folds constants itself; the count says what the CPU plan would fold */
-        bool *folded = calloc((size_t)g->n_nodes + 1, sizeof *folded);
-        f->st.folded = folded ? em_pass_constants(g, folded) : 0;
-        free(folded);
-        f->st.fused_groups = f->st.fused_nodes = f->st.kernels = f->st.grouped_linears = 0;
-        f->st.arena_bytes = f->st.unplanned_bytes = 0;
-        snprintf(f->st.backend, sizeof f->st.backend, "pjrt");
-    }
-    if (!p->cpu && !p->pj) {
+    /* the lowering is the device's backend's: it reads how often each value is used and
+     * which nodes are constants */
+    em_graph_count_uses(g);
+    f->st.folded = em_pass_constants(g);
+    const em_backend *be = g->dev->be;
+    if (!be->program_build) {
+        EM_FAIL(c, EM_ERR_UNSUPPORTED, "compile", "%s cannot run compiled functions",
+                g->dev->name);
         program_free(p);
         return NULL;
     }
+    em_program_info info;
+    memset(&info, 0, sizeof info);
+    p->be = be;
+    p->prog = be->program_build(c, g, g->dev, &info);
+    if (!p->prog) {
+        program_free(p);
+        return NULL;
+    }
+    f->st.fused_groups = info.fused_groups;
+    f->st.fused_nodes = info.fused_nodes;
+    f->st.kernels = info.kernels;
+    f->st.grouped_linears = info.grouped;
+    f->st.arena_bytes = info.arena_bytes;
+    f->st.unplanned_bytes = info.unplanned_bytes;
+    snprintf(f->st.backend, sizeof f->st.backend, "%s", info.kind);
     return p;
 }
 
@@ -332,7 +329,7 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
                 max_out);
         return -1;
     }
-    if (c->trace) {
+    if (c->tracer) {
         EM_FAIL(c, EM_ERR_UNSUPPORTED, "compiled_call",
                 "%s is called while another function is being traced (nesting is not supported)",
                 f->name);
@@ -344,7 +341,7 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
             return -1;
         }
         if (in[i]->sym) {
-            em_trace_value_needed(c, in[i], "compiled_call");
+            em_sym_value_needed(c, in[i], "compiled_call");
             return -1;
         }
     }
@@ -404,7 +401,7 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
         EM_FAIL(c, EM_ERR_OOM, "compiled_call", "out of memory");
         return -1;
     }
-    em_status s = p->cpu ? em_cpu_plan_run(c, p->cpu, in, r) : em_pjrt_program_run(c, p->pj, in, r);
+    em_status s = p->be->program_run(c, p->prog, in, r);
     if (s == EM_OK) {
         for (int i = 0; i < n_out; i++) out[i] = em_scope_add(c, r[i]);
         f->st.calls++;

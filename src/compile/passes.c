@@ -105,14 +105,14 @@ int em_pass_cse(em_ctx *c, em_graph *g) {
     return merged;
 }
 
-int em_pass_constants(const em_graph *g, bool *folded) {
+int em_pass_constants(em_graph *g) {
     /* a value is constant when it only depends on creation ops, and nothing writes into its
      * storage (writes go through views: follow them to the value that owns the memory) */
     int *root = malloc((size_t)g->n_vals * sizeof *root);
     bool *written = calloc((size_t)g->n_vals + 1, sizeof *written);
     bool *konst = calloc((size_t)g->n_vals + 1, sizeof *konst);
     int count = 0;
-    memset(folded, 0, (size_t)g->n_nodes * sizeof *folded);
+    for (int n = 0; n < g->n_nodes; n++) g->nodes[n].constant = false;
     if (!root || !written || !konst) goto done;
     for (int v = 0; v < g->n_vals; v++) {
         root[v] = v;
@@ -143,7 +143,7 @@ int em_pass_constants(const em_graph *g, bool *folded) {
         bool w = false;
         for (int o = 0; o < nd->n_out; o++) w |= written[root[nd->out0 + o]];
         if (w) continue;
-        folded[n] = true;
+        g->nodes[n].constant = true;
         count++;
         for (int o = 0; o < nd->n_out; o++) konst[nd->out0 + o] = true;
     }

@@ -10,29 +10,6 @@
 #include "compile/trace.h"
 #include "ops/dispatch.h"
 
-/* ---- the graph ---- */
-
-void em_graph_free(em_graph *g) {
-    if (!g) return;
-    for (int i = 0; i < g->n_vals; i++)
-        if (g->vals[i].kind == EM_GV_CAPTURED) em_tensor_release(g->vals[i].t);
-    free(g->vals);
-    free(g->nodes);
-    free(g->outputs);
-    memset(g, 0, sizeof *g);
-}
-
-void em_graph_count_uses(em_graph *g) {
-    for (int i = 0; i < g->n_vals; i++) g->vals[i].n_uses = 0;
-    for (int n = 0; n < g->n_nodes; n++) {
-        const em_gnode *nd = &g->nodes[n];
-        if (nd->dead) continue;
-        for (int i = 0; i < nd->n_in; i++)
-            if (nd->in[i] >= 0) g->vals[nd->in[i]].n_uses++;
-    }
-    for (int i = 0; i < g->n_outputs; i++) g->vals[g->outputs[i]].n_uses++;
-}
-
 static int new_value(em_ctx *c, em_graph *g, em_gval_kind kind, const em_tensor *like) {
     if (g->n_vals == g->cap_vals) {
         int cap = g->cap_vals ? 2 * g->cap_vals : 256;
@@ -146,6 +123,7 @@ static em_gnode *new_node(em_ctx *c, em_graph *g) {
     memset(n, 0, offsetof(em_gnode, attrs));
     n->fused_into = -1;
     n->dead = false;
+    n->constant = false;
     n->file = c->cur.file;
     n->line = c->cur.line;
     return n;
@@ -176,8 +154,8 @@ static int append(em_ctx *c, const em_op_def *op, const int *vin, int n_in, cons
     return n_out;
 }
 
-int em_trace_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
-                    const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs) {
+static int record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
+                  const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs) {
     int vin[EM_MAX_INPUTS];
     for (int i = 0; i < n_in; i++) {
         vin[i] = in[i] ? em_trace_value_of(c, in[i]) : -1;
@@ -187,7 +165,8 @@ int em_trace_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_
     if (op->kind == EM_OPK_VIEW) {
         /* The view's geometry (strides, offset) is computed as eager computes it, so later
          * rules see the same strides; a reshape that must copy records the copy first. */
-        int before = c->trace->g.n_nodes;
+        em_trace *tr = c->trace;
+        int before = tr->g.n_nodes;
         em_tensor *sym_in = in[0]->sym ? in[0] : NULL;
         em_tensor *x = in[0];
         if (!sym_in) { /* a view of a captured tensor: geometry from a symbolic stand-in */
@@ -201,8 +180,8 @@ int em_trace_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_
         em_status s = em_view_build(c, op, &x, attrs, metas, n_out, outs);
         if (!sym_in) em_tensor_release(x);
         if (s != EM_OK) return -1;
-        if (c->trace->g.n_nodes > before) /* reshape copied: it views the copy */
-            vin[0] = c->trace->g.nodes[c->trace->g.n_nodes - 1].out0;
+        if (tr->g.n_nodes > before) /* reshape copied: it views the copy */
+            vin[0] = tr->g.nodes[tr->g.n_nodes - 1].out0;
         int r = append(c, op, vin, 1, attrs, outs, n_out);
         if (r < 0)
             for (int o = 0; o < n_out; o++) em_tensor_release(outs[o]);
@@ -234,18 +213,27 @@ int em_trace_copy(em_ctx *c, int v) {
     return out;
 }
 
-em_status em_trace_value_needed(em_ctx *c, const em_tensor *t, const char *what) {
+/* Only reached while tracing (outside a trace, core reports the escaped value itself). */
+static em_status value_needed(em_ctx *c, const em_tensor *t, const char *what) {
     char sig[96];
-    if (!c->trace)
-        return em_fail_at(c, EM_ERR_INVALID_ARG, what, c->cur.file, c->cur.line,
-                          "%s is a traced value of a compiled function, used outside it",
-                          em_tensor_sig(t, sig, sizeof sig));
     /* the position of the last op the function called is the closest we know */
     return em_fail_at(c, EM_ERR_UNSUPPORTED, what, c->cur.file, c->cur.line,
                       "a compiled function cannot read the values of %s (a traced value) on the "
                       "host or move it to another device; keep the data on the device (use ops) "
                       "or pass host values as statics (the last op called was at this position)",
                       em_tensor_sig(t, sig, sizeof sig));
+}
+
+static const em_tracer tracer = {.record = record, .value_needed = value_needed};
+
+void em_trace_begin(em_ctx *c, em_trace *tr) {
+    c->trace = tr;
+    c->tracer = &tracer;
+}
+
+void em_trace_end(em_ctx *c) {
+    c->trace = NULL;
+    c->tracer = NULL;
 }
 
 void em_trace_free(em_trace *tr) {

@@ -42,7 +42,7 @@ em_ctx *em_ctx_create(void) {
     c->mode = EM_EAGER_ASYNC;
     const char *m = getenv("EMBER_EAGER");
     if (m && *m) em_eager_mode_parse(m, &c->mode);
-    c->device = em_device_cpu();
+    c->device = em_device_host();
     return c;
 }
 

@@ -22,7 +22,7 @@ em_device *em_device_register(em_device *d) {
 }
 
 int em_device_count(void) {
-    em_device_cpu(); /* the CPU is always there */
+    em_device_host(); /* the host is always there */
     pthread_mutex_lock(&registry_lock);
     int n = registry_len;
     pthread_mutex_unlock(&registry_lock);
@@ -30,17 +30,12 @@ int em_device_count(void) {
 }
 
 em_device *em_device_at(int i) {
-    em_device_cpu();
+    em_device_host();
     pthread_mutex_lock(&registry_lock);
     em_device *d = i >= 0 && i < registry_len ? registry[i] : NULL;
     pthread_mutex_unlock(&registry_lock);
     return d;
 }
-
-/* Hook for backends that create devices on demand: PJRT plugins (backends/pjrt/plugin.c). */
-em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
-em_device *(*em_device_open_hook)(em_ctx *c, const char *name, char *tried, size_t tried_n) =
-    em_pjrt_device_open;
 
 em_device *em_device_get(em_ctx *c, const char *name) {
     if (!c || c->err.status) return NULL;
@@ -48,7 +43,6 @@ em_device *em_device_get(em_ctx *c, const char *name) {
         EM_FAIL(c, EM_ERR_INVALID_ARG, "device_get", "empty device name");
         return NULL;
     }
-    if (!strcmp(name, "cpu") || !strcmp(name, "cpu:0")) return em_device_cpu();
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < registry_len; i++)
         if (!strcmp(registry[i]->name, name)) {
@@ -57,14 +51,13 @@ em_device *em_device_get(em_ctx *c, const char *name) {
             return d;
         }
     pthread_mutex_unlock(&registry_lock);
+    /* not open yet: the backend whose prefix the name has opens it (core/backend_registry.c) */
     char tried[1024] = "";
-    if (em_device_open_hook) {
-        em_device *d = em_device_open_hook(c, name, tried, sizeof tried);
-        if (d || c->err.status) return d;
-    }
+    em_device *d = em_backend_open(c, name, tried, sizeof tried);
+    if (d || c->err.status) return d;
     EM_FAIL(c, EM_ERR_DEVICE, "device_get",
-            "no device named '%s' (available: cpu%s%s)", name, *tried ? "; tried: " : "",
-            tried);
+            "no device named '%s' (available: %s%s%s)", name, em_device_host()->name,
+            *tried ? "; tried: " : "", tried);
     return NULL;
 }
 

@@ -6,23 +6,44 @@
 #include "core/bf16_inline.h"
 #include "core/tensor_impl.h"
 
+/* Quantized dtypes: ggml's block sizes and bytes per block (gguf-py GGML_QUANT_SIZES). They are
+ * not "float" dtypes: no op computes in them, they only feed linear and embedding. */
 const em_dtype_traits em_dtype_table[EM_DTYPE_COUNT] = {
-    [EM_F32] = {"f32", 4, true, true},   [EM_BF16] = {"bf16", 2, true, true},
-    [EM_F16] = {"f16", 2, true, true},   [EM_I64] = {"i64", 8, false, true},
-    [EM_I32] = {"i32", 4, false, true},  [EM_U8] = {"u8", 1, false, false},
-    [EM_BOOL] = {"bool", 1, false, false}, [EM_F64] = {"f64", 8, true, true},
-    [EM_I16] = {"i16", 2, false, true},  [EM_I8] = {"i8", 1, false, true},
+    [EM_F32] = {"f32", 4, true, true, 1},     [EM_BF16] = {"bf16", 2, true, true, 1},
+    [EM_F16] = {"f16", 2, true, true, 1},     [EM_I64] = {"i64", 8, false, true, 1},
+    [EM_I32] = {"i32", 4, false, true, 1},    [EM_U8] = {"u8", 1, false, false, 1},
+    [EM_BOOL] = {"bool", 1, false, false, 1}, [EM_F64] = {"f64", 8, true, true, 1},
+    [EM_I16] = {"i16", 2, false, true, 1},    [EM_I8] = {"i8", 1, false, true, 1},
+    [EM_Q8_0] = {"q8_0", 34, false, true, 32},  [EM_Q4_0] = {"q4_0", 18, false, true, 32},
+    [EM_Q4_1] = {"q4_1", 20, false, true, 32},  [EM_Q5_0] = {"q5_0", 22, false, true, 32},
+    [EM_Q5_1] = {"q5_1", 24, false, true, 32},  [EM_Q4_K] = {"q4_k", 144, false, true, 256},
+    [EM_Q5_K] = {"q5_k", 176, false, true, 256}, [EM_Q6_K] = {"q6_k", 210, false, true, 256},
 };
-_Static_assert(EM_DTYPE_COUNT == 10, "update em_dtype_table");
+_Static_assert(EM_DTYPE_COUNT == 18, "update em_dtype_table");
 
 const char *em_dtype_name(em_dtype t) {
     return (unsigned)t < EM_DTYPE_COUNT ? em_dtype_table[t].name : "?";
 }
 
-size_t em_dtype_size(em_dtype t) { return (unsigned)t < EM_DTYPE_COUNT ? em_dtype_table[t].size : 0; }
+size_t em_dtype_size(em_dtype t) {
+    return (unsigned)t < EM_DTYPE_COUNT && em_dtype_table[t].block == 1 ? em_dtype_table[t].size
+                                                                         : 0;
+}
 
 bool em_dtype_is_float(em_dtype t) {
     return (unsigned)t < EM_DTYPE_COUNT && em_dtype_table[t].is_float;
+}
+
+bool em_dtype_is_quantized(em_dtype t) {
+    return (unsigned)t < EM_DTYPE_COUNT && em_dtype_table[t].block > 1;
+}
+
+int em_dtype_block_size(em_dtype t) {
+    return (unsigned)t < EM_DTYPE_COUNT ? em_dtype_table[t].block : 0;
+}
+
+size_t em_dtype_block_bytes(em_dtype t) {
+    return (unsigned)t < EM_DTYPE_COUNT ? em_dtype_table[t].size : 0;
 }
 
 bool em_dtype_parse(const char *s, em_dtype *out) {
@@ -36,6 +57,8 @@ bool em_dtype_parse(const char *s, em_dtype *out) {
         {"int32", EM_I32},  {"int", EM_I32},      {"u8", EM_U8},       {"uint8", EM_U8},
         {"bool", EM_BOOL},  {"f64", EM_F64},      {"float64", EM_F64}, {"double", EM_F64},
         {"i16", EM_I16},    {"int16", EM_I16},    {"i8", EM_I8},       {"int8", EM_I8},
+        {"q8_0", EM_Q8_0},  {"q4_0", EM_Q4_0},    {"q4_1", EM_Q4_1},   {"q5_0", EM_Q5_0},
+        {"q5_1", EM_Q5_1},  {"q4_k", EM_Q4_K},    {"q5_k", EM_Q5_K},   {"q6_k", EM_Q6_K},
     };
     if (!s) return false;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -169,7 +192,11 @@ static void store_i64(void *p, em_dtype t, int64_t i, int64_t v) {
 
 void em_convert(const void *src, em_dtype st, void *dst, em_dtype dt, int64_t n) {
     if (st == dt) {
-        memmove(dst, src, (size_t)n * em_esize(st));
+        memmove(dst, src, em_dtype_nbytes(st, n));
+        return;
+    }
+    if (em_is_quant(st)) { /* dequantize: n is a multiple of the block size */
+        em_dequantize_to(st, src, dst, dt, n);
         return;
     }
     if (st == EM_F32 && dt == EM_BF16) {

@@ -84,12 +84,33 @@ void em_storage_release(em_storage *s) {
     free(s);
 }
 
+/* A quantized tensor is whole blocks along its rows, in host memory (the kernels that read it
+ * are the CPU's). */
+static em_status check_quant(em_ctx *c, em_dtype dtype, int ndim, const int64_t *shape,
+                             const em_device *d) {
+    if (!em_is_quant(dtype)) return EM_OK;
+    char b[160];
+    int bs = em_dtype_table[dtype].block;
+    if (ndim < 1 || shape[ndim - 1] % bs)
+        return EM_FAIL(c, EM_ERR_SHAPE, "alloc",
+                       "a %s tensor's rows are whole blocks of %d elements; shape %s is not",
+                       em_dtype_name(dtype), bs, em_shape_str(shape, ndim, b, sizeof b));
+    if (d && !d->be->host_accessible)
+        return EM_FAIL(c, EM_ERR_UNSUPPORTED, "alloc",
+                       "quantized %s tensors live on the CPU; %s gets them dequantized (em_cast "
+                       "to f32 or bf16 first)",
+                       em_dtype_name(dtype), d->name);
+    return EM_OK;
+}
+
 em_status em_tensor_alloc_storage(em_ctx *c, em_tensor *t, em_device *d) {
     size_t es = em_esize(t->dtype);
     if (t->numel > (int64_t)(SIZE_MAX / 2 / es))
         return EM_FAIL(c, EM_ERR_OVERFLOW, "alloc", "%lld elements of %s overflow a size",
                        (long long)t->numel, em_dtype_name(t->dtype));
-    t->storage = em_storage_new(c, d, (size_t)t->numel * es);
+    em_status qs = check_quant(c, t->dtype, t->ndim, t->shape, d);
+    if (qs) return qs;
+    t->storage = em_storage_new(c, d, em_dtype_nbytes(t->dtype, t->numel));
     t->dev = d;
     return t->storage ? EM_OK : EM_ERR_OOM;
 }
@@ -176,7 +197,7 @@ const int64_t *em_tensor_shape(const em_tensor *t) { return t ? t->shape : NULL;
 const int64_t *em_tensor_strides(const em_tensor *t) { return t ? t->strides : NULL; }
 int64_t em_tensor_numel(const em_tensor *t) { return t ? t->numel : 0; }
 size_t em_tensor_nbytes(const em_tensor *t) {
-    return t ? (size_t)t->numel * em_esize(t->dtype) : 0;
+    return t ? em_dtype_nbytes(t->dtype, t->numel) : 0;
 }
 em_device *em_tensor_device(const em_tensor *t) { return t ? t->dev : NULL; }
 bool em_tensor_is_contiguous(const em_tensor *t) { return t && em_is_contiguous(t); }
@@ -247,7 +268,7 @@ em_tensor *em_from_host_on_(em_ctx *c, const char *file, int line, em_device *de
     if (dev->be->upload)
         ws = dev->be->upload(c, t, data);
     else if (n > 0)
-        ws = dev->be->write(c, t->storage, 0, data, (size_t)n * em_esize(dtype));
+        ws = dev->be->write(c, t->storage, 0, data, em_dtype_nbytes(dtype, n));
     if (ws != EM_OK) {
         em_tensor_release(t);
         return NULL;
@@ -271,18 +292,21 @@ em_tensor *em_from_host_borrowed_(em_ctx *c, const char *file, int line, em_dtyp
                    "invalid dtype or shape");
         return NULL;
     }
-    size_t es = em_esize(dtype);
-    if ((uint64_t)n > data_nbytes / es) {
+    if (check_quant(c, dtype, ndim, shape, NULL)) return NULL;
+    /* quantized blocks are read bytewise: no alignment needed */
+    size_t es = em_esize(dtype), align = em_is_quant(dtype) ? 1 : es;
+    uint64_t need = em_dtype_nbytes(dtype, n);
+    if (need > data_nbytes) {
         char b[160];
         em_fail_at(c, EM_ERR_SHAPE, "from_host_borrowed", file, line,
                    "shape %s of %s needs %llu bytes but only %zu are given",
                    em_shape_str(shape, ndim, b, sizeof b), em_dtype_name(dtype),
-                   (unsigned long long)n * es, data_nbytes);
+                   (unsigned long long)need, data_nbytes);
         return NULL;
     }
-    if (n > 0 && (!data || ((uintptr_t)data % es) != 0)) {
+    if (n > 0 && (!data || ((uintptr_t)data % align) != 0)) {
         em_fail_at(c, EM_ERR_INVALID_ARG, "from_host_borrowed", file, line,
-                   "data is NULL or not aligned to %zu bytes", es);
+                   "data is NULL or not aligned to %zu bytes", align);
         return NULL;
     }
     em_tensor *t = em_tensor_alloc_meta(dtype, ndim, shape);
@@ -294,7 +318,7 @@ em_tensor *em_from_host_borrowed_(em_ctx *c, const char *file, int line, em_dtyp
     }
     atomic_init(&s->refcount, 1);
     atomic_init(&s->version, 0);
-    s->dev = em_device_cpu();
+    s->dev = em_device_host();
     s->data = data;
     s->nbytes = data_nbytes;
     s->alloc_nbytes = 0;
@@ -309,8 +333,8 @@ em_tensor *em_from_host_borrowed_(em_ctx *c, const char *file, int line, em_dtyp
 void em_gather_strided(const em_tensor *t, void *dst) {
     size_t es = em_esize(t->dtype);
     if (t->numel == 0) return;
-    if (em_is_contiguous(t)) {
-        memcpy(dst, em_tensor_ptr(t), (size_t)t->numel * es);
+    if (em_is_contiguous(t) || em_is_quant(t->dtype)) { /* quantized tensors have no views */
+        memcpy(dst, em_tensor_ptr(t), em_dtype_nbytes(t->dtype, t->numel));
         return;
     }
     int64_t idx[EM_MAX_DIMS] = {0};
@@ -332,12 +356,20 @@ void em_gather_strided(const em_tensor *t, void *dst) {
     }
 }
 
+em_status em_sym_value_needed(em_ctx *c, const em_tensor *t, const char *what) {
+    if (c->tracer) return c->tracer->value_needed(c, t, what);
+    char sig[96];
+    return em_fail_at(c, EM_ERR_INVALID_ARG, what, c->cur.file, c->cur.line,
+                      "%s is a traced value of a compiled function, used outside it",
+                      em_tensor_sig(t, sig, sizeof sig));
+}
+
 em_status em_to_host(em_ctx *c, em_tensor *t, void *dst, size_t dst_nbytes) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (c->err.status) return c->err.status;
     if (!t || (!dst && dst_nbytes))
         return EM_FAIL(c, EM_ERR_INVALID_ARG, "to_host", "tensor or destination is NULL");
-    if (t->sym) return em_trace_value_needed(c, t, "to_host");
+    if (t->sym) return em_sym_value_needed(c, t, "to_host");
     size_t need = em_tensor_nbytes(t);
     if (need != dst_nbytes) {
         char b[96];
@@ -355,7 +387,7 @@ em_status em_to_host(em_ctx *c, em_tensor *t, void *dst, size_t dst_nbytes) {
     if (!em_is_contiguous(t))
         return EM_FAIL(c, EM_ERR_UNSUPPORTED, "to_host",
                        "strided tensors on %s must be made contiguous first", t->dev->name);
-    return t->dev->be->read(c, t->storage, (size_t)t->offset * em_esize(t->dtype), dst, need);
+    return t->dev->be->read(c, t->storage, em_dtype_nbytes(t->dtype, t->offset), dst, need);
 }
 
 em_status em_to_host_f32(em_ctx *c, em_tensor *t, float *dst, int64_t n) {
@@ -397,7 +429,7 @@ void *em_tensor_data(em_ctx *c, em_tensor *t) {
         return NULL;
     }
     if (t->sym) {
-        em_trace_value_needed(c, t, "tensor_data");
+        em_sym_value_needed(c, t, "tensor_data");
         return NULL;
     }
     if (!t->dev->be->host_accessible) {

@@ -9,18 +9,24 @@
 
 #include "ember/core.h"
 #include "ember/tensor.h"
-#include "ops/op_table.h"
+#include "core/op_table.h"
 
 /* ---- dtype traits ---- */
 typedef struct em_dtype_traits {
     const char *name;
-    size_t size;
+    size_t size;  /* bytes per element; per block for quantized dtypes */
     bool is_float;
     bool is_signed;
+    int block;    /* elements per block: 1, or 32 / 256 for the quantized dtypes */
 } em_dtype_traits;
 extern const em_dtype_traits em_dtype_table[EM_DTYPE_COUNT];
 
 static inline size_t em_esize(em_dtype t) { return em_dtype_table[t].size; }
+static inline bool em_is_quant(em_dtype t) { return em_dtype_table[t].block > 1; }
+/* Bytes of n consecutive elements (n a multiple of the block size for quantized dtypes). */
+static inline size_t em_dtype_nbytes(em_dtype t, int64_t n) {
+    return (size_t)(n / em_dtype_table[t].block) * em_dtype_table[t].size;
+}
 
 /* ---- storage ---- */
 typedef struct em_storage em_storage;
@@ -63,6 +69,18 @@ struct em_tensor {
 };
 
 /* ---- backends and devices ---- */
+typedef struct em_graph em_graph; /* compile mode's graph IR (core/graph.h) */
+
+/* What a backend's program made of a graph, for em_compile_stats. */
+typedef struct em_program_info {
+    char kind[16];      /* "cpu-plan", "pjrt" */
+    int kernels;        /* kernel calls per run (0: one executable) */
+    int grouped;        /* calls that run in groups sharing their input (one pass each group) */
+    int fused_groups;   /* element-wise expressions evaluated in one pass */
+    int fused_nodes;    /* nodes computed inside those expressions (no buffer of their own) */
+    int64_t arena_bytes, unplanned_bytes; /* intermediate memory with and without reuse */
+} em_program_info;
+
 typedef struct em_backend {
     size_t struct_size;
     const char *platform;
@@ -87,6 +105,16 @@ typedef struct em_backend {
     em_status (*upload)(em_ctx *c, em_tensor *t, const void *src);
     em_status (*download)(em_ctx *c, em_tensor *t, void *dst);
     em_status (*copy)(em_ctx *c, em_tensor *x, em_tensor *dst);
+    /* Compile mode, optional (NULL: functions traced on this backend's devices cannot run).
+     * program_build lowers a traced graph whose values live on `dev` (passes done, n_uses
+     * counted, constant nodes marked) into a program and describes it in *info; NULL with an
+     * error naming the node that cannot be lowered. The graph outlives the program; the build
+     * may annotate its nodes. program_run reads in[] (the graph inputs, any layout) and hands
+     * the caller n_outputs new tensors in out[]; captured tensors the graph writes see the
+     * writes afterwards, as in eager mode. */
+    void *(*program_build)(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info);
+    em_status (*program_run)(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out);
+    void (*program_free)(void *prog);
 } em_backend;
 
 #define EM_ALLOC_CLASSES 256
@@ -126,6 +154,20 @@ typedef struct em_call_info {
     const em_device *dev;
 } em_call_info;
 
+/*
+ * Compile mode: while a function is traced, the context holds the tracer's hooks and its state
+ * (compile/trace.c installs both). Core and the dispatcher reach the tracer only through them.
+ */
+typedef struct em_tracer {
+    /* Records an op call into the trace instead of running it; outs receive symbolic tensors
+     * (caller-owned). Returns the number of outputs or -1 with an error. */
+    int (*record)(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
+                  const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
+    /* Reports that `what` needs the values of a symbolic tensor of the trace (a host read or a
+     * device copy inside the traced function). Returns the recorded status. */
+    em_status (*value_needed)(em_ctx *c, const em_tensor *t, const char *what);
+} em_tracer;
+
 struct em_ctx {
     em_error err;
     em_eager_mode mode;
@@ -133,17 +175,13 @@ struct em_ctx {
     em_scope *scopes;
     int depth, scope_cap;
     em_call_info cur;
-    struct em_trace *trace; /* compile mode: the trace being recorded, or NULL (compile/trace.c) */
+    const em_tracer *tracer; /* compile mode: the hooks of the trace being recorded, or NULL */
+    void *trace;             /* ... and the trace itself (the tracer's own state) */
 };
 
-/* ---- compile mode hooks (compile/trace.c) ---- */
-/* Records an op call into the active trace instead of running it; outs receive symbolic
- * tensors (caller-owned). Returns the number of outputs or -1 with an error. */
-int em_trace_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
-                    const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
-/* Reports that `what` needs the values of a symbolic tensor (a host read or a device copy
- * inside a traced function). Returns the recorded status. */
-em_status em_trace_value_needed(em_ctx *c, const em_tensor *t, const char *what);
+/* Reports that `what` needs the values of symbolic tensor t: the tracer says why it cannot
+ * while a function is traced; otherwise t escaped its compiled function. Returns the status. */
+em_status em_sym_value_needed(em_ctx *c, const em_tensor *t, const char *what);
 
 /* ---- internal API ---- */
 /* tensors */
@@ -162,7 +200,7 @@ em_tensor *em_tensor_view_of(em_tensor *base, int ndim, const int64_t *shape,
                              const int64_t *strides, int64_t offset);
 /* Host pointer to element 0 (CPU storages only). */
 static inline void *em_tensor_ptr(const em_tensor *t) {
-    return (char *)t->storage->data + (size_t)t->offset * em_esize(t->dtype);
+    return (char *)t->storage->data + em_dtype_nbytes(t->dtype, t->offset);
 }
 bool em_is_contiguous(const em_tensor *t);
 /* Copies the elements of a host-accessible tensor in logical order into contiguous dst. */
@@ -189,8 +227,41 @@ void em_allocator_empty(em_device *d);
 /* devices */
 em_device *em_device_register(em_device *d); /* takes ownership; returns d or NULL if full */
 
-/* dtype conversion of n contiguous elements between any two dtypes */
+/* ---- the backend registry (core/backend_registry.c) ---- */
+/* What a backend tells core about itself. Core knows backends only through these entries:
+ * src/backends/registry.c registers the built-in ones before main runs. */
+typedef struct em_backend_reg {
+    size_t struct_size; /* sizeof(em_backend_reg): an entry of another layout is refused */
+    const char *name;   /* "cpu", "pjrt", ... */
+    /* Device-name prefixes the backend opens, NULL-terminated: "xla" matches "xla" and "xla:N";
+     * a prefix that ends in ':' ("pjrt:") matches every name that starts with it. */
+    const char *const *prefixes;
+    /* Finds or opens device `name`: NULL without an error when the backend has no such device,
+     * NULL with an error in c when it should have one but cannot open it. `tried` collects the
+     * places looked at for the caller's message. Also asked, in registration order, for names
+     * no prefix claims (a backend may learn prefixes at run time, e.g. em_pjrt_open's). */
+    em_device *(*open)(em_ctx *c, const char *name, char *tried, size_t tried_n);
+    /* The backend's device whose storages are host memory, created on the first call; NULL
+     * when it has none. The first registered backend with one provides em_device_host(). */
+    em_device *(*host_device)(void);
+} em_backend_reg;
+/* Adds a backend (kept by pointer, never removed). Returns false, saying why on stderr, when
+ * the registry is full or the entry has another layout. */
+bool em_backend_register(const em_backend_reg *r);
+/* The host's device (the CPU backend's): every context's default device, and where borrowed
+ * host memory lives. Never NULL once a backend with a host device is registered. */
+em_device *em_device_host(void);
+/* Asks the registered backends for device `name` (as em_backend_reg.open). */
+em_device *em_backend_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
+
+/* dtype conversion of n contiguous elements between any two dtypes, from a quantized dtype too
+ * (n then a multiple of its block size); never to a quantized one */
 void em_convert(const void *src, em_dtype st, void *dst, em_dtype dt, int64_t n);
+/* Dequantization (core/quant.c), exactly as gguf.quants.dequantize computes it in f32: n
+ * elements (a multiple of the block size) of quantized dtype t at src (any alignment). */
+void em_dequantize(em_dtype t, const void *src, float *dst, int64_t n);
+/* The same, rounded to dt (f32, bf16, f16, f64) */
+void em_dequantize_to(em_dtype t, const void *src, void *dst, em_dtype dt, int64_t n);
 /* Reads element i of a contiguous array of dtype t as double / writes it. */
 double em_load_f64(const void *p, em_dtype t, int64_t i);
 void em_store_f64(void *p, em_dtype t, int64_t i, double v);

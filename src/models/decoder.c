@@ -422,6 +422,8 @@ static em_tensor *forward_body(fwd *fp, em_tensor *ids, em_kv_cache *kv, bool la
     int64_t t = f.t;
     enter_device(&f, m->dev_embed);
     em_tensor *h = em_embedding(c, m->embed, em_model_to_dev(c, ids, m->dev_embed));
+    if (h && em_tensor_dtype(h) != m->dtype) /* a quantized table gives f32 rows */
+        h = em_cast(c, h, m->dtype);
     if (m->embed_scale > 0) /* Gemma: the scale is rounded to the model dtype first */
         h = em_mul_scalar(c, h, m->embed_scale);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {

@@ -15,17 +15,6 @@ typedef struct module {
     int64_t bytes;
 } module;
 
-/* Bytes of the checkpoint's tensors whose names start with `prefix.` */
-static int64_t module_bytes(em_safetensors *st, const char *prefix) {
-    size_t n = strlen(prefix);
-    int64_t total = 0;
-    for (int64_t i = 0; i < em_safetensors_count(st); i++) {
-        const em_safetensors_info *inf = em_safetensors_info_at(st, i);
-        if (!strncmp(inf->name, prefix, n) && inf->name[n] == '.') total += (int64_t)inf->nbytes;
-    }
-    return total;
-}
-
 /* Does map key `key` ("model.layers.0-13", "model.layers.3", "lm_head") cover `name`? */
 static bool covers(const char *key, const char *name) {
     const char *dash = strrchr(key, '-');
@@ -143,8 +132,8 @@ static em_status place_auto(em_ctx *c, module *mods, int n) {
     return EM_OK;
 }
 
-em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_safetensors *st,
-                         const char *prefix) {
+em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_wload *w) {
+    const char *prefix = w->prefix;
     int n = 0;
     module *mods = calloc((size_t)m->n_layers + 3, sizeof *mods);
     if (!mods) return em_ctx_fail(c, EM_ERR_OOM, "device_map", "out of memory");
@@ -162,7 +151,7 @@ em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_s
         mods[n++].slot = &m->dev_head;
         /* lm_head follows the final norm's device unless the map names it */
     }
-    for (int i = 0; i < n; i++) mods[i].bytes = module_bytes(st, mods[i].name);
+    for (int i = 0; i < n; i++) mods[i].bytes = em_wl_bytes(w, mods[i].name);
     em_status s = EM_OK;
     if (o->device_map && !strcmp(o->device_map, "auto")) {
         s = place_auto(c, mods, n);

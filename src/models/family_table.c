@@ -4,11 +4,13 @@
 #include "models/model_impl.h"
 
 extern const em_family em_family_qwen3, em_family_qwen3_moe, em_family_llama, em_family_mistral,
-    em_family_mixtral, em_family_gemma3_text, em_family_gemma4_text, em_family_bert;
+    em_family_mixtral, em_family_gemma3_text, em_family_gemma4_text, em_family_bert,
+    em_family_qwen2;
 
 static const em_family *const families[] = {
     &em_family_qwen3,       &em_family_qwen3_moe,   &em_family_llama,       &em_family_mistral,
     &em_family_mixtral,     &em_family_gemma3_text, &em_family_gemma4_text, &em_family_bert,
+    &em_family_qwen2,
 };
 
 const em_family *em_family_find(const char *model_type) {

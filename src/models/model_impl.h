@@ -13,11 +13,35 @@
 
 typedef struct em_model em_model;
 
+/* ---- GGUF files as a weight source (model_gguf.c) ---- */
+typedef struct em_gguf_src em_gguf_src;
+struct em_gguf;
+/* Opens a .gguf file whose tensors are then named as the Hub names them (cfg: the config read
+ * from its metadata). NULL with an error. */
+em_gguf_src *em_gguf_src_open(em_ctx *c, const char *path, const em_model_config *cfg);
+void em_gguf_src_close(em_gguf_src *s);
+const struct em_gguf *em_gguf_src_file(const em_gguf_src *s);
+bool em_gguf_src_has(const em_gguf_src *s, const char *hub);
+/* Bytes of the tensors under `prefix.` (all of them for NULL), and of one tensor. */
+int64_t em_gguf_src_bytes(const em_gguf_src *s, const char *prefix);
+uint64_t em_gguf_src_entry_bytes(const em_gguf_src *s, const char *hub);
+/* Tensor `hub` for the model: its own quantized type when keep_quant and it is a linear's or
+ * the embedding's matrix bound for the CPU, else converted to dtype; on dev, in c's scope. */
+em_tensor *em_gguf_src_load(em_ctx *c, const em_gguf_src *s, const char *hub, em_dtype dtype,
+                            bool keep_quant, em_device *dev);
+/* llama.cpp's rope_freqs.weight (per-frequency divisors of Llama 3's rope) into out[n]:
+ * returns n, 0 when the file has none, -1 with an error. */
+int em_gguf_src_rope_factors(em_ctx *c, const em_gguf_src *s, float *out, int n);
+/* Gives back the mapping's pages of tensor `hub` once a copy is held. */
+void em_gguf_src_drop(const em_gguf_src *s, const char *hub);
+
 /* ---- the weight loader ---- */
 typedef struct em_wload {
     em_ctx *c;
     em_model *m;
     em_safetensors *st;
+    em_gguf_src *gs;     /* a GGUF file instead of st */
+    bool keep_quant;     /* GGUF: quantized matrices stay quantized (see em_gguf_src_load) */
     char prefix[96];     /* "model." or the text part of a multimodal checkpoint */
     int64_t done_bytes, total_bytes;
     bool progress;
@@ -157,8 +181,9 @@ static inline em_tensor *em_model_to_dev(em_ctx *c, em_tensor *x, em_device *d) 
     return x && em_tensor_device(x) != d ? em_to(c, x, d) : x;
 }
 
+/* Bytes of the checkpoint's tensors whose names start with `prefix.` */
+int64_t em_wl_bytes(em_wload *w, const char *prefix);
 /* device placement (device_map.c): fills dev_embed, dev_head and layers[i].dev */
-em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_safetensors *st,
-                         const char *prefix);
+em_status em_model_place(em_ctx *c, em_model *m, const em_model_options *o, em_wload *w);
 
 #endif

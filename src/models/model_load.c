@@ -85,15 +85,16 @@ static void draw_progress(em_wload *w, bool final) {
 }
 
 static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *name) {
-    const em_safetensors_info *info = em_safetensors_find(w->st, name);
-    if (!info) {
+    const em_safetensors_info *info = w->gs ? NULL : em_safetensors_find(w->st, name);
+    if (!info && !em_gguf_src_has(w->gs, name)) {
         if (required)
             em_ctx_fail(w->c, EM_ERR_NOT_FOUND, "model_load",
                         "tensor '%s' is missing from the checkpoint in %s (family %s)", name,
                         w->m->dir, w->m->cfg.model_type);
         return NULL;
     }
-    em_tensor *t = em_safetensors_load_as(w->c, w->st, name, w->m->dtype, dev);
+    em_tensor *t = w->gs ? em_gguf_src_load(w->c, w->gs, name, w->m->dtype, w->keep_quant, dev)
+                         : em_safetensors_load_as(w->c, w->st, name, w->m->dtype, dev);
     if (!t) return NULL;
     if (w->huge_copy && dev == em_device_cpu() && em_tensor_nbytes(t) >= HUGE_COPY_MIN &&
         t->storage->release) {
@@ -102,9 +103,12 @@ static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *
         t = huge_copy(w->c, view);
         em_tensor_release(view);
         if (!t) return NULL;
-        em_st_drop_pages(w->st, info);
+        if (w->gs)
+            em_gguf_src_drop(w->gs, name);
+        else
+            em_st_drop_pages(w->st, info);
     }
-    w->done_bytes += (int64_t)info->nbytes;
+    w->done_bytes += w->gs ? (int64_t)em_gguf_src_entry_bytes(w->gs, name) : (int64_t)info->nbytes;
     draw_progress(w, false);
     return em_detach(w->c, t);
 }
@@ -133,7 +137,19 @@ bool em_wl_has(em_wload *w, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    return em_safetensors_has(w->st, name);
+    return w->gs ? em_gguf_src_has(w->gs, name) : em_safetensors_has(w->st, name);
+}
+
+int64_t em_wl_bytes(em_wload *w, const char *prefix) {
+    if (w->gs) return em_gguf_src_bytes(w->gs, prefix);
+    size_t n = prefix ? strlen(prefix) : 0;
+    int64_t total = 0;
+    for (int64_t i = 0; i < em_safetensors_count(w->st); i++) {
+        const em_safetensors_info *inf = em_safetensors_info_at(w->st, i);
+        if (!prefix || (!strncmp(inf->name, prefix, n) && inf->name[n] == '.'))
+            total += (int64_t)inf->nbytes;
+    }
+    return total;
 }
 
 /* Replaces *t [E, N, K] by its packed form when that pays on its device and the shape allows
@@ -170,6 +186,13 @@ bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_expe
         *gate_up = em_wl_get(w, dev, "%sexperts.gate_up_proj", base);
         *down_out = em_wl_get(w, dev, "%sexperts.down_proj", base);
         return experts_packed(w, gate_up, down_out);
+    }
+    if (w->gs) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
+                    "%s: the experts of '%s' are not stacked (ffn_gate_exps / ffn_up_exps / "
+                    "ffn_down_exps); GGUF files with one tensor per expert are not supported",
+                    w->m->dir, base);
+        return false;
     }
     /* per-expert tensors: stack them once, at load */
     em_scope_push(c);
@@ -244,11 +267,18 @@ static bool find_prefix(em_safetensors *st, bool causal, char *out, size_t n) {
     return false;
 }
 
-static int64_t checkpoint_bytes(em_safetensors *st) {
-    int64_t total = 0;
-    for (int64_t i = 0; i < em_safetensors_count(st); i++)
-        total += (int64_t)em_safetensors_info_at(st, i)->nbytes;
-    return total;
+static bool is_gguf_file(const char *p) {
+    size_t n = strlen(p);
+    return n > 5 && !strcmp(p + n - 5, ".gguf") && access(p, F_OK) == 0;
+}
+
+/* Llama 3's rope from a GGUF file: llama.cpp divides each frequency by rope_freqs.weight. */
+static em_status apply_rope_factors(em_ctx *c, em_model *m, em_gguf_src *gs) {
+    float f[EM_MAX_ROPE_FREQS];
+    int k = m->n_freq > 0 ? em_gguf_src_rope_factors(c, gs, f, m->n_freq) : 0;
+    if (k < 0) return em_ctx_status(c);
+    for (int i = 0; i < k; i++) m->inv_freq[i] /= f[i];
+    return EM_OK;
 }
 
 em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts) {
@@ -259,39 +289,46 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     }
     double t0 = now_s();
     em_model_options o = opts ? *opts : em_model_default_options();
-    em_hub_options ho = em_hub_default_options();
-    if (o.offline) ho.offline = 1;
-    ho.progress = o.progress ? -1 : 0;
+    bool gguf = is_gguf_file(id);
     char *dir = NULL;
-    if (em_hub_resolve(c, id, &ho, &dir) != EM_OK) return NULL;
+    if (!gguf) {
+        em_hub_options ho = em_hub_default_options();
+        if (o.offline) ho.offline = 1;
+        ho.progress = o.progress ? -1 : 0;
+        if (em_hub_resolve(c, id, &ho, &dir) != EM_OK) return NULL;
+    }
     em_model *m = calloc(1, sizeof *m);
     if (!m) {
         free(dir);
         em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
         return NULL;
     }
-    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    snprintf(m->dir, sizeof m->dir, "%s", gguf ? id : dir);
     free(dir);
     em_safetensors *st = NULL;
+    em_gguf_src *gs = NULL;
     if (em_model_config_load(c, m->dir, &m->cfg) != EM_OK) goto fail;
     const char *type = m->cfg.text_model_type[0] ? m->cfg.text_model_type : m->cfg.model_type;
     m->fam = em_family_find(type);
     if (!m->fam) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
-                    "model_type '%s' (%s/config.json) is not supported; Ember knows qwen3, "
-                    "qwen3_moe, llama, mistral, mixtral, gemma3_text, gemma3, gemma4_text, "
-                    "gemma4 and bert",
+                    "model_type '%s' (%s/config.json) is not supported; Ember knows qwen2, "
+                    "qwen3, qwen3_moe, llama, mistral, mixtral, gemma3_text, gemma3, "
+                    "gemma4_text, gemma4 and bert",
                     type, m->dir);
         goto fail;
     }
     char gpath[1100];
     snprintf(gpath, sizeof gpath, "%s/generation_config.json", m->dir);
-    if (access(gpath, R_OK) == 0) {
+    if (!gguf && access(gpath, R_OK) == 0) {
         if (em_generation_config_load(c, gpath, &m->gen) != EM_OK) goto fail;
     } else {
         m->gen = em_generation_config_from_model(&m->cfg);
     }
+    /* A GGUF file's weights are used as stored (quantized ones stay quantized, activations in
+     * f32) unless a dtype is asked for, which dequantizes everything at load. */
     if (o.dtype_set) m->dtype = o.dtype;
+    else if (gguf) m->dtype = EM_F32;
     else m->dtype = m->cfg.has_dtype && (m->cfg.dtype == EM_BF16 || m->cfg.dtype == EM_F32)
                         ? m->cfg.dtype : EM_F32;
     if (m->dtype != EM_F32 && m->dtype != EM_BF16 && m->dtype != EM_F16) {
@@ -300,21 +337,30 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         goto fail;
     }
     m->moe_impl = o.moe_impl;
-    st = em_safetensors_open(c, m->dir);
-    if (!st) goto fail;
     em_wload w;
     memset(&w, 0, sizeof w);
     w.c = c;
     w.m = m;
-    w.st = st;
-    if (!find_prefix(st, m->fam->causal, w.prefix, sizeof w.prefix)) {
-        em_ctx_fail(c, EM_ERR_NOT_FOUND, "model_load",
-                    "%s: no %s in the checkpoint (tried the prefixes model., "
-                    "model.language_model., language_model.model. and none)", m->dir,
-                    m->fam->causal ? "embed_tokens.weight" : "embeddings.word_embeddings.weight");
-        goto fail;
+    if (gguf) {
+        gs = em_gguf_src_open(c, m->dir, &m->cfg);
+        if (!gs) goto fail;
+        w.gs = gs;
+        w.keep_quant = !o.dtype_set;
+        snprintf(w.prefix, sizeof w.prefix, "model.");
+    } else {
+        st = em_safetensors_open(c, m->dir);
+        if (!st) goto fail;
+        w.st = st;
+        if (!find_prefix(st, m->fam->causal, w.prefix, sizeof w.prefix)) {
+            em_ctx_fail(c, EM_ERR_NOT_FOUND, "model_load",
+                        "%s: no %s in the checkpoint (tried the prefixes model., "
+                        "model.language_model., language_model.model. and none)", m->dir,
+                        m->fam->causal ? "embed_tokens.weight"
+                                       : "embeddings.word_embeddings.weight");
+            goto fail;
+        }
     }
-    w.total_bytes = checkpoint_bytes(st);
+    w.total_bytes = em_wl_bytes(&w, NULL);
     w.progress = o.progress && isatty(2);
     const char *zc = getenv("EMBER_ZERO_COPY_WEIGHTS");
     bool views = o.zero_copy || (zc && !strcmp(zc, "1"));
@@ -331,14 +377,17 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
         goto fail;
     }
-    if (em_model_place(c, m, &o, st, w.prefix) != EM_OK) goto fail;
+    if (em_model_place(c, m, &o, &w) != EM_OK) goto fail;
     if (m->fam->load(&w) != EM_OK || em_ctx_status(c)) goto fail;
+    if (gs && apply_rope_factors(c, m, gs) != EM_OK) goto fail;
     draw_progress(&w, true);
     em_safetensors_close(st);
+    em_gguf_src_close(gs);
     m->load_s = now_s() - t0;
     return m;
 fail:
-    if (st) em_safetensors_close(st);
+    em_safetensors_close(st);
+    em_gguf_src_close(gs);
     em_model_free(m);
     return NULL;
 }
@@ -380,6 +429,77 @@ void em_model_free(em_model *m) {
     free(m->map_text);
     em_model_config_free(&m->cfg);
     free(m);
+}
+
+/* Every weight the model holds, each once (a tied head is the embedding). */
+static int model_weights(const em_model *m, em_tensor **out, int cap) {
+    int n = 0;
+#define ADD(t)                                                                                     \
+    do {                                                                                           \
+        if ((t) && n < cap) out[n++] = (t);                                                        \
+    } while (0)
+    ADD(m->embed);
+    ADD(m->final_norm);
+    if (m->lm_head != m->embed) ADD(m->lm_head);
+    for (int64_t i = 0; m->layers && i < m->n_layers; i++) {
+        const em_dec_layer *l = &m->layers[i];
+        em_tensor *ts[] = {l->in_norm, l->post_attn_norm, l->pre_ffn_norm, l->post_ffn_norm,
+                           l->q, l->k, l->v, l->o, l->q_bias, l->k_bias, l->v_bias, l->o_bias,
+                           l->q_norm, l->k_norm, l->gate, l->up, l->down, l->router,
+                           l->experts.gate_up, l->experts.down, l->experts.per_expert_scale,
+                           l->pre_ffn_norm_2, l->post_ffn_norm_1, l->post_ffn_norm_2,
+                           l->router_scale, l->pl_gate, l->pl_proj, l->pl_norm, l->layer_scalar};
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) ADD(ts[k]);
+    }
+    ADD(m->embed_pl);
+    ADD(m->pl_model_proj);
+    ADD(m->pl_proj_norm);
+#undef ADD
+    return n;
+}
+
+static int weight_list(const em_model *m, em_tensor ***out) {
+    int cap = (int)(m->n_layers + 1) * 32 + 16;
+    *out = malloc((size_t)cap * sizeof **out);
+    return *out ? model_weights(m, *out, cap) : 0;
+}
+
+int64_t em_model_weight_bytes(const em_model *m, bool decode_step) {
+    if (!m) return 0;
+    em_tensor **ts;
+    int n = weight_list(m, &ts);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (!(decode_step && ts[i] == m->embed && m->lm_head != m->embed))
+            total += (int64_t)em_tensor_nbytes(ts[i]);
+    free(ts);
+    return total;
+}
+
+int em_model_weight_dtypes(const em_model *m, char *buf, size_t cap) {
+    if (!buf || !cap) return 0;
+    buf[0] = 0;
+    if (!m) return 0;
+    em_tensor **ts;
+    int n = weight_list(m, &ts);
+    int64_t by[EM_DTYPE_COUNT] = {0}, total = 0;
+    for (int i = 0; i < n; i++) {
+        by[em_tensor_dtype(ts[i])] += (int64_t)em_tensor_nbytes(ts[i]);
+        total += (int64_t)em_tensor_nbytes(ts[i]);
+    }
+    free(ts);
+    size_t u = 0;
+    for (int pass = 0; pass < EM_DTYPE_COUNT; pass++) { /* largest share first */
+        int best = -1;
+        for (int d = 0; d < EM_DTYPE_COUNT; d++)
+            if (by[d] > 0 && (best < 0 || by[d] > by[best])) best = d;
+        if (best < 0 || u >= cap) break;
+        int k = snprintf(buf + u, cap - u, "%s%s %.0f%%", u ? ", " : "",
+                         em_dtype_name((em_dtype)best), 100.0 * (double)by[best] / (double)total);
+        u = k > 0 ? u + (size_t)k : u;
+        by[best] = 0;
+    }
+    return (int)(u < cap ? u : cap - 1);
 }
 
 const em_model_config *em_model_get_config(const em_model *m) { return m ? &m->cfg : NULL; }

@@ -15,7 +15,7 @@ em_tensor *em_to_(EM_OP_ARGS, em_tensor *x, em_device *dev) {
     }
     if (x->dev == dev) return em_scope_add(c, em_tensor_retain(x));
     if (x->sym) {
-        em_trace_value_needed(c, x, "to");
+        em_sym_value_needed(c, x, "to");
         return NULL;
     }
     if (x->dev->be == dev->be && dev->be->copy) {

@@ -39,6 +39,19 @@ static em_tensor *make_lazy(em_ctx *c, const em_op_def *op, em_device *dev,
     return t;
 }
 
+/* The inputs that may be block-quantized (core.h: EM_Q8_0 ...): the weight of linear and of
+ * embedding, whose kernels read the blocks as they are, and cast's input (dequantization).
+ * Everything else — views included — would need kernels for every quantized layout, so it is
+ * refused at the call, naming the op and the way out. */
+static bool takes_quant(em_op_id id, int input) {
+    switch (id) {
+    case EM_OP_LINEAR: return input == 1;
+    case EM_OP_EMBEDDING: return input == 0;
+    case EM_OP_CAST: return input == 0;
+    default: return false;
+    }
+}
+
 int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in, int n_in,
                const em_attr *attrs, em_tensor **outs, int max_out) {
     if (!c || c->err.status) return -1;
@@ -64,9 +77,17 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
             }
             continue;
         }
-        if (in[i]->sym && !c->trace) {
+        if (in[i]->sym && !c->tracer) {
             em_op_fail(c, EM_ERR_INVALID_ARG,
                        "input %d is a traced value of a compiled function, used outside it", i);
+            return -1;
+        }
+        if (em_is_quant(in[i]->dtype) && !takes_quant(id, i)) {
+            em_op_fail(c, EM_ERR_DTYPE,
+                       "input %d is block-quantized (%s); only linear's and embedding's weights "
+                       "and cast's input may be: dequantize it first with em_cast (or load the "
+                       "model with dtype f32/bf16)",
+                       i, em_dtype_name(in[i]->dtype));
             return -1;
         }
         if (!dev) {
@@ -93,7 +114,7 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
     }
     /* compile mode: the call is recorded, not run (the rule above already checked it, so a
      * mistake is reported here, at the call, not when the program runs) */
-    if (c->trace) return em_trace_record(c, op, in, n_in, attrs, metas, n_out, outs);
+    if (c->tracer) return c->tracer->record(c, op, in, n_in, attrs, metas, n_out, outs);
 
     if (op->kind == EM_OPK_VIEW) {
         for (int i = 0; i < n_in; i++)
@@ -108,7 +129,8 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         return -1;
     }
 
-    if (c->mode == EM_EAGER_FUSED && op->kind == EM_OPK_EW && dev->be->eval_lazy) {
+    if (c->mode == EM_EAGER_FUSED && op->kind == EM_OPK_EW && dev->be->eval_lazy &&
+        !em_is_quant(in[0]->dtype)) { /* dequantization runs at once */
         em_tensor *t = make_lazy(c, op, dev, in, n_in, attrs, &metas[0]);
         if (t) {
             outs[0] = t;
@@ -137,6 +159,33 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         }
     }
     return n_out;
+}
+
+em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
+                        const em_attr *attrs, const em_meta *m, int n_out, em_tensor **out) {
+    em_tensor *x = in[0];
+    int64_t st[EM_MAX_OUTPUTS][EM_MAX_DIMS], off[EM_MAX_OUTPUTS];
+    bool copy;
+    em_status s = em_view_geometry(c, op, x, attrs, m, n_out, st, off, &copy);
+    if (s != EM_OK) return s;
+    if (copy) {
+        em_tensor *cp;
+        if (em_op_exec(c, c->cur.file, c->cur.line, EM_OP_CONTIGUOUS, &x, 1, NULL, &cp, 1) != 1)
+            return c->err.status;
+        em_tensor_set_contiguous_strides(cp); /* no-op: a fresh copy is contiguous */
+        em_view_strides(cp, m->ndim, m->shape, st[0]);
+        out[0] = em_tensor_view_of(cp, m->ndim, m->shape, st[0], cp->offset);
+        em_tensor_release(cp);
+        return out[0] ? EM_OK : em_op_fail(c, EM_ERR_OOM, "out of memory");
+    }
+    for (int o = 0; o < n_out; o++) {
+        out[o] = em_tensor_view_of(x, m[o].ndim, m[o].shape, st[o], off[o]);
+        if (!out[o]) {
+            for (int j = 0; j < o; j++) em_tensor_release(out[j]);
+            return em_op_fail(c, EM_ERR_OOM, "out of memory");
+        }
+    }
+    return EM_OK;
 }
 
 em_tensor *em_op_run(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in,

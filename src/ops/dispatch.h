@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "ops/op_table.h"
+#include "core/tensor_impl.h"
 
 /*
  * Runs an op like em_op_run but hands the outputs to the caller (not to a scope). Returns the
@@ -13,13 +13,18 @@
 int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *const *in, int n_in,
                const em_attr *attrs, em_tensor **outs, int max_out);
 
-/* The geometry of a VIEW op's outputs over x's memory (ops/views.c): strides and offset per
- * output. *copy: the op is a reshape the layout does not allow, which eager does as a
- * contiguous copy followed by a view of it (st/off then unset). Errors through em_op_fail. */
-em_status em_view_geometry(em_ctx *c, const em_op_def *op, const em_tensor *x,
-                           const em_attr *attrs, const em_meta *m, int n_out,
-                           int64_t (*st)[EM_MAX_DIMS], int64_t *off, bool *copy);
-/* Builds the outputs of a VIEW op (ops/views.c). Outputs are caller-owned. */
+/*
+ * The eager dispatcher: validates, infers, allocates, runs (or defers, in fused mode) and puts
+ * the outputs into the context's scope. Returns the first output (others in outs[1..]) or NULL.
+ * `outs` may be NULL for single-output ops; otherwise it must hold max_out entries.
+ * `n_out_actual` (may be NULL) receives the number of outputs.
+ */
+em_tensor *em_op_run(em_ctx *c, const char *file, int line, em_op_id op, em_tensor *const *in,
+                     int n_in, const em_attr *attrs, em_tensor **outs, int max_out,
+                     int *n_out_actual);
+
+/* Builds the outputs of a VIEW op over their input's storage (the geometry of core/views.c; a
+ * reshape the layout does not allow copies first). Outputs are caller-owned. */
 em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
                         const em_attr *attrs, const em_meta *metas, int n_out, em_tensor **outs);
 

@@ -9,7 +9,7 @@
 
 #include "core/file_read.h"
 #include "core/tensor_impl.h"
-#include "ops/op_table.h"
+#include "ops/dispatch.h"
 
 struct em_opcase_set {
     json_t *root;

@@ -18,24 +18,27 @@
 #include "cli.h"
 #include "ember/ember.h"
 
-/* Bytes one decode step must read: every weight but the embedding table (one row), only the
- * experts that were hit, and the KV cache up to `pos`. */
+/* Bytes one decode step must read: every weight as the model holds it (quantized ones at their
+ * quantized size) but the embedding table (one row), only the experts that were hit, and the
+ * KV cache up to `pos`. */
 static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, int64_t pos) {
     const em_model_config *cfg = em_model_get_config(m);
-    double es = em_model_dtype(m) == EM_F32 ? 4 : 2;
+    double es = em_model_dtype(m) == EM_F32 ? 4 : 2; /* activations, KV cache and experts */
     int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
-    double attn = (double)h * hd * (2.0 * cfg->num_attention_heads + 2.0 * cfg->num_key_value_heads);
-    double per_layer = attn + 2.0 * h + 2.0 * hd;
-    double total = per_layer * (double)L;
-    if (cfg->num_experts > 0) {
-        double expert = 3.0 * (double)cfg->moe_intermediate_size * h;
-        total += (double)experts_hit * expert + (double)L * cfg->num_experts * h; /* + routers */
-    } else {
-        total += 3.0 * (double)cfg->intermediate_size * h * (double)L;
+    double total = (double)em_model_weight_bytes(m, true);
+    if (cfg->num_experts > 0) { /* all experts are counted: keep the ones hit */
+        double expert = 3.0 * (double)cfg->moe_intermediate_size * h * es;
+        int64_t moe_layers = 0;
+        for (int64_t i = 0; i < L; i++) {
+            bool dense = false;
+            for (int k = 0; k < cfg->n_mlp_only_layers; k++) dense |= cfg->mlp_only_layers[k] == i;
+            int64_t step = cfg->decoder_sparse_step > 0 ? cfg->decoder_sparse_step : 1;
+            moe_layers += !dense && (i + 1) % step == 0;
+        }
+        total -= expert * (double)(moe_layers * cfg->num_experts - experts_hit);
     }
-    total += (double)cfg->vocab_size * h + h; /* lm_head (tied or not) and final norm */
     double kv = 2.0 * (double)L * cfg->num_key_value_heads * hd * (double)pos * (double)batch;
-    return (total + kv) * es;
+    return total + kv * es;
 }
 
 /* Multiply-adds per token of a decode step (weights touched once per token). */
@@ -170,7 +173,8 @@ static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n) {
 }
 
 static void usage(void) {
-    printf("usage: ember bench decode [--json] [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b|all]\n"
+    printf("usage: ember bench decode [--json]\n"
+           "                          [--model DIR_OR_GGUF | --preset qwen3-0.6b|qwen3-30b-a3b|all]\n"
            "                          [--layers N] [--steps N] [--skip-peers] [--cache-dir DIR]\n"
            "                          [--device DEV] [--compile] [--batches 1,16] [--dtype f32]\n\n"
            "Decode tokens/s at batch 1 and 16 and prefill tokens/s at 512 tokens, with the\n"
@@ -180,6 +184,10 @@ static void usage(void) {
            "qwen3-30b-a3b keeps 12 of its 48 layers so that it fits in 16 GiB.\n"
            "--compile adds, for every batch, the same decode through compile mode (one program\n"
            "per KV bucket of 128) next to eager, with the speedup and the programs compiled.\n"
+           "--model FILE.gguf: the file's weights as stored (quantized ones read by the\n"
+           "quantized kernels; --dtype dequantizes them), the bound counting their bytes, and\n"
+           "llama.cpp's llama-bench on the same file and thread count as the peer when it is\n"
+           "on PATH or in $EMBER_LLAMA_BENCH (prefill 512 and batch-1 decode).\n"
            "On a compile-only device (--device tpu-aot:v6e:2x4) nothing runs: the compiled step\n"
            "of each batch is compiled for the TPU and projected from XLA's cost analysis (flops,\n"
            "bytes accessed, their roofline at the chip's figures, peak memory against its HBM),\n"
@@ -314,7 +322,13 @@ int bench_decode(int argc, char **argv) {
                L.bf16_gflops, threads);
     for (int k = 0; k < n_models; k++) {
         bench_peer torch = {0};
-        if (peers) {
+        size_t dl = strlen(dirs[k]);
+        bool gguf = dl > 5 && !strcmp(dirs[k] + dl - 5, ".gguf");
+        const char *peer_name = gguf ? "llama.cpp" : "torch";
+        if (peers && gguf) { /* the peer of a GGUF file is llama.cpp on the same file */
+            bench_llamacpp_run(dirs[k], threads, (int)steps, &torch);
+            if (!torch.available && !json) printf("peer llama.cpp: unavailable (%s)\n", torch.why);
+        } else if (peers) {
             char task[2400];
             snprintf(task, sizeof task,
                      "{\"model\": \"%s\", \"threads\": %d, \"batches\": [1, 16], \"prompt\": 16, "
@@ -338,11 +352,15 @@ int bench_decode(int argc, char **argv) {
             return 1;
         }
         const em_model_config *cfg = em_model_get_config(m);
+        char wd[160], peer_col[32];
+        em_model_weight_dtypes(m, wd, sizeof wd);
+        snprintf(peer_col, sizeof peer_col, "%s tok/s", peer_name);
         if (!json)
-            printf("\n%s (%s, %lld layers, %s, random weights)\n%-10s %10s %12s %10s %8s %12s %8s\n",
+            printf("\n%s (%s, %lld layers, activations %s, weights %s%s)\n"
+                   "%-10s %10s %12s %10s %8s %15s %8s\n",
                    dirs[k], cfg->model_type, (long long)cfg->num_hidden_layers,
-                   em_dtype_name(em_model_dtype(m)), "run", "ms/step", "tokens/s", "bound ms",
-                   "of bnd", "torch tok/s", "speedup");
+                   em_dtype_name(em_model_dtype(m)), wd, gguf ? "" : ", random",
+                   "run", "ms/step", "tokens/s", "bound ms", "of bnd", peer_col, "speedup");
         /* prefill of 512 tokens, first and twice: the untimed pass brings every weight (all
          * experts) into memory, so that no timed run pays the first touch of the mapped
          * checkpoint */
@@ -413,20 +431,22 @@ int bench_decode(int argc, char **argv) {
                     printf("\"eager_ms\": %.4f, \"speedup_over_eager\": %.4f, \"compiles\": %lld, "
                            "\"compile_ms\": %.1f, ", eager.step_ms, r.speedup,
                            (long long)r.compiles, r.compile_ms);
-                if (pms > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.4f}\n", pms);
+                if (pms > 0)
+                    printf("\"peer\": \"%s\", \"peer_ms\": %.4f}\n",
+                           gguf ? "llama.cpp" : "transformers", pms);
                 else printf("\"peer\": null, \"peer_ms\": null}\n");
             } else {
                 char peer_s[24], ratio_s[16];
                 bench_cell(peer_s, sizeof peer_s, "%.2f", ptps);
                 bench_cell(ratio_s, sizeof ratio_s, "%.2fx", ptps > 0 ? tps / ptps : -1);
                 if (cmode)
-                    printf("compiled%-3lld %9.2f %12.2f %10.2f %7.0f%% %12s %8s  (%.2fx eager, "
+                    printf("compiled%-3lld %9.2f %12.2f %10.2f %7.0f%% %15s %8s  (%.2fx eager, "
                            "median of interleaved steps; %lld decode compiles, %.0f ms "
                            "compiling)\n",
                            (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms,
                            peer_s, ratio_s, r.speedup, (long long)r.compiles, r.compile_ms);
                 else
-                    printf("decode b%-3lld %10.2f %12.2f %10.2f %7.0f%% %12s %8s\n",
+                    printf("decode b%-3lld %10.2f %12.2f %10.2f %7.0f%% %15s %8s\n",
                            (long long)r.batch, r.step_ms, tps, bound, 100 * bound / r.step_ms,
                            peer_s, ratio_s);
             }
@@ -436,13 +456,15 @@ int bench_decode(int argc, char **argv) {
         if (json) {
             printf("{\"bench\": \"prefill\", \"model\": \"%s\", \"tokens\": 512, \"ms\": %.3f, "
                    "\"tokens_per_s\": %.2f, ", cfg->model_type, p.prefill_ms, 512e3 / p.prefill_ms);
-            if (pp > 0) printf("\"peer\": \"transformers\", \"peer_ms\": %.3f}\n", pp);
+            if (pp > 0)
+                printf("\"peer\": \"%s\", \"peer_ms\": %.3f}\n",
+                       gguf ? "llama.cpp" : "transformers", pp);
             else printf("\"peer\": null, \"peer_ms\": null}\n");
         } else {
             char peer_s[24], ratio_s[16];
             bench_cell(peer_s, sizeof peer_s, "%.1f", pp > 0 ? 512e3 / pp : -1);
             bench_cell(ratio_s, sizeof ratio_s, "%.2fx", pp > 0 ? pp / p.prefill_ms : -1);
-            printf("prefill512 %10.1f %12.1f %10s %8s %12s %8s\n", p.prefill_ms,
+            printf("prefill512 %10.1f %12.1f %10s %8s %15s %8s\n", p.prefill_ms,
                    512e3 / p.prefill_ms, "-", "-", peer_s, ratio_s);
         }
         em_ctx_clear_error(c);

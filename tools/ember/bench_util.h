@@ -22,6 +22,9 @@ typedef struct bench_peer {
 /* Runs tools/ember/peers/<script> with $EMBER_PYTHON (default python3), feeding tasks_json on
  * stdin. Never fails hard: an absent interpreter or library gives available = false. */
 void bench_peer_run(const char *script, const char *tasks_json, bench_peer *out);
+/* llama.cpp's llama-bench ($EMBER_LLAMA_BENCH, or on PATH) on a GGUF file with `threads`
+ * threads: "prefill" (512 tokens) and "decode_1" (ms per generated token) (bench_llamacpp.c). */
+void bench_llamacpp_run(const char *gguf, int threads, int n_gen, bench_peer *out);
 /* ms of a named task, or -1. */
 double bench_peer_ms(const bench_peer *p, const char *name);
 

@@ -14,14 +14,17 @@
 
 static void gen_usage(void) {
     printf(
-        "usage: ember generate --model ID_OR_DIR [--device DEV | --device-map MAP] [--dtype bf16]\n"
+        "usage: ember generate --model ID_OR_DIR_OR_GGUF [--device DEV | --device-map MAP]\n"
+        "                      [--dtype f32|bf16]\n"
         "                      (--prompt TEXT | --chat TEXT | --ids 1,2,3) [--max-new-tokens N]\n"
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
         "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
         "                      [--compile [--bucket N]]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
-        "the Hub cache when missing unless HF_HUB_OFFLINE=1) and continues the prompt.\n"
+        "the Hub cache when missing unless HF_HUB_OFFLINE=1) or a GGUF file, and continues the\n"
+        "prompt. A GGUF file's quantized weights are used as stored (quantized kernels, f32\n"
+        "activations); --dtype f32|bf16 dequantizes them at load (as on PJRT devices).\n"
         "  --prompt TEXT      plain text, tokenized with the model's tokenizer\n"
         "  --chat TEXT        a user message rendered with the model's chat template\n"
         "  --ids 1,2,3        token ids\n"
@@ -90,10 +93,10 @@ static int64_t *parse_ids(const char *s, int64_t *n) {
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *chat = NULL, *ids_s = NULL, *batch_file = NULL;
     em_model_options mo = em_model_default_options();
-    bool greedy = false, print_ids = false, show_map = false, have[8] = {false}, compile = false;
+    bool print_ids = false, show_map = false, compile = false;
+    cli_sampling samp = {0};
     long long bucket = 0;
-    double temperature = 1, top_p = 1, min_p = 0, rep = 1;
-    long long top_k = 0, max_new = 128, seed = 0;
+    long long max_new = 128;
     const char *stops[16];
     int n_stops = 0;
     for (int i = 1; i < argc; i++) {
@@ -103,6 +106,7 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage();
             return 0;
+        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--prompt")) prompt = argv[i];
         else if (ARG("--chat")) chat = argv[i];
@@ -117,12 +121,6 @@ int cmd_generate(int argc, char **argv) {
             }
             mo.dtype_set = true;
         } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
-        else if (ARG("--temperature")) temperature = atof(argv[i]), have[0] = true;
-        else if (ARG("--top-k")) top_k = atoll(argv[i]), have[1] = true;
-        else if (ARG("--top-p")) top_p = atof(argv[i]), have[2] = true;
-        else if (ARG("--min-p")) min_p = atof(argv[i]), have[3] = true;
-        else if (ARG("--seed")) seed = atoll(argv[i]), have[4] = true;
-        else if (ARG("--repetition-penalty")) rep = atof(argv[i]), have[5] = true;
         else if (ARG("--stop")) {
             if (n_stops < 16) stops[n_stops++] = argv[i];
         } else if (ARG("--moe-impl")) {
@@ -133,7 +131,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (ARG("--bucket")) {
             bucket = atoll(argv[i]);
         } else if (!strcmp(a, "--compile")) compile = true;
-        else if (!strcmp(a, "--greedy")) greedy = true;
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--show-device-map")) show_map = true;
         else {
@@ -154,8 +151,14 @@ int cmd_generate(int argc, char **argv) {
     int64_t *prompts[64] = {NULL};
     int64_t lens[64] = {0};
     if (!m) goto fail;
-    fprintf(stderr, "loaded %s (%s, %s) in %.2f s\n", em_model_get_config(m)->model_type,
-            em_model_dir(m), em_dtype_name(em_model_dtype(m)), em_model_load_seconds(m));
+    char wd[160];
+    em_model_weight_dtypes(m, wd, sizeof wd);
+    fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
+            em_model_get_config(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
+            em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
+    if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q"))
+        fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
+                mo.dtype_set ? "--dtype was given" : "quantized weights run on the CPU only");
     if (show_map) {
         char map[16384];
         em_model_device_map(m, map, sizeof map);
@@ -208,16 +211,9 @@ int cmd_generate(int argc, char **argv) {
     free(file_text);
     em_generate_params p = em_generate_default_params(m);
     p.max_new_tokens = max_new;
-    if (greedy) p.do_sample = false;
-    if (have[0] || have[1] || have[2] || have[3]) p.do_sample = !greedy;
-    if (have[0]) p.temperature = temperature;
-    if (have[1]) p.top_k = top_k;
-    if (have[2]) p.top_p = top_p;
-    if (have[3]) p.min_p = min_p;
-    if (have[4]) p.seed = (uint64_t)seed;
+    cli_sampling_apply(&samp, &p);
     p.compile = compile;
     p.compile_bucket = bucket;
-    if (have[5]) p.repetition_penalty = rep;
     p.stop_strings = stops;
     p.n_stop_strings = tok ? n_stops : 0;
     stream_state ss = {!print_ids && batch == 1 && tok};

@@ -6,7 +6,9 @@
 #include "ember/ember.h"
 
 static const em_cli_cmd commands[] = {
-    {"generate", "generate text with a Hugging Face model (Hub id or folder)", cmd_generate},
+    {"generate", "generate text with a model (Hub id, folder or GGUF file)", cmd_generate},
+    {"chat", "a conversation with a model through its chat template (streams, /reset)",
+     cmd_chat},
     {"embed", "sentence embeddings and semantic search (all-MiniLM-L6-v2, BERT encoders)",
      cmd_embed},
     {"make-checkpoint", "write a checkpoint with random weights (demos, benchmarks)",

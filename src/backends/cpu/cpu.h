@@ -8,6 +8,9 @@
 #include "core/tensor_impl.h"
 #include "core/threadpool.h"
 
+/* The CPU backend's entry in core's backend registry (src/backends/registry.c registers it). */
+extern const em_backend_reg em_cpu_backend_reg;
+
 /* ---- CPU features (detected once) ---- */
 typedef struct em_cpu_features {
     bool avx2, fma, f16c;
@@ -85,12 +88,28 @@ void em_cpu_register_nn(em_kernel_fn *k);
 void em_cpu_register_index(em_kernel_fn *k);
 void em_cpu_register_conv(em_kernel_fn *k);
 void em_cpu_register_moe(em_kernel_fn *k);
+/* quantized weights (quant_ops.c): wraps linear, embedding and cast, so it registers last */
+void em_cpu_register_quant(em_kernel_fn *k);
 
-/* Linears computed together (compile mode's CPU plan, linalg.c): whether a LINEAR call can join
- * a group (no bias, a dot-engine product), and a group of up to 8 of them in one parallel pass
- * (same dtype; each output written exactly as linear_kernel writes it). */
-bool em_cpu_linear_groupable(const em_kernel_args *ka);
-em_status em_cpu_linear_group(const em_kernel_args *const *ka, int n);
+/*
+ * Calls of one op that read the same input and can run as one parallel pass (compile mode's
+ * plan groups them): `joins` says whether a call can be part of a group, `run` runs a group of
+ * up to EM_CPU_GROUP_MAX joining calls with one output dtype, each output written exactly as
+ * the op's kernel writes it. Registered per op by the kernel families, like the kernels.
+ */
+#define EM_CPU_GROUP_MAX 8
+typedef struct em_cpu_group_fns {
+    bool (*joins)(const em_kernel_args *a);
+    em_status (*run)(const em_kernel_args *const *a, int n);
+} em_cpu_group_fns;
+/* The op's group functions, NULL when its calls do not group. */
+const em_cpu_group_fns *em_cpu_group_get(em_op_id op);
+void em_cpu_register_linalg_groups(em_cpu_group_fns *g);
+
+/* Compile mode (plan.c): the backend table's program entries (em_backend.program_build). */
+void *em_cpu_program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info);
+em_status em_cpu_program_run(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out);
+void em_cpu_program_free(void *prog);
 
 /* Fused-mode evaluation of a lazy tensor (ew_engine.c). */
 em_status em_cpu_eval_lazy(em_ctx *c, em_tensor *t);

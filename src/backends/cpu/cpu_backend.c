@@ -85,7 +85,12 @@ static em_backend cpu_backend = {
     .sync = NULL,
     .query = cpu_query,
     .eval_lazy = em_cpu_eval_lazy,
+    .program_build = em_cpu_program_build,
+    .program_run = em_cpu_program_run,
+    .program_free = em_cpu_program_free,
 };
+
+static em_cpu_group_fns cpu_groups[EM_OP_COUNT];
 
 static em_device cpu_device;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
@@ -99,6 +104,8 @@ static void cpu_init(void) {
     em_cpu_register_index(cpu_backend.kernels);
     em_cpu_register_conv(cpu_backend.kernels);
     em_cpu_register_moe(cpu_backend.kernels);
+    em_cpu_register_linalg_groups(cpu_groups);
+    em_cpu_register_quant(cpu_backend.kernels);
     cpu_device.be = &cpu_backend;
     snprintf(cpu_device.name, sizeof cpu_device.name, "cpu");
     cpu_device.index = 0;
@@ -113,6 +120,29 @@ em_device *em_device_cpu(void) {
     pthread_once(&cpu_once, cpu_init);
     return &cpu_device;
 }
+
+const em_cpu_group_fns *em_cpu_group_get(em_op_id op) {
+    pthread_once(&cpu_once, cpu_init);
+    return (unsigned)op < EM_OP_COUNT && cpu_groups[op].run ? &cpu_groups[op] : NULL;
+}
+
+/* "cpu" and "cpu:0" name the one CPU device. */
+static em_device *cpu_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
+    (void)c;
+    (void)tried;
+    (void)tried_n;
+    return !strcmp(name, "cpu") || !strcmp(name, "cpu:0") ? em_device_cpu() : NULL;
+}
+
+static const char *const cpu_prefixes[] = {"cpu", NULL};
+
+const em_backend_reg em_cpu_backend_reg = {
+    .struct_size = sizeof(em_backend_reg),
+    .name = "cpu",
+    .prefixes = cpu_prefixes,
+    .open = cpu_open,
+    .host_device = em_device_cpu,
+};
 
 /* ---- helpers shared by CPU kernels ---- */
 

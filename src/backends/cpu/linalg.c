@@ -151,8 +151,11 @@ static em_status linear_kernel(const em_kernel_args *ka) {
     return run(ka, &g, ka->n_in > 2 ? ka->in[2] : NULL);
 }
 
-bool em_cpu_linear_groupable(const em_kernel_args *ka) {
-    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0)
+/* A LINEAR call joins a group when it has no bias and its product runs on the dot engine
+ * (quantized weights have their own kernels, quant_ops.c). */
+static bool linear_joins(const em_kernel_args *ka) {
+    if (ka->op->id != EM_OP_LINEAR || (ka->n_in > 2 && ka->in[2]) || ka->out[0]->numel == 0 ||
+        em_is_quant(ka->in[1]->dtype))
         return false;
     em_gemm_args g;
     linear_args(ka, &g);
@@ -160,7 +163,9 @@ bool em_cpu_linear_groupable(const em_kernel_args *ka) {
     return em_gemm_group_fits(&g);
 }
 
-em_status em_cpu_linear_group(const em_kernel_args *const *ka, int n) {
+_Static_assert(EM_CPU_GROUP_MAX <= EM_GEMM_GROUP_MAX, "a plan's group fits the dot engine's");
+
+static em_status linear_group(const em_kernel_args *const *ka, int n) {
     em_gemm_args g[EM_GEMM_GROUP_MAX];
     const em_gemm_args *gp[EM_GEMM_GROUP_MAX];
     if (n > EM_GEMM_GROUP_MAX) return EM_ERR_INVALID_ARG;
@@ -176,4 +181,8 @@ em_status em_cpu_linear_group(const em_kernel_args *const *ka, int n) {
 void em_cpu_register_linalg(em_kernel_fn *k) {
     k[EM_OP_MATMUL] = matmul_kernel;
     k[EM_OP_LINEAR] = linear_kernel;
+}
+
+void em_cpu_register_linalg_groups(em_cpu_group_fns *g) {
+    g[EM_OP_LINEAR] = (em_cpu_group_fns){.joins = linear_joins, .run = linear_group};
 }

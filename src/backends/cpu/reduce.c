@@ -12,7 +12,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/reduce_funcs.h"
-#include "ops/rules.h"
+#include "core/rules.h"
 
 EM_CPU_ISA_TABLE(em_red_isa, em_red_isa_get, [EM_ISA_GENERIC] = em_red_fill_generic,
                  [EM_ISA_AVX2] = EM_ISA_X86(em_red_fill_avx2),

@@ -214,10 +214,8 @@ static em_status read_bytes(em_ctx *c, em_storage *s, size_t off, void *dst, siz
     return st;
 }
 
-/* Runs the contiguous op on the device (views: slices, transposes, broadcasts are materialised
- * there, so only the tensor's own elements cross to the host). */
-em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t);
-
+/* Views are made contiguous on the device (pj_make_contiguous: slices, transposes, broadcasts
+ * are materialised there), so only the tensor's own elements cross to the host. */
 static bool plain(const em_tensor *t) {
     const pj_buf *pb = t->storage->data;
     if (!pb->buf || !em_is_contiguous(t) || t->offset != 0 || pb->dtype != t->dtype) return false;

@@ -1,5 +1,5 @@
 /*
- * Compile mode on PJRT devices: one StableHLO module for a whole traced graph (compile/graph.h).
+ * Compile mode on PJRT devices: one StableHLO module for a whole traced graph (core/graph.h).
  *
  * @main takes the graph inputs (their logical shapes; a non-contiguous input is made contiguous
  * before the call) and then one parameter per distinct captured storage (weights, KV caches):
@@ -11,11 +11,12 @@
  * output of a node) whose current value changes as the program writes into it. Every graph
  * value is a slot plus a view geometry (shape, strides, offset, in elements of the slot's
  * buffer), so view ops (reshape, permute, slice, ...) only compute a new geometry, exactly as
- * the eager dispatcher does (ops/views.c), and a value is read (pj_view_value: a slice,
+ * the eager dispatcher does (core/views.c), and a value is read (pj_view_value: a slice,
  * reshape, transpose, broadcast or gather of the slot's current value) when a node uses it.
- * A write replaces the slot's current value (pj_assign_value: a dynamic_update_slice or a
- * scatter), so every view of that buffer read afterwards sees it and reads made before do not.
- * Every other op is emitted by its eager emitter (pj_emitter) on the values read.
+ * A write (an op with an `update` hook: assign, index_copy) replaces the slot's current value
+ * (pj_write_view: a dynamic_update_slice or a scatter), so every view of that buffer read
+ * afterwards sees it and reads made before do not. Every other op is emitted by its eager
+ * emitter (pj_op_get) on the values read.
  *
  * What differs from eager: index values are not checked on the host (out-of-range gathers
  * clamp and scatters drop, as XLA defines), and ragged_dot uses a lowering that needs no host
@@ -27,9 +28,6 @@
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
-#include "compile/lower.h"
-#include "ops/dispatch.h"
-#include "ops/rules.h"
 
 enum { GL_INPUT, GL_CAPTURED, GL_NODE };
 
@@ -124,16 +122,16 @@ static void shadow_tensor(const gl *L, const gl_val *v, em_tensor *t) {
  * - A one-row dot becomes a loop fusion (it takes in the bf16->f32 convert of the weight) into
  *   which the compiler then keeps fusing whatever computes the row (norm, residual adds, even
  *   the embedding gather), recomputing the row for every output element: 0.22x eager on a
- *   2-layer Qwen3-0.6B step.
+ *   2-layer Qwen3-0.6B step (linear's program emitter, stablehlo_linalg.c, handles it).
  * - A cheap value with several users is recomputed inside each of them, so the residual stream
  *   of layer L is re-added from all earlier layers' outputs in every later layer (quadratic in
  *   the layers; 0.81x eager at batch 16, 28 layers).
  * Its fusion pass never pulls a reduce_window into a loop, so such values go through an
  * identity reduce_window (zeros interleaved by a pad, windows of two: x + 0) that it cannot see
  * through, which makes it compute them once. */
-static bool xla_cpu(const pj_emit *e) { return !strcmp(e->pl->platform, "cpu"); }
+bool pj_xla_cpu(const pj_plugin *pl) { return !strcmp(pl->platform, "cpu"); }
 
-static sh_val materialize(sh_b *b, sh_val x) {
+sh_val pj_materialize(sh_b *b, sh_val x) {
     int64_t n = 1, lo = 0, hi = 1, interior = 1, win = 2, stride = 2;
     for (int i = 0; i < x.t.nd; i++) n *= x.t.d[i];
     if (n == 0) return x;
@@ -141,25 +139,6 @@ static sh_val materialize(sh_b *b, sh_val x) {
     sh_val zero = sh_const(b, sh_scalar_ty(x.t.e), 0);
     sh_val flat = sh_pad(b, sh_reshape(b, x, 1, &n), zero, &lo, &hi, &interior);
     return sh_reshape(b, sh_reduce_window(b, flat, zero, &win, &stride, "add"), t.nd, t.d);
-}
-
-/* The one-row linear for XLA's CPU plugin: the rank-1 dot whose fused convert-and-dot reads the
- * weight once (as the op-by-op linear does), its row materialized. Measured on the 28-layer
- * bf16 step, batch 1: 1.66x eager (0.96x with rows padded to two, which made Eigen repack the
- * weight every call). The caller reshapes the [N] result. */
-static bool row_linear(const pj_emit *e, em_op_id op) {
-    if (op != EM_OP_LINEAR || !xla_cpu(e) || (e->n_in > 2 && e->present[2])) return false;
-    const sh_val *x = &e->in[0];
-    int64_t rows = 1;
-    for (int i = 0; i < x->t.nd - 1; i++) rows *= x->t.d[i];
-    return x->t.nd >= 1 && rows == 1;
-}
-
-static sh_val emit_row_linear(sh_b *b, sh_val x, sh_val w) {
-    int64_t k = x.t.d[x.t.nd - 1];
-    x = materialize(b, sh_reshape(b, x, 1, &k));
-    int lc = 0, rc = 1;
-    return sh_dot(b, x, w, NULL, NULL, 0, &lc, &rc, 1, x.t.e == SH_F64 ? SH_F64 : SH_F32);
 }
 
 static bool is_float(sh_elem e) { return e == SH_F32 || e == SH_BF16 || e == SH_F16 || e == SH_F64; }
@@ -222,7 +201,7 @@ static em_status node_fail(gl *L, em_status s, const char *msg) {
     return em_fail_at(L->c, s, em_op_get(n->op)->name, n->file, n->line, "%s", msg);
 }
 
-/* View ops: new geometry over the input's slot, computed by ops/views.c as eager does. */
+/* View ops: new geometry over the input's slot, computed by core/views.c as eager does. */
 static em_status lower_view(gl *L, const em_gnode *n) {
     const em_graph *g = L->g;
     const gl_val *x = &L->v[n->in[0]];
@@ -259,13 +238,15 @@ static em_status lower_view(gl *L, const em_gnode *n) {
     return EM_OK;
 }
 
-/* ASSIGN / INDEX_COPY: the destination's slot gets a new current value. */
-static void write_into(gl *L, int dst_id, sh_val src, em_dtype src_dt) {
+/* In-place ops: the destination's slot gets a new current value (the update of e). */
+static void write_into(gl *L, int dst_id, const pj_op *po, pj_emit *e) {
     const gl_val *d = &L->v[dst_id];
     gl_slot *s = &L->slots[d->slot];
+    sh_val cur = {.id = -1};
+    if (po->update_reads_dst) cur = read_val(L, dst_id);
     em_tensor t;
     shadow_tensor(L, d, &t);
-    s->cur = pj_assign_value(&L->b, s->cur, &t, src, src_dt);
+    s->cur = pj_write_view(&L->b, s->cur, &t, po->update(e, cur));
     s->version++;
     s->written = true;
 }
@@ -274,24 +255,11 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     const em_graph *g = L->g;
     const em_op_def *op = em_op_get(n->op);
     if (op->kind == EM_OPK_VIEW) return lower_view(L, n);
-    if (n->op == EM_OP_ASSIGN) {
-        sh_val src = read_val(L, n->in[1]);
-        write_into(L, n->in[0], src, L->v[n->in[1]].dtype);
-        return EM_OK;
-    }
-    if (n->op == EM_OP_INDEX_COPY) {
-        const gl_val *d = &L->v[n->in[0]];
-        int64_t a = n->attrs[0].i;
-        int nd = d->ndim, dim = (int)(a < 0 ? a + (nd ? nd : 1) : a);
-        sh_val cur = read_val(L, n->in[0]);
-        sh_val upd = pj_emit_index_copy(&L->b, cur, read_val(L, n->in[1]), read_val(L, n->in[2]),
-                                        nd ? dim : 0);
-        write_into(L, n->in[0], upd, d->dtype);
-        return EM_OK;
-    }
-    pj_emit_fn fn = pj_emitter(n->op);
-    if (!fn) return node_fail(L, EM_ERR_UNSUPPORTED,
-                                "no StableHLO lowering for this op (compile mode, PJRT)");
+    const pj_op *po = pj_op_get(n->op);
+    pj_emit_fn fn = po->emit_program ? po->emit_program : po->emit;
+    if (!fn && !po->update)
+        return node_fail(L, EM_ERR_UNSUPPORTED,
+                         "no StableHLO lowering for this op (compile mode, PJRT)");
     pj_emit e;
     memset(&e, 0, sizeof e);
     e.b = &L->b;
@@ -309,7 +277,7 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         tin[i] = &meta[i];
         e.present[i] = true;
         e.in_dt[i] = L->v[n->in[i]].dtype;
-        e.in[i] = read_val(L, n->in[i]);
+        if (!(po->update && i == 0)) e.in[i] = read_val(L, n->in[i]);
     }
     e.tin = tin;
     for (int o = 0; o < n->n_out; o++) {
@@ -319,9 +287,11 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         memcpy(e.out_meta[o].shape, gv->shape, (size_t)gv->ndim * sizeof *gv->shape);
     }
     if (!sh_ok(&L->b)) return EM_OK; /* reported by the caller */
-    em_status s = EM_OK;
-    if (row_linear(&e, n->op)) e.out[0] = emit_row_linear(&L->b, e.in[0], e.in[1]);
-    else s = fn(&e);
+    if (po->update) {
+        write_into(L, n->in[0], po, &e);
+        return EM_OK;
+    }
+    em_status s = fn(&e);
     if (s) {
         char why[320];
         snprintf(why, sizeof why, "StableHLO emitter: %s",
@@ -331,9 +301,9 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     for (int o = 0; o < n->n_out; o++) {
         define_dense(L, n->out0 + o, e.out[o]);
         gl_slot *sl = &L->slots[L->v[n->out0 + o].slot];
-        if (xla_cpu(&e) && g->vals[n->out0 + o].n_uses > 1 && sl->cur.id >= 0 &&
+        if (pj_xla_cpu(e.pl) && g->vals[n->out0 + o].n_uses > 1 && sl->cur.id >= 0 &&
             is_float(sl->cur.t.e))
-            sl->cur = materialize(&L->b, sl->cur);
+            sl->cur = pj_materialize(&L->b, sl->cur);
     }
     return EM_OK;
 }
@@ -828,14 +798,9 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         pj_storage_set(nv->storage, outs[r], m->dtype, m->ndim, m->shape);
         outs[r] = NULL;
         em_tensor *ab[2] = {in[i], nv};
-        em_call_info saved = c->cur;
-        int n = em_op_exec(c, __FILE__, __LINE__, EM_OP_ASSIGN, ab, 2, NULL, NULL, 0);
-        c->cur = saved;
+        s = pj_run(c, EM_OP_ASSIGN, ab, 2, NULL, 0);
         em_tensor_release(nv);
-        if (n < 0) {
-            s = c->err.status ? c->err.status : EM_ERR_INTERNAL;
-            goto done;
-        }
+        if (s) goto done;
     }
 done:
     if (outs)
@@ -852,4 +817,23 @@ done:
     free(args);
     free(outs);
     return s;
+}
+
+/* ---- the backend table's entries ---- */
+
+static void *program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info) {
+    snprintf(info->kind, sizeof info->kind, "pjrt");
+    return em_pjrt_graph_compile(c, g, dev);
+}
+
+static em_status program_run(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out) {
+    return em_pjrt_program_run(c, prog, in, out);
+}
+
+static void program_free(void *prog) { em_pjrt_program_free(prog); }
+
+void pj_backend_programs(em_backend *be) {
+    be->program_build = program_build;
+    be->program_run = program_run;
+    be->program_free = program_free;
 }

@@ -21,6 +21,7 @@
 
 #include "backends/pjrt/pjrt_api.h"
 #include "backends/pjrt/shlo.h"
+#include "core/graph.h"
 #include "core/tensor_impl.h"
 #include "ember/pjrt.h"
 
@@ -104,8 +105,10 @@ em_status pj_plugin_load(em_ctx *c, pj_plugin *pl);
  * path; `tried` collects the places looked at. NULL with an error in c when none is found. */
 pj_plugin *pj_plugin_get(em_ctx *c, const char *name, const char *path, char *tried,
                          size_t tried_n);
-/* The device name hook (core/device.c). */
-em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n);
+/* The PJRT backend's entry in core's backend registry: the device-name prefixes of the plugins
+ * it finds by itself, and the function that opens their devices (src/backends/registry.c
+ * registers it). */
+extern const em_backend_reg em_pjrt_backend_reg;
 /* Creates the plugin's client with options and registers its devices (client.c). */
 em_status pj_client_create(em_ctx *c, pj_plugin *pl, const em_pjrt_option *opts, int n_opts);
 /* Fills the backend table of a plugin (pjrt_backend.c). */
@@ -230,21 +233,62 @@ typedef struct pj_emit {
     int64_t variant[2]; /* what the extra inputs' shapes depend on (part of the cache key) */
 } pj_emit;
 
-/* ragged_dot's grouping plan, made on the host from the (checked) group sizes: the non-empty
- * groups, padded to a power of two, and for each of their slots the lhs row it takes (or M).
- * NULL plan arrays when the lowering needs none (native, or forced dense/gather). */
-typedef struct pj_ragged_plan {
-    int64_t hb, cb; /* groups used (padded), rows per group (padded) */
-    int32_t *experts; /* [hb] */
-    int32_t *rows;    /* [hb * cb], M for an empty slot */
-} pj_ragged_plan;
-bool pj_ragged_wants_plan(const pj_plugin *pl);
-em_status pj_ragged_plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m,
-                              pj_ragged_plan *p);
-
 typedef em_status (*pj_emit_fn)(pj_emit *e);
-/* The emitter of an op id, NULL when the op has none. */
+
+/* Extra inputs a call's program takes after the op's own, made on the host before it runs
+ * (ragged_dot's grouping plan): i32 vectors on the device, and what their shapes depend on. */
+typedef struct pj_extra {
+    int n;
+    em_tensor *t[4];
+    int64_t variant[2]; /* part of the executable's key */
+} pj_extra;
+/* Uploads n values as the next extra input (an i32 vector on d). */
+em_status pj_extra_add(em_ctx *c, em_device *d, pj_extra *x, const int32_t *v, int64_t n);
+void pj_extra_free(pj_extra *x);
+
+/* Index values the host checks before an op's program runs, as the CPU backend checks them:
+ * input `input` must hold values in [lo, size). The error reads "<noun> <v> at position <p><of>
+ * is out of range for <range>". */
+typedef struct pj_index_rule {
+    int input;
+    int64_t lo, size;
+    const char *noun, *of;
+    char range[96];
+} pj_index_rule;
+/* Fills *r, the range text formatted by fmt; returns true (for the hooks' tail calls). */
+bool pj_index_rule_set(pj_index_rule *r, int input, int64_t lo, int64_t size, const char *noun,
+                       const char *of, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+/*
+ * What the PJRT backend knows about one op: its emitter, and the hooks of the ops that need
+ * more than one. The families fill the table (pj_register_*); the eager kernel
+ * (pjrt_backend.c) and the whole-graph lowering (graph_lower.c) read it.
+ */
+typedef struct pj_op {
+    pj_emit_fn emit; /* the op's StableHLO over its inputs' logical values; NULL: unsupported
+                        unless `update` is set */
+    /* In-place ops (assign, index_copy) write into their first input's storage: `update` returns
+     * the destination view's new value (of its dtype and shape; e->tin[0] is the destination)
+     * from the other inputs and, when update_reads_dst, from its current value `dst`. The
+     * kernel or the lowering writes it back into the storage (pj_write_view). */
+    sh_val (*update)(pj_emit *e, sh_val dst);
+    bool update_reads_dst;
+    /* Index values to check on the host (fills *r; false: nothing to check for this call). */
+    bool (*indices)(const em_kernel_args *a, pj_index_rule *r);
+    /* Host work before the program runs: may check inputs' values and add extra inputs. */
+    em_status (*prepare)(em_ctx *c, const em_kernel_args *a, em_device *d, pj_extra *x);
+    /* Whole-graph programs only (optional): the emitter used there instead of `emit`, for forms
+     * that pay off once the compiler sees the whole program. */
+    pj_emit_fn emit_program;
+} pj_op;
+/* The op's entry (never NULL; every field NULL for an op the backend does not run). */
+const pj_op *pj_op_get(em_op_id op);
+/* Its emitter, NULL when the op has none. */
 pj_emit_fn pj_emitter(em_op_id op);
+/* The values of an index tensor on the host (caller frees *out), for checks and host plans.
+ * *out stays NULL when idx is empty, or, unless `need`, when EMBER_PJRT_INDEX_CHECK turns the
+ * read off for its size (more elements than the limit, default 2^20; 0: never). Waits for idx. */
+em_status pj_read_indices(em_ctx *c, em_tensor *idx, bool need, void **out);
 /* Result type of an output meta. */
 sh_type pj_meta_type(const em_meta *m);
 
@@ -259,26 +303,16 @@ sh_val pj_cast(sh_b *b, sh_val x, em_dtype from, em_dtype to);
 /* The compute element type Ember's CPU uses for a dtype (f32 for bf16/f16, i64 for integers). */
 sh_elem pj_ct(em_dtype t);
 
-/* torch's index_copy_ as a value: dst (a value of the destination's logical shape) with
- * dst[.., index[i], ..] = src[.., i, ..] along dim (0 <= dim < rank; 0 for a 0-d dst). index is
- * an integer value, 0-d or 1-d; src has dst's element type and dst's shape except at dim, where
- * it has the index's length. Returns the updated destination (same type as dst); the eager
- * kernel writes it back into the destination's storage, a whole-graph lowering uses it as the
- * new value of the written tensor. Out-of-range index values are not checked here: their
- * updates are dropped (XLA scatter semantics). With duplicate indices which update wins is
- * unspecified. */
-sh_val pj_emit_index_copy(sh_b *b, sh_val dst, sh_val index, sh_val src, int dim);
-
-/* Emitter registration per family. */
-void pj_register_ew(pj_emit_fn *t);
-void pj_register_create(pj_emit_fn *t);
-void pj_register_layout(pj_emit_fn *t);
-void pj_register_reduce(pj_emit_fn *t);
-void pj_register_linalg(pj_emit_fn *t);
-void pj_register_nn(pj_emit_fn *t);
-void pj_register_index(pj_emit_fn *t);
-void pj_register_conv(pj_emit_fn *t);
-void pj_register_moe(pj_emit_fn *t);
+/* Emitter and hook registration per family. */
+void pj_register_ew(pj_op *t);
+void pj_register_create(pj_op *t);
+void pj_register_layout(pj_op *t);
+void pj_register_reduce(pj_op *t);
+void pj_register_linalg(pj_op *t);
+void pj_register_nn(pj_op *t);
+void pj_register_index(pj_op *t);
+void pj_register_conv(pj_op *t);
+void pj_register_moe(pj_op *t);
 
 /* A view of a device buffer as the logical tensor t (reshape / slice / transpose / broadcast,
  * or a gather for any other strides). `base` is the parameter holding the storage's buffer. */
@@ -286,14 +320,41 @@ sh_val pj_view_value(sh_b *b, sh_val base, const em_tensor *t);
 /* Appends what pj_view_value depends on to a key. */
 void pj_key_tensor(pj_key *k, const em_tensor *t);
 
-/* ASSIGN as a value (for whole-graph lowerings): the storage buffer value `base` with the view
- * dst (a tensor of that storage; only its geometry and storage->data's pj_buf are read)
- * replaced by src (of dtype src_dt, cast and broadcast to dst as eager assign does). */
-sh_val pj_assign_value(sh_b *b, sh_val base, const em_tensor *dst, sh_val src, em_dtype src_dt);
-/* A contiguous copy of t (the eager CONTIGUOUS op; caller-owned; NULL with an error). */
+/* The storage buffer value `base` with the view dst (a tensor of that storage; only its
+ * geometry and storage->data's pj_buf are read) replaced by v, a value of dst's logical shape
+ * and dtype: a reshape when dst is the whole buffer, a dynamic_update_slice when it is a box
+ * of it, an element scatter otherwise. */
+sh_val pj_write_view(sh_b *b, sh_val base, const em_tensor *dst, sh_val v);
+/* Runs op `id` on the device of in[0] with this backend's kernel, as the dispatcher would
+ * (inputs materialised, errors naming the op; the caller has checked the arguments and
+ * allocated out[]), for the backend's own needs: it never re-enters the dispatcher. */
+em_status pj_run(em_ctx *c, em_op_id id, em_tensor *const *in, int n_in, em_tensor **out,
+                 int n_out);
+/* A contiguous copy of t (the CONTIGUOUS kernel; caller-owned; NULL with an error). */
 em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t);
+
+/* XLA's CPU plugin (its compiler has habits the lowerings work around, graph_lower.c). */
+bool pj_xla_cpu(const pj_plugin *pl);
+/* x computed once where XLA's CPU compiler would recompute it inside every user: an identity
+ * reduce_window its fusion pass does not see through (graph_lower.c). */
+sh_val pj_materialize(sh_b *b, sh_val x);
 
 /* Fused mode (fused.c). */
 em_status pj_eval_lazy(em_ctx *c, em_tensor *t);
+
+/* ---- compile mode: one PJRT program for a whole graph (graph_lower.c) ---- */
+typedef struct em_pjrt_program em_pjrt_program;
+/* Lowers a graph whose nodes all run on the PJRT device `dev` into one StableHLO module and
+ * compiles it with the device's plugin. NULL with an error in c (the op and source position of
+ * the node that cannot be lowered). */
+em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *dev);
+/* Runs the program: in[] are the graph inputs (tensors on dev, any layout), out[] receives
+ * n_outputs new caller-owned tensors on dev. Captured tensors the graph writes (ASSIGN,
+ * INDEX_COPY) see the writes afterwards, as in eager mode. */
+em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *in,
+                              em_tensor **out);
+void em_pjrt_program_free(em_pjrt_program *p);
+/* The backend table's program entries over the three above. */
+void pj_backend_programs(em_backend *be);
 
 #endif

@@ -6,32 +6,35 @@
  * output tensors. Views (strided inputs) are materialised inside the op's own program, so a
  * transposed or sliced input costs no extra execution.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
-#include "ops/dispatch.h"
 
-static pj_emit_fn emitters[EM_OP_COUNT];
-static pthread_once_t emit_once = PTHREAD_ONCE_INIT;
+static pj_op ops[EM_OP_COUNT];
+static const pj_op no_op;
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
-static void emit_init(void) {
-    pj_register_ew(emitters);
-    pj_register_create(emitters);
-    pj_register_layout(emitters);
-    pj_register_reduce(emitters);
-    pj_register_linalg(emitters);
-    pj_register_nn(emitters);
-    pj_register_index(emitters);
-    pj_register_conv(emitters);
-    pj_register_moe(emitters);
+static void ops_init(void) {
+    pj_register_ew(ops);
+    pj_register_create(ops);
+    pj_register_layout(ops);
+    pj_register_reduce(ops);
+    pj_register_linalg(ops);
+    pj_register_nn(ops);
+    pj_register_index(ops);
+    pj_register_conv(ops);
+    pj_register_moe(ops);
 }
 
-pj_emit_fn pj_emitter(em_op_id op) {
-    pthread_once(&emit_once, emit_init);
-    return (unsigned)op < EM_OP_COUNT ? emitters[op] : NULL;
+const pj_op *pj_op_get(em_op_id op) {
+    pthread_once(&ops_once, ops_init);
+    return (unsigned)op < EM_OP_COUNT ? &ops[op] : &no_op;
 }
+
+pj_emit_fn pj_emitter(em_op_id op) { return pj_op_get(op)->emit; }
 
 sh_type pj_meta_type(const em_meta *m) { return sh_ty(sh_elem_of(m->dtype), m->ndim, m->shape); }
 
@@ -130,15 +133,7 @@ sh_val pj_view_value(sh_b *b, sh_val base, const em_tensor *t) {
         sh_val io = sh_iota(b, it, d);
         idx = sh_bin(b, "add", idx, sh_bin(b, "multiply", io, sh_const_i(b, it, t->strides[d])));
     }
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    g.collapsed[0] = 0;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = 0;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = t->ndim;
-    g.slice_sizes[0] = 1;
-    return sh_gather(b, flat, idx, &g, sh_ty(base.t.e, t->ndim, t->shape));
+    return sh_take_along(b, flat, idx, 0);
 }
 
 /* ---- the kernel ---- */
@@ -195,53 +190,19 @@ em_status pj_ensure_buffer(em_ctx *c, em_tensor *t, bool in_op) {
 
 static em_status ensure_buffer(em_ctx *c, em_tensor *t) { return pj_ensure_buffer(c, t, true); }
 
-/* ASSIGN and INDEX_COPY write into the destination's storage: the program takes the whole
- * storage buffer and returns its new contents. */
-static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_dtype src_dt);
-static em_status emit_index_copy(pj_emit *e, sh_val base, const em_tensor *dst);
-
-/* ---- index checks ---- */
+/* ---- host work before a program runs: index checks, extra inputs ---- */
 
 /* Index values are data: the CPU checks them and reports the first bad one at the op. The same
  * check here needs the indices on the host (a small read that waits for them); indices with
  * more than EMBER_PJRT_INDEX_CHECK elements (default 2^20; 0 disables) are not checked, and a
  * bad one then reads a clamped position (gathers) or is dropped (scatters), as XLA defines. */
-static em_status check_indices(em_ctx *c, const em_kernel_args *a, int32_t **gs_out) {
-    em_op_id id = a->op->id;
-    int which = 1;
-    int64_t size = 0;
-    bool wrap = false;
-    int dim = 0;
-    switch (id) {
-    case EM_OP_INDEX_SELECT:
-    case EM_OP_GATHER:
-    case EM_OP_TAKE_ALONG_DIM:
-    case EM_OP_SCATTER:
-    case EM_OP_SCATTER_ADD:
-    case EM_OP_INDEX_ADD:
-    case EM_OP_INDEX_COPY: {
-        const em_tensor *x = a->in[0];
-        int64_t d = a->attrs[0].i;
-        dim = (int)(d < 0 ? d + (x->ndim ? x->ndim : 1) : d);
-        size = x->ndim ? x->shape[dim] : 1;
-        wrap = id == EM_OP_TAKE_ALONG_DIM;
-        break;
-    }
-    case EM_OP_ONE_HOT:
-        which = 0;
-        size = a->attrs[0].i;
-        break;
-    case EM_OP_EMBEDDING: size = a->in[0]->shape[0]; break;
-    case EM_OP_RAGGED_DOT: which = 2; break;
-    default: return EM_OK;
-    }
-    em_tensor *idx = a->in[which];
+em_status pj_read_indices(em_ctx *c, em_tensor *idx, bool need, void **out) {
+    *out = NULL;
     static int64_t limit = -1;
     if (limit < 0) {
         const char *e = getenv("EMBER_PJRT_INDEX_CHECK");
         limit = e && *e ? atoll(e) : (int64_t)1 << 20;
     }
-    bool need = id == EM_OP_RAGGED_DOT && gs_out; /* the grouping plan needs the sizes */
     if (idx->numel == 0 || (idx->numel > limit && !need) || (limit == 0 && !need)) return EM_OK;
     size_t nb = em_tensor_nbytes(idx);
     void *buf = malloc(nb);
@@ -249,39 +210,33 @@ static em_status check_indices(em_ctx *c, const em_kernel_args *a, int32_t **gs_
     em_call_info saved = c->cur;
     em_status s = em_to_host(c, idx, buf, nb);
     c->cur = saved;
-    if (s) {
-        free(buf);
-        return s;
-    }
-    if (id == EM_OP_RAGGED_DOT) { /* group sizes: non-negative, at most M rows in all */
-        int64_t m = a->in[0]->shape[0], total = 0;
-        const int32_t *gs = buf;
-        for (int64_t i = 0; i < idx->numel; i++) {
-            int64_t g = gs[i];
-            if (g < 0) {
-                free(buf);
-                return em_op_fail(c, EM_ERR_INVALID_ARG, "group_sizes[%lld] = %lld is negative",
-                                  (long long)i, (long long)g);
-            }
-            total += gs[i];
-            if (total > m) {
-                free(buf);
-                return em_op_fail(c, EM_ERR_INVALID_ARG,
-                                  "group sizes sum to more than the %lld rows of lhs (reached %lld "
-                                  "at group %lld)",
-                                  (long long)m, (long long)total, (long long)i);
-            }
-        }
-        if (gs_out)
-            *gs_out = buf;
-        else
-            free(buf);
-        return EM_OK;
-    }
-    int64_t lo = wrap ? -size : 0, bad = -1, v = 0;
+    if (s) free(buf);
+    else *out = buf;
+    return s;
+}
+
+bool pj_index_rule_set(pj_index_rule *r, int input, int64_t lo, int64_t size, const char *noun,
+                       const char *of, const char *fmt, ...) {
+    r->input = input;
+    r->lo = lo;
+    r->size = size;
+    r->noun = noun;
+    r->of = of;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->range, sizeof r->range, fmt, ap);
+    va_end(ap);
+    return true;
+}
+
+static em_status check_indices(em_ctx *c, const pj_index_rule *r, em_tensor *idx) {
+    void *buf;
+    em_status s = pj_read_indices(c, idx, false, &buf);
+    if (s || !buf) return s;
+    int64_t bad = -1, v = 0;
     for (int64_t i = 0; i < idx->numel; i++) {
         v = idx->dtype == EM_I64 ? ((const int64_t *)buf)[i] : ((const int32_t *)buf)[i];
-        if (v < lo || v >= size) {
+        if (v < r->lo || v >= r->size) {
             bad = i;
             break;
         }
@@ -295,75 +250,56 @@ static em_status check_indices(em_ctx *c, const em_kernel_args *a, int32_t **gs_
     }
     char where[160];
     em_shape_str(coord, idx->ndim, where, sizeof where);
-    if (id == EM_OP_ONE_HOT)
-        return em_op_fail(c, EM_ERR_INDEX,
-                          "class %lld at position %s is out of range for num_classes %lld",
-                          (long long)v, where, (long long)size);
-    if (id == EM_OP_EMBEDDING)
-        return em_op_fail(c, EM_ERR_INDEX, "id %lld at position %s is out of range for %lld embeddings",
-                          (long long)v, where, (long long)size);
-    return em_op_fail(c, EM_ERR_INDEX,
-                      "index %lld at position %s of the index is out of range for dim %d of size "
-                      "%lld%s",
-                      (long long)v, where, dim, (long long)size,
-                      wrap ? " (negative values count from the end)" : "");
+    return em_op_fail(c, EM_ERR_INDEX, "%s %lld at position %s%s is out of range for %s", r->noun,
+                      (long long)v, where, r->of, r->range);
+}
+
+em_status pj_extra_add(em_ctx *c, em_device *d, pj_extra *x, const int32_t *v, int64_t n) {
+    if (x->n == (int)(sizeof x->t / sizeof *x->t))
+        return em_op_fail(c, EM_ERR_INTERNAL, "too many extra inputs");
+    em_call_info saved = c->cur;
+    em_tensor *t = em_tensor_new(c, d, EM_I32, 1, &n);
+    em_status s = t ? d->be->upload(c, t, v) : EM_ERR_OOM;
+    c->cur = saved;
+    if (s) {
+        em_tensor_release(t);
+        return c->err.status ? c->err.status : s;
+    }
+    x->t[x->n++] = t;
+    return EM_OK;
+}
+
+void pj_extra_free(pj_extra *x) {
+    for (int i = 0; i < x->n; i++) em_tensor_release(x->t[i]);
+    x->n = 0;
 }
 
 static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl,
-                            em_tensor *const *extra_t, int n_extra, const pj_ragged_plan *plan);
+                            const pj_op *po, const pj_extra *x);
 
 static em_status kernel(const em_kernel_args *a) {
     em_ctx *c = a->ctx;
     em_device *d = (em_device *)c->cur.dev;
     pj_dev *pd = d->impl;
-    pj_plugin *pl = pd->pl;
-    const em_op_def *op = a->op;
-    int32_t *gs = NULL;
-    bool plan_wanted = op->id == EM_OP_RAGGED_DOT && pj_ragged_wants_plan(pl);
+    const pj_op *po = pj_op_get(a->op->id);
+    pj_index_rule r;
     /* index values are data: a compile-only device has none to check (XLA's semantics apply,
-     * as in a compiled program); a plan made from group sizes cannot be made there */
-    if (pl->aot && plan_wanted)
-        return pj_aot_refuse(c, d, "ragged_dot's grouped lowering (a plan from the group sizes; "
-                                   "EMBER_PJRT_RAGGED=native, gather or dense compile without it)",
-                             true);
-    if (!pl->aot && check_indices(c, a, plan_wanted ? &gs : NULL)) return c->err.status;
-    pj_ragged_plan plan = {0, 0, NULL, NULL};
-    em_tensor *extra_t[2] = {NULL, NULL};
-    int n_extra = 0;
-    if (plan_wanted && gs) {
-        em_status ps = pj_ragged_plan_make(c, gs, a->in[2]->numel, a->in[0]->shape[0], &plan);
-        free(gs);
-        if (ps) return ps;
-        em_call_info saved = c->cur;
-        extra_t[0] = em_tensor_new(c, d, EM_I32, 1, &plan.hb);
-        int64_t nr = plan.hb * plan.cb;
-        extra_t[1] = em_tensor_new(c, d, EM_I32, 1, &nr);
-        if (extra_t[0] && extra_t[1] && !d->be->upload(c, extra_t[0], plan.experts) &&
-            !d->be->upload(c, extra_t[1], plan.rows))
-            n_extra = 2;
-        c->cur = saved;
-        free(plan.experts);
-        free(plan.rows);
-        if (n_extra != 2) {
-            em_tensor_release(extra_t[0]);
-            em_tensor_release(extra_t[1]);
-            return c->err.status ? c->err.status : EM_ERR_OOM;
-        }
-    } else {
-        free(gs);
-    }
-    em_status ks = kernel_run(a, d, pl, extra_t, n_extra, &plan);
-    em_tensor_release(extra_t[0]);
-    em_tensor_release(extra_t[1]);
-    return ks;
+     * as in a compiled program) */
+    if (!pd->pl->aot && po->indices && po->indices(a, &r) && check_indices(c, &r, a->in[r.input]))
+        return c->err.status;
+    pj_extra x;
+    memset(&x, 0, sizeof x);
+    em_status s = po->prepare ? po->prepare(c, a, d, &x) : EM_OK;
+    if (!s) s = kernel_run(a, d, pd->pl, po, &x);
+    pj_extra_free(&x);
+    return s;
 }
 
 static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl,
-                            em_tensor *const *extra_t, int n_extra, const pj_ragged_plan *plan) {
+                            const pj_op *po, const pj_extra *x) {
     em_ctx *c = a->ctx;
     const em_op_def *op = a->op;
-    bool assign = op->id == EM_OP_ASSIGN, index_copy = op->id == EM_OP_INDEX_COPY;
-    bool inplace = assign || index_copy; /* result: the destination's new storage buffer */
+    bool inplace = po->update != NULL; /* result: the destination's new storage buffer */
     pj_key k;
     pj_key_init(&k);
     pj_key_i64(&k, op->id);
@@ -387,20 +323,20 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
         pj_key_add(&k, hdr, sizeof hdr);
         pj_key_add(&k, t->shape, (size_t)t->ndim * sizeof *t->shape);
     }
-    pj_key_i64(&k, n_extra);
-    if (n_extra) {
-        pj_key_i64(&k, plan->hb);
-        pj_key_i64(&k, plan->cb);
+    pj_key_i64(&k, x->n);
+    if (x->n) {
+        pj_key_i64(&k, x->variant[0]);
+        pj_key_i64(&k, x->variant[1]);
     }
-    for (int i = 0; i < n_extra; i++) args[n_args++] = ((pj_buf *)extra_t[i]->storage->data)->buf;
+    for (int i = 0; i < x->n; i++) args[n_args++] = ((pj_buf *)x->t[i]->storage->data)->buf;
     if (k.oom) {
         pj_key_free(&k);
         return em_op_fail(c, EM_ERR_OOM, "out of memory");
     }
     uint64_t h = pj_hash(k.p, k.len);
-    pj_exec *x = pj_cache_find(pl, &k, h);
-    if (!x) {
-        pj_emit_fn fn = pj_emitter(op->id);
+    pj_exec *ex = pj_cache_find(pl, &k, h);
+    if (!ex) {
+        pj_emit_fn fn = po->emit;
         if (!fn && !inplace) {
             pj_key_free(&k);
             return em_op_fail(c, EM_ERR_UNSUPPORTED, "no StableHLO lowering for this op");
@@ -426,13 +362,10 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
             e.in_dt[i] = t->dtype;
             p++;
         }
-        for (int i = 0; i < n_extra; i++)
-            e.extra[i] = sh_param(&b, sh_ty(SH_I32, 1, extra_t[i]->shape));
-        e.n_extra = n_extra;
-        if (n_extra) {
-            e.variant[0] = plan->hb;
-            e.variant[1] = plan->cb;
-        }
+        for (int i = 0; i < x->n; i++) e.extra[i] = sh_param(&b, sh_ty(SH_I32, 1, x->t[i]->shape));
+        e.n_extra = x->n;
+        e.variant[0] = x->variant[0];
+        e.variant[1] = x->variant[1];
         for (int i = 0; i < a->n_in; i++)
             if (a->in[i] && !(inplace && i == 0)) e.in[i] = pj_view_value(&b, params[i], a->in[i]);
         for (int o = 0; o < a->n_out; o++) {
@@ -441,9 +374,14 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
             e.out_meta[o].ndim = t->ndim;
             memcpy(e.out_meta[o].shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
         }
-        em_status s = assign       ? emit_assign(&e, params[0], a->in[0], a->in[1]->dtype)
-                      : index_copy ? emit_index_copy(&e, params[0], a->in[0])
-                                   : fn(&e);
+        em_status s = EM_OK;
+        if (inplace) {
+            sh_val cur = {.id = -1};
+            if (po->update_reads_dst) cur = pj_view_value(&b, params[0], a->in[0]);
+            e.out[0] = pj_write_view(&b, params[0], a->in[0], po->update(&e, cur));
+        } else {
+            s = fn(&e);
+        }
         char *text = NULL;
         int n_res = inplace ? 1 : a->n_out;
         if (s == EM_OK && sh_ok(&b)) {
@@ -468,9 +406,9 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
         sh_free(&b);
         char what[512];
         describe(what, sizeof what, a);
-        x = pj_compile(c, pl, &k, h, text, what, true);
+        ex = pj_compile(c, pl, &k, h, text, what, true);
         free(text);
-        if (!x) {
+        if (!ex) {
             pj_key_free(&k);
             return c->err.status;
         }
@@ -478,10 +416,10 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
     pj_key_free(&k);
     PJRT_Buffer *outs[EM_MAX_OUTPUTS] = {NULL};
     int n_res = inplace ? 1 : a->n_out;
-    if (x->n_out >= 0 && x->n_out != n_res)
-        return em_op_fail(c, EM_ERR_INTERNAL, "executable has %d outputs, expected %d", x->n_out,
+    if (ex->n_out >= 0 && ex->n_out != n_res)
+        return em_op_fail(c, EM_ERR_INTERNAL, "executable has %d outputs, expected %d", ex->n_out,
                           n_res);
-    if (pj_execute(c, d, x, args, n_args, outs, true)) return c->err.status;
+    if (pj_execute(c, d, ex, args, n_args, outs, true)) return c->err.status;
     if (inplace) {
         em_tensor *dst = a->in[0];
         pj_buf *pb = dst->storage->data;
@@ -496,11 +434,9 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
     return EM_OK;
 }
 
-/* ---- assign ---- */
+/* ---- writes into a storage (in-place ops) ---- */
 
-/* The storage buffer `base` with the view dst (a tensor of that storage) replaced by `src`, a
- * value of dst's logical shape and dtype. */
-static sh_val write_view(sh_b *b, sh_val base, const em_tensor *dst, sh_val src) {
+sh_val pj_write_view(sh_b *b, sh_val base, const em_tensor *dst, sh_val src) {
     const pj_buf *pb = dst->storage->data;
     int64_t bn = sh_numel(&base.t);
     if (em_is_contiguous(dst) && dst->offset == 0 && dst->numel == bn) /* the whole buffer */
@@ -536,91 +472,41 @@ static sh_val write_view(sh_b *b, sh_val base, const em_tensor *dst, sh_val src)
         idx = sh_bin(b, "add", idx, sh_bin(b, "multiply", io, sh_const_i(b, it, dst->strides[d])));
     }
     int64_t n = dst->numel;
-    int64_t n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
+    idx = sh_reshape(b, idx, 1, &n);
     src = sh_reshape(b, src, 1, &n);
-    sh_scatter_dims sd;
-    memset(&sd, 0, sizeof sd);
-    sd.inserted_window[0] = 0;
-    sd.n_inserted_window = 1;
-    sd.to_operand[0] = 0;
-    sd.n_to_operand = 1;
-    sd.index_vector_dim = 1;
-    sh_val r = sh_scatter(b, flat, idx, src, &sd, NULL);
+    sh_val r = sh_scatter_along(b, flat, idx, src, 0, NULL);
     return sh_reshape(b, r, base.t.nd, base.t.d);
 }
 
-static em_status emit_assign(pj_emit *e, sh_val base, const em_tensor *dst, em_dtype src_dt) {
-    sh_b *b = e->b;
-    sh_val src = pj_cast(b, e->in[1], src_dt, dst->dtype);
-    src = sh_bcast_to(b, src, dst->ndim, dst->shape);
-    e->out[0] = write_view(b, base, dst, src);
-    return EM_OK;
-}
+/* ---- the backend's own calls of its kernel ---- */
 
-/* ---- index_copy ---- */
-
-sh_val pj_emit_index_copy(sh_b *b, sh_val dst, sh_val index, sh_val src, int dim) {
-    int nd = dst.t.nd;
-    int64_t n = sh_numel(&index.t);
-    bool ok = src.t.e == dst.t.e && src.t.nd == nd && index.t.nd <= 1 && (nd || n == 1) &&
-              (nd == 0 || (dim >= 0 && dim < nd));
-    for (int d = 0; ok && d < nd; d++) ok = src.t.d[d] == (d == dim ? n : dst.t.d[d]);
-    if (!ok) {
-        if (sh_ok(b))
-            sh_fail(b, "index_copy: src %s[%d dims] does not fit the destination %s[%d dims] "
-                    "at dim %d with %lld indices", sh_elem_name(src.t.e), src.t.nd,
-                    sh_elem_name(dst.t.e), nd, dim, (long long)n);
-        sh_val bad = dst;
-        bad.id = -1;
-        return bad;
-    }
-    if (n == 0) return dst;
-    sh_val idx = sh_convert(b, index, SH_I64);
-    if (nd == 0) { /* one value; its index must be 0, any other is dropped */
-        sh_val i0 = sh_reshape(b, idx, 0, NULL);
-        sh_val at0 = sh_cmp(b, "EQ", i0, sh_const_i(b, i0.t, 0));
-        return sh_select(b, at0, sh_reshape(b, src, 0, NULL), dst);
-    }
-    int64_t n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
-    sh_scatter_dims s;
-    memset(&s, 0, sizeof s);
-    s.inserted_window[0] = dim;
-    s.n_inserted_window = 1;
-    s.to_operand[0] = dim;
-    s.n_to_operand = 1;
-    s.index_vector_dim = 1;
-    /* updates: the index dim first, then the window dims in order (as index_add) */
-    int perm[EM_MAX_DIMS], k = 0;
-    perm[k++] = dim;
-    for (int d = 0; d < nd; d++)
-        if (d != dim) perm[k++] = d;
-    sh_val upd = dim == 0 ? src : sh_transpose(b, src, perm);
-    for (int d = 1; d < nd; d++) s.update_window[s.n_update_window++] = d;
-    return sh_scatter(b, dst, idx, upd, &s, NULL);
-}
-
-/* The destination dst may be any (non-expanded) view of its storage: its current value is read
- * out of the buffer, updated, and written back (a reshape when dst is the whole buffer, a
- * dynamic_update_slice when it is a box of it, an element scatter otherwise). */
-static em_status emit_index_copy(pj_emit *e, sh_val base, const em_tensor *dst) {
-    sh_b *b = e->b;
-    int64_t d = e->attrs[0].i;
-    int nd = dst->ndim, dim = (int)(d < 0 ? d + (nd ? nd : 1) : d);
-    sh_val cur = pj_view_value(b, base, dst);
-    sh_val upd = pj_emit_index_copy(b, cur, e->in[1], e->in[2], nd ? dim : 0);
-    e->out[0] = write_view(b, base, dst, upd);
-    return EM_OK;
-}
-
-em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t);
-em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t) {
-    em_tensor *out = NULL;
+em_status pj_run(em_ctx *c, em_op_id id, em_tensor *const *in, int n_in, em_tensor **out,
+                 int n_out) {
+    if (c->err.status) return c->err.status;
+    const em_op_def *op = em_op_get(id);
+    em_device *d = in[0]->dev;
     em_call_info saved = c->cur;
-    int n = em_op_exec(c, __FILE__, __LINE__, EM_OP_CONTIGUOUS, &t, 1, NULL, &out, 1);
+    c->cur = (em_call_info){.op = op->name, .file = __FILE__, .line = __LINE__, .in = in,
+                            .n_in = n_in, .dev = d};
+    em_status s = EM_OK;
+    for (int i = 0; i < n_in && !s; i++) s = em_tensor_materialize(c, in[i]);
+    if (!s) {
+        em_kernel_args a = {c, op, in, n_in, out, n_out, NULL};
+        s = kernel(&a);
+        if (s == EM_OK && c->mode == EM_EAGER_SYNC && d->be->sync) s = d->be->sync(c, d);
+        if (s != EM_OK && !c->err.status) em_op_fail(c, s, "kernel failed");
+    }
     c->cur = saved;
-    return n == 1 ? out : NULL;
+    return s;
+}
+
+em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t) {
+    em_tensor *out = em_tensor_new(c, t->dev, t->dtype, t->ndim, t->shape);
+    if (out && pj_run(c, EM_OP_CONTIGUOUS, &t, 1, &out, 1) != EM_OK) {
+        em_tensor_release(out);
+        out = NULL;
+    }
+    return out;
 }
 
 void pj_backend_query(em_backend *be);
@@ -634,23 +520,11 @@ void pj_backend_init(pj_plugin *pl) {
     pj_backend_memory(be);
     pj_backend_query(be);
     be->eval_lazy = pj_eval_lazy;
+    pj_backend_programs(be);
     for (int i = 0; i < EM_OP_COUNT; i++) {
         const em_op_def *op = em_op_get((em_op_id)i);
         if (op->kind == EM_OPK_VIEW) continue;
-        if (pj_emitter((em_op_id)i) || i == EM_OP_ASSIGN || i == EM_OP_INDEX_COPY)
-            be->kernels[i] = kernel;
+        const pj_op *po = pj_op_get((em_op_id)i);
+        if (po->emit || po->update) be->kernels[i] = kernel;
     }
-}
-
-/* ---- for whole-graph lowerings (graph_lower.c) ---- */
-
-sh_val pj_assign_value(sh_b *b, sh_val base, const em_tensor *dst, sh_val src, em_dtype src_dt) {
-    pj_emit e;
-    memset(&e, 0, sizeof e);
-    e.b = b;
-    e.in[1] = src;
-    e.out[0] = base;
-    e.out[0].id = -1;
-    emit_assign(&e, base, dst, src_dt);
-    return e.out[0];
 }

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "backends/pjrt/pjrt.h"
-#include "ops/op_table.h"
+#include "core/op_table.h"
 
 /* Paths are formatted into fixed buffers; one that does not fit is truncated and then simply
  * not found (and reported as tried), which is the right outcome. */
@@ -440,8 +440,16 @@ static bool tpu_present(void) {
     return found || (force && !strcmp(force, "1"));
 }
 
-/* "xla", "xla:1", "cuda", "tpu:0", "pjrt:/path/x.so" (devices "pjrtN:0..") */
-em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
+/* The plugins found by their name (package_paths, the EMBER_PJRT_* variables). */
+static const char *const named_plugins[] = {"xla", "cuda", "tpu", NULL};
+/* Every device-name prefix this backend opens without em_pjrt_open (core's registry asks it for
+ * them): the named plugins, the compile-only topologies (aot.c) and the explicit-path form. */
+static const char *const pjrt_prefixes[] = {"xla", "cuda", "tpu", "tpu-aot", "cuda-aot", "pjrt:",
+                                            NULL};
+
+/* "xla", "xla:1", "cuda", "tpu:0", "tpu-aot:v6e:2x4[:N]", "pjrt:/path/x.so" (devices
+ * "pjrtN:0..") */
+static em_device *pjrt_open(em_ctx *c, const char *name, char *tried, size_t tried_n) {
     char prefix[64];
     int index = 0;
     const char *path = NULL;
@@ -510,9 +518,10 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
                 return NULL;
             }
         }
-        if (strcmp(prefix, "xla") && strcmp(prefix, "cuda") && strcmp(prefix, "tpu")) {
+        bool known = false;
+        for (const char *const *p = named_plugins; *p; p++) known |= !strcmp(*p, prefix);
+        if (!known) {
             /* a prefix opened before through em_pjrt_open */
-            bool known = false;
             pthread_mutex_lock(&plugins_lock);
             for (int i = 0; i < n_plugins; i++) known |= !strcmp(plugins[i]->name, prefix);
             pthread_mutex_unlock(&plugins_lock);
@@ -528,6 +537,13 @@ em_device *em_pjrt_device_open(em_ctx *c, const char *name, char *tried, size_t 
     }
     return pl->devices[index];
 }
+
+const em_backend_reg em_pjrt_backend_reg = {
+    .struct_size = sizeof(em_backend_reg),
+    .name = "pjrt",
+    .prefixes = pjrt_prefixes,
+    .open = pjrt_open,
+};
 
 /* ---- public queries ---- */
 

@@ -768,6 +768,57 @@ sh_val sh_scatter(sh_b *b, sh_val x, sh_val idx, sh_val upd, const sh_scatter_di
     return r;
 }
 
+sh_val sh_take_along(sh_b *b, sh_val x, sh_val idx, int dim) {
+    if (!valid(b, &idx, 1) || !valid(b, &x, 1)) return bad();
+    int nd = x.t.nd, r = idx.t.nd;
+    if (dim < 0 || dim >= nd || nd - 1 + r > EM_MAX_DIMS) {
+        sh_fail(b, "take along dim %d of %d dims with %d-d indices", dim, nd, r);
+        return bad();
+    }
+    /* the result: x's dims with `dim` replaced by the indices' dims; every other dim of x is a
+     * whole slice (an offset dim of the gather) */
+    sh_gather_dims g;
+    memset(&g, 0, sizeof g);
+    sh_type rt = {x.t.e, nd - 1 + r, {0}};
+    for (int d = 0, k = 0; d < nd; d++) {
+        g.slice_sizes[d] = d == dim ? 1 : x.t.d[d];
+        if (d == dim) {
+            for (int j = 0; j < r; j++) rt.d[k++] = idx.t.d[j];
+        } else {
+            g.offset_dims[g.n_offset++] = k;
+            rt.d[k++] = x.t.d[d];
+        }
+    }
+    g.collapsed[0] = g.start_index_map[0] = dim;
+    g.n_collapsed = g.n_start_index_map = 1;
+    g.index_vector_dim = r;
+    return sh_gather(b, x, idx, &g, rt);
+}
+
+sh_val sh_scatter_along(sh_b *b, sh_val x, sh_val idx, sh_val upd, int dim, const char *body_op) {
+    if (!valid(b, &idx, 1) || !valid(b, &x, 1) || !valid(b, &upd, 1)) return bad();
+    int nd = x.t.nd;
+    int64_t n = sh_numel(&idx.t), n1[2] = {n, 1};
+    if (dim < 0 || dim >= nd || idx.t.nd > 1 || upd.t.nd != nd) {
+        sh_fail(b, "scatter along dim %d of %d dims: %d-d indices, %d-d updates", dim, nd,
+                idx.t.nd, upd.t.nd);
+        return bad();
+    }
+    sh_scatter_dims s;
+    memset(&s, 0, sizeof s);
+    s.inserted_window[0] = s.to_operand[0] = dim;
+    s.n_inserted_window = s.n_to_operand = 1;
+    s.index_vector_dim = 1;
+    /* updates: the index dim first, then the window dims in order */
+    int perm[EM_MAX_DIMS], k = 0;
+    perm[k++] = dim;
+    for (int d = 0; d < nd; d++)
+        if (d != dim) perm[k++] = d;
+    for (int d = 1; d < nd; d++) s.update_window[s.n_update_window++] = d;
+    sh_val ix = sh_reshape(b, idx, 2, n1);
+    return sh_scatter(b, x, ix, sh_transpose(b, upd, perm), &s, body_op);
+}
+
 void sh_sort(sh_b *b, const sh_val *ops, int n, int dim, bool descending, sh_val *out) {
     for (int i = 0; i < n; i++) out[i] = bad();
     if (!valid(b, ops, n) || n > 8) return;

@@ -177,6 +177,16 @@ typedef struct sh_scatter_dims {
 sh_val sh_scatter(sh_b *b, sh_val x, sh_val idx, sh_val upd, const sh_scatter_dims *s,
                   const char *body_op);
 
+/* The slices of x at `idx` along dim (np.take(x, idx, axis=dim); torch's index_select and
+ * embedding): the result has x's dims with `dim` replaced by idx's dims. idx holds integers,
+ * any rank; out-of-range values clamp (XLA gather semantics). */
+sh_val sh_take_along(sh_b *b, sh_val x, sh_val idx, int dim);
+/* The inverse (torch's index_copy_ / index_add_): x with its slice idx[i] along dim replaced
+ * (body_op NULL) or combined by body_op ("add") with slice i of upd along dim. idx holds n
+ * integers (0-d or 1-d); upd has x's dims but n at dim. Out-of-range indices are dropped; with
+ * duplicates, which replacement wins is unspecified. */
+sh_val sh_scatter_along(sh_b *b, sh_val x, sh_val idx, sh_val upd, int dim, const char *body_op);
+
 /* Stable sort of `n` operands along dim, ordered by operand 0 (descending or not; NaN sorts as
  * the largest value, as torch). Results written to out[0..n). */
 void sh_sort(sh_b *b, const sh_val *ops, int n, int dim, bool descending, sh_val *out);

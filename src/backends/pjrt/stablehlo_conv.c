@@ -48,23 +48,7 @@ static em_status emit_conv2d(pj_emit *e) {
 
 /* Gathers rows `idx` (n host values) of dim `dim`. */
 static sh_val take(sh_b *b, sh_val x, int dim, const int64_t *idx, int64_t n) {
-    sh_val iv = sh_const_vec_i64(b, idx, (int)n);
-    int64_t n1[2] = {n, 1};
-    iv = sh_reshape(b, iv, 2, n1);
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    for (int d = 0; d < x.t.nd; d++) {
-        if (d != dim) g.offset_dims[g.n_offset++] = d;
-        g.slice_sizes[d] = d == dim ? 1 : x.t.d[d];
-    }
-    g.collapsed[0] = dim;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = dim;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = 1;
-    sh_type rt = x.t;
-    rt.d[dim] = n;
-    return sh_gather(b, x, iv, &g, rt);
+    return sh_take_along(b, x, sh_const_vec_i64(b, idx, (int)n), dim);
 }
 
 static em_status emit_nearest(pj_emit *e) {
@@ -216,9 +200,9 @@ static em_status emit_avg_pool(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_conv(pj_emit_fn *t) {
-    t[EM_OP_CONV2D] = emit_conv2d;
-    t[EM_OP_UPSAMPLE_NEAREST] = emit_nearest;
-    t[EM_OP_UPSAMPLE_BILINEAR] = emit_bilinear;
-    t[EM_OP_AVG_POOL2D] = emit_avg_pool;
+void pj_register_conv(pj_op *t) {
+    t[EM_OP_CONV2D].emit = emit_conv2d;
+    t[EM_OP_UPSAMPLE_NEAREST].emit = emit_nearest;
+    t[EM_OP_UPSAMPLE_BILINEAR].emit = emit_bilinear;
+    t[EM_OP_AVG_POOL2D].emit = emit_avg_pool;
 }

@@ -93,13 +93,13 @@ static em_status emit_rand(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_create(pj_emit_fn *t) {
-    t[EM_OP_EMPTY] = emit_full;
-    t[EM_OP_FULL] = emit_full;
-    t[EM_OP_ARANGE] = emit_arange;
-    t[EM_OP_EYE] = emit_eye;
-    t[EM_OP_RAND_UNIFORM] = emit_rand;
-    t[EM_OP_RAND_NORMAL] = emit_rand;
+void pj_register_create(pj_op *t) {
+    t[EM_OP_EMPTY].emit = emit_full;
+    t[EM_OP_FULL].emit = emit_full;
+    t[EM_OP_ARANGE].emit = emit_arange;
+    t[EM_OP_EYE].emit = emit_eye;
+    t[EM_OP_RAND_UNIFORM].emit = emit_rand;
+    t[EM_OP_RAND_NORMAL].emit = emit_rand;
 }
 
 /* contiguous: the input's view is already materialised by the kernel */
@@ -108,4 +108,15 @@ static em_status emit_contiguous(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_layout(pj_emit_fn *t) { t[EM_OP_CONTIGUOUS] = emit_contiguous; }
+/* assign: the source, cast and broadcast to the destination as the CPU assigns */
+static sh_val update_assign(pj_emit *e, sh_val dst) {
+    (void)dst;
+    const em_tensor *d = e->tin[0];
+    sh_val src = pj_cast(e->b, e->in[1], e->in_dt[1], d->dtype);
+    return sh_bcast_to(e->b, src, d->ndim, d->shape);
+}
+
+void pj_register_layout(pj_op *t) {
+    t[EM_OP_CONTIGUOUS].emit = emit_contiguous;
+    t[EM_OP_ASSIGN].update = update_assign;
+}

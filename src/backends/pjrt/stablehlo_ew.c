@@ -190,7 +190,7 @@ static em_status emit(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_ew(pj_emit_fn *t) {
+void pj_register_ew(pj_op *t) {
     for (int i = 0; i < EM_OP_COUNT; i++)
-        if (em_op_get((em_op_id)i)->kind == EM_OPK_EW) t[i] = emit;
+        if (em_op_get((em_op_id)i)->kind == EM_OPK_EW) t[i].emit = emit;
 }

@@ -4,6 +4,7 @@
  * on the host before the program runs (pjrt_backend.c), as the CPU backend checks them, so a
  * bad index is an error at the op and never a silent clamp.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "ember/tensor.h"
@@ -60,22 +61,8 @@ static em_status emit_index_select(pj_emit *e) {
         e->out[0] = x;
         return EM_OK;
     }
-    int64_t n = sh_numel(&idx.t), n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    for (int d = 0; d < nd; d++) {
-        if (d != dim) g.offset_dims[g.n_offset++] = d;
-        g.slice_sizes[d] = d == dim ? 1 : x.t.d[d];
-    }
-    g.collapsed[0] = dim;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = dim;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = 1;
-    sh_type rt = x.t;
-    rt.d[dim] = n;
-    e->out[0] = sh_gather(b, x, idx, &g, rt);
+    int64_t n = sh_numel(&idx.t); /* a 0-d index keeps the dim (size 1), as torch */
+    e->out[0] = sh_take_along(b, x, sh_reshape(b, idx, 1, &n), dim);
     return EM_OK;
 }
 
@@ -190,29 +177,11 @@ static em_status emit_index_add(pj_emit *e) {
         e->out[0] = n ? sh_bin(b, "add", x, sh_reshape(b, src, 0, NULL)) : x;
         return EM_OK;
     }
-    int64_t n1[2] = {n, 1};
-    idx = sh_reshape(b, idx, 2, n1);
-    sh_scatter_dims s;
-    memset(&s, 0, sizeof s);
-    for (int d = 0; d < nd; d++)
-        if (d != dim) s.update_window[s.n_update_window++] = d;
-    s.inserted_window[0] = dim;
-    s.n_inserted_window = 1;
-    s.to_operand[0] = dim;
-    s.n_to_operand = 1;
-    s.index_vector_dim = 1;
-    /* updates: the batch (index) dim first, then the window dims in order */
-    int perm[EM_MAX_DIMS], k = 0;
-    perm[k++] = dim;
-    for (int d = 0; d < nd; d++)
-        if (d != dim) perm[k++] = d;
-    sh_val upd = sh_transpose(b, src, perm);
-    for (int d = 0; d < s.n_update_window; d++) s.update_window[d] = d + 1;
     if (half) { /* sums in f32, one rounding (as torch) */
         x = sh_convert(b, x, SH_F32);
-        upd = sh_convert(b, upd, SH_F32);
+        src = sh_convert(b, src, SH_F32);
     }
-    e->out[0] = sh_convert(b, sh_scatter(b, x, idx, upd, &s, "add"), xe);
+    e->out[0] = sh_convert(b, sh_scatter_along(b, x, idx, src, dim, "add"), xe);
     return EM_OK;
 }
 
@@ -306,18 +275,81 @@ static em_status emit_repeat_interleave(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_index(pj_emit_fn *t) {
-    t[EM_OP_INDEX_SELECT] = emit_index_select;
-    t[EM_OP_GATHER] = emit_gather;
-    t[EM_OP_TAKE_ALONG_DIM] = emit_gather;
-    t[EM_OP_SCATTER] = emit_scatter;
-    t[EM_OP_SCATTER_ADD] = emit_scatter;
-    t[EM_OP_INDEX_ADD] = emit_index_add;
-    t[EM_OP_TOPK] = emit_sort;
-    t[EM_OP_SORT] = emit_sort;
-    t[EM_OP_ARGSORT] = emit_sort;
-    t[EM_OP_CAT] = emit_cat;
-    t[EM_OP_STACK] = emit_cat;
-    t[EM_OP_ONE_HOT] = emit_one_hot;
-    t[EM_OP_REPEAT_INTERLEAVE] = emit_repeat_interleave;
+/* torch's index_copy_ as a value: dst (a value of the destination's logical shape) with
+ * dst[.., index[i], ..] = src[.., i, ..] along dim (0 <= dim < rank; 0 for a 0-d dst). index is
+ * an integer value, 0-d or 1-d; src has dst's element type and dst's shape except at dim, where
+ * it has the index's length. Out-of-range index values were checked on the host, or their
+ * updates are dropped (XLA scatter semantics). With duplicate indices which update wins is
+ * unspecified. */
+static sh_val index_copy_value(sh_b *b, sh_val dst, sh_val index, sh_val src, int dim) {
+    int nd = dst.t.nd;
+    int64_t n = sh_numel(&index.t);
+    bool ok = src.t.e == dst.t.e && src.t.nd == nd && index.t.nd <= 1 && (nd || n == 1) &&
+              (nd == 0 || (dim >= 0 && dim < nd));
+    for (int d = 0; ok && d < nd; d++) ok = src.t.d[d] == (d == dim ? n : dst.t.d[d]);
+    if (!ok) {
+        if (sh_ok(b))
+            sh_fail(b, "index_copy: src %s[%d dims] does not fit the destination %s[%d dims] "
+                    "at dim %d with %lld indices", sh_elem_name(src.t.e), src.t.nd,
+                    sh_elem_name(dst.t.e), nd, dim, (long long)n);
+        sh_val bad = dst;
+        bad.id = -1;
+        return bad;
+    }
+    if (n == 0) return dst;
+    sh_val idx = sh_convert(b, index, SH_I64);
+    if (nd == 0) { /* one value; its index must be 0, any other is dropped */
+        sh_val i0 = sh_reshape(b, idx, 0, NULL);
+        sh_val at0 = sh_cmp(b, "EQ", i0, sh_const_i(b, i0.t, 0));
+        return sh_select(b, at0, sh_reshape(b, src, 0, NULL), dst);
+    }
+    return sh_scatter_along(b, dst, idx, src, dim, NULL);
+}
+
+/* The destination may be any (non-expanded) view of its storage: its current value is read out
+ * of the buffer, updated here, and written back (pj_write_view). */
+static sh_val update_index_copy(pj_emit *e, sh_val dst) {
+    int nd = dst.t.nd;
+    return index_copy_value(e->b, dst, e->in[1], e->in[2], nd ? norm_dim(e->attrs[0].i, nd) : 0);
+}
+
+/* Index values along attribute 0's dim of input 0 (index_select, gather, take_along_dim,
+ * scatter, scatter_add, index_add, index_copy): input 1 holds them. */
+static bool dim_indices(const em_kernel_args *a, pj_index_rule *r) {
+    const em_tensor *x = a->in[0];
+    int64_t d = a->attrs[0].i;
+    int dim = (int)(d < 0 ? d + (x->ndim ? x->ndim : 1) : d);
+    int64_t size = x->ndim ? x->shape[dim] : 1;
+    bool wrap = a->op->id == EM_OP_TAKE_ALONG_DIM;
+    return pj_index_rule_set(r, 1, wrap ? -size : 0, size, "index", " of the index",
+                             "dim %d of size %lld%s", dim, (long long)size,
+                             wrap ? " (negative values count from the end)" : "");
+}
+
+static bool class_indices(const em_kernel_args *a, pj_index_rule *r) {
+    return pj_index_rule_set(r, 0, 0, a->attrs[0].i, "class", "", "num_classes %lld",
+                             (long long)a->attrs[0].i);
+}
+
+void pj_register_index(pj_op *t) {
+    t[EM_OP_INDEX_SELECT].emit = emit_index_select;
+    t[EM_OP_GATHER].emit = emit_gather;
+    t[EM_OP_TAKE_ALONG_DIM].emit = emit_gather;
+    t[EM_OP_SCATTER].emit = emit_scatter;
+    t[EM_OP_SCATTER_ADD].emit = emit_scatter;
+    t[EM_OP_INDEX_ADD].emit = emit_index_add;
+    t[EM_OP_TOPK].emit = emit_sort;
+    t[EM_OP_SORT].emit = emit_sort;
+    t[EM_OP_ARGSORT].emit = emit_sort;
+    t[EM_OP_CAT].emit = emit_cat;
+    t[EM_OP_STACK].emit = emit_cat;
+    t[EM_OP_ONE_HOT].emit = emit_one_hot;
+    t[EM_OP_REPEAT_INTERLEAVE].emit = emit_repeat_interleave;
+    t[EM_OP_INDEX_COPY].update = update_index_copy;
+    t[EM_OP_INDEX_COPY].update_reads_dst = true;
+    const em_op_id dim_ops[] = {EM_OP_INDEX_SELECT, EM_OP_GATHER,      EM_OP_TAKE_ALONG_DIM,
+                                EM_OP_SCATTER,      EM_OP_SCATTER_ADD, EM_OP_INDEX_ADD,
+                                EM_OP_INDEX_COPY};
+    for (size_t i = 0; i < sizeof dim_ops / sizeof *dim_ops; i++) t[dim_ops[i]].indices = dim_indices;
+    t[EM_OP_ONE_HOT].indices = class_indices;
 }

@@ -50,7 +50,13 @@ static const char *ragged_mode(const pj_plugin *pl) {
     return pl && (!strcmp(pl->platform, "tpu") || pl->aot) ? "native" : "grouped";
 }
 
-bool pj_ragged_wants_plan(const pj_plugin *pl) { return !strcmp(ragged_mode(pl), "grouped"); }
+/* ragged_dot's grouping plan, made on the host from the (checked) group sizes: the non-empty
+ * groups, padded to a power of two, and for each of their slots the lhs row it takes (or M). */
+typedef struct ragged_plan {
+    int64_t hb, cb;   /* groups used (padded), rows per group (padded) */
+    int32_t *experts; /* [hb] */
+    int32_t *rows;    /* [hb * cb], M for an empty slot */
+} ragged_plan;
 
 static int64_t pow2_at_least(int64_t n) {
     int64_t p = 1;
@@ -58,8 +64,7 @@ static int64_t pow2_at_least(int64_t n) {
     return p;
 }
 
-em_status pj_ragged_plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m,
-                              pj_ragged_plan *p) {
+static em_status plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m, ragged_plan *p) {
     int64_t h = 0, cmax = 0;
     for (int64_t i = 0; i < g; i++) {
         h += gs[i] > 0;
@@ -91,34 +96,15 @@ em_status pj_ragged_plan_make(em_ctx *c, const int32_t *gs, int64_t g, int64_t m
     return EM_OK;
 }
 
-/* x[idx] along dim 0 for a 1-D index: slices of the other dims */
-static sh_val take_rows(sh_b *b, sh_val x, sh_val idx) {
-    int64_t n = idx.t.d[0], n1[2] = {n, 1};
-    sh_val ix = sh_reshape(b, idx, 2, n1);
-    sh_gather_dims gd;
-    memset(&gd, 0, sizeof gd);
-    for (int d = 1; d < x.t.nd; d++) gd.offset_dims[gd.n_offset++] = d;
-    gd.collapsed[0] = 0;
-    gd.n_collapsed = 1;
-    gd.start_index_map[0] = 0;
-    gd.n_start_index_map = 1;
-    gd.index_vector_dim = 1;
-    gd.slice_sizes[0] = 1;
-    for (int d = 1; d < x.t.nd; d++) gd.slice_sizes[d] = x.t.d[d];
-    sh_type rt = x.t;
-    rt.d[0] = n;
-    return sh_gather(b, x, ix, &gd, rt);
-}
-
 static em_status emit_grouped(pj_emit *e, sh_val lhs, sh_val rhs, bool nk, sh_elem acc, sh_elem oe) {
     sh_b *b = e->b;
     int64_t m = lhs.t.d[0], k = lhs.t.d[1], n = nk ? rhs.t.d[1] : rhs.t.d[2];
     int64_t hb = e->variant[0], cb = e->variant[1];
     sh_val experts = e->extra[0], rows = e->extra[1];
-    sh_val w = take_rows(b, rhs, experts); /* [Hb, K, N] or [Hb, N, K] */
+    sh_val w = sh_take_along(b, rhs, experts, 0); /* [Hb, K, N] or [Hb, N, K] */
     sh_val valid = sh_cmp(b, "LT", rows, sh_const_i(b, rows.t, m));
     sh_val rc = sh_bin(b, "minimum", rows, sh_const_i(b, rows.t, m - 1));
-    sh_val x = take_rows(b, lhs, rc); /* [Hb*Cb, K] */
+    sh_val x = sh_take_along(b, lhs, rc, 0); /* [Hb*Cb, K] */
     int64_t x3[3] = {hb, cb, k};
     x = sh_reshape(b, x, 3, x3);
     int lb = 0, rb = 0, lc = 2, rcd = nk ? 2 : 1;
@@ -128,18 +114,9 @@ static em_status emit_grouped(pj_emit *e, sh_val lhs, sh_val rhs, bool nk, sh_el
     int map0[1] = {0};
     y = sh_select(b, sh_bcast_in_dim(b, valid, map0, 2, y2), y, sh_zeros_like(b, y));
     /* rows back to their places; empty slots add zeros to row M-1 */
-    int64_t mn[2] = {m, n}, r1[2] = {hb * cb, 1};
+    int64_t mn[2] = {m, n};
     sh_val out = sh_const(b, sh_ty(acc, 2, mn), 0);
-    sh_scatter_dims s;
-    memset(&s, 0, sizeof s);
-    s.update_window[0] = 1;
-    s.n_update_window = 1;
-    s.inserted_window[0] = 0;
-    s.n_inserted_window = 1;
-    s.to_operand[0] = 0;
-    s.n_to_operand = 1;
-    s.index_vector_dim = 1;
-    out = sh_scatter(b, out, sh_reshape(b, rc, 2, r1), y, &s, "add");
+    out = sh_scatter_along(b, out, rc, y, 0, "add");
     e->out[0] = sh_convert(b, out, oe);
     return EM_OK;
 }
@@ -185,23 +162,7 @@ static em_status emit_ragged(pj_emit *e) {
     int mapm[1] = {0};
     if (!strcmp(mode, "gather")) {
         sh_val idx = sh_bin(b, "minimum", grp, sh_const_i(b, grp.t, g - 1));
-        int64_t m1[2] = {m, 1};
-        idx = sh_reshape(b, idx, 2, m1);
-        sh_gather_dims gd;
-        memset(&gd, 0, sizeof gd);
-        gd.offset_dims[0] = 1;
-        gd.offset_dims[1] = 2;
-        gd.n_offset = 2;
-        gd.collapsed[0] = 0;
-        gd.n_collapsed = 1;
-        gd.start_index_map[0] = 0;
-        gd.n_start_index_map = 1;
-        gd.index_vector_dim = 1;
-        gd.slice_sizes[0] = 1;
-        gd.slice_sizes[1] = rhs.t.d[1];
-        gd.slice_sizes[2] = rhs.t.d[2];
-        int64_t wd[3] = {m, rhs.t.d[1], rhs.t.d[2]};
-        sh_val w = sh_gather(b, rhs, idx, &gd, sh_ty(rhs.t.e, 3, wd)); /* [M, K, N] or [M, N, K] */
+        sh_val w = sh_take_along(b, rhs, idx, 0); /* [M, K, N] or [M, N, K] */
         int lb = 0, rb = 0, lc = 1, rc = nk ? 2 : 1;
         sh_val r = sh_dot(b, lhs, w, &lb, &rb, 1, &lc, &rc, 1, acc); /* [M, N] */
         sh_val vb = sh_bcast_in_dim(b, valid, mapm, 2, mn);
@@ -225,4 +186,60 @@ static em_status emit_ragged(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_moe(pj_emit_fn *t) { t[EM_OP_RAGGED_DOT] = emit_ragged; }
+/* Group sizes are data: non-negative, at most M rows in all, as the CPU checks them. */
+static em_status check_sizes(em_ctx *c, const int32_t *gs, int64_t g, int64_t m) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < g; i++) {
+        if (gs[i] < 0)
+            return em_op_fail(c, EM_ERR_INVALID_ARG, "group_sizes[%lld] = %lld is negative",
+                              (long long)i, (long long)gs[i]);
+        total += gs[i];
+        if (total > m)
+            return em_op_fail(c, EM_ERR_INVALID_ARG,
+                              "group sizes sum to more than the %lld rows of lhs (reached %lld at "
+                              "group %lld)",
+                              (long long)m, (long long)total, (long long)i);
+    }
+    return EM_OK;
+}
+
+/* The host's part: the group sizes are checked when they are read (pj_read_indices: always for
+ * the grouped lowering, which needs them for its plan, else as the index check allows), and
+ * the grouped lowering's plan goes to the program as two extra inputs. */
+static em_status ragged_prepare(em_ctx *c, const em_kernel_args *a, em_device *d, pj_extra *x) {
+    const pj_plugin *pl = ((pj_dev *)d->impl)->pl;
+    bool grouped = !strcmp(ragged_mode(pl), "grouped");
+    /* a compile-only device has no group sizes: nothing to check, no plan to make */
+    if (pl->aot)
+        return grouped ? pj_aot_refuse(c, d,
+                                       "ragged_dot's grouped lowering (a plan from the group "
+                                       "sizes; EMBER_PJRT_RAGGED=native, gather or dense compile "
+                                       "without it)",
+                                       true)
+                       : EM_OK;
+    int64_t g = a->in[2]->numel, m = a->in[0]->shape[0];
+    void *buf;
+    em_status s = pj_read_indices(c, a->in[2], grouped, &buf);
+    if (s || !buf) return s;
+    const int32_t *gs = buf;
+    s = check_sizes(c, gs, g, m);
+    if (!s && grouped) {
+        ragged_plan p;
+        s = plan_make(c, gs, g, m, &p);
+        if (!s) {
+            x->variant[0] = p.hb;
+            x->variant[1] = p.cb;
+            s = pj_extra_add(c, d, x, p.experts, p.hb);
+            if (!s) s = pj_extra_add(c, d, x, p.rows, p.hb * p.cb);
+            free(p.experts);
+            free(p.rows);
+        }
+    }
+    free(buf);
+    return s;
+}
+
+void pj_register_moe(pj_op *t) {
+    t[EM_OP_RAGGED_DOT].emit = emit_ragged;
+    t[EM_OP_RAGGED_DOT].prepare = ragged_prepare;
+}

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
@@ -218,33 +219,22 @@ static em_status emit_sdpa(pj_emit *e) {
 
 static em_status emit_embedding(pj_emit *e) {
     sh_b *b = e->b;
-    sh_val w = e->in[0], ids = e->in[1];
-    int nd = ids.t.nd;
-    int64_t id[EM_MAX_DIMS + 1];
-    memcpy(id, ids.t.d, (size_t)nd * sizeof *id);
-    id[nd] = 1;
-    sh_val ix = sh_reshape(b, sh_convert(b, ids, SH_I64), nd + 1, id);
-    sh_gather_dims g;
-    memset(&g, 0, sizeof g);
-    g.offset_dims[0] = nd;
-    g.n_offset = 1;
-    g.collapsed[0] = 0;
-    g.n_collapsed = 1;
-    g.start_index_map[0] = 0;
-    g.n_start_index_map = 1;
-    g.index_vector_dim = nd;
-    g.slice_sizes[0] = 1;
-    g.slice_sizes[1] = w.t.d[1];
-    e->out[0] = sh_gather(b, w, ix, &g, pj_meta_type(&e->out_meta[0]));
+    e->out[0] = sh_take_along(b, e->in[0], sh_convert(b, e->in[1], SH_I64), 0);
     return EM_OK;
 }
 
-void pj_register_nn(pj_emit_fn *t) {
-    t[EM_OP_RMS_NORM] = emit_rms_norm;
-    t[EM_OP_LAYER_NORM] = emit_layer_norm;
-    t[EM_OP_GROUP_NORM] = emit_group_norm;
-    t[EM_OP_ROPE_COS_SIN] = emit_rope_cos_sin;
-    t[EM_OP_ROPE] = emit_rope;
-    t[EM_OP_SDPA] = emit_sdpa;
-    t[EM_OP_EMBEDDING] = emit_embedding;
+static bool embedding_ids(const em_kernel_args *a, pj_index_rule *r) {
+    int64_t n = a->in[0]->shape[0];
+    return pj_index_rule_set(r, 1, 0, n, "id", "", "%lld embeddings", (long long)n);
+}
+
+void pj_register_nn(pj_op *t) {
+    t[EM_OP_RMS_NORM].emit = emit_rms_norm;
+    t[EM_OP_LAYER_NORM].emit = emit_layer_norm;
+    t[EM_OP_GROUP_NORM].emit = emit_group_norm;
+    t[EM_OP_ROPE_COS_SIN].emit = emit_rope_cos_sin;
+    t[EM_OP_ROPE].emit = emit_rope;
+    t[EM_OP_SDPA].emit = emit_sdpa;
+    t[EM_OP_EMBEDDING].emit = emit_embedding;
+    t[EM_OP_EMBEDDING].indices = embedding_ids;
 }

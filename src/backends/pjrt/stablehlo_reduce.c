@@ -167,16 +167,16 @@ static em_status emit_cumsum(pj_emit *e) {
     return EM_OK;
 }
 
-void pj_register_reduce(pj_emit_fn *t) {
-    t[EM_OP_SUM] = emit_reduce;
-    t[EM_OP_MEAN] = emit_reduce;
-    t[EM_OP_MAX] = emit_reduce;
-    t[EM_OP_MIN] = emit_reduce;
-    t[EM_OP_PROD] = emit_reduce;
-    t[EM_OP_VAR] = emit_reduce;
-    t[EM_OP_ARGMAX] = emit_arg;
-    t[EM_OP_ARGMIN] = emit_arg;
-    t[EM_OP_SOFTMAX] = emit_softmax;
-    t[EM_OP_LOG_SOFTMAX] = emit_softmax;
-    t[EM_OP_CUMSUM] = emit_cumsum;
+void pj_register_reduce(pj_op *t) {
+    t[EM_OP_SUM].emit = emit_reduce;
+    t[EM_OP_MEAN].emit = emit_reduce;
+    t[EM_OP_MAX].emit = emit_reduce;
+    t[EM_OP_MIN].emit = emit_reduce;
+    t[EM_OP_PROD].emit = emit_reduce;
+    t[EM_OP_VAR].emit = emit_reduce;
+    t[EM_OP_ARGMAX].emit = emit_arg;
+    t[EM_OP_ARGMIN].emit = emit_arg;
+    t[EM_OP_SOFTMAX].emit = emit_softmax;
+    t[EM_OP_LOG_SOFTMAX].emit = emit_softmax;
+    t[EM_OP_CUMSUM].emit = emit_cumsum;
 }

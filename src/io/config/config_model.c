@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ember/gguf.h"
 #include "io/config/config_impl.h"
 
 #define OP "config_load"
@@ -18,7 +19,8 @@ typedef enum fam {
     FAM_MIXTRAL,
     FAM_GEMMA3,
     FAM_GEMMA4,
-    FAM_BERT
+    FAM_BERT,
+    FAM_QWEN2
 } fam;
 
 static const struct {
@@ -30,6 +32,7 @@ static const struct {
     {"qwen3_moe", NULL, FAM_QWEN3_MOE},   {"mistral", NULL, FAM_MISTRAL},
     {"mixtral", NULL, FAM_MIXTRAL},       {"gemma3_text", "gemma3", FAM_GEMMA3},
     {"gemma4_text", "gemma4", FAM_GEMMA4}, {"bert", NULL, FAM_BERT},
+    {"qwen2", NULL, FAM_QWEN2},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -46,6 +49,7 @@ static fam_rules rules_of(fam f) {
     fam_rules r = {true, false, false, 10000.0, false};
     switch (f) {
     case FAM_QWEN3: r.head_dim_derived = false, r.has_layer_types = true; break;
+    case FAM_QWEN2: r.has_layer_types = true; break;
     case FAM_MIXTRAL: r.default_theta = 1e6; break;
     case FAM_GEMMA3:
     case FAM_GEMMA4:
@@ -75,9 +79,10 @@ static void defaults(fam f, em_model_config *m) {
         m->bos_token_id = 1, m->eos_token_ids[0] = 2, m->n_eos_token_ids = 1;
         break;
     case FAM_QWEN3:
+    case FAM_QWEN2:
         m->vocab_size = 151936, m->hidden_size = 4096, m->intermediate_size = 22016;
         m->num_hidden_layers = 32, m->num_attention_heads = 32, m->num_key_value_heads = 32;
-        m->head_dim = 128, m->max_position_embeddings = 32768;
+        m->head_dim = f == FAM_QWEN3 ? 128 : 0, m->max_position_embeddings = 32768;
         m->sliding_window = 4096, m->max_window_layers = 28;
         break;
     case FAM_QWEN3_MOE:
@@ -353,7 +358,7 @@ static em_status read_layer_types(em_cfg_src *s, fam f, int64_t pattern, em_mode
     } else {
         for (int64_t i = 0; i < n; i++) {
             bool sl;
-            if (f == FAM_QWEN3)
+            if (f == FAM_QWEN3 || f == FAM_QWEN2)
                 sl = m->sliding_window && i >= m->max_window_layers;
             else if (f == FAM_GEMMA3 || f == FAM_GEMMA4)
                 sl = (i + 1) % pattern != 0;
@@ -456,7 +461,7 @@ static em_status read_text(em_cfg_src *s, fam f, em_model_config *m) {
     }
 
     /* __post_init__ rules */
-    if (f == FAM_QWEN3 || f == FAM_QWEN3_MOE) {
+    if (f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_QWEN2) {
         bool use_sw = false;
         if ((e = em_cfg_bool(s, "use_sliding_window", false, &use_sw, NULL))) return e;
         if (!use_sw) m->sliding_window = 0;
@@ -615,6 +620,13 @@ em_status em_model_config_load(em_ctx *c, const char *path, em_model_config *out
     if (out) memset(out, 0, sizeof *out);
     if (c->err.status) return c->err.status;
     if (!out) return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "out is NULL");
+    size_t pl = path ? strlen(path) : 0;
+    if (pl > 5 && !strcmp(path + pl - 5, ".gguf")) { /* the metadata of a GGUF file */
+        em_gguf *g = em_gguf_open(c, path);
+        em_status gs = g ? em_model_config_from_gguf(c, g, out) : em_ctx_status(c);
+        em_gguf_close(g);
+        return gs;
+    }
     json_t *root;
     char *file;
     em_status e = em_cfg_load_file(c, OP, path, "config.json", &root, &file);

@@ -34,7 +34,7 @@ const em_st_dtype_traits em_st_dtype_table[EM_ST_DTYPE_COUNT] = {
     [EM_ST_U64] = {"U64", 64, 21, false, EM_F32, true, EM_I64},
 };
 _Static_assert(EM_ST_DTYPE_COUNT == 22, "update em_st_dtype_table");
-_Static_assert(EM_DTYPE_COUNT == 10, "update em_st_dtype_of");
+_Static_assert(EM_DTYPE_COUNT == 18, "update em_st_dtype_of (quantized dtypes have no file dtype)");
 
 const char *em_st_dtype_name(em_st_dtype t) {
     return (unsigned)t < EM_ST_DTYPE_COUNT ? em_st_dtype_table[t].name : "?";

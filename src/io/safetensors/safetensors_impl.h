@@ -60,7 +60,13 @@ typedef struct em_st_image {
  * caller holds a copy: the process then does not hold the checkpoint twice. Nothing for other
  * images. */
 void em_st_drop_pages(const em_safetensors *st, const em_safetensors_info *ti);
+/* The same for n bytes at offset off of any image. */
+void em_st_image_drop_range(const em_st_image *im, uint64_t off, uint64_t n);
 
+/* A new image record (refcount 1); NULL when out of memory. */
+em_st_image *em_st_image_new(em_st_image_kind kind, uint8_t *base, size_t len);
+/* Maps a whole file privately (copy-on-write); errors are recorded in the name of `op`. */
+em_st_image *em_st_image_map(em_ctx *c, const char *path, const char *op);
 void em_st_image_retain(em_st_image *im);
 void em_st_image_release(em_st_image *im);
 /* em_from_host_borrowed's release callback. */

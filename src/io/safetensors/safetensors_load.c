@@ -48,7 +48,7 @@ em_tensor *em_safetensors_load_as_(em_ctx *c, const char *file, int line,
     if (!e) return NULL;
     const em_safetensors_info *ti = &e->info;
     const em_st_dtype_traits *tr = &em_st_dtype_table[ti->dtype];
-    if ((unsigned)dtype >= EM_DTYPE_COUNT) {
+    if ((unsigned)dtype >= EM_DTYPE_COUNT || em_is_quant(dtype)) {
         em_fail_at(c, EM_ERR_DTYPE, OP, file, line, "tensor \"%s\": invalid target dtype %d", name,
                    (int)dtype);
         return NULL;
@@ -72,7 +72,7 @@ em_tensor *em_safetensors_load_as_(em_ctx *c, const char *file, int line,
     size_t es = em_esize(dtype);
 
     if (tr->has_native && tr->native == dtype) {
-        if (dev == em_device_cpu() && ((uintptr_t)src % es) == 0) {
+        if (dev == em_device_host() && ((uintptr_t)src % es) == 0) {
             em_st_image_retain(im);
             em_tensor *t = em_from_host_borrowed_(c, file, line, dtype, ti->ndim, ti->shape, src,
                                                   (size_t)ti->nbytes, em_st_image_release_cb, im);
@@ -132,10 +132,13 @@ em_tensor *em_safetensors_load_(em_ctx *c, const char *file, int line, const em_
 void em_st_drop_pages(const em_safetensors *st, const em_safetensors_info *ti) {
     if (!st || !ti) return;
     const em_st_entry *e = (const em_st_entry *)ti;
-    const em_st_image *im = st->files[e->file].image;
+    em_st_image_drop_range(st->files[e->file].image, ti->file_offset, ti->nbytes);
+}
+
+void em_st_image_drop_range(const em_st_image *im, uint64_t off, uint64_t n) {
     if (!im || im->kind != EM_ST_IMAGE_MMAP || !im->base) return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t b = (uintptr_t)(im->base + ti->file_offset), end = b + (uintptr_t)ti->nbytes;
+    uintptr_t b = (uintptr_t)(im->base + off), end = b + (uintptr_t)n;
     b = (b + page - 1) & ~(page - 1); /* pages shared with a neighbour stay */
     end &= ~(page - 1);
     if (end > b) madvise((void *)b, end - b, MADV_DONTNEED);

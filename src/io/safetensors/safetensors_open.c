@@ -28,7 +28,7 @@ void em_st_image_release(em_st_image *im) {
 
 void em_st_image_release_cb(void *im) { em_st_image_release(im); }
 
-static em_st_image *image_new(em_st_image_kind kind, uint8_t *base, size_t len) {
+em_st_image *em_st_image_new(em_st_image_kind kind, uint8_t *base, size_t len) {
     em_st_image *im = malloc(sizeof *im);
     if (!im) return NULL;
     atomic_init(&im->refcount, 1);
@@ -41,10 +41,10 @@ static em_st_image *image_new(em_st_image_kind kind, uint8_t *base, size_t len) 
 /* Maps a whole file. Private and writable: tensors pointing into it may be written (the
  * writes stay in memory, copy-on-write) and the file can never be changed through them.
  * Pages are read when a tensor is first touched. */
-static em_st_image *map_file(em_ctx *c, const char *path) {
+em_st_image *em_st_image_map(em_ctx *c, const char *path, const char *op) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        EM_FAIL(c, errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, OP, "cannot open %s: %s", path,
+        EM_FAIL(c, errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, op, "cannot open %s: %s", path,
                 strerror(errno));
         return NULL;
     }
@@ -52,20 +52,20 @@ static em_st_image *map_file(em_ctx *c, const char *path) {
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         int err = errno;
         close(fd);
-        EM_FAIL(c, EM_ERR_IO, OP, "cannot read %s: %s", path,
+        EM_FAIL(c, EM_ERR_IO, op, "cannot read %s: %s", path,
                 S_ISDIR(sb.st_mode) ? "it is a directory" : strerror(err));
         return NULL;
     }
     if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
-        EM_FAIL(c, EM_ERR_OVERFLOW, OP, "%s: %lld bytes do not fit this address space", path,
+        EM_FAIL(c, EM_ERR_OVERFLOW, op, "%s: %lld bytes do not fit this address space", path,
                 (long long)sb.st_size);
         return NULL;
     }
     size_t len = (size_t)sb.st_size;
     em_st_image *im;
     if (len == 0) {
-        im = image_new(EM_ST_IMAGE_EMPTY, NULL, 0);
+        im = em_st_image_new(EM_ST_IMAGE_EMPTY, NULL, 0);
     } else {
         /* NORESERVE: under the default overcommit heuristic a private writable mapping of a
          * checkpoint larger than RAM would otherwise be refused; where it still is (strict
@@ -76,14 +76,14 @@ static em_st_image *map_file(em_ctx *c, const char *path) {
         if (p == MAP_FAILED) {
             int err = errno;
             close(fd);
-            EM_FAIL(c, EM_ERR_IO, OP, "cannot map %s (%zu bytes): %s", path, len, strerror(err));
+            EM_FAIL(c, EM_ERR_IO, op, "cannot map %s (%zu bytes): %s", path, len, strerror(err));
             return NULL;
         }
-        im = image_new(EM_ST_IMAGE_MMAP, p, len);
+        im = em_st_image_new(EM_ST_IMAGE_MMAP, p, len);
         if (!im) munmap(p, len);
     }
     close(fd);
-    if (!im) EM_FAIL(c, EM_ERR_OOM, OP, "out of memory opening %s", path);
+    if (!im) EM_FAIL(c, EM_ERR_OOM, op, "out of memory opening %s", path);
     return im;
 }
 
@@ -264,7 +264,7 @@ static em_safetensors *open_single(em_ctx *c, const char *path) {
         EM_FAIL(c, EM_ERR_OOM, OP, "out of memory opening %s", path);
         return NULL;
     }
-    em_st_image *im = map_file(c, path);
+    em_st_image *im = em_st_image_map(c, path, OP);
     if (!im || em_st_add_file(c, st, path, im) || em_st_finish(c, st, NULL, NULL)) {
         em_safetensors_close(st);
         return NULL;
@@ -281,7 +281,7 @@ em_safetensors *em_safetensors_open_memory(em_ctx *c, const void *data, size_t n
     }
     if (!name) name = "<memory>";
     em_safetensors *st = em_st_new(name);
-    em_st_image *im = image_new(EM_ST_IMAGE_BORROWED, (uint8_t *)data, n);
+    em_st_image *im = em_st_image_new(EM_ST_IMAGE_BORROWED, (uint8_t *)data, n);
     if (!st || !im) {
         free(im);
         em_safetensors_close(st);
@@ -398,7 +398,7 @@ static em_safetensors *open_index(em_ctx *c, const char *path) {
             goto fail;
         }
         snprintf(sp, need, "%s%s", dir, m.names[i]);
-        em_st_image *im = map_file(c, sp);
+        em_st_image *im = em_st_image_map(c, sp, OP);
         if (!im) {
             /* Say which weights the missing shard was meant to hold. */
             int count = 0;

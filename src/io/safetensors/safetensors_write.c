@@ -95,6 +95,10 @@ em_status em_safetensors_writer_add(em_ctx *c, em_safetensors_writer *w, const c
     if (c->err.status) return c->err.status;
     if (!w || !name || !t)
         return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "writer, name or tensor is NULL");
+    if (em_is_quant(t->dtype))
+        return EM_FAIL(c, EM_ERR_DTYPE, OP,
+                       "tensor \"%s\" is %s: safetensors has no quantized dtypes; dequantize it "
+                       "with em_cast first", name, em_dtype_name(t->dtype));
     return add_entry(c, w, name, em_st_dtype_of(t->dtype), t->ndim, t->shape,
                      (uint64_t)em_tensor_nbytes(t), t, NULL);
 }

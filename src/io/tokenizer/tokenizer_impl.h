@@ -571,6 +571,22 @@ bool tk_parse_model(tk_ld *l, json_t *v, const char *doc, const tk_json_span *vs
                     const tk_json_span *ms);
 bool tk_parse_added_tokens(tk_ld *l, json_t *arr);
 
+/* Construction from data (GGUF metadata, io/gguf/gguf_tokenizer.c) with the same parts. */
+/* A new, empty tokenizer named `name` (special ids -1); NULL with an error when out of memory. */
+em_tokenizer *tk_new(em_ctx *c, const char *name);
+/* Resolves special_id[] from special[] (and the model's unk token) once everything is loaded. */
+void tk_resolve_specials(em_tokenizer *t);
+/* Adds (or replaces) a named chat template. */
+bool tk_add_template(tk_ld *l, const char *name, const char *src, size_t len);
+/* The BPE options of a model object (unk_token, prefix/suffix, fuse_unk, byte_fallback,
+ * ignore_merges, dropout) into m, whose vocabulary is already in place; sets the BPE type. */
+bool tk_bpe_options(tk_ld *l, json_t *v, tk_model *m);
+/* Merges in rank order from a list: get gives entry i as (a, b), a NULL when the entry is not a
+ * merge; it returns false after recording an error. */
+typedef bool (*tk_merge_get_fn)(tk_ld *l, void *user, size_t i, const char **a, size_t *la,
+                                const char **b, size_t *lb);
+bool tk_bpe_merges_from(tk_ld *l, tk_model *m, size_t n, tk_merge_get_fn get, void *user);
+
 /* Fast JSON scanner (tokenizer_json.c). */
 /* Finds model.vocab and model.merges at the top level of a tokenizer.json. Returns false when
  * the document does not have the expected shape (the caller then uses the full parser). */

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "core/file_read.h"
+#include "ember/gguf.h"
 #include "io/tokenizer/tokenizer_impl.h"
 
 /* ---- tokenizer_config.json ---- */
@@ -45,7 +46,7 @@ static json_t *parse_json(tk_ld *l, const char *doc, size_t len, size_t flags) {
     return root;
 }
 
-static bool add_template(tk_ld *l, const char *name, const char *src, size_t len) {
+bool tk_add_template(tk_ld *l, const char *name, const char *src, size_t len) {
     em_tokenizer *t = l->t;
     for (size_t i = 0; i < t->n_templates; i++)
         if (!strcmp(t->tpl_names[i], name)) {
@@ -97,7 +98,7 @@ static bool load_config(em_ctx *c, em_tokenizer *t, const char *dir) {
                      tk_opt_bool(&l, root, "add_eos_token", false, &t->add_eos, NULL);
         json_t *tpl = ok ? json_object_get(root, "chat_template") : NULL;
         if (json_is_string(tpl)) {
-            ok = add_template(&l, "default", json_string_value(tpl), json_string_length(tpl));
+            ok = tk_add_template(&l, "default", json_string_value(tpl), json_string_length(tpl));
         } else if (json_is_array(tpl)) {
             for (size_t i = 0; ok && i < json_array_size(tpl); i++) {
                 json_t *e = json_array_get(tpl, i);
@@ -106,7 +107,7 @@ static bool load_config(em_ctx *c, em_tokenizer *t, const char *dir) {
                     ok = tk_ld_fail(&l, EM_ERR_FORMAT, "chat_template",
                                "a list of templates must hold {\"name\", \"template\"} strings");
                 else
-                    ok = add_template(&l, json_string_value(nm), json_string_value(src),
+                    ok = tk_add_template(&l, json_string_value(nm), json_string_value(src),
                                       json_string_length(src));
             }
         } else if (tpl && !json_is_null(tpl))
@@ -120,7 +121,7 @@ static bool load_config(em_ctx *c, em_tokenizer *t, const char *dir) {
         if (!read_file(c, path, true, &buf, &len, &found)) return false;
         if (found) {
             tk_ld lj = {c, path, t};
-            ok = add_template(&lj, "default", buf, len);
+            ok = tk_add_template(&lj, "default", buf, len);
             free(buf);
         }
     }
@@ -129,23 +130,38 @@ static bool load_config(em_ctx *c, em_tokenizer *t, const char *dir) {
 
 /* ---- the document ---- */
 
-static em_tokenizer *load_doc(em_ctx *c, const char *doc, size_t len, const char *name,
-                              const char *config_dir) {
+em_tokenizer *tk_new(em_ctx *c, const char *name) {
     em_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) {
+    if (t) {
+        for (int i = 0; i < EM_SPECIAL_COUNT; i++) t->special_id[i] = -1;
+        t->name = strdup(name);
+        t->pretok = calloc(TK_MAX_PRETOK, sizeof *t->pretok);
+    }
+    if (!t || !t->name || !t->pretok) {
+        em_tokenizer_free(t);
         em_ctx_fail(c, EM_ERR_OOM, "tokenizer_load", "out of memory");
         return NULL;
     }
-    for (int i = 0; i < EM_SPECIAL_COUNT; i++) t->special_id[i] = -1;
-    t->name = strdup(name ? name : "tokenizer.json");
-    t->pretok = calloc(TK_MAX_PRETOK, sizeof *t->pretok);
-    tk_ld l = {c, t->name ? t->name : "tokenizer.json", t};
+    return t;
+}
+
+void tk_resolve_specials(em_tokenizer *t) {
+    for (int i = 0; i < EM_SPECIAL_COUNT; i++)
+        if (t->special[i])
+            t->special_id[i] = em_tokenizer_token_to_id(t, t->special[i], strlen(t->special[i]));
+    if (!t->special[EM_SPECIAL_UNK] && t->model.unk_token) {
+        t->special[EM_SPECIAL_UNK] = t->model.unk_token;
+        t->special_id[EM_SPECIAL_UNK] = t->model.unk_id;
+    }
+}
+
+static em_tokenizer *load_doc(em_ctx *c, const char *doc, size_t len, const char *name,
+                              const char *config_dir) {
+    em_tokenizer *t = tk_new(c, name ? name : "tokenizer.json");
+    if (!t) return NULL;
+    tk_ld l = {c, t->name, t};
     json_t *root = NULL;
     char *stripped = NULL;
-    if (!t->name || !t->pretok) {
-        tk_ld_oom(&l);
-        goto fail;
-    }
     size_t bad;
     if (!tk_utf8_valid(doc, len, &bad)) {
         int line, col;
@@ -248,13 +264,7 @@ static em_tokenizer *load_doc(em_ctx *c, const char *doc, size_t len, const char
     free(stripped);
     stripped = NULL;
     if (config_dir && !load_config(c, t, config_dir)) goto fail;
-    for (int i = 0; i < EM_SPECIAL_COUNT; i++)
-        if (t->special[i])
-            t->special_id[i] = em_tokenizer_token_to_id(t, t->special[i], strlen(t->special[i]));
-    if (!t->special[EM_SPECIAL_UNK] && t->model.unk_token) {
-        t->special[EM_SPECIAL_UNK] = t->model.unk_token;
-        t->special_id[EM_SPECIAL_UNK] = t->model.unk_id;
-    }
+    tk_resolve_specials(t);
     return t;
 fail:
     json_decref(root);
@@ -287,6 +297,13 @@ em_tokenizer *em_tokenizer_load(em_ctx *c, const char *path) {
     }
     char file[4096], dir[4096];
     const char *config_dir = NULL;
+    size_t plen = strlen(path);
+    if (!S_ISDIR(st.st_mode) && plen > 5 && !strcmp(path + plen - 5, ".gguf")) {
+        em_gguf *g = em_gguf_open(c, path);
+        em_tokenizer *t = g ? em_tokenizer_from_gguf(c, g) : NULL;
+        em_gguf_close(g);
+        return t;
+    }
     if (S_ISDIR(st.st_mode)) {
         snprintf(file, sizeof file, "%s/tokenizer.json", path);
         snprintf(dir, sizeof dir, "%s", path);

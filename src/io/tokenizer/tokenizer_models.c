@@ -350,52 +350,66 @@ static bool vocab_from_json(tk_ld *l, json_t *v, tk_vocab *voc) {
     return true;
 }
 
-static bool merges_from_json(tk_ld *l, json_t *v, tk_model *m) {
-    if (!json_is_array(v))
-        return tk_ld_fail(l, EM_ERR_FORMAT, "model.merges", "must be an array, not %s", tk_json_kind(v));
-    if (!tk_u64map_init(&m->merges, json_array_size(v))) return tk_ld_oom(l);
+bool tk_bpe_merges_from(tk_ld *l, tk_model *m, size_t n, tk_merge_get_fn get, void *user) {
+    if (!tk_u64map_init(&m->merges, n)) return tk_ld_oom(l);
     uint32_t rank = 0;
     tk_merge_batch *batch = calloc(1, sizeof *batch);
     if (!batch) return tk_ld_oom(l);
     bool ok = true;
     char err[400];
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        json_t *e = json_array_get(v, i);
-        const char *a, *b;
-        size_t la, lb;
-        char w[64];
-        snprintf(w, sizeof w, "model.merges[%zu]", i);
-        if (json_is_string(e)) {
-            const char *s = json_string_value(e);
-            size_t n = json_string_length(e);
-            if (n >= 8 && !memcmp(s, "#version", 8)) continue;
-            const char *sp = memchr(s, ' ', n);
-            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1)) {
-                ok = tk_ld_fail(l, EM_ERR_FORMAT, w, "\"%.60s\" must hold exactly one space", s);
-                break;
-            }
-            a = s, la = (size_t)(sp - s), b = sp + 1, lb = n - la - 1;
-        } else if (json_is_array(e) && json_array_size(e) == 2 &&
-                   json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, 1))) {
-            a = json_string_value(json_array_get(e, 0));
-            la = json_string_length(json_array_get(e, 0));
-            b = json_string_value(json_array_get(e, 1));
-            lb = json_string_length(json_array_get(e, 1));
-        } else {
-            ok = tk_ld_fail(l, EM_ERR_FORMAT, w,
-                       "must be a string \"a b\" or a pair [\"a\", \"b\"], not %s", tk_json_kind(e));
+    for (size_t i = 0; i < n && ok; i++) {
+        const char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        if (!get(l, user, i, &a, &la, &b, &lb)) {
+            ok = false;
             break;
         }
-        if (!tk_bpe_merge_add(m, batch, a, la, b, lb, rank++, i, err, sizeof err)) {
+        if (!a) continue; /* not a merge (a "#version" line) */
+        if (!tk_bpe_merge_add(m, batch, a, la, b, lb, rank++, i, err, sizeof err))
             ok = tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
-            break;
-        }
     }
     if (ok && !tk_bpe_merge_flush(m, batch, err, sizeof err))
         ok = tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
     tk_buf_free(&batch->buf);
     free(batch);
     return ok;
+}
+
+/* Merge i of a JSON merges array: "a b" or ["a", "b"]. */
+static bool json_merge(tk_ld *l, void *user, size_t i, const char **a, size_t *la, const char **b,
+                       size_t *lb) {
+    json_t *e = json_array_get(user, i);
+    char w[64];
+    snprintf(w, sizeof w, "model.merges[%zu]", i);
+    if (json_is_string(e)) {
+        const char *s = json_string_value(e);
+        size_t n = json_string_length(e);
+        if (n >= 8 && !memcmp(s, "#version", 8)) {
+            *a = NULL;
+            return true;
+        }
+        const char *sp = memchr(s, ' ', n);
+        if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1))
+            return tk_ld_fail(l, EM_ERR_FORMAT, w, "\"%.60s\" must hold exactly one space", s);
+        *a = s, *la = (size_t)(sp - s), *b = sp + 1, *lb = n - *la - 1;
+        return true;
+    }
+    if (json_is_array(e) && json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
+        json_is_string(json_array_get(e, 1))) {
+        *a = json_string_value(json_array_get(e, 0));
+        *la = json_string_length(json_array_get(e, 0));
+        *b = json_string_value(json_array_get(e, 1));
+        *lb = json_string_length(json_array_get(e, 1));
+        return true;
+    }
+    return tk_ld_fail(l, EM_ERR_FORMAT, w,
+                      "must be a string \"a b\" or a pair [\"a\", \"b\"], not %s", tk_json_kind(e));
+}
+
+static bool merges_from_json(tk_ld *l, json_t *v, tk_model *m) {
+    if (!json_is_array(v))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model.merges", "must be an array, not %s", tk_json_kind(v));
+    return tk_bpe_merges_from(l, m, json_array_size(v), json_merge, v);
 }
 
 static bool unigram_vocab_from_json(tk_ld *l, json_t *v, tk_model *m) {
@@ -428,6 +442,26 @@ static bool unigram_vocab_from_json(tk_ld *l, json_t *v, tk_model *m) {
     }
     m->vocab.size = n;
     m->vocab.rev_n = n;
+    return true;
+}
+
+bool tk_bpe_options(tk_ld *l, json_t *v, tk_model *m) {
+    m->type = TK_MODEL_BPE;
+    const char *prefix, *suffix;
+    size_t pl, sl;
+    if (!tk_opt_str(l, v, "unk_token", false, &m->unk_token, &m->unk_len, "model") ||
+        !tk_opt_str(l, v, "continuing_subword_prefix", false, &prefix, &pl, "model") ||
+        !tk_opt_str(l, v, "end_of_word_suffix", false, &suffix, &sl, "model") ||
+        !tk_opt_bool(l, v, "fuse_unk", false, &m->fuse_unk, "model") ||
+        !tk_opt_bool(l, v, "byte_fallback", false, &m->byte_fallback, "model") ||
+        !tk_opt_bool(l, v, "ignore_merges", false, &m->ignore_merges, "model"))
+        return false;
+    json_t *dropout = json_object_get(v, "dropout");
+    if (dropout && !json_is_null(dropout) && !json_is_number(dropout))
+        return tk_ld_fail(l, EM_ERR_FORMAT, "model", "\"dropout\" must be null or a number");
+    m->prefix = prefix, m->prefix_len = pl;
+    m->suffix = suffix, m->suffix_len = sl;
+    if (m->unk_token) m->unk_id = tk_strmap_get(&m->vocab.map, m->unk_token, m->unk_len);
     return true;
 }
 
@@ -502,22 +536,7 @@ bool tk_parse_model(tk_ld *l, json_t *v, const char *doc, const tk_json_span *vs
     if (!tk_vocab_finish(&m->vocab)) return tk_ld_oom(l);
 
     if (is_bpe) {
-        m->type = TK_MODEL_BPE;
-        const char *prefix, *suffix;
-        size_t pl, sl;
-        if (!tk_opt_str(l, v, "unk_token", false, &m->unk_token, &m->unk_len, "model") ||
-            !tk_opt_str(l, v, "continuing_subword_prefix", false, &prefix, &pl, "model") ||
-            !tk_opt_str(l, v, "end_of_word_suffix", false, &suffix, &sl, "model") ||
-            !tk_opt_bool(l, v, "fuse_unk", false, &m->fuse_unk, "model") ||
-            !tk_opt_bool(l, v, "byte_fallback", false, &m->byte_fallback, "model") ||
-            !tk_opt_bool(l, v, "ignore_merges", false, &m->ignore_merges, "model"))
-            return false;
-        json_t *dropout = json_object_get(v, "dropout");
-        if (dropout && !json_is_null(dropout) && !json_is_number(dropout))
-            return tk_ld_fail(l, EM_ERR_FORMAT, "model", "\"dropout\" must be null or a number");
-        m->prefix = prefix, m->prefix_len = pl;
-        m->suffix = suffix, m->suffix_len = sl;
-        if (m->unk_token) m->unk_id = tk_strmap_get(&m->vocab.map, m->unk_token, m->unk_len);
+        if (!tk_bpe_options(l, v, m)) return false;
         if (ms && ms->end > ms->start) {
             if (!tk_json_parse_merges(doc, *ms, m, err, sizeof err))
                 return tk_ld_fail(l, EM_ERR_FORMAT, NULL, "%s", err);
