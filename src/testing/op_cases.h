@@ -61,4 +61,21 @@ void em_opcases_set_tie_tolerant(em_opcase_set *s, bool on);
 em_status em_opcases_compare(em_ctx *c, const em_opcase_set *s, int i, em_device *dev,
                              em_device *ref, em_opcase_result *r, bool *ref_ran);
 
+/* What em_opcases_run_isolated reports per case, in the parent, in the cases' order. */
+typedef void (*em_opcase_sink)(void *user, int i, const em_opcase_result *r);
+
+/*
+ * Runs cases idx[0..n) of s on dev as em_opcases_run does, but in a child process (fork), and
+ * gives each result to sink. A child that dies (a signal from a crashing compiler) costs only
+ * the case it was running: that case is reported as failed with the signal, and a new child
+ * goes on with the next one. For compile-only devices, whose cases produce no values to send
+ * back; the parent must not have run anything on dev (the children inherit no threads).
+ * stats (may be NULL) gets the children's executable cache statistics added (a crashed child's
+ * are lost); *crashes (may be NULL) the number of children that died. EM_ERR_IO when a pipe or
+ * a process cannot be made.
+ */
+em_status em_opcases_run_isolated(em_ctx *c, const em_opcase_set *s, const int *idx, int n,
+                                  em_device *dev, em_opcase_sink sink, void *user,
+                                  em_pjrt_cache_stats *stats, int *crashes);
+
 #endif

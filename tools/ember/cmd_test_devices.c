@@ -38,6 +38,9 @@ static void usage(void) {
            "  --modes LIST   run the cases once per mode of LIST (sync, async, fused, compiled)\n"
            "                 in one process, sharing the executable cache; a summary per mode\n"
            "  --no-cpu       do not compare with the CPU backend\n"
+           "  --in-process   on a compile-only device, run the cases in this process (by\n"
+           "                 default each family runs in a child process, and a case whose\n"
+           "                 compile crashes it is reported failed with the signal)\n"
            "  --allow-missing  a --device that cannot be found is skipped, not an error (exit 77,\n"
            "                 ctest's skip code, when none of them is found)\n"
            "  --json         failures and summaries as JSON lines; the last lines are\n"
@@ -86,8 +89,65 @@ typedef struct dev_result {
     char mode[16];
     bool compile_only;
     int passed, total, cpu_compared, cpu_agree, not_applicable;
+    int crashes; /* child processes that died (compile-only devices run cases in children) */
     double seconds;
 } dev_result;
+
+/* One family's cases in one mode on one device. */
+typedef struct fam_run {
+    dev_result *R;
+    const em_opcase_set *s;
+    const char *fam;
+    bool json;
+    int pass, total;
+} fam_run;
+
+/* Counts case i's result (r: against torch; rc2: against the CPU) and prints a failure. */
+static void tally(fam_run *fr, int i, const em_opcase_result *r, const em_opcase_result *rc2) {
+    dev_result *R = fr->R;
+    if (r->not_applicable) {
+        R->not_applicable++;
+        return;
+    }
+    fr->total++;
+    R->total++;
+    if (r->pass && rc2->pass) {
+        fr->pass++;
+        R->passed++;
+        return;
+    }
+    const em_opcase_set *s = fr->s;
+    const char *why = r->pass ? rc2->msg : r->msg;
+    if (fr->json) {
+        printf("{\"device\": ");
+        json_str(R->name);
+        printf(", \"mode\": ");
+        json_str(R->mode);
+        printf(", \"family\": ");
+        json_str(fr->fam);
+        printf(", \"case\": ");
+        json_str(em_opcases_name(s, i));
+        printf(", \"op\": ");
+        json_str(em_opcases_op(s, i));
+        printf(", \"dtype\": ");
+        json_str(em_opcases_dtype(s, i));
+        printf(", \"message\": ");
+        json_str(why);
+        printf("}\n");
+    } else {
+        printf("  FAIL %s/%s (op %s, dtype %s)%s: %s\n", fr->fam, em_opcases_name(s, i),
+               em_opcases_op(s, i), em_opcases_dtype(s, i), r->pass ? " vs cpu" : "", why);
+    }
+    fflush(stdout);
+}
+
+/* em_opcases_run_isolated's sink: compile-only devices compare with nothing but torch. */
+static void sink(void *user, int i, const em_opcase_result *r) {
+    em_opcase_result none;
+    memset(&none, 0, sizeof none);
+    none.pass = true;
+    tally(user, i, r, &none);
+}
 
 /* One mode of a --modes list: an eager mode, compiled or not. */
 typedef struct run_mode {
@@ -171,7 +231,7 @@ static void describe_device(em_ctx *c, em_device *d, bool json) {
 int cmd_test_devices(int argc, char **argv) {
     const char *devs[16];
     int n_devs = 0;
-    bool json = false, use_cpu = true, allow_missing = false, compile = false;
+    bool json = false, use_cpu = true, allow_missing = false, compile = false, in_process = false;
     const char *fixtures = NULL, *filter = NULL, *mode = NULL, *modes = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -183,6 +243,8 @@ int cmd_test_devices(int argc, char **argv) {
             use_cpu = false;
         } else if (!strcmp(argv[i], "--allow-missing")) {
             allow_missing = true;
+        } else if (!strcmp(argv[i], "--in-process")) {
+            in_process = true;
         } else if (!strcmp(argv[i], "--compile")) {
             compile = true;
         } else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
@@ -272,6 +334,10 @@ int cmd_test_devices(int argc, char **argv) {
     em_device *cpu = em_device_cpu();
     for (int di = 0; di < n_ok; di++) {
         em_device *d = dv[di];
+        /* a compiler crash on a compile-only device costs one case, not the report */
+        bool isolate = em_device_is_compile_only(d) && !in_process;
+        em_pjrt_cache_stats iso_stats;
+        memset(&iso_stats, 0, sizeof iso_stats);
         describe_device(c, d, json);
         for (int mi = 0; mi < n_rm && n_res < 64; mi++) {
             dev_result *R = &res[n_res++];
@@ -295,59 +361,40 @@ int cmd_test_devices(int argc, char **argv) {
                 }
                 em_opcases_set_tie_tolerant(s, true);
                 em_opcases_set_compiled(s, rm[mi].compiled);
-                int fam_pass = 0, fam_total = 0;
-                for (int i = 0; i < em_opcases_count(s); i++) {
-                    const char *name = em_opcases_name(s, i);
-                    if (filter && !strstr(name, filter)) continue;
-                    em_opcase_result r;
-                    em_opcases_run(c, s, i, d, &r);
-                    bool ref_ran = false;
-                    em_opcase_result rc2 = {0};
-                    rc2.pass = true;
-                    if (r.pass && use_cpu && d != cpu && !R->compile_only) {
-                        em_opcases_compare(c, s, i, d, cpu, &rc2, &ref_ran);
-                        if (ref_ran) {
-                            R->cpu_compared++;
-                            if (rc2.pass) R->cpu_agree++;
+                fam_run fr = {R, s, fams[f], json, 0, 0};
+                int n_case = 0, *idx = malloc(sizeof(int) * (size_t)(em_opcases_count(s) + 1));
+                for (int i = 0; idx && i < em_opcases_count(s); i++)
+                    if (!filter || strstr(em_opcases_name(s, i), filter)) idx[n_case++] = i;
+                if (!idx) {
+                    rc = 1;
+                } else if (isolate) {
+                    int crashed = 0;
+                    if (em_opcases_run_isolated(c, s, idx, n_case, d, sink, &fr, &iso_stats,
+                                                &crashed) != EM_OK) {
+                        fprintf(stderr, "ember test-devices: cannot start a child process\n");
+                        rc = 1;
+                    }
+                    R->crashes += crashed;
+                } else {
+                    for (int k = 0; k < n_case; k++) {
+                        int i = idx[k];
+                        em_opcase_result r;
+                        em_opcases_run(c, s, i, d, &r);
+                        bool ref_ran = false;
+                        em_opcase_result rc2 = {0};
+                        rc2.pass = true;
+                        if (r.pass && use_cpu && d != cpu && !R->compile_only) {
+                            em_opcases_compare(c, s, i, d, cpu, &rc2, &ref_ran);
+                            if (ref_ran) {
+                                R->cpu_compared++;
+                                if (rc2.pass) R->cpu_agree++;
+                            }
                         }
+                        tally(&fr, i, &r, &rc2);
                     }
-                    if (r.not_applicable) {
-                        R->not_applicable++;
-                        continue;
-                    }
-                    fam_total++;
-                    R->total++;
-                    bool pass = r.pass && rc2.pass;
-                    if (pass) {
-                        fam_pass++;
-                        R->passed++;
-                        continue;
-                    }
-                    const char *why = r.pass ? rc2.msg : r.msg;
-                    if (json) {
-                        printf("{\"device\": ");
-                        json_str(R->name);
-                        printf(", \"mode\": ");
-                        json_str(R->mode);
-                        printf(", \"family\": ");
-                        json_str(fams[f]);
-                        printf(", \"case\": ");
-                        json_str(name);
-                        printf(", \"op\": ");
-                        json_str(em_opcases_op(s, i));
-                        printf(", \"dtype\": ");
-                        json_str(em_opcases_dtype(s, i));
-                        printf(", \"message\": ");
-                        json_str(why);
-                        printf("}\n");
-                    } else {
-                        printf("  FAIL %s/%s (op %s, dtype %s)%s: %s\n", fams[f], name,
-                               em_opcases_op(s, i), em_opcases_dtype(s, i),
-                               r.pass ? " vs cpu" : "", why);
-                    }
-                    fflush(stdout);
                 }
-                if (!json) printf("  %-12s %4d / %4d\n", fams[f], fam_pass, fam_total);
+                free(idx);
+                if (!json) printf("  %-12s %4d / %4d\n", fams[f], fr.pass, fr.total);
                 fflush(stdout);
                 em_opcases_free(s);
             }
@@ -373,11 +420,14 @@ int cmd_test_devices(int argc, char **argv) {
                            "compiled program on the device does not check data\n",
                            R->name, R->mode, R->not_applicable);
             }
+            if (R->crashes)
+                printf("%s [%s]: %d cases killed the process running them (signals above)\n",
+                       R->name, R->mode, R->crashes);
             em_pjrt_cache_stats st;
-            if (em_pjrt_cache_stats_get(d, &st) == EM_OK)
-                printf("%s: executables: %lld compiled, %lld from disk, %lld cache hits, "
+            if (isolate ? (st = iso_stats, true) : em_pjrt_cache_stats_get(d, &st) == EM_OK)
+                printf("%s: executables%s: %lld compiled, %lld from disk, %lld cache hits, "
                        "%lld failed compiles, %.1f s compiling\n",
-                       R->name, (long long)st.compiles, (long long)st.disk_hits,
+                       R->name, isolate ? " (in the child processes)" : "", (long long)st.compiles, (long long)st.disk_hits,
                        (long long)st.hits, (long long)st.failures, st.compile_seconds);
         }
     }
@@ -393,6 +443,7 @@ int cmd_test_devices(int argc, char **argv) {
         if (R->compile_only)
             printf(", \"compile_only\": true, \"compiled\": %d, \"executed\": "
                    "\"not applicable\"", R->passed);
+        if (R->crashes) printf(", \"crashes\": %d", R->crashes);
         printf(", \"seconds\": %.1f}\n", R->seconds);
     }
     if (n_ok == 0 && !json)

@@ -521,6 +521,8 @@ pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const
     prog.code_size = tl;
     prog.format = "mlir";
     prog.format_size = 4;
+    if (getenv("EMBER_PJRT_DUMP"))
+        fprintf(stderr, "[ember] program for %s on %s:\n%s\n", what, pl->name, text);
     if (pl->aot) {
         from_disk = report_load(pl, ph, opts, no, &n_out, &rep);
         if (!from_disk && !compile_aot(c, pl, &prog, opts, no, text, what, in_op, &n_out, &rep))

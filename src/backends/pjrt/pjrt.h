@@ -335,6 +335,13 @@ em_tensor *pj_make_contiguous(em_ctx *c, em_tensor *t);
 
 /* XLA's CPU plugin (its compiler has habits the lowerings work around, graph_lower.c). */
 bool pj_xla_cpu(const pj_plugin *pl);
+/* A float max (mx) or min reduction that propagates NaN, as torch's: a reduce whose body is the
+ * NaN-aware select everywhere but on TPU, where libtpu 0.0.51's fusion pass crashes (SIGSEGV in
+ * TpuPriorityFusionQueue) on such a reduce of a rank-3+ tensor once its broadcast result meets
+ * the input again (softmax); there a plain maximum/minimum reduce plus a sum of the input's NaNs
+ * (stablehlo_reduce.c; docs/notes/2026-12-01-tpu-conformance.md). */
+sh_val pj_reduce_nan(const pj_plugin *pl, sh_b *b, sh_val x, sh_val init, const int *dims, int n,
+                     bool mx);
 /* x computed once where XLA's CPU compiler would recompute it inside every user: an identity
  * reduce_window its fusion pass does not see through (graph_lower.c). */
 sh_val pj_materialize(sh_b *b, sh_val x);

@@ -201,7 +201,8 @@ static em_status emit_sdpa(pj_emit *e) {
         l = sh_select(b, vis, l, ninf);
     }
     int dk = 4;
-    sh_val mx = sh_reduce(b, l, sh_const(b, sh_scalar_ty(SH_F32), -INFINITY), &dk, 1, "max_nan");
+    sh_val mx = pj_reduce_nan(e->pl, b, l, sh_const(b, sh_scalar_ty(SH_F32), -INFINITY), &dk, 1,
+                              true);
     /* rows with no visible key: exp(-inf - 0) = 0 everywhere, then a zero sum gives zeros */
     sh_val mx_ok = sh_select(b, sh_cmp(b, "EQ", mx, sh_const(b, mx.t, -INFINITY)),
                              sh_zeros_like(b, mx), mx);

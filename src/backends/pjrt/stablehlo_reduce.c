@@ -34,6 +34,18 @@ static int64_t count_of(const sh_type *t, const int *dims, int n) {
     return c;
 }
 
+sh_val pj_reduce_nan(const pj_plugin *pl, sh_b *b, sh_val x, sh_val init, const int *dims, int n,
+                     bool mx) {
+    if (!pl || strcmp(pl->platform, "tpu"))
+        return sh_reduce(b, x, init, dims, n, mx ? "max_nan" : "min_nan");
+    /* whatever maximum does with a NaN, a NaN in a row makes that row's sum of NaNs NaN, and
+     * the select keeps the reduce's result (-0.0 included) elsewhere */
+    sh_val r = sh_reduce(b, x, init, dims, n, mx ? "maximum" : "minimum");
+    sh_val nans = sh_select(b, sh_cmp(b, "NE", x, x), x, sh_zeros_like(b, x));
+    sh_val ns = sh_reduce(b, nans, sh_const(b, init.t, 0), dims, n, "add");
+    return sh_select(b, sh_cmp(b, "NE", ns, ns), ns, r);
+}
+
 static em_status emit_reduce(pj_emit *e) {
     sh_b *b = e->b;
     em_op_id op = e->op->id;
@@ -60,9 +72,8 @@ static em_status emit_reduce(pj_emit *e) {
                        : el == SH_I8 ? INT8_MAX : 255;
             init = sh_const_i(b, sh_scalar_ty(el), mx ? lo : hi);
         }
-        const char *body = sh_elem_is_float(el) ? (mx ? "max_nan" : "min_nan")
-                                                : (mx ? "maximum" : "minimum");
-        e->out[0] = sh_reduce(b, x, init, dims, nd, body);
+        e->out[0] = sh_elem_is_float(el) ? pj_reduce_nan(e->pl, b, x, init, dims, nd, mx)
+                                         : sh_reduce(b, x, init, dims, nd, mx ? "maximum" : "minimum");
         return EM_OK;
     }
     sh_elem ct = pj_ct(em_dtype_is_float(xd) ? xd : EM_I64);
@@ -129,7 +140,7 @@ static em_status emit_softmax(pj_emit *e) {
     int map[EM_MAX_DIMS], k = 0;
     for (int i = 0; i < x.t.nd; i++)
         if (i != dim) map[k++] = i;
-    sh_val mx = sh_reduce(b, xc, sh_const(b, st, -INFINITY), &dim, 1, "max_nan");
+    sh_val mx = pj_reduce_nan(e->pl, b, xc, sh_const(b, st, -INFINITY), &dim, 1, true);
     /* rows of -inf only: the CPU (like torch) gives NaN; subtracting -inf does that too */
     sh_val sh = sh_bin(b, "subtract", xc, sh_bcast_in_dim(b, mx, map, x.t.nd, x.t.d));
     sh_val ex = sh_un(b, "exponential", sh);
