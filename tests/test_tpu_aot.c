@@ -189,6 +189,36 @@ out:
     em_ctx_destroy(c);
 }
 
+/* libtpu 0.0.51's fusion pass crashed (SIGSEGV) on a NaN-propagating max reduce whose result is
+ * broadcast back against its input in a rank-3 tensor: softmax over any dim of f32[3,5,17] but
+ * the middle one. On TPU the max is lowered another way (pj_reduce_nan); these compile now. */
+static void test_softmax_rank3(void) {
+    em_ctx *c = em_ctx_create();
+    em_device *d = aot(c, "tpu-aot:v6e:2x4");
+    if (!d) goto out;
+    em_ctx_set_device(c, d);
+    em_scope_push(c);
+    em_tensor *x = em_zeros(c, EM_F32, EM_SHAPE(3, 5, 17));
+    for (int dim = 0; dim < 3; dim++) {
+        em_tensor *y = em_softmax(c, x, dim), *z = em_log_softmax(c, em_cast(c, x, EM_BF16), dim);
+        CHECK_MSG(y && z && em_tensor_dim(y, 2) == 17 && em_tensor_dtype(z) == EM_BF16,
+                  "dim %d: %s", dim, em_ctx_status(c) ? em_ctx_error(c)->message : "");
+        em_ctx_clear_error(c);
+    }
+    /* and the reductions themselves, fused with what follows */
+    em_ctx_set_eager_mode(c, EM_EAGER_FUSED);
+    int dim0 = 0;
+    em_tensor *m = em_sub(c, x, em_max(c, x, &dim0, 1, true));
+    float v[3 * 5 * 17];
+    CHECK(m && em_to_host(c, m, v, sizeof v) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "compile-only");
+    em_ctx_clear_error(c);
+    em_ctx_set_eager_mode(c, EM_EAGER_ASYNC);
+    em_scope_pop(c);
+out:
+    em_ctx_destroy(c);
+}
+
 /* chlo.ragged_dot, TPU's own ragged dot: group sizes are data, nothing checks them here */
 static void test_ragged_native(void) {
     em_ctx *c = em_ctx_create();
@@ -373,5 +403,5 @@ out:
 }
 
 EM_TEST_MAIN(T(test_names), T(test_compile_options_spec), T(test_topology),
-             T(test_eager_shape_only), T(test_ragged_native), T(test_compiled_and_fused),
+             T(test_eager_shape_only), T(test_softmax_rank3), T(test_ragged_native), T(test_compiled_and_fused),
              T(test_decode_steps), T(test_cuda_aot))
