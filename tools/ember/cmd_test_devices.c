@@ -182,6 +182,40 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The Python package a plugin was installed by ("libtpu 0.0.51"), from the dist-info folder
+ * whose RECORD lists the plugin's file; "" when the plugin is not in a site-packages folder. */
+static void plugin_package(const char *path, char *out, size_t cap) {
+    out[0] = 0;
+    const char *sp = strstr(path, "/site-packages/");
+    if (!sp) return;
+    char dir[1024], rel[512];
+    snprintf(dir, sizeof dir, "%.*s", (int)(sp - path) + 14, path);
+    snprintf(rel, sizeof rel, "%s,", sp + 15);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) && !out[0]) {
+        size_t l = strlen(e->d_name);
+        if (l < 11 || strcmp(e->d_name + l - 10, ".dist-info")) continue;
+        char rec[1400];
+        snprintf(rec, sizeof rec, "%s/%s/RECORD", dir, e->d_name);
+        FILE *f = fopen(rec, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, rel, strlen(rel))) {
+                /* NAME-VERSION.dist-info: the version follows the last '-' */
+                char nv[256];
+                snprintf(nv, sizeof nv, "%.*s", (int)(l - 10), e->d_name);
+                char *dash = strrchr(nv, '-');
+                if (dash) *dash = ' ';
+                snprintf(out, cap, "%s", nv);
+                break;
+            }
+        if (f) fclose(f);
+    }
+    closedir(d);
+}
+
 /* What a device is: the plugin, its versions and, for a compile-only device, the topology and
  * the options programs are compiled with. */
 static void describe_device(em_ctx *c, em_device *d, bool json) {
@@ -190,6 +224,8 @@ static void describe_device(em_ctx *c, em_device *d, bool json) {
     bool is_pjrt = em_pjrt_plugin_info_get(d, &pi) == EM_OK;
     bool aot = em_pjrt_topology_get(d, &tp) == EM_OK;
     const char *opts = "num_replicas 1, num_partitions 1, portable (single-device programs)";
+    char pkg[300] = "";
+    if (is_pjrt) plugin_package(pi.path, pkg, sizeof pkg);
     if (json) {
         printf("{\"device\": ");
         json_str(em_device_name(d));
@@ -199,6 +235,10 @@ static void describe_device(em_ctx *c, em_device *d, bool json) {
             printf(", \"pjrt_api\": \"%d.%d\", \"plugin\": ", pi.api_major, pi.api_minor);
             json_str(pi.path);
             printf(", \"stablehlo\": \"%s..%s\"", pi.stablehlo_minimum, pi.stablehlo_current);
+            if (pkg[0]) {
+                printf(", \"package\": ");
+                json_str(pkg);
+            }
         }
         if (aot) {
             printf(", \"compile_only\": true, \"topology\": ");
@@ -215,9 +255,9 @@ static void describe_device(em_ctx *c, em_device *d, bool json) {
         return;
     }
     if (is_pjrt)
-        printf("== %s: platform %s, PJRT API %d.%d, StableHLO %s..%s, %s\n", em_device_name(d),
-               pi.platform, pi.api_major, pi.api_minor, pi.stablehlo_minimum,
-               pi.stablehlo_current, pi.path);
+        printf("== %s: platform %s, PJRT API %d.%d, StableHLO %s..%s, %s%s%s%s\n",
+               em_device_name(d), pi.platform, pi.api_major, pi.api_minor, pi.stablehlo_minimum,
+               pi.stablehlo_current, pi.path, pkg[0] ? " (package " : "", pkg, pkg[0] ? ")" : "");
     else
         printf("== %s\n", em_device_name(d));
     if (aot)
