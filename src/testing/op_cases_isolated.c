@@ -17,7 +17,7 @@
 
 #include "testing/op_cases.h"
 
-enum { REC_START = 1, REC_RESULT, REC_STATS, REC_DONE };
+enum { REC_START = 1, REC_RESULT, REC_DONE };
 
 typedef struct rec {
     int kind, i;
@@ -78,7 +78,6 @@ static _Noreturn void child(em_ctx *c, const em_opcase_set *s, const int *idx, i
         if (!write_all(fd, &r, sizeof r)) _exit(3);
     }
     memset(&r, 0, sizeof r);
-    r.kind = REC_STATS;
     if (have_stats && em_pjrt_cache_stats_get(dev, &st1) == EM_OK) stats_delta(&r.st, &st0, &st1);
     r.kind = REC_DONE;
     write_all(fd, &r, sizeof r);
@@ -89,7 +88,7 @@ static _Noreturn void child(em_ctx *c, const em_opcase_set *s, const int *idx, i
 em_status em_opcases_run_isolated(em_ctx *c, const em_opcase_set *s, const int *idx, int n,
                                   em_device *dev, em_opcase_sink sink, void *user,
                                   em_pjrt_cache_stats *stats, int *crashes) {
-    static rec r; /* one record at a time; ~2 kB */
+    rec r; /* one record at a time */
     int from = 0;
     if (crashes) *crashes = 0;
     while (from < n) {
@@ -145,6 +144,5 @@ em_status em_opcases_run_isolated(em_ctx *c, const em_opcase_set *s, const int *
         sink(user, idx[k], &fail);
         from = k + 1;
     }
-    (void)c;
     return EM_OK;
 }
