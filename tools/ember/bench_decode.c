@@ -201,7 +201,7 @@ int bench_decode(int argc, char **argv) {
     const char *dtype_name = NULL;
     em_dtype dtype = EM_BF16;
     int n_batches = 2;
-    long layers = 0, steps = 32;
+    long long layers = 0, steps = 32;
     double launch_us = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
@@ -209,9 +209,16 @@ int bench_decode(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) cache = argv[++i];
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atol(argv[++i]);
-        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
-        else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) launch_us = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) {
+            if (!cli_int("bench decode", argv[i], argv[i + 1], 0, INT32_MAX, &layers)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            if (!cli_int("bench decode", argv[i], argv[i + 1], 1, INT32_MAX, &steps)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) {
+            if (!cli_real("bench decode", argv[i], argv[i + 1], 0, 1e9, &launch_us)) return 2;
+            i++;
+        }
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
@@ -222,18 +229,11 @@ int bench_decode(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
-            n_batches = 0;
-            for (char *q = argv[++i]; *q && n_batches < 8;) {
-                char *e;
-                long v = strtol(q, &e, 10);
-                if (e == q || v <= 0) break;
-                batches[n_batches++] = v;
-                q = *e == ',' ? e + 1 : e;
-            }
-            if (!n_batches) {
-                fprintf(stderr, "ember bench decode: --batches takes a list like 1,16\n");
-                return 2;
-            }
+            long long v[8];
+            n_batches = cli_int_list("bench decode", argv[i], argv[i + 1], 1, 1 << 20, v, 8);
+            if (n_batches < 0) return 2;
+            for (int k = 0; k < n_batches; k++) batches[k] = v[k];
+            i++;
         }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
@@ -259,7 +259,7 @@ int bench_decode(int argc, char **argv) {
             struct stat st;
             if (stat(probe, &st) != 0) {
                 char lay[32];
-                snprintf(lay, sizeof lay, "%ld", layers > 0 ? layers : (k ? 12 : 28));
+                snprintf(lay, sizeof lay, "%lld", layers > 0 ? layers : (k ? 12 : 28));
                 char *av[] = {"make-checkpoint", "--preset", (char *)presets[k], "--out",
                               dirs[n_models], "--layers", lay, NULL};
                 if (cmd_make_checkpoint(7, av) != 0) return 1;
@@ -332,7 +332,7 @@ int bench_decode(int argc, char **argv) {
             char task[2400];
             snprintf(task, sizeof task,
                      "{\"model\": \"%s\", \"threads\": %d, \"batches\": [1, 16], \"prompt\": 16, "
-                     "\"new\": %ld, \"prefill\": 512}", dirs[k], threads, steps);
+                     "\"new\": %lld, \"prefill\": 512}", dirs[k], threads, steps);
             bench_peer_run("torch_decode.py", task, &torch);
             if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
         }

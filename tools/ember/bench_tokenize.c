@@ -150,8 +150,10 @@ int bench_tokenize(int argc, char **argv) {
             tok_path = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc)
             text_path = argv[++i];
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            min_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            if (!cli_real("bench tokenize", argv[i], argv[i + 1], 1e-3, 3600, &min_s)) return 2;
+            i++;
+        }
         else if (!strcmp(argv[i], "--json"))
             json = true;
         else {

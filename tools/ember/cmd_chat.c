@@ -150,7 +150,10 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage();
             return 0;
-        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
+        }
+        int sa = cli_sampling_arg("chat", &samp, argc, argv, &i);
+        if (sa < 0) return 2;
+        if (sa) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--system")) system = argv[i];
         else if (ARG("--device")) mo.device = argv[i];
@@ -160,7 +163,9 @@ int cmd_chat(int argc, char **argv) {
                 return 2;
             }
             mo.dtype_set = true;
-        } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
+        } else if (ARG("--max-new-tokens")) {
+            if (!cli_int("chat", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
+        }
         else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--bound")) bound = true;
         else {
@@ -169,7 +174,7 @@ int cmd_chat(int argc, char **argv) {
         }
 #undef ARG
     }
-    if (!model || max_new < 1) {
+    if (!model) {
         fprintf(stderr, "ember chat: --model is required (see --help)\n");
         return 2;
     }

@@ -106,7 +106,10 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage();
             return 0;
-        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
+        }
+        int sa = cli_sampling_arg("generate", &samp, argc, argv, &i);
+        if (sa < 0) return 2;
+        if (sa) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--prompt")) prompt = argv[i];
         else if (ARG("--chat")) chat = argv[i];
@@ -120,7 +123,9 @@ int cmd_generate(int argc, char **argv) {
                 return 2;
             }
             mo.dtype_set = true;
-        } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
+        } else if (ARG("--max-new-tokens")) {
+            if (!cli_int("generate", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
+        }
         else if (ARG("--stop")) {
             if (n_stops < 16) stops[n_stops++] = argv[i];
         } else if (ARG("--moe-impl")) {
@@ -129,7 +134,7 @@ int cmd_generate(int argc, char **argv) {
                 return 2;
             }
         } else if (ARG("--bucket")) {
-            bucket = atoll(argv[i]);
+            if (!cli_int("generate", a, argv[i], 1, INT32_MAX, &bucket)) return 2;
         } else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--show-device-map")) show_map = true;
@@ -139,7 +144,7 @@ int cmd_generate(int argc, char **argv) {
         }
 #undef ARG
     }
-    if (!model || (!prompt && !chat && !ids_s && !batch_file) || max_new < 1) {
+    if (!model || (!prompt && !chat && !ids_s && !batch_file)) {
         fprintf(stderr, "ember generate: --model and one of --prompt, --chat, --ids or "
                         "--batch-file are required (see --help)\n");
         return 2;
