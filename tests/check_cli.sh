@@ -1,6 +1,7 @@
 #!/bin/sh
 # Command-line checks of the ember tool (argument 1): option values are parsed strictly (a bad
-# number is an error naming the option, exit status 2).
+# number is an error naming the option, exit status 2), and `ember devices` gives one line per
+# missing device kind, the plugin search paths only with --verbose.
 ember="$*"
 fail=0
 bad() { # expect exit status 2 and the option named on stderr: bad OPTION ARGS...
@@ -32,4 +33,14 @@ bad --threads bench pool --threads 1,,2
 bad --seconds bench tokenize --seconds -1
 bad --layers make-checkpoint --out /nonexistent --layers 2x
 
+out=$($ember devices 2>&1) || { echo "FAIL: ember devices -> $out"; fail=1; }
+echo "$out"
+if printf '%s\n' "$out" | grep -q 'tried: '; then
+    echo "FAIL: ember devices prints the plugin search paths without --verbose"
+    fail=1
+fi
+if printf '%s\n' "$out" | grep '^(no ' | grep -qv 'pip install\|no TPU\|cannot\|has no\|PJRT'; then
+    echo "FAIL: a missing device kind without the command that installs it"
+    fail=1
+fi
 exit $fail
