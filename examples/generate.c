@@ -60,6 +60,6 @@ int main(int argc, char **argv) {
     json_decref(msgs);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

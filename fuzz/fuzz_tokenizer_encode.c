@@ -49,7 +49,7 @@ static void load_all(void) {
     }
     toks[n_toks++] = t;
     fprintf(stderr, "fuzz_tokenizer_encode: %d tokenizers\n", n_toks);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -83,6 +83,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *back = em_tokenizer_decode(c, t, ids, n, data[0] & 1, NULL);
     em_tokenizer_free_text(back);
     free(ids);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -40,6 +40,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         em_tokenizer_chat_template(t, NULL);
         em_tokenizer_free(t);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

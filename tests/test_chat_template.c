@@ -97,7 +97,7 @@ static void test_fixture_templates(void) {
     }
     fprintf(stderr, "  %zu renderings compared, %zu refusals matched\n", rendered, refused);
     em_chat_template_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
 }
 
@@ -130,7 +130,7 @@ static void test_snippets(void) {
         n++;
     }
     fprintf(stderr, "  %zu snippets compared\n", n);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
 }
 
@@ -181,7 +181,7 @@ static void test_error_cases(void) {
         free(out);
         em_chat_template_free(t);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
     json_decref(ex);
 }
@@ -256,7 +256,7 @@ static void test_real_templates(void) {
         em_chat_template_free(t);
         json_decref(cfg);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
 }
 
@@ -326,7 +326,7 @@ static void test_api_errors(void) {
     CHECK(em_chat_template_render(c, t, MSGS, false, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_IO, "first failure");
     em_chat_template_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_strftime_now(void) {
@@ -334,7 +334,7 @@ static void test_strftime_now(void) {
     char *out = render_src(c, "{{ strftime_now('%Y-%m-%d') }}|{{ strftime_now('') }}|", MSGS, NULL);
     CHECK(out && strlen(out) == 12 && out[4] == '-' && out[7] == '-' && out[10] == '|');
     free(out);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Hostile templates end with a clear error, under tight limits as the fuzzer uses. */
@@ -393,7 +393,7 @@ static void test_limits(void) {
     CHECK(out && !strcmp(out, "300"));
     free(out);
     free(chain);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_fixture_templates), T(test_snippets), T(test_error_cases),

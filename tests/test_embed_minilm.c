@@ -75,7 +75,7 @@ static void test_sentence_transformers_agreement(void) {
     }
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
     for (int i = 0; i < n; i++) free(lines[i]);
 }

@@ -105,7 +105,7 @@ static void test_models(void) {
         }
         em_scope_pop(c);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -139,7 +139,7 @@ static void test_config_and_map(void) {
     /* an architecture Ember does not read, named */
     CHECK(!em_model_load(c, em_test_fixture_path("gguf", "types.gguf"), NULL));
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "\"test\"");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_models), T(test_config_and_map))

@@ -113,7 +113,7 @@ static void test_smollm2(void) {
         em_model_free(m);
     }
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 

@@ -141,7 +141,7 @@ static void test_synthetic(void) {
         CHECK_MSG(bad == 0, "%s: %d mismatches", name, bad);
         em_tokenizer_free(t);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(doc);
 }
 
@@ -151,10 +151,10 @@ static void test_errors(void) {
     em_gguf *g = em_gguf_open(c, em_test_fixture_path("gguf", "types.gguf"));
     CHECK(g && !em_tokenizer_from_gguf(c, g));
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "has no tokenizer");
-    em_gguf_close(g);
+    em_gguf_free(g);
     CHECK(!em_tokenizer_load(c, em_test_fixture_path("gguf", "malformed/bad_magic.gguf")));
     CHECK_ERR(c, EM_ERR_FORMAT, "GGUF");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_real_smollm2(void) {
@@ -172,7 +172,7 @@ static void test_real_smollm2(void) {
     CHECK(e != NULL);
     if (t && e) CHECK(check_tokenizer(c, t, json_object_get(exp, "texts"), e, "smollm2") == 0);
     em_tokenizer_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(exp);
 }
 

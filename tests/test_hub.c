@@ -370,7 +370,7 @@ static void test_settings_from_env(void) {
         env_set(env_keys[k], saved[k]);
         free(saved[k]);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- (1) the cache huggingface_hub laid out ----------------------------------------------- */
@@ -486,7 +486,7 @@ static void test_resolve_python_cache(void) {
               "nothere.json", "curl error", "HF_HUB_OFFLINE=1");
     json_decref(exp);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_local_dir(void) {
@@ -539,7 +539,7 @@ static void test_local_dir(void) {
     em_ctx_clear_error(c);
     free(slashed);
     free(d);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_bad_names(void) {
@@ -582,7 +582,7 @@ static void test_bad_names(void) {
     CHECK(!hub_exists(models));
     free(models);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- (2) downloads from the test Hub ------------------------------------------------------ */
@@ -705,7 +705,7 @@ static void test_download_model(void) {
     free(blobs);
     free(want);
     free(dir);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_download_resume(void) {
@@ -746,7 +746,7 @@ static void test_download_resume(void) {
     free(cache2);
     free(got);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_download_errors(void) {
@@ -844,7 +844,7 @@ static void test_download_errors(void) {
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "would not stay inside the cache");
     CHECK(count_log("\"path\"", NULL) == before);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_download_redirect_and_range(void) {
@@ -890,7 +890,7 @@ static void test_download_redirect_and_range(void) {
     free(blobdir);
     free(got);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Several threads fetching one model into one fresh cache: one download per blob wins the
@@ -903,7 +903,7 @@ static void *fetch_thread(void *p) {
     em_hub_options o = opts_for(a->cache);
     a->st = em_hub_resolve(c, "ember-test/sharded", &o, &a->dir);
     if (a->st != EM_OK) fprintf(stderr, "thread: %s\n", em_ctx_error(c)->message);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return NULL;
 }
 
@@ -959,7 +959,7 @@ static void test_python_reads_ember_cache(void) {
     if (f) fclose(f);
     free(list);
     free(got);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     char *cmd = hub_strf("'%s' '%s/../hub_check.py' cache --cache '%s' --endpoint '%s' --log '%s' "
                          "--list '%s' 1>&2", ref, em_test_fixtures_dir(), interop_cache, endpoint,
                          server_log, interop_list);

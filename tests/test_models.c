@@ -180,7 +180,7 @@ static void check_causal_tol(const char *family, bool moe, double bf16_tol) {
         em_model_free(m);
     }
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -211,7 +211,7 @@ static void test_bert(void) {
         em_test_allclose(c, h, em_test_bundle_get(b, c, "hidden"), 1e-4, 1e-4, "bert hidden");
         em_model_free(m);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -259,7 +259,7 @@ static void test_weight_copies(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(em_safetensors_writer_save(c, w, path) == EM_OK);
     em_safetensors_writer_free(w);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     em_tensor *first = NULL;
     for (int zc = 0; zc < 2 && !em_ctx_status(c); zc++) {
         em_model_options o = em_model_default_options();
@@ -288,7 +288,7 @@ static void test_weight_copies(void) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     unlink(path);
     rmdir(dir);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -395,7 +395,7 @@ static void check_gemma4_paths(const char *family) {
         em_kv_cache_free(kv);
         em_model_free(m);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
     drop_variant(dir);
 }
@@ -448,7 +448,7 @@ static void test_gemma4_errors(void) {
         CHECK_ERR(c, cases[i].status, cases[i].needle);
         drop_variant(dir);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* On a PJRT device (XLA's CPU plugin) and split between cpu and xla: the same greedy tokens as
@@ -459,7 +459,7 @@ static void test_on_xla(void) {
     if (!xla) {
         em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set "
                      "EMBER_PJRT_XLA_PLUGIN", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     const char *families[] = {"qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "gemma4"};
@@ -485,7 +485,7 @@ static void test_on_xla(void) {
         em_test_bundle_free(b);
         em_ctx_clear_error(c);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_errors(void) {
@@ -516,7 +516,7 @@ static void test_errors(void) {
     CHECK_ERR(c, EM_ERR_SHAPE, "model_forward", "cache");
     em_kv_cache_free(kv);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_qwen3), T(test_weight_copies), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),

@@ -112,7 +112,7 @@ static void test_trained_fixtures(void) {
     char label[64];
     snprintf(label, sizeof label, "all %d fixtures", n);
     print_stats(label, &total);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- the real tokenizers ---- */
@@ -171,7 +171,7 @@ static void test_real_tokenizers(void) {
         em_tokenizer_free(t);
         json_decref(exp);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- errors ---- */
@@ -393,7 +393,7 @@ static void test_errors(void) {
     CHECK(t && em_tokenizer_encode(c, t, "b", 1, false, &ids, &n) == EM_ERR_FORMAT);
     CHECK_ERR(c, EM_ERR_FORMAT, "WordLevel", "wl.json");
     em_tokenizer_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- configuration and concurrent use ---- */
@@ -456,7 +456,7 @@ static void test_config(void) {
         unlink(p);
     }
     rmdir(dir);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 typedef struct worker {
@@ -479,7 +479,7 @@ static void *encode_many(void *arg) {
             w->bad++;
         em_tokenizer_free_ids(ids);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return NULL;
 }
 
@@ -504,7 +504,7 @@ static void test_threads(void) {
     em_tokenizer_free_ids(ids);
     free(text);
     em_tokenizer_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- Unicode, per code point ---- */
@@ -640,7 +640,7 @@ static void test_unicode(void) {
                     "differ\n", bad, map_bad, rx_bad);
     tk_buf_free(&out);
     tk_enc_free(&e);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(u);
 }
 

@@ -12,7 +12,7 @@
  *     em_tensor *y = em_add(c, em_matmul(c, x, w), b);
  *     if (!y) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
  *     em_scope_pop(c);              // releases every tensor made inside the scope
- *     em_ctx_destroy(c);
+ *     em_ctx_free(c);
  *
  * A context is not thread-safe: use one per thread. Tensors may be shared between contexts
  * (their reference counts are atomic); the device allocators are thread-safe.
@@ -139,11 +139,11 @@ typedef enum em_eager_mode {
 /**
  * Creates a context. The eager mode comes from EMBER_EAGER (sync|async|fused; default async),
  * the default device is the CPU. Returns NULL only if memory is exhausted. Free with
- * em_ctx_destroy.
+ * em_ctx_free.
  */
 EM_API em_ctx *em_ctx_create(void);
 /** Releases every tensor still held by the context's scopes, then the context. NULL is a no-op. */
-EM_API void em_ctx_destroy(em_ctx *c);
+EM_API void em_ctx_free(em_ctx *c);
 
 /** Status of the first recorded error, EM_OK if none. */
 EM_API em_status em_ctx_status(const em_ctx *c);
@@ -172,7 +172,7 @@ EM_API em_device *em_ctx_device(const em_ctx *c);
 /* ---------------------------------------------------------------------------------------------
  * Scopes. Every tensor an op returns belongs to the innermost open scope of its context; closing
  * the scope releases it unless it was kept (moved to the parent scope) or detached (handed to
- * the caller). A context always has a root scope, closed by em_ctx_destroy.
+ * the caller). A context always has a root scope, closed by em_ctx_free.
  * ------------------------------------------------------------------------------------------- */
 
 /** Opens a scope. Returns the new depth (root = 0), or -1 with an error if out of memory. */

@@ -51,7 +51,7 @@ static void scope_clear(em_scope *s) {
     s->len = 0;
 }
 
-void em_ctx_destroy(em_ctx *c) {
+void em_ctx_free(em_ctx *c) {
     if (!c) return;
     for (int d = c->depth; d >= 0; d--) scope_clear(&c->scopes[d]);
     /* popped scopes keep their arrays for reuse: free every slot ever used */

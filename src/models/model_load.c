@@ -381,12 +381,12 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     if (m->fam->load(&w) != EM_OK || em_ctx_status(c)) goto fail;
     if (gs && apply_rope_factors(c, m, gs) != EM_OK) goto fail;
     draw_progress(&w, true);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     em_gguf_src_close(gs);
     m->load_s = now_s() - t0;
     return m;
 fail:
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     em_gguf_src_close(gs);
     em_model_free(m);
     return NULL;

@@ -22,7 +22,7 @@ void bench_aot_overhead_get(double launch_us, double sync_us, bench_aot_overhead
         if (o->sync_us < 0) o->sync_us = 0;
         snprintf(o->source, sizeof o->source,
                  "none measured (no xla:0 here; pass --launch-us and --sync-us)");
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     em_ctx_set_device(c, x);
@@ -61,7 +61,7 @@ void bench_aot_overhead_get(double launch_us, double sync_us, bench_aot_overhead
         snprintf(o->source, sizeof o->source, "measurement failed: %.120s",
                  em_ctx_error(c)->message);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 void bench_aot_header(em_device *d, const bench_aot_overhead *o, bool json) {

@@ -272,7 +272,7 @@ int bench_decode(int argc, char **argv) {
         em_device *d = em_device_get(c, device);
         if (!d) {
             fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
         if (em_device_is_compile_only(d)) {
@@ -303,10 +303,10 @@ int bench_decode(int argc, char **argv) {
                 rc = bench_aot_decode(c, m, d, batches, n_batches, &ov, json);
                 em_model_free(m);
             }
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return rc;
         }
-        em_ctx_destroy(c);
+        em_ctx_free(c);
     }
     bench_limits L = {0};
     bench_measure_read(&L);
@@ -348,7 +348,7 @@ int bench_decode(int argc, char **argv) {
         em_model *m = em_model_load(c, dirs[k], &o);
         if (!m) {
             fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
         const em_model_config *cfg = em_model_get_config(m);
@@ -469,7 +469,7 @@ int bench_decode(int argc, char **argv) {
         }
         em_ctx_clear_error(c);
         em_model_free(m);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
     }
     return 0;
 }

@@ -244,8 +244,8 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
             em_scope_pop(cc);
             em_scope_pop(c);
         }
-        em_ctx_destroy(cc);
-        em_ctx_destroy(c);
+        em_ctx_free(cc);
+        em_ctx_free(c);
     }
     return 0;
 }
@@ -315,10 +315,10 @@ int bench_moe(int argc, char **argv) {
         em_device *d = em_device_get(c, device);
         if (!d) {
             fprintf(stderr, "ember bench moe: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         if (em_device_is_compile_only(d))
             return moe_project(d, which, batches, nb, launch_us, sync_us, json);
     }
@@ -356,7 +356,7 @@ int bench_moe(int argc, char **argv) {
             em_device *dev = em_device_get(c, device);
             if (!dev) {
                 fprintf(stderr, "ember bench moe: %s\n", em_ctx_error(c)->message);
-                em_ctx_destroy(c);
+                em_ctx_free(c);
                 return 1;
             }
             em_ctx_set_device(c, dev); /* weights and inputs are made there */
@@ -508,7 +508,7 @@ int bench_moe(int argc, char **argv) {
             fflush(stdout);
             em_scope_pop(c);
         }
-        em_ctx_destroy(c);
+        em_ctx_free(c);
     }
     return 0;
 }

@@ -247,7 +247,7 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
         mo.dtype_set = em_dtype_parse(o->dtype, &mo.dtype);
         if (!mo.dtype_set) {
             fprintf(stderr, "ember bench pool: unknown dtype '%s'\n", o->dtype);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 2;
         }
     }
@@ -256,7 +256,7 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
     if (!kv) {
         fprintf(stderr, "ember bench pool: %s\n", em_ctx_error(c)->message);
         em_model_free(m);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     decode_block(c, m, kv, 2, NULL); /* first touch of the mapped weights */
@@ -296,7 +296,7 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
     }
     em_kv_cache_free(kv);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }
 

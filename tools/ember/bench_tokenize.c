@@ -171,7 +171,7 @@ int bench_tokenize(int argc, char **argv) {
     char *text = em_file_read(c, "bench tokenize", text_path, SIZE_MAX / 2, &tlen, NULL);
     if (!text) {
         fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     figures ours = {INFINITY, INFINITY, 0, 0, 0, 0, 0, 0};
@@ -187,7 +187,7 @@ int bench_tokenize(int argc, char **argv) {
     }
     if (!tok) {
         fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         free(text);
         return 1;
     }
@@ -285,7 +285,7 @@ int bench_tokenize(int argc, char **argv) {
 done:
     em_tokenizer_free_ids(ids);
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     free(text);
     return rc;
 }

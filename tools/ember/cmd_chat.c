@@ -187,7 +187,7 @@ int cmd_chat(int argc, char **argv) {
         fprintf(stderr, "ember chat: %s\n", em_ctx_error(c)->message);
         em_tokenizer_free(tok);
         em_model_free(m);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     char wd[160];
@@ -255,6 +255,6 @@ int cmd_chat(int argc, char **argv) {
     json_decref(conv);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

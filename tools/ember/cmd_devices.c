@@ -81,6 +81,6 @@ int cmd_devices(int argc, char **argv) {
             }
         }
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

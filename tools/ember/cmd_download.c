@@ -76,6 +76,6 @@ int cmd_download(int argc, char **argv) {
     }
     free(dir);
     free(files);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

@@ -263,7 +263,7 @@ fail:
     for (int b = 0; b < 64; b++) free(prompts[b]);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }
 
@@ -342,6 +342,6 @@ out:
     free(e);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

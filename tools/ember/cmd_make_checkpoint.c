@@ -132,7 +132,7 @@ int cmd_make_checkpoint(int argc, char **argv) {
         tok = em_tokenizer_load(c, tokenizer);
         if (!tok) {
             fprintf(stderr, "ember make-checkpoint: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
         if (!cfg.vocab) cfg.vocab = (int64_t)em_tokenizer_vocab_size(tok);
@@ -233,6 +233,6 @@ int cmd_make_checkpoint(int argc, char **argv) {
                 wr.shard);
     }
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

@@ -114,6 +114,6 @@ int cmd_tokenize(int argc, char **argv) {
     }
     free(in);
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }
