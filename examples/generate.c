@@ -54,8 +54,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", em_ctx_error(c)->message);
     }
     free(ids);
-    em_tokenizer_free_ids(ids32);
-    free(prompt);
+    em_free(ids32);
+    em_free(prompt);
     free(mj);
     json_decref(msgs);
     em_tokenizer_free(tok);

@@ -69,7 +69,7 @@ static void check(const uint8_t *data, size_t size) {
         em_safetensors_free(back);
     }
     em_ctx_clear_error(c);
-    free(out);
+    em_free(out);
     em_scope_pop(c); /* releases the loaded tensors before the bytes they point into */
     em_safetensors_writer_free(w);
     em_safetensors_free(st);

@@ -98,7 +98,7 @@ static void test_smollm2(void) {
                        quant ? "as stored" : "f32      ", q,
                        same ? "tokens = transformers'" : "tokens differ", err, rel,
                        text ? text : "", same ? "" : " [!]");
-                em_tokenizer_free_text(text);
+                em_free(text);
                 if (!quant) CHECK_MSG(same, "question %d: greedy tokens differ", q);
                 em_generate_result_free(&r);
             } else {

@@ -72,9 +72,9 @@ static int check_tokenizer(em_ctx *c, em_tokenizer *t, json_t *texts, json_t *ex
                                 d ? d : "(error)");
                     em_ctx_clear_error(c);
                 }
-                em_tokenizer_free_text(d);
+                em_free(d);
             }
-            em_tokenizer_free_ids(ids);
+            em_free(ids);
         }
     }
     CHECK_MSG(json_array_size(cases) >= 300, "%s: %zu cases", name, json_array_size(cases));
@@ -114,8 +114,8 @@ static int check_tokenizer(em_ctx *c, em_tokenizer *t, json_t *texts, json_t *ex
         CHECK_MSG(ids && same_ids(ids, n, json_object_get(ch, "ids")), "%s: chat %zu ids", name,
                   i);
         em_ctx_clear_error(c);
-        em_tokenizer_free_ids(ids);
-        free(text);
+        em_free(ids);
+        em_free(text);
         free(msgs);
     }
     return bad;

@@ -227,7 +227,7 @@ static void test_errors(void) {
     size_t n;
     CHECK(em_tokenizer_encode(c, t, "abba", 4, true, &ids, &n) == EM_OK && n == 3 &&
           ids[0] == 2 && ids[1] == 1 && ids[2] == 0);
-    em_tokenizer_free_ids(ids);
+    em_free(ids);
     em_tokenizer_free(t);
     free(s);
 
@@ -382,7 +382,7 @@ static void test_errors(void) {
     int32_t odd[] = {2, -5, 99, 1};
     char *txt = em_tokenizer_decode(c, t, odd, 4, false, NULL);
     CHECK(txt && !strcmp(txt, "ab b"));
-    em_tokenizer_free_text(txt);
+    em_free(txt);
     CHECK(em_tokenizer_token_to_id(t, "zz", 2) == -1 && em_tokenizer_id_to_token(t, 77, NULL) == NULL);
     em_tokenizer_free(t);
     /* a model that cannot represent a character and has no unknown token */
@@ -477,7 +477,7 @@ static void *encode_many(void *arg) {
         if (em_tokenizer_encode(c, w->t, w->text, w->len, true, &ids, &n) != EM_OK ||
             n != w->n || memcmp(ids, w->ids, n * sizeof *ids))
             w->bad++;
-        em_tokenizer_free_ids(ids);
+        em_free(ids);
     }
     em_ctx_free(c);
     return NULL;
@@ -501,7 +501,7 @@ static void test_threads(void) {
         pthread_join(th[i], NULL);
         CHECK_MSG(w[i].bad == 0, "thread %d: %d different encodings", i, w[i].bad);
     }
-    em_tokenizer_free_ids(ids);
+    em_free(ids);
     free(text);
     em_tokenizer_free(t);
     em_ctx_free(c);

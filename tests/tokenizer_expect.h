@@ -123,7 +123,7 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
                 char w2[160];
                 snprintf(w2, sizeof w2, "decode of %s%s", what, skip ? " (skip special)" : "");
                 ok &= same_text(w2, label, d, dl, skip ? dec_skip : dec);
-                em_tokenizer_free_text(d);
+                em_free(d);
                 if (!d) em_ctx_clear_error(c);
             }
             /* round trip where the tokenizer is lossless (the library gives the text back):
@@ -138,10 +138,10 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
                     ok = false;
                 }
             }
-            em_tokenizer_free_text(d);
+            em_free(d);
         }
-        em_tokenizer_free_ids(ids);
-        em_tokenizer_free_ids(ids_sp);
+        em_free(ids);
+        em_free(ids_sp);
         st->cases++;
         st->cases_ok += ok;
         CHECK_MSG(ok, "%s: %s", label, what);
@@ -158,7 +158,7 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
             char w[64];
             snprintf(w, sizeof w, "random decode %zu%s", k, skip ? " (skip special)" : "");
             ok &= same_text(w, label, text, dl, json_object_get(d, skip ? "text_skip" : "text"));
-            em_tokenizer_free_text(text);
+            em_free(text);
         }
         free(ids);
         st->decodes++;

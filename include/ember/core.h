@@ -241,6 +241,13 @@ EM_API int em_num_threads(void);
 /** Changes the number of CPU worker threads (>= 1). Not to be called while ops run. */
 EM_API void em_set_num_threads(int n);
 
+/**
+ * Frees memory an Ember function handed to the caller: strings and arrays whose documentation
+ * says "free with em_free" (decoded text, token ids, rendered chat templates, paths). Owned
+ * objects have their own em_<type>_free. NULL is a no-op.
+ */
+EM_API void em_free(void *p);
+
 /** Library version string ("0.1.0"). */
 EM_API const char *em_version(void);
 

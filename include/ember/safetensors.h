@@ -202,7 +202,7 @@ EM_API em_status em_safetensors_writer_set_metadata(em_ctx *c, em_safetensors_wr
  */
 EM_API em_status em_safetensors_writer_save(em_ctx *c, em_safetensors_writer *w,
                                             const char *path);
-/** The file's bytes in a malloc'd buffer (*out, caller frees) of *out_nbytes bytes. */
+/** The file's bytes in a buffer the caller frees with em_free (*out) of *out_nbytes bytes. */
 EM_API em_status em_safetensors_writer_serialize(em_ctx *c, em_safetensors_writer *w, void **out,
                                                  size_t *out_nbytes);
 

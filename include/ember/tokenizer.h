@@ -12,8 +12,8 @@
  *     if (em_tokenizer_encode(c, tok, "Hello world", 11, true, &ids, &n) == EM_OK) {
  *         char *text = em_tokenizer_decode(c, tok, ids, n, false, NULL);
  *         ...
- *         em_tokenizer_free_text(text);
- *         em_tokenizer_free_ids(ids);
+ *         em_free(text);
+ *         em_free(ids);
  *     }
  *     em_tokenizer_free(tok);
  *
@@ -86,7 +86,7 @@ EM_API void em_tokenizer_free(em_tokenizer *t);
  * `add_special_tokens` the post-processor adds its special tokens (e.g. BERT's [CLS] ... [SEP],
  * Gemma's <bos>); special tokens written inside the text are always recognised, as in
  * `tokenizers`. On success stores a newly allocated array of `*n_ids` ids in `*ids` (free it
- * with em_tokenizer_free_ids; for an empty result `*ids` is a valid allocation and `*n_ids` is
+ * with em_free; for an empty result `*ids` is a valid allocation and `*n_ids` is
  * 0) and returns EM_OK. On failure `*ids` is NULL, `*n_ids` 0, and the error is recorded:
  * EM_ERR_INVALID_ARG for NULL arguments or text that is not valid UTF-8 (naming the byte
  * offset), EM_ERR_FORMAT when the model cannot represent a character and has no unknown token,
@@ -96,22 +96,16 @@ EM_API em_status em_tokenizer_encode(em_ctx *c, const em_tokenizer *t, const cha
                                      size_t len, bool add_special_tokens, int32_t **ids,
                                      size_t *n_ids);
 
-/** Frees an id array returned by em_tokenizer_encode. NULL is a no-op. */
-EM_API void em_tokenizer_free_ids(int32_t *ids);
-
 /**
  * Decodes ids to text with the tokenizer's decoder. Ids that name no token are skipped (as
  * `tokenizers` does); with `skip_special_tokens` the special added tokens are skipped too.
- * Returns a newly allocated NUL-terminated UTF-8 string (free it with em_tokenizer_free_text) and
+ * Returns a newly allocated NUL-terminated UTF-8 string (free it with em_free) and
  * stores its length in bytes in `*len` when `len` is not NULL (the text may hold NUL bytes
  * when a token does). Bytes that do not form valid UTF-8 become U+FFFD, as in `tokenizers`.
  * Returns NULL and records the error for NULL arguments or when memory is exhausted.
  */
 EM_API char *em_tokenizer_decode(em_ctx *c, const em_tokenizer *t, const int32_t *ids, size_t n,
                                  bool skip_special_tokens, size_t *len);
-
-/** Frees a string returned by em_tokenizer_decode. NULL is a no-op. */
-EM_API void em_tokenizer_free_text(char *text);
 
 /**
  * Id of a token given as `len` bytes: the added tokens first, then the model's vocabulary

@@ -30,6 +30,8 @@ const char *em_status_str(em_status s) {
 
 const char *em_version(void) { return "0.1.0"; }
 
+void em_free(void *p) { free(p); }
+
 em_ctx *em_ctx_create(void) {
     em_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;

@@ -206,7 +206,7 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
                                                       p->stop_strings[k]))
                             why = "stop_string";
                     }
-                    em_tokenizer_free_text(text);
+                    em_free(text);
                 } else if (p->on_token && !p->on_token(p->user_data, b, id, "") && !why) {
                     why = "callback";
                 }
@@ -315,7 +315,7 @@ em_status em_embed_texts(em_ctx *c, const em_model *m, const em_tokenizer *tok,
         s = em_to_host(c, e, out, (size_t)(n * hid) * sizeof *out);
         em_scope_pop(c);
     }
-    for (int i = 0; i < n; i++) em_tokenizer_free_ids(ids[i]);
+    for (int i = 0; i < n; i++) em_free(ids[i]);
     free(ids);
     free(lens);
     free(idb);

@@ -197,7 +197,7 @@ int bench_tokenize(int argc, char **argv) {
     size_t n = 0;
     double bw = INFINITY, bc = INFINITY, start = wall_s();
     for (int runs = 0; runs < 3 || wall_s() - start < min_s; runs++) {
-        em_tokenizer_free_ids(ids);
+        em_free(ids);
         double w = wall_s(), u = cpu_s();
         if (em_tokenizer_encode(c, tok, text, tlen, false, &ids, &n) != EM_OK) {
             fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
@@ -226,7 +226,7 @@ int bench_tokenize(int argc, char **argv) {
                 rc = 1;
                 goto done;
             }
-            em_tokenizer_free_ids(li);
+            em_free(li);
             n_lines++;
             if (!nl) break;
             p = nl + 1;
@@ -283,7 +283,7 @@ int bench_tokenize(int argc, char **argv) {
     }
     if (have_lib && !same) rc = 1;
 done:
-    em_tokenizer_free_ids(ids);
+    em_free(ids);
     em_tokenizer_free(tok);
     em_ctx_free(c);
     free(text);

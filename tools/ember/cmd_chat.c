@@ -87,15 +87,15 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
     int32_t *ids32 = NULL;
     size_t n = 0;
     if (!text || em_tokenizer_encode(c, tok, text, strlen(text), false, &ids32, &n) != EM_OK) {
-        free(text);
+        em_free(text);
         fprintf(stderr, "ember chat: %s\n", em_ctx_error(c)->message);
         em_ctx_clear_error(c);
         return false;
     }
-    free(text);
+    em_free(text);
     int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
     for (size_t i = 0; ids && i < n; i++) ids[i] = ids32[i];
-    em_tokenizer_free_ids(ids32);
+    em_free(ids32);
     reply r = {tty, 0};
     em_generate_params p = *gp;
     p.on_token = stream_piece;
@@ -132,7 +132,7 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
     fprintf(stderr, "]\n");
     json_array_append_new(conv, json_pack("{s:s, s:s}", "role", "assistant", "content",
                                           answer ? answer : ""));
-    em_tokenizer_free_text(answer);
+    em_free(answer);
     em_generate_result_free(&res);
     return true;
 }

@@ -204,12 +204,12 @@ int cmd_generate(int argc, char **argv) {
             size_t n = 0;
             /* a rendered chat already holds its special tokens */
             em_status s = em_tokenizer_encode(c, tok, text, strlen(text), !chat, &ids32, &n);
-            free(text);
+            em_free(text);
             if (s) goto fail;
             prompts[b] = malloc((n + 1) * sizeof **prompts);
             for (size_t k = 0; prompts[b] && k < n; k++) prompts[b][k] = ids32[k];
             lens[b] = (int64_t)n;
-            em_tokenizer_free_ids(ids32);
+            em_free(ids32);
         }
         batch++;
     }
@@ -239,7 +239,7 @@ int cmd_generate(int argc, char **argv) {
             for (int64_t k = 0; v && k < r.n_ids[b]; k++) v[k] = (int32_t)r.ids[b][k];
             char *text = v ? em_tokenizer_decode(c, tok, v, (size_t)r.n_ids[b], true, NULL) : NULL;
             printf("%s\n", text ? text : "");
-            em_tokenizer_free_text(text);
+            em_free(text);
             free(v);
         }
     }
