@@ -54,7 +54,7 @@ static void test_smollm2(void) {
             int64_t n = em_tensor_numel(ids);
             em_tensor *x = em_reshape(c, ids, 2, (int64_t[]){1, n});
             em_tensor *lg = em_reshape(c, em_model_forward(c, m, x, NULL, NULL, true), 1,
-                                       (int64_t[]){em_model_get_config(m)->vocab_size});
+                                       (int64_t[]){em_model_config_get(m)->vocab_size});
             /* the logits at the fixed random ids and at transformers' 64 best */
             static const char *const parts[2][2] = {{"subset", "subset_logits"},
                                                     {"top_ids", "top_logits"}};

@@ -160,7 +160,7 @@ static void test_devices_and_options(void) {
     CHECK(n >= 2);
     em_device *d = xla(c, 0);
     em_device_info info;
-    CHECK(em_device_query(d, &info) == EM_OK);
+    CHECK(em_device_info_get(d, &info) == EM_OK);
     CHECK(!strcmp(info.platform, "cpu"));
     CHECK(em_device_is_pjrt(d) && !em_device_is_pjrt(em_device_cpu()));
     em_pjrt_plugin_info pi;

@@ -92,7 +92,7 @@ static void test_topology(void) {
     CHECK(t.device_memory_limit > 0 && (double)t.device_memory_limit <= t.hbm_bytes * 1.1);
     CHECK(em_pjrt_topology_get(em_device_cpu(), &t) == EM_ERR_INVALID_ARG);
     em_device_info info;
-    CHECK(em_device_query(d, &info) == EM_OK && !strcmp(info.platform, "tpu") &&
+    CHECK(em_device_info_get(d, &info) == EM_OK && !strcmp(info.platform, "tpu") &&
           strstr(info.kind, "compile-only") && info.memory_bytes > 0);
     /* every device of the slice, and a clear error past it */
     CHECK(em_device_get(c, "tpu-aot:v5e:2x2:3") != NULL);
@@ -344,7 +344,7 @@ static void test_cuda_aot(void) {
     }
     CHECK(em_device_is_compile_only(d));
     em_device_info info;
-    CHECK(em_device_query(d, &info) == EM_OK && strstr(info.kind, "H100") &&
+    CHECK(em_device_info_get(d, &info) == EM_OK && strstr(info.kind, "H100") &&
           info.memory_bytes == 84942979072LL);
     em_ctx_set_device(c, d);
     em_scope_push(c);

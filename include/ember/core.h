@@ -221,7 +221,7 @@ EM_API em_device *em_device_cpu(void);
 /** Name of a device ("cpu"). */
 EM_API const char *em_device_name(const em_device *d);
 /** Fills `out` with the device's properties. */
-EM_API em_status em_device_query(const em_device *d, em_device_info *out);
+EM_API em_status em_device_info_get(const em_device *d, em_device_info *out);
 /** Waits for all work queued on the device. */
 EM_API em_status em_device_sync(em_ctx *c, em_device *d);
 /** Returns cached but unused memory of the device's allocator to the system. */

@@ -70,7 +70,9 @@ EM_API em_model_options em_model_default_options(void);
 EM_API em_model *em_model_load(em_ctx *c, const char *id_or_dir, const em_model_options *o);
 EM_API void em_model_free(em_model *m);
 
-EM_API const em_model_config *em_model_get_config(const em_model *m);
+/** The model's config.json (owned by the model; the name follows the `get` rule of
+ *  docs/api-style.md: em_model_config is a type, so the accessor is em_<type>_get). */
+EM_API const em_model_config *em_model_config_get(const em_model *m);
 /** The generation_config.json of the checkpoint (or transformers' defaults from config.json). */
 EM_API const em_generation_config *em_model_generation_config(const em_model *m);
 /** The local directory the model was read from (the Hub snapshot for Hub ids). */

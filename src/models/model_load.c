@@ -502,7 +502,7 @@ int em_model_weight_dtypes(const em_model *m, char *buf, size_t cap) {
     return (int)(u < cap ? u : cap - 1);
 }
 
-const em_model_config *em_model_get_config(const em_model *m) { return m ? &m->cfg : NULL; }
+const em_model_config *em_model_config_get(const em_model *m) { return m ? &m->cfg : NULL; }
 const em_generation_config *em_model_generation_config(const em_model *m) {
     return m ? &m->gen : NULL;
 }

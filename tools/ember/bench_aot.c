@@ -100,7 +100,7 @@ void bench_aot_end(em_device *d, const bench_aot_overhead *o, int syncs, bench_a
 
 int bench_aot_decode(em_ctx *c, em_model *m, em_device *d, const int64_t *batches, int n,
                      const bench_aot_overhead *o, bool json) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     em_pjrt_topology t;
     em_pjrt_topology_get(d, &t);
     if (!em_model_compile_supported(m)) {

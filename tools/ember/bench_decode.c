@@ -22,7 +22,7 @@
  * quantized size) but the embedding table (one row), only the experts that were hit, and the
  * KV cache up to `pos`. */
 static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, int64_t pos) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     double es = em_model_dtype(m) == EM_F32 ? 4 : 2; /* activations, KV cache and experts */
     int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
     double total = (double)em_model_weight_bytes(m, true);
@@ -43,7 +43,7 @@ static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, 
 
 /* Multiply-adds per token of a decode step (weights touched once per token). */
 static double step_params(const em_model *m, int64_t experts_hit, int64_t batch) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
     double attn = (double)h * hd * (2.0 * cfg->num_attention_heads + 2.0 * cfg->num_key_value_heads);
     double per = attn * (double)L + (double)cfg->vocab_size * h;
@@ -102,7 +102,7 @@ typedef struct lane {
  * alternate, in an order that flips every step, so both see the same moments of this host's
  * drifting bandwidth; the compiled lane's speedup is the median of the per-step ratios. */
 static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n) {
-    int64_t vocab = em_model_get_config(m)->vocab_size;
+    int64_t vocab = em_model_config_get(m)->vocab_size;
     run *r0 = L[0].r;
     int64_t *ids = malloc((size_t)(r0->batch * r0->prompt) * sizeof *ids);
     for (int64_t i = 0; ids && i < r0->batch * r0->prompt; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
@@ -295,7 +295,7 @@ int bench_decode(int argc, char **argv) {
                     rc = 1;
                     break;
                 }
-                const em_model_config *cfg = em_model_get_config(m);
+                const em_model_config *cfg = em_model_config_get(m);
                 if (!json)
                     printf("\n%s (%s, %lld layers, %s, compiled decode step)\n", dirs[k],
                            cfg->model_type, (long long)cfg->num_hidden_layers,
@@ -351,7 +351,7 @@ int bench_decode(int argc, char **argv) {
             em_ctx_free(c);
             return 1;
         }
-        const em_model_config *cfg = em_model_get_config(m);
+        const em_model_config *cfg = em_model_config_get(m);
         char wd[160], peer_col[32];
         em_model_weight_dtypes(m, wd, sizeof wd);
         snprintf(peer_col, sizeof peer_col, "%s tok/s", peer_name);

@@ -209,7 +209,7 @@ static double decode_step(em_ctx *c, const em_model *m, em_kv_cache *kv, em_tens
 /* Prefills 16 tokens into a fresh cache, then times `steps` decode steps into s (ms). */
 static void decode_block(em_ctx *c, const em_model *m, em_kv_cache *kv, int steps, samples *s) {
     int64_t ids[16];
-    int64_t vocab = em_model_get_config(m)->vocab_size;
+    int64_t vocab = em_model_config_get(m)->vocab_size;
     for (int i = 0; i < 16; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
     em_kv_cache_reset(kv);
     em_scope_push(c);

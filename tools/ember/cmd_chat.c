@@ -73,7 +73,7 @@ static void chomp(char *s) {
 /* Bytes a decode step of one sequence reads at position pos: the weights as held (one row of
  * an untied embedding) and the KV cache so far. */
 static double step_bytes(const em_model *m, int64_t pos) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     double kv = 2.0 * (double)cfg->num_hidden_layers * (double)cfg->num_key_value_heads *
                 (double)cfg->head_dim * (double)pos * (double)em_dtype_size(em_model_dtype(m));
     return (double)em_model_weight_bytes(m, true) + kv;
@@ -193,7 +193,7 @@ int cmd_chat(int argc, char **argv) {
     char wd[160];
     em_model_weight_dtypes(m, wd, sizeof wd);
     fprintf(stderr, "loaded %s (%s) in %.2f s; weights %s, %.1f MB; %d threads\n",
-            em_model_get_config(m)->model_type, em_model_dir(m), em_model_load_seconds(m), wd,
+            em_model_config_get(m)->model_type, em_model_dir(m), em_model_load_seconds(m), wd,
             (double)em_model_weight_bytes(m, false) / 1e6, em_num_threads());
     em_generate_params gp = em_generate_default_params(m);
     gp.max_new_tokens = max_new;

@@ -54,7 +54,7 @@ int cmd_devices(int argc, char **argv) {
     int n = em_device_count();
     for (int i = 0; i < n; i++) {
         em_device_info info;
-        if (em_device_query(em_device_at(i), &info) != EM_OK) continue;
+        if (em_device_info_get(em_device_at(i), &info) != EM_OK) continue;
         if (json) {
             printf("{\"name\": \"%s\", \"platform\": \"%s\", \"kind\": \"%s\", \"memory_bytes\": %lld, "
                    "\"memory_free\": %lld, \"threads\": %d, \"features\": \"%s\"}\n",

@@ -159,7 +159,7 @@ int cmd_generate(int argc, char **argv) {
     char wd[160];
     em_model_weight_dtypes(m, wd, sizeof wd);
     fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
-            em_model_get_config(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
+            em_model_config_get(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
             em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
     if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q"))
         fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
@@ -298,7 +298,7 @@ int cmd_embed(int argc, char **argv) {
     int rc = 1;
     float *e = NULL;
     if (!tok) goto out;
-    int64_t h = em_model_get_config(m)->hidden_size;
+    int64_t h = em_model_config_get(m)->hidden_size;
     if (query) texts[n] = query; /* embedded with the corpus, last */
     int total = n + (query != NULL);
     e = malloc((size_t)(total * h) * sizeof *e);
