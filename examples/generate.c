@@ -25,7 +25,6 @@ int main(int argc, char **argv) {
     em_ctx *c = em_ctx_create();
     em_model_options o = em_model_default_options();
     o.dtype = EM_BF16;
-    o.dtype_set = true;
     em_model *m = em_model_load(c, argv[1], &o);
     em_tokenizer *tok = m ? em_tokenizer_load(c, em_model_dir(m)) : NULL;
     /* the conversation, rendered with the model's chat template */

@@ -54,7 +54,6 @@ static void test_models(void) {
             o.progress = false;
             if (!quant) {
                 o.dtype = EM_F32;
-                o.dtype_set = true; /* dequantized at load */
             }
             em_model *m = em_model_load(c, model_path(arch), &o);
             CHECK_MSG(m, "%s: %s", arch, em_ctx_error(c) ? em_ctx_error(c)->message : "");

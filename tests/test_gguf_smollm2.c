@@ -38,7 +38,6 @@ static void test_smollm2(void) {
         o.progress = false;
         if (!quant) {
             o.dtype = EM_F32;
-            o.dtype_set = true;
         }
         em_model *m = em_model_load(c, path, &o);
         CHECK_MSG(m, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");

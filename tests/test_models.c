@@ -20,7 +20,6 @@ static em_model *load_on(em_ctx *c, const char *family, em_dtype dt, const char 
     o.device = device;
     o.device_map = map;
     o.dtype = dt;
-    o.dtype_set = true;
     o.progress = false;
     o.offline = true;
     em_model *m = em_model_load(c, dir, &o);
@@ -345,7 +344,6 @@ static void hub_style(json_t *t) {
 static em_model *load_dir(em_ctx *c, const char *dir) {
     em_model_options o = em_model_default_options();
     o.dtype = EM_F32;
-    o.dtype_set = true;
     o.progress = false;
     o.offline = true;
     return em_model_load(c, dir, &o);

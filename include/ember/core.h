@@ -93,7 +93,13 @@ typedef enum em_dtype {
     EM_DTYPE_COUNT = 18
 } em_dtype;
 
-/** Short name: "f32", "bf16", "q4_k", ... ; "?" for an invalid value. */
+/**
+ * Not a dtype: "whatever the source says", for option fields whose default is the checkpoint's
+ * dtype (em_model_options.dtype). No tensor has it; em_dtype_name gives "auto".
+ */
+#define EM_DTYPE_AUTO ((em_dtype)-1)
+
+/** Short name: "f32", "bf16", "q4_k", ... ("auto" for EM_DTYPE_AUTO); "?" for an invalid value. */
 EM_API const char *em_dtype_name(em_dtype t);
 /** Parses a dtype name ("f32", "float32", "bf16", "bfloat16", "q8_0", ...). False if unknown. */
 EM_API bool em_dtype_parse(const char *name, em_dtype *out);

@@ -21,7 +21,7 @@ static double now_s(void) {
 em_model_options em_model_default_options(void) {
     em_model_options o;
     memset(&o, 0, sizeof o);
-    o.dtype = EM_F32;
+    o.dtype = EM_DTYPE_AUTO;
     o.moe_impl = EM_MOE_RAGGED;
     o.progress = true;
     return o;
@@ -327,7 +327,8 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     }
     /* A GGUF file's weights are used as stored (quantized ones stay quantized, activations in
      * f32) unless a dtype is asked for, which dequantizes everything at load. */
-    if (o.dtype_set) m->dtype = o.dtype;
+    bool dtype_set = o.dtype != EM_DTYPE_AUTO;
+    if (dtype_set) m->dtype = o.dtype;
     else if (gguf) m->dtype = EM_F32;
     else m->dtype = m->cfg.has_dtype && (m->cfg.dtype == EM_BF16 || m->cfg.dtype == EM_F32)
                         ? m->cfg.dtype : EM_F32;
@@ -345,7 +346,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         gs = em_gguf_src_open(c, m->dir, &m->cfg);
         if (!gs) goto fail;
         w.gs = gs;
-        w.keep_quant = !o.dtype_set;
+        w.keep_quant = !dtype_set;
         snprintf(w.prefix, sizeof w.prefix, "model.");
     } else {
         st = em_safetensors_open(c, m->dir);

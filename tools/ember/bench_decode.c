@@ -287,7 +287,6 @@ int bench_decode(int argc, char **argv) {
                 o.device = device;
                 if (dtype_name) {
                     o.dtype = dtype;
-                    o.dtype_set = true;
                 }
                 em_model *m = em_model_load(c, dirs[k], &o);
                 if (!m) {
@@ -343,7 +342,6 @@ int bench_decode(int argc, char **argv) {
         o.device = device;
         if (dtype_name) {
             o.dtype = dtype;
-            o.dtype_set = true;
         }
         em_model *m = em_model_load(c, dirs[k], &o);
         if (!m) {

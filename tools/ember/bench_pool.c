@@ -244,8 +244,7 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
     mo.progress = false;
     mo.offline = true;
     if (o->dtype) {
-        mo.dtype_set = em_dtype_parse(o->dtype, &mo.dtype);
-        if (!mo.dtype_set) {
+        if (!em_dtype_parse(o->dtype, &mo.dtype)) {
             fprintf(stderr, "ember bench pool: unknown dtype '%s'\n", o->dtype);
             em_ctx_free(c);
             return 2;

@@ -162,7 +162,6 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "ember chat: unknown dtype '%s'\n", argv[i]);
                 return 2;
             }
-            mo.dtype_set = true;
         } else if (ARG("--max-new-tokens")) {
             if (!cli_int("chat", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
         }

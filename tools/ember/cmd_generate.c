@@ -122,7 +122,6 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "ember generate: unknown dtype '%s'\n", argv[i]);
                 return 2;
             }
-            mo.dtype_set = true;
         } else if (ARG("--max-new-tokens")) {
             if (!cli_int("generate", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
         }
@@ -163,7 +162,8 @@ int cmd_generate(int argc, char **argv) {
             em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
     if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q"))
         fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
-                mo.dtype_set ? "--dtype was given" : "quantized weights run on the CPU only");
+                mo.dtype != EM_DTYPE_AUTO ? "--dtype was given"
+                                          : "quantized weights run on the CPU only");
     if (show_map) {
         char map[16384];
         em_model_device_map(m, map, sizeof map);
