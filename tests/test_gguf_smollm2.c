@@ -82,17 +82,15 @@ static void test_smollm2(void) {
             p.max_new_tokens = 24;
             p.do_sample = false;
             em_generate_result r;
-            const int64_t *prompt = em_tensor_data(c, ids);
-            const int64_t *prompts[1] = {prompt};
+            const em_token *prompt = em_tensor_data(c, em_cast(c, ids, EM_I32));
+            const em_token *prompts[1] = {prompt};
             int64_t lens[1] = {n};
             if (prompt && em_generate(c, m, tok, prompts, lens, 1, &p, &r) == EM_OK) {
-                const int64_t *g = em_tensor_data(c, greedy);
+                const em_token *g = em_tensor_data(c, em_cast(c, greedy, EM_I32));
                 int64_t gn = em_tensor_numel(greedy);
                 bool same = r.n_ids[0] == gn && g && !memcmp(r.ids[0], g, (size_t)gn * sizeof *g);
                 same_tokens += same;
-                int32_t out[64];
-                for (int64_t i = 0; i < r.n_ids[0] && i < 64; i++) out[i] = (int32_t)r.ids[0][i];
-                char *text = em_tokenizer_decode(c, tok, out, (size_t)r.n_ids[0], true, NULL);
+                char *text = em_tokenizer_decode(c, tok, r.ids[0], (size_t)r.n_ids[0], true, NULL);
                 printf("  %s q%d (%s, logits max |diff| %.1e, rel RMS %.1e): %s%s\n",
                        quant ? "as stored" : "f32      ", q,
                        same ? "tokens = transformers'" : "tokens differ", err, rel,

@@ -103,6 +103,8 @@ static void test_trained_fixtures(void) {
             total.roundtrips += st.roundtrips, total.roundtrips_ok += st.roundtrips_ok;
             total.decodes += st.decodes, total.decodes_ok += st.decodes_ok;
             total.tokens += st.tokens, total.tokens_ok += st.tokens_ok;
+            total.streams += st.streams, total.streams_ok += st.streams_ok;
+            total.split_steps += st.split_steps, total.fallback_steps += st.fallback_steps;
         }
         em_ctx_clear_error(c);
         em_tokenizer_free(t);
@@ -112,6 +114,9 @@ static void test_trained_fixtures(void) {
     char label[64];
     snprintf(label, sizeof label, "all %d fixtures", n);
     print_stats(label, &total);
+    /* the streaming check saw multi-byte characters split across ids */
+    CHECK_MSG(total.streams > 100 && total.split_steps > 0,
+              "%d streams, %d ids inside a character", total.streams, total.split_steps);
     em_ctx_free(c);
 }
 
