@@ -17,8 +17,10 @@ bool cli_int(const char *cmd, const char *opt, const char *text, long long lo, l
         return false;
     }
     if (errno == ERANGE || v < lo || v > hi) {
-        fprintf(stderr, "ember %s: %s must be between %lld and %lld, got %s\n", cmd, opt, lo, hi,
-                text);
+        if (errno != ERANGE && v < lo)
+            fprintf(stderr, "ember %s: %s must be at least %lld, got %s\n", cmd, opt, lo, text);
+        else
+            fprintf(stderr, "ember %s: %s must be at most %lld, got %s\n", cmd, opt, hi, text);
         return false;
     }
     *out = v;
@@ -34,7 +36,8 @@ bool cli_real(const char *cmd, const char *opt, const char *text, double lo, dou
         return false;
     }
     if (v < lo || v > hi) {
-        fprintf(stderr, "ember %s: %s must be between %g and %g, got %s\n", cmd, opt, lo, hi, text);
+        fprintf(stderr, "ember %s: %s must be %s %g, got %s\n", cmd, opt,
+                v < lo ? "at least" : "at most", v < lo ? lo : hi, text);
         return false;
     }
     *out = v;

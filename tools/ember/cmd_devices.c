@@ -46,7 +46,8 @@ int cmd_devices(int argc, char **argv) {
                 printf("(no %s: %s)\n", kinds[i].kind, kinds[i].install);
                 if (verbose) printf("    %s\n", why);
             } else {
-                printf("(no %s: %s)\n", kinds[i].kind, why);
+                const char *named = strstr(why, "': "); /* after "no device named 'tpu:0'" */
+                printf("(no %s: %s)\n", kinds[i].kind, named ? named + 3 : why);
             }
         }
         em_ctx_clear_error(c);
