@@ -105,6 +105,7 @@ static void test_trained_fixtures(void) {
             total.tokens += st.tokens, total.tokens_ok += st.tokens_ok;
             total.streams += st.streams, total.streams_ok += st.streams_ok;
             total.split_steps += st.split_steps, total.fallback_steps += st.fallback_steps;
+            total.unstreamable += st.unstreamable;
         }
         em_ctx_clear_error(c);
         em_tokenizer_free(t);

@@ -24,6 +24,8 @@ typedef struct tk_stats {
                                  incremental detokenizer) whose pieces add up to the decode */
     int split_steps;          /* streamed ids that ended inside a multi-byte character */
     int fallback_steps;       /* streamed ids whose window decode needed the whole sequence */
+    int unstreamable;         /* id sequences no stream can give: an id changes the text of
+                                 the ids before it after that text was complete */
 } tk_stats;
 
 static inline void fixture_path(char *out, size_t n, const char *rel) {
@@ -82,6 +84,21 @@ static inline int32_t *ids_from_json(json_t *a, size_t *n) {
     return v;
 }
 
+/* Whether every complete decode of a prefix of ids[0..n) is a prefix of the whole decode,
+ * `full` (fl bytes): only then can text streamed as it completes add up to the decode. */
+static inline bool prefix_stable(em_ctx *c, const em_tokenizer *tok, const em_token *ids,
+                                 size_t n, const char *full, size_t fl) {
+    bool ok = true;
+    for (size_t i = 1; ok && i < n; i++) {
+        size_t l = 0;
+        char *d = em_tokenizer_decode(c, tok, ids, i, true, &l);
+        bool incomplete = l >= 3 && !memcmp(d + l - 3, "\xEF\xBF\xBD", 3);
+        ok = !d || incomplete || (l <= fl && !memcmp(d, full, l));
+        em_free(d);
+    }
+    return ok;
+}
+
 /*
  * Streams ids[0..n) one id at a time through the incremental detokenizer that em_generate's
  * on_token uses (skip_special_tokens): the pieces, followed by what is still pending at the
@@ -128,11 +145,17 @@ static inline bool check_stream(em_ctx *c, const em_tokenizer *tok, const em_tok
                                                                     : "out of memory");
         em_ctx_clear_error(c);
     } else {
-        ok = same_text(w, label, got, len, want);
         size_t fl = 0;
         char *full = em_tokenizer_decode(c, tok, ids, n, true, &fl);
-        if (full && (fl != len || memcmp(full, got, len))) {
-            fprintf(stderr, "  %s: %s: differs from the full decode\n", label, w);
+        const char *wt = json_string_value(want);
+        bool same = full && fl == len && !memcmp(full, got, len) && wt &&
+                    json_string_length(want) == len && !memcmp(wt, got, len);
+        if (!same && full && !prefix_stable(c, tok, ids, n, full, fl)) {
+            st->unstreamable++; /* random ids only: the stream keeps what it emitted */
+        } else if (!same) {
+            ok = same_text(w, label, got, len, want);
+            if (full && (fl != len || memcmp(full, got, len)))
+                fprintf(stderr, "  %s: %s: differs from the full decode\n", label, w);
             ok = false;
         }
         em_free(full);
@@ -267,9 +290,9 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
 static inline void print_stats(const char *label, const tk_stats *s) {
     fprintf(stderr, "  %-30s %2d/%-2d texts (x2 encode, x2 decode), %d/%d round trips, "
                     "%d/%d decodes, %d/%d tokens, %d/%d streams (%d ids inside a character, "
-                    "%d full decodes)\n", label, s->cases_ok, s->cases,
+                    "%d full decodes, %d unstreamable)\n", label, s->cases_ok, s->cases,
             s->roundtrips_ok, s->roundtrips, s->decodes_ok, s->decodes, s->tokens_ok, s->tokens,
-            s->streams_ok, s->streams, s->split_steps, s->fallback_steps);
+            s->streams_ok, s->streams, s->split_steps, s->fallback_steps, s->unstreamable);
 }
 
 #endif

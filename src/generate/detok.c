@@ -46,7 +46,16 @@ em_status em_detok_step(em_ctx *c, em_detok *d, const em_token *ids, size_t n,
     if (s) goto out;
     const char *whole = cur, *add = cur; /* the decode, and what it adds */
     size_t whole_len = nlen, add_len = 0;
-    if (plen <= nlen && (!plen || !memcmp(pre, cur, plen))) {
+    bool extends = plen <= nlen && (!plen || !memcmp(pre, cur, plen));
+    if (ends_incomplete(cur, nlen)) {
+        /* nothing to emit yet. A byte-fallback decoder may also have merged the prefix's last
+         * bytes into the incomplete run (all of them U+FFFD until it completes): the text
+         * pending after the emitted one is then unknown, and left empty */
+        s = extends ? put(c, &d->tail, &d->tail_len, &d->tail_cap, 0, cur + plen, nlen - plen)
+                    : put(c, &d->tail, &d->tail_len, &d->tail_cap, 0, "", 0);
+        goto out;
+    }
+    if (extends) {
         add = cur + plen;
         add_len = nlen - plen;
     } else {
@@ -62,6 +71,11 @@ em_status em_detok_step(em_ctx *c, em_detok *d, const em_token *ids, size_t n,
         }
         whole = full, whole_len = flen;
         add = full + d->text_len, add_len = flen - d->text_len;
+        /* when the emitted text is not a prefix of the decode (ids that change how earlier
+         * ones decode, e.g. a byte-fallback token that turns the byte before it into U+FFFD),
+         * what was emitted stays; the rest starts at a character boundary, never inside one */
+        if (memcmp(full, d->text, d->text_len))
+            while (add_len && ((unsigned char)*add & 0xC0) == 0x80) add++, add_len--;
     }
     if (ends_incomplete(whole, whole_len)) {
         s = put(c, &d->tail, &d->tail_len, &d->tail_cap, 0, add, add_len);

@@ -16,8 +16,10 @@
  * "##" joins, byte-level BPE pieces of one character), ids[read, n) are new. Each step decodes
  * ids[prefix, read) and ids[prefix, n); what the second adds to the first is the new text, once
  * it does not end inside an incomplete UTF-8 character (U+FFFD). When the shorter decode is not
- * a prefix of the longer one (a decoder whose output depends on more context), the step falls
- * back to decoding the whole sequence.
+ * a prefix of the longer, complete one (a decoder whose output depends on more context), the
+ * step falls back to decoding the whole sequence; while the longer one is incomplete, nothing
+ * is emitted (byte-fallback decoders turn a whole run of byte tokens into U+FFFD until its last
+ * character is complete, the prefix's last bytes included).
  */
 typedef struct em_detok {
     const em_tokenizer *tok;
