@@ -104,7 +104,7 @@ static int check_tokenizer(em_ctx *c, em_tokenizer *t, json_t *texts, json_t *ex
     for (size_t i = 0; i < json_array_size(chats); i++) {
         json_t *ch = json_array_get(chats, i);
         char *msgs = json_dumps(json_object_get(ch, "messages"), JSON_COMPACT);
-        char *text = em_apply_chat_template(c, t, msgs, true, NULL);
+        char *text = em_chat_template_apply(c, t, msgs, true, NULL);
         const char *want = json_string_value(json_object_get(ch, "text"));
         CHECK_MSG(text && !strcmp(text, want), "%s: chat %zu renders \"%.200s\"", name, i,
                   text ? text : em_ctx_error(c)->message);

@@ -123,7 +123,7 @@ EM_API em_status em_generate_text(em_ctx *c, const em_model *m, const em_tokeniz
  * The same for `batch` conversations, each a JSON array of message objects ({"role": ...,
  * "content": ...}), as `apply_chat_template(messages, add_generation_prompt=True)` + generate:
  * every conversation is rendered with the tokenizer's chat template (with extra_vars_json, may
- * be NULL, see em_apply_chat_template in ember/chat.h) and encoded without adding special tokens
+ * be NULL, see em_chat_template_apply in ember/chat.h) and encoded without adding special tokens
  * (the template writes them). out->text[b] is the answer. EM_ERR_NOT_FOUND when the tokenizer
  * has no chat template.
  */

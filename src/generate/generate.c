@@ -280,7 +280,7 @@ static em_status generate_texts(em_ctx *c, const em_model *m, const em_tokenizer
             s = em_ctx_fail(c, EM_ERR_INVALID_ARG, "generate", "text %d is NULL", b);
             break;
         }
-        char *rendered = chat ? em_apply_chat_template(c, tok, texts[b], true, extra_vars_json)
+        char *rendered = chat ? em_chat_template_apply(c, tok, texts[b], true, extra_vars_json)
                               : NULL;
         const char *t = chat ? rendered : texts[b];
         size_t n = 0;
