@@ -89,8 +89,9 @@ EM_API em_status em_hub_file(em_ctx *c, const char *id, const char *filename,
  * `required` and `optional` are NULL-terminated lists of repo file names, either may be NULL; a
  * required file the repo lacks is an error, an optional one is skipped (and remembered under
  * .no_exist as huggingface_hub does); an optional file that cannot be looked up (offline and not
- * cached, or the Hub unreachable) is skipped too. On success *out_dir is a string the caller frees with
- * em_free(); on failure it is NULL, the error is recorded, and files already fetched stay cached.
+ * cached, or the Hub unreachable) is skipped too. On success *out_dir is a string the caller
+ * frees with em_free(); on failure it is NULL, the error is recorded, and files already fetched
+ * stay cached.
  */
 EM_API em_status em_hub_ensure(em_ctx *c, const char *id, const char *const *required,
                                const char *const *optional, const em_hub_options *opts,
