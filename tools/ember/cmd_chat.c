@@ -18,7 +18,6 @@
 
 #include "bench_limits.h"
 #include "cli.h"
-#include "ember/chat.h"
 #include "ember/ember.h"
 
 static volatile sig_atomic_t interrupted;

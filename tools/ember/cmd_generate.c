@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "core/file_read.h"
-#include "ember/chat.h"
 #include "ember/ember.h"
 #include "ember/generate.h"
 
