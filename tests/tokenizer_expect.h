@@ -136,7 +136,7 @@ static inline bool check_stream(em_ctx *c, const em_tokenizer *tok, const em_tok
         ok = g != NULL;
         if (g) got = g;
     }
-    if (ok) memcpy(got + len, d.tail, d.tail_len), len += d.tail_len;
+    if (ok && d.tail_len) memcpy(got + len, d.tail, d.tail_len), len += d.tail_len;
     st->fallback_steps += (int)d.fallbacks;
     char w[200];
     snprintf(w, sizeof w, "stream of %s (skip special)", what);

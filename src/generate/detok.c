@@ -74,7 +74,7 @@ em_status em_detok_step(em_ctx *c, em_detok *d, const em_token *ids, size_t n,
         /* when the emitted text is not a prefix of the decode (ids that change how earlier
          * ones decode, e.g. a byte-fallback token that turns the byte before it into U+FFFD),
          * what was emitted stays; the rest starts at a character boundary, never inside one */
-        if (memcmp(full, d->text, d->text_len))
+        if (d->text_len && memcmp(full, d->text, d->text_len))
             while (add_len && ((unsigned char)*add & 0xC0) == 0x80) add++, add_len--;
     }
     if (ends_incomplete(whole, whole_len)) {
