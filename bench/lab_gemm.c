@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "ember/ember.h"
 
 #ifdef LAB_OPENBLAS

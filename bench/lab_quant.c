@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "ember/ember.h"
 
 static double clock_of(clockid_t id) {

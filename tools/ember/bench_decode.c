@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_aot.h"
 #include "bench_limits.h"
 #include "bench_util.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_util.h"
 #include "ember/ember.h"
 

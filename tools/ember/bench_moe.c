@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_aot.h"
 #include "bench_limits.h"
 #include "bench_util.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
