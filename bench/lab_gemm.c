@@ -281,6 +281,6 @@ int main(int argc, char **argv) {
         if (all) break;
     }
     if (probe) free((void *)probe->p);
-    em_ctx_destroy(ctx);
+    em_ctx_free(ctx);
     return 0;
 }

@@ -315,6 +315,6 @@ int bench_ops(int argc, char **argv) {
             bench_print_row(&r, json);
             em_scope_pop(c);
         }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }
