@@ -44,7 +44,10 @@ em_status em_bert_load(em_wload *w) {
     return em_ctx_status(c);
 }
 
-const em_family em_family_bert = {"bert", false, false, false, 0, em_bert_load, NULL};
+const em_family em_family_bert = {
+    .model_type = "bert",
+    .load = em_bert_load,
+};
 
 static em_tensor *heads(em_ctx *c, em_tensor *x, int64_t b, int64_t t, int64_t h, int64_t d) {
     return em_transpose(c, em_reshape(c, x, 4, (int64_t[]){b, t, h, d}), 1, 2);

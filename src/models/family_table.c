@@ -1,23 +1,42 @@
-/* The families Ember loads, by config.json model_type. */
+/* The families Ember loads: the one table that model loading, its error messages and the
+ * family lookup of config.json's model_type consult. A new family is a file in src/models/
+ * (its em_family) and a row here. */
+#include <stdio.h>
 #include <string.h>
 
 #include "models/model_impl.h"
 
-extern const em_family em_family_qwen3, em_family_qwen3_moe, em_family_llama, em_family_mistral,
-    em_family_mixtral, em_family_gemma3_text, em_family_gemma4_text, em_family_bert,
-    em_family_qwen2;
+extern const em_family em_family_qwen2, em_family_qwen3, em_family_qwen3_moe, em_family_llama,
+    em_family_mistral, em_family_mixtral, em_family_gemma3_text, em_family_gemma4_text,
+    em_family_bert;
 
 static const em_family *const families[] = {
-    &em_family_qwen3,       &em_family_qwen3_moe,   &em_family_llama,       &em_family_mistral,
-    &em_family_mixtral,     &em_family_gemma3_text, &em_family_gemma4_text, &em_family_bert,
-    &em_family_qwen2,
+    &em_family_qwen2,       &em_family_qwen3,       &em_family_qwen3_moe,
+    &em_family_llama,       &em_family_mistral,     &em_family_mixtral,
+    &em_family_gemma3_text, &em_family_gemma4_text, &em_family_bert,
 };
+#define N_FAMILIES (sizeof families / sizeof families[0])
 
 const em_family *em_family_find(const char *model_type) {
     if (!model_type) return NULL;
-    if (!strcmp(model_type, "gemma3")) model_type = "gemma3_text";
-    if (!strcmp(model_type, "gemma4")) model_type = "gemma4_text";
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (!strcmp(families[i]->model_type, model_type)) return families[i];
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (!strcmp(families[i]->model_type, model_type) ||
+            (families[i]->multimodal && !strcmp(families[i]->multimodal, model_type)))
+            return families[i];
     return NULL;
+}
+
+void em_family_names(char *buf, size_t n) {
+    size_t k = 0, count = 0, total = 0;
+    for (size_t i = 0; i < N_FAMILIES; i++) total += families[i]->multimodal ? 2 : 1;
+    if (n) buf[0] = 0;
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        for (int j = 0; j < 2; j++) {
+            const char *name = j ? families[i]->multimodal : families[i]->model_type;
+            if (!name) continue;
+            count++;
+            const char *sep = count == 1 ? "" : count == total ? " and " : ", ";
+            int w = snprintf(buf + k, k < n ? n - k : 0, "%s%s", sep, name);
+            if (w > 0) k += (size_t)w;
+        }
 }

@@ -4,4 +4,11 @@
  * (multimodal) checkpoints are read through their text part. */
 #include "models/model_impl.h"
 
-const em_family em_family_gemma3_text = {"gemma3_text", true, true, true, 0, em_decoder_load, NULL};
+const em_family em_family_gemma3_text = {
+    .model_type = "gemma3_text",
+    .multimodal = "gemma3",
+    .causal = true,
+    .qk_norm = true,
+    .gemma = true,
+    .load = em_decoder_load,
+};

@@ -2,6 +2,21 @@
  * with experts w1 = gate, w3 = up, w2 = down; routing always renormalised). */
 #include "models/model_impl.h"
 
-const em_family em_family_llama = {"llama", true, false, false, 0, em_decoder_load, NULL};
-const em_family em_family_mistral = {"mistral", true, false, false, 0, em_decoder_load, NULL};
-const em_family em_family_mixtral = {"mixtral", true, false, false, 2, em_decoder_load, NULL};
+const em_family em_family_llama = {
+    .model_type = "llama",
+    .causal = true,
+    .load = em_decoder_load,
+};
+
+const em_family em_family_mistral = {
+    .model_type = "mistral",
+    .causal = true,
+    .load = em_decoder_load,
+};
+
+const em_family em_family_mixtral = {
+    .model_type = "mixtral",
+    .causal = true,
+    .moe = 2,
+    .load = em_decoder_load,
+};

@@ -3,5 +3,17 @@
  * softmax routing, renormalised when norm_topk_prob (names mlp.gate, mlp.experts.<e>.*_proj). */
 #include "models/model_impl.h"
 
-const em_family em_family_qwen3 = {"qwen3", true, true, false, 0, em_decoder_load, NULL};
-const em_family em_family_qwen3_moe = {"qwen3_moe", true, true, false, 1, em_decoder_load, NULL};
+const em_family em_family_qwen3 = {
+    .model_type = "qwen3",
+    .causal = true,
+    .qk_norm = true,
+    .load = em_decoder_load,
+};
+
+const em_family em_family_qwen3_moe = {
+    .model_type = "qwen3_moe",
+    .causal = true,
+    .qk_norm = true,
+    .moe = 1,
+    .load = em_decoder_load,
+};

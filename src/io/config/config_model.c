@@ -158,7 +158,7 @@ static em_status read_rope(em_cfg_src *parent, json_t *d, const char *path, rope
                            size_t tn, bool *known) {
     char prefix[160];
     snprintf(prefix, sizeof prefix, "%s%s.", parent->prefix, path);
-    em_cfg_src s = {parent->c, parent->file, prefix, d ? d : json_object(), parent->op};
+    em_cfg_src s = {parent->c, parent->file, prefix, d ? d : json_object(), parent->op, NULL};
     em_status e = EM_OK;
     *r = em_rope_config_default();
     bool p1 = false, p2 = false;
@@ -527,7 +527,7 @@ em_status em_model_config_from_json(em_ctx *c, json_t *root, const char *file,
                                     em_model_config *out) {
     em_model_config m;
     memset(&m, 0, sizeof m);
-    em_cfg_src top = {c, file, "", root, OP};
+    em_cfg_src top = {c, file, "", root, OP, NULL};
     em_status e;
     bool p;
     json_t *empty = NULL; /* stands for an absent text_config (declared before any goto) */
@@ -646,6 +646,18 @@ void em_model_config_free(em_model_config *cfg) {
 }
 
 /* ---- raw access ---- */
+
+em_cfg_src em_model_config_src(em_ctx *c, const em_model_config *cfg, const char *file,
+                               const char *op) {
+    json_t *root = cfg ? cfg->json_ : NULL, *tc = json_object_get(root, "text_config");
+    em_cfg_src s = {c, file, "", root, op, NULL};
+    if (cfg && cfg->nested_text_config && json_is_object(tc)) {
+        s.obj = tc;
+        s.prefix = "text_config.";
+        s.fallback = root;
+    }
+    return s;
+}
 
 static json_t *raw_get(const em_model_config *cfg, const char *key) {
     if (!cfg || !cfg->json_ || !key) return NULL;
