@@ -44,8 +44,17 @@ em_status em_bert_load(em_wload *w) {
     return em_ctx_status(c);
 }
 
+/* BertConfig defaults */
+static void bert_defaults(em_model_config *m) {
+    m->vocab_size = 30522, m->hidden_size = 768, m->num_hidden_layers = 12;
+    m->num_attention_heads = 12, m->intermediate_size = 3072;
+    snprintf(m->hidden_act, sizeof m->hidden_act, "gelu");
+    m->max_position_embeddings = 512, m->type_vocab_size = 2, m->layer_norm_eps = 1e-12;
+    m->pad_token_id = 0, m->tie_word_embeddings = true, m->rms_norm_eps = 0;
+}
+
 const em_family em_family_bert = {
-    .model_type = "bert",
+    .config = {.model_type = "bert", .defaults = bert_defaults},
     .load = em_bert_load,
 };
 

@@ -1,5 +1,5 @@
-/* The families Ember loads: the one table that model loading, its error messages and the
- * family lookup of config.json's model_type consult. A new family is a file in src/models/
+/* The families Ember loads: the one table that config reading (model_config.c), model loading
+ * and its error messages consult. A new family is a file in src/models/
  * (its em_family) and a row here. */
 #include <stdio.h>
 #include <string.h>
@@ -20,19 +20,20 @@ static const em_family *const families[] = {
 const em_family *em_family_find(const char *model_type) {
     if (!model_type) return NULL;
     for (size_t i = 0; i < N_FAMILIES; i++)
-        if (!strcmp(families[i]->model_type, model_type) ||
-            (families[i]->multimodal && !strcmp(families[i]->multimodal, model_type)))
+        if (!strcmp(families[i]->config.model_type, model_type) ||
+            (families[i]->config.multimodal && !strcmp(families[i]->config.multimodal, model_type)))
             return families[i];
     return NULL;
 }
 
 void em_family_names(char *buf, size_t n) {
     size_t k = 0, count = 0, total = 0;
-    for (size_t i = 0; i < N_FAMILIES; i++) total += families[i]->multimodal ? 2 : 1;
+    for (size_t i = 0; i < N_FAMILIES; i++) total += families[i]->config.multimodal ? 2 : 1;
     if (n) buf[0] = 0;
     for (size_t i = 0; i < N_FAMILIES; i++)
         for (int j = 0; j < 2; j++) {
-            const char *name = j ? families[i]->multimodal : families[i]->model_type;
+            const em_cfg_family *f = &families[i]->config;
+            const char *name = j ? f->multimodal : f->model_type;
             if (!name) continue;
             count++;
             const char *sep = count == 1 ? "" : count == total ? " and " : ", ";

@@ -381,13 +381,88 @@ static void gemma4_after_embed(em_fwd *f, em_tensor *ids, em_tensor *h) {
     f->pli = em_blk_mul_f32(c, em_add(c, proj, em_reshape(c, tok, 4, shape)), pow(2.0, -0.5));
 }
 
+/* ---- config.json: Gemma4TextConfig ---- */
+
+static void gemma4_defaults(em_model_config *m) {
+    m->vocab_size = 262144, m->hidden_size = 2304, m->intermediate_size = 9216;
+    m->num_hidden_layers = 30, m->num_attention_heads = 8, m->num_key_value_heads = 4;
+    m->head_dim = 256;
+    snprintf(m->hidden_act, sizeof m->hidden_act, "gelu_pytorch_tanh");
+    m->max_position_embeddings = 131072;
+    m->pad_token_id = 0, m->eos_token_ids[0] = 1, m->n_eos_token_ids = 1, m->bos_token_id = 2;
+    m->tie_word_embeddings = true;
+    m->sliding_window = 512;
+}
+
+/* __post_init__: no experts without enable_moe_block; a bidirectional window halved */
+static em_status gemma4_post_init(em_cfg_src *s, em_model_config *m, int64_t *pattern) {
+    (void)pattern;
+    em_status e;
+    bool moe = false;
+    if ((e = em_cfg_bool(s, "enable_moe_block", false, &moe, NULL))) return e;
+    if (!moe) m->num_experts = 0, m->num_experts_per_tok = 0, m->moe_intermediate_size = 0;
+    char bidi[16] = "";
+    if ((e = em_cfg_str(s, "use_bidirectional_attention", true, bidi, sizeof bidi, NULL)))
+        return e;
+    if (!strcmp(bidi, "all")) m->sliding_window = m->sliding_window / 2 + 1;
+    return EM_OK;
+}
+
+typedef struct global_hd {
+    int64_t first_full, head_dim;
+} global_hd;
+
+static em_status global_hd_key(em_cfg_src *sub, const char *name, void *user) {
+    global_hd *g = user;
+    return strcmp(name, "head_dim") ? EM_OK : em_cfg_int(sub, name, true, &g->head_dim, NULL);
+}
+
+static em_status global_hd_entry(em_cfg_src *sub, const char *name, void *user) {
+    global_hd *g = user;
+    char *end;
+    long long idx = strtoll(name, &end, 10);
+    if (!*name || *end || idx != g->first_full) return EM_OK;
+    return em_cfg_each(sub, name, global_hd_key, g, NULL);
+}
+
+/* The full-attention layers' rope covers their own head size: global_head_dim in Hub files,
+ * per_layer_config[<first full layer>].head_dim in files transformers writes (keys may be
+ * zero-padded, "05"). */
+static em_status gemma4_post_rope(em_cfg_src *s, em_model_config *m) {
+    global_hd g = {-1, 512};
+    em_status e;
+    if ((e = em_cfg_int(s, "global_head_dim", true, &g.head_dim, NULL))) return e;
+    for (int64_t i = 0; i < m->num_hidden_layers && g.first_full < 0; i++)
+        if (m->layer_types[i] == EM_LAYER_FULL_ATTENTION) g.first_full = i;
+    if (g.first_full >= 0 && (e = em_cfg_each(s, "per_layer_config", global_hd_entry, &g, NULL)))
+        return e;
+    m->rope.head_dim = g.head_dim;
+    return EM_OK;
+}
+
 const em_family em_family_gemma4_text = {
-    .model_type = "gemma4_text",
-    .multimodal = "gemma4",
+    .config = {.model_type = "gemma4_text",
+               .multimodal = "gemma4",
+               .defaults = gemma4_defaults,
+               .head_dim_fixed = true,
+               .has_layer_types = true,
+               .gemma_activation = true,
+               .sliding = EM_CFG_SLIDING_PATTERN,
+               .sliding_pattern = 6,
+               .last_layer_full = true,
+               .nested_rope = true,
+               .rope_full_theta = 1e6,
+               .rope_full_fixed = true,
+               .rope_full_type = "proportional",
+               .rope_full_partial = 0.25,
+               .rope_local_theta = 1e4,
+               .rope_no_local_base_freq = true,
+               .post_init = gemma4_post_init,
+               .post_rope = gemma4_post_rope},
     .causal = true,
     .qk_norm = true,
     .gemma = true,
-    .config = gemma4_config,
+    .config_hook = gemma4_config,
     .load = gemma4_load,
     .after_embed = gemma4_after_embed,
     .layer = gemma4_layer,

@@ -8,6 +8,7 @@
 #include "core/tensor_impl.h"
 #include "ember/model.h"
 #include "ember/safetensors.h"
+#include "io/config/config_family.h"
 
 #define EM_MAX_ROPE_FREQS 512
 
@@ -104,9 +105,9 @@ typedef enum em_norm_kind { EM_NORM_RMS, EM_NORM_RMS_1P, EM_NORM_RMS_F32 } em_no
 typedef struct em_fwd em_fwd; /* one forward step (decoder_blocks.h) */
 
 typedef struct em_family {
-    const char *model_type;    /* config.json's (text) model_type */
-    const char *multimodal;    /* model_type of the multimodal checkpoints whose text part it
-                                  reads (gemma3, gemma4), or NULL */
+    /* its config.json: model_type (and the multimodal model_type whose text part it reads),
+     * the config class's defaults and rules, read by io's config reader */
+    em_cfg_family config;
     bool causal;               /* decoder LM (else encoder) */
     /* the shared loader's naming (em_decoder_load) */
     bool qk_norm;              /* per-head RMSNorm of q and k (Qwen3, Gemma 3) */
@@ -114,7 +115,7 @@ typedef struct em_family {
     int moe;                   /* 0 none, 1 Qwen3-MoE names, 2 Mixtral names */
     /* reads the family's own config.json keys into the model (per-layer sizes, the blocks'
      * options) once the config is read and the layers allocated; NULL: none */
-    em_status (*config)(em_ctx *c, em_model *m);
+    em_status (*config_hook)(em_ctx *c, em_model *m);
     /* loads everything after the common setup (weights, per-layer flags, the model's block
      * options) */
     em_status (*load)(em_wload *w);

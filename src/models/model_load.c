@@ -377,7 +377,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
         goto fail;
     }
-    if (m->fam->config && m->fam->config(c, m) != EM_OK) goto fail;
+    if (m->fam->config_hook && m->fam->config_hook(c, m) != EM_OK) goto fail;
     if (em_model_place(c, m, &o, &w) != EM_OK) goto fail;
     if (m->fam->load(&w) != EM_OK || em_ctx_status(c)) goto fail;
     if (gs && apply_rope_factors(c, m, gs) != EM_OK) goto fail;

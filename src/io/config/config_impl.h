@@ -43,6 +43,8 @@ em_status em_cfg_each(em_cfg_src *s, const char *key,
  * the file in messages. */
 em_cfg_src em_model_config_src(em_ctx *c, const em_model_config *cfg, const char *file,
                                const char *op);
+/* EM_ERR_FORMAT naming `key` unless v > 0 (or v == 0 when zero_ok). */
+em_status em_cfg_positive(em_cfg_src *s, const char *key, int64_t v, bool zero_ok);
 /* The JSON type's name, for messages. */
 const char *em_cfg_kind(const json_t *v);
 
@@ -53,9 +55,6 @@ em_status em_cfg_load_file(em_ctx *c, const char *op, const char *path, const ch
 em_status em_cfg_parse_text(em_ctx *c, const char *op, const char *text, size_t n,
                             const char *name, json_t **root);
 
-/* Reads the model config from a parsed document (takes ownership of root on success). */
-em_status em_model_config_from_json(em_ctx *c, json_t *root, const char *file,
-                                    em_model_config *out);
 em_status em_generation_config_from_json(em_ctx *c, json_t *root, const char *file,
                                          em_generation_config *out);
 

@@ -3,8 +3,8 @@
  * under llama.cpp's key names (<arch>.block_count, <arch>.attention.head_count, ...). They are
  * written out as the config.json transformers builds for the same file
  * (integrations/ggml.py GGUF_CONFIG_MAPPING, modeling_gguf_pytorch_utils.load_gguf_checkpoint)
- * and read by the config.json reader, so every default and derived value is the one of the
- * family's config class.
+ * and read by the config.json reader (em_model_config_from_gguf, src/models/model_config.c), so
+ * every default and derived value is the one of the family's config class.
  *
  * Where llama.cpp reads more than transformers does, Ember follows llama.cpp, which wrote the
  * file: rope scaling (<arch>.rope.scaling.type / factor / original_context_length), and
@@ -54,11 +54,9 @@ static bool put_float(json_t *o, const char *name, const em_gguf_value *v) {
     return !v || !em_gguf_value_float(v, &x) || !json_object_set_new(o, name, json_real(x));
 }
 
-em_status em_model_config_from_gguf(em_ctx *c, const em_gguf *g, em_model_config *out) {
-    if (!c) return EM_ERR_INVALID_ARG;
-    if (out) memset(out, 0, sizeof *out);
-    if (c->err.status) return c->err.status;
-    if (!g || !out) return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "file or config is NULL");
+em_status em_gguf_config_text(em_ctx *c, const em_gguf *g, char **text_out, char *what,
+                              size_t what_n) {
+    *text_out = NULL;
     const em_gguf_arch *ar = em_gguf_arch_of(g);
     const char *an = em_gguf_get_str(g, "general.architecture", NULL);
     if (!ar)
@@ -135,9 +133,7 @@ em_status em_model_config_from_gguf(em_ctx *c, const em_gguf *g, em_model_config
     char *text = ok ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text) return EM_FAIL(c, EM_ERR_OOM, OP, "out of memory");
-    char name[1100];
-    snprintf(name, sizeof name, "%s (metadata)", g->path);
-    em_status s = em_model_config_parse(c, text, strlen(text), name, out);
-    free(text);
-    return s;
+    snprintf(what, what_n, "%s (metadata)", g->path);
+    *text_out = text;
+    return EM_OK;
 }

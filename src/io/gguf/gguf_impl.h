@@ -86,6 +86,11 @@ typedef struct em_gguf_arch {
 } em_gguf_arch;
 /* The row for the file's architecture, NULL when Ember has none. */
 const em_gguf_arch *em_gguf_arch_of(const em_gguf *g);
+/* The config.json transformers builds for the file's metadata, as JSON text (*text_out,
+ * malloc'd), and the name to give it in messages ("<path> (metadata)", into name[name_n]).
+ * EM_ERR_UNSUPPORTED for an architecture Ember does not read. */
+em_status em_gguf_config_text(em_ctx *c, const em_gguf *g, char **text_out, char *name,
+                              size_t name_n);
 
 /* Parses and validates the image (gguf_open.c); the handle takes the image's reference. */
 em_gguf *em_gguf_parse(em_ctx *c, const char *name, em_st_image *im);
