@@ -41,3 +41,28 @@ void em_family_names(char *buf, size_t n) {
             if (w > 0) k += (size_t)w;
         }
 }
+
+const em_gguf_arch *em_family_gguf_arch(em_ctx *c, const char *op, const em_gguf *g) {
+    const char *a = em_gguf_get_str(g, "general.architecture", NULL);
+    char names[256];
+    size_t k = 0, total = 0, count = 0;
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        const em_gguf_arch *r = &families[i]->gguf;
+        if (!r->gguf) continue;
+        if (a && !strcmp(a, r->gguf)) return r;
+        total++;
+    }
+    names[0] = 0;
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        const char *n = families[i]->gguf.gguf;
+        if (!n) continue;
+        count++;
+        int w = snprintf(names + k, k < sizeof names ? sizeof names - k : 0, "%s%s",
+                         count == 1 ? "" : count == total ? " and " : ", ", n);
+        if (w > 0) k += (size_t)w;
+    }
+    em_ctx_fail(c, EM_ERR_UNSUPPORTED, op,
+                "%s: general.architecture \"%s\" is not supported (Ember reads %s GGUF files)",
+                em_gguf_path(g), a ? a : "(missing)", names);
+    return NULL;
+}

@@ -44,6 +44,7 @@ const em_family em_family_gemma3_text = {
                .rope_full_theta = 1e6,
                .rope_local_theta = 1e4,
                .post_init = gemma3_post_init},
+    .gguf = {"gemma3", "gemma3_text", .norm_offset = true, .moe_prefix = "mlp."},
     .causal = true,
     .qk_norm = true,
     .gemma = true,

@@ -27,11 +27,13 @@ static void mixtral_defaults(em_model_config *m) {
 
 const em_family em_family_llama = {
     .config = {.model_type = "llama", .defaults = llama_defaults},
+    .gguf = {"llama", "llama", .permute_qk = true, .moe_prefix = "mlp."},
     .causal = true,
     .load = em_decoder_load,
 };
 const em_family em_family_mistral = {
     .config = {.model_type = "mistral", .defaults = mistral_defaults},
+    .gguf = {"mistral", "mistral", .permute_qk = true, .moe_prefix = "mlp."},
     .causal = true,
     .load = em_decoder_load,
 };

@@ -41,8 +41,10 @@ em_status em_model_config_from_gguf(em_ctx *c, const em_gguf *g, em_model_config
     if (out) memset(out, 0, sizeof *out);
     if (c->err.status) return c->err.status;
     if (!g || !out) return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "file or config is NULL");
+    const em_gguf_arch *ar = em_family_gguf_arch(c, OP, g);
+    if (!ar) return em_ctx_status(c);
     char *text = NULL, name[1100];
-    em_status s = em_gguf_config_text(c, g, &text, name, sizeof name);
+    em_status s = em_gguf_config_text(c, g, ar, &text, name, sizeof name);
     if (s == EM_OK) s = em_model_config_parse(c, text, strlen(text), name, out);
     free(text);
     return s;

@@ -9,6 +9,7 @@
 #include "ember/model.h"
 #include "ember/safetensors.h"
 #include "io/config/config_family.h"
+#include "io/gguf/gguf_impl.h"
 
 #define EM_MAX_ROPE_FREQS 512
 
@@ -108,6 +109,7 @@ typedef struct em_family {
     /* its config.json: model_type (and the multimodal model_type whose text part it reads),
      * the config class's defaults and rules, read by io's config reader */
     em_cfg_family config;
+    em_gguf_arch gguf; /* its GGUF files (llama.cpp's general.architecture), if any */
     bool causal;               /* decoder LM (else encoder) */
     /* the shared loader's naming (em_decoder_load) */
     bool qk_norm;              /* per-head RMSNorm of q and k (Qwen3, Gemma 3) */
@@ -126,6 +128,9 @@ typedef struct em_family {
 
 /* The family of a (text or multimodal) model_type from family_table.c, NULL if none. */
 const em_family *em_family_find(const char *model_type);
+/* The family row of a GGUF file's general.architecture; NULL with an EM_ERR_UNSUPPORTED
+ * error (in the name of `op`) listing the architectures the table has. */
+const em_gguf_arch *em_family_gguf_arch(em_ctx *c, const char *op, const em_gguf *g);
 /* The supported model_types for messages: "qwen2, qwen3, ... and bert" (truncated to n). */
 void em_family_names(char *buf, size_t n);
 /* The shared decoder loader (family files call it with their naming). */

@@ -15,6 +15,7 @@ const em_family em_family_qwen2 = {
                .has_layer_types = true,
                .use_sliding_window = true,
                .sliding = EM_CFG_SLIDING_AFTER_MAX},
+    .gguf = {"qwen2", "qwen2", .moe_prefix = "mlp."},
     .causal = true,
     .load = em_decoder_load,
 };

@@ -25,6 +25,7 @@ const em_family em_family_qwen3 = {
                .has_layer_types = true,
                .use_sliding_window = true,
                .sliding = EM_CFG_SLIDING_AFTER_MAX},
+    .gguf = {"qwen3", "qwen3", .moe_prefix = "mlp."},
     .causal = true,
     .qk_norm = true,
     .load = em_decoder_load,
@@ -32,6 +33,7 @@ const em_family em_family_qwen3 = {
 const em_family em_family_qwen3_moe = {
     .config = {.model_type = "qwen3_moe", .defaults = qwen3_moe_defaults,
                .use_sliding_window = true},
+    .gguf = {"qwen3moe", "qwen3_moe", .moe_prefix = "mlp."},
     .causal = true,
     .qk_norm = true,
     .moe = 1,

@@ -20,22 +20,6 @@
 
 #define OP "config_load"
 
-const em_gguf_arch *em_gguf_arch_of(const em_gguf *g) {
-    static const em_gguf_arch archs[] = {
-        /* gguf name, model_type, permuted q/k, norms stored as 1 + w, MoE prefix */
-        {"llama", "llama", true, false, "mlp."},
-        {"mistral", "mistral", true, false, "mlp."},
-        {"qwen2", "qwen2", false, false, "mlp."},
-        {"qwen3", "qwen3", false, false, "mlp."},
-        {"qwen3moe", "qwen3_moe", false, false, "mlp."},
-        {"gemma3", "gemma3_text", false, true, "mlp."},
-    };
-    const char *a = em_gguf_get_str(g, "general.architecture", NULL);
-    for (size_t i = 0; a && i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(a, archs[i].gguf)) return &archs[i];
-    return NULL;
-}
-
 /* "<arch>.<key>" */
 static const em_gguf_value *akey(const em_gguf *g, const char *arch, const char *key) {
     char k[160];
@@ -54,16 +38,10 @@ static bool put_float(json_t *o, const char *name, const em_gguf_value *v) {
     return !v || !em_gguf_value_float(v, &x) || !json_object_set_new(o, name, json_real(x));
 }
 
-em_status em_gguf_config_text(em_ctx *c, const em_gguf *g, char **text_out, char *what,
-                              size_t what_n) {
+em_status em_gguf_config_text(em_ctx *c, const em_gguf *g, const em_gguf_arch *ar,
+                              char **text_out, char *what, size_t what_n) {
     *text_out = NULL;
-    const em_gguf_arch *ar = em_gguf_arch_of(g);
-    const char *an = em_gguf_get_str(g, "general.architecture", NULL);
-    if (!ar)
-        return EM_FAIL(c, EM_ERR_UNSUPPORTED, OP,
-                       "%s: general.architecture \"%s\" is not supported (Ember reads llama, "
-                       "mistral, qwen2, qwen3, qwen3moe and gemma3 GGUF files)",
-                       g->path, an ? an : "(missing)");
+    const char *an = ar->gguf;
     const char *type = ar->model_type;
     int64_t experts = 0;
     em_gguf_value_int(akey(g, an, "expert_count"), &experts);
