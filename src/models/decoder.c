@@ -242,9 +242,10 @@ em_tensor *em_blk_div_f32(em_ctx *c, em_tensor *x, double v) {
     return em_div(c, x, em_from_host_on(c, em_tensor_device(x), EM_F32, 0, NULL, &fv));
 }
 
-/* [B, T, H*D] -> [B, T, H, D] */
-static em_tensor *split_heads(em_fwd *f, em_tensor *x, int64_t h, int64_t d) {
-    return em_reshape(f->c, x, 4, (int64_t[]){f->b, f->t, h, d});
+/* [B, T, H*D] -> [B, H, T, D] */
+static em_tensor *heads(em_fwd *f, em_tensor *x, int64_t h, int64_t d) {
+    em_ctx *c = f->c;
+    return em_transpose(c, em_reshape(c, x, 4, (int64_t[]){f->b, f->t, h, d}), 1, 2);
 }
 
 /* Does a KV-sharing layer read layer li's keys/values? */
@@ -264,10 +265,11 @@ em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t l
     int64_t d = l->head_dim ? l->head_dim : cfg->head_dim;
     bool local = l->sliding && f->cos_l;
     em_tensor *cos = local ? f->cos_l : f->cos, *sin = local ? f->sin_l : f->sin;
-    /* the per-head norms act on [B, T, H, D] rows, before the heads move to dim 1 */
-    em_tensor *q = split_heads(f, em_linear(c, x, l->q, l->q_bias), hq, d);
+    /* heads to dim 1 first: the per-head norms then write [B, H, T, D] rows contiguously for
+     * rope and attention (the rows, and so the values, are the same either way) */
+    em_tensor *q = heads(f, em_linear(c, x, l->q, l->q_bias), hq, d);
     if (l->q_norm) q = em_blk_norm(f, q, l->q_norm);
-    q = em_rope(c, em_transpose(c, q, 1, 2), cos, sin);
+    q = em_rope(c, q, cos, sin);
     em_tensor *k, *v;
     if (l->kv_shared) { /* an earlier layer's keys and values (it wrote them this step) */
         k = kv ? em_slice(c, kv->k[l->kv_src], 2, 0, f->tk, 1) : f->keys[l->kv_src];
@@ -275,12 +277,11 @@ em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t l
         k = em_model_to_dev(c, k, l->dev);
         v = em_model_to_dev(c, v, l->dev);
     } else {
-        em_tensor *kr = split_heads(f, em_linear(c, x, l->k, l->k_bias), hkv, d);
-        em_tensor *vr = l->k_eq_v ? kr : split_heads(f, em_linear(c, x, l->v, l->v_bias), hkv, d);
-        if (l->k_norm) kr = em_blk_norm(f, kr, l->k_norm);
-        if (m->v_norm) vr = em_blk_norm(f, vr, NULL);
-        k = em_rope(c, em_transpose(c, kr, 1, 2), cos, sin);
-        v = em_transpose(c, vr, 1, 2);
+        k = heads(f, em_linear(c, x, l->k, l->k_bias), hkv, d);
+        v = l->k_eq_v ? k : heads(f, em_linear(c, x, l->v, l->v_bias), hkv, d);
+        if (l->k_norm) k = em_blk_norm(f, k, l->k_norm);
+        if (m->v_norm) v = em_blk_norm(f, v, NULL);
+        k = em_rope(c, k, cos, sin);
         if (kv && f->stat) {
             /* positions are data: HF's StaticCache write, attention over the whole bucket */
             em_index_copy(c, kv->k[li], 2, f->cache_pos, em_contiguous(c, k));
