@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "ember/ember.h"
 
 #ifdef LAB_OPENBLAS
@@ -281,6 +281,6 @@ int main(int argc, char **argv) {
         if (all) break;
     }
     if (probe) free((void *)probe->p);
-    em_ctx_destroy(ctx);
+    em_ctx_free(ctx);
     return 0;
 }

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "ember/ember.h"
 
 static double clock_of(clockid_t id) {
@@ -146,6 +146,6 @@ int main(int argc, char **argv) {
            em_num_threads());
     for (int ti = 0; ti < n_types; ti++)
         for (int s = 0; s < n_shapes; s++) run(c, types[ti], shapes[s][0], shapes[s][1], ms, n_ms, bw);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
             }
         if (em_ctx_status(c)) {
             fprintf(stderr, "lab_ragged: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
         printf("rows/expert %2d [%lld, %lld]: [N,K] %.2f ms (%.1f GB/s), packed %.2f ms (%.1f "
@@ -60,6 +60,6 @@ int main(int argc, char **argv) {
                bytes / best[1] / 1e9, best[0] / best[1]);
         em_scope_pop(c);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

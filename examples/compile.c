@@ -40,6 +40,6 @@ int main(void) {
            st.kernels);
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -15,7 +15,7 @@ int main(void) {
     int64_t cls[4];
     if (em_to_host(c, best, cls, sizeof cls) != EM_OK) { /* one check for the whole chain */
         fprintf(stderr, "%s\n", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     printf("predicted classes: %lld %lld %lld %lld\n", (long long)cls[0], (long long)cls[1],
@@ -23,6 +23,6 @@ int main(void) {
     /* a mistake is reported where it happens, naming the op, shapes and device */
     if (!em_matmul(c, x, w1)) printf("as expected: %s\n", em_ctx_error(c)->message);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -10,7 +10,7 @@
 
 #include <ember/ember.h>
 
-static bool print_piece(void *user, int seq, int64_t id, const char *piece) {
+static bool print_piece(void *user, int seq, em_token id, const char *piece) {
     (void)user, (void)seq, (void)id;
     fputs(piece, stdout);
     fflush(stdout);
@@ -25,41 +25,32 @@ int main(int argc, char **argv) {
     em_ctx *c = em_ctx_create();
     em_model_options o = em_model_default_options();
     o.dtype = EM_BF16;
-    o.dtype_set = true;
     em_model *m = em_model_load(c, argv[1], &o);
     em_tokenizer *tok = m ? em_tokenizer_load(c, em_model_dir(m)) : NULL;
-    /* the conversation, rendered with the model's chat template */
-    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", argv[2]);
-    char *mj = json_dumps(msgs, JSON_COMPACT);
-    char *prompt = tok ? em_apply_chat_template(c, tok, mj, true, NULL) : NULL;
-    int32_t *ids32 = NULL;
-    size_t n = 0;
-    if (prompt) em_tokenizer_encode(c, tok, prompt, strlen(prompt), false, &ids32, &n);
-    if (em_ctx_status(c)) {
+    if (!tok) {
         fprintf(stderr, "%s\n", em_ctx_error(c)->message);
         return 1;
     }
-    int64_t *ids = malloc(n * sizeof *ids), len = (int64_t)n;
-    for (size_t i = 0; i < n; i++) ids[i] = ids32[i];
+    /* the conversation, rendered with the model's chat template by em_generate_chat */
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", argv[2]);
+    char *mj = json_dumps(msgs, JSON_COMPACT);
     em_generate_params p = em_generate_default_params(m); /* generation_config.json's */
     p.max_new_tokens = 128;
     p.on_token = print_piece;
     em_generate_result r;
-    const int64_t *prompts[1] = {ids};
-    if (em_generate(c, m, tok, prompts, &len, 1, &p, &r) == EM_OK) {
+    const char *convs[1] = {mj};
+    if (em_generate_chat(c, m, tok, convs, 1, NULL, &p, &r) == EM_OK) {
         printf("\n[%lld tokens, %.1f tokens/s, stopped by %s]\n", (long long)r.n_ids[0],
-               r.decode_s > 0 ? (double)r.decoded_tokens / r.decode_s : 0.0, r.stop_reason[0]);
+               r.decode_s > 0 ? (double)r.decoded_tokens / r.decode_s : 0.0,
+               em_stop_reason_name(r.stop_reason[0]));
         em_generate_result_free(&r);
     } else {
         fprintf(stderr, "%s\n", em_ctx_error(c)->message);
     }
-    free(ids);
-    em_tokenizer_free_ids(ids32);
-    free(prompt);
     free(mj);
     json_decref(msgs);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

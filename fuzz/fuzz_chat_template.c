@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bool agp = size && (data[size - 1] & 1);
         char *out = em_chat_template_render(c, t, MESSAGES, agp, EXTRA);
         if (!out && em_ctx_status(c) == EM_OK) abort(); /* a failure must say why */
-        free(out);
+        em_free(out);
         em_chat_template_free(t);
     } else if (em_ctx_status(c) == EM_OK) {
         abort();

@@ -40,6 +40,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     em_generation_config g;
     if (em_generation_config_parse(c, (const char *)data, size, "fuzz.json", &g) == EM_OK)
         INVARIANT(g.n_eos_token_ids <= EM_CONFIG_MAX_TOKEN_IDS && g.top_k >= 0);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -73,9 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         em_ctx_clear_error(c); /* types Ember refuses by name */
     }
     em_scope_pop(c); /* releases the loaded tensors before the bytes they point into */
-    em_gguf_close(g);
+    em_gguf_free(g);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     free(copy);
     return 0;
 }

@@ -66,15 +66,15 @@ static void check(const uint8_t *data, size_t size) {
             const void *pb = em_safetensors_data(c, back, b->name, &nbb);
             INVARIANT(na == nbb && (!na || !memcmp(pa, pb, na)));
         }
-        em_safetensors_close(back);
+        em_safetensors_free(back);
     }
     em_ctx_clear_error(c);
-    free(out);
+    em_free(out);
     em_scope_pop(c); /* releases the loaded tensors before the bytes they point into */
     em_safetensors_writer_free(w);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     free(copy);
 }
 

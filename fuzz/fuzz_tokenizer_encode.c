@@ -49,7 +49,7 @@ static void load_all(void) {
     }
     toks[n_toks++] = t;
     fprintf(stderr, "fuzz_tokenizer_encode: %d tokenizers\n", n_toks);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -66,9 +66,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int skip = 0; skip < 2; skip++) {
                 char *back = em_tokenizer_decode(c, t, ids, n, skip, NULL);
                 if (!back) abort(); /* decoding ids the tokenizer made cannot fail */
-                em_tokenizer_free_text(back);
+                em_free(back);
             }
-            em_tokenizer_free_ids(ids);
+            em_free(ids);
         }
         em_ctx_clear_error(c);
     }
@@ -81,8 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ids[i] = (int32_t)(v % 70000u) - 3;
     }
     char *back = em_tokenizer_decode(c, t, ids, n, data[0] & 1, NULL);
-    em_tokenizer_free_text(back);
+    em_free(back);
     free(ids);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -24,8 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (em_tokenizer_encode(c, t, probes[i], strlen(probes[i]), sp, &ids, &n) ==
                     EM_OK) {
                     char *text = em_tokenizer_decode(c, t, ids, n, sp, NULL);
-                    em_tokenizer_free_text(text);
-                    em_tokenizer_free_ids(ids);
+                    em_free(text);
+                    em_free(ids);
                 }
                 em_ctx_clear_error(c);
             }
@@ -34,12 +34,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t vs = em_tokenizer_vocab_size(t);
         for (int i = 0; i < 8; i++) some[i] = (int32_t)((size_t)(i * 7919) % (vs + 3)) - 1;
         char *text = em_tokenizer_decode(c, t, some, 8, false, NULL);
-        em_tokenizer_free_text(text);
+        em_free(text);
         for (int i = -1; i < 4; i++) em_tokenizer_id_to_token(t, i, NULL);
         em_tokenizer_token_to_id(t, "a", 1);
         em_tokenizer_chat_template(t, NULL);
         em_tokenizer_free(t);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

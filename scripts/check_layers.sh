@@ -13,12 +13,12 @@ objs=${1:-build}/CMakeFiles/ember_obj.dir/src
 # folder: the folders it must not use (src/backends/registry.c, which registers every backend
 # with core, belongs to no backend)
 rules=(
-  "core:ops compile backends io models generate testing"
-  "ops:compile backends io models generate testing"
-  "io:compile backends models generate testing"
-  "backends/cpu:backends/pjrt ops compile io models generate testing"
-  "backends/pjrt:backends/cpu ops compile io models generate testing"
-  "compile:backends io models generate testing"
+  "core:ops compile backends io models generate testing bench"
+  "ops:compile backends io models generate testing bench"
+  "io:compile backends models generate testing bench"
+  "backends/cpu:backends/pjrt ops compile io models generate testing bench"
+  "backends/pjrt:backends/cpu ops compile io models generate testing bench"
+  "compile:backends io models generate testing bench"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

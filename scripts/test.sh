@@ -41,6 +41,7 @@ export EMBER_PJRT_TPU_PLUGIN="$PWD/$tpu_plugin"
 echo "== build and test (gcc, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON -DEMBER_EMULATED_TESTS=ON
 cmake --build build -j "$jobs"
+./scripts/check_layers.sh build
 ctest --test-dir build --output-on-failure -j "$jobs" -LE emulated
 echo "== the cross-device conformance report (xla:0; executables come from the cache by now)"
 ./build/tools/ember/ember test-devices --device xla:0 | grep -v "^  FAIL" | tail -n 12

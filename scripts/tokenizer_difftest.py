@@ -36,8 +36,7 @@ lib.em_tokenizer_encode.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_c
 lib.em_tokenizer_decode.restype = ctypes.c_void_p
 lib.em_tokenizer_decode.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_bool, ctypes.POINTER(ctypes.c_size_t)]
 lib.em_tokenizer_free.argtypes = [ctypes.c_void_p]
-lib.em_tokenizer_free_ids.argtypes = [ctypes.c_void_p]
-lib.em_tokenizer_free_text.argtypes = [ctypes.c_void_p]
+lib.em_free.argtypes = [ctypes.c_void_p]
 lib.em_ctx_error.restype = ctypes.c_void_p
 lib.em_ctx_clear_error.argtypes = [ctypes.c_void_p]
 lib.em_ctx_error.argtypes = [ctypes.c_void_p]
@@ -56,12 +55,12 @@ def ember_encode(t, text, sp):
     b = text.encode(); ids = ctypes.POINTER(ctypes.c_int32)(); n = ctypes.c_size_t()
     rc = lib.em_tokenizer_encode(ctx, t, b, len(b), sp, ctypes.byref(ids), ctypes.byref(n))
     if rc: return 'ERR ' + (err() or '')
-    r = [ids[i] for i in range(n.value)]; lib.em_tokenizer_free_ids(ids); return r
+    r = [ids[i] for i in range(n.value)]; lib.em_free(ids); return r
 def ember_decode(t, ids, skip):
     arr = (ctypes.c_int32 * max(1, len(ids)))(*ids); n = ctypes.c_size_t()
     p = lib.em_tokenizer_decode(ctx, t, arr, len(ids), skip, ctypes.byref(n))
     if not p: return 'ERR ' + (err() or '')
-    s = ctypes.string_at(p, n.value).decode('utf-8'); lib.em_tokenizer_free_text(p); return s
+    s = ctypes.string_at(p, n.value).decode('utf-8'); lib.em_free(p); return s
 
 FIX = os.path.join(ROOT, 'tests', 'fixtures', 'tokenizers') + '/'
 texts = [t['text'] for t in json.load(open(FIX + 'texts.json'))]

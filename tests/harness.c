@@ -230,7 +230,7 @@ char *em_test_read_file(const char *path, size_t *len) {
     size_t n = 0;
     char *buf = em_file_read(c, "test", path, SIZE_MAX / 2, &n, NULL);
     if (!buf) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     if (len) *len = n;
     return buf;
 }

@@ -93,11 +93,11 @@ static void test_fixture_templates(void) {
             refused++;
         }
         em_ctx_clear_error(c);
-        free(out);
+        em_free(out);
     }
     fprintf(stderr, "  %zu renderings compared, %zu refusals matched\n", rendered, refused);
     em_chat_template_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
 }
 
@@ -125,12 +125,12 @@ static void test_snippets(void) {
                       out ? out : "", json_string_value(json_object_get(sn, "error")));
         }
         em_ctx_clear_error(c);
-        free(out);
+        em_free(out);
         em_chat_template_free(t);
         n++;
     }
     fprintf(stderr, "  %zu snippets compared\n", n);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
 }
 
@@ -178,10 +178,10 @@ static void test_error_cases(void) {
             }
         }
         em_ctx_clear_error(c);
-        free(out);
+        em_free(out);
         em_chat_template_free(t);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
     json_decref(ex);
 }
@@ -248,7 +248,7 @@ static void test_real_templates(void) {
                 CHECK_MSG(out == NULL, "%s: rendered although transformers raised", what);
             }
             em_ctx_clear_error(c);
-            free(out);
+            em_free(out);
             json_decref(extra);
             n++;
         }
@@ -256,7 +256,7 @@ static void test_real_templates(void) {
         em_chat_template_free(t);
         json_decref(cfg);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(fx);
 }
 
@@ -303,8 +303,8 @@ static void test_api_errors(void) {
         em_chat_template_render(c, t, "[{\"role\":\"user\",\"content\":\"second\"}]", false, NULL);
     CHECK(a && !strcmp(a, "hi"));
     CHECK(b && !strcmp(b, "second"));
-    free(a);
-    free(b);
+    em_free(a);
+    em_free(b);
     em_chat_template_free(t);
     em_chat_template_free(NULL);
     /* positions: line and column of the failing construct */
@@ -326,15 +326,15 @@ static void test_api_errors(void) {
     CHECK(em_chat_template_render(c, t, MSGS, false, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_IO, "first failure");
     em_chat_template_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_strftime_now(void) {
     em_ctx *c = em_ctx_create();
     char *out = render_src(c, "{{ strftime_now('%Y-%m-%d') }}|{{ strftime_now('') }}|", MSGS, NULL);
     CHECK(out && strlen(out) == 12 && out[4] == '-' && out[7] == '-' && out[10] == '|');
-    free(out);
-    em_ctx_destroy(c);
+    em_free(out);
+    em_ctx_free(c);
 }
 
 /* Hostile templates end with a clear error, under tight limits as the fuzzer uses. */
@@ -366,7 +366,7 @@ static void test_limits(void) {
         char *out = em_chat_template_render(c, t, MSGS, false, NULL);
         CHECK_MSG(out == NULL, "case %zu rendered", k);
         CHECK_ERR(c, cases[k].status, cases[k].needle);
-        free(out);
+        em_free(out);
         em_chat_template_free(t);
     }
     /* nesting that would exhaust the C stack is refused at compile time */
@@ -391,9 +391,9 @@ static void test_limits(void) {
     sprintf(chain + n, " }}");
     char *out = render_src(c, chain, MSGS, NULL);
     CHECK(out && !strcmp(out, "300"));
-    free(out);
+    em_free(out);
     free(chain);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_fixture_templates), T(test_snippets), T(test_error_cases),

@@ -96,7 +96,7 @@ static void test_guards_and_stats(void) {
     CHECK(st.compiles == 3); /* a failed trace adds no program */
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- passes ---- */
@@ -132,7 +132,7 @@ static void test_passes(void) {
     free(yv);
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* element-wise chains fuse; matmul chains reuse buffers */
@@ -166,7 +166,7 @@ static void test_fusion_and_reuse(void) {
     CHECK(em_compiled_call(c, f, in, 2, NULL, 0, &y, 1) == 1 && same_bits(c, y, ref));
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- writes into captured tensors (a KV cache) ---- */
@@ -208,7 +208,7 @@ static void test_captured_writes(void) {
     CHECK(st.compiles == 1 && st.calls == 5); /* the position is data: one program */
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- errors, at the op that causes them ---- */
@@ -281,7 +281,7 @@ static void test_errors(void) {
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "NULL");
     em_ctx_clear_error(c);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* a reshape of a transposed input copies (recorded as a copy, run every call) */
@@ -304,7 +304,7 @@ static void test_reshape_copy(void) {
     }
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* a dtype change is a broken guard with its own reason */
@@ -322,7 +322,7 @@ static void test_dtype_guard(void) {
     CHECK(reshape_t(c, &xh, 1, NULL, 0, &ref, 1, NULL) == 1 && same_bits(c, y, ref));
     em_compiled_free(f);
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_guards_and_stats), T(test_passes), T(test_fusion_and_reuse),

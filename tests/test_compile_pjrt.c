@@ -205,7 +205,7 @@ static void test_graph_mixed(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     int64_t sw[2] = {16, 8}, sb[1] = {16}, sc[3] = {2, 6, 4}, sc2[2] = {5, 4};
@@ -322,7 +322,7 @@ static void test_graph_mixed(void) {
     em_pjrt_program_free(prog);
     gb_free(&B);
     CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", em_ctx_error(c)->message);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* A write into a graph input reaches the caller's tensor, as in eager mode. */
@@ -330,7 +330,7 @@ static void test_graph_writes_input(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     gb B;
@@ -359,7 +359,7 @@ static void test_graph_writes_input(void) {
     em_pjrt_program_free(prog);
     gb_free(&B);
     CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", em_ctx_error(c)->message);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ragged_dot inside a program: the group sizes are device data (no host plan). */
@@ -367,7 +367,7 @@ static void test_graph_ragged_dot(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     for (int variant = 0; variant < 2; variant++) {
@@ -405,7 +405,7 @@ static void test_graph_ragged_dot(void) {
         gb_free(&B);
     }
     CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", em_ctx_error(c)->message);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* More captured storages than the per-op builder's 64 parameters. */
@@ -413,7 +413,7 @@ static void test_graph_many_params(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     gb B;
@@ -445,7 +445,7 @@ static void test_graph_many_params(void) {
     }
     em_pjrt_program_free(prog);
     gb_free(&B);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Errors name the node's op and the place the function called it. */
@@ -453,7 +453,7 @@ static void test_graph_errors(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     gb B;
@@ -471,7 +471,7 @@ static void test_graph_errors(void) {
     CHECK_ERR(c, EM_ERR_DEVICE, "mul", "cpu", "xla:0");
     em_ctx_clear_error(c);
     gb_free(&B);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_graph_mixed), T(test_graph_writes_input), T(test_graph_ragged_dot),

@@ -207,7 +207,7 @@ static void test_families(void) {
     }
     if (d) closedir(d);
     CHECK_MSG(n >= 24, "only %d configs checked", n);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_wrong_types(void) {
@@ -228,7 +228,7 @@ static void test_wrong_types(void) {
         CHECK(m.layer_types == NULL && m.json_ == NULL); /* nothing left behind */
     }
     json_decref(man);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_generation(void) {
@@ -254,7 +254,7 @@ static void test_generation(void) {
     CHECK(g.temperature == 1.0 && g.set == 0);
     CHECK(em_generation_config_load(c, cfg_dir("nope"), &g) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "nope");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* In-memory parsing, an unknown model_type, raw access to keys the struct lacks, bad JSON. */
@@ -293,7 +293,7 @@ static void test_parse_text(void) {
     CHECK_ERR(c, EM_ERR_FORMAT, "\"hidden_size\" is -64");
     CHECK(em_model_config_load(c, cfg_dir("nope"), &m) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "config/nope");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_families), T(test_wrong_types), T(test_generation), T(test_parse_text))

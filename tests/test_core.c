@@ -24,7 +24,7 @@ static void test_create_and_read(void) {
     CHECK(em_item(c, s, &x) == EM_OK && x == 2.5);
     CHECK(em_item(c, t, &x) == EM_ERR_SHAPE);
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_error_chain(void) {
@@ -47,7 +47,7 @@ static void test_error_chain(void) {
     /* NULL inputs without a recorded error are an invalid-argument error */
     CHECK(em_add(c, a, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "add", "input 1 is NULL");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_scopes(void) {
@@ -67,7 +67,7 @@ static void test_scopes(void) {
     CHECK(em_item(c, em_sum(c, kept, NULL, 0, false), &v) == EM_OK && v == 2 * 65536);
     /* detach hands the reference to the caller */
     em_tensor *d = em_detach(c, kept);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     CHECK(em_tensor_numel(d) == 65536);
     em_tensor_release(d);
     int64_t in_use1;
@@ -99,7 +99,7 @@ static void test_views_share_storage(void) {
     CHECK(e && em_tensor_strides(e)[0] == 0 && em_tensor_dim(e, 0) == 3);
     em_tensor *parts[4];
     CHECK(em_split(c, a, 10, 0, parts, 4) == 3 && em_tensor_numel(parts[2]) == 4);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_dtype_conversions(void) {
@@ -132,7 +132,7 @@ static void test_fused_equals_unfused(void) {
     CHECK(em_to_host(c, outs[0], a, sizeof a) == EM_OK);
     CHECK_MSG(em_to_host(c, outs[1], b, sizeof b) == EM_OK, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
     CHECK(memcmp(a, b, sizeof a) == 0);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_fused_sees_in_place_writes(void) {
@@ -148,7 +148,7 @@ static void test_fused_sees_in_place_writes(void) {
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "overwritten in place");
     em_tensor *now = em_add_scalar(c, cache, 1.0);
     CHECK(em_to_host(c, now, v, sizeof v) == EM_OK && v[0] == 2 && v[3] == 1);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_mixed_devices_and_bad_dtype(void) {
@@ -160,7 +160,7 @@ static void test_mixed_devices_and_bad_dtype(void) {
     CHECK_ERR(c, EM_ERR_DEVICE, "tpu:0");
     CHECK(em_zeros(c, EM_F32, EM_SHAPE(1LL << 40, 1LL << 40)) == NULL);
     CHECK_ERR(c, EM_ERR_OVERFLOW, "overflows");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_create_and_read), T(test_error_chain), T(test_scopes),

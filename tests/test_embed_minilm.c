@@ -51,7 +51,7 @@ static void test_sentence_transformers_agreement(void) {
     em_tokenizer *tok = m ? em_tokenizer_load(c, dir) : NULL;
     CHECK_MSG(m && tok, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
     if (m && tok && b) {
-        int64_t h = em_model_get_config(m)->hidden_size;
+        int64_t h = em_model_config_get(m)->hidden_size;
         float *got = malloc((size_t)(n * h) * sizeof *got), *want = malloc((size_t)(n * h) * sizeof *want);
         CHECK(em_embed_texts(c, m, tok, (const char *const *)lines, n, got) == EM_OK);
         em_tensor *ref = em_test_bundle_get(b, c, "embeddings");
@@ -75,7 +75,7 @@ static void test_sentence_transformers_agreement(void) {
     }
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
     for (int i = 0; i < n; i++) free(lines[i]);
 }

@@ -34,7 +34,7 @@ static void test_malformed(void) {
         const char *needle = json_string_value(json_object_get(e, "contains"));
         em_gguf *g = em_gguf_open(c, fx(rel));
         CHECK_MSG(!g, "%s was accepted", name);
-        em_gguf_close(g);
+        em_gguf_free(g);
         const em_error *err = em_ctx_error(c);
         CHECK_MSG(err && err->status == want && strstr(err->message, needle) &&
                       strstr(err->message, name),
@@ -46,13 +46,13 @@ static void test_malformed(void) {
         void *bytes = em_test_read_file(fx(rel), &n);
         g = em_gguf_open_memory(c, bytes, n, name);
         CHECK_MSG(!g && em_ctx_status(c) == want, "%s from memory", name);
-        em_gguf_close(g);
+        em_gguf_free(g);
         em_ctx_clear_error(c);
         free(bytes);
     }
     em_gguf_open(c, fx("no_such_file.gguf"));
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "no_such_file.gguf");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(doc);
 }
 
@@ -149,9 +149,9 @@ static void test_metadata(void) {
         CHECK(em_gguf_get_int(g, "k.i8", 0) == -100 && em_gguf_get_int(g, "k.str", 7) == 7);
         CHECK(!strcmp(em_gguf_get_str(g, "general.architecture", NULL), "test"));
         CHECK(em_gguf_alignment(g) == 32 && em_gguf_tensor_count(g) == 0);
-        em_gguf_close(g);
+        em_gguf_free(g);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(doc);
 }
 
@@ -224,18 +224,18 @@ static void test_types(void) {
 out:
     em_test_bundle_free(b);
     json_decref(doc);
-    em_gguf_close(g);
-    em_ctx_destroy(c);
+    em_gguf_free(g);
+    em_ctx_free(c);
 }
 
 static void test_tensors_outlive_handle(void) {
     em_ctx *c = em_ctx_create();
     em_gguf *g = em_gguf_open(c, fx("types.gguf"));
     em_tensor *w = em_gguf_load(c, g, "t.q8_0", NULL);
-    em_gguf_close(g);
+    em_gguf_free(g);
     em_tensor *f = em_cast(c, w, EM_F32);
     CHECK(f && em_tensor_numel(f) == 3 * 512);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_align1(void) {
@@ -250,8 +250,8 @@ static void test_align1(void) {
     CHECK(t && em_to_host_f32(c, t, v, 3) == EM_OK && v[1] == -8.0f);
     t = em_gguf_load_as(c, g, "a", EM_F32, NULL);
     CHECK(t && em_to_host(c, t, v, sizeof v) == EM_OK && v[2] == 3.0f);
-    em_gguf_close(g);
-    em_ctx_destroy(c);
+    em_gguf_free(g);
+    em_ctx_free(c);
 }
 
 /* Quantized tensors in ops: linear against the dequantized f32 product, within the rounding
@@ -342,8 +342,8 @@ static void test_quant_ops(void) {
           !em_dtype_is_quantized(EM_F32));
     em_dtype d;
     CHECK(em_dtype_parse("q5_k", &d) && d == EM_Q5_K);
-    em_gguf_close(g);
-    em_ctx_destroy(c);
+    em_gguf_free(g);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_malformed), T(test_metadata), T(test_types), T(test_tensors_outlive_handle),

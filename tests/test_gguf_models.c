@@ -54,7 +54,6 @@ static void test_models(void) {
             o.progress = false;
             if (!quant) {
                 o.dtype = EM_F32;
-                o.dtype_set = true; /* dequantized at load */
             }
             em_model *m = em_model_load(c, model_path(arch), &o);
             CHECK_MSG(m, "%s: %s", arch, em_ctx_error(c) ? em_ctx_error(c)->message : "");
@@ -68,14 +67,16 @@ static void test_models(void) {
             {   /* greedy continuation through the KV cache */
                 em_generate_params p = em_generate_default_params(m);
                 p.max_new_tokens = 8;
-                static const int64_t no_eos[1] = {-1}; /* as the reference: no eos */
+                static const em_token no_eos[1] = {-1}; /* as the reference: no eos */
                 p.eos_ids = no_eos;
                 p.n_eos_ids = 1;
                 em_generate_result r;
-                const int64_t *prompts[1] = {ids};
+                em_token prompt[12];
+                for (int i = 0; i < 12; i++) prompt[i] = (em_token)ids[i];
+                const em_token *prompts[1] = {prompt};
                 int64_t lens[1] = {12};
                 if (em_generate(c, m, NULL, prompts, lens, 1, &p, &r) == EM_OK) {
-                    const int64_t *g = em_tensor_data(c, greedy);
+                    const em_token *g = em_tensor_data(c, em_cast(c, greedy, EM_I32));
                     bool same = r.n_ids[0] == 8 && g && !memcmp(r.ids[0], g, 8 * sizeof *g);
                     CHECK_MSG(same, "%s%s: greedy tokens differ", arch, quant ? " quantized" : "");
                     em_generate_result_free(&r);
@@ -105,7 +106,7 @@ static void test_models(void) {
         }
         em_scope_pop(c);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -144,7 +145,7 @@ static void test_config_and_map(void) {
     CHECK(em_model_config_load(c, em_test_fixture_path("gguf", "types.gguf"), &bad) ==
           EM_ERR_UNSUPPORTED);
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "\"test\"", "llama", "qwen3moe", "gemma3 GGUF files");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_models), T(test_config_and_map))

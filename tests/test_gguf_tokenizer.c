@@ -72,9 +72,9 @@ static int check_tokenizer(em_ctx *c, em_tokenizer *t, json_t *texts, json_t *ex
                                 d ? d : "(error)");
                     em_ctx_clear_error(c);
                 }
-                em_tokenizer_free_text(d);
+                em_free(d);
             }
-            em_tokenizer_free_ids(ids);
+            em_free(ids);
         }
     }
     CHECK_MSG(json_array_size(cases) >= 300, "%s: %zu cases", name, json_array_size(cases));
@@ -104,7 +104,7 @@ static int check_tokenizer(em_ctx *c, em_tokenizer *t, json_t *texts, json_t *ex
     for (size_t i = 0; i < json_array_size(chats); i++) {
         json_t *ch = json_array_get(chats, i);
         char *msgs = json_dumps(json_object_get(ch, "messages"), JSON_COMPACT);
-        char *text = em_apply_chat_template(c, t, msgs, true, NULL);
+        char *text = em_chat_template_apply(c, t, msgs, true, NULL);
         const char *want = json_string_value(json_object_get(ch, "text"));
         CHECK_MSG(text && !strcmp(text, want), "%s: chat %zu renders \"%.200s\"", name, i,
                   text ? text : em_ctx_error(c)->message);
@@ -114,8 +114,8 @@ static int check_tokenizer(em_ctx *c, em_tokenizer *t, json_t *texts, json_t *ex
         CHECK_MSG(ids && same_ids(ids, n, json_object_get(ch, "ids")), "%s: chat %zu ids", name,
                   i);
         em_ctx_clear_error(c);
-        em_tokenizer_free_ids(ids);
-        free(text);
+        em_free(ids);
+        em_free(text);
         free(msgs);
     }
     return bad;
@@ -141,7 +141,7 @@ static void test_synthetic(void) {
         CHECK_MSG(bad == 0, "%s: %d mismatches", name, bad);
         em_tokenizer_free(t);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(doc);
 }
 
@@ -151,10 +151,10 @@ static void test_errors(void) {
     em_gguf *g = em_gguf_open(c, em_test_fixture_path("gguf", "types.gguf"));
     CHECK(g && !em_tokenizer_from_gguf(c, g));
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "has no tokenizer");
-    em_gguf_close(g);
+    em_gguf_free(g);
     CHECK(!em_tokenizer_load(c, em_test_fixture_path("gguf", "malformed/bad_magic.gguf")));
     CHECK_ERR(c, EM_ERR_FORMAT, "GGUF");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_real_smollm2(void) {
@@ -172,7 +172,7 @@ static void test_real_smollm2(void) {
     CHECK(e != NULL);
     if (t && e) CHECK(check_tokenizer(c, t, json_object_get(exp, "texts"), e, "smollm2") == 0);
     em_tokenizer_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(exp);
 }
 

@@ -312,7 +312,7 @@ static void test_settings_from_env(void) {
         char *dir = em_hub_cache_dir(NULL);
         CHECK_MSG(dir && !strcmp(dir, env_expect[i][0]), "case %d: cache %s, want %s", i, dir,
                   env_expect[i][0]);
-        free(dir);
+        em_free(dir);
         hub_repo r;
         CHECK(hub_repo_init(c, "test", "org/name", NULL, &r) == EM_OK);
         CHECK_MSG(r.offline == (env_expect[i][1][0] == '1'), "case %d: offline %d", i, r.offline);
@@ -323,7 +323,7 @@ static void test_settings_from_env(void) {
     o.cache_dir = "~/mine";
     char *dir = em_hub_cache_dir(&o);
     CHECK(dir && !strcmp(dir, "/home/u/mine"));
-    free(dir);
+    em_free(dir);
 
     /* the same environments through the real library, when it is installed */
     const char *ref = getenv("EMBER_REF_PYTHON");
@@ -370,7 +370,7 @@ static void test_settings_from_env(void) {
         env_set(env_keys[k], saved[k]);
         free(saved[k]);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- (1) the cache huggingface_hub laid out ----------------------------------------------- */
@@ -409,7 +409,7 @@ static void test_resolve_python_cache(void) {
         n++;
         free(id);
         free(want);
-        free(got);
+        em_free(got);
     }
     CHECK(n >= 12);
     /* files the library recorded as absent (.no_exist) */
@@ -423,7 +423,7 @@ static void test_resolve_python_cache(void) {
         const char *opt[] = {fn, NULL};
         char *dir = NULL;
         CHECK(em_hub_ensure(c, id, NULL, opt, &o, &dir) == EM_OK && dir);
-        free(dir);
+        em_free(dir);
         free(id);
     }
     /* revisions: branch, branch with a slash, tag, commit; all offline from refs/ */
@@ -440,7 +440,7 @@ static void test_resolve_python_cache(void) {
         CHECK_MSG(em_hub_ensure(c, revs[k].id, req, NULL, &o, &dir) == EM_OK && dir &&
                   !strcmp(dir, want), "%s: %s", revs[k].id, dir);
         em_ctx_clear_error(c);
-        free(dir);
+        em_free(dir);
         free(want);
     }
     /* a whole model: config, tokenizer, weights; and the sharded one through its index */
@@ -448,13 +448,13 @@ static void test_resolve_python_cache(void) {
     CHECK(em_hub_resolve(c, "ember-test/tiny", &o, &dir) == EM_OK);
     char *want = hub_strf("%s/models--ember-test--tiny/snapshots/%s", cache, fixture_commit("tiny-2"));
     CHECK(dir && !strcmp(dir, want));
-    free(dir);
+    em_free(dir);
     free(want);
     CHECK(em_hub_resolve(c, "ember-test/sharded", &o, &dir) == EM_OK);
     want = hub_strf("%s/models--ember-test--sharded/snapshots/%s", cache,
                     fixture_commit("sharded-1"));
     CHECK(dir && !strcmp(dir, want));
-    free(dir);
+    em_free(dir);
     free(want);
 
     /* offline errors say what was looked for */
@@ -471,7 +471,7 @@ static void test_resolve_python_cache(void) {
     o.offline = -1;
     setenv("HF_HUB_OFFLINE", "1", 1);
     CHECK(em_hub_file(c, "ember-test/tiny", "config.json", &o, &got) == EM_OK && got);
-    free(got);
+    em_free(got);
     CHECK(em_hub_file(c, "ember-test/tiny@dev", "config.json", &o, &got) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "HF_HUB_OFFLINE=1", "unset HF_HUB_OFFLINE");
     unsetenv("HF_HUB_OFFLINE");
@@ -479,14 +479,14 @@ static void test_resolve_python_cache(void) {
     o.offline = 0;
     o.endpoint = "http://127.0.0.1:9"; /* discard port: connection refused */
     CHECK(em_hub_file(c, "ember-test/tiny", "config.json", &o, &got) == EM_OK && got);
-    free(got);
+    em_free(got);
     got = NULL;
     CHECK(em_hub_file(c, "ember-test/tiny", "nothere.json", &o, &got) == EM_ERR_IO && !got);
     CHECK_ERR(c, EM_ERR_IO, "network failure", "http://127.0.0.1:9/ember-test/tiny/resolve/main/"
               "nothere.json", "curl error", "HF_HUB_OFFLINE=1");
     json_decref(exp);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_local_dir(void) {
@@ -516,7 +516,7 @@ static void test_local_dir(void) {
     write_text(p, "x", 1);
     free(p);
     CHECK(em_hub_resolve(c, d, &o, &dir) == EM_OK && dir && !strcmp(dir, d));
-    free(dir);
+    em_free(dir);
     /* a trailing slash is dropped, files are looked up in place */
     char *slashed = hub_strf("%s/", d);
     char *got = NULL;
@@ -524,14 +524,14 @@ static void test_local_dir(void) {
     p = hub_join(d, "config.json");
     CHECK(got && !strcmp(got, p));
     free(p);
-    free(got);
+    em_free(got);
     CHECK(em_hub_file(c, d, "tokenizer.json", &o, &got) == EM_ERR_NOT_FOUND && !got);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "no file tokenizer.json", d);
     CHECK(em_hub_file(c, d, "../outside", &o, &got) == EM_ERR_INVALID_ARG);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "'../outside'", "'..'");
     const char *req[] = {"config.json", "s-1.safetensors", NULL};
     CHECK(em_hub_ensure(c, d, req, NULL, &o, &dir) == EM_OK && dir);
-    free(dir);
+    em_free(dir);
     /* a path that is not there and cannot be a Hub id */
     CHECK(em_hub_resolve(c, "./no/such/dir", &o, &dir) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "no directory './no/such/dir'");
@@ -539,7 +539,7 @@ static void test_local_dir(void) {
     em_ctx_clear_error(c);
     free(slashed);
     free(d);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_bad_names(void) {
@@ -582,7 +582,7 @@ static void test_bad_names(void) {
     CHECK(!hub_exists(models));
     free(models);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- (2) downloads from the test Hub ------------------------------------------------------ */
@@ -642,7 +642,7 @@ static void test_download_model(void) {
         CHECK_MSG(got && !strcmp(hex, json_string_value(json_object_get(rec, "sha256"))), "%s", fn);
         interop_note("ember-test/tiny", "main", fn, got);
         free(py);
-        free(got);
+        em_free(got);
     }
     json_decref(exp);
     interop_note("ember-test/tiny", fixture_commit("tiny-2"), "generation_config.json", NULL);
@@ -673,7 +673,7 @@ static void test_download_model(void) {
         }
         interop_note("ember-test/tiny", revs[k].rev, revs[k].file, got);
         free(w);
-        free(got);
+        em_free(got);
         free(id);
     }
     /* the revision goes into the URL quoted as hf_hub_url quotes it */
@@ -704,8 +704,8 @@ static void test_download_model(void) {
     free(cmd);
     free(blobs);
     free(want);
-    free(dir);
-    em_ctx_destroy(c);
+    em_free(dir);
+    em_ctx_free(c);
 }
 
 static void test_download_resume(void) {
@@ -744,9 +744,9 @@ static void test_download_resume(void) {
     free(blobdir);
     free(got2);
     free(cache2);
-    free(got);
+    em_free(got);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_download_errors(void) {
@@ -798,7 +798,7 @@ static void test_download_errors(void) {
     CHECK_MSG(em_hub_file(c, "ember-test/gated", "config.json", &o, &got) == EM_OK, "%s",
               em_ctx_error(c) ? em_ctx_error(c)->message : "");
     em_ctx_clear_error(c);
-    free(got);
+    em_free(got);
     /* without HF_TOKEN_PATH: $HF_HOME/token */
     char *saved_home = getenv("HF_HOME") ? strdup(getenv("HF_HOME")) : NULL;
     char *home = fresh_dir("hf_home");
@@ -808,7 +808,7 @@ static void test_download_errors(void) {
     setenv("HF_HOME", home, 1);
     CHECK(em_hub_file(c, "ember-test/gated", "model.safetensors", &o, &got) == EM_OK);
     em_ctx_clear_error(c);
-    free(got);
+    em_free(got);
     env_set("HF_HOME", saved_home);
     free(saved_home);
     free(tokfile2);
@@ -817,7 +817,7 @@ static void test_download_errors(void) {
     setenv("HF_TOKEN_PATH", "/nonexistent/token", 1);
     CHECK(em_hub_resolve(c, "ember-test/gated", &o, &dir) == EM_OK && dir);
     em_ctx_clear_error(c);
-    free(dir);
+    em_free(dir);
     env_set("HF_TOKEN", saved_tok);
     env_set("HF_TOKEN_PATH", saved_path);
     free(saved_tok);
@@ -844,7 +844,7 @@ static void test_download_errors(void) {
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "would not stay inside the cache");
     CHECK(count_log("\"path\"", NULL) == before);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_download_redirect_and_range(void) {
@@ -859,7 +859,7 @@ static void test_download_redirect_and_range(void) {
     CHECK_MSG(got && !strcmp(got, want), "%s", got);
     interop_note("ember-test/old-name", "main", "config.json", got);
     free(want);
-    free(got);
+    em_free(got);
     /* a CDN that ignores Range: the partial file is started over, not corrupted */
     char *cache = fresh_dir("norange");
     em_hub_options o2 = opts_for(cache);
@@ -877,7 +877,7 @@ static void test_download_redirect_and_range(void) {
     char *cmd = hub_strf("rm -rf '%s' '%s'", blob, snapdir);
     CHECK(system(cmd) == 0);
     CHECK(write_text(part, "junk junk junk", 14));
-    free(got);
+    em_free(got);
     CHECK(em_hub_file(c, "ember-test/faulty", "norange.safetensors", &o2, &got) == EM_OK && got);
     char hex[65] = "";
     if (got) sha256_file(got, hex);
@@ -888,9 +888,9 @@ static void test_download_redirect_and_range(void) {
     free(part);
     free(blob);
     free(blobdir);
-    free(got);
+    em_free(got);
     free(cache);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Several threads fetching one model into one fresh cache: one download per blob wins the
@@ -903,7 +903,7 @@ static void *fetch_thread(void *p) {
     em_hub_options o = opts_for(a->cache);
     a->st = em_hub_resolve(c, "ember-test/sharded", &o, &a->dir);
     if (a->st != EM_OK) fprintf(stderr, "thread: %s\n", em_ctx_error(c)->message);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return NULL;
 }
 
@@ -958,8 +958,8 @@ static void test_python_reads_ember_cache(void) {
     }
     if (f) fclose(f);
     free(list);
-    free(got);
-    em_ctx_destroy(c);
+    em_free(got);
+    em_ctx_free(c);
     char *cmd = hub_strf("'%s' '%s/../hub_check.py' cache --cache '%s' --endpoint '%s' --log '%s' "
                          "--list '%s' 1>&2", ref, em_test_fixtures_dir(), interop_cache, endpoint,
                          server_log, interop_list);

@@ -20,7 +20,6 @@ static em_model *load_on(em_ctx *c, const char *family, em_dtype dt, const char 
     o.device = device;
     o.device_map = map;
     o.dtype = dt;
-    o.dtype_set = true;
     o.progress = false;
     o.offline = true;
     em_model *m = em_model_load(c, dir, &o);
@@ -32,10 +31,11 @@ static em_model *load(em_ctx *c, const char *family, em_dtype dt) {
     return load_on(c, family, dt, NULL, NULL);
 }
 
-static int64_t *host_i64(em_ctx *c, em_tensor *t, int64_t *n) {
+/* The fixture's ids (i64 tensors, as transformers has them) as host token ids. */
+static em_token *host_tokens(em_ctx *c, em_tensor *t, int64_t *n) {
     *n = em_tensor_numel(t);
-    int64_t *v = malloc((size_t)(*n + 1) * sizeof *v);
-    if (v && em_to_host(c, em_cast(c, t, EM_I64), v, (size_t)*n * sizeof *v) != EM_OK) {
+    em_token *v = malloc((size_t)(*n + 1) * sizeof *v);
+    if (v && em_to_host(c, em_cast(c, t, EM_I32), v, (size_t)*n * sizeof *v) != EM_OK) {
         free(v);
         return NULL;
     }
@@ -47,8 +47,8 @@ static bool compiled_greedy; /* check_greedy runs em_generate with compile on */
 static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *family,
                          const char *what) {
     int64_t n_ids, n_want;
-    int64_t *ids = host_i64(c, em_test_bundle_get(b, c, "ids"), &n_ids);
-    int64_t *want = host_i64(c, em_test_bundle_get(b, c, "greedy"), &n_want);
+    em_token *ids = host_tokens(c, em_test_bundle_get(b, c, "ids"), &n_ids);
+    em_token *want = host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
     if (!ids || !want) {
         CHECK(false);
         free(ids);
@@ -64,7 +64,7 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
     p.n_eos_ids = 0;
     p.compile = compiled_greedy;
     p.compile_bucket = 4; /* small buckets: the tiny sequences cross several */
-    const int64_t *prompts[1] = {ids};
+    const em_token *prompts[1] = {ids};
     em_generate_result r;
     if (em_generate(c, m, NULL, prompts, &plen, 1, &p, &r) == EM_OK) {
         CHECK_MSG(r.n_ids[0] == n_want && !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want),
@@ -79,12 +79,12 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
     }
     /* the left-padded batch */
     int64_t nb, nm, ng;
-    int64_t *bids = host_i64(c, em_test_bundle_get(b, c, "batch_ids"), &nb);
-    int64_t *bmask = host_i64(c, em_test_bundle_get(b, c, "batch_mask"), &nm);
-    int64_t *bwant = host_i64(c, em_test_bundle_get(b, c, "batch_greedy"), &ng);
+    em_token *bids = host_tokens(c, em_test_bundle_get(b, c, "batch_ids"), &nb);
+    em_token *bmask = host_tokens(c, em_test_bundle_get(b, c, "batch_mask"), &nm);
+    em_token *bwant = host_tokens(c, em_test_bundle_get(b, c, "batch_greedy"), &ng);
     if (bids && bmask && bwant) {
         int64_t width = nb / 2, lens[2] = {0, 0};
-        const int64_t *pr[2];
+        const em_token *pr[2];
         for (int k = 0; k < 2; k++) {
             for (int64_t j = 0; j < width; j++) lens[k] += bmask[k * width + j];
             pr[k] = bids + k * width + (width - lens[k]);
@@ -102,7 +102,7 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
         }
         if (compiled_greedy) {
             /* three rows run as a batch bucket of four (the fourth a copy of the first) */
-            const int64_t *pr3[3] = {pr[0], pr[1], pr[0]};
+            const em_token *pr3[3] = {pr[0], pr[1], pr[0]};
             int64_t lens3[3] = {lens[0], lens[1], lens[0]};
             p.compile_batch_bucket = 1;
             if (em_generate(c, m, NULL, pr3, lens3, 3, &p, &r) == EM_OK) {
@@ -185,7 +185,7 @@ static void check_causal_tol(const char *family, bool moe, double bf16_tol) {
         em_model_free(m);
     }
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -216,7 +216,7 @@ static void test_bert(void) {
         em_test_allclose(c, h, em_test_bundle_get(b, c, "hidden"), 1e-4, 1e-4, "bert hidden");
         em_model_free(m);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -264,7 +264,7 @@ static void test_weight_copies(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(em_safetensors_writer_save(c, w, path) == EM_OK);
     em_safetensors_writer_free(w);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     em_tensor *first = NULL;
     for (int zc = 0; zc < 2 && !em_ctx_status(c); zc++) {
         em_model_options o = em_model_default_options();
@@ -293,7 +293,7 @@ static void test_weight_copies(void) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     unlink(path);
     rmdir(dir);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -350,7 +350,6 @@ static void hub_style(json_t *t) {
 static em_model *load_dir(em_ctx *c, const char *dir) {
     em_model_options o = em_model_default_options();
     o.dtype = EM_F32;
-    o.dtype_set = true;
     o.progress = false;
     o.offline = true;
     return em_model_load(c, dir, &o);
@@ -398,7 +397,7 @@ static void check_gemma4_paths(const char *family) {
         em_kv_cache_free(kv);
         em_model_free(m);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
     drop_variant(dir);
 }
@@ -451,7 +450,7 @@ static void test_gemma4_errors(void) {
         CHECK_ERR(c, cases[i].status, cases[i].needle);
         drop_variant(dir);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Gemma 4 in compile mode (its layer is built from the decoder's blocks, so it traces) against
@@ -493,7 +492,7 @@ static void check_gemma4_compiled(const char *family) {
         em_model_free(m);
     }
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -510,7 +509,7 @@ static void test_on_xla(void) {
     if (!xla) {
         em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set "
                      "EMBER_PJRT_XLA_PLUGIN", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     const char *families[] = {"qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "gemma4"};
@@ -536,7 +535,7 @@ static void test_on_xla(void) {
         em_test_bundle_free(b);
         em_ctx_clear_error(c);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_errors(void) {
@@ -567,7 +566,7 @@ static void test_errors(void) {
     CHECK_ERR(c, EM_ERR_SHAPE, "model_forward", "cache");
     em_kv_cache_free(kv);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_qwen3), T(test_weight_copies), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),

@@ -62,7 +62,7 @@ static void check_bundle(const char *name, bool bf16, bool gemma) {
             CHECK(dev ? st.experts_hit == -1 : st.experts_hit > 0 && st.experts_hit <= 8);
             em_ctx_clear_error(c);
         }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     em_test_bundle_free(b);
 }
 
@@ -101,7 +101,7 @@ static void test_device_routing_matches_host(void) {
         em_test_allclose(c, got, want, 0, 0, em_moe_impl_name(p.impl));
         CHECK(st.experts_hit == -1 && st.rows == 10);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_errors(void) {
@@ -140,7 +140,7 @@ static void test_errors(void) {
     w.down = em_ragged_pack(c, em_zeros(c, EM_F32, EM_SHAPE(4, 32, 32)));
     CHECK(em_moe_experts(c, x16, idx, rw, &w, &p, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_SHAPE, "moe_experts", "ragged_pack forms");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Packing round-trips on any dtype, and ragged_dot gives the same rows from either layout. */
@@ -159,7 +159,7 @@ static void test_pack_roundtrip(void) {
         em_test_allclose(c, em_ragged_dot(c, x, p, gs, true), em_ragged_dot(c, x, w, gs, true),
                          tol, tol, em_dtype_name(dts[i]));
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* The packed kernel's tasks split the columns, never a sum: the same bits on any thread count,
@@ -181,7 +181,7 @@ static void test_packed_thread_invariance(void) {
         em_test_allclose(c, em_ragged_dot(c, x, w, gs, true), one, 0, 0, what);
     }
     em_set_num_threads(saved);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_qwen3_moe), T(test_gemma4), T(test_device_routing_matches_host),

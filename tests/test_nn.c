@@ -88,7 +88,7 @@ static void test_thread_count_invariance(void) {
         double tol = i == 6 ? 8e-3 : i == 7 ? 1e-6 : 0.0;
         CHECK_MSG(d <= tol, "%s: 1 and 4 threads differ by %g", names[i], d);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_sdpa_empty_rows(void) {
@@ -120,7 +120,7 @@ static void test_sdpa_empty_rows(void) {
         CHECK_MSG(row0 && row1, "head %d: query 0 sees no key (zeros), query 1 sees key 0", h);
     }
     CHECK(em_ctx_status(c) == EM_OK);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_embedding_error_leaves_nothing(void) {
@@ -133,7 +133,7 @@ static void test_embedding_error_leaves_nothing(void) {
     CHECK(em_embedding(c, w, ids) == NULL);
     CHECK_ERR(c, EM_ERR_INDEX, "embedding", "id 4 at position [1]", "4 embeddings");
     em_scope_pop(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_thread_count_invariance), T(test_sdpa_empty_rows),

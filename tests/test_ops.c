@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
     em_opcase_set *s = em_opcases_load(c, path);
     if (!s) {
         fprintf(stderr, "%s\n", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     const char *cm = getenv("EMBER_TEST_COMPILE");
@@ -40,6 +40,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s [%s]: %d cases, %d failed\n", argv[1],
             compiled ? "compiled" : em_eager_mode_name(em_ctx_eager_mode(c)), ran, failed);
     em_opcases_free(s);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return failed || ran == 0 ? 1 : 0;
 }

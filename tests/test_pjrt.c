@@ -53,7 +53,7 @@ static char *emit_text(em_op_id id, int n_in, const em_dtype *dts, const int *nd
     }
     if (!text) fprintf(stderr, "emitter: %s\n", b.err);
     sh_free(&b);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return text;
 }
 
@@ -154,13 +154,13 @@ static void test_devices_and_options(void) {
     int n = em_pjrt_open(c, "xla", NULL, &o, 1);
     if (n < 0) {
         em_test_skip("%s", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     CHECK(n >= 2);
     em_device *d = xla(c, 0);
     em_device_info info;
-    CHECK(em_device_query(d, &info) == EM_OK);
+    CHECK(em_device_info_get(d, &info) == EM_OK);
     CHECK(!strcmp(info.platform, "cpu"));
     CHECK(em_device_is_pjrt(d) && !em_device_is_pjrt(em_device_cpu()));
     em_pjrt_plugin_info pi;
@@ -169,7 +169,7 @@ static void test_devices_and_options(void) {
     CHECK(em_device_get(c, "xla:99") == NULL);
     CHECK_ERR(c, EM_ERR_DEVICE, "xla:99");
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_transfers_and_copies(void) {
@@ -177,7 +177,7 @@ static void test_transfers_and_copies(void) {
     em_device *d0 = xla(c, 0), *d1 = em_device_get(c, "xla:1");
     em_ctx_clear_error(c);
     if (!d0) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     float a[6] = {1, -2, 3.5f, 4, 5, -6};
@@ -208,7 +208,7 @@ static void test_transfers_and_copies(void) {
     double v = -1;
     CHECK(es && em_item(c, es, &v) == EM_OK && v == 0);
     CHECK(em_ctx_status(c) == EM_OK);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* KV-cache style writes: assign into a slice of a device tensor, and into a strided view */
@@ -216,7 +216,7 @@ static void test_assign(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c, 0);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     em_ctx_set_device(c, d);
@@ -236,7 +236,7 @@ static void test_assign(void) {
     }
     free(v);
     CHECK(em_ctx_status(c) == EM_OK);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ops on the device against the CPU backend, in every eager mode; fused == async bitwise */
@@ -251,7 +251,7 @@ static void test_modes_against_cpu(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c, 0);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     enum { N = 257 * 3 };
@@ -312,14 +312,14 @@ static void test_modes_against_cpu(void) {
     free(a);
     free(b);
     CHECK(em_ctx_status(c) == EM_OK);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_cache(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c, 0);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     em_pjrt_cache_stats s0, s1, s2;
@@ -332,7 +332,7 @@ static void test_cache(void) {
     CHECK(r1 && r2);
     CHECK(s2.misses == s1.misses && s2.hits == s1.hits + 2);
     CHECK(s1.misses >= s0.misses);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* a plugin error becomes an Ember error and the process goes on */
@@ -340,7 +340,7 @@ static void test_plugin_errors(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c, 0);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     pj_plugin *pl = ((pj_dev *)d->impl)->pl;
@@ -363,7 +363,7 @@ static void test_plugin_errors(void) {
     float *v = vals(c, ok);
     CHECK(v && v[0] == 5 && v[1] == 6);
     free(v);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* the MoE block on the device against transformers' Qwen3-MoE fixture, every implementation */
@@ -371,13 +371,13 @@ static void test_moe_block(void) {
     em_ctx *c = em_ctx_create();
     em_device *d = xla(c, 0);
     if (!d) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     em_test_bundle *bu = em_test_bundle_load("moe/qwen3_moe_norm_f32");
     CHECK(bu != NULL);
     if (!bu) {
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     em_ctx_set_device(c, d);
@@ -406,7 +406,7 @@ static void test_moe_block(void) {
         em_ctx_clear_error(c);
     }
     em_test_bundle_free(bu);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_golden_add_broadcast), T(test_golden_sum), T(test_golden_matmul),

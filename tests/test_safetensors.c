@@ -117,9 +117,9 @@ static void test_dtypes(void) {
     /* U64 above INT64_MAX cannot become an integer; i32 narrowing is allowed like a cast */
     CHECK(em_ctx_status(c) == EM_OK);
 out:
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     json_decref(exp);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- zero copy: tensors point into the mapping and outlive the handle ---- */
@@ -140,7 +140,7 @@ static void test_zero_copy(void) {
     CHECK(em_tensor_data(c, t) == (const void *)raw);      /* zero copy */
     CHECK(em_tensor_data(c, b) == em_safetensors_data(c, st, "bf16", &nb));
     CHECK(em_tensor_data(c, conv) != em_safetensors_data(c, st, "bf16", &nb));
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     /* the mapping lives on through the tensors */
     float got[24];
     CHECK(em_to_host(c, t, got, sizeof got) == EM_OK && !memcmp(got, want, sizeof got));
@@ -154,9 +154,9 @@ static void test_zero_copy(void) {
     em_tensor_release(conv);
     st = em_safetensors_open(c, fx("dtypes.safetensors"));
     CHECK(st && !memcmp(em_safetensors_data(c, st, "f32", &nb), want, sizeof want));
-    em_safetensors_close(st);
+    em_safetensors_free(st);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- metadata ---- */
@@ -168,16 +168,16 @@ static void test_metadata(void) {
     CHECK(st && !strcmp(em_safetensors_metadata_get(st, "format"), "pt"));
     CHECK(st && !strcmp(em_safetensors_metadata_key(st, 0), "format"));
     CHECK(st && em_safetensors_metadata_get(st, "nope") == NULL);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     st = em_safetensors_open(c, fx("meta_none.safetensors"));
     CHECK(st && em_safetensors_metadata_count(st) == 0 && !st->has_meta);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     st = em_safetensors_open(c, fx("dtypes.safetensors"));
     CHECK(st && em_safetensors_metadata_count(st) == 2);
     CHECK(st && !strcmp(em_safetensors_metadata_get(st, "note"), "every dtype"));
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     CHECK(em_ctx_status(c) == EM_OK);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- sharded checkpoints ---- */
@@ -219,11 +219,11 @@ static void test_sharded(void) {
     em_safetensors *st = em_safetensors_open(c, fx("sharded"));
     CHECK_MSG(st != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
     if (st && exp) check_sharded(c, st, exp);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     st = em_safetensors_open(c, fx("sharded/model.safetensors.index.json"));
     CHECK(st != NULL);
     if (st && exp) check_sharded(c, st, exp);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
 
     CHECK(em_safetensors_open(c, fx("sharded/missing_shard.index.json")) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "model-00009-of-00009.safetensors", "lm_head.extra",
@@ -237,7 +237,7 @@ static void test_sharded(void) {
     CHECK(em_safetensors_open(c, fx("nope.safetensors")) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "nope.safetensors", "No such file");
     json_decref(exp);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_lookup_errors(void) {
@@ -251,8 +251,8 @@ static void test_lookup_errors(void) {
               "nearest name: \"model.norm.weight\"");
     CHECK(em_safetensors_load_as(c, st, "model.norm.weight", (em_dtype)99, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_DTYPE, "model.norm.weight");
-    em_safetensors_close(st);
-    em_ctx_destroy(c);
+    em_safetensors_free(st);
+    em_ctx_free(c);
 }
 
 /* ---- malformed files: each one a specific message naming the file and the tensor ---- */
@@ -269,7 +269,7 @@ static void test_malformed(void) {
         const char *path = fx(rel);
         em_safetensors *st = em_safetensors_open(c, path);
         CHECK_MSG(st == NULL, "%s was accepted", name);
-        em_safetensors_close(st);
+        em_safetensors_free(st);
         const em_error *err = em_ctx_error(c);
         if (!err) continue;
         const char *status = json_string_value(json_object_get(e, "status"));
@@ -293,7 +293,7 @@ static void test_malformed(void) {
         free(bytes);
     }
     json_decref(man);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* ---- writer: the library's bytes ---- */
@@ -355,7 +355,7 @@ static void check_rewrite(em_ctx *c, const char *path, bool via_file) {
               got_n, want_n, i);
     free(got);
     free(want);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
 }
 
 static void test_writer_bytes(void) {
@@ -371,7 +371,7 @@ static void test_writer_bytes(void) {
     check_rewrite(c, fx("sharded/model-00001-of-00002.safetensors"), true);
     check_rewrite(c, fx("sharded/model-00002-of-00002.safetensors"), false);
     check_rewrite(c, fx("dtypes.safetensors"), false);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Strided, lazily fused and converted tensors are written as their values. */
@@ -401,7 +401,7 @@ static void test_writer_values(void) {
           got[5] == 12);
     em_tensor *bb = em_safetensors_load(c, st, "b16", NULL);
     CHECK(bb && em_tensor_dtype(bb) == EM_BF16);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     /* errors: duplicate names, reserved name, wrong raw size */
     em_safetensors_writer *w = em_safetensors_writer_create(c);
     CHECK(em_safetensors_writer_add(c, w, "x", a) == EM_OK);
@@ -417,7 +417,7 @@ static void test_writer_values(void) {
     CHECK_ERR(c, EM_ERR_IO, "/nonexistent-dir/x.safetensors");
     em_safetensors_writer_free(w);
     unlink(tmp);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* A tensor with more dims than Ember has can be listed but not loaded; C64 likewise. */
@@ -438,9 +438,9 @@ static void test_unloadable(void) {
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "\"deep\"", "9 dimensions");
     CHECK(em_safetensors_load_as(c, st, "cplx", EM_F32, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "\"cplx\"", "C64");
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     free(buf);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* U64 values past INT64_MAX do not fit an integer dtype; floats take them rounded. */
@@ -459,9 +459,9 @@ static void test_u64_range(void) {
     double d[2];
     em_tensor *t = em_safetensors_load_as(c, st, "u", EM_F64, NULL);
     CHECK(t && em_to_host(c, t, d, sizeof d) == EM_OK && d[0] == 5 && d[1] == 18446744073709551616.0);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     free(buf);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Shards that share a name: the index decides; without a say it is an error. */
@@ -499,7 +499,7 @@ static void test_shard_duplicates(void) {
     CHECK(em_to_host(c, em_safetensors_load(c, st, "y", NULL), v, sizeof v) == EM_OK &&
           v[0] == 30);
     CHECK(st && !strcmp(em_safetensors_metadata_get(st, "format"), "first"));
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     CHECK(em_safetensors_open(c, bad) == NULL);
     CHECK_ERR(c, EM_ERR_FORMAT, "tensor \"y\" is in both", "a.safetensors", "b.safetensors");
     /* a shard path that leaves the checkpoint directory */
@@ -509,7 +509,7 @@ static void test_shard_duplicates(void) {
     CHECK(em_safetensors_open(c, bad) == NULL);
     CHECK_ERR(c, EM_ERR_FORMAT, "../a.safetensors", "not a file name inside");
     unlink(pa), unlink(pb), unlink(idx), unlink(bad), rmdir(dir);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* The library writes `{},"__metadata__":{}}` for no tensors and empty metadata (serde_json with
@@ -524,10 +524,10 @@ static void test_empty_metadata_only(void) {
     CHECK(n == 32 && !memcmp((char *)buf + 8, "{\"__metadata__\":{}}     ", 24));
     em_safetensors *st = em_safetensors_open_memory(c, buf, n, "mem");
     CHECK(st && em_safetensors_count(st) == 0 && st->has_meta);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     free(buf);
     em_safetensors_writer_free(w);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* Tensors big enough to be converted by several threads; the bf16 → f32 reference is the
@@ -565,8 +565,8 @@ static void test_parallel_convert(void) {
         if (memcmp(&qv[i], &want, 4)) bad = i;
     }
     CHECK_MSG(qv && bad < 0, "f8 element %lld", (long long)bad);
-    em_safetensors_close(st);
-    em_ctx_destroy(c);
+    em_safetensors_free(st);
+    em_ctx_free(c);
     free(buf);
     free(b);
 }
@@ -592,8 +592,8 @@ static void test_misaligned(void) {
     em_tensor *d = em_safetensors_load_as(c, st, "f", EM_F64, NULL);
     double dv[2];
     CHECK(em_to_host(c, d, dv, sizeof dv) == EM_OK && dv[0] == 1.5 && dv[1] == -2.25);
-    em_safetensors_close(st);
-    em_ctx_destroy(c);
+    em_safetensors_free(st);
+    em_ctx_free(c);
     free(buf);
 }
 

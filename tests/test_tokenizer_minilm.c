@@ -57,7 +57,7 @@ static void test_minilm(void) {
         }
     }
     em_tokenizer_free(t);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     json_decref(exp);
     json_decref(texts);
 }

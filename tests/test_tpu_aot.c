@@ -92,7 +92,7 @@ static void test_topology(void) {
     CHECK(t.device_memory_limit > 0 && (double)t.device_memory_limit <= t.hbm_bytes * 1.1);
     CHECK(em_pjrt_topology_get(em_device_cpu(), &t) == EM_ERR_INVALID_ARG);
     em_device_info info;
-    CHECK(em_device_query(d, &info) == EM_OK && !strcmp(info.platform, "tpu") &&
+    CHECK(em_device_info_get(d, &info) == EM_OK && !strcmp(info.platform, "tpu") &&
           strstr(info.kind, "compile-only") && info.memory_bytes > 0);
     /* every device of the slice, and a clear error past it */
     CHECK(em_device_get(c, "tpu-aot:v5e:2x2:3") != NULL);
@@ -105,7 +105,7 @@ static void test_topology(void) {
     CHECK_ERR(c, EM_ERR_DEVICE, "v99:2x2");
     em_ctx_clear_error(c);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* f32 data for a shape */
@@ -186,7 +186,7 @@ done:
     free(vb);
     em_scope_pop(c);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* chlo.ragged_dot, TPU's own ragged dot: group sizes are data, nothing checks them here */
@@ -209,7 +209,7 @@ static void test_ragged_native(void) {
     em_scope_pop(c);
     em_ctx_clear_error(c);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static int step_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *st, int n_st,
@@ -256,7 +256,7 @@ static void test_compiled_and_fused(void) {
     em_ctx_set_eager_mode(c, EM_EAGER_ASYNC);
     em_scope_pop(c);
 out:
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 /* The decode step of every test checkpoint family, compiled for a v5e and a v6e chip. */
@@ -302,7 +302,7 @@ static void decode_step(const char *device, const char *family) {
     em_model_free(m);
 out:
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static void test_decode_steps(void) {
@@ -344,7 +344,7 @@ static void test_cuda_aot(void) {
     }
     CHECK(em_device_is_compile_only(d));
     em_device_info info;
-    CHECK(em_device_query(d, &info) == EM_OK && strstr(info.kind, "H100") &&
+    CHECK(em_device_info_get(d, &info) == EM_OK && strstr(info.kind, "H100") &&
           info.memory_bytes == 84942979072LL);
     em_ctx_set_device(c, d);
     em_scope_push(c);
@@ -369,7 +369,7 @@ out:
     unsetenv("EMBER_CUDA_TARGET_CONFIG");
     remove(path);
     em_ctx_clear_error(c);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 EM_TEST_MAIN(T(test_names), T(test_compile_options_spec), T(test_topology),

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ember/tokenizer.h"
+#include "generate/detok.h"
 #include "harness.h"
 
 typedef struct tk_stats {
@@ -19,6 +20,12 @@ typedef struct tk_stats {
     int roundtrips, roundtrips_ok; /* decode(encode(text)) == text where the library agrees */
     int decodes, decodes_ok;  /* decoded id sequences */
     int tokens, tokens_ok;    /* id <-> token */
+    int streams, streams_ok;  /* id sequences streamed one id at a time (em_generate's
+                                 incremental detokenizer) whose pieces add up to the decode */
+    int split_steps;          /* streamed ids that ended inside a multi-byte character */
+    int fallback_steps;       /* streamed ids whose window decode needed the whole sequence */
+    int unstreamable;         /* id sequences no stream can give: an id changes the text of
+                                 the ids before it after that text was complete */
 } tk_stats;
 
 static inline void fixture_path(char *out, size_t n, const char *rel) {
@@ -77,6 +84,90 @@ static inline int32_t *ids_from_json(json_t *a, size_t *n) {
     return v;
 }
 
+/* Whether every complete decode of a prefix of ids[0..n) is a prefix of the whole decode,
+ * `full` (fl bytes): only then can text streamed as it completes add up to the decode. */
+static inline bool prefix_stable(em_ctx *c, const em_tokenizer *tok, const em_token *ids,
+                                 size_t n, const char *full, size_t fl) {
+    bool ok = true;
+    for (size_t i = 1; ok && i < n; i++) {
+        size_t l = 0;
+        char *d = em_tokenizer_decode(c, tok, ids, i, true, &l);
+        bool incomplete = l >= 3 && !memcmp(d + l - 3, "\xEF\xBF\xBD", 3);
+        ok = !d || incomplete || (l <= fl && !memcmp(d, full, l));
+        em_free(d);
+    }
+    return ok;
+}
+
+/*
+ * Streams ids[0..n) one id at a time through the incremental detokenizer that em_generate's
+ * on_token uses (skip_special_tokens): the pieces, followed by what is still pending at the
+ * end, must be the text `tokenizers` decodes from all the ids (`want`) and Ember's own decode
+ * of them.
+ */
+static inline bool check_stream(em_ctx *c, const em_tokenizer *tok, const em_token *ids,
+                                size_t n, json_t *want, const char *label, const char *what,
+                                tk_stats *st) {
+    em_detok d;
+    memset(&d, 0, sizeof d);
+    d.tok = tok;
+    d.skip_special = true;
+    size_t cap = 64, len = 0;
+    char *got = malloc(cap);
+    bool ok = got != NULL;
+    for (size_t i = 1; ok && i <= n; i++) {
+        const char *piece;
+        ok = em_detok_step(c, &d, ids, i, &piece) == EM_OK;
+        if (ok && !piece) st->split_steps++;
+        size_t pl = 0;
+        /* a piece is NUL-terminated; a NUL inside a token's text ends it early, so take the
+         * bytes the step appended instead */
+        if (ok && piece) pl = (size_t)(d.text + d.text_len - piece);
+        if (ok && len + pl + 1 > cap) {
+            while (len + pl + 1 > cap) cap *= 2;
+            char *g = realloc(got, cap);
+            ok = g != NULL;
+            if (g) got = g;
+        }
+        if (ok && pl) memcpy(got + len, piece, pl), len += pl;
+    }
+    if (ok && len + d.tail_len + 1 > cap) {
+        char *g = realloc(got, len + d.tail_len + 1);
+        ok = g != NULL;
+        if (g) got = g;
+    }
+    if (ok && d.tail_len) memcpy(got + len, d.tail, d.tail_len), len += d.tail_len;
+    st->fallback_steps += (int)d.fallbacks;
+    char w[200];
+    snprintf(w, sizeof w, "stream of %s (skip special)", what);
+    if (!ok) {
+        fprintf(stderr, "  %s: %s: %s\n", label, w, em_ctx_error(c) ? em_ctx_error(c)->message
+                                                                    : "out of memory");
+        em_ctx_clear_error(c);
+    } else {
+        size_t fl = 0;
+        char *full = em_tokenizer_decode(c, tok, ids, n, true, &fl);
+        const char *wt = json_string_value(want);
+        bool same = full && fl == len && !memcmp(full, got, len) && wt &&
+                    json_string_length(want) == len && !memcmp(wt, got, len);
+        if (!same && full && !prefix_stable(c, tok, ids, n, full, fl)) {
+            st->unstreamable++; /* random ids only: the stream keeps what it emitted */
+        } else if (!same) {
+            ok = same_text(w, label, got, len, want);
+            if (full && (fl != len || memcmp(full, got, len)))
+                fprintf(stderr, "  %s: %s: differs from the full decode\n", label, w);
+            ok = false;
+        }
+        em_free(full);
+        em_ctx_clear_error(c);
+    }
+    em_detok_free(&d);
+    free(got);
+    st->streams++;
+    st->streams_ok += ok;
+    return ok;
+}
+
 /* Runs every expectation of `exp` on `tok`; adds to st and counts failures in the harness. */
 static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *exp, json_t *texts,
                                   const char *label, tk_stats *st) {
@@ -123,9 +214,10 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
                 char w2[160];
                 snprintf(w2, sizeof w2, "decode of %s%s", what, skip ? " (skip special)" : "");
                 ok &= same_text(w2, label, d, dl, skip ? dec_skip : dec);
-                em_tokenizer_free_text(d);
+                em_free(d);
                 if (!d) em_ctx_clear_error(c);
             }
+            ok &= check_stream(c, tok, ids_sp, n_sp, dec_skip, label, what, st);
             /* round trip where the tokenizer is lossless (the library gives the text back):
              * decode(encode(text), skip_special_tokens) == text */
             size_t dl;
@@ -138,10 +230,10 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
                     ok = false;
                 }
             }
-            em_tokenizer_free_text(d);
+            em_free(d);
         }
-        em_tokenizer_free_ids(ids);
-        em_tokenizer_free_ids(ids_sp);
+        em_free(ids);
+        em_free(ids_sp);
         st->cases++;
         st->cases_ok += ok;
         CHECK_MSG(ok, "%s: %s", label, what);
@@ -158,8 +250,11 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
             char w[64];
             snprintf(w, sizeof w, "random decode %zu%s", k, skip ? " (skip special)" : "");
             ok &= same_text(w, label, text, dl, json_object_get(d, skip ? "text_skip" : "text"));
-            em_tokenizer_free_text(text);
+            em_free(text);
         }
+        char w[64];
+        snprintf(w, sizeof w, "random ids %zu", k);
+        ok &= check_stream(c, tok, ids, n, json_object_get(d, "text_skip"), label, w, st);
         free(ids);
         st->decodes++;
         st->decodes_ok += ok;
@@ -194,8 +289,10 @@ static inline void check_expected(em_ctx *c, const em_tokenizer *tok, json_t *ex
 
 static inline void print_stats(const char *label, const tk_stats *s) {
     fprintf(stderr, "  %-30s %2d/%-2d texts (x2 encode, x2 decode), %d/%d round trips, "
-                    "%d/%d decodes, %d/%d tokens\n", label, s->cases_ok, s->cases,
-            s->roundtrips_ok, s->roundtrips, s->decodes_ok, s->decodes, s->tokens_ok, s->tokens);
+                    "%d/%d decodes, %d/%d tokens, %d/%d streams (%d ids inside a character, "
+                    "%d full decodes, %d unstreamable)\n", label, s->cases_ok, s->cases,
+            s->roundtrips_ok, s->roundtrips, s->decodes_ok, s->decodes, s->tokens_ok, s->tokens,
+            s->streams_ok, s->streams, s->split_steps, s->fallback_steps, s->unstreamable);
 }
 
 #endif

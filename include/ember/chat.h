@@ -13,7 +13,7 @@
  *         "[{\"role\":\"user\",\"content\":\"Hi!\"}]", true,
  *         "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}");
  *     if (!prompt) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
- *     free(prompt);
+ *     em_free(prompt);
  *     em_chat_template_free(t);
  *
  * Supported: {{ }}, {% %}, {# #}, whitespace control (-, +), raw; for (else, inline if, tuple
@@ -90,7 +90,7 @@ EM_API void em_chat_template_free(em_chat_template *t);
  *   transformers), and any keyword a template reads (enable_thinking, date_string, ...).
  *   "messages" and "add_generation_prompt" may not appear there.
  *
- * Returns the rendered UTF-8 text, NUL-terminated, which the caller frees with free(); NULL on
+ * Returns the rendered UTF-8 text, NUL-terminated, which the caller frees with em_free(); NULL on
  * error with the error recorded in `c` (see the top of this file). A rendering that would contain
  * a U+0000 character is reported as an error rather than truncated.
  */
@@ -99,14 +99,16 @@ EM_API char *em_chat_template_render(em_ctx *c, const em_chat_template *t,
                                      const char *extra_vars_json);
 
 /**
- * apply_chat_template(messages, tokenize=False): renders `messages_json` with the tokenizer's
+ * transformers' tokenizer.apply_chat_template(messages, tokenize=False), the function most
+ * callers want (em_chat_template_render is its engine, for a template compiled by the caller):
+ * renders `messages_json` with the tokenizer's
  * default chat template, passing its special tokens (bos_token, eos_token, pad_token, unk_token,
  * sep_token, cls_token, mask_token, when named) as transformers does, plus the members of
- * extra_vars_json (may be NULL). Returns a string the caller frees with free(), or NULL with
+ * extra_vars_json (may be NULL). Returns a string the caller frees with em_free(), or NULL with
  * the error recorded (EM_ERR_NOT_FOUND when the tokenizer has no template).
  */
 struct em_tokenizer;
-EM_API char *em_apply_chat_template(em_ctx *c, const struct em_tokenizer *tok,
+EM_API char *em_chat_template_apply(em_ctx *c, const struct em_tokenizer *tok,
                                     const char *messages_json, bool add_generation_prompt,
                                     const char *extra_vars_json);
 

@@ -12,7 +12,7 @@
  *     em_tensor *y = em_add(c, em_matmul(c, x, w), b);
  *     if (!y) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
  *     em_scope_pop(c);              // releases every tensor made inside the scope
- *     em_ctx_destroy(c);
+ *     em_ctx_free(c);
  *
  * A context is not thread-safe: use one per thread. Tensors may be shared between contexts
  * (their reference counts are atomic); the device allocators are thread-safe.
@@ -93,7 +93,13 @@ typedef enum em_dtype {
     EM_DTYPE_COUNT = 18
 } em_dtype;
 
-/** Short name: "f32", "bf16", "q4_k", ... ; "?" for an invalid value. */
+/**
+ * Not a dtype: "whatever the source says", for option fields whose default is the checkpoint's
+ * dtype (em_model_options.dtype). No tensor has it; em_dtype_name gives "auto".
+ */
+#define EM_DTYPE_AUTO ((em_dtype)-1)
+
+/** Short name: "f32", "bf16", "q4_k", ... ("auto" for EM_DTYPE_AUTO); "?" for an invalid value. */
 EM_API const char *em_dtype_name(em_dtype t);
 /** Parses a dtype name ("f32", "float32", "bf16", "bfloat16", "q8_0", ...). False if unknown. */
 EM_API bool em_dtype_parse(const char *name, em_dtype *out);
@@ -139,11 +145,11 @@ typedef enum em_eager_mode {
 /**
  * Creates a context. The eager mode comes from EMBER_EAGER (sync|async|fused; default async),
  * the default device is the CPU. Returns NULL only if memory is exhausted. Free with
- * em_ctx_destroy.
+ * em_ctx_free.
  */
 EM_API em_ctx *em_ctx_create(void);
 /** Releases every tensor still held by the context's scopes, then the context. NULL is a no-op. */
-EM_API void em_ctx_destroy(em_ctx *c);
+EM_API void em_ctx_free(em_ctx *c);
 
 /** Status of the first recorded error, EM_OK if none. */
 EM_API em_status em_ctx_status(const em_ctx *c);
@@ -172,7 +178,7 @@ EM_API em_device *em_ctx_device(const em_ctx *c);
 /* ---------------------------------------------------------------------------------------------
  * Scopes. Every tensor an op returns belongs to the innermost open scope of its context; closing
  * the scope releases it unless it was kept (moved to the parent scope) or detached (handed to
- * the caller). A context always has a root scope, closed by em_ctx_destroy.
+ * the caller). A context always has a root scope, closed by em_ctx_free.
  * ------------------------------------------------------------------------------------------- */
 
 /** Opens a scope. Returns the new depth (root = 0), or -1 with an error if out of memory. */
@@ -221,7 +227,7 @@ EM_API em_device *em_device_cpu(void);
 /** Name of a device ("cpu"). */
 EM_API const char *em_device_name(const em_device *d);
 /** Fills `out` with the device's properties. */
-EM_API em_status em_device_query(const em_device *d, em_device_info *out);
+EM_API em_status em_device_info_get(const em_device *d, em_device_info *out);
 /** Waits for all work queued on the device. */
 EM_API em_status em_device_sync(em_ctx *c, em_device *d);
 /** Returns cached but unused memory of the device's allocator to the system. */
@@ -240,6 +246,13 @@ EM_API em_device *em_device_at(int i);
 EM_API int em_num_threads(void);
 /** Changes the number of CPU worker threads (>= 1). Not to be called while ops run. */
 EM_API void em_set_num_threads(int n);
+
+/**
+ * Frees memory an Ember function handed to the caller: strings and arrays whose documentation
+ * says "free with em_free" (decoded text, token ids, rendered chat templates, paths). Owned
+ * objects have their own em_<type>_free. NULL is a no-op.
+ */
+EM_API void em_free(void *p);
 
 /** Library version string ("0.1.0"). */
 EM_API const char *em_version(void);

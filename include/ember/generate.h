@@ -6,8 +6,9 @@
  *     p.max_new_tokens = 64;
  *     p.on_token = print_piece;                 // streaming
  *     em_generate_result r;
- *     em_generate(c, model, tok, prompts, lens, 1, &p, &r);
- *     ... r.ids[0], r.n_ids[0] ...
+ *     const char *texts[1] = {"The capital of France is"};
+ *     em_generate_text(c, model, tok, texts, 1, &p, &r);    // or em_generate_chat, em_generate
+ *     ... r.text[0], r.ids[0], r.n_ids[0], em_stop_reason_name(r.stop_reason[0]) ...
  *     em_generate_result_free(&r);
  *
  * Generation: a fixed-size KV cache per batch (written in place), left padding with attention
@@ -27,11 +28,15 @@ extern "C" {
 #endif
 
 /**
- * Called for every new token of every sequence: `piece` is the newly decoded text (UTF-8, may
- * be empty while a multi-byte character is incomplete), `id` the token. Return false to stop
+ * Called for every new token of every sequence: `piece` is the text this token completes
+ * (UTF-8, NUL-terminated, owned by em_generate and valid during the call; empty for a skipped
+ * special token), `id` the token. While the text ends inside an incomplete multi-byte character
+ * the call waits for the token that completes it. The pieces concatenated are the sequence's
+ * text decoded with skip_special_tokens; each step decodes only the last few ids (a prefix and
+ * a read offset, as text-generation servers do), not the whole sequence. Return false to stop
  * that sequence.
  */
-typedef bool (*em_token_callback)(void *user_data, int seq, int64_t id, const char *piece);
+typedef bool (*em_token_callback)(void *user_data, int seq, em_token id, const char *piece);
 
 typedef struct em_generate_params {
     int64_t max_new_tokens;       /* tokens to add at most (> 0) */
@@ -42,7 +47,7 @@ typedef struct em_generate_params {
     double min_p;                 /* 0: off */
     double repetition_penalty;    /* 1: off (transformers' RepetitionPenaltyLogitsProcessor) */
     uint64_t seed;                /* sampling seed */
-    const int64_t *eos_ids;       /* stop ids; NULL: the generation config's */
+    const em_token *eos_ids;      /* stop ids; NULL: the generation config's */
     int n_eos_ids;
     const char *const *stop_strings; /* stop when the generated text ends with one (needs a
                                         tokenizer); may be NULL */
@@ -62,18 +67,35 @@ typedef struct em_generate_params {
  *  tokens at most. */
 EM_API em_generate_params em_generate_default_params(const em_model *m);
 
+/** Why a sequence stopped. Append-only, explicit values. */
+typedef enum em_stop_reason {
+    EM_STOP_NONE = 0,     /* not stopped (never in a result em_generate returns) */
+    EM_STOP_EOS = 1,      /* it generated one of the eos ids */
+    EM_STOP_STRING = 2,   /* its text ends with one of the stop strings */
+    EM_STOP_LENGTH = 3,   /* max_new_tokens were generated */
+    EM_STOP_CALLBACK = 4, /* on_token returned false */
+    EM_STOP_REASON_COUNT = 5
+} em_stop_reason;
+
+/** "none", "eos", "stop_string", "length", "callback"; "?" for an invalid value. */
+EM_API const char *em_stop_reason_name(em_stop_reason r);
+
 typedef struct em_generate_result {
     int batch;
-    int64_t **ids;       /* ids[b]: the new tokens of sequence b (not the prompt) */
+    em_token **ids;      /* ids[b]: the new tokens of sequence b (not the prompt) */
     int64_t *n_ids;
-    char **stop_reason;  /* "eos", "stop_string", "length", "callback" */
+    em_stop_reason *stop_reason; /* why sequence b stopped */
     double prefill_s;    /* time to the first token */
     double decode_s;     /* time for the remaining tokens */
     int64_t decoded_tokens; /* tokens produced after the first, over all sequences */
     int64_t compiles;    /* with compile: programs compiled (prefill shape + key buckets) */
     double compile_s;    /* with compile: time spent tracing and compiling (in prefill/decode) */
+    int64_t prompt_tokens; /* prompt ids over all sequences (without padding) */
+    char **text;         /* em_generate_text / em_generate_chat: text[b], the new tokens of
+                            sequence b decoded with skip_special_tokens; NULL from em_generate */
 } em_generate_result;
 
+/** Frees what a result holds (ids, stop reasons, texts) and zeroes it. NULL is a no-op. */
 EM_API void em_generate_result_free(em_generate_result *r);
 
 /**
@@ -82,8 +104,33 @@ EM_API void em_generate_result_free(em_generate_result *r);
  * Fills *out (free with em_generate_result_free). Errors are recorded in c.
  */
 EM_API em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
-                             const int64_t *const *prompts, const int64_t *lens, int batch,
+                             const em_token *const *prompts, const int64_t *lens, int batch,
                              const em_generate_params *p, em_generate_result *out);
+
+/**
+ * Generates continuations of `batch` texts, as transformers' `tokenizer(texts)` + `generate` +
+ * `batch_decode(skip_special_tokens=True)` do: each text is encoded with the tokenizer's
+ * special tokens, the batch runs through em_generate (left padding for different lengths), and
+ * out->text[b] holds the decoded new tokens of sequence b. Streaming, stop strings and the
+ * rest of em_generate's behaviour are the same. Free the result with em_generate_result_free.
+ * Errors (encoding, generation) are recorded in c; *out then holds nothing.
+ */
+EM_API em_status em_generate_text(em_ctx *c, const em_model *m, const em_tokenizer *tok,
+                                  const char *const *texts, int batch,
+                                  const em_generate_params *p, em_generate_result *out);
+
+/**
+ * The same for `batch` conversations, each a JSON array of message objects ({"role": ...,
+ * "content": ...}), as `apply_chat_template(messages, add_generation_prompt=True)` + generate:
+ * every conversation is rendered with the tokenizer's chat template (with extra_vars_json, may
+ * be NULL, see em_chat_template_apply in ember/chat.h) and encoded without adding special tokens
+ * (the template writes them). out->text[b] is the answer. EM_ERR_NOT_FOUND when the tokenizer
+ * has no chat template.
+ */
+EM_API em_status em_generate_chat(em_ctx *c, const em_model *m, const em_tokenizer *tok,
+                                  const char *const *conversations, int batch,
+                                  const char *extra_vars_json, const em_generate_params *p,
+                                  em_generate_result *out);
 
 /**
  * Sentence embeddings as sentence-transformers computes them for all-MiniLM-L6-v2: tokenize

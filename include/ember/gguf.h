@@ -12,7 +12,7 @@
  *     const char *arch = em_gguf_get_str(g, "general.architecture", NULL);
  *     em_tensor *w = em_gguf_load(c, g, "blk.0.attn_q.weight", NULL);     // q4_1 [576, 576]
  *     em_tensor *f = em_gguf_load_as(c, g, "blk.0.attn_q.weight", EM_F32, NULL); // dequantized
- *     em_gguf_close(g);   // w stays valid: it holds the mapping
+ *     em_gguf_free(g);   // w stays valid: it holds the mapping
  *
  * Shapes. GGUF lists dimensions innermost first (ggml's ne[0] is the row length); Ember lists
  * them outermost first, as torch does: a GGUF tensor of dimensions [576, 1536] is an Ember
@@ -26,7 +26,7 @@
  *
  * Zero copy. On the CPU a tensor whose type needs no conversion is a view of the file mapping,
  * which stays alive (reference counted) until the last such tensor is released, even after
- * em_gguf_close; writes to it are copy-on-write and never reach the file.
+ * em_gguf_free; writes to it are copy-on-write and never reach the file.
  *
  * A handle is immutable after open and may be read from several threads at once (each with its
  * own em_ctx). Strings returned by the handle are NUL-terminated copies owned by the handle.
@@ -119,7 +119,7 @@ typedef struct em_gguf em_gguf;
  * Maps and validates a GGUF file. NULL with an error (EM_ERR_NOT_FOUND, EM_ERR_IO,
  * EM_ERR_FORMAT, EM_ERR_OVERFLOW, EM_ERR_UNSUPPORTED for big-endian files and versions other
  * than 2 and 3, EM_ERR_OOM) naming the file, the offset and the field. Close with
- * em_gguf_close.
+ * em_gguf_free.
  */
 EM_API em_gguf *em_gguf_open(em_ctx *c, const char *path);
 /**
@@ -128,7 +128,7 @@ EM_API em_gguf *em_gguf_open(em_ctx *c, const char *path);
  */
 EM_API em_gguf *em_gguf_open_memory(em_ctx *c, const void *data, size_t n, const char *name);
 /** Releases the handle (zero-copy tensors loaded from it stay valid). NULL is a no-op. */
-EM_API void em_gguf_close(em_gguf *g);
+EM_API void em_gguf_free(em_gguf *g);
 
 /** The file's path (or the name given to em_gguf_open_memory). */
 EM_API const char *em_gguf_path(const em_gguf *g);
@@ -207,7 +207,7 @@ EM_API const em_gguf_tensor_info *em_gguf_tensor_at(const em_gguf *g, int64_t i)
 /** The tensor called `name`, NULL (no error recorded) when absent. */
 EM_API const em_gguf_tensor_info *em_gguf_tensor_find(const em_gguf *g, const char *name);
 
-/** The stored bytes of tensor `name` (valid until em_gguf_close); NULL with EM_ERR_NOT_FOUND. */
+/** The stored bytes of tensor `name` (valid until em_gguf_free); NULL with EM_ERR_NOT_FOUND. */
 EM_API const void *em_gguf_data(em_ctx *c, const em_gguf *g, const char *name, size_t *nbytes);
 
 /**

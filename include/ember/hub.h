@@ -77,7 +77,7 @@ EM_API em_hub_options em_hub_default_options(void);
  * <cache>/models--org--name/snapshots/<commit>/<filename> (the symlink, as hf_hub_download
  * returns it), or <dir>/<filename> when `id` is a local directory. `filename` is the path inside
  * the repo ("config.json", "1_Pooling/config.json"). `opts` may be NULL (defaults).
- * On success *out_path is a string the caller frees with free(); on failure it is NULL and the
+ * On success *out_path is a string the caller frees with em_free(); on failure it is NULL and the
  * error is recorded in `c` (see the top of this file).
  */
 EM_API em_status em_hub_file(em_ctx *c, const char *id, const char *filename,
@@ -89,8 +89,9 @@ EM_API em_status em_hub_file(em_ctx *c, const char *id, const char *filename,
  * `required` and `optional` are NULL-terminated lists of repo file names, either may be NULL; a
  * required file the repo lacks is an error, an optional one is skipped (and remembered under
  * .no_exist as huggingface_hub does); an optional file that cannot be looked up (offline and not
- * cached, or the Hub unreachable) is skipped too. On success *out_dir is a string the caller frees with
- * free(); on failure it is NULL, the error is recorded, and files already fetched stay cached.
+ * cached, or the Hub unreachable) is skipped too. On success *out_dir is a string the caller
+ * frees with em_free(); on failure it is NULL, the error is recorded, and files already fetched
+ * stay cached.
  */
 EM_API em_status em_hub_ensure(em_ctx *c, const char *id, const char *const *required,
                                const char *const *optional, const em_hub_options *opts,
@@ -101,7 +102,7 @@ EM_API em_status em_hub_ensure(em_ctx *c, const char *id, const char *const *req
  * tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja (when the
  * repo has them); and the weights: model.safetensors, else model.safetensors.index.json and
  * every shard its weight_map names. A local directory is checked for the same files. On success
- * *out_dir is a string the caller frees with free(); on failure it is NULL and the error names
+ * *out_dir is a string the caller frees with em_free(); on failure it is NULL and the error names
  * the file that is missing and where it was looked for.
  */
 EM_API em_status em_hub_resolve(em_ctx *c, const char *id, const em_hub_options *opts,
@@ -109,7 +110,7 @@ EM_API em_status em_hub_resolve(em_ctx *c, const char *id, const em_hub_options 
 
 /**
  * The Hub cache directory these options resolve to (see above), whether or not it exists.
- * Returns a string the caller frees with free(), or NULL when out of memory.
+ * Returns a string the caller frees with em_free(), or NULL when out of memory.
  */
 EM_API char *em_hub_cache_dir(const em_hub_options *opts);
 

@@ -3,7 +3,7 @@
  * `AutoModelForCausalLM.from_pretrained(id, device_map=...)` does in Python.
  *
  *     em_model_options o = em_model_default_options();
- *     o.dtype = EM_BF16;
+ *     o.dtype = EM_BF16;                                         // default: EM_DTYPE_AUTO
  *     em_model *m = em_model_load(c, "Qwen/Qwen3-0.6B", &o);   // Hub id, Hub@rev or a folder
  *     em_kv_cache *kv = em_kv_cache_create(c, m, 1, 512);
  *     em_tensor *logits = em_model_forward(c, m, ids, NULL, kv, true);  // [B, 1, vocab]
@@ -40,8 +40,9 @@ typedef struct em_model_options {
      * model.norm=xla:0,lm_head=xla:0" (a range "a-b" expands over layer indices). NULL: none.
      */
     const char *device_map;
-    em_dtype dtype;          /* weights and activations (f32, bf16) */
-    bool dtype_set;          /* false: the checkpoint's dtype when it is f32/bf16, else f32 */
+    em_dtype dtype;          /* weights and activations (f32, bf16, f16); EM_DTYPE_AUTO (the
+                                default): the checkpoint's dtype when it is f32/bf16, else f32;
+                                a GGUF file's weights as stored */
     em_moe_impl moe_impl;    /* expert implementation (default ragged; with ragged, bf16
                                 experts on an AVX-512 BF16 CPU are packed at load, see
                                 em_ragged_pack, unless zero_copy) */
@@ -62,15 +63,17 @@ EM_API em_model_options em_model_default_options(void);
  * Hub cache and downloaded when missing), a local directory, or a local .gguf file (llama,
  * mistral, mixtral, qwen2, qwen3, qwen3moe, gemma3; see ember/gguf.h: its config, tokenizer and
  * weights come from the file). A GGUF file's quantized matrices stay quantized (used by the
- * quantized kernels, activations in f32) unless o->dtype_set, which dequantizes every weight
- * to o->dtype at load; on devices other than the CPU they are always dequantized. Weights go from the mapped files
- * straight to their device (zero-copy on the CPU when the dtype matches). NULL with an error
+ * quantized kernels, activations in f32) unless o->dtype is set (not EM_DTYPE_AUTO), which
+ * dequantizes every weight to o->dtype at load; on devices other than the CPU they are always
+ * dequantized. Weights go from the mapped files straight to their device (zero-copy on the CPU when the dtype matches). NULL with an error
  * naming the file, tensor or key when anything is missing or malformed. Free with em_model_free.
  */
 EM_API em_model *em_model_load(em_ctx *c, const char *id_or_dir, const em_model_options *o);
 EM_API void em_model_free(em_model *m);
 
-EM_API const em_model_config *em_model_get_config(const em_model *m);
+/** The model's config.json (owned by the model; the name follows the `get` rule of
+ *  docs/api-style.md: em_model_config is a type, so the accessor is em_<type>_get). */
+EM_API const em_model_config *em_model_config_get(const em_model *m);
 /** The generation_config.json of the checkpoint (or transformers' defaults from config.json). */
 EM_API const em_generation_config *em_model_generation_config(const em_model *m);
 /** The local directory the model was read from (the Hub snapshot for Hub ids). */

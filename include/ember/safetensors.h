@@ -11,14 +11,14 @@
  *     em_safetensors *st = em_safetensors_open(c, "Qwen3-0.6B/");
  *     if (!st) { puts(em_ctx_error(c)->message); ... }
  *     em_tensor *w = em_safetensors_load_as(c, st, "model.norm.weight", EM_F32, NULL);
- *     em_safetensors_close(st);      // w stays valid: it holds the mapping (see below)
+ *     em_safetensors_free(st);      // w stays valid: it holds the mapping (see below)
  *
  * Loading. em_safetensors_load gives a tensor in the file's own dtype when Ember has it (the
  * float8 and unsigned types are widened, see em_st_dtype_natural); em_safetensors_load_as
  * converts to any Ember dtype (bf16 checkpoint as f32, f32 as bf16, float8 decoded exactly...).
  * On the CPU, a tensor whose dtype needs no conversion and whose bytes are aligned in the file
  * is zero-copy: it points into the file mapping, which stays alive (reference counted) until
- * the last such tensor is released, even after em_safetensors_close. Such tensors are
+ * the last such tensor is released, even after em_safetensors_free. Such tensors are
  * copy-on-write: writing to one never changes the file (on a system with strict overcommit
  * that refuses such a mapping, the mapping is read-only instead). Other devices get a copy.
  *
@@ -108,11 +108,11 @@ typedef struct em_safetensors_info {
  * checkpoint: all shards become one handle, weight_map decides which shard holds a name), or a
  * directory holding model.safetensors.index.json or model.safetensors. Returns NULL and records
  * an error (EM_ERR_IO, EM_ERR_FORMAT, EM_ERR_NOT_FOUND, EM_ERR_OVERFLOW) naming the file, and
- * the tensor where there is one, when anything is wrong. Close with em_safetensors_close.
+ * the tensor where there is one, when anything is wrong. Free with em_safetensors_free.
  */
 EM_API em_safetensors *em_safetensors_open(em_ctx *c, const char *path);
 /** Releases the handle. Zero-copy tensors loaded from it stay valid. NULL is a no-op. */
-EM_API void em_safetensors_close(em_safetensors *st);
+EM_API void em_safetensors_free(em_safetensors *st);
 
 /** Number of tensors (over all shards). */
 EM_API int64_t em_safetensors_count(const em_safetensors *st);
@@ -140,7 +140,7 @@ EM_API const char *em_safetensors_metadata_get(const em_safetensors *st, const c
 
 /**
  * The stored bytes of tensor `name` (little-endian, as in the file) and their count in
- * *nbytes. Valid until em_safetensors_close. NULL with EM_ERR_NOT_FOUND if absent.
+ * *nbytes. Valid until em_safetensors_free. NULL with EM_ERR_NOT_FOUND if absent.
  */
 EM_API const void *em_safetensors_data(em_ctx *c, const em_safetensors *st, const char *name,
                                        size_t *nbytes);
@@ -202,7 +202,7 @@ EM_API em_status em_safetensors_writer_set_metadata(em_ctx *c, em_safetensors_wr
  */
 EM_API em_status em_safetensors_writer_save(em_ctx *c, em_safetensors_writer *w,
                                             const char *path);
-/** The file's bytes in a malloc'd buffer (*out, caller frees) of *out_nbytes bytes. */
+/** The file's bytes in a buffer the caller frees with em_free (*out) of *out_nbytes bytes. */
 EM_API em_status em_safetensors_writer_serialize(em_ctx *c, em_safetensors_writer *w, void **out,
                                                  size_t *out_nbytes);
 

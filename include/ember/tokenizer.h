@@ -8,12 +8,12 @@
  *
  *     em_ctx *c = em_ctx_create();
  *     em_tokenizer *tok = em_tokenizer_load(c, "models/qwen3");   // a folder or a .json file
- *     int32_t *ids; size_t n;
+ *     em_token *ids; size_t n;
  *     if (em_tokenizer_encode(c, tok, "Hello world", 11, true, &ids, &n) == EM_OK) {
  *         char *text = em_tokenizer_decode(c, tok, ids, n, false, NULL);
  *         ...
- *         em_tokenizer_free_text(text);
- *         em_tokenizer_free_ids(ids);
+ *         em_free(text);
+ *         em_free(ids);
  *     }
  *     em_tokenizer_free(tok);
  *
@@ -56,6 +56,10 @@ extern "C" {
 
 typedef struct em_tokenizer em_tokenizer;
 
+/** A token id on the host: what encode returns, decode and em_generate take (ember/generate.h).
+ *  Model inputs on a device are i64 tensors, made from these where the tensor is made. */
+typedef int32_t em_token;
+
 /**
  * Loads a tokenizer. `path` is either a `tokenizer.json` file or a folder holding
  * `tokenizer.json` and, optionally, `tokenizer_config.json` (special tokens, add_bos_token,
@@ -86,45 +90,39 @@ EM_API void em_tokenizer_free(em_tokenizer *t);
  * `add_special_tokens` the post-processor adds its special tokens (e.g. BERT's [CLS] ... [SEP],
  * Gemma's <bos>); special tokens written inside the text are always recognised, as in
  * `tokenizers`. On success stores a newly allocated array of `*n_ids` ids in `*ids` (free it
- * with em_tokenizer_free_ids; for an empty result `*ids` is a valid allocation and `*n_ids` is
+ * with em_free; for an empty result `*ids` is a valid allocation and `*n_ids` is
  * 0) and returns EM_OK. On failure `*ids` is NULL, `*n_ids` 0, and the error is recorded:
  * EM_ERR_INVALID_ARG for NULL arguments or text that is not valid UTF-8 (naming the byte
  * offset), EM_ERR_FORMAT when the model cannot represent a character and has no unknown token,
  * EM_ERR_OOM.
  */
 EM_API em_status em_tokenizer_encode(em_ctx *c, const em_tokenizer *t, const char *text,
-                                     size_t len, bool add_special_tokens, int32_t **ids,
+                                     size_t len, bool add_special_tokens, em_token **ids,
                                      size_t *n_ids);
-
-/** Frees an id array returned by em_tokenizer_encode. NULL is a no-op. */
-EM_API void em_tokenizer_free_ids(int32_t *ids);
 
 /**
  * Decodes ids to text with the tokenizer's decoder. Ids that name no token are skipped (as
  * `tokenizers` does); with `skip_special_tokens` the special added tokens are skipped too.
- * Returns a newly allocated NUL-terminated UTF-8 string (free it with em_tokenizer_free_text) and
+ * Returns a newly allocated NUL-terminated UTF-8 string (free it with em_free) and
  * stores its length in bytes in `*len` when `len` is not NULL (the text may hold NUL bytes
  * when a token does). Bytes that do not form valid UTF-8 become U+FFFD, as in `tokenizers`.
  * Returns NULL and records the error for NULL arguments or when memory is exhausted.
  */
-EM_API char *em_tokenizer_decode(em_ctx *c, const em_tokenizer *t, const int32_t *ids, size_t n,
+EM_API char *em_tokenizer_decode(em_ctx *c, const em_tokenizer *t, const em_token *ids, size_t n,
                                  bool skip_special_tokens, size_t *len);
-
-/** Frees a string returned by em_tokenizer_decode. NULL is a no-op. */
-EM_API void em_tokenizer_free_text(char *text);
 
 /**
  * Id of a token given as `len` bytes: the added tokens first, then the model's vocabulary
  * (as `tokenizers`' token_to_id). Returns -1 when there is no such token. Never fails.
  */
-EM_API int32_t em_tokenizer_token_to_id(const em_tokenizer *t, const char *token, size_t len);
+EM_API em_token em_tokenizer_token_to_id(const em_tokenizer *t, const char *token, size_t len);
 
 /**
  * The token string of an id (an added token's content, or the model's vocabulary entry), owned
  * by the tokenizer and valid until em_tokenizer_free; its length in bytes goes to `*len` when
  * `len` is not NULL. Returns NULL for an id that names no token. Never fails.
  */
-EM_API const char *em_tokenizer_id_to_token(const em_tokenizer *t, int32_t id, size_t *len);
+EM_API const char *em_tokenizer_id_to_token(const em_tokenizer *t, em_token id, size_t *len);
 
 /**
  * Size of the vocabulary including the added tokens, counted as `tokenizers`'
@@ -152,7 +150,7 @@ typedef enum em_special_token {
 EM_API const char *em_tokenizer_special_token(const em_tokenizer *t, em_special_token which);
 
 /** Id of that special token, or -1 when it is not named or not in the vocabulary. */
-EM_API int32_t em_tokenizer_special_id(const em_tokenizer *t, em_special_token which);
+EM_API em_token em_tokenizer_special_id(const em_tokenizer *t, em_special_token which);
 
 /**
  * tokenizer_config.json's add_bos_token / add_eos_token, for callers that build prompts

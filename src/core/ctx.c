@@ -30,6 +30,8 @@ const char *em_status_str(em_status s) {
 
 const char *em_version(void) { return "0.1.0"; }
 
+void em_free(void *p) { free(p); }
+
 em_ctx *em_ctx_create(void) {
     em_ctx *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -51,7 +53,7 @@ static void scope_clear(em_scope *s) {
     s->len = 0;
 }
 
-void em_ctx_destroy(em_ctx *c) {
+void em_ctx_free(em_ctx *c) {
     if (!c) return;
     for (int d = c->depth; d >= 0; d--) scope_clear(&c->scopes[d]);
     /* popped scopes keep their arrays for reuse: free every slot ever used */

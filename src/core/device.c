@@ -63,7 +63,7 @@ em_device *em_device_get(em_ctx *c, const char *name) {
 
 const char *em_device_name(const em_device *d) { return d ? d->name : "none"; }
 
-em_status em_device_query(const em_device *d, em_device_info *out) {
+em_status em_device_info_get(const em_device *d, em_device_info *out) {
     if (!d || !out) return EM_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", d->name);

@@ -22,6 +22,7 @@ const em_dtype_traits em_dtype_table[EM_DTYPE_COUNT] = {
 _Static_assert(EM_DTYPE_COUNT == 18, "update em_dtype_table");
 
 const char *em_dtype_name(em_dtype t) {
+    if (t == EM_DTYPE_AUTO) return "auto";
     return (unsigned)t < EM_DTYPE_COUNT ? em_dtype_table[t].name : "?";
 }
 

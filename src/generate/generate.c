@@ -8,7 +8,9 @@
 #include <time.h>
 
 #include "core/tensor_impl.h"
+#include "ember/chat.h"
 #include "ember/generate.h"
+#include "generate/detok.h"
 #include "generate/sampling.h"
 #include "models/model_impl.h"
 
@@ -38,44 +40,48 @@ em_generate_params em_generate_default_params(const em_model *m) {
     return p;
 }
 
+static const char *const stop_names[] = {"none", "eos", "stop_string", "length", "callback"};
+_Static_assert(EM_STOP_REASON_COUNT == sizeof stop_names / sizeof *stop_names,
+               "update stop_names");
+
+const char *em_stop_reason_name(em_stop_reason r) {
+    return (unsigned)r < EM_STOP_REASON_COUNT ? stop_names[r] : "?";
+}
+
 void em_generate_result_free(em_generate_result *r) {
     if (!r) return;
     for (int b = 0; b < r->batch; b++) {
         if (r->ids) free(r->ids[b]);
-        if (r->stop_reason) free(r->stop_reason[b]);
+        if (r->text) free(r->text[b]);
     }
     free(r->ids);
     free(r->n_ids);
     free(r->stop_reason);
+    free(r->text);
     memset(r, 0, sizeof *r);
 }
 
-/* Per-sequence streaming state: how much decoded text was already handed out. */
+/* Per-sequence state: finished or not, tokens so far, the streamed text. */
 typedef struct seq_state {
     bool done;
-    size_t emitted;
     int64_t n;
+    em_detok dt;
 } seq_state;
 
-/* Text of the new tokens, and whether its end is a complete character (no U+FFFD tail from a
- * split multi-byte sequence). */
-static char *decode_new(em_ctx *c, const em_tokenizer *tok, const int64_t *ids, int64_t n,
-                        size_t *len) {
-    int32_t *tmp = malloc((size_t)(n + 1) * sizeof *tmp);
-    if (!tmp) return NULL;
-    for (int64_t i = 0; i < n; i++) tmp[i] = (int32_t)ids[i];
-    char *s = em_tokenizer_decode(c, tok, tmp, (size_t)n, true, len);
-    free(tmp);
-    return s;
-}
-
-static bool ends_incomplete(const char *s, size_t len) {
-    return len >= 3 && (unsigned char)s[len - 3] == 0xEF && (unsigned char)s[len - 2] == 0xBF &&
-           (unsigned char)s[len - 1] == 0xBD;
+/* Whether the sequence's text so far (emitted text, then the pending incomplete tail) holds
+ * `stop` within its last strlen(stop) + 64 bytes. */
+static bool hits_stop(const em_detok *d, const char *stop, char *buf, size_t buf_n) {
+    size_t sl = strlen(stop), len = d->text_len + d->tail_len;
+    if (!sl || len < sl) return false;
+    size_t from = len > sl + 64 ? len - sl - 64 : 0, k = 0;
+    for (size_t i = from; i < len && k + 1 < buf_n; i++)
+        buf[k++] = i < d->text_len ? d->text[i] : d->tail[i - d->text_len];
+    buf[k] = 0;
+    return strstr(buf, stop) != NULL;
 }
 
 em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
-                      const int64_t *const *prompts, const int64_t *lens, int batch,
+                      const em_token *const *prompts, const int64_t *lens, int batch,
                       const em_generate_params *p, em_generate_result *out) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
@@ -93,8 +99,11 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
         if (lens[b] > lmax) lmax = lens[b];
     }
     int64_t vocab = m->cfg.vocab_size, total = lmax + p->max_new_tokens;
-    const int64_t *eos = p->eos_ids ? p->eos_ids : m->gen.eos_token_ids;
     int n_eos = p->eos_ids ? p->n_eos_ids : m->gen.n_eos_token_ids;
+    int64_t eos[64];
+    if (n_eos < 0 || n_eos > 64)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, "generate", "%d eos ids (0..64)", n_eos);
+    for (int e = 0; e < n_eos; e++) eos[e] = p->eos_ids ? p->eos_ids[e] : m->gen.eos_token_ids[e];
     int64_t pad = m->gen.pad_token_id >= 0 ? m->gen.pad_token_id : (n_eos ? eos[0] : 0);
     /* the batch the forward runs: rows >= batch mirror row 0 and are never sampled */
     int run = batch;
@@ -113,14 +122,21 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     float *scratch = malloc((size_t)(2 * vocab + 16) * sizeof *scratch);
     int32_t *order = malloc((size_t)(vocab + 16) * sizeof *order);
     seq_state *st = calloc((size_t)batch, sizeof *st);
-    int64_t *step_ids = malloc((size_t)run * sizeof *step_ids);
+    size_t stop_buf_n = 65;
+    for (int k = 0; k < p->n_stop_strings; k++) stop_buf_n += strlen(p->stop_strings[k]);
+    char *stop_buf = malloc(stop_buf_n);
     em_kv_cache *kv = NULL;
     em_model_compiled *mc = NULL;
     em_status s = EM_OK;
     if (!out->ids || !out->n_ids || !out->stop_reason || !all || !mask || !logits || !scratch ||
-        !order || !st || !step_ids) {
+        !order || !st || !stop_buf) {
         s = em_ctx_fail(c, EM_ERR_OOM, "generate", "out of memory");
         goto done;
+    }
+    for (int b = 0; b < batch; b++) {
+        st[b].dt.tok = tok;
+        st[b].dt.skip_special = true;
+        out->prompt_tokens += lens[b];
     }
     for (int b = 0; b < batch; b++) {
         out->ids[b] = malloc((size_t)p->max_new_tokens * sizeof **out->ids);
@@ -181,44 +197,36 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
         for (int b = 0; b < batch; b++) {
             int64_t id = pad;
             if (!st[b].done) {
-                id = em_sample_next(logits + (size_t)b * vocab, vocab, all + b * total + (lmax - lens[b]),
-                                    cur - (lmax - lens[b]), p, &rng, scratch, order);
-                out->ids[b][st[b].n++] = id;
+                id = em_sample_next(logits + (size_t)b * vocab, vocab,
+                                    all + b * total + (lmax - lens[b]), cur - (lmax - lens[b]), p,
+                                    &rng, scratch, order);
+                out->ids[b][st[b].n++] = (em_token)id;
                 if (step > 0) out->decoded_tokens++;
-                const char *why = NULL;
+                em_stop_reason why = EM_STOP_NONE;
                 for (int e = 0; e < n_eos; e++)
-                    if (id == eos[e]) why = "eos";
+                    if (id == eos[e]) why = EM_STOP_EOS;
                 if (tok && (p->on_token || p->n_stop_strings)) {
-                    size_t len = 0;
-                    char *text = decode_new(c, tok, out->ids[b], st[b].n, &len);
-                    if (!text) {
-                        s = em_ctx_status(c);
-                        goto done;
-                    }
-                    if (p->on_token && len >= st[b].emitted && !ends_incomplete(text, len)) {
-                        if (!p->on_token(p->user_data, b, id, text + st[b].emitted) && !why)
-                            why = "callback";
-                        st[b].emitted = len;
-                    }
-                    for (int k = 0; k < p->n_stop_strings && !why; k++) {
-                        size_t sl = strlen(p->stop_strings[k]);
-                        if (sl && len >= sl && strstr(text + (len > sl + 64 ? len - sl - 64 : 0),
-                                                      p->stop_strings[k]))
-                            why = "stop_string";
-                    }
-                    em_tokenizer_free_text(text);
-                } else if (p->on_token && !p->on_token(p->user_data, b, id, "") && !why) {
-                    why = "callback";
+                    const char *piece;
+                    s = em_detok_step(c, &st[b].dt, out->ids[b], (size_t)st[b].n, &piece);
+                    if (s) goto done;
+                    if (p->on_token && piece &&
+                        !p->on_token(p->user_data, b, (em_token)id, piece) && !why)
+                        why = EM_STOP_CALLBACK;
+                    for (int k = 0; k < p->n_stop_strings && !why; k++)
+                        if (hits_stop(&st[b].dt, p->stop_strings[k], stop_buf, stop_buf_n))
+                            why = EM_STOP_STRING;
+                } else if (p->on_token && !p->on_token(p->user_data, b, (em_token)id, "") &&
+                           !why) {
+                    why = EM_STOP_CALLBACK;
                 }
-                if (!why && st[b].n == p->max_new_tokens) why = "length";
+                if (!why && st[b].n == p->max_new_tokens) why = EM_STOP_LENGTH;
                 if (why) {
                     st[b].done = true;
-                    out->stop_reason[b] = strdup(why);
+                    out->stop_reason[b] = why;
                 }
             }
             all[b * total + cur] = id;
             mask[b * total + cur] = 1;
-            step_ids[b] = id;
             all_done &= st[b].done;
         }
         for (int b = batch; b < run; b++) {
@@ -244,11 +252,73 @@ done:
     free(logits);
     free(scratch);
     free(order);
+    for (int b = 0; st && b < batch; b++) em_detok_free(&st[b].dt);
     free(st);
-    free(step_ids);
+    free(stop_buf);
     if (s) em_generate_result_free(out);
     return s;
 }
+
+/* ---- text in, text out ---- */
+
+/* Encodes texts[b] (rendered first when `chat`), generates, decodes the new tokens. */
+static em_status generate_texts(em_ctx *c, const em_model *m, const em_tokenizer *tok,
+                                const char *const *texts, int batch, bool chat,
+                                const char *extra_vars_json, const em_generate_params *p,
+                                em_generate_result *out) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!tok || !texts || batch < 1 || !out)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, "generate",
+                           "needs a tokenizer, batch >= 1 texts and a result");
+    memset(out, 0, sizeof *out);
+    em_token **ids = calloc((size_t)batch, sizeof *ids);
+    int64_t *lens = calloc((size_t)batch, sizeof *lens);
+    em_status s = ids && lens ? EM_OK : em_ctx_fail(c, EM_ERR_OOM, "generate", "out of memory");
+    for (int b = 0; b < batch && !s; b++) {
+        if (!texts[b]) {
+            s = em_ctx_fail(c, EM_ERR_INVALID_ARG, "generate", "text %d is NULL", b);
+            break;
+        }
+        char *rendered = chat ? em_chat_template_apply(c, tok, texts[b], true, extra_vars_json)
+                              : NULL;
+        const char *t = chat ? rendered : texts[b];
+        size_t n = 0;
+        /* a rendered conversation holds its special tokens already */
+        s = t ? em_tokenizer_encode(c, tok, t, strlen(t), !chat, &ids[b], &n) : em_ctx_status(c);
+        em_free(rendered);
+        lens[b] = (int64_t)n;
+    }
+    if (!s) s = em_generate(c, m, tok, (const em_token *const *)ids, lens, batch, p, out);
+    if (!s) {
+        out->text = calloc((size_t)batch, sizeof *out->text);
+        if (!out->text) s = em_ctx_fail(c, EM_ERR_OOM, "generate", "out of memory");
+        for (int b = 0; b < batch && !s; b++) {
+            out->text[b] = em_tokenizer_decode(c, tok, out->ids[b], (size_t)out->n_ids[b], true,
+                                               NULL);
+            if (!out->text[b]) s = em_ctx_status(c);
+        }
+        if (s) em_generate_result_free(out);
+    }
+    for (int b = 0; ids && b < batch; b++) em_free(ids[b]);
+    free(ids);
+    free(lens);
+    return s;
+}
+
+em_status em_generate_text(em_ctx *c, const em_model *m, const em_tokenizer *tok,
+                           const char *const *texts, int batch, const em_generate_params *p,
+                           em_generate_result *out) {
+    return generate_texts(c, m, tok, texts, batch, false, NULL, p, out);
+}
+
+em_status em_generate_chat(em_ctx *c, const em_model *m, const em_tokenizer *tok,
+                           const char *const *conversations, int batch,
+                           const char *extra_vars_json, const em_generate_params *p,
+                           em_generate_result *out) {
+    return generate_texts(c, m, tok, conversations, batch, true, extra_vars_json, p, out);
+}
+
 
 /* ---- sentence embeddings ---- */
 
@@ -268,7 +338,7 @@ em_status em_embed_texts(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     if (json_is_integer(msl) && json_integer_value(msl) > 0 && json_integer_value(msl) < limit)
         limit = json_integer_value(msl);
     json_decref(sb);
-    int32_t **ids = calloc((size_t)n, sizeof *ids);
+    em_token **ids = calloc((size_t)n, sizeof *ids);
     size_t *lens = calloc((size_t)n, sizeof *lens);
     em_status s = EM_OK;
     if (!ids || !lens) {
@@ -291,7 +361,7 @@ em_status em_embed_texts(em_ctx *c, const em_model *m, const em_tokenizer *tok,
     uint8_t *mk = s ? NULL : calloc((size_t)(n * tmax), 1);
     if (!s && (!idb || !mk)) s = em_ctx_fail(c, EM_ERR_OOM, "embed", "out of memory");
     if (!s) {
-        int32_t padid = em_tokenizer_special_id(tok, EM_SPECIAL_PAD);
+        em_token padid = em_tokenizer_special_id(tok, EM_SPECIAL_PAD);
         for (int i = 0; i < n; i++)
             for (int64_t j = 0; j < tmax; j++) {
                 bool real = j < (int64_t)lens[i];
@@ -315,7 +385,7 @@ em_status em_embed_texts(em_ctx *c, const em_model *m, const em_tokenizer *tok,
         s = em_to_host(c, e, out, (size_t)(n * hid) * sizeof *out);
         em_scope_pop(c);
     }
-    for (int i = 0; i < n; i++) em_tokenizer_free_ids(ids[i]);
+    for (int i = 0; i < n; i++) em_free(ids[i]);
     free(ids);
     free(lens);
     free(idb);

@@ -106,7 +106,7 @@ static em_status place_auto(em_ctx *c, module *mods, int n) {
     for (int i = 0; i < em_device_count() && nd < 63; i++) {
         em_device *d = em_device_at(i);
         em_device_info inf;
-        if (d == em_device_cpu() || em_device_query(d, &inf) != EM_OK) continue;
+        if (d == em_device_cpu() || em_device_info_get(d, &inf) != EM_OK) continue;
         order[nd] = d;
         room[nd++] = inf.memory_free > 0 ? inf.memory_free * 9 / 10 : inf.memory_bytes * 9 / 10;
     }

@@ -59,7 +59,7 @@ em_status em_model_config_load(em_ctx *c, const char *path, em_model_config *out
     if (pl > 5 && !strcmp(path + pl - 5, ".gguf")) { /* the metadata of a GGUF file */
         em_gguf *g = em_gguf_open(c, path);
         em_status gs = g ? em_model_config_from_gguf(c, g, out) : em_ctx_status(c);
-        em_gguf_close(g);
+        em_gguf_free(g);
         return gs;
     }
     json_t *root;

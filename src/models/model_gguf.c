@@ -88,7 +88,7 @@ void em_gguf_src_close(em_gguf_src *s) {
     if (!s) return;
     for (int64_t i = 0; i < s->n; i++) free(s->e[i].hub);
     free(s->e);
-    em_gguf_close(s->g);
+    em_gguf_free(s->g);
     free(s);
 }
 
@@ -100,7 +100,7 @@ em_gguf_src *em_gguf_src_open(em_ctx *c, const char *path, const em_model_config
     if (s) s->e = calloc((size_t)nt + 1, sizeof *s->e);
     if (!s || !s->e) {
         free(s);
-        em_gguf_close(g);
+        em_gguf_free(g);
         em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
         return NULL;
     }

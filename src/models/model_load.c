@@ -21,7 +21,7 @@ static double now_s(void) {
 em_model_options em_model_default_options(void) {
     em_model_options o;
     memset(&o, 0, sizeof o);
-    o.dtype = EM_F32;
+    o.dtype = EM_DTYPE_AUTO;
     o.moe_impl = EM_MOE_RAGGED;
     o.progress = true;
     return o;
@@ -327,7 +327,8 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     }
     /* A GGUF file's weights are used as stored (quantized ones stay quantized, activations in
      * f32) unless a dtype is asked for, which dequantizes everything at load. */
-    if (o.dtype_set) m->dtype = o.dtype;
+    bool dtype_set = o.dtype != EM_DTYPE_AUTO;
+    if (dtype_set) m->dtype = o.dtype;
     else if (gguf) m->dtype = EM_F32;
     else m->dtype = m->cfg.has_dtype && (m->cfg.dtype == EM_BF16 || m->cfg.dtype == EM_F32)
                         ? m->cfg.dtype : EM_F32;
@@ -345,7 +346,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         gs = em_gguf_src_open(c, m->dir, &m->cfg);
         if (!gs) goto fail;
         w.gs = gs;
-        w.keep_quant = !o.dtype_set;
+        w.keep_quant = !dtype_set;
         snprintf(w.prefix, sizeof w.prefix, "model.");
     } else {
         st = em_safetensors_open(c, m->dir);
@@ -382,12 +383,12 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     if (m->fam->load(&w) != EM_OK || em_ctx_status(c)) goto fail;
     if (gs && apply_rope_factors(c, m, gs) != EM_OK) goto fail;
     draw_progress(&w, true);
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     em_gguf_src_close(gs);
     m->load_s = now_s() - t0;
     return m;
 fail:
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     em_gguf_src_close(gs);
     em_model_free(m);
     return NULL;
@@ -503,7 +504,7 @@ int em_model_weight_dtypes(const em_model *m, char *buf, size_t cap) {
     return (int)(u < cap ? u : cap - 1);
 }
 
-const em_model_config *em_model_get_config(const em_model *m) { return m ? &m->cfg : NULL; }
+const em_model_config *em_model_config_get(const em_model *m) { return m ? &m->cfg : NULL; }
 const em_generation_config *em_model_generation_config(const em_model *m) {
     return m ? &m->gen : NULL;
 }

@@ -22,7 +22,7 @@ void bench_aot_overhead_get(double launch_us, double sync_us, bench_aot_overhead
         if (o->sync_us < 0) o->sync_us = 0;
         snprintf(o->source, sizeof o->source,
                  "none measured (no xla:0 here; pass --launch-us and --sync-us)");
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return;
     }
     em_ctx_set_device(c, x);
@@ -61,7 +61,7 @@ void bench_aot_overhead_get(double launch_us, double sync_us, bench_aot_overhead
         snprintf(o->source, sizeof o->source, "measurement failed: %.120s",
                  em_ctx_error(c)->message);
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 void bench_aot_header(em_device *d, const bench_aot_overhead *o, bool json) {
@@ -100,7 +100,7 @@ void bench_aot_end(em_device *d, const bench_aot_overhead *o, int syncs, bench_a
 
 int bench_aot_decode(em_ctx *c, em_model *m, em_device *d, const int64_t *batches, int n,
                      const bench_aot_overhead *o, bool json) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     em_pjrt_topology t;
     em_pjrt_topology_get(d, &t);
     if (!em_model_compile_supported(m)) {

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_aot.h"
 #include "bench_limits.h"
 #include "bench_util.h"
@@ -22,7 +22,7 @@
  * quantized size) but the embedding table (one row), only the experts that were hit, and the
  * KV cache up to `pos`. */
 static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, int64_t pos) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     double es = em_model_dtype(m) == EM_F32 ? 4 : 2; /* activations, KV cache and experts */
     int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
     double total = (double)em_model_weight_bytes(m, true);
@@ -43,7 +43,7 @@ static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, 
 
 /* Multiply-adds per token of a decode step (weights touched once per token). */
 static double step_params(const em_model *m, int64_t experts_hit, int64_t batch) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     int64_t h = cfg->hidden_size, hd = cfg->head_dim, L = cfg->num_hidden_layers;
     double attn = (double)h * hd * (2.0 * cfg->num_attention_heads + 2.0 * cfg->num_key_value_heads);
     double per = attn * (double)L + (double)cfg->vocab_size * h;
@@ -102,7 +102,7 @@ typedef struct lane {
  * alternate, in an order that flips every step, so both see the same moments of this host's
  * drifting bandwidth; the compiled lane's speedup is the median of the per-step ratios. */
 static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n) {
-    int64_t vocab = em_model_get_config(m)->vocab_size;
+    int64_t vocab = em_model_config_get(m)->vocab_size;
     run *r0 = L[0].r;
     int64_t *ids = malloc((size_t)(r0->batch * r0->prompt) * sizeof *ids);
     for (int64_t i = 0; ids && i < r0->batch * r0->prompt; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
@@ -201,7 +201,7 @@ int bench_decode(int argc, char **argv) {
     const char *dtype_name = NULL;
     em_dtype dtype = EM_BF16;
     int n_batches = 2;
-    long layers = 0, steps = 32;
+    long long layers = 0, steps = 32;
     double launch_us = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
@@ -209,9 +209,16 @@ int bench_decode(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) cache = argv[++i];
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atol(argv[++i]);
-        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
-        else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) launch_us = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) {
+            if (!cli_int("bench decode", argv[i], argv[i + 1], 0, INT32_MAX, &layers)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            if (!cli_int("bench decode", argv[i], argv[i + 1], 1, INT32_MAX, &steps)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) {
+            if (!cli_real("bench decode", argv[i], argv[i + 1], 0, 1e9, &launch_us)) return 2;
+            i++;
+        }
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
@@ -222,18 +229,11 @@ int bench_decode(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
-            n_batches = 0;
-            for (char *q = argv[++i]; *q && n_batches < 8;) {
-                char *e;
-                long v = strtol(q, &e, 10);
-                if (e == q || v <= 0) break;
-                batches[n_batches++] = v;
-                q = *e == ',' ? e + 1 : e;
-            }
-            if (!n_batches) {
-                fprintf(stderr, "ember bench decode: --batches takes a list like 1,16\n");
-                return 2;
-            }
+            long long v[8];
+            n_batches = cli_int_list("bench decode", argv[i], argv[i + 1], 1, 1 << 20, v, 8);
+            if (n_batches < 0) return 2;
+            for (int k = 0; k < n_batches; k++) batches[k] = v[k];
+            i++;
         }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
@@ -259,7 +259,7 @@ int bench_decode(int argc, char **argv) {
             struct stat st;
             if (stat(probe, &st) != 0) {
                 char lay[32];
-                snprintf(lay, sizeof lay, "%ld", layers > 0 ? layers : (k ? 12 : 28));
+                snprintf(lay, sizeof lay, "%lld", layers > 0 ? layers : (k ? 12 : 28));
                 char *av[] = {"make-checkpoint", "--preset", (char *)presets[k], "--out",
                               dirs[n_models], "--layers", lay, NULL};
                 if (cmd_make_checkpoint(7, av) != 0) return 1;
@@ -272,7 +272,7 @@ int bench_decode(int argc, char **argv) {
         em_device *d = em_device_get(c, device);
         if (!d) {
             fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
         if (em_device_is_compile_only(d)) {
@@ -287,7 +287,6 @@ int bench_decode(int argc, char **argv) {
                 o.device = device;
                 if (dtype_name) {
                     o.dtype = dtype;
-                    o.dtype_set = true;
                 }
                 em_model *m = em_model_load(c, dirs[k], &o);
                 if (!m) {
@@ -295,7 +294,7 @@ int bench_decode(int argc, char **argv) {
                     rc = 1;
                     break;
                 }
-                const em_model_config *cfg = em_model_get_config(m);
+                const em_model_config *cfg = em_model_config_get(m);
                 if (!json)
                     printf("\n%s (%s, %lld layers, %s, compiled decode step)\n", dirs[k],
                            cfg->model_type, (long long)cfg->num_hidden_layers,
@@ -303,10 +302,10 @@ int bench_decode(int argc, char **argv) {
                 rc = bench_aot_decode(c, m, d, batches, n_batches, &ov, json);
                 em_model_free(m);
             }
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return rc;
         }
-        em_ctx_destroy(c);
+        em_ctx_free(c);
     }
     bench_limits L = {0};
     bench_measure_read(&L);
@@ -332,7 +331,7 @@ int bench_decode(int argc, char **argv) {
             char task[2400];
             snprintf(task, sizeof task,
                      "{\"model\": \"%s\", \"threads\": %d, \"batches\": [1, 16], \"prompt\": 16, "
-                     "\"new\": %ld, \"prefill\": 512}", dirs[k], threads, steps);
+                     "\"new\": %lld, \"prefill\": 512}", dirs[k], threads, steps);
             bench_peer_run("torch_decode.py", task, &torch);
             if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
         }
@@ -343,15 +342,14 @@ int bench_decode(int argc, char **argv) {
         o.device = device;
         if (dtype_name) {
             o.dtype = dtype;
-            o.dtype_set = true;
         }
         em_model *m = em_model_load(c, dirs[k], &o);
         if (!m) {
             fprintf(stderr, "ember bench decode: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
-        const em_model_config *cfg = em_model_get_config(m);
+        const em_model_config *cfg = em_model_config_get(m);
         char wd[160], peer_col[32];
         em_model_weight_dtypes(m, wd, sizeof wd);
         snprintf(peer_col, sizeof peer_col, "%s tok/s", peer_name);
@@ -469,7 +467,7 @@ int bench_decode(int argc, char **argv) {
         }
         em_ctx_clear_error(c);
         em_model_free(m);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
     }
     return 0;
 }

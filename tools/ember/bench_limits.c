@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_util.h"
 #include "ember/ember.h"
 
@@ -73,7 +73,7 @@ static void bandwidth(bench_limits *L, bool triad, bool single) {
             if (single) L->read_gbs_1 = (double)n * 4 / best_s(run_one, &j, 3) / 1e9;
         }
     }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -114,7 +114,7 @@ double bench_interleaved(void (*op)(void *), void *user, double op_bytes, bool t
     qsort(bw, (size_t)reps, sizeof *bw, cmp_d);
     *op_ms = ms[reps / 2];
     *gbs = bw[reps / 2];
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return frac[reps / 2];
 }
 

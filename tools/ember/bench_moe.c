@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_aot.h"
 #include "bench_limits.h"
 #include "bench_util.h"
@@ -244,8 +244,8 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
             em_scope_pop(cc);
             em_scope_pop(c);
         }
-        em_ctx_destroy(cc);
-        em_ctx_destroy(c);
+        em_ctx_free(cc);
+        em_ctx_free(c);
     }
     return 0;
 }
@@ -287,15 +287,18 @@ int bench_moe(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--no-pack")) pack = false;
-        else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) launch_us = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--sync-us") && i + 1 < argc) sync_us = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
-            nb = 0;
-            for (char *s = argv[++i]; *s && nb < 16;) {
-                batches[nb++] = (int)strtol(s, &s, 10);
-                if (*s == ',') s++;
-                else if (*s) break;
-            }
+        else if ((!strcmp(argv[i], "--launch-us") || !strcmp(argv[i], "--sync-us")) &&
+                 i + 1 < argc) {
+            if (!cli_real("bench moe", argv[i], argv[i + 1], 0, 1e9,
+                          argv[i][2] == 'l' ? &launch_us : &sync_us))
+                return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
+            long long v[16];
+            nb = cli_int_list("bench moe", argv[i], argv[i + 1], 1, 1 << 20, v, 16);
+            if (nb < 0) return 2;
+            for (int k = 0; k < nb; k++) batches[k] = (int)v[k];
+            i++;
         } else if (!strcmp(argv[i], "--impls") && i + 1 < argc) {
             const char *s = argv[++i];
             for (int k = 0; k < 3; k++) impl_on[k] = strstr(s, em_moe_impl_name((em_moe_impl)k)) != NULL;
@@ -312,10 +315,10 @@ int bench_moe(int argc, char **argv) {
         em_device *d = em_device_get(c, device);
         if (!d) {
             fprintf(stderr, "ember bench moe: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         if (em_device_is_compile_only(d))
             return moe_project(d, which, batches, nb, launch_us, sync_us, json);
     }
@@ -353,7 +356,7 @@ int bench_moe(int argc, char **argv) {
             em_device *dev = em_device_get(c, device);
             if (!dev) {
                 fprintf(stderr, "ember bench moe: %s\n", em_ctx_error(c)->message);
-                em_ctx_destroy(c);
+                em_ctx_free(c);
                 return 1;
             }
             em_ctx_set_device(c, dev); /* weights and inputs are made there */
@@ -505,7 +508,7 @@ int bench_moe(int argc, char **argv) {
             fflush(stdout);
             em_scope_pop(c);
         }
-        em_ctx_destroy(c);
+        em_ctx_free(c);
     }
     return 0;
 }

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 #include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
@@ -315,6 +315,6 @@ int bench_ops(int argc, char **argv) {
             bench_print_row(&r, json);
             em_scope_pop(c);
         }
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -68,7 +68,7 @@ int bench_ops_device(const char *name, bool json, bool quick) {
     if (!d || !em_device_is_pjrt(d)) {
         fprintf(stderr, "ember bench ops: %s\n",
                 d ? "not a PJRT device" : em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     double mt = quick ? 0.2 : 0.5;
@@ -212,6 +212,6 @@ int bench_ops_device(const char *name, bool json, bool quick) {
     if (!json)
         printf("\nfused / async on %s: %.2fx (%s)\n", name, fused_ms / async_ms,
                fused_ms < async_ms ? "fused is faster" : "fused is NOT faster");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }

@@ -209,7 +209,7 @@ static double decode_step(em_ctx *c, const em_model *m, em_kv_cache *kv, em_tens
 /* Prefills 16 tokens into a fresh cache, then times `steps` decode steps into s (ms). */
 static void decode_block(em_ctx *c, const em_model *m, em_kv_cache *kv, int steps, samples *s) {
     int64_t ids[16];
-    int64_t vocab = em_model_get_config(m)->vocab_size;
+    int64_t vocab = em_model_config_get(m)->vocab_size;
     for (int i = 0; i < 16; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
     em_kv_cache_reset(kv);
     em_scope_push(c);
@@ -244,10 +244,9 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
     mo.progress = false;
     mo.offline = true;
     if (o->dtype) {
-        mo.dtype_set = em_dtype_parse(o->dtype, &mo.dtype);
-        if (!mo.dtype_set) {
+        if (!em_dtype_parse(o->dtype, &mo.dtype)) {
             fprintf(stderr, "ember bench pool: unknown dtype '%s'\n", o->dtype);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 2;
         }
     }
@@ -256,7 +255,7 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
     if (!kv) {
         fprintf(stderr, "ember bench pool: %s\n", em_ctx_error(c)->message);
         em_model_free(m);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     decode_block(c, m, kv, 2, NULL); /* first touch of the mapped weights */
@@ -296,23 +295,16 @@ static int bench_decode_busy(const decode_opts *o, int cpus) {
     }
     em_kv_cache_free(kv);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return 0;
 }
 
 /* ---- the command ---- */
 
-static int parse_list(const char *s, int *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *e;
-        long v = strtol(s, &e, 10);
-        if (e == s || v < 0 || v > MAX_BUSY) return -1;
-        out[n++] = (int)v;
-        if (*e == ',') e++;
-        else if (*e) return -1;
-        s = e;
-    }
+static int parse_list(const char *opt, const char *s, int *out, int max) {
+    long long v[8];
+    int n = cli_int_list("bench pool", opt, s, 0, MAX_BUSY, v, max < 8 ? max : 8);
+    for (int k = 0; k < n; k++) out[k] = (int)v[k];
     return n;
 }
 
@@ -338,15 +330,24 @@ int bench_pool(int argc, char **argv) {
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--skip-decode")) decode = false;
         else if (!strcmp(a, "--skip-jobs")) jobs = false;
-        else if (!strcmp(a, "--seconds") && v) seconds = atof(argv[++i]);
-        else if (!strcmp(a, "--threads") && v) n_threads = parse_list(argv[++i], threads, 8);
-        else if (!strcmp(a, "--busy") && v) n_loads = parse_list(argv[++i], loads, 8);
-        else if (!strcmp(a, "--decode-busy") && v) d.n_busy = parse_list(argv[++i], d.busy, 8);
+        else if (!strcmp(a, "--seconds") && v) {
+            if (!cli_real("bench pool", a, argv[++i], 1e-3, 3600, &seconds)) return 2;
+        } else if (!strcmp(a, "--threads") && v) {
+            if ((n_threads = parse_list(a, argv[++i], threads, 8)) < 0) return 2;
+        } else if (!strcmp(a, "--busy") && v) {
+            if ((n_loads = parse_list(a, argv[++i], loads, 8)) < 0) return 2;
+        } else if (!strcmp(a, "--decode-busy") && v) {
+            if ((d.n_busy = parse_list(a, argv[++i], d.busy, 8)) < 0) return 2;
+        }
         else if (!strcmp(a, "--model") && v) d.model = argv[++i];
         else if (!strcmp(a, "--cache-dir") && v) d.cache = argv[++i];
         else if (!strcmp(a, "--dtype") && v) d.dtype = argv[++i];
-        else if (!strcmp(a, "--steps") && v) d.steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && v) d.reps = atoi(argv[++i]);
+        else if ((!strcmp(a, "--steps") || !strcmp(a, "--reps")) && v) {
+            long long x;
+            if (!cli_int("bench pool", a, argv[++i], 1, a[2] == 's' ? 4096 : INT32_MAX, &x))
+                return 2;
+            *(a[2] == 's' ? &d.steps : &d.reps) = (int)x;
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;

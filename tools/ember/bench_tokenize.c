@@ -150,8 +150,10 @@ int bench_tokenize(int argc, char **argv) {
             tok_path = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc)
             text_path = argv[++i];
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            min_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            if (!cli_real("bench tokenize", argv[i], argv[i + 1], 1e-3, 3600, &min_s)) return 2;
+            i++;
+        }
         else if (!strcmp(argv[i], "--json"))
             json = true;
         else {
@@ -169,7 +171,7 @@ int bench_tokenize(int argc, char **argv) {
     char *text = em_file_read(c, "bench tokenize", text_path, SIZE_MAX / 2, &tlen, NULL);
     if (!text) {
         fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     figures ours = {INFINITY, INFINITY, 0, 0, 0, 0, 0, 0};
@@ -185,7 +187,7 @@ int bench_tokenize(int argc, char **argv) {
     }
     if (!tok) {
         fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         free(text);
         return 1;
     }
@@ -195,7 +197,7 @@ int bench_tokenize(int argc, char **argv) {
     size_t n = 0;
     double bw = INFINITY, bc = INFINITY, start = wall_s();
     for (int runs = 0; runs < 3 || wall_s() - start < min_s; runs++) {
-        em_tokenizer_free_ids(ids);
+        em_free(ids);
         double w = wall_s(), u = cpu_s();
         if (em_tokenizer_encode(c, tok, text, tlen, false, &ids, &n) != EM_OK) {
             fprintf(stderr, "ember bench tokenize: %s\n", em_ctx_error(c)->message);
@@ -224,7 +226,7 @@ int bench_tokenize(int argc, char **argv) {
                 rc = 1;
                 goto done;
             }
-            em_tokenizer_free_ids(li);
+            em_free(li);
             n_lines++;
             if (!nl) break;
             p = nl + 1;
@@ -281,9 +283,9 @@ int bench_tokenize(int argc, char **argv) {
     }
     if (have_lib && !same) rc = 1;
 done:
-    em_tokenizer_free_ids(ids);
+    em_free(ids);
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     free(text);
     return rc;
 }

@@ -153,7 +153,7 @@ void bench_print_machine(bool json) {
     char feats[256];
     em_cpu_features_str(feats, sizeof feats);
     em_device_info info;
-    const char *kind = em_device_query(em_device_cpu(), &info) == EM_OK ? info.kind : "?";
+    const char *kind = em_device_info_get(em_device_cpu(), &info) == EM_OK ? info.kind : "?";
     const char *level = em_cpu_isa_name(em_cpu_isa_get());
     if (json)
         printf("{\"bench\": \"machine\", \"kernels\": \"%s\", \"cpu\": \"%s\", "

@@ -2,7 +2,9 @@
 #ifndef EMBER_CLI_H
 #define EMBER_CLI_H
 
+#include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "ember/generate.h"
 
@@ -29,9 +31,22 @@ typedef struct cli_sampling {
     double temperature, top_p, min_p, rep;
     long long top_k, seed;
 } cli_sampling;
-/* Consumes argv[*i] (and its value) when it is a sampling option; true then. */
-bool cli_sampling_arg(cli_sampling *s, int argc, char **argv, int *i);
+/* Consumes argv[*i] (and its value) when it is a sampling option; returns 1 then, 0 when it is
+ * not one, -1 when its value is not a valid number (the error is printed, naming `cmd`). */
+int cli_sampling_arg(const char *cmd, cli_sampling *s, int argc, char **argv, int *i);
 void cli_sampling_apply(const cli_sampling *s, em_generate_params *p);
+
+/* Strict numbers for option values (tools/ember/cli_num.c). `cmd` is the command as the user
+ * typed it after "ember" ("generate", "bench decode"), `opt` the option ("--max-new-tokens").
+ * The whole of `text` must be a number within [lo, hi]; otherwise an error naming the option
+ * and the value goes to stderr and the result is false (-1 for a list). */
+bool cli_int(const char *cmd, const char *opt, const char *text, long long lo, long long hi,
+             long long *out);
+bool cli_real(const char *cmd, const char *opt, const char *text, double lo, double hi,
+              double *out);
+/* A comma-separated list of integers ("1,16"), at most `max`; returns the count, -1 on error. */
+int cli_int_list(const char *cmd, const char *opt, const char *text, long long lo, long long hi,
+                 long long *out, int max);
 
 /* True if argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);

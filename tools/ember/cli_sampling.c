@@ -1,10 +1,11 @@
 /* The sampling options `ember generate` and `ember chat` share. */
-#include <stdlib.h>
+#include <float.h>
+#include <limits.h>
 #include <string.h>
 
 #include "cli.h"
 
-bool cli_sampling_arg(cli_sampling *s, int argc, char **argv, int *i) {
+int cli_sampling_arg(const char *cmd, cli_sampling *s, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (!strcmp(a, "--greedy")) return s->greedy = true;
     static const char *const names[] = {"--temperature", "--top-k", "--top-p", "--min-p",
@@ -12,17 +13,20 @@ bool cli_sampling_arg(cli_sampling *s, int argc, char **argv, int *i) {
     for (int k = 0; k < 6; k++) {
         if (strcmp(a, names[k]) || *i + 1 >= argc) continue;
         const char *v = argv[++*i];
+        bool ok;
         switch (k) {
-        case 0: s->temperature = atof(v); break;
-        case 1: s->top_k = atoll(v); break;
-        case 2: s->top_p = atof(v); break;
-        case 3: s->min_p = atof(v); break;
-        case 4: s->seed = atoll(v); break;
-        default: s->rep = atof(v); break;
+        case 0: ok = cli_real(cmd, a, v, 0, DBL_MAX, &s->temperature); break;
+        case 1: ok = cli_int(cmd, a, v, 0, LLONG_MAX, &s->top_k); break;
+        case 2: ok = cli_real(cmd, a, v, 0, 1, &s->top_p); break;
+        case 3: ok = cli_real(cmd, a, v, 0, 1, &s->min_p); break;
+        case 4: ok = cli_int(cmd, a, v, 0, LLONG_MAX, &s->seed); break;
+        default: ok = cli_real(cmd, a, v, 0, DBL_MAX, &s->rep); break;
         }
-        return s->have[k] = true;
+        if (!ok) return -1;
+        s->have[k] = true;
+        return 1;
     }
-    return false;
+    return 0;
 }
 
 void cli_sampling_apply(const cli_sampling *s, em_generate_params *p) {

@@ -18,7 +18,6 @@
 
 #include "bench_limits.h"
 #include "cli.h"
-#include "ember/chat.h"
 #include "ember/ember.h"
 
 static volatile sig_atomic_t interrupted;
@@ -51,7 +50,7 @@ typedef struct reply {
     size_t printed;
 } reply;
 
-static bool stream_piece(void *user, int seq, int64_t id, const char *piece) {
+static bool stream_piece(void *user, int seq, em_token id, const char *piece) {
     (void)seq, (void)id;
     reply *r = user;
     if (piece && *piece) {
@@ -68,71 +67,51 @@ static void chomp(char *s) {
     while (n && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = 0;
 }
 
-/* One turn: renders `conv` (a JSON array), generates and streams the answer, appends it to
- * conv. Returns false on an error (printed). */
 /* Bytes a decode step of one sequence reads at position pos: the weights as held (one row of
  * an untied embedding) and the KV cache so far. */
 static double step_bytes(const em_model *m, int64_t pos) {
-    const em_model_config *cfg = em_model_get_config(m);
+    const em_model_config *cfg = em_model_config_get(m);
     double kv = 2.0 * (double)cfg->num_hidden_layers * (double)cfg->num_key_value_heads *
                 (double)cfg->head_dim * (double)pos * (double)em_dtype_size(em_model_dtype(m));
     return (double)em_model_weight_bytes(m, true) + kv;
 }
 
+/* One turn: renders `conv` (a JSON array) with the chat template, generates and streams the
+ * answer, appends it to conv. Returns false on an error (printed). */
 static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *conv,
                  const em_generate_params *gp, bool tty, bool bound) {
-    char *msgs = json_dumps(conv, JSON_COMPACT);
-    char *text = msgs ? em_apply_chat_template(c, tok, msgs, true, NULL) : NULL;
-    free(msgs);
-    int32_t *ids32 = NULL;
-    size_t n = 0;
-    if (!text || em_tokenizer_encode(c, tok, text, strlen(text), false, &ids32, &n) != EM_OK) {
-        free(text);
-        fprintf(stderr, "ember chat: %s\n", em_ctx_error(c)->message);
-        em_ctx_clear_error(c);
-        return false;
-    }
-    free(text);
-    int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    for (size_t i = 0; ids && i < n; i++) ids[i] = ids32[i];
-    em_tokenizer_free_ids(ids32);
     reply r = {tty, 0};
     em_generate_params p = *gp;
     p.on_token = stream_piece;
     p.user_data = &r;
     em_generate_result res;
-    const int64_t *prompts[1] = {ids};
-    int64_t lens[1] = {(int64_t)n};
+    char *msgs = json_dumps(conv, JSON_COMPACT);
+    const char *convs[1] = {msgs};
     interrupted = 0;
-    em_status s = ids ? em_generate(c, m, tok, prompts, lens, 1, &p, &res) : EM_ERR_OOM;
-    free(ids);
+    em_status s = msgs ? em_generate_chat(c, m, tok, convs, 1, NULL, &p, &res) : EM_ERR_OOM;
+    free(msgs);
     if (s != EM_OK) {
         fprintf(stderr, "\nember chat: %s\n",
                 em_ctx_error(c) ? em_ctx_error(c)->message : "out of memory");
         em_ctx_clear_error(c);
         return false;
     }
-    int32_t *out = malloc((size_t)(res.n_ids[0] + 1) * sizeof *out);
-    for (int64_t i = 0; out && i < res.n_ids[0]; i++) out[i] = (int32_t)res.ids[0][i];
-    char *answer = out ? em_tokenizer_decode(c, tok, out, (size_t)res.n_ids[0], true, NULL)
-                       : NULL;
-    free(out);
-    bool stopped = !strcmp(res.stop_reason[0], "callback");
+    bool stopped = res.stop_reason[0] == EM_STOP_CALLBACK;
     printf(stopped ? " [stopped]\n\n" : "\n\n");
     fflush(stdout);
     double tps = res.decode_s > 0 ? (double)res.decoded_tokens / res.decode_s : 0;
-    fprintf(stderr, "[%lld tokens (%s), prompt %zu tokens, first token after %.2f s, %.1f tokens/s",
-            (long long)res.n_ids[0], res.stop_reason[0], n, res.prefill_s, tps);
+    fprintf(stderr, "[%lld tokens (%s), prompt %lld tokens, first token after %.2f s, "
+            "%.1f tokens/s", (long long)res.n_ids[0], em_stop_reason_name(res.stop_reason[0]),
+            (long long)res.prompt_tokens, res.prefill_s, tps);
     if (bound && tps > 0) {
-        double gbs = bench_read_gbs(), bytes = step_bytes(m, (int64_t)n + res.n_ids[0] / 2);
+        double gbs = bench_read_gbs(), bytes = step_bytes(m, res.prompt_tokens + res.n_ids[0] / 2);
         double max_tps = gbs * 1e9 / bytes;
         fprintf(stderr, " = %.0f%% of the bandwidth bound (%.1f tokens/s: %.1f MB per token at "
                 "%.1f GB/s, measured now)", 100.0 * tps / max_tps, max_tps, bytes / 1e6, gbs);
     }
     fprintf(stderr, "]\n");
     json_array_append_new(conv, json_pack("{s:s, s:s}", "role", "assistant", "content",
-                                          answer ? answer : ""));
-    em_tokenizer_free_text(answer);
+                                          res.text[0]));
     em_generate_result_free(&res);
     return true;
 }
@@ -150,7 +129,10 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage();
             return 0;
-        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
+        }
+        int sa = cli_sampling_arg("chat", &samp, argc, argv, &i);
+        if (sa < 0) return 2;
+        if (sa) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--system")) system = argv[i];
         else if (ARG("--device")) mo.device = argv[i];
@@ -159,8 +141,9 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "ember chat: unknown dtype '%s'\n", argv[i]);
                 return 2;
             }
-            mo.dtype_set = true;
-        } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
+        } else if (ARG("--max-new-tokens")) {
+            if (!cli_int("chat", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
+        }
         else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--bound")) bound = true;
         else {
@@ -169,7 +152,7 @@ int cmd_chat(int argc, char **argv) {
         }
 #undef ARG
     }
-    if (!model || max_new < 1) {
+    if (!model) {
         fprintf(stderr, "ember chat: --model is required (see --help)\n");
         return 2;
     }
@@ -182,13 +165,13 @@ int cmd_chat(int argc, char **argv) {
         fprintf(stderr, "ember chat: %s\n", em_ctx_error(c)->message);
         em_tokenizer_free(tok);
         em_model_free(m);
-        em_ctx_destroy(c);
+        em_ctx_free(c);
         return 1;
     }
     char wd[160];
     em_model_weight_dtypes(m, wd, sizeof wd);
     fprintf(stderr, "loaded %s (%s) in %.2f s; weights %s, %.1f MB; %d threads\n",
-            em_model_get_config(m)->model_type, em_model_dir(m), em_model_load_seconds(m), wd,
+            em_model_config_get(m)->model_type, em_model_dir(m), em_model_load_seconds(m), wd,
             (double)em_model_weight_bytes(m, false) / 1e6, em_num_threads());
     em_generate_params gp = em_generate_default_params(m);
     gp.max_new_tokens = max_new;
@@ -250,6 +233,6 @@ int cmd_chat(int argc, char **argv) {
     json_decref(conv);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

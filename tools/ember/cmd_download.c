@@ -74,8 +74,8 @@ int cmd_download(int argc, char **argv) {
     } else {
         printf("%s\n", dir);
     }
-    free(dir);
+    em_free(dir);
     free(files);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

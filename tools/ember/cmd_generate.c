@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "core/file_read.h"
-#include "ember/chat.h"
 #include "ember/ember.h"
 #include "ember/generate.h"
 
@@ -41,7 +40,7 @@ typedef struct stream_state {
     bool on;
 } stream_state;
 
-static bool print_piece(void *user, int seq, int64_t id, const char *piece) {
+static bool print_piece(void *user, int seq, em_token id, const char *piece) {
     (void)seq, (void)id;
     stream_state *s = user;
     if (s->on && piece) {
@@ -51,36 +50,34 @@ static bool print_piece(void *user, int seq, int64_t id, const char *piece) {
     return true;
 }
 
-/* Renders a one-message conversation with the tokenizer's chat template. */
-static char *render_chat(em_ctx *c, const em_tokenizer *tok, const char *text) {
+/* A one-message conversation as the JSON em_generate_chat takes (NULL: not valid UTF-8). */
+static char *user_message(const char *text) {
     json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", text);
     char *mj = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL;
     json_decref(msgs);
-    char *out = mj ? em_apply_chat_template(c, tok, mj, true, NULL) : NULL;
-    free(mj);
-    return out;
+    return mj;
 }
 
-static int64_t *parse_ids(const char *s, int64_t *n) {
+static em_token *parse_ids(const char *s, int64_t *n) {
     size_t cap = 16;
-    int64_t *v = malloc(cap * sizeof *v);
+    em_token *v = malloc(cap * sizeof *v);
     *n = 0;
     while (v && *s) {
         char *end;
         long long x = strtoll(s, &end, 10);
-        if (end == s) {
+        if (end == s || x < 0 || x > INT32_MAX) {
             free(v);
             return NULL;
         }
         if ((size_t)*n == cap) {
-            int64_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            em_token *nv = realloc(v, (cap *= 2) * sizeof *v);
             if (!nv) {
                 free(v);
                 return NULL;
             }
             v = nv;
         }
-        v[(*n)++] = x;
+        v[(*n)++] = (em_token)x;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') {
             free(v);
@@ -106,7 +103,10 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage();
             return 0;
-        } else if (cli_sampling_arg(&samp, argc, argv, &i)) {
+        }
+        int sa = cli_sampling_arg("generate", &samp, argc, argv, &i);
+        if (sa < 0) return 2;
+        if (sa) {
         } else if (ARG("--model")) model = argv[i];
         else if (ARG("--prompt")) prompt = argv[i];
         else if (ARG("--chat")) chat = argv[i];
@@ -119,8 +119,9 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "ember generate: unknown dtype '%s'\n", argv[i]);
                 return 2;
             }
-            mo.dtype_set = true;
-        } else if (ARG("--max-new-tokens")) max_new = atoll(argv[i]);
+        } else if (ARG("--max-new-tokens")) {
+            if (!cli_int("generate", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
+        }
         else if (ARG("--stop")) {
             if (n_stops < 16) stops[n_stops++] = argv[i];
         } else if (ARG("--moe-impl")) {
@@ -129,7 +130,7 @@ int cmd_generate(int argc, char **argv) {
                 return 2;
             }
         } else if (ARG("--bucket")) {
-            bucket = atoll(argv[i]);
+            if (!cli_int("generate", a, argv[i], 1, INT32_MAX, &bucket)) return 2;
         } else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--show-device-map")) show_map = true;
@@ -139,7 +140,7 @@ int cmd_generate(int argc, char **argv) {
         }
 #undef ARG
     }
-    if (!model || (!prompt && !chat && !ids_s && !batch_file) || max_new < 1) {
+    if (!model || (!prompt && !chat && !ids_s && !batch_file)) {
         fprintf(stderr, "ember generate: --model and one of --prompt, --chat, --ids or "
                         "--batch-file are required (see --help)\n");
         return 2;
@@ -148,17 +149,20 @@ int cmd_generate(int argc, char **argv) {
     em_model *m = em_model_load(c, model, &mo);
     em_tokenizer *tok = NULL;
     int rc = 1, batch = 0;
-    int64_t *prompts[64] = {NULL};
-    int64_t lens[64] = {0};
+    char *lines[64], *convs[64] = {NULL}, *file_text = NULL;
+    em_token *ids = NULL;
+    em_generate_result r;
+    memset(&r, 0, sizeof r);
     if (!m) goto fail;
     char wd[160];
     em_model_weight_dtypes(m, wd, sizeof wd);
     fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
-            em_model_get_config(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
+            em_model_config_get(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
             em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
     if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q"))
         fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
-                mo.dtype_set ? "--dtype was given" : "quantized weights run on the CPU only");
+                mo.dtype != EM_DTYPE_AUTO ? "--dtype was given"
+                                          : "quantized weights run on the CPU only");
     if (show_map) {
         char map[16384];
         em_model_device_map(m, map, sizeof map);
@@ -168,47 +172,17 @@ int cmd_generate(int argc, char **argv) {
         tok = em_tokenizer_load(c, em_model_dir(m));
         if (!tok) goto fail;
     }
-    /* the prompts */
-    char *lines[64];
-    int n_lines = 0;
-    char *file_text = NULL;
+    /* the prompts: one, or a line each of --batch-file */
     if (batch_file) {
         size_t sz;
         file_text = em_file_read(c, "generate", batch_file, (size_t)64 << 20, &sz, NULL);
-        if (!file_text) {
-            fprintf(stderr, "ember generate: %s\n", em_ctx_error(c)->message);
-            goto fail;
-        }
-        for (char *save = NULL, *l = file_text ? strtok_r(file_text, "\n", &save) : NULL;
-             l && n_lines < 64; l = strtok_r(NULL, "\n", &save))
-            if (*l) lines[n_lines++] = l;
+        if (!file_text) goto fail;
+        for (char *save = NULL, *l = strtok_r(file_text, "\n", &save); l && batch < 64;
+             l = strtok_r(NULL, "\n", &save))
+            if (*l) lines[batch++] = l;
     } else {
-        lines[n_lines++] = (char *)(chat ? chat : prompt);
+        lines[batch++] = (char *)(chat ? chat : prompt);
     }
-    for (int b = 0; b < n_lines; b++) {
-        if (ids_s) {
-            prompts[b] = parse_ids(ids_s, &lens[b]);
-            if (!prompts[b] || !lens[b]) {
-                fprintf(stderr, "ember generate: --ids must be a comma-separated list of ids\n");
-                goto fail;
-            }
-        } else {
-            char *text = chat ? render_chat(c, tok, lines[b]) : strdup(lines[b]);
-            if (!text) goto fail;
-            int32_t *ids32 = NULL;
-            size_t n = 0;
-            /* a rendered chat already holds its special tokens */
-            em_status s = em_tokenizer_encode(c, tok, text, strlen(text), !chat, &ids32, &n);
-            free(text);
-            if (s) goto fail;
-            prompts[b] = malloc((n + 1) * sizeof **prompts);
-            for (size_t k = 0; prompts[b] && k < n; k++) prompts[b][k] = ids32[k];
-            lens[b] = (int64_t)n;
-            em_tokenizer_free_ids(ids32);
-        }
-        batch++;
-    }
-    free(file_text);
     em_generate_params p = em_generate_default_params(m);
     p.max_new_tokens = max_new;
     cli_sampling_apply(&samp, &p);
@@ -219,9 +193,28 @@ int cmd_generate(int argc, char **argv) {
     stream_state ss = {!print_ids && batch == 1 && tok};
     p.on_token = print_piece;
     p.user_data = &ss;
-    em_generate_result r;
-    if (em_generate(c, m, tok, (const int64_t *const *)prompts, lens, batch, &p, &r) != EM_OK)
-        goto fail;
+    em_status s;
+    if (ids_s) { /* every prompt is the given ids */
+        int64_t n = 0, lens[64];
+        const em_token *prompts[64];
+        ids = parse_ids(ids_s, &n);
+        if (!ids || !n) {
+            fprintf(stderr, "ember generate: --ids must be a comma-separated list of ids\n");
+            goto fail;
+        }
+        for (int b = 0; b < batch; b++) prompts[b] = ids, lens[b] = n;
+        s = em_generate(c, m, tok, prompts, lens, batch, &p, &r);
+    } else if (chat) {
+        for (int b = 0; b < batch; b++)
+            if (!(convs[b] = user_message(lines[b]))) {
+                fprintf(stderr, "ember generate: the message is not valid UTF-8\n");
+                goto fail;
+            }
+        s = em_generate_chat(c, m, tok, (const char *const *)convs, batch, NULL, &p, &r);
+    } else {
+        s = em_generate_text(c, m, tok, (const char *const *)lines, batch, &p, &r);
+    }
+    if (s != EM_OK) goto fail;
     if (ss.on) printf("\n");
     for (int b = 0; b < batch; b++) {
         if (print_ids) {
@@ -229,36 +222,31 @@ int cmd_generate(int argc, char **argv) {
             for (int64_t k = 0; k < r.n_ids[b]; k++)
                 printf("%s%lld", k ? ", " : "", (long long)r.ids[b][k]);
             printf("]\n");
-        } else if (!ss.on && tok) {
-            int32_t *v = malloc((size_t)(r.n_ids[b] + 1) * sizeof *v);
-            for (int64_t k = 0; v && k < r.n_ids[b]; k++) v[k] = (int32_t)r.ids[b][k];
-            char *text = v ? em_tokenizer_decode(c, tok, v, (size_t)r.n_ids[b], true, NULL) : NULL;
-            printf("%s\n", text ? text : "");
-            em_tokenizer_free_text(text);
-            free(v);
+        } else if (!ss.on && r.text) {
+            printf("%s\n", r.text[b]);
         }
     }
     fflush(stdout); /* the text before the timings, also when both go to one pipe */
-    int64_t prompt_tokens = 0;
-    for (int b = 0; b < batch; b++) prompt_tokens += lens[b];
     fprintf(stderr,
             "prompt %lld tokens, time to first token %.3f s (%.1f tokens/s prefill); "
             "%lld tokens in %.3f s = %.2f tokens/s (batch %d)\n",
-            (long long)prompt_tokens, r.prefill_s,
-            r.prefill_s > 0 ? (double)prompt_tokens / r.prefill_s : 0.0,
+            (long long)r.prompt_tokens, r.prefill_s,
+            r.prefill_s > 0 ? (double)r.prompt_tokens / r.prefill_s : 0.0,
             (long long)r.decoded_tokens, r.decode_s,
             r.decode_s > 0 ? (double)r.decoded_tokens / r.decode_s : 0.0, batch);
     if (compile)
         fprintf(stderr, "compile mode: %lld programs compiled in %.3f s (KV buckets of %lld)\n",
                 (long long)r.compiles, r.compile_s, (long long)(bucket > 0 ? bucket : 128));
-    em_generate_result_free(&r);
     rc = 0;
 fail:
     if (rc && em_ctx_error(c)) fprintf(stderr, "ember generate: %s\n", em_ctx_error(c)->message);
-    for (int b = 0; b < 64; b++) free(prompts[b]);
+    em_generate_result_free(&r);
+    for (int b = 0; b < 64; b++) free(convs[b]);
+    free(ids);
+    free(file_text);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }
 
@@ -293,7 +281,7 @@ int cmd_embed(int argc, char **argv) {
     int rc = 1;
     float *e = NULL;
     if (!tok) goto out;
-    int64_t h = em_model_get_config(m)->hidden_size;
+    int64_t h = em_model_config_get(m)->hidden_size;
     if (query) texts[n] = query; /* embedded with the corpus, last */
     int total = n + (query != NULL);
     e = malloc((size_t)(total * h) * sizeof *e);
@@ -337,6 +325,6 @@ out:
     free(e);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

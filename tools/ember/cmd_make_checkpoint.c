@@ -94,9 +94,19 @@ int cmd_make_checkpoint(int argc, char **argv) {
             return 0;
         } else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) {
+            long long v;
+            if (!cli_int("make-checkpoint", argv[i], argv[i + 1], 1, 1 << 16, &v)) return 2;
+            layers = v;
+            i++;
+        }
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokenizer = argv[++i];
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            long long v;
+            if (!cli_int("make-checkpoint", argv[i], argv[i + 1], 0, LLONG_MAX, &v)) return 2;
+            seed = (uint64_t)v;
+            i++;
+        }
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             if (!em_dtype_parse(argv[++i], &dtype) || (dtype != EM_BF16 && dtype != EM_F32)) {
                 fprintf(stderr, "ember make-checkpoint: --dtype is bf16 or f32\n");
@@ -122,7 +132,7 @@ int cmd_make_checkpoint(int argc, char **argv) {
         tok = em_tokenizer_load(c, tokenizer);
         if (!tok) {
             fprintf(stderr, "ember make-checkpoint: %s\n", em_ctx_error(c)->message);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 1;
         }
         if (!cfg.vocab) cfg.vocab = (int64_t)em_tokenizer_vocab_size(tok);
@@ -223,6 +233,6 @@ int cmd_make_checkpoint(int argc, char **argv) {
                 wr.shard);
     }
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

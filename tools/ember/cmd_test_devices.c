@@ -219,7 +219,7 @@ int cmd_test_devices(int argc, char **argv) {
         em_eager_mode m;
         if (!em_eager_mode_parse(mode, &m)) {
             fprintf(stderr, "ember test-devices: unknown mode '%s'\n", mode);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 2;
         }
         em_ctx_set_eager_mode(c, m);
@@ -258,7 +258,7 @@ int cmd_test_devices(int argc, char **argv) {
         if (n_rm <= 0) {
             fprintf(stderr, "ember test-devices: bad --modes '%s' (sync, async, fused, compiled)\n",
                     modes);
-            em_ctx_destroy(c);
+            em_ctx_free(c);
             return 2;
         }
     } else {
@@ -397,7 +397,7 @@ int cmd_test_devices(int argc, char **argv) {
     }
     if (n_ok == 0 && !json)
         printf("SKIP: no device to test (install a plugin, e.g. pip install xla-cpu-pjrt)\n");
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     if (rc == 0 && allow_missing && explicit_devs && n_ok == 0) rc = 77;
     return rc;
 }

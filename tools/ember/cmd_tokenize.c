@@ -59,7 +59,7 @@ static int decode(em_ctx *c, em_tokenizer *tok, const char *in, size_t len, bool
         return 1;
     }
     fwrite(text, 1, tl, stdout);
-    em_tokenizer_free_text(text);
+    em_free(text);
     return 0;
 }
 
@@ -108,12 +108,12 @@ int cmd_tokenize(int argc, char **argv) {
             putchar('[');
             for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
             printf("]\n");
-            em_tokenizer_free_ids(ids);
+            em_free(ids);
             rc = 0;
         }
     }
     free(in);
     em_tokenizer_free(tok);
-    em_ctx_destroy(c);
+    em_ctx_free(c);
     return rc;
 }

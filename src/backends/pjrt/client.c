@@ -35,7 +35,7 @@ static em_status query(const em_device *d, em_device_info *out) {
     if (!out->memory_bytes && !strcmp(pl->platform, "cpu")) {
         /* XLA's CPU devices use host memory */
         em_device_info host;
-        if (em_device_query(em_device_host(), &host) == EM_OK) {
+        if (em_device_info_get(em_device_host(), &host) == EM_OK) {
             out->memory_bytes = host.memory_bytes;
             out->memory_free = host.memory_free;
         }

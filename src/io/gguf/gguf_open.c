@@ -441,7 +441,7 @@ em_gguf *em_gguf_parse(em_ctx *c, const char *name, em_st_image *im) {
     }
     ok = ok && data_section(&k);
     if (!ok) {
-        em_gguf_close(g);
+        em_gguf_free(g);
         return NULL;
     }
     return g;
@@ -471,7 +471,7 @@ em_gguf *em_gguf_open_memory(em_ctx *c, const void *data, size_t n, const char *
     return em_gguf_parse(c, name ? name : "<memory>", im);
 }
 
-void em_gguf_close(em_gguf *g) {
+void em_gguf_free(em_gguf *g) {
     if (!g) return;
     em_st_image_release(g->image);
     em_gguf_arena_free(&g->arena);

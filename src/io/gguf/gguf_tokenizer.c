@@ -243,12 +243,12 @@ static bool generated_merges(gb *b) {
         }
         for (size_t k = start; k < cl.n; k++) /* la_chars now counts the whole token */
             cl.v[k].lb_chars = (uint32_t)(la_chars - cl.v[k].la_chars);
-        qsort(cl.v + start, cl.n - start, sizeof *cl.v, cmp_local);
+        if (cl.n > start) qsort(cl.v + start, cl.n - start, sizeof *cl.v, cmp_local);
         for (size_t k = start; k < cl.n; k++) cl.v[k].seq = k;
     }
     tk_strmap_free(&seen);
     if (ok) {
-        qsort(cl.v, cl.n, sizeof *cl.v, cmp_global);
+        if (cl.n) qsort(cl.v, cl.n, sizeof *cl.v, cmp_global);
         ok = tk_bpe_merges_from(&b->l, m, cl.n, gen_merge, &cl);
     }
     free(cl.v);

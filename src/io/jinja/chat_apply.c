@@ -5,7 +5,7 @@
 #include "ember/chat.h"
 #include "ember/tokenizer.h"
 
-char *em_apply_chat_template(em_ctx *c, const em_tokenizer *tok, const char *messages_json,
+char *em_chat_template_apply(em_ctx *c, const em_tokenizer *tok, const char *messages_json,
                              bool add_generation_prompt, const char *extra_vars_json) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!tok || !messages_json) {

@@ -100,7 +100,7 @@ em_safetensors *em_st_new(const char *path) {
     return st;
 }
 
-void em_safetensors_close(em_safetensors *st) {
+void em_safetensors_free(em_safetensors *st) {
     if (!st) return;
     for (int64_t i = 0; i < st->n_entries; i++) {
         free((char *)st->entries[i].info.name);
@@ -266,7 +266,7 @@ static em_safetensors *open_single(em_ctx *c, const char *path) {
     }
     em_st_image *im = em_st_image_map(c, path, OP);
     if (!im || em_st_add_file(c, st, path, im) || em_st_finish(c, st, NULL, NULL)) {
-        em_safetensors_close(st);
+        em_safetensors_free(st);
         return NULL;
     }
     return st;
@@ -284,12 +284,12 @@ em_safetensors *em_safetensors_open_memory(em_ctx *c, const void *data, size_t n
     em_st_image *im = em_st_image_new(EM_ST_IMAGE_BORROWED, (uint8_t *)data, n);
     if (!st || !im) {
         free(im);
-        em_safetensors_close(st);
+        em_safetensors_free(st);
         EM_FAIL(c, EM_ERR_OOM, OP, "out of memory opening %s", name);
         return NULL;
     }
     if (em_st_add_file(c, st, name, im) || em_st_finish(c, st, NULL, NULL)) {
-        em_safetensors_close(st);
+        em_safetensors_free(st);
         return NULL;
     }
     return st;
@@ -435,7 +435,7 @@ static em_safetensors *open_index(em_ctx *c, const char *path) {
     }
     goto done;
 fail:
-    em_safetensors_close(st);
+    em_safetensors_free(st);
     st = NULL;
 done:
     free(dir);

@@ -116,8 +116,6 @@ em_status em_tokenizer_encode(em_ctx *c, const em_tokenizer *t, const char *text
     return EM_OK;
 }
 
-void em_tokenizer_free_ids(int32_t *ids) { free(ids); }
-void em_tokenizer_free_text(char *text) { free(text); }
 
 /* The string of an id as decode sees it: an added token's normalized form when it has one
  * (simple_id_to_token), else its content, else the model's vocabulary entry. */

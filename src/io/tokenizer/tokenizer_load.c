@@ -301,7 +301,7 @@ em_tokenizer *em_tokenizer_load(em_ctx *c, const char *path) {
     if (!S_ISDIR(st.st_mode) && plen > 5 && !strcmp(path + plen - 5, ".gguf")) {
         em_gguf *g = em_gguf_open(c, path);
         em_tokenizer *t = g ? em_tokenizer_from_gguf(c, g) : NULL;
-        em_gguf_close(g);
+        em_gguf_free(g);
         return t;
     }
     if (S_ISDIR(st.st_mode)) {

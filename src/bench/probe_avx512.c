@@ -2,7 +2,7 @@
 #include <immintrin.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 
 static float read_(const float *p, size_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;

@@ -1,7 +1,7 @@
 /* Machine-limit probes with AVX2 + FMA (see probe.h): the limits of the AVX2 kernels. */
 #include <immintrin.h>
 
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 
 static float read_(const float *p, size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;

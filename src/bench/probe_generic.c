@@ -1,7 +1,7 @@
 /* Machine-limit probes in portable C (the twins of probe_avx2.c, probe_avx512.c), and the
  * probe table of the chosen instruction set. */
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/probe.h"
+#include "bench/probe.h"
 
 static float read_(const float *p, size_t n) {
     float s[8] = {0};
