@@ -140,6 +140,11 @@ static void test_config_and_map(void) {
     /* an architecture Ember does not read, named */
     CHECK(!em_model_load(c, em_test_fixture_path("gguf", "types.gguf"), NULL));
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "\"test\"");
+    /* ... and the config reader says which it reads: the family table's GGUF rows */
+    em_model_config bad;
+    CHECK(em_model_config_load(c, em_test_fixture_path("gguf", "types.gguf"), &bad) ==
+          EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "\"test\"", "llama", "qwen3moe", "gemma3 GGUF files");
     em_ctx_free(c);
 }
 

@@ -126,11 +126,16 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
     free(want);
 }
 
-/* bf16_tol: atol = rtol for the bf16 logits */
-static void check_causal_tol(const char *family, bool moe, double bf16_tol) {
+/* tests/fixtures/models/<family>_ref: transformers' ids, logits and greedy tokens */
+static em_test_bundle *ref_bundle(const char *family) {
     char rel[128];
     snprintf(rel, sizeof rel, "models/%s_ref", family);
-    em_test_bundle *b = em_test_bundle_load(rel);
+    return em_test_bundle_load(rel);
+}
+
+/* bf16_tol: atol = rtol for the bf16 logits */
+static void check_causal_tol(const char *family, bool moe, double bf16_tol) {
+    em_test_bundle *b = ref_bundle(family);
     if (!b) return;
     em_ctx *c = em_ctx_create();
     em_model *m = load(c, family, EM_F32);
@@ -353,9 +358,7 @@ static em_model *load_dir(em_ctx *c, const char *dir) {
 /* logits_f32 of the fixture through a Hub-style config, without a cache for the last position
  * only (the KV-shared layers then run on it alone), and with a cache fed in two chunks */
 static void check_gemma4_paths(const char *family) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "models/%s_ref", family);
-    em_test_bundle *b = em_test_bundle_load(rel);
+    em_test_bundle *b = ref_bundle(family);
     char *dir = make_variant(family, hub_style);
     if (!b || !dir) {
         em_test_bundle_free(b);
@@ -450,6 +453,54 @@ static void test_gemma4_errors(void) {
     em_ctx_free(c);
 }
 
+/* Gemma 4 in compile mode (its layer is built from the decoder's blocks, so it traces) against
+ * its own eager forward: a prefill with a cache and then decode steps for the last position
+ * only, where the KV-sharing layers run on that position alone, within 1e-5. */
+static void check_gemma4_compiled(const char *family) {
+    em_test_bundle *b = ref_bundle(family);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_model *m = load(c, family, EM_F32);
+    if (m) {
+        CHECK_MSG(em_model_compile_supported(m), "%s: compile mode not supported", family);
+        em_scope_push(c);
+        em_tensor *ids = em_test_bundle_get(b, c, "ids");
+        int64_t bsz = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1), split = 5;
+        em_kv_cache *ke = em_kv_cache_create(c, m, bsz, t);
+        em_kv_cache *kc = em_kv_cache_create(c, m, bsz, t);
+        em_model_compiled *mc = em_model_compile(c, m, kc, 4);
+        char what[160];
+        em_tensor *pre = em_narrow(c, ids, 1, 0, split);
+        snprintf(what, sizeof what, "%s prefill compiled vs eager", family);
+        em_test_allclose(c, em_model_forward_compiled(c, mc, pre, NULL, false),
+                         em_model_forward(c, m, pre, NULL, ke, false), 1e-5, 1e-5, what);
+        for (int64_t i = split; i < t; i++) {
+            em_tensor *step = em_narrow(c, ids, 1, i, 1);
+            snprintf(what, sizeof what, "%s decode step %lld compiled vs eager", family,
+                     (long long)i);
+            em_test_allclose(c, em_model_forward_compiled(c, mc, step, NULL, true),
+                             em_model_forward(c, m, step, NULL, ke, true), 1e-5, 1e-5, what);
+        }
+        em_compile_stats st;
+        em_model_compiled_stats(mc, &st);
+        CHECK_MSG(st.compiles >= 2, "%s: %lld compiles", family, (long long)st.compiles);
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s: %s", family, em_ctx_error(c)->message);
+        em_model_compiled_free(mc);
+        em_kv_cache_free(kc);
+        em_kv_cache_free(ke);
+        em_scope_pop(c);
+        em_model_free(m);
+    }
+    em_ctx_clear_error(c);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+static void test_gemma4_compiled(void) {
+    check_gemma4_compiled("gemma4_text");
+    check_gemma4_compiled("gemma4");
+}
+
 /* On a PJRT device (XLA's CPU plugin) and split between cpu and xla: the same greedy tokens as
  * transformers (and so as the CPU backend). Skipped, loudly, when no plugin is installed. */
 static void test_on_xla(void) {
@@ -519,5 +570,5 @@ static void test_errors(void) {
 }
 
 EM_TEST_MAIN(T(test_qwen3), T(test_weight_copies), T(test_qwen3_moe), T(test_llama), T(test_mistral), T(test_mixtral),
-             T(test_gemma3), T(test_gemma4_text), T(test_gemma4_moe), T(test_gemma4_paths),
+             T(test_gemma3), T(test_gemma4_text), T(test_gemma4_moe), T(test_gemma4_paths), T(test_gemma4_compiled),
              T(test_gemma4_errors), T(test_bert), T(test_on_xla), T(test_errors))

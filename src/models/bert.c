@@ -44,7 +44,19 @@ em_status em_bert_load(em_wload *w) {
     return em_ctx_status(c);
 }
 
-const em_family em_family_bert = {"bert", false, false, false, 0, em_bert_load, NULL};
+/* BertConfig defaults */
+static void bert_defaults(em_model_config *m) {
+    m->vocab_size = 30522, m->hidden_size = 768, m->num_hidden_layers = 12;
+    m->num_attention_heads = 12, m->intermediate_size = 3072;
+    snprintf(m->hidden_act, sizeof m->hidden_act, "gelu");
+    m->max_position_embeddings = 512, m->type_vocab_size = 2, m->layer_norm_eps = 1e-12;
+    m->pad_token_id = 0, m->tie_word_embeddings = true, m->rms_norm_eps = 0;
+}
+
+const em_family em_family_bert = {
+    .config = {.model_type = "bert", .defaults = bert_defaults},
+    .load = em_bert_load,
+};
 
 static em_tensor *heads(em_ctx *c, em_tensor *x, int64_t b, int64_t t, int64_t h, int64_t d) {
     return em_transpose(c, em_reshape(c, x, 4, (int64_t[]){b, t, h, d}), 1, 2);

@@ -1,14 +1,16 @@
 /*
  * The decoder-only transformer shared by the Llama-like families: embeddings, N layers of
- * (norm, attention with a KV cache, norm, MLP or MoE), final norm, LM head. Family files
- * (qwen3.c, llama.c, gemma3.c, ...) choose the variant through their em_family row.
+ * (norm, attention with a KV cache, norm, MLP or MoE), final norm, LM head. The layer is
+ * built from the blocks of decoder_blocks.h; family files (qwen3.c, llama.c, gemma3.c, ...)
+ * choose the variant through their em_family row and the options their loader sets, and may
+ * give their own layer (gemma4.c).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model_impl.h"
+#include "models/decoder_blocks.h"
 
 /* ---- loading ---- */
 
@@ -52,6 +54,11 @@ em_status em_decoder_load(em_wload *w) {
     }
     if (cfg->query_pre_attn_scalar > 0) m->attn_scale = 1.0 / sqrt(cfg->query_pre_attn_scalar);
     if (f->gemma) m->embed_scale = sqrt((double)cfg->hidden_size);
+    /* the blocks' options (decoder_blocks.h) */
+    m->norm = f->gemma ? EM_NORM_RMS_1P : EM_NORM_RMS;
+    m->attn_softcap = cfg->attn_logit_softcapping;
+    m->moe_norm_topk = f->moe == 2 ? true : cfg->norm_topk_prob; /* Mixtral always renormalises */
+    m->first_kv_shared = m->n_layers;
 
     m->embed = em_wl_get(w, m->dev_embed, "%sembed_tokens.weight", p);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
@@ -176,33 +183,19 @@ int64_t em_kv_cache_length(const em_kv_cache *kv) { return kv ? kv->len : 0; }
 
 int64_t em_kv_cache_experts_hit(const em_kv_cache *kv) { return kv ? kv->experts_hit : 0; }
 
-/* ---- forward ---- */
+/* ---- blocks (decoder_blocks.h) ---- */
 
-typedef struct fwd {
-    em_ctx *c;
-    const em_model *m;
-    int64_t b, t, pos0, tk; /* batch, new tokens, cached positions, keys after this step */
-    em_tensor *positions;   /* [B, T] i64 on the CPU (on the model's device when static) */
-    em_tensor *key_mask;    /* [B, Tk] bool on the CPU, or NULL */
-    /* static (compile mode): the KV write positions [T] and full masks [B, 1, T, Tk] (true =
-     * attend; causality, padding and the key bucket's unused tail in them), for global and
-     * sliding layers; shapes depend on the bucket only, never on the cache length */
-    bool stat;
-    em_tensor *cache_pos, *smask, *smask_local;
-    /* per device: rope tables and the mask (recomputed when the device changes) */
-    em_device *dev;
-    em_tensor *cos, *sin, *cos_l, *sin_l, *mask;
-} fwd;
-
-static void enter_device(fwd *f, em_device *d) {
+void em_blk_enter_device(em_fwd *f, em_device *d) {
     if (f->dev == d) return;
     em_ctx *c = f->c;
     const em_model *m = f->m;
     f->dev = d;
     em_tensor *pos = em_model_to_dev(c, f->positions, d);
-    em_tensor *inv = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq}, m->inv_freq);
-    f->cos = em_rope_cos_sin(c, pos, inv, m->rope_scaling, m->dtype, &f->sin);
-    f->cos_l = f->sin_l = NULL;
+    f->cos = f->sin = f->cos_l = f->sin_l = NULL;
+    if (m->n_freq > 0) { /* none when every layer is local (Gemma 4 may have no full layer) */
+        em_tensor *inv = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq}, m->inv_freq);
+        f->cos = em_rope_cos_sin(c, pos, inv, m->rope_scaling, m->dtype, &f->sin);
+    }
     if (m->n_freq_local > 0) {
         em_tensor *invl = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq_local},
                                           m->inv_freq_local);
@@ -214,60 +207,22 @@ static void enter_device(fwd *f, em_device *d) {
                   : NULL;
 }
 
-static em_tensor *norm(fwd *f, em_tensor *x, em_tensor *w) {
-    return em_rms_norm(f->c, x, w, f->m->cfg.rms_norm_eps, f->m->fam->gemma);
-}
-
-/* [B, T, H*D] -> [B, H, T, D] */
-static em_tensor *heads(fwd *f, em_tensor *x, int64_t h) {
+em_tensor *em_blk_norm(em_fwd *f, em_tensor *x, em_tensor *w) {
     em_ctx *c = f->c;
-    int64_t d = f->m->cfg.head_dim;
-    return em_transpose(c, em_reshape(c, x, 4, (int64_t[]){f->b, f->t, h, d}), 1, 2);
+    double eps = f->m->cfg.rms_norm_eps;
+    switch (f->m->norm) {
+    case EM_NORM_RMS_1P: return em_rms_norm(c, x, w, eps, true);
+    case EM_NORM_RMS_F32: /* x.float() normalised, times w.float(), rounded once */
+        if (!x || em_tensor_dtype(x) == EM_F32) return em_rms_norm(c, x, w, eps, false);
+        return em_cast(c,
+                       em_rms_norm(c, em_cast(c, x, EM_F32), w ? em_cast(c, w, EM_F32) : NULL,
+                                   eps, false),
+                       em_tensor_dtype(x));
+    default: return em_rms_norm(c, x, w, eps, false);
+    }
 }
 
-static em_tensor *attention(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *kv,
-                            int64_t li) {
-    em_ctx *c = f->c;
-    const em_model *m = f->m;
-    const em_model_config *cfg = &m->cfg;
-    int64_t hq = cfg->num_attention_heads, hkv = cfg->num_key_value_heads, d = cfg->head_dim;
-    em_tensor *q = heads(f, em_linear(c, x, l->q, l->q_bias), hq);
-    em_tensor *k = heads(f, em_linear(c, x, l->k, l->k_bias), hkv);
-    em_tensor *v = heads(f, em_linear(c, x, l->v, l->v_bias), hkv);
-    if (l->q_norm) {
-        q = norm(f, q, l->q_norm);
-        k = norm(f, k, l->k_norm);
-    }
-    bool local = l->sliding && f->cos_l;
-    q = em_rope(c, q, local ? f->cos_l : f->cos, local ? f->sin_l : f->sin);
-    k = em_rope(c, k, local ? f->cos_l : f->cos, local ? f->sin_l : f->sin);
-    em_tensor *mask = f->mask;
-    em_sdpa_params sp = em_sdpa_default_params();
-    sp.scale = m->attn_scale;
-    sp.causal = true;
-    sp.window = l->sliding ? cfg->sliding_window : 0;
-    sp.softcap = cfg->attn_logit_softcapping;
-    if (kv && f->stat) {
-        /* positions are data: HF's StaticCache write, attention over the whole bucket */
-        em_index_copy(c, kv->k[li], 2, f->cache_pos, em_contiguous(c, k));
-        em_index_copy(c, kv->v[li], 2, f->cache_pos, em_contiguous(c, v));
-        mask = l->sliding && f->smask_local ? f->smask_local : f->smask;
-        sp.causal = false;
-        sp.window = 0;
-    } else if (kv) {
-        em_assign(c, em_slice(c, kv->k[li], 2, f->pos0, f->pos0 + f->t, 1), k);
-        em_assign(c, em_slice(c, kv->v[li], 2, f->pos0, f->pos0 + f->t, 1), v);
-    }
-    if (kv) {
-        k = em_slice(c, kv->k[li], 2, 0, f->tk, 1);
-        v = em_slice(c, kv->v[li], 2, 0, f->tk, 1);
-    }
-    em_tensor *a = em_sdpa(c, q, k, v, mask, &sp);
-    a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
-    return em_linear(c, a, l->o, l->o_bias);
-}
-
-static em_tensor *act(fwd *f, em_tensor *g) {
+em_tensor *em_blk_act(em_fwd *f, em_tensor *g) {
     switch (f->m->act) {
     case EM_ACT_GELU_TANH: return em_gelu(f->c, g, true);
     case EM_ACT_GELU: return em_gelu(f->c, g, false);
@@ -275,29 +230,130 @@ static em_tensor *act(fwd *f, em_tensor *g) {
     }
 }
 
-static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *kv) {
+em_tensor *em_blk_mul_f32(em_ctx *c, em_tensor *x, double v) {
+    if (!x) return NULL;
+    float fv = (float)v;
+    return em_mul(c, x, em_from_host_on(c, em_tensor_device(x), EM_F32, 0, NULL, &fv));
+}
+
+em_tensor *em_blk_div_f32(em_ctx *c, em_tensor *x, double v) {
+    if (!x) return NULL;
+    float fv = (float)v;
+    return em_div(c, x, em_from_host_on(c, em_tensor_device(x), EM_F32, 0, NULL, &fv));
+}
+
+/* [B, T, H*D] -> [B, H, T, D] */
+static em_tensor *heads(em_fwd *f, em_tensor *x, int64_t h, int64_t d) {
+    em_ctx *c = f->c;
+    return em_transpose(c, em_reshape(c, x, 4, (int64_t[]){f->b, f->t, h, d}), 1, 2);
+}
+
+/* Does a KV-sharing layer read layer li's keys/values? */
+static bool kv_read_later(const em_model *m, int64_t li) {
+    for (int64_t j = m->first_kv_shared; j < m->n_layers; j++)
+        if (m->layers[j].kv_shared && m->layers[j].kv_src == li) return true;
+    return false;
+}
+
+em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t li) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
-    if (!l->moe) {
-        em_tensor *h = em_mul(c, act(f, em_linear(c, x, l->gate, NULL)),
-                              em_linear(c, x, l->up, NULL));
-        return em_linear(c, h, l->down, NULL);
+    const em_model_config *cfg = &m->cfg;
+    em_kv_cache *kv = f->kv;
+    int64_t hq = cfg->num_attention_heads;
+    int64_t hkv = l->kv_heads ? l->kv_heads : cfg->num_key_value_heads;
+    int64_t d = l->head_dim ? l->head_dim : cfg->head_dim;
+    bool local = l->sliding && f->cos_l;
+    em_tensor *cos = local ? f->cos_l : f->cos, *sin = local ? f->sin_l : f->sin;
+    /* heads to dim 1 first: the per-head norms then write [B, H, T, D] rows contiguously for
+     * rope and attention (the rows, and so the values, are the same either way) */
+    em_tensor *q = heads(f, em_linear(c, x, l->q, l->q_bias), hq, d);
+    if (l->q_norm) q = em_blk_norm(f, q, l->q_norm);
+    q = em_rope(c, q, cos, sin);
+    em_tensor *k, *v;
+    if (l->kv_shared) { /* an earlier layer's keys and values (it wrote them this step) */
+        k = kv ? em_slice(c, kv->k[l->kv_src], 2, 0, f->tk, 1) : f->keys[l->kv_src];
+        v = kv ? em_slice(c, kv->v[l->kv_src], 2, 0, f->tk, 1) : f->vals[l->kv_src];
+        k = em_model_to_dev(c, k, l->dev);
+        v = em_model_to_dev(c, v, l->dev);
+    } else {
+        k = heads(f, em_linear(c, x, l->k, l->k_bias), hkv, d);
+        v = l->k_eq_v ? k : heads(f, em_linear(c, x, l->v, l->v_bias), hkv, d);
+        if (l->k_norm) k = em_blk_norm(f, k, l->k_norm);
+        if (m->v_norm) v = em_blk_norm(f, v, NULL);
+        k = em_rope(c, k, cos, sin);
+        if (kv && f->stat) {
+            /* positions are data: HF's StaticCache write, attention over the whole bucket */
+            em_index_copy(c, kv->k[li], 2, f->cache_pos, em_contiguous(c, k));
+            em_index_copy(c, kv->v[li], 2, f->cache_pos, em_contiguous(c, v));
+        } else if (kv) {
+            em_assign(c, em_slice(c, kv->k[li], 2, f->pos0, f->pos0 + f->t, 1), k);
+            em_assign(c, em_slice(c, kv->v[li], 2, f->pos0, f->pos0 + f->t, 1), v);
+        }
+        if (kv) {
+            k = em_slice(c, kv->k[li], 2, 0, f->tk, 1);
+            v = em_slice(c, kv->v[li], 2, 0, f->tk, 1);
+        } else if (f->keys && kv_read_later(m, li)) { /* outlives this layer's scope */
+            f->keys[li] = em_keep(c, k);
+            f->vals[li] = em_keep(c, v);
+        }
     }
-    int64_t hidden = m->cfg.hidden_size;
-    em_tensor *flat = em_reshape(c, x, 2, (int64_t[]){f->b * f->t, hidden});
+    em_sdpa_params sp = em_sdpa_default_params();
+    sp.scale = m->attn_scale;
+    sp.causal = true;
+    sp.window = l->sliding ? cfg->sliding_window : 0;
+    sp.softcap = m->attn_softcap;
+    em_tensor *mask = f->mask;
+    if (f->stat) { /* causality and the window are in the static masks */
+        mask = l->sliding && f->smask_local ? f->smask_local : f->smask;
+        sp.causal = false;
+        sp.window = 0;
+    }
+    em_tensor *a = em_sdpa(c, q, k, v, mask, &sp);
+    a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
+    return em_linear(c, a, l->o, l->o_bias);
+}
+
+em_tensor *em_blk_ffn(em_fwd *f, const em_dec_layer *l, em_tensor *x) {
+    em_ctx *c = f->c;
+    em_tensor *h = em_mul(c, em_blk_act(f, em_linear(c, x, l->gate, NULL)),
+                          em_linear(c, x, l->up, NULL));
+    return em_linear(c, h, l->down, NULL);
+}
+
+em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em_tensor *x) {
+    em_ctx *c = f->c;
+    const em_model *m = f->m;
+    int64_t hidden = m->cfg.hidden_size, flat[2] = {f->b * f->t, hidden};
     em_moe_params p = em_moe_default_params();
     p.top_k = m->cfg.num_experts_per_tok;
-    p.norm_topk_prob = m->fam->moe == 2 ? true : m->cfg.norm_topk_prob;
+    p.norm_topk_prob = m->moe_norm_topk;
     p.act = m->act == EM_ACT_GELU_TANH ? EM_MOE_ACT_GELU_TANH : EM_MOE_ACT_SILU;
     p.impl = m->moe_impl;
     p.device_routing = f->stat;
     em_tensor *idx = NULL;
-    em_tensor *w = em_moe_route(c, em_linear(c, flat, l->router, NULL), &p, NULL, m->dtype, &idx);
+    em_tensor *w = em_moe_route(c, em_linear(c, em_reshape(c, router_in, 2, flat), l->router, NULL),
+                                &p, l->experts.per_expert_scale,
+                                m->moe_weights_f32 ? EM_F32 : m->dtype, &idx);
     em_moe_stats st = {0, 0};
-    em_tensor *y = em_moe_experts(c, flat, idx, w, &l->experts, &p, &st);
-    if (kv && !f->stat) kv->experts_hit += st.experts_hit;
+    em_tensor *y = em_moe_experts(c, em_reshape(c, x, 2, flat), idx, w, &l->experts, &p, &st);
+    if (f->kv && !f->stat) f->kv->experts_hit += st.experts_hit;
     return em_reshape(c, y, 3, (int64_t[]){f->b, f->t, hidden});
 }
+
+em_tensor *em_blk_layer(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li) {
+    em_ctx *c = f->c;
+    bool sandwich = l->pre_ffn_norm != NULL;
+    em_tensor *a = em_blk_attn(f, l, em_blk_norm(f, h, l->in_norm), li);
+    if (sandwich) a = em_blk_norm(f, a, l->post_attn_norm);
+    em_tensor *h2 = em_add(c, h, a);
+    em_tensor *r = em_blk_norm(f, h2, sandwich ? l->pre_ffn_norm : l->post_attn_norm);
+    em_tensor *y = l->moe ? em_blk_moe(f, l, r, r) : em_blk_ffn(f, l, r);
+    if (l->post_ffn_norm) y = em_blk_norm(f, y, l->post_ffn_norm);
+    return em_add(c, h2, y);
+}
+
+/* ---- forward ---- */
 
 void em_decoder_positions_host(const uint8_t *mk, int64_t b, int64_t t, int64_t pos0, int64_t tk,
                                int64_t *pos) {
@@ -355,7 +411,7 @@ bool em_decoder_check_step(em_ctx *c, const char *what, const em_model *m,
     return true;
 }
 
-static em_tensor *forward_body(fwd *f, em_tensor *ids, em_kv_cache *kv, bool last_only);
+static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only);
 
 em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
                             em_kv_cache *kv, bool last_only) {
@@ -370,23 +426,35 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
     int64_t pos0 = kv ? kv->len : 0, tk = pos0 + t;
     if (!em_decoder_check_step(c, "model_forward", m, kv, ids, key_mask)) return NULL;
-    if (m->fam->forward) return m->fam->forward(c, m, ids, key_mask, kv, last_only);
+    /* without a cache, the keys/values that KV-sharing layers read are held here */
+    em_tensor **saved = NULL;
+    if (!kv && m->first_kv_shared < m->n_layers) {
+        saved = calloc((size_t)m->n_layers * 2 + 2, sizeof *saved);
+        if (!saved) {
+            em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory");
+            return NULL;
+        }
+    }
     em_scope_push(c);
     if (kv) kv->experts_hit = 0;
-    fwd f;
+    em_fwd f;
     memset(&f, 0, sizeof f);
     f.c = c;
     f.m = m;
+    f.kv = kv;
     f.b = b;
     f.t = t;
     f.pos0 = pos0;
     f.tk = tk;
+    f.keys = saved;
+    f.vals = saved ? saved + m->n_layers + 1 : NULL;
     f.positions = em_decoder_positions(c, key_mask, b, t, pos0, tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
-    em_tensor *logits = forward_body(&f, ids, kv, last_only);
+    em_tensor *logits = forward_body(&f, ids, last_only);
     if (!em_ctx_status(c) && kv) kv->len = tk;
     em_tensor *r = em_keep(c, logits);
     em_scope_pop(c);
+    free(saved);
     return r;
 }
 
@@ -394,16 +462,16 @@ em_tensor *em_decoder_forward_static(em_ctx *c, const em_model *m, em_tensor *id
                                      em_tensor *positions, em_tensor *cache_pos, em_tensor *mask,
                                      em_tensor *mask_local, em_kv_cache *kv, bool last_only) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (m->fam->forward || !kv) {
+    if (!kv) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_forward",
-                    "the static (compile-mode) forward needs a KV cache and the shared decoder "
-                    "(%s has its own forward)", m->cfg.model_type);
+                    "the static (compile-mode) forward needs a KV cache (%s)", m->cfg.model_type);
         return NULL;
     }
-    fwd f;
+    em_fwd f;
     memset(&f, 0, sizeof f);
     f.c = c;
     f.m = m;
+    f.kv = kv;
     f.b = em_tensor_dim(ids, 0);
     f.t = em_tensor_dim(ids, 1);
     f.tk = em_tensor_dim(mask, 3);
@@ -412,42 +480,57 @@ em_tensor *em_decoder_forward_static(em_ctx *c, const em_model *m, em_tensor *id
     f.cache_pos = cache_pos;
     f.smask = mask;
     f.smask_local = mask_local;
-    return forward_body(&f, ids, kv, last_only);
+    return forward_body(&f, ids, last_only);
 }
 
-static em_tensor *forward_body(fwd *fp, em_tensor *ids, em_kv_cache *kv, bool last_only) {
-    fwd f = *fp;
-    em_ctx *c = f.c;
-    const em_model *m = f.m;
-    int64_t t = f.t;
-    enter_device(&f, m->dev_embed);
-    em_tensor *h = em_embedding(c, m->embed, em_model_to_dev(c, ids, m->dev_embed));
+/* From the first KV-sharing layer on nothing is written to the cache, so when only the last
+ * position's logits are wanted those layers run on that position alone (transformers'
+ * _maybe_slice_kv_shared_inputs). */
+static em_tensor *keep_last(em_fwd *f, em_tensor *h) {
+    em_ctx *c = f->c;
+    int64_t t = f->t;
+    h = em_narrow(c, h, 1, t - 1, 1);
+    if (f->pli) f->pli = em_narrow(c, f->pli, 1, t - 1, 1);
+    f->positions = em_narrow(c, f->positions, 1, t - 1, 1);
+    if (f->smask) f->smask = em_narrow(c, f->smask, 2, t - 1, 1);
+    if (f->smask_local) f->smask_local = em_narrow(c, f->smask_local, 2, t - 1, 1);
+    f->t = 1;
+    f->dev = NULL; /* rope tables for the new positions */
+    return h;
+}
+
+static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
+    em_ctx *c = f->c;
+    const em_model *m = f->m;
+    em_tensor *(*layer)(em_fwd *, const em_dec_layer *, em_tensor *, int64_t) =
+        m->fam->layer ? m->fam->layer : em_blk_layer;
+    em_blk_enter_device(f, m->dev_embed);
+    em_tensor *ids_e = em_model_to_dev(c, ids, m->dev_embed);
+    em_tensor *h = em_embedding(c, m->embed, ids_e);
     if (h && em_tensor_dtype(h) != m->dtype) /* a quantized table gives f32 rows */
         h = em_cast(c, h, m->dtype);
     if (m->embed_scale > 0) /* Gemma: the scale is rounded to the model dtype first */
         h = em_mul_scalar(c, h, m->embed_scale);
+    if (m->fam->after_embed) m->fam->after_embed(f, ids_e, h);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
         const em_dec_layer *l = &m->layers[i];
-        enter_device(&f, l->dev);
+        if (i == m->first_kv_shared && last_only && f->t > 1) h = keep_last(f, h);
+        em_blk_enter_device(f, l->dev);
         h = em_model_to_dev(c, h, l->dev);
         em_scope_push(c);
-        em_tensor *a = attention(&f, l, norm(&f, h, l->in_norm), kv, i);
-        if (m->fam->gemma) a = norm(&f, a, l->post_attn_norm);
-        em_tensor *h2 = em_add(c, h, a);
-        em_tensor *r = norm(&f, h2, m->fam->gemma ? l->pre_ffn_norm : l->post_attn_norm);
-        em_tensor *y = mlp(&f, l, r, kv);
-        if (m->fam->gemma) y = norm(&f, y, l->post_ffn_norm);
-        em_tensor *next = em_keep(c, em_add(c, h2, y));
+        em_tensor *next = em_keep(c, layer(f, l, h, i));
         em_scope_pop(c);
         h = next;
     }
     h = em_model_to_dev(c, h, m->dev_head);
-    if (last_only && t > 1) h = em_narrow(c, h, 1, t - 1, 1);
-    h = norm(&f, h, m->final_norm);
-    em_tensor *logits = em_cast(c, em_linear(c, h, m->lm_head, NULL), EM_F32);
-    if (m->cfg.final_logit_softcapping > 0) {
-        double cap = m->cfg.final_logit_softcapping;
+    if (last_only && f->t > 1) h = em_narrow(c, h, 1, f->t - 1, 1);
+    h = em_blk_norm(f, h, m->final_norm);
+    em_tensor *logits = em_linear(c, h, m->lm_head, NULL);
+    double cap = m->cfg.final_logit_softcapping;
+    if (cap > 0 && m->softcap_model_dtype) /* Gemma 4: before the cast */
+        logits = em_blk_mul_f32(c, em_tanh(c, em_blk_div_f32(c, logits, cap)), cap);
+    logits = em_cast(c, logits, EM_F32);
+    if (cap > 0 && !m->softcap_model_dtype)
         logits = em_mul_scalar(c, em_tanh(c, em_div_scalar(c, logits, cap)), cap);
-    }
     return logits;
 }

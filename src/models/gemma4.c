@@ -23,43 +23,87 @@
  * Not supported: use_bidirectional_attention "all" (an encoder), image/audio/video tokens (the
  * vision and audio towers are not loaded), and per_layer_config overrides other than head_dim,
  * num_key_value_heads and intermediate_size.
+ *
+ * Its config keys are read by the config hook (gemma4_config); its layer is composed of the
+ * decoder's blocks (decoder_blocks.h) on the shared forward, so compile mode traces it too.
  */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model_impl.h"
+#include "io/config/config_impl.h"
+#include "models/decoder_blocks.h"
 
 #define OP "model_load"
 
-/* ---- configuration ---- */
+/* ---- configuration (the family's config hook) ---- */
 
-/* A value of config.json, from text_config first when the config is nested. */
-static json_t *raw(const em_model_config *cfg, const char *key) {
-    json_t *root = cfg->json_, *v = NULL;
-    json_t *tc = json_object_get(root, "text_config");
-    if (cfg->nested_text_config && json_is_object(tc)) v = json_object_get(tc, key);
-    if (!v || json_is_null(v)) v = json_object_get(root, key);
-    return v && !json_is_null(v) ? v : NULL;
+/* Gemma 4's own keys, read through the config reader's typed readers from the text part (so a
+ * value of the wrong type is an error naming the key). */
+typedef struct g4cfg {
+    em_cfg_src s;
+    em_model *m;
+    const char *layer; /* per_layer_config: the layer key being read */
+    em_status err;     /* the first reading error */
+} g4cfg;
+
+static int64_t get_int(g4cfg *g, const char *key, int64_t dflt) {
+    int64_t v = dflt;
+    if (!g->err) g->err = em_cfg_int(&g->s, key, true, &v, NULL);
+    return v;
 }
 
-static int64_t get_int(const em_model_config *cfg, const char *key, int64_t dflt) {
-    int64_t v;
-    return em_model_config_get_int(cfg, key, &v) ? v : dflt;
+static bool get_bool(g4cfg *g, const char *key, bool dflt) {
+    bool v = dflt;
+    if (!g->err) g->err = em_cfg_bool(&g->s, key, true, &v, NULL);
+    return v;
 }
 
-static bool get_bool(const em_model_config *cfg, const char *key, bool dflt) {
-    bool v;
-    return em_model_config_get_bool(cfg, key, &v) ? v : dflt;
+/* per_layer_config[<layer>].<name> */
+static em_status layer_key(em_cfg_src *sub, const char *name, void *user) {
+    g4cfg *g = user;
+    em_model *m = g->m;
+    long long i = strtoll(g->layer, NULL, 10);
+    bool hd = !strcmp(name, "head_dim"), kvh = !strcmp(name, "num_key_value_heads");
+    if (!strcmp(name, "intermediate_size")) return EM_OK; /* read off the weights */
+    if (!hd && !kvh)
+        return em_ctx_fail(g->s.c, EM_ERR_UNSUPPORTED, OP,
+                           "%s/config.json: per_layer_config[%s].%s is not supported (head_dim, "
+                           "num_key_value_heads and intermediate_size are)", m->dir, g->layer,
+                           name);
+    int64_t v = 0;
+    em_status e = em_cfg_int(sub, name, false, &v, NULL);
+    if (e) return e;
+    if (v <= 0)
+        return em_ctx_fail(g->s.c, EM_ERR_FORMAT, OP,
+                           "%s/config.json: per_layer_config[%s].%s is not a positive integer",
+                           m->dir, g->layer, name);
+    *(hd ? &m->layers[i].head_dim : &m->layers[i].kv_heads) = v;
+    return EM_OK;
+}
+
+/* per_layer_config[<name>]: files transformers writes, {"<layer>": {"head_dim": 512, ...}} */
+static em_status layer_entry(em_cfg_src *sub, const char *name, void *user) {
+    g4cfg *g = user;
+    em_model *m = g->m;
+    char *end;
+    long long i = strtoll(name, &end, 10);
+    if (!*name || *end || i < 0 || i >= m->n_layers)
+        return em_ctx_fail(g->s.c, EM_ERR_FORMAT, OP,
+                           "%s/config.json: per_layer_config key '%s' is not a layer index "
+                           "below %lld with an object", m->dir, name, (long long)m->n_layers);
+    g->layer = name;
+    return em_cfg_each(sub, name, layer_key, g, NULL);
 }
 
 /* Head size and kv heads of every layer, as Gemma4TextConfig.__post_init__ and the
  * heterogeneous per_layer_config resolve them. */
-static em_status layer_sizes(em_ctx *c, em_model *m) {
+static em_status layer_sizes(g4cfg *g) {
+    em_model *m = g->m;
+    em_ctx *c = g->s.c;
     const em_model_config *cfg = &m->cfg;
-    json_t *plc = raw(cfg, "per_layer_config");
+    bool k_eq_v = get_bool(g, "attention_k_eq_v", false);
     for (int64_t i = 0; i < m->n_layers; i++) {
         em_dec_layer *l = &m->layers[i];
         em_layer_type t = cfg->layer_types[i];
@@ -71,49 +115,21 @@ static em_status layer_sizes(em_ctx *c, em_model *m) {
         l->sliding = t == EM_LAYER_SLIDING_ATTENTION;
         l->head_dim = cfg->head_dim;
         l->kv_heads = cfg->num_key_value_heads;
-        l->k_eq_v = !l->sliding && get_bool(cfg, "attention_k_eq_v", false);
+        l->k_eq_v = !l->sliding && k_eq_v;
     }
-    if (plc) { /* files transformers writes: {"<layer>": {"head_dim": 512, ...}} */
-        if (!json_is_object(plc))
-            return em_ctx_fail(c, EM_ERR_FORMAT, OP,
-                               "%s/config.json: per_layer_config is not an object", m->dir);
-        const char *key;
-        json_t *over;
-        json_object_foreach(plc, key, over) {
-            char *end;
-            long long i = strtoll(key, &end, 10);
-            if (!*key || *end || i < 0 || i >= m->n_layers || !json_is_object(over))
-                return em_ctx_fail(c, EM_ERR_FORMAT, OP,
-                                   "%s/config.json: per_layer_config key '%s' is not a layer "
-                                   "index below %lld with an object", m->dir, key,
-                                   (long long)m->n_layers);
-            const char *k;
-            json_t *v;
-            json_object_foreach(over, k, v) {
-                bool hd = !strcmp(k, "head_dim"), kvh = !strcmp(k, "num_key_value_heads");
-                if (!strcmp(k, "intermediate_size")) continue; /* read off the weights */
-                if (!hd && !kvh)
-                    return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
-                                       "%s/config.json: per_layer_config[%s].%s is not "
-                                       "supported (head_dim, num_key_value_heads and "
-                                       "intermediate_size are)", m->dir, key, k);
-                if (!json_is_integer(v) || json_integer_value(v) <= 0)
-                    return em_ctx_fail(c, EM_ERR_FORMAT, OP,
-                                       "%s/config.json: per_layer_config[%s].%s is not a "
-                                       "positive integer", m->dir, key, k);
-                *(hd ? &m->layers[i].head_dim : &m->layers[i].kv_heads) =
-                    (int64_t)json_integer_value(v);
-            }
-        }
-    } else { /* Hub files: global_head_dim, num_global_key_value_heads */
-        int64_t g = get_int(cfg, "global_head_dim", 512);
-        int64_t gkv = get_int(cfg, "num_global_key_value_heads", -1);
+    bool per_layer = false;
+    if (g->err || em_cfg_each(&g->s, "per_layer_config", layer_entry, g, &per_layer))
+        return em_ctx_status(c);
+    if (!per_layer) { /* Hub files: global_head_dim, num_global_key_value_heads */
+        int64_t gd = get_int(g, "global_head_dim", 512);
+        int64_t gkv = get_int(g, "num_global_key_value_heads", -1);
         for (int64_t i = 0; i < m->n_layers; i++) {
             em_dec_layer *l = &m->layers[i];
             if (l->sliding) continue;
-            l->head_dim = g;
-            if (gkv > 0 && get_bool(cfg, "attention_k_eq_v", false)) l->kv_heads = gkv;
+            l->head_dim = gd;
+            if (gkv > 0 && k_eq_v) l->kv_heads = gkv;
         }
+        if (g->err) return g->err;
     }
     for (int64_t i = 0; i < m->n_layers; i++) {
         const em_dec_layer *l = &m->layers[i];
@@ -137,8 +153,11 @@ static em_status layer_sizes(em_ctx *c, em_model *m) {
 
 /* kv_sharing_modes of Gemma4TextConfig: from the first shared layer on, each layer reads the
  * keys/values of the last layer of its type before it. */
-static em_status kv_sharing(em_ctx *c, em_model *m) {
-    int64_t n = m->n_layers, shared = get_int(&m->cfg, "num_kv_shared_layers", 0);
+static em_status kv_sharing(g4cfg *g) {
+    em_ctx *c = g->s.c;
+    em_model *m = g->m;
+    int64_t n = m->n_layers, shared = get_int(g, "num_kv_shared_layers", 0);
+    if (g->err) return g->err;
     if (shared < 0 || (n > 0 && shared >= n))
         return em_ctx_fail(c, EM_ERR_FORMAT, OP,
                            "%s/config.json: num_kv_shared_layers %lld leaves no layer computing "
@@ -255,13 +274,16 @@ static void load_layer(em_wload *w, int64_t i) {
     l->layer_scalar = em_wl_opt(w, d, "%slayer_scalar", lp); /* absent: ones */
 }
 
-static em_status gemma4_load(em_wload *w) {
-    em_ctx *c = w->c;
-    em_model *m = w->m;
+/* The config hook: Gemma 4's keys, per-layer sizes, KV sharing, ropes, the blocks' options. */
+static em_status gemma4_config(em_ctx *c, em_model *m) {
     const em_model_config *cfg = &m->cfg;
-    const char *p = w->prefix;
-    const char *bidi = em_model_config_get_string(cfg, "use_bidirectional_attention");
-    if (bidi && !strcmp(bidi, "all"))
+    char file[1100];
+    snprintf(file, sizeof file, "%s/config.json", m->dir);
+    g4cfg g = {em_model_config_src(c, cfg, file, OP), m, NULL, EM_OK};
+    char bidi[16] = "";
+    if (em_cfg_str(&g.s, "use_bidirectional_attention", true, bidi, sizeof bidi, NULL))
+        return em_ctx_status(c);
+    if (!strcmp(bidi, "all"))
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                            "%s/config.json: use_bidirectional_attention \"all\" (an encoder) is "
                            "not supported", m->dir);
@@ -270,12 +292,27 @@ static em_status gemma4_load(em_wload *w) {
                            "types", m->dir);
     m->act = em_decoder_act(cfg->hidden_act);
     m->embed_scale = sqrt((double)cfg->hidden_size);
-    m->pl_dim = get_int(cfg, "hidden_size_per_layer_input", 0);
+    /* the blocks' options (decoder_blocks.h) */
+    m->norm = EM_NORM_RMS_F32;
+    m->v_norm = true;
+    m->attn_scale = 1.0; /* q and k are normalised instead */
+    m->moe_norm_topk = true;
+    m->moe_weights_f32 = true; /* the per-expert scale multiplies f32 probabilities */
+    m->softcap_model_dtype = true;
+    m->pl_dim = get_int(&g, "hidden_size_per_layer_input", 0);
+    if (g.err) return g.err;
     if (m->pl_dim < 0)
         return em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s/config.json: hidden_size_per_layer_input "
                            "%lld", m->dir, (long long)m->pl_dim);
-    if (layer_sizes(c, m) || kv_sharing(c, m) || ropes(c, m)) return em_ctx_status(c);
+    if (layer_sizes(&g) || kv_sharing(&g) || ropes(c, m)) return em_ctx_status(c);
+    return EM_OK;
+}
 
+static em_status gemma4_load(em_wload *w) {
+    em_ctx *c = w->c;
+    em_model *m = w->m;
+    const em_model_config *cfg = &m->cfg;
+    const char *p = w->prefix;
     m->embed = em_wl_get(w, m->dev_embed, "%sembed_tokens.weight", p);
     if (m->pl_dim > 0) {
         m->embed_pl = em_wl_get(w, m->dev_embed, "%sembed_tokens_per_layer.weight", p);
@@ -301,252 +338,132 @@ static em_status gemma4_load(em_wload *w) {
     return em_ctx_status(c);
 }
 
-/* ---- forward ---- */
+/* ---- forward: the shared decoder with this layer and the per-layer inputs ---- */
 
-typedef struct fwd {
-    em_ctx *c;
-    const em_model *m;
-    int64_t b, t, pos0, tk;   /* batch, query positions, cached positions, keys */
-    em_tensor *positions;     /* [B, T] i64 on the CPU */
-    em_tensor *key_mask;      /* [B, Tk] bool on the CPU, or NULL */
-    em_tensor *pli;           /* per-layer inputs [B, T, L, P] (embed device), or NULL */
-    em_tensor **keys, **vals; /* per layer: the keys/values it attended to (for sharing) */
-    /* per device: rope tables for each layer type and the mask */
-    em_device *dev;
-    em_tensor *cos_s, *sin_s, *cos_f, *sin_f, *mask;
-} fwd;
-
-static void enter_device(fwd *f, em_device *d) {
-    if (f->dev == d) return;
+/* Gemma4TextDecoderLayer from the blocks: sandwich norms, the dense MLP and (enable_moe_block)
+ * the experts side by side on the residual, the gated per-layer input, the layer scalar. */
+static em_tensor *gemma4_layer(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
-    f->dev = d;
-    em_tensor *pos = em_model_to_dev(c, f->positions, d);
-    f->cos_s = f->sin_s = f->cos_f = f->sin_f = NULL;
-    if (m->n_freq > 0) {
-        em_tensor *inv = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq}, m->inv_freq);
-        f->cos_f = em_rope_cos_sin(c, pos, inv, m->rope_scaling, m->dtype, &f->sin_f);
-    }
-    if (m->n_freq_local > 0) {
-        em_tensor *inv = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){m->n_freq_local},
-                                         m->inv_freq_local);
-        f->cos_s = em_rope_cos_sin(c, pos, inv, m->rope_scaling_local, m->dtype, &f->sin_s);
-    }
-    f->mask = f->key_mask
-                  ? em_reshape(c, em_model_to_dev(c, f->key_mask, d), 4, (int64_t[]){f->b, 1, 1, f->tk})
-                  : NULL;
-}
-
-/* x times a Python float: torch keeps the number in f32 for bf16 tensors (opmath), where
- * em_mul_scalar would round it to the tensor's dtype first. */
-static em_tensor *mul_py(em_ctx *c, em_tensor *x, double v) {
-    if (!x) return NULL;
-    float fv = (float)v;
-    return em_mul(c, x, em_from_host_on(c, em_tensor_device(x), EM_F32, 0, NULL, &fv));
-}
-
-static em_tensor *div_py(em_ctx *c, em_tensor *x, double v) {
-    if (!x) return NULL;
-    float fv = (float)v;
-    return em_div(c, x, em_from_host_on(c, em_tensor_device(x), EM_F32, 0, NULL, &fv));
-}
-
-/* Gemma4RMSNorm: x.float() normalised, times w.float() (w may be NULL), rounded once. */
-static em_tensor *norm(fwd *f, em_tensor *x, em_tensor *w) {
-    em_ctx *c = f->c;
-    double eps = f->m->cfg.rms_norm_eps;
-    if (!x || em_tensor_dtype(x) == EM_F32) return em_rms_norm(c, x, w, eps, false);
-    em_tensor *y = em_rms_norm(c, em_cast(c, x, EM_F32), w ? em_cast(c, w, EM_F32) : NULL, eps,
-                               false);
-    return em_cast(c, y, em_tensor_dtype(x));
-}
-
-static em_tensor *act(fwd *f, em_tensor *g) {
-    switch (f->m->act) {
-    case EM_ACT_GELU_TANH: return em_gelu(f->c, g, true);
-    case EM_ACT_GELU: return em_gelu(f->c, g, false);
-    default: return em_silu(f->c, g);
-    }
-}
-
-/* [B, T, H*D] -> [B, T, H, D] */
-static em_tensor *split_heads(fwd *f, em_tensor *x, int64_t h, int64_t d) {
-    return em_reshape(f->c, x, 4, (int64_t[]){f->b, f->t, h, d});
-}
-
-/* Does a shared layer read layer li's keys/values? */
-static bool kv_read_later(const em_model *m, int64_t li) {
-    for (int64_t j = m->first_kv_shared; j < m->n_layers; j++)
-        if (m->layers[j].kv_src == li) return true;
-    return false;
-}
-
-static em_tensor *attention(fwd *f, const em_dec_layer *l, em_tensor *x, em_kv_cache *kv,
-                            int64_t li) {
-    em_ctx *c = f->c;
-    const em_model *m = f->m;
-    int64_t hq = m->cfg.num_attention_heads, hkv = l->kv_heads, d = l->head_dim;
-    em_tensor *cos = l->sliding ? f->cos_s : f->cos_f, *sin = l->sliding ? f->sin_s : f->sin_f;
-    em_tensor *q = norm(f, split_heads(f, em_linear(c, x, l->q, l->q_bias), hq, d), l->q_norm);
-    q = em_rope(c, em_transpose(c, q, 1, 2), cos, sin);
-    em_tensor *k, *v;
-    if (l->kv_shared) {
-        k = em_model_to_dev(c, f->keys[l->kv_src], l->dev);
-        v = em_model_to_dev(c, f->vals[l->kv_src], l->dev);
-    } else {
-        em_tensor *kr = split_heads(f, em_linear(c, x, l->k, l->k_bias), hkv, d);
-        em_tensor *vr = l->k_eq_v ? kr : split_heads(f, em_linear(c, x, l->v, l->v_bias), hkv, d);
-        k = em_rope(c, em_transpose(c, norm(f, kr, l->k_norm), 1, 2), cos, sin);
-        v = em_transpose(c, norm(f, vr, NULL), 1, 2);
-        if (kv) {
-            em_assign(c, em_slice(c, kv->k[li], 2, f->pos0, f->pos0 + f->t, 1), k);
-            em_assign(c, em_slice(c, kv->v[li], 2, f->pos0, f->pos0 + f->t, 1), v);
-            k = em_slice(c, kv->k[li], 2, 0, f->tk, 1);
-            v = em_slice(c, kv->v[li], 2, 0, f->tk, 1);
-        }
-        if (kv_read_later(m, li)) { /* outlives this layer's scope */
-            f->keys[li] = em_keep(c, k);
-            f->vals[li] = em_keep(c, v);
-        }
-    }
-    em_sdpa_params sp = em_sdpa_default_params();
-    sp.scale = 1.0; /* q and k are normalised instead */
-    sp.causal = true;
-    sp.window = l->sliding ? m->cfg.sliding_window : 0;
-    em_tensor *a = em_sdpa(c, q, k, v, f->mask, &sp);
-    a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
-    return em_linear(c, a, l->o, l->o_bias);
-}
-
-static em_tensor *mlp(fwd *f, const em_dec_layer *l, em_tensor *x) {
-    em_ctx *c = f->c;
-    em_tensor *h = em_mul(c, act(f, em_linear(c, x, l->gate, NULL)), em_linear(c, x, l->up, NULL));
-    return em_linear(c, h, l->down, NULL);
-}
-
-/* Gemma4TextRouter and Gemma4TextExperts on the residual h [B, T, H]. */
-static em_tensor *experts(fwd *f, const em_dec_layer *l, em_tensor *h, em_kv_cache *kv) {
-    em_ctx *c = f->c;
-    const em_model *m = f->m;
-    int64_t hidden = m->cfg.hidden_size;
-    em_tensor *flat = em_reshape(c, h, 2, (int64_t[]){f->b * f->t, hidden});
-    em_tensor *r = mul_py(c, em_mul(c, norm(f, flat, NULL), l->router_scale),
-                          pow((double)hidden, -0.5));
-    em_moe_params p = em_moe_default_params();
-    p.top_k = m->cfg.num_experts_per_tok;
-    p.norm_topk_prob = true;
-    p.act = m->act == EM_ACT_GELU_TANH ? EM_MOE_ACT_GELU_TANH : EM_MOE_ACT_SILU;
-    p.impl = m->moe_impl;
-    em_tensor *idx = NULL;
-    /* the weights stay f32: the per-expert scale multiplies f32 probabilities */
-    em_tensor *w = em_moe_route(c, em_linear(c, r, l->router, NULL), &p,
-                                l->experts.per_expert_scale, EM_F32, &idx);
-    em_moe_stats st = {0, 0};
-    em_tensor *y = em_moe_experts(c, norm(f, flat, l->pre_ffn_norm_2), idx, w, &l->experts, &p,
-                                  &st);
-    if (kv) kv->experts_hit += st.experts_hit;
-    return em_reshape(c, y, 3, (int64_t[]){f->b, f->t, hidden});
-}
-
-static em_tensor *layer(fwd *f, const em_dec_layer *l, em_tensor *h, em_kv_cache *kv,
-                        int64_t li) {
-    em_ctx *c = f->c;
-    em_tensor *a = norm(f, attention(f, l, norm(f, h, l->in_norm), kv, li), l->post_attn_norm);
+    em_tensor *a = em_blk_norm(f, em_blk_attn(f, l, em_blk_norm(f, h, l->in_norm), li),
+                               l->post_attn_norm);
     h = em_add(c, h, a);
-    em_tensor *y = mlp(f, l, norm(f, h, l->pre_ffn_norm));
-    if (l->moe) /* the dense MLP and the experts side by side, both on the residual */
-        y = em_add(c, norm(f, y, l->post_ffn_norm_1),
-                   norm(f, experts(f, l, h, kv), l->post_ffn_norm_2));
-    h = em_add(c, h, norm(f, y, l->post_ffn_norm));
+    em_tensor *y = em_blk_ffn(f, l, em_blk_norm(f, h, l->pre_ffn_norm));
+    if (l->moe) { /* Gemma4TextRouter: a scaled, scale-free norm of the residual */
+        em_tensor *r = em_blk_mul_f32(c, em_mul(c, em_blk_norm(f, h, NULL), l->router_scale),
+                                      pow((double)m->cfg.hidden_size, -0.5));
+        em_tensor *e = em_blk_moe(f, l, r, em_blk_norm(f, h, l->pre_ffn_norm_2));
+        y = em_add(c, em_blk_norm(f, y, l->post_ffn_norm_1), em_blk_norm(f, e, l->post_ffn_norm_2));
+    }
+    h = em_add(c, h, em_blk_norm(f, y, l->post_ffn_norm));
     if (f->pli) {
-        const em_model *m = f->m;
         em_tensor *in = em_reshape(c, em_narrow(c, f->pli, 2, li, 1), 3,
                                    (int64_t[]){f->b, f->t, m->pl_dim});
-        em_tensor *g = em_mul(c, act(f, em_linear(c, h, l->pl_gate, NULL)),
+        em_tensor *g = em_mul(c, em_blk_act(f, em_linear(c, h, l->pl_gate, NULL)),
                               em_model_to_dev(c, in, l->dev));
-        h = em_add(c, h, norm(f, em_linear(c, g, l->pl_proj, NULL), l->pl_norm));
+        h = em_add(c, h, em_blk_norm(f, em_linear(c, g, l->pl_proj, NULL), l->pl_norm));
     }
     return l->layer_scalar ? em_mul(c, h, l->layer_scalar) : h;
 }
 
-/* get_per_layer_inputs + project_per_layer_inputs: [B, T, L, P] */
-static em_tensor *per_layer_inputs(fwd *f, em_tensor *ids, em_tensor *emb) {
+/* get_per_layer_inputs + project_per_layer_inputs: f->pli [B, T, L, P] from the ids and the
+ * scaled embeddings h. */
+static void gemma4_after_embed(em_fwd *f, em_tensor *ids, em_tensor *h) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
+    if (m->pl_dim <= 0) return;
     int64_t shape[4] = {f->b, f->t, m->n_layers, m->pl_dim};
     /* the scale is rounded to the model dtype first, as embed_scale.to(weight.dtype) */
-    em_tensor *tok = em_mul_scalar(c, em_embedding(c, m->embed_pl, ids),
-                                   sqrt((double)m->pl_dim));
-    em_tensor *proj = mul_py(c, em_linear(c, emb, m->pl_model_proj, NULL),
-                             pow((double)m->cfg.hidden_size, -0.5));
-    proj = norm(f, em_reshape(c, proj, 4, shape), m->pl_proj_norm);
-    return mul_py(c, em_add(c, proj, em_reshape(c, tok, 4, shape)), pow(2.0, -0.5));
+    em_tensor *tok = em_mul_scalar(c, em_embedding(c, m->embed_pl, ids), sqrt((double)m->pl_dim));
+    em_tensor *proj = em_blk_mul_f32(c, em_linear(c, h, m->pl_model_proj, NULL),
+                                     pow((double)m->cfg.hidden_size, -0.5));
+    proj = em_blk_norm(f, em_reshape(c, proj, 4, shape), m->pl_proj_norm);
+    f->pli = em_blk_mul_f32(c, em_add(c, proj, em_reshape(c, tok, 4, shape)), pow(2.0, -0.5));
 }
 
-/* _maybe_slice_kv_shared_inputs: the shared layers write no cache, so when only the last
- * position's logits are wanted they run on that position alone. */
-static em_tensor *keep_last(fwd *f, em_tensor *h) {
-    em_ctx *c = f->c;
-    h = em_narrow(c, h, 1, f->t - 1, 1);
-    if (f->pli) f->pli = em_narrow(c, f->pli, 1, f->t - 1, 1);
-    f->positions = em_narrow(c, f->positions, 1, f->t - 1, 1);
-    f->t = 1;
-    f->dev = NULL; /* rope tables for the new positions */
-    return h;
+/* ---- config.json: Gemma4TextConfig ---- */
+
+static void gemma4_defaults(em_model_config *m) {
+    m->vocab_size = 262144, m->hidden_size = 2304, m->intermediate_size = 9216;
+    m->num_hidden_layers = 30, m->num_attention_heads = 8, m->num_key_value_heads = 4;
+    m->head_dim = 256;
+    snprintf(m->hidden_act, sizeof m->hidden_act, "gelu_pytorch_tanh");
+    m->max_position_embeddings = 131072;
+    m->pad_token_id = 0, m->eos_token_ids[0] = 1, m->n_eos_token_ids = 1, m->bos_token_id = 2;
+    m->tie_word_embeddings = true;
+    m->sliding_window = 512;
 }
 
-static em_tensor *gemma4_forward(em_ctx *c, const em_model *m, em_tensor *ids,
-                                 em_tensor *key_mask, em_kv_cache *kv, bool last_only) {
-    int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
-    int64_t pos0 = kv ? kv->len : 0;
-    em_tensor **saved = calloc((size_t)m->n_layers * 2 + 2, sizeof *saved);
-    if (!saved) {
-        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory");
-        return NULL;
-    }
-    em_scope_push(c);
-    if (kv) kv->experts_hit = 0;
-    fwd f;
-    memset(&f, 0, sizeof f);
-    f.c = c;
-    f.m = m;
-    f.b = b;
-    f.t = t;
-    f.pos0 = pos0;
-    f.tk = pos0 + t;
-    f.keys = saved;
-    f.vals = saved + m->n_layers + 1;
-    f.positions = em_decoder_positions(c, key_mask, b, t, pos0, f.tk);
-    f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
-    enter_device(&f, m->dev_embed);
-    em_tensor *ids_e = em_model_to_dev(c, ids, m->dev_embed);
-    /* the scale is rounded to the model dtype first (Gemma4TextScaledWordEmbedding) */
-    em_tensor *h = em_mul_scalar(c, em_embedding(c, m->embed, ids_e), m->embed_scale);
-    if (m->pl_dim > 0) f.pli = per_layer_inputs(&f, ids_e, h);
-    for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
-        const em_dec_layer *l = &m->layers[i];
-        if (i == m->first_kv_shared && last_only && f.t > 1) h = keep_last(&f, h);
-        enter_device(&f, l->dev);
-        h = em_model_to_dev(c, h, l->dev);
-        em_scope_push(c);
-        em_tensor *next = em_keep(c, layer(&f, l, h, kv, i));
-        em_scope_pop(c);
-        h = next;
-    }
-    h = em_model_to_dev(c, h, m->dev_head);
-    if (last_only && f.t > 1) h = em_narrow(c, h, 1, f.t - 1, 1);
-    h = norm(&f, h, m->final_norm);
-    em_tensor *logits = em_linear(c, h, m->lm_head, NULL);
-    double cap = m->cfg.final_logit_softcapping;
-    if (cap > 0) /* in the model dtype, as Gemma4ForCausalLM */
-        logits = mul_py(c, em_tanh(c, div_py(c, logits, cap)), cap);
-    logits = em_cast(c, logits, EM_F32);
-    if (!em_ctx_status(c) && kv) kv->len = f.tk;
-    em_tensor *r = em_keep(c, logits);
-    em_scope_pop(c);
-    free(saved);
-    return r;
+/* __post_init__: no experts without enable_moe_block; a bidirectional window halved */
+static em_status gemma4_post_init(em_cfg_src *s, em_model_config *m, int64_t *pattern) {
+    (void)pattern;
+    em_status e;
+    bool moe = false;
+    if ((e = em_cfg_bool(s, "enable_moe_block", false, &moe, NULL))) return e;
+    if (!moe) m->num_experts = 0, m->num_experts_per_tok = 0, m->moe_intermediate_size = 0;
+    char bidi[16] = "";
+    if ((e = em_cfg_str(s, "use_bidirectional_attention", true, bidi, sizeof bidi, NULL)))
+        return e;
+    if (!strcmp(bidi, "all")) m->sliding_window = m->sliding_window / 2 + 1;
+    return EM_OK;
 }
 
-const em_family em_family_gemma4_text = {"gemma4_text", true,        true, true, 0,
-                                         gemma4_load,   gemma4_forward};
+typedef struct global_hd {
+    int64_t first_full, head_dim;
+} global_hd;
+
+static em_status global_hd_key(em_cfg_src *sub, const char *name, void *user) {
+    global_hd *g = user;
+    return strcmp(name, "head_dim") ? EM_OK : em_cfg_int(sub, name, true, &g->head_dim, NULL);
+}
+
+static em_status global_hd_entry(em_cfg_src *sub, const char *name, void *user) {
+    global_hd *g = user;
+    char *end;
+    long long idx = strtoll(name, &end, 10);
+    if (!*name || *end || idx != g->first_full) return EM_OK;
+    return em_cfg_each(sub, name, global_hd_key, g, NULL);
+}
+
+/* The full-attention layers' rope covers their own head size: global_head_dim in Hub files,
+ * per_layer_config[<first full layer>].head_dim in files transformers writes (keys may be
+ * zero-padded, "05"). */
+static em_status gemma4_post_rope(em_cfg_src *s, em_model_config *m) {
+    global_hd g = {-1, 512};
+    em_status e;
+    if ((e = em_cfg_int(s, "global_head_dim", true, &g.head_dim, NULL))) return e;
+    for (int64_t i = 0; i < m->num_hidden_layers && g.first_full < 0; i++)
+        if (m->layer_types[i] == EM_LAYER_FULL_ATTENTION) g.first_full = i;
+    if (g.first_full >= 0 && (e = em_cfg_each(s, "per_layer_config", global_hd_entry, &g, NULL)))
+        return e;
+    m->rope.head_dim = g.head_dim;
+    return EM_OK;
+}
+
+const em_family em_family_gemma4_text = {
+    .config = {.model_type = "gemma4_text",
+               .multimodal = "gemma4",
+               .defaults = gemma4_defaults,
+               .head_dim_fixed = true,
+               .has_layer_types = true,
+               .gemma_activation = true,
+               .sliding = EM_CFG_SLIDING_PATTERN,
+               .sliding_pattern = 6,
+               .last_layer_full = true,
+               .nested_rope = true,
+               .rope_full_theta = 1e6,
+               .rope_full_fixed = true,
+               .rope_full_type = "proportional",
+               .rope_full_partial = 0.25,
+               .rope_local_theta = 1e4,
+               .rope_no_local_base_freq = true,
+               .post_init = gemma4_post_init,
+               .post_rope = gemma4_post_rope},
+    .causal = true,
+    .qk_norm = true,
+    .gemma = true,
+    .config_hook = gemma4_config,
+    .load = gemma4_load,
+    .after_embed = gemma4_after_embed,
+    .layer = gemma4_layer,
+};

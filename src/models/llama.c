@@ -2,6 +2,44 @@
  * with experts w1 = gate, w3 = up, w2 = down; routing always renormalised). */
 #include "models/model_impl.h"
 
-const em_family em_family_llama = {"llama", true, false, false, 0, em_decoder_load, NULL};
-const em_family em_family_mistral = {"mistral", true, false, false, 0, em_decoder_load, NULL};
-const em_family em_family_mixtral = {"mixtral", true, false, false, 2, em_decoder_load, NULL};
+/* LlamaConfig, MistralConfig and MixtralConfig defaults */
+static void llama_defaults(em_model_config *m) {
+    m->vocab_size = 32000, m->hidden_size = 4096, m->intermediate_size = 11008;
+    m->num_hidden_layers = 32, m->num_attention_heads = 32;
+    m->max_position_embeddings = 2048;
+    m->bos_token_id = 1, m->eos_token_ids[0] = 2, m->n_eos_token_ids = 1;
+}
+
+static void mistral_defaults(em_model_config *m) {
+    m->vocab_size = 32000, m->hidden_size = 4096, m->intermediate_size = 14336;
+    m->num_hidden_layers = 32, m->num_attention_heads = 32, m->num_key_value_heads = 8;
+    m->max_position_embeddings = 4096 * 32;
+    m->bos_token_id = 1, m->eos_token_ids[0] = 2, m->n_eos_token_ids = 1;
+    m->sliding_window = 4096;
+}
+
+static void mixtral_defaults(em_model_config *m) {
+    mistral_defaults(m);
+    m->sliding_window = 0;
+    m->rms_norm_eps = 1e-5;
+    m->num_experts_per_tok = 2, m->num_experts = 8;
+}
+
+const em_family em_family_llama = {
+    .config = {.model_type = "llama", .defaults = llama_defaults},
+    .gguf = {"llama", "llama", .permute_qk = true, .moe_prefix = "mlp."},
+    .causal = true,
+    .load = em_decoder_load,
+};
+const em_family em_family_mistral = {
+    .config = {.model_type = "mistral", .defaults = mistral_defaults},
+    .gguf = {"mistral", "mistral", .permute_qk = true, .moe_prefix = "mlp."},
+    .causal = true,
+    .load = em_decoder_load,
+};
+const em_family em_family_mixtral = {
+    .config = {.model_type = "mixtral", .defaults = mixtral_defaults, .default_theta = 1e6},
+    .causal = true,
+    .moe = 2,
+    .load = em_decoder_load,
+};

@@ -27,7 +27,7 @@ static int step_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *sta
 }
 
 bool em_model_compile_supported(const em_model *m) {
-    if (!m || !m->fam->causal || m->fam->forward || m->dev_head != m->dev_embed) return false;
+    if (!m || !m->fam->causal || m->dev_head != m->dev_embed) return false;
     for (int64_t i = 0; i < m->n_layers; i++)
         if (m->layers[i].dev != m->dev_embed) return false;
     return true;
@@ -36,10 +36,10 @@ bool em_model_compile_supported(const em_model *m) {
 em_model_compiled *em_model_compile(em_ctx *c, const em_model *m, em_kv_cache *kv,
                                     int64_t bucket) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (!m || !kv || kv->m != m || !m->fam->causal || m->fam->forward) {
+    if (!m || !kv || kv->m != m || !m->fam->causal) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_compile",
-                    "compile mode needs a decoder language model with the shared forward and "
-                    "its KV cache%s%s", m ? "; model_type " : "", m ? m->cfg.model_type : "");
+                    "compile mode needs a decoder language model and its KV cache%s%s",
+                    m ? "; model_type " : "", m ? m->cfg.model_type : "");
         return NULL;
     }
     for (int64_t i = 0; i < m->n_layers; i++)

@@ -105,10 +105,8 @@ em_gguf_src *em_gguf_src_open(em_ctx *c, const char *path, const em_model_config
         return NULL;
     }
     s->g = g;
-    s->arch = em_gguf_arch_of(g);
+    s->arch = em_family_gguf_arch(c, "model_load", g);
     if (!s->arch) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "%s: general.architecture \"%s\" is not "
-                    "supported", path, em_gguf_get_str(g, "general.architecture", NULL));
         em_gguf_src_close(s);
         return NULL;
     }

@@ -8,6 +8,8 @@
 #include "core/tensor_impl.h"
 #include "ember/model.h"
 #include "ember/safetensors.h"
+#include "io/config/config_family.h"
+#include "io/gguf/gguf_impl.h"
 
 #define EM_MAX_ROPE_FREQS 512
 
@@ -97,21 +99,40 @@ typedef struct em_bert_layer {
 
 /* ---- families ---- */
 typedef enum em_mlp_act { EM_ACT_SILU, EM_ACT_GELU_TANH, EM_ACT_GELU } em_mlp_act;
+/* RMSNorm variants: x * w (Llama), x * (1 + w) (Gemma 3), computed in f32 times w and rounded
+ * once (Gemma 4) */
+typedef enum em_norm_kind { EM_NORM_RMS, EM_NORM_RMS_1P, EM_NORM_RMS_F32 } em_norm_kind;
+
+typedef struct em_fwd em_fwd; /* one forward step (decoder_blocks.h) */
 
 typedef struct em_family {
-    const char *model_type;    /* config.json's (text) model_type */
+    /* its config.json: model_type (and the multimodal model_type whose text part it reads),
+     * the config class's defaults and rules, read by io's config reader */
+    em_cfg_family config;
+    em_gguf_arch gguf; /* its GGUF files (llama.cpp's general.architecture), if any */
     bool causal;               /* decoder LM (else encoder) */
+    /* the shared loader's naming (em_decoder_load) */
     bool qk_norm;              /* per-head RMSNorm of q and k (Qwen3, Gemma 3) */
     bool gemma;                /* 1 + weight norms, sandwich norms, scaled embeddings */
     int moe;                   /* 0 none, 1 Qwen3-MoE names, 2 Mixtral names */
-    /* loads everything after the common setup (weights, per-layer flags) */
+    /* reads the family's own config.json keys into the model (per-layer sizes, the blocks'
+     * options) once the config is read and the layers allocated; NULL: none */
+    em_status (*config_hook)(em_ctx *c, em_model *m);
+    /* loads everything after the common setup (weights, per-layer flags, the model's block
+     * options) */
     em_status (*load)(em_wload *w);
-    /* the forward of em_model_forward once its arguments are checked; NULL: the shared decoder */
-    em_tensor *(*forward)(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
-                          em_kv_cache *kv, bool last_only);
+    /* hooks of the shared forward (decoder.c), NULL: none / the shared one */
+    void (*after_embed)(em_fwd *f, em_tensor *ids, em_tensor *h); /* ids on the embed device */
+    em_tensor *(*layer)(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li);
 } em_family;
 
+/* The family of a (text or multimodal) model_type from family_table.c, NULL if none. */
 const em_family *em_family_find(const char *model_type);
+/* The family row of a GGUF file's general.architecture; NULL with an EM_ERR_UNSUPPORTED
+ * error (in the name of `op`) listing the architectures the table has. */
+const em_gguf_arch *em_family_gguf_arch(em_ctx *c, const char *op, const em_gguf *g);
+/* The supported model_types for messages: "qwen2, qwen3, ... and bert" (truncated to n). */
+void em_family_names(char *buf, size_t n);
 /* The shared decoder loader (family files call it with their naming). */
 em_status em_decoder_load(em_wload *w);
 /* hidden_act / hidden_activation of config.json as an activation */
@@ -164,6 +185,13 @@ struct em_model {
     int n_freq, n_freq_local;
     float rope_scaling, rope_scaling_local;
     double attn_scale;     /* 0: 1/sqrt(head_dim) */
+    /* the blocks' options (decoder_blocks.h), set by the family's loader */
+    em_norm_kind norm;
+    bool v_norm;              /* scale-free RMSNorm of the values (Gemma 4) */
+    double attn_softcap;      /* tanh softcap of the attention scores (0: none) */
+    bool moe_norm_topk;       /* renormalise the top-k routing weights */
+    bool moe_weights_f32;     /* routing weights stay f32 (Gemma 4's per-expert scale) */
+    bool softcap_model_dtype; /* final logit softcap before the f32 cast (Gemma 4) */
     double embed_scale;    /* Gemma: sqrt(hidden) (0: none) */
     /* Gemma 4's per-layer inputs (hidden_size_per_layer_input = pl_dim > 0) */
     em_tensor *embed_pl;       /* [vocab_per_layer, n_layers * P] */

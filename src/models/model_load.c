@@ -311,11 +311,11 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     const char *type = m->cfg.text_model_type[0] ? m->cfg.text_model_type : m->cfg.model_type;
     m->fam = em_family_find(type);
     if (!m->fam) {
+        char names[512];
+        em_family_names(names, sizeof names);
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
-                    "model_type '%s' (%s/config.json) is not supported; Ember knows qwen2, "
-                    "qwen3, qwen3_moe, llama, mistral, mixtral, gemma3_text, gemma3, "
-                    "gemma4_text, gemma4 and bert",
-                    type, m->dir);
+                    "model_type '%s' (%s/config.json) is not supported; Ember knows %s", type,
+                    m->dir, names);
         goto fail;
     }
     char gpath[1100];
@@ -378,6 +378,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         em_ctx_fail(c, EM_ERR_OOM, "model_load", "out of memory");
         goto fail;
     }
+    if (m->fam->config_hook && m->fam->config_hook(c, m) != EM_OK) goto fail;
     if (em_model_place(c, m, &o, &w) != EM_OK) goto fail;
     if (m->fam->load(&w) != EM_OK || em_ctx_status(c)) goto fail;
     if (gs && apply_rope_factors(c, m, gs) != EM_OK) goto fail;

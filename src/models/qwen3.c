@@ -3,5 +3,39 @@
  * softmax routing, renormalised when norm_topk_prob (names mlp.gate, mlp.experts.<e>.*_proj). */
 #include "models/model_impl.h"
 
-const em_family em_family_qwen3 = {"qwen3", true, true, false, 0, em_decoder_load, NULL};
-const em_family em_family_qwen3_moe = {"qwen3_moe", true, true, false, 1, em_decoder_load, NULL};
+/* Qwen3Config and Qwen3MoeConfig defaults */
+static void qwen3_defaults(em_model_config *m) {
+    m->vocab_size = 151936, m->hidden_size = 4096, m->intermediate_size = 22016;
+    m->num_hidden_layers = 32, m->num_attention_heads = 32, m->num_key_value_heads = 32;
+    m->head_dim = 128, m->max_position_embeddings = 32768;
+    m->sliding_window = 4096, m->max_window_layers = 28;
+}
+
+static void qwen3_moe_defaults(em_model_config *m) {
+    m->vocab_size = 151936, m->hidden_size = 2048, m->intermediate_size = 6144;
+    m->num_hidden_layers = 24, m->num_attention_heads = 32, m->num_key_value_heads = 4;
+    m->max_position_embeddings = 32768, m->sliding_window = 4096;
+    m->moe_intermediate_size = 768, m->num_experts_per_tok = 8, m->num_experts = 128;
+}
+
+const em_family em_family_qwen3 = {
+    .config = {.model_type = "qwen3",
+               .defaults = qwen3_defaults,
+               .head_dim_fixed = true,
+               .has_layer_types = true,
+               .use_sliding_window = true,
+               .sliding = EM_CFG_SLIDING_AFTER_MAX},
+    .gguf = {"qwen3", "qwen3", .moe_prefix = "mlp."},
+    .causal = true,
+    .qk_norm = true,
+    .load = em_decoder_load,
+};
+const em_family em_family_qwen3_moe = {
+    .config = {.model_type = "qwen3_moe", .defaults = qwen3_moe_defaults,
+               .use_sliding_window = true},
+    .gguf = {"qwen3moe", "qwen3_moe", .moe_prefix = "mlp."},
+    .causal = true,
+    .qk_norm = true,
+    .moe = 1,
+    .load = em_decoder_load,
+};

@@ -104,8 +104,8 @@ int bench_aot_decode(em_ctx *c, em_model *m, em_device *d, const int64_t *batche
     em_pjrt_topology t;
     em_pjrt_topology_get(d, &t);
     if (!em_model_compile_supported(m)) {
-        fprintf(stderr, "ember bench decode: %s has its own forward; its compiled step is not "
-                        "supported yet, so there is nothing to project\n", cfg->model_type);
+        fprintf(stderr, "ember bench decode: %s is not one decoder on one device; it has no "
+                        "compiled step, so there is nothing to project\n", cfg->model_type);
         return 1;
     }
     if (!json)

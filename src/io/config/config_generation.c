@@ -56,7 +56,7 @@ em_generation_config em_generation_config_from_model(const em_model_config *cfg)
 em_status em_generation_config_from_json(em_ctx *c, json_t *root, const char *file,
                                          em_generation_config *out) {
     em_generation_config g = em_generation_config_default();
-    em_cfg_src s = {c, file, "", root, OP};
+    em_cfg_src s = {c, file, "", root, OP, NULL};
     em_status e;
     bool p;
     int64_t v;

@@ -33,6 +33,8 @@ static json_t *get(em_cfg_src *s, const char *key, bool nullable, const char *wa
                    em_status *err) {
     *err = EM_OK;
     json_t *v = json_object_get(s->obj, key);
+    if ((!v || json_is_null(v)) && s->fallback && json_object_get(s->fallback, key))
+        v = json_object_get(s->fallback, key);
     if (!v) return NULL;
     if (json_is_null(v)) {
         if (!nullable) *err = wrong(s, key, v, want);
@@ -109,6 +111,26 @@ em_status em_cfg_ids(em_cfg_src *s, const char *key, int64_t *ids, int *n, bool 
         ids[k++] = (int64_t)json_integer_value(x);
     }
     *n = k;
+    return EM_OK;
+}
+
+em_status em_cfg_each(em_cfg_src *s, const char *key,
+                      em_status (*fn)(em_cfg_src *sub, const char *name, void *user), void *user,
+                      bool *present) {
+    em_status e;
+    json_t *v = get(s, key, true, "an object", &e);
+    if (present) *present = v != NULL;
+    if (!v) return e;
+    if (!json_is_object(v)) return wrong(s, key, v, "an object");
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s%s.", s->prefix, key);
+    em_cfg_src sub = {s->c, s->file, prefix, v, s->op, NULL};
+    const char *name;
+    json_t *x;
+    json_object_foreach(v, name, x) {
+        (void)x;
+        if ((e = fn(&sub, name, user))) return e;
+    }
     return EM_OK;
 }
 

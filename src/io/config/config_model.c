@@ -1,130 +1,33 @@
 /* config.json → em_model_config with the defaults of transformers' config class for each
  * model_type (transformers 5.24, models/<type>/configuration_<type>.py), the derived values those
  * classes compute in __post_init__, and rope parameters standardised as
- * modeling_rope_utils.RotaryEmbeddingConfigMixin does. */
+ * modeling_rope_utils.RotaryEmbeddingConfigMixin does. The reader is generic: what a family's
+ * class adds comes from its em_cfg_family (config_family.h), filled by its family file in
+ * src/models/; the public entry points are in src/models/model_config.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ember/gguf.h"
-#include "io/config/config_impl.h"
+#include "io/config/config_family.h"
 
 #define OP "config_load"
 
-typedef enum fam {
-    FAM_LLAMA = 0,
-    FAM_QWEN3,
-    FAM_QWEN3_MOE,
-    FAM_MISTRAL,
-    FAM_MIXTRAL,
-    FAM_GEMMA3,
-    FAM_GEMMA4,
-    FAM_BERT,
-    FAM_QWEN2
-} fam;
-
-static const struct {
-    const char *type;   /* model_type of the text config */
-    const char *parent; /* multimodal model_type whose text_config it is, or NULL */
-    fam f;
-} families[] = {
-    {"llama", NULL, FAM_LLAMA},           {"qwen3", NULL, FAM_QWEN3},
-    {"qwen3_moe", NULL, FAM_QWEN3_MOE},   {"mistral", NULL, FAM_MISTRAL},
-    {"mixtral", NULL, FAM_MIXTRAL},       {"gemma3_text", "gemma3", FAM_GEMMA3},
-    {"gemma4_text", "gemma4", FAM_GEMMA4}, {"bert", NULL, FAM_BERT},
-    {"qwen2", NULL, FAM_QWEN2},
-};
-#define N_FAMILIES (sizeof families / sizeof families[0])
-
-/* Per-family knobs beyond plain defaults. */
-typedef struct fam_rules {
-    bool head_dim_derived;  /* head_dim absent/None → hidden_size / num_attention_heads */
-    bool has_layer_types;   /* the class has a layer_types field the model uses */
-    bool gemma_activation;  /* the MLP uses hidden_activation, not hidden_act */
-    double default_theta;   /* RotaryEmbeddingConfigMixin.default_theta of the class */
-    bool nested_rope;       /* rope per layer type (Gemma 3/4) */
-} fam_rules;
-
-static fam_rules rules_of(fam f) {
-    fam_rules r = {true, false, false, 10000.0, false};
-    switch (f) {
-    case FAM_QWEN3: r.head_dim_derived = false, r.has_layer_types = true; break;
-    case FAM_QWEN2: r.has_layer_types = true; break;
-    case FAM_MIXTRAL: r.default_theta = 1e6; break;
-    case FAM_GEMMA3:
-    case FAM_GEMMA4:
-        r.head_dim_derived = false, r.has_layer_types = true, r.gemma_activation = true;
-        r.nested_rope = true;
-        break;
-    default: break;
-    }
-    return r;
-}
-
 static void set_str(char *dst, size_t n, const char *s) { snprintf(dst, n, "%s", s); }
 
-/* The field defaults of each class. -1 in num_key_value_heads and 0 in head_dim mean "derive". */
-static void defaults(fam f, em_model_config *m) {
+/* The defaults every class shares, then the family's. -1 in num_key_value_heads and 0 in
+ * head_dim mean "derive". */
+static void defaults(const em_cfg_family *f, em_model_config *m) {
     m->rms_norm_eps = 1e-6;
     m->num_key_value_heads = -1;
     m->bos_token_id = m->pad_token_id = -1;
     m->n_eos_token_ids = 0;
     m->decoder_sparse_step = 1;
     set_str(m->hidden_act, sizeof m->hidden_act, "silu");
-    switch (f) {
-    case FAM_LLAMA:
-        m->vocab_size = 32000, m->hidden_size = 4096, m->intermediate_size = 11008;
-        m->num_hidden_layers = 32, m->num_attention_heads = 32;
-        m->max_position_embeddings = 2048;
-        m->bos_token_id = 1, m->eos_token_ids[0] = 2, m->n_eos_token_ids = 1;
-        break;
-    case FAM_QWEN3:
-    case FAM_QWEN2:
-        m->vocab_size = 151936, m->hidden_size = 4096, m->intermediate_size = 22016;
-        m->num_hidden_layers = 32, m->num_attention_heads = 32, m->num_key_value_heads = 32;
-        m->head_dim = f == FAM_QWEN3 ? 128 : 0, m->max_position_embeddings = 32768;
-        m->sliding_window = 4096, m->max_window_layers = 28;
-        break;
-    case FAM_QWEN3_MOE:
-        m->vocab_size = 151936, m->hidden_size = 2048, m->intermediate_size = 6144;
-        m->num_hidden_layers = 24, m->num_attention_heads = 32, m->num_key_value_heads = 4;
-        m->max_position_embeddings = 32768, m->sliding_window = 4096;
-        m->moe_intermediate_size = 768, m->num_experts_per_tok = 8, m->num_experts = 128;
-        break;
-    case FAM_MISTRAL:
-    case FAM_MIXTRAL:
-        m->vocab_size = 32000, m->hidden_size = 4096, m->intermediate_size = 14336;
-        m->num_hidden_layers = 32, m->num_attention_heads = 32, m->num_key_value_heads = 8;
-        m->max_position_embeddings = 4096 * 32;
-        m->bos_token_id = 1, m->eos_token_ids[0] = 2, m->n_eos_token_ids = 1;
-        if (f == FAM_MISTRAL) {
-            m->sliding_window = 4096;
-        } else {
-            m->rms_norm_eps = 1e-5;
-            m->num_experts_per_tok = 2, m->num_experts = 8;
-        }
-        break;
-    case FAM_GEMMA3:
-    case FAM_GEMMA4:
-        m->vocab_size = f == FAM_GEMMA3 ? 262208 : 262144;
-        m->hidden_size = 2304, m->intermediate_size = 9216;
-        m->num_hidden_layers = f == FAM_GEMMA3 ? 26 : 30;
-        m->num_attention_heads = 8, m->num_key_value_heads = 4, m->head_dim = 256;
-        set_str(m->hidden_act, sizeof m->hidden_act, "gelu_pytorch_tanh");
-        m->max_position_embeddings = 131072;
-        m->pad_token_id = 0, m->eos_token_ids[0] = 1, m->n_eos_token_ids = 1, m->bos_token_id = 2;
-        m->tie_word_embeddings = true;
-        m->sliding_window = f == FAM_GEMMA3 ? 4096 : 512;
-        if (f == FAM_GEMMA3) m->query_pre_attn_scalar = 256, m->sliding_window_pattern = 6;
-        break;
-    case FAM_BERT:
-        m->vocab_size = 30522, m->hidden_size = 768, m->num_hidden_layers = 12;
-        m->num_attention_heads = 12, m->intermediate_size = 3072;
-        set_str(m->hidden_act, sizeof m->hidden_act, "gelu");
-        m->max_position_embeddings = 512, m->type_vocab_size = 2, m->layer_norm_eps = 1e-12;
-        m->pad_token_id = 0, m->tie_word_embeddings = true, m->rms_norm_eps = 0;
-        break;
-    }
+    if (f->defaults) f->defaults(m);
+}
+
+static double default_theta(const em_cfg_family *f) {
+    return f->default_theta > 0 ? f->default_theta : 10000.0;
 }
 
 /* ---- rope ---- */
@@ -158,7 +61,7 @@ static em_status read_rope(em_cfg_src *parent, json_t *d, const char *path, rope
                            size_t tn, bool *known) {
     char prefix[160];
     snprintf(prefix, sizeof prefix, "%s%s.", parent->prefix, path);
-    em_cfg_src s = {parent->c, parent->file, prefix, d ? d : json_object(), parent->op};
+    em_cfg_src s = {parent->c, parent->file, prefix, d ? d : json_object(), parent->op, NULL};
     em_status e = EM_OK;
     *r = em_rope_config_default();
     bool p1 = false, p2 = false;
@@ -212,14 +115,13 @@ static json_t *object_or_null(em_cfg_src *s, const char *key, em_status *e) {
     return v;
 }
 
-static em_status read_ropes(em_cfg_src *s, fam f, em_model_config *m) {
-    fam_rules ru = rules_of(f);
+static em_status read_ropes(em_cfg_src *s, const em_cfg_family *f, em_model_config *m) {
     em_status e;
     json_t *scaling = object_or_null(s, "rope_scaling", &e);
     if (e) return e;
     json_t *params = object_or_null(s, "rope_parameters", &e);
     if (e) return e;
-    rope_base base = {ru.default_theta, -1.0, -1, "default"};
+    rope_base base = {default_theta(f), -1.0, -1, "default"};
     bool has_theta = false;
     double top_theta = 0;
     if ((e = em_cfg_num(s, "rope_theta", true, &top_theta, &has_theta)) ||
@@ -229,7 +131,7 @@ static em_status read_ropes(em_cfg_src *s, fam f, em_model_config *m) {
     if (has_theta) base.theta = top_theta;
 
     json_t *full = NULL, *sliding = NULL;
-    bool nested = ru.nested_rope;
+    bool nested = f->nested_rope;
     if (params && (json_is_object(json_object_get(params, "full_attention")) ||
                    json_is_object(json_object_get(params, "sliding_attention"))))
         nested = true;
@@ -258,14 +160,14 @@ static em_status read_ropes(em_cfg_src *s, fam f, em_model_config *m) {
      * rope_theta / rope_local_base_freq are the fallbacks of the two entries. */
     json_t *full_d = full ? json_deep_copy(full) : json_object();
     if (!full_d) return EM_FAIL(s->c, EM_ERR_OOM, s->op, "out of memory");
-    if (f == FAM_GEMMA3 && scaling) json_object_update(full_d, scaling);
+    if (f->rope_scaling_full && scaling) json_object_update(full_d, scaling);
     rope_base fb = base, sb = base;
-    if (f == FAM_GEMMA4) {
-        fb.type = "proportional", fb.theta = 1e6, sb.theta = 1e4;
-        if (!full) json_object_set_new(full_d, "partial_rotary_factor", json_real(0.25));
-    } else {
-        fb.theta = has_theta ? top_theta : (f == FAM_GEMMA3 ? 1e6 : base.theta);
-        sb.theta = f == FAM_GEMMA3 ? 1e4 : base.theta;
+    if (f->rope_full_type) fb.type = f->rope_full_type;
+    if (f->rope_full_partial > 0 && !full)
+        json_object_set_new(full_d, "partial_rotary_factor", json_real(f->rope_full_partial));
+    if (f->rope_full_fixed || (!has_theta && f->rope_full_theta > 0)) fb.theta = f->rope_full_theta;
+    if (f->rope_local_theta > 0) sb.theta = f->rope_local_theta;
+    if (!f->rope_no_local_base_freq) {
         double local = 0;
         bool has_local = false;
         if ((e = em_cfg_num(s, "rope_local_base_freq", true, &local, &has_local))) {
@@ -278,26 +180,7 @@ static em_status read_ropes(em_cfg_src *s, fam f, em_model_config *m) {
                   sizeof m->rope_type, &m->rope_known);
     json_decref(full_d);
     if (e) return e;
-    if (f == FAM_GEMMA4) {
-        /* full-attention layers have their own head size: global_head_dim in Hub files,
-         * per_layer_config[<layer>].head_dim in files transformers writes */
-        int64_t g = 512;
-        if ((e = em_cfg_int(s, "global_head_dim", true, &g, NULL))) return e;
-        int64_t first_full = -1;
-        for (int64_t i = 0; i < m->num_hidden_layers && first_full < 0; i++)
-            if (m->layer_types[i] == EM_LAYER_FULL_ATTENTION) first_full = i;
-        json_t *plc = json_object_get(s->obj, "per_layer_config"), *lv;
-        const char *k;
-        if (json_is_object(plc) && first_full >= 0)
-            json_object_foreach(plc, k, lv) { /* keys are zero-padded layer indices ("05") */
-                char *end;
-                long long idx = strtoll(k, &end, 10);
-                json_t *hd = json_object_get(lv, "head_dim");
-                if (*k && !*end && idx == first_full && json_is_integer(hd))
-                    g = (int64_t)json_integer_value(hd);
-            }
-        m->rope.head_dim = g;
-    }
+    if (f->post_rope && (e = f->post_rope(s, m))) return e;
     return read_rope(s, sliding, "rope_parameters.sliding_attention", sb, m, &m->rope_local,
                      m->rope_local_type, sizeof m->rope_local_type, &m->rope_local_known);
 }
@@ -337,11 +220,12 @@ static em_status parse_layer_type(em_cfg_src *s, size_t i, json_t *v, em_layer_t
     return EM_OK;
 }
 
-static em_status read_layer_types(em_cfg_src *s, fam f, int64_t pattern, em_model_config *m) {
+static em_status read_layer_types(em_cfg_src *s, const em_cfg_family *f, int64_t pattern,
+                                  em_model_config *m) {
     int64_t n = m->num_hidden_layers;
     m->layer_types = malloc((size_t)(n ? n : 1) * sizeof *m->layer_types);
     if (!m->layer_types) return EM_FAIL(s->c, EM_ERR_OOM, s->op, "out of memory");
-    json_t *lt = rules_of(f).has_layer_types ? json_object_get(s->obj, "layer_types") : NULL;
+    json_t *lt = f->has_layer_types ? json_object_get(s->obj, "layer_types") : NULL;
     if (lt && !json_is_null(lt)) {
         if (!json_is_array(lt))
             return EM_FAIL(s->c, EM_ERR_FORMAT, s->op, "%s: \"%slayer_types\" is %s, expected a list",
@@ -358,29 +242,28 @@ static em_status read_layer_types(em_cfg_src *s, fam f, int64_t pattern, em_mode
     } else {
         for (int64_t i = 0; i < n; i++) {
             bool sl;
-            if (f == FAM_QWEN3 || f == FAM_QWEN2)
+            if (f->sliding == EM_CFG_SLIDING_AFTER_MAX)
                 sl = m->sliding_window && i >= m->max_window_layers;
-            else if (f == FAM_GEMMA3 || f == FAM_GEMMA4)
+            else if (f->sliding == EM_CFG_SLIDING_PATTERN)
                 sl = (i + 1) % pattern != 0;
             else /* the class has no layer_types: every layer uses sliding_window if set */
                 sl = m->sliding_window != 0;
             m->layer_types[i] = sl ? EM_LAYER_SLIDING_ATTENTION : EM_LAYER_FULL_ATTENTION;
         }
     }
-    if (f == FAM_GEMMA4 && n) m->layer_types[n - 1] = EM_LAYER_FULL_ATTENTION;
+    if (f->last_layer_full && n) m->layer_types[n - 1] = EM_LAYER_FULL_ATTENTION;
     return EM_OK;
 }
 
 /* ---- the whole config ---- */
 
-static em_status positive(em_cfg_src *s, const char *key, int64_t v, bool zero_ok) {
+em_status em_cfg_positive(em_cfg_src *s, const char *key, int64_t v, bool zero_ok) {
     if (v > 0 || (zero_ok && v == 0)) return EM_OK;
     return EM_FAIL(s->c, EM_ERR_FORMAT, s->op, "%s: \"%s%s\" is %lld, expected a %s integer",
                    s->file, s->prefix, key, (long long)v, zero_ok ? "non-negative" : "positive");
 }
 
-static em_status read_text(em_cfg_src *s, fam f, em_model_config *m) {
-    fam_rules ru = rules_of(f);
+static em_status read_text(em_cfg_src *s, const em_cfg_family *f, em_model_config *m) {
     em_status e;
     bool p;
     if ((e = em_cfg_int(s, "vocab_size", false, &m->vocab_size, NULL)) ||
@@ -410,11 +293,6 @@ static em_status read_text(em_cfg_src *s, fam f, em_model_config *m) {
     /* num_experts (num_local_experts in Mixtral's attribute_map) */
     if ((e = em_cfg_int(s, "num_experts", true, &m->num_experts, &p))) return e;
     if ((e = em_cfg_int(s, "num_local_experts", true, &m->num_experts, &p))) return e;
-    if (f == FAM_GEMMA4) {
-        bool moe = false;
-        if ((e = em_cfg_bool(s, "enable_moe_block", false, &moe, NULL))) return e;
-        if (!moe) m->num_experts = 0, m->num_experts_per_tok = 0, m->moe_intermediate_size = 0;
-    }
     /* nullable sizes: None means "derive" */
     int64_t v = 0;
     if ((e = em_cfg_int(s, "num_key_value_heads", true, &v, &p))) return e;
@@ -422,16 +300,16 @@ static em_status read_text(em_cfg_src *s, fam f, em_model_config *m) {
     if ((e = em_cfg_int(s, "head_dim", true, &v, &p))) return e;
     if (p)
         m->head_dim = v;
-    else if (ru.head_dim_derived || json_object_get(s->obj, "head_dim"))
+    else if (!f->head_dim_fixed || json_object_get(s->obj, "head_dim"))
         m->head_dim = 0;
     if ((e = em_cfg_int(s, "sliding_window", true, &v, &p))) return e;
     m->sliding_window = p ? v : json_object_get(s->obj, "sliding_window") ? 0 : m->sliding_window;
     /* activation */
     char act[32];
     if ((e = em_cfg_str(s, "hidden_act", false, act, sizeof act, &p))) return e;
-    if (p && !ru.gemma_activation) memcpy(m->hidden_act, act, sizeof act);
+    if (p && !f->gemma_activation) memcpy(m->hidden_act, act, sizeof act);
     if ((e = em_cfg_str(s, "hidden_activation", true, act, sizeof act, &p))) return e;
-    if (p && ru.gemma_activation) memcpy(m->hidden_act, act, sizeof act);
+    if (p && f->gemma_activation) memcpy(m->hidden_act, act, sizeof act);
     /* special tokens */
     if ((e = em_cfg_int(s, "bos_token_id", true, &v, &p))) return e;
     m->bos_token_id = p ? v : json_object_get(s->obj, "bos_token_id") ? -1 : m->bos_token_id;
@@ -461,39 +339,26 @@ static em_status read_text(em_cfg_src *s, fam f, em_model_config *m) {
     }
 
     /* __post_init__ rules */
-    if (f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_QWEN2) {
+    if (f->use_sliding_window) {
         bool use_sw = false;
         if ((e = em_cfg_bool(s, "use_sliding_window", false, &use_sw, NULL))) return e;
         if (!use_sw) m->sliding_window = 0;
     }
-    int64_t pattern = f == FAM_GEMMA3 ? 6 : f == FAM_GEMMA4 ? 6 : 0;
-    if (f == FAM_GEMMA3) {
-        if ((e = em_cfg_int(s, "sliding_window_pattern", false, &pattern, NULL))) return e;
-        if ((e = positive(s, "sliding_window_pattern", pattern, false))) return e;
-        m->sliding_window_pattern = pattern;
-        bool bidi = false;
-        if ((e = em_cfg_bool(s, "use_bidirectional_attention", true, &bidi, NULL))) return e;
-        if (bidi) m->sliding_window = m->sliding_window / 2 + 1;
-    }
-    if (f == FAM_GEMMA4) {
-        char bidi[16] = "";
-        if ((e = em_cfg_str(s, "use_bidirectional_attention", true, bidi, sizeof bidi, NULL)))
-            return e;
-        if (!strcmp(bidi, "all")) m->sliding_window = m->sliding_window / 2 + 1;
-    }
-    if ((e = positive(s, "num_attention_heads", m->num_attention_heads, false)) ||
-        (e = positive(s, "hidden_size", m->hidden_size, false)) ||
-        (e = positive(s, "vocab_size", m->vocab_size, false)) ||
-        (e = positive(s, "num_hidden_layers", m->num_hidden_layers, true)) ||
-        (e = positive(s, "sliding_window", m->sliding_window, true)))
+    int64_t pattern = f->sliding_pattern;
+    if (f->post_init && (e = f->post_init(s, m, &pattern))) return e;
+    if ((e = em_cfg_positive(s, "num_attention_heads", m->num_attention_heads, false)) ||
+        (e = em_cfg_positive(s, "hidden_size", m->hidden_size, false)) ||
+        (e = em_cfg_positive(s, "vocab_size", m->vocab_size, false)) ||
+        (e = em_cfg_positive(s, "num_hidden_layers", m->num_hidden_layers, true)) ||
+        (e = em_cfg_positive(s, "sliding_window", m->sliding_window, true)))
         return e;
     if (m->num_hidden_layers > (1 << 20))
         return EM_FAIL(s->c, EM_ERR_FORMAT, s->op, "%s: \"%snum_hidden_layers\" is %lld, implausibly large",
                        s->file, s->prefix, (long long)m->num_hidden_layers);
     if (m->num_key_value_heads < 0) m->num_key_value_heads = m->num_attention_heads;
     if (m->head_dim == 0) m->head_dim = m->hidden_size / m->num_attention_heads;
-    if ((e = positive(s, "num_key_value_heads", m->num_key_value_heads, false)) ||
-        (e = positive(s, "head_dim", m->head_dim, false)))
+    if ((e = em_cfg_positive(s, "num_key_value_heads", m->num_key_value_heads, false)) ||
+        (e = em_cfg_positive(s, "head_dim", m->head_dim, false)))
         return e;
     if (m->num_attention_heads % m->num_key_value_heads)
         return EM_FAIL(s->c, EM_ERR_FORMAT, s->op,
@@ -523,11 +388,11 @@ static em_status read_dtype(em_cfg_src *s, em_model_config *m, bool *found) {
     return EM_OK;
 }
 
-em_status em_model_config_from_json(em_ctx *c, json_t *root, const char *file,
-                                    em_model_config *out) {
+em_status em_model_config_read(em_ctx *c, json_t *root, const char *file,
+                               const em_cfg_families *fams, em_model_config *out) {
     em_model_config m;
     memset(&m, 0, sizeof m);
-    em_cfg_src top = {c, file, "", root, OP};
+    em_cfg_src top = {c, file, "", root, OP, NULL};
     em_status e;
     bool p;
     json_t *empty = NULL; /* stands for an absent text_config (declared before any goto) */
@@ -561,9 +426,9 @@ em_status em_model_config_from_json(em_ctx *c, json_t *root, const char *file,
     const char *text_type = m.model_type;
     json_t *tc = json_object_get(root, "text_config");
     const char *parent_text = NULL;
-    for (size_t i = 0; i < N_FAMILIES; i++)
-        if (families[i].parent && !strcmp(families[i].parent, m.model_type))
-            parent_text = families[i].type;
+    const em_cfg_family *pf = fams->find(m.model_type);
+    if (pf && pf->multimodal && !strcmp(pf->multimodal, m.model_type))
+        parent_text = pf->model_type;
     if ((tc && !json_is_null(tc)) || parent_text) {
         if (tc && !json_is_null(tc) && !json_is_object(tc)) {
             e = EM_FAIL(c, EM_ERR_FORMAT, OP, "%s: \"text_config\" is %s, expected an object", file,
@@ -578,12 +443,10 @@ em_status em_model_config_from_json(em_ctx *c, json_t *root, const char *file,
         text_type = tt ? tt : parent_text ? parent_text : m.model_type;
     }
     set_str(m.text_model_type, sizeof m.text_model_type, text_type);
-    fam f = FAM_LLAMA;
-    for (size_t i = 0; i < N_FAMILIES; i++)
-        if (!strcmp(families[i].type, m.text_model_type)) {
-            f = families[i].f;
-            m.known_model_type = true;
-        }
+    const em_cfg_family *f = fams->find(m.text_model_type);
+    if (f && strcmp(f->model_type, m.text_model_type)) f = NULL; /* a multimodal name */
+    m.known_model_type = f != NULL;
+    if (!f) f = fams->fallback;
     defaults(f, &m);
     if ((e = read_text(&text, f, &m))) goto fail;
     if ((e = read_dtype(&text, &m, &p))) goto fail;
@@ -600,43 +463,6 @@ fail:
     return e;
 }
 
-em_status em_model_config_parse(em_ctx *c, const char *json, size_t n, const char *name,
-                                em_model_config *out) {
-    if (!c) return EM_ERR_INVALID_ARG;
-    if (out) memset(out, 0, sizeof *out);
-    if (c->err.status) return c->err.status;
-    if (!out || (!json && n)) return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "NULL argument");
-    if (!name) name = "config.json";
-    json_t *root;
-    em_status e = em_cfg_parse_text(c, OP, json ? json : "", n, name, &root);
-    if (e) return e;
-    e = em_model_config_from_json(c, root, name, out);
-    if (e) json_decref(root);
-    return e;
-}
-
-em_status em_model_config_load(em_ctx *c, const char *path, em_model_config *out) {
-    if (!c) return EM_ERR_INVALID_ARG;
-    if (out) memset(out, 0, sizeof *out);
-    if (c->err.status) return c->err.status;
-    if (!out) return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "out is NULL");
-    size_t pl = path ? strlen(path) : 0;
-    if (pl > 5 && !strcmp(path + pl - 5, ".gguf")) { /* the metadata of a GGUF file */
-        em_gguf *g = em_gguf_open(c, path);
-        em_status gs = g ? em_model_config_from_gguf(c, g, out) : em_ctx_status(c);
-        em_gguf_free(g);
-        return gs;
-    }
-    json_t *root;
-    char *file;
-    em_status e = em_cfg_load_file(c, OP, path, "config.json", &root, &file);
-    if (e) return e;
-    e = em_model_config_from_json(c, root, file, out);
-    if (e) json_decref(root);
-    free(file);
-    return e;
-}
-
 void em_model_config_free(em_model_config *cfg) {
     if (!cfg) return;
     free(cfg->layer_types);
@@ -646,6 +472,18 @@ void em_model_config_free(em_model_config *cfg) {
 }
 
 /* ---- raw access ---- */
+
+em_cfg_src em_model_config_src(em_ctx *c, const em_model_config *cfg, const char *file,
+                               const char *op) {
+    json_t *root = cfg ? cfg->json_ : NULL, *tc = json_object_get(root, "text_config");
+    em_cfg_src s = {c, file, "", root, op, NULL};
+    if (cfg && cfg->nested_text_config && json_is_object(tc)) {
+        s.obj = tc;
+        s.prefix = "text_config.";
+        s.fallback = root;
+    }
+    return s;
+}
 
 static json_t *raw_get(const em_model_config *cfg, const char *key) {
     if (!cfg || !cfg->json_ || !key) return NULL;

@@ -3,8 +3,8 @@
  * under llama.cpp's key names (<arch>.block_count, <arch>.attention.head_count, ...). They are
  * written out as the config.json transformers builds for the same file
  * (integrations/ggml.py GGUF_CONFIG_MAPPING, modeling_gguf_pytorch_utils.load_gguf_checkpoint)
- * and read by the config.json reader, so every default and derived value is the one of the
- * family's config class.
+ * and read by the config.json reader (em_model_config_from_gguf, src/models/model_config.c), so
+ * every default and derived value is the one of the family's config class.
  *
  * Where llama.cpp reads more than transformers does, Ember follows llama.cpp, which wrote the
  * file: rope scaling (<arch>.rope.scaling.type / factor / original_context_length), and
@@ -19,22 +19,6 @@
 #include "io/gguf/gguf_impl.h"
 
 #define OP "config_load"
-
-const em_gguf_arch *em_gguf_arch_of(const em_gguf *g) {
-    static const em_gguf_arch archs[] = {
-        /* gguf name, model_type, permuted q/k, norms stored as 1 + w, MoE prefix */
-        {"llama", "llama", true, false, "mlp."},
-        {"mistral", "mistral", true, false, "mlp."},
-        {"qwen2", "qwen2", false, false, "mlp."},
-        {"qwen3", "qwen3", false, false, "mlp."},
-        {"qwen3moe", "qwen3_moe", false, false, "mlp."},
-        {"gemma3", "gemma3_text", false, true, "mlp."},
-    };
-    const char *a = em_gguf_get_str(g, "general.architecture", NULL);
-    for (size_t i = 0; a && i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(a, archs[i].gguf)) return &archs[i];
-    return NULL;
-}
 
 /* "<arch>.<key>" */
 static const em_gguf_value *akey(const em_gguf *g, const char *arch, const char *key) {
@@ -54,18 +38,10 @@ static bool put_float(json_t *o, const char *name, const em_gguf_value *v) {
     return !v || !em_gguf_value_float(v, &x) || !json_object_set_new(o, name, json_real(x));
 }
 
-em_status em_model_config_from_gguf(em_ctx *c, const em_gguf *g, em_model_config *out) {
-    if (!c) return EM_ERR_INVALID_ARG;
-    if (out) memset(out, 0, sizeof *out);
-    if (c->err.status) return c->err.status;
-    if (!g || !out) return EM_FAIL(c, EM_ERR_INVALID_ARG, OP, "file or config is NULL");
-    const em_gguf_arch *ar = em_gguf_arch_of(g);
-    const char *an = em_gguf_get_str(g, "general.architecture", NULL);
-    if (!ar)
-        return EM_FAIL(c, EM_ERR_UNSUPPORTED, OP,
-                       "%s: general.architecture \"%s\" is not supported (Ember reads llama, "
-                       "mistral, qwen2, qwen3, qwen3moe and gemma3 GGUF files)",
-                       g->path, an ? an : "(missing)");
+em_status em_gguf_config_text(em_ctx *c, const em_gguf *g, const em_gguf_arch *ar,
+                              char **text_out, char *what, size_t what_n) {
+    *text_out = NULL;
+    const char *an = ar->gguf;
     const char *type = ar->model_type;
     int64_t experts = 0;
     em_gguf_value_int(akey(g, an, "expert_count"), &experts);
@@ -135,9 +111,7 @@ em_status em_model_config_from_gguf(em_ctx *c, const em_gguf *g, em_model_config
     char *text = ok ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text) return EM_FAIL(c, EM_ERR_OOM, OP, "out of memory");
-    char name[1100];
-    snprintf(name, sizeof name, "%s (metadata)", g->path);
-    em_status s = em_model_config_parse(c, text, strlen(text), name, out);
-    free(text);
-    return s;
+    snprintf(what, what_n, "%s (metadata)", g->path);
+    *text_out = text;
+    return EM_OK;
 }

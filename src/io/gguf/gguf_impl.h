@@ -76,16 +76,20 @@ const em_ggml_traits *em_ggml_traits_of(uint32_t type); /* NULL for unknown numb
 /* Size in bytes of one element of a scalar value type; 0 for STRING and ARRAY. */
 size_t em_gguf_scalar_size(em_gguf_type t);
 
-/* How a general.architecture maps onto Ember's families (gguf_config.c). */
+/* How a general.architecture maps onto one of Ember's families (each family file of
+ * src/models/ gives its row, see em_family). */
 typedef struct em_gguf_arch {
-    const char *gguf;       /* general.architecture */
+    const char *gguf;       /* general.architecture, NULL: the family has no GGUF form */
     const char *model_type; /* the family (config.json's model_type) */
     bool permute_qk;        /* llama.cpp's converter permuted the q/k rows (LlamaModel) */
     bool norm_offset;       /* norms stored as 1 + w (Gemma) */
     const char *moe_prefix; /* where the experts live: "mlp." or "block_sparse_moe." */
 } em_gguf_arch;
-/* The row for the file's architecture, NULL when Ember has none. */
-const em_gguf_arch *em_gguf_arch_of(const em_gguf *g);
+/* The config.json transformers builds for the metadata of a file of architecture `ar`, as
+ * JSON text (*text_out, malloc'd), and the name to give it in messages ("<path> (metadata)",
+ * into what[what_n]). */
+em_status em_gguf_config_text(em_ctx *c, const em_gguf *g, const em_gguf_arch *ar,
+                              char **text_out, char *what, size_t what_n);
 
 /* Parses and validates the image (gguf_open.c); the handle takes the image's reference. */
 em_gguf *em_gguf_parse(em_ctx *c, const char *name, em_st_image *im);
