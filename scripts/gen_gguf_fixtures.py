@@ -563,10 +563,10 @@ def llama_permute(w, n_head, n_head_kv):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def write_model_gguf(path, name, cfg, model, arch):
+def write_model_gguf(path, name, cfg, model, arch, qtype=None):
     """The model as llama.cpp's converter writes it: gguf-py's tensor names, q/k rows permuted
-    (llama), norms + 1 (gemma3), experts split and stacked, 2-D weights as Q8_0 (quantized with
-    gguf.quants.quantize), norms in F32. Returns {hf name: the weight the file holds, as
+    (llama), norms + 1 (gemma3), experts split and stacked, 2-D weights as qtype (default Q8_0;
+    quantized with gguf.quants.quantize), norms in F32. Returns {hf name: the weight the file holds, as
     transformers dequantizes it (before undoing llama.cpp's transforms)}."""
     march = [k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch][0]
     nmap = gguf.get_tensor_name_map(march, cfg.num_hidden_layers)
@@ -597,13 +597,14 @@ def write_model_gguf(path, name, cfg, model, arch):
         if arch == "qwen3moe":
             w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     stored = {}
+    qtype = Q.Q8_0 if qtype is None else qtype
 
     def put(gname, t, hf_name):
         a = t.detach().float().numpy()
         if a.ndim >= 2 and a.shape[-1] % 32 == 0:
-            q = gguf.quants.quantize(a, Q.Q8_0)
-            w.add_tensor(gname, q, raw_dtype=Q.Q8_0)
-            deq = torch.from_numpy(gguf.quants.dequantize(q, Q.Q8_0).reshape(a.shape).copy())
+            q = gguf.quants.quantize(a, qtype)
+            w.add_tensor(gname, q, raw_dtype=qtype)
+            deq = torch.from_numpy(gguf.quants.dequantize(q, qtype).reshape(a.shape).copy())
         else:
             w.add_tensor(gname, a.astype(np.float32))
             deq = torch.from_numpy(a.copy())
@@ -638,19 +639,24 @@ def write_model_gguf(path, name, cfg, model, arch):
     return stored
 
 
-def gen_models():
+def gen_models(bf16=False):
+    """The tiny models with Q8_0 matrices (models), or the llama one with BF16 matrices, as
+    convert_hf_to_gguf.py --outtype bf16 writes them (models_bf16)."""
     import transformers as T
-    bundle = Bundle(os.path.join(OUT, "models"))
+    bundle = Bundle(os.path.join(OUT, "models_bf16" if bf16 else "models"))
     meta = {}
     for name, (cfg, cls, arch) in tiny_models().items():
+        if bf16 and name != "llama":
+            continue
         torch.manual_seed(3)
         model = cls(cfg).eval()
         with torch.no_grad():  # norms away from 1 so that a missed offset shows
             for k, p in model.named_parameters():
                 if k.endswith("norm.weight"):
                     p.copy_(torch.randn_like(p) * 0.2 + (0.0 if arch == "gemma3" else 1.0))
-        path = os.path.join(OUT, f"model_{name}.gguf")
-        stored = write_model_gguf(path, f"ember {name} fixture", cfg, model, arch)
+        path = os.path.join(OUT, f"model_{name}{'_bf16' if bf16 else ''}.gguf")
+        stored = write_model_gguf(path, f"ember {name} fixture", cfg, model, arch,
+                                  Q.BF16 if bf16 else None)
         # the reference: the same model holding the file's (Q8_0-rounded) weights
         with torch.no_grad():
             sd = model.state_dict()
@@ -730,7 +736,7 @@ def gen_smollm2(path):
 def main():
     import argparse
     ap = argparse.ArgumentParser()
-    ap.add_argument("parts", nargs="*", default=["types", "tokenizers", "models"])
+    ap.add_argument("parts", nargs="*", default=["types", "tokenizers", "models", "models_bf16"])
     ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch_smollm2.sh)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -744,6 +750,8 @@ def main():
         gen_tokenizers(a.smollm2)
     if "models" in a.parts:
         gen_models()
+    if "models_bf16" in a.parts:
+        gen_models(bf16=True)
     if a.smollm2:
         gen_smollm2(a.smollm2)
     print("wrote", OUT)

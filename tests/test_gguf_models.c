@@ -7,7 +7,10 @@
  *   - as stored (Q8_0 matrices used by the quantized kernels): logits within the rounding of the
  *     activations to 16 bits (relative RMS error below 5e-4), and the greedy tokens, eager and
  *     compiled alike;
- *   - an explicit device map and the config read from the metadata. */
+ *   - an explicit device map and the config read from the metadata;
+ *   - a bf16 file (convert_hf_to_gguf.py --outtype bf16) runs in bf16 as stored, as transformers
+ *     takes a checkpoint's torch_dtype: logits within bf16 activation rounding (relative RMS
+ *     below 2e-2), and exactly the f32 reference with dtype f32. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +113,42 @@ static void test_models(void) {
     em_test_bundle_free(b);
 }
 
+static void test_bf16_file(void) {
+    em_test_bundle *b = em_test_bundle_load("gguf/models_bf16");
+    CHECK(b != NULL);
+    if (!b) return;
+    static const int64_t ids[12] = {1, 17, 250, 3, 99, 42, 7, 128, 64, 200, 5, 31};
+    em_ctx *c = em_ctx_create();
+    em_tensor *want = em_test_bundle_get(b, c, "llama.logits");
+    em_tensor *x = em_from_host(c, EM_I64, EM_SHAPE(1, 12), ids);
+    for (int f32 = 0; f32 < 2; f32++) {
+        em_model_options o = em_model_default_options();
+        o.progress = false;
+        if (f32) o.dtype = EM_F32;
+        em_model *m = em_model_load(c, em_test_fixture_path("gguf", "model_llama_bf16.gguf"), &o);
+        CHECK_MSG(m, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        if (!m) break;
+        char wd[160];
+        em_model_weight_dtypes(m, wd, sizeof wd);
+        CHECK_MSG(em_model_dtype(m) == (f32 ? EM_F32 : EM_BF16) &&
+                  (f32 || strstr(wd, "bf16")), "dtype %s, weights %s",
+                  em_dtype_name(em_model_dtype(m)), wd);
+        em_tensor *lg = em_model_forward(c, m, x, NULL, NULL, false);
+        em_tensor *got = lg ? em_reshape(c, em_cast(c, lg, EM_F32), 2, em_tensor_shape(want))
+                            : NULL;
+        if (f32) {
+            CHECK(em_test_allclose(c, got, want, 1e-4, 1e-4, "llama bf16 file as f32"));
+        } else {
+            double e = rel_rms(c, got, want);
+            CHECK_MSG(e < 2e-2, "bf16: relative RMS error %g", e);
+            printf("  llama bf16 file in bf16: logits relative RMS error %.2e\n", e);
+        }
+        em_model_free(m);
+    }
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
 static void test_config_and_map(void) {
     em_ctx *c = em_ctx_create();
     em_model_config cfg;
@@ -148,4 +187,4 @@ static void test_config_and_map(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_models), T(test_config_and_map))
+EM_TEST_MAIN(T(test_models), T(test_bf16_file), T(test_config_and_map))

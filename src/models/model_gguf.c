@@ -196,6 +196,18 @@ int64_t em_gguf_src_bytes(const em_gguf_src *s, const char *prefix) {
 
 const em_gguf *em_gguf_src_file(const em_gguf_src *s) { return s ? s->g : NULL; }
 
+em_dtype em_gguf_src_float_dtype(const em_gguf_src *s) {
+    uint64_t bf16 = 0, other = 0;
+    for (int64_t i = 0; s && i < s->n; i++) {
+        if (!s->e[i].matrix) continue;
+        em_dtype own;
+        bool known = em_ggml_type_dtype(s->e[i].ti->type, &own);
+        if (known && own == EM_BF16) bf16 += entry_bytes(&s->e[i]);
+        else other += entry_bytes(&s->e[i]);
+    }
+    return bf16 > other ? EM_BF16 : EM_F32;
+}
+
 /* Rows r of a [rows, ...] tensor (row_bytes each) put back in transformers' order: llama.cpp
  * stored head h's rows as (pair d, half t) -> row h*2D + 2d + t; transformers wants
  * h*2D + t*D + d. */

@@ -23,6 +23,9 @@ struct em_gguf;
 em_gguf_src *em_gguf_src_open(em_ctx *c, const char *path, const em_model_config *cfg);
 void em_gguf_src_close(em_gguf_src *s);
 const struct em_gguf *em_gguf_src_file(const em_gguf_src *s);
+/* The activations' dtype for a file's weights as stored: bf16 when most bytes of its matrices are
+ * bf16 (as transformers takes a checkpoint's torch_dtype), else f32 (quantized and f32/f16). */
+em_dtype em_gguf_src_float_dtype(const em_gguf_src *s);
 bool em_gguf_src_has(const em_gguf_src *s, const char *hub);
 /* Bytes of the tensors under `prefix.` (all of them for NULL), and of one tensor. */
 int64_t em_gguf_src_bytes(const em_gguf_src *s, const char *prefix);

@@ -326,7 +326,8 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         m->gen = em_generation_config_from_model(&m->cfg);
     }
     /* A GGUF file's weights are used as stored (quantized ones stay quantized, activations in
-     * f32) unless a dtype is asked for, which dequantizes everything at load. */
+     * f32; a bf16 file runs in bf16, below) unless a dtype is asked for, which dequantizes
+     * everything at load. */
     bool dtype_set = o.dtype != EM_DTYPE_AUTO;
     if (dtype_set) m->dtype = o.dtype;
     else if (gguf) m->dtype = EM_F32;
@@ -347,6 +348,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         if (!gs) goto fail;
         w.gs = gs;
         w.keep_quant = !dtype_set;
+        if (!dtype_set) m->dtype = em_gguf_src_float_dtype(gs);
         snprintf(w.prefix, sizeof w.prefix, "model.");
     } else {
         st = em_safetensors_open(c, m->dir);

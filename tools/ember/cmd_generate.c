@@ -159,7 +159,9 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
             em_model_config_get(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
             em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
-    if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q"))
+    /* (a bf16 file without --dtype runs as stored: nothing was dequantized) */
+    if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q") &&
+        !(mo.dtype == EM_DTYPE_AUTO && em_model_dtype(m) == EM_BF16))
         fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
                 mo.dtype != EM_DTYPE_AUTO ? "--dtype was given"
                                           : "quantized weights run on the CPU only");
