@@ -168,6 +168,8 @@ static inline __m128i q4k_scales_mins(const uint8_t *s) {
  * lane: 8 sub-blocks x 63 x 4 products of 15 x 32767, below 2^31. */
 static inline void q4k_block(const uint8_t *wb, const em_qx16_k *xb, __m256 *acc, __m256 *macc) {
     __m128i sm = q4k_scales_mins(wb + 4);
+    uint8_t smb[16]; /* the scales by index (an extract needs a constant lane) */
+    _mm_storeu_si128((__m128i *)smb, sm);
     const uint8_t *qs = wb + 16;
     __m256i sumi = _mm256_setzero_si256();
     for (int g = 0; g < 4; g++) {
@@ -177,7 +179,7 @@ static inline void q4k_block(const uint8_t *wb, const em_qx16_k *xb, __m256 *acc
         nibbles16(qs + 32 * g + 16, &a1, &b1);
         __m256i p0 = madd2(a0, a1, xb->q + 64 * g);
         __m256i p1 = madd2(b0, b1, xb->q + 64 * g + 32);
-        int s0 = _mm_extract_epi8(sm, 2 * g), s1 = _mm_extract_epi8(sm, 2 * g + 1);
+        int s0 = smb[2 * g], s1 = smb[2 * g + 1];
         sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p0, _mm256_set1_epi32(s0)));
         sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p1, _mm256_set1_epi32(s1)));
     }
