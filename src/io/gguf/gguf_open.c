@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/name_index.h"
 #include "io/gguf/gguf_impl.h"
 
 #define OP "gguf_open"
@@ -491,16 +492,13 @@ const em_gguf_tensor_info *em_gguf_tensor_at(const em_gguf *g, int64_t i) {
     return g && i >= 0 && i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+static const char *sorted_name(const void *ctx, int64_t k) {
+    const em_gguf *g = ctx;
+    return g->tensors[g->by_name[k]].name;
+}
+
 static int64_t lower_bound(const em_gguf *g, const char *name) {
-    int64_t lo = 0, hi = g->n_tensors;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (strcmp(g->tensors[g->by_name[mid]].name, name) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return em_names_lower_bound(sorted_name, g, g->n_tensors, name);
 }
 
 const em_gguf_tensor_info *em_gguf_tensor_find(const em_gguf *g, const char *name) {
@@ -513,15 +511,5 @@ const em_gguf_tensor_info *em_gguf_tensor_find(const em_gguf *g, const char *nam
 
 const char *em_gguf_nearest_name(const em_gguf *g, const char *name) {
     if (!g || !g->n_tensors || !g->by_name) return NULL;
-    int64_t i = lower_bound(g, name);
-    const char *best = NULL;
-    size_t best_len = 0;
-    for (int64_t k = i - 1; k <= i; k++) {
-        if (k < 0 || k >= g->n_tensors) continue;
-        const char *cand = g->tensors[g->by_name[k]].name;
-        size_t l = 0;
-        while (cand[l] && cand[l] == name[l]) l++;
-        if (!best || l > best_len) best = cand, best_len = l;
-    }
-    return best_len ? best : NULL;
+    return em_names_nearest(sorted_name, g, g->n_tensors, name);
 }

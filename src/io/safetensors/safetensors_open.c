@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/name_index.h"
 #include "io/safetensors/safetensors_impl.h"
 
 #define OP "safetensors_open"
@@ -188,16 +189,13 @@ em_status em_st_finish(em_ctx *c, em_safetensors *st, em_st_choose_fn choose, vo
 }
 
 /* Index of the first name >= `name` in by_name order. */
+static const char *sorted_name(const void *ctx, int64_t k) {
+    const em_safetensors *st = ctx;
+    return st->entries[st->by_name[k]].info.name;
+}
+
 static int64_t lower_bound(const em_safetensors *st, const char *name) {
-    int64_t lo = 0, hi = st->n_entries;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (strcmp(st->entries[st->by_name[mid]].info.name, name) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return em_names_lower_bound(sorted_name, st, st->n_entries, name);
 }
 
 const em_safetensors_info *em_safetensors_find(const em_safetensors *st, const char *name) {
@@ -210,17 +208,7 @@ const em_safetensors_info *em_safetensors_find(const em_safetensors *st, const c
 
 const char *em_st_nearest_name(const em_safetensors *st, const char *name) {
     if (!st || !st->n_entries || !st->by_name) return NULL;
-    int64_t i = lower_bound(st, name);
-    const char *best = NULL;
-    size_t best_len = 0;
-    for (int64_t k = i - 1; k <= i; k++) {
-        if (k < 0 || k >= st->n_entries) continue;
-        const char *cand = st->entries[st->by_name[k]].info.name;
-        size_t l = 0;
-        while (cand[l] && cand[l] == name[l]) l++;
-        if (!best || l > best_len) best = cand, best_len = l;
-    }
-    return best_len ? best : NULL;
+    return em_names_nearest(sorted_name, st, st->n_entries, name);
 }
 
 bool em_safetensors_has(const em_safetensors *st, const char *name) {
