@@ -313,6 +313,9 @@ def malformed_cases():
                              GOOD_D + b"\0" * 32), "format", "two tensors")
     c["data_past_end"] = (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + ti("w", [8], F32, 0),
                           "format", "past the end")
+    # zero bytes of tensor data, but still no room for the padding before the data section
+    c["empty_past_end"] = (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + ti("w", [8, 0], F32, 0),
+                           "format", "past the end")
     return c
 
 
@@ -339,7 +342,8 @@ def gen_corpus(cases):
     reset_dir(CORPUS)
     for name in ("meta.gguf", "meta_v2.gguf", "align1.gguf"):
         shutil.copy(os.path.join(OUT, name), os.path.join(CORPUS, name))
-    for name in ("overlap", "dup_key", "nested_too_deep", "row_not_blocks", "trunc_data"):
+    for name in ("overlap", "dup_key", "nested_too_deep", "row_not_blocks", "trunc_data",
+                 "empty_past_end"):
         with open(os.path.join(CORPUS, name + ".gguf"), "wb") as f:
             f.write(cases[name][0])
     # a small valid file with quantized tensors

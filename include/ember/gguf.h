@@ -197,7 +197,7 @@ typedef struct em_gguf_tensor_info {
     int64_t numel;
     uint64_t nbytes;        /* stored bytes: numel / block size * block bytes */
     uint64_t offset;        /* from the start of the data section, as in the file */
-    uint64_t file_offset;   /* absolute */
+    uint64_t file_offset;   /* absolute; file_offset + nbytes never exceeds the file size */
 } em_gguf_tensor_info;
 
 /** Number of tensors. */

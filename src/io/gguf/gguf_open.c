@@ -367,15 +367,13 @@ static bool data_section(cursor *k) {
     uint64_t a = g->alignment, start = ((uint64_t)k->pos + a - 1) / a * a;
     g->data_start = start;
     if (!g->n_tensors) return true;
-    uint64_t size = start <= k->len ? k->len - start : 0;
-    if (start > k->len) {
-        bool any = false;
-        for (int64_t i = 0; i < g->n_tensors; i++) any |= g->tensors[i].nbytes > 0;
-        if (any)
-            return fail(k, EM_ERR_FORMAT, "the data section would start at byte %llu (after "
-                        "padding to %u), past the end of the file (%zu bytes; truncated?)",
-                        (unsigned long long)start, g->alignment, k->len), false;
-    }
+    /* even a file of zero-byte tensors must hold its padding: every tensor's absolute offset
+     * then lies inside the file, as the header promises */
+    if (start > k->len)
+        return fail(k, EM_ERR_FORMAT, "the data section would start at byte %llu (after "
+                    "padding to %u), past the end of the file (%zu bytes; truncated?)",
+                    (unsigned long long)start, g->alignment, k->len), false;
+    uint64_t size = k->len - start;
     range_ref *r = malloc((size_t)g->n_tensors * sizeof *r);
     if (!r) return fail(k, EM_ERR_OOM, "out of memory"), false;
     int64_t n = 0;
