@@ -13,12 +13,13 @@ objs=${1:-build}/CMakeFiles/ember_obj.dir/src
 # folder: the folders it must not use (src/backends/registry.c, which registers every backend
 # with core, belongs to no backend)
 rules=(
-  "core:ops compile backends io models generate testing bench"
-  "ops:compile backends io models generate testing bench"
-  "io:compile backends models generate testing bench"
-  "backends/cpu:backends/pjrt ops compile io models generate testing bench"
-  "backends/pjrt:backends/cpu ops compile io models generate testing bench"
-  "compile:backends io models generate testing bench"
+  "core:ops compile backends io models generate testing bench dist"
+  "ops:compile backends io models generate testing bench dist"
+  "io:compile backends models generate testing bench dist"
+  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist"
+  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist"
+  "compile:backends io models generate testing bench dist"
+  "dist:compile backends io models generate testing bench"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

@@ -129,6 +129,13 @@
       "kernel:ints,stride:ints,padding:ints,ceil_mode:bool,count_include_pad:bool",              \
       rule_avg_pool2d)                                                                             \
     /* mixture of experts */                                                                       \
-    X(RAGGED_DOT, "ragged_dot", OTHER, 3, 3, 1, "rhs_nk:bool", rule_ragged_dot)
+    X(RAGGED_DOT, "ragged_dot", OTHER, 3, 3, 1, "rhs_nk:bool", rule_ragged_dot)                  \
+    /* collectives over a process group (group: an id of core/group.h; reduce: em_reduce_op) */  \
+    X(ALL_REDUCE, "all_reduce", OTHER, 1, 1, 1, "reduce:int,group:int", rule_all_reduce)         \
+    X(ALL_GATHER, "all_gather", OTHER, 1, 1, 1, "dim:int,group:int", rule_all_gather)            \
+    X(REDUCE_SCATTER, "reduce_scatter", OTHER, 1, 1, 1, "reduce:int,dim:int,group:int",          \
+      rule_reduce_scatter)                                                                       \
+    X(ALL_TO_ALL, "all_to_all", OTHER, 1, 1, 1, "split_dim:int,concat_dim:int,group:int",        \
+      rule_all_to_all)
 
 #endif

@@ -1,0 +1,108 @@
+/*
+ * ember/dist.h — many processes as one: a process group, its key-value store, and the
+ * collective ops (all_reduce, all_gather, reduce_scatter, all_to_all) over it.
+ *
+ *   em_dist *g;
+ *   if (em_dist_init(c, NULL, &g)) ...            // rank and world from mpirun or EMBER_* vars
+ *   em_tensor *s = em_all_reduce(c, x, EM_REDUCE_SUM, g);   // every rank gets the sum
+ *   em_dist_free(g);
+ *
+ * Bootstrap. Launched by mpirun (Open MPI), the group is MPI_COMM_WORLD and the collectives are
+ * MPI calls. Otherwise the environment names the group: EMBER_RANK (0..N-1), EMBER_WORLD_SIZE (N)
+ * and EMBER_COORDINATOR=host:port, where rank 0 listens and every rank connects (a TCP
+ * rendezvous); such a group has the key-value store but no tensor transport, so collectives on
+ * the CPU refuse it (EM_ERR_UNSUPPORTED). With neither, the group is this process alone.
+ *
+ * The store. Rank 0 keeps a key-value map that every rank reaches over TCP (also under mpirun,
+ * where MPI only tells the ranks rank 0's address). It is what a multi-host PJRT plugin gets as
+ * its kv_get/kv_put callbacks. Every blocking call is bounded: a get waits at most its timeout
+ * and then fails naming the key; a rank that exits without em_dist_free makes every other rank's
+ * next (or current) store call fail naming it, so callers exit non-zero instead of hanging.
+ *
+ * Collectives. Every rank of the group calls the op in the same order with the same shape and
+ * dtype (f32 or bf16). Sums and maxima are computed in f32 and rounded once to the tensor's dtype.
+ * Results belong to the context's scope like any op's; errors as for every op (ops.h).
+ */
+#ifndef EMBER_DIST_H
+#define EMBER_DIST_H
+
+#include "ember/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_dist em_dist;
+
+typedef enum em_reduce_op { EM_REDUCE_SUM = 0, EM_REDUCE_MAX = 1 } em_reduce_op;
+
+typedef enum em_dist_bootstrap {
+    EM_DIST_AUTO = 0, /* MPI when launched by mpirun, else the EMBER_* variables, else alone */
+    EM_DIST_MPI = 1,  /* MPI (fails when this build has none) */
+    EM_DIST_ENV = 2   /* EMBER_RANK, EMBER_WORLD_SIZE, EMBER_COORDINATOR (all required) */
+} em_dist_bootstrap;
+
+typedef struct em_dist_params {
+    em_dist_bootstrap bootstrap;
+    /* seconds the rendezvous may take and a store call waits for a peer by default (> 0);
+     * the default is $EMBER_DIST_TIMEOUT or 60 */
+    double timeout_s;
+} em_dist_params;
+
+EM_API em_dist_params em_dist_default_params(void);
+
+/*
+ * Joins the process group: blocks until every rank has reached the coordinator (or the timeout
+ * passes). p may be NULL (defaults). On success *out is a group the caller frees with
+ * em_dist_free; on failure *out is NULL and the context holds the error (what was missing or
+ * unreachable: the variable, the address, the timeout).
+ */
+EM_API em_status em_dist_init(em_ctx *c, const em_dist_params *p, em_dist **out);
+/*
+ * Leaves the group: waits (bounded by the timeout) until every rank leaves, so no rank's store
+ * disappears while another still needs it, then closes the connections (and finalises MPI when
+ * em_dist_init started it). NULL is ignored.
+ */
+EM_API void em_dist_free(em_dist *g);
+EM_API int em_dist_rank(const em_dist *g);
+EM_API int em_dist_world_size(const em_dist *g);
+/* Whether the group's collectives run over MPI (else it has a store only). */
+EM_API bool em_dist_has_mpi(const em_dist *g);
+
+/* Stores value[0..n) under key (a NUL-terminated string of at most 1024 bytes), replacing any
+ * earlier value; visible to every rank once this returns. */
+EM_API em_status em_dist_put(em_ctx *c, em_dist *g, const char *key, const void *value, size_t n);
+/*
+ * Waits up to timeout_s (< 0: the group's timeout) for key to exist, then copies its value into
+ * a buffer the caller frees with free(): *value (NUL-terminated, for convenience) and *n (bytes,
+ * without the NUL). Fails with EM_ERR_NOT_FOUND naming the key when the time runs out, with
+ * EM_ERR_IO naming the rank when a peer died or the coordinator went away.
+ */
+EM_API em_status em_dist_get(em_ctx *c, em_dist *g, const char *key, double timeout_s,
+                             void **value, size_t *n);
+/* Returns when every rank has called it (as many times), or fails as em_dist_get does. */
+EM_API em_status em_dist_barrier(em_ctx *c, em_dist *g);
+
+/* ---- collective ops (run on the tensor's device: the CPU over MPI) ---- */
+/* Every rank gets the element-wise sum or maximum of all ranks' x. */
+#define em_all_reduce(c, ...) em_all_reduce_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_all_reduce_(EM_OP_ARGS, em_tensor *x, em_reduce_op op, em_dist *g);
+/* The ranks' x concatenated along dim in rank order (dim grows world-fold). */
+#define em_all_gather(c, ...) em_all_gather_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_all_gather_(EM_OP_ARGS, em_tensor *x, int dim, em_dist *g);
+/* The reduction of all ranks' x, split along dim into world equal chunks; rank r gets chunk r.
+ * dim's size must divide by the world size. */
+#define em_reduce_scatter(c, ...) em_reduce_scatter_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_reduce_scatter_(EM_OP_ARGS, em_tensor *x, em_reduce_op op, int dim,
+                                     em_dist *g);
+/* x split along split_dim into world chunks, chunk j sent to rank j; the chunks received are
+ * concatenated along concat_dim in rank order (jax.lax.all_to_all). */
+#define em_all_to_all(c, ...) em_all_to_all_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_all_to_all_(EM_OP_ARGS, em_tensor *x, int split_dim, int concat_dim,
+                                 em_dist *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

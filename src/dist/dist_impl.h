@@ -1,0 +1,18 @@
+/* The process group's private state (ember/dist.h), shared by the files of src/dist/. */
+#ifndef EMBER_DIST_IMPL_H
+#define EMBER_DIST_IMPL_H
+
+#include "ember/dist.h"
+#include "dist/store.h"
+
+struct em_dist {
+    int rank, world;
+    int group_id;   /* the group's id in core's registry (core/group.h), which ops carry */
+    bool mpi;       /* collectives over MPI_COMM_WORLD */
+    bool mpi_owned; /* em_dist_init called MPI_Init_thread, so em_dist_free finalises */
+    double timeout_s;
+    em_store *store;
+    em_store_server *server; /* rank 0 only */
+};
+
+#endif
