@@ -241,3 +241,28 @@ void *em_test_load_json(const char *path) {
     if (!j) fprintf(stderr, "cannot read %s: %s\n", path, e.text);
     return j;
 }
+
+int32_t *em_test_host_tokens(em_ctx *c, em_tensor *t, int64_t *n) {
+    *n = em_tensor_numel(t);
+    int32_t *v = malloc((size_t)(*n + 1) * sizeof *v);
+    if (v && em_to_host(c, em_cast(c, t, EM_I32), v, (size_t)*n * sizeof *v) != EM_OK) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+int em_test_run_in_group(const em_test_case *tests, int n, int argc, char **argv,
+                         em_dist **group) {
+    em_ctx *c = em_ctx_create();
+    if (em_dist_init(c, NULL, group) != EM_OK) {
+        fprintf(stderr, "em_dist_init: %s\n", em_ctx_error(c)->message);
+        em_ctx_free(c);
+        return 1;
+    }
+    em_ctx_free(c);
+    int rc = em_test_run(tests, n, argc, argv);
+    em_dist_free(*group);
+    *group = NULL;
+    return rc;
+}

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 extern int em_test_failures;
@@ -68,6 +69,19 @@ int em_test_run(const em_test_case *tests, int n, int argc, char **argv);
         return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);              \
     }
 #define T(fn) {#fn, fn}
+
+/* The ids of an integer tensor (a fixture's i64 ids, as transformers has them) as host token
+ * ids (i32), malloc'd (*n set); NULL with the error in c. */
+struct em_ctx;
+struct em_tensor;
+int32_t *em_test_host_tokens(struct em_ctx *c, struct em_tensor *t, int64_t *n);
+
+/* em_test_run inside a process group made with em_dist_init's defaults (the ranks of mpirun,
+ * or this process alone): *group is set while the tests run, freed after. Exit code 1 when
+ * the group cannot be made. */
+struct em_dist;
+int em_test_run_in_group(const em_test_case *tests, int n, int argc, char **argv,
+                         struct em_dist **group);
 
 /* Directory of the committed fixtures (EMBER_FIXTURES, set by ctest). */
 const char *em_test_fixtures_dir(void);

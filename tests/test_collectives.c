@@ -159,14 +159,6 @@ static void test_store(void) {
 }
 
 int main(int argc, char **argv) {
-    em_ctx *c = em_ctx_create();
-    if (em_dist_init(c, NULL, &G) != EM_OK) {
-        fprintf(stderr, "em_dist_init: %s\n", em_ctx_error(c)->message);
-        return 1;
-    }
-    em_ctx_free(c);
     static const em_test_case tests[] = {T(test_fixtures), T(test_errors), T(test_store)};
-    int rc = em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
-    em_dist_free(G);
-    return rc;
+    return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

@@ -31,24 +31,13 @@ static em_model *load(em_ctx *c, const char *family, em_dtype dt) {
     return load_on(c, family, dt, NULL, NULL);
 }
 
-/* The fixture's ids (i64 tensors, as transformers has them) as host token ids. */
-static em_token *host_tokens(em_ctx *c, em_tensor *t, int64_t *n) {
-    *n = em_tensor_numel(t);
-    em_token *v = malloc((size_t)(*n + 1) * sizeof *v);
-    if (v && em_to_host(c, em_cast(c, t, EM_I32), v, (size_t)*n * sizeof *v) != EM_OK) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
 static bool compiled_greedy; /* check_greedy runs em_generate with compile on */
 
 static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *family,
                          const char *what) {
     int64_t n_ids, n_want;
-    em_token *ids = host_tokens(c, em_test_bundle_get(b, c, "ids"), &n_ids);
-    em_token *want = host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
+    em_token *ids = em_test_host_tokens(c, em_test_bundle_get(b, c, "ids"), &n_ids);
+    em_token *want = em_test_host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
     if (!ids || !want) {
         CHECK(false);
         free(ids);
@@ -79,9 +68,9 @@ static void check_greedy(em_ctx *c, em_model *m, em_test_bundle *b, const char *
     }
     /* the left-padded batch */
     int64_t nb, nm, ng;
-    em_token *bids = host_tokens(c, em_test_bundle_get(b, c, "batch_ids"), &nb);
-    em_token *bmask = host_tokens(c, em_test_bundle_get(b, c, "batch_mask"), &nm);
-    em_token *bwant = host_tokens(c, em_test_bundle_get(b, c, "batch_greedy"), &ng);
+    em_token *bids = em_test_host_tokens(c, em_test_bundle_get(b, c, "batch_ids"), &nb);
+    em_token *bmask = em_test_host_tokens(c, em_test_bundle_get(b, c, "batch_mask"), &nm);
+    em_token *bwant = em_test_host_tokens(c, em_test_bundle_get(b, c, "batch_greedy"), &ng);
     if (bids && bmask && bwant) {
         int64_t width = nb / 2, lens[2] = {0, 0};
         const em_token *pr[2];

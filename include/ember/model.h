@@ -53,6 +53,13 @@ typedef struct em_model_options {
      *  has transparent huge pages, which decode streams 2-7 % faster (4 KiB pages stop the
      *  hardware prefetcher at every page); EMBER_ZERO_COPY_WEIGHTS=1 sets it too. */
     bool zero_copy;
+    /** Tensor parallelism over this process group (ember/dist.h; NULL or a group of one: none):
+     *  each rank loads only its slices of the weights named by the family's plan (transformers'
+     *  rule names: colwise, rowwise, colwise_gather_output, ...) and the layers sum their
+     *  partial outputs with all_reduce. The CPU only (collectives over MPI), dense decoder
+     *  families with a plan (llama, mistral, qwen3); a size that does not divide by the
+     *  degree is refused naming it. The group must outlive the model. */
+    struct em_dist *tp;
 } em_model_options;
 
 /** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */

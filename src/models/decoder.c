@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ember/dist.h"
 #include "models/decoder_blocks.h"
 
 /* ---- loading ---- */
@@ -59,6 +60,7 @@ em_status em_decoder_load(em_wload *w) {
     m->attn_softcap = cfg->attn_logit_softcapping;
     m->moe_norm_topk = f->moe == 2 ? true : cfg->norm_topk_prob; /* Mixtral always renormalises */
     m->first_kv_shared = m->n_layers;
+    if (em_tp_check(c, m)) return em_ctx_status(c);
 
     m->embed = em_wl_get(w, m->dev_embed, "%sembed_tokens.weight", p);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
@@ -114,7 +116,10 @@ em_status em_decoder_load(em_wload *w) {
                                "false", m->dir);
         m->lm_head = m->dev_head == m->dev_embed ? m->embed
                                                  : em_detach(c, em_to(c, m->embed, m->dev_head));
+        if (m->tp_size > 1) /* the replicated embedding's rows this rank's lm_head computes */
+            m->lm_head = em_tp_shard(w, "lm_head.weight", em_tensor_retain(m->lm_head));
     }
+    em_tp_localize(m);
     return em_ctx_status(c);
 }
 
@@ -311,14 +316,14 @@ em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t l
     }
     em_tensor *a = em_sdpa(c, q, k, v, mask, &sp);
     a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
-    return em_linear(c, a, l->o, l->o_bias);
+    return em_tp_reduce(c, m, em_linear(c, a, l->o, l->o_bias));
 }
 
 em_tensor *em_blk_ffn(em_fwd *f, const em_dec_layer *l, em_tensor *x) {
     em_ctx *c = f->c;
     em_tensor *h = em_mul(c, em_blk_act(f, em_linear(c, x, l->gate, NULL)),
                           em_linear(c, x, l->up, NULL));
-    return em_linear(c, h, l->down, NULL);
+    return em_tp_reduce(c, f->m, em_linear(c, h, l->down, NULL));
 }
 
 em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em_tensor *x) {
@@ -526,6 +531,7 @@ static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
     if (last_only && f->t > 1) h = em_narrow(c, h, 1, f->t - 1, 1);
     h = em_blk_norm(f, h, m->final_norm);
     em_tensor *logits = em_linear(c, h, m->lm_head, NULL);
+    if (m->tp_size > 1) logits = em_all_gather(c, logits, -1, m->tp); /* colwise_gather_output */
     double cap = m->cfg.final_logit_softcapping;
     if (cap > 0 && m->softcap_model_dtype) /* Gemma 4: before the cast */
         logits = em_blk_mul_f32(c, em_tanh(c, em_blk_div_f32(c, logits, cap)), cap);

@@ -25,17 +25,28 @@ static void mixtral_defaults(em_model_config *m) {
     m->num_experts_per_tok = 2, m->num_experts = 8;
 }
 
+/* transformers' LlamaModel.base_model_tp_plan and LlamaForCausalLM._tp_plan (the embedding
+ * stays replicated) */
+static const em_tp_rule llama_tp_plan[] = {
+    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
+    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
+    {NULL, NULL}};
+
 const em_family em_family_llama = {
     .config = {.model_type = "llama", .defaults = llama_defaults},
     .gguf = {"llama", "llama", .permute_qk = true, .moe_prefix = "mlp."},
     .causal = true,
     .load = em_decoder_load,
+    .tp_plan = llama_tp_plan,
 };
 const em_family em_family_mistral = {
     .config = {.model_type = "mistral", .defaults = mistral_defaults},
     .gguf = {"mistral", "mistral", .permute_qk = true, .moe_prefix = "mlp."},
     .causal = true,
     .load = em_decoder_load,
+    .tp_plan = llama_tp_plan, /* MistralModel's plan is Llama's */
 };
 const em_family em_family_mixtral = {
     .config = {.model_type = "mixtral", .defaults = mixtral_defaults, .default_theta = 1e6},

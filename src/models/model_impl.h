@@ -108,6 +108,14 @@ typedef enum em_norm_kind { EM_NORM_RMS, EM_NORM_RMS_1P, EM_NORM_RMS_F32 } em_no
 
 typedef struct em_fwd em_fwd; /* one forward step (decoder_blocks.h) */
 
+/* One rule of a tensor-parallel plan: weights whose name (after the checkpoint's prefix, without
+ * .weight/.bias; "*" matches a layer index) is `pattern` are placed by `style`, one of
+ * transformers' names: colwise, rowwise, packed_colwise, colwise_gather_output,
+ * embedding_rowwise, replicated_with_grad_allreduce. A plan ends with {NULL, NULL}. */
+typedef struct em_tp_rule {
+    const char *pattern, *style;
+} em_tp_rule;
+
 typedef struct em_family {
     /* its config.json: model_type (and the multimodal model_type whose text part it reads),
      * the config class's defaults and rules, read by io's config reader */
@@ -127,6 +135,9 @@ typedef struct em_family {
     /* hooks of the shared forward (decoder.c), NULL: none / the shared one */
     void (*after_embed)(em_fwd *f, em_tensor *ids, em_tensor *h); /* ids on the embed device */
     em_tensor *(*layer)(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li);
+    /* its tensor-parallel plan (transformers' base_model_tp_plan and the LM's _tp_plan, as
+     * data); NULL: the family cannot be split */
+    const em_tp_rule *tp_plan;
 } em_family;
 
 /* The family of a (text or multimodal) model_type from family_table.c, NULL if none. */
@@ -202,10 +213,27 @@ struct em_model {
     em_tensor *pl_proj_norm;   /* [P] */
     int64_t pl_dim;
     int64_t first_kv_shared;   /* layers from here on reuse earlier keys/values (n_layers: none) */
+    /* tensor parallelism: the group (NULL: none), this rank, the degree */
+    struct em_dist *tp;
+    int tp_rank, tp_size;
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;
 };
+
+/* ---- tensor parallelism (tp.c) ---- */
+/* Checks that the model can be split tp_size ways (its family's plan, the CPU, every split
+ * size divisible: the error names the dimension, its size and the degree). */
+em_status em_tp_check(em_ctx *c, const em_model *m);
+/* The rank's slice of weight `name` (the checkpoint's full name) by the plan, as a fresh
+ * contiguous tensor (only the slice is read from a mapped file); t itself when replicated. */
+em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t);
+/* The style the plan gives weight `name` (NULL: replicated). */
+const char *em_tp_style(const em_model *m, const char *prefix, const char *name);
+/* After loading: the config's head counts become this rank's (the forward reads them). */
+void em_tp_localize(em_model *m);
+/* Sums a row-parallel layer's partial outputs over the ranks (x itself without tp). */
+em_tensor *em_tp_reduce(em_ctx *c, const em_model *m, em_tensor *x);
 
 /* x on device d (a copy through em_to when it lives elsewhere); NULL passes through. */
 static inline em_tensor *em_model_to_dev(em_ctx *c, em_tensor *x, em_device *d) {

@@ -10,6 +10,7 @@
 #include "core/threadpool.h"
 #include "ember/hub.h"
 #include "io/safetensors/safetensors_impl.h"
+#include "ember/dist.h"
 #include "models/model_impl.h"
 
 static double now_s(void) {
@@ -110,7 +111,7 @@ static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *
     }
     w->done_bytes += w->gs ? (int64_t)em_gguf_src_entry_bytes(w->gs, name) : (int64_t)info->nbytes;
     draw_progress(w, false);
-    return em_detach(w->c, t);
+    return em_tp_shard(w, name, em_detach(w->c, t));
 }
 
 em_tensor *em_wl_get(em_wload *w, em_device *dev, const char *fmt, ...) {
@@ -367,7 +368,11 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     w.progress = o.progress && isatty(2);
     const char *zc = getenv("EMBER_ZERO_COPY_WEIGHTS");
     bool views = o.zero_copy || (zc && !strcmp(zc, "1"));
-    w.huge_copy = !views && huge_pages_available();
+    m->tp = o.tp;
+    m->tp_size = o.tp ? em_dist_world_size(o.tp) : 1;
+    m->tp_rank = o.tp ? em_dist_rank(o.tp) : 0;
+    /* (a rank's slices are fresh copies already) */
+    w.huge_copy = !views && huge_pages_available() && m->tp_size == 1;
     w.pack_experts = !views && o.moe_impl == EM_MOE_RAGGED;
     m->n_layers = m->cfg.num_hidden_layers;
     if (m->n_layers < 0 || m->n_layers > 100000) {

@@ -18,6 +18,21 @@ static void qwen3_moe_defaults(em_model_config *m) {
     m->moe_intermediate_size = 768, m->num_experts_per_tok = 8, m->num_experts = 128;
 }
 
+/* transformers' Qwen3Model.base_model_tp_plan and Qwen3ForCausalLM._tp_plan (the embedding
+ * stays replicated) */
+static const em_tp_rule qwen3_tp_plan[] = {
+    {"layers.*.self_attn.q_proj", "colwise"},
+    {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"},
+    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
+    {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.mlp.gate_proj", "colwise"},
+    {"layers.*.mlp.up_proj", "colwise"},
+    {"layers.*.mlp.down_proj", "rowwise"},
+    {"lm_head", "colwise_gather_output"},
+    {NULL, NULL}};
+
 const em_family em_family_qwen3 = {
     .config = {.model_type = "qwen3",
                .defaults = qwen3_defaults,
@@ -29,6 +44,7 @@ const em_family em_family_qwen3 = {
     .causal = true,
     .qk_norm = true,
     .load = em_decoder_load,
+    .tp_plan = qwen3_tp_plan,
 };
 const em_family em_family_qwen3_moe = {
     .config = {.model_type = "qwen3_moe", .defaults = qwen3_moe_defaults,

@@ -19,7 +19,7 @@ static void gen_usage(void) {
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
         "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
-        "                      [--compile [--bucket N]]\n\n"
+        "                      [--compile [--bucket N]] [--tp N]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
         "the Hub cache when missing unless HF_HUB_OFFLINE=1) or a GGUF file, and continues the\n"
         "prompt. A GGUF file's quantized weights are used as stored (quantized kernels, f32\n"
@@ -29,6 +29,8 @@ static void gen_usage(void) {
         "  --ids 1,2,3        token ids\n"
         "  --batch-file FILE  one prompt (or chat message with --chat) per line, as a batch\n"
         "  --print-ids        print the new ids as one JSON array per sequence\n"
+        "  --tp N             tensor parallelism over the N processes of mpirun -np N (CPU;\n"
+        "                     each rank loads its slices; only rank 0 prints)\n"
         "  --compile          run each step as a compiled program (one per KV-length bucket\n"
         "                     of --bucket positions, default 128); compiles are reported;\n"
         "                     on PJRT devices the batch runs rounded up to a power of two\n"
@@ -93,7 +95,7 @@ int cmd_generate(int argc, char **argv) {
     bool print_ids = false, show_map = false, compile = false;
     cli_sampling samp = {0};
     long long bucket = 0;
-    long long max_new = 128;
+    long long max_new = 128, tp = 1;
     const char *stops[16];
     int n_stops = 0;
     for (int i = 1; i < argc; i++) {
@@ -131,6 +133,8 @@ int cmd_generate(int argc, char **argv) {
             }
         } else if (ARG("--bucket")) {
             if (!cli_int("generate", a, argv[i], 1, INT32_MAX, &bucket)) return 2;
+        } else if (ARG("--tp")) {
+            if (!cli_int("generate", a, argv[i], 1, 4096, &tp)) return 2;
         } else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--show-device-map")) show_map = true;
@@ -146,6 +150,23 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     em_ctx *c = em_ctx_create();
+    em_dist *group = NULL;
+    if (tp > 1) { /* the ranks of mpirun: each holds its slices, rank 0 speaks */
+        if (em_dist_init(c, NULL, &group) != EM_OK) {
+            fprintf(stderr, "ember generate: --tp %lld: %s\n", tp, em_ctx_error(c)->message);
+            em_ctx_free(c);
+            return 1;
+        }
+        if (em_dist_world_size(group) != tp) {
+            fprintf(stderr, "ember generate: --tp %lld but %d process(es) were started: launch "
+                    "with mpirun -np %lld\n", tp, em_dist_world_size(group), tp);
+            em_dist_free(group);
+            em_ctx_free(c);
+            return 2;
+        }
+        if (em_dist_rank(group) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+        mo.tp = group;
+    }
     em_model *m = em_model_load(c, model, &mo);
     em_tokenizer *tok = NULL;
     int rc = 1, batch = 0;
@@ -248,6 +269,7 @@ fail:
     free(file_text);
     em_tokenizer_free(tok);
     em_model_free(m);
+    em_dist_free(group);
     em_ctx_free(c);
     return rc;
 }
