@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/pjrt/pjrt.h"
+#include "core/group.h"
 #include "ember/ember.h"
 #include "harness.h"
 
@@ -158,7 +160,69 @@ static void test_store(void) {
     em_ctx_free(c);
 }
 
+/* What a plugin's callback_error was given (the test's stand-in for the plugin). */
+static int cb_code;
+static char cb_msg[512];
+static PJRT_Error *record_error(int code, const char *msg, size_t n) {
+    cb_code = code;
+    snprintf(cb_msg, sizeof cb_msg, "%.*s", (int)n, msg);
+    return (PJRT_Error *)cb_msg; /* any non-NULL error */
+}
+
+/* The store as a PJRT plugin sees it: the kv_put / kv_get callbacks PJRT_Client_Create gets in
+ * a group of several processes (no plugin spans processes here, so the callbacks are called as
+ * a plugin would). */
+static void test_pjrt_kv(void) {
+    em_ctx *c = em_ctx_create();
+    em_group_kv kv;
+    CHECK(em_group_kv_current(&kv));
+    CHECK(kv.node_id == em_dist_rank(G) && kv.num_nodes == em_dist_world_size(G));
+    PJRT_CallbackError cb = record_error;
+    char key[32], val[32];
+    snprintf(key, sizeof key, "pjrt/%d", kv.node_id);
+    snprintf(val, sizeof val, "node %d", kv.node_id);
+    PJRT_KeyValuePutCallback_Args pa = {sizeof pa, NULL, key, strlen(key), val, strlen(val), &cb,
+                                        &kv};
+    CHECK(pj_kv_put(&pa) == NULL);
+    for (int r = 0; r < kv.num_nodes; r++) {
+        snprintf(key, sizeof key, "pjrt/%d", r);
+        snprintf(val, sizeof val, "node %d", r);
+        PJRT_KeyValueGetCallback_Args ga = {sizeof ga, NULL, key, strlen(key), 30000, &cb, &kv,
+                                            NULL, 0, NULL};
+        CHECK(pj_kv_get(&ga) == NULL);
+        CHECK(ga.value && ga.value_size == strlen(val) && !memcmp(ga.value, val, ga.value_size));
+        if (ga.value_deleter_callback) ga.value_deleter_callback(ga.value);
+    }
+    PJRT_KeyValueGetCallback_Args miss = {sizeof miss, NULL, "pjrt/none", 9, 200, &cb, &kv, NULL,
+                                          0, NULL};
+    CHECK(pj_kv_get(&miss) != NULL);
+    CHECK_MSG(cb_code == 5 && strstr(cb_msg, "key 'pjrt/none' not found"), "code %d: %s",
+              cb_code, cb_msg);
+    CHECK(em_dist_barrier(c, G) == EM_OK);
+    em_ctx_free(c);
+}
+
+/* XLA's CPU plugin opened by every rank of the group: its client is created with the store's
+ * callbacks and node_id/num_nodes (this plugin accepts them and does not use them: it cannot
+ * span processes) and still runs. */
+static void test_pjrt_client_in_group(void) {
+    if (!getenv("EMBER_PJRT_XLA_PLUGIN")) {
+        em_test_skip("EMBER_PJRT_XLA_PLUGIN is not set (scripts/test.sh sets it)");
+        return;
+    }
+    em_ctx *c = em_ctx_create();
+    em_device *d = em_device_get(c, "xla:0");
+    CHECK_MSG(d != NULL, "%s", em_ctx_status(c) ? em_ctx_error(c)->message : "");
+    if (d) {
+        float v[2] = {1, -2.5f}, o[2] = {0};
+        em_tensor *x = em_from_host_on(c, d, EM_F32, 1, (int64_t[]){2}, v);
+        CHECK(em_to_host_f32(c, em_add(c, x, x), o, 2) == EM_OK && o[0] == 2 && o[1] == -5);
+    }
+    em_ctx_free(c);
+}
+
 int main(int argc, char **argv) {
-    static const em_test_case tests[] = {T(test_fixtures), T(test_errors), T(test_store)};
+    static const em_test_case tests[] = {T(test_fixtures), T(test_errors), T(test_store),
+                                         T(test_pjrt_kv), T(test_pjrt_client_in_group)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

@@ -24,6 +24,28 @@ em_dist_params em_dist_default_params(void) {
     return p;
 }
 
+/* The store as core offers it to PJRT plugins (core/group.h): a context per call, since a
+ * plugin calls from threads of its own. */
+static em_status kv_get(void *user, const char *key, double timeout_s, void **val, size_t *n,
+                        char *err, size_t err_n) {
+    em_ctx *c = em_ctx_create();
+    if (!c) return EM_ERR_OOM;
+    em_status s = em_dist_get(c, user, key, timeout_s, val, n);
+    if (s) snprintf(err, err_n, "%s", em_ctx_error(c)->message);
+    em_ctx_free(c);
+    return s;
+}
+
+static em_status kv_put(void *user, const char *key, const void *val, size_t n, char *err,
+                        size_t err_n) {
+    em_ctx *c = em_ctx_create();
+    if (!c) return EM_ERR_OOM;
+    em_status s = em_dist_put(c, user, key, val, n);
+    if (s) snprintf(err, err_n, "%s", em_ctx_error(c)->message);
+    em_ctx_free(c);
+    return s;
+}
+
 static bool launched_by_mpirun(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
@@ -145,6 +167,10 @@ em_status em_dist_init(em_ctx *c, const em_dist_params *p, em_dist **out) {
             st = EM_FAIL(c, EM_ERR_UNSUPPORTED, "dist_init", "more than %d process groups at once",
                          EM_GROUP_MAX);
     }
+    if (st == EM_OK) {
+        em_group_kv kv = {g, g->rank, g->world, kv_get, kv_put};
+        em_group_kv_offer(&kv);
+    }
     if (st) {
         g->timeout_s = 0; /* nobody waits on a group that never formed */
         em_dist_free(g);
@@ -156,6 +182,7 @@ em_status em_dist_init(em_ctx *c, const em_dist_params *p, em_dist **out) {
 
 void em_dist_free(em_dist *g) {
     if (!g) return;
+    em_group_kv_withdraw(g);
     if (g->store && g->timeout_s > 0) {
         em_ctx *c = em_ctx_create();
         if (c) em_store_barrier(c, g->store, g->timeout_s); /* a failure here changes nothing */

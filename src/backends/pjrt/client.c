@@ -117,6 +117,30 @@ em_status pj_client_create(em_ctx *c, pj_plugin *pl, const em_pjrt_option *opts,
     PJRT_Client_Create_Args a;
     memset(&a, 0, sizeof a);
     a.struct_size = PJ_SIZE(PJRT_Client_Create_Args, kv_try_get_user_arg);
+    /* in a process group of several processes (em_dist_init): the group's store, and which
+     * node this is, as jax.distributed.initialize gives a multi-process plugin (options the
+     * caller set win) */
+    if (em_group_kv_current(&pl->kv) && pl->kv.num_nodes > 1) {
+        a.kv_get_callback = pj_kv_get;
+        a.kv_get_user_arg = &pl->kv;
+        a.kv_put_callback = pj_kv_put;
+        a.kv_put_user_arg = &pl->kv;
+        const char *names[2] = {"node_id", "num_nodes"};
+        int64_t vals[2] = {pl->kv.node_id, pl->kv.num_nodes};
+        for (int k = 0; k < 2 && n_opts < 32; k++) {
+            bool given = false;
+            for (int i = 0; i < n_opts; i++) given |= !strcmp(nv[i].name, names[k]);
+            if (given) continue;
+            PJRT_NamedValue *v = &nv[n_opts++];
+            memset(v, 0, sizeof *v);
+            v->struct_size = PJ_SIZE(PJRT_NamedValue, value_size);
+            v->name = names[k];
+            v->name_size = strlen(names[k]);
+            v->type = PJ_NV_INT64;
+            v->int64_value = vals[k];
+            v->value_size = 1;
+        }
+    }
     a.create_options = n_opts ? nv : NULL;
     a.num_options = (size_t)n_opts;
     if (pj_check(c, pl, pl->api->PJRT_Client_Create(&a), false, "pjrt_client_create"))

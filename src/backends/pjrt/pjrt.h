@@ -22,6 +22,7 @@
 #include "backends/pjrt/pjrt_api.h"
 #include "backends/pjrt/shlo.h"
 #include "core/graph.h"
+#include "core/group.h"
 #include "core/tensor_impl.h"
 #include "ember/pjrt.h"
 
@@ -58,7 +59,13 @@ typedef struct pj_plugin {
     char topology_name[48];     /* "v6e:2x4" */
     int64_t device_memory_limit; /* the topology's per-device limit in bytes, 0 if unknown */
     em_pjrt_projection proj;     /* launches counted instead of run (under cache.lock) */
+    em_group_kv kv;              /* the process group's store given to the client (kv.c) */
 } pj_plugin;
+
+/* The kv_get / kv_put callbacks of PJRT_Client_Create over core's offered store (kv.c);
+ * user_arg is an em_group_kv. A missing key is NOT_FOUND, a broken group UNAVAILABLE. */
+PJRT_Error *pj_kv_get(PJRT_KeyValueGetCallback_Args *a);
+PJRT_Error *pj_kv_put(PJRT_KeyValuePutCallback_Args *a);
 
 #define PJ_PENDING 64
 

@@ -128,14 +128,46 @@ typedef struct {
 
 /* ---- client ---- */
 
+/* The key-value store a multi-process client may use (callbacks of PJRT_Client_Create). An error
+ * is made by the plugin's callback_error (code: an absl status code, as PJRT_Error_Code). */
+typedef PJRT_Error *(*PJRT_CallbackError)(int code, const char *message, size_t message_size);
+typedef void (*PJRT_KeyValueGetCallback_ValueDeleter)(char *value);
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    const char *key;
+    size_t key_size;
+    int timeout_in_ms;
+    PJRT_CallbackError *callback_error;
+    void *user_arg;
+    char *value;       /* out */
+    size_t value_size; /* out */
+    PJRT_KeyValueGetCallback_ValueDeleter value_deleter_callback; /* out */
+} PJRT_KeyValueGetCallback_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
+    const char *key;
+    size_t key_size;
+    const char *value;
+    size_t value_size;
+    PJRT_CallbackError *callback_error;
+    void *user_arg;
+} PJRT_KeyValuePutCallback_Args;
+
+typedef PJRT_Error *(*PJRT_KeyValueGetCallback)(PJRT_KeyValueGetCallback_Args *args);
+typedef PJRT_Error *(*PJRT_KeyValuePutCallback)(PJRT_KeyValuePutCallback_Args *args);
+
 typedef struct {
     size_t struct_size;
     PJRT_Extension_Base *extension_start;
     const PJRT_NamedValue *create_options;
     size_t num_options;
-    void *kv_get_callback;
+    PJRT_KeyValueGetCallback kv_get_callback;
     void *kv_get_user_arg;
-    void *kv_put_callback;
+    PJRT_KeyValuePutCallback kv_put_callback;
     void *kv_put_user_arg;
     PJRT_Client *client; /* out */
     void *kv_try_get_callback;
