@@ -112,9 +112,11 @@ void report_costs_add(json_t *results, json_t *prices) {
     json_t *r;
     json_array_foreach(rows, i, r) {
         const char *bench = report_str(r, "bench");
+        /* a compile-only device's rows are XLA's cost model at the chip's figures */
+        bool projected = json_object_get(r, "projected_ms") != NULL;
         if (!strcmp(bench, "decode") && report_num(r, "tokens_per_s") > 0)
             add_cost(costs, prices, report_str(r, "device"), report_str(r, "model"), "generated",
-                     (long long)report_num(r, "batch"), report_num(r, "tokens_per_s"), false);
+                     (long long)report_num(r, "batch"), report_num(r, "tokens_per_s"), projected);
         if (!strcmp(bench, "prefill") && report_num(r, "tokens_per_s") > 0)
             add_cost(costs, prices, report_str(r, "device"), report_str(r, "model"), "prompt", 1,
                      report_num(r, "tokens_per_s"), false);
