@@ -31,5 +31,6 @@
 #include "ember/tokenizer.h"
 #include "ember/chat.h"
 #include "ember/pjrt.h"
+#include "ember/server.h"
 
 #endif
