@@ -414,6 +414,10 @@ def main():
     if "no HTTP server" in h.stderr:
         print("SKIP: this ember was built without libmicrohttpd")
         sys.exit(77)
+    r = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--host", "0.0.0.0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(r.returncode != 0 and "API key" in r.stderr,
+          f"a public bind without a key was not refused: {r.returncode} {r.stderr}")
     with tempfile.TemporaryDirectory() as d:
         make_checkpoint(d)
         s = Server(ember, d, "--served-model-name", "tiny")

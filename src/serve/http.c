@@ -388,7 +388,10 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
     }
     enum MHD_Result ok;
     if (!strcmp(j->finish_reason, "abort")) {
-        ok = fail(s, conn, s->stopping ? 503 : 500, "server_error", NULL, "%s",
+        pthread_mutex_lock(&s->mu);
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        ok = fail(s, conn, stopping ? 503 : 500, "server_error", NULL, "%s",
                   j->error[0] ? j->error : "the request was aborted");
     } else {
         /* the text may hold NUL characters (a token can decode to one) */
