@@ -80,6 +80,10 @@ void srv_job_release(em_server *s, srv_job *j);
 bool srv_submit(em_server *s, srv_job *j, srv_error *err);
 /* The worker thread: loads the model, then runs steps until stopped. */
 void *srv_worker_main(void *arg);
+/* metrics.c: a histogram of latencies in seconds (vLLM's bucket bounds), and the /metrics text
+ * (*buf malloc'd, *len bytes; false when out of memory). */
+void srv_hist_init(srv_hist *h);
 void srv_hist_add(srv_hist *h, double v);
+bool srv_metrics_text(em_server *s, char **buf, size_t *len);
 
 #endif
