@@ -13,13 +13,15 @@ objs=${1:-build}/CMakeFiles/ember_obj.dir/src
 # folder: the folders it must not use (src/backends/registry.c, which registers every backend
 # with core, belongs to no backend)
 rules=(
-  "core:ops compile backends io models generate testing bench dist"
-  "ops:compile backends io models generate testing bench dist"
-  "io:compile backends models generate testing bench dist"
-  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist"
-  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist"
-  "compile:backends io models generate testing bench dist"
-  "dist:compile backends io models generate testing bench"
+  "core:ops compile backends io models generate testing bench dist serve"
+  "ops:compile backends io models generate testing bench dist serve"
+  "io:compile backends models generate testing bench dist serve"
+  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist serve"
+  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist serve"
+  "compile:backends io models generate testing bench dist serve"
+  "dist:compile backends io models generate testing bench serve"
+  "generate:serve testing bench"
+  "serve:backends compile testing bench"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

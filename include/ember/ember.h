@@ -32,5 +32,6 @@
 #include "ember/chat.h"
 #include "ember/pjrt.h"
 #include "ember/dist.h"
+#include "ember/server.h"
 
 #endif

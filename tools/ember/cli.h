@@ -17,6 +17,7 @@ typedef struct em_cli_cmd {
 int cmd_devices(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_make_checkpoint(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

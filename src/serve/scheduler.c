@@ -1,0 +1,574 @@
+/*
+ * The worker: one thread owns the model and a KV cache of max_batch rows x ctx positions, and
+ * runs continuous batching over it. Requests join between steps (their prompt is prefilled on
+ * its own, its keys and values copied into a free row) and leave between steps (a finished or
+ * abandoned row is filled with the last running one, so running rows are always rows 0..n-1
+ * and a step runs only those).
+ *
+ * The cache has one length for all rows (em_model_forward's contract): a row holds its
+ * sequence at positions [start, len), right-aligned, and the key mask hides [0, start), so
+ * its position ids (cumulative count of real keys) are those it would have alone. A prompt
+ * longer than `len` shifts every row right to make room; when `len` reaches ctx the rows shift
+ * left by the smallest start. Both copy the cache (rare events); a paged cache would not need
+ * them (docs/serve.md, "limits").
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ember/ember.h"
+#include "ember/generate.h"
+#include "generate/detok.h"
+#include "generate/sampling.h"
+#include "models/model_impl.h"
+#include "serve/serve_impl.h"
+
+typedef struct srv_row {
+    srv_job *job;
+    int64_t start;     /* first cache position of the sequence */
+    int64_t *seen;     /* prompt + new ids (the repetition penalty reads them) */
+    int64_t n_seen;
+    em_token *gen;     /* new ids */
+    int64_t n_gen;
+    em_detok dt;
+    size_t sent;       /* bytes of dt.text handed to the job */
+    em_rng rng;
+    int64_t last;      /* the id the next step feeds */
+} srv_row;
+
+typedef struct srv_worker {
+    em_server *s;
+    em_ctx *c;
+    const em_model *m;
+    em_kv_cache *kv; /* [max_batch, ctx] */
+    em_kv_cache view; /* its first n rows, made per step */
+    srv_row *rows;
+    int n, max_batch;
+    int64_t len, ctx, vocab;
+    float *logits, *scratch;
+    int32_t *order;
+    uint8_t *mask;
+    int64_t *ids;
+    int64_t eos[64];
+    int n_eos;
+} srv_worker;
+
+double srv_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void job_free(srv_job *j) {
+    free(j->prompt);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->text);
+    free(j);
+}
+
+void srv_job_release(em_server *s, srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&s->mu);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (last) job_free(j);
+}
+
+bool srv_submit(em_server *s, srv_job *j, srv_error *err) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = false;
+    if (s->stopping || !s->loaded)
+        srv_fail(err, 503, "server_error", "", s->stopping ? "the server is shutting down"
+                                                           : "the model is not loaded yet");
+    else if (s->n_held >= s->o.parallel)
+        srv_fail(err, 429, "rate_limit_error", "",
+                 "the server holds %d requests already (--parallel); retry later", s->n_held);
+    else
+        ok = true;
+    if (ok) {
+        j->refs++;
+        j->next = NULL;
+        if (s->queue_tail) s->queue_tail->next = j;
+        else s->queue_head = j;
+        s->queue_tail = j;
+        s->n_waiting++;
+        s->n_held++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* ---- the cache ---- */
+
+/* Copies rows' positions [lo, len) to [lo + d, len + d) in every layer (a new tensor per layer:
+ * the ranges may overlap). */
+static em_status shift_all(srv_worker *w, int64_t d) {
+    em_ctx *c = w->c;
+    int64_t lo = w->len;
+    for (int r = 0; r < w->n; r++)
+        if (w->rows[r].start < lo) lo = w->rows[r].start;
+    em_device *prev = em_ctx_device(c);
+    for (int64_t i = 0; i < w->m->n_layers && !em_ctx_status(c); i++) {
+        em_tensor **kvs[2] = {&w->kv->k[i], &w->kv->v[i]};
+        for (int k = 0; k < 2; k++) {
+            em_tensor *old = *kvs[k];
+            if (!old) continue;
+            em_scope_push(c);
+            em_ctx_set_device(c, em_tensor_device(old));
+            int64_t shape[4];
+            for (int dim = 0; dim < 4; dim++) shape[dim] = em_tensor_dim(old, dim);
+            em_tensor *nt = em_zeros(c, em_tensor_dtype(old), 4, shape);
+            if (lo < w->len)
+                em_assign(c, em_slice(c, nt, 2, lo + d, w->len + d, 1),
+                          em_slice(c, old, 2, lo, w->len, 1));
+            nt = em_detach(c, nt);
+            em_scope_pop(c);
+            if (nt) {
+                em_tensor_release(old);
+                *kvs[k] = nt;
+            }
+        }
+    }
+    em_ctx_set_device(c, prev);
+    for (int r = 0; r < w->n; r++) w->rows[r].start += d;
+    w->len += d;
+    pthread_mutex_lock(&w->s->mu);
+    w->s->kv_shifts++;
+    pthread_mutex_unlock(&w->s->mu);
+    return em_ctx_status(c);
+}
+
+/* Copies cache row `from` over row `to` (every position). */
+static em_status copy_row(srv_worker *w, int from, int to) {
+    em_ctx *c = w->c;
+    em_scope_push(c);
+    for (int64_t i = 0; i < w->m->n_layers; i++) {
+        if (w->kv->k[i])
+            em_assign(c, em_narrow(c, w->kv->k[i], 0, to, 1), em_narrow(c, w->kv->k[i], 0, from, 1));
+        if (w->kv->v[i])
+            em_assign(c, em_narrow(c, w->kv->v[i], 0, to, 1), em_narrow(c, w->kv->v[i], 0, from, 1));
+    }
+    em_scope_pop(c);
+    return em_ctx_status(c);
+}
+
+/* The cache's first n rows as a cache of its own (views: writes land in w->kv). Inside a scope
+ * the caller pops. */
+static void make_view(srv_worker *w, int n) {
+    em_ctx *c = w->c;
+    w->view.batch = n;
+    w->view.len = w->len;
+    for (int64_t i = 0; i < w->m->n_layers; i++) {
+        w->view.k[i] = w->kv->k[i] ? em_narrow(c, w->kv->k[i], 0, 0, n) : NULL;
+        w->view.v[i] = w->kv->v[i] ? em_narrow(c, w->kv->v[i], 0, 0, n) : NULL;
+    }
+}
+
+/* ---- output ---- */
+
+static void publish_text(srv_worker *w, srv_job *j, const char *t, size_t n) {
+    em_server *s = w->s;
+    pthread_mutex_lock(&s->mu);
+    if (n && j->text_len + n + 1 > j->text_cap) {
+        size_t cap = j->text_cap ? j->text_cap : 256;
+        while (cap < j->text_len + n + 1) cap *= 2;
+        char *nt = realloc(j->text, cap);
+        if (nt) {
+            j->text = nt;
+            j->text_cap = cap;
+        } else {
+            n = 0; /* out of memory: the text stops growing; the request ends below */
+            snprintf(j->error, sizeof j->error, "out of memory (answer text)");
+        }
+    }
+    if (n) {
+        memcpy(j->text + j->text_len, t, n);
+        j->text[j->text_len += n] = 0;
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Hands the row's new text to its job, holding back what could begin a stop string. true when
+ * the text reached a stop string (what precedes it is handed over, the rest never). */
+static bool publish(srv_worker *w, srv_row *r, bool final) {
+    srv_job *j = r->job;
+    const char *t = r->dt.text ? r->dt.text : "";
+    size_t len = r->dt.text_len, hold = 0, cut = len;
+    bool stopped = false;
+    for (int k = 0; k < j->n_stop; k++) {
+        size_t sl = strlen(j->stop[k]);
+        if (sl - 1 > hold) hold = sl - 1;
+        size_t from = r->sent > sl ? r->sent - sl : 0;
+        const char *hit = len >= sl ? strstr(t + from, j->stop[k]) : NULL;
+        if (hit && (size_t)(hit - t) < cut) {
+            cut = (size_t)(hit - t);
+            stopped = true;
+        }
+    }
+    size_t upto = stopped || final ? cut : (len > hold ? len - hold : 0);
+    while (upto > r->sent && upto < len && ((unsigned char)t[upto] & 0xC0) == 0x80) upto--;
+    if (upto > r->sent) {
+        publish_text(w, j, t + r->sent, upto - r->sent);
+        r->sent = upto;
+    }
+    return stopped;
+}
+
+static void finish_job(srv_worker *w, srv_job *j, const char *reason, int64_t n_gen) {
+    em_server *s = w->s;
+    double now = srv_now();
+    pthread_mutex_lock(&s->mu);
+    j->done = true;
+    j->finish_reason = reason;
+    j->completion_tokens = n_gen;
+    if (!strcmp(reason, "stop")) s->ok_stop++;
+    else if (!strcmp(reason, "length")) s->ok_length++;
+    else s->ok_abort++;
+    srv_hist_add(&s->e2e, now - j->t_submit);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void row_free(srv_row *r) {
+    free(r->seen);
+    free(r->gen);
+    em_detok_free(&r->dt);
+    memset(r, 0, sizeof *r);
+}
+
+static void update_kv_gauge(srv_worker *w) {
+    int64_t used = 0;
+    for (int r = 0; r < w->n; r++) used += w->len - w->rows[r].start;
+    pthread_mutex_lock(&w->s->mu);
+    w->s->kv_used = used;
+    pthread_mutex_unlock(&w->s->mu);
+}
+
+/* Removes row r (its job finished or was dropped): the last row takes its place. */
+static em_status remove_row(srv_worker *w, int r) {
+    em_server *s = w->s;
+    srv_job *j = w->rows[r].job;
+    row_free(&w->rows[r]);
+    srv_job_release(s, j);
+    em_status st = EM_OK;
+    int last = w->n - 1;
+    if (r != last) {
+        st = copy_row(w, last, r);
+        w->rows[r] = w->rows[last];
+        memset(&w->rows[last], 0, sizeof w->rows[last]);
+    }
+    w->n--;
+    if (w->n == 0) w->len = 0;
+    update_kv_gauge(w);
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    s->n_held--;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* Takes the token sampled from `logits` for row r: records it, streams its text, and decides
+ * whether the row is done. Returns the finish reason, or NULL to go on. */
+static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
+    em_server *s = w->s;
+    srv_job *j = r->job;
+    int64_t id = em_sample_next(logits, w->vocab, r->seen, r->n_seen, &j->gp, &r->rng, w->scratch,
+                                w->order);
+    r->seen[r->n_seen++] = id;
+    r->gen[r->n_gen++] = (em_token)id;
+    r->last = id;
+    double now = srv_now();
+    pthread_mutex_lock(&s->mu);
+    s->generation_tokens++;
+    if (r->n_gen == 1) {
+        j->t_first = now;
+        srv_hist_add(&s->ttft, now - j->t_submit);
+    } else {
+        srv_hist_add(&s->itl, now - j->t_last);
+    }
+    j->t_last = now;
+    pthread_mutex_unlock(&s->mu);
+    bool eos = false;
+    for (int e = 0; e < w->n_eos; e++) eos |= id == w->eos[e];
+    const char *piece = NULL;
+    if (em_detok_step(w->c, &r->dt, r->gen, (size_t)r->n_gen, &piece)) {
+        snprintf(j->error, sizeof j->error, "detokenizing: %.200s", em_ctx_error(w->c)->message);
+        em_ctx_clear_error(w->c);
+        return "abort";
+    }
+    bool length = r->n_gen >= j->max_tokens;
+    if (publish(w, r, eos || length)) return "stop";
+    if (eos) return "stop";
+    if (length) return "length";
+    return NULL;
+}
+
+/* ---- admission: prefill a waiting job into row n ---- */
+
+static const char *admit(srv_worker *w, srv_job *j) {
+    em_ctx *c = w->c;
+    const em_model *m = w->m;
+    int64_t p = j->n_prompt;
+    srv_row *r = &w->rows[w->n];
+    memset(r, 0, sizeof *r);
+    r->job = j;
+    r->seen = malloc((size_t)(p + j->max_tokens) * sizeof *r->seen);
+    r->gen = malloc((size_t)j->max_tokens * sizeof *r->gen);
+    int64_t *ids = malloc((size_t)p * sizeof *ids);
+    em_kv_cache *tmp = NULL;
+    if (!r->seen || !r->gen || !ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    for (int64_t i = 0; i < p && ids && r->seen; i++) r->seen[i] = ids[i] = j->prompt[i];
+    r->n_seen = p;
+    r->dt.tok = w->s->tok;
+    r->dt.skip_special = true;
+    em_rng_seed(&r->rng, j->seed);
+    /* room: the sequence ends at len, so len >= p (shift the others right if needed) */
+    if (em_ctx_status(c)) {
+    } else if (w->n == 0) {
+        w->len = p;
+    } else if (w->len < p) {
+        shift_all(w, p - w->len);
+    }
+    r->start = w->len - p;
+    w->n++; /* from here on the row exists; on failure the caller removes it */
+    if (!em_ctx_status(c)) tmp = em_kv_cache_create(c, m, 1, p);
+    if (tmp) {
+        em_scope_push(c);
+        em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(1, p), ids);
+        em_tensor *lg = em_model_forward(c, m, it, NULL, tmp, true);
+        if (lg) em_to_host(c, lg, w->logits, (size_t)w->vocab * sizeof *w->logits);
+        for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
+            em_tensor *big[2] = {w->kv->k[i], w->kv->v[i]}, *small[2] = {tmp->k[i], tmp->v[i]};
+            for (int k = 0; k < 2; k++)
+                if (big[k])
+                    em_assign(c, em_slice(c, em_narrow(c, big[k], 0, w->n - 1, 1), 2, r->start,
+                                          w->len, 1),
+                              small[k]);
+        }
+        em_scope_pop(c);
+    }
+    free(ids);
+    em_kv_cache_free(tmp);
+    if (em_ctx_status(c)) {
+        snprintf(j->error, sizeof j->error, "prefill: %.230s", em_ctx_error(c)->message);
+        em_ctx_clear_error(c);
+        return "abort";
+    }
+    pthread_mutex_lock(&w->s->mu);
+    w->s->prompt_tokens += p;
+    pthread_mutex_unlock(&w->s->mu);
+    return take_token(w, r, w->logits);
+}
+
+/* ---- one decode step over the running rows ---- */
+
+static em_status step(srv_worker *w) {
+    em_ctx *c = w->c;
+    int n = w->n;
+    if (w->len + 1 > w->ctx) { /* the rows shift left by the smallest start (> 0, see top) */
+        int64_t lo = w->len;
+        for (int r = 0; r < n; r++)
+            if (w->rows[r].start < lo) lo = w->rows[r].start;
+        if (lo == 0)
+            return em_ctx_fail(c, EM_ERR_INTERNAL, "serve", "the cache is full (len %lld)",
+                               (long long)w->len);
+        if (shift_all(w, -lo)) return em_ctx_status(c);
+    }
+    int64_t tk = w->len + 1;
+    for (int r = 0; r < n; r++) {
+        w->ids[r] = w->rows[r].last;
+        for (int64_t k = 0; k < tk; k++) w->mask[r * tk + k] = k >= w->rows[r].start;
+    }
+    em_scope_push(c);
+    make_view(w, n);
+    em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, 1), w->ids);
+    em_tensor *mk = em_from_host(c, EM_BOOL, EM_SHAPE(n, tk), w->mask);
+    em_tensor *lg = em_model_forward(c, w->m, it, mk, &w->view, true);
+    if (lg) em_to_host(c, lg, w->logits, (size_t)(n * w->vocab) * sizeof *w->logits);
+    em_scope_pop(c);
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    w->len = tk;
+    for (int r = n - 1; r >= 0; r--) { /* from the end: a removal moves an already-done row */
+        srv_row *row = &w->rows[r];
+        const char *why = take_token(w, row, w->logits + (size_t)r * w->vocab);
+        if (why) {
+            finish_job(w, row->job, why, row->n_gen);
+            if (remove_row(w, r)) return em_ctx_status(c);
+        }
+    }
+    return EM_OK;
+}
+
+/* ---- the loop ---- */
+
+static bool load(srv_worker *w) {
+    em_server *s = w->s;
+    em_ctx *c = w->c;
+    em_model_options mo = em_model_default_options();
+    mo.device = s->device;
+    mo.progress = false;
+    em_model *m = em_model_load(c, s->model_arg, &mo);
+    em_tokenizer *tok = m ? em_tokenizer_load(c, em_model_dir(m)) : NULL;
+    if (m && tok && !em_model_is_causal_lm(m))
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "serve", "%s is an encoder; serving needs a causal "
+                    "language model", s->model_arg);
+    int64_t ctx = s->o.ctx;
+    if (!em_ctx_status(c)) {
+        int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
+        if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
+        w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
+    }
+    if (!em_ctx_status(c)) {
+        const em_generation_config *g = em_model_generation_config(m);
+        w->n_eos = g->n_eos_token_ids < 64 ? g->n_eos_token_ids : 64;
+        for (int e = 0; e < w->n_eos; e++) w->eos[e] = g->eos_token_ids[e];
+        w->m = m;
+        w->ctx = ctx;
+        w->max_batch = s->o.max_batch;
+        w->vocab = em_model_config_get(m)->vocab_size;
+        size_t mb = (size_t)w->max_batch;
+        w->logits = malloc(mb * (size_t)w->vocab * sizeof *w->logits);
+        w->scratch = malloc((size_t)(2 * w->vocab + 16) * sizeof *w->scratch);
+        w->order = malloc((size_t)(w->vocab + 16) * sizeof *w->order);
+        w->mask = malloc(mb * (size_t)(ctx + 1));
+        w->ids = malloc(mb * sizeof *w->ids);
+        w->rows = calloc(mb, sizeof *w->rows);
+        w->view.m = m;
+        w->view.max_len = ctx;
+        w->view.k = calloc((size_t)m->n_layers + 1, sizeof *w->view.k);
+        w->view.v = calloc((size_t)m->n_layers + 1, sizeof *w->view.v);
+        if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->rows ||
+            !w->view.k || !w->view.v)
+            em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    }
+    pthread_mutex_lock(&s->mu);
+    if (em_ctx_status(c)) {
+        snprintf(s->load_error, sizeof s->load_error, "%.500s", em_ctx_error(c)->message);
+        s->load_failed = true;
+        em_tokenizer_free(tok);
+        em_model_free(m);
+        w->m = NULL;
+    } else {
+        s->model = m;
+        s->tok = tok;
+        s->ctx = ctx;
+        s->kv_total = (int64_t)s->o.max_batch * ctx;
+        s->loaded = true;
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->loaded && !s->o.quiet)
+        fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache\n",
+                s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx);
+    return s->loaded;
+}
+
+/* Ends a request that never ran or is cut short: "abort", with the reason in its error. */
+static void abort_job(srv_worker *w, srv_job *j, int64_t n_gen, const char *why) {
+    if (why && !j->error[0]) snprintf(j->error, sizeof j->error, "%s", why);
+    finish_job(w, j, "abort", n_gen);
+}
+
+void *srv_worker_main(void *arg) {
+    em_server *s = arg;
+    srv_worker w;
+    memset(&w, 0, sizeof w);
+    w.s = s;
+    w.c = em_ctx_create();
+    if (!w.c || !load(&w)) {
+        if (!w.c) {
+            pthread_mutex_lock(&s->mu);
+            snprintf(s->load_error, sizeof s->load_error, "out of memory");
+            s->load_failed = true;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
+        em_ctx_free(w.c);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        /* drop the rows whose client went away, or everything when told to abort */
+        for (int r = w.n - 1; r >= 0; r--) {
+            srv_job *j = w.rows[r].job;
+            if (j->cancelled || s->abort_all) {
+                pthread_mutex_unlock(&s->mu);
+                abort_job(&w, j, w.rows[r].n_gen, j->cancelled ? "client disconnected"
+                                                               : "the server stopped");
+                remove_row(&w, r);
+                pthread_mutex_lock(&s->mu);
+            }
+        }
+        if (s->abort_all) /* the queue too */
+            while (s->queue_head) {
+                srv_job *j = s->queue_head;
+                s->queue_head = j->next;
+                s->n_waiting--;
+                s->n_held--;
+                pthread_mutex_unlock(&s->mu);
+                abort_job(&w, j, 0, "the server stopped");
+                srv_job_release(s, j);
+                pthread_mutex_lock(&s->mu);
+            }
+        if (!s->queue_head) s->queue_tail = NULL;
+        if (w.n == 0 && !s->queue_head) {
+            if (s->stopping) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        /* admit waiting jobs into free rows */
+        while (s->queue_head && w.n < w.max_batch) {
+            srv_job *j = s->queue_head;
+            s->queue_head = j->next;
+            if (!s->queue_head) s->queue_tail = NULL;
+            s->n_waiting--;
+            s->n_running++;
+            bool gone = j->cancelled;
+            pthread_mutex_unlock(&s->mu);
+            int row = w.n;
+            const char *why = gone ? "abort" : admit(&w, j);
+            if (gone) { /* never ran */
+                abort_job(&w, j, 0, "client disconnected");
+                srv_job_release(s, j);
+                pthread_mutex_lock(&s->mu);
+                s->n_running--;
+                s->n_held--;
+                continue;
+            }
+            if (why) {
+                finish_job(&w, j, why, w.rows[row].n_gen);
+                remove_row(&w, row);
+            }
+            pthread_mutex_lock(&s->mu);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (w.n > 0 && step(&w)) { /* a failed step ends every running request */
+            char msg[256];
+            snprintf(msg, sizeof msg, "decode step: %.230s", em_ctx_error(w.c)->message);
+            if (!s->o.quiet) fprintf(stderr, "ember serve: %s\n", msg);
+            em_ctx_clear_error(w.c);
+            while (w.n > 0) {
+                abort_job(&w, w.rows[w.n - 1].job, w.rows[w.n - 1].n_gen, msg);
+                remove_row(&w, w.n - 1);
+            }
+        }
+        update_kv_gauge(&w);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(w.logits);
+    free(w.scratch);
+    free(w.order);
+    free(w.mask);
+    free(w.ids);
+    free(w.rows);
+    free(w.view.k);
+    free(w.view.v);
+    em_kv_cache_free(w.kv);
+    em_ctx_free(w.c);
+    return NULL;
+}

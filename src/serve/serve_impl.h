@@ -1,0 +1,89 @@
+/* The server's shared state: the jobs HTTP threads hand to the worker, and the counters
+ * /metrics reads. One mutex (srv->mu) guards everything here that two threads touch. */
+#ifndef EMBER_SERVE_IMPL_H
+#define EMBER_SERVE_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ember/generate.h"
+#include "ember/server.h"
+#include "serve/request.h"
+
+/* One generation request. Owned by its references (the HTTP thread that made it, the worker
+ * while it queues or runs); the last srv_job_release frees it. */
+typedef struct srv_job {
+    int refs;                  /* under mu */
+    struct srv_job *next;      /* the waiting queue (under mu) */
+    /* set by the HTTP thread before submitting, then read-only */
+    bool chat, stream, include_usage;
+    em_token *prompt;          /* the prompt's ids (n_prompt) */
+    int64_t n_prompt, max_tokens;
+    em_generate_params gp;     /* sampling (do_sample, temperature, top-k/p, min-p, penalty) */
+    uint64_t seed;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    char id[48];
+    int64_t created;
+    double t_submit;
+    /* written by the worker, read by the HTTP thread (under mu) */
+    char *text;                /* the answer so far, past stop strings never (NUL-terminated) */
+    size_t text_len, text_cap;
+    int64_t completion_tokens;
+    bool done;
+    const char *finish_reason; /* "stop", "length", "abort" once done */
+    char error[256];           /* a failure inside the worker (done, finish_reason "abort") */
+    double t_first, t_last;
+    /* written by the HTTP thread */
+    bool cancelled;            /* the client went away: the worker drops it at the next step */
+} srv_job;
+
+typedef struct srv_hist {
+    const double *bounds;
+    int n;
+    int64_t counts[24];        /* cumulative per bound are computed when printed */
+    int64_t count;
+    double sum;
+} srv_hist;
+
+struct em_server {
+    em_server_options o;       /* strings below are copies */
+    char *model_arg, *model_name, *device, *host, *api_key;
+    /* the model, loaded by the worker; set once, then read-only */
+    em_model *model;
+    em_tokenizer *tok;
+    int64_t ctx;
+    char load_error[512];
+    /* threads */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* the worker waits for jobs; HTTP threads wait for output */
+    pthread_t worker;
+    bool worker_started, loaded, load_failed, stopping, abort_all;
+    void *daemon;              /* struct MHD_Daemon */
+    int port;
+    /* the queue and the counters (under mu) */
+    srv_job *queue_head, *queue_tail;
+    int n_waiting, n_running, n_held;
+    int64_t kv_used, kv_total;
+    int64_t prompt_tokens, generation_tokens, ok_stop, ok_length, ok_abort;
+    int64_t http_errors;
+    int64_t kv_shifts;         /* whole-cache copies to make room (scheduler.c) */
+    srv_hist ttft, itl, e2e;
+    uint64_t next_id;
+};
+
+double srv_now(void);
+void srv_job_release(em_server *s, srv_job *j);
+/* Queues j for the worker (takes a reference); false (429 / 503 in err) when the server holds
+ * `parallel` requests already or is stopping. */
+bool srv_submit(em_server *s, srv_job *j, srv_error *err);
+/* The worker thread: loads the model, then runs steps until stopped. */
+void *srv_worker_main(void *arg);
+/* metrics.c: a histogram of latencies in seconds (vLLM's bucket bounds), and the /metrics text
+ * (*buf malloc'd, *len bytes; false when out of memory). */
+void srv_hist_init(srv_hist *h);
+void srv_hist_add(srv_hist *h, double v);
+bool srv_metrics_text(em_server *s, char **buf, size_t *len);
+
+#endif

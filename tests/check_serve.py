@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""`ember serve` end to end on loopback, with the Python standard library as the client.
+
+Usage: check_serve.py EMBER
+Builds a tiny Qwen3 checkpoint in a temporary folder (random weights, the byte-level BPE test
+tokenizer of tests/fixtures/tokenizers with a ChatML template), starts `EMBER serve` on it on a
+free port with an API key, and checks:
+  - /health, /v1/models, /tokenize + /detokenize, /metrics;
+  - chat and completions, non-streaming and streamed (SSE framing: "data: ...\\n\\n" events, one
+    id, the role chunk first, finish_reason on the last content chunk only, the usage chunk of
+    stream_options.include_usage, "data: [DONE]"); the streamed deltas concatenated equal the
+    non-streamed text under greedy decoding;
+  - greedy answers equal what `EMBER generate --greedy` prints for the same message / prompt
+    and max_tokens;
+  - 6 concurrent greedy streams (more than --max-batch 4: some wait, then join the running
+    batch) give byte-identical text to the same requests run alone;
+  - errors as OpenAI's JSON: bad JSON, wrong types, unknown model, a too-long prompt (400/404),
+    a missing or wrong key (401), a body over the limit (413), more requests than --parallel
+    (429); clients that disconnect mid-stream free their rows (the requests end as "abort");
+  - SIGTERM drains: a running request finishes and the server exits 0.
+Exit 77 (skipped) when this ember has no HTTP server (built without libmicrohttpd).
+"""
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KEY = "test-key-123"
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.environ.get("EMBER_FIXTURES") or os.path.join(HERE, "fixtures")
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+# ---- the checkpoint ----
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, (shape, values) in tensors.items():
+        data = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def make_checkpoint(d):
+    rng = random.Random(1234)
+    tok = json.load(open(os.path.join(FIXTURES, "tokenizers", "bpe_bytelevel.json")))
+    vocab = 1 + max([t["id"] for t in tok["added_tokens"]] + list(tok["model"]["vocab"].values()))
+    cfg = json.load(open(os.path.join(FIXTURES, "models", "qwen3", "config.json")))
+    cfg.update(vocab_size=vocab, tie_word_embeddings=True, max_position_embeddings=4096,
+               eos_token_id=2, bos_token_id=1)
+    hid, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+
+    def mat(rows, cols, std):
+        return [rows, cols], [rng.gauss(0, std) for _ in range(rows * cols)]
+
+    def ones(n):
+        return [n], [1.0] * n
+
+    t = {"model.embed_tokens.weight": mat(vocab, hid, 1.0), "model.norm.weight": ones(hid)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.update({
+            p + "input_layernorm.weight": ones(hid),
+            p + "post_attention_layernorm.weight": ones(hid),
+            p + "self_attn.q_proj.weight": mat(nh * hd, hid, 0.2),
+            p + "self_attn.k_proj.weight": mat(nkv * hd, hid, 0.2),
+            p + "self_attn.v_proj.weight": mat(nkv * hd, hid, 0.2),
+            p + "self_attn.o_proj.weight": mat(hid, nh * hd, 0.2),
+            p + "self_attn.q_norm.weight": ones(hd),
+            p + "self_attn.k_norm.weight": ones(hd),
+            p + "mlp.gate_proj.weight": mat(inter, hid, 0.2),
+            p + "mlp.up_proj.weight": mat(inter, hid, 0.2),
+            p + "mlp.down_proj.weight": mat(hid, inter, 0.2),
+        })
+    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    json.dump({"eos_token_id": 2, "bos_token_id": 1, "pad_token_id": 0},
+              open(os.path.join(d, "generation_config.json"), "w"))
+    shutil.copy(os.path.join(FIXTURES, "tokenizers", "bpe_bytelevel.json"),
+                os.path.join(d, "tokenizer.json"))
+    json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None},
+              open(os.path.join(d, "tokenizer_config.json"), "w"))
+
+
+# ---- a small client ----
+
+class Server:
+    def __init__(self, ember, model, *extra):
+        self.proc = subprocess.Popen(
+            ember + ["serve", "--model", model, "--port", "0", "--api-key", KEY, "--max-batch",
+                     "4", "--parallel", "8", "--max-body-bytes", "65536", "--drain", "60"]
+            + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.port = None
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                fail("ember serve exited early:\n" + "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"listening on http://[^ ]*:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if "ember serve: ready" in line:
+                break
+        check(self.port, "no port in ember serve's output:\n" + "".join(self.log))
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    def _drain_stderr(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    def request(self, method, path, body=None, key=KEY, raw=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = "Bearer " + key
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        c.request(method, path, body=data, headers=headers)
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        return r.status, text
+
+    def json(self, method, path, body=None, want=200, **kw):
+        status, text = self.request(method, path, body, **kw)
+        check(status == want, f"{method} {path}: status {status}, expected {want}: {text[:500]}")
+        return json.loads(text)
+
+    def stream(self, path, body):
+        """The events of a streamed response, checking the SSE framing."""
+        status, text = self.request("POST", path, body)
+        check(status == 200, f"stream {path}: status {status}: {text[:300]}")
+        check(text.endswith("data: [DONE]\n\n"), f"stream does not end with [DONE]: {text[-200:]!r}")
+        events = text.split("\n\n")
+        check(events[-1] == "", "stream: trailing bytes after the last event")
+        out = []
+        for ev in events[:-1]:
+            check(ev.startswith("data: ") and "\n" not in ev,
+                  f"stream: an event is not one 'data: ' line: {ev[:200]!r}")
+            out.append(ev[6:])
+        check(out[-1] == "[DONE]" and "[DONE]" not in out[:-1], "stream: [DONE] misplaced")
+        return [json.loads(e) for e in out[:-1]]
+
+
+def chat_body(msg, max_tokens, **kw):
+    b = {"model": "tiny", "messages": [{"role": "user", "content": msg}], "max_tokens": max_tokens,
+         "temperature": 0}
+    b.update(kw)
+    return b
+
+
+def stream_text(events, chat):
+    """The text of a stream, checking ids, objects and where finish_reason appears."""
+    ids = {e["id"] for e in events}
+    check(len(ids) == 1, f"stream: {len(ids)} ids")
+    text, finishes = "", []
+    content = [e for e in events if e["choices"]]
+    for k, e in enumerate(content):
+        check(e["object"] == ("chat.completion.chunk" if chat else "text_completion"),
+              f"stream: object {e['object']}")
+        ch = e["choices"][0]
+        if ch["finish_reason"] is not None:
+            finishes.append(k)
+        if chat:
+            if k == 0:
+                check(ch["delta"].get("role") == "assistant", "stream: no role in the first chunk")
+            text += ch["delta"].get("content") or ""
+        else:
+            text += ch["text"]
+    check(finishes == [len(content) - 1],
+          f"stream: finish_reason on chunks {finishes} of {len(content)}, expected the last only")
+    return text, content[-1]["choices"][0]["finish_reason"]
+
+
+def ember_generate(ember, model, flag, text, n):
+    r = subprocess.run(ember + ["generate", "--model", model, flag, text, "--greedy",
+                                "--max-new-tokens", str(n)], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    check(r.returncode == 0, f"ember generate failed: {r.stderr}")
+    check(r.stdout.endswith("\n"), "ember generate: no final newline")
+    return r.stdout[:-1]
+
+
+def metric(server, name):
+    status, text = server.request("GET", "/metrics")
+    check(status == 200, f"/metrics: {status}")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# ---- the checks ----
+
+def check_basics(s):
+    check(s.json("GET", "/health") == {}, "/health")
+    models = s.json("GET", "/v1/models")
+    check(models["data"][0]["id"] == "tiny", f"/v1/models: {models}")
+    tok = s.json("POST", "/tokenize", {"prompt": "Hello world"})
+    check(tok["count"] == len(tok["tokens"]) > 0, f"/tokenize: {tok}")
+    detok = s.json("POST", "/detokenize", {"tokens": tok["tokens"]})
+    check(detok["prompt"] == "Hello world", f"/detokenize gave {detok}")
+    print("basics: health, models, tokenize/detokenize round trip")
+
+
+def check_chat(s, ember, model):
+    msg, n = "Tell me about the weather today.", 24
+    sync = s.json("POST", "/v1/chat/completions", chat_body(msg, n))
+    text = sync["choices"][0]["message"]["content"]
+    check(sync["object"] == "chat.completion" and sync["id"].startswith("chatcmpl-"), "chat object")
+    u = sync["usage"]
+    check(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], f"usage {u}")
+    ev = s.stream("/v1/chat/completions",
+                  chat_body(msg, n, stream=True, stream_options={"include_usage": True}))
+    st, fin = stream_text(ev, True)
+    check(st == text, f"chat: streamed {st!r} != sync {text!r}")
+    check(fin == sync["choices"][0]["finish_reason"], "chat: finish reasons differ")
+    check(ev[-1]["choices"] == [] and ev[-1]["usage"] == u, f"usage chunk {ev[-1]} vs {u}")
+    check(all(e.get("usage", None) is None for e in ev[:-1]), "usage on a content chunk")
+    ref = ember_generate(ember, model, "--chat", msg, n)
+    check(text == ref, f"chat: server {text!r} != ember generate --chat {ref!r}")
+    if fin == "length":
+        check(u["completion_tokens"] == n, f"length finish with {u['completion_tokens']} tokens")
+    print(f"chat: sync == stream == ember generate ({u['completion_tokens']} tokens, {fin})")
+
+
+def check_completions(s, ember, model):
+    prompt, n = "The quick brown fox", 20
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": n, "temperature": 0}
+    sync = s.json("POST", "/v1/completions", body)
+    text = sync["choices"][0]["text"]
+    ev = s.stream("/v1/completions", dict(body, stream=True))
+    st, _ = stream_text(ev, False)
+    check(st == text, f"completions: streamed {st!r} != sync {text!r}")
+    ref = ember_generate(ember, model, "--prompt", prompt, n)
+    check(text == ref, f"completions: server {text!r} != ember generate --prompt {ref!r}")
+    # a stop string: the text ends before it
+    if len(text) > 4:
+        stop = text[2:4]
+        r = s.json("POST", "/v1/completions", dict(body, stop=[stop]))
+        t2 = r["choices"][0]["text"]
+        check(r["choices"][0]["finish_reason"] == "stop" and t2 == text[: text.index(stop)],
+              f"stop {stop!r}: {t2!r} from {text!r}")
+        ev = s.stream("/v1/completions", dict(body, stop=stop, stream=True))
+        check(stream_text(ev, False)[0] == t2, "stop: streamed text differs")
+    print("completions: sync == stream == ember generate; stop strings cut the text")
+
+
+def check_concurrent(s, n=40):
+    # prompts of different lengths: a long one joining a short batch shifts the rows right
+    msgs = [f"Question number {i}: what is {i} plus {i * 3}?" + " And then?" * (5 * (i % 3))
+            for i in range(6)]
+    alone = [s.json("POST", "/v1/chat/completions", chat_body(m, n))["choices"][0]["message"]
+             ["content"] for m in msgs]
+    got = [None] * len(msgs)
+    errors = []
+
+    def run(i):
+        try:
+            got[i] = stream_text(s.stream("/v1/chat/completions",
+                                          chat_body(msgs[i], n, stream=True)), True)[0]
+        except SystemExit as e:
+            errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - report any client failure
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(msgs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    check(not errors, f"concurrent streams: {errors}")
+    for i in range(len(msgs)):
+        check(got[i] == alone[i], f"stream {i} in a batch: {got[i]!r} != alone: {alone[i]!r}")
+    print(f"concurrency: {len(msgs)} greedy streams (max-batch 4) equal the same requests alone "
+          f"({int(metric(s, 'ember:kv_cache_shifts_total'))} cache shifts so far)")
+
+
+def check_shifts(s):
+    """A long prompt joins a short running one (the rows shift right to make room); the short
+    one runs on until the cache's end (the rows shift left). Both answers equal their runs alone."""
+    a_msg, b_msg = "Go.", "Question: what is " + "one plus " * 10 + "one?"
+    a_n, b_n = 140, 40
+    pa = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": a_msg}]})["count"]
+    pb = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": b_msg}]})["count"]
+    check(pa + a_n <= 160 and pb + b_n <= 160 and pb > pa + 20, f"prompt sizes {pa}, {pb}")
+    alone_a = s.json("POST", "/v1/chat/completions", chat_body(a_msg, a_n))
+    alone_b = s.json("POST", "/v1/chat/completions", chat_body(b_msg, b_n))
+    check(alone_a["choices"][0]["finish_reason"] == "length", "the long answer stopped early")
+    shifts0 = metric(s, "ember:kv_cache_shifts_total")
+    got = {}
+    t = threading.Thread(target=lambda: got.update(a=s.json(
+        "POST", "/v1/chat/completions", chat_body(a_msg, a_n))))
+    t.start()
+    deadline = time.time() + 60
+    while metric(s, "vllm:num_requests_running") < 1 and time.time() < deadline:
+        pass
+    got["b"] = s.json("POST", "/v1/chat/completions", chat_body(b_msg, b_n))
+    t.join(120)
+    for k, alone in (("a", alone_a), ("b", alone_b)):
+        check(got[k]["choices"][0]["message"] == alone["choices"][0]["message"],
+              f"request {k} beside the other differs from alone")
+    shifts = metric(s, "ember:kv_cache_shifts_total") - shifts0
+    check(shifts >= 2, f"{shifts} cache shifts, expected a right and a left one")
+    print(f"cache shifts: a long prompt joining and the context's end ({int(shifts)} shifts), "
+          "answers equal to alone")
+
+
+def check_errors(s):
+    def err(method, path, body=None, want=400, **kw):
+        status, text = s.request(method, path, body, **kw)
+        check(status == want, f"{path}: status {status}, expected {want}: {text[:300]}")
+        e = json.loads(text)["error"]
+        check(isinstance(e["message"], str) and "type" in e and "param" in e and "code" in e,
+              f"error JSON {e}")
+        return e
+
+    err("POST", "/v1/chat/completions", raw=b"{not json")
+    err("POST", "/v1/chat/completions", raw=b"")
+    err("POST", "/v1/chat/completions", raw=b"[1, 2]")
+    err("POST", "/v1/chat/completions", raw=b"\xff\xfe{\"a\": 1}")
+    e = err("POST", "/v1/chat/completions", chat_body("hi", "many"))
+    check(e["param"] == "max_tokens", f"param {e}")
+    err("POST", "/v1/chat/completions", {"messages": "hi"})
+    err("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]})
+    err("POST", "/v1/chat/completions", chat_body("hi", 4, temperature=5))
+    err("POST", "/v1/chat/completions", chat_body("hi", 4, n=3))
+    err("POST", "/v1/chat/completions", chat_body("hi", 4, model="gpt-9"), want=404)
+    e = err("POST", "/v1/chat/completions", chat_body("word " * 3000, 10))
+    check("context" in e["message"], f"too long: {e}")
+    err("POST", "/v1/chat/completions", chat_body("hi", 5000))
+    err("POST", "/v1/chat/completions", chat_body("hi", 4), key=None, want=401)
+    err("POST", "/v1/chat/completions", chat_body("hi", 4), key="wrong", want=401)
+    err("GET", "/metrics", key="wrong", want=401)
+    err("POST", "/v1/completions", {"prompt": "x" * 70000}, want=413)
+    err("GET", "/v1/nothing", want=404)
+    check(s.json("GET", "/health", key=None) == {}, "/health needs no key")
+    print("errors: 400 (JSON, types, ranges, context), 401, 404, 413 as OpenAI error objects")
+
+
+def open_stream(s, body):
+    """A streamed request whose first event was read; the socket stays open, unread."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                 KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                 str(len(data)).encode() + b"\r\n\r\n" + data)
+    head = b""
+    while b"data: " not in head:
+        chunk = sock.recv(4096)
+        check(chunk, "open stream: the server closed the connection")
+        head += chunk
+    check(head.startswith(b"HTTP/1.1 200"), f"open stream: {head[:100]!r}")
+    return sock
+
+
+def check_disconnect_and_429(s):
+    aborted0 = metric(s, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}")
+    body = chat_body("Keep talking for a long while.", 4000, stream=True)
+    socks = [open_stream(s, body) for _ in range(8)]  # --parallel 8: the server is full
+    e = s.request("POST", "/v1/chat/completions", chat_body("one more", 4))
+    check(e[0] == 429, f"a 9th request: {e[0]}, expected 429")
+    for k in socks:
+        k.close()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if metric(s, "vllm:num_requests_running") == 0 and \
+                metric(s, "vllm:num_requests_waiting") == 0:
+            break
+        time.sleep(0.05)
+    aborted = metric(s, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}")
+    check(metric(s, "vllm:num_requests_running") == 0, "rows still running after disconnects")
+    check(aborted - aborted0 == 8, f"{aborted - aborted0} requests aborted, expected 8")
+    check(metric(s, "vllm:kv_cache_usage_perc") == 0, "KV cache still in use after disconnects")
+    r = s.json("POST", "/v1/chat/completions", chat_body("after", 4))
+    check(r["choices"][0]["finish_reason"] in ("stop", "length"), "a request after disconnects")
+    print("disconnects: 8 abandoned streams end as 'abort' and free their rows; 429 when full")
+
+
+def check_metrics(s):
+    status, text = s.request("GET", "/metrics")
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_sum"]:
+        check(name in text, f"/metrics lacks {name}")
+    check(metric(s, "vllm:generation_tokens_total") > 0, "no generated tokens counted")
+    print("metrics: vLLM's names present, counters moved")
+
+
+def check_sigterm(s):
+    result = {}
+
+    def run():
+        result["r"] = s.json("POST", "/v1/chat/completions", chat_body("drain me", 300))
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)  # let it start (if it finished already, the drain has nothing to wait for)
+    s.proc.send_signal(signal.SIGTERM)
+    t.join(120)
+    rc = s.proc.wait(120)
+    check(rc == 0, f"ember serve exited {rc} after SIGTERM:\n" + "".join(s.log[-20:]))
+    check("r" in result and result["r"]["choices"][0]["finish_reason"] in ("stop", "length"),
+          f"the request in flight at SIGTERM did not finish: {result}")
+    print("sigterm: the running request finished, exit 0")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    ember = sys.argv[1:]
+    h = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--port", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    if "no HTTP server" in h.stderr:
+        print("SKIP: this ember was built without libmicrohttpd")
+        sys.exit(77)
+    r = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--host", "0.0.0.0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(r.returncode != 0 and "API key" in r.stderr,
+          f"a public bind without a key was not refused: {r.returncode} {r.stderr}")
+    with tempfile.TemporaryDirectory() as d:
+        make_checkpoint(d)
+        s = Server(ember, d, "--served-model-name", "tiny")
+        try:
+            check_basics(s)
+            check_chat(s, ember, d)
+            check_completions(s, ember, d)
+            check_concurrent(s)
+            check_errors(s)
+            check_disconnect_and_429(s)
+            check_metrics(s)
+            check_sigterm(s)
+        finally:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        # a small context: the rows reach its end and shift left while others still run
+        s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160")
+        try:
+            check_concurrent(s, n=48)
+            check_shifts(s)
+            s.proc.send_signal(signal.SIGTERM)
+            check(s.proc.wait(120) == 0, "ember serve --ctx 160: exit status")
+        finally:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+    print("serve: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
