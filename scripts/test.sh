@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds Ember with warnings as errors and runs the whole test suite: the ctest suite, the
-# install check (find_package and pkg-config consumers), the suites again on emulated x86-64 CPUs
+# install check (find_package and pkg-config consumers), the Python package (scripts/test-python.sh), the suites again on emulated x86-64 CPUs
 # (qemu-x86_64 as a Haswell: AVX2, no AVX-512; as a Nehalem: no AVX), the aarch64 cross build
 # and its suites under qemu-aarch64 (scripts/test-arm64.sh), the suite under ASan+UBSan, the thread
 # pool under TSan, and a
@@ -77,6 +77,11 @@ PKG_CONFIG_PATH="$PWD/build/install-test/prefix/lib/pkgconfig" \
   cc -std=c11 examples/eager.c $(PKG_CONFIG_PATH="$PWD/build/install-test/prefix/lib/pkgconfig" pkg-config --cflags --libs ember) \
   -o build/install-test/eager-pc
 LD_LIBRARY_PATH="$PWD/build/install-test/prefix/lib" build/install-test/eager-pc >/dev/null
+
+echo "== the Python package: pip install . in a fresh venv, then pytest"
+t0=$(date +%s)
+./scripts/test-python.sh
+echo "python: $(($(date +%s) - t0)) s"
 
 echo "== the suites on emulated x86-64 CPUs: qemu-x86_64 -cpu Haswell (avx2) and -cpu Nehalem (generic)"
 t0=$(date +%s)
