@@ -19,6 +19,7 @@ rules=(
   "backends/cpu:backends/pjrt ops compile io models generate testing bench"
   "backends/pjrt:backends/cpu ops compile io models generate testing bench"
   "compile:backends io models generate testing bench"
+  "train:backends compile testing bench"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

@@ -5,6 +5,7 @@
  *   tensor.h  tensor handles, host memory, ownership
  *   ops.h     the eager ops
  *   autograd.h  reverse-mode autodiff (tape, em_backward, gradients), cross-entropy
+ *   optim.h   AdamW, SGD, clip_grad_norm, learning-rate schedules (torch semantics)
  *   moe.h     the mixture-of-experts block (ragged, loop, dense)
  *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
  *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
@@ -22,6 +23,7 @@
 #include "ember/tensor.h"
 #include "ember/ops.h"
 #include "ember/autograd.h"
+#include "ember/optim.h"
 #include "ember/compile.h"
 #include "ember/moe.h"
 #include "ember/hub.h"
