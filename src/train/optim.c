@@ -33,7 +33,8 @@ em_sgd_options em_sgd_default_options(void) {
     return (em_sgd_options){.lr = 1e-3};
 }
 
-static em_optimizer *create(em_ctx *c, const char *what, em_tensor *const *params, int n) {
+static em_optimizer *create(em_ctx *c, const char *what, em_tensor *const *params, int n,
+                            opt_kind kind, double lr) {
     if (!c || em_ctx_status(c)) return NULL;
     if (n < 0 || (n && !params)) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, what, "%d parameters", n);
@@ -61,6 +62,8 @@ static em_optimizer *create(em_ctx *c, const char *what, em_tensor *const *param
         return NULL;
     }
     o->n = n;
+    o->kind = kind;
+    o->lr = lr;
     for (int i = 0; i < n; i++) o->params[i] = em_tensor_retain(params[i]);
     return o;
 }
@@ -77,11 +80,8 @@ em_optimizer *em_adamw_create(em_ctx *c, em_tensor *const *params, int n,
                     a.lr, a.beta1, a.beta2, a.eps, a.weight_decay);
         return NULL;
     }
-    em_optimizer *o = create(c, "adamw", params, n);
-    if (!o) return NULL;
-    o->kind = OPT_ADAMW;
-    o->adamw = a;
-    o->lr = a.lr;
+    em_optimizer *o = create(c, "adamw", params, n, OPT_ADAMW, a.lr);
+    if (o) o->adamw = a;
     return o;
 }
 
@@ -96,11 +96,8 @@ em_optimizer *em_sgd_create(em_ctx *c, em_tensor *const *params, int n, const em
                     s.lr, s.momentum, s.dampening, s.weight_decay, (int)s.nesterov);
         return NULL;
     }
-    em_optimizer *o = create(c, "sgd", params, n);
-    if (!o) return NULL;
-    o->kind = OPT_SGD;
-    o->sgd = s;
-    o->lr = s.lr;
+    em_optimizer *o = create(c, "sgd", params, n, OPT_SGD, s.lr);
+    if (o) o->sgd = s;
     return o;
 }
 
