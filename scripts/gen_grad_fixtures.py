@@ -152,6 +152,12 @@ def build(w):
     case(w, "mul/f32/self", "mul", [randn(g, 3, 4), randn(g, 3, 4)],
          lambda a, b: a * a, wanted=[True, False], alias=[-1, 0])
     case(w, "pow/f32", "pow", [pos(3, 4), randn(g, 3, 4)], torch.pow)
+    a = randn(g, 3, 4)
+    b = randn(g, 3, 4)
+    b[0, :2] = a[0, :2]  # ties: torch gives each side half
+    for op, fn in [("maximum", torch.maximum), ("minimum", torch.minimum)]:
+        case(w, f"{op}/f32/ties", op, [a, b], fn)
+        case(w, f"{op}/f32/broadcast", op, [randn(g, 2, 3, 4), randn(g, 4)], fn)
     case(w, "where/f32/broadcast", "where",
          [randn(g, 3, 4) > 0, randn(g, 3, 4), randn(g, 4)], torch.where)
 
@@ -163,6 +169,17 @@ def build(w):
          attrs={"dims": [0, 2], "keepdim": True})
     case(w, "mean/f32/last", "mean", [x], lambda t: t.mean(-1),
          attrs={"dims": [-1], "keepdim": False})
+    xt = x.clone()
+    xt[0, 1, 2] = xt[0, 1, 4] = xt[0, 1].max() + 1  # a tie for the maximum
+    case(w, "max/f32/dim2_ties", "max", [xt], lambda t: t.amax(2),
+         attrs={"dims": [2], "keepdim": False})
+    case(w, "max/f32/all", "max", [x], lambda t: t.amax(), attrs={"dims": [], "keepdim": False})
+    case(w, "min/f32/dims01_keep", "min", [x], lambda t: t.amin((0, 1), keepdim=True),
+         attrs={"dims": [0, 1], "keepdim": True})
+    case(w, "var/f32/last", "var", [x], lambda t: t.var(-1),
+         attrs={"dims": [-1], "keepdim": False, "correction": 1})
+    case(w, "var/f32/all_biased", "var", [x], lambda t: t.var(correction=0),
+         attrs={"dims": [], "keepdim": False, "correction": 0})
     case(w, "softmax/f32/last", "softmax", [x * 2], lambda t: t.softmax(-1), attrs={"dim": -1})
     case(w, "softmax/f32/dim1", "softmax", [x], lambda t: t.softmax(1), attrs={"dim": 1})
     case(w, "log_softmax/f32/last", "log_softmax", [x * 2], lambda t: t.log_softmax(-1),
@@ -240,6 +257,20 @@ def build(w):
          lambda t, i: torch.gather(t, 1, i), attrs={"dim": 1})
     case(w, "index_select/f32/dim0_repeats", "index_select", [x, torch.tensor([3, 0, 3, 1])],
          lambda t, i: torch.index_select(t, 0, i), attrs={"dim": 0})
+    case(w, "scatter_add/f32/dim1", "scatter_add",
+         [randn(g, 4, 5), randint(g, 0, 5, 4, 3), randn(g, 4, 3)],
+         lambda t, i, s_: torch.scatter_add(t, 1, i, s_), attrs={"dim": 1})
+    case(w, "index_add/f32/alpha", "index_add",
+         [randn(g, 4, 5), torch.tensor([2, 0, 2]), randn(g, 3, 5)],
+         lambda t, i, s_: torch.index_add(t, 0, i, s_, alpha=0.5), attrs={"dim": 0, "alpha": 0.5})
+    case(w, "topk/f32/largest", "topk", [randn(g, 3, 6)],
+         lambda t: torch.topk(t, 3, dim=1)[0],
+         attrs={"k": 3, "dim": 1, "largest": True, "sorted": True})
+    case(w, "sort/f32/descending", "sort", [randn(g, 4, 5)],
+         lambda t: torch.sort(t, dim=0, descending=True, stable=True)[0],
+         attrs={"dim": 0, "descending": True})
+    case(w, "repeat_interleave/f32/dim1", "repeat_interleave", [randn(g, 2, 3, 2)],
+         lambda t: t.repeat_interleave(3, dim=1), attrs={"repeats": 3, "dim": 1})
     x = randn(g, 2, 3, 4)
     case(w, "reshape/f32", "reshape", [x], lambda t: t.reshape(6, 4), attrs={"shape": [6, 4]})
     case(w, "reshape/f32/copying", "reshape",

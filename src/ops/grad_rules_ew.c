@@ -200,6 +200,20 @@ static em_status g_where(GRAD_ARGS) {
     return c->err.status;
 }
 
+/* maximum / minimum: the gradient goes to the larger (smaller) input, half to each on a tie, as
+ * torch */
+static em_status g_extremum(GRAD_ARGS) {
+    bool mx = n->op->id == EM_OP_MAXIMUM;
+    em_tensor *a = X(0), *b = X(1), *z = zero_as(c, G);
+    em_tensor *half = em_mul_scalar(c, G, 0.5);
+    em_tensor *tie = em_eq(c, a, b);
+    em_tensor *a_wins = mx ? em_gt(c, a, b) : em_lt(c, a, b);
+    em_tensor *b_wins = mx ? em_lt(c, a, b) : em_gt(c, a, b);
+    if (need[0]) gin[0] = em_grad_reduce_to(c, em_where(c, a_wins, G, em_where(c, tie, half, z)), a);
+    if (need[1]) gin[1] = em_grad_reduce_to(c, em_where(c, b_wins, G, em_where(c, tie, half, z)), b);
+    return c->err.status;
+}
+
 /* ---- reductions ---- */
 
 /* g of a sum/mean over `dims` broadcast back to x's shape; *count = elements summed per output */
@@ -229,6 +243,32 @@ static em_status g_mean(GRAD_ARGS) {
     int64_t count;
     em_tensor *g = unreduce(c, n, G, &count);
     gin[0] = em_div_scalar(c, g, (double)count);
+    return c->err.status;
+}
+
+/* max / min over dims: shared evenly among the elements equal to the result (torch's amax) */
+static em_status g_max(GRAD_ARGS) {
+    int64_t count;
+    em_tensor *y = unreduce(c, n, Y, &count), *g = unreduce(c, n, G, &count);
+    em_tensor *hit = em_cast(c, em_eq(c, X(0), y), G->dtype);
+    const em_attr *dims = em_grad_attr(n, "dims");
+    int d[EM_MAX_DIMS], nd = 0;
+    for (int i = 0; i < dims->n; i++) d[nd++] = (int)dims->v[i];
+    em_tensor *ties = em_sum(c, hit, nd ? d : NULL, nd, true);
+    gin[0] = em_div(c, em_mul(c, g, hit), ties);
+    return c->err.status;
+}
+
+/* var with correction k: 2 (x - mean) / (N - k) */
+static em_status g_var(GRAD_ARGS) {
+    int64_t count;
+    em_tensor *g = unreduce(c, n, G, &count);
+    const em_attr *dims = em_grad_attr(n, "dims");
+    int d[EM_MAX_DIMS], nd = 0;
+    for (int i = 0; i < dims->n; i++) d[nd++] = (int)dims->v[i];
+    em_tensor *xc = em_sub(c, X(0), em_mean(c, X(0), nd ? d : NULL, nd, true));
+    double dof = (double)count - (double)em_grad_attr(n, "correction")->i;
+    gin[0] = em_mul(c, g, em_mul_scalar(c, xc, 2.0 / dof));
     return c->err.status;
 }
 
@@ -271,6 +311,11 @@ void em_grad_rules_ew(em_grad_rule *t) {
     GRAD_RULE(DIV, g_div, 3, 0);
     GRAD_RULE(POW, g_pow, 3, 1);
     GRAD_RULE(WHERE, g_where, 1, 0);
+    GRAD_RULE(MAXIMUM, g_extremum, 3, 0);
+    GRAD_RULE(MINIMUM, g_extremum, 3, 0);
+    GRAD_RULE(MAX, g_max, 1, 1);
+    GRAD_RULE(MIN, g_max, 1, 1);
+    GRAD_RULE(VAR, g_var, 1, 0);
     GRAD_RULE(SUM, g_sum, 0, 0);
     GRAD_RULE(MEAN, g_mean, 0, 0);
     GRAD_RULE(SOFTMAX, g_softmax, 0, 1);

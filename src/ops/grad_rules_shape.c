@@ -99,6 +99,45 @@ static em_status g_index_select(GRAD_ARGS) {
     return c->err.status;
 }
 
+static em_status g_scatter_add(GRAD_ARGS) { /* x passes g; src gets g where it was added */
+    int dim = (int)em_grad_attr(n, "dim")->i;
+    if (need[0]) gin[0] = G;
+    if (need[2]) gin[2] = em_gather(c, G, dim, X(1));
+    return c->err.status;
+}
+
+static em_status g_index_add(GRAD_ARGS) {
+    int dim = (int)em_grad_attr(n, "dim")->i;
+    if (need[0]) gin[0] = G;
+    if (need[2])
+        gin[2] = em_mul_scalar(c, em_index_select(c, G, dim, X(1)), em_grad_attr(n, "alpha")->f);
+    return c->err.status;
+}
+
+/* topk and sort: the values' gradient goes back to where they came from (output 1: indices) */
+static em_status g_select_values(GRAD_ARGS) {
+    int dim = (int)em_grad_attr(n, "dim")->i;
+    gin[0] = G ? em_scatter_add(c, em_grad_zeros_like(c, X(0)), dim, n->out[1], G) : NULL;
+    return c->err.status;
+}
+
+/* repeat_interleave: the copies of each slice summed back */
+static em_status g_repeat_interleave(GRAD_ARGS) {
+    const em_tensor *x = X(0);
+    int dim = norm_dim(c, em_grad_attr(n, "dim")->i, x->ndim);
+    int64_t r = em_grad_attr(n, "repeats")->i, s[EM_MAX_DIMS];
+    if (x->ndim + 1 > EM_MAX_DIMS)
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "backward", "repeat_interleave: too many dims");
+    int k = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        s[k++] = x->shape[d];
+        if (d == dim) s[k++] = r;
+    }
+    int sd = dim + 1;
+    gin[0] = em_sum(c, em_reshape(c, G, k, s), &sd, 1, false);
+    return c->err.status;
+}
+
 static em_status g_embedding(GRAD_ARGS) { /* rows of g added at their ids */
     (void)need;
     em_tensor *w = X(0);
@@ -123,4 +162,9 @@ void em_grad_rules_shape(em_grad_rule *t) {
     GRAD_RULE(GATHER, g_gather, 2, 0);
     GRAD_RULE(INDEX_SELECT, g_index_select, 2, 0);
     GRAD_RULE(EMBEDDING, g_embedding, 2, 0);
+    GRAD_RULE(SCATTER_ADD, g_scatter_add, 2, 0);
+    GRAD_RULE(INDEX_ADD, g_index_add, 2, 0);
+    GRAD_RULE(TOPK, g_select_values, 0, 2);
+    GRAD_RULE(SORT, g_select_values, 0, 2);
+    GRAD_RULE(REPEAT_INTERLEAVE, g_repeat_interleave, 0, 0);
 }
