@@ -78,6 +78,7 @@ static void run(run_kind kind, const char *name) {
         CHECK_MSG(fabs(lr - want_lr) <= 1e-12, "%s step %d: lr %.12g, torch %.12g", name, s, lr, want_lr);
         CHECK_MSG(fabs(lv - want_loss) <= 1e-5, "%s step %d: loss %.9g, torch %.9g", name, s, lv, want_loss);
         CHECK(em_optimizer_step(c, opt) == EM_OK);
+        if (em_ctx_error(c)) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
         em_optimizer_zero_grad(opt);
         CHECK(em_tensor_grad(W) == NULL);
         em_scope_pop(c);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/tensor_impl.h" /* em_tensor_materialize */
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
@@ -104,6 +105,8 @@ em_optimizer *em_sgd_create(em_ctx *c, em_tensor *const *params, int n, const em
 /* A new tensor owned by the optimizer: t's values (a copy), on t's device. */
 static em_tensor *own_copy(em_ctx *c, em_tensor *t) {
     em_tensor *cp = em_mul_scalar(c, t, 1.0); /* a new tensor: an element-wise op's result */
+    /* evaluated now: in fused mode it would read the parameter the step is about to write */
+    if (cp && em_tensor_materialize(c, cp) != EM_OK) return NULL;
     return cp ? em_detach(c, cp) : NULL;
 }
 
