@@ -47,7 +47,7 @@ def record(family):
 
 
 def main():
-    for fam in sys.argv[1:] or ["qwen3", "llama"]:
+    for fam in sys.argv[1:] or ["qwen3", "llama", "qwen3_moe"]:
         record(fam)
 
 

@@ -5,7 +5,7 @@
  * em_cross_entropy over the shifted labels and em_backward must give transformers' loss within
  * 1e-5 and each gradient within 1e-5 relative to that tensor's largest element. Llama's tiny
  * checkpoint ties the LM head to the embeddings, so its embedding gradient is the sum of both
- * uses.
+ * uses; Qwen3-MoE's router and experts train through the ragged and the loop implementations.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +48,9 @@ static int params_of(const em_model *m, named *out, int max) {
         ADD(L->gate, "%s.%lld.mlp.gate_proj.weight", p, li);
         ADD(L->up, "%s.%lld.mlp.up_proj.weight", p, li);
         ADD(L->down, "%s.%lld.mlp.down_proj.weight", p, li);
+        ADD(L->router, "%s.%lld.mlp.gate.weight", p, li);
+        ADD(L->experts.gate_up, "%s.%lld.mlp.experts.gate_up_proj", p, li);
+        ADD(L->experts.down, "%s.%lld.mlp.experts.down_proj", p, li);
     }
 #undef ADD
     return n;
@@ -75,7 +78,7 @@ static bool close_scaled(em_ctx *c, em_tensor *got, em_tensor *want, double tol,
     return ok;
 }
 
-static void check_family(const char *family) {
+static void check_family_impl(const char *family, em_moe_impl impl) {
     char rel[128];
     snprintf(rel, sizeof rel, "train/%s_grads", family);
     em_test_bundle *b = em_test_bundle_load(rel);
@@ -83,6 +86,7 @@ static void check_family(const char *family) {
     em_ctx *c = em_ctx_create();
     em_model_options o = em_model_default_options();
     o.progress = false;
+    o.moe_impl = impl;
     em_model *m = em_model_load(c, em_test_fixture_path("models", family), &o);
     CHECK_MSG(m != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
     if (!m) {
@@ -115,7 +119,7 @@ static void check_family(const char *family) {
     for (int i = 0; i < np; i++) {
         char key[160], what[200];
         snprintf(key, sizeof key, "grad/%.96s", ps[i].name);
-        snprintf(what, sizeof what, "%.24s %.160s", family, key);
+        snprintf(what, sizeof what, "%.24s (moe %d) %.160s", family, (int)impl, key);
         close_scaled(c, em_tensor_grad(ps[i].t), em_test_bundle_get(b, c, key), 1e-5, what);
         em_tensor_zero_grad(ps[i].t);
     }
@@ -124,7 +128,16 @@ static void check_family(const char *family) {
     em_test_bundle_free(b);
 }
 
+static void check_family(const char *family) { check_family_impl(family, EM_MOE_RAGGED); }
+
 static void test_qwen3(void) { check_family("qwen3"); }
 static void test_llama_tied(void) { check_family("llama"); }
+/* the router trains through softmax and topk, the experts through ragged_dot (ragged) or per
+ * expert linears (loop). Not dense: it reads the routing weights on the host and makes a new
+ * tensor of them, which cuts the router's gradient (as .tolist() would in torch). */
+static void test_qwen3_moe(void) {
+    check_family_impl("qwen3_moe", EM_MOE_RAGGED);
+    check_family_impl("qwen3_moe", EM_MOE_LOOP);
+}
 
-EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied))
+EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe))
