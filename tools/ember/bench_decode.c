@@ -421,10 +421,14 @@ int bench_decode(int argc, char **argv) {
                 printf("{\"bench\": \"decode\", \"model\": \"%s\", \"device\": \"%s\", "
                        "\"mode\": \"%s\", \"batch\": %lld, \"ms\": %.4f, "
                        "\"tokens_per_s\": %.3f, \"limit_ms\": %.4f, \"fraction_of_limit\": %.4f, "
-                       "\"experts_hit\": %lld, ",
+                       "\"experts_hit\": %lld, \"flops\": %.6g, \"bytes\": %.6g, "
+                       "\"weight_bytes\": %.6g, \"layers\": %lld, ",
                        cfg->model_type, device ? device : "cpu", cmode ? "compiled" : "eager",
                        (long long)r.batch, r.step_ms, tps, bound, bound / r.step_ms,
-                       (long long)r.experts_hit);
+                       (long long)r.experts_hit, flops,
+                       step_bytes(m, r.experts_hit, r.batch, r.prompt + r.steps / 2),
+                       (double)em_model_weight_bytes(m, false),
+                       (long long)cfg->num_hidden_layers);
                 if (cmode)
                     printf("\"eager_ms\": %.4f, \"speedup_over_eager\": %.4f, \"compiles\": %lld, "
                            "\"compile_ms\": %.1f, ", eager.step_ms, r.speedup,

@@ -457,10 +457,12 @@ int bench_moe(int argc, char **argv) {
             if (json) {
                 for (int k = 0; k < 3; k++) {
                     if (ms[k] <= 0) continue;
-                    printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"%s\", \"ms\": %.4f, "
-                           "\"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, \"experts_hit\": %lld",
-                           md->name, b, em_moe_impl_name((em_moe_impl)k), ms[k], bound,
-                           bound / ms[k], (long long)hit);
+                    printf("{\"bench\": \"moe\", \"device\": \"%s\", \"model\": \"%s\", "
+                           "\"batch\": %d, \"impl\": \"%s\", \"ms\": %.4f, "
+                           "\"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, \"experts_hit\": %lld, "
+                           "\"flops\": %.6g, \"bytes\": %.6g",
+                           device ? device : "cpu", md->name, b, em_moe_impl_name((em_moe_impl)k),
+                           ms[k], bound, bound / ms[k], (long long)hit, flops, bytes);
                     if (k == EM_MOE_RAGGED && dot_ms > 0) printf(", \"dot_peak_ms\": %.4f", dot_ms);
                     if (k == EM_MOE_RAGGED && probe_gbs > 0)
                         printf(", \"probe_gbs\": %.2f", probe_gbs);
@@ -468,10 +470,12 @@ int bench_moe(int argc, char **argv) {
                     printf("}\n");
                 }
                 if (cms > 0)
-                    printf("{\"model\": \"%s\", \"batch\": %d, \"impl\": \"ragged_compiled\", "
+                    printf("{\"bench\": \"moe\", \"device\": \"%s\", \"model\": \"%s\", "
+                           "\"batch\": %d, \"impl\": \"ragged_compiled\", "
                            "\"ms\": %.4f, \"bound_ms\": %.4f, \"fraction_of_bound\": %.4f, "
-                           "\"experts_hit\": %lld}\n",
-                           md->name, b, cms, cms * cfrac, cfrac, (long long)hit);
+                           "\"experts_hit\": %lld, \"flops\": %.6g, \"bytes\": %.6g}\n",
+                           device ? device : "cpu", md->name, b, cms, cms * cfrac, cfrac,
+                           (long long)hit, flops, bytes);
                 for (int k = 0; k < 3; k++) {
                     char nm[64];
                     snprintf(nm, sizeof nm, "%s_%d", timpl[k], b);

@@ -218,7 +218,7 @@ int bench_ops(int argc, char **argv) {
         op_job j = {c, em_ones(c, EM_F32, EM_SHAPE(1)), em_ones(c, EM_F32, EM_SHAPE(1)), "add"};
         double ms = bench_median_ms(run_dispatch, &j, mt) / 1000;
         double p = torch.available ? bench_peer_ms(&torch, "dispatch") : -1;
-        bench_row r = {"dispatch_add", "[1]", "f32", ms, 0, NULL, p > 0 ? "torch" : NULL, p};
+        bench_row r = {"dispatch_add", "[1]", "f32", ms, 0, NULL, p > 0 ? "torch" : NULL, p, 0, 0};
         bench_print_row(&r, json);
     }
     /* memory-bound ops */
@@ -235,7 +235,7 @@ int bench_ops(int argc, char **argv) {
             char shape[32];
             snprintf(shape, sizeof shape, "[%lld] %lldMiB", (long long)big, (long long)(big * 4 >> 20));
             bench_row r = {ew_ops[i], shape, "f32", ms, lim, i < 3 ? "triad bw" : "read bw",
-                           p > 0 ? "torch" : NULL, p};
+                           p > 0 ? "torch" : NULL, p, (double)big, bytes};
             bench_print_row(&r, json);
         }
         /* fused mode: the same 8-op chain evaluated in one pass vs op by op */
@@ -249,7 +249,7 @@ int bench_ops(int argc, char **argv) {
         snprintf(shape, sizeof shape, "[%lld] 8 ops", (long long)big);
         double lim = (double)big * 4 * 3 / (L.triad_gbs * 1e9) * 1e3; /* 2 inputs, 1 output */
         bench_row r = {"fused_chain", shape, "f32", fused_ms, lim, "triad bw", "ember async",
-                       async_ms};
+                       async_ms, 8.0 * (double)big, (double)big * 4 * 3};
         bench_print_row(&r, json);
         em_scope_pop(c);
     }
@@ -278,7 +278,8 @@ int bench_ops(int argc, char **argv) {
             pms = blas_ms;
         }
         bench_row r = {"matmul", "[2048,2048,2048]", em_dtype_name(dt), ms, lim,
-                       d ? "bf16 peak" : "fp32 peak", peer, pms};
+                       d ? "bf16 peak" : "fp32 peak", peer, pms, flops,
+                       3.0 * 2048 * 2048 * (double)em_dtype_size(dt)};
         bench_print_row(&r, json);
         if (!d && !json && blas_ms > 0 && pt > 0)
             printf("%-16s %-22s %-5s %10s %10s %7s  %-18s %10.4g\n", "", "", "", "", "", "",
@@ -311,7 +312,8 @@ int bench_ops(int argc, char **argv) {
             snprintf(shape, sizeof shape, "M%d K%d N%d", m, k, n);
             double p = torch.available ? bench_peer_ms(&torch, name) : -1;
             bench_row r = {"decode_linear", shape, "bf16", ms, mem > comp ? mem : comp,
-                           mem > comp ? "weight read bw" : "bf16 peak", p > 0 ? "torch" : NULL, p};
+                           mem > comp ? "weight read bw" : "bf16 peak", p > 0 ? "torch" : NULL, p,
+                           flops, bytes};
             bench_print_row(&r, json);
             em_scope_pop(c);
         }

@@ -187,7 +187,7 @@ int bench_ops_device(const char *name, bool json, bool quick) {
         }
         if (ms[0] < 0) continue;
         bench_row r = {ops[k].name, ops[k].shape, "", ms[0], 0, NULL, ms[1] > 0 ? "cpu" : NULL,
-                       ms[1]};
+                       ms[1], 0, 0};
         bench_print_row(&r, json);
     }
 
@@ -207,7 +207,7 @@ int bench_ops_device(const char *name, bool json, bool quick) {
     em_scope_pop(c);
     char shape[48];
     snprintf(shape, sizeof shape, "[%lld] 8 ops", (long long)big);
-    bench_row r = {"fused_chain", shape, "f32", fused_ms, 0, NULL, "ember async", async_ms};
+    bench_row r = {"fused_chain", shape, "f32", fused_ms, 0, NULL, "ember async", async_ms, 0, 0};
     bench_print_row(&r, json);
     if (!json)
         printf("\nfused / async on %s: %.2fx (%s)\n", name, fused_ms / async_ms,

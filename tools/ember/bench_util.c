@@ -131,6 +131,8 @@ void bench_print_row(const bench_row *r, bool json) {
                    r->limit_ms, r->limit_ms / r->ms, r->limit_what ? r->limit_what : "");
         else
             printf("\"limit_ms\": null, \"fraction_of_limit\": null, ");
+        if (r->flops > 0 && r->bytes > 0)
+            printf("\"flops\": %.6g, \"bytes\": %.6g, ", r->flops, r->bytes);
         if (has_peer)
             printf("\"peer\": \"%s\", \"peer_ms\": %.6g, \"speedup_vs_peer\": %.3f}\n", r->peer,
                    r->peer_ms, r->peer_ms / r->ms);

@@ -38,6 +38,8 @@ typedef struct bench_row {
     const char *limit_what; /* what the limit is ("read bandwidth", "fp32 peak", ...) */
     const char *peer;   /* NULL if no peer */
     double peer_ms;     /* < 0 if none */
+    double flops;       /* the work, for a roofline (<= 0: not given) */
+    double bytes;       /* the bytes it must move (<= 0: not given) */
 } bench_row;
 void bench_print_row(const bench_row *r, bool json);
 /* A table cell: v printed with fmt (one double conversion), or "-" when v <= 0 (not measured:

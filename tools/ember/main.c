@@ -15,6 +15,8 @@ static const em_cli_cmd commands[] = {
      cmd_make_checkpoint},
     {"devices", "list devices and their properties", cmd_devices},
     {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
+    {"report", "run the benchmarks on every device: plots, $ per 1M tokens, projections",
+     cmd_report},
     {"download", "fetch a model from the Hugging Face Hub into its cache", cmd_download},
     {"tokenize", "encode text to token ids, or decode ids, with a tokenizer.json", cmd_tokenize},
     {"test-devices", "run the op conformance suite on every device (PJRT) vs torch and CPU",

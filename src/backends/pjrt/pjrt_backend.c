@@ -6,6 +6,8 @@
  * output tensors. Views (strided inputs) are materialised inside the op's own program, so a
  * transposed or sliced input costs no extra execution.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,13 +198,24 @@ static em_status ensure_buffer(em_ctx *c, em_tensor *t) { return pj_ensure_buffe
  * check here needs the indices on the host (a small read that waits for them); indices with
  * more than EMBER_PJRT_INDEX_CHECK elements (default 2^20; 0 disables) are not checked, and a
  * bad one then reads a clamped position (gathers) or is dropped (scatters), as XLA defines. */
+static int64_t index_check_limit = (int64_t)1 << 20;
+static pthread_once_t index_check_once = PTHREAD_ONCE_INIT;
+
+/* Read once for the process (contexts on several threads share it); a value that is not a
+ * whole non-negative number keeps the default. */
+static void index_check_read(void) {
+    const char *e = getenv("EMBER_PJRT_INDEX_CHECK");
+    if (!e || !*e) return;
+    char *end;
+    errno = 0;
+    long long v = strtoll(e, &end, 10);
+    if (!errno && !*end && v >= 0) index_check_limit = v;
+}
+
 em_status pj_read_indices(em_ctx *c, em_tensor *idx, bool need, void **out) {
     *out = NULL;
-    static int64_t limit = -1;
-    if (limit < 0) {
-        const char *e = getenv("EMBER_PJRT_INDEX_CHECK");
-        limit = e && *e ? atoll(e) : (int64_t)1 << 20;
-    }
+    pthread_once(&index_check_once, index_check_read);
+    int64_t limit = index_check_limit;
     if (idx->numel == 0 || (idx->numel > limit && !need) || (limit == 0 && !need)) return EM_OK;
     size_t nb = em_tensor_nbytes(idx);
     void *buf = malloc(nb);
