@@ -352,6 +352,28 @@ static void test_errors(void) {
     em_ctx_free(c);
 }
 
+static int double_it(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                     int n_statics, em_tensor **out, int max_out, void *user) {
+    out[0] = em_add(c, in[0], in[0]);
+    return out[0] ? 1 : -1;
+}
+
+/* Paths that would cut a gradient silently are refused instead: compiled functions. */
+static void test_not_differentiable_yet(void) {
+    em_ctx *c = em_ctx_create();
+    em_tensor *x = param(c, 2, (float[]){1, 2});
+    em_compiled *f = em_compile(c, "double_it", double_it, NULL);
+    em_tensor *out = NULL;
+    em_grad_enable(c, true);
+    CHECK(em_compiled_call(c, f, &x, 1, NULL, 0, &out, 1) < 0);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "double_it", "requires grad", "not differentiable");
+    em_ctx_clear_error(c);
+    em_grad_enable(c, false);
+    CHECK(em_compiled_call(c, f, &x, 1, NULL, 0, &out, 1) == 1); /* grad off: a constant (in scope) */
+    em_compiled_free(f);
+    em_ctx_free(c);
+}
+
 /* A two-layer MLP with tied use, views and cross-entropy: the loss decreases under SGD */
 static void test_tiny_training(void) {
     em_ctx *c = em_ctx_create();
@@ -388,4 +410,5 @@ static void test_tiny_training(void) {
 }
 
 EM_TEST_MAIN(T(test_against_torch), T(test_finite_differences), T(test_accumulation),
-             T(test_off_records_nothing), T(test_errors), T(test_tiny_training))
+             T(test_off_records_nothing), T(test_errors), T(test_not_differentiable_yet),
+             T(test_tiny_training))

@@ -19,7 +19,8 @@
  * overwritten in place after the op used it (em_assign, em_index_copy) names the op and the input
  * (EM_ERR_INVALID_ARG, torch's "modified by an inplace operation"); an in-place write into a
  * tensor that requires grad, or of one, while grad is enabled is refused before it writes
- * (EM_ERR_UNSUPPORTED).
+ * (EM_ERR_UNSUPPORTED); so are em_compiled_call with an input that requires grad and em_to of
+ * one to another device (neither is recorded yet).
  */
 #ifndef EMBER_AUTOGRAD_H
 #define EMBER_AUTOGRAD_H
