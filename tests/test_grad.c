@@ -284,6 +284,28 @@ static void test_accumulation(void) {
     em_ctx_free(c);
 }
 
+/* Two leaves whose rule hands both the same gradient get a copy each: clipping scales each once */
+static void test_leaf_grads_own_memory(void) {
+    em_ctx *c = em_ctx_create();
+    em_tensor *a = param(c, 2, (float[]){1, 2}), *b = param(c, 2, (float[]){3, 4});
+    em_grad_enable(c, true);
+    em_tensor *y = em_add(c, a, b);
+    em_grad_enable(c, false);
+    CHECK(em_backward_grad(c, y, em_from_host(c, EM_F32, 1, (int64_t[]){2}, (float[]){3, 4})) ==
+          EM_OK);
+    CHECK(em_tensor_grad(a) != em_tensor_grad(b));
+    em_tensor *ps[2] = {a, b};
+    double norm = 0;
+    CHECK(em_clip_grad_norm(c, ps, 2, 1.0, &norm) == EM_OK);
+    CHECK(fabs(norm - sqrt(50.0)) < 1e-6);
+    float ga[2], gb[2];
+    read(c, em_tensor_grad(a), ga, 2);
+    read(c, em_tensor_grad(b), gb, 2);
+    double s = 1.0 / (sqrt(50.0) + 1e-6);
+    CHECK(fabs(ga[0] - 3 * s) < 1e-6 && fabs(gb[1] - 4 * s) < 1e-6);
+    em_ctx_free(c);
+}
+
 static void test_off_records_nothing(void) {
     em_ctx *c = em_ctx_create();
     em_tensor *x = param(c, 2, (float[]){1, 2});
@@ -410,5 +432,6 @@ static void test_tiny_training(void) {
 }
 
 EM_TEST_MAIN(T(test_against_torch), T(test_finite_differences), T(test_accumulation),
+             T(test_leaf_grads_own_memory),
              T(test_off_records_nothing), T(test_errors), T(test_not_differentiable_yet),
              T(test_tiny_training))

@@ -171,11 +171,19 @@ int em_grad_tape_size(const em_ctx *c) {
     return c && c->tape ? ((const em_tape *)c->tape)->n : 0;
 }
 
-/* Adds g (in the current scope) to t's gradient. A leaf's gradient gets its dtype and a
- * contiguous layout of its own. */
+/* Whether nothing but the current scope holds g or its memory. */
+static bool exclusive(const em_tensor *g) {
+    return atomic_load(&g->refcount) == 1 &&
+           (!g->storage || atomic_load(&g->storage->refcount) == 1);
+}
+
+/* Adds g (in the current scope) to t's gradient. A leaf's gradient gets its dtype and memory of
+ * its own (rules pass gradients through as they are: add gives both inputs the same tensor, and
+ * clipping or an optimizer writes leaf gradients in place). */
 static em_status accumulate(em_ctx *c, em_tensor *t, em_tensor *g) {
     if (g->dtype != t->dtype) g = em_cast(c, g, t->dtype);
-    if (g && !t->node) g = em_contiguous(c, g);
+    if (g && !t->node && !t->grad && !(exclusive(g) && em_is_contiguous(g)))
+        g = em_contiguous(c, em_mul_scalar(c, g, 1.0)); /* a copy */
     if (g && t->grad) g = em_add(c, t->grad, g);
     if (!g) return c->err.status;
     em_tensor_release(t->grad);
@@ -279,7 +287,10 @@ em_status em_backward_grad(em_ctx *c, em_tensor *out, em_tensor *grad) {
     c->device = out->dev;
     em_tensor *g = grad ? grad : em_full(c, out->dtype, out->ndim, out->shape, 1.0);
     c->device = prev_dev;
+    /* held twice while it is handed on, so a leaf `out` copies the caller's tensor */
+    em_tensor_retain(g);
     s = g ? accumulate(c, out, g) : c->err.status;
+    em_tensor_release(g);
     em_scope_pop(c);
     em_tape *tp = c->tape;
     if (tp) {
