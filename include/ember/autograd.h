@@ -52,8 +52,9 @@ EM_API bool em_tensor_get_requires_grad(const em_tensor *t);
  * Backpropagates from `out`, which must hold one element (a loss): d out / d leaf is added to
  * every leaf that requires grad and took part in computing it. Then the tape is released
  * (torch's retain_graph=False): intermediate values are freed, and a second backward through the
- * same results is an error. Returns the status; on error no leaf gradient is changed unless the
- * error came from a backward rule part way (the message says which op).
+ * same results is an error. Returns the status; an error found part way (an op without a rule,
+ * an overwritten value: the message names the op) may leave the leaves the walk had reached
+ * updated, and the tape is released all the same.
  */
 EM_API em_status em_backward(em_ctx *c, em_tensor *out);
 /**
@@ -65,7 +66,7 @@ EM_API em_status em_backward_grad(em_ctx *c, em_tensor *out, em_tensor *grad);
 /**
  * The accumulated gradient of a leaf (a tensor of its shape and dtype), or NULL when none has
  * been computed. Borrowed: valid until em_tensor_zero_grad or the tensor's release; retain it
- * to keep it. Its values may be read and written (an optimizer updates them in place).
+ * to keep it. It is the leaf's own memory (em_clip_grad_norm scales it in place).
  */
 EM_API em_tensor *em_tensor_grad(const em_tensor *t);
 /** Drops the accumulated gradient (torch's zero_grad(set_to_none=True)). NULL is a no-op. */
