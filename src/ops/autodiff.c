@@ -185,6 +185,9 @@ static em_status accumulate(em_ctx *c, em_tensor *t, em_tensor *g) {
     if (g && !t->node && !t->grad && !(exclusive(g) && em_is_contiguous(g)))
         g = em_contiguous(c, em_mul_scalar(c, g, 1.0)); /* a copy */
     if (g && t->grad) g = em_add(c, t->grad, g);
+    /* a leaf's gradient is a value: in fused mode a pending expression would hold the tensors
+     * it reads, the leaf among them (mul's x * x), a reference cycle */
+    if (g && !t->node && em_tensor_materialize(c, g) != EM_OK) return c->err.status;
     if (!g) return c->err.status;
     em_tensor_release(t->grad);
     t->grad = em_tensor_retain(g);
