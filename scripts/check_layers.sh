@@ -13,15 +13,16 @@ objs=${1:-build}/CMakeFiles/ember_obj.dir/src
 # folder: the folders it must not use (src/backends/registry.c, which registers every backend
 # with core, belongs to no backend)
 rules=(
-  "core:ops compile backends io models generate testing bench dist serve"
-  "ops:compile backends io models generate testing bench dist serve"
-  "io:compile backends models generate testing bench dist serve"
-  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist serve"
-  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist serve"
-  "compile:backends io models generate testing bench dist serve"
-  "dist:compile backends io models generate testing bench serve"
-  "generate:serve testing bench"
+  "core:ops compile backends io models generate testing bench dist serve train"
+  "ops:compile backends io models generate testing bench dist serve train"
+  "io:compile backends models generate testing bench dist serve train"
+  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist serve train"
+  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist serve train"
+  "compile:backends io models generate testing bench dist serve train"
+  "dist:compile backends io models generate testing bench serve train"
+  "generate:serve train testing bench"
   "serve:backends compile testing bench"
+  "train:backends compile serve testing bench"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

@@ -4,6 +4,8 @@
  *   core.h    status codes, dtypes, the context (errors, scopes, eager mode), devices
  *   tensor.h  tensor handles, host memory, ownership
  *   ops.h     the eager ops
+ *   autograd.h  reverse-mode autodiff (tape, em_backward, gradients), cross-entropy
+ *   optim.h   AdamW, SGD, clip_grad_norm, learning-rate schedules (torch semantics)
  *   moe.h     the mixture-of-experts block (ragged, loop, dense)
  *   hub.h     Hugging Face Hub ids to local files, through the Hub's cache (and downloads)
  *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
@@ -20,6 +22,8 @@
 #include "ember/core.h"
 #include "ember/tensor.h"
 #include "ember/ops.h"
+#include "ember/autograd.h"
+#include "ember/optim.h"
 #include "ember/compile.h"
 #include "ember/moe.h"
 #include "ember/hub.h"

@@ -340,6 +340,12 @@ int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
             EM_FAIL(c, EM_ERR_INVALID_ARG, "compiled_call", "%s: input %d is NULL", f->name, i);
             return -1;
         }
+        if (c->grad_on && in[i]->requires_grad) {
+            EM_FAIL(c, EM_ERR_UNSUPPORTED, "compiled_call",
+                    "%s: input %d requires grad and grad is enabled: compiled functions are not "
+                    "differentiable yet (call the eager code, or disable grad)", f->name, i);
+            return -1;
+        }
         if (in[i]->sym) {
             em_sym_value_needed(c, in[i], "compiled_call");
             return -1;

@@ -55,6 +55,7 @@ static void scope_clear(em_scope *s) {
 
 void em_ctx_free(em_ctx *c) {
     if (!c) return;
+    if (c->tape_free) c->tape_free(c);
     for (int d = c->depth; d >= 0; d--) scope_clear(&c->scopes[d]);
     /* popped scopes keep their arrays for reuse: free every slot ever used */
     for (int d = 0; d < c->scope_cap; d++) free(c->scopes[d].items);

@@ -10,6 +10,7 @@
  *  schema      "name:type,..." with type int | float | bool | ints | dtype. Every attribute has a
  *              value in every call; the public wrappers in ops/api_core.c and ops/api_nn.c fill them.
  *  shape_rule  checks arguments, infers output dtypes and shapes (core/rules_*.c).
+ *  The backward rule of a differentiable op is its entry, by op id, in ops/grad_rules_*.c.
  *
  * Append new ops at the end of their family; ids are not stable across versions (not ABI).
  */

@@ -41,6 +41,9 @@ em_tensor *em_tensor_alloc_meta(em_dtype dtype, int ndim, const int64_t *shape) 
     t->storage = NULL;
     t->lazy = NULL;
     t->sym = 0;
+    t->requires_grad = false;
+    t->grad = NULL;
+    t->node = NULL;
     return t;
 }
 
@@ -163,6 +166,7 @@ void em_tensor_release(em_tensor *t) {
         for (int i = 0; i < t->lazy->n_in; i++) em_tensor_release(t->lazy->in[i]);
         free(t->lazy);
     }
+    em_tensor_release(t->grad);
     em_storage_release(t->storage);
     free(t);
 }

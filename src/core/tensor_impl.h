@@ -66,6 +66,12 @@ struct em_tensor {
     em_storage *storage; /* NULL while lazy or symbolic */
     em_lazy *lazy;
     int sym; /* compile mode: 1 + the graph value this tensor stands for while tracing; 0 else */
+    /* autodiff (ops/autodiff.c): a leaf whose gradient is wanted; the gradient (owned); the tape
+     * node that produced this tensor while grad was enabled (owned by the context's tape, which
+     * holds a reference to the tensor, and cleared when the tape is) */
+    bool requires_grad;
+    em_tensor *grad;
+    struct em_grad_node *node;
 };
 
 /* ---- backends and devices ---- */
@@ -177,6 +183,11 @@ struct em_ctx {
     em_call_info cur;
     const em_tracer *tracer; /* compile mode: the hooks of the trace being recorded, or NULL */
     void *trace;             /* ... and the trace itself (the tracer's own state) */
+    /* autodiff: whether op calls are recorded (one branch in the dispatcher when off), the tape
+     * (ops/autodiff.c's state) and how to free it (core does not know its type) */
+    bool grad_on;
+    void *tape;
+    void (*tape_free)(em_ctx *c);
 };
 
 /* Reports that `what` needs the values of symbolic tensor t: the tracer says why it cannot

@@ -14,6 +14,13 @@ em_tensor *em_to_(EM_OP_ARGS, em_tensor *x, em_device *dev) {
         return NULL;
     }
     if (x->dev == dev) return em_scope_add(c, em_tensor_retain(x));
+    if (c->grad_on && x->requires_grad) {
+        /* the copy is not an op of the table: recording it is still to do */
+        em_fail_at(c, EM_ERR_UNSUPPORTED, "to", file, line,
+                   "copying a tensor that requires grad to %s while grad is enabled is not "
+                   "differentiable yet (its gradient would stop here)", dev->name);
+        return NULL;
+    }
     if (x->sym) {
         em_sym_value_needed(c, x, "to");
         return NULL;

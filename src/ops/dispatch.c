@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/tensor_impl.h"
+#include "ops/autodiff.h"
 #include "ops/dispatch.h"
 
 /* Longest expression a fused chain may grow to before it is evaluated. */
@@ -115,12 +116,15 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
     /* compile mode: the call is recorded, not run (the rule above already checked it, so a
      * mistake is reported here, at the call, not when the program runs) */
     if (c->tracer) return c->tracer->record(c, op, in, n_in, attrs, metas, n_out, outs);
+    /* autodiff: refused before anything is written (an in-place write into a tensor whose
+     * gradient is wanted); the call is recorded on the tape after it ran */
+    if (c->grad_on && em_grad_check_call(c, op, in, n_in) != EM_OK) return -1;
 
     if (op->kind == EM_OPK_VIEW) {
         for (int i = 0; i < n_in; i++)
             if (in[i] && em_tensor_materialize(c, in[i])) return -1;
         if (em_view_build(c, op, in, attrs, metas, n_out, outs) != EM_OK) return -1;
-        return n_out;
+        return c->grad_on ? em_grad_record(c, op, in, n_in, attrs, outs, n_out) : n_out;
     }
 
     em_kernel_fn k = dev->be->kernels[id];
@@ -134,7 +138,7 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         em_tensor *t = make_lazy(c, op, dev, in, n_in, attrs, &metas[0]);
         if (t) {
             outs[0] = t;
-            return 1;
+            return c->grad_on ? em_grad_record(c, op, in, n_in, attrs, outs, 1) : 1;
         }
     }
 
@@ -158,7 +162,7 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
             return -1;
         }
     }
-    return n_out;
+    return c->grad_on ? em_grad_record(c, op, in, n_in, attrs, outs, n_out) : n_out;
 }
 
 em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
@@ -170,8 +174,12 @@ em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,
     if (s != EM_OK) return s;
     if (copy) {
         em_tensor *cp;
-        if (em_op_exec(c, c->cur.file, c->cur.line, EM_OP_CONTIGUOUS, &x, 1, NULL, &cp, 1) != 1)
-            return c->err.status;
+        /* the copy is part of this view op: the tape records the view op, not the copy */
+        bool grad_on = c->grad_on;
+        c->grad_on = false;
+        int got = em_op_exec(c, c->cur.file, c->cur.line, EM_OP_CONTIGUOUS, &x, 1, NULL, &cp, 1);
+        c->grad_on = grad_on;
+        if (got != 1) return c->err.status;
         em_tensor_set_contiguous_strides(cp); /* no-op: a fresh copy is contiguous */
         em_view_strides(cp, m->ndim, m->shape, st[0]);
         out[0] = em_tensor_view_of(cp, m->ndim, m->shape, st[0], cp->offset);

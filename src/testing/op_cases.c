@@ -132,7 +132,8 @@ static bool read_shape(json_t *j, int64_t *shape, int *ndim) {
 
 /* Creates an input tensor (in the context's current scope) from its JSON description. */
 static em_tensor *make_input(em_ctx *c, const em_opcase_set *s, json_t *d, em_device *dev,
-                             char *why, size_t why_n) {
+                             char *why, size_t why_n, bool leaf, em_tensor **base,
+                             em_dtype as) {
     em_dtype t;
     int64_t shape[EM_MAX_DIMS];
     int nd;
@@ -145,6 +146,9 @@ static em_tensor *make_input(em_ctx *c, const em_opcase_set *s, json_t *d, em_de
         return NULL;
     }
     em_tensor *x = em_from_host_on(c, dev, t, nd, shape, s->data + off);
+    if (x && as != EM_DTYPE_AUTO && em_dtype_is_float(t) && t != as) x = em_cast(c, x, as);
+    if (leaf) em_tensor_requires_grad(c, x, true); /* before the views: they pass it the grad */
+    if (base) *base = x;
     json_t *views = json_object_get(d, "view");
     size_t k;
     json_t *v;
@@ -346,7 +350,7 @@ em_status em_opcases_run(em_ctx *c, const em_opcase_set *s, int i, em_device *de
     for (int k = 0; k < n_in && k < EM_MAX_INPUTS; k++) {
         json_t *d = json_array_get(ins, (size_t)k);
         if (json_is_null(d)) continue;
-        in[k] = make_input(c, s, d, dev, r->msg, sizeof r->msg);
+        in[k] = make_input(c, s, d, dev, r->msg, sizeof r->msg, false, NULL, EM_DTYPE_AUTO);
         if (!in[k]) {
             r->pass = false;
             if (!r->msg[0])
@@ -436,7 +440,7 @@ static int exec_on(em_ctx *c, const em_opcase_set *s, json_t *cs, const em_op_de
     for (int k = 0; k < n_in && k < EM_MAX_INPUTS; k++) {
         json_t *d = json_array_get(ins, (size_t)k);
         if (json_is_null(d)) continue;
-        in[k] = make_input(c, s, d, dev, msg, mn);
+        in[k] = make_input(c, s, d, dev, msg, mn, false, NULL, EM_DTYPE_AUTO);
         if (!in[k]) {
             if (!msg[0])
                 snprintf(msg, mn, "cannot create input %d: %s", k,
@@ -548,4 +552,48 @@ em_status em_opcases_compare(em_ctx *c, const em_opcase_set *s, int i, em_device
     em_ctx_clear_error(c);
     em_scope_pop(c);
     return EM_OK;
+}
+
+/* ---- access for other runners (the gradient cases) ---- */
+
+static json_t *case_key(const em_opcase_set *s, int i, const char *key) {
+    return json_object_get(json_array_get(s->cases, (size_t)i), key);
+}
+
+int em_opcases_len(const em_opcase_set *s, int i, const char *key) {
+    return (int)json_array_size(case_key(s, i, key));
+}
+
+const char *em_opcases_string(const em_opcase_set *s, int i, const char *key) {
+    return case_str(s, i, key);
+}
+
+long long em_opcases_int_at(const em_opcase_set *s, int i, const char *key, int k,
+                            long long def) {
+    json_t *v = json_array_get(case_key(s, i, key), (size_t)k);
+    return json_is_integer(v) ? json_integer_value(v) : def;
+}
+
+double em_opcases_number(const em_opcase_set *s, int i, const char *key, double def) {
+    json_t *v = case_key(s, i, key);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+em_tensor *em_opcases_tensor(em_ctx *c, const em_opcase_set *s, int i, const char *key, int k,
+                             em_device *dev, bool leaf, em_tensor **base, em_dtype as,
+                             char *why, size_t why_n) {
+    if (base) *base = NULL;
+    json_t *d = json_array_get(case_key(s, i, key), (size_t)k);
+    if (!d || json_is_null(d)) return NULL;
+    return make_input(c, s, d, dev, why, why_n, leaf, base, as);
+}
+
+bool em_opcases_attrs(const em_opcase_set *s, int i, const em_op_def *op, em_attr *attrs,
+                      char *why, size_t why_n) {
+    return fill_attrs(op, case_key(s, i, "attrs"), attrs, why, why_n);
+}
+
+void em_opcases_check(em_ctx *c, const em_opcase_set *s, int i, const char *key, int k,
+                      em_tensor *got, double atol, double rtol, em_opcase_result *r) {
+    compare(c, s, json_array_get(case_key(s, i, key), (size_t)k), got, atol, rtol, k, r);
 }

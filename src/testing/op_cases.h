@@ -11,6 +11,7 @@
 #define EMBER_OP_CASES_H
 
 #include "ember/ember.h"
+#include "core/op_table.h"
 
 typedef struct em_opcase_set em_opcase_set;
 
@@ -77,5 +78,30 @@ typedef void (*em_opcase_sink)(void *user, int i, const em_opcase_result *r);
 em_status em_opcases_run_isolated(em_ctx *c, const em_opcase_set *s, const int *idx, int n,
                                   em_device *dev, em_opcase_sink sink, void *user,
                                   em_pjrt_cache_stats *stats, int *crashes);
+
+/* ---- pieces of a case, for runners of other kinds of cases (tests/test_grad.c reads the
+ * gradient cases of scripts/gen_grad_fixtures.py, stored in the same format) ---- */
+/* Entries of the case's array `key` ("inputs", "outputs", "grads", ...); 0 when absent. */
+int em_opcases_len(const em_opcase_set *s, int i, const char *key);
+/* A string / number member of the case ("" / def when absent). */
+const char *em_opcases_string(const em_opcase_set *s, int i, const char *key);
+double em_opcases_number(const em_opcase_set *s, int i, const char *key, double def);
+/* Integer k of the case's array `key` (def when absent or not an integer). */
+long long em_opcases_int_at(const em_opcase_set *s, int i, const char *key, int k,
+                            long long def);
+/* Tensor k of the case's array `key` on dev, in the current scope: NULL for a JSON null (why
+ * empty) or with why filled. leaf: the stored tensor is marked to require grad before its view
+ * ops run (so they are recorded and pass it the gradient); *base (may be NULL) gets it. A floating
+ * stored tensor is converted to `as` first unless it is EM_DTYPE_AUTO. */
+em_tensor *em_opcases_tensor(em_ctx *c, const em_opcase_set *s, int i, const char *key, int k,
+                             em_device *dev, bool leaf, em_tensor **base, em_dtype as,
+                             char *why, size_t why_n);
+/* The case's attributes for op (false with why filled when one is missing or malformed). */
+bool em_opcases_attrs(const em_opcase_set *s, int i, const em_op_def *op, em_attr *attrs,
+                      char *why, size_t why_n);
+/* Compares got with tensor k of the case's array `key` (dtype, shape, values within atol +
+ * rtol * |want|); a mismatch sets r->pass false and r->msg (r must be initialised). */
+void em_opcases_check(em_ctx *c, const em_opcase_set *s, int i, const char *key, int k,
+                      em_tensor *got, double atol, double rtol, em_opcase_result *r);
 
 #endif

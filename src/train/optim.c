@@ -1,0 +1,202 @@
+/*
+ * AdamW and SGD (ember/optim.h), written with the eager ops so they run on the parameters'
+ * devices. The arithmetic follows torch's single-tensor implementations step for step
+ * (torch/optim/adamw.py, sgd.py), so f32 results round as torch's do.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/tensor_impl.h" /* em_tensor_materialize */
+#include "ember/autograd.h"
+#include "ember/ops.h"
+#include "ember/optim.h"
+
+typedef enum { OPT_ADAMW, OPT_SGD } opt_kind;
+
+struct em_optimizer {
+    opt_kind kind;
+    em_adamw_options adamw;
+    em_sgd_options sgd;
+    double lr;
+    int64_t steps;
+    int n;
+    em_tensor **params;
+    em_tensor **m, **v; /* AdamW moments / SGD momentum buffer (m), NULL until first used */
+    int64_t *param_steps; /* AdamW: per-parameter step counts (skipped parameters lag) */
+};
+
+em_adamw_options em_adamw_default_options(void) {
+    return (em_adamw_options){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                              .weight_decay = 1e-2};
+}
+
+em_sgd_options em_sgd_default_options(void) {
+    return (em_sgd_options){.lr = 1e-3};
+}
+
+static em_optimizer *create(em_ctx *c, const char *what, em_tensor *const *params, int n,
+                            opt_kind kind, double lr) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (n < 0 || (n && !params)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, what, "%d parameters", n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!params[i] || !em_dtype_is_float(em_tensor_dtype(params[i]))) {
+            char sig[96] = "NULL";
+            if (params[i]) em_tensor_sig(params[i], sig, sizeof sig);
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, what, "parameter %d is %s: floating tensors only",
+                        i, sig);
+            return NULL;
+        }
+    em_optimizer *o = calloc(1, sizeof *o);
+    size_t k = (size_t)(n ? n : 1);
+    if (o) {
+        o->params = calloc(k, sizeof *o->params);
+        o->m = calloc(k, sizeof *o->m);
+        o->v = calloc(k, sizeof *o->v);
+        o->param_steps = calloc(k, sizeof *o->param_steps);
+    }
+    if (!o || !o->params || !o->m || !o->v || !o->param_steps) {
+        em_optimizer_free(o);
+        em_ctx_fail(c, EM_ERR_OOM, what, "out of memory");
+        return NULL;
+    }
+    o->n = n;
+    o->kind = kind;
+    o->lr = lr;
+    for (int i = 0; i < n; i++) o->params[i] = em_tensor_retain(params[i]);
+    return o;
+}
+
+em_optimizer *em_adamw_create(em_ctx *c, em_tensor *const *params, int n,
+                              const em_adamw_options *opt) {
+    em_adamw_options a = opt ? *opt : em_adamw_default_options();
+    if (c && !em_ctx_status(c) &&
+        (!(a.lr >= 0) || !(a.eps >= 0) || !(a.beta1 >= 0 && a.beta1 < 1) ||
+         !(a.beta2 >= 0 && a.beta2 < 1) || !(a.weight_decay >= 0))) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "adamw",
+                    "invalid options: lr %g, betas (%g, %g), eps %g, weight_decay %g (lr, eps, "
+                    "weight_decay >= 0 and betas in [0, 1) expected)",
+                    a.lr, a.beta1, a.beta2, a.eps, a.weight_decay);
+        return NULL;
+    }
+    em_optimizer *o = create(c, "adamw", params, n, OPT_ADAMW, a.lr);
+    if (o) o->adamw = a;
+    return o;
+}
+
+em_optimizer *em_sgd_create(em_ctx *c, em_tensor *const *params, int n, const em_sgd_options *opt) {
+    em_sgd_options s = opt ? *opt : em_sgd_default_options();
+    if (c && !em_ctx_status(c) &&
+        (!(s.lr >= 0) || !(s.momentum >= 0) || !(s.weight_decay >= 0) ||
+         (s.nesterov && (s.momentum <= 0 || s.dampening != 0)))) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "sgd",
+                    "invalid options: lr %g, momentum %g, dampening %g, weight_decay %g, "
+                    "nesterov %d (nesterov needs momentum > 0 and zero dampening)",
+                    s.lr, s.momentum, s.dampening, s.weight_decay, (int)s.nesterov);
+        return NULL;
+    }
+    em_optimizer *o = create(c, "sgd", params, n, OPT_SGD, s.lr);
+    if (o) o->sgd = s;
+    return o;
+}
+
+/* A new tensor owned by the optimizer: t's values (a copy), on t's device. */
+static em_tensor *own_copy(em_ctx *c, em_tensor *t) {
+    em_tensor *cp = em_mul_scalar(c, t, 1.0); /* a new tensor: an element-wise op's result */
+    /* evaluated now: in fused mode it would read the parameter the step is about to write */
+    if (cp && em_tensor_materialize(c, cp) != EM_OK) return NULL;
+    return cp ? em_detach(c, cp) : NULL;
+}
+
+static em_tensor *own_zeros(em_ctx *c, em_tensor *t) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_tensor_device(t));
+    em_tensor *z = em_zeros(c, em_tensor_dtype(t), em_tensor_ndim(t), em_tensor_shape(t));
+    em_ctx_set_device(c, prev);
+    return z ? em_detach(c, z) : NULL;
+}
+
+/* torch's _single_tensor_adamw for one parameter */
+static void adamw_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *g) {
+    const em_adamw_options *a = &o->adamw;
+    if (!o->m[i]) o->m[i] = own_zeros(c, p);
+    if (!o->v[i]) o->v[i] = own_zeros(c, p);
+    if (!o->m[i] || !o->v[i]) return;
+    int64_t step = ++o->param_steps[i];
+    double lr = o->lr;
+    if (a->weight_decay != 0) em_assign(c, p, em_mul_scalar(c, p, 1.0 - lr * a->weight_decay));
+    em_tensor *m = o->m[i], *v = o->v[i];
+    /* exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
+    em_assign(c, m, em_add(c, m, em_mul_scalar(c, em_sub(c, g, m), 1.0 - a->beta1)));
+    em_assign(c, v, em_add(c, em_mul_scalar(c, v, a->beta2),
+                           em_mul_scalar(c, em_mul(c, g, g), 1.0 - a->beta2)));
+    double bc1 = 1.0 - pow(a->beta1, (double)step), bc2 = 1.0 - pow(a->beta2, (double)step);
+    double step_size = lr / bc1;
+    em_tensor *denom = em_add_scalar(c, em_div_scalar(c, em_sqrt(c, v), sqrt(bc2)), a->eps);
+    em_assign(c, p, em_add(c, p, em_mul_scalar(c, em_div(c, m, denom), -step_size)));
+}
+
+/* torch's _single_tensor_sgd for one parameter */
+static void sgd_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *g) {
+    const em_sgd_options *s = &o->sgd;
+    em_tensor *d = g;
+    if (s->weight_decay != 0) d = em_add(c, d, em_mul_scalar(c, p, s->weight_decay));
+    if (s->momentum != 0) {
+        if (!o->m[i]) {
+            o->m[i] = own_copy(c, d);
+        } else {
+            em_tensor *b = o->m[i];
+            em_assign(c, b, em_add(c, em_mul_scalar(c, b, s->momentum),
+                                   em_mul_scalar(c, d, 1.0 - s->dampening)));
+        }
+        if (!o->m[i]) return;
+        d = s->nesterov ? em_add(c, d, em_mul_scalar(c, o->m[i], s->momentum)) : o->m[i];
+    }
+    em_assign(c, p, em_add(c, p, em_mul_scalar(c, d, -o->lr)));
+}
+
+em_status em_optimizer_step(em_ctx *c, em_optimizer *o) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!o) return em_ctx_fail(c, EM_ERR_INVALID_ARG, "optimizer_step", "the optimizer is NULL");
+    bool grad_on = em_grad_enable(c, false); /* the update is not part of any graph */
+    for (int i = 0; i < o->n && !em_ctx_status(c); i++) {
+        em_tensor *p = o->params[i], *g = em_tensor_grad(p);
+        if (!g) continue;
+        if (em_scope_push(c) < 0) break;
+        if (o->kind == OPT_ADAMW) adamw_one(c, o, i, p, g);
+        else sgd_one(c, o, i, p, g);
+        em_scope_pop(c);
+        if (em_ctx_status(c) && em_ctx_error(c))
+            em_ctx_fail(c, em_ctx_status(c), "optimizer_step", "parameter %d", i);
+    }
+    em_grad_enable(c, grad_on);
+    if (!em_ctx_status(c)) o->steps++;
+    return em_ctx_status(c);
+}
+
+void em_optimizer_zero_grad(em_optimizer *o) {
+    for (int i = 0; o && i < o->n; i++) em_tensor_zero_grad(o->params[i]);
+}
+
+double em_optimizer_lr(const em_optimizer *o) { return o ? o->lr : 0; }
+void em_optimizer_set_lr(em_optimizer *o, double lr) {
+    if (o) o->lr = lr;
+}
+int64_t em_optimizer_steps(const em_optimizer *o) { return o ? o->steps : 0; }
+
+void em_optimizer_free(em_optimizer *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) {
+        if (o->params) em_tensor_release(o->params[i]);
+        if (o->m) em_tensor_release(o->m[i]);
+        if (o->v) em_tensor_release(o->v[i]);
+    }
+    free(o->params);
+    free(o->m);
+    free(o->v);
+    free(o->param_steps);
+    free(o);
+}

@@ -1,0 +1,143 @@
+/*
+ * The causal-LM loss and every parameter's gradient of the tiny checkpoints of
+ * tests/fixtures/models against transformers (tests/fixtures/train/<family>_grads, written by
+ * scripts/gen_train_fixtures.py in f32): Ember's forward (em_model_forward without a cache),
+ * em_cross_entropy over the shifted labels and em_backward must give transformers' loss within
+ * 1e-5 and each gradient within 1e-5 relative to that tensor's largest element. Llama's tiny
+ * checkpoint ties the LM head to the embeddings, so its embedding gradient is the sum of both
+ * uses; Qwen3-MoE's router and experts train through the ragged and the loop implementations.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+#include "models/model_impl.h"
+
+typedef struct named {
+    char name[96];
+    em_tensor *t;
+} named;
+
+/* The model's parameters under their Hub names (the decoder's dense layout). */
+static int params_of(const em_model *m, named *out, int max) {
+    int n = 0;
+#define ADD(t_, ...)                                                                               \
+    do {                                                                                           \
+        if ((t_) && n < max) {                                                                     \
+            snprintf(out[n].name, sizeof out[n].name, __VA_ARGS__);                                \
+            out[n++].t = (t_);                                                                     \
+        }                                                                                          \
+    } while (0)
+    ADD(m->embed, "model.embed_tokens.weight");
+    ADD(m->final_norm, "model.norm.weight");
+    if (m->lm_head != m->embed) ADD(m->lm_head, "lm_head.weight"); /* tied: one tensor */
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        const em_dec_layer *L = &m->layers[l];
+        const char *p = "model.layers";
+        long long li = (long long)l;
+        ADD(L->in_norm, "%s.%lld.input_layernorm.weight", p, li);
+        ADD(L->post_attn_norm, "%s.%lld.post_attention_layernorm.weight", p, li);
+        ADD(L->q, "%s.%lld.self_attn.q_proj.weight", p, li);
+        ADD(L->k, "%s.%lld.self_attn.k_proj.weight", p, li);
+        ADD(L->v, "%s.%lld.self_attn.v_proj.weight", p, li);
+        ADD(L->o, "%s.%lld.self_attn.o_proj.weight", p, li);
+        ADD(L->q_norm, "%s.%lld.self_attn.q_norm.weight", p, li);
+        ADD(L->k_norm, "%s.%lld.self_attn.k_norm.weight", p, li);
+        ADD(L->gate, "%s.%lld.mlp.gate_proj.weight", p, li);
+        ADD(L->up, "%s.%lld.mlp.up_proj.weight", p, li);
+        ADD(L->down, "%s.%lld.mlp.down_proj.weight", p, li);
+        ADD(L->router, "%s.%lld.mlp.gate.weight", p, li);
+        ADD(L->experts.gate_up, "%s.%lld.mlp.experts.gate_up_proj", p, li);
+        ADD(L->experts.down, "%s.%lld.mlp.experts.down_proj", p, li);
+    }
+#undef ADD
+    return n;
+}
+
+/* max |got - want| <= tol * max |want| */
+static bool close_scaled(em_ctx *c, em_tensor *got, em_tensor *want, double tol, const char *what) {
+    int64_t n = em_tensor_numel(want);
+    if (!got || em_tensor_numel(got) != n) {
+        CHECK_MSG(false, "%s: missing or wrong size", what);
+        return false;
+    }
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    bool ok = a && b && !em_to_host_f32(c, got, a, n) && !em_to_host_f32(c, want, b, n);
+    double err = 0, scale = 0;
+    for (int64_t i = 0; ok && i < n; i++) {
+        err = fmax(err, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    free(a);
+    free(b);
+    ok = ok && err <= tol * scale;
+    CHECK_MSG(ok, "%s: max error %.3g, largest element %.3g (tolerance %.1g relative)", what, err,
+              scale, tol);
+    return ok;
+}
+
+static void check_family_impl(const char *family, em_moe_impl impl) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "train/%s_grads", family);
+    em_test_bundle *b = em_test_bundle_load(rel);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_model_options o = em_model_default_options();
+    o.progress = false;
+    o.moe_impl = impl;
+    em_model *m = em_model_load(c, em_test_fixture_path("models", family), &o);
+    CHECK_MSG(m != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    if (!m) {
+        em_ctx_free(c);
+        em_test_bundle_free(b);
+        return;
+    }
+    named ps[128];
+    int np = params_of(m, ps, 128);
+    CHECK(np == em_test_bundle_meta_int(b, "params", -1));
+    for (int i = 0; i < np; i++) CHECK(em_tensor_requires_grad(c, ps[i].t, true) == EM_OK);
+    em_tensor *ids = em_test_bundle_get(b, c, "ids"), *labels = em_test_bundle_get(b, c, "labels");
+    int64_t B = em_tensor_dim(ids, 0), T = em_tensor_dim(ids, 1), V = m->cfg.vocab_size;
+    em_grad_enable(c, true);
+    em_tensor *logits = em_model_forward(c, m, ids, NULL, NULL, false);
+    /* transformers' causal-LM loss: position t predicts label t+1 */
+    em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, T - 1, 1), 2,
+                                 (int64_t[]){B * (T - 1), V});
+    em_tensor *next = em_reshape(c, em_slice(c, labels, 1, 1, T, 1), 1,
+                                 (int64_t[]){B * (T - 1)});
+    em_tensor *loss = em_cross_entropy(c, pred, next, -100);
+    em_grad_enable(c, false);
+    double lv = NAN, want = NAN;
+    CHECK(em_item(c, loss, &lv) == EM_OK);
+    CHECK(em_item(c, em_test_bundle_get(b, c, "loss"), &want) == EM_OK);
+    CHECK_MSG(fabs(lv - want) <= 1e-5, "%s loss %.9g, transformers %.9g", family, lv, want);
+    em_test_allclose(c, logits, em_test_bundle_get(b, c, "logits"), 1e-4, 1e-4, "logits");
+    CHECK(em_backward(c, loss) == EM_OK);
+    if (em_ctx_error(c)) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
+    for (int i = 0; i < np; i++) {
+        char key[160], what[200];
+        snprintf(key, sizeof key, "grad/%.96s", ps[i].name);
+        snprintf(what, sizeof what, "%.24s (moe %d) %.160s", family, (int)impl, key);
+        close_scaled(c, em_tensor_grad(ps[i].t), em_test_bundle_get(b, c, key), 1e-5, what);
+        em_tensor_zero_grad(ps[i].t);
+    }
+    em_model_free(m);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+static void check_family(const char *family) { check_family_impl(family, EM_MOE_RAGGED); }
+
+static void test_qwen3(void) { check_family("qwen3"); }
+static void test_llama_tied(void) { check_family("llama"); }
+/* the router trains through softmax and topk, the experts through ragged_dot (ragged) or per
+ * expert linears (loop). Not dense: it reads the routing weights on the host and makes a new
+ * tensor of them, which cuts the router's gradient (as .tolist() would in torch). */
+static void test_qwen3_moe(void) {
+    check_family_impl("qwen3_moe", EM_MOE_RAGGED);
+    check_family_impl("qwen3_moe", EM_MOE_LOOP);
+}
+
+EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe))
