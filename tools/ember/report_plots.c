@@ -120,7 +120,12 @@ static bool tokens_vs_batch(json_t *results, report_plot *out, int *n, int max) 
         double b = report_num(r, "batch"), ms = report_num(r, "ms");
         if (b <= 0 || ms <= 0) continue;
         char name[96];
-        if (!strcmp(bench, "moe"))
+        bool torch = !strcmp(report_str(r, "impl"), "torch");
+        /* the torch peer runs on the host CPU whatever device the row is for: once, as cpu */
+        if (!strcmp(bench, "moe") && torch && strcmp(report_str(r, "device"), "cpu")) continue;
+        if (!strcmp(bench, "moe") && torch)
+            snprintf(name, sizeof name, "cpu moe layer torch-%s", report_str(r, "torch_impl"));
+        else if (!strcmp(bench, "moe"))
             snprintf(name, sizeof name, "%s moe layer %s", report_str(r, "device"),
                      report_str(r, "impl"));
         else if (!strcmp(bench, "decode"))
@@ -150,6 +155,9 @@ static bool bars(json_t *results, double (*measure)(json_t *), const char *file,
         if (!ok) break;
         double v = measure(r);
         if (!(v > 0)) continue;
+        /* the torch MoE peer runs on the host whatever the device: plotted once, under cpu */
+        if (!strcmp(report_str(r, "impl"), "torch") && strcmp(report_str(r, "device"), "cpu"))
+            continue;
         labels[k] = malloc(128);
         if (!labels[k]) {
             ok = false;
