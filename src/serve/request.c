@@ -30,6 +30,8 @@ void srv_request_free(srv_request *r) {
     free(r->prompt);
     free(r->tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (size_t i = 0; i < r->n_inputs; i++) free(r->inputs[i]);
+    free(r->inputs);
     memset(r, 0, sizeof *r);
 }
 
@@ -269,6 +271,36 @@ static bool parse_detokenize(json_t *o, srv_request *r, srv_error *err) {
     return true;
 }
 
+static bool parse_embeddings(json_t *o, srv_request *r, srv_error *err) {
+    json_t *in = json_object_get(o, "input");
+    json_t *one[1] = {in};
+    size_t n = json_is_array(in) ? json_array_size(in) : 1;
+    if (!in || (!json_is_string(in) && !json_is_array(in)))
+        return BAD("input", "'input' must be a string or an array of strings");
+    if (n == 0 || n > SRV_MAX_INPUTS)
+        return BAD("input", "'input' must hold 1 to %d texts", SRV_MAX_INPUTS);
+    if (!(r->inputs = calloc(n, sizeof *r->inputs)))
+        return srv_fail(err, 500, "server_error", "", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_is_array(in) ? json_array_get(in, i) : one[0];
+        if (json_is_integer(v) || json_is_array(v))
+            return BAD("input", "token-id inputs are not supported; send the texts");
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return BAD("input", "input[%zu] must be a non-empty string", i);
+        if (!(r->inputs[i] = strdup(json_string_value(v))))
+            return srv_fail(err, 500, "server_error", "", "out of memory");
+        r->n_inputs++;
+    }
+    json_t *f = opt(o, "encoding_format");
+    if (f && (!json_is_string(f) || (strcmp(json_string_value(f), "float") &&
+                                     strcmp(json_string_value(f), "base64"))))
+        return BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    r->base64 = f && !strcmp(json_string_value(f), "base64");
+    if (opt(o, "dimensions"))
+        return BAD("dimensions", "'dimensions' is not supported: the model's own size is returned");
+    return true;
+}
+
 bool srv_request_parse(const char *body, size_t n, srv_kind kind, srv_request *out,
                        srv_error *err) {
     memset(out, 0, sizeof *out);
@@ -293,6 +325,7 @@ bool srv_request_parse(const char *body, size_t n, srv_kind kind, srv_request *o
         case SRV_CHAT:
         case SRV_COMPLETION: ok = parse_generation(o, out, err); break;
         case SRV_TOKENIZE: ok = parse_tokenize(o, out, err); break;
+        case SRV_EMBEDDINGS: ok = parse_embeddings(o, out, err); break;
         default: ok = parse_detokenize(o, out, err); break;
         }
     }

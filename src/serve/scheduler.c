@@ -413,16 +413,18 @@ static bool load(srv_worker *w) {
     mo.progress = false;
     em_model *m = em_model_load(c, s->model_arg, &mo);
     em_tokenizer *tok = m ? em_tokenizer_load(c, em_model_dir(m)) : NULL;
-    if (m && tok && !em_model_is_causal_lm(m))
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "serve", "%s is an encoder; serving needs a causal "
-                    "language model", s->model_arg);
+    /* an encoder serves /v1/embeddings only: no KV cache, no decode rows */
+    bool encoder = m && tok && !em_model_is_causal_lm(m);
     int64_t ctx = s->o.ctx;
-    if (!em_ctx_status(c)) {
+    if (encoder) {
+        int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
+        ctx = maxpos > 0 ? maxpos : 512;
+    } else if (!em_ctx_status(c)) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
         w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
     }
-    if (!em_ctx_status(c)) {
+    if (!encoder && !em_ctx_status(c)) {
         const em_generation_config *g = em_model_generation_config(m);
         w->n_eos = g->n_eos_token_ids < 64 ? g->n_eos_token_ids : 64;
         for (int e = 0; e < w->n_eos; e++) w->eos[e] = g->eos_token_ids[e];
@@ -455,13 +457,17 @@ static bool load(srv_worker *w) {
     } else {
         s->model = m;
         s->tok = tok;
+        s->encoder = encoder;
         s->ctx = ctx;
-        s->kv_total = (int64_t)s->o.max_batch * ctx;
+        s->kv_total = encoder ? 0 : (int64_t)s->o.max_batch * ctx;
         s->loaded = true;
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->loaded && !s->o.quiet)
+    if (s->loaded && !s->o.quiet && encoder)
+        fprintf(stderr, "ember serve: %s (an encoder: /v1/embeddings) loaded in %.2f s\n",
+                s->model_name, em_model_load_seconds(m));
+    else if (s->loaded && !s->o.quiet)
         fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache\n",
                 s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx);
     return s->loaded;

@@ -53,6 +53,7 @@ struct em_server {
     /* the model, loaded by the worker; set once, then read-only */
     em_model *model;
     em_tokenizer *tok;
+    bool encoder;              /* an encoder model: /v1/embeddings only, no generation */
     int64_t ctx;
     char load_error[512];
     /* threads */
