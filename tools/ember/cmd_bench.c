@@ -11,6 +11,7 @@ int bench_moe(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
 int bench_pool(int argc, char **argv);
 int bench_python(int argc, char **argv);
+int bench_serve(int argc, char **argv);
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -22,7 +23,9 @@ int cmd_bench(int argc, char **argv) {
                "  tokenize  tokenizer load time and encode MB/s against the tokenizers library\n"
                "  pool      thread-pool job latency and decode with busy neighbours, against OpenMP\n"
                "  python    the Python package's overhead per decoded token and per op, against\n"
-               "            the C API and transformers' generate\n\n"
+               "            the C API and transformers' generate\n"
+               "  serve     continuous batching of `ember serve`: tokens/s, time to first token and\n"
+               "            inter-token latency, against static batching\n\n"
                "Each benchmark measures the machine's limit, the peer and Ember in the same run\n"
                "and prints ratios. --json prints one JSON object per line.\n");
         return argc < 2 ? 2 : 0;
@@ -40,6 +43,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "pool")) return bench_pool(argc - 1, argv + 1);
     if (!strcmp(argv[1], "python")) return bench_python(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return bench_serve(argc - 1, argv + 1);
     fprintf(stderr, "ember bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }
