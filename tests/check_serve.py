@@ -273,6 +273,32 @@ def check_completions(s, ember, model):
         ev = s.stream("/v1/completions", dict(body, stop=stop, stream=True))
         check(stream_text(ev, False)[0] == t2, "stop: streamed text differs")
     print("completions: sync == stream == ember generate; stop strings cut the text")
+    check_penalties(s, body)
+
+
+def check_penalties(s, body):
+    """presence/frequency penalties lower the logits of tokens already generated: under greedy
+    decoding a strong frequency penalty can only reduce repeats, and the answer changes when the
+    plain one repeats a token. Out-of-range values are 400s naming the parameter."""
+    def ids(extra):
+        b = dict(body, max_tokens=40, **extra)
+        text = s.json("POST", "/v1/completions", b)["choices"][0]["text"]
+        return text, s.json("POST", "/tokenize", {"prompt": text,
+                                                   "add_special_tokens": False})["tokens"]
+    plain, p_ids = ids({})
+    pen, q_ids = ids({"frequency_penalty": 2.0, "presence_penalty": 2.0})
+    repeats = lambda t: len(t) - len(set(t))  # noqa: E731
+    check(repeats(q_ids) <= repeats(p_ids), f"penalties: {repeats(q_ids)} repeats with, "
+          f"{repeats(p_ids)} without")
+    if repeats(p_ids) > 0:
+        check(pen != plain, "a repeating greedy answer did not change under penalties")
+    zero, _ = ids({"frequency_penalty": 0, "presence_penalty": 0})
+    check(zero == plain, "penalties of 0 changed the answer")
+    for k, v in (("presence_penalty", 2.5), ("frequency_penalty", -3), ("frequency_penalty", "x")):
+        st, r = s.request("POST", "/v1/completions", dict(body, **{k: v}))
+        check(st == 400 and json.loads(r)["error"]["param"] == k, f"{k}={v!r}: {st} {r}")
+    print(f"penalties: repeats {repeats(p_ids)} -> {repeats(q_ids)} over 40 greedy tokens; "
+          "out-of-range values refused")
 
 
 def check_concurrent(s, n=40):

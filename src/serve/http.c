@@ -160,6 +160,8 @@ static srv_job *make_job(em_server *s, const srv_request *q, srv_error *err) {
         j->gp.do_sample = true;
     }
     if (q->has_top_p) j->gp.top_p = q->top_p;
+    j->presence = (float)q->presence_penalty;
+    j->frequency = (float)q->frequency_penalty;
     if (q->has_top_k) j->gp.top_k = q->top_k;
     for (int k = 0; k < q->n_stop; k++) {
         if (!(j->stop[k] = strdup(q->stop[k]))) {

@@ -67,12 +67,6 @@ static bool get_int(json_t *o, const char *key, long long lo, long long hi, bool
 
 /* Options this server does not implement: refused when set to anything but their neutral value. */
 static bool refuse_unsupported(json_t *o, srv_kind kind, srv_error *err) {
-    static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < sizeof zero_numbers / sizeof *zero_numbers; i++) {
-        json_t *v = opt(o, zero_numbers[i]);
-        if (v && (!json_is_number(v) || json_number_value(v) != 0))
-            return BAD(zero_numbers[i], "'%s' is not supported yet (only 0)", zero_numbers[i]);
-    }
     json_t *v = opt(o, "n");
     if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
         return BAD("n", "'n' other than 1 is not supported yet");
@@ -221,6 +215,10 @@ static bool parse_generation(json_t *o, srv_request *r, srv_error *err) {
         !get_number(o, "top_p", 0, 1, &r->has_top_p, &r->top_p, err))
         return false;
     if (r->has_top_p && r->top_p <= 0) return BAD("top_p", "'top_p' must be greater than 0");
+    /* OpenAI's range; 0 (the default) is off */
+    if (!get_number(o, "presence_penalty", -2, 2, &has, &r->presence_penalty, err) ||
+        !get_number(o, "frequency_penalty", -2, 2, &has, &r->frequency_penalty, err))
+        return false;
     long long k = 0;
     if (!get_int(o, "top_k", -1, INT32_MAX, &r->has_top_k, &k, err)) return false;
     r->top_k = k > 0 ? k : 0; /* -1 and 0: off */

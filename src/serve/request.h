@@ -30,6 +30,7 @@ typedef struct srv_request {
     int64_t max_tokens;  /* -1: not given */
     bool has_temperature, has_top_p, has_top_k, has_seed;
     double temperature, top_p;
+    double presence_penalty, frequency_penalty; /* OpenAI's, over the generated tokens (0: off) */
     int64_t top_k;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];

@@ -36,6 +36,9 @@ typedef struct srv_row {
     size_t sent;       /* bytes of dt.text handed to the job */
     em_rng rng;
     int64_t last;      /* the id the next step feeds */
+    int32_t *counts;   /* presence/frequency penalties: times each id was generated (vocab) */
+    int64_t *distinct; /* the ids generated at least once, in order */
+    int64_t n_distinct;
 } srv_row;
 
 typedef struct srv_worker {
@@ -236,6 +239,8 @@ static void finish_job(srv_worker *w, srv_job *j, const char *reason, int64_t n_
 static void row_free(srv_row *r) {
     free(r->seen);
     free(r->gen);
+    free(r->counts);
+    free(r->distinct);
     em_detok_free(&r->dt);
     memset(r, 0, sizeof *r);
 }
@@ -276,8 +281,15 @@ static em_status remove_row(srv_worker *w, int r) {
 static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
     em_server *s = w->s;
     srv_job *j = r->job;
+    /* OpenAI's penalties, on the raw logits of the ids generated so far (as vLLM applies them:
+     * the output tokens only), before temperature and the truncations */
+    for (int64_t k = 0; r->counts && k < r->n_distinct; k++) {
+        int64_t d = r->distinct[k];
+        logits[d] -= j->presence + j->frequency * (float)r->counts[d];
+    }
     int64_t id = em_sample_next(logits, w->vocab, r->seen, r->n_seen, &j->gp, &r->rng, w->scratch,
                                 w->order);
+    if (r->counts && r->counts[id]++ == 0) r->distinct[r->n_distinct++] = id;
     r->seen[r->n_seen++] = id;
     r->gen[r->n_gen++] = (em_token)id;
     r->last = id;
@@ -318,6 +330,11 @@ static const char *admit(srv_worker *w, srv_job *j) {
     r->job = j;
     r->seen = malloc((size_t)(p + j->max_tokens) * sizeof *r->seen);
     r->gen = malloc((size_t)j->max_tokens * sizeof *r->gen);
+    if (j->presence != 0 || j->frequency != 0) {
+        r->counts = calloc((size_t)w->vocab, sizeof *r->counts);
+        r->distinct = malloc((size_t)j->max_tokens * sizeof *r->distinct);
+        if (!r->counts || !r->distinct) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    }
     int64_t *ids = malloc((size_t)p * sizeof *ids);
     em_kv_cache *tmp = NULL;
     if (!r->seen || !r->gen || !ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");

@@ -21,6 +21,7 @@ typedef struct srv_job {
     em_token *prompt;          /* the prompt's ids (n_prompt) */
     int64_t n_prompt, max_tokens;
     em_generate_params gp;     /* sampling (do_sample, temperature, top-k/p, min-p, penalty) */
+    float presence, frequency; /* OpenAI's penalties on the logits of generated tokens */
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
