@@ -22,6 +22,7 @@ Exit 77 (skipped) when this ember has no HTTP server (built without libmicrohttp
 """
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -274,6 +275,60 @@ def check_completions(s, ember, model):
         check(stream_text(ev, False)[0] == t2, "stop: streamed text differs")
     print("completions: sync == stream == ember generate; stop strings cut the text")
     check_penalties(s, body)
+    check_logprobs(s, body)
+
+
+def check_logprobs(s, body):
+    """logprobs in OpenAI's two shapes. Under greedy decoding the chosen token is the most
+    likely one, so its log-probability equals the first alternative's; every value is <= 0, the
+    alternatives are sorted and their probabilities sum to at most 1; streamed entries equal the
+    non-streamed ones; the entries cover every generated token."""
+    n = 12
+    r = s.json("POST", "/v1/completions", dict(body, max_tokens=n, logprobs=3))
+    ch = r["choices"][0]
+    lp = ch["logprobs"]
+    k = r["usage"]["completion_tokens"]
+    check(len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) ==
+          len(lp["text_offset"]) == k, f"completions logprobs cover {len(lp['tokens'])} of {k}")
+    for t, v, alt in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        check(v <= 1e-6 and 1 <= len(alt) <= 3 and abs(max(alt.values()) - v) < 1e-4 and
+              sum(math.exp(x) for x in alt.values()) <= 1 + 1e-4,
+              f"completions logprobs entry {t!r} {v} {alt}")
+    check(lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"]),
+          f"text_offset {lp['text_offset']}")
+    if "\ufffd" not in "".join(lp["tokens"]):
+        check("".join(lp["tokens"]) == ch["text"], "the tokens do not spell the text")
+    msgs = {"model": "tiny", "messages": [{"role": "user", "content": "Count to ten."}],
+            "max_tokens": n, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    r = s.json("POST", "/v1/chat/completions", msgs)
+    content = r["choices"][0]["logprobs"]["content"]
+    check(len(content) == r["usage"]["completion_tokens"], "chat logprobs cover every token")
+    for e in content:
+        tops = [t["logprob"] for t in e["top_logprobs"]]
+        check(len(tops) == 2 and tops == sorted(tops, reverse=True) and
+              abs(tops[0] - e["logprob"]) < 1e-4 and e["logprob"] <= 1e-6 and
+              e["token"] == e["top_logprobs"][0]["token"] and
+              bytes(e["bytes"]).decode("utf-8", "replace") == e["token"],
+              f"chat logprobs entry {e}")
+    streamed = []
+    for ev in s.stream("/v1/chat/completions", dict(msgs, stream=True)):
+        for c in ev["choices"]:
+            if c.get("logprobs"):
+                streamed += c["logprobs"]["content"]
+    check([(e["token"], round(e["logprob"], 4)) for e in streamed] ==
+          [(e["token"], round(e["logprob"], 4)) for e in content],
+          "streamed chat logprobs differ from the non-streamed ones")
+    plain = s.json("POST", "/v1/chat/completions", dict(msgs, logprobs=False, top_logprobs=None))
+    check(plain["choices"][0]["logprobs"] is None and plain["choices"][0]["message"] ==
+          r["choices"][0]["message"], "logprobs changed the answer, or came unasked")
+    for path, extra, param in (("/v1/chat/completions", {"top_logprobs": 21}, "top_logprobs"),
+                               ("/v1/chat/completions", {"logprobs": False}, "top_logprobs"),
+                               ("/v1/completions", {"logprobs": 6}, "logprobs")):
+        b = dict(msgs if "chat" in path else body, **extra)
+        st, txt = s.request("POST", path, b)
+        check(st == 400 and json.loads(txt)["error"]["param"] == param, f"{extra}: {st} {txt}")
+    print("logprobs: completions and chat shapes, greedy token = best alternative, streamed == "
+          "non-streamed, bad values refused")
 
 
 def check_penalties(s, body):

@@ -77,6 +77,13 @@ def run_checks(ember):
             cs.check(finishes == [r.choices[0].finish_reason], f"stream finishes {finishes}")
             cs.check(usage and usage.total_tokens == r.usage.total_tokens,
                      f"stream usage {usage} vs {r.usage}")
+            lr = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8,
+                                                temperature=0, logprobs=True, top_logprobs=2,
+                                                frequency_penalty=0.5)
+            lc = lr.choices[0].logprobs.content
+            cs.check(len(lc) == lr.usage.completion_tokens and all(
+                e.logprob <= 1e-6 and len(e.top_logprobs) == 2 for e in lc),
+                f"logprobs through the client: {lc}")
             c1 = client.completions.create(model="tiny", prompt="Once upon a time",
                                            max_tokens=16, temperature=0)
             ctext = c1.choices[0].text

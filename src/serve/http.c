@@ -160,6 +160,7 @@ static srv_job *make_job(em_server *s, const srv_request *q, srv_error *err) {
         j->gp.do_sample = true;
     }
     if (q->has_top_p) j->gp.top_p = q->top_p;
+    j->logprobs = q->logprobs;
     j->presence = (float)q->presence_penalty;
     j->frequency = (float)q->frequency_penalty;
     if (q->has_top_k) j->gp.top_k = q->top_k;
@@ -213,7 +214,7 @@ static char *sse_event(json_t *o) {
 /* A streamed chunk: `text` new (may be NULL: none), finish reason (NULL: not yet), `first`
  * (the chat role chunk). As "data: {...}\n\n". */
 static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
-                   const char *finish, bool first) {
+                   const char *finish, bool first, json_t *lp) {
     json_t *choice;
     if (j->chat) {
         json_t *delta = json_object();
@@ -222,11 +223,12 @@ static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
             json_object_set_new(delta, "content", json_string(""));
         }
         if (text && n) json_object_set_new(delta, "content", json_stringn(text, n));
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs",
-                           "finish_reason", finish ? json_string(finish) : json_null());
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+                           lp ? lp : json_null(), "finish_reason",
+                           finish ? json_string(finish) : json_null());
     } else {
-        choice = json_pack("{s:i, s:s%, s:n, s:o}", "index", 0, "text", text ? text : "",
-                           text ? n : 0, "logprobs", "finish_reason",
+        choice = json_pack("{s:i, s:s%, s:o, s:o}", "index", 0, "text", text ? text : "",
+                           text ? n : 0, "logprobs", lp ? lp : json_null(), "finish_reason",
                            finish ? json_string(finish) : json_null());
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object",
@@ -242,6 +244,8 @@ typedef struct srv_stream {
     srv_job *j;
     int fd;
     size_t sent_text;   /* bytes of j->text sent */
+    int64_t sent_lp;    /* logprob entries sent */
+    size_t lp_offset;   /* completions' text_offset of the next entry */
     bool sent_first, sent_finish, sent_usage, sent_done;
     char *pending;      /* an event not yet copied out in full */
     size_t pending_len, pending_off;
@@ -253,7 +257,7 @@ static char *next_event(srv_stream *st) {
     em_server *s = st->s;
     if (!st->sent_first && j->chat) {
         st->sent_first = true;
-        return chunk(s, j, NULL, 0, NULL, true);
+        return chunk(s, j, NULL, 0, NULL, true, NULL);
     }
     if (!st->sent_finish && (j->text_len > st->sent_text || j->done)) {
         const char *t = j->text ? j->text + st->sent_text : NULL;
@@ -265,7 +269,12 @@ static char *next_event(srv_stream *st) {
                                        "type", "server_error", "param", "code"));
         }
         if (j->done) st->sent_finish = true;
-        return chunk(s, j, t, n, j->done ? j->finish_reason : NULL, false);
+        json_t *lp = NULL;
+        if (j->logprobs >= 0 && j->n_lp > st->sent_lp) {
+            lp = srv_logprobs_json(s, j, st->sent_lp, j->n_lp, &st->lp_offset);
+            st->sent_lp = j->n_lp;
+        }
+        return chunk(s, j, t, n, j->done ? j->finish_reason : NULL, false, lp);
     }
     if (st->sent_finish && j->include_usage && !st->sent_usage) {
         st->sent_usage = true;
@@ -384,12 +393,15 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
     } else {
         /* the text may hold NUL characters (a token can decode to one) */
         const char *t = j->text ? j->text : "";
+        size_t offset = 0;
+        json_t *lp = j->logprobs >= 0 ? srv_logprobs_json(s, j, 0, j->n_lp, &offset) : NULL;
         json_t *choice =
-            j->chat ? json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role",
+            j->chat ? json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", 0, "message", "role",
                                 "assistant", "content", t, j->text_len, "logprobs",
-                                "finish_reason", j->finish_reason)
-                    : json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", t, j->text_len,
-                                "logprobs", "finish_reason", j->finish_reason);
+                                lp ? lp : json_null(), "finish_reason", j->finish_reason)
+                    : json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", t, j->text_len,
+                                "logprobs", lp ? lp : json_null(), "finish_reason",
+                                j->finish_reason);
         ok = reply_json(conn, MHD_HTTP_OK,
                         json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
                                   j->chat ? "chat.completion" : "text_completion", "created",

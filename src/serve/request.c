@@ -73,13 +73,6 @@ static bool refuse_unsupported(json_t *o, srv_kind kind, srv_error *err) {
     v = opt(o, "best_of");
     if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
         return BAD("best_of", "'best_of' other than 1 is not supported");
-    v = opt(o, "logprobs");
-    if (v && !json_is_false(v) && !(kind == SRV_COMPLETION && json_is_integer(v) &&
-                                    json_integer_value(v) == 0))
-        return BAD("logprobs", "'logprobs' is not supported yet");
-    v = opt(o, "top_logprobs");
-    if (v && (!json_is_integer(v) || json_integer_value(v) != 0))
-        return BAD("top_logprobs", "'top_logprobs' is not supported yet");
     v = opt(o, "echo");
     if (v && !json_is_false(v)) return BAD("echo", "'echo' is not supported yet");
     v = opt(o, "suffix");
@@ -226,6 +219,25 @@ static bool parse_generation(json_t *o, srv_request *r, srv_error *err) {
     if (!get_int(o, "seed", INT64_MIN, INT64_MAX, &r->has_seed, &seed, err)) return false;
     r->seed = (uint64_t)seed;
     if (!get_stop(o, r, err)) return false;
+    /* chat: logprobs true/false and top_logprobs 0-20; completions: logprobs 0-5 (alternatives) */
+    json_t *lp = opt(o, "logprobs");
+    r->logprobs = -1;
+    if (r->kind == SRV_CHAT) {
+        if (lp && !json_is_boolean(lp)) return BAD("logprobs", "'logprobs' must be a boolean");
+        bool has_top = false;
+        long long top = 0;
+        if (!get_int(o, "top_logprobs", 0, 20, &has_top, &top, err)) return false;
+        if (has_top && !json_is_true(lp))
+            return BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        if (json_is_true(lp)) r->logprobs = (int)top;
+    } else {
+        bool has_lp = false;
+        long long n_lp = 0;
+        if (!json_is_false(lp) && !get_int(o, "logprobs", 0, 5, &has_lp, &n_lp, err)) return false;
+        if (has_lp) r->logprobs = (int)n_lp;
+        if (opt(o, "top_logprobs"))
+            return BAD("top_logprobs", "completions take the count in 'logprobs' (0-5)");
+    }
     json_t *st = opt(o, "stream");
     if (st && !json_is_boolean(st)) return BAD("stream", "'stream' must be a boolean");
     r->stream = json_is_true(st);
@@ -305,6 +317,7 @@ bool srv_request_parse(const char *body, size_t n, srv_kind kind, srv_request *o
     memset(err, 0, sizeof *err);
     out->kind = kind;
     out->max_tokens = -1;
+    out->logprobs = -1;
     json_error_t je;
     json_t *o = json_loadb(body ? body : "", body ? n : 0, JSON_REJECT_DUPLICATES, &je);
     if (!o)

@@ -31,6 +31,7 @@ typedef struct srv_request {
     bool has_temperature, has_top_p, has_top_k, has_seed;
     double temperature, top_p;
     double presence_penalty, frequency_penalty; /* OpenAI's, over the generated tokens (0: off) */
+    int logprobs;        /* -1: not asked; else alternatives per token (chat 0-20, completions 0-5) */
     int64_t top_k;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];

@@ -68,6 +68,7 @@ static void job_free(srv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->text);
+    free(j->lp);
     free(j);
 }
 
@@ -281,6 +282,10 @@ static em_status remove_row(srv_worker *w, int r) {
 static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
     em_server *s = w->s;
     srv_job *j = r->job;
+    srv_logprob lp;
+    bool want_lp = j->logprobs >= 0;
+    /* the model's own distribution: ranked before the penalties touch the logits */
+    float logz = want_lp ? srv_logprob_top(logits, w->vocab, j->logprobs, &lp) : 0;
     /* OpenAI's penalties, on the raw logits of the ids generated so far (as vLLM applies them:
      * the output tokens only), before temperature and the truncations */
     for (int64_t k = 0; r->counts && k < r->n_distinct; k++) {
@@ -289,12 +294,24 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
     }
     int64_t id = em_sample_next(logits, w->vocab, r->seen, r->n_seen, &j->gp, &r->rng, w->scratch,
                                 w->order);
+    if (want_lp) { /* the chosen token's raw logit: its penalty given back */
+        int32_t seen_before = r->counts ? r->counts[id] : 0;
+        float raw = logits[id] + (seen_before ? j->presence + j->frequency * (float)seen_before : 0);
+        lp.id = (int32_t)id;
+        lp.lp = raw - logz;
+    }
     if (r->counts && r->counts[id]++ == 0) r->distinct[r->n_distinct++] = id;
     r->seen[r->n_seen++] = id;
     r->gen[r->n_gen++] = (em_token)id;
     r->last = id;
     double now = srv_now();
     pthread_mutex_lock(&s->mu);
+    if (want_lp && j->n_lp == j->cap_lp) {
+        int64_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        srv_logprob *grown = realloc(j->lp, (size_t)cap * sizeof *grown);
+        if (grown) j->lp = grown, j->cap_lp = cap;
+    }
+    if (want_lp && j->n_lp < j->cap_lp) j->lp[j->n_lp++] = lp; /* out of memory: fewer entries */
     s->generation_tokens++;
     if (r->n_gen == 1) {
         j->t_first = now;
