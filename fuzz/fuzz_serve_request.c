@@ -42,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     INVARIANT(!r.has_top_p || (r.top_p > 0 && r.top_p <= 1));
     INVARIANT(r.top_k >= 0 && r.n_stop >= 0 && r.n_stop <= SRV_MAX_STOP);
     INVARIANT(r.logprobs >= -1 && r.logprobs <= 20);
+    INVARIANT(kind > SRV_COMPLETION || (r.n >= 1 && r.n <= SRV_MAX_N));
     INVARIANT(r.presence_penalty >= -2 && r.presence_penalty <= 2 &&
               r.frequency_penalty >= -2 && r.frequency_penalty <= 2);
     for (int i = 0; i < r.n_stop; i++) INVARIANT(r.stop[i] && r.stop[i][0]);

@@ -276,6 +276,40 @@ def check_completions(s, ember, model):
     print("completions: sync == stream == ember generate; stop strings cut the text")
     check_penalties(s, body)
     check_logprobs(s, body)
+    check_n(s, body)
+
+
+def check_n(s, body):
+    """n choices: under greedy decoding each equals the single answer; sampled with a seed they
+    are drawn independently (not all equal) and reproducible; streamed, each index's deltas
+    concatenate to its text; usage counts the prompt once and every choice's tokens."""
+    one = s.json("POST", "/v1/completions", dict(body, max_tokens=10))
+    three = s.json("POST", "/v1/completions", dict(body, max_tokens=10, n=3))
+    texts = [c["text"] for c in sorted(three["choices"], key=lambda c: c["index"])]
+    check(texts == [one["choices"][0]["text"]] * 3, f"n=3 greedy: {texts}")
+    u1, u3 = one["usage"], three["usage"]
+    check(u3["prompt_tokens"] == u1["prompt_tokens"] and
+          u3["completion_tokens"] == 3 * u1["completion_tokens"], f"n=3 usage {u3} vs {u1}")
+    sampled = dict(body, max_tokens=16, n=4, temperature=1.0, seed=7)
+    a = [c["text"] for c in s.json("POST", "/v1/completions", sampled)["choices"]]
+    b = [c["text"] for c in s.json("POST", "/v1/completions", sampled)["choices"]]
+    check(a == b and len(set(a)) > 1, f"n=4 sampled with a seed: {a} / {b}")
+    msgs = {"model": "tiny", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 8,
+            "temperature": 1.0, "seed": 3, "n": 2}
+    sync = s.json("POST", "/v1/chat/completions", msgs)["choices"]
+    parts, finishes = {0: "", 1: ""}, {}
+    for ev in s.stream("/v1/chat/completions", dict(msgs, stream=True)):
+        for c in ev["choices"]:
+            parts[c["index"]] += c["delta"].get("content") or ""
+            if c["finish_reason"]:
+                finishes[c["index"]] = c["finish_reason"]
+    want = {c["index"]: c["message"]["content"] for c in sync}
+    check(parts == want and set(finishes) == {0, 1}, f"n=2 stream {parts} vs {want}")
+    for v in (0, 129, "2"):
+        st, r = s.request("POST", "/v1/completions", dict(body, n=v))
+        check(st == 400 and json.loads(r)["error"]["param"] == "n", f"n={v!r}: {st} {r}")
+    print("n: greedy choices equal the single answer, seeded samples reproducible and distinct, "
+          "streamed per index, usage summed")
 
 
 def check_logprobs(s, body):
@@ -444,7 +478,7 @@ def check_errors(s):
     err("POST", "/v1/chat/completions", {"messages": "hi"})
     err("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]})
     err("POST", "/v1/chat/completions", chat_body("hi", 4, temperature=5))
-    err("POST", "/v1/chat/completions", chat_body("hi", 4, n=3))
+    err("POST", "/v1/chat/completions", chat_body("hi", 4, n=0))
     err("POST", "/v1/chat/completions", chat_body("hi", 4, model="gpt-9"), want=404)
     e = err("POST", "/v1/chat/completions", chat_body("word " * 3000, 10))
     check("context" in e["message"], f"too long: {e}")

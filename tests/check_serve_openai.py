@@ -84,6 +84,10 @@ def run_checks(ember):
             cs.check(len(lc) == lr.usage.completion_tokens and all(
                 e.logprob <= 1e-6 and len(e.top_logprobs) == 2 for e in lc),
                 f"logprobs through the client: {lc}")
+            two = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=20,
+                                                 temperature=0, n=2)
+            cs.check([c.message.content for c in two.choices] == [text, text],
+                     f"n=2 through the client: {two.choices}")
             c1 = client.completions.create(model="tiny", prompt="Once upon a time",
                                            max_tokens=16, temperature=0)
             ctext = c1.choices[0].text

@@ -67,10 +67,7 @@ static bool get_int(json_t *o, const char *key, long long lo, long long hi, bool
 
 /* Options this server does not implement: refused when set to anything but their neutral value. */
 static bool refuse_unsupported(json_t *o, srv_kind kind, srv_error *err) {
-    json_t *v = opt(o, "n");
-    if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
-        return BAD("n", "'n' other than 1 is not supported yet");
-    v = opt(o, "best_of");
+    json_t *v = opt(o, "best_of");
     if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
         return BAD("best_of", "'best_of' other than 1 is not supported");
     v = opt(o, "echo");
@@ -219,6 +216,10 @@ static bool parse_generation(json_t *o, srv_request *r, srv_error *err) {
     if (!get_int(o, "seed", INT64_MIN, INT64_MAX, &r->has_seed, &seed, err)) return false;
     r->seed = (uint64_t)seed;
     if (!get_stop(o, r, err)) return false;
+    bool has_n = false;
+    long long n_choices = 1;
+    if (!get_int(o, "n", 1, SRV_MAX_N, &has_n, &n_choices, err)) return false;
+    r->n = (int)n_choices;
     /* chat: logprobs true/false and top_logprobs 0-20; completions: logprobs 0-5 (alternatives) */
     json_t *lp = opt(o, "logprobs");
     r->logprobs = -1;
@@ -318,6 +319,7 @@ bool srv_request_parse(const char *body, size_t n, srv_kind kind, srv_request *o
     out->kind = kind;
     out->max_tokens = -1;
     out->logprobs = -1;
+    out->n = 1;
     json_error_t je;
     json_t *o = json_loadb(body ? body : "", body ? n : 0, JSON_REJECT_DUPLICATES, &je);
     if (!o)

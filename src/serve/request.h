@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define SRV_MAX_STOP 4 /* OpenAI's limit on `stop` strings */
+#define SRV_MAX_N 128  /* OpenAI's limit on `n`, the choices of one request */
 
 typedef enum srv_kind {
     SRV_CHAT,
@@ -31,6 +32,7 @@ typedef struct srv_request {
     bool has_temperature, has_top_p, has_top_k, has_seed;
     double temperature, top_p;
     double presence_penalty, frequency_penalty; /* OpenAI's, over the generated tokens (0: off) */
+    int n;               /* choices (1-128), each a sequence of its own */
     int logprobs;        /* -1: not asked; else alternatives per token (chat 0-20, completions 0-5) */
     int64_t top_k;
     uint64_t seed;
