@@ -85,7 +85,7 @@ char *em_kernels_list(const char *kind, bool all) {
     if (!kind) kind = "cpu";
     if (!strcmp(kind, "cpu")) em_device_cpu();
     char *s = NULL;
-    bool ok = khub_appendf(&s, "%-16s %-22s %-48s %4s  %-12s %s\n", "op", "implementation",
+    bool ok = khub_appendf(&s, "%-16s %-22s %-58s %4s  %-12s %s\n", "op", "implementation",
                            "source", "prio", "dtypes", "modes");
     int shown = 0;
     for (int op = 0; op < EM_OP_COUNT && ok; op++) {
@@ -102,7 +102,7 @@ char *em_kernels_list(const char *kind, bool all) {
             snprintf(name, sizeof name, "%s%s", v[i]->name,
                      off ? " (disabled)" : !won ? " *" : "");
             won |= !off;
-            ok = khub_appendf(&s, "%-16s %-22s %-48s %4d  %-12s %s\n",
+            ok = khub_appendf(&s, "%-16s %-22s %-58s %4d  %-12s %s\n",
                               i ? "" : em_op_get((em_op_id)op)->name, name, v[i]->source,
                               v[i]->priority, d, m);
         }
