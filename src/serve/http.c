@@ -160,6 +160,9 @@ static srv_job *make_job(em_server *s, const srv_request *q, srv_error *err) {
         j->gp.do_sample = true;
     }
     if (q->has_top_p) j->gp.top_p = q->top_p;
+    j->logprobs = q->logprobs;
+    j->presence = (float)q->presence_penalty;
+    j->frequency = (float)q->frequency_penalty;
     if (q->has_top_k) j->gp.top_k = q->top_k;
     for (int k = 0; k < q->n_stop; k++) {
         if (!(j->stop[k] = strdup(q->stop[k]))) {
@@ -211,7 +214,7 @@ static char *sse_event(json_t *o) {
 /* A streamed chunk: `text` new (may be NULL: none), finish reason (NULL: not yet), `first`
  * (the chat role chunk). As "data: {...}\n\n". */
 static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
-                   const char *finish, bool first) {
+                   const char *finish, bool first, json_t *lp) {
     json_t *choice;
     if (j->chat) {
         json_t *delta = json_object();
@@ -220,11 +223,12 @@ static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
             json_object_set_new(delta, "content", json_string(""));
         }
         if (text && n) json_object_set_new(delta, "content", json_stringn(text, n));
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs",
-                           "finish_reason", finish ? json_string(finish) : json_null());
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+                           lp ? lp : json_null(), "finish_reason",
+                           finish ? json_string(finish) : json_null());
     } else {
-        choice = json_pack("{s:i, s:s%, s:n, s:o}", "index", 0, "text", text ? text : "",
-                           text ? n : 0, "logprobs", "finish_reason",
+        choice = json_pack("{s:i, s:s%, s:o, s:o}", "index", 0, "text", text ? text : "",
+                           text ? n : 0, "logprobs", lp ? lp : json_null(), "finish_reason",
                            finish ? json_string(finish) : json_null());
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object",
@@ -240,6 +244,8 @@ typedef struct srv_stream {
     srv_job *j;
     int fd;
     size_t sent_text;   /* bytes of j->text sent */
+    int64_t sent_lp;    /* logprob entries sent */
+    size_t lp_offset;   /* completions' text_offset of the next entry */
     bool sent_first, sent_finish, sent_usage, sent_done;
     char *pending;      /* an event not yet copied out in full */
     size_t pending_len, pending_off;
@@ -251,7 +257,7 @@ static char *next_event(srv_stream *st) {
     em_server *s = st->s;
     if (!st->sent_first && j->chat) {
         st->sent_first = true;
-        return chunk(s, j, NULL, 0, NULL, true);
+        return chunk(s, j, NULL, 0, NULL, true, NULL);
     }
     if (!st->sent_finish && (j->text_len > st->sent_text || j->done)) {
         const char *t = j->text ? j->text + st->sent_text : NULL;
@@ -263,7 +269,12 @@ static char *next_event(srv_stream *st) {
                                        "type", "server_error", "param", "code"));
         }
         if (j->done) st->sent_finish = true;
-        return chunk(s, j, t, n, j->done ? j->finish_reason : NULL, false);
+        json_t *lp = NULL;
+        if (j->logprobs >= 0 && j->n_lp > st->sent_lp) {
+            lp = srv_logprobs_json(s, j, st->sent_lp, j->n_lp, &st->lp_offset);
+            st->sent_lp = j->n_lp;
+        }
+        return chunk(s, j, t, n, j->done ? j->finish_reason : NULL, false, lp);
     }
     if (st->sent_finish && j->include_usage && !st->sent_usage) {
         st->sent_usage = true;
@@ -382,12 +393,15 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
     } else {
         /* the text may hold NUL characters (a token can decode to one) */
         const char *t = j->text ? j->text : "";
+        size_t offset = 0;
+        json_t *lp = j->logprobs >= 0 ? srv_logprobs_json(s, j, 0, j->n_lp, &offset) : NULL;
         json_t *choice =
-            j->chat ? json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role",
+            j->chat ? json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", 0, "message", "role",
                                 "assistant", "content", t, j->text_len, "logprobs",
-                                "finish_reason", j->finish_reason)
-                    : json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", t, j->text_len,
-                                "logprobs", "finish_reason", j->finish_reason);
+                                lp ? lp : json_null(), "finish_reason", j->finish_reason)
+                    : json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", t, j->text_len,
+                                "logprobs", lp ? lp : json_null(), "finish_reason",
+                                j->finish_reason);
         ok = reply_json(conn, MHD_HTTP_OK,
                         json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
                                   j->chat ? "chat.completion" : "text_completion", "created",
@@ -395,6 +409,83 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
                                   choice, "usage", usage_json(j)));
     }
     srv_job_release(s, j);
+    return ok;
+}
+
+/* ---- embeddings ---- */
+
+/* Standard base64 of n bytes (no library among Ember's dependencies offers one; the OpenAI
+ * client asks for base64 by default). Returns a malloc'd NUL-terminated string or NULL. */
+static char *base64(const unsigned char *p, size_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *o++ = tab[v >> 18 & 63];
+        *o++ = tab[v >> 12 & 63];
+        *o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *o = 0;
+    return out;
+}
+
+static enum MHD_Result embeddings(em_server *s, struct MHD_Connection *conn,
+                                  const srv_request *q) {
+    if (!s->encoder)
+        return fail(s, conn, 400, "invalid_request_error", NULL,
+                    "this server serves the causal language model '%.100s'; /v1/embeddings "
+                    "needs an encoder model (e.g. all-MiniLM-L6-v2)", s->model_name);
+    int64_t hidden = em_model_config_get(s->model)->hidden_size;
+    float *vec = malloc(q->n_inputs * (size_t)hidden * sizeof *vec);
+    em_ctx *c = em_ctx_create();
+    if (!vec || !c) {
+        free(vec);
+        em_ctx_free(c);
+        return fail(s, conn, 500, "server_error", NULL, "out of memory");
+    }
+    /* the prompt-token count of usage: the tokens the model saw, special tokens included */
+    int64_t tokens = 0;
+    for (size_t i = 0; i < q->n_inputs && !em_ctx_status(c); i++) {
+        em_token *ids = NULL;
+        size_t n = 0;
+        if (!em_tokenizer_encode(c, s->tok, q->inputs[i], strlen(q->inputs[i]), true, &ids, &n))
+            tokens += (int64_t)(n < (size_t)s->ctx ? n : (size_t)s->ctx);
+        em_free(ids);
+    }
+    if (!em_ctx_status(c))
+        em_embed_texts(c, s->model, s->tok, (const char *const *)q->inputs, (int)q->n_inputs, vec);
+    enum MHD_Result ok;
+    if (em_ctx_status(c)) {
+        ok = fail(s, conn, 400, "invalid_request_error", "input", "%s", em_ctx_error(c)->message);
+    } else {
+        json_t *data = json_array();
+        for (size_t i = 0; i < q->n_inputs; i++) {
+            const float *v = vec + i * (size_t)hidden;
+            json_t *e;
+            if (q->base64) {
+                char *b = base64((const unsigned char *)v, (size_t)hidden * sizeof *v);
+                e = b ? json_string(b) : NULL;
+                free(b);
+            } else {
+                e = json_array();
+                for (int64_t k = 0; k < hidden; k++) json_array_append_new(e, json_real(v[k]));
+            }
+            json_array_append_new(data, json_pack("{s:s, s:I, s:o}", "object", "embedding",
+                                                  "index", (json_int_t)i, "embedding", e));
+        }
+        ok = reply_json(conn, MHD_HTTP_OK,
+                        json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data,
+                                  "model", s->model_name, "usage", "prompt_tokens",
+                                  (json_int_t)tokens, "total_tokens", (json_int_t)tokens));
+        pthread_mutex_lock(&s->mu);
+        s->prompt_tokens += tokens;
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(vec);
+    em_ctx_free(c);
     return ok;
 }
 
@@ -486,6 +577,7 @@ static enum MHD_Result route(em_server *s, struct MHD_Connection *conn, const ch
     else if (!strcmp(url, "/v1/completions")) kind = SRV_COMPLETION;
     else if (!strcmp(url, "/tokenize")) kind = SRV_TOKENIZE;
     else if (!strcmp(url, "/detokenize")) kind = SRV_DETOKENIZE;
+    else if (!strcmp(url, "/v1/embeddings")) kind = SRV_EMBEDDINGS;
     else if (!strcmp(url, "/v1/models") && get) kind = (srv_kind)-1;
     else
         return fail(s, conn, 404, "invalid_request_error", NULL, "no endpoint %s %.200s", method,
@@ -508,12 +600,18 @@ static enum MHD_Result route(em_server *s, struct MHD_Connection *conn, const ch
     if (!srv_request_parse(sc->body, sc->len, kind, &q, &err))
         return reply_error(s, conn, &err, NULL);
     enum MHD_Result ok;
-    if (q.model && strcmp(q.model, s->model_name) && (kind == SRV_CHAT || kind == SRV_COMPLETION))
+    if (q.model && strcmp(q.model, s->model_name) &&
+        (kind == SRV_CHAT || kind == SRV_COMPLETION || kind == SRV_EMBEDDINGS))
         ok = fail(s, conn, 404, "invalid_request_error", "model_not_found",
                   "the model '%.100s' does not exist; this server serves '%.100s'", q.model,
                   s->model_name);
     else if (kind == SRV_TOKENIZE) ok = tokenize(s, conn, &q);
     else if (kind == SRV_DETOKENIZE) ok = detokenize(s, conn, &q);
+    else if (kind == SRV_EMBEDDINGS) ok = embeddings(s, conn, &q);
+    else if (s->encoder)
+        ok = fail(s, conn, 400, "invalid_request_error", NULL,
+                  "'%.100s' is an encoder model: it serves /v1/embeddings, not %s", s->model_name,
+                  url);
     else ok = generate(s, conn, &q);
     srv_request_free(&q);
     return ok;
