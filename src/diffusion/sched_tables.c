@@ -455,6 +455,13 @@ em_status em_sched_timesteps(em_ctx *c, em_scheduler *s, int64_t n, double mu) {
             }
             free(asc);
             free(ts);
+            if (k == 0) {
+                free(out);
+                return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_timesteps",
+                               "%s: PNDMScheduler's Runge-Kutta warm-up (skip_prk_steps false) "
+                               "leaves no timesteps for %lld step (diffusers' schedule is empty): "
+                               "use 2 or more", s->origin, (long long)n);
+            }
             ts = out;
             m = k;
         }
