@@ -13,17 +13,18 @@ objs=${1:-build}/CMakeFiles/ember_obj.dir/src
 # folder: the folders it must not use (src/backends/registry.c, which registers every backend
 # with core, belongs to no backend)
 rules=(
-  "core:ops compile backends io models generate testing bench dist serve train kernels_hub"
-  "ops:compile backends io models generate testing bench dist serve train"
-  "io:compile backends models generate testing bench dist serve train"
-  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist serve train"
-  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist serve train"
-  "compile:backends io models generate testing bench dist serve train"
-  "dist:compile backends io models generate testing bench serve train"
+  "core:ops compile backends io models generate testing bench dist serve train kernels_hub diffusion"
+  "ops:compile backends io models generate testing bench dist serve train diffusion"
+  "io:compile backends models generate testing bench dist serve train diffusion"
+  "backends/cpu:backends/pjrt ops compile io models generate testing bench dist serve train diffusion"
+  "backends/pjrt:backends/cpu ops compile io models generate testing bench dist serve train diffusion"
+  "compile:backends io models generate testing bench dist serve train diffusion"
+  "dist:compile backends io models generate testing bench serve train diffusion"
   "generate:serve train testing bench"
   "serve:backends compile testing bench"
   "train:backends compile serve testing bench"
-  "kernels_hub:compile models generate testing bench dist serve train"
+  "kernels_hub:compile models generate testing bench dist serve train diffusion"
+  "diffusion:backends compile generate serve train testing bench dist kernels_hub"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

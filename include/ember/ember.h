@@ -15,6 +15,9 @@
  *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
  *   tokenizer.h  tokenizer.json (BPE, WordPiece, Unigram) id for id with `tokenizers`
  *   chat.h    chat templates (the Jinja2 subset of the Hub's tokenizer_config.json)
+ *   torch_rng.h  torch's CPU generator draw for draw (seeds that reproduce diffusers' images)
+ *   scheduler.h  diffusers' noise schedulers (DDPM, DDIM, PNDM, Euler, DPM-Solver, FlowMatch)
+ *   png.h     images out as PNG
  */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
@@ -38,5 +41,8 @@
 #include "ember/pjrt.h"
 #include "ember/dist.h"
 #include "ember/server.h"
+#include "ember/torch_rng.h"
+#include "ember/scheduler.h"
+#include "ember/png.h"
 
 #endif

@@ -1,0 +1,169 @@
+/* The public scheduler calls (ember/scheduler.h): argument checks, the tables, and dispatch to
+ * the step of each family. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diffusion/sched_impl.h"
+
+void em_scheduler_free(em_scheduler *s) {
+    if (!s) return;
+    em_sched_history_clear(s);
+    em_sched_cfg_clear(&s->cfg);
+    json_decref(s->json);
+    free(s->betas);
+    free(s->alphas_cumprod);
+    free(s->timesteps);
+    free(s->sigmas);
+    free(s);
+}
+
+em_scheduler_kind em_scheduler_get_kind(const em_scheduler *s) {
+    return s ? s->kind : EM_SCHED_KIND_COUNT;
+}
+int64_t em_scheduler_num_train_timesteps(const em_scheduler *s) {
+    return s ? s->cfg.num_train_timesteps : 0;
+}
+
+em_status em_scheduler_set_timesteps_mu(em_ctx *c, em_scheduler *s, int64_t n, double mu) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (c->err.status) return c->err.status;
+    if (!s) return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_timesteps", "scheduler is NULL");
+    int64_t N = s->cfg.num_train_timesteps;
+    if (n < 1 || n > N)
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_timesteps",
+                       "%s: %lld inference steps: need 1..num_train_timesteps (%lld)",
+                       em_scheduler_kind_class(s->kind), (long long)n, (long long)N);
+    if (s->kind == EM_SCHED_FLOW_MATCH_EULER && s->cfg.use_dynamic_shifting && isnan(mu))
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_timesteps",
+                       "%s: use_dynamic_shifting needs mu (em_scheduler_set_timesteps_mu)",
+                       s->origin);
+    return em_sched_timesteps(c, s, n, mu);
+}
+
+em_status em_scheduler_set_timesteps(em_ctx *c, em_scheduler *s, int64_t n) {
+    return em_scheduler_set_timesteps_mu(c, s, n, NAN);
+}
+
+const double *em_scheduler_timesteps(const em_scheduler *s, int64_t *n) {
+    if (n) *n = s && s->timesteps ? s->n_timesteps : 0;
+    return s ? s->timesteps : NULL;
+}
+const float *em_scheduler_sigmas(const em_scheduler *s, int64_t *n) {
+    if (n) *n = s && s->sigmas ? s->n_sigmas : 0;
+    return s ? s->sigmas : NULL;
+}
+const float *em_scheduler_alphas_cumprod(const em_scheduler *s, int64_t *n) {
+    if (n) *n = s && s->alphas_cumprod ? s->cfg.num_train_timesteps : 0;
+    return s ? s->alphas_cumprod : NULL;
+}
+const float *em_scheduler_betas(const em_scheduler *s, int64_t *n) {
+    if (n) *n = s && s->betas ? s->cfg.num_train_timesteps : 0;
+    return s ? s->betas : NULL;
+}
+double em_scheduler_init_noise_sigma(const em_scheduler *s) { return s ? s->init_noise_sigma : 1.0; }
+void em_scheduler_set_eta(em_scheduler *s, double eta) {
+    if (s) s->eta = eta;
+}
+
+int64_t em_sched_index_for(em_ctx *c, const char *file, int line, em_scheduler *s, double t) {
+    int64_t first = -1, second = -1;
+    for (int64_t i = 0; i < s->n_timesteps; i++)
+        if (s->timesteps[i] == t) {
+            if (first < 0) first = i;
+            else if (second < 0) second = i;
+        }
+    if (second >= 0) return second; /* img2img starts mid-schedule: diffusers takes the second */
+    if (first >= 0) return first;
+    if (s->kind == EM_SCHED_DPM_MULTISTEP) return s->n_timesteps - 1;
+    em_fail_at(c, EM_ERR_INDEX, "scheduler_step", file, line,
+               "%s: timestep %g is not in the schedule of %lld timesteps",
+               em_scheduler_kind_class(s->kind), t, (long long)s->n_timesteps);
+    return -1;
+}
+
+em_tensor *em_sched_noise(em_ctx *c, const char *file, int line, em_scheduler *s, em_tensor *x,
+                          em_torch_generator *g) {
+    if (!x || c->err.status) return NULL;
+    if (!g) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "scheduler_step", file, line,
+                   "%s draws noise in this step: pass a generator (em_torch_generator_create)",
+                   em_scheduler_kind_class(s->kind));
+        return NULL;
+    }
+    return em_torch_randn_(c, file, line, g, em_tensor_ndim(x), em_tensor_shape(x),
+                           em_tensor_device(x));
+}
+
+static bool ready(em_ctx *c, const char *file, int line, em_scheduler *s, const char *op) {
+    if (!c || c->err.status) return false;
+    if (!s) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, op, file, line, "scheduler is NULL");
+        return false;
+    }
+    if (!s->timesteps) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, op, file, line,
+                   "%s: call em_scheduler_set_timesteps first", em_scheduler_kind_class(s->kind));
+        return false;
+    }
+    return true;
+}
+
+static bool check_f32(em_ctx *c, const char *file, int line, const char *what, em_tensor *t) {
+    if (!t) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "scheduler_step", file, line, "%s is NULL", what);
+        return false;
+    }
+    if (em_tensor_dtype(t) != EM_F32) {
+        char b[96];
+        em_fail_at(c, EM_ERR_DTYPE, "scheduler_step", file, line, "%s is %s: the schedulers "
+                   "compute in f32 (cast it first)", what, em_tensor_sig(t, b, sizeof b));
+        return false;
+    }
+    return true;
+}
+
+em_tensor *em_scheduler_scale_model_input_(em_ctx *c, const char *file, int line, em_scheduler *s,
+                                           em_tensor *sample, double t) {
+    if (!ready(c, file, line, s, "scheduler_scale_model_input") ||
+        !check_f32(c, file, line, "sample", sample))
+        return NULL;
+    if (s->kind != EM_SCHED_EULER && s->kind != EM_SCHED_EULER_ANCESTRAL) return sample;
+    if (s->step_index < 0) {
+        s->step_index = em_sched_index_for(c, file, line, s, t);
+        if (s->step_index < 0) return NULL;
+    }
+    if (s->step_index >= s->n_timesteps) {
+        em_fail_at(c, EM_ERR_INDEX, "scheduler_scale_model_input", file, line,
+                   "%s: past the last timestep", em_scheduler_kind_class(s->kind));
+        return NULL;
+    }
+    float sigma = s->sigmas[s->step_index];
+    return em_div_scalar_(c, file, line, sample, (double)sqrtf(sigma * sigma + 1.0f));
+}
+
+em_tensor *em_scheduler_step_(em_ctx *c, const char *file, int line, em_scheduler *s,
+                              em_tensor *model_output, double t, em_tensor *sample,
+                              em_torch_generator *g) {
+    if (!ready(c, file, line, s, "scheduler_step") ||
+        !check_f32(c, file, line, "model_output", model_output) ||
+        !check_f32(c, file, line, "sample", sample))
+        return NULL;
+    int nd = em_tensor_ndim(sample);
+    if (em_tensor_ndim(model_output) != nd ||
+        memcmp(em_tensor_shape(model_output), em_tensor_shape(sample), (size_t)nd * sizeof(int64_t))) {
+        char a[96], b[96];
+        em_fail_at(c, EM_ERR_SHAPE, "scheduler_step", file, line,
+                   "model_output %s and sample %s differ in shape",
+                   em_tensor_sig(model_output, a, sizeof a), em_tensor_sig(sample, b, sizeof b));
+        return NULL;
+    }
+    if (em_tensor_device(model_output) != em_tensor_device(sample)) {
+        em_fail_at(c, EM_ERR_DEVICE, "scheduler_step", file, line,
+                   "model_output is on %s, sample on %s", em_device_name(em_tensor_device(model_output)),
+                   em_device_name(em_tensor_device(sample)));
+        return NULL;
+    }
+    if (s->kind <= EM_SCHED_PNDM) return em_sched_step_alpha(c, file, line, s, model_output, t, sample, g);
+    return em_sched_step_sigma(c, file, line, s, model_output, t, sample, g);
+}
