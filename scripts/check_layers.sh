@@ -23,6 +23,7 @@ rules=(
   "generate:serve train testing bench"
   "serve:backends compile testing bench"
   "train:backends compile serve testing bench"
+  "diffusion:backends generate serve train testing bench"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)
