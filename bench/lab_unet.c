@@ -6,7 +6,8 @@
  * Loads the component folder (config.json + diffusion_pytorch_model.safetensors) and runs the
  * forward on a [1, C, SIZE, SIZE] sample (default: the config's sample_size) at timestep 500,
  * REPEATS times (default 5) after one warm-up, printing each wall time and the best.
- * docs/notes/2026-12-02-unet-profile.md has the profile of a 64x64 UNet made with it.
+ * bench/lab_unet_model.py makes such a folder (random weights); the profile of a 64x64 UNet
+ * made with them: docs/notes/2026-12-02-unet-profile.md.
  */
 #include <stdio.h>
 #include <stdlib.h>
