@@ -24,7 +24,7 @@ rules=(
   "serve:backends compile testing bench"
   "train:backends compile serve testing bench"
   "kernels_hub:compile models generate testing bench dist serve train diffusion"
-  "diffusion:backends compile generate serve train testing bench dist kernels_hub"
+  "diffusion:backends generate serve train testing bench kernels_hub"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

@@ -35,6 +35,7 @@
 #include "ember/gguf.h"
 #include "ember/config.h"
 #include "ember/model.h"
+#include "ember/diffusion.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"
 #include "ember/chat.h"

@@ -1,0 +1,202 @@
+/*
+ * ember/diffusion.h — diffusers models and pipeline folders, loaded as diffusers saves them.
+ *
+ * A diffusers pipeline folder holds model_index.json (the pipeline's class and, per component,
+ * the library and class that saved it) and one sub-folder per component. Ember reads the index,
+ * loads the denoiser and hands the scheduler's folder to the scheduler code:
+ *
+ *     em_pipeline_index idx;
+ *     if (em_pipeline_index_load(c, "ddpm-cifar10/", &idx) != EM_OK) { ... em_ctx_error(c) ... }
+ *     em_unet2d_options o = em_unet2d_default_options();
+ *     o.device = "xla:0";
+ *     em_unet2d *unet = em_unet2d_load(c, idx.unet_dir, &o);    // or em_pipeline_load_unet
+ *     em_tensor *eps = em_unet2d_forward(c, unet, x, t, NULL); // x [N, C, H, W], t a 0-d tensor
+ *     ...
+ *     em_unet2d_free(unet);
+ *     em_pipeline_index_free(&idx);
+ *
+ * UNet2DModel (diffusers 0.42): every field of its config.json is honoured or, when it names
+ * something Ember does not implement, refused by name ("UNet2DModel: resnet_time_scale_shift
+ * 'ada_group' is not supported"). Supported: down blocks DownBlock2D / AttnDownBlock2D, up
+ * blocks UpBlock2D / AttnUpBlock2D (the "UNetRes" prefixed spellings too), mid block
+ * UNetMidBlock2D or none, time embeddings positional / fourier / learned, class embeddings
+ * (num_class_embeds table, "timestep", "identity"), resnet_time_scale_shift default /
+ * scale_shift, downsample_type / upsample_type conv / resnet, act_fn silu / swish / gelu / relu.
+ * Weight names are diffusers' (and the older query/key/value/proj_attn names of attention
+ * blocks); every weight's shape is checked against the config at load.
+ *
+ * A model is immutable after loading and may be used from several threads, each with its own
+ * em_ctx.
+ */
+#ifndef EMBER_DIFFUSION_H
+#define EMBER_DIFFUSION_H
+
+#include "ember/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * UNet2DModel
+ * ------------------------------------------------------------------------------------------- */
+
+/** Most down (and up) blocks a UNet2DModel may have. */
+#define EM_UNET2D_MAX_BLOCKS 8
+/** Most resnets per down block (layers_per_block). */
+#define EM_UNET2D_MAX_LAYERS 32
+
+/** Block kinds of down_block_types / up_block_types. Append-only. */
+typedef enum em_unet2d_block_type {
+    EM_UNET2D_BLOCK_PLAIN = 0, /* DownBlock2D / UpBlock2D: resnets only */
+    EM_UNET2D_BLOCK_ATTN = 1   /* AttnDownBlock2D / AttnUpBlock2D: a self-attention per resnet */
+} em_unet2d_block_type;
+
+/** time_embedding_type. Append-only. */
+typedef enum em_unet2d_time_embedding {
+    EM_UNET2D_TIME_POSITIONAL = 0, /* sinusoidal (Timesteps) */
+    EM_UNET2D_TIME_FOURIER = 1,    /* GaussianFourierProjection of log(t), output divided by t */
+    EM_UNET2D_TIME_LEARNED = 2     /* an nn.Embedding of num_train_timesteps rows */
+} em_unet2d_time_embedding;
+
+/** class_embed_type (with num_class_embeds). Append-only. */
+typedef enum em_unet2d_class_embedding {
+    EM_UNET2D_CLASS_NONE = 0,
+    EM_UNET2D_CLASS_TABLE = 1,    /* class_embed_type null, num_class_embeds set: nn.Embedding */
+    EM_UNET2D_CLASS_TIMESTEP = 2, /* "timestep": labels embedded like timesteps */
+    EM_UNET2D_CLASS_IDENTITY = 3  /* "identity": labels are the embedding [N, time_embed_dim] */
+} em_unet2d_class_embedding;
+
+/** The config.json of a UNet2DModel, defaults filled as diffusers fills them. Plain data. */
+typedef struct em_unet2d_config {
+    int64_t sample_size[2];    /* (height, width); 0 when the config has none */
+    int64_t in_channels, out_channels;
+    bool center_input_sample;  /* sample = 2 * sample - 1 first */
+    em_unet2d_time_embedding time_embedding;
+    int64_t time_embed_dim;    /* time_embedding_dim, else 4 * block_out_channels[0] */
+    double freq_shift;         /* positional: downscale_freq_shift */
+    bool flip_sin_to_cos;      /* positional: cos before sin */
+    int n_blocks;              /* len(block_out_channels) */
+    int64_t block_out_channels[EM_UNET2D_MAX_BLOCKS];
+    em_unet2d_block_type down_blocks[EM_UNET2D_MAX_BLOCKS];
+    em_unet2d_block_type up_blocks[EM_UNET2D_MAX_BLOCKS];
+    int64_t layers_per_block;  /* resnets per down block (up blocks have one more) */
+    bool mid_block;            /* mid_block_type "UNetMidBlock2D" (false: null) */
+    bool add_attention;        /* the mid block's attention */
+    double mid_block_scale_factor;
+    int64_t downsample_padding;
+    bool downsample_resnet;    /* downsample_type "resnet" (else "conv"); attention blocks only */
+    bool upsample_resnet;      /* upsample_type "resnet" (else "conv"); attention blocks only */
+    char act_fn[16];           /* "silu", "swish", "gelu", "relu" */
+    int64_t attention_head_dim;/* 0: null (one head of all channels) */
+    int64_t norm_num_groups;
+    int64_t attn_norm_num_groups; /* 0: null (the mid block's rule) */
+    double norm_eps;
+    bool scale_shift;          /* resnet_time_scale_shift "scale_shift" (else "default") */
+    em_unet2d_class_embedding class_embedding;
+    int64_t num_class_embeds;  /* rows of the class table (0: none) */
+    int64_t num_train_timesteps; /* learned time embedding's rows (0: null) */
+} em_unet2d_config;
+
+/**
+ * Reads a UNet2DModel config.json (`path` is the file or the folder holding it) into `out`.
+ * Errors (nothing allocated): EM_ERR_NOT_FOUND / EM_ERR_IO (the file), EM_ERR_FORMAT (not JSON,
+ * `_class_name` not UNet2DModel, a field of the wrong type, a missing required field, sizes
+ * that do not agree: each naming the field and the file), EM_ERR_UNSUPPORTED (a value Ember
+ * does not implement, named: a block type, an activation, a time or class embedding type).
+ */
+EM_API em_status em_unet2d_config_load(em_ctx *c, const char *path, em_unet2d_config *out);
+/** Same, from `n` bytes of JSON text; `name` stands for the file in messages (NULL:
+ *  "config.json"). */
+EM_API em_status em_unet2d_config_parse(em_ctx *c, const char *json, size_t n, const char *name,
+                                        em_unet2d_config *out);
+
+typedef struct em_unet2d em_unet2d;
+
+typedef struct em_unet2d_options {
+    const char *device; /* "cpu", "xla:0", ...; NULL: the context's default device */
+    em_dtype dtype;     /* weights and activations: f32 (default), bf16 or f16 */
+} em_unet2d_options;
+
+/** device NULL, f32. */
+EM_API em_unet2d_options em_unet2d_default_options(void);
+
+/**
+ * Loads a UNet2DModel from a diffusers component folder: config.json and
+ * diffusion_pytorch_model.safetensors (or a sharded index of it). o may be NULL (defaults).
+ * NULL with an error naming the file and the field or tensor: the errors of
+ * em_unet2d_config_load, EM_ERR_NOT_FOUND (a weight missing), EM_ERR_SHAPE (a weight whose shape
+ * disagrees with the config), EM_ERR_DEVICE. Free with em_unet2d_free.
+ */
+EM_API em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o);
+/** Releases the model's weights. NULL is a no-op. */
+EM_API void em_unet2d_free(em_unet2d *u);
+/** The model's config (owned by the model). */
+EM_API const em_unet2d_config *em_unet2d_get_config(const em_unet2d *u);
+/** The device holding the model's weights. */
+EM_API em_device *em_unet2d_device(const em_unet2d *u);
+
+/**
+ * UNet2DModel.forward(sample, timestep, class_labels).sample: sample [N, in_channels, H, W] in
+ * the model's dtype on its device, H and W multiples of 2^(n_blocks - 1). timestep is a tensor
+ * on the model's device: 0-d or [1] (the same for every sample) or [N]; any numeric dtype, used
+ * as f32 (integers as torch converts them; a learned embedding takes it as an index). Passing
+ * the timestep as a tensor lets a compiled step take it as an input instead of a constant.
+ * class_labels [N] (i64 for a class table, floating for "timestep"; [N, time_embed_dim] for
+ * "identity") is required when the model has a class embedding and refused otherwise. Returns
+ * [N, out_channels, H, W] in the current scope, NULL with an error naming the shape at fault.
+ */
+EM_API em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                    em_tensor *timestep, em_tensor *class_labels);
+/** The same with a host timestep (made a 0-d f32 tensor on the model's device). diffusers
+ *  turns a Python number into an integer tensor; pipelines pass tensors, whose values this
+ *  keeps as they are. */
+EM_API em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                       double timestep, em_tensor *class_labels);
+
+/* ---------------------------------------------------------------------------------------------
+ * Pipeline folders (model_index.json)
+ * ------------------------------------------------------------------------------------------- */
+
+/** Pipeline classes of model_index.json's `_class_name`. Append-only. */
+typedef enum em_pipeline_class {
+    EM_PIPELINE_DDPM = 0, /* DDPMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_DDIM = 1  /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+} em_pipeline_class;
+
+/** What model_index.json says, with the component folders resolved. Plain data; free with
+ *  em_pipeline_index_free. Paths are malloc'd and absolute or relative as `dir` was given. */
+typedef struct em_pipeline_index {
+    em_pipeline_class pipeline;
+    char class_name[64];           /* "DDPMPipeline" */
+    char diffusers_version[32];    /* "_diffusers_version" ("" when absent) */
+    char *dir;                     /* the pipeline folder */
+    char *unet_dir;                /* <dir>/unet */
+    char unet_class[64];           /* "UNet2DModel" */
+    char *scheduler_dir;           /* <dir>/scheduler */
+    char *scheduler_config;        /* <dir>/scheduler/scheduler_config.json */
+    char scheduler_class[64];      /* "DDPMScheduler", "DDIMScheduler", ... as the file says */
+} em_pipeline_index;
+
+/**
+ * Reads <dir>/model_index.json and checks that every component the pipeline class needs is
+ * named there with a class Ember can load and that its folder (and the scheduler's
+ * scheduler_config.json) exists. The scheduler class is returned as written (the scheduler
+ * code judges it). Errors, each naming model_index.json or the component's folder:
+ * EM_ERR_NOT_FOUND (no model_index.json, a component or its folder missing), EM_ERR_FORMAT
+ * (not JSON, a field of the wrong type), EM_ERR_UNSUPPORTED (an unknown pipeline class or a
+ * component class Ember cannot load, named). `out` is zeroed on failure.
+ */
+EM_API em_status em_pipeline_index_load(em_ctx *c, const char *dir, em_pipeline_index *out);
+/** Frees the paths and zeroes the struct. NULL is a no-op. */
+EM_API void em_pipeline_index_free(em_pipeline_index *idx);
+/** Name of a pipeline class ("DDPMPipeline"). */
+EM_API const char *em_pipeline_class_name(em_pipeline_class p);
+/** em_unet2d_load of the index's unet component. */
+EM_API em_unet2d *em_pipeline_load_unet(em_ctx *c, const em_pipeline_index *idx,
+                                        const em_unet2d_options *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,152 @@
+/* Pipeline folders: model_index.json routed to the components a pipeline class needs. The
+ * pipeline object (em_pipeline_load / em_pipeline_to / run) will be built on this index. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/file_read.h"
+#include "ember/diffusion.h"
+
+#define OP "model_index.json"
+#define MAX_INDEX_BYTES (1 << 20)
+
+static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline"};
+
+const char *em_pipeline_class_name(em_pipeline_class p) {
+    return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
+                                                                          : "unknown";
+}
+
+void em_pipeline_index_free(em_pipeline_index *idx) {
+    if (!idx) return;
+    free(idx->dir);
+    free(idx->unet_dir);
+    free(idx->scheduler_dir);
+    free(idx->scheduler_config);
+    memset(idx, 0, sizeof *idx);
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name);
+    return p;
+}
+
+static bool exists(const char *p, bool dir) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && (dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode));
+}
+
+/* Component `name`: ["library", "Class"] in the index and its folder <dir>/<name>. Writes the
+ * class to cls and returns the folder (malloc'd), NULL with an error. */
+static char *component(em_ctx *c, json_t *root, const char *file, const char *dir,
+                       const char *pipeline, const char *name, char *cls, size_t n) {
+    json_t *v = json_object_get(root, name);
+    if (!v || json_is_null(v) ||
+        (json_is_array(v) && json_array_size(v) == 2 && json_is_null(json_array_get(v, 1)))) {
+        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP, "%s: %s needs a '%s' component, the file has none",
+                    file, pipeline, name);
+        return NULL;
+    }
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_string(json_array_get(v, 0)) ||
+        !json_is_string(json_array_get(v, 1))) {
+        em_ctx_fail(c, EM_ERR_FORMAT, OP,
+                    "%s: component '%s' must be [\"library\", \"ClassName\"]", file, name);
+        return NULL;
+    }
+    snprintf(cls, n, "%s", json_string_value(json_array_get(v, 1)));
+    char *sub = join(dir, name);
+    if (!sub) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    if (!exists(sub, true)) {
+        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP,
+                    "%s names component '%s' (%s) but its folder %s does not exist", file, name,
+                    cls, sub);
+        free(sub);
+        return NULL;
+    }
+    return sub;
+}
+
+static em_status parse(em_ctx *c, json_t *root, const char *file, const char *dir,
+                       em_pipeline_index *out) {
+    json_t *cls = json_object_get(root, "_class_name");
+    if (!cls || !json_is_string(cls))
+        return em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s has no \"_class_name\" string", file);
+    const char *name = json_string_value(cls);
+    snprintf(out->class_name, sizeof out->class_name, "%s", name);
+    size_t np = sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0], i = 0;
+    while (i < np && strcmp(name, PIPELINE_NAMES[i])) i++;
+    if (i == np)
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                           "%s: pipeline class '%s' is not supported (DDPMPipeline and "
+                           "DDIMPipeline are)", file, name);
+    out->pipeline = (em_pipeline_class)i;
+    json_t *ver = json_object_get(root, "_diffusers_version");
+    if (ver && json_is_string(ver))
+        snprintf(out->diffusers_version, sizeof out->diffusers_version, "%s",
+                 json_string_value(ver));
+    if (!(out->dir = strdup(dir))) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+    out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
+                              sizeof out->unet_class);
+    if (!out->unet_dir) return em_ctx_status(c);
+    if (strcmp(out->unet_class, "UNet2DModel"))
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                           "%s: unet class '%s' is not supported by %s (UNet2DModel is)", file,
+                           out->unet_class, name);
+    out->scheduler_dir = component(c, root, file, dir, name, "scheduler", out->scheduler_class,
+                                   sizeof out->scheduler_class);
+    if (!out->scheduler_dir) return em_ctx_status(c);
+    out->scheduler_config = join(out->scheduler_dir, "scheduler_config.json");
+    if (!out->scheduler_config) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+    if (!exists(out->scheduler_config, false))
+        return em_ctx_fail(c, EM_ERR_NOT_FOUND, OP, "%s: the scheduler component has no %s",
+                           file, out->scheduler_config);
+    return EM_OK;
+}
+
+em_status em_pipeline_index_load(em_ctx *c, const char *dir, em_pipeline_index *out) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (out) memset(out, 0, sizeof *out);
+    if (!dir || !*dir || !out)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "folder or out is NULL or empty");
+    char *file = join(dir, "model_index.json");
+    if (!file) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+    size_t len = 0;
+    char *text = em_file_read(c, OP, file, MAX_INDEX_BYTES, &len, NULL);
+    json_t *root = NULL;
+    if (text) {
+        json_error_t jerr;
+        root = json_loadb(text, len, 0, &jerr);
+        if (!root)
+            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not valid JSON: %s (line %d, column %d)",
+                        file, jerr.text, jerr.line, jerr.column);
+        else if (!json_is_object(root))
+            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not a JSON object", file);
+        else
+            parse(c, root, file, dir, out);
+    }
+    free(text);
+    json_decref(root);
+    free(file);
+    if (em_ctx_status(c)) {
+        em_pipeline_index_free(out);
+        return em_ctx_status(c);
+    }
+    return EM_OK;
+}
+
+em_unet2d *em_pipeline_load_unet(em_ctx *c, const em_pipeline_index *idx,
+                                 const em_unet2d_options *o) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!idx || !idx->unet_dir) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the pipeline index is NULL or not loaded");
+        return NULL;
+    }
+    return em_unet2d_load(c, idx->unet_dir, o);
+}

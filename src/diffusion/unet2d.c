@@ -1,0 +1,484 @@
+/* UNet2DModel (diffusers 0.42, models/unets/unet_2d.py): loading a component folder onto a
+ * device and the forward over Ember's eager ops. The blocks are in unet_blocks.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "diffusion/unet_impl.h"
+
+#define OP "UNet2DModel"
+
+em_unet2d_options em_unet2d_default_options(void) {
+    return (em_unet2d_options){.device = NULL, .dtype = EM_F32};
+}
+
+const em_unet2d_config *em_unet2d_get_config(const em_unet2d *u) { return u ? &u->cfg : NULL; }
+
+em_device *em_unet2d_device(const em_unet2d *u) { return u ? u->dev : NULL; }
+
+void em_unet2d_free(em_unet2d *u) {
+    if (!u) return;
+    for (int i = 0; i < EM_UNET2D_MAX_BLOCKS; i++) {
+        unet_block_free(&u->down[i]);
+        unet_block_free(&u->up[i]);
+    }
+    unet_block_free(&u->mid);
+    unet_param *ps[] = {&u->time_l1, &u->time_l2, &u->class_l1, &u->class_l2,
+                        &u->conv_in, &u->norm_out, &u->conv_out};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) unet_param_free(ps[i]);
+    em_tensor_release(u->freqs);
+    em_tensor_release(u->time_proj);
+    em_tensor_release(u->class_table);
+    free(u->dir);
+    free(u);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading
+ * ------------------------------------------------------------------------------------------- */
+
+/* Timesteps' frequencies exp(-ln(10000) * i / (half - freq_shift)), rounded at each step to
+ * f32 as get_timestep_embedding computes them. */
+static bool make_freqs(em_ctx *c, em_unet2d *u) {
+    int64_t half = u->cfg.block_out_channels[0] / 2;
+    float *f = malloc((size_t)(half ? half : 1) * sizeof *f);
+    if (!f) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
+    float scale = (float)-log(10000.0), den = (float)((double)half - u->cfg.freq_shift);
+    for (int64_t i = 0; i < half; i++) {
+        float e = scale * (float)i;
+        f[i] = expf(e / den);
+    }
+    em_tensor *t = em_from_host_on(c, u->dev, EM_F32, 2, (int64_t[]){1, half}, f);
+    free(f);
+    u->freqs = t ? em_detach(c, t) : NULL;
+    return u->freqs != NULL;
+}
+
+static bool load_time(unet_loader *l) {
+    em_unet2d *u = l->u;
+    const em_unet2d_config *cfg = &u->cfg;
+    int64_t c0 = cfg->block_out_channels[0], d = cfg->time_embed_dim, tin = c0;
+    unet_param p = {0};
+    switch (cfg->time_embedding) {
+    case EM_UNET2D_TIME_POSITIONAL:
+        if (!make_freqs(l->c, u)) return false;
+        break;
+    case EM_UNET2D_TIME_FOURIER:
+        tin = 2 * c0;
+        if (!unet_load_param(l, &p, "", "time_proj", false, 1, (int64_t[]){c0})) return false;
+        break;
+    case EM_UNET2D_TIME_LEARNED:
+        if (!unet_load_param(l, &p, "", "time_proj", false, 2,
+                             (int64_t[]){cfg->num_train_timesteps, c0}))
+            return false;
+        break;
+    }
+    u->time_proj = p.w;
+    if (!unet_load_param(l, &u->time_l1, "time_embedding", "linear_1", true, 2,
+                         (int64_t[]){d, tin}) ||
+        !unet_load_param(l, &u->time_l2, "time_embedding", "linear_2", true, 2,
+                         (int64_t[]){d, d}))
+        return false;
+    switch (cfg->class_embedding) {
+    case EM_UNET2D_CLASS_TABLE:
+        if (!unet_load_param(l, &p, "", "class_embedding", false, 2,
+                             (int64_t[]){cfg->num_class_embeds, d}))
+            return false;
+        u->class_table = p.w;
+        break;
+    case EM_UNET2D_CLASS_TIMESTEP:
+        return unet_load_param(l, &u->class_l1, "class_embedding", "linear_1", true, 2,
+                               (int64_t[]){d, tin}) &&
+               unet_load_param(l, &u->class_l2, "class_embedding", "linear_2", true, 2,
+                               (int64_t[]){d, d});
+    case EM_UNET2D_CLASS_NONE:
+    case EM_UNET2D_CLASS_IDENTITY: break;
+    }
+    return true;
+}
+
+static bool alloc_block(em_ctx *c, unet_block *b, int n, bool attn) {
+    b->n = n;
+    b->res = calloc((size_t)n, sizeof *b->res);
+    b->attn = attn ? calloc((size_t)n, sizeof *b->attn) : NULL;
+    if (!b->res || (attn && !b->attn)) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
+    return true;
+}
+
+/* A resnet down/upsampler (downsample_type / upsample_type "resnet"). */
+static bool load_resampler(unet_loader *l, unet_block *b, const char *prefix, int64_t ch,
+                           bool up) {
+    b->resampler = calloc(1, sizeof *b->resampler);
+    if (!b->resampler) return em_ctx_fail(l->c, EM_ERR_OOM, OP, "out of memory"), false;
+    b->resampler->up = up;
+    b->resampler->down = !up;
+    return unet_load_resnet(l, b->resampler, prefix, ch, ch);
+}
+
+static bool load_down(unet_loader *l) {
+    const em_unet2d_config *cfg = &l->u->cfg;
+    char pre[128];
+    int64_t out = cfg->block_out_channels[0];
+    for (int i = 0; i < cfg->n_blocks; i++) {
+        int64_t in = out;
+        out = cfg->block_out_channels[i];
+        bool attn = cfg->down_blocks[i] == EM_UNET2D_BLOCK_ATTN;
+        unet_block *b = &l->u->down[i];
+        if (!alloc_block(l->c, b, (int)cfg->layers_per_block, attn)) return false;
+        for (int j = 0; j < b->n; j++) {
+            snprintf(pre, sizeof pre, "down_blocks.%d.resnets.%d", i, j);
+            if (!unet_load_resnet(l, &b->res[j], pre, j ? out : in, out)) return false;
+            snprintf(pre, sizeof pre, "down_blocks.%d.attentions.%d", i, j);
+            if (attn && !unet_load_attn(l, &b->attn[j], pre, out, cfg->norm_num_groups, 1.0))
+                return false;
+        }
+        if (i == cfg->n_blocks - 1) continue; /* the last block does not downsample */
+        snprintf(pre, sizeof pre, "down_blocks.%d.downsamplers.0", i);
+        /* DownBlock2D always downsamples with a conv; downsample_type is for attention blocks */
+        if (attn && cfg->downsample_resnet) {
+            if (!load_resampler(l, b, pre, out, false)) return false;
+        } else if (!unet_load_param(l, &b->conv, pre, "conv", true, 4,
+                                    (int64_t[]){out, out, 3, 3}))
+            return false;
+    }
+    return true;
+}
+
+static bool load_mid(unet_loader *l) {
+    const em_unet2d_config *cfg = &l->u->cfg;
+    if (!cfg->mid_block) return true;
+    int64_t ch = cfg->block_out_channels[cfg->n_blocks - 1];
+    unet_block *b = &l->u->mid;
+    if (!alloc_block(l->c, b, 2, cfg->add_attention)) return false;
+    for (int j = 0; j < 2; j++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "mid_block.resnets.%d", j);
+        if (!unet_load_resnet(l, &b->res[j], pre, ch, ch)) return false;
+        b->res[j].out_scale = cfg->mid_block_scale_factor;
+    }
+    if (!cfg->add_attention) return true;
+    /* UNetMidBlock2D: attn_norm_num_groups, else the resnets' groups with the default time
+     * shift and no group norm at all with scale_shift */
+    int64_t groups = cfg->attn_norm_num_groups ? cfg->attn_norm_num_groups
+                     : cfg->scale_shift        ? 0
+                                               : cfg->norm_num_groups;
+    return unet_load_attn(l, &b->attn[0], "mid_block.attentions.0", ch, groups,
+                          cfg->mid_block_scale_factor);
+}
+
+static bool load_up(unet_loader *l) {
+    const em_unet2d_config *cfg = &l->u->cfg;
+    int n = cfg->n_blocks;
+    char pre[128];
+    int64_t out = cfg->block_out_channels[n - 1];
+    for (int i = 0; i < n; i++) {
+        int64_t prev = out;
+        out = cfg->block_out_channels[n - 1 - i];
+        int64_t in = cfg->block_out_channels[n - 1 - (i + 1 < n ? i + 1 : n - 1)];
+        bool attn = cfg->up_blocks[i] == EM_UNET2D_BLOCK_ATTN;
+        unet_block *b = &l->u->up[i];
+        if (!alloc_block(l->c, b, (int)cfg->layers_per_block + 1, attn)) return false;
+        for (int j = 0; j < b->n; j++) {
+            int64_t skip = j == b->n - 1 ? in : out, rin = j == 0 ? prev : out;
+            snprintf(pre, sizeof pre, "up_blocks.%d.resnets.%d", i, j);
+            if (!unet_load_resnet(l, &b->res[j], pre, rin + skip, out)) return false;
+            snprintf(pre, sizeof pre, "up_blocks.%d.attentions.%d", i, j);
+            if (attn && !unet_load_attn(l, &b->attn[j], pre, out, cfg->norm_num_groups, 1.0))
+                return false;
+        }
+        if (i == n - 1) continue;
+        snprintf(pre, sizeof pre, "up_blocks.%d.upsamplers.0", i);
+        if (attn && cfg->upsample_resnet) {
+            if (!load_resampler(l, b, pre, out, true)) return false;
+        } else if (!unet_load_param(l, &b->conv, pre, "conv", true, 4,
+                                    (int64_t[]){out, out, 3, 3}))
+            return false;
+    }
+    return true;
+}
+
+static bool load_weights(unet_loader *l) {
+    const em_unet2d_config *cfg = &l->u->cfg;
+    int64_t c0 = cfg->block_out_channels[0];
+    return unet_load_param(l, &l->u->conv_in, "", "conv_in", true, 4,
+                           (int64_t[]){c0, cfg->in_channels, 3, 3}) &&
+           load_time(l) && load_down(l) && load_mid(l) && load_up(l) &&
+           unet_load_param(l, &l->u->norm_out, "", "conv_norm_out", true, 1, (int64_t[]){c0}) &&
+           unet_load_param(l, &l->u->conv_out, "", "conv_out", true, 4,
+                           (int64_t[]){cfg->out_channels, c0, 3, 3});
+}
+
+static bool is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!dir || !*dir) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the folder is NULL or empty");
+        return NULL;
+    }
+    em_unet2d_options opts = o ? *o : em_unet2d_default_options();
+    if (opts.dtype != EM_F32 && opts.dtype != EM_BF16 && opts.dtype != EM_F16) {
+        em_ctx_fail(c, EM_ERR_DTYPE, OP, "dtype %s: f32, bf16 and f16 are supported",
+                    em_dtype_name(opts.dtype));
+        return NULL;
+    }
+    em_unet2d *u = calloc(1, sizeof *u);
+    if (!u || !(u->dir = strdup(dir))) {
+        free(u);
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    size_t n = strlen(dir) + 64;
+    char *file = malloc(n);
+    if (!file || em_unet2d_config_load(c, dir, &u->cfg) != EM_OK) {
+        if (!file) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        free(file);
+        em_unet2d_free(u);
+        return NULL;
+    }
+    u->dtype = opts.dtype;
+    u->dev = opts.device ? em_device_get(c, opts.device) : em_ctx_device(c);
+    u->groups = u->cfg.norm_num_groups;
+    u->eps = u->cfg.norm_eps;
+    u->act = !strcmp(u->cfg.act_fn, "gelu")   ? UNET_ACT_GELU
+             : !strcmp(u->cfg.act_fn, "relu") ? UNET_ACT_RELU
+                                              : UNET_ACT_SILU;
+    const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
+    snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
+    if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
+    if (u->dev && !is_file(file))
+        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP,
+                    "%s holds no diffusion_pytorch_model.safetensors (nor its .index.json); "
+                    "Ember reads safetensors weights only", dir);
+    em_safetensors *st = em_ctx_status(c) ? NULL : em_safetensors_open(c, file);
+    if (st) {
+        unet_loader l = {c, st, u, file};
+        em_scope_push(c);
+        load_weights(&l);
+        em_scope_pop(c);
+        em_safetensors_free(st);
+    }
+    free(file);
+    if (em_ctx_status(c)) {
+        em_unet2d_free(u);
+        return NULL;
+    }
+    return u;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Forward
+ * ------------------------------------------------------------------------------------------- */
+
+/* time_proj of f32 values t [N]: the positional, fourier or learned embedding [N, tin]. */
+static em_tensor *time_proj(em_ctx *c, const em_unet2d *u, em_tensor *t, int64_t n) {
+    int64_t c0 = u->cfg.block_out_channels[0];
+    em_tensor *col = em_reshape(c, t, 2, (int64_t[]){n, 1});
+    switch (u->cfg.time_embedding) {
+    case EM_UNET2D_TIME_LEARNED: return em_embedding(c, u->time_proj, em_cast(c, t, EM_I64));
+    case EM_UNET2D_TIME_FOURIER: {
+        /* x[:, None] * W[None, :] * 2 * pi of log(x), sin before cos */
+        em_tensor *w = em_reshape(c, u->time_proj, 2, (int64_t[]){1, c0});
+        em_tensor *p = em_mul(c, em_log(c, col), em_cast(c, w, EM_F32));
+        p = em_mul_scalar(c, em_mul_scalar(c, p, 2.0), M_PI);
+        em_tensor *parts[2] = {em_sin(c, p), em_cos(c, p)};
+        return em_cat(c, parts, 2, 1);
+    }
+    case EM_UNET2D_TIME_POSITIONAL: break;
+    }
+    em_tensor *arg = em_mul(c, col, u->freqs); /* [N, C0/2] */
+    em_tensor *s = em_sin(c, arg), *co = em_cos(c, arg);
+    em_tensor *parts[3] = {u->cfg.flip_sin_to_cos ? co : s, u->cfg.flip_sin_to_cos ? s : co, NULL};
+    int np = 2;
+    if (c0 % 2) { /* an odd width gets a zero column */
+        em_device *prev = em_ctx_device(c);
+        em_ctx_set_device(c, u->dev);
+        parts[np++] = em_zeros(c, EM_F32, 2, (int64_t[]){n, 1});
+        em_ctx_set_device(c, prev);
+    }
+    return em_cat(c, parts, np, 1);
+}
+
+/* TimestepEmbedding: linear_2(silu(linear_1(x))) */
+static em_tensor *embed_mlp(em_ctx *c, const em_unet2d *u, const unet_param *l1,
+                            const unet_param *l2, em_tensor *x) {
+    x = em_cast(c, x, u->dtype);
+    return em_linear(c, em_silu(c, em_linear(c, x, l1->w, l1->b)), l2->w, l2->b);
+}
+
+static bool check_inputs(em_ctx *c, const em_unet2d *u, em_tensor *sample, em_tensor *timestep,
+                         em_tensor *labels) {
+    const em_unet2d_config *cfg = &u->cfg;
+    char sig[160];
+    int nd = em_tensor_ndim(sample);
+    if (nd != 4) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "sample must be [N, C, H, W], got %s (model %s)",
+                    em_tensor_sig(sample, sig, sizeof sig), u->dir);
+        return false;
+    }
+    int64_t n = em_tensor_dim(sample, 0), ch = em_tensor_dim(sample, 1), mult = 1;
+    for (int i = 1; i < cfg->n_blocks; i++) mult *= 2;
+    if (ch != cfg->in_channels) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                    "sample %s has %lld channels, the model (%s) takes in_channels = %lld",
+                    em_tensor_sig(sample, sig, sizeof sig), (long long)ch, u->dir,
+                    (long long)cfg->in_channels);
+        return false;
+    }
+    if (em_tensor_dim(sample, 2) % mult || em_tensor_dim(sample, 3) % mult ||
+        !em_tensor_dim(sample, 2) || !em_tensor_dim(sample, 3)) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                    "sample %s: height and width must be positive multiples of %lld (the model "
+                    "%s downsamples %d times)",
+                    em_tensor_sig(sample, sig, sizeof sig), (long long)mult, u->dir,
+                    cfg->n_blocks - 1);
+        return false;
+    }
+    if (em_tensor_dtype(sample) != u->dtype) {
+        em_ctx_fail(c, EM_ERR_DTYPE, OP, "sample %s: the model (%s) is %s",
+                    em_tensor_sig(sample, sig, sizeof sig), u->dir, em_dtype_name(u->dtype));
+        return false;
+    }
+    em_tensor *on[3] = {sample, timestep, labels};
+    for (int i = 0; i < 3; i++)
+        if (on[i] && em_tensor_device(on[i]) != u->dev) {
+            em_ctx_fail(c, EM_ERR_DEVICE, OP, "%s is on %s, the model (%s) on %s",
+                        i == 0 ? "sample" : i == 1 ? "timestep" : "class_labels",
+                        em_device_name(em_tensor_device(on[i])), u->dir,
+                        em_device_name(u->dev));
+            return false;
+        }
+    int64_t tn = em_tensor_numel(timestep);
+    if (em_tensor_ndim(timestep) > 1 || (tn != 1 && tn != n)) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                    "timestep %s must be 0-d, [1] or [N] with N = %lld (the batch of the sample)",
+                    em_tensor_sig(timestep, sig, sizeof sig), (long long)n);
+        return false;
+    }
+    if (cfg->class_embedding == EM_UNET2D_CLASS_NONE) {
+        if (labels)
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                        "class_labels given but the model (%s) has no class embedding", u->dir);
+        return !labels;
+    }
+    if (!labels) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "the model (%s) is class-conditioned: class_labels are required", u->dir);
+        return false;
+    }
+    bool ident = cfg->class_embedding == EM_UNET2D_CLASS_IDENTITY;
+    bool ok = ident ? em_tensor_ndim(labels) == 2 && em_tensor_dim(labels, 0) == n &&
+                          em_tensor_dim(labels, 1) == cfg->time_embed_dim
+                    : em_tensor_ndim(labels) == 1 && em_tensor_dim(labels, 0) == n;
+    if (cfg->class_embedding == EM_UNET2D_CLASS_TABLE && em_dtype_is_float(em_tensor_dtype(labels)))
+        ok = false;
+    if (!ok)
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "class_labels %s: expected %s [%lld%s]",
+                    em_tensor_sig(labels, sig, sizeof sig),
+                    cfg->class_embedding == EM_UNET2D_CLASS_TABLE ? "integer labels" : "values",
+                    (long long)n, ident ? ", time_embed_dim" : "");
+    return ok;
+}
+
+/* The time (and class) embedding [N, D] in the model's dtype. */
+static em_tensor *embed(em_ctx *c, const em_unet2d *u, em_tensor *tf, em_tensor *labels,
+                        int64_t n) {
+    em_tensor *emb = embed_mlp(c, u, &u->time_l1, &u->time_l2, time_proj(c, u, tf, n));
+    switch (u->cfg.class_embedding) {
+    case EM_UNET2D_CLASS_NONE: return emb;
+    case EM_UNET2D_CLASS_TABLE: return em_add(c, emb, em_embedding(c, u->class_table, labels));
+    case EM_UNET2D_CLASS_TIMESTEP: {
+        em_tensor *lf = em_cast(c, labels, EM_F32);
+        return em_add(c, emb, embed_mlp(c, u, &u->class_l1, &u->class_l2,
+                                        time_proj(c, u, lf, n)));
+    }
+    case EM_UNET2D_CLASS_IDENTITY: break;
+    }
+    return em_add(c, emb, em_cast(c, labels, u->dtype));
+}
+
+em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tensor *timestep,
+                             em_tensor *class_labels) {
+    if (!c || em_ctx_status(c) || !sample || !timestep) return NULL;
+    if (!u) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "model is NULL");
+        return NULL;
+    }
+    if (!check_inputs(c, u, sample, timestep, class_labels)) return NULL;
+    const em_unet2d_config *cfg = &u->cfg;
+    int64_t n = em_tensor_dim(sample, 0);
+    em_scope_push(c);
+    em_tensor *x = sample;
+    if (cfg->center_input_sample) x = em_add_scalar(c, em_mul_scalar(c, x, 2.0), -1.0);
+    /* timesteps * ones(N): one value per sample, as f32 (timesteps[:, None].float()) */
+    em_tensor *tf = em_expand(c, em_reshape(c, em_cast(c, timestep, EM_F32), 1, (int64_t[]){-1}),
+                              1, (int64_t[]){n});
+    if (cfg->time_embedding == EM_UNET2D_TIME_LEARNED)
+        tf = em_expand(c, em_reshape(c, timestep, 1, (int64_t[]){-1}), 1, (int64_t[]){n});
+    em_tensor *temb = embed(c, u, tf, class_labels, n);
+
+    /* down: the skip stack holds conv_in's output and every resnet's and downsampler's */
+    em_tensor *skips[1 + EM_UNET2D_MAX_BLOCKS * (EM_UNET2D_MAX_LAYERS + 1)];
+    int ns = 0;
+    x = unet_conv(c, &u->conv_in, x);
+    skips[ns++] = x;
+    for (int i = 0; i < cfg->n_blocks; i++) {
+        const unet_block *b = &u->down[i];
+        for (int j = 0; j < b->n; j++) {
+            x = unet_resnet_forward(c, u, &b->res[j], x, temb);
+            if (b->attn) x = unet_attn_forward(c, u, &b->attn[j], x);
+            skips[ns++] = x;
+        }
+        if (b->resampler) {
+            x = unet_resnet_forward(c, u, b->resampler, x, temb);
+            skips[ns++] = x;
+        } else if (b->conv.w) {
+            x = unet_downsample(c, u, &b->conv, x);
+            skips[ns++] = x;
+        }
+    }
+    if (cfg->mid_block) {
+        x = unet_resnet_forward(c, u, &u->mid.res[0], x, temb);
+        if (u->mid.attn) x = unet_attn_forward(c, u, &u->mid.attn[0], x);
+        x = unet_resnet_forward(c, u, &u->mid.res[1], x, temb);
+    }
+    for (int i = 0; i < cfg->n_blocks; i++) {
+        const unet_block *b = &u->up[i];
+        for (int j = 0; j < b->n; j++) {
+            em_tensor *pair[2] = {x, skips[--ns]};
+            x = unet_resnet_forward(c, u, &b->res[j], em_cat(c, pair, 2, 1), temb);
+            if (b->attn) x = unet_attn_forward(c, u, &b->attn[j], x);
+        }
+        if (b->resampler)
+            x = unet_resnet_forward(c, u, b->resampler, x, temb);
+        else if (b->conv.w)
+            x = unet_upsample(c, &b->conv, x);
+    }
+    x = em_group_norm(c, x, u->groups, u->norm_out.w, u->norm_out.b, u->eps);
+    x = unet_conv(c, &u->conv_out, em_silu(c, x));
+    if (cfg->time_embedding == EM_UNET2D_TIME_FOURIER)
+        x = em_div(c, x, em_cast(c, em_reshape(c, tf, 4, (int64_t[]){n, 1, 1, 1}), u->dtype));
+    x = em_keep(c, x);
+    em_scope_pop(c);
+    return x;
+}
+
+em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sample, double timestep,
+                                em_tensor *class_labels) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!u) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "model is NULL");
+        return NULL;
+    }
+    float v = (float)timestep;
+    em_scope_push(c);
+    em_tensor *t = em_from_host_on(c, u->dev, EM_F32, 0, NULL, &v);
+    em_tensor *out = em_keep(c, em_unet2d_forward(c, u, sample, t, class_labels));
+    em_scope_pop(c);
+    return out;
+}

@@ -1,0 +1,91 @@
+/* UNet2DModel internals shared by its loader (unet2d.c) and its blocks (unet_blocks.c): the
+ * weights resolved at load into one struct per diffusers module, so a missing or misshapen
+ * tensor is found when loading, never in the middle of a forward. */
+#ifndef EMBER_DIFFUSION_UNET_IMPL_H
+#define EMBER_DIFFUSION_UNET_IMPL_H
+
+#include "ember/diffusion.h"
+#include "ember/safetensors.h"
+
+/* A layer's weight and bias (conv, linear, group norm); bias may be NULL (conv_shortcut
+ * without bias never occurs in UNet2DModel, kept general). w == NULL: the layer is absent. */
+typedef struct unet_param {
+    em_tensor *w, *b;
+} unet_param;
+
+typedef enum unet_act { UNET_ACT_SILU, UNET_ACT_GELU, UNET_ACT_RELU } unet_act;
+
+/* ResnetBlock2D. */
+typedef struct unet_resnet {
+    int64_t in, out;
+    unet_param norm1, conv1, temb_proj, norm2, conv2, shortcut;
+    bool up, down;       /* resnet up/downsamplers: nearest x2 / 2x2 average before conv1 */
+    double out_scale;    /* output_scale_factor */
+} unet_resnet;
+
+/* Attention with _from_deprecated_attn_block: group norm, one self-attention over H*W. */
+typedef struct unet_attn {
+    int64_t channels, heads, head_dim;
+    int64_t groups;                /* the group norm's groups (0: no group norm) */
+    unet_param norm, q, k, v, out; /* norm.w == NULL: no group norm */
+    double rescale;                /* rescale_output_factor */
+} unet_attn;
+
+/* A down, mid or up block: resnets, optional attention after each, optional resampler. */
+typedef struct unet_block {
+    int n;               /* resnets */
+    unet_resnet *res;    /* [n] */
+    unet_attn *attn;     /* [n] (mid block: [n - 1], after resnets 0..n-2) or NULL */
+    unet_param conv;     /* downsamplers.0.conv / upsamplers.0.conv (w NULL: none) */
+    unet_resnet *resampler; /* resnet down/upsampler (NULL: none) */
+} unet_block;
+
+struct em_unet2d {
+    em_unet2d_config cfg;
+    char *dir;
+    em_device *dev;
+    em_dtype dtype;
+    unet_act act;
+    int64_t groups;
+    double eps;
+    em_tensor *freqs;    /* positional: [1, C0/2] f32 frequencies as diffusers computes them */
+    em_tensor *time_proj;/* fourier: W [C0]; learned: the table [T, C0] */
+    unet_param time_l1, time_l2;
+    em_tensor *class_table;          /* class table [num_class_embeds, D] */
+    unet_param class_l1, class_l2;   /* "timestep" class embedding */
+    unet_param conv_in, norm_out, conv_out;
+    unet_block down[EM_UNET2D_MAX_BLOCKS], up[EM_UNET2D_MAX_BLOCKS], mid;
+};
+
+/* ---- loading (unet_blocks.c) ---- */
+typedef struct unet_loader {
+    em_ctx *c;
+    em_safetensors *st;
+    em_unet2d *u;
+    const char *file; /* the safetensors file, for messages */
+} unet_loader;
+
+/* Loads `<prefix>.<name>.weight` (and `.bias` when has_bias) checking the weight's shape
+ * (ndim sizes) and the bias's ([shape[0]]). Returns false with an error. */
+bool unet_load_param(unet_loader *l, unet_param *p, const char *prefix, const char *name,
+                     bool has_bias, int ndim, const int64_t *shape);
+bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_t in,
+                      int64_t out);
+bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t channels,
+                    int64_t groups, double rescale);
+void unet_block_free(unet_block *b);
+void unet_param_free(unet_param *p);
+
+/* ---- forward (unet_blocks.c); results in the current scope ---- */
+em_tensor *unet_act_apply(em_ctx *c, unet_act a, em_tensor *x);
+em_tensor *unet_resnet_forward(em_ctx *c, const em_unet2d *u, const unet_resnet *r,
+                               em_tensor *x, em_tensor *temb);
+em_tensor *unet_attn_forward(em_ctx *c, const em_unet2d *u, const unet_attn *a, em_tensor *x);
+/* The down block's conv downsampler (diffusers' F.pad (0, 1, 0, 1) when padding is 0). */
+em_tensor *unet_downsample(em_ctx *c, const em_unet2d *u, const unet_param *conv, em_tensor *x);
+/* Nearest x2 then the 3x3 conv. */
+em_tensor *unet_upsample(em_ctx *c, const unet_param *conv, em_tensor *x);
+/* A 3x3 (or 1x1) convolution, stride 1, "same" padding. */
+em_tensor *unet_conv(em_ctx *c, const unet_param *p, em_tensor *x);
+
+#endif
