@@ -31,6 +31,7 @@
 #include "ember/gguf.h"
 #include "ember/config.h"
 #include "ember/model.h"
+#include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"
 #include "ember/chat.h"
