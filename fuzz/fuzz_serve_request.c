@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    srv_kind kind = (srv_kind)(data[0] % 4);
+    srv_kind kind = (srv_kind)(data[0] % 5);
     srv_request r;
     srv_error e;
     if (!srv_request_parse((const char *)data + 1, size - 1, kind, &r, &e)) {
@@ -33,10 +33,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (kind == SRV_COMPLETION) INVARIANT(r.prompt != NULL);
     if (kind == SRV_TOKENIZE) INVARIANT(r.prompt != NULL || r.messages_json != NULL);
     if (kind == SRV_DETOKENIZE) INVARIANT(r.tokens != NULL);
+    if (kind == SRV_EMBEDDINGS) {
+        INVARIANT(r.n_inputs >= 1 && r.n_inputs <= SRV_MAX_INPUTS);
+        for (size_t i = 0; i < r.n_inputs; i++) INVARIANT(r.inputs[i] && r.inputs[i][0]);
+    }
     INVARIANT(r.max_tokens == -1 || r.max_tokens >= 1);
     INVARIANT(!r.has_temperature || (r.temperature >= 0 && r.temperature <= 2));
     INVARIANT(!r.has_top_p || (r.top_p > 0 && r.top_p <= 1));
     INVARIANT(r.top_k >= 0 && r.n_stop >= 0 && r.n_stop <= SRV_MAX_STOP);
+    INVARIANT(r.logprobs >= -1 && r.logprobs <= 20);
+    INVARIANT(kind > SRV_COMPLETION || (r.n >= 1 && r.n <= SRV_MAX_N));
+    INVARIANT(r.presence_penalty >= -2 && r.presence_penalty <= 2 &&
+              r.frequency_penalty >= -2 && r.frequency_penalty <= 2);
     for (int i = 0; i < r.n_stop; i++) INVARIANT(r.stop[i] && r.stop[i][0]);
     INVARIANT(!r.include_usage || r.stream);
     srv_request_free(&r);

@@ -103,4 +103,17 @@ for s in svgs:
 check(html.count("<svg ") == len(svgs) and "<script" not in html and "http://" not in
       html.replace('xmlns="http://www.w3.org/2000/svg"', ""), "HTML self-contained")
 check("projections" in md.lower() and "Cost per million tokens" in md, "cost and projection sections")
+check("| case | Ember | tokenizers |" in md, "tokenizer table")
+
+# --from: the earlier run rendered again, twice combined (rows doubled), without benchmarks
+again = os.path.join(out, "again")
+src_json = os.path.join(rep, "results.json")
+r = run("report", "--out", again, "--from", src_json + "," + src_json)
+check(r.returncode == 0, f"--from re-renders ({r.stderr.strip()[-200:]})")
+res2 = json.load(open(os.path.join(again, "results.json")))
+check(len(res2["rows"]) == 2 * len(res["rows"]) and len(res2["runs"]) == 2 * len(res["runs"]),
+      "--from combines rows and runs")
+check(os.path.exists(os.path.join(again, "report.html")), "--from writes the report")
+r = run("report", "--out", again, "--from", prices)
+check(r.returncode == 1 and "no \"rows\" array" in r.stderr, "--from a file that is no results.json")
 sys.exit(1 if failed else 0)

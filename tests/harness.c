@@ -50,6 +50,17 @@ const char *em_test_fixtures_dir(void) {
     return d && *d ? d : "tests/fixtures";
 }
 
+em_model *em_test_load_fixture_model(em_ctx *c, const char *family, const em_model_options *o) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), family);
+    em_model_options opt = o ? *o : em_model_default_options();
+    opt.progress = false;
+    opt.offline = true;
+    em_model *m = em_model_load(c, dir, &opt);
+    CHECK_MSG(m != NULL, "%s: %s", family, em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    return m;
+}
+
 static void kernels_str(char *buf, size_t n) {
     snprintf(buf, n, "%s%s", em_cpu_isa_name(em_cpu_isa_get()), em_cpu_bf16_dot() ? "+bf16" : "");
 }

@@ -86,6 +86,13 @@ int em_test_run_in_group(const em_test_case *tests, int n, int argc, char **argv
 /* Directory of the committed fixtures (EMBER_FIXTURES, set by ctest). */
 const char *em_test_fixtures_dir(void);
 
+/* The committed checkpoint fixtures/models/<family> loaded with *o (progress off, offline on;
+ * NULL: the defaults); NULL after a failed CHECK naming the family and Ember's message. */
+struct em_model;
+struct em_model_options;
+struct em_model *em_test_load_fixture_model(struct em_ctx *c, const char *family,
+                                            const struct em_model_options *o);
+
 /* "<fixtures dir>/<sub>/<rel>" in one of 8 rotating static buffers (valid for a few calls). */
 const char *em_test_fixture_path(const char *sub, const char *rel);
 /* A whole file, NUL-terminated, malloc'd (*len may be NULL); NULL after printing why. */

@@ -14,17 +14,11 @@
 
 static em_model *load_on(em_ctx *c, const char *family, em_dtype dt, const char *device,
                          const char *map) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), family);
     em_model_options o = em_model_default_options();
     o.device = device;
     o.device_map = map;
     o.dtype = dt;
-    o.progress = false;
-    o.offline = true;
-    em_model *m = em_model_load(c, dir, &o);
-    CHECK_MSG(m != NULL, "%s: %s", family, em_ctx_error(c) ? em_ctx_error(c)->message : "");
-    return m;
+    return em_test_load_fixture_model(c, family, &o);
 }
 
 static em_model *load(em_ctx *c, const char *family, em_dtype dt) {

@@ -15,16 +15,10 @@
 static em_dist *G;
 
 static em_model *load(em_ctx *c, const char *family, em_dist *tp) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), family);
     em_model_options o = em_model_default_options();
     o.dtype = EM_F32;
-    o.progress = false;
-    o.offline = true;
     o.tp = tp;
-    em_model *m = em_model_load(c, dir, &o);
-    CHECK_MSG(m != NULL, "%s: %s", family, em_ctx_error(c) ? em_ctx_error(c)->message : "");
-    return m;
+    return em_test_load_fixture_model(c, family, &o);
 }
 
 static void check_family(const char *family) {

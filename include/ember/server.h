@@ -15,7 +15,8 @@
  *
  * Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions
  * (non-streaming, or server-sent events with "stream": true), POST /tokenize, POST /detokenize,
- * GET /metrics (Prometheus text, vLLM's metric names). docs/serve.md describes the requests,
+ * GET /metrics (Prometheus text, vLLM's metric names); for an encoder model (BERT family)
+ * POST /v1/embeddings instead of the two generation endpoints. docs/serve.md describes the requests,
  * the parameters, the limits and what is not supported yet.
  *
  * One worker thread owns the model and its KV cache and runs the decode steps; requests join

@@ -14,9 +14,10 @@ import sys
 import threading
 
 from ._ffi import ffi, lib
+from . import _dlpack
 
-__all__ = ["EmberError", "Tensor", "tensor", "ops", "AutoTokenizer", "AutoModelForCausalLM",
-           "version"]
+__all__ = ["EmberError", "Tensor", "tensor", "from_dlpack", "ops", "AutoTokenizer",
+           "AutoModel", "AutoModelForCausalLM", "SentenceTransformer", "compile", "version"]
 
 _HERE = b"python"
 
@@ -67,7 +68,7 @@ def version():
 def _dtype(name):
     """An em_dtype from "bfloat16", "bf16", "float32", "torch.float32", numpy dtypes ..."""
     if name is None:
-        return lib.EM_DTYPE_AUTO if hasattr(lib, "EM_DTYPE_AUTO") else -1
+        return -1  # EM_DTYPE_AUTO, a macro cffi does not see
     if isinstance(name, int):
         return name
     s = str(name).replace("torch.", "")
@@ -204,6 +205,20 @@ class Tensor:
     def __matmul__(self, o): return self._bin("matmul", o)
     def __neg__(self): return ops.neg(self)
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over this CPU tensor's memory (no copy unless copy=True)."""
+        if dl_device is not None and tuple(int(v) for v in dl_device) != (_dlpack.CPU, 0):
+            raise BufferError(f"ember.Tensor exports to the CPU only, not {dl_device}")
+        t = _copy(self) if copy else self
+        versioned = max_version is not None and int(max_version[0]) >= 1
+        return _dlpack.export(_ctx(), t._t, versioned)
+
+    def __dlpack_device__(self):
+        dev = self.device
+        if not dev.startswith("cpu"):
+            raise BufferError(f"DLPack export needs a CPU tensor; this one is on {dev}")
+        return (_dlpack.CPU, 0)
+
 
 def _nest(flat, shape):
     if not shape:
@@ -260,6 +275,29 @@ def tensor(data, dtype=None, device=None):
     if dtype is not None and _dtype(dtype) != lib.em_tensor_dtype(t._t):
         t = ops.cast(t, _dtype(dtype))
     return t.to(device) if device and device != "cpu" else t
+
+
+def _copy(x):
+    """A new CPU tensor with x's values in its own storage."""
+    c = _ctx()
+    src = x.to("cpu") if not x.device.startswith("cpu") else x
+    src = ops.contiguous(src)
+    data = lib.em_tensor_data(c, src._t)
+    _check(c)
+    shape = ffi.new("int64_t[]", list(src.shape) or [1])
+    return Tensor._adopt(c, lib.em_from_host_(c, _HERE, 0, lib.em_tensor_dtype(src._t),
+                                              src.ndim, shape, data))
+
+
+def from_dlpack(x, copy=None):
+    """An ember.Tensor sharing the memory of `x` (a numpy array, a torch tensor, anything with
+    `__dlpack__` on the CPU): no copy, as torch.from_dlpack. `copy=True` copies; read-only
+    arrays and strided views are copied (Ember wraps only writable row-major memory)."""
+    if isinstance(x, Tensor):
+        return _copy(x) if copy else x
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"ember.from_dlpack: {type(x).__name__} has no __dlpack__")
+    return _dlpack.import_(_ctx(), x, Tensor._adopt, bool(copy))
 
 
 class _Ops:
@@ -359,6 +397,73 @@ def _arity(args):
 
 
 ops = _Ops()
+
+
+class compile:
+    """`ember.compile(fn)`: fn written with ember ops, traced once per input signature (dtypes,
+    shapes, device) into one program — a CPU plan or one PJRT executable — as em_compile does
+    in C. Call it with tensors; it returns a Tensor or a tuple of them, like fn. Inside fn the
+    inputs are symbolic: reading their values (`.numpy()`, `.item()`) is an error. Not
+    thread-safe: one per thread, as in C."""
+
+    _SIG = "int(em_ctx *, em_tensor * const *, int, int64_t *, int, em_tensor **, int, void *)"
+
+    def __init__(self, fn, name=None):
+        self._fn = fn
+        self._error = None
+        self._tuple = False
+        self._cb = ffi.callback(self._SIG, self._trace)
+        c = _ctx()
+        label = ffi.new("char[]", (name or getattr(fn, "__name__", "fn")).encode())
+        self._f = ffi.gc(_check(c, lib.em_compile(c, label, self._cb, ffi.NULL)),
+                         lib.em_compiled_free)
+
+    def _trace(self, c, inp, n_in, statics, n_statics, out, max_out, user):
+        try:
+            args = [Tensor(lib.em_tensor_retain(inp[i])) for i in range(n_in)]
+            res = self._fn(*args)
+            self._tuple = isinstance(res, (tuple, list))
+            outs = list(res) if self._tuple else [res]
+            if len(outs) > max_out or not all(isinstance(t, Tensor) for t in outs):
+                raise TypeError(f"ember.compile: {getattr(self._fn, '__name__', 'fn')} must "
+                                f"return a Tensor or a tuple of at most {max_out} Tensors")
+            for i, t in enumerate(outs):  # the contract: outputs live in the caller's scope
+                out[i] = lib.em_adopt(c, lib.em_tensor_retain(t._t))
+            return len(outs)
+        except BaseException as e:  # noqa: BLE001 - re-raised by __call__
+            self._error = e
+            if lib.em_ctx_status(c) == 0:
+                lib.em_ctx_fail(c, lib.EM_ERR_INVALID_ARG, b"compile", b"%s",
+                                ffi.new("char[]", f"{type(e).__name__}: {e}".encode()))
+            return -1
+
+    def __call__(self, *tensors):
+        c = _ctx()
+        ins = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+        arr = ffi.new("em_tensor *[]", [t._t for t in ins] or [ffi.NULL])
+        outs = ffi.new("em_tensor *[]", 16)
+        self._error = None
+        lib.em_scope_push(c)
+        try:
+            n = lib.em_compiled_call(c, self._f, arr, len(ins), ffi.NULL, 0, outs, 16)
+            if n < 0:
+                err = self._error
+                self._error = None
+                if err is not None:
+                    lib.em_ctx_clear_error(c)
+                    raise err
+                _raise(c)
+            res = [Tensor._adopt(c, outs[i]) for i in range(n)]
+        finally:
+            lib.em_scope_pop(c)
+        return tuple(res) if self._tuple or n != 1 else res[0]
+
+    def stats(self):
+        """The C counters (calls, compiles, last_reason, kernels ...) as a dict."""
+        st = ffi.new("em_compile_stats *")
+        lib.em_compiled_stats(self._f, st)
+        return {k: (ffi.string(getattr(st, k)).decode() if k in ("last_reason", "backend")
+                    else getattr(st, k)) for k in dir(st)}
 
 
 # ---- tokenizers ----
@@ -480,6 +585,126 @@ class CausalLMOutput:
 _KINDS = {"cpu": "cpu", "xla": "xla:0", "cuda": "cuda:0", "tpu": "tpu:0"}
 
 
+def _load_model(path, device_map, dtype, moe_impl, offline):
+    """em_model_load with transformers' from_pretrained arguments; returns (model, kept buffers)."""
+    c = _ctx()
+    o = ffi.new("em_model_options *", lib.em_model_default_options())
+    o.progress = False
+    keep = []
+    if isinstance(device_map, dict):
+        s = ",".join(f"{k}={_KINDS.get(str(v), str(v))}" for k, v in device_map.items())
+        keep.append(ffi.new("char[]", s.encode()))
+        o.device_map = keep[-1]
+    elif device_map == "auto":
+        keep.append(ffi.new("char[]", b"auto"))
+        o.device_map = keep[-1]
+    elif device_map is not None:
+        keep.append(ffi.new("char[]", _KINDS.get(device_map, device_map).encode()))
+        o.device = keep[-1]
+    if dtype is not None and dtype != "auto":
+        o.dtype = _dtype(dtype)
+    if moe_impl is not None:
+        impl = ffi.new("em_moe_impl *")
+        if not lib.em_moe_impl_parse(moe_impl.encode(), impl):
+            raise ValueError(f"moe_impl {moe_impl!r}: ragged, loop or dense")
+        o.moe_impl = impl[0]
+    if offline is not None:
+        o.offline = offline
+    return _check(c, lib.em_model_load(c, str(path).encode(), o)), keep
+
+
+def _device_map(m):
+    buf = ffi.new("char[]", 4096)
+    lib.em_model_device_map(m, buf, 4096)
+    text = ffi.string(buf).decode()
+    out = {}
+    for part in filter(None, text.replace(",", "\n").split("\n")):
+        k, _, v = part.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _ids_tensor(x, name):
+    """[B, T] i64 from an ember/numpy/torch tensor or nested lists (a 1-D input is one row)."""
+    t = x if isinstance(x, Tensor) else tensor(x, dtype="i64")
+    if t.dtype != "i64":
+        t = ops.cast(t, _dtype("i64"))
+    if t.ndim == 1:
+        t = ops.reshape(t, [1, t.shape[0]])
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be [batch, seq], got shape {list(t.shape)}")
+    return t
+
+
+def _mask_tensor(mask):
+    if mask is None:
+        return None
+    t = mask if isinstance(mask, Tensor) else tensor(mask)
+    return ops.cast(t, _dtype("bool"))
+
+
+class BaseModelOutput:
+    def __init__(self, last_hidden_state):
+        self.last_hidden_state = last_hidden_state
+
+
+class AutoModel:
+    """An encoder (BERT family: all-MiniLM-L6-v2 ...): `model(input_ids, attention_mask)`
+    gives `last_hidden_state` [B, T, H] as transformers' AutoModel does. Decoders are loaded
+    with AutoModelForCausalLM."""
+
+    def __init__(self, ptr, keep):
+        self._m = ffi.gc(ptr, lib.em_model_free)
+        self._keep = keep
+
+    @classmethod
+    def from_pretrained(cls, path, device_map=None, dtype=None, offline=None):
+        m, keep = _load_model(path, device_map, dtype, None, offline)
+        if lib.em_model_is_causal_lm(m):
+            lib.em_model_free(m)
+            raise EmberError(f"{path} is a causal language model: load it with "
+                             "ember.AutoModelForCausalLM")
+        return cls(m, keep)
+
+    @property
+    def hf_device_map(self):
+        return _device_map(self._m)
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None):
+        c = _ctx()
+        ids = _ids_tensor(input_ids, "input_ids")
+        mask = _mask_tensor(attention_mask)
+        types = _ids_tensor(token_type_ids, "token_type_ids") if token_type_ids is not None \
+            else None
+        out = lib.em_model_encode(c, self._m, ids._t, mask._t if mask else ffi.NULL,
+                                  types._t if types else ffi.NULL)
+        return BaseModelOutput(Tensor._adopt(c, out))
+
+
+class SentenceTransformer:
+    """sentence-transformers' `SentenceTransformer(dir).encode(texts)` for mean-pooling,
+    normalising models such as all-MiniLM-L6-v2: a numpy array [len(texts), hidden]."""
+
+    def __init__(self, path, device=None, offline=None):
+        self.model = AutoModel.from_pretrained(path, device_map=device, offline=offline)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+
+    def encode(self, sentences):
+        import numpy as np
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else list(sentences)
+        c = _ctx()
+        hidden = lib.em_model_config_get(self.model._m).hidden_size
+        out = np.zeros((len(texts), hidden), dtype=np.float32)
+        if texts:
+            cs = [ffi.new("char[]", t.encode()) for t in texts]
+            arr = ffi.new("char *[]", cs)
+            if lib.em_embed_texts(c, self.model._m, self.tokenizer._tok, arr, len(texts),
+                                  ffi.cast("float *", out.ctypes.data)) != 0:
+                _raise(c)
+        return out[0] if single else out
+
+
 class AutoModelForCausalLM:
     """A decoder language model: a Hub id, a checkpoint folder or a GGUF file."""
 
@@ -489,30 +714,7 @@ class AutoModelForCausalLM:
 
     @classmethod
     def from_pretrained(cls, path, device_map=None, dtype=None, moe_impl=None, offline=None):
-        c = _ctx()
-        o = ffi.new("em_model_options *", lib.em_model_default_options())
-        o.progress = False
-        keep = []
-        if isinstance(device_map, dict):
-            s = ",".join(f"{k}={_KINDS.get(str(v), str(v))}" for k, v in device_map.items())
-            keep.append(ffi.new("char[]", s.encode()))
-            o.device_map = keep[-1]
-        elif device_map == "auto":
-            keep.append(ffi.new("char[]", b"auto"))
-            o.device_map = keep[-1]
-        elif device_map is not None:
-            keep.append(ffi.new("char[]", _KINDS.get(device_map, device_map).encode()))
-            o.device = keep[-1]
-        if dtype is not None and dtype != "auto":
-            o.dtype = _dtype(dtype)
-        if moe_impl is not None:
-            impl = ffi.new("em_moe_impl *")
-            if not lib.em_moe_impl_parse(moe_impl.encode(), impl):
-                raise ValueError(f"moe_impl {moe_impl!r}: ragged, loop or dense")
-            o.moe_impl = impl[0]
-        if offline is not None:
-            o.offline = offline
-        m = _check(c, lib.em_model_load(c, str(path).encode(), o))
+        m, keep = _load_model(path, device_map, dtype, moe_impl, offline)
         if not lib.em_model_is_causal_lm(m):
             lib.em_model_free(m)
             raise EmberError(f"{path} is not a causal language model (use the encoder API)")
@@ -520,29 +722,14 @@ class AutoModelForCausalLM:
 
     @property
     def hf_device_map(self):
-        buf = ffi.new("char[]", 4096)
-        lib.em_model_device_map(self._m, buf, 4096)
-        text = ffi.string(buf).decode()
-        out = {}
-        for part in filter(None, text.replace(",", "\n").split("\n")):
-            k, _, v = part.partition("=")
-            out[k.strip()] = v.strip()
-        return out
+        return _device_map(self._m)
 
     def __call__(self, input_ids, attention_mask=None):
         c = _ctx()
-        ids = input_ids if isinstance(input_ids, Tensor) else tensor(input_ids, dtype="i64")
-        if ids.dtype != "i64":
-            ids = ops.cast(ids, _dtype("i64"))
-        if ids.ndim == 1:
-            ids = ops.reshape(ids, [1, ids.shape[0]])
-        mask = ffi.NULL
-        if attention_mask is not None:
-            mt = attention_mask if isinstance(attention_mask, Tensor) else tensor(attention_mask)
-            mask = ops.cast(mt, _dtype("bool"))
-            keep = mask
-            mask = keep._t
-        out = lib.em_model_forward(c, self._m, ids._t, mask, ffi.NULL, False)
+        ids = _ids_tensor(input_ids, "input_ids")
+        mask = _mask_tensor(attention_mask)
+        out = lib.em_model_forward(c, self._m, ids._t, mask._t if mask else ffi.NULL, ffi.NULL,
+                                   False)
         return CausalLMOutput(Tensor._adopt(c, out))
 
     def generate(self, input_ids, attention_mask=None, max_new_tokens=None, do_sample=None,

@@ -160,6 +160,9 @@ static srv_job *make_job(em_server *s, const srv_request *q, srv_error *err) {
         j->gp.do_sample = true;
     }
     if (q->has_top_p) j->gp.top_p = q->top_p;
+    j->logprobs = q->logprobs;
+    j->presence = (float)q->presence_penalty;
+    j->frequency = (float)q->frequency_penalty;
     if (q->has_top_k) j->gp.top_k = q->top_k;
     for (int k = 0; k < q->n_stop; k++) {
         if (!(j->stop[k] = strdup(q->stop[k]))) {
@@ -192,13 +195,15 @@ fail:
     return NULL;
 }
 
-static json_t *usage_json(const srv_job *j) {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)j->n_prompt,
-                     "completion_tokens", (json_int_t)j->completion_tokens, "total_tokens",
-                     (json_int_t)(j->n_prompt + j->completion_tokens));
+/* usage of a response of n choices: the prompt once, the completions summed (as OpenAI) */
+static json_t *usage_json(srv_job *const *jobs, int n) {
+    int64_t done = 0;
+    for (int i = 0; i < n; i++) done += jobs[i]->completion_tokens;
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)jobs[0]->n_prompt,
+                     "completion_tokens", (json_int_t)done, "total_tokens",
+                     (json_int_t)(jobs[0]->n_prompt + done));
 }
 
-/* An object as one server-sent event, "data: {...}\n\n" (takes o; NULL when out of memory). */
 static char *sse_event(json_t *o) {
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -208,10 +213,10 @@ static char *sse_event(json_t *o) {
     return ev;
 }
 
-/* A streamed chunk: `text` new (may be NULL: none), finish reason (NULL: not yet), `first`
- * (the chat role chunk). As "data: {...}\n\n". */
-static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
-                   const char *finish, bool first) {
+/* A streamed chunk of choice `index`: `text` new (may be NULL: none), finish reason (NULL: not
+ * yet), `first` (the chat role chunk), logprobs (taken; NULL: none). As "data: {...}\n\n". */
+static char *chunk(em_server *s, const srv_job *j, int index, const char *text, size_t n,
+                   const char *finish, bool first, json_t *lp) {
     json_t *choice;
     if (j->chat) {
         json_t *delta = json_object();
@@ -220,11 +225,12 @@ static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
             json_object_set_new(delta, "content", json_string(""));
         }
         if (text && n) json_object_set_new(delta, "content", json_stringn(text, n));
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs",
-                           "finish_reason", finish ? json_string(finish) : json_null());
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", delta, "logprobs",
+                           lp ? lp : json_null(), "finish_reason",
+                           finish ? json_string(finish) : json_null());
     } else {
-        choice = json_pack("{s:i, s:s%, s:n, s:o}", "index", 0, "text", text ? text : "",
-                           text ? n : 0, "logprobs", "finish_reason",
+        choice = json_pack("{s:i, s:s%, s:o, s:o}", "index", index, "text", text ? text : "",
+                           text ? n : 0, "logprobs", lp ? lp : json_null(), "finish_reason",
                            finish ? json_string(finish) : json_null());
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object",
@@ -234,46 +240,82 @@ static char *chunk(em_server *s, const srv_job *j, const char *text, size_t n,
     return sse_event(o);
 }
 
-/* The state of one streamed response. */
+/* What one choice of a streamed response has sent. */
+typedef struct srv_choice {
+    srv_job *j;
+    size_t sent_text;   /* bytes of j->text sent */
+    int64_t sent_lp;    /* logprob entries sent */
+    size_t lp_offset;   /* completions' text_offset of the next entry */
+    bool sent_first, sent_finish;
+} srv_choice;
+
+/* The state of one streamed response: its n choices, each a job of its own. */
 typedef struct srv_stream {
     em_server *s;
-    srv_job *j;
+    srv_choice *ch;
+    srv_job **jobs;
+    int n, next;        /* next: the choice to look at first (round robin) */
     int fd;
-    size_t sent_text;   /* bytes of j->text sent */
-    bool sent_first, sent_finish, sent_usage, sent_done;
+    bool sent_usage, sent_done;
     char *pending;      /* an event not yet copied out in full */
     size_t pending_len, pending_off;
 } srv_stream;
 
+static bool choice_ready(const srv_choice *c) {
+    return !c->sent_first || (!c->sent_finish && (c->j->text_len > c->sent_text || c->j->done));
+}
+
+/* The next event of choice i, or NULL when it has none now. mu held. */
+static char *choice_event(srv_stream *st, int i) {
+    srv_choice *c = &st->ch[i];
+    srv_job *j = c->j;
+    em_server *s = st->s;
+    if (!c->sent_first) {
+        c->sent_first = true;
+        if (j->chat) return chunk(s, j, i, NULL, 0, NULL, true, NULL);
+    }
+    if (c->sent_finish || !(j->text_len > c->sent_text || j->done)) return NULL;
+    const char *t = j->text ? j->text + c->sent_text : NULL;
+    size_t n = j->text_len - c->sent_text;
+    c->sent_text = j->text_len;
+    if (j->done && !strcmp(j->finish_reason, "abort") && j->error[0]) {
+        c->sent_finish = true;
+        return sse_event(json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", j->error,
+                                   "type", "server_error", "param", "code"));
+    }
+    if (j->done) c->sent_finish = true;
+    json_t *lp = NULL;
+    if (j->logprobs >= 0 && j->n_lp > c->sent_lp) {
+        lp = srv_logprobs_json(s, j, c->sent_lp, j->n_lp, &c->lp_offset);
+        c->sent_lp = j->n_lp;
+    }
+    return chunk(s, j, i, t, n, j->done ? j->finish_reason : NULL, false, lp);
+}
+
 /* The next event to send, or NULL at the end. mu held. */
 static char *next_event(srv_stream *st) {
-    srv_job *j = st->j;
-    em_server *s = st->s;
-    if (!st->sent_first && j->chat) {
-        st->sent_first = true;
-        return chunk(s, j, NULL, 0, NULL, true);
-    }
-    if (!st->sent_finish && (j->text_len > st->sent_text || j->done)) {
-        const char *t = j->text ? j->text + st->sent_text : NULL;
-        size_t n = j->text_len - st->sent_text;
-        st->sent_text = j->text_len;
-        if (j->done && !strcmp(j->finish_reason, "abort") && j->error[0]) {
-            st->sent_finish = true;
-            return sse_event(json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", j->error,
-                                       "type", "server_error", "param", "code"));
+    for (int k = 0; k < st->n; k++) {
+        int i = (st->next + k) % st->n;
+        if (!choice_ready(&st->ch[i])) continue;
+        char *ev = choice_event(st, i);
+        if (ev) {
+            st->next = (i + 1) % st->n;
+            return ev;
         }
-        if (j->done) st->sent_finish = true;
-        return chunk(s, j, t, n, j->done ? j->finish_reason : NULL, false);
     }
-    if (st->sent_finish && j->include_usage && !st->sent_usage) {
+    bool finished = true;
+    for (int i = 0; i < st->n; i++) finished &= st->ch[i].sent_finish;
+    if (!finished) return NULL;
+    srv_job *j = st->jobs[0];
+    if (j->include_usage && !st->sent_usage) {
         st->sent_usage = true;
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", j->id, "object",
                               j->chat ? "chat.completion.chunk" : "text_completion", "created",
-                              (json_int_t)j->created, "model", s->model_name, "choices", "usage",
-                              usage_json(j));
+                              (json_int_t)j->created, "model", st->s->model_name, "choices",
+                              "usage", usage_json(st->jobs, st->n));
         return sse_event(o);
     }
-    if (st->sent_finish && !st->sent_done) {
+    if (!st->sent_done) {
         st->sent_done = true;
         return strdup("data: [DONE]\n\n");
     }
@@ -287,11 +329,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (!st->pending) {
         pthread_mutex_lock(&s->mu);
         for (;;) {
-            bool ready = !st->sent_first || st->j->text_len > st->sent_text || st->j->done ||
-                         st->sent_finish;
-            if (ready) {
+            bool ready = false, finished = true;
+            for (int i = 0; i < st->n; i++) {
+                ready |= choice_ready(&st->ch[i]);
+                finished &= st->ch[i].sent_finish;
+            }
+            if (ready || finished) {
                 st->pending = next_event(st);
-                break;
+                if (st->pending || finished) break;
             }
             if (peer_gone(st->fd)) break;
             wait_a_little(s);
@@ -313,16 +358,53 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-/* The response is gone (sent, or the connection closed): a job still running is cancelled. */
+/* Cancels the jobs still running (their client went away) and drops the references. */
+static void release_jobs(em_server *s, srv_job **jobs, int n, bool cancel) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; cancel && i < n; i++)
+        if (jobs[i] && !jobs[i]->done) jobs[i]->cancelled = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) srv_job_release(s, jobs[i]);
+}
+
+/* The response is gone (sent, or the connection closed): jobs still running are cancelled. */
 static void stream_free(void *cls) {
     srv_stream *st = cls;
-    pthread_mutex_lock(&st->s->mu);
-    if (!st->j->done) st->j->cancelled = true;
-    pthread_cond_broadcast(&st->s->cv);
-    pthread_mutex_unlock(&st->s->mu);
-    srv_job_release(st->s, st->j);
+    release_jobs(st->s, st->jobs, st->n, true);
+    free(st->jobs);
+    free(st->ch);
     free(st->pending);
     free(st);
+}
+
+/* A copy of job j for another choice: its own prompt copy, stop strings and seed. */
+static srv_job *clone_job(const srv_job *j, uint64_t seed) {
+    srv_job *k = calloc(1, sizeof *k);
+    if (!k) return NULL;
+    *k = *j;
+    k->next = NULL;
+    k->text = NULL;
+    k->text_len = k->text_cap = 0;
+    k->lp = NULL;
+    k->n_lp = k->cap_lp = 0;
+    k->n_stop = 0;
+    k->refs = 1;
+    k->seed = seed;
+    k->prompt = malloc((size_t)j->n_prompt * sizeof *k->prompt);
+    bool ok = k->prompt != NULL;
+    if (ok) memcpy(k->prompt, j->prompt, (size_t)j->n_prompt * sizeof *k->prompt);
+    for (int i = 0; ok && i < j->n_stop; i++) {
+        ok = (k->stop[i] = strdup(j->stop[i])) != NULL;
+        if (ok) k->n_stop = i + 1;
+    }
+    if (!ok) {
+        free(k->prompt);
+        for (int i = 0; i < k->n_stop; i++) free(k->stop[i]);
+        free(k);
+        return NULL;
+    }
+    return k;
 }
 
 static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const srv_request *q) {
@@ -331,29 +413,51 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
     srv_job *j = make_job(s, q, &err);
     if (!j) return reply_error(s, conn, &err, err.http == 400 && !strcmp(err.param, "max_tokens")
                                                   ? "context_length_exceeded" : NULL);
-    if (!srv_submit(s, j, &err)) {
+    int n = q->n > 1 ? q->n : 1;
+    srv_job **jobs = calloc((size_t)n, sizeof *jobs);
+    if (!jobs) {
         srv_job_release(s, j);
+        return fail(s, conn, 500, "server_error", NULL, "out of memory");
+    }
+    jobs[0] = j;
+    /* choices after the first draw from seeds of their own (the same answer under greedy) */
+    for (int i = 1; i < n; i++)
+        if (!(jobs[i] = clone_job(j, j->seed + 0x9e3779b97f4a7c15ull * (uint64_t)i))) {
+            release_jobs(s, jobs, i, false);
+            free(jobs);
+            return fail(s, conn, 500, "server_error", NULL, "out of memory");
+        }
+    int submitted = 0;
+    while (submitted < n && srv_submit(s, jobs[submitted], &err)) submitted++;
+    if (submitted < n) { /* all or nothing: the ones queued are cancelled */
+        release_jobs(s, jobs, n, true);
+        free(jobs);
         return reply_error(s, conn, &err, NULL);
     }
     int fd = conn_fd(conn);
     if (j->stream) {
         srv_stream *st = calloc(1, sizeof *st);
+        srv_choice *ch = calloc((size_t)n, sizeof *ch);
         struct MHD_Response *r =
-            st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st,
-                                                   stream_free)
-               : NULL;
+            st && ch ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read,
+                                                         st, stream_free)
+                     : NULL;
         if (!r) {
             free(st);
-            pthread_mutex_lock(&s->mu);
-            j->cancelled = true;
-            pthread_mutex_unlock(&s->mu);
-            srv_job_release(s, j);
+            free(ch);
+            release_jobs(s, jobs, n, true);
+            free(jobs);
             return MHD_NO;
         }
         st->s = s;
-        st->j = j; /* the stream owns the HTTP thread's reference now */
+        st->jobs = jobs; /* the stream owns the HTTP thread's references now */
+        st->ch = ch;
+        st->n = n;
         st->fd = fd;
-        st->sent_first = !j->chat; /* completions have no role chunk */
+        for (int i = 0; i < n; i++) {
+            ch[i].j = jobs[i];
+            ch[i].sent_first = !j->chat; /* completions have no role chunk */
+        }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, r);
@@ -361,40 +465,130 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
         return ok;
     }
     pthread_mutex_lock(&s->mu);
-    bool gone = false;
-    while (!j->done && !(gone = peer_gone(fd))) wait_a_little(s);
-    if (gone) {
-        j->cancelled = true;
-        pthread_cond_broadcast(&s->cv);
+    bool gone = false, all_done = false;
+    while (!all_done && !(gone = peer_gone(fd))) {
+        all_done = true;
+        for (int i = 0; i < n; i++) all_done &= jobs[i]->done;
+        if (!all_done) wait_a_little(s);
     }
     pthread_mutex_unlock(&s->mu);
     if (gone) {
-        srv_job_release(s, j);
+        release_jobs(s, jobs, n, true);
+        free(jobs);
         return MHD_NO;
     }
     enum MHD_Result ok;
-    if (!strcmp(j->finish_reason, "abort")) {
+    const srv_job *aborted = NULL;
+    for (int i = 0; i < n && !aborted; i++)
+        if (!strcmp(jobs[i]->finish_reason, "abort")) aborted = jobs[i];
+    if (aborted) {
         pthread_mutex_lock(&s->mu);
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
         ok = fail(s, conn, stopping ? 503 : 500, "server_error", NULL, "%s",
-                  j->error[0] ? j->error : "the request was aborted");
+                  aborted->error[0] ? aborted->error : "the request was aborted");
     } else {
-        /* the text may hold NUL characters (a token can decode to one) */
-        const char *t = j->text ? j->text : "";
-        json_t *choice =
-            j->chat ? json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role",
-                                "assistant", "content", t, j->text_len, "logprobs",
-                                "finish_reason", j->finish_reason)
-                    : json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", t, j->text_len,
-                                "logprobs", "finish_reason", j->finish_reason);
+        json_t *choices = json_array();
+        for (int i = 0; i < n; i++) {
+            const srv_job *k = jobs[i];
+            /* the text may hold NUL characters (a token can decode to one) */
+            const char *t = k->text ? k->text : "";
+            size_t offset = 0;
+            json_t *lp = k->logprobs >= 0 ? srv_logprobs_json(s, k, 0, k->n_lp, &offset) : NULL;
+            json_array_append_new(
+                choices,
+                k->chat ? json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", i, "message",
+                                    "role", "assistant", "content", t, k->text_len, "logprobs",
+                                    lp ? lp : json_null(), "finish_reason", k->finish_reason)
+                        : json_pack("{s:i, s:s%, s:o, s:s}", "index", i, "text", t, k->text_len,
+                                    "logprobs", lp ? lp : json_null(), "finish_reason",
+                                    k->finish_reason));
+        }
         ok = reply_json(conn, MHD_HTTP_OK,
-                        json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
+                        json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object",
                                   j->chat ? "chat.completion" : "text_completion", "created",
                                   (json_int_t)j->created, "model", s->model_name, "choices",
-                                  choice, "usage", usage_json(j)));
+                                  choices, "usage", usage_json(jobs, n)));
     }
-    srv_job_release(s, j);
+    release_jobs(s, jobs, n, false);
+    free(jobs);
+    return ok;
+}
+
+/* ---- embeddings ---- */
+
+/* Standard base64 of n bytes (no library among Ember's dependencies offers one; the OpenAI
+ * client asks for base64 by default). Returns a malloc'd NUL-terminated string or NULL. */
+static char *base64(const unsigned char *p, size_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *o++ = tab[v >> 18 & 63];
+        *o++ = tab[v >> 12 & 63];
+        *o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *o = 0;
+    return out;
+}
+
+static enum MHD_Result embeddings(em_server *s, struct MHD_Connection *conn,
+                                  const srv_request *q) {
+    if (!s->encoder)
+        return fail(s, conn, 400, "invalid_request_error", NULL,
+                    "this server serves the causal language model '%.100s'; /v1/embeddings "
+                    "needs an encoder model (e.g. all-MiniLM-L6-v2)", s->model_name);
+    int64_t hidden = em_model_config_get(s->model)->hidden_size;
+    float *vec = malloc(q->n_inputs * (size_t)hidden * sizeof *vec);
+    em_ctx *c = em_ctx_create();
+    if (!vec || !c) {
+        free(vec);
+        em_ctx_free(c);
+        return fail(s, conn, 500, "server_error", NULL, "out of memory");
+    }
+    /* the prompt-token count of usage: the tokens the model saw, special tokens included */
+    int64_t tokens = 0;
+    for (size_t i = 0; i < q->n_inputs && !em_ctx_status(c); i++) {
+        em_token *ids = NULL;
+        size_t n = 0;
+        if (!em_tokenizer_encode(c, s->tok, q->inputs[i], strlen(q->inputs[i]), true, &ids, &n))
+            tokens += (int64_t)(n < (size_t)s->ctx ? n : (size_t)s->ctx);
+        em_free(ids);
+    }
+    if (!em_ctx_status(c))
+        em_embed_texts(c, s->model, s->tok, (const char *const *)q->inputs, (int)q->n_inputs, vec);
+    enum MHD_Result ok;
+    if (em_ctx_status(c)) {
+        ok = fail(s, conn, 400, "invalid_request_error", "input", "%s", em_ctx_error(c)->message);
+    } else {
+        json_t *data = json_array();
+        for (size_t i = 0; i < q->n_inputs; i++) {
+            const float *v = vec + i * (size_t)hidden;
+            json_t *e;
+            if (q->base64) {
+                char *b = base64((const unsigned char *)v, (size_t)hidden * sizeof *v);
+                e = b ? json_string(b) : NULL;
+                free(b);
+            } else {
+                e = json_array();
+                for (int64_t k = 0; k < hidden; k++) json_array_append_new(e, json_real(v[k]));
+            }
+            json_array_append_new(data, json_pack("{s:s, s:I, s:o}", "object", "embedding",
+                                                  "index", (json_int_t)i, "embedding", e));
+        }
+        ok = reply_json(conn, MHD_HTTP_OK,
+                        json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data,
+                                  "model", s->model_name, "usage", "prompt_tokens",
+                                  (json_int_t)tokens, "total_tokens", (json_int_t)tokens));
+        pthread_mutex_lock(&s->mu);
+        s->prompt_tokens += tokens;
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(vec);
+    em_ctx_free(c);
     return ok;
 }
 
@@ -486,6 +680,7 @@ static enum MHD_Result route(em_server *s, struct MHD_Connection *conn, const ch
     else if (!strcmp(url, "/v1/completions")) kind = SRV_COMPLETION;
     else if (!strcmp(url, "/tokenize")) kind = SRV_TOKENIZE;
     else if (!strcmp(url, "/detokenize")) kind = SRV_DETOKENIZE;
+    else if (!strcmp(url, "/v1/embeddings")) kind = SRV_EMBEDDINGS;
     else if (!strcmp(url, "/v1/models") && get) kind = (srv_kind)-1;
     else
         return fail(s, conn, 404, "invalid_request_error", NULL, "no endpoint %s %.200s", method,
@@ -508,12 +703,18 @@ static enum MHD_Result route(em_server *s, struct MHD_Connection *conn, const ch
     if (!srv_request_parse(sc->body, sc->len, kind, &q, &err))
         return reply_error(s, conn, &err, NULL);
     enum MHD_Result ok;
-    if (q.model && strcmp(q.model, s->model_name) && (kind == SRV_CHAT || kind == SRV_COMPLETION))
+    if (q.model && strcmp(q.model, s->model_name) &&
+        (kind == SRV_CHAT || kind == SRV_COMPLETION || kind == SRV_EMBEDDINGS))
         ok = fail(s, conn, 404, "invalid_request_error", "model_not_found",
                   "the model '%.100s' does not exist; this server serves '%.100s'", q.model,
                   s->model_name);
     else if (kind == SRV_TOKENIZE) ok = tokenize(s, conn, &q);
     else if (kind == SRV_DETOKENIZE) ok = detokenize(s, conn, &q);
+    else if (kind == SRV_EMBEDDINGS) ok = embeddings(s, conn, &q);
+    else if (s->encoder)
+        ok = fail(s, conn, 400, "invalid_request_error", NULL,
+                  "'%.100s' is an encoder model: it serves /v1/embeddings, not %s", s->model_name,
+                  url);
     else ok = generate(s, conn, &q);
     srv_request_free(&q);
     return ok;

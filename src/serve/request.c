@@ -30,6 +30,8 @@ void srv_request_free(srv_request *r) {
     free(r->prompt);
     free(r->tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (size_t i = 0; i < r->n_inputs; i++) free(r->inputs[i]);
+    free(r->inputs);
     memset(r, 0, sizeof *r);
 }
 
@@ -65,25 +67,9 @@ static bool get_int(json_t *o, const char *key, long long lo, long long hi, bool
 
 /* Options this server does not implement: refused when set to anything but their neutral value. */
 static bool refuse_unsupported(json_t *o, srv_kind kind, srv_error *err) {
-    static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < sizeof zero_numbers / sizeof *zero_numbers; i++) {
-        json_t *v = opt(o, zero_numbers[i]);
-        if (v && (!json_is_number(v) || json_number_value(v) != 0))
-            return BAD(zero_numbers[i], "'%s' is not supported yet (only 0)", zero_numbers[i]);
-    }
-    json_t *v = opt(o, "n");
-    if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
-        return BAD("n", "'n' other than 1 is not supported yet");
-    v = opt(o, "best_of");
+    json_t *v = opt(o, "best_of");
     if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
         return BAD("best_of", "'best_of' other than 1 is not supported");
-    v = opt(o, "logprobs");
-    if (v && !json_is_false(v) && !(kind == SRV_COMPLETION && json_is_integer(v) &&
-                                    json_integer_value(v) == 0))
-        return BAD("logprobs", "'logprobs' is not supported yet");
-    v = opt(o, "top_logprobs");
-    if (v && (!json_is_integer(v) || json_integer_value(v) != 0))
-        return BAD("top_logprobs", "'top_logprobs' is not supported yet");
     v = opt(o, "echo");
     if (v && !json_is_false(v)) return BAD("echo", "'echo' is not supported yet");
     v = opt(o, "suffix");
@@ -219,6 +205,10 @@ static bool parse_generation(json_t *o, srv_request *r, srv_error *err) {
         !get_number(o, "top_p", 0, 1, &r->has_top_p, &r->top_p, err))
         return false;
     if (r->has_top_p && r->top_p <= 0) return BAD("top_p", "'top_p' must be greater than 0");
+    /* OpenAI's range; 0 (the default) is off */
+    if (!get_number(o, "presence_penalty", -2, 2, &has, &r->presence_penalty, err) ||
+        !get_number(o, "frequency_penalty", -2, 2, &has, &r->frequency_penalty, err))
+        return false;
     long long k = 0;
     if (!get_int(o, "top_k", -1, INT32_MAX, &r->has_top_k, &k, err)) return false;
     r->top_k = k > 0 ? k : 0; /* -1 and 0: off */
@@ -226,6 +216,29 @@ static bool parse_generation(json_t *o, srv_request *r, srv_error *err) {
     if (!get_int(o, "seed", INT64_MIN, INT64_MAX, &r->has_seed, &seed, err)) return false;
     r->seed = (uint64_t)seed;
     if (!get_stop(o, r, err)) return false;
+    bool has_n = false;
+    long long n_choices = 1;
+    if (!get_int(o, "n", 1, SRV_MAX_N, &has_n, &n_choices, err)) return false;
+    r->n = (int)n_choices;
+    /* chat: logprobs true/false and top_logprobs 0-20; completions: logprobs 0-5 (alternatives) */
+    json_t *lp = opt(o, "logprobs");
+    r->logprobs = -1;
+    if (r->kind == SRV_CHAT) {
+        if (lp && !json_is_boolean(lp)) return BAD("logprobs", "'logprobs' must be a boolean");
+        bool has_top = false;
+        long long top = 0;
+        if (!get_int(o, "top_logprobs", 0, 20, &has_top, &top, err)) return false;
+        if (has_top && !json_is_true(lp))
+            return BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        if (json_is_true(lp)) r->logprobs = (int)top;
+    } else {
+        bool has_lp = false;
+        long long n_lp = 0;
+        if (!json_is_false(lp) && !get_int(o, "logprobs", 0, 5, &has_lp, &n_lp, err)) return false;
+        if (has_lp) r->logprobs = (int)n_lp;
+        if (opt(o, "top_logprobs"))
+            return BAD("top_logprobs", "completions take the count in 'logprobs' (0-5)");
+    }
     json_t *st = opt(o, "stream");
     if (st && !json_is_boolean(st)) return BAD("stream", "'stream' must be a boolean");
     r->stream = json_is_true(st);
@@ -269,12 +282,44 @@ static bool parse_detokenize(json_t *o, srv_request *r, srv_error *err) {
     return true;
 }
 
+static bool parse_embeddings(json_t *o, srv_request *r, srv_error *err) {
+    json_t *in = json_object_get(o, "input");
+    json_t *one[1] = {in};
+    size_t n = json_is_array(in) ? json_array_size(in) : 1;
+    if (!in || (!json_is_string(in) && !json_is_array(in)))
+        return BAD("input", "'input' must be a string or an array of strings");
+    if (n == 0 || n > SRV_MAX_INPUTS)
+        return BAD("input", "'input' must hold 1 to %d texts", SRV_MAX_INPUTS);
+    if (!(r->inputs = calloc(n, sizeof *r->inputs)))
+        return srv_fail(err, 500, "server_error", "", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_is_array(in) ? json_array_get(in, i) : one[0];
+        if (json_is_integer(v) || json_is_array(v))
+            return BAD("input", "token-id inputs are not supported; send the texts");
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return BAD("input", "input[%zu] must be a non-empty string", i);
+        if (!(r->inputs[i] = strdup(json_string_value(v))))
+            return srv_fail(err, 500, "server_error", "", "out of memory");
+        r->n_inputs++;
+    }
+    json_t *f = opt(o, "encoding_format");
+    if (f && (!json_is_string(f) || (strcmp(json_string_value(f), "float") &&
+                                     strcmp(json_string_value(f), "base64"))))
+        return BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    r->base64 = f && !strcmp(json_string_value(f), "base64");
+    if (opt(o, "dimensions"))
+        return BAD("dimensions", "'dimensions' is not supported: the model's own size is returned");
+    return true;
+}
+
 bool srv_request_parse(const char *body, size_t n, srv_kind kind, srv_request *out,
                        srv_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     out->kind = kind;
     out->max_tokens = -1;
+    out->logprobs = -1;
+    out->n = 1;
     json_error_t je;
     json_t *o = json_loadb(body ? body : "", body ? n : 0, JSON_REJECT_DUPLICATES, &je);
     if (!o)
@@ -293,6 +338,7 @@ bool srv_request_parse(const char *body, size_t n, srv_kind kind, srv_request *o
         case SRV_CHAT:
         case SRV_COMPLETION: ok = parse_generation(o, out, err); break;
         case SRV_TOKENIZE: ok = parse_tokenize(o, out, err); break;
+        case SRV_EMBEDDINGS: ok = parse_embeddings(o, out, err); break;
         default: ok = parse_detokenize(o, out, err); break;
         }
     }

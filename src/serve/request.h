@@ -8,8 +8,17 @@
 #include <stdint.h>
 
 #define SRV_MAX_STOP 4 /* OpenAI's limit on `stop` strings */
+#define SRV_MAX_N 128  /* OpenAI's limit on `n`, the choices of one request */
 
-typedef enum srv_kind { SRV_CHAT, SRV_COMPLETION, SRV_TOKENIZE, SRV_DETOKENIZE } srv_kind;
+typedef enum srv_kind {
+    SRV_CHAT,
+    SRV_COMPLETION,
+    SRV_TOKENIZE,
+    SRV_DETOKENIZE,
+    SRV_EMBEDDINGS
+} srv_kind;
+
+#define SRV_MAX_INPUTS 2048 /* OpenAI's limit on the texts of one embeddings request */
 
 typedef struct srv_request {
     srv_kind kind;
@@ -22,12 +31,18 @@ typedef struct srv_request {
     int64_t max_tokens;  /* -1: not given */
     bool has_temperature, has_top_p, has_top_k, has_seed;
     double temperature, top_p;
+    double presence_penalty, frequency_penalty; /* OpenAI's, over the generated tokens (0: off) */
+    int n;               /* choices (1-128), each a sequence of its own */
+    int logprobs;        /* -1: not asked; else alternatives per token (chat 0-20, completions 0-5) */
     int64_t top_k;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
     bool add_special_tokens; /* tokenize: default true for a prompt, false for messages */
+    char **inputs;           /* embeddings: the texts */
+    size_t n_inputs;
+    bool base64;             /* embeddings: encoding_format "base64" (little-endian f32) */
 } srv_request;
 
 /* An OpenAI-style error: HTTP status, "type", the offending parameter (may be empty). */

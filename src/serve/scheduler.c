@@ -36,6 +36,9 @@ typedef struct srv_row {
     size_t sent;       /* bytes of dt.text handed to the job */
     em_rng rng;
     int64_t last;      /* the id the next step feeds */
+    int32_t *counts;   /* presence/frequency penalties: times each id was generated (vocab) */
+    int64_t *distinct; /* the ids generated at least once, in order */
+    int64_t n_distinct;
 } srv_row;
 
 typedef struct srv_worker {
@@ -65,6 +68,7 @@ static void job_free(srv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->text);
+    free(j->lp);
     free(j);
 }
 
@@ -236,6 +240,8 @@ static void finish_job(srv_worker *w, srv_job *j, const char *reason, int64_t n_
 static void row_free(srv_row *r) {
     free(r->seen);
     free(r->gen);
+    free(r->counts);
+    free(r->distinct);
     em_detok_free(&r->dt);
     memset(r, 0, sizeof *r);
 }
@@ -276,13 +282,36 @@ static em_status remove_row(srv_worker *w, int r) {
 static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
     em_server *s = w->s;
     srv_job *j = r->job;
+    srv_logprob lp;
+    bool want_lp = j->logprobs >= 0;
+    /* the model's own distribution: ranked before the penalties touch the logits */
+    float logz = want_lp ? srv_logprob_top(logits, w->vocab, j->logprobs, &lp) : 0;
+    /* OpenAI's penalties, on the raw logits of the ids generated so far (as vLLM applies them:
+     * the output tokens only), before temperature and the truncations */
+    for (int64_t k = 0; r->counts && k < r->n_distinct; k++) {
+        int64_t d = r->distinct[k];
+        logits[d] -= j->presence + j->frequency * (float)r->counts[d];
+    }
     int64_t id = em_sample_next(logits, w->vocab, r->seen, r->n_seen, &j->gp, &r->rng, w->scratch,
                                 w->order);
+    if (want_lp) { /* the chosen token's raw logit: its penalty given back */
+        int32_t seen_before = r->counts ? r->counts[id] : 0;
+        float raw = logits[id] + (seen_before ? j->presence + j->frequency * (float)seen_before : 0);
+        lp.id = (int32_t)id;
+        lp.lp = raw - logz;
+    }
+    if (r->counts && r->counts[id]++ == 0) r->distinct[r->n_distinct++] = id;
     r->seen[r->n_seen++] = id;
     r->gen[r->n_gen++] = (em_token)id;
     r->last = id;
     double now = srv_now();
     pthread_mutex_lock(&s->mu);
+    if (want_lp && j->n_lp == j->cap_lp) {
+        int64_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        srv_logprob *grown = realloc(j->lp, (size_t)cap * sizeof *grown);
+        if (grown) j->lp = grown, j->cap_lp = cap;
+    }
+    if (want_lp && j->n_lp < j->cap_lp) j->lp[j->n_lp++] = lp; /* out of memory: fewer entries */
     s->generation_tokens++;
     if (r->n_gen == 1) {
         j->t_first = now;
@@ -318,6 +347,11 @@ static const char *admit(srv_worker *w, srv_job *j) {
     r->job = j;
     r->seen = malloc((size_t)(p + j->max_tokens) * sizeof *r->seen);
     r->gen = malloc((size_t)j->max_tokens * sizeof *r->gen);
+    if (j->presence != 0 || j->frequency != 0) {
+        r->counts = calloc((size_t)w->vocab, sizeof *r->counts);
+        r->distinct = malloc((size_t)j->max_tokens * sizeof *r->distinct);
+        if (!r->counts || !r->distinct) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    }
     int64_t *ids = malloc((size_t)p * sizeof *ids);
     em_kv_cache *tmp = NULL;
     if (!r->seen || !r->gen || !ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
@@ -413,16 +447,18 @@ static bool load(srv_worker *w) {
     mo.progress = false;
     em_model *m = em_model_load(c, s->model_arg, &mo);
     em_tokenizer *tok = m ? em_tokenizer_load(c, em_model_dir(m)) : NULL;
-    if (m && tok && !em_model_is_causal_lm(m))
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "serve", "%s is an encoder; serving needs a causal "
-                    "language model", s->model_arg);
+    /* an encoder serves /v1/embeddings only: no KV cache, no decode rows */
+    bool encoder = m && tok && !em_model_is_causal_lm(m);
     int64_t ctx = s->o.ctx;
-    if (!em_ctx_status(c)) {
+    if (encoder) {
+        int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
+        ctx = maxpos > 0 ? maxpos : 512;
+    } else if (!em_ctx_status(c)) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
         w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
     }
-    if (!em_ctx_status(c)) {
+    if (!encoder && !em_ctx_status(c)) {
         const em_generation_config *g = em_model_generation_config(m);
         w->n_eos = g->n_eos_token_ids < 64 ? g->n_eos_token_ids : 64;
         for (int e = 0; e < w->n_eos; e++) w->eos[e] = g->eos_token_ids[e];
@@ -455,13 +491,17 @@ static bool load(srv_worker *w) {
     } else {
         s->model = m;
         s->tok = tok;
+        s->encoder = encoder;
         s->ctx = ctx;
-        s->kv_total = (int64_t)s->o.max_batch * ctx;
+        s->kv_total = encoder ? 0 : (int64_t)s->o.max_batch * ctx;
         s->loaded = true;
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->loaded && !s->o.quiet)
+    if (s->loaded && !s->o.quiet && encoder)
+        fprintf(stderr, "ember serve: %s (an encoder: /v1/embeddings) loaded in %.2f s\n",
+                s->model_name, em_model_load_seconds(m));
+    else if (s->loaded && !s->o.quiet)
         fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache\n",
                 s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx);
     return s->loaded;

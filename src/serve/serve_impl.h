@@ -7,9 +7,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "ember/generate.h"
 #include "ember/server.h"
 #include "serve/request.h"
+
+#define SRV_MAX_TOP_LOGPROBS 20 /* OpenAI's limit on top_logprobs */
+
+/* One generated token's log-probability under the model (log-softmax of its raw logits) and the
+ * most likely alternatives, best first. */
+typedef struct srv_logprob {
+    int32_t id;
+    float lp;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
 
 /* One generation request. Owned by its references (the HTTP thread that made it, the worker
  * while it queues or runs); the last srv_job_release frees it. */
@@ -21,6 +35,8 @@ typedef struct srv_job {
     em_token *prompt;          /* the prompt's ids (n_prompt) */
     int64_t n_prompt, max_tokens;
     em_generate_params gp;     /* sampling (do_sample, temperature, top-k/p, min-p, penalty) */
+    float presence, frequency; /* OpenAI's penalties on the logits of generated tokens */
+    int logprobs;              /* -1: none; else how many alternatives per token (0-20) */
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
@@ -31,6 +47,8 @@ typedef struct srv_job {
     char *text;                /* the answer so far, past stop strings never (NUL-terminated) */
     size_t text_len, text_cap;
     int64_t completion_tokens;
+    srv_logprob *lp;           /* per generated token when logprobs >= 0 (n_lp of them) */
+    int64_t n_lp, cap_lp;
     bool done;
     const char *finish_reason; /* "stop", "length", "abort" once done */
     char error[256];           /* a failure inside the worker (done, finish_reason "abort") */
@@ -53,6 +71,7 @@ struct em_server {
     /* the model, loaded by the worker; set once, then read-only */
     em_model *model;
     em_tokenizer *tok;
+    bool encoder;              /* an encoder model: /v1/embeddings only, no generation */
     int64_t ctx;
     char load_error[512];
     /* threads */
@@ -72,6 +91,15 @@ struct em_server {
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
 };
+
+/* logprobs.c: the `top` most likely ids of a row of raw logits into out->top_* (best first);
+ * returns log(sum(exp(logits))), the normaliser of every log-probability of the row. */
+float srv_logprob_top(const float *logits, int64_t vocab, int top, srv_logprob *out);
+/* OpenAI's logprobs objects for tokens [from, to) of a job: chat's {"content": [...]}, or the
+ * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} with offsets counted
+ * from *offset (advanced). NULL when out of memory. */
+json_t *srv_logprobs_json(em_server *s, const srv_job *j, int64_t from, int64_t to,
+                          size_t *offset);
 
 double srv_now(void);
 void srv_job_release(em_server *s, srv_job *j);

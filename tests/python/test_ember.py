@@ -144,6 +144,10 @@ def test_examples_run():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "predicted classes: [" in r.stdout and "as expected: shape error: matmul" in r.stdout
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "compile.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "6 calls, 2 compiles (last: input 0 dim 0: 4 -> 8)" in r.stdout
 
 
 def test_gguf_tokenizer_and_model():
@@ -152,3 +156,133 @@ def test_gguf_tokenizer_and_model():
         pytest.skip("no GGUF model fixture")
     model = ember.AutoModelForCausalLM.from_pretrained(path)
     assert model([[1, 2, 3]]).logits.shape[:2] == (1, 3)
+
+
+def data_ptr(t):
+    return int(ember.ffi.cast("uintptr_t", ember.lib.em_tensor_data(ember._ctx(), t._t)))
+
+
+def test_dlpack_numpy_zero_copy_both_ways():
+    import gc
+    from ember import _dlpack
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ember.from_dlpack(a)
+    assert t.shape == (3, 4) and t.dtype == "f32" and data_ptr(t) == a.ctypes.data
+    a[0, 0] = 42.0  # the same memory
+    assert t.numpy()[0, 0] == 42.0
+    b = np.from_dlpack(t)
+    assert b.ctypes.data == a.ctypes.data
+    e = ember.tensor([[1.5, 2.5], [3.5, 4.5]])
+    n = np.from_dlpack(e)
+    assert n.ctypes.data == data_ptr(e)
+    del e
+    gc.collect()
+    np.testing.assert_array_equal(n, [[1.5, 2.5], [3.5, 4.5]])  # the export keeps it alive
+    for dt in (np.int64, np.int32, np.int8, np.uint8, np.float64, np.float16, np.bool_):
+        x = (np.arange(6) % 2).astype(dt).reshape(2, 3)
+        np.testing.assert_array_equal(np.from_dlpack(ember.from_dlpack(x)), x)
+    ro = np.arange(4, dtype=np.int64)
+    ro.flags.writeable = False
+    r = ember.from_dlpack(ro)  # read-only memory is copied (Ember tensors are writable)
+    assert r.tolist() == [0, 1, 2, 3] and data_ptr(r) != ro.ctypes.data
+    s = np.arange(12, dtype=np.float32).reshape(3, 4).T  # a strided view is copied
+    np.testing.assert_array_equal(ember.from_dlpack(s).numpy(), s)
+    c = ember.from_dlpack(a, copy=True)
+    assert data_ptr(c) != a.ctypes.data
+    with pytest.raises(TypeError):
+        ember.from_dlpack(object())
+    del t, b, n, c, r
+    gc.collect()
+    assert not _dlpack._live and not _dlpack._imported  # every deleter ran
+
+
+def test_dlpack_torch_when_installed():
+    torch = pytest.importorskip("torch")
+    x = ember.tensor([[1.0, 2.0], [3.0, 4.0]])
+    tt = torch.from_dlpack(x)
+    assert tt.data_ptr() == data_ptr(x)
+    bf = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    eb = ember.from_dlpack(bf)
+    assert eb.dtype == "bf16" and data_ptr(eb) == bf.data_ptr()
+    np.testing.assert_array_equal(eb.numpy(), bf.float().numpy())
+
+
+def test_encoder_matches_transformers():
+    ref = bundle("bert")
+    model = ember.AutoModel.from_pretrained(os.path.join(FX, "models", "bert"))
+    h = model(ref["ids"], attention_mask=ref["mask"]).last_hidden_state
+    np.testing.assert_allclose(h.numpy(), ref["hidden"], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ember.EmberError) as e:
+        ember.AutoModel.from_pretrained(os.path.join(FX, "models", "qwen3"))
+    assert "AutoModelForCausalLM" in str(e.value)
+
+
+def test_sentence_embeddings_match_sentence_transformers():
+    d = os.environ.get("EMBER_MINILM_DIR")
+    if not d or not os.path.isdir(d):
+        pytest.skip("EMBER_MINILM_DIR unset: all-MiniLM-L6-v2 is fetched by scripts/fetch_minilm.sh")
+    meta = json.load(open(os.path.join(FX, "minilm", "reference.json")))
+    raw = open(os.path.join(FX, "minilm", "reference.bin"), "rb").read()
+    t = meta["tensors"]["embeddings"]
+    want = np.frombuffer(raw[t["offset"]:t["offset"] + t["nbytes"]], np.float32).reshape(t["shape"])
+    texts = open(os.path.join(FX, "minilm", "sentences.txt")).read().splitlines()[:want.shape[0]]
+    got = ember.SentenceTransformer(d).encode(texts)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_compile_traces_once_per_shape():
+    w = ember.tensor(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4))
+
+    def mlp(x):
+        return ember.ops.softmax(ember.ops.linear(x, w, None), -1)
+
+    f = ember.compile(mlp)
+    x = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    for _ in range(3):
+        y = f(x)
+    np.testing.assert_allclose(y.numpy(), mlp(ember.tensor(x)).numpy(), rtol=1e-6, atol=1e-7)
+    st = f.stats()
+    assert st["compiles"] == 1 and st["calls"] == 3
+    f(np.ones((5, 4), np.float32))
+    assert f.stats()["compiles"] == 2
+    with pytest.raises(ember.EmberError) as e:
+        ember.compile(lambda x: ember.tensor(x.numpy()))(x)
+    assert "compiled function cannot read" in str(e.value)
+    with pytest.raises(ZeroDivisionError):
+        ember.compile(lambda x: 1 / 0)(x)
+
+
+def test_stub_lists_every_op():
+    pyi = os.path.join(os.path.dirname(ember.__file__), "__init__.pyi")
+    assert os.path.exists(os.path.join(os.path.dirname(ember.__file__), "py.typed"))
+    import ast
+    tree = ast.parse(open(pyi).read())
+    ops = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Ops")
+    names = {f.name for f in ops.body if isinstance(f, ast.FunctionDef)}
+    assert names == set(dir(ember.ops))
+    public = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    public |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
+    assert set(ember.__all__) <= public
+
+
+def test_no_python_memory_growth():
+    import gc
+    import tracemalloc
+    a = np.ones((16, 16), np.float32)
+
+    def work():
+        for _ in range(200):
+            t = ember.tensor(a)
+            (t @ t + 1).numpy()
+            np.from_dlpack(ember.from_dlpack(a))
+
+    work()  # warm caches (the op functions, file-name strings)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    work()
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert grown < 64 * 1024, f"{grown} bytes of Python memory kept by 200 rounds"

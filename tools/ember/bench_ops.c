@@ -218,7 +218,8 @@ int bench_ops(int argc, char **argv) {
         op_job j = {c, em_ones(c, EM_F32, EM_SHAPE(1)), em_ones(c, EM_F32, EM_SHAPE(1)), "add"};
         double ms = bench_median_ms(run_dispatch, &j, mt) / 1000;
         double p = torch.available ? bench_peer_ms(&torch, "dispatch") : -1;
-        bench_row r = {"dispatch_add", "[1]", "f32", ms, 0, NULL, p > 0 ? "torch" : NULL, p, 0, 0};
+        bench_row r = {.bench = "dispatch_add", .shape = "[1]", .dtype = "f32", .ms = ms,
+                       .peer = p > 0 ? "torch" : NULL, .peer_ms = p};
         bench_print_row(&r, json);
     }
     /* memory-bound ops */
@@ -234,8 +235,10 @@ int bench_ops(int argc, char **argv) {
             double p = torch.available ? bench_peer_ms(&torch, ew_ops[i]) : -1;
             char shape[32];
             snprintf(shape, sizeof shape, "[%lld] %lldMiB", (long long)big, (long long)(big * 4 >> 20));
-            bench_row r = {ew_ops[i], shape, "f32", ms, lim, i < 3 ? "triad bw" : "read bw",
-                           p > 0 ? "torch" : NULL, p, (double)big, bytes};
+            bench_row r = {.bench = ew_ops[i], .shape = shape, .dtype = "f32", .ms = ms,
+                           .limit_ms = lim, .limit_what = i < 3 ? "triad bw" : "read bw",
+                           .peer = p > 0 ? "torch" : NULL, .peer_ms = p, .flops = (double)big,
+                           .bytes = bytes};
             bench_print_row(&r, json);
         }
         /* fused mode: the same 8-op chain evaluated in one pass vs op by op */
@@ -248,8 +251,10 @@ int bench_ops(int argc, char **argv) {
         char shape[32];
         snprintf(shape, sizeof shape, "[%lld] 8 ops", (long long)big);
         double lim = (double)big * 4 * 3 / (L.triad_gbs * 1e9) * 1e3; /* 2 inputs, 1 output */
-        bench_row r = {"fused_chain", shape, "f32", fused_ms, lim, "triad bw", "ember async",
-                       async_ms, 8.0 * (double)big, (double)big * 4 * 3};
+        bench_row r = {.bench = "fused_chain", .shape = shape, .dtype = "f32", .ms = fused_ms,
+                       .limit_ms = lim, .limit_what = "triad bw", .peer = "ember async",
+                       .peer_ms = async_ms, .flops = 8.0 * (double)big,
+                       .bytes = (double)big * 4 * 3};
         bench_print_row(&r, json);
         em_scope_pop(c);
     }
@@ -277,9 +282,10 @@ int bench_ops(int argc, char **argv) {
             peer = blas_name;
             pms = blas_ms;
         }
-        bench_row r = {"matmul", "[2048,2048,2048]", em_dtype_name(dt), ms, lim,
-                       d ? "bf16 peak" : "fp32 peak", peer, pms, flops,
-                       3.0 * 2048 * 2048 * (double)em_dtype_size(dt)};
+        bench_row r = {.bench = "matmul", .shape = "[2048,2048,2048]", .dtype = em_dtype_name(dt),
+                       .ms = ms, .limit_ms = lim, .limit_what = d ? "bf16 peak" : "fp32 peak",
+                       .peer = peer, .peer_ms = pms, .flops = flops,
+                       .bytes = 3.0 * 2048 * 2048 * (double)em_dtype_size(dt)};
         bench_print_row(&r, json);
         if (!d && !json && blas_ms > 0 && pt > 0)
             printf("%-16s %-22s %-5s %10s %10s %7s  %-18s %10.4g\n", "", "", "", "", "", "",
@@ -311,9 +317,11 @@ int bench_ops(int argc, char **argv) {
             snprintf(name, sizeof name, "linear_%d_%d", m, n);
             snprintf(shape, sizeof shape, "M%d K%d N%d", m, k, n);
             double p = torch.available ? bench_peer_ms(&torch, name) : -1;
-            bench_row r = {"decode_linear", shape, "bf16", ms, mem > comp ? mem : comp,
-                           mem > comp ? "weight read bw" : "bf16 peak", p > 0 ? "torch" : NULL, p,
-                           flops, bytes};
+            bench_row r = {.bench = "decode_linear", .shape = shape, .dtype = "bf16", .ms = ms,
+                           .limit_ms = mem > comp ? mem : comp,
+                           .limit_what = mem > comp ? "weight read bw" : "bf16 peak",
+                           .peer = p > 0 ? "torch" : NULL, .peer_ms = p, .flops = flops,
+                           .bytes = bytes};
             bench_print_row(&r, json);
             em_scope_pop(c);
         }

@@ -186,8 +186,8 @@ int bench_ops_device(const char *name, bool json, bool quick) {
             em_scope_pop(c);
         }
         if (ms[0] < 0) continue;
-        bench_row r = {ops[k].name, ops[k].shape, "", ms[0], 0, NULL, ms[1] > 0 ? "cpu" : NULL,
-                       ms[1], 0, 0};
+        bench_row r = {.bench = ops[k].name, .shape = ops[k].shape, .dtype = "", .ms = ms[0],
+                       .peer = ms[1] > 0 ? "cpu" : NULL, .peer_ms = ms[1]};
         bench_print_row(&r, json);
     }
 
@@ -207,7 +207,8 @@ int bench_ops_device(const char *name, bool json, bool quick) {
     em_scope_pop(c);
     char shape[48];
     snprintf(shape, sizeof shape, "[%lld] 8 ops", (long long)big);
-    bench_row r = {"fused_chain", shape, "f32", fused_ms, 0, NULL, "ember async", async_ms, 0, 0};
+    bench_row r = {.bench = "fused_chain", .shape = shape, .dtype = "f32", .ms = fused_ms,
+                   .peer = "ember async", .peer_ms = async_ms};
     bench_print_row(&r, json);
     if (!json)
         printf("\nfused / async on %s: %.2fx (%s)\n", name, fused_ms / async_ms,

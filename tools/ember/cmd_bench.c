@@ -10,6 +10,8 @@ int bench_decode(int argc, char **argv);
 int bench_moe(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
 int bench_pool(int argc, char **argv);
+int bench_python(int argc, char **argv);
+int bench_serve(int argc, char **argv);
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -19,7 +21,11 @@ int cmd_bench(int argc, char **argv) {
                "  decode    decode and prefill tokens/s of Qwen3-0.6B / Qwen3-30B-A3B shapes\n"
                "  moe       one MoE layer of Qwen3-30B-A3B / Gemma 4 26B-A4B: loop, dense, ragged\n"
                "  tokenize  tokenizer load time and encode MB/s against the tokenizers library\n"
-               "  pool      thread-pool job latency and decode with busy neighbours, against OpenMP\n\n"
+               "  pool      thread-pool job latency and decode with busy neighbours, against OpenMP\n"
+               "  python    the Python package's overhead per decoded token and per op, against\n"
+               "            the C API and transformers' generate\n"
+               "  serve     continuous batching of `ember serve`: tokens/s, time to first token and\n"
+               "            inter-token latency, against static batching\n\n"
                "Each benchmark measures the machine's limit, the peer and Ember in the same run\n"
                "and prints ratios. --json prints one JSON object per line.\n");
         return argc < 2 ? 2 : 0;
@@ -36,6 +42,8 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "pool")) return bench_pool(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "python")) return bench_python(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return bench_serve(argc - 1, argv + 1);
     fprintf(stderr, "ember bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

@@ -31,6 +31,8 @@ typedef struct job {
 typedef struct report_opts {
     char *devices[MAX_ITEMS], *models[MAX_ITEMS];
     int n_devices, n_models;
+    char *from[MAX_ITEMS];
+    int n_from;
     bool quick, skip_peers, want[4];
     const char *prices, *out, *text, *tokenizer;
 } report_opts;
@@ -42,7 +44,8 @@ static void usage(FILE *f) {
         f,
         "usage: ember report --out DIR [--devices cpu,xla:0,...] [--models PRESETS_OR_DIRS]\n"
         "                    [--benches ops,decode,moe,tokenize] [--prices FILE] [--quick]\n"
-        "                    [--skip-peers] [--tokenizer DIR_OR_FILE] [--text FILE]\n\n"
+        "                    [--skip-peers] [--tokenizer DIR_OR_FILE] [--text FILE]\n"
+        "       ember report --out DIR --from RESULTS.json[,RESULTS.json...] [--prices FILE]\n\n"
         "Runs the benchmarks (`ember bench ops|decode|moe|tokenize --json`) on each device\n"
         "(default: every device `ember devices` finds) and writes DIR/results.json (every row,\n"
         "the machine, Ember's version and commit, the date, the limits measured, the peers),\n"
@@ -56,6 +59,9 @@ static void usage(FILE *f) {
         "               projected devices (tpu-v5e, tpu-v5p, tpu-v6e, a100, h100, h200, l4).\n"
         "               Gives $ per 1M generated and prompt tokens and tokens per joule.\n"
         "  --quick      short runs (fewer batches, layers and repetitions)\n"
+        "  --from       no benchmarks: renders the results.json of earlier runs again (the\n"
+        "               rows and runs of several files combined; machine, date and limits from\n"
+        "               the first), e.g. to add a run that failed or new prices\n"
         "  --skip-peers do not run torch, OpenBLAS or llama.cpp next to Ember\n"
         "Projections onto devices not present use datasheet figures (see the report) and\n"
         "are marked as such. Progress and the time left go to stderr; each benchmark's own\n"
@@ -70,7 +76,7 @@ static int split_list(char *s, char **out, int max) {
 }
 
 static int parse(int argc, char **argv, report_opts *o) {
-    static char dev_buf[1024], model_buf[4096], bench_buf[256];
+    static char dev_buf[1024], model_buf[4096], bench_buf[256], from_buf[4096];
     memset(o, 0, sizeof *o);
     bool benches_given = false;
     for (int i = 1; i < argc; i++) {
@@ -88,7 +94,10 @@ static int parse(int argc, char **argv, report_opts *o) {
             o->text = argv[++i];
         else if (!strcmp(a, "--tokenizer") && has)
             o->tokenizer = argv[++i];
-        else if (!strcmp(a, "--devices") && has) {
+        else if (!strcmp(a, "--from") && has) {
+            snprintf(from_buf, sizeof from_buf, "%s", argv[++i]);
+            o->n_from = split_list(from_buf, o->from, MAX_ITEMS);
+        } else if (!strcmp(a, "--devices") && has) {
             snprintf(dev_buf, sizeof dev_buf, "%s", argv[++i]);
             o->n_devices = split_list(dev_buf, o->devices, MAX_ITEMS);
         } else if (!strcmp(a, "--models") && has) {
@@ -277,11 +286,71 @@ static int run_job(const job *j, char **av, const char *log, json_t *results, ch
     return rc;
 }
 
+/* --from: the first file's results with the rows and runs of the others appended, their limits
+ * and devices added where the first lacks them. NULL with a message on a bad file. */
+static json_t *load_results(char *const *files, int n) {
+    json_t *out = NULL;
+    for (int i = 0; i < n; i++) {
+        json_error_t e;
+        json_t *r = json_load_file(files[i], 0, &e);
+        if (!json_is_object(r) || !json_is_array(json_object_get(r, "rows"))) {
+            fprintf(stderr, "ember report: --from %s: %s\n", files[i],
+                    r ? "not an `ember report` results.json (no \"rows\" array)" : e.text);
+            json_decref(r);
+            json_decref(out);
+            return NULL;
+        }
+        if (!out) {
+            out = r;
+            continue;
+        }
+        json_array_extend(json_object_get(out, "rows"), json_object_get(r, "rows"));
+        json_t *runs = json_object_get(r, "runs"), *mine = json_object_get(out, "runs");
+        if (json_is_array(runs) && json_is_array(mine)) json_array_extend(mine, runs);
+        json_t *lim = json_object_get(r, "limits"), *ml = json_object_get(out, "limits");
+        if (json_is_object(lim) && json_is_object(ml)) json_object_update_missing(ml, lim);
+        json_t *devs = json_object_get(r, "devices"), *md = json_object_get(out, "devices");
+        size_t k;
+        json_t *d;
+        json_array_foreach(devs, k, d) {
+            bool seen = false;
+            size_t q;
+            json_t *x;
+            json_array_foreach(md, q, x) seen |= json_equal(x, d);
+            if (!seen && json_is_array(md)) json_array_append(md, d);
+        }
+        json_decref(r);
+    }
+    return out;
+}
+
 static void fmt_secs(char *buf, size_t n, double s) {
     if (s < 90)
         snprintf(buf, n, "%.0f s", s);
     else
         snprintf(buf, n, "%.0f min", s / 60);
+}
+
+/* Writes results.json, the plots, report.md and report.html into o->out; takes results. */
+static bool write_all(const report_opts *o, json_t *results) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.json", o->out);
+    if (json_dump_file(results, path, JSON_INDENT(1) | JSON_SORT_KEYS)) {
+        fprintf(stderr, "ember report: cannot write %s\n", path);
+        json_decref(results);
+        return false;
+    }
+    report_plot plots[MAX_ITEMS + 8];
+    int np = report_plots(results, plots, MAX_ITEMS + 8);
+    bool ok = np >= 0 && report_write(o->out, results, plots, np);
+    for (int i = 0; i < np; i++) free(plots[i].svg);
+    json_decref(results);
+    if (ok) {
+        fprintf(stderr, "wrote %s/report.md, report.html, results.json and %d plots\n", o->out,
+                np);
+        printf("%s/report.html\n", o->out);
+    }
+    return ok;
 }
 
 int cmd_report(int argc, char **argv) {
@@ -303,6 +372,22 @@ int cmd_report(int argc, char **argv) {
             fprintf(stderr, "ember report: --prices: %s\n", err);
             return 2;
         }
+    }
+    if (o.n_from) {
+        json_t *results = load_results(o.from, o.n_from);
+        if (!results) {
+            json_decref(prices);
+            return 1;
+        }
+        if (mkdir(o.out, 0755) && errno != EEXIST) {
+            fprintf(stderr, "ember report: cannot create %s: %s\n", o.out, strerror(errno));
+            json_decref(prices);
+            json_decref(results);
+            return 1;
+        }
+        report_costs_add(results, prices);
+        json_decref(prices);
+        return write_all(&o, results) ? 0 : 1;
     }
     char exe[4096];
     ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -396,24 +481,8 @@ int cmd_report(int argc, char **argv) {
     }
     report_costs_add(results, prices);
     json_decref(prices);
-
-    char path[4200];
-    snprintf(path, sizeof path, "%s/results.json", o.out);
-    if (json_dump_file(results, path, JSON_INDENT(1) | JSON_SORT_KEYS)) {
-        fprintf(stderr, "ember report: cannot write %s\n", path);
-        json_decref(results);
-        return 1;
-    }
-    report_plot plots[MAX_ITEMS + 8];
-    int np = report_plots(results, plots, MAX_ITEMS + 8);
-    bool ok = np >= 0 && report_write(o.out, results, plots, np);
-    for (int i = 0; i < np; i++) free(plots[i].svg);
-    json_decref(results);
-    if (!ok) return 1;
-    fprintf(stderr,
-            "wrote %s/report.md, report.html, results.json and %d plots in %.0f s "
-            "(%d of %d benchmarks failed; see results.json \"runs\")\n",
-            o.out, np, bench_now() - t0, failed, nj);
-    printf("%s/report.html\n", o.out);
+    if (!write_all(&o, results)) return 1;
+    fprintf(stderr, "took %.0f s (%d of %d benchmarks failed; see results.json \"runs\")\n",
+            bench_now() - t0, failed, nj);
     return 0;
 }

@@ -73,9 +73,9 @@ static json_t *price_of(json_t *prices, const char *device) {
     return json_object_get(prices, kind);
 }
 
-static void add_cost(json_t *costs, json_t *prices, const char *device, const char *model,
+/* One cost row from a device's price entry p (NULL: no price, nothing added). */
+static void add_cost(json_t *costs, json_t *p, const char *device, const char *model,
                      const char *workload, long long batch, double tps, bool projected) {
-    json_t *p = price_of(prices, device);
     if (!p || !(tps > 0)) return;
     double per_hour = report_num(p, "price_per_hour"), watts = report_num(p, "watts");
     json_t *c =
@@ -115,11 +115,12 @@ void report_costs_add(json_t *results, json_t *prices) {
         /* a compile-only device's rows are XLA's cost model at the chip's figures */
         bool projected = json_object_get(r, "projected_ms") != NULL;
         if (!strcmp(bench, "decode") && report_num(r, "tokens_per_s") > 0)
-            add_cost(costs, prices, report_str(r, "device"), report_str(r, "model"), "generated",
-                     (long long)report_num(r, "batch"), report_num(r, "tokens_per_s"), projected);
+            add_cost(costs, price_of(prices, report_str(r, "device")), report_str(r, "device"),
+                     report_str(r, "model"), "generated", (long long)report_num(r, "batch"),
+                     report_num(r, "tokens_per_s"), projected);
         if (!strcmp(bench, "prefill") && report_num(r, "tokens_per_s") > 0)
-            add_cost(costs, prices, report_str(r, "device"), report_str(r, "model"), "prompt", 1,
-                     report_num(r, "tokens_per_s"), false);
+            add_cost(costs, price_of(prices, report_str(r, "device")), report_str(r, "device"),
+                     report_str(r, "model"), "prompt", 1, report_num(r, "tokens_per_s"), false);
         /* projections: one per measured decode shape (eager rows of the first device that has
          * the step's bytes and flops) */
         if (strcmp(bench, "decode") || strcmp(report_str(r, "mode"), "eager") ||
@@ -148,13 +149,8 @@ void report_costs_add(json_t *results, json_t *prices) {
             json_array_append_new(proj, o);
             json_t *p = json_object_get(prices, sp->id);
             if (!p) p = price_of(prices, sp->kind);
-            if (p) {
-                json_t *tmp = json_object();
-                json_object_set(tmp, sp->id, p);
-                add_cost(costs, tmp, sp->id, report_str(r, "model"), "generated", (long long)batch,
-                         tps, true);
-                json_decref(tmp);
-            }
+            add_cost(costs, p, sp->id, report_str(r, "model"), "generated", (long long)batch, tps,
+                     true);
         }
     }
     mark_cheapest(costs);

@@ -13,9 +13,14 @@ void report_row_label(json_t *r, char *buf, size_t n) {
     if (!strcmp(bench, "decode"))
         snprintf(buf, n, "%s decode %s b%.0f %s", report_str(r, "device"), report_str(r, "model"),
                  report_num(r, "batch"), report_str(r, "mode"));
+    else if (!strcmp(bench, "moe") && !strcmp(report_str(r, "impl"), "torch"))
+        snprintf(buf, n, "%s moe %s torch-%s b%.0f", report_str(r, "device"),
+                 report_str(r, "model"), report_str(r, "torch_impl"), report_num(r, "batch"));
     else if (!strcmp(bench, "moe"))
         snprintf(buf, n, "%s moe %s %s b%.0f", report_str(r, "device"), report_str(r, "model"),
                  report_str(r, "impl"), report_num(r, "batch"));
+    else if (!strcmp(bench, "tokenize"))
+        snprintf(buf, n, "tokenize %s", report_str(r, "case"));
     else if (!strcmp(bench, "prefill"))
         snprintf(buf, n, "%s prefill %s", report_str(r, "device"), report_str(r, "model"));
     else
@@ -30,6 +35,8 @@ static double row_fraction(json_t *r) {
 
 static double row_speedup(json_t *r) {
     double s = report_num(r, "speedup_vs_peer");
+    if (s > 0) return s;
+    s = report_num(r, "speedup"); /* the tokenizer's rows: against the tokenizers library */
     if (s > 0) return s;
     double p = report_num(r, "peer_ms"), ms = report_num(r, "ms");
     return p > 0 && ms > 0 ? p / ms : -1;
@@ -113,7 +120,12 @@ static bool tokens_vs_batch(json_t *results, report_plot *out, int *n, int max) 
         double b = report_num(r, "batch"), ms = report_num(r, "ms");
         if (b <= 0 || ms <= 0) continue;
         char name[96];
-        if (!strcmp(bench, "moe"))
+        bool torch = !strcmp(report_str(r, "impl"), "torch");
+        /* the torch peer runs on the host CPU whatever device the row is for: once, as cpu */
+        if (!strcmp(bench, "moe") && torch && strcmp(report_str(r, "device"), "cpu")) continue;
+        if (!strcmp(bench, "moe") && torch)
+            snprintf(name, sizeof name, "cpu moe layer torch-%s", report_str(r, "torch_impl"));
+        else if (!strcmp(bench, "moe"))
             snprintf(name, sizeof name, "%s moe layer %s", report_str(r, "device"),
                      report_str(r, "impl"));
         else if (!strcmp(bench, "decode"))
@@ -143,6 +155,9 @@ static bool bars(json_t *results, double (*measure)(json_t *), const char *file,
         if (!ok) break;
         double v = measure(r);
         if (!(v > 0)) continue;
+        /* the torch MoE peer runs on the host whatever the device: plotted once, under cpu */
+        if (!strcmp(report_str(r, "impl"), "torch") && strcmp(report_str(r, "device"), "cpu"))
+            continue;
         labels[k] = malloc(128);
         if (!labels[k]) {
             ok = false;

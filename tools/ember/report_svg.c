@@ -61,7 +61,7 @@ void sbuf_free(sbuf *b) {
     *b = (sbuf){0};
 }
 
-enum { W = 720, H = 440, ML = 78, MR = 190, MT = 40, MB = 56, MAX_SERIES = 16 };
+enum { W = 800, H = 440, ML = 78, MR = 250, MT = 40, MB = 56, MAX_SERIES = 16 };
 
 static const char *const colors[MAX_SERIES] = {
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -307,12 +307,16 @@ char *svg_plot_render(const svg_plot *p) {
 
 char *svg_bars(const char *title, const char *xlabel, int n, const char *const *labels,
                const double *values, double ref) {
-    int lw = 300, bh = 18, h = MT + MB + (n ? n : 1) * (bh + 4), pw = W - lw - 40;
-    double hi = ref > 0 ? ref : 0;
+    int lw = 350, bh = 18, h = MT + MB + (n ? n : 1) * (bh + 4), pw = W - lw - 40;
+    double hi = ref > 0 ? ref : 0, lo = ref > 0 ? ref : INFINITY;
     for (int i = 0; i < n; i++)
-        if (isfinite(values[i]) && values[i] > hi) hi = values[i];
-    axis a = {false, 0, 0};
-    axis_fit(&a, 0, hi > 0 ? hi : 1);
+        if (isfinite(values[i]) && values[i] > 0) {
+            if (values[i] > hi) hi = values[i];
+            if (values[i] < lo) lo = values[i];
+        }
+    /* one outlier (a 400x speedup) would flatten every other bar: log scale past 50x spread */
+    axis a = {isfinite(lo) && hi / lo > 50, 0, 0};
+    axis_fit(&a, a.log ? lo : 0, hi > 0 ? hi : 1);
     sbuf b = {0};
     header(&b, W, h, title);
     int y0 = MT, ph = h - MT - MB;
@@ -324,13 +328,15 @@ char *svg_bars(const char *title, const char *xlabel, int n, const char *const *
     for (int i = 0; i < n; i++) {
         int y = y0 + i * (bh + 4) + 2;
         double v = isfinite(values[i]) && values[i] > 0 ? values[i] : 0;
+        double f = v > 0 ? axis_frac(&a, v) : 0;
+        if (f < 0) f = 0;
         sbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", lw - 6, y + 13);
         sbuf_xml(&b, labels[i]);
         sbuf_printf(&b,
                     "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
                     "fill=\"%s\"/>\n<text x=\"%.1f\" y=\"%d\">%.2f</text>\n",
-                    lw, y, axis_frac(&a, v) * pw, bh, ref > 0 && v < ref ? "#d62728" : "#1f77b4",
-                    lw + axis_frac(&a, v) * pw + 4, y + 13, v);
+                    lw, y, f * pw, bh, ref > 0 && v < ref ? "#d62728" : "#1f77b4",
+                    lw + f * pw + 4, y + 13, v);
     }
     if (ref > 0 && n) {
         double x = lw + axis_frac(&a, ref) * pw;

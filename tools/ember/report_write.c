@@ -146,6 +146,7 @@ static void rows_table(doc *d, json_t *res, const char *bench, const char *title
         if (frac < 0) frac = report_num(r, "fraction_of_bound");
         double p = report_num(r, "peer_ms"), m = report_num(r, "ms");
         if (m < 0) m = report_num(r, "whole_ms");
+        if (m < 0 && frac < 0 && p < 0) continue; /* a row of other figures (results.json) */
         const char *cells[] = {label,
                                fmt(ms, 32, "%.4g", m),
                                fmt(tps, 32, "%.1f", report_num(r, "tokens_per_s")),
@@ -154,6 +155,33 @@ static void rows_table(doc *d, json_t *res, const char *bench, const char *title
                                report_str(r, "peer"),
                                fmt(pms, 32, "%.4g", p),
                                fmt(sp, 32, "%.2fx", p > 0 && m > 0 ? p / m : -1)};
+        trow(d, cells, false);
+    }
+    tend(d);
+}
+
+/* The tokenizer rows: load time in ms, encode throughput in MB/s, against `tokenizers`. */
+static void tokenizer_table(doc *d, json_t *res) {
+    json_t *rows = json_object_get(res, "rows");
+    size_t i;
+    json_t *r;
+    bool any = false;
+    json_array_foreach(rows, i, r) any |= !strcmp(report_str(r, "bench"), "tokenize");
+    if (!any) return;
+    h2(d, "Tokenizer");
+    static const char *const cols[] = {"case", "Ember", "tokenizers", "speedup", "ids match"};
+    thead(d, 5, cols);
+    json_array_foreach(rows, i, r) {
+        if (strcmp(report_str(r, "bench"), "tokenize")) continue;
+        char ours[48], peer[48], sp[32];
+        bool load = report_num(r, "ember_ms") >= 0;
+        const char *unit = load ? "%.1f ms" : "%.2f MB/s";
+        fmt(ours, sizeof ours, unit, report_num(r, load ? "ember_ms" : "ember_mb_s"));
+        fmt(peer, sizeof peer, unit, report_num(r, load ? "tokenizers_ms" : "tokenizers_mb_s"));
+        json_t *match = json_object_get(r, "ids_match");
+        const char *cells[] = {report_str(r, "case"), ours, peer,
+                               fmt(sp, sizeof sp, "%.2fx", report_num(r, "speedup")),
+                               json_is_boolean(match) ? (json_is_true(match) ? "yes" : "NO") : "-"};
         trow(d, cells, false);
     }
     tend(d);
@@ -267,7 +295,7 @@ bool report_write(const char *dir, json_t *res, const report_plot *p, int n) {
     rows_table(&d, res, "prefill", "Prefill");
     rows_table(&d, res, "moe", "MoE layer");
     rows_table(&d, res, "ops", "Op kernels");
-    rows_table(&d, res, "tokenize", "Tokenizer");
+    tokenizer_table(&d, res);
     costs(&d, res);
     projections(&d, res);
     runs(&d, res);
