@@ -4,7 +4,7 @@
 # `ember generate` from the checkpoint it wrote.
 #
 # Usage: scripts/train-demo.sh [WORK_DIR]      (default: build/train-demo)
-#   EMBER=path/to/ember (default: build/tools/ember/ember), STEPS=N (default 600),
+#   EMBER=path/to/ember (default: build/tools/ember/ember), STEPS=N (default 500),
 #   EMBER_NUM_THREADS=N (the CPU threads; the default is every core).
 #
 # The text: ../shared/data/text/tinyshakespeare.txt where present (1.1 MB of Shakespeare's plays);
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EMBER=${EMBER:-build/tools/ember/ember}
 WORK=${1:-build/train-demo}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-500}
 [ -x "$EMBER" ] || { echo "train-demo: no $EMBER: build first (see README)" >&2; exit 2; }
 mkdir -p "$WORK"
 
@@ -72,9 +72,9 @@ EOF
   --tokenizer "$WORK/tokenizer.json" --out "$WORK/init"
 cp "$WORK/tokenizer_config.json" "$WORK/init/"
 start=$(date +%s)
-"$EMBER" train --model "$WORK/init" --data "$text" --seq-len 128 --batch 16 --steps "$STEPS" \
+"$EMBER" train --model "$WORK/init" --data "$text" --seq-len 128 --batch 8 --steps "$STEPS" \
   --lr 3e-3 --schedule cosine --warmup 30 --weight-decay 0.1 --beta2 0.99 --grad-clip 1.0 \
-  --val-fraction 0.02 --eval-every 100 --seed 1 --out "$WORK/model"
+  --val-fraction 0.01 --eval-every 50 --seed 1 --out "$WORK/model"
 echo "train-demo: trained in $(( $(date +%s) - start )) s; checkpoint $WORK/model"
 "$EMBER" generate --model "$WORK/model" --prompt "$(head -c 200 "$text")" --max-new-tokens 400 \
   --temperature 0.8 --top-k 40 --seed 7
