@@ -13,7 +13,7 @@ objs=${1:-build}/CMakeFiles/ember_obj.dir/src
 # folder: the folders it must not use (src/backends/registry.c, which registers every backend
 # with core, belongs to no backend)
 rules=(
-  "core:ops compile backends io models generate testing bench dist serve train"
+  "core:ops compile backends io models generate testing bench dist serve train kernels_hub"
   "ops:compile backends io models generate testing bench dist serve train"
   "io:compile backends models generate testing bench dist serve train"
   "backends/cpu:backends/pjrt ops compile io models generate testing bench dist serve train"
@@ -23,6 +23,7 @@ rules=(
   "generate:serve train testing bench"
   "serve:backends compile testing bench"
   "train:backends compile serve testing bench"
+  "kernels_hub:compile models generate testing bench dist serve train"
 )
 
 # the objects of the sources that exist (a build folder keeps those of removed files)

@@ -435,6 +435,7 @@ def check_shifts(s):
     # machine, so b may come too late: try again (each try checks the answers) until it joins
     for attempt in range(8):
         shifts0 = metric(s, "ember:kv_cache_shifts_total")
+        chunks0 = metric(s, "ember:prefill_chunks_total")
         got = {}
         t = threading.Thread(target=lambda: got.update(a=s.json(
             "POST", "/v1/chat/completions", chat_body(a_msg, a_n))))
@@ -448,8 +449,11 @@ def check_shifts(s):
             check(got[k]["choices"][0]["message"] == alone["choices"][0]["message"],
                   f"request {k} beside the other differs from alone")
         shifts = metric(s, "ember:kv_cache_shifts_total") - shifts0
+        chunks = metric(s, "ember:prefill_chunks_total") - chunks0
         if shifts >= 1:
             break
+    # b joined a running row: its prompt went in 8-token chunks between a's decode steps
+    check(chunks >= (pb - 1) // 8, f"{chunks} prefill chunks for a {pb}-token prompt joining")
     # whether a's tail then reaches the cache's end (the left shift) depends on how far a got
     # before b arrived, i.e. on the machine's load: only the first is required, the answers'
     # equality above is the check that matters
@@ -610,7 +614,8 @@ def main():
                 s.proc.kill()
                 s.proc.wait()
         # a small context: the rows reach its end and shift left while others still run
-        s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160")
+        s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
+                   "8")
         try:
             check_concurrent(s, n=48)
             check_shifts(s)

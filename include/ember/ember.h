@@ -27,6 +27,7 @@
 #include "ember/compile.h"
 #include "ember/moe.h"
 #include "ember/hub.h"
+#include "ember/kernels.h"
 #include "ember/safetensors.h"
 #include "ember/gguf.h"
 #include "ember/config.h"

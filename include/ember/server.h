@@ -52,11 +52,14 @@ typedef struct em_server_options {
     int64_t ctx;             /* positions per sequence, prompt + new tokens (0: the model's
                                 max_position_embeddings, at most 4096) */
     size_t max_body_bytes;   /* larger request bodies get 413 */
+    int64_t prefill_chunk;   /* a prompt joining running sequences is prefilled this many tokens
+                                at a time, one chunk between two decode steps, so running streams
+                                wait one chunk, not the whole prompt (0: whole prompts) */
     bool quiet;              /* no log lines on stderr */
 } em_server_options;
 
 /** host 127.0.0.1, port 8080, max_batch 8, parallel 64, ctx 0 (the model's, <= 4096), bodies up
- *  to 1 MiB, no API key, logging on. */
+ *  to 1 MiB, prefill chunks of 64 tokens, no API key, logging on. */
 EM_API em_server_options em_server_default_options(void);
 
 /**

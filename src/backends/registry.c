@@ -5,6 +5,8 @@
  */
 #include "backends/cpu/cpu.h"
 #include "backends/pjrt/pjrt.h"
+#include "core/kernel_registry.h"
+#include "ember/kernels.h"
 
 static const em_backend_reg *const builtin[] = {
     &em_cpu_backend_reg, /* first: the host's device */
@@ -13,6 +15,8 @@ static const em_backend_reg *const builtin[] = {
 
 __attribute__((constructor)) static void register_builtin(void) {
     for (size_t i = 0; i < sizeof builtin / sizeof *builtin; i++) em_backend_register(builtin[i]);
+    /* and the kernel hub, which loads $EMBER_KERNELS when the first context is created */
+    em_kreg_set_autoload(em_kernels_autoload);
 }
 
 /* A static link keeps this file only when something names it: the library's CMake target and

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernel_registry.h"
 #include "core/tensor_impl.h"
 
 static const char *const status_names[EM_STATUS_COUNT] = {
@@ -45,6 +46,8 @@ em_ctx *em_ctx_create(void) {
     const char *m = getenv("EMBER_EAGER");
     if (m && *m) em_eager_mode_parse(m, &c->mode);
     c->device = em_device_host();
+    /* the kernel packages of $EMBER_KERNELS join the registry before the first op runs */
+    em_kreg_autoload();
     return c;
 }
 

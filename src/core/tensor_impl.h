@@ -101,8 +101,12 @@ typedef struct em_backend {
     em_status (*query)(const em_device *d, em_device_info *out);
     /* fused mode: evaluates a lazy tensor into its (already allocated) storage; NULL = no fusion */
     em_status (*eval_lazy)(em_ctx *c, em_tensor *t);
-    /* kernels, indexed by op id; NULL = unsupported on this backend */
+    /* the built-in kernels, indexed by op id; NULL = unsupported on this backend. The backend
+     * fills them and attaches them to the kernel registry (core/kernel_registry.h), which
+     * publishes in kset[op] every implementation of the op, built-in and hub, best first:
+     * callers pick from kset, never from this table. */
     em_kernel_fn kernels[EM_OP_COUNT];
+    const struct em_kset *_Atomic kset[EM_OP_COUNT];
     /* Optional, for devices whose storages are not host memory (PJRT); NULL = use write/read.
      * upload: fills fresh contiguous t from contiguous host data of t's dtype and shape.
      * download: copies any tensor of the device (views included) to contiguous host memory.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernel_registry.h"
 #include "core/tensor_impl.h"
 #include "ops/autodiff.h"
 #include "ops/dispatch.h"
@@ -127,14 +128,16 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         return c->grad_on ? em_grad_record(c, op, in, n_in, attrs, outs, n_out) : n_out;
     }
 
-    em_kernel_fn k = dev->be->kernels[id];
-    if (!k && op->kind != EM_OPK_CREATE) {
+    /* the kernel registry's choice (core/kernel_registry.h): the built-in alone is one load */
+    const em_kset *ks = em_kset_get(dev->be, id);
+    if (!ks && op->kind != EM_OPK_CREATE) {
         em_op_fail(c, EM_ERR_UNSUPPORTED, "no kernel for this op on %s", dev->name);
         return -1;
     }
 
+    /* fusion is the built-in element-wise engine's: an op with other implementations runs them */
     if (c->mode == EM_EAGER_FUSED && op->kind == EM_OPK_EW && dev->be->eval_lazy &&
-        !em_is_quant(in[0]->dtype)) { /* dequantization runs at once */
+        ks->trivial && !em_is_quant(in[0]->dtype)) { /* dequantization runs at once */
         em_tensor *t = make_lazy(c, op, dev, in, n_in, attrs, &metas[0]);
         if (t) {
             outs[0] = t;
@@ -152,9 +155,13 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
             return -1;
         }
     }
-    if (k) {
+    if (ks) {
         em_kernel_args a = {c, op, in, n_in, outs, n_out, attrs};
-        em_status s = k(&a);
+        unsigned mode = c->grad_on ? EM_KMODE_TRAINING : EM_KMODE_INFERENCE;
+        const em_kimpl *k = em_kset_pick(ks, &a, mode);
+        em_status s = k ? em_kimpl_run(k, &a)
+                        : em_op_fail(c, EM_ERR_UNSUPPORTED, "no kernel on %s takes this call",
+                                     dev->name);
         if (s == EM_OK && c->mode == EM_EAGER_SYNC && dev->be->sync) s = dev->be->sync(c, dev);
         if (s != EM_OK) {
             if (!c->err.status) em_op_fail(c, s, "kernel failed");

@@ -81,6 +81,10 @@ bool srv_metrics_text(em_server *s, char **buf, size_t *len) {
                "reclaim positions (a paged cache will not need them).\n"
                "# TYPE ember:kv_cache_shifts_total counter\nember:kv_cache_shifts_total{%s} %lld\n",
             label, (long long)s->kv_shifts);
+    fprintf(f, "# HELP ember:prefill_chunks_total Prompt chunks prefilled between two decode steps "
+               "(chunked prefill of a prompt joining running sequences)\n"
+               "# TYPE ember:prefill_chunks_total counter\nember:prefill_chunks_total{%s} %lld\n",
+            label, (long long)s->prefill_chunks);
     hist_text(f, "vllm:time_to_first_token_seconds", "Time to the first token.", &s->ttft, label);
     hist_text(f, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
               &s->itl, label);

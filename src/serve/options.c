@@ -11,5 +11,6 @@ em_server_options em_server_default_options(void) {
     o.max_batch = 8;
     o.parallel = 64;
     o.max_body_bytes = (size_t)1 << 20;
+    o.prefill_chunk = 64;
     return o;
 }

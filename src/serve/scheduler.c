@@ -56,6 +56,11 @@ typedef struct srv_worker {
     int64_t *ids;
     int64_t eos[64];
     int n_eos;
+    /* the prompt being prefilled (one at a time): into a cache of its own, a chunk between two
+     * decode steps while other rows run, then copied into a free row */
+    srv_job *pf_job;
+    em_kv_cache *pf_cache;
+    int64_t pf_done; /* prompt tokens in pf_cache */
 } srv_worker;
 
 double srv_now(void) {
@@ -336,11 +341,35 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
     return NULL;
 }
 
-/* ---- admission: prefill a waiting job into row n ---- */
+/* ---- admission: a waiting job's prompt prefilled (in chunks), then moved into row n ---- */
 
-static const char *admit(srv_worker *w, srv_job *j) {
+/* Prefills up to `max` more prompt tokens of w->pf_job into its own cache (max <= 0: all that
+ * remain); the last chunk leaves the next-token logits in w->logits. */
+static em_status prefill_some(srv_worker *w, int64_t max) {
+    em_ctx *c = w->c;
+    srv_job *j = w->pf_job;
+    int64_t p = j->n_prompt, k = p - w->pf_done;
+    if (max > 0 && k > max) k = max;
+    em_scope_push(c);
+    int64_t *ids = malloc((size_t)k * sizeof *ids);
+    if (!ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    for (int64_t i = 0; ids && i < k; i++) ids[i] = j->prompt[w->pf_done + i];
+    em_tensor *it = ids ? em_from_host(c, EM_I64, EM_SHAPE(1, k), ids) : NULL;
+    em_tensor *lg = it ? em_model_forward(c, w->m, it, NULL, w->pf_cache, true) : NULL;
+    if (lg && w->pf_done + k == p)
+        em_to_host(c, lg, w->logits, (size_t)w->vocab * sizeof *w->logits);
+    em_scope_pop(c);
+    free(ids);
+    if (!em_ctx_status(c)) w->pf_done += k;
+    return em_ctx_status(c);
+}
+
+/* The prefilled job becomes row n: its keys and values copied into the shared cache at the
+ * right-aligned positions, then its first token taken. Returns a finish reason or NULL. */
+static const char *admit_finish(srv_worker *w) {
     em_ctx *c = w->c;
     const em_model *m = w->m;
+    srv_job *j = w->pf_job;
     int64_t p = j->n_prompt;
     srv_row *r = &w->rows[w->n];
     memset(r, 0, sizeof *r);
@@ -352,10 +381,8 @@ static const char *admit(srv_worker *w, srv_job *j) {
         r->distinct = malloc((size_t)j->max_tokens * sizeof *r->distinct);
         if (!r->counts || !r->distinct) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     }
-    int64_t *ids = malloc((size_t)p * sizeof *ids);
-    em_kv_cache *tmp = NULL;
-    if (!r->seen || !r->gen || !ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
-    for (int64_t i = 0; i < p && ids && r->seen; i++) r->seen[i] = ids[i] = j->prompt[i];
+    if (!r->seen || !r->gen) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    for (int64_t i = 0; i < p && r->seen; i++) r->seen[i] = j->prompt[i];
     r->n_seen = p;
     r->dt.tok = w->s->tok;
     r->dt.skip_special = true;
@@ -369,24 +396,20 @@ static const char *admit(srv_worker *w, srv_job *j) {
     }
     r->start = w->len - p;
     w->n++; /* from here on the row exists; on failure the caller removes it */
-    if (!em_ctx_status(c)) tmp = em_kv_cache_create(c, m, 1, p);
-    if (tmp) {
-        em_scope_push(c);
-        em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(1, p), ids);
-        em_tensor *lg = em_model_forward(c, m, it, NULL, tmp, true);
-        if (lg) em_to_host(c, lg, w->logits, (size_t)w->vocab * sizeof *w->logits);
-        for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
-            em_tensor *big[2] = {w->kv->k[i], w->kv->v[i]}, *small[2] = {tmp->k[i], tmp->v[i]};
-            for (int k = 0; k < 2; k++)
-                if (big[k])
-                    em_assign(c, em_slice(c, em_narrow(c, big[k], 0, w->n - 1, 1), 2, r->start,
-                                          w->len, 1),
-                              small[k]);
-        }
-        em_scope_pop(c);
+    em_scope_push(c);
+    for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
+        em_tensor *big[2] = {w->kv->k[i], w->kv->v[i]},
+                  *small[2] = {w->pf_cache->k[i], w->pf_cache->v[i]};
+        for (int k = 0; k < 2; k++)
+            if (big[k])
+                em_assign(c, em_slice(c, em_narrow(c, big[k], 0, w->n - 1, 1), 2, r->start,
+                                      w->len, 1),
+                          small[k]);
     }
-    free(ids);
-    em_kv_cache_free(tmp);
+    em_scope_pop(c);
+    em_kv_cache_free(w->pf_cache);
+    w->pf_cache = NULL;
+    w->pf_job = NULL;
     if (em_ctx_status(c)) {
         snprintf(j->error, sizeof j->error, "prefill: %.230s", em_ctx_error(c)->message);
         em_ctx_clear_error(c);
@@ -513,6 +536,21 @@ static void abort_job(srv_worker *w, srv_job *j, int64_t n_gen, const char *why)
     finish_job(w, j, "abort", n_gen);
 }
 
+/* Ends the job whose prompt is in flight (never became a row): abort with `why`. */
+static void drop_prefill(srv_worker *w, const char *why) {
+    em_server *s = w->s;
+    srv_job *j = w->pf_job;
+    em_kv_cache_free(w->pf_cache);
+    w->pf_cache = NULL;
+    w->pf_job = NULL;
+    abort_job(w, j, 0, why);
+    srv_job_release(s, j);
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    s->n_held--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void *srv_worker_main(void *arg) {
     em_server *s = arg;
     srv_worker w;
@@ -555,13 +593,19 @@ void *srv_worker_main(void *arg) {
                 pthread_mutex_lock(&s->mu);
             }
         if (!s->queue_head) s->queue_tail = NULL;
-        if (w.n == 0 && !s->queue_head) {
+        if (w.pf_job && (w.pf_job->cancelled || s->abort_all)) { /* the prompt in flight too */
+            const char *why = w.pf_job->cancelled ? "client disconnected" : "the server stopped";
+            pthread_mutex_unlock(&s->mu);
+            drop_prefill(&w, why);
+            pthread_mutex_lock(&s->mu);
+        }
+        if (w.n == 0 && !s->queue_head && !w.pf_job) {
             if (s->stopping) break;
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
-        /* admit waiting jobs into free rows */
-        while (s->queue_head && w.n < w.max_batch) {
+        /* the next waiting job starts its prefill when a row is free and no prompt is in flight */
+        if (!w.pf_job && s->queue_head && w.n < w.max_batch) {
             srv_job *j = s->queue_head;
             s->queue_head = j->next;
             if (!s->queue_head) s->queue_tail = NULL;
@@ -569,8 +613,6 @@ void *srv_worker_main(void *arg) {
             s->n_running++;
             bool gone = j->cancelled;
             pthread_mutex_unlock(&s->mu);
-            int row = w.n;
-            const char *why = gone ? "abort" : admit(&w, j);
             if (gone) { /* never ran */
                 abort_job(&w, j, 0, "client disconnected");
                 srv_job_release(s, j);
@@ -579,9 +621,14 @@ void *srv_worker_main(void *arg) {
                 s->n_held--;
                 continue;
             }
-            if (why) {
-                finish_job(&w, j, why, w.rows[row].n_gen);
-                remove_row(&w, row);
+            w.pf_job = j;
+            w.pf_done = 0;
+            w.pf_cache = em_kv_cache_create(w.c, w.m, 1, j->n_prompt);
+            if (!w.pf_cache) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
+                em_ctx_clear_error(w.c);
+                drop_prefill(&w, msg);
             }
             pthread_mutex_lock(&s->mu);
         }
@@ -594,6 +641,32 @@ void *srv_worker_main(void *arg) {
             while (w.n > 0) {
                 abort_job(&w, w.rows[w.n - 1].job, w.rows[w.n - 1].n_gen, msg);
                 remove_row(&w, w.n - 1);
+            }
+        }
+        /* one chunk of the prompt in flight between two steps; all of it when no row runs
+         * (nobody waits for it) */
+        if (w.pf_job) {
+            bool others = w.n > 0 && s->o.prefill_chunk > 0;
+            if (prefill_some(&w, others ? s->o.prefill_chunk : 0)) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
+                em_ctx_clear_error(w.c);
+                drop_prefill(&w, msg);
+            } else {
+                if (others) {
+                    pthread_mutex_lock(&s->mu);
+                    s->prefill_chunks++;
+                    pthread_mutex_unlock(&s->mu);
+                }
+                if (w.pf_done == w.pf_job->n_prompt) {
+                    srv_job *j = w.pf_job;
+                    int row = w.n;
+                    const char *why = admit_finish(&w);
+                    if (why) {
+                        finish_job(&w, j, why, w.rows[row].n_gen);
+                        remove_row(&w, row);
+                    }
+                }
             }
         }
         update_kv_gauge(&w);
@@ -609,6 +682,7 @@ void *srv_worker_main(void *arg) {
     free(w.view.k);
     free(w.view.v);
     em_kv_cache_free(w.kv);
+    em_kv_cache_free(w.pf_cache);
     em_ctx_free(w.c);
     return NULL;
 }

@@ -88,6 +88,7 @@ struct em_server {
     int64_t prompt_tokens, generation_tokens, ok_stop, ok_length, ok_abort;
     int64_t http_errors;
     int64_t kv_shifts;         /* whole-cache copies to make room (scheduler.c) */
+    int64_t prefill_chunks;    /* prompt chunks prefilled between decode steps */
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
 };

@@ -22,6 +22,7 @@ int cmd_embed(int argc, char **argv);
 int cmd_make_checkpoint(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_download(int argc, char **argv);
+int cmd_kernels(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_test_devices(int argc, char **argv);
 int cmd_report(int argc, char **argv);

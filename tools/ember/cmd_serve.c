@@ -15,7 +15,8 @@ static void serve_usage(void) {
         "usage: ember serve --model ID_OR_DIR_OR_GGUF [--host 127.0.0.1] [--port 8080]\n"
         "                   [--device D] [--max-batch N] [--parallel N] [--ctx N]\n"
         "                   [--api-key K | --api-key-file F] [--insecure-public]\n"
-        "                   [--served-model-name NAME] [--max-body-bytes N] [--drain S]\n\n"
+        "                   [--served-model-name NAME] [--max-body-bytes N] [--drain S]\n"
+        "                   [--prefill-chunk N]\n\n"
         "An OpenAI-compatible HTTP server with continuous batching (docs/serve.md):\n"
         "GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
         "(\"stream\": true for server-sent events), POST /tokenize, POST /detokenize,\n"
@@ -31,7 +32,9 @@ static void serve_usage(void) {
         "                     max_position_embeddings, at most 4096)\n"
         "  --api-key K        require \"Authorization: Bearer K\" (--api-key-file: read K,\n"
         "                     first line, from a file; EMBER_API_KEY also works)\n"
-        "  --drain S          on SIGTERM, let running requests finish for S seconds (30)\n");
+        "  --drain S          on SIGTERM, let running requests finish for S seconds (30)\n"
+        "  --prefill-chunk N  a prompt joining running streams is prefilled N tokens between\n"
+        "                     two decode steps (default 64; 0: whole prompts)\n");
 }
 
 /* The first line of a file, without its newline (NULL with the error printed). */
@@ -85,6 +88,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (ARG("--max-body-bytes")) {
             if (!cli_int("serve", a, argv[i], 1, INT32_MAX, &v)) return 2;
             o.max_body_bytes = (size_t)v;
+        } else if (ARG("--prefill-chunk")) {
+            if (!cli_int("serve", a, argv[i], 0, INT32_MAX, &v)) return 2;
+            o.prefill_chunk = v;
         } else if (ARG("--drain")) {
             if (!cli_real("serve", a, argv[i], 0, 86400, &drain)) return 2;
         } else {

@@ -1,5 +1,6 @@
 /* ember: the command-line tool. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -21,6 +22,7 @@ static const em_cli_cmd commands[] = {
     {"report", "run the benchmarks on every device: plots, $ per 1M tokens, projections",
      cmd_report},
     {"download", "fetch a model from the Hugging Face Hub into its cache", cmd_download},
+    {"kernels", "kernel packages: list, explain, lock, download (docs/kernels.md)", cmd_kernels},
     {"tokenize", "encode text to token ids, or decode ids, with a tokenizer.json", cmd_tokenize},
     {"test-devices", "run the op conformance suite on every device (PJRT) vs torch and CPU",
      cmd_test_devices},
@@ -39,10 +41,17 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nRun `ember <command> --help` for a command's options.\n"
-               "Environment: EMBER_NUM_THREADS (CPU threads), EMBER_EAGER=sync|async|fused.\n");
+               "Environment: EMBER_NUM_THREADS (CPU threads), EMBER_EAGER=sync|async|fused,\n"
+               "EMBER_KERNELS=SPEC,... (or `ember --kernels SPECS <command>`; none: hub off).\n");
 }
 
 int main(int argc, char **argv) {
+    /* `ember --kernels SPECS <command>`: kernel packages for this run ("none": the hub off) */
+    if (argc >= 3 && !strcmp(argv[1], "--kernels")) {
+        setenv("EMBER_KERNELS", argv[2], 1);
+        argc -= 2;
+        argv += 2;
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

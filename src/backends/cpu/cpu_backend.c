@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/kernel_registry.h"
 
 /* Allocations at least this large are mapped directly and marked for transparent huge pages
  * (weights and activations of real models; fewer TLB misses when streaming them). */
@@ -107,6 +108,7 @@ static void cpu_init(void) {
     em_cpu_register_collective(cpu_backend.kernels);
     em_cpu_register_linalg_groups(cpu_groups);
     em_cpu_register_quant(cpu_backend.kernels);
+    em_kreg_attach(&cpu_backend, "cpu");
     cpu_device.be = &cpu_backend;
     snprintf(cpu_device.name, sizeof cpu_device.name, "cpu");
     cpu_device.index = 0;

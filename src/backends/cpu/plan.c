@@ -17,12 +17,13 @@
 
 #include "backends/cpu/cpu.h"
 #include "core/graph.h"
+#include "core/kernel_registry.h"
 
 #define FUSE_MAX_NODES 16
 #define ARENA_ALIGN 64
 
 typedef struct step {
-    em_kernel_fn k;  /* a kernel call, or */
+    const em_kimpl *k; /* a kernel call (the registry's choice at build), or */
     em_tensor *fused; /* an expression root to evaluate (lazy tree over plan tensors) */
     const em_op_def *op;
     int node;
@@ -175,6 +176,12 @@ static bool same_shape(const em_gval *a, const em_gval *b) {
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
 }
 
+/* Whether the op has only its built-in kernel on this backend (the kernel registry). */
+static bool builtin_only(const em_backend *be, em_op_id op) {
+    const em_kset *ks = em_kset_get(be, op);
+    return ks && ks->trivial;
+}
+
 /* Decides which element-wise nodes are computed inline by their only reader. */
 static void mark_fusion(em_graph *g) {
     int *reader = malloc((size_t)g->n_vals * sizeof *reader);
@@ -204,6 +211,9 @@ static void mark_fusion(em_graph *g) {
         if (y->dead || y->constant || em_op_get(y->op)->kind != EM_OPK_EW || epoch[r] != epoch[n])
             continue;
         if (!same_shape(xv, &g->vals[y->out0]) || size[r] + size[n] > FUSE_MAX_NODES) continue;
+        /* fusion is the built-in engine's: an op with other implementations (the kernel hub)
+         * keeps its own step, so the registry chooses, as in eager mode */
+        if (!builtin_only(xv->dev->be, x->op) || !builtin_only(xv->dev->be, y->op)) continue;
         x->fused_into = r;
         size[r] += size[n];
     }
@@ -258,7 +268,13 @@ static em_status run_step(em_ctx *c, em_cpu_plan *p, const step *s) {
     c->cur.in = s->in;
     c->cur.n_in = s->n_in;
     c->cur.dev = p->arena->dev;
-    em_status st = s->k(&a);
+    const em_kimpl *k = s->k;
+    if (atomic_load_explicit(&k->disabled, memory_order_relaxed)) { /* since the build */
+        const em_kset *ks = em_kset_get(p->arena->dev->be, s->op->id);
+        k = ks ? em_kset_pick(ks, &a, EM_KMODE_COMPILE) : NULL;
+        if (!k) return em_op_fail(c, EM_ERR_UNSUPPORTED, "no kernel takes this call any more");
+    }
+    em_status st = em_kimpl_run(k, &a);
     if (st != EM_OK && !c->err.status) em_op_fail(c, st, "kernel failed");
     return st;
 }
@@ -275,13 +291,14 @@ static void group_steps(em_ctx *c, em_cpu_plan *p) {
     for (int i = 0; i < p->n_steps;) {
         step *s = &p->steps[i];
         em_kernel_args a = step_args(c, s);
-        const em_cpu_group_fns *grp = s->k ? em_cpu_group_get(s->op->id) : NULL;
+        /* the groups are the built-in kernels' */
+        const em_cpu_group_fns *grp = s->k && s->k->fn ? em_cpu_group_get(s->op->id) : NULL;
         int n = 1;
         if (grp && grp->joins(&a))
             while (i + n < p->n_steps && n < EM_CPU_GROUP_MAX) {
                 step *t = &p->steps[i + n];
                 em_kernel_args b = step_args(c, t);
-                if (!t->k || t->op != s->op || t->in[0] != s->in[0] ||
+                if (!t->k || !t->k->fn || t->op != s->op || t->in[0] != s->in[0] ||
                     t->out[0]->dtype != s->out[0]->dtype || !grp->joins(&b))
                     break;
                 n++;
@@ -420,8 +437,8 @@ void *em_cpu_program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_in
             continue;
         }
         em_device *nd_dev = nd->n_out ? g->vals[nd->out0].dev : ins[0]->dev;
-        em_kernel_fn k = nd_dev->be->kernels[nd->op];
-        if (!k) {
+        const em_kset *ks = em_kset_get(nd_dev->be, nd->op);
+        if (!ks) {
             node_fail(c, nd, EM_ERR_UNSUPPORTED, "no kernel for this op on the device");
             goto fail;
         }
@@ -459,7 +476,13 @@ void *em_cpu_program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_in
             s->fused = t;
             p->info.fused_groups++;
         } else {
-            s->k = k;
+            /* the registry's choice for these shapes, as an eager call would make it */
+            em_kernel_args a = step_args(c, s);
+            s->k = em_kset_pick(ks, &a, EM_KMODE_COMPILE);
+            if (!s->k) {
+                node_fail(c, nd, EM_ERR_UNSUPPORTED, "no kernel on the device takes this call");
+                goto fail;
+            }
         }
         if (nd->constant) { /* run once now; the step is not kept */
             if (run_step(c, p, s) != EM_OK) goto fail;

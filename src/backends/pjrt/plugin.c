@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "backends/pjrt/pjrt.h"
+#include "core/kernel_registry.h"
 #include "core/op_table.h"
 
 /* Paths are formatted into fixed buffers; one that does not fit is truncated and then simply
@@ -387,6 +388,10 @@ static pj_plugin *open_locked(em_ctx *c, const char *name, const char *lib, cons
         free(pl);
         return NULL;
     }
+    /* its kernels join the registry once the plugin is kept (the registry keeps the backend) */
+    char kind[32];
+    snprintf(kind, sizeof kind, "pjrt:%s", pl->platform);
+    em_kreg_attach(&pl->be, kind);
     plugins[n_plugins++] = pl;
     return pl;
 }

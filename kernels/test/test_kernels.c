@@ -1,0 +1,88 @@
+/*
+ * A test kernel package (tests/test_kernel_hub.c), written against ember/kernel_abi.h alone:
+ *   silu f32 (all modes) and add f32 (inference and compile), whose supports() declines calls
+ *   of fewer than 16 elements and strided inputs, so Ember falls back per call;
+ *   neg f32, deliberately wrong (it returns its input), which the load-time self-test disables.
+ * ember_test_calls(name) counts the runs of each, so the test sees which implementation ran.
+ * Built with EMBER_TEST_ABI=2 it claims another ABI; with EMBER_TEST_NO_GET it lacks the table.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "ember/kernel_abi.h"
+#include "kernel_util.h"
+
+#ifndef EMBER_TEST_ABI
+#define EMBER_TEST_ABI EMBER_KERNEL_ABI_VERSION
+#endif
+
+static atomic_int n_silu, n_add, n_neg;
+
+EMBER_KERNEL_EXPORT int ember_test_calls(const char *name) {
+    if (!strcmp(name, "silu")) return atomic_load(&n_silu);
+    if (!strcmp(name, "add")) return atomic_load(&n_add);
+    if (!strcmp(name, "neg")) return atomic_load(&n_neg);
+    return -1;
+}
+
+static int supports_big_contiguous(const ember_kernel_call *k) {
+    if (kabi_numel(&k->out[0]) < 16) return 0;
+    for (int i = 0; i < k->n_in; i++)
+        if (k->in[i].dtype != EMBER_KDT_F32 || !kabi_contiguous(&k->in[i]) ||
+            kabi_numel(&k->in[i]) != kabi_numel(&k->out[0]))
+            return 0;
+    return 1;
+}
+
+static int run_silu(const ember_kernel_call *k, char *err, size_t err_n) {
+    (void)err;
+    (void)err_n;
+    const float *x = k->in[0].data;
+    float *y = k->out[0].data;
+    for (int64_t i = 0, n = kabi_numel(&k->out[0]); i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+    atomic_fetch_add(&n_silu, 1);
+    return 0;
+}
+
+static int run_add(const ember_kernel_call *k, char *err, size_t err_n) {
+    (void)err;
+    (void)err_n;
+    const float *a = k->in[0].data, *b = k->in[1].data;
+    float *y = k->out[0].data;
+    for (int64_t i = 0, n = kabi_numel(&k->out[0]); i < n; i++) y[i] = a[i] + b[i];
+    atomic_fetch_add(&n_add, 1);
+    return 0;
+}
+
+static int run_neg_wrong(const ember_kernel_call *k, char *err, size_t err_n) {
+    (void)err;
+    (void)err_n;
+    if (!kabi_contiguous(&k->in[0])) return 1;
+    memcpy(k->out[0].data, k->in[0].data, (size_t)kabi_numel(&k->out[0]) * sizeof(float));
+    atomic_fetch_add(&n_neg, 1);
+    return 0;
+}
+
+static const ember_kernel_impl impls[] = {
+    {.struct_size = sizeof(ember_kernel_impl), .op = "silu", .name = "silu_test",
+     .dtypes = EMBER_KDT_BIT(EMBER_KDT_F32), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
+     .supports = supports_big_contiguous, .run = run_silu},
+    {.struct_size = sizeof(ember_kernel_impl), .op = "add", .name = "add_test",
+     .dtypes = EMBER_KDT_BIT(EMBER_KDT_F32), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
+     .supports = supports_big_contiguous, .run = run_add},
+    {.struct_size = sizeof(ember_kernel_impl), .op = "neg", .name = "neg_wrong",
+     .dtypes = EMBER_KDT_BIT(EMBER_KDT_F32), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
+     .supports = NULL, .run = run_neg_wrong},
+};
+
+static const ember_kernel_library lib = {EMBER_TEST_ABI, sizeof(ember_kernel_library),
+                                         "ember-test-kernels", 3, impls};
+
+EMBER_KERNEL_EXPORT const uint32_t ember_kernel_abi_version = EMBER_TEST_ABI;
+
+#ifndef EMBER_TEST_NO_GET
+EMBER_KERNEL_EXPORT const ember_kernel_library *ember_kernel_library_get(void) { return &lib; }
+#else
+EMBER_KERNEL_EXPORT const ember_kernel_library *ember_test_unused(void) { return &lib; }
+#endif

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""`ember kernels list/explain/lock` and `ember --kernels` against the test packages.
+
+Usage: check_kernels.py PACKAGES_DIR [EMULATOR...] EMBER. PACKAGES_DIR holds the packages built
+from kernels/test (tests/CMakeLists.txt). Exits 1 naming the first output that is not as expected.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+pkgs, ember = sys.argv[1], sys.argv[2:]
+good = os.path.join(pkgs, "ember-test-kernels")
+badabi = os.path.join(pkgs, "ember-test-badabi")
+failures = 0
+
+
+def run(*args, env=None, code=0):
+    e = dict(os.environ)
+    e.pop("EMBER_KERNELS", None)
+    e.update(env or {})
+    p = subprocess.run(ember + list(args), capture_output=True, text=True, env=e, timeout=60)
+    if p.returncode != code:
+        fail(f"{' '.join(args)}: exit {p.returncode}, expected {code}\n{p.stdout}{p.stderr}")
+    return p.stdout, p.stderr
+
+
+def fail(msg):
+    global failures
+    failures += 1
+    print("FAIL:", msg, file=sys.stderr)
+
+
+def expect(text, needle, what):
+    if needle not in text:
+        fail(f"{what}: {needle!r} not in:\n{text}")
+
+
+out, _ = run("kernels", "list")
+expect(out, "only the built-in kernels", "list without packages")
+out, _ = run("kernels", "list", "--all")
+expect(out, "silu", "list --all")
+expect(out, "built-in *", "list --all")
+
+out, err = run("--kernels", good, "kernels", "list")
+expect(out, "silu_test *", "list with the package")
+expect(out, "ember-test-kernels v1", "list with the package")
+expect(out, "neg_wrong (disabled)", "list with the package")
+expect(err, "kernel neg_wrong for neg from ember-test-kernels v1", "self-test message")
+expect(err, "the built-in is used", "self-test message")
+
+out, _ = run("kernels", "list", env={"EMBER_KERNELS": good})
+expect(out, "silu_test *", "EMBER_KERNELS")
+out, _ = run("--kernels", "none", "kernels", "list", env={"EMBER_KERNELS": good})
+expect(out, "only the built-in kernels", "--kernels none")
+
+_, err = run("--kernels", "/nonexistent/pkg", "kernels", "list")
+expect(err, "EMBER_KERNELS:", "a missing package")
+expect(err, "the built-in kernels are used", "a missing package")
+
+out, _ = run("kernels", "explain", good)
+expect(out, "Accepted ember-abi1-cpu-generic-", "explain")
+expect(out, ", chosen", "explain")
+out, _ = run("kernels", "explain", badabi)  # its name says ABI 1: resolution accepts it
+expect(out, "Accepted", "explain badabi")
+out, err = run("--kernels", badabi, "kernels", "list")
+expect(err, "ABI 2, Ember speaks 1", "loading badabi")
+
+with tempfile.TemporaryDirectory() as d:
+    lock = os.path.join(d, "ember-kernels.lock")
+    out, _ = run("kernels", "lock", "-o", lock, good)
+    expect(out, "wrote " + lock, "lock")
+    doc = json.load(open(lock))
+    entry = doc["kernels"][0]
+    if doc["version"] != 1 or entry["commit"] != "local" or entry["repo"] != os.path.realpath(good):
+        fail(f"lock content: {doc}")
+    if not any(k.endswith("/libember_test_kernels.so") for k in entry["files"]):
+        fail(f"lock files: {entry['files']}")
+
+# download through the Hub client from the fake Hub (tests/hub_server.py), then load offline
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hub_server  # noqa: E402
+
+files = {}
+for root, _, names in os.walk(os.path.join(good, "build")):
+    for n in names:
+        full = os.path.join(root, n)
+        files[os.path.relpath(full, good)] = open(full, "rb").read()
+commit = hub_server.fake_commit("kernels-1")
+hub_server.REPOS["ember-test/kernels"] = {"commits": {commit: files}, "refs": {"v1": commit}}
+hub, _cdn = hub_server.start()
+endpoint = "http://127.0.0.1:%d" % hub.server_address[1]
+with tempfile.TemporaryDirectory() as cache:
+    env = {"HF_ENDPOINT": endpoint, "HF_HUB_CACHE": cache, "HF_TOKEN": "", "HF_HUB_OFFLINE": "0"}
+    out, _ = run("kernels", "download", "ember-test/kernels", env=env)
+    expect(out, os.path.join("snapshots", commit), "download")
+    # loading never asks the Hub: a dead endpoint, the cache answers
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    out, err = run("--kernels", "ember-test/kernels", "kernels", "list", env=env)
+    expect(out, "silu_test *", "load from the cache")
+    out, _ = run("kernels", "explain", "ember-test/kernels", env=env)
+    expect(out, "ember-test/kernels at " + commit, "explain from the cache")
+    out, err = run("--kernels", "ember-test/absent", "kernels", "list", env=env)
+    expect(err, "the built-in kernels are used", "a package the cache lacks")
+    if "127.0.0.1:9" in err:
+        fail("loading used the network: " + err)
+
+run("kernels", "bogus", code=2)
+if failures:
+    sys.exit(1)
+print("kernels CLI: all checks passed")

@@ -1,0 +1,461 @@
+/*
+ * The kernel hub: resolution (every rejection reason), digests, the lock, ABI and symbol checks,
+ * offline loading, the load-time self-test, and per-call fallback to the built-in kernels in
+ * eager and compiled code. The packages are built from kernels/test/ (tests/CMakeLists.txt) into
+ * $EMBER_TEST_KERNELS; variants with other names, flipped bytes and Hub-cache layouts are made
+ * from them here, by copying files.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backends/cpu/cpu.h"
+#include "core/kernel_registry.h"
+#include "ember/ember.h"
+#include "ember/kernels.h"
+#include "harness.h"
+
+#if defined(__x86_64__)
+#define ARCH "x86_64"
+#define OTHER_ARCH "aarch64"
+#define MISSING_FEATURE "avx512bf16"
+#define MISSING_LABEL "AVX-512 BF16"
+#else
+#define ARCH "aarch64"
+#define OTHER_ARCH "x86_64"
+#define MISSING_FEATURE "neonbf16"
+#define MISSING_LABEL "NEON BF16"
+#endif
+#define GOOD "ember-abi1-cpu-generic-" ARCH "-linux"
+#define LIB "libember_test_kernels.so"
+
+static char tmp[256];
+
+static const char *pkgs(void) { return getenv("EMBER_TEST_KERNELS"); }
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static bool setup(void) {
+    if (!pkgs()) {
+        em_test_skip("EMBER_TEST_KERNELS is not set (run through ctest)");
+        return false;
+    }
+    if (!tmp[0]) {
+        snprintf(tmp, sizeof tmp, "/tmp/ember-khub-XXXXXX");
+        if (!mkdtemp(tmp)) return false;
+    }
+    return true;
+}
+
+/* A package folder <tmp>/<name> with copies of the good variant under each of `variants`. */
+static void make_pkg(const char *name, const char *const *variants) {
+    sh("rm -rf '%s/%s' && mkdir -p '%s/%s/build'", tmp, name, tmp, name);
+    for (const char *const *v = variants; *v; v++)
+        sh("cp -r '%s/ember-test-kernels/build/" GOOD "' '%s/%s/build/%s'", pkgs(), tmp, name, *v);
+}
+
+static char *explain(em_ctx *c, const char *spec, const char *lock, em_status *st) {
+    em_kernels_options o = em_kernels_default_options();
+    o.lock_path = lock ? lock : "";
+    char *text = NULL;
+    *st = em_kernels_explain(c, spec, &o, &text);
+    if (text) fprintf(stderr, "%s", text);
+    return text;
+}
+
+#define HAS(text, s) CHECK_MSG((text) && strstr((text), (s)), "missing: %s", (s))
+
+static void test_resolution_table(void) {
+    if (!setup()) return;
+    static const char *const v[] = {GOOD,
+                                    "foo-bar",
+                                    "ember-abi2-cpu-generic-" ARCH "-linux",
+                                    "ember-abi1-cpu-generic-" OTHER_ARCH "-linux",
+                                    "ember-abi1-cpu-generic-" ARCH "-windows",
+                                    "ember-abi1-cuda13-sm90-" ARCH "-linux",
+                                    "ember-stablehlo",
+                                    "ember-abi1-cpu-" MISSING_FEATURE "-" ARCH "-linux",
+                                    "ember-abi1-cpu-" ARCH "-linux",
+                                    NULL};
+    make_pkg("table", v);
+    /* a variant without metadata, and the lowest-ranked accepted one stays unchosen */
+    sh("rm '%s/table/build/ember-abi1-cpu-" ARCH "-linux/metadata.json'", tmp);
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/table", tmp);
+    em_ctx *c = em_ctx_create();
+    em_status st;
+    char *t = explain(c, spec, NULL, &st);
+    CHECK(st == EM_OK);
+    HAS(t, "Accepted " GOOD ": ember-test-kernels v1 (Apache-2.0), chosen");
+    HAS(t, "Rejected foo-bar: not a variant name");
+    HAS(t, "Rejected ember-abi2-cpu-generic-" ARCH "-linux: ABI 2, Ember speaks 1");
+    HAS(t, "Rejected ember-abi1-cpu-generic-" OTHER_ARCH "-linux: built for " OTHER_ARCH
+           "; this machine is " ARCH);
+    HAS(t, "Rejected ember-abi1-cpu-generic-" ARCH "-windows: built for windows; this is linux");
+    HAS(t, "Rejected ember-abi1-cuda13-sm90-" ARCH "-linux: backend cuda13 needs a device");
+    HAS(t, "Rejected ember-stablehlo: StableHLO variants are for PJRT devices");
+    HAS(t, "Rejected ember-abi1-cpu-" ARCH "-linux: no metadata.json");
+    if (em_cpu_bf16_dot())
+        fprintf(stderr, "note: this CPU has %s; the 'needs' row is not checked\n", MISSING_LABEL);
+    else
+        HAS(t, "Rejected ember-abi1-cpu-" MISSING_FEATURE "-" ARCH "-linux: needs " MISSING_LABEL
+               "; this CPU runs ");
+    free(t);
+    /* nothing acceptable: the error lists every reason */
+    static const char *const bad[] = {"ember-abi2-cpu-generic-" ARCH "-linux", NULL};
+    make_pkg("none", bad);
+    snprintf(spec, sizeof spec, "%s/none", tmp);
+    CHECK(em_kernels_load(c, spec, NULL) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "no variant of", "ABI 2, Ember speaks 1");
+    em_ctx_free(c);
+}
+
+/* The preference order: avx2 over generic where the CPU has AVX2. */
+static void test_preference(void) {
+    if (!setup()) return;
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/ember-test-kernels", pkgs());
+    em_ctx *c = em_ctx_create();
+    em_status st;
+    char *t = explain(c, spec, NULL, &st);
+    CHECK(st == EM_OK);
+    if (em_cpu_isa_get() == EM_ISA_AVX2 || em_cpu_isa_get() == EM_ISA_AVX512) {
+        HAS(t, "Accepted ember-abi1-cpu-avx2-x86_64-linux: ember-test-kernels v1 (Apache-2.0), "
+               "chosen");
+        HAS(t, "Accepted " GOOD ": ranks below ember-abi1-cpu-avx2-x86_64-linux");
+    } else {
+        HAS(t, "Accepted " GOOD ": ember-test-kernels v1 (Apache-2.0), chosen");
+    }
+    free(t);
+    em_ctx_free(c);
+}
+
+static bool read_digest(const char *meta, char out[65]) {
+    char *s = em_test_read_file(meta, NULL);
+    char *p = s ? strstr(s, "\"" LIB "\": \"") : NULL;
+    if (p) snprintf(out, 65, "%s", p + strlen("\"" LIB "\": \""));
+    free(s);
+    return p != NULL;
+}
+
+static void test_tampered(void) {
+    if (!setup()) return;
+    static const char *const v[] = {GOOD, NULL};
+    make_pkg("flipped", v);
+    char lib[512], meta[512], want[65];
+    snprintf(lib, sizeof lib, "%s/flipped/build/" GOOD "/" LIB, tmp);
+    snprintf(meta, sizeof meta, "%s/flipped/build/" GOOD "/metadata.json", tmp);
+    CHECK(read_digest(meta, want));
+    /* flip one byte of the library */
+    FILE *f = fopen(lib, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fseek(f, 200, SEEK_SET);
+        int ch = fgetc(f);
+        fseek(f, 200, SEEK_SET);
+        fputc(ch ^ 0x01, f);
+        fclose(f);
+    }
+    char spec[512], expect[1024];
+    snprintf(spec, sizeof spec, "%s/flipped", tmp);
+    em_ctx *c = em_ctx_create();
+    CHECK(em_kernels_load(c, spec, NULL) == EM_ERR_UNSUPPORTED);
+    snprintf(expect, sizeof expect,
+             "digest mismatch in build/" GOOD "/" LIB ": metadata.json says %s, the file has ",
+             want);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, expect);
+    em_ctx_clear_error(c);
+    /* a file the metadata does not cover */
+    make_pkg("planted", v);
+    sh("cp '%s/planted/build/" GOOD "/" LIB "' '%s/planted/build/" GOOD "/extra.so'", tmp, tmp);
+    snprintf(spec, sizeof spec, "%s/planted", tmp);
+    CHECK(em_kernels_load(c, spec, NULL) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "build/" GOOD "/extra.so has no digest in metadata.json");
+    em_ctx_free(c);
+}
+
+static void test_abi_and_symbols(void) {
+    if (!setup()) return;
+    char spec[512];
+    em_ctx *c = em_ctx_create();
+    snprintf(spec, sizeof spec, "%s/ember-test-badabi", pkgs());
+    CHECK(em_kernels_load(c, spec, NULL) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "libember_test_badabi.so: ABI 2, Ember speaks 1");
+    em_ctx_clear_error(c);
+    snprintf(spec, sizeof spec, "%s/ember-test-nosym", pkgs());
+    CHECK(em_kernels_load(c, spec, NULL) == EM_ERR_FORMAT);
+    CHECK_ERR(c, EM_ERR_FORMAT, "libember_test_nosym.so does not export ember_kernel_library_get");
+    em_ctx_free(c);
+}
+
+#define COMMIT_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define COMMIT_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+/* A Hub cache holding two commits of ember-test/kernels; refs/v1 names the newer, B. */
+static void make_cache(void) {
+    const char *repo = "models--ember-test--kernels";
+    sh("rm -rf '%s/cache' && mkdir -p '%s/cache/%s/refs' '%s/cache/%s/snapshots/" COMMIT_A
+       "/build' '%s/cache/%s/snapshots/" COMMIT_B "/build'",
+       tmp, tmp, repo, tmp, repo, tmp, repo);
+    sh("printf %s > '%s/cache/%s/refs/v1'", COMMIT_B, tmp, repo);
+    const char *commits[] = {COMMIT_A, COMMIT_B};
+    for (int i = 0; i < 2; i++)
+        sh("cp -r '%s/ember-test-kernels/build/" GOOD "' '%s/cache/%s/snapshots/%s/build/'",
+           pkgs(), tmp, repo, commits[i]);
+    /* B's metadata differs (a later revision), so the lock's digests tell the two apart */
+    sh("sed -i 's/Apache-2.0/MIT/' '%s/cache/%s/snapshots/" COMMIT_B "/build/" GOOD
+       "/metadata.json'", tmp, repo);
+}
+
+static void test_lock(void) {
+    if (!setup()) return;
+    make_cache();
+    char cache[512], lock[512];
+    snprintf(cache, sizeof cache, "%s/cache", tmp);
+    snprintf(lock, sizeof lock, "%s/ember-kernels.lock", tmp);
+    setenv("HF_HUB_CACHE", cache, 1);
+    /* the network must not be used: an endpoint nobody answers */
+    setenv("HF_ENDPOINT", "http://127.0.0.1:9", 1);
+    em_ctx *c = em_ctx_create();
+    em_status st;
+    char *t = explain(c, "ember-test/kernels", NULL, &st);
+    CHECK(st == EM_OK);
+    HAS(t, "at " COMMIT_B);
+    HAS(t, "(MIT), chosen");
+    free(t);
+    const char *specs[] = {"ember-test/kernels@" COMMIT_A};
+    CHECK(em_kernels_lock(c, specs, 1, lock) == EM_OK);
+    char *lt = em_test_read_file(lock, NULL);
+    HAS(lt, "\"commit\": \"" COMMIT_A "\"");
+    HAS(lt, "build/" GOOD "/" LIB);
+    free(lt);
+    /* the lock names the older commit: it resolves there although refs/v1 says B */
+    t = explain(c, "ember-test/kernels", lock, &st);
+    CHECK(st == EM_OK);
+    HAS(t, "at " COMMIT_A);
+    HAS(t, "(Apache-2.0), chosen");
+    free(t);
+    /* a file that differs from the lock's digest is refused, naming both digests */
+    sh("cp '%s/cache/models--ember-test--kernels/snapshots/" COMMIT_B "/build/" GOOD
+       "/metadata.json' '%s/cache/models--ember-test--kernels/snapshots/" COMMIT_A "/build/" GOOD
+       "/metadata.json'", tmp, tmp);
+    t = explain(c, "ember-test/kernels", lock, &st);
+    CHECK(st == EM_ERR_UNSUPPORTED);
+    HAS(t, "digest mismatch in build/" GOOD "/metadata.json: the lock says ");
+    free(t);
+    em_ctx_clear_error(c);
+    /* offline: a repo the cache lacks fails at once, without asking the endpoint */
+    CHECK(em_kernels_load(c, "ember-test/absent", NULL) != EM_OK);
+    CHECK_MSG(strstr(em_ctx_error(c)->message, "127.0.0.1:9") == NULL,
+              "the network was used: %s", em_ctx_error(c)->message);
+    em_ctx_free(c);
+    unsetenv("HF_ENDPOINT");
+    unsetenv("HF_HUB_CACHE");
+}
+
+typedef int (*calls_fn)(const char *);
+
+/* Loads the good package, then: silu and add run in the package for big contiguous f32 calls,
+ * in the built-in for small or strided ones (per-call fallback), the results equal the
+ * built-in's; add (not declared for training) falls back while autodiff records; the wrong neg
+ * was disabled by its self-test; a compiled program calls the package too. */
+static void test_load_and_fallback(void) {
+    if (!setup()) return;
+    char spec[512], lib[700];
+    snprintf(spec, sizeof spec, "%s/ember-test-kernels", pkgs());
+    em_ctx *c = em_ctx_create();
+    CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
+    /* the library the registry loaded (the preferred variant's) */
+    em_kernels_options o = em_kernels_default_options();
+    char *t = NULL;
+    em_kernels_explain(c, spec, &o, &t);
+    char variant[128] = "";
+    for (char *save = NULL, *line = t ? strtok_r(t, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save))
+        if (strstr(line, ", chosen")) sscanf(line, " Accepted %127[^:]", variant);
+    free(t);
+    snprintf(lib, sizeof lib, "%s/build/%s/" LIB, spec, variant);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+    calls_fn calls = h ? (calls_fn)(uintptr_t)dlsym(h, "ember_test_calls") : NULL;
+    CHECK_MSG(calls != NULL, "%s is not loaded", lib);
+    if (!calls) {
+        em_ctx_free(c);
+        return;
+    }
+    CHECK(calls("neg") == 1 || calls("neg") == 3); /* the self-test's runs only */
+    int neg_after_test = calls("neg");
+
+    em_scope_push(c);
+    float xs[64];
+    for (int i = 0; i < 64; i++) xs[i] = (float)(i - 32) / 8.0f;
+    int64_t big[] = {4, 16}, small[] = {8};
+    em_tensor *x = em_from_host(c, EM_F32, 2, big, xs);
+    em_tensor *xsm = em_from_host(c, EM_F32, 1, small, xs);
+    int s0 = calls("silu"), a0 = calls("add");
+    em_tensor *y = em_silu(c, x);
+    CHECK(calls("silu") == s0 + 1);
+    em_tensor *ysm = em_silu(c, xsm); /* 8 elements: declined, the built-in runs */
+    CHECK(calls("silu") == s0 + 1);
+    em_tensor *xt = em_transpose(c, x, 0, 1); /* strided: declined */
+    em_tensor *yt = em_silu(c, xt);
+    CHECK(calls("silu") == s0 + 1);
+    em_tensor *z = em_add(c, x, x);
+    CHECK(calls("add") == a0 + 1);
+    CHECK(y && ysm && yt && z);
+    /* the results against the built-in's formula, x * sigmoid(x), and against exact sums */
+    const float *py = y ? em_tensor_data(c, y) : NULL, *pz = z ? em_tensor_data(c, z) : NULL;
+    for (int i = 0; py && pz && i < 64; i++) {
+        double want = xs[i] / (1.0 + exp(-(double)xs[i]));
+        CHECK_MSG(fabs(py[i] - want) < 1e-6 * (1 + fabs(want)), "silu[%d] %g vs %g", i, py[i],
+                  want);
+        CHECK(pz[i] == xs[i] + xs[i]);
+    }
+    /* the wrong neg is disabled: the built-in answers */
+    em_tensor *n = em_neg(c, x);
+    const float *pn = n ? em_tensor_data(c, n) : NULL;
+    CHECK(pn && pn[1] == -xs[1]);
+    CHECK(calls("neg") == neg_after_test);
+    /* modes: add is not declared for training */
+    em_tensor *w = em_from_host(c, EM_F32, 2, big, xs);
+    em_tensor_requires_grad(c, w, true);
+    em_grad_enable(c, true);
+    int a1 = calls("add");
+    CHECK(em_add(c, w, w) != NULL);
+    CHECK(calls("add") == a1);
+    em_grad_enable(c, false);
+    em_scope_pop(c);
+
+    /* the listing names the package and the disabled kernel */
+    char *list = em_kernels_list("cpu", false);
+    fprintf(stderr, "%s", list ? list : "(null)");
+    HAS(list, "silu_test *");
+    HAS(list, "neg_wrong (disabled)");
+    HAS(list, "ember-test-kernels v1");
+    free(list);
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+}
+
+static int compiled_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                       int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in;
+    (void)statics;
+    (void)n_statics;
+    (void)max_out;
+    (void)user;
+    out[0] = em_silu(c, em_mul(c, in[0], in[0]));
+    return out[0] ? 1 : -1;
+}
+
+static void test_compiled_calls_package(void) {
+    if (!setup()) return;
+    char spec[512], lib[700];
+    snprintf(spec, sizeof spec, "%s/ember-test-kernels", pkgs());
+    em_ctx *c = em_ctx_create();
+    CHECK(em_kernels_load(c, spec, NULL) == EM_OK); /* already loaded: nothing new */
+    void *h = NULL;
+    const char *vs[] = {"ember-abi1-cpu-avx2-x86_64-linux", GOOD};
+    for (int i = 0; i < 2 && !h; i++) {
+        snprintf(lib, sizeof lib, "%s/build/%s/" LIB, spec, vs[i]);
+        h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+    }
+    calls_fn calls = h ? (calls_fn)(uintptr_t)dlsym(h, "ember_test_calls") : NULL;
+    CHECK(calls != NULL);
+    em_compiled *f = em_compile(c, "silu_sq", compiled_fn, NULL);
+    CHECK(f != NULL);
+    em_scope_push(c);
+    float xs[64];
+    for (int i = 0; i < 64; i++) xs[i] = (float)i / 16.0f;
+    int64_t shape[] = {64};
+    em_tensor *x = em_from_host(c, EM_F32, 1, shape, xs);
+    em_tensor *y = NULL;
+    int s0 = calls ? calls("silu") : 0;
+    CHECK(f && em_compiled_call(c, f, &x, 1, NULL, 0, &y, 1) == 1);
+    if (calls) CHECK_MSG(calls("silu") > s0, "the compiled program did not call the package");
+    const float *py = y ? em_tensor_data(c, y) : NULL;
+    for (int i = 0; py && i < 64; i++) {
+        double v = (double)xs[i] * xs[i], want = v / (1.0 + exp(-v));
+        CHECK(fabs(py[i] - want) < 1e-5 * (1 + fabs(want)));
+    }
+    em_scope_pop(c);
+    em_compiled_free(f);
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+}
+
+
+/* ember-ragged-avx2 (kernels/ragged_avx2): loaded, it runs packed bf16 ragged_dot calls and
+ * gives the built-in's bits; a call it declines (f32) still runs. */
+static void test_ragged_package(void) {
+    if (!setup()) return;
+    if (em_cpu_isa_get() != EM_ISA_AVX2) {
+        em_test_skip("the AVX2 ragged_dot package is checked where the kernels run AVX2 (here: %s)",
+                     em_cpu_isa_name(em_cpu_isa_get()));
+        return;
+    }
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/ember-ragged-avx2", pkgs());
+    em_ctx *c = em_ctx_create();
+    CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
+    em_scope_push(c);
+    enum { M = 7, K = 64, N = 320, G = 3 };
+    static uint16_t xs[M * K], ws[G * N * K];
+    uint32_t seed = 7;
+    for (int i = 0; i < M * K; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        xs[i] = (uint16_t)(0x3c00 + (seed >> 24)); /* bf16 in [2^-7, 2^-6) */
+    }
+    for (int i = 0; i < G * N * K; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ws[i] = (uint16_t)(0xbc00 + (seed >> 24)); /* negative, same range */
+    }
+    int32_t sizes[G] = {2, 0, 4}; /* 6 of 7 rows: the last one is zeros */
+    int64_t xsh[] = {M, K}, wsh[] = {G, N, K}, gsh[] = {G};
+    em_tensor *x = em_from_host(c, EM_BF16, 2, xsh, xs);
+    em_tensor *w = em_ragged_pack(c, em_from_host(c, EM_BF16, 3, wsh, ws));
+    em_tensor *g = em_from_host(c, EM_I32, 1, gsh, sizes);
+    em_tensor *hub = em_ragged_dot(c, x, w, g, true);
+    /* the built-in, called directly */
+    int64_t osh[] = {M, N};
+    em_tensor *ref = em_empty(c, EM_BF16, 2, osh);
+    CHECK(hub && ref);
+    if (hub && ref) {
+        em_tensor *ins[] = {x, w, g};
+        em_attr at[EM_MAX_ATTRS] = {{.i = 1}};
+        em_kernel_args a = {c, em_op_get(EM_OP_RAGGED_DOT), ins, 3, &ref, 1, at};
+        CHECK(em_device_cpu()->be->kernels[EM_OP_RAGGED_DOT](&a) == EM_OK);
+        CHECK_MSG(!memcmp(em_tensor_data(c, hub), em_tensor_data(c, ref), sizeof(uint16_t) * M * N),
+                  "the package's ragged_dot differs from the built-in's bits");
+    }
+    char *list = em_kernels_list("cpu", false);
+    HAS(list, "ragged_packed_avx2 *");
+    free(list);
+    /* f32: declined, the built-in answers */
+    em_tensor *xf = em_cast(c, x, EM_F32), *wf = em_cast(c, em_ragged_unpack(c, w), EM_F32);
+    CHECK(em_ragged_dot(c, xf, wf, g, true) != NULL);
+    em_scope_pop(c);
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+}
+
+static void test_cleanup(void) {
+    if (!setup()) return;
+    CHECK(sh("rm -rf '%s'", tmp) == 0);
+}
+
+EM_TEST_MAIN(T(test_resolution_table), T(test_preference), T(test_tampered),
+             T(test_abi_and_symbols), T(test_lock), T(test_load_and_fallback),
+             T(test_compiled_calls_package), T(test_ragged_package), T(test_cleanup))
