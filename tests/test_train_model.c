@@ -13,48 +13,6 @@
 
 #include "ember/ember.h"
 #include "harness.h"
-#include "models/model_impl.h"
-
-typedef struct named {
-    char name[96];
-    em_tensor *t;
-} named;
-
-/* The model's parameters under their Hub names (the decoder's dense layout). */
-static int params_of(const em_model *m, named *out, int max) {
-    int n = 0;
-#define ADD(t_, ...)                                                                               \
-    do {                                                                                           \
-        if ((t_) && n < max) {                                                                     \
-            snprintf(out[n].name, sizeof out[n].name, __VA_ARGS__);                                \
-            out[n++].t = (t_);                                                                     \
-        }                                                                                          \
-    } while (0)
-    ADD(m->embed, "model.embed_tokens.weight");
-    ADD(m->final_norm, "model.norm.weight");
-    if (m->lm_head != m->embed) ADD(m->lm_head, "lm_head.weight"); /* tied: one tensor */
-    for (int64_t l = 0; l < m->n_layers; l++) {
-        const em_dec_layer *L = &m->layers[l];
-        const char *p = "model.layers";
-        long long li = (long long)l;
-        ADD(L->in_norm, "%s.%lld.input_layernorm.weight", p, li);
-        ADD(L->post_attn_norm, "%s.%lld.post_attention_layernorm.weight", p, li);
-        ADD(L->q, "%s.%lld.self_attn.q_proj.weight", p, li);
-        ADD(L->k, "%s.%lld.self_attn.k_proj.weight", p, li);
-        ADD(L->v, "%s.%lld.self_attn.v_proj.weight", p, li);
-        ADD(L->o, "%s.%lld.self_attn.o_proj.weight", p, li);
-        ADD(L->q_norm, "%s.%lld.self_attn.q_norm.weight", p, li);
-        ADD(L->k_norm, "%s.%lld.self_attn.k_norm.weight", p, li);
-        ADD(L->gate, "%s.%lld.mlp.gate_proj.weight", p, li);
-        ADD(L->up, "%s.%lld.mlp.up_proj.weight", p, li);
-        ADD(L->down, "%s.%lld.mlp.down_proj.weight", p, li);
-        ADD(L->router, "%s.%lld.mlp.gate.weight", p, li);
-        ADD(L->experts.gate_up, "%s.%lld.mlp.experts.gate_up_proj", p, li);
-        ADD(L->experts.down, "%s.%lld.mlp.experts.down_proj", p, li);
-    }
-#undef ADD
-    return n;
-}
 
 /* max |got - want| <= tol * max |want| */
 static bool close_scaled(em_ctx *c, em_tensor *got, em_tensor *want, double tol, const char *what) {
@@ -94,12 +52,14 @@ static void check_family_impl(const char *family, em_moe_impl impl) {
         em_test_bundle_free(b);
         return;
     }
-    named ps[128];
-    int np = params_of(m, ps, 128);
+    em_model_param ps[128];
+    int np = em_model_params(c, m, ps, 128);
+    CHECK_MSG(np > 0 && np <= 128, "em_model_params: %d", np);
+    if (np > 128) np = 128;
     CHECK(np == em_test_bundle_meta_int(b, "params", -1));
-    for (int i = 0; i < np; i++) CHECK(em_tensor_requires_grad(c, ps[i].t, true) == EM_OK);
+    for (int i = 0; i < np; i++) CHECK(em_tensor_requires_grad(c, ps[i].tensor, true) == EM_OK);
     em_tensor *ids = em_test_bundle_get(b, c, "ids"), *labels = em_test_bundle_get(b, c, "labels");
-    int64_t B = em_tensor_dim(ids, 0), T = em_tensor_dim(ids, 1), V = m->cfg.vocab_size;
+    int64_t B = em_tensor_dim(ids, 0), T = em_tensor_dim(ids, 1), V = em_model_config_get(m)->vocab_size;
     em_grad_enable(c, true);
     em_tensor *logits = em_model_forward(c, m, ids, NULL, NULL, false);
     /* transformers' causal-LM loss: position t predicts label t+1 */
@@ -120,8 +80,8 @@ static void check_family_impl(const char *family, em_moe_impl impl) {
         char key[160], what[200];
         snprintf(key, sizeof key, "grad/%.96s", ps[i].name);
         snprintf(what, sizeof what, "%.24s (moe %d) %.160s", family, (int)impl, key);
-        close_scaled(c, em_tensor_grad(ps[i].t), em_test_bundle_get(b, c, key), 1e-5, what);
-        em_tensor_zero_grad(ps[i].t);
+        close_scaled(c, em_tensor_grad(ps[i].tensor), em_test_bundle_get(b, c, key), 1e-5, what);
+        em_tensor_zero_grad(ps[i].tensor);
     }
     em_model_free(m);
     em_ctx_free(c);

@@ -11,7 +11,10 @@
  *   safetensors.h  Hugging Face safetensors checkpoints (read, write)
  *   gguf.h    GGUF checkpoints (llama.cpp, Ollama): metadata, tensors, quantized types
  *   config.h  config.json and generation_config.json
- *   model.h   Hugging Face models: loading (device_map, dtype), forward, KV cache
+ *   model.h   Hugging Face models: loading (device_map, dtype), forward, KV cache, parameters
+ *   train.h   causal-LM training: data windows, the trainer, Hub checkpoints out, resume
+ *   diffusion.h  diffusers folders: UNet2DModel, model_index.json routing
+ *   kernels.h  the kernel hub: packages, resolution, lock file (kernel_abi.h: for authors)
  *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
  *   tokenizer.h  tokenizer.json (BPE, WordPiece, Unigram) id for id with `tokenizers`
  *   chat.h    chat templates (the Jinja2 subset of the Hub's tokenizer_config.json)
@@ -36,6 +39,7 @@
 #include "ember/config.h"
 #include "ember/model.h"
 #include "ember/diffusion.h"
+#include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"
 #include "ember/chat.h"

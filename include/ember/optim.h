@@ -65,6 +65,22 @@ EM_API double em_optimizer_lr(const em_optimizer *opt);
 EM_API void em_optimizer_set_lr(em_optimizer *opt, double lr);
 /** Steps taken so far. */
 EM_API int64_t em_optimizer_steps(const em_optimizer *opt);
+/**
+ * Parameter i's state for a checkpoint: AdamW's moments (exp_avg, exp_avg_sq) or SGD's momentum
+ * buffer (in *m; *v NULL), borrowed and NULL before its first update, and its step count. Any
+ * output may be NULL. EM_ERR_INVALID_ARG (returned, nothing recorded) for i out of range.
+ */
+EM_API em_status em_optimizer_state(const em_optimizer *opt, int i, em_tensor **m, em_tensor **v,
+                                    int64_t *step);
+/**
+ * Restores parameter i's state (resuming from a checkpoint): copies of m and v (each NULL or of
+ * the parameter's shape; converted to its dtype, put on its device) and its step count.
+ * EM_ERR_INVALID_ARG or EM_ERR_SHAPE naming the parameter index otherwise.
+ */
+EM_API em_status em_optimizer_set_state(em_ctx *c, em_optimizer *opt, int i, em_tensor *m,
+                                        em_tensor *v, int64_t step);
+/** Sets the count em_optimizer_steps returns (resuming). */
+EM_API void em_optimizer_set_steps(em_optimizer *opt, int64_t steps);
 /** Frees the optimizer and its state, releasing its parameter references. NULL is a no-op. */
 EM_API void em_optimizer_free(em_optimizer *opt);
 

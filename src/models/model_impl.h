@@ -184,6 +184,7 @@ struct em_model {
     em_generation_config gen;
     const em_family *fam;
     char dir[1024];
+    char prefix[96]; /* the checkpoint's prefix of the decoder's names ("model.") */
     em_dtype dtype;
     em_moe_impl moe_impl;
     double load_s;

@@ -364,6 +364,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
             goto fail;
         }
     }
+    snprintf(m->prefix, sizeof m->prefix, "%s", w.prefix);
     w.total_bytes = em_wl_bytes(&w, NULL);
     w.progress = o.progress && isatty(2);
     const char *zc = getenv("EMBER_ZERO_COPY_WEIGHTS");

@@ -5,6 +5,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/tensor_impl.h" /* em_tensor_materialize */
 #include "ember/autograd.h"
@@ -186,6 +187,63 @@ void em_optimizer_set_lr(em_optimizer *o, double lr) {
     if (o) o->lr = lr;
 }
 int64_t em_optimizer_steps(const em_optimizer *o) { return o ? o->steps : 0; }
+
+em_status em_optimizer_state(const em_optimizer *o, int i, em_tensor **m, em_tensor **v,
+                             int64_t *step) {
+    if (!o || i < 0 || i >= o->n) return EM_ERR_INVALID_ARG;
+    if (m) *m = o->m[i];
+    if (v) *v = o->v[i];
+    if (step) *step = o->param_steps[i];
+    return EM_OK;
+}
+
+/* A copy of x owned by the optimizer, in p's dtype on p's device (NULL passes through). */
+static em_tensor *state_copy(em_ctx *c, em_tensor *p, em_tensor *x, int i) {
+    if (!x) return NULL;
+    int nd = em_tensor_ndim(p);
+    if (em_tensor_ndim(x) != nd ||
+        memcmp(em_tensor_shape(x), em_tensor_shape(p), sizeof(int64_t) * (size_t)nd)) {
+        char a[96], b[96];
+        em_ctx_fail(c, EM_ERR_SHAPE, "optimizer_set_state", "parameter %d is %s, its state %s", i,
+                    em_tensor_sig(p, a, sizeof a), em_tensor_sig(x, b, sizeof b));
+        return NULL;
+    }
+    em_scope_push(c);
+    em_device *d = em_tensor_device(p);
+    em_tensor *y = em_tensor_device(x) == d ? x : em_to(c, x, d);
+    y = em_cast(c, y, em_tensor_dtype(p));
+    y = y ? own_copy(c, y) : NULL;
+    em_scope_pop(c);
+    return y;
+}
+
+em_status em_optimizer_set_state(em_ctx *c, em_optimizer *o, int i, em_tensor *m, em_tensor *v,
+                                 int64_t step) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!o || i < 0 || i >= o->n || step < 0)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, "optimizer_set_state",
+                           "parameter %d of %d, step %lld", i, o ? o->n : 0, (long long)step);
+    bool grad_on = em_grad_enable(c, false);
+    em_tensor *mc = state_copy(c, o->params[i], m, i);
+    em_tensor *vc = em_ctx_status(c) ? NULL : state_copy(c, o->params[i], v, i);
+    em_grad_enable(c, grad_on);
+    if (em_ctx_status(c)) {
+        em_tensor_release(mc);
+        em_tensor_release(vc);
+        return em_ctx_status(c);
+    }
+    em_tensor_release(o->m[i]);
+    em_tensor_release(o->v[i]);
+    o->m[i] = mc;
+    o->v[i] = vc;
+    o->param_steps[i] = step;
+    return EM_OK;
+}
+
+void em_optimizer_set_steps(em_optimizer *o, int64_t steps) {
+    if (o && steps >= 0) o->steps = steps;
+}
 
 void em_optimizer_free(em_optimizer *o) {
     if (!o) return;

@@ -25,8 +25,9 @@ static const ckpt_cfg PRESETS[] = {
     {"qwen3_moe", 0, 512, 1024, 8, 8, 4, 64, 64, 8, 256, false},          /* demo */
     {"qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 0, 0, 0, true},         /* Qwen3-0.6B */
     {"qwen3_moe", 151936, 2048, 6144, 12, 32, 4, 128, 128, 8, 768, false}, /* Qwen3-30B-A3B */
+    {"qwen3", 0, 192, 576, 4, 4, 2, 48, 0, 0, 0, true}, /* scripts/train-demo.sh's model */
 };
-static const char *PRESET_NAMES[] = {"demo-moe", "qwen3-0.6b", "qwen3-30b-a3b"};
+static const char *PRESET_NAMES[] = {"demo-moe", "qwen3-0.6b", "qwen3-30b-a3b", "tiny-qwen3"};
 
 typedef struct writer {
     em_ctx *c;
@@ -73,14 +74,16 @@ static void add(writer *wr, const char *name, int nd, const int64_t *shape, doub
 }
 
 static void usage(void) {
-    printf("usage: ember make-checkpoint --out DIR [--preset demo-moe|qwen3-0.6b|qwen3-30b-a3b]\n"
+    printf("usage: ember make-checkpoint --out DIR [--preset demo-moe|qwen3-0.6b|qwen3-30b-a3b|\n"
+           "                                      tiny-qwen3]\n"
            "                             [--layers N] [--tokenizer FILE.json] [--dtype bf16|f32]\n"
            "                             [--seed S]\n\n"
            "Writes a checkpoint with RANDOM weights in the Hub's format (config.json,\n"
            "generation_config.json, sharded safetensors with an index, the tokenizer when\n"
            "given). The presets have the real dimensions of Qwen3-0.6B and Qwen3-30B-A3B (with\n"
-           "--layers to bound the size); demo-moe is a small Qwen3-MoE. Random weights produce\n"
-           "random text: this is for timing and demos, not for reading the output.\n");
+           "--layers to bound the size); demo-moe is a small Qwen3-MoE, tiny-qwen3 a 4-layer Qwen3\n"
+           "of width 192 (the vocabulary of --tokenizer) that scripts/train-demo.sh trains.\n"
+           "Random weights produce random text: this is for timing and demos, not for reading the output.\n");
 }
 
 int cmd_make_checkpoint(int argc, char **argv) {
@@ -118,7 +121,7 @@ int cmd_make_checkpoint(int argc, char **argv) {
         }
     }
     int pi = -1;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < (int)(sizeof PRESETS / sizeof PRESETS[0]); k++)
         if (!strcmp(preset, PRESET_NAMES[k])) pi = k;
     if (!out || pi < 0) {
         fprintf(stderr, "ember make-checkpoint: --out DIR and a known --preset are required\n");

@@ -10,6 +10,8 @@ static const em_cli_cmd commands[] = {
     {"generate", "generate text with a model (Hub id, folder or GGUF file)", cmd_generate},
     {"chat", "a conversation with a model through its chat template (streams, /reset)",
      cmd_chat},
+    {"train", "train a language model on a token or text file (AdamW, Hub checkpoints out)",
+     cmd_train},
     {"serve", "an OpenAI-compatible HTTP server with continuous batching", cmd_serve},
     {"embed", "sentence embeddings and semantic search (all-MiniLM-L6-v2, BERT encoders)",
      cmd_embed},

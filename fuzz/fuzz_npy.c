@@ -1,0 +1,24 @@
+/* Fuzzes the .npy reader of training data (src/train/data.c): any bytes must give ids or an
+ * error in the context, never a crash, an out-of-bounds read or a leak. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "train/data_impl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static em_ctx *c;
+    if (!c) c = em_ctx_create();
+    if (size > 1 << 20) return 0;
+    /* a copy of exactly `size` bytes: reads past the end are ASan errors */
+    unsigned char *b = malloc(size ? size : 1);
+    if (!b) return 0;
+    memcpy(b, data, size);
+    em_train_data *d = em_train_data_from_npy(c, "fuzz.npy", b, size, 1000);
+    em_train_data_free(d);
+    em_ctx_clear_error(c);
+    free(b);
+    return 0;
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Records 10 AdamW steps of torch training on the tiny checkpoints of tests/fixtures/models/, driven
+by exactly the windows `ember train --no-shuffle` reads, and the logits of the model it trained.
+
+Usage: python scripts/gen_train_run_fixtures.py [family ...]          (default: qwen3 llama)
+       python scripts/gen_train_run_fixtures.py --check DIR FAMILY    (transformers loads Ember's
+                                                                      checkpoint DIR: its logits)
+Needs the pinned versions of scripts/requirements-fixtures.txt.
+
+Writes tests/fixtures/train/ids.npy (300 int64 ids drawn in [3, 256), seed 11: 18 windows of 16,
+so the 20 windows of 10 steps of batch 2 wrap around) and tests/fixtures/train/<family>_run.{json,bin}
+(a Bundle): meta holds the hyper-parameters (the `ember train` flags) and per step the loss before
+the update, the learning rate the update used, and clip_grad_norm_'s total norm (also as f64
+tensors "loss", "lr", "grad_norm"); "eval_ids" [2, 16] and "logits" [2, 16, vocab]: the trained
+model's logits on them. The run: torch.optim.AdamW(model.parameters()) (one group), transformers'
+get_cosine_schedule_with_warmup, clip_grad_norm_, loss = model(input_ids=x, labels=x).loss with
+x = windows (s*B + b) mod K, all in float32.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fixtures.common import Bundle  # noqa: E402
+
+MODELS = os.path.join(HERE, "..", "tests", "fixtures", "models")
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "train")
+HP = {"seq_len": 16, "batch": 2, "steps": 10, "lr": 5e-3, "warmup": 3, "weight_decay": 0.1,
+      "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 0.45, "schedule": "cosine"}
+
+
+def make_ids():
+    rng = np.random.default_rng(11)
+    ids = rng.integers(3, 256, size=300, dtype=np.int64)
+    os.makedirs(OUT, exist_ok=True)
+    np.save(os.path.join(OUT, "ids.npy"), ids)
+    return ids
+
+
+def eval_ids():
+    g = torch.Generator().manual_seed(5)
+    return torch.randint(3, 256, (2, HP["seq_len"]), generator=g)
+
+
+def record(family, ids):
+    from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, family),
+                                                 dtype=torch.float32)
+    model.train()
+    T, B, N = HP["seq_len"], HP["batch"], HP["steps"]
+    windows = torch.from_numpy(ids[: len(ids) // T * T].reshape(-1, T))
+    K = windows.shape[0]
+    opt = torch.optim.AdamW(model.parameters(), lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]),
+                            eps=HP["eps"], weight_decay=HP["weight_decay"])
+    sched = get_cosine_schedule_with_warmup(opt, HP["warmup"], N)
+    losses, lrs, norms = [], [], []
+    for s in range(N):
+        x = windows[[(s * B + b) % K for b in range(B)]]
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), HP["grad_clip"])
+        lrs.append(float(opt.param_groups[0]["lr"]))
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(float(loss.item()))
+        norms.append(float(norm.item()))
+    model.eval()
+    e = eval_ids()
+    with torch.no_grad():
+        logits = model(input_ids=e).logits
+    b = Bundle(os.path.join(OUT, family + "_run"))
+    b.add("loss", torch.tensor(losses, dtype=torch.float64))
+    b.add("lr", torch.tensor(lrs, dtype=torch.float64))
+    b.add("grad_norm", torch.tensor(norms, dtype=torch.float64))
+    b.add("eval_ids", e)
+    b.add("logits", logits)
+    b.meta = dict(HP, family=family, windows=K, losses=losses, lrs=lrs, grad_norms=norms)
+    n, size = b.write()
+    print(f"{family}: losses {losses[0]:.5f} -> {losses[-1]:.5f}; {n} tensors, {size} bytes")
+
+
+def check(ckpt, family):
+    """transformers loads Ember's checkpoint and gives the logits of its own trained model."""
+    import json
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    meta = json.load(open(os.path.join(OUT, family + "_run.json")))
+    t = meta["tensors"]["logits"]
+    with open(os.path.join(OUT, family + "_run.bin"), "rb") as f:
+        f.seek(t["offset"])
+        want = torch.from_numpy(np.frombuffer(f.read(t["nbytes"]), dtype=np.float32)
+                                .reshape(t["shape"]).copy())
+    with torch.no_grad():
+        got = model(input_ids=eval_ids()).logits
+    err = (got - want).abs().max().item()
+    print(f"{family}: transformers on {ckpt}: max |logits - torch-trained logits| = {err:.3g}")
+    return err
+
+
+def main():
+    if sys.argv[1:2] == ["--check"]:
+        sys.exit(0 if check(sys.argv[2], sys.argv[3]) <= 1e-4 else 1)
+    ids = make_ids()
+    for fam in sys.argv[1:] or ["qwen3", "llama"]:
+        record(fam, ids)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+/*
+ * A decoder's parameters under the names transformers gives them (ember/model.h,
+ * em_model_params): what model.named_parameters() lists, the LM head once when it is tied to
+ * the embeddings, MoE experts in the v5 stacked layout the loader builds.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "models/model_impl.h"
+
+typedef struct lister {
+    em_model_param *out;
+    int max, n;
+} lister;
+
+static void add(lister *ls, em_tensor *t, const char *fmt, const char *a, long long li,
+                const char *b) {
+    if (!t) return;
+    if (ls->n < ls->max) {
+        em_model_param *p = &ls->out[ls->n];
+        if (li >= 0) snprintf(p->name, sizeof p->name, fmt, a, li, b);
+        else snprintf(p->name, sizeof p->name, fmt, a, b);
+        p->tensor = t;
+    }
+    ls->n++;
+}
+
+/* Why the model's weights cannot be listed as trainable tensors (NULL: they can). */
+static const char *refusal(const em_model *m) {
+    if (!m->fam || !m->fam->causal) return "an encoder (only decoder language models)";
+    if (m->fam->layer) return "a family with its own layer (gemma4)";
+    if (m->tp_size > 1) return "split by tensor parallelism (each rank holds slices)";
+    if (m->embed_pl) return "a model with per-layer inputs";
+    if (!m->embed || !em_dtype_is_float(em_tensor_dtype(m->embed))) return "quantized (GGUF)";
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        const em_dec_layer *L = &m->layers[l];
+        if (L->q && !em_dtype_is_float(em_tensor_dtype(L->q))) return "quantized (GGUF)";
+        if (L->experts.gate_up && em_tensor_ndim(L->experts.gate_up) != 3)
+            return "holding experts packed for ragged_dot (load with another moe_impl)";
+    }
+    return NULL;
+}
+
+int em_model_params(em_ctx *c, const em_model *m, em_model_param *out, int max) {
+    if (!c || em_ctx_status(c)) return -1;
+    if (!m || max < 0 || (max > 0 && !out)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_params", "NULL model or output");
+        return -1;
+    }
+    const char *why = refusal(m);
+    if (why) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_params",
+                    "%s (%s) is %s: its parameters cannot be listed for training", m->dir,
+                    m->cfg.model_type, why);
+        return -1;
+    }
+    lister ls = {out, max, 0};
+    const char *p = m->prefix;
+    add(&ls, m->embed, "%sembed_tokens.weight%s", p, -1, "");
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        const em_dec_layer *L = &m->layers[l];
+        const char *f = "%slayers.%lld.%s";
+        long long i = (long long)l;
+        add(&ls, L->q, f, p, i, "self_attn.q_proj.weight");
+        add(&ls, L->q_bias, f, p, i, "self_attn.q_proj.bias");
+        add(&ls, L->k, f, p, i, "self_attn.k_proj.weight");
+        add(&ls, L->k_bias, f, p, i, "self_attn.k_proj.bias");
+        add(&ls, L->v, f, p, i, "self_attn.v_proj.weight");
+        add(&ls, L->v_bias, f, p, i, "self_attn.v_proj.bias");
+        add(&ls, L->o, f, p, i, "self_attn.o_proj.weight");
+        add(&ls, L->o_bias, f, p, i, "self_attn.o_proj.bias");
+        add(&ls, L->q_norm, f, p, i, "self_attn.q_norm.weight");
+        add(&ls, L->k_norm, f, p, i, "self_attn.k_norm.weight");
+        add(&ls, L->gate, f, p, i, "mlp.gate_proj.weight");
+        add(&ls, L->up, f, p, i, "mlp.up_proj.weight");
+        add(&ls, L->down, f, p, i, "mlp.down_proj.weight");
+        add(&ls, L->router, f, p, i, "mlp.gate.weight");
+        add(&ls, L->experts.gate_up, f, p, i, "mlp.experts.gate_up_proj");
+        add(&ls, L->experts.down, f, p, i, "mlp.experts.down_proj");
+        add(&ls, L->in_norm, f, p, i, "input_layernorm.weight");
+        add(&ls, L->post_attn_norm, f, p, i, "post_attention_layernorm.weight");
+        add(&ls, L->pre_ffn_norm, f, p, i, "pre_feedforward_layernorm.weight");
+        add(&ls, L->post_ffn_norm, f, p, i, "post_feedforward_layernorm.weight");
+    }
+    add(&ls, m->final_norm, "%snorm.weight%s", p, -1, "");
+    if (m->lm_head && m->lm_head != m->embed) add(&ls, m->lm_head, "%slm_head.weight", "", -1, "");
+    return ls.n;
+}

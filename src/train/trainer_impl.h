@@ -1,0 +1,33 @@
+/* The trainer's state, shared by the loop (trainer.c) and checkpoints (checkpoint.c). */
+#ifndef EMBER_TRAINER_IMPL_H
+#define EMBER_TRAINER_IMPL_H
+
+#include "ember/autograd.h"
+#include "ember/ops.h"
+#include "ember/optim.h"
+#include "ember/train.h"
+
+struct em_trainer {
+    em_model *m;
+    const em_train_data *d;
+    em_train_options o;
+    int64_t k, k_train, k_val; /* windows: all, training (the first), held out (the last) */
+    int np;
+    em_model_param *params;
+    em_tensor **tensors;       /* params[i].tensor */
+    em_tensor **master;        /* bf16/f16 models: f32 master copies, which the optimizer
+                                  updates (NULL for f32 models: the parameters themselves) */
+    em_tensor **trained;       /* what the optimizer and clipping see: master or tensors */
+    em_optimizer *opt;
+    int64_t step;              /* steps taken */
+    int64_t *perm, perm_epoch; /* the shuffle's permutation of the current epoch */
+    int64_t *batch_ids;        /* [B, T] staging */
+};
+
+/* Mixed precision: the f32 masters rounded into the model's weights (after an update or a
+ * resume). */
+void em_trainer_masters_to_model(em_ctx *c, em_trainer *t);
+/* The training window at global position g = step * B + b. */
+int64_t em_trainer_window(em_trainer *t, int64_t g);
+
+#endif
