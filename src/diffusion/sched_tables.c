@@ -124,6 +124,7 @@ static void cumprod(const float *a, int64_t n, float *out) {
 
 /* rescale_zero_terminal_snr, in float32 */
 static void rescale_zero_snr(float *betas, int64_t n) {
+    if (n < 2) return; /* one step has no terminal to rescale to (diffusers divides by zero) */
     float *a = malloc((size_t)n * 2 * sizeof *a);
     if (!a) return;
     float *s = a + n;

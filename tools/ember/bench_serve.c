@@ -49,6 +49,14 @@ typedef struct client {
 
 static double now_s(void) { return bench_now(); }
 
+/* The first occurrence of needle (nl bytes) in the n bytes at h, or NULL (memmem without the
+ * GNU extension, and without GCC's nonnull false alarm under UBSan's pointer checks). */
+static const char *find(const char *h, size_t n, const char *needle, size_t nl) {
+    for (size_t i = 0; i + nl <= n; i++)
+        if (!memcmp(h + i, needle, nl)) return h + i;
+    return NULL;
+}
+
 /* Times the SSE events that carry text (the server sends what was generated since its last
  * event: one token each unless the client falls behind) and reads completion_tokens from the
  * usage event. */
@@ -59,9 +67,9 @@ static size_t on_data(char *p, size_t size, size_t n, void *user) {
     for (size_t i = 0; i + 7 < len; i++) {
         if (memcmp(p + i, "data: {", 7)) continue;
         size_t span = len - i < 600 ? len - i : 600;
-        const char *u = memmem(p + i, span, "\"completion_tokens\":", 20);
+        const char *u = find(p + i, span, "\"completion_tokens\":", 20);
         if (u) r->tokens = strtol(u + 20, NULL, 10);
-        if (!memmem(p + i, span, "\"text\":\"", 8) || memmem(p + i, span, "\"text\":\"\"", 9))
+        if (!find(p + i, span, "\"text\":\"", 8) || find(p + i, span, "\"text\":\"\"", 9))
             continue; /* the usage event, or the finish event with no new text */
         if (r->n_chunk == r->cap) {
             int cap = r->cap ? 2 * r->cap : 64;
@@ -300,7 +308,7 @@ int bench_serve(int argc, char **argv) {
         }
         mkdir("build", 0755);
         mkdir("build/bench-models", 0755);
-        snprintf(dir, sizeof dir, "build/bench-models/serve-%s", preset);
+        snprintf(dir, sizeof dir, "build/bench-models/serve-%s", preset ? preset : "");
         char probe[1100], lay[32];
         struct stat st;
         snprintf(probe, sizeof probe, "%s/config.json", dir);
