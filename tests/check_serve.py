@@ -447,6 +447,86 @@ def check_prefix_reuse(s, ember, model):
           f"{int(h)} after the same prompt; answers equal ember generate's")
 
 
+def json_prefix_ok(text):
+    """Whether text can still become one JSON object: some completion (close an open string or
+    escape, finish a literal or number, give a pending key its value, close the open brackets)
+    makes json.loads return a dict. The brackets still open come from a scan that skips
+    strings; the rest is tried."""
+    stack, in_str, esc = [], False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    closers = "".join(reversed(stack))
+    ends = ["", '"', 'n"', '0"', '00"', '000"', '0000"'] if in_str else [""]
+    tails = ["", "0", "e0", "0e0", "rue", "ue", "e", "alse", "lse", "se", "ull", "ll", "l"]
+    links = ["", ":0", "0", '"k":0', '"":0']
+    for a in ends:
+        for b in tails:
+            for c in links:
+                try:
+                    if isinstance(json.loads(text + a + b + c + closers), dict):
+                        return True
+                except ValueError:
+                    pass
+    return False
+
+
+def check_json_mode(s):
+    """response_format json_object: every answer is one JSON object that Python's json module
+    parses (sampled with several seeds, greedy, chat and completions, streamed equal to sync),
+    ending with finish_reason "stop" when the object closes; json_schema and unknown types are
+    refused with 400 naming the parameter."""
+    fmt = {"type": "json_object"}
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "Answer in JSON."}],
+            "max_tokens": 200, "response_format": fmt}
+    answers = []
+    for seed in range(4):
+        r = s.json("POST", "/v1/chat/completions", dict(chat, temperature=1.0, seed=seed))
+        answers.append(r["choices"][0])
+    answers.append(s.json("POST", "/v1/chat/completions", dict(chat, temperature=0))["choices"][0])
+    comp = s.json("POST", "/v1/completions", {"model": "tiny", "prompt": "JSON:", "max_tokens": 200,
+                                              "temperature": 0, "response_format": fmt})
+    # sampled from random weights, an answer may run into max_tokens inside a long string: then
+    # it must still be the beginning of a JSON object (at least one answer must close its object)
+    stopped = 0
+    for c in answers + comp["choices"]:
+        text = c["message"]["content"] if "message" in c else c["text"]
+        if c["finish_reason"] == "length":
+            check(json_prefix_ok(text), f"JSON mode: {text!r} cannot become a JSON object")
+            continue
+        check(c["finish_reason"] == "stop", f"JSON mode: finish_reason {c['finish_reason']}")
+        stopped += 1
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            fail(f"JSON mode: json.loads refused {text!r}: {e}")
+        check(isinstance(obj, dict), f"JSON mode: {text!r} is not an object")
+    st, _ = stream_text(s.stream("/v1/chat/completions", dict(chat, temperature=0, stream=True)),
+                        True)
+    check(st == answers[-1]["message"]["content"], f"JSON mode: streamed {st!r}")
+    for bad in ({"type": "json_schema", "json_schema": {}}, {"type": "xml"}, "json"):
+        status, text = s.request("POST", "/v1/chat/completions", dict(chat, response_format=bad))
+        check(status == 400 and json.loads(text)["error"]["param"] == "response_format",
+              f"response_format {bad!r}: {status} {text}")
+    check(stopped >= 1, "JSON mode: no answer closed its object within max_tokens")
+    check(json_prefix_ok('{"a": [1, {"b": "x\\u00') and not json_prefix_ok('{"a": 1}}') and
+          not json_prefix_ok('{"a" 1'), "json_prefix_ok itself")
+    print(f"JSON mode: {stopped} of {len(answers) + 1} answers closed their object and json.loads "
+          f"parses them (e.g. {answers[-1]['message']['content'][:40]!r}), the others are JSON "
+          "prefixes cut by max_tokens; json_schema refused")
+
+
 def check_shifts(s):
     """A long prompt joins a short running one (the rows shift right to make room); the short
     one runs on until the cache's end (the rows shift left). Both answers equal their runs alone."""
@@ -632,6 +712,7 @@ def main():
             check_chat(s, ember, d)
             check_completions(s, ember, d)
             check_prefix_reuse(s, ember, d)
+            check_json_mode(s)
             check_concurrent(s)
             check_errors(s)
             check_disconnect_and_429(s)
