@@ -642,6 +642,72 @@ def check_disconnect_and_429(s):
     print("disconnects: 8 abandoned streams end as 'abort' and free their rows; 429 when full")
 
 
+def check_load(s, clients=6, each=8):
+    """A load test: `clients` threads (within --parallel, so nothing is turned away) each send
+    `each` requests back to back, cycling through streamed chat, plain completions, JSON mode,
+    stop strings and a client that disconnects after the first event. Every request that was not
+    abandoned succeeds; afterwards no request runs or waits, the KV cache holds nothing, the
+    abandoned ones are counted as aborts and the server still answers."""
+    aborted0 = metric(s, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}")
+    errors, done, dropped = [], [0], [0]
+    lock = threading.Lock()
+
+    def one(i, k):
+        kind = (i + k) % 5
+        if kind == 0:
+            text, why = stream_text(s.stream("/v1/chat/completions",
+                                             chat_body(f"client {i} turn {k}", 12, stream=True)), True)
+        elif kind == 1:
+            r = s.json("POST", "/v1/completions", {"model": "tiny", "prompt": f"{i} {k} go",
+                                                   "max_tokens": 10, "temperature": 0.8, "seed": k})
+            why = r["choices"][0]["finish_reason"]
+        elif kind == 2:
+            r = s.json("POST", "/v1/chat/completions",
+                       chat_body("JSON please", 40, response_format={"type": "json_object"}))
+            why = r["choices"][0]["finish_reason"]
+        elif kind == 3:
+            r = s.json("POST", "/v1/chat/completions", chat_body("stop early", 16, stop=["e", "a"]))
+            why = r["choices"][0]["finish_reason"]
+        else:
+            open_stream(s, chat_body("abandoned", 4000, stream=True)).close()
+            with lock:
+                dropped[0] += 1
+            return
+        check(why in ("stop", "length"), f"load: finish_reason {why!r}")
+        with lock:
+            done[0] += 1
+
+    def client(i):
+        for k in range(each):
+            try:
+                one(i, k)
+            except SystemExit as e:
+                errors.append(str(e))
+            except Exception as e:  # noqa: BLE001 - report any client failure
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    check(not errors, f"load: {len(errors)} failed requests: {errors[:3]}")
+    deadline = time.time() + 60
+    while time.time() < deadline and (metric(s, "vllm:num_requests_running") or
+                                      metric(s, "vllm:num_requests_waiting")):
+        time.sleep(0.05)
+    check(metric(s, "vllm:num_requests_running") == 0 and
+          metric(s, "vllm:num_requests_waiting") == 0, "load: requests still held after the run")
+    check(metric(s, "vllm:kv_cache_usage_perc") == 0, "load: KV cache still in use after the run")
+    aborted = metric(s, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}")
+    check(aborted - aborted0 == dropped[0], f"load: {aborted - aborted0} aborts for {dropped[0]} "
+                                            "abandoned requests")
+    r = s.json("POST", "/v1/chat/completions", chat_body("after the load", 4))
+    check(r["choices"][0]["finish_reason"] in ("stop", "length"), "load: a request afterwards")
+    print(f"load: {clients} clients x {each} mixed requests, {done[0]} answered, {dropped[0]} "
+          "abandoned and aborted, none failed; nothing held and no KV cache in use afterwards")
+
+
 def check_metrics(s):
     status, text = s.request("GET", "/metrics")
     for name in ["vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -716,6 +782,7 @@ def main():
             check_concurrent(s)
             check_errors(s)
             check_disconnect_and_429(s)
+            check_load(s)
             check_metrics(s)
             check_sigterm(s)
         finally:
