@@ -109,6 +109,43 @@ static void test_seeded_runs(void) {
     em_test_bundle_free(b);
 }
 
+/* pipe.to("xla:0") (XLA's CPU plugin): the UNet and the scheduler's step run there, the noise
+ * is drawn on the host and moved, and the images are diffusers' as on the CPU. */
+static void test_pipeline_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_device_get(c, "xla:0")) {
+        em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set EMBER_PJRT_PLUGIN",
+                     em_ctx_error(c)->message);
+        em_ctx_free(c);
+        return;
+    }
+    em_test_bundle *b = em_test_bundle_load("diffusion/pipeline_runs_ref");
+    CHECK(b != NULL);
+    for (size_t i = 0; b && i < 4; i += 2) { /* ddpm_seeded, ddim_eta */
+        em_pipeline *p = load(c, RUNS[i].folder);
+        if (!p) continue;
+        CHECK_MSG(em_pipeline_to(c, p, "xla:0") == EM_OK, "%s", msg(c));
+        CHECK(em_pipeline_device(p) == em_device_get(c, "xla:0"));
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.steps = RUNS[i].steps;
+        rp.eta = RUNS[i].eta;
+        rp.seed = RUNS[i].seed;
+        char name[64], what[96];
+        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
+        snprintf(what, sizeof what, "%s on xla:0", RUNS[i].name);
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        if (img) CHECK(em_tensor_device(img) == em_device_cpu());
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+        em_pipeline_free(p);
+    }
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
 static int progress_calls;
 static bool count_steps(void *user, int64_t i, int64_t n, double t, double seconds) {
     (void)t;
@@ -212,5 +249,6 @@ static void test_bad_folders(void) {
     em_test_scratch_remove();
 }
 
-EM_TEST_MAIN(T(test_fixture_images), T(test_seeded_runs), T(test_pipeline_api),
+EM_TEST_MAIN(T(test_fixture_images), T(test_seeded_runs), T(test_pipeline_on_xla),
+             T(test_pipeline_api),
              T(test_bad_folders))
