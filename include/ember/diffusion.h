@@ -227,6 +227,9 @@ typedef struct em_pipeline_options {
     const char *device; /* "cpu", "xla:0", ...; NULL: the context's default device */
 } em_pipeline_options;
 
+/** device NULL. */
+EM_API em_pipeline_options em_pipeline_default_options(void);
+
 /**
  * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet onto o->device
  * and the scheduler from scheduler/scheduler_config.json. A DDIMPipeline turns its folder's

@@ -24,6 +24,11 @@ void em_pipeline_free(em_pipeline *p) {
     free(p);
 }
 
+em_pipeline_options em_pipeline_default_options(void) {
+    em_pipeline_options o = {.device = NULL};
+    return o;
+}
+
 em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_options *o) {
     if (!c || em_ctx_status(c)) return NULL;
     em_pipeline *p = calloc(1, sizeof *p);

@@ -99,7 +99,8 @@ static int parse(int argc, char **argv, image_args *a) {
 }
 
 static int run(em_ctx *c, const image_args *a) {
-    em_pipeline_options po = {.device = a->device};
+    em_pipeline_options po = em_pipeline_default_options();
+    po.device = a->device;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
     int rc = 1;
