@@ -2,6 +2,7 @@
  * then a Python dict literal with 'descr', 'fortran_order' and 'shape', padded to 64 bytes). */
 #include "io/npy.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +160,8 @@ em_status em_npy_save_f32(em_ctx *c, const char *op, const char *path, em_tensor
     char *tmp = malloc(pl + 8);
     FILE *f = tmp ? (snprintf(tmp, pl + 8, "%s.tmp", path), fopen(tmp, "wb")) : NULL;
     if (!f) {
-        em_ctx_fail(c, EM_ERR_IO, op, "%s: cannot write the file", path);
+        em_ctx_fail(c, EM_ERR_IO, op, "%s: cannot write the file: %s", path,
+                    tmp ? strerror(errno) : "out of memory");
         free(v);
         free(tmp);
         return em_ctx_status(c);
