@@ -8,8 +8,8 @@
 #include "ember/ember.h"
 #include "io/npy.h"
 #include "train/data_impl.h"
+#include "fuzz_util.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static em_ctx *c;
     if (!c) c = em_ctx_create();

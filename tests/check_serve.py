@@ -420,6 +420,33 @@ def check_concurrent(s, n=40):
           f"({int(metric(s, 'ember:kv_cache_shifts_total'))} cache shifts so far)")
 
 
+def check_prefix_reuse(s, ember, model):
+    """Two prompts sharing a long beginning: the second reuses the first's keys and values for
+    the shared tokens (vLLM's prefix-cache counters say how many) and still answers exactly as
+    `ember generate` does from scratch; an identical prompt reuses all but its last token."""
+    shared = "The river ran past old stone mills and quiet fields under a grey sky. " * 3
+    p1, p2 = shared + "First,", shared + "Then"
+    n1 = s.json("POST", "/tokenize", {"prompt": p1})["count"]
+    body = {"model": "tiny", "max_tokens": 12, "temperature": 0}
+    s.json("POST", "/v1/completions", dict(body, prompt=p1))
+    q0, h0 = metric(s, "vllm:prefix_cache_queries_total"), metric(s, "vllm:prefix_cache_hits_total")
+    r = s.json("POST", "/v1/completions", dict(body, prompt=p2))
+    q, h = metric(s, "vllm:prefix_cache_queries_total") - q0, metric(
+        s, "vllm:prefix_cache_hits_total") - h0
+    n2 = r["usage"]["prompt_tokens"]
+    check(q == n2, f"prefix cache: {q} tokens queried for a {n2}-token prompt")
+    check(n1 - 4 <= h + 2 and h < n2, f"prefix cache: {h} tokens reused of {n2} ({n1} kept)")
+    ref = ember_generate(ember, model, "--prompt", p2, 12)
+    check(r["choices"][0]["text"] == ref,
+          f"prefix reuse: {r['choices'][0]['text']!r} != ember generate {ref!r}")
+    h1, h0 = h, metric(s, "vllm:prefix_cache_hits_total")
+    again = s.json("POST", "/v1/completions", dict(body, prompt=p2))
+    h = metric(s, "vllm:prefix_cache_hits_total") - h0
+    check(h == n2 - 1 and again["choices"][0]["text"] == ref, f"the same prompt again: {h} reused")
+    print(f"prefix reuse: {int(h1)} of {n2} prompt tokens reused after a prompt sharing its start, "
+          f"{int(h)} after the same prompt; answers equal ember generate's")
+
+
 def check_shifts(s):
     """A long prompt joins a short running one (the rows shift right to make room); the short
     one runs on until the cache's end (the rows shift left). Both answers equal their runs alone."""
@@ -604,6 +631,7 @@ def main():
             check_basics(s)
             check_chat(s, ember, d)
             check_completions(s, ember, d)
+            check_prefix_reuse(s, ember, d)
             check_concurrent(s)
             check_errors(s)
             check_disconnect_and_429(s)
@@ -613,9 +641,10 @@ def main():
             if s.proc.poll() is None:
                 s.proc.kill()
                 s.proc.wait()
-        # a small context: the rows reach its end and shift left while others still run
+        # a small context: the rows reach its end and shift left while others still run (no
+        # prefix reuse: the joining prompt must be prefilled in chunks, not copied)
         s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
-                   "8")
+                   "8", "--prefix-cache", "0")
         try:
             check_concurrent(s, n=48)
             check_shifts(s)

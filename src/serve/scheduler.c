@@ -41,6 +41,14 @@ typedef struct srv_row {
     int64_t n_distinct;
 } srv_row;
 
+/* A prompt kept for prefix reuse: its ids and the keys and values of all of them. */
+typedef struct srv_prefix {
+    em_token *ids;
+    int64_t n;
+    em_kv_cache *kv; /* [1, n] */
+    uint64_t used;   /* the worker's clock at its last use (least recently used goes first) */
+} srv_prefix;
+
 typedef struct srv_worker {
     em_server *s;
     em_ctx *c;
@@ -61,6 +69,8 @@ typedef struct srv_worker {
     srv_job *pf_job;
     em_kv_cache *pf_cache;
     int64_t pf_done; /* prompt tokens in pf_cache */
+    srv_prefix *prefixes; /* o.prefix_cache of them (kv NULL: empty) */
+    uint64_t clock;
 } srv_worker;
 
 double srv_now(void) {
@@ -343,6 +353,82 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
 
 /* ---- admission: a waiting job's prompt prefilled (in chunks), then moved into row n ---- */
 
+/* The kept prompt sharing the longest prefix with j's prompt, and that length (at most
+ * n_prompt - 1: the last prompt token is always computed, its logits give the first token). */
+static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
+    srv_prefix *best = NULL;
+    *len = 0;
+    for (int e = 0; e < w->s->o.prefix_cache; e++) {
+        srv_prefix *p = &w->prefixes[e];
+        if (!p->kv) continue;
+        int64_t n = p->n < j->n_prompt - 1 ? p->n : j->n_prompt - 1, k = 0;
+        while (k < n && p->ids[k] == j->prompt[k]) k++;
+        if (k > *len) *len = k, best = p;
+    }
+    return best;
+}
+
+/* Starts j's prefill: a cache of its own, holding the longest kept prefix when there is one
+ * (the keys and values of positions [0, L) depend only on ids [0, L): causal attention). */
+static em_status prefill_start(srv_worker *w, srv_job *j) {
+    em_ctx *c = w->c;
+    w->pf_job = j;
+    w->pf_done = 0;
+    w->pf_cache = em_kv_cache_create(c, w->m, 1, j->n_prompt);
+    if (!w->pf_cache) return em_ctx_status(c);
+    int64_t L = 0;
+    srv_prefix *p = w->s->o.prefix_cache > 0 ? prefix_find(w, j, &L) : NULL;
+    if (p) {
+        em_scope_push(c);
+        for (int64_t i = 0; i < w->m->n_layers; i++) {
+            em_tensor *to[2] = {w->pf_cache->k[i], w->pf_cache->v[i]},
+                      *from[2] = {p->kv->k[i], p->kv->v[i]};
+            for (int k = 0; k < 2; k++)
+                if (to[k] && from[k])
+                    em_assign(c, em_slice(c, to[k], 2, 0, L, 1), em_slice(c, from[k], 2, 0, L, 1));
+        }
+        em_scope_pop(c);
+        if (em_ctx_status(c)) return em_ctx_status(c);
+        w->pf_cache->len = L;
+        w->pf_done = L;
+        p->used = ++w->clock;
+    }
+    pthread_mutex_lock(&w->s->mu);
+    w->s->prefix_queries += j->n_prompt;
+    w->s->prefix_hits += L;
+    pthread_mutex_unlock(&w->s->mu);
+    return EM_OK;
+}
+
+/* After admission: the prefilled prompt's cache is kept for reuse (replacing a kept prompt it
+ * extends, else the least recently used), or freed. */
+static void prefill_keep(srv_worker *w) {
+    const srv_job *j = w->pf_job;
+    srv_prefix *slot = NULL;
+    em_token *ids = w->s->o.prefix_cache > 0 ? malloc((size_t)j->n_prompt * sizeof *ids) : NULL;
+    for (int e = 0; ids && e < w->s->o.prefix_cache; e++) {
+        srv_prefix *p = &w->prefixes[e];
+        bool covered = p->kv && p->n <= j->n_prompt &&
+                       !memcmp(p->ids, j->prompt, (size_t)p->n * sizeof *p->ids);
+        if (covered || !p->kv) {
+            slot = p;
+            if (covered) break;
+        } else if (!slot || (slot->kv && p->used < slot->used)) {
+            slot = p;
+        }
+    }
+    if (!slot) {
+        free(ids);
+        em_kv_cache_free(w->pf_cache);
+    } else {
+        free(slot->ids);
+        em_kv_cache_free(slot->kv);
+        memcpy(ids, j->prompt, (size_t)j->n_prompt * sizeof *ids);
+        *slot = (srv_prefix){ids, j->n_prompt, w->pf_cache, ++w->clock};
+    }
+    w->pf_cache = NULL;
+}
+
 /* Prefills up to `max` more prompt tokens of w->pf_job into its own cache (max <= 0: all that
  * remain); the last chunk leaves the next-token logits in w->logits. */
 static em_status prefill_some(srv_worker *w, int64_t max) {
@@ -407,8 +493,12 @@ static const char *admit_finish(srv_worker *w) {
                           small[k]);
     }
     em_scope_pop(c);
-    em_kv_cache_free(w->pf_cache);
-    w->pf_cache = NULL;
+    if (em_ctx_status(c)) {
+        em_kv_cache_free(w->pf_cache);
+        w->pf_cache = NULL;
+    } else {
+        prefill_keep(w);
+    }
     w->pf_job = NULL;
     if (em_ctx_status(c)) {
         snprintf(j->error, sizeof j->error, "prefill: %.230s", em_ctx_error(c)->message);
@@ -496,12 +586,13 @@ static bool load(srv_worker *w) {
         w->mask = malloc(mb * (size_t)(ctx + 1));
         w->ids = malloc(mb * sizeof *w->ids);
         w->rows = calloc(mb, sizeof *w->rows);
+        if (s->o.prefix_cache > 0) w->prefixes = calloc((size_t)s->o.prefix_cache, sizeof *w->prefixes);
         w->view.m = m;
         w->view.max_len = ctx;
         w->view.k = calloc((size_t)m->n_layers + 1, sizeof *w->view.k);
         w->view.v = calloc((size_t)m->n_layers + 1, sizeof *w->view.v);
         if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->rows ||
-            !w->view.k || !w->view.v)
+            !w->view.k || !w->view.v || (s->o.prefix_cache > 0 && !w->prefixes))
             em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     }
     pthread_mutex_lock(&s->mu);
@@ -621,10 +712,7 @@ void *srv_worker_main(void *arg) {
                 s->n_held--;
                 continue;
             }
-            w.pf_job = j;
-            w.pf_done = 0;
-            w.pf_cache = em_kv_cache_create(w.c, w.m, 1, j->n_prompt);
-            if (!w.pf_cache) {
+            if (prefill_start(&w, j)) {
                 char msg[256];
                 snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
                 em_ctx_clear_error(w.c);
@@ -683,6 +771,11 @@ void *srv_worker_main(void *arg) {
     free(w.view.v);
     em_kv_cache_free(w.kv);
     em_kv_cache_free(w.pf_cache);
+    for (int e = 0; w.prefixes && e < s->o.prefix_cache; e++) {
+        free(w.prefixes[e].ids);
+        em_kv_cache_free(w.prefixes[e].kv);
+    }
+    free(w.prefixes);
     em_ctx_free(w.c);
     return NULL;
 }
