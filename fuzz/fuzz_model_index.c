@@ -2,18 +2,9 @@
  * the committed folder tests/fixtures/diffusion/ddpm_attn (the fuzzer runs from the repository
  * root). Either they are rejected with a message and the index is zeroed, or every component
  * the pipeline class needs is resolved. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "diffusion/pipeline_impl.h"
 #include "ember/ember.h"
-
-#define INVARIANT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) __builtin_trap();                                                                \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     em_ctx *c = em_ctx_create();
