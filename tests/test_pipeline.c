@@ -228,6 +228,11 @@ static void test_bad_folders(void) {
     CHECK(em_pipeline_load(c, scratch, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "needs a 'scheduler' component");
     em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDIMPipeline\", "
+                                              "\"unet\": [\"diffusers\", \"UNet2DModel\"], "
+                                              "\"scheduler\": [\"diffusers\", \"\"]}");
+    CHECK(em_pipeline_load(c, scratch, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "component 'scheduler' must be [\"library\", \"ClassName\"]");
+    em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDIMPipeline\", "
                                    "\"unet\": [\"diffusers\", \"UNet2DModel\"], "
                                    "\"scheduler\": [\"diffusers\", \"DDIMScheduler\"]}");
     CHECK(em_pipeline_load(c, scratch, NULL) == NULL);

@@ -52,7 +52,7 @@ static char *component(em_ctx *c, json_t *root, const char *file, const char *di
         return NULL;
     }
     if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_string(json_array_get(v, 0)) ||
-        !json_is_string(json_array_get(v, 1))) {
+        !json_is_string(json_array_get(v, 1)) || !*json_string_value(json_array_get(v, 1))) {
         em_ctx_fail(c, EM_ERR_FORMAT, OP,
                     "%s: component '%s' must be [\"library\", \"ClassName\"]", file, name);
         return NULL;
