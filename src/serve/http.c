@@ -163,6 +163,7 @@ static srv_job *make_job(em_server *s, const srv_request *q, srv_error *err) {
     j->logprobs = q->logprobs;
     j->presence = (float)q->presence_penalty;
     j->frequency = (float)q->frequency_penalty;
+    j->json_object = q->json_object;
     if (q->has_top_k) j->gp.top_k = q->top_k;
     for (int k = 0; k < q->n_stop; k++) {
         if (!(j->stop[k] = strdup(q->stop[k]))) {

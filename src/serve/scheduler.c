@@ -21,6 +21,7 @@
 #include "ember/ember.h"
 #include "ember/generate.h"
 #include "generate/detok.h"
+#include "generate/json_grammar.h"
 #include "generate/sampling.h"
 #include "models/model_impl.h"
 #include "serve/serve_impl.h"
@@ -39,6 +40,7 @@ typedef struct srv_row {
     int32_t *counts;   /* presence/frequency penalties: times each id was generated (vocab) */
     int64_t *distinct; /* the ids generated at least once, in order */
     int64_t n_distinct;
+    em_json_state json; /* JSON mode: the answer's bytes so far, recognized */
 } srv_row;
 
 /* A prompt kept for prefix reuse: its ids and the keys and values of all of them. */
@@ -70,6 +72,9 @@ typedef struct srv_worker {
     em_kv_cache *pf_cache;
     int64_t pf_done; /* prompt tokens in pf_cache */
     srv_prefix *prefixes; /* o.prefix_cache of them (kv NULL: empty) */
+    /* JSON mode: every token's bytes (special tokens: none), made at the first such request */
+    char **piece;
+    uint32_t *piece_len;
     uint64_t clock;
 } srv_worker;
 
@@ -292,6 +297,64 @@ static em_status remove_row(srv_worker *w, int r) {
     return st;
 }
 
+/* Every id's bytes as the answer would get them (special tokens decode to nothing and are never
+ * allowed in JSON mode). Decoded after an anchor token ("a") and cut after the anchor's text:
+ * decoders that strip the first leading space (SentencePiece's) would otherwise hide the space
+ * a token brings mid-answer. Once per worker, at the first JSON-mode request. */
+static bool pieces_ready(srv_worker *w) {
+    if (w->piece) return true;
+    em_ctx *c = w->c;
+    const em_tokenizer *tok = w->s->tok;
+    em_token *a = NULL;
+    size_t na = 0, pl = 0;
+    char *prefix = NULL;
+    if (em_tokenizer_encode(c, tok, "a", 1, false, &a, &na) == EM_OK && na == 1)
+        prefix = em_tokenizer_decode(c, tok, a, 1, true, &pl);
+    em_ctx_clear_error(c);
+    char **piece = calloc((size_t)w->vocab, sizeof *piece);
+    uint32_t *len = calloc((size_t)w->vocab, sizeof *len);
+    bool ok = piece && len;
+    for (int64_t id = 0; ok && id < w->vocab; id++) {
+        em_token t[2] = {prefix ? a[0] : 0, (em_token)id};
+        size_t n = 0;
+        char *text = em_tokenizer_decode(c, tok, prefix ? t : t + 1, prefix ? 2 : 1, true, &n);
+        if (text && prefix && n >= pl && !memcmp(text, prefix, pl)) {
+            memmove(text, text + pl, n - pl + 1);
+            n -= pl;
+        } else if (text && prefix) { /* the anchor's text changed: this id alone */
+            em_free(text);
+            text = em_tokenizer_decode(c, tok, t + 1, 1, true, &n);
+        }
+        piece[id] = text;
+        len[id] = text ? (uint32_t)n : 0;
+        ok = text != NULL;
+    }
+    em_ctx_clear_error(c);
+    em_free(a);
+    em_free(prefix);
+    if (!ok) {
+        for (int64_t id = 0; piece && id < w->vocab; id++) em_free(piece[id]);
+        free(piece);
+        free(len);
+        return false;
+    }
+    w->piece = piece;
+    w->piece_len = len;
+    return true;
+}
+
+/* JSON mode: -inf for every id whose bytes cannot continue the row's JSON object (and for those
+ * with no bytes). false when no id can. */
+static bool json_mask(srv_worker *w, srv_row *r, float *logits) {
+    bool any = false;
+    for (int64_t id = 0; id < w->vocab; id++) {
+        em_json_state s = r->json;
+        if (w->piece_len[id] && em_json_feed(&s, w->piece[id], w->piece_len[id])) any = true;
+        else logits[id] = -INFINITY;
+    }
+    return any;
+}
+
 /* Takes the token sampled from `logits` for row r: records it, streams its text, and decides
  * whether the row is done. Returns the finish reason, or NULL to go on. */
 static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
@@ -307,8 +370,18 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
         int64_t d = r->distinct[k];
         logits[d] -= j->presence + j->frequency * (float)r->counts[d];
     }
+    if (j->json_object && !json_mask(w, r, logits)) {
+        snprintf(j->error, sizeof j->error, "JSON mode: no token of the vocabulary continues the "
+                                            "answer as JSON");
+        return "abort";
+    }
     int64_t id = em_sample_next(logits, w->vocab, r->seen, r->n_seen, &j->gp, &r->rng, w->scratch,
                                 w->order);
+    bool json_done = false;
+    if (j->json_object) { /* the mask let only continuations through */
+        em_json_feed(&r->json, w->piece[id], w->piece_len[id]);
+        json_done = em_json_complete(&r->json);
+    }
     if (want_lp) { /* the chosen token's raw logit: its penalty given back */
         int32_t seen_before = r->counts ? r->counts[id] : 0;
         float raw = logits[id] + (seen_before ? j->presence + j->frequency * (float)seen_before : 0);
@@ -345,8 +418,8 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
         return "abort";
     }
     bool length = r->n_gen >= j->max_tokens;
-    if (publish(w, r, eos || length)) return "stop";
-    if (eos) return "stop";
+    if (publish(w, r, eos || length || json_done)) return "stop";
+    if (eos || json_done) return "stop"; /* a complete JSON object is the whole answer */
     if (length) return "length";
     return NULL;
 }
@@ -473,6 +546,8 @@ static const char *admit_finish(srv_worker *w) {
     r->dt.tok = w->s->tok;
     r->dt.skip_special = true;
     em_rng_seed(&r->rng, j->seed);
+    em_json_init(&r->json);
+    if (j->json_object && !pieces_ready(w)) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     /* room: the sequence ends at len, so len >= p (shift the others right if needed) */
     if (em_ctx_status(c)) {
     } else if (w->n == 0) {
@@ -776,6 +851,9 @@ void *srv_worker_main(void *arg) {
         em_kv_cache_free(w.prefixes[e].kv);
     }
     free(w.prefixes);
+    for (int64_t id = 0; w.piece && id < w.vocab; id++) em_free(w.piece[id]);
+    free(w.piece);
+    free(w.piece_len);
     em_ctx_free(w.c);
     return NULL;
 }

@@ -37,6 +37,7 @@ typedef struct srv_job {
     em_generate_params gp;     /* sampling (do_sample, temperature, top-k/p, min-p, penalty) */
     float presence, frequency; /* OpenAI's penalties on the logits of generated tokens */
     int logprobs;              /* -1: none; else how many alternatives per token (0-20) */
+    bool json_object;          /* JSON mode: only tokens that keep the answer a JSON object */
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
