@@ -17,7 +17,8 @@ from ._ffi import ffi, lib
 from . import _dlpack
 
 __all__ = ["EmberError", "Tensor", "tensor", "from_dlpack", "ops", "AutoTokenizer",
-           "AutoModel", "AutoModelForCausalLM", "SentenceTransformer", "compile", "version", "Trainer", "TrainStep", "train"]
+           "AutoModel", "AutoModelForCausalLM", "SentenceTransformer", "compile", "version", "Trainer", "TrainStep", "train", "DiffusionPipeline", "DDPMPipeline",
+           "DDIMPipeline", "ImagePipelineOutput"]
 
 _HERE = b"python"
 
@@ -789,3 +790,5 @@ class AutoModelForCausalLM:
 
 
 from ._train import Trainer, TrainStep, train  # noqa: E402 (needs the helpers above)
+from ._diffusion import (DDIMPipeline, DDPMPipeline, DiffusionPipeline,  # noqa: E402
+                         ImagePipelineOutput)

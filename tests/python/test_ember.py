@@ -272,6 +272,8 @@ def test_stub_lists_every_op():
     assert names == set(dir(ember.ops))
     public = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     public |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
+    public |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+               if isinstance(t, ast.Name)}
     assert set(ember.__all__) <= public
 
 
@@ -309,7 +311,7 @@ def _cpu_bytes_in_use():
 
 def test_no_ember_memory_kept(tmp_path):
     """Ember's own memory: the CPU device's bytes in use come back to where they were once the
-    models, tensors, DLPack exchanges and trainers of a round are dropped (a tensor, a weight or an
+    models, tensors, DLPack exchanges, trainers and pipelines of a round are dropped (a tensor, a weight or an
     optimizer moment that a Python object failed to free would stay counted)."""
     import gc
     a = np.ones((32, 32), np.float32)
@@ -328,6 +330,8 @@ def test_no_ember_memory_kept(tmp_path):
         tr.save_model(tmp_path / "m")
         f = ember.compile(lambda x: ember.ops.silu(x) * 2)
         f(ember.tensor(a)).numpy()
+        p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))
+        p(num_inference_steps=2, generator=1)
 
     work()  # warm whatever is cached once (the compile cache, file names)
     gc.collect()
@@ -379,3 +383,51 @@ def test_trainer_errors():
         ember.Trainer(model, [5] * 40 + [10 ** 6], seq_len=16, max_steps=1)
     with pytest.raises(ValueError, match="lr_scheduler_type"):
         ember.Trainer(model, list(range(64)), seq_len=16, max_steps=1, lr_scheduler_type="linear")
+
+
+def _diffusion_bundle(name):
+    """A bundle of tests/fixtures/diffusion/ (scripts/gen_diffusion_fixtures.py, diffusers)."""
+    d = os.path.join(FX, "diffusion")
+    meta = json.load(open(os.path.join(d, name + ".json")))
+    raw = open(os.path.join(d, name + ".bin"), "rb").read()
+    kinds = {"f32": np.float32, "i64": np.int64}
+    out = {k: np.frombuffer(raw[t["offset"]:t["offset"] + t["nbytes"]], dtype=kinds[t["dtype"]])
+           .reshape(t["shape"]) for k, t in meta["tensors"].items()}
+    return meta["meta"], out
+
+
+def test_diffusion_pipelines_match_diffusers():
+    """DDIMPipeline from the committed latents, seeded DDPM (per-step noise from the generator),
+    DDIM with eta and a scheduler swapped in: diffusers' images (output_type="np") within 1e-3."""
+    _, ref = _diffusion_bundle("ddim_three_ref")
+    pipe = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))
+    assert pipe.class_name == "DDIMPipeline" and pipe.scheduler == "DDIMScheduler"
+    meta, _ = _diffusion_bundle("ddim_three_ref")
+    img = pipe(num_inference_steps=meta["inference_steps"], latents=ref["latents"]).images
+    assert img.shape == ref["image"].shape
+    np.testing.assert_allclose(img, ref["image"], atol=1e-3)
+    runs, imgs = _diffusion_bundle("pipeline_runs_ref")
+    names = {"DDIMScheduler": "ddim", "EulerDiscreteScheduler": "euler",
+             "EulerAncestralDiscreteScheduler": "euler-a"}
+    for name in ("ddpm_seeded_small", "ddim_eta1_seeded", "ddpm_as_euler_a"):
+        r = runs["runs"][name]
+        p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", r["folder"]))
+        if r["scheduler"] != p.scheduler:
+            p.set_scheduler(names[r["scheduler"]])
+        seen = []
+        out = p(num_inference_steps=r["steps"], generator=r["seed"], eta=r["eta"],
+                callback=lambda i, t, s: seen.append(i)).images
+        np.testing.assert_allclose(out, imgs[name + "_image"], atol=1e-3, err_msg=name)
+        assert seen == list(range(r["steps"]))
+
+
+def test_diffusion_errors():
+    with pytest.raises(ember.EmberError, match="model_index.json"):
+        ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sched"))
+    pipe = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))
+    with pytest.raises(ember.EmberError, match="shape"):
+        pipe(num_inference_steps=2, latents=np.zeros((1, 3, 8, 8), np.float32))
+    with pytest.raises(ember.EmberError, match="stopped"):
+        pipe(num_inference_steps=3, callback=lambda i, t, s: False)
+    with pytest.raises(ValueError, match="scheduler"):
+        pipe.set_scheduler("lms")

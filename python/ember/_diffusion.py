@@ -1,0 +1,121 @@
+"""Diffusion pipelines from Python in diffusers' shape:
+
+    pipe = ember.DiffusionPipeline.from_pretrained("ddpm-cifar10-32/")
+    pipe.to("xla:0")                         # optional, as pipe.to("cuda")
+    pipe.set_scheduler("ddim")               # optional, as DDIMScheduler.from_config(...)
+    image = pipe(num_inference_steps=50, generator=42, output_type="np").images[0]
+
+`generator` is a seed (or a torch.Generator whose initial_seed() is used): the initial latents
+and every per-step noise are torch.Generator("cpu").manual_seed(seed)'s draws, so the image is
+the one diffusers makes with that generator. The pipelines are those of include/ember/diffusion.h
+(DDPMPipeline, DDIMPipeline with UNet2DModel)."""
+from ._ffi import ffi, lib
+from . import Tensor, _check, _ctx, _raise, tensor
+
+_SCHEDULERS = ("ddpm", "ddim", "pndm", "euler", "euler-a", "dpm++2m", "flow-euler")
+
+
+class ImagePipelineOutput:
+    """`images`: a numpy array [1, H, W, C] in [0, 1] (output_type "np"), or a list of PIL
+    images (output_type "pil")."""
+
+    def __init__(self, images):
+        self.images = images
+
+
+def _seed(generator):
+    if generator is None:
+        return 0
+    if isinstance(generator, int):
+        return generator
+    if hasattr(generator, "initial_seed"):  # a torch.Generator made with manual_seed(seed)
+        return int(generator.initial_seed())
+    raise TypeError("generator: an int seed or a torch.Generator")
+
+
+class DiffusionPipeline:
+    """A diffusers pipeline folder (model_index.json and its components)."""
+
+    def __init__(self, ptr):
+        self._p = ffi.gc(ptr, lib.em_pipeline_free)
+
+    @classmethod
+    def from_pretrained(cls, path, device=None):
+        c = _ctx()
+        o = ffi.new("em_pipeline_options *", lib.em_pipeline_default_options())
+        keep = ffi.new("char[]", device.encode()) if device else None
+        if keep is not None:
+            o.device = keep
+        return cls(_check(c, lib.em_pipeline_load(c, str(path).encode(), o)))
+
+    @property
+    def device(self):
+        return ffi.string(lib.em_device_name(lib.em_pipeline_device(self._p))).decode()
+
+    @property
+    def class_name(self):
+        return ffi.string(lib.em_pipeline_get_index(self._p).class_name).decode()
+
+    @property
+    def scheduler(self):
+        """The scheduler's diffusers class name ("DDPMScheduler", ...)."""
+        k = lib.em_scheduler_get_kind(lib.em_pipeline_scheduler(self._p))
+        return ffi.string(lib.em_scheduler_kind_class(k)).decode()
+
+    def to(self, device):
+        c = _ctx()
+        if lib.em_pipeline_to(c, self._p, str(device).encode()) != 0:
+            _raise(c)
+        return self
+
+    def set_scheduler(self, name):
+        """Replaces the scheduler with another class from the current one's config, as
+        `pipe.scheduler = XScheduler.from_config(pipe.scheduler.config)`: one of ddpm, ddim,
+        pndm, euler, euler-a, dpm++2m, flow-euler."""
+        kind = ffi.new("em_scheduler_kind *")
+        if not lib.em_scheduler_kind_parse(str(name).encode(), kind):
+            raise ValueError(f"scheduler {name!r}: one of {', '.join(_SCHEDULERS)}")
+        c = _ctx()
+        if lib.em_pipeline_set_scheduler(c, self._p, kind[0]) != 0:
+            _raise(c)
+        return self
+
+    def __call__(self, num_inference_steps=None, generator=None, eta=0.0, latents=None,
+                 output_type="np", callback=None):
+        """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
+        to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
+        replaces the drawn initial noise."""
+        c = _ctx()
+        rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
+        rp.steps = num_inference_steps or 0
+        rp.eta = eta
+        rp.seed = _seed(generator)
+        lat = None
+        if latents is not None:
+            lat = latents if isinstance(latents, Tensor) else tensor(latents, dtype="f32")
+            rp.latents = lat._t
+        cb = None
+        if callback is not None:
+            def progress(user, i, n, t, seconds):
+                return callback(i, t, seconds) is not False
+            cb = ffi.callback("bool(void *, int64_t, int64_t, double, double)", progress)
+            rp.progress = cb
+        lib.em_scope_push(c)
+        try:
+            img = lib.em_pipeline_run(c, self._p, rp)
+            if img == ffi.NULL:
+                _raise(c)
+            out = Tensor._adopt(c, img).numpy()
+        finally:
+            lib.em_scope_pop(c)
+        if output_type == "np":
+            return ImagePipelineOutput(out)
+        if output_type == "pil":
+            from PIL import Image
+            return ImagePipelineOutput([Image.fromarray((im * 255).round().astype("uint8"))
+                                        for im in out])
+        raise ValueError(f"output_type {output_type!r}: 'np' or 'pil'")
+
+
+DDPMPipeline = DiffusionPipeline
+DDIMPipeline = DiffusionPipeline
