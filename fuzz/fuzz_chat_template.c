@@ -8,6 +8,7 @@
 
 #include "ember/ember.h"
 #include "io/jinja/jinja.h"
+#include "fuzz_util.h"
 
 static const char *MESSAGES =
     "[{\"role\":\"system\",\"content\":\"You are {{ helpful }}.\"},"
@@ -26,15 +27,12 @@ static const char *EXTRA =
     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":"
     "\"integer\"}}}}}}],\"n\":3,\"x\":1.5}";
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static em_ctx *c;
     if (!c) c = em_ctx_create();
     if (size > 64 * 1024) return 0;
-    char *src = malloc(size + 1);
+    char *src = fuzz_text(data, size);
     if (!src) return 0;
-    memcpy(src, data, size);
-    src[size] = 0;
     em_chat_template *t = em_chat_template_compile(c, src);
     if (t) {
         jinja_limits lim = jinja_default_limits();

@@ -5,13 +5,8 @@
 
 #include "ember/config.h"
 #include "ember/ember.h"
+#include "fuzz_util.h"
 
-#define INVARIANT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) __builtin_trap();                                                                \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     em_ctx *c = em_ctx_create();

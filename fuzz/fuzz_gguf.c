@@ -7,13 +7,8 @@
 
 #include "ember/ember.h"
 #include "ember/gguf.h"
+#include "fuzz_util.h"
 
-#define INVARIANT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) __builtin_trap();                                                                \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void walk(const em_gguf_value *v) {
     int64_t i;

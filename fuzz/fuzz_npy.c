@@ -6,8 +6,8 @@
 
 #include "ember/ember.h"
 #include "train/data_impl.h"
+#include "fuzz_util.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static em_ctx *c;
     if (!c) c = em_ctx_create();

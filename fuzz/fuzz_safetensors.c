@@ -11,13 +11,8 @@
 #include "ember/ember.h"
 #include "ember/safetensors.h"
 #include "io/safetensors/safetensors_impl.h"
+#include "fuzz_util.h"
 
-#define INVARIANT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) __builtin_trap();                                                                \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check(const uint8_t *data, size_t size) {
     em_ctx *c = em_ctx_create();

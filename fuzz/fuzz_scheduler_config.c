@@ -8,19 +8,12 @@
 
 #include "ember/ember.h"
 #include "ember/scheduler.h"
+#include "fuzz_util.h"
 
-#define INVARIANT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) __builtin_trap();                                                                \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text) return 0;
-    memcpy(text, data, size);
-    text[size] = 0;
     em_ctx *c = em_ctx_create();
     em_scheduler *s = em_scheduler_from_json(c, text, "fuzz.json");
     if (!s) {

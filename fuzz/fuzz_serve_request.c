@@ -7,13 +7,8 @@
 #include <string.h>
 
 #include "serve/request.h"
+#include "fuzz_util.h"
 
-#define INVARIANT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) __builtin_trap();                                                                \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;

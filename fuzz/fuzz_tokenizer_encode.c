@@ -10,6 +10,7 @@
 
 #include "ember/core.h"
 #include "ember/tokenizer.h"
+#include "fuzz_util.h"
 
 static const char embedded[] =
     "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":5,\"content\":\"<s>\",\"special\":true,"

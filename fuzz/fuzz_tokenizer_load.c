@@ -6,6 +6,7 @@
 
 #include "ember/core.h"
 #include "ember/tokenizer.h"
+#include "fuzz_util.h"
 
 static const char *const probes[] = {
     "", " ", "Hello world! It's 2024.", "  a\tb\n\nc  ", "caf\xC3\xA9 cafe\xCC\x81",

@@ -20,4 +20,20 @@ static inline int kabi_contiguous(const ember_kernel_tensor *t) {
     return 1;
 }
 
+/* One implementation entry of a package's table. */
+#define KABI_IMPL(op_, name_, dtypes_, priority_, supports_, run_)                                 \
+    {.struct_size = sizeof(ember_kernel_impl), .op = (op_), .name = (name_), .dtypes = (dtypes_),  \
+     .modes = EMBER_KERNEL_MODE_ALL, .priority = (priority_), .supports = (supports_), .run = (run_)}
+
+/* The two symbols the loader looks up, over a static impls[] array: every package ends with
+ * KABI_EXPORT_LIBRARY("package-name", impls). */
+#define KABI_EXPORT_LIBRARY(name_, impls_)                                                         \
+    static const ember_kernel_library kabi_library_ = {                                            \
+        EMBER_KERNEL_ABI_VERSION, sizeof(ember_kernel_library), (name_),                           \
+        (int32_t)(sizeof(impls_) / sizeof((impls_)[0])), (impls_)};                                    \
+    EMBER_KERNEL_EXPORT const uint32_t ember_kernel_abi_version = EMBER_KERNEL_ABI_VERSION;        \
+    EMBER_KERNEL_EXPORT const ember_kernel_library *ember_kernel_library_get(void) {               \
+        return &kabi_library_;                                                                     \
+    }
+
 #endif

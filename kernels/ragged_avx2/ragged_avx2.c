@@ -98,13 +98,7 @@ static int run(const ember_kernel_call *k, char *err, size_t err_n) {
 }
 
 static const ember_kernel_impl impls[] = {
-    {.struct_size = sizeof(ember_kernel_impl), .op = "ragged_dot", .name = "ragged_packed_avx2",
-     .dtypes = EMBER_KDT_BIT(EMBER_KDT_BF16), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
-     .supports = supports, .run = run},
+    KABI_IMPL("ragged_dot", "ragged_packed_avx2", EMBER_KDT_BIT(EMBER_KDT_BF16), 10, supports, run),
 };
 
-static const ember_kernel_library lib = {EMBER_KERNEL_ABI_VERSION, sizeof(ember_kernel_library),
-                                         "ember-ragged-avx2", 1, impls};
-
-EMBER_KERNEL_EXPORT const uint32_t ember_kernel_abi_version = EMBER_KERNEL_ABI_VERSION;
-EMBER_KERNEL_EXPORT const ember_kernel_library *ember_kernel_library_get(void) { return &lib; }
+KABI_EXPORT_LIBRARY("ember-ragged-avx2", impls)

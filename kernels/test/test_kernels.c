@@ -65,15 +65,9 @@ static int run_neg_wrong(const ember_kernel_call *k, char *err, size_t err_n) {
 }
 
 static const ember_kernel_impl impls[] = {
-    {.struct_size = sizeof(ember_kernel_impl), .op = "silu", .name = "silu_test",
-     .dtypes = EMBER_KDT_BIT(EMBER_KDT_F32), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
-     .supports = supports_big_contiguous, .run = run_silu},
-    {.struct_size = sizeof(ember_kernel_impl), .op = "add", .name = "add_test",
-     .dtypes = EMBER_KDT_BIT(EMBER_KDT_F32), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
-     .supports = supports_big_contiguous, .run = run_add},
-    {.struct_size = sizeof(ember_kernel_impl), .op = "neg", .name = "neg_wrong",
-     .dtypes = EMBER_KDT_BIT(EMBER_KDT_F32), .modes = EMBER_KERNEL_MODE_ALL, .priority = 10,
-     .supports = NULL, .run = run_neg_wrong},
+    KABI_IMPL("silu", "silu_test", EMBER_KDT_BIT(EMBER_KDT_F32), 10, supports_big_contiguous, run_silu),
+    KABI_IMPL("add", "add_test", EMBER_KDT_BIT(EMBER_KDT_F32), 10, supports_big_contiguous, run_add),
+    KABI_IMPL("neg", "neg_wrong", EMBER_KDT_BIT(EMBER_KDT_F32), 10, NULL, run_neg_wrong),
 };
 
 static const ember_kernel_library lib = {EMBER_TEST_ABI, sizeof(ember_kernel_library),

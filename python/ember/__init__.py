@@ -17,7 +17,7 @@ from ._ffi import ffi, lib
 from . import _dlpack
 
 __all__ = ["EmberError", "Tensor", "tensor", "from_dlpack", "ops", "AutoTokenizer",
-           "AutoModel", "AutoModelForCausalLM", "SentenceTransformer", "compile", "version"]
+           "AutoModel", "AutoModelForCausalLM", "SentenceTransformer", "compile", "version", "Trainer", "TrainStep", "train"]
 
 _HERE = b"python"
 
@@ -786,3 +786,6 @@ class AutoModelForCausalLM:
             streamer.end()
         width = max(len(n) for n in new) if new else 0
         return [list(r) + n + [pad_token_id] * (width - len(n)) for r, n in zip(rows, new)]
+
+
+from ._train import Trainer, TrainStep, train  # noqa: E402 (needs the helpers above)

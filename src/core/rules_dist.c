@@ -33,11 +33,18 @@ static em_status common(em_ctx *c, const em_op_def *op, em_tensor *const *in, co
     return EM_OK;
 }
 
+/* The dimension attribute `what` of x, normalised (negative counts from the end). */
+static bool dim_attr(em_ctx *c, const em_tensor *x, int64_t v, const char *what, int *d) {
+    if (x->ndim == 0) {
+        em_op_fail(c, EM_ERR_SHAPE, "a 0-d tensor has no %s", what);
+        return false;
+    }
+    return em_rule_dim(c, v, x->ndim, what, d);
+}
+
 /* dim must split into g->size equal chunks. */
 static em_status divides(em_ctx *c, const em_tensor *x, int d, const char *what,
                          const em_group_info *g) {
-    if (x->ndim == 0)
-        return em_op_fail(c, EM_ERR_SHAPE, "a 0-d tensor has no %s to split", what);
     if (x->shape[d] % g->size)
         return em_op_fail(c, EM_ERR_SHAPE, "%s %d has size %lld, not divisible by the group size %d",
                           what, d, (long long)x->shape[d], g->size);
@@ -55,8 +62,7 @@ em_status rule_all_gather(RULE_ARGS) {
     em_group_info g;
     int d;
     if (common(c, op, in, attrs, out, &g)) return c->err.status;
-    if (in[0]->ndim == 0) return em_op_fail(c, EM_ERR_SHAPE, "a 0-d tensor has no dim to gather");
-    if (!em_rule_dim(c, attrs[0].i, in[0]->ndim, "dim", &d)) return c->err.status;
+    if (!dim_attr(c, in[0], attrs[0].i, "dim", &d)) return c->err.status;
     out->shape[d] *= g.size;
     return EM_OK;
 }
@@ -66,8 +72,7 @@ em_status rule_reduce_scatter(RULE_ARGS) {
     em_group_info g;
     int d;
     if (common(c, op, in, attrs, out, &g)) return c->err.status;
-    if (in[0]->ndim == 0) return em_op_fail(c, EM_ERR_SHAPE, "a 0-d tensor has no dim to scatter");
-    if (!em_rule_dim(c, attrs[1].i, in[0]->ndim, "dim", &d)) return c->err.status;
+    if (!dim_attr(c, in[0], attrs[1].i, "dim", &d)) return c->err.status;
     if (divides(c, in[0], d, "dim", &g)) return c->err.status;
     out->shape[d] /= g.size;
     return EM_OK;
@@ -78,9 +83,8 @@ em_status rule_all_to_all(RULE_ARGS) {
     em_group_info g;
     int sd, cd;
     if (common(c, op, in, attrs, out, &g)) return c->err.status;
-    if (in[0]->ndim == 0) return em_op_fail(c, EM_ERR_SHAPE, "a 0-d tensor has no dim to split");
-    if (!em_rule_dim(c, attrs[0].i, in[0]->ndim, "split_dim", &sd) ||
-        !em_rule_dim(c, attrs[1].i, in[0]->ndim, "concat_dim", &cd))
+    if (!dim_attr(c, in[0], attrs[0].i, "split_dim", &sd) ||
+        !dim_attr(c, in[0], attrs[1].i, "concat_dim", &cd))
         return c->err.status;
     if (divides(c, in[0], sd, "split_dim", &g)) return c->err.status;
     out->shape[sd] /= g.size;

@@ -150,6 +150,16 @@ def test_examples_run():
     assert "6 calls, 2 compiles (last: input 0 dim 0: 4 -> 8)" in r.stdout
 
 
+def test_train_example_runs(tmp_path):
+    import subprocess
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "train.py"),
+                        os.path.join(FX, "models", "qwen3"), os.path.join(FX, "train", "ids.npy"),
+                        str(tmp_path / "out"), "10"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "validation loss" in r.stdout and "generated ids: [5, 6, 7," in r.stdout
+    assert (tmp_path / "out" / "model.safetensors").exists()
+
+
 def test_gguf_tokenizer_and_model():
     path = os.path.join(FX, "gguf", "model_llama.gguf")
     if not os.path.exists(path):
@@ -286,3 +296,47 @@ def test_no_python_memory_growth():
     tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"{grown} bytes of Python memory kept by 200 rounds"
+
+
+def test_trainer_matches_torch_and_resumes(tmp_path):
+    """10 AdamW steps (warmup, cosine, clipping) give the losses, learning rates and grad norms
+    torch recorded (scripts/gen_train_run_fixtures.py); a run saved at step 5 and resumed prints
+    the same numbers; the saved folder loads for generation."""
+    meta = json.load(open(os.path.join(FX, "train", "qwen3_run.json")))["meta"]
+    ids = np.load(os.path.join(FX, "train", "ids.npy"))
+    kw = dict(seq_len=meta["seq_len"], batch_size=meta["batch"], max_steps=meta["steps"],
+              learning_rate=meta["lr"], lr_scheduler_type=meta["schedule"],
+              warmup_steps=meta["warmup"], weight_decay=meta["weight_decay"],
+              adam_beta1=meta["beta1"], adam_beta2=meta["beta2"], adam_epsilon=meta["eps"],
+              max_grad_norm=meta["grad_clip"], shuffle=False)
+    model = ember.AutoModelForCausalLM.from_pretrained(os.path.join(FX, "models", "qwen3"))
+    trainer = ember.Trainer(model, ids, **kw)  # ids from numpy
+    steps = []
+    for s in trainer:
+        steps.append(s)
+        if s.step == 4:
+            trainer.save_model(tmp_path / "ck5")
+    assert [s.step for s in steps] == list(range(meta["steps"]))
+    for s, loss, lr, norm in zip(steps, meta["losses"], meta["lrs"], meta["grad_norms"]):
+        assert abs(s.loss - loss) <= 1e-5, (s, loss)
+        assert abs(s.learning_rate - lr) <= 1e-12 * max(1.0, abs(lr)), (s, lr)
+        assert abs(s.grad_norm - norm) <= 1e-5 * abs(norm), (s, norm)
+    # the trained weights are the model's: generation runs on them
+    out = model.generate([[5, 6, 7]], max_new_tokens=3, do_sample=False)
+    assert len(out[0]) == 6
+    resumed = ember.AutoModelForCausalLM.from_pretrained(tmp_path / "ck5")
+    t2 = ember.Trainer(resumed, os.path.join(FX, "train", "ids.npy"), **kw)  # ids from a path
+    t2.resume_from_checkpoint(tmp_path / "ck5")
+    assert t2.steps_done == 5
+    again = t2.train()
+    assert [(s.loss, s.grad_norm) for s in again] == [(s.loss, s.grad_norm) for s in steps[5:]]
+
+
+def test_trainer_errors():
+    model = ember.AutoModelForCausalLM.from_pretrained(os.path.join(FX, "models", "qwen3"))
+    with pytest.raises(ember.EmberError, match="window"):
+        ember.Trainer(model, list(range(3, 10)), seq_len=16, max_steps=1)
+    with pytest.raises(ember.EmberError, match="vocabulary"):
+        ember.Trainer(model, [5] * 40 + [10 ** 6], seq_len=16, max_steps=1)
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
+        ember.Trainer(model, list(range(64)), seq_len=16, max_steps=1, lr_scheduler_type="linear")

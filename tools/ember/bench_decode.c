@@ -249,21 +249,11 @@ int bench_decode(int argc, char **argv) {
     if (model) {
         snprintf(dirs[n_models++], sizeof dirs[0], "%s", model);
     } else {
-        mkdir("build", 0755);
-        mkdir(cache, 0755);
         for (int k = 0; k < 2; k++) {
             if (strcmp(preset, "all") && strcmp(preset, presets[k])) continue;
-            snprintf(dirs[n_models], sizeof dirs[0], "%s/%s", cache, presets[k]);
-            char probe[1100];
-            snprintf(probe, sizeof probe, "%s/config.json", dirs[n_models]);
-            struct stat st;
-            if (stat(probe, &st) != 0) {
-                char lay[32];
-                snprintf(lay, sizeof lay, "%lld", layers > 0 ? layers : (k ? 12 : 28));
-                char *av[] = {"make-checkpoint", "--preset", (char *)presets[k], "--out",
-                              dirs[n_models], "--layers", lay, NULL};
-                if (cmd_make_checkpoint(7, av) != 0) return 1;
-            }
+            int rc = bench_preset_dir("ember bench decode", cache, "", presets[k], layers,
+                                      dirs[n_models], sizeof dirs[0]);
+            if (rc) return rc;
             n_models++;
         }
     }

@@ -99,20 +99,8 @@ int bench_python(int argc, char **argv) {
     if (model) {
         snprintf(dir, sizeof dir, "%s", model);
     } else {
-        if (strcmp(preset, "qwen3-0.6b") && strcmp(preset, "qwen3-30b-a3b")) {
-            fprintf(stderr, "ember bench python: unknown preset '%s'\n", preset);
-            return 2;
-        }
-        mkdir("build", 0755);
-        mkdir(cache, 0755);
-        snprintf(dir, sizeof dir, "%s/%s", cache, preset);
-        char probe[1100];
-        struct stat st;
-        snprintf(probe, sizeof probe, "%s/config.json", dir);
-        if (stat(probe, &st) != 0) {
-            char *av[] = {"make-checkpoint", "--preset", (char *)preset, "--out", dir, NULL};
-            if (cmd_make_checkpoint(5, av) != 0) return 1;
-        }
+        int rc = bench_preset_dir("ember bench python", cache, "", preset, 0, dir, sizeof dir);
+        if (rc) return rc;
     }
     em_ctx *c = em_ctx_create();
     em_model_options o = em_model_default_options();

@@ -302,22 +302,9 @@ int bench_serve(int argc, char **argv) {
                             "(Qwen3's tokenizer.json) or set EMBER_SHARED_DATA\n", preset);
             return 2;
         }
-        if (strcmp(preset, "qwen3-0.6b") && strcmp(preset, "qwen3-30b-a3b")) {
-            fprintf(stderr, "ember bench serve: unknown preset '%s'\n", preset);
-            return 2;
-        }
-        mkdir("build", 0755);
-        mkdir("build/bench-models", 0755);
-        snprintf(dir, sizeof dir, "build/bench-models/serve-%s", preset ? preset : "");
-        char probe[1100], lay[32];
-        struct stat st;
-        snprintf(probe, sizeof probe, "%s/config.json", dir);
-        snprintf(lay, sizeof lay, "%lld", layers > 0 ? layers : !strcmp(preset, "qwen3-0.6b") ? 28 : 12);
-        if (stat(probe, &st) != 0) {
-            char *av[] = {"make-checkpoint", "--preset", (char *)preset, "--out", dir,
-                          "--layers", lay, NULL};
-            if (cmd_make_checkpoint(7, av) != 0) return 1;
-        }
+        int rc = bench_preset_dir("ember bench serve", "build/bench-models", "serve-", preset,
+                                  layers, dir, sizeof dir);
+        if (rc) return rc;
         snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
         if (!copy_file(tokenizer, tok_path)) {
             fprintf(stderr, "ember bench serve: cannot copy %s to %s\n", tokenizer, tok_path);

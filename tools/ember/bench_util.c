@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include "backends/cpu/cpu.h"
+#include "cli.h"
 #include "ember/ember.h"
 
 #include <jansson.h>
@@ -164,4 +165,24 @@ void bench_print_machine(bool json) {
     else
         printf("cpu kernels: %s (%s; %s), %d threads\n", level, kind, feats, em_num_threads());
     fflush(stdout);
+}
+
+int bench_preset_dir(const char *who, const char *cache, const char *prefix, const char *preset,
+                     long long layers, char *dir, size_t n) {
+    bool moe = preset && !strcmp(preset, "qwen3-30b-a3b");
+    if (!preset || (!moe && strcmp(preset, "qwen3-0.6b"))) {
+        fprintf(stderr, "%s: unknown preset '%s' (qwen3-0.6b, qwen3-30b-a3b)\n", who,
+                preset ? preset : "");
+        return 2;
+    }
+    mkdir("build", 0755);
+    mkdir(cache, 0755);
+    snprintf(dir, n, "%s/%s%s", cache, prefix, preset);
+    char probe[1200], lay[32];
+    snprintf(probe, sizeof probe, "%s/config.json", dir);
+    struct stat st;
+    if (stat(probe, &st) == 0) return 0;
+    snprintf(lay, sizeof lay, "%lld", layers > 0 ? layers : moe ? 12 : 28);
+    char *av[] = {"make-checkpoint", "--preset", (char *)preset, "--out", dir, "--layers", lay, NULL};
+    return cmd_make_checkpoint(7, av) != 0 ? 1 : 0;
 }

@@ -51,4 +51,12 @@ void bench_print_header(bool json);
  * {"bench": "machine", ...}. */
 void bench_print_machine(bool json);
 
+/* The random-weight checkpoint of a benchmark preset ("qwen3-0.6b" or "qwen3-30b-a3b"), made by
+ * `ember make-checkpoint` into <cache>/<prefix><preset> unless its config.json is already there;
+ * layers <= 0 picks the benchmarks' default depth (28 for 0.6b, 12 for 30b-a3b: a bounded slice
+ * whose per-layer time is what the figures report). Writes the folder to dir. Returns 0, 2 for an
+ * unknown preset (message names `who`), 1 when the checkpoint cannot be made. */
+int bench_preset_dir(const char *who, const char *cache, const char *prefix, const char *preset,
+                     long long layers, char *dir, size_t n);
+
 #endif
