@@ -20,6 +20,15 @@ tests/fixtures/diffusion/<name>_ref.{json,bin} (a Bundle):
                   generator)
 
 Ember must match the UNet outputs within 1e-4 and the images within 1e-3.
+
+tests/fixtures/diffusion/pipeline_runs_ref.{json,bin} (a Bundle) holds seeded runs of the
+committed pipeline folders above, loaded back with from_pretrained: for each run <r> of RUNS,
+<r>_image (1, H, W, C) f32 for torch.Generator("cpu").manual_seed(seed), and the run's folder,
+steps, eta, seed and scheduler in meta.runs. Runs whose scheduler is the folder's own are the
+pipeline's __call__ itself (DDPM's per-step noise and DDIM's eta > 0 noise drawn from the same
+generator); a swapped scheduler (Class.from_config(pipe.scheduler.config)) runs the denoising
+loop diffusers documents for schedulers, with scale_model_input and init_noise_sigma (the
+DDPMPipeline loop skips both, which only DDPM/DDIM-type schedulers can do without).
 """
 import os
 import shutil
@@ -164,6 +173,52 @@ def write_case(name, pipe_cls, cfg, steps, labels, seed):
     return n, nbytes
 
 
+# name: (folder, steps, eta, seed, scheduler class swapped in or None)
+RUNS = {
+    "ddpm_seeded": ("ddpm_attn", 12, 0.0, 1234, None),
+    "ddpm_seeded_small": ("ddpm_scale_shift", 7, 0.0, 99, None),
+    "ddim_eta": ("ddim_three", 8, 0.5, 5, None),
+    "ddim_eta1_seeded": ("ddim_three", 5, 1.0, 77, None),
+    "ddpm_as_ddim": ("ddpm_attn", 10, 0.0, 3, "DDIMScheduler"),
+    "ddpm_as_euler": ("ddpm_attn", 10, 0.0, 3, "EulerDiscreteScheduler"),
+    "ddpm_as_euler_a": ("ddpm_scale_shift", 6, 0.0, 11, "EulerAncestralDiscreteScheduler"),
+}
+
+
+def write_runs():
+    import diffusers
+    from diffusers import DiffusionPipeline
+    from diffusers.utils.torch_utils import randn_tensor
+    b = Bundle(os.path.join(OUT, "pipeline_runs_ref"))
+    meta = {}
+    for name, (folder, steps, eta, seed, swap) in RUNS.items():
+        pipe = DiffusionPipeline.from_pretrained(os.path.join(OUT, folder))
+        pipe.set_progress_bar_config(disable=True)
+        g = torch.Generator("cpu").manual_seed(seed)
+        kw = {"eta": eta} if type(pipe).__name__ == "DDIMPipeline" else {}
+        if swap is None:
+            image = pipe(generator=g, num_inference_steps=steps, output_type="np", **kw).images
+        else:
+            sched = getattr(diffusers, swap).from_config(pipe.scheduler.config)
+            unet = pipe.unet
+            size = unet.config.sample_size
+            x = randn_tensor((1, unet.config.in_channels, size, size), generator=g,
+                             dtype=unet.dtype)
+            # as the Stable Diffusion pipelines: the scale is the schedule's, after set_timesteps
+            sched.set_timesteps(steps)
+            x = x * sched.init_noise_sigma
+            with torch.no_grad():
+                for t in sched.timesteps:
+                    eps = unet(sched.scale_model_input(x, t), t).sample
+                    x = sched.step(eps, t, x, generator=g).prev_sample
+            image = (x / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy()
+        b.add(name + "_image", torch.from_numpy(image))
+        meta[name] = {"folder": folder, "steps": steps, "eta": eta, "seed": seed,
+                      "scheduler": swap or type(pipe.scheduler).__name__}
+    b.meta = {"capability": torch.backends.cpu.get_cpu_capability(), "runs": meta}
+    return b.write()
+
+
 def main():
     import diffusers
     assert diffusers.__version__ == "0.42.1", diffusers.__version__
@@ -172,6 +227,8 @@ def main():
     for i, (name, (pipe_cls, cfg, steps, labels)) in enumerate(CASES.items()):
         n, nbytes = write_case(name, pipe_cls, cfg, steps, labels, 100 + 10 * i)
         print("%s: %d tensors, %d bytes" % (name, n, nbytes))
+    n, nbytes = write_runs()
+    print("pipeline_runs: %d tensors, %d bytes" % (n, nbytes))
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

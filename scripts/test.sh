@@ -96,6 +96,8 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_WERR
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+echo "== the Python suite over the sanitized library"
+./scripts/test-python-asan.sh
 
 echo "== the thread pool under ThreadSanitizer"
 ./scripts/tsan_pool.sh build

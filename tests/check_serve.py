@@ -420,6 +420,113 @@ def check_concurrent(s, n=40):
           f"({int(metric(s, 'ember:kv_cache_shifts_total'))} cache shifts so far)")
 
 
+def check_prefix_reuse(s, ember, model):
+    """Two prompts sharing a long beginning: the second reuses the first's keys and values for
+    the shared tokens (vLLM's prefix-cache counters say how many) and still answers exactly as
+    `ember generate` does from scratch; an identical prompt reuses all but its last token."""
+    shared = "The river ran past old stone mills and quiet fields under a grey sky. " * 3
+    p1, p2 = shared + "First,", shared + "Then"
+    n1 = s.json("POST", "/tokenize", {"prompt": p1})["count"]
+    body = {"model": "tiny", "max_tokens": 12, "temperature": 0}
+    s.json("POST", "/v1/completions", dict(body, prompt=p1))
+    q0, h0 = metric(s, "vllm:prefix_cache_queries_total"), metric(s, "vllm:prefix_cache_hits_total")
+    r = s.json("POST", "/v1/completions", dict(body, prompt=p2))
+    q, h = metric(s, "vllm:prefix_cache_queries_total") - q0, metric(
+        s, "vllm:prefix_cache_hits_total") - h0
+    n2 = r["usage"]["prompt_tokens"]
+    check(q == n2, f"prefix cache: {q} tokens queried for a {n2}-token prompt")
+    check(n1 - 4 <= h + 2 and h < n2, f"prefix cache: {h} tokens reused of {n2} ({n1} kept)")
+    ref = ember_generate(ember, model, "--prompt", p2, 12)
+    check(r["choices"][0]["text"] == ref,
+          f"prefix reuse: {r['choices'][0]['text']!r} != ember generate {ref!r}")
+    h1, h0 = h, metric(s, "vllm:prefix_cache_hits_total")
+    again = s.json("POST", "/v1/completions", dict(body, prompt=p2))
+    h = metric(s, "vllm:prefix_cache_hits_total") - h0
+    check(h == n2 - 1 and again["choices"][0]["text"] == ref, f"the same prompt again: {h} reused")
+    print(f"prefix reuse: {int(h1)} of {n2} prompt tokens reused after a prompt sharing its start, "
+          f"{int(h)} after the same prompt; answers equal ember generate's")
+
+
+def json_prefix_ok(text):
+    """Whether text can still become one JSON object: some completion (close an open string or
+    escape, finish a literal or number, give a pending key its value, close the open brackets)
+    makes json.loads return a dict. The brackets still open come from a scan that skips
+    strings; the rest is tried."""
+    stack, in_str, esc = [], False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    closers = "".join(reversed(stack))
+    ends = ["", '"', 'n"', '0"', '00"', '000"', '0000"'] if in_str else [""]
+    tails = ["", "0", "e0", "0e0", "rue", "ue", "e", "alse", "lse", "se", "ull", "ll", "l"]
+    links = ["", ":0", "0", '"k":0', '"":0']
+    for a in ends:
+        for b in tails:
+            for c in links:
+                try:
+                    if isinstance(json.loads(text + a + b + c + closers), dict):
+                        return True
+                except ValueError:
+                    pass
+    return False
+
+
+def check_json_mode(s):
+    """response_format json_object: every answer is one JSON object that Python's json module
+    parses (sampled with several seeds, greedy, chat and completions, streamed equal to sync),
+    ending with finish_reason "stop" when the object closes; json_schema and unknown types are
+    refused with 400 naming the parameter."""
+    fmt = {"type": "json_object"}
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "Answer in JSON."}],
+            "max_tokens": 200, "response_format": fmt}
+    answers = []
+    for seed in range(4):
+        r = s.json("POST", "/v1/chat/completions", dict(chat, temperature=1.0, seed=seed))
+        answers.append(r["choices"][0])
+    answers.append(s.json("POST", "/v1/chat/completions", dict(chat, temperature=0))["choices"][0])
+    comp = s.json("POST", "/v1/completions", {"model": "tiny", "prompt": "JSON:", "max_tokens": 200,
+                                              "temperature": 0, "response_format": fmt})
+    # sampled from random weights, an answer may run into max_tokens inside a long string: then
+    # it must still be the beginning of a JSON object (at least one answer must close its object)
+    stopped = 0
+    for c in answers + comp["choices"]:
+        text = c["message"]["content"] if "message" in c else c["text"]
+        if c["finish_reason"] == "length":
+            check(json_prefix_ok(text), f"JSON mode: {text!r} cannot become a JSON object")
+            continue
+        check(c["finish_reason"] == "stop", f"JSON mode: finish_reason {c['finish_reason']}")
+        stopped += 1
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            fail(f"JSON mode: json.loads refused {text!r}: {e}")
+        check(isinstance(obj, dict), f"JSON mode: {text!r} is not an object")
+    st, _ = stream_text(s.stream("/v1/chat/completions", dict(chat, temperature=0, stream=True)),
+                        True)
+    check(st == answers[-1]["message"]["content"], f"JSON mode: streamed {st!r}")
+    for bad in ({"type": "json_schema", "json_schema": {}}, {"type": "xml"}, "json"):
+        status, text = s.request("POST", "/v1/chat/completions", dict(chat, response_format=bad))
+        check(status == 400 and json.loads(text)["error"]["param"] == "response_format",
+              f"response_format {bad!r}: {status} {text}")
+    check(stopped >= 1, "JSON mode: no answer closed its object within max_tokens")
+    check(json_prefix_ok('{"a": [1, {"b": "x\\u00') and not json_prefix_ok('{"a": 1}}') and
+          not json_prefix_ok('{"a" 1'), "json_prefix_ok itself")
+    print(f"JSON mode: {stopped} of {len(answers) + 1} answers closed their object and json.loads "
+          f"parses them (e.g. {answers[-1]['message']['content'][:40]!r}), the others are JSON "
+          "prefixes cut by max_tokens; json_schema refused")
+
+
 def check_shifts(s):
     """A long prompt joins a short running one (the rows shift right to make room); the short
     one runs on until the cache's end (the rows shift left). Both answers equal their runs alone."""
@@ -535,6 +642,72 @@ def check_disconnect_and_429(s):
     print("disconnects: 8 abandoned streams end as 'abort' and free their rows; 429 when full")
 
 
+def check_load(s, clients=6, each=8):
+    """A load test: `clients` threads (within --parallel, so nothing is turned away) each send
+    `each` requests back to back, cycling through streamed chat, plain completions, JSON mode,
+    stop strings and a client that disconnects after the first event. Every request that was not
+    abandoned succeeds; afterwards no request runs or waits, the KV cache holds nothing, the
+    abandoned ones are counted as aborts and the server still answers."""
+    aborted0 = metric(s, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}")
+    errors, done, dropped = [], [0], [0]
+    lock = threading.Lock()
+
+    def one(i, k):
+        kind = (i + k) % 5
+        if kind == 0:
+            text, why = stream_text(s.stream("/v1/chat/completions",
+                                             chat_body(f"client {i} turn {k}", 12, stream=True)), True)
+        elif kind == 1:
+            r = s.json("POST", "/v1/completions", {"model": "tiny", "prompt": f"{i} {k} go",
+                                                   "max_tokens": 10, "temperature": 0.8, "seed": k})
+            why = r["choices"][0]["finish_reason"]
+        elif kind == 2:
+            r = s.json("POST", "/v1/chat/completions",
+                       chat_body("JSON please", 40, response_format={"type": "json_object"}))
+            why = r["choices"][0]["finish_reason"]
+        elif kind == 3:
+            r = s.json("POST", "/v1/chat/completions", chat_body("stop early", 16, stop=["e", "a"]))
+            why = r["choices"][0]["finish_reason"]
+        else:
+            open_stream(s, chat_body("abandoned", 4000, stream=True)).close()
+            with lock:
+                dropped[0] += 1
+            return
+        check(why in ("stop", "length"), f"load: finish_reason {why!r}")
+        with lock:
+            done[0] += 1
+
+    def client(i):
+        for k in range(each):
+            try:
+                one(i, k)
+            except SystemExit as e:
+                errors.append(str(e))
+            except Exception as e:  # noqa: BLE001 - report any client failure
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    check(not errors, f"load: {len(errors)} failed requests: {errors[:3]}")
+    deadline = time.time() + 60
+    while time.time() < deadline and (metric(s, "vllm:num_requests_running") or
+                                      metric(s, "vllm:num_requests_waiting")):
+        time.sleep(0.05)
+    check(metric(s, "vllm:num_requests_running") == 0 and
+          metric(s, "vllm:num_requests_waiting") == 0, "load: requests still held after the run")
+    check(metric(s, "vllm:kv_cache_usage_perc") == 0, "load: KV cache still in use after the run")
+    aborted = metric(s, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}")
+    check(aborted - aborted0 == dropped[0], f"load: {aborted - aborted0} aborts for {dropped[0]} "
+                                            "abandoned requests")
+    r = s.json("POST", "/v1/chat/completions", chat_body("after the load", 4))
+    check(r["choices"][0]["finish_reason"] in ("stop", "length"), "load: a request afterwards")
+    print(f"load: {clients} clients x {each} mixed requests, {done[0]} answered, {dropped[0]} "
+          "abandoned and aborted, none failed; nothing held and no KV cache in use afterwards")
+
+
 def check_metrics(s):
     status, text = s.request("GET", "/metrics")
     for name in ["vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -604,18 +777,22 @@ def main():
             check_basics(s)
             check_chat(s, ember, d)
             check_completions(s, ember, d)
+            check_prefix_reuse(s, ember, d)
+            check_json_mode(s)
             check_concurrent(s)
             check_errors(s)
             check_disconnect_and_429(s)
+            check_load(s)
             check_metrics(s)
             check_sigterm(s)
         finally:
             if s.proc.poll() is None:
                 s.proc.kill()
                 s.proc.wait()
-        # a small context: the rows reach its end and shift left while others still run
+        # a small context: the rows reach its end and shift left while others still run (no
+        # prefix reuse: the joining prompt must be prefilled in chunks, not copied)
         s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
-                   "8")
+                   "8", "--prefix-cache", "0")
         try:
             check_concurrent(s, n=48)
             check_shifts(s)

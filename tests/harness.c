@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu.h"
 #include "core/file_read.h"
@@ -234,6 +235,51 @@ const char *em_test_fixture_path(const char *sub, const char *rel) {
     char *b = buf[k++ % 8];
     snprintf(b, sizeof buf[0], "%s/%s/%s", em_test_fixtures_dir(), sub, rel);
     return b;
+}
+
+static char scratch[64];
+
+const char *em_test_scratch_make(const char *tag) {
+    snprintf(scratch, sizeof scratch, "/tmp/ember_%.20s_XXXXXX", tag);
+    bool ok = mkdtemp(scratch) != NULL;
+    CHECK_MSG(ok, "cannot make %s", scratch);
+    return ok ? scratch : NULL;
+}
+
+const char *em_test_scratch_dir(void) { return scratch; }
+
+const char *em_test_scratch_path(const char *rel) {
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", scratch, rel);
+    return buf[k];
+}
+
+void em_test_scratch_write(const char *rel, const char *text) {
+    FILE *f = fopen(em_test_scratch_path(rel), "w");
+    CHECK_MSG(f != NULL, "cannot write %s", em_test_scratch_path(rel));
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+void em_test_scratch_link(const char *rel, const char *sub, const char *target) {
+    char src[1024], cwd[512];
+    const char *p = em_test_fixture_path(sub, target);
+    if (p[0] == '/') {
+        snprintf(src, sizeof src, "%s", p);
+    } else {
+        CHECK(getcwd(cwd, sizeof cwd) != NULL);
+        snprintf(src, sizeof src, "%s/%s", cwd, p);
+    }
+    CHECK_MSG(symlink(src, em_test_scratch_path(rel)) == 0, "cannot link %s", src);
+}
+
+void em_test_scratch_remove(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
+    CHECK(scratch[0] && system(cmd) == 0);
 }
 
 char *em_test_read_file(const char *path, size_t *len) {

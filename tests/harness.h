@@ -95,6 +95,17 @@ struct em_model *em_test_load_fixture_model(struct em_ctx *c, const char *family
 
 /* "<fixtures dir>/<sub>/<rel>" in one of 8 rotating static buffers (valid for a few calls). */
 const char *em_test_fixture_path(const char *sub, const char *rel);
+/* A scratch folder for tests that write files (one at a time): em_test_scratch_make creates
+ * /tmp/ember_<tag>_XXXXXX and returns it (NULL after a failed CHECK); paths in it come in one
+ * of 4 rotating static buffers; em_test_scratch_write writes a text file (a failed CHECK when it
+ * cannot); em_test_scratch_link makes <scratch>/<rel> a symlink to the fixture <sub>/<target>
+ * (absolute); em_test_scratch_remove deletes the folder and everything in it. */
+const char *em_test_scratch_make(const char *tag);
+const char *em_test_scratch_dir(void);
+const char *em_test_scratch_path(const char *rel);
+void em_test_scratch_write(const char *rel, const char *text);
+void em_test_scratch_link(const char *rel, const char *sub, const char *target);
+void em_test_scratch_remove(void);
 /* A whole file, NUL-terminated, malloc'd (*len may be NULL); NULL after printing why. */
 char *em_test_read_file(const char *path, size_t *len);
 /* A JSON document (jansson json_t *, cast by the caller), or NULL after printing why. */

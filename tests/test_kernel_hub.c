@@ -16,6 +16,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "core/kernel_registry.h"
+#include "kernels_hub/khub.h"
 #include "ember/ember.h"
 #include "ember/kernels.h"
 #include "harness.h"
@@ -385,6 +386,13 @@ static void test_compiled_calls_package(void) {
     int s0 = calls ? calls("silu") : 0;
     CHECK(f && em_compiled_call(c, f, &x, 1, NULL, 0, &y, 1) == 1);
     if (calls) CHECK_MSG(calls("silu") > s0, "the compiled program did not call the package");
+    /* the package was told the CPU level Ember's kernels run at */
+    typedef const char *(*level_fn)(void);
+    level_fn level = h ? (level_fn)(uintptr_t)dlsym(h, "ember_test_cpu_level") : NULL;
+    CHECK(level != NULL);
+    if (level) CHECK_MSG(level() && !strcmp(level(), khub_host_level()),
+                         "the package saw cpu_level '%s', Ember runs '%s'",
+                         level() ? level() : "(null)", khub_host_level());
     const float *py = y ? em_tensor_data(c, y) : NULL;
     for (int i = 0; py && i < 64; i++) {
         double v = (double)xs[i] * xs[i], want = v / (1.0 + exp(-v));

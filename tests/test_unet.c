@@ -167,88 +167,45 @@ static void test_pipeline_index(void) {
 
 /* ---- bad folders: a scratch folder with files written by the test ---- */
 
-static char scratch[64];
-
-static const char *scratch_path(const char *rel) {
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", scratch, rel);
-    return buf[k];
-}
-
-static void write_text(const char *rel, const char *text) {
-    FILE *f = fopen(scratch_path(rel), "w");
-    CHECK(f != NULL);
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
-}
-
-static void remove_scratch(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
-    CHECK(system(cmd) == 0);
-}
-
-static bool make_scratch(void) {
-    snprintf(scratch, sizeof scratch, "/tmp/ember_unet_XXXXXX");
-    if (!mkdtemp(scratch)) {
-        CHECK(false);
-        return false;
-    }
-    return true;
-}
-
 static void test_bad_model_index(void) {
-    if (!make_scratch()) return;
+    const char *scratch = em_test_scratch_make("unet");
+    if (!scratch) return;
     em_ctx *c = em_ctx_create();
     em_pipeline_index idx;
     /* no model_index.json at all */
     CHECK(em_pipeline_index_load(c, scratch, &idx) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "model_index.json");
-    write_text("model_index.json", "{\"_class_name\": \"DDPMPipeline\", \"unet\": [");
+    em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDPMPipeline\", \"unet\": [");
     CHECK(em_pipeline_index_load(c, scratch, &idx) == EM_ERR_FORMAT);
     CHECK_ERR(c, EM_ERR_FORMAT, "model_index.json", "not valid JSON");
-    write_text("model_index.json", "{\"_class_name\": \"FancyPipeline\"}");
+    em_test_scratch_write("model_index.json", "{\"_class_name\": \"FancyPipeline\"}");
     CHECK(em_pipeline_index_load(c, scratch, &idx) == EM_ERR_UNSUPPORTED);
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "model_index.json", "'FancyPipeline'");
-    write_text("model_index.json", "{\"_class_name\": \"DDPMPipeline\", "
+    em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDPMPipeline\", "
                                    "\"unet\": [\"diffusers\", \"UNet2DModel\"], "
                                    "\"scheduler\": [\"diffusers\", \"DDPMScheduler\"]}");
     CHECK(em_pipeline_index_load(c, scratch, &idx) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "model_index.json", "'unet'", "does not exist");
-    write_text("model_index.json", "{\"_class_name\": \"DDIMPipeline\", "
+    em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDIMPipeline\", "
                                    "\"scheduler\": [\"diffusers\", \"DDIMScheduler\"]}");
     CHECK(em_pipeline_index_load(c, scratch, &idx) == EM_ERR_NOT_FOUND);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "model_index.json", "needs a 'unet' component");
-    write_text("model_index.json", "{\"_class_name\": \"DDPMPipeline\", \"unet\": 3}");
+    em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDPMPipeline\", \"unet\": 3}");
     CHECK(em_pipeline_index_load(c, scratch, &idx) == EM_ERR_FORMAT);
     CHECK_ERR(c, EM_ERR_FORMAT, "model_index.json", "component 'unet'");
     CHECK(idx.dir == NULL); /* zeroed on failure */
     em_ctx_free(c);
-    remove_scratch();
+    em_test_scratch_remove();
 }
 
 /* The ddpm_attn UNet's weights with config.json replaced by `config`. */
 static em_unet2d *load_with_config(em_ctx *c, const char *config) {
-    unlink(scratch_path("config.json"));
-    write_text("config.json", config);
-    const char *st = scratch_path("diffusion_pytorch_model.safetensors");
-    if (access(st, F_OK) != 0) {
-        char src[512];
-        const char *rel = em_test_fixture_path("diffusion",
-                                               "ddpm_attn/unet/diffusion_pytorch_model.safetensors");
-        if (rel[0] == '/')
-            snprintf(src, sizeof src, "%s", rel);
-        else {
-            char cwd[256];
-            CHECK(getcwd(cwd, sizeof cwd) != NULL);
-            snprintf(src, sizeof src, "%s/%s", cwd, rel);
-        }
-        CHECK(symlink(src, st) == 0);
-    }
-    return em_unet2d_load(c, scratch, NULL);
+    unlink(em_test_scratch_path("config.json"));
+    em_test_scratch_write("config.json", config);
+    if (access(em_test_scratch_path("diffusion_pytorch_model.safetensors"), F_OK) != 0)
+        em_test_scratch_link("diffusion_pytorch_model.safetensors", "diffusion",
+                             "ddpm_attn/unet/diffusion_pytorch_model.safetensors");
+    return em_unet2d_load(c, em_test_scratch_dir(), NULL);
 }
 
 #define GOOD_CONFIG_HEAD                                                                           \
@@ -260,7 +217,8 @@ static em_unet2d *load_with_config(em_ctx *c, const char *config) {
     "\"AttnDownBlock2D\"], \"up_block_types\": [\"AttnUpBlock2D\", \"UpBlock2D\"]"
 
 static void test_bad_config(void) {
-    if (!make_scratch()) return;
+    const char *scratch = em_test_scratch_make("unet");
+    if (!scratch) return;
     em_ctx *c = em_ctx_create();
     /* the folder as saved loads (the control for the cases below) */
     em_unet2d *u = load_with_config(c, GOOD_CONFIG_HEAD GOOD_BLOCKS "}");
@@ -304,7 +262,7 @@ static void test_bad_config(void) {
     CHECK(em_unet2d_load(c, "/nonexistent/unet", NULL) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "/nonexistent/unet/config.json");
     em_ctx_free(c);
-    remove_scratch();
+    em_test_scratch_remove();
 }
 
 static void test_bad_inputs(void) {

@@ -32,6 +32,7 @@
 #define EMBER_DIFFUSION_H
 
 #include "ember/ops.h"
+#include "ember/scheduler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -195,6 +196,105 @@ EM_API const char *em_pipeline_class_name(em_pipeline_class p);
 /** em_unet2d_load of the index's unet component. */
 EM_API em_unet2d *em_pipeline_load_unet(em_ctx *c, const em_pipeline_index *idx,
                                         const em_unet2d_options *o);
+
+/* ---------------------------------------------------------------------------------------------
+ * Pipelines: DDPMPipeline / DDIMPipeline
+ *
+ *     em_pipeline *p = em_pipeline_load(c, "ddpm-cifar10/", NULL); // its UNet + scheduler
+ *     em_pipeline_to(c, p, "xla:0");                                 // optional
+ *     em_pipeline_set_scheduler(c, p, EM_SCHED_DDIM);                // optional: DDIM.from_config
+ *     em_pipeline_run_params rp = em_pipeline_default_params();
+ *     rp.steps = 50;
+ *     rp.seed = 42;                       // torch.Generator("cpu").manual_seed(42)
+ *     em_tensor *img = em_pipeline_run(c, p, &rp);   // f32 [1, H, W, C] in [0, 1] on the CPU
+ *     em_png_write_tensor(c, "out.png", img, 1);
+ *     em_pipeline_free(p);
+ *
+ * The run is diffusers' __call__(generator=torch.Generator("cpu").manual_seed(seed),
+ * num_inference_steps=steps, eta=eta, output_type="np"): the initial latents are
+ * torch.randn((1, in_channels, sample_size, sample_size)) from that generator (drawn on the host,
+ * then moved to the UNet's device), and the steps that draw noise (DDPM at t > 0, DDIM with
+ * eta > 0, Euler ancestral) draw it from the same generator in the same order. With a swapped
+ * scheduler the loop also applies scale_model_input and init_noise_sigma (DDPMPipeline's own
+ * loop omits both, which only DDPM/DDIM-type schedulers can do without; for them both are the
+ * identity, so the run is the pipeline's). A pipeline is not thread-safe (its scheduler keeps
+ * step state).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct em_pipeline em_pipeline;
+
+typedef struct em_pipeline_options {
+    const char *device; /* "cpu", "xla:0", ...; NULL: the context's default device */
+} em_pipeline_options;
+
+/** device NULL. */
+EM_API em_pipeline_options em_pipeline_default_options(void);
+
+/**
+ * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet onto o->device
+ * and the scheduler from scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
+ * scheduler into a DDIMScheduler (DDIMScheduler.from_config), as diffusers' DDIMPipeline does.
+ * o may be NULL. NULL with the first error in c, naming the file and what is wrong: the errors
+ * of em_pipeline_index_load (unknown pipeline class, a component missing or of an unknown
+ * class, broken JSON), of em_unet2d_load and of em_scheduler_from_file. Free with
+ * em_pipeline_free.
+ */
+EM_API em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_options *o);
+/** Frees the UNet, the scheduler and the index. NULL is a no-op. */
+EM_API void em_pipeline_free(em_pipeline *p);
+/**
+ * pipe.to(device): the UNet's weights are loaded again from the folder onto `device` (the old
+ * copy is released only once the new one is loaded, so a failure leaves the pipeline as it
+ * was). The same device is a no-op. EM_ERR_DEVICE for an unknown device (from em_device_get),
+ * the errors of em_unet2d_load; the status is returned and recorded in c.
+ */
+EM_API em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device);
+/**
+ * pipe.scheduler = <kind>.from_config(pipe.scheduler.config) (em_scheduler_from_config). On
+ * failure (a config the new class refuses) the old scheduler stays; the status is returned.
+ */
+EM_API em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_scheduler_kind kind);
+
+/** The pipeline's index (class, folders), owned by p. */
+EM_API const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p);
+/** The pipeline's UNet and scheduler, owned by p (valid until the next em_pipeline_to /
+ *  em_pipeline_set_scheduler or em_pipeline_free). */
+EM_API em_unet2d *em_pipeline_unet(const em_pipeline *p);
+EM_API em_scheduler *em_pipeline_scheduler(const em_pipeline *p);
+/** The device the UNet is on. */
+EM_API em_device *em_pipeline_device(const em_pipeline *p);
+/** The shape of the initial latents: [1, in_channels, sample_size...]. False (shape untouched)
+ *  when the UNet's config has no sample_size. */
+EM_API bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]);
+
+/** Called after each denoising step i (0-based) of n, at timestep t, with the seconds the step
+ *  took (the device synchronised first). Return false to stop the run (EM_ERR_INVALID_ARG,
+ *  "stopped by the progress callback"). */
+typedef bool (*em_pipeline_progress_fn)(void *user, int64_t i, int64_t n, double t,
+                                        double seconds);
+
+typedef struct em_pipeline_run_params {
+    int64_t steps;        /* num_inference_steps; 0: the class's default (DDPM 1000, DDIM 50) */
+    double eta;           /* DDIM's eta; must be 0 with other schedulers */
+    uint64_t seed;        /* torch.Generator("cpu").manual_seed(seed) */
+    em_tensor *latents;   /* NULL: drawn from the generator; else f32 of the latent shape (any
+                             device; borrowed), and the generator only gives per-step noise */
+    em_pipeline_progress_fn progress; /* NULL: none */
+    void *user;           /* passed to progress */
+} em_pipeline_run_params;
+
+/** steps 0, eta 0, seed 0, no latents, no progress. */
+EM_API em_pipeline_run_params em_pipeline_default_params(void);
+
+/**
+ * Runs the denoising loop and returns the image as diffusers' output_type="np" does: f32
+ * [1, H, W, C] = clamp(x / 2 + 0.5, 0, 1) in HWC order, on the CPU, in c's current scope.
+ * rp NULL: the defaults. NULL with the error in c: latents of the wrong shape or dtype
+ * (EM_ERR_SHAPE / EM_ERR_DTYPE, naming both shapes), eta != 0 with a scheduler other than
+ * DDIM (EM_ERR_INVALID_ARG), no sample_size and no latents, a step count the scheduler
+ * refuses, and the first error of a UNet forward or scheduler step (naming the step).
+ */
+EM_API em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 
 #ifdef __cplusplus
 }

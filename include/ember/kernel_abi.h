@@ -119,6 +119,12 @@ typedef struct ember_kernel_call {
     void (*parallel_for)(int64_t n, int64_t grain,
                          void (*fn)(void *user, int64_t begin, int64_t end, int thread),
                          void *user);
+    /* The instruction set Ember's own CPU kernels run at in this process, as the hub's variant
+     * names spell it: "generic", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"
+     * (EMBER_CPU_LEVEL may have lowered it). A package built for a narrower set than this can
+     * decline in supports() when the built-in kernel at this level is the faster one. Present
+     * when struct_size covers it (appended after ABI 1's first release); a static string. */
+    const char *cpu_level;
 } ember_kernel_call;
 
 /** One implementation of one op. */

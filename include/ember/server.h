@@ -55,11 +55,16 @@ typedef struct em_server_options {
     int64_t prefill_chunk;   /* a prompt joining running sequences is prefilled this many tokens
                                 at a time, one chunk between two decode steps, so running streams
                                 wait one chunk, not the whole prompt (0: whole prompts) */
+    int prefix_cache;        /* the keys and values of this many recent prompts are kept; a new
+                                prompt that starts with the same tokens (a shared system prompt,
+                                a conversation's earlier turns) copies that prefix instead of
+                                computing it; least recently used out first (0: no reuse) */
     bool quiet;              /* no log lines on stderr */
 } em_server_options;
 
 /** host 127.0.0.1, port 8080, max_batch 8, parallel 64, ctx 0 (the model's, <= 4096), bodies up
- *  to 1 MiB, prefill chunks of 64 tokens, no API key, logging on. */
+ *  to 1 MiB, prefill chunks of 64 tokens, 4 prompts kept for prefix reuse, no API key, logging
+ *  on. */
 EM_API em_server_options em_server_default_options(void);
 
 /**

@@ -2,6 +2,8 @@
 #ifndef EMBER_KERNELS_UTIL_H
 #define EMBER_KERNELS_UTIL_H
 
+#include <stddef.h>
+
 #include "ember/kernel_abi.h"
 
 static inline int64_t kabi_numel(const ember_kernel_tensor *t) {
@@ -18,6 +20,12 @@ static inline int kabi_contiguous(const ember_kernel_tensor *t) {
         s *= t->shape[d];
     }
     return 1;
+}
+
+/* The caller's CPU level (ember_kernel_call.cpu_level), or "" from a caller older than it. */
+static inline const char *kabi_cpu_level(const ember_kernel_call *k) {
+    size_t need = offsetof(ember_kernel_call, cpu_level) + sizeof k->cpu_level;
+    return k->struct_size >= need && k->cpu_level ? k->cpu_level : "";
 }
 
 /* One implementation entry of a package's table. */

@@ -3,7 +3,8 @@
  * AVX2 + FMA, as a kernel package (ember/kernel_abi.h). The micro-kernel is the built-in's own
  * (src/backends/cpu/ragged_packed_avx2.inc), so the package gives the built-in's bits; the work
  * is split as the built-in splits it, (group, 256 weight rows) tasks on Ember's thread pool.
- * supports() takes contiguous bf16 calls with a packed rhs; everything else goes to the built-in.
+ * supports() takes contiguous bf16 calls with a packed rhs; everything else goes to the built-in,
+ * and so does every call where Ember's kernels run AVX-512 (the built-in is the faster there).
  */
 #include <immintrin.h>
 #include <stdio.h>
@@ -35,6 +36,9 @@ typedef struct job {
 } job;
 
 static int supports(const ember_kernel_call *k) {
+    /* where Ember's own kernels run AVX-512 (with or without BF16), its built-in ragged_dot is
+     * wider than this package: leave the call to it */
+    if (!strncmp(kabi_cpu_level(k), "avx512", 6)) return 0;
     const ember_kernel_tensor *x = &k->in[0], *w = &k->in[1], *g = &k->in[2], *o = &k->out[0];
     return k->n_in == 3 && x->dtype == EMBER_KDT_BF16 && w->dtype == EMBER_KDT_BF16 &&
            o->dtype == EMBER_KDT_BF16 && g->dtype == EMBER_KDT_I32 && w->ndim == 5 &&

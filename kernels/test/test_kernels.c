@@ -18,6 +18,9 @@
 #endif
 
 static atomic_int n_silu, n_add, n_neg;
+static _Atomic(const char *) last_level; /* the caller's cpu_level in the last supports() */
+
+EMBER_KERNEL_EXPORT const char *ember_test_cpu_level(void) { return atomic_load(&last_level); }
 
 EMBER_KERNEL_EXPORT int ember_test_calls(const char *name) {
     if (!strcmp(name, "silu")) return atomic_load(&n_silu);
@@ -27,6 +30,7 @@ EMBER_KERNEL_EXPORT int ember_test_calls(const char *name) {
 }
 
 static int supports_big_contiguous(const ember_kernel_call *k) {
+    atomic_store(&last_level, kabi_cpu_level(k));
     if (kabi_numel(&k->out[0]) < 16) return 0;
     for (int i = 0; i < k->n_in; i++)
         if (k->in[i].dtype != EMBER_KDT_F32 || !kabi_contiguous(&k->in[i]) ||

@@ -1,5 +1,5 @@
-/* Pipeline folders: model_index.json routed to the components a pipeline class needs. The
- * pipeline object (em_pipeline_load / em_pipeline_to / run) will be built on this index. */
+/* Pipeline folders: model_index.json routed to the components a pipeline class needs (the
+ * pipeline object of pipeline.c is built on this index). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/file_read.h"
-#include "ember/diffusion.h"
+#include "diffusion/pipeline_impl.h"
 
 #define OP "model_index.json"
 #define MAX_INDEX_BYTES (1 << 20)
@@ -52,7 +52,7 @@ static char *component(em_ctx *c, json_t *root, const char *file, const char *di
         return NULL;
     }
     if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_string(json_array_get(v, 0)) ||
-        !json_is_string(json_array_get(v, 1))) {
+        !json_is_string(json_array_get(v, 1)) || !*json_string_value(json_array_get(v, 1))) {
         em_ctx_fail(c, EM_ERR_FORMAT, OP,
                     "%s: component '%s' must be [\"library\", \"ClassName\"]", file, name);
         return NULL;
@@ -110,6 +110,26 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     return EM_OK;
 }
 
+em_status em_pipeline_index_parse(em_ctx *c, const char *text, size_t len, const char *file,
+                                  const char *dir, em_pipeline_index *out) {
+    memset(out, 0, sizeof *out);
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    if (!root)
+        em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not valid JSON: %s (line %d, column %d)", file,
+                    jerr.text, jerr.line, jerr.column);
+    else if (!json_is_object(root))
+        em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not a JSON object", file);
+    else
+        parse(c, root, file, dir, out);
+    json_decref(root);
+    if (em_ctx_status(c)) {
+        em_pipeline_index_free(out);
+        return em_ctx_status(c);
+    }
+    return EM_OK;
+}
+
 em_status em_pipeline_index_load(em_ctx *c, const char *dir, em_pipeline_index *out) {
     if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
     if (out) memset(out, 0, sizeof *out);
@@ -119,26 +139,10 @@ em_status em_pipeline_index_load(em_ctx *c, const char *dir, em_pipeline_index *
     if (!file) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     size_t len = 0;
     char *text = em_file_read(c, OP, file, MAX_INDEX_BYTES, &len, NULL);
-    json_t *root = NULL;
-    if (text) {
-        json_error_t jerr;
-        root = json_loadb(text, len, 0, &jerr);
-        if (!root)
-            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not valid JSON: %s (line %d, column %d)",
-                        file, jerr.text, jerr.line, jerr.column);
-        else if (!json_is_object(root))
-            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not a JSON object", file);
-        else
-            parse(c, root, file, dir, out);
-    }
+    if (text) em_pipeline_index_parse(c, text, len, file, dir, out);
     free(text);
-    json_decref(root);
     free(file);
-    if (em_ctx_status(c)) {
-        em_pipeline_index_free(out);
-        return em_ctx_status(c);
-    }
-    return EM_OK;
+    return em_ctx_status(c);
 }
 
 em_unet2d *em_pipeline_load_unet(em_ctx *c, const em_pipeline_index *idx,

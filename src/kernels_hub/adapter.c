@@ -70,6 +70,7 @@ static bool build(const em_kernel_args *a, unsigned mode, bool with_data, call_b
     b->k.attrs = b->at;
     b->k.n_threads = em_num_threads();
     b->k.parallel_for = with_data ? em_parallel_for : NULL;
+    b->k.cpu_level = khub_host_level();
     return true;
 }
 

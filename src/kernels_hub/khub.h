@@ -30,6 +30,9 @@ typedef struct khub_variant {
 bool khub_variant_parse(const char *name, khub_variant *v, char *why, size_t why_n);
 /* Whether this process can run the variant; false with the reason in plain words. *rank gets
  * the preference of an accepted variant (higher first: the widest instruction set). */
+/* The feature name of the CPU level this process's kernels run at ("avx2", "avx512bf16", ...):
+ * ember_kernel_call.cpu_level. A static string. */
+const char *khub_host_level(void);
 bool khub_variant_host_ok(const khub_variant *v, int *rank, char *why, size_t why_n);
 /* The CPU variant names this host can run, best first (what a download asks the Hub for), and
  * their metadata files as a NULL-terminated list for em_hub_ensure. */

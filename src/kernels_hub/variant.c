@@ -51,6 +51,8 @@ static const feature *host_feature(void) {
     }
 }
 
+const char *khub_host_level(void) { return host_feature()->name; }
+
 static bool host_has(const feature *f) {
     const feature *h = host_feature();
     if (!strcmp(f->name, "generic")) return true;

@@ -85,6 +85,13 @@ bool srv_metrics_text(em_server *s, char **buf, size_t *len) {
                "(chunked prefill of a prompt joining running sequences)\n"
                "# TYPE ember:prefill_chunks_total counter\nember:prefill_chunks_total{%s} %lld\n",
             label, (long long)s->prefill_chunks);
+    fprintf(f, "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+               "# TYPE vllm:prefix_cache_queries_total counter\n"
+               "vllm:prefix_cache_queries_total{%s} %lld\n"
+               "# HELP vllm:prefix_cache_hits_total Prompt tokens whose keys and values were "
+               "reused from the prefix cache.\n"
+               "# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{%s} %lld\n",
+            label, (long long)s->prefix_queries, label, (long long)s->prefix_hits);
     hist_text(f, "vllm:time_to_first_token_seconds", "Time to the first token.", &s->ttft, label);
     hist_text(f, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
               &s->itl, label);

@@ -12,5 +12,6 @@ em_server_options em_server_default_options(void) {
     o.parallel = 64;
     o.max_body_bytes = (size_t)1 << 20;
     o.prefill_chunk = 64;
+    o.prefix_cache = 4;
     return o;
 }

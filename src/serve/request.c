@@ -77,12 +77,24 @@ static bool refuse_unsupported(json_t *o, srv_kind kind, srv_error *err) {
     v = opt(o, "tools");
     if (v && !(json_is_array(v) && json_array_size(v) == 0))
         return BAD("tools", "'tools' (function calling) is not supported yet");
-    v = opt(o, "response_format");
-    if (v) {
-        json_t *t = json_object_get(v, "type");
-        if (!json_is_object(v) || !json_is_string(t) || strcmp(json_string_value(t), "text"))
-            return BAD("response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
+    return true;
+}
+
+/* response_format: {"type": "text"} (the default) or {"type": "json_object"} (JSON mode). */
+static bool get_response_format(json_t *o, srv_request *r, srv_error *err) {
+    json_t *v = opt(o, "response_format");
+    if (!v) return true;
+    json_t *t = json_object_get(v, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : NULL;
+    if (!json_is_object(v) || !type)
+        return BAD("response_format", "'response_format' must be an object with a string 'type'");
+    if (!strcmp(type, "json_object")) r->json_object = true;
+    else if (!strcmp(type, "json_schema"))
+        return BAD("response_format", "response_format 'json_schema' is not supported yet; "
+                                      "'json_object' (any JSON object) is");
+    else if (strcmp(type, "text"))
+        return BAD("response_format", "response_format type '%.40s': expected 'text' or "
+                                      "'json_object'", type);
     return true;
 }
 
@@ -192,7 +204,7 @@ static bool get_stop(json_t *o, srv_request *r, srv_error *err) {
 }
 
 static bool parse_generation(json_t *o, srv_request *r, srv_error *err) {
-    if (!refuse_unsupported(o, r->kind, err)) return false;
+    if (!refuse_unsupported(o, r->kind, err) || !get_response_format(o, r, err)) return false;
     if (r->kind == SRV_CHAT ? !get_messages(json_object_get(o, "messages"), &r->messages_json, err)
                             : !get_prompt(o, &r->prompt, err))
         return false;

@@ -39,6 +39,7 @@ typedef struct srv_request {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
+    bool json_object;    /* response_format {"type": "json_object"}: the answer is one JSON object */
     bool add_special_tokens; /* tokenize: default true for a prompt, false for messages */
     char **inputs;           /* embeddings: the texts */
     size_t n_inputs;

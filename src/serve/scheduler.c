@@ -21,6 +21,7 @@
 #include "ember/ember.h"
 #include "ember/generate.h"
 #include "generate/detok.h"
+#include "generate/json_grammar.h"
 #include "generate/sampling.h"
 #include "models/model_impl.h"
 #include "serve/serve_impl.h"
@@ -39,7 +40,16 @@ typedef struct srv_row {
     int32_t *counts;   /* presence/frequency penalties: times each id was generated (vocab) */
     int64_t *distinct; /* the ids generated at least once, in order */
     int64_t n_distinct;
+    em_json_state json; /* JSON mode: the answer's bytes so far, recognized */
 } srv_row;
+
+/* A prompt kept for prefix reuse: its ids and the keys and values of all of them. */
+typedef struct srv_prefix {
+    em_token *ids;
+    int64_t n;
+    em_kv_cache *kv; /* [1, n] */
+    uint64_t used;   /* the worker's clock at its last use (least recently used goes first) */
+} srv_prefix;
 
 typedef struct srv_worker {
     em_server *s;
@@ -61,6 +71,11 @@ typedef struct srv_worker {
     srv_job *pf_job;
     em_kv_cache *pf_cache;
     int64_t pf_done; /* prompt tokens in pf_cache */
+    srv_prefix *prefixes; /* o.prefix_cache of them (kv NULL: empty) */
+    /* JSON mode: every token's bytes (special tokens: none), made at the first such request */
+    char **piece;
+    uint32_t *piece_len;
+    uint64_t clock;
 } srv_worker;
 
 double srv_now(void) {
@@ -282,6 +297,64 @@ static em_status remove_row(srv_worker *w, int r) {
     return st;
 }
 
+/* Every id's bytes as the answer would get them (special tokens decode to nothing and are never
+ * allowed in JSON mode). Decoded after an anchor token ("a") and cut after the anchor's text:
+ * decoders that strip the first leading space (SentencePiece's) would otherwise hide the space
+ * a token brings mid-answer. Once per worker, at the first JSON-mode request. */
+static bool pieces_ready(srv_worker *w) {
+    if (w->piece) return true;
+    em_ctx *c = w->c;
+    const em_tokenizer *tok = w->s->tok;
+    em_token *a = NULL;
+    size_t na = 0, pl = 0;
+    char *prefix = NULL;
+    if (em_tokenizer_encode(c, tok, "a", 1, false, &a, &na) == EM_OK && na == 1)
+        prefix = em_tokenizer_decode(c, tok, a, 1, true, &pl);
+    em_ctx_clear_error(c);
+    char **piece = calloc((size_t)w->vocab, sizeof *piece);
+    uint32_t *len = calloc((size_t)w->vocab, sizeof *len);
+    bool ok = piece && len;
+    for (int64_t id = 0; ok && id < w->vocab; id++) {
+        em_token t[2] = {prefix ? a[0] : 0, (em_token)id};
+        size_t n = 0;
+        char *text = em_tokenizer_decode(c, tok, prefix ? t : t + 1, prefix ? 2 : 1, true, &n);
+        if (text && prefix && n >= pl && !memcmp(text, prefix, pl)) {
+            memmove(text, text + pl, n - pl + 1);
+            n -= pl;
+        } else if (text && prefix) { /* the anchor's text changed: this id alone */
+            em_free(text);
+            text = em_tokenizer_decode(c, tok, t + 1, 1, true, &n);
+        }
+        piece[id] = text;
+        len[id] = text ? (uint32_t)n : 0;
+        ok = text != NULL;
+    }
+    em_ctx_clear_error(c);
+    em_free(a);
+    em_free(prefix);
+    if (!ok) {
+        for (int64_t id = 0; piece && id < w->vocab; id++) em_free(piece[id]);
+        free(piece);
+        free(len);
+        return false;
+    }
+    w->piece = piece;
+    w->piece_len = len;
+    return true;
+}
+
+/* JSON mode: -inf for every id whose bytes cannot continue the row's JSON object (and for those
+ * with no bytes). false when no id can. */
+static bool json_mask(srv_worker *w, srv_row *r, float *logits) {
+    bool any = false;
+    for (int64_t id = 0; id < w->vocab; id++) {
+        em_json_state s = r->json;
+        if (w->piece_len[id] && em_json_feed(&s, w->piece[id], w->piece_len[id])) any = true;
+        else logits[id] = -INFINITY;
+    }
+    return any;
+}
+
 /* Takes the token sampled from `logits` for row r: records it, streams its text, and decides
  * whether the row is done. Returns the finish reason, or NULL to go on. */
 static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
@@ -297,8 +370,18 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
         int64_t d = r->distinct[k];
         logits[d] -= j->presence + j->frequency * (float)r->counts[d];
     }
+    if (j->json_object && !json_mask(w, r, logits)) {
+        snprintf(j->error, sizeof j->error, "JSON mode: no token of the vocabulary continues the "
+                                            "answer as JSON");
+        return "abort";
+    }
     int64_t id = em_sample_next(logits, w->vocab, r->seen, r->n_seen, &j->gp, &r->rng, w->scratch,
                                 w->order);
+    bool json_done = false;
+    if (j->json_object) { /* the mask let only continuations through */
+        em_json_feed(&r->json, w->piece[id], w->piece_len[id]);
+        json_done = em_json_complete(&r->json);
+    }
     if (want_lp) { /* the chosen token's raw logit: its penalty given back */
         int32_t seen_before = r->counts ? r->counts[id] : 0;
         float raw = logits[id] + (seen_before ? j->presence + j->frequency * (float)seen_before : 0);
@@ -335,13 +418,89 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
         return "abort";
     }
     bool length = r->n_gen >= j->max_tokens;
-    if (publish(w, r, eos || length)) return "stop";
-    if (eos) return "stop";
+    if (publish(w, r, eos || length || json_done)) return "stop";
+    if (eos || json_done) return "stop"; /* a complete JSON object is the whole answer */
     if (length) return "length";
     return NULL;
 }
 
 /* ---- admission: a waiting job's prompt prefilled (in chunks), then moved into row n ---- */
+
+/* The kept prompt sharing the longest prefix with j's prompt, and that length (at most
+ * n_prompt - 1: the last prompt token is always computed, its logits give the first token). */
+static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
+    srv_prefix *best = NULL;
+    *len = 0;
+    for (int e = 0; e < w->s->o.prefix_cache; e++) {
+        srv_prefix *p = &w->prefixes[e];
+        if (!p->kv) continue;
+        int64_t n = p->n < j->n_prompt - 1 ? p->n : j->n_prompt - 1, k = 0;
+        while (k < n && p->ids[k] == j->prompt[k]) k++;
+        if (k > *len) *len = k, best = p;
+    }
+    return best;
+}
+
+/* Starts j's prefill: a cache of its own, holding the longest kept prefix when there is one
+ * (the keys and values of positions [0, L) depend only on ids [0, L): causal attention). */
+static em_status prefill_start(srv_worker *w, srv_job *j) {
+    em_ctx *c = w->c;
+    w->pf_job = j;
+    w->pf_done = 0;
+    w->pf_cache = em_kv_cache_create(c, w->m, 1, j->n_prompt);
+    if (!w->pf_cache) return em_ctx_status(c);
+    int64_t L = 0;
+    srv_prefix *p = w->s->o.prefix_cache > 0 ? prefix_find(w, j, &L) : NULL;
+    if (p) {
+        em_scope_push(c);
+        for (int64_t i = 0; i < w->m->n_layers; i++) {
+            em_tensor *to[2] = {w->pf_cache->k[i], w->pf_cache->v[i]},
+                      *from[2] = {p->kv->k[i], p->kv->v[i]};
+            for (int k = 0; k < 2; k++)
+                if (to[k] && from[k])
+                    em_assign(c, em_slice(c, to[k], 2, 0, L, 1), em_slice(c, from[k], 2, 0, L, 1));
+        }
+        em_scope_pop(c);
+        if (em_ctx_status(c)) return em_ctx_status(c);
+        w->pf_cache->len = L;
+        w->pf_done = L;
+        p->used = ++w->clock;
+    }
+    pthread_mutex_lock(&w->s->mu);
+    w->s->prefix_queries += j->n_prompt;
+    w->s->prefix_hits += L;
+    pthread_mutex_unlock(&w->s->mu);
+    return EM_OK;
+}
+
+/* After admission: the prefilled prompt's cache is kept for reuse (replacing a kept prompt it
+ * extends, else the least recently used), or freed. */
+static void prefill_keep(srv_worker *w) {
+    const srv_job *j = w->pf_job;
+    srv_prefix *slot = NULL;
+    em_token *ids = w->s->o.prefix_cache > 0 ? malloc((size_t)j->n_prompt * sizeof *ids) : NULL;
+    for (int e = 0; ids && e < w->s->o.prefix_cache; e++) {
+        srv_prefix *p = &w->prefixes[e];
+        bool covered = p->kv && p->n <= j->n_prompt &&
+                       !memcmp(p->ids, j->prompt, (size_t)p->n * sizeof *p->ids);
+        if (covered || !p->kv) {
+            slot = p;
+            if (covered) break;
+        } else if (!slot || (slot->kv && p->used < slot->used)) {
+            slot = p;
+        }
+    }
+    if (!slot) {
+        free(ids);
+        em_kv_cache_free(w->pf_cache);
+    } else {
+        free(slot->ids);
+        em_kv_cache_free(slot->kv);
+        memcpy(ids, j->prompt, (size_t)j->n_prompt * sizeof *ids);
+        *slot = (srv_prefix){ids, j->n_prompt, w->pf_cache, ++w->clock};
+    }
+    w->pf_cache = NULL;
+}
 
 /* Prefills up to `max` more prompt tokens of w->pf_job into its own cache (max <= 0: all that
  * remain); the last chunk leaves the next-token logits in w->logits. */
@@ -387,6 +546,8 @@ static const char *admit_finish(srv_worker *w) {
     r->dt.tok = w->s->tok;
     r->dt.skip_special = true;
     em_rng_seed(&r->rng, j->seed);
+    em_json_init(&r->json);
+    if (j->json_object && !pieces_ready(w)) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     /* room: the sequence ends at len, so len >= p (shift the others right if needed) */
     if (em_ctx_status(c)) {
     } else if (w->n == 0) {
@@ -407,8 +568,12 @@ static const char *admit_finish(srv_worker *w) {
                           small[k]);
     }
     em_scope_pop(c);
-    em_kv_cache_free(w->pf_cache);
-    w->pf_cache = NULL;
+    if (em_ctx_status(c)) {
+        em_kv_cache_free(w->pf_cache);
+        w->pf_cache = NULL;
+    } else {
+        prefill_keep(w);
+    }
     w->pf_job = NULL;
     if (em_ctx_status(c)) {
         snprintf(j->error, sizeof j->error, "prefill: %.230s", em_ctx_error(c)->message);
@@ -496,12 +661,13 @@ static bool load(srv_worker *w) {
         w->mask = malloc(mb * (size_t)(ctx + 1));
         w->ids = malloc(mb * sizeof *w->ids);
         w->rows = calloc(mb, sizeof *w->rows);
+        if (s->o.prefix_cache > 0) w->prefixes = calloc((size_t)s->o.prefix_cache, sizeof *w->prefixes);
         w->view.m = m;
         w->view.max_len = ctx;
         w->view.k = calloc((size_t)m->n_layers + 1, sizeof *w->view.k);
         w->view.v = calloc((size_t)m->n_layers + 1, sizeof *w->view.v);
         if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->rows ||
-            !w->view.k || !w->view.v)
+            !w->view.k || !w->view.v || (s->o.prefix_cache > 0 && !w->prefixes))
             em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     }
     pthread_mutex_lock(&s->mu);
@@ -621,10 +787,7 @@ void *srv_worker_main(void *arg) {
                 s->n_held--;
                 continue;
             }
-            w.pf_job = j;
-            w.pf_done = 0;
-            w.pf_cache = em_kv_cache_create(w.c, w.m, 1, j->n_prompt);
-            if (!w.pf_cache) {
+            if (prefill_start(&w, j)) {
                 char msg[256];
                 snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
                 em_ctx_clear_error(w.c);
@@ -683,6 +846,14 @@ void *srv_worker_main(void *arg) {
     free(w.view.v);
     em_kv_cache_free(w.kv);
     em_kv_cache_free(w.pf_cache);
+    for (int e = 0; w.prefixes && e < s->o.prefix_cache; e++) {
+        free(w.prefixes[e].ids);
+        em_kv_cache_free(w.prefixes[e].kv);
+    }
+    free(w.prefixes);
+    for (int64_t id = 0; w.piece && id < w.vocab; id++) em_free(w.piece[id]);
+    free(w.piece);
+    free(w.piece_len);
     em_ctx_free(w.c);
     return NULL;
 }

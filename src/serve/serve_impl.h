@@ -37,6 +37,7 @@ typedef struct srv_job {
     em_generate_params gp;     /* sampling (do_sample, temperature, top-k/p, min-p, penalty) */
     float presence, frequency; /* OpenAI's penalties on the logits of generated tokens */
     int logprobs;              /* -1: none; else how many alternatives per token (0-20) */
+    bool json_object;          /* JSON mode: only tokens that keep the answer a JSON object */
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
@@ -89,6 +90,7 @@ struct em_server {
     int64_t http_errors;
     int64_t kv_shifts;         /* whole-cache copies to make room (scheduler.c) */
     int64_t prefill_chunks;    /* prompt chunks prefilled between decode steps */
+    int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the prefix cache */
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
 };

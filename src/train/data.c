@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/npy.h"
 #include "train/data_impl.h"
 
 struct em_train_data {
@@ -92,65 +93,29 @@ static char *read_file(em_ctx *c, const char *path, size_t *len) {
     return buf;
 }
 
-/* The value text after 'key': in the header dict (NULL when absent). */
-static const char *dict_value(const char *h, const char *key) {
-    char pat[32];
-    snprintf(pat, sizeof pat, "'%s'", key);
-    const char *p = strstr(h, pat);
-    if (!p) return NULL;
-    p += strlen(pat);
-    while (*p == ' ') p++;
-    if (*p != ':') return NULL;
-    p++;
-    while (*p == ' ') p++;
-    return p;
-}
-
 em_train_data *em_train_data_from_npy(em_ctx *c, const char *path, const unsigned char *b,
                                       size_t len, int64_t vocab) {
 #define BAD(...) (em_ctx_fail(c, EM_ERR_FORMAT, "train_data", __VA_ARGS__), (em_train_data *)NULL)
-    if (len < 10 || memcmp(b, "\x93NUMPY", 6)) return BAD("%s: not a .npy file", path);
-    size_t hlen, off;
-    if (b[6] == 1) {
-        hlen = (size_t)b[8] | (size_t)b[9] << 8;
-        off = 10;
-    } else if ((b[6] == 2 || b[6] == 3) && len >= 12) {
-        hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
-        off = 12;
-    } else {
-        return BAD("%s: .npy format version %d is not 1, 2 or 3", path, b[6]);
-    }
-    if (hlen > len - off || hlen > 65536) return BAD("%s: truncated .npy header", path);
-    char h[65537];
-    memcpy(h, b + off, hlen);
-    h[hlen] = '\0';
-    const char *descr = dict_value(h, "descr"), *fo = dict_value(h, "fortran_order"),
-               *shape = dict_value(h, "shape");
-    if (!descr || !fo || !shape || *descr != '\'' || *shape != '(')
-        return BAD("%s: .npy header without descr, fortran_order or shape: %s", path, h);
-    char dt[16] = {0};
-    for (int i = 0; i < 15 && descr[1 + i] && descr[1 + i] != '\''; i++) dt[i] = descr[1 + i];
-    char order = dt[0], kind = dt[1];
-    int size = atoi(dt + 2);
+    em_npy_header h;
+    if (em_npy_parse_header(c, "train_data", path, b, len, &h) != EM_OK) return NULL;
+    char order = h.order, kind = h.kind;
+    int size = h.size;
     bool sizes_ok = size == 1 || size == 2 || size == 4 || size == 8;
-    if ((kind != 'i' && kind != 'u') || !sizes_ok || !strchr("<>|=", order) || !order) {
+    if ((kind != 'i' && kind != 'u') || !sizes_ok || !order || !strchr("<>|=", order)) {
         em_ctx_fail(c, EM_ERR_DTYPE, "train_data",
                     "%s: the .npy array's dtype is '%s': token ids must be integers "
-                    "(int8 .. int64, uint8 .. uint64)", path, dt);
+                    "(int8 .. int64, uint8 .. uint64)", path, h.descr);
         return NULL;
     }
-    if (!strncmp(fo, "True", 4)) return BAD("%s: a Fortran-order .npy array", path);
-    /* shape "(N,)": one dimension */
-    char *end;
-    long long n = strtoll(shape + 1, &end, 10);
-    while (*end == ' ') end++;
-    if (end == shape + 1 || *end != ',' || n < 0 || end[1 + strspn(end + 1, " ")] != ')') {
+    if (h.fortran) return BAD("%s: a Fortran-order .npy array", path);
+    if (h.ndim != 1) {
         em_ctx_fail(c, EM_ERR_SHAPE, "train_data",
                     "%s: the .npy array's shape is %.40s: a 1-D array of ids expected", path,
-                    shape);
+                    h.shape_text);
         return NULL;
     }
-    size_t data = off + hlen;
+    long long n = h.shape[0];
+    size_t data = h.data;
     if ((size_t)n > (len - data) / (size_t)size)
         return BAD("%s: the .npy file holds %zu bytes of data, its header says %lld x %d", path,
                    len - data, n, size);

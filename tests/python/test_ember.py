@@ -298,6 +298,45 @@ def test_no_python_memory_growth():
     assert grown < 64 * 1024, f"{grown} bytes of Python memory kept by 200 rounds"
 
 
+def _cpu_bytes_in_use():
+    from ember._ffi import ffi, lib
+    c = ember._ctx()
+    d = lib.em_device_get(c, b"cpu")
+    v = ffi.new("int64_t[2]")
+    lib.em_device_memory_stats(d, v, v + 1)
+    return v[0]
+
+
+def test_no_ember_memory_kept(tmp_path):
+    """Ember's own memory: the CPU device's bytes in use come back to where they were once the
+    models, tensors, DLPack exchanges and trainers of a round are dropped (a tensor, a weight or an
+    optimizer moment that a Python object failed to free would stay counted)."""
+    import gc
+    a = np.ones((32, 32), np.float32)
+    ids = np.load(os.path.join(FX, "train", "ids.npy"))
+
+    def work():
+        for _ in range(20):
+            t = ember.tensor(a)
+            (t @ t + 1).numpy()
+            np.from_dlpack(ember.from_dlpack(a))
+        m = ember.AutoModelForCausalLM.from_pretrained(os.path.join(FX, "models", "qwen3"))
+        m.generate([[5, 6, 7]], max_new_tokens=4, do_sample=False)
+        m([[5, 6, 7]]).logits.numpy()
+        tr = ember.Trainer(m, ids, seq_len=16, batch_size=2, max_steps=2)
+        tr.train()
+        tr.save_model(tmp_path / "m")
+        f = ember.compile(lambda x: ember.ops.silu(x) * 2)
+        f(ember.tensor(a)).numpy()
+
+    work()  # warm whatever is cached once (the compile cache, file names)
+    gc.collect()
+    before = _cpu_bytes_in_use()
+    work()
+    gc.collect()
+    assert _cpu_bytes_in_use() == before
+
+
 def test_trainer_matches_torch_and_resumes(tmp_path):
     """10 AdamW steps (warmup, cosine, clipping) give the losses, learning rates and grad norms
     torch recorded (scripts/gen_train_run_fixtures.py); a run saved at step 5 and resumed prints

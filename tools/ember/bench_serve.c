@@ -224,13 +224,14 @@ static void usage(void) {
     printf("usage: ember bench serve [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b]\n"
            "                         [--tokenizer FILE] [--streams 1,16] [--rates 0.5,2]\n"
            "                         [--requests N] [--tokens N] [--prompt-words N]\n"
-           "                         [--layers N] [--json]\n\n"
+           "                         [--layers N] [--prefix-cache N] [--json]\n\n"
            "Continuous batching of an in-process `ember serve` (streaming completions over\n"
            "loopback) against static batching of the same model in the same run: closed loop at\n"
            "each --streams count, Poisson arrivals at each --rates (requests/s, seeded);\n"
            "tokens/s, time to first token and inter-token latency percentiles. The preset\n"
            "checkpoints have no tokenizer: --tokenizer (default: the Qwen3 tokenizer of\n"
-           "$EMBER_SHARED_DATA) is copied into the checkpoint folder.\n");
+           "$EMBER_SHARED_DATA) is copied into the checkpoint folder. Every request has the same\n"
+           "prompt: --prefix-cache 0 makes the server compute it each time.\n");
 }
 
 static bool copy_file(const char *from, const char *to) {
@@ -247,7 +248,8 @@ static bool copy_file(const char *from, const char *to) {
 int bench_serve(int argc, char **argv) {
     bool json = false;
     const char *model = NULL, *preset = "qwen3-0.6b", *tokenizer = NULL;
-    long long streams[MAX_LIST] = {1, 16}, tokens = 32, requests = 16, words = 48, layers = 0;
+    long long streams[MAX_LIST] = {1, 16}, tokens = 32, requests = 16, words = 48, layers = 0,
+              prefix_cache = em_server_default_options().prefix_cache;
     double rates[MAX_LIST] = {0.5, 2};
     int n_streams = 2, n_rates = 2;
     for (int i = 1; i < argc; i++) {
@@ -280,6 +282,8 @@ int bench_serve(int argc, char **argv) {
             if (!cli_int("bench serve", a, argv[++i], 1, 2000, &words)) return 2;
         } else if (!strcmp(a, "--layers") && has) {
             if (!cli_int("bench serve", a, argv[++i], 1, 1000, &layers)) return 2;
+        } else if (!strcmp(a, "--prefix-cache") && has) {
+            if (!cli_int("bench serve", a, argv[++i], 0, 1024, &prefix_cache)) return 2;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -372,6 +376,7 @@ int bench_serve(int argc, char **argv) {
     so.model = dir;
     so.port = 0;
     so.quiet = true;
+    so.prefix_cache = (int)prefix_cache;
     so.max_batch = max_streams;
     so.parallel = max_streams + (int)requests + 8;
     so.ctx = (int64_t)n_ids + tokens + 16;

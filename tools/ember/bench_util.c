@@ -178,11 +178,25 @@ int bench_preset_dir(const char *who, const char *cache, const char *prefix, con
     mkdir("build", 0755);
     mkdir(cache, 0755);
     snprintf(dir, n, "%s/%s%s", cache, prefix, preset);
+    return bench_checkpoint(dir, preset, layers > 0 ? layers : moe ? 12 : 28, NULL);
+}
+
+int bench_checkpoint(const char *dir, const char *preset, long long layers, const char *dtype) {
     char probe[1200], lay[32];
     snprintf(probe, sizeof probe, "%s/config.json", dir);
     struct stat st;
     if (stat(probe, &st) == 0) return 0;
-    snprintf(lay, sizeof lay, "%lld", layers > 0 ? layers : moe ? 12 : 28);
-    char *av[] = {"make-checkpoint", "--preset", (char *)preset, "--out", dir, "--layers", lay, NULL};
-    return cmd_make_checkpoint(7, av) != 0 ? 1 : 0;
+    char *av[12] = {"make-checkpoint", "--preset", (char *)preset, "--out", (char *)dir};
+    int ac = 5;
+    if (layers > 0) {
+        snprintf(lay, sizeof lay, "%lld", layers);
+        av[ac++] = "--layers";
+        av[ac++] = lay;
+    }
+    if (dtype) {
+        av[ac++] = "--dtype";
+        av[ac++] = (char *)dtype;
+    }
+    av[ac] = NULL;
+    return cmd_make_checkpoint(ac, av) != 0 ? 1 : 0;
 }

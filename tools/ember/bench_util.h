@@ -58,5 +58,9 @@ void bench_print_machine(bool json);
  * unknown preset (message names `who`), 1 when the checkpoint cannot be made. */
 int bench_preset_dir(const char *who, const char *cache, const char *prefix, const char *preset,
                      long long layers, char *dir, size_t n);
+/* The same for any `ember make-checkpoint` preset into dir (made unless its config.json is
+ * there), with layers (<= 0: the preset's) and dtype ("bf16", "f32"; NULL: the default).
+ * Returns 0, or 1 when the checkpoint cannot be made. */
+int bench_checkpoint(const char *dir, const char *preset, long long layers, const char *dtype);
 
 #endif

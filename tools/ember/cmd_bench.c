@@ -12,6 +12,7 @@ int bench_tokenize(int argc, char **argv);
 int bench_pool(int argc, char **argv);
 int bench_python(int argc, char **argv);
 int bench_serve(int argc, char **argv);
+int bench_train(int argc, char **argv);
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -25,7 +26,8 @@ int cmd_bench(int argc, char **argv) {
                "  python    the Python package's overhead per decoded token and per op, against\n"
                "            the C API and transformers' generate\n"
                "  serve     continuous batching of `ember serve`: tokens/s, time to first token and\n"
-               "            inter-token latency, against static batching\n\n"
+               "            inter-token latency, against static batching\n"
+               "  train     one training step: tokens/s, MFU and memory per token, against torch\n\n"
                "Each benchmark measures the machine's limit, the peer and Ember in the same run\n"
                "and prints ratios. --json prints one JSON object per line.\n");
         return argc < 2 ? 2 : 0;
@@ -44,6 +46,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "pool")) return bench_pool(argc - 1, argv + 1);
     if (!strcmp(argv[1], "python")) return bench_python(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return bench_serve(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
     fprintf(stderr, "ember bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

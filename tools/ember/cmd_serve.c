@@ -16,7 +16,7 @@ static void serve_usage(void) {
         "                   [--device D] [--max-batch N] [--parallel N] [--ctx N]\n"
         "                   [--api-key K | --api-key-file F] [--insecure-public]\n"
         "                   [--served-model-name NAME] [--max-body-bytes N] [--drain S]\n"
-        "                   [--prefill-chunk N]\n\n"
+        "                   [--prefill-chunk N] [--prefix-cache N]\n\n"
         "An OpenAI-compatible HTTP server with continuous batching (docs/serve.md):\n"
         "GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
         "(\"stream\": true for server-sent events), POST /tokenize, POST /detokenize,\n"
@@ -34,7 +34,9 @@ static void serve_usage(void) {
         "                     first line, from a file; EMBER_API_KEY also works)\n"
         "  --drain S          on SIGTERM, let running requests finish for S seconds (30)\n"
         "  --prefill-chunk N  a prompt joining running streams is prefilled N tokens between\n"
-        "                     two decode steps (default 64; 0: whole prompts)\n");
+        "                     two decode steps (default 64; 0: whole prompts)\n"
+        "  --prefix-cache N   keep the keys and values of the N most recent prompts; a prompt\n"
+        "                     starting with the same tokens reuses them (default 4; 0: off)\n");
 }
 
 /* The first line of a file, without its newline (NULL with the error printed). */
@@ -91,6 +93,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (ARG("--prefill-chunk")) {
             if (!cli_int("serve", a, argv[i], 0, INT32_MAX, &v)) return 2;
             o.prefill_chunk = v;
+        } else if (ARG("--prefix-cache")) {
+            if (!cli_int("serve", a, argv[i], 0, 1024, &v)) return 2;
+            o.prefix_cache = (int)v;
         } else if (ARG("--drain")) {
             if (!cli_real("serve", a, argv[i], 0, 86400, &drain)) return 2;
         } else {

@@ -12,6 +12,8 @@ static const em_cli_cmd commands[] = {
      cmd_chat},
     {"train", "train a language model on a token or text file (AdamW, Hub checkpoints out)",
      cmd_train},
+    {"image", "an image from a diffusers pipeline folder (DDPM, DDIM), PNG and .npy out",
+     cmd_image},
     {"serve", "an OpenAI-compatible HTTP server with continuous batching", cmd_serve},
     {"embed", "sentence embeddings and semantic search (all-MiniLM-L6-v2, BERT encoders)",
      cmd_embed},

@@ -1,0 +1,233 @@
+/* The pipeline object of DDPMPipeline / DDIMPipeline: a folder's UNet and scheduler, moved and
+ * swapped as diffusers' pipe.to / Scheduler.from_config, and the denoising loop of the
+ * pipelines' __call__ with the generator draws in diffusers' order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ember/diffusion.h"
+
+#define OP "pipeline"
+
+struct em_pipeline {
+    em_pipeline_index idx;
+    em_unet2d *unet;
+    em_scheduler *sched;
+};
+
+void em_pipeline_free(em_pipeline *p) {
+    if (!p) return;
+    em_unet2d_free(p->unet);
+    em_scheduler_free(p->sched);
+    em_pipeline_index_free(&p->idx);
+    free(p);
+}
+
+em_pipeline_options em_pipeline_default_options(void) {
+    em_pipeline_options o = {.device = NULL};
+    return o;
+}
+
+em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_options *o) {
+    if (!c || em_ctx_status(c)) return NULL;
+    em_pipeline *p = calloc(1, sizeof *p);
+    if (!p) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK) goto fail;
+    em_unet2d_options uo = em_unet2d_default_options();
+    uo.device = o ? o->device : NULL;
+    if (!(p->unet = em_pipeline_load_unet(c, &p->idx, &uo))) goto fail;
+    if (!(p->sched = em_scheduler_from_file(c, p->idx.scheduler_config))) goto fail;
+    /* diffusers' DDIMPipeline.__init__: "make sure scheduler can always be converted to DDIM" */
+    if (p->idx.pipeline == EM_PIPELINE_DDIM && em_scheduler_get_kind(p->sched) != EM_SCHED_DDIM &&
+        em_pipeline_set_scheduler(c, p, EM_SCHED_DDIM) != EM_OK)
+        goto fail;
+    return p;
+fail:
+    em_pipeline_free(p);
+    return NULL;
+}
+
+em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (!p || !device) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "pipeline or device is NULL");
+    em_device *dev = em_device_get(c, device);
+    if (!dev) return em_ctx_status(c);
+    if (dev == em_unet2d_device(p->unet)) return EM_OK;
+    em_unet2d_options uo = em_unet2d_default_options();
+    uo.device = device;
+    uo.dtype = EM_F32;
+    em_unet2d *u = em_pipeline_load_unet(c, &p->idx, &uo);
+    if (!u) return em_ctx_status(c);
+    em_unet2d_free(p->unet);
+    p->unet = u;
+    return EM_OK;
+}
+
+em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_scheduler_kind kind) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (!p) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "pipeline is NULL");
+    em_scheduler *s = em_scheduler_from_config(c, p->sched, kind);
+    if (!s) return em_ctx_status(c);
+    em_scheduler_free(p->sched);
+    p->sched = s;
+    return EM_OK;
+}
+
+const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p) { return p ? &p->idx : NULL; }
+em_unet2d *em_pipeline_unet(const em_pipeline *p) { return p ? p->unet : NULL; }
+em_scheduler *em_pipeline_scheduler(const em_pipeline *p) { return p ? p->sched : NULL; }
+em_device *em_pipeline_device(const em_pipeline *p) {
+    return p ? em_unet2d_device(p->unet) : NULL;
+}
+
+bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]) {
+    if (!p || !shape) return false;
+    const em_unet2d_config *cfg = em_unet2d_get_config(p->unet);
+    if (cfg->sample_size[0] <= 0 || cfg->sample_size[1] <= 0) return false;
+    shape[0] = 1;
+    shape[1] = cfg->in_channels;
+    shape[2] = cfg->sample_size[0];
+    shape[3] = cfg->sample_size[1];
+    return true;
+}
+
+em_pipeline_run_params em_pipeline_default_params(void) {
+    em_pipeline_run_params rp;
+    memset(&rp, 0, sizeof rp);
+    return rp;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The initial latents on the UNet's device, f32 [1, C, H, W], drawn from g or checked and moved
+ * from the caller's; a reference the caller releases. NULL with the error in c. */
+static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                                  em_torch_generator *g) {
+    int64_t shape[4];
+    bool have = em_pipeline_latent_shape(p, shape);
+    em_device *dev = em_pipeline_device(p);
+    em_tensor *x;
+    if (!rp->latents) {
+        if (!have) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                        "%s: the unet's config.json has no sample_size: give the initial "
+                        "latents", p->idx.unet_dir);
+            return NULL;
+        }
+        x = em_torch_randn(c, g, 4, shape, dev);
+    } else {
+        em_tensor *l = rp->latents;
+        const int64_t *s = em_tensor_shape(l);
+        int nd = em_tensor_ndim(l);
+        const em_unet2d_config *cfg = em_unet2d_get_config(p->unet);
+        bool ok = nd == 4 && s[0] == 1 && s[1] == cfg->in_channels &&
+                  (!have || (s[2] == shape[2] && s[3] == shape[3]));
+        if (!ok) {
+            char got[96] = "", want[64];
+            for (int i = 0, o = 0; i < nd && o < (int)sizeof got - 24; i++)
+                o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", i ? ", " : "",
+                              (long long)s[i]);
+            if (have)
+                snprintf(want, sizeof want, "[1, %lld, %lld, %lld]", (long long)shape[1],
+                         (long long)shape[2], (long long)shape[3]);
+            else
+                snprintf(want, sizeof want, "[1, %lld, H, W]", (long long)cfg->in_channels);
+            em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                        "initial latents of shape [%s] do not fit %s (%s): the latent shape is %s",
+                        got, p->idx.class_name, p->idx.dir, want);
+            return NULL;
+        }
+        if (em_tensor_dtype(l) != EM_F32) {
+            em_ctx_fail(c, EM_ERR_DTYPE, OP, "initial latents must be f32, not %s",
+                        em_dtype_name(em_tensor_dtype(l)));
+            return NULL;
+        }
+        x = em_tensor_device(l) == dev ? l : em_to(c, l, dev);
+    }
+    double sigma = em_scheduler_init_noise_sigma(p->sched);
+    if (x && sigma != 1.0) x = em_mul_scalar(c, x, sigma);
+    return x ? em_tensor_retain(x) : NULL;
+}
+
+/* The steps from x (a reference that this takes over); the final x, a reference, or NULL. */
+static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                          em_torch_generator *g, em_tensor *x) {
+    int64_t n = 0;
+    const double *ts = em_scheduler_timesteps(p->sched, &n);
+    for (int64_t i = 0; i < n && x; i++) {
+        double t0 = now_s();
+        em_scope_push(c);
+        em_tensor *in = em_scheduler_scale_model_input(c, p->sched, x, ts[i]);
+        em_tensor *eps = em_unet2d_forward_at(c, p->unet, in, ts[i], NULL);
+        em_tensor *next = em_scheduler_step(c, p->sched, eps, ts[i], x, g);
+        if (next) next = em_tensor_retain(next);
+        em_scope_pop(c);
+        em_tensor_release(x);
+        x = next;
+        if (!x) break; /* the error of the forward or the step, naming the op and shapes */
+        if (rp->progress) {
+            if (em_device_sync(c, em_pipeline_device(p)) != EM_OK) break;
+            if (!rp->progress(rp->user, i, n, ts[i], now_s() - t0)) {
+                em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "stopped by the progress callback after "
+                            "step %lld of %lld", (long long)i + 1, (long long)n);
+                break;
+            }
+        }
+    }
+    if (em_ctx_status(c) && x) {
+        em_tensor_release(x);
+        x = NULL;
+    }
+    return x;
+}
+
+em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!p) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "pipeline is NULL");
+        return NULL;
+    }
+    em_pipeline_run_params def = em_pipeline_default_params();
+    if (!rp) rp = &def;
+    int64_t steps = rp->steps ? rp->steps : p->idx.pipeline == EM_PIPELINE_DDIM ? 50 : 1000;
+    em_scheduler_kind kind = em_scheduler_get_kind(p->sched);
+    if (rp->eta != 0.0 && kind != EM_SCHED_DDIM) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "eta %g is DDIMScheduler's; the scheduler is %s",
+                    rp->eta, em_scheduler_kind_class(kind));
+        return NULL;
+    }
+    if (kind == EM_SCHED_DDIM) em_scheduler_set_eta(p->sched, rp->eta);
+    em_torch_generator *g = em_torch_generator_create(rp->seed);
+    if (!g) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    /* set_timesteps draws nothing, and init_noise_sigma is the schedule's (Euler-type: the
+     * largest sigma of the inference steps), so the schedule comes first */
+    em_tensor *x = NULL;
+    if (em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
+        em_scope_push(c);
+        x = initial_latents(c, p, rp, g);
+        em_scope_pop(c);
+    }
+    if (x) x = denoise(c, p, rp, g, x);
+    em_torch_generator_free(g);
+    if (!x) return NULL;
+    /* (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2, 3, 1) */
+    em_scope_push(c);
+    em_tensor *img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, x, 0.5), 0.5), 0.0, 1.0);
+    img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
+    if (img && em_tensor_device(img) != em_device_cpu()) img = em_to(c, img, em_device_cpu());
+    em_keep(c, img);
+    em_scope_pop(c);
+    em_tensor_release(x);
+    return img;
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""`ember image` against diffusers (tests/fixtures/diffusion, scripts/gen_diffusion_fixtures.py).
+
+usage: check_image.py EMBER [ARGS...]  (the ember command, maybe behind an emulator)
+
+Runs the tool on the committed pipeline folders and compares the image it writes with
+--out-npy to diffusers' output_type="np" image within 1e-3: DDIM from the committed latents
+(--latents), DDPM seeded (--seed, per-step noise included), a DDPM folder with --scheduler
+euler; checks the PNG's signature and size and one progress line per step, and the clear
+errors for options of other pipelines, a missing --seed/--latents and latents of the wrong
+shape. No numpy needed: the fixtures' Bundle and the .npy files are read with struct.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+
+def bundle(fixtures, name):
+    with open(os.path.join(fixtures, "diffusion", name + ".json")) as f:
+        doc = json.load(f)
+    with open(os.path.join(fixtures, "diffusion", name + ".bin"), "rb") as f:
+        blob = f.read()
+    out = {}
+    for k, t in doc["tensors"].items():
+        if t["dtype"] == "f32":
+            n = t["nbytes"] // 4
+            out[k] = (t["shape"], struct.unpack_from("<%df" % n, blob, t["offset"]))
+    return out
+
+
+def write_npy(path, shape, values):
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % (
+        ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else ""))
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%df" % len(values), *values))
+
+
+def read_npy(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    if b[:6] != b"\x93NUMPY" or b[6] != 1:
+        fail(path + ": not a version 1 .npy file")
+    hlen = struct.unpack_from("<H", b, 8)[0]
+    if (10 + hlen) % 64:
+        fail(path + ": header not padded to 64 bytes")
+    h = b[10:10 + hlen].decode()
+    if "'descr': '<f4'" not in h or "'fortran_order': False" not in h:
+        fail(path + ": header " + h)
+    shape = [int(s) for s in h[h.index("(") + 1:h.index(")")].split(",") if s.strip()]
+    n = 1
+    for s in shape:
+        n *= s
+    if len(b) != 10 + hlen + 4 * n:
+        fail(path + ": %d bytes for shape %s" % (len(b), shape))
+    return shape, struct.unpack_from("<%df" % n, b, 10 + hlen)
+
+
+def run(ember, args):
+    return subprocess.run(ember + ["image"] + args, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    ember = sys.argv[1:]
+    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    d = lambda name: os.path.join(fixtures, "diffusion", name)  # noqa: E731
+    ddim = bundle(fixtures, "ddim_three_ref")
+    runs = bundle(fixtures, "pipeline_runs_ref")
+    png_missing = False
+    with tempfile.TemporaryDirectory() as tmp:
+        lat = os.path.join(tmp, "latents.npy")
+        write_npy(lat, *ddim["latents"])
+        cases = [
+            ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
+             ddim["image"], 10),
+            ("ddpm seed", ["--model", d("ddpm_attn"), "--seed", "1234", "--steps", "12"],
+             runs["ddpm_seeded_image"], 12),
+            ("ddpm --scheduler euler", ["--model", d("ddpm_attn"), "--seed", "3", "--steps", "10",
+                                        "--scheduler", "euler"], runs["ddpm_as_euler_image"], 10),
+            ("ddim eta", ["--model", d("ddim_three"), "--seed", "5", "--steps", "8", "--eta", "0.5",
+                          "--device", "cpu"], runs["ddim_eta_image"], 8),
+        ]
+        for i, (name, args, (wshape, want), nsteps) in enumerate(cases):
+            png, npy = os.path.join(tmp, "%d.png" % i), os.path.join(tmp, "%d.npy" % i)
+            r = run(ember, args + ["--out", png, "--out-npy", npy])
+            if r.returncode != 0:
+                if "no PNG support" in r.stderr and os.path.exists(npy):
+                    png_missing = True
+                else:
+                    fail("%s: exit %d:\n%s" % (name, r.returncode, r.stderr))
+            shape, got = read_npy(npy)
+            if shape != wshape:
+                fail("%s: image shape %s, diffusers %s" % (name, shape, wshape))
+            err = max(abs(a - b) for a, b in zip(got, want))
+            if err > 1e-3:
+                fail("%s: max |ember - diffusers| = %g" % (name, err))
+            lines = [ln for ln in r.stderr.splitlines() if "s/step" in ln]
+            if len(lines) != nsteps:
+                fail("%s: %d progress lines for %d steps:\n%s" % (name, len(lines), nsteps,
+                                                                   r.stderr))
+            if not png_missing:
+                with open(png, "rb") as f:
+                    head = f.read(24)
+                if head[:8] != b"\x89PNG\r\n\x1a\n" or struct.unpack(">II", head[16:24]) != (
+                        wshape[2], wshape[1]):
+                    fail("%s: %s is not a %dx%d PNG" % (name, png, wshape[2], wshape[1]))
+            print("%s: max |ember - diffusers| = %.2g, %d progress lines" % (name, err, nsteps))
+
+        out = ["--out", os.path.join(tmp, "x.png")]
+        bad_lat = os.path.join(tmp, "bad.npy")
+        write_npy(bad_lat, [1, 3, 8, 8], [0.0] * 192)
+        bad = [
+            (["--model", d("ddpm_attn"), "--seed", "1", "--prompt", "a cat"] + out, 2,
+             "--prompt is not supported for DDPMPipeline yet"),
+            (["--model", d("ddim_three"), "--seed", "1", "--guidance", "7"] + out, 2,
+             "--guidance is not supported for DDIMPipeline yet"),
+            (["--model", d("ddpm_attn")] + out, 2, "--seed or --latents is required"),
+            (["--model", d("ddim_three"), "--latents", bad_lat] + out, 1,
+             "[1, 3, 8, 8] do not fit DDIMPipeline"),
+            (["--model", d("ddim_three"), "--seed", "1", "--scheduler", "lms"] + out, 2,
+             "--scheduler 'lms'"),
+            (["--model", d("ddim_three"), "--seed", "1", "--steps", "0"] + out, 2, "--steps"),
+            (["--model", d("nonexistent"), "--seed", "1"] + out, 1, "model_index.json"),
+        ]
+        for args, code, want in bad:
+            r = run(ember, args)
+            if r.returncode != code or want not in r.stderr:
+                fail("ember image %s: exit %d (%d expected), stderr %r; '%s' expected" % (
+                    " ".join(args), r.returncode, code, r.stderr, want))
+            print("error ok: " + next(ln for ln in r.stderr.splitlines() if want in ln))
+    if png_missing:
+        print("note: this build has no PNG support; the .npy images were checked")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+/* `ember image`: a diffusers pipeline folder run to a PNG (and the image as .npy, exactly what
+ * the pipeline returns with output_type="np"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ember/ember.h"
+#include "io/npy.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
+            "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
+            "                   [--out-npy FILE.npy]\n\n"
+            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline and DDIMPipeline\n"
+            "today) and writes the image. --seed S draws what diffusers draws with\n"
+            "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
+            "per-step noise. docs/diffusion.md has the details.\n\n"
+            "  --model DIR         the pipeline folder\n"
+            "  --scheduler NAME    replace the folder's scheduler, as Class.from_config(its\n"
+            "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
+            "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM)\n"
+            "  --eta E             DDIM's eta (0: deterministic)\n"
+            "  --seed S            the generator's seed\n"
+            "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
+            "                      (with --seed, the seed still gives the per-step noise)\n"
+            "  --device D          cpu (default), xla:0, tpu:0, cuda:0, ...\n"
+            "  --out FILE.png      the image\n"
+            "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n");
+}
+
+/* Options of `ember image` that belong to pipelines Ember does not run yet. */
+static const char *const LATER[] = {"--prompt", "--negative-prompt", "--class-label",
+                                    "--guidance", "--height", "--width", "--compile"};
+
+static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
+    (void)user;
+    fprintf(stderr, "step %lld/%lld  t=%g  %.3f s/step\n", (long long)i + 1, (long long)n, t,
+            seconds);
+    return true;
+}
+
+typedef struct image_args {
+    const char *model, *scheduler, *device, *out, *out_npy, *latents, *later;
+    long long steps, seed;
+    double eta;
+    bool have_seed;
+} image_args;
+
+/* 0 parsed, 1 help printed, 2 a usage error (printed). */
+static int parse(int argc, char **argv, image_args *a) {
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        bool val = i + 1 < argc;
+        size_t k = 0;
+        while (k < sizeof LATER / sizeof LATER[0] && strcmp(o, LATER[k])) k++;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout);
+            return 1;
+        } else if (k < sizeof LATER / sizeof LATER[0]) {
+            if (!a->later) a->later = LATER[k];
+            if (strcmp(o, "--compile") && val) i++;
+        } else if (!strcmp(o, "--model") && val) {
+            a->model = argv[++i];
+        } else if (!strcmp(o, "--scheduler") && val) {
+            a->scheduler = argv[++i];
+        } else if (!strcmp(o, "--device") && val) {
+            a->device = argv[++i];
+        } else if (!strcmp(o, "--out") && val) {
+            a->out = argv[++i];
+        } else if (!strcmp(o, "--out-npy") && val) {
+            a->out_npy = argv[++i];
+        } else if (!strcmp(o, "--latents") && val) {
+            a->latents = argv[++i];
+        } else if (!strcmp(o, "--steps") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 1000000, &a->steps)) return 2;
+        } else if (!strcmp(o, "--eta") && val) {
+            if (!cli_real("image", o, argv[++i], 0, 1e6, &a->eta)) return 2;
+        } else if (!strcmp(o, "--seed") && val) {
+            if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->seed)) return 2;
+            a->have_seed = true;
+        } else {
+            fprintf(stderr, "ember image: unknown option '%s'%s\n\n", o,
+                    o[0] == '-' && !val ? " (or its value is missing)" : "");
+            usage(stderr);
+            return 2;
+        }
+    }
+    const char *missing = !a->model ? "--model" : !a->out ? "--out"
+                          : !a->have_seed && !a->latents ? "--seed or --latents" : NULL;
+    if (missing) {
+        fprintf(stderr, "ember image: %s is required\n\n", missing);
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static int run(em_ctx *c, const image_args *a) {
+    em_pipeline_options po = em_pipeline_default_options();
+    po.device = a->device;
+    em_pipeline *p = em_pipeline_load(c, a->model, &po);
+    if (!p) return 1;
+    int rc = 1;
+    em_scope_push(c);
+    em_pipeline_run_params rp = em_pipeline_default_params();
+    rp.steps = a->steps;
+    rp.eta = a->eta;
+    rp.seed = (uint64_t)a->seed;
+    rp.progress = progress;
+    em_scheduler_kind kind;
+    if (a->later) {
+        fprintf(stderr, "ember image: %s is not supported for %s yet\n", a->later,
+                em_pipeline_get_index(p)->class_name);
+        rc = 2;
+    } else if (a->scheduler && !em_scheduler_kind_parse(a->scheduler, &kind)) {
+        fprintf(stderr, "ember image: --scheduler '%s' is not one of ddpm ddim pndm euler "
+                        "euler-a dpm++2m flow-euler\n", a->scheduler);
+        rc = 2;
+    } else if ((!a->scheduler || em_pipeline_set_scheduler(c, p, kind) == EM_OK) &&
+               (!a->latents || (rp.latents = em_npy_load_f32(c, "image", a->latents)))) {
+        fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
+                em_scheduler_kind_class(em_scheduler_get_kind(em_pipeline_scheduler(p))),
+                em_device_name(em_pipeline_device(p)));
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        /* the .npy first: a build without libpng still writes it */
+        if (img && (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
+            em_png_write_tensor(c, a->out, img, 1) == EM_OK) {
+            const int64_t *s = em_tensor_shape(img);
+            fprintf(stderr, "wrote %s (%lldx%lld)%s%s\n", a->out, (long long)s[2],
+                    (long long)s[1], a->out_npy ? " and " : "", a->out_npy ? a->out_npy : "");
+            rc = 0;
+        }
+    }
+    em_scope_pop(c);
+    em_pipeline_free(p);
+    return rc;
+}
+
+int cmd_image(int argc, char **argv) {
+    image_args a;
+    int r = parse(argc, argv, &a);
+    if (r) return r == 1 ? 0 : 2;
+    em_ctx *c = em_ctx_create();
+    if (!c) return 1;
+    int rc = run(c, &a);
+    if (rc == 1)
+        fprintf(stderr, "ember image: %s\n",
+                em_ctx_error(c) ? em_ctx_error(c)->message : "failed");
+    em_ctx_free(c);
+    return rc;
+}
