@@ -24,10 +24,18 @@
  * gradient clipped to grad_clip (torch's clip_grad_norm_; the reported norm is the total before
  * clipping), the learning rate of update s = lr * schedule(s) (transformers' LambdaLR schedules:
  * the first update uses schedule(0), which is 0 during a warmup).
+ *
+ * Data parallel. With options.group, the process is one of the group's W ranks (mpirun): every
+ * rank holds the whole model and optimizer, takes B / W of the step's B windows (rank r the
+ * global positions s B + r B / W .. s B + (r + 1) B / W - 1, the same windows one process would
+ * read), and the gradients and the loss are averaged over the group before clipping and AdamW,
+ * which then run identically on every rank. Results equal one process's on the whole batch up
+ * to summation order.
  */
 #ifndef EMBER_TRAIN_H
 #define EMBER_TRAIN_H
 
+#include "ember/dist.h"
 #include "ember/model.h"
 #include "ember/tokenizer.h"
 
@@ -75,6 +83,9 @@ typedef struct em_train_options {
     bool shuffle;           /* false: the windows in order (see above) (true) */
     uint64_t seed;          /* the shuffle's seed (0) */
     double val_fraction;    /* share of the windows held out for em_trainer_eval (0) */
+    em_dist *group;         /* data parallel over this process group (borrowed; it must outlive
+                               the trainer; collectives over MPI); batch must divide by its world
+                               size. NULL: this process alone (NULL) */
 } em_train_options;
 
 /** The defaults above (seq_len and steps 0: to be set). */
@@ -110,7 +121,9 @@ typedef struct em_train_step_info {
 
 /**
  * One training step (forward, loss, backward, clipping, AdamW update with the scheduled rate) on
- * the windows of step em_trainer_steps_done(t). Returns the status; info may be NULL.
+ * the windows of step em_trainer_steps_done(t). Returns the status; info may be NULL. Data
+ * parallel: a collective (every rank calls it, as often); loss and grad_norm are the group's,
+ * tokens the whole step's B * T.
  */
 EM_API em_status em_trainer_step(em_ctx *c, em_trainer *t, em_train_step_info *info);
 /** Steps taken so far (counting those of a resumed run). */
@@ -120,7 +133,7 @@ EM_API int64_t em_trainer_train_windows(const em_trainer *t);
 EM_API int64_t em_trainer_val_windows(const em_trainer *t);
 /**
  * Mean loss over the held-out windows (grad off, batches of B). EM_ERR_INVALID_ARG when there
- * are none (val_fraction 0).
+ * are none (val_fraction 0). Data parallel: every rank evaluates all of them (no collective).
  */
 EM_API em_status em_trainer_eval(em_ctx *c, em_trainer *t, double *val_loss);
 
@@ -133,6 +146,7 @@ EM_API em_status em_trainer_eval(em_ctx *c, em_trainer *t, double *val_loss);
  * moments, the f32 masters (mixed precision), per-parameter step counts, the step, and the
  * options the data order depends on, so
  * that em_trainer_resume continues bit-identically. EM_ERR_IO naming the path on failure.
+ * Data parallel: every rank holds the same state, so one rank (rank 0) saves.
  */
 EM_API em_status em_trainer_save(em_ctx *c, em_trainer *t, const char *dir);
 /**
@@ -140,6 +154,8 @@ EM_API em_status em_trainer_save(em_ctx *c, em_trainer *t, const char *dir);
  * em_trainer_save. The model must have been loaded from that folder (its weights are the
  * saved ones). seq_len, batch, shuffle, seed and val_fraction must equal the saved run's
  * (EM_ERR_INVALID_ARG naming the first that differs), as must the parameter names and shapes.
+ * Data parallel: every rank resumes from the same folder; the world size may differ from the
+ * saved run's (the data order depends on the step, not on the ranks).
  */
 EM_API em_status em_trainer_resume(em_ctx *c, em_trainer *t, const char *dir);
 

@@ -78,8 +78,18 @@ static bool check_options(em_ctx *c, const em_train_options *o) {
     else if (!(o->val_fraction >= 0 && o->val_fraction < 1))
         bad = "val_fraction must lie in [0, 1)";
     else if (o->schedule != EM_LR_CONSTANT && o->schedule != EM_LR_COSINE) bad = "unknown schedule";
-    if (bad) em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer", "%s", bad);
-    return !bad;
+    if (bad) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer", "%s", bad);
+        return false;
+    }
+    int w = o->group ? em_dist_world_size(o->group) : 1;
+    if (o->batch % w) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer",
+                    "batch %lld does not divide by the data-parallel world size %d (every rank "
+                    "takes batch / world windows of each step)", (long long)o->batch, w);
+        return false;
+    }
+    return true;
 }
 
 em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
@@ -225,6 +235,55 @@ static em_status masters_grad(em_ctx *c, em_trainer *t) {
     return em_ctx_status(c);
 }
 
+/*
+ * Data parallel: each rank's gradients of its shard's mean loss, and that loss, averaged over
+ * the group. The average of the ranks' means is the mean over the whole batch because the shards
+ * are equal: each holds B / W windows, hence B / W (T - 1) predictions, none ignored (the labels
+ * are the windows' own ids, never -100); so the averaged gradient is the gradient of the
+ * single-process loss. Everything travels in one flat f32 buffer (one pair of collectives per
+ * step rather than one per parameter), padded to a multiple of W. Reduce-scatter then
+ * all-gather rather than an all-reduce: each element is summed once, on one rank, so every rank
+ * gets the same bits (MPI_Allreduce does not promise that) and the replicas cannot drift apart.
+ * A parameter this rank gave no gradient (an MoE expert no token of its shard reached) sends
+ * zeros, since every rank must send the same shape.
+ */
+static em_status average_grads(em_ctx *c, em_trainer *t, em_tensor *loss, double *lv) {
+    em_dist *g = t->o.group;
+    int w = em_dist_world_size(g), n = t->np + 2;
+    em_tensor **parts = malloc((size_t)n * sizeof *parts);
+    if (!parts) return em_ctx_fail(c, EM_ERR_OOM, "trainer_step", "out of memory");
+    em_scope_push(c);
+    int64_t total = 0;
+    for (int i = 0; i < t->np; i++) {
+        em_tensor *p = t->trained[i], *gr = em_tensor_grad(p);
+        int64_t k = em_tensor_numel(p);
+        if (!gr) gr = em_zeros(c, EM_F32, em_tensor_ndim(p), em_tensor_shape(p));
+        parts[i] = em_reshape(c, em_cast(c, gr, EM_F32), 1, &k);
+        total += k;
+    }
+    parts[t->np] = em_reshape(c, em_cast(c, loss, EM_F32), 1, (int64_t[]){1});
+    int64_t pad = (w - (total + 1) % w) % w;
+    parts[t->np + 1] = em_zeros(c, EM_F32, 1, (int64_t[]){pad});
+    em_tensor *flat = em_cat(c, parts, pad ? n : n - 1, 0);
+    em_tensor *sum = em_all_gather(c, em_reduce_scatter(c, flat, EM_REDUCE_SUM, 0, g), 0, g);
+    em_tensor *avg = em_mul_scalar(c, sum, 1.0 / (double)w);
+    int64_t off = 0;
+    for (int i = 0; i < t->np && !em_ctx_status(c); i++) {
+        em_tensor *p = t->trained[i];
+        int64_t k = em_tensor_numel(p);
+        em_tensor *gi = em_reshape(c, em_slice(c, avg, 0, off, off + k, 1), em_tensor_ndim(p),
+                                   em_tensor_shape(p));
+        off += k;
+        /* the leaf's gradient becomes the average (a backward from the leaf itself copies it) */
+        em_tensor_zero_grad(p);
+        if (gi) em_backward_grad(c, p, gi);
+    }
+    em_item(c, em_slice(c, avg, 0, total, total + 1, 1), lv);
+    em_scope_pop(c);
+    free(parts);
+    return em_ctx_status(c);
+}
+
 /* The updated masters rounded into the model's weights. */
 void em_trainer_masters_to_model(em_ctx *c, em_trainer *t) {
     for (int i = 0; i < t->np && !em_ctx_status(c); i++)
@@ -243,17 +302,22 @@ em_status em_trainer_step(em_ctx *c, em_trainer *t, em_train_step_info *info) {
     if (!t) return em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer_step", "NULL trainer");
     double t0 = now_s();
     int64_t s = t->step, B = t->o.batch;
-    int64_t *wp = malloc((size_t)B * sizeof *wp);
+    /* data parallel: this rank's share of the step's windows (its slice of the global
+     * positions, so the shards together are exactly the windows of one process's step) */
+    int w = t->o.group ? em_dist_world_size(t->o.group) : 1;
+    int64_t bl = B / w, b0 = (t->o.group ? em_dist_rank(t->o.group) : 0) * bl;
+    int64_t *wp = malloc((size_t)bl * sizeof *wp);
     if (!wp) return em_ctx_fail(c, EM_ERR_OOM, "trainer_step", "out of memory");
-    for (int64_t b = 0; b < B; b++) wp[b] = em_trainer_window(t, s * B + b);
+    for (int64_t b = 0; b < bl; b++) wp[b] = em_trainer_window(t, s * B + b0 + b);
     em_scope_push(c);
     bool prev = em_grad_enable(c, true);
-    em_tensor *loss = batch_loss(c, t, wp, B);
+    em_tensor *loss = batch_loss(c, t, wp, bl);
     em_grad_enable(c, false);
     free(wp);
     double lv = NAN, norm = NAN, lr = t->o.lr * schedule(t, s);
     if (loss && em_item(c, loss, &lv) == EM_OK && em_backward(c, loss) == EM_OK &&
         (!t->master || masters_grad(c, t) == EM_OK) &&
+        (w == 1 || average_grads(c, t, loss, &lv) == EM_OK) &&
         em_clip_grad_norm(c, t->trained, t->np, t->o.grad_clip > 0 ? t->o.grad_clip : INFINITY,
                           &norm) == EM_OK) {
         em_optimizer_set_lr(t->opt, lr);

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
             "                   [--weight-decay WD] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]\n"
             "                   [--grad-clip C] [--no-shuffle] [--seed S] [--dtype f32|bf16]\n"
             "                   [--val-fraction F --eval-every K] [--out DIR] [--save-every K]\n"
-            "                   [--resume DIR] [--json]\n\n"
+            "                   [--resume DIR] [--dp N] [--json]\n\n"
             "Trains a decoder language model with AdamW on FILE: a .npy 1-D array of token ids,\n"
             "or text tokenized with the model's tokenizer (no special tokens). The ids are cut\n"
             "into floor(len / T) windows of T ids; with --no-shuffle step s trains on windows\n"
@@ -128,7 +128,6 @@ static int parse(int argc, char **argv, train_args *a) {
         not_yet = "--dtype: f32 or bf16 expected";
     else if (a->device && strcmp(a->device, "cpu") && strcmp(a->device, "cpu:0"))
         not_yet = "--device: training runs on the CPU only for now (not yet on PJRT devices)";
-    else if (a->dp > 1) not_yet = "--dp: data parallel training is not implemented yet";
     else if (a->compile) not_yet = "--compile: a compiled training step is not implemented yet";
     else if (a->save_every && !a->out) not_yet = "--save-every needs --out DIR";
     else if (a->eval_every && !(a->o.val_fraction > 0))
@@ -159,12 +158,61 @@ static int save(em_ctx *c, em_trainer *t, const char *dir) {
     return 0;
 }
 
+/* mpirun's world size from its environment, 0 when not launched by it (Open MPI, PMIx, MPICH) */
+static long launched_world(void) {
+    const char *v[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        if (getenv(v[i])) return atol(getenv(v[i]));
+    return 0;
+}
+
+/* --dp N > 1: joins the process group of mpirun, which must have N ranks. N = 1 under an mpirun
+ * of several processes is refused too: the ranks would each train alone and write one folder. */
+static int join_group(em_ctx *c, long long dp, em_dist **out) {
+    *out = NULL;
+    long w = launched_world();
+    if (dp <= 1) {
+        if (w <= 1) return 0;
+        fprintf(stderr, "ember train: started as one of %ld processes (mpirun -np %ld) without "
+                "--dp: pass --dp %ld for data-parallel training\n", w, w, w);
+        return 2;
+    }
+    if (em_dist_init(c, NULL, out) != EM_OK) {
+        fprintf(stderr, "ember train: --dp %lld: %s\n", dp, em_ctx_error(c)->message);
+        return 1;
+    }
+    int ws = em_dist_world_size(*out);
+    if (ws != dp)
+        fprintf(stderr, "ember train: --dp %lld but %d process(es) were started: launch with "
+                "mpirun -np %lld\n", dp, ws, dp);
+    else if (!em_dist_has_mpi(*out))
+        fprintf(stderr, "ember train: --dp %lld: the group has no MPI, and the gradients travel "
+                "over MPI: launch with mpirun (EMBER_RANK/EMBER_WORLD_SIZE alone give a store, "
+                "no tensor transport)\n", dp);
+    if (ws != dp || !em_dist_has_mpi(*out)) {
+        em_dist_free(*out);
+        *out = NULL;
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     train_args a = {.o = em_train_default_options()};
     a.o.lr = NAN; /* required */
     int r = parse(argc, argv, &a);
     if (r) return r == 1 ? 0 : 2;
     em_ctx *c = em_ctx_create();
+    em_dist *group = NULL;
+    bool speak = true; /* data parallel: rank 0 prints and saves; every rank reports errors */
+    if ((r = join_group(c, a.dp, &group))) {
+        em_ctx_free(c);
+        return r;
+    }
+    if (group) {
+        speak = em_dist_rank(group) == 0;
+        a.o.group = group;
+    }
     em_model_options mo = em_model_default_options();
     mo.dtype = a.dtype && !strcmp(a.dtype, "bf16") ? EM_BF16 : EM_F32;
     mo.moe_impl = EM_MOE_LOOP; /* trainable expert layout (ragged may pack experts at load) */
@@ -206,13 +254,17 @@ int cmd_train(int argc, char **argv) {
         rc = fail(c, "resuming");
         goto done;
     }
-    if (!a.json)
+    if (!a.json && speak) {
         fprintf(stderr,
                 "ember train: %s, %lld ids, %lld training windows of %lld (%lld held out), "
                 "batch %lld, %lld steps\n",
                 src, (long long)em_train_data_len(d), (long long)em_trainer_train_windows(t),
                 (long long)a.o.seq_len, (long long)em_trainer_val_windows(t),
                 (long long)a.o.batch, (long long)a.o.steps);
+        if (group)
+            fprintf(stderr, "ember train: data parallel over %d processes, %lld windows each\n",
+                    em_dist_world_size(group), (long long)(a.o.batch / a.dp));
+    }
     bool tty = isatty(2);
     double total_s = 0;
     int64_t timed = 0;
@@ -229,14 +281,14 @@ int cmd_train(int argc, char **argv) {
             rc = fail(c, "evaluating");
             goto done;
         }
-        if (a.json) {
+        if (speak && a.json) {
             printf("{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
                    "\"tokens_per_s\": %.1f",
                    (long long)s.step, s.loss, s.lr, s.grad_norm, tps);
             if (eval) printf(", \"val_loss\": %.17g", val);
             printf("}\n");
             fflush(stdout);
-        } else {
+        } else if (speak) {
             total_s += s.seconds;
             timed++;
             char left[32];
@@ -248,19 +300,20 @@ int cmd_train(int argc, char **argv) {
             if (eval) fprintf(stderr, "%sstep %lld  val loss %.4f\n", tty ? "\n" : "",
                               (long long)n_done, val);
         }
-        if (a.save_every && n_done % a.save_every == 0 && n_done < a.o.steps) {
+        if (speak && a.save_every && n_done % a.save_every == 0 && n_done < a.o.steps) {
             char dir[4096];
             snprintf(dir, sizeof dir, "%s/checkpoint-%lld", a.out, (long long)n_done);
             if ((rc = save(c, t, dir))) goto done;
         }
     }
-    if (!a.json && tty) fprintf(stderr, "\n");
-    if (a.out) rc = save(c, t, a.out);
+    if (!a.json && tty && speak) fprintf(stderr, "\n");
+    if (a.out && speak) rc = save(c, t, a.out);
 done:
     em_trainer_free(t);
     em_train_data_free(d);
     em_tokenizer_free(tok);
     em_model_free(m);
     em_ctx_free(c);
+    em_dist_free(group);
     return rc;
 }
