@@ -253,6 +253,15 @@ static em_status node_backward(em_ctx *c, em_grad_node *n) {
     }
     em_scope_pop(c);
     c->device = prev_dev;
+    /* the outputs' gradients are spent: every consumer came later on the tape and has run, and
+     * only leaves keep theirs (torch keeps no .grad on non-leaf tensors either). Dropping them
+     * now frees each activation gradient as soon as the walk passes its producer, instead of
+     * when the caller's scope ends: a step's peak memory is then one layer's, not the model's. */
+    for (int o = 0; o < n->n_out; o++)
+        if (n->out[o]->node == n && n->out[o]->grad) {
+            em_tensor_release(n->out[o]->grad);
+            n->out[o]->grad = NULL;
+        }
     if (s && !c->err.status)
         em_fail_at(c, s, "backward", n->file, n->line, "the rule of '%s' failed", n->op->name);
     return s;

@@ -18,9 +18,22 @@ em_status em_clip_grad_norm(em_ctx *c, em_tensor *const *params, int n, double m
     for (int i = 0; i < n && !em_ctx_status(c); i++) {
         em_tensor *g = params && params[i] ? em_tensor_grad(params[i]) : NULL;
         if (!g) continue;
-        em_tensor *g64 = em_cast(c, g, EM_F64);
-        double s = 0;
-        if (em_item(c, em_sum(c, em_mul(c, g64, g64), NULL, 0, false), &s) == EM_OK) sq += s;
+        /* squares summed in f64, a slab of rows at a time: the f64 copies of a large gradient
+         * (an LM head's: vocab x hidden) would otherwise take four times its memory at once */
+        int64_t rows = em_tensor_ndim(g) ? em_tensor_dim(g, 0) : 1;
+        int64_t per_row = rows ? em_tensor_numel(g) / rows : 0;
+        int64_t slab = per_row ? ((int64_t)1 << 21) / per_row : rows;
+        if (slab < 1) slab = 1;
+        for (int64_t r0 = 0; r0 < rows && !em_ctx_status(c); r0 += slab) {
+            em_scope_push(c);
+            em_tensor *part = em_tensor_ndim(g) ? em_narrow(c, g, 0, r0, r0 + slab < rows ? slab
+                                                                                    : rows - r0)
+                                                : g;
+            em_tensor *g64 = em_cast(c, part, EM_F64);
+            double s = 0;
+            if (em_item(c, em_sum(c, em_mul(c, g64, g64), NULL, 0, false), &s) == EM_OK) sq += s;
+            em_scope_pop(c);
+        }
     }
     double norm = sqrt(sq);
     if (total_norm) *total_norm = norm;

@@ -119,7 +119,29 @@ static em_tensor *own_zeros(em_ctx *c, em_tensor *t) {
     return z ? em_detach(c, z) : NULL;
 }
 
-/* torch's _single_tensor_adamw for one parameter */
+/* torch's _single_tensor_adamw on one slab of a parameter (views p, g, m, v of the same rows) */
+static void adamw_slab(em_ctx *c, const em_adamw_options *a, double lr, double step_size,
+                       double bc2, em_tensor *p, em_tensor *g, em_tensor *m, em_tensor *v) {
+    if (a->weight_decay != 0) em_assign(c, p, em_mul_scalar(c, p, 1.0 - lr * a->weight_decay));
+    /* exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
+    em_assign(c, m, em_add(c, m, em_mul_scalar(c, em_sub(c, g, m), 1.0 - a->beta1)));
+    em_assign(c, v, em_add(c, em_mul_scalar(c, v, a->beta2),
+                           em_mul_scalar(c, em_mul(c, g, g), 1.0 - a->beta2)));
+    em_tensor *denom = em_add_scalar(c, em_div_scalar(c, em_sqrt(c, v), sqrt(bc2)), a->eps);
+    em_assign(c, p, em_add(c, p, em_mul_scalar(c, em_div(c, m, denom), -step_size)));
+}
+
+/* Rows of a parameter per slab: about 2^20 elements, so the dozen temporaries of the update
+ * stay in the caches and an LM head's (vocab x hidden) do not take a dozen times its memory. */
+static int64_t slab_rows(const em_tensor *p) {
+    int64_t rows = em_tensor_ndim(p) ? em_tensor_dim(p, 0) : 1;
+    int64_t per_row = rows ? em_tensor_numel(p) / rows : 1;
+    int64_t k = per_row ? ((int64_t)1 << 20) / per_row : rows;
+    return k < 1 ? 1 : k;
+}
+
+/* torch's _single_tensor_adamw for one parameter: element-wise, so slab by slab of rows gives
+ * the same values as the whole tensor at once */
 static void adamw_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *g) {
     const em_adamw_options *a = &o->adamw;
     if (!o->m[i]) o->m[i] = own_zeros(c, p);
@@ -127,16 +149,21 @@ static void adamw_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor
     if (!o->m[i] || !o->v[i]) return;
     int64_t step = ++o->param_steps[i];
     double lr = o->lr;
-    if (a->weight_decay != 0) em_assign(c, p, em_mul_scalar(c, p, 1.0 - lr * a->weight_decay));
-    em_tensor *m = o->m[i], *v = o->v[i];
-    /* exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
-    em_assign(c, m, em_add(c, m, em_mul_scalar(c, em_sub(c, g, m), 1.0 - a->beta1)));
-    em_assign(c, v, em_add(c, em_mul_scalar(c, v, a->beta2),
-                           em_mul_scalar(c, em_mul(c, g, g), 1.0 - a->beta2)));
     double bc1 = 1.0 - pow(a->beta1, (double)step), bc2 = 1.0 - pow(a->beta2, (double)step);
     double step_size = lr / bc1;
-    em_tensor *denom = em_add_scalar(c, em_div_scalar(c, em_sqrt(c, v), sqrt(bc2)), a->eps);
-    em_assign(c, p, em_add(c, p, em_mul_scalar(c, em_div(c, m, denom), -step_size)));
+    em_tensor *m = o->m[i], *v = o->v[i];
+    if (em_tensor_ndim(p) == 0) {
+        adamw_slab(c, a, lr, step_size, bc2, p, g, m, v);
+        return;
+    }
+    int64_t rows = em_tensor_dim(p, 0), k = slab_rows(p);
+    for (int64_t r0 = 0; r0 < rows && !em_ctx_status(c); r0 += k) {
+        int64_t n = r0 + k < rows ? k : rows - r0;
+        em_scope_push(c);
+        adamw_slab(c, a, lr, step_size, bc2, em_narrow(c, p, 0, r0, n), em_narrow(c, g, 0, r0, n),
+                   em_narrow(c, m, 0, r0, n), em_narrow(c, v, 0, r0, n));
+        em_scope_pop(c);
+    }
 }
 
 /* torch's _single_tensor_sgd for one parameter */
