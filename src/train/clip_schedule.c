@@ -18,8 +18,9 @@ em_status em_clip_grad_norm(em_ctx *c, em_tensor *const *params, int n, double m
     for (int i = 0; i < n && !em_ctx_status(c); i++) {
         em_tensor *g = params && params[i] ? em_tensor_grad(params[i]) : NULL;
         if (!g) continue;
-        /* squares summed in f64, a slab of rows at a time: the f64 copies of a large gradient
-         * (an LM head's: vocab x hidden) would otherwise take four times its memory at once */
+        /* squares in f32 (bf16/f16 widened exactly; f64 stays f64), summed by the reduction's
+         * f64 lanes, a slab of rows at a time so no copy of a large gradient (an LM head's:
+         * vocab x hidden) is made whole; the slabs' sums are added in double here */
         int64_t rows = em_tensor_ndim(g) ? em_tensor_dim(g, 0) : 1;
         int64_t per_row = rows ? em_tensor_numel(g) / rows : 0;
         int64_t slab = per_row ? ((int64_t)1 << 21) / per_row : rows;
@@ -29,9 +30,11 @@ em_status em_clip_grad_norm(em_ctx *c, em_tensor *const *params, int n, double m
             em_tensor *part = em_tensor_ndim(g) ? em_narrow(c, g, 0, r0, r0 + slab < rows ? slab
                                                                                     : rows - r0)
                                                 : g;
-            em_tensor *g64 = em_cast(c, part, EM_F64);
+            em_tensor *x = em_tensor_dtype(part) == EM_F64 || em_tensor_dtype(part) == EM_F32
+                               ? part
+                               : em_cast(c, part, EM_F32);
             double s = 0;
-            if (em_item(c, em_sum(c, em_mul(c, g64, g64), NULL, 0, false), &s) == EM_OK) sq += s;
+            if (em_item(c, em_sum(c, em_mul(c, x, x), NULL, 0, false), &s) == EM_OK) sq += s;
             em_scope_pop(c);
         }
     }
