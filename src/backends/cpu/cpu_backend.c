@@ -112,7 +112,13 @@ static void cpu_init(void) {
     cpu_device.be = &cpu_backend;
     snprintf(cpu_device.name, sizeof cpu_device.name, "cpu");
     cpu_device.index = 0;
+    /* freed blocks kept for reuse: a third of the machine's memory, at least 4 GiB. A training
+     * step frees and reallocates several GB of activations and gradients; blocks handed back to
+     * the system come back as fresh pages the kernel must zero (a 0.6B-shape step spent 15 % of
+     * its time there with 4 GiB on a 24 GiB machine, and ran 18 % faster with 8) */
     int64_t limit = (int64_t)4 << 30;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (int64_t)pages * page / 3 > limit) limit = (int64_t)pages * page / 3;
     const char *e = getenv("EMBER_CPU_CACHE_MB");
     if (e && *e) limit = (int64_t)atoll(e) << 20;
     em_allocator_init(&cpu_device.alloc, limit);
