@@ -8,7 +8,8 @@
  * be able to `import ember`: `pip install .` into its environment); and one small eager op (an
  * add of two 4-element tensors, the dispatch floor) through em_add and through `ember.ops.add`.
  * Per-token decode time is (time for 1 + N new tokens - time for 1) / N, so prefill and load do
- * not count. Python's overhead is reported as a fraction of the C time (target: < 5 % at the
+ * not count, the best of three on each side (and the C side measured before and after the
+ * Python process's turn). Python's overhead is reported as a fraction of the C time (target: < 5 % at the
  * Qwen3-0.6B decode shape).
  */
 #include <stdio.h>
@@ -47,6 +48,17 @@ static double generate_ms(gen_job *g, int64_t new_tokens) {
     double ms = (bench_now() - t0) * 1e3;
     em_generate_result_free(&r);
     return ms;
+}
+
+/* Per-token decode time: the best of three (time for 1 + N new tokens - time for 1) / N. */
+static double per_token_ms(gen_job *g, int64_t tokens) {
+    double best = -1;
+    for (int r = 0; r < 3 && !g->failed; r++) {
+        double t1 = generate_ms(g, 1), tn = generate_ms(g, 1 + tokens);
+        double v = (tn - t1) / (double)tokens;
+        if (best < 0 || v < best) best = v;
+    }
+    return best;
 }
 
 typedef struct op_job {
@@ -117,8 +129,7 @@ int bench_python(int argc, char **argv) {
     for (int i = 0; i < 16; i++) prompt[i] = 10 + i;
     gen_job g = {c, m, prompt, 16, tokens, 0};
     generate_ms(&g, 2); /* warm-up: caches, pool, kernel plans */
-    double t1 = generate_ms(&g, 1), tn = generate_ms(&g, 1 + tokens);
-    double c_token_ms = (tn - t1) / (double)tokens;
+    double c_token_ms = per_token_ms(&g, tokens);
     float av[4] = {1, 2, 3, 4};
     op_job oj = {c, em_from_host(c, EM_F32, EM_SHAPE(4), av), em_from_host(c, EM_F32, EM_SHAPE(4), av),
                  (int)op_iters};
@@ -139,6 +150,10 @@ int bench_python(int argc, char **argv) {
                  dir, em_num_threads(), tokens, op_iters);
         bench_peer_run("python_overhead.py", tasks, &py);
         if (!py.available && !json) printf("peer python: unavailable (%s)\n", py.why);
+        /* the C side again after the peer: the machine's speed drifts between the two
+         * processes' turns, and the best of both turns is the C API's time */
+        double again = per_token_ms(&g, tokens);
+        if (again > 0 && again < c_token_ms) c_token_ms = again;
     }
     const em_model_config *cfg = em_model_config_get(m);
     char shape[160];
