@@ -225,7 +225,8 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     em_scope_push(c);
     em_tensor *img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, x, 0.5), 0.5), 0.0, 1.0);
     img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
-    if (img && em_tensor_device(img) != em_device_cpu()) img = em_to(c, img, em_device_cpu());
+    em_device *cpu = img ? em_device_get(c, "cpu") : NULL;
+    if (cpu && em_tensor_device(img) != cpu) img = em_to(c, img, cpu);
     em_keep(c, img);
     em_scope_pop(c);
     em_tensor_release(x);

@@ -119,7 +119,8 @@ em_tensor *em_npy_parse_f32(em_ctx *c, const char *op, const char *path, const u
         return NULL;
     }
     /* the data may sit at any offset: copied, never read in place */
-    return em_from_host_on(c, em_device_cpu(), EM_F32, h.ndim, h.shape, n ? b + h.data : NULL);
+    em_device *cpu = em_device_get(c, "cpu");
+    return cpu ? em_from_host_on(c, cpu, EM_F32, h.ndim, h.shape, n ? b + h.data : NULL) : NULL;
 }
 
 em_tensor *em_npy_load_f32(em_ctx *c, const char *op, const char *path) {
