@@ -19,27 +19,11 @@ Needs only the Python standard library.
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
-
-def run(cmd):
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def fail(msg):
-    sys.exit("FAIL: " + msg)
-
-
-def steps(stdout):
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def drop_rate(line):
-    d = json.loads(line)
-    d.pop("tokens_per_s", None)
-    return json.dumps(d)
+# the CLI runner and output readers check_train.py uses (this file lives next to it)
+from check_train import drop_rate, fail, run, steps
 
 
 def read_safetensors(path):

@@ -323,3 +323,13 @@ int em_test_run_in_group(const em_test_case *tests, int n, int argc, char **argv
     *group = NULL;
     return rc;
 }
+
+em_device *em_test_xla_or_skip(em_ctx *c) {
+    em_device *d = em_device_get(c, "xla:0");
+    if (!d) {
+        em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set EMBER_PJRT_XLA_PLUGIN",
+                     em_ctx_error(c)->message);
+        em_ctx_clear_error(c);
+    }
+    return d;
+}

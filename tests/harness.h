@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ember/core.h"
+
 extern int em_test_failures;
 extern int em_test_checks;
 extern int em_test_skips;
@@ -43,6 +45,10 @@ void em_test_check_err(void *ctx, int status, const char *file, int line, const 
 /* Marks the running test as skipped, loudly, with the reason (printf format): a skipped test may
  * make no checks; a test that is not skipped and makes no checks fails. */
 void em_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The device "xla:0" (XLA's CPU plugin), or NULL after marking the test skipped with the reason
+ * and how to install the plugin (c's error is cleared). */
+em_device *em_test_xla_or_skip(em_ctx *c);
 
 typedef struct em_test_case {
     const char *name;

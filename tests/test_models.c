@@ -488,10 +488,8 @@ static void test_gemma4_compiled(void) {
  * transformers (and so as the CPU backend). Skipped, loudly, when no plugin is installed. */
 static void test_on_xla(void) {
     em_ctx *c = em_ctx_create();
-    em_device *xla = em_device_get(c, "xla:0");
+    em_device *xla = em_test_xla_or_skip(c);
     if (!xla) {
-        em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set "
-                     "EMBER_PJRT_XLA_PLUGIN", em_ctx_error(c)->message);
         em_ctx_free(c);
         return;
     }

@@ -113,9 +113,7 @@ static void test_seeded_runs(void) {
  * is drawn on the host and moved, and the images are diffusers' as on the CPU. */
 static void test_pipeline_on_xla(void) {
     em_ctx *c = em_ctx_create();
-    if (!em_device_get(c, "xla:0")) {
-        em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set EMBER_PJRT_PLUGIN",
-                     em_ctx_error(c)->message);
+    if (!em_test_xla_or_skip(c)) {
         em_ctx_free(c);
         return;
     }

@@ -86,9 +86,7 @@ static void test_unet_matches_diffusers(void) {
 
 static void test_unet_on_xla(void) {
     em_ctx *c = em_ctx_create();
-    if (!em_device_get(c, "xla:0")) {
-        em_test_skip("no XLA PJRT plugin (%s); install xla-cpu-pjrt or set EMBER_PJRT_PLUGIN",
-                     em_ctx_error(c)->message);
+    if (!em_test_xla_or_skip(c)) {
         em_ctx_free(c);
         return;
     }

@@ -8,6 +8,7 @@
 
 #include "core/file_read.h"
 #include "ember/diffusion.h"
+#include "io/config/config_impl.h"
 
 #define OP "UNet2DModel"
 #define MAX_CONFIG_BYTES (1 << 20)
@@ -20,23 +21,9 @@ typedef struct cfg_src {
     const char *file;
 } cfg_src;
 
-static const char *kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "a value";
-}
-
 static bool wrong(cfg_src *s, const char *key, const json_t *v, const char *want) {
     em_ctx_fail(s->c, EM_ERR_FORMAT, OP, "%s: field '%s' is %s, expected %s", s->file, key,
-                kind(v), want);
+                em_cfg_kind(v), want);
     return false;
 }
 
