@@ -5,7 +5,8 @@
 #include "backends/cpu/quant_dot.h"
 
 EM_CPU_ISA_TABLE(em_qdot_isa, em_qdot_isa_get, [EM_ISA_GENERIC] = em_qdot_fill_generic,
-                 [EM_ISA_AVX2] = EM_ISA_X86(em_qdot_fill_avx2))
+                 [EM_ISA_AVX2] = EM_ISA_X86(em_qdot_fill_avx2),
+                 [EM_ISA_AVX512] = EM_ISA_X86(em_qdot_fill_avx512))
 
 const em_qdot_kernel *em_qdot_kernel_for(em_dtype wt) {
     const em_qdot_kernel *k = &em_qdot_isa_get()->kern[wt];

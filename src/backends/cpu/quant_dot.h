@@ -13,7 +13,8 @@
  *   X16_K {f32 d; int32 sums[8] (sums of 32 q); int16 q[256]}  for Q4_K, Q5_K, Q6_K
  * The result differs from the f32 product of the dequantized weight by the rounding of x to 16
  * bits (relative error about 2^-16 per block).
- * Levels: portable C (quant_dot_generic.c) and AVX2 (quant_dot_avx2.c), chosen through
+ * Levels: portable C (quant_dot_generic.c), AVX2 (quant_dot_avx2.c) and AVX-512 VNNI
+ * (quant_dot_avx512.c), chosen through
  * em_cpu_isa_get like every kernel family.
  */
 #ifndef EMBER_CPU_QUANT_DOT_H
@@ -44,6 +45,7 @@ const em_qdot_kernel *em_qdot_kernel_for(em_dtype wt);
 /* Per-ISA fills (t is an em_qdot_isa), called only through em_cpu_isa_fill. */
 void em_qdot_fill_generic(void *t);
 void em_qdot_fill_avx2(void *t);
+void em_qdot_fill_avx512(void *t); /* AVX-512 VNNI where present, AVX2 otherwise */
 
 /* The activation blocks (shared by every level). */
 typedef struct em_qx16 {
