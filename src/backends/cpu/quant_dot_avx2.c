@@ -11,11 +11,14 @@
  * per row of x (even and odd blocks) hide the latency of the multiply-add chain.
  */
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backends/cpu/quant_dot.h"
 
 #define XT 4 /* rows of x per pass over a weight row */
+/* bytes ahead that each line of the weights is fetched into L2 (see quant_dot_avx512.c) */
+#define QPF 2048
 
 static inline float h2f(const uint8_t *p) {
     uint16_t h;
@@ -68,6 +71,11 @@ static inline void nibbles16(const uint8_t *q, __m256i *lo, __m256i *hi) {
         }                                                                                          \
         int64_t b = 0;                                                                             \
         for (; b + 2 <= nb; b += 2) {                                                              \
+            {                                                                                      \
+                const uintptr_t a_ = (uintptr_t)wr + (size_t)b * (WBYTES) + QPF;                   \
+                for (uintptr_t p_ = (a_ + 63) & ~(uintptr_t)63; p_ < a_ + 2 * (WBYTES); p_ += 64)  \
+                    _mm_prefetch((const char *)p_, _MM_HINT_T1);                                   \
+            }                                                                                      \
             STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, extra, NX);                             \
             STEP(wr + (size_t)(b + 1) * (WBYTES), xs, b + 1, 1, acc, extra, NX);                   \
         }                                                                                          \
