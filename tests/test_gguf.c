@@ -306,9 +306,9 @@ static void test_quant_ops(void) {
         em_tensor *wq = em_gguf_load(c, g, names[i], NULL);
         em_tensor *wf = em_gguf_load_as(c, g, names[i], EM_F32, NULL);
         int block = em_dtype_block_size(em_tensor_dtype(wq));
-        /* the dot kernels up to 16 rows of x (register tiles of 4 and their tails), the
-         * dequantized GEMM above */
-        static const int64_t ms[] = {1, 3, 6, 16, 17, 39};
+        /* the dot kernels below 64 rows of x (register tiles of 4 or 8 and their tails, tiles
+         * of 32 rows), dequantized blocks of weight rows in the f32 GEMM from 64 on */
+        static const int64_t ms[] = {1, 3, 6, 16, 17, 39, 63, 64, 97};
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
             check_qlinear(c, wq, wf, ms[k], block, names[i]);
         /* embedding rows are the dequantized rows */

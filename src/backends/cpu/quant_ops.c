@@ -9,10 +9,15 @@
  *   weight rows x rows of x: the weight rows of a tile stay in L1 while its rows of x (at most
  *   QX_ROWS, in L2) pass over them, so prefill reuses each weight block across many tokens
  *   and decode (one row of x) streams every weight row once.
+ *   From QGEMM_ROWS rows of x on (prefill), blocks of weight rows are dequantized to f32 instead
+ *   and multiplied by the f32 GEMM: the quantized kernels spend one scale multiply-add per
+ *   block of 32 and row of x, which bounded them near a third of the FMA peak, where the
+ *   dequantization is paid once per weight for all rows (docs/notes/2026-12-02-vnni-quant.md).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/quant_dot.h"
 
 static em_kernel_fn base_linear, base_embedding, base_cast;
@@ -50,6 +55,51 @@ static void qdot_tiles(void *user, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* Rows of x from which prefill dequantizes (see the top of the file), and the f32 bytes of one
+ * dequantized block of weight rows: the GEMM packs x again for every block, so blocks are
+ * large (4096 x 4096 Q4_1 at 512 rows, 2 threads: 1 MB blocks 106 GMAC/s of CPU time, 4 MB
+ * 125, 8 MB 133). */
+#define QGEMM_ROWS 64
+#define QGEMM_BLOCK_BYTES (1 << 23)
+
+typedef struct deq_job {
+    em_dtype t;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t k;
+    float *out;
+} deq_job;
+
+static void dequant_rows(void *user, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const deq_job *j = user;
+    for (int64_t r = b; r < e; r++)
+        em_dequantize(j->t, j->w + (size_t)r * j->row_bytes, j->out + r * j->k, j->k);
+}
+
+/* y [m, n] = x [m, k] f32 @ w^T (+ bias) by blocks of dequantized weight rows. */
+static em_status q_linear_gemm(em_dtype t, const float *x, const qlin *q) {
+    int64_t nb = QGEMM_BLOCK_BYTES / (int64_t)sizeof(float) / q->k;
+    nb = nb < 16 ? 16 : nb / 16 * 16;
+    if (nb > q->n) nb = q->n;
+    float *wf = malloc((size_t)(nb * q->k) * sizeof *wf);
+    if (!wf) return EM_ERR_OOM;
+    em_status s = EM_OK;
+    for (int64_t j0 = 0; j0 < q->n && s == EM_OK; j0 += nb) {
+        int64_t nj = q->n - j0 < nb ? q->n - j0 : nb;
+        deq_job dj = {t, q->w + (size_t)j0 * q->row_bytes, q->row_bytes, q->k, wf};
+        em_parallel_for(nj, 4, dequant_rows, &dj);
+        em_gemm_args g = {.m = q->m, .n = nj, .k = q->k, .dtype = EM_F32,
+                          .a = x, .a_rs = q->k, .a_cs = 1,
+                          .b = wf, .b_rs = 1, .b_cs = q->k,
+                          .c = q->y + j0, .ldc = q->n,
+                          .bias = q->bias ? q->bias + j0 : NULL};
+        s = em_gemm(&g);
+    }
+    free(wf);
+    return s;
+}
+
 typedef struct qx_job {
     const qlin *q;
     const float *x;
@@ -82,21 +132,31 @@ static em_status q_linear(const em_kernel_args *a) {
     float *xf = x_direct ? NULL : em_cpu_to_f32(x);
     float *bf = bias ? em_cpu_to_f32(bias) : NULL;
     float *yf = o->dtype == EM_F32 ? NULL : malloc((size_t)o->numel * sizeof *yf);
+    const bool gemm = q.m >= QGEMM_ROWS;
     q.xq_row = q.kern->x_row_bytes(q.k);
-    uint8_t *xq = malloc(q.xq_row * (size_t)q.m);
+    uint8_t *xq = gemm ? NULL : malloc(q.xq_row * (size_t)q.m);
+    const float *xs = x_direct ? (const float *)em_tensor_ptr(x) : xf;
     em_status s = EM_OK;
-    if ((!x_direct && !xf) || (bias && !bf) || (o->dtype != EM_F32 && !yf) || !xq) {
+    if ((!x_direct && !xf) || (bias && !bf) || (o->dtype != EM_F32 && !yf) || (!gemm && !xq)) {
         s = em_op_fail(a->ctx, EM_ERR_OOM, "out of memory for a quantized linear");
         goto done;
     }
     q.y = yf ? yf : em_tensor_ptr(o);
     q.bias = bf;
-    q.xq = xq;
-    qx_job qj = {&q, x_direct ? (const float *)em_tensor_ptr(x) : xf};
-    em_parallel_for(q.m, 8, quantize_rows, &qj);
-    q.grain = q.kern->grain;
-    q.n_tiles = (q.n + q.grain - 1) / q.grain;
-    em_parallel_for(q.n_tiles * ((q.m + QX_ROWS - 1) / QX_ROWS), 1, qdot_tiles, &q);
+    if (gemm) {
+        s = q_linear_gemm(w->dtype, xs, &q);
+        if (s != EM_OK) {
+            s = em_op_fail(a->ctx, s, "out of memory for a quantized linear (dequantized blocks)");
+            goto done;
+        }
+    } else {
+        q.xq = xq;
+        qx_job qj = {&q, xs};
+        em_parallel_for(q.m, 8, quantize_rows, &qj);
+        q.grain = q.kern->grain;
+        q.n_tiles = (q.n + q.grain - 1) / q.grain;
+        em_parallel_for(q.n_tiles * ((q.m + QX_ROWS - 1) / QX_ROWS), 1, qdot_tiles, &q);
+    }
     if (yf) em_cpu_from_f32(o, yf);
 done:
     free(xf);
