@@ -1,7 +1,9 @@
 /*
- * The quantized dot kernels with AVX-512 VNNI (see quant_dot.h): Q8_0, Q4_0, Q4_1 against
- * 32-element blocks of 16-bit activations, Q4_K and Q6_K against 256-element ones. On an AVX-512
- * CPU without VNNI, and for the other types, the AVX2 kernels run.
+ * The quantized dot kernels with AVX-512 VNNI (see quant_dot.h): Q8_0 against 32-element blocks
+ * of 16-bit activations, Q4_K and Q6_K against 256-element ones. On an AVX-512 CPU without VNNI,
+ * and for the other types, the AVX2 kernels run: VNNI versions of Q4_0 and Q4_1 were 10-17 %
+ * slower than AVX2's at decode and at most 6 % faster at 16 rows (the nibbles' unpacking and the
+ * per-block scale work dominate there, not the multiply-adds; docs/notes/2026-12-02-vnni-quant.md).
  *
  * A 32-element block of weights is one zmm of int16 and vpdpwssd multiplies it by the block of
  * activations, adding pairs into 16 int32 lanes: one instruction per block and row of x, where
@@ -27,21 +29,12 @@ static inline float h2f(const uint8_t *p) {
 
 static inline __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
 
-/* 16 bytes of packed nibbles -> the 32 elements as int16: lanes 0-15 the low nibbles, 16-31
- * the high ones (the bytes broadcast to both halves, shifted by 0 or 4 per lane). */
-static inline __m512i nibbles32(const uint8_t *q) {
-    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    __m512i v =
-        _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q)));
-    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi16(0x0F));
-}
-
 /*
  * The driver, as in quant_dot_avx2.c: one block step for NX rows of x (NX = 1..XMAX, constants
  * so that the accumulators stay in registers) and a walk over the weight rows that takes the
  * rows of x XMAX at a time.
- *   STEP(wb, xs, b, par, acc, mins, NX): weight block wb against x block b of the rows xs[]
- *   into acc[t][par] (f32 lanes) and mins[t][par] (lane 1: a per-block scalar term);
+ *   STEP(wb, xs, b, par, acc, NX): weight block wb against x block b of the rows xs[] into
+ *   acc[t][par] (f32 lanes);
  *   COMBINE(acc[t][0], acc[t][1]) gives the row's lanes.
  */
 /* NX for a pass of n rows where passes take at most XMAX (the cases above XMAX never run) */
@@ -56,11 +49,8 @@ static inline __m512i nibbles32(const uint8_t *q) {
     static inline __attribute__((always_inline)) void NAME##_row(                                  \
         int64_t nb, const uint8_t *wr, const XTYPE *const *xs, float *out, int64_t ldy, int NX) {  \
         __m512 acc[XMAX][2];                                                                       \
-        __m128 mins[XMAX][2];                                                                      \
-        for (int t = 0; t < NX; t++) {                                                             \
+        for (int t = 0; t < NX; t++)                                                               \
             acc[t][0] = acc[t][1] = _mm512_setzero_ps();                                           \
-            mins[t][0] = mins[t][1] = _mm_setzero_ps();                                            \
-        }                                                                                          \
         int64_t b = 0;                                                                             \
         for (; b + 2 <= nb; b += 2) {                                                              \
             {                                                                                      \
@@ -68,16 +58,13 @@ static inline __m512i nibbles32(const uint8_t *q) {
                 for (uintptr_t p_ = (a_ + 63) & ~(uintptr_t)63; p_ < a_ + 2 * (WBYTES); p_ += 64)  \
                     _mm_prefetch((const char *)p_, _MM_HINT_T1);                                   \
             }                                                                                      \
-            STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, mins, NX);                              \
-            STEP(wr + (size_t)(b + 1) * (WBYTES), xs, b + 1, 1, acc, mins, NX);                    \
+            STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, NX);                                    \
+            STEP(wr + (size_t)(b + 1) * (WBYTES), xs, b + 1, 1, acc, NX);                          \
         }                                                                                          \
         if (b < nb)                                                                                \
-            STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, mins, NX);                              \
-        for (int t = 0; t < NX; t++) {                                                             \
-            __m128 m = _mm_add_ps(mins[t][0], mins[t][1]);                                         \
-            out[t * ldy] = _mm512_reduce_add_ps(COMBINE(acc[t][0], acc[t][1])) +                   \
-                           _mm_cvtss_f32(_mm_shuffle_ps(m, m, 1));                                 \
-        }                                                                                          \
+            STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, NX);                                    \
+        for (int t = 0; t < NX; t++)                                                               \
+            out[t * ldy] = _mm512_reduce_add_ps(COMBINE(acc[t][0], acc[t][1]));                    \
     }                                                                                              \
     static void NAME(int64_t k, const uint8_t *w, size_t ldw, int rows, const void *xq,            \
                      size_t ldx, int nx, float *y, int64_t ldy) {                                  \
@@ -122,10 +109,11 @@ static inline __m512i nibbles32(const uint8_t *q) {
 
 /* ---- 32-element blocks ---- */
 
-/* int16 weights v with one f16 scale at wb: per row, vpdpwssd into zero, to f32, times d_w d_x.
- * A block's lane sums two products of at most 128 x 32767: no overflow. */
-#define STEP_SCALED(v, wb, xs, b, par, acc, NX)                                                    \
+/* Q8_0: the int8 weights widened to int16; per row, vpdpwssd into zero (a lane sums two
+ * products of at most 128 x 32767), to f32, times d_w d_x. */
+#define STEP_Q8_0(wb, xs, b, par, acc, NX)                                                         \
     do {                                                                                           \
+        const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)((wb) + 2)));   \
         const float dw = h2f(wb);                                                                  \
         for (int t = 0; t < (NX); t++) {                                                           \
             const em_qx16 *xb = xs[t] + (b);                                                       \
@@ -135,48 +123,7 @@ static inline __m512i nibbles32(const uint8_t *q) {
         }                                                                                          \
     } while (0)
 
-#define STEP_Q8_0(wb, xs, b, par, acc, mins, NX)                                                   \
-    do {                                                                                           \
-        (void)mins;                                                                                \
-        __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)((wb) + 2)));         \
-        STEP_SCALED(v, wb, xs, b, par, acc, NX);                                                   \
-    } while (0)
-
-/* The weight's (d, m) and x's (d, s) as one pair each: d_w d_x scales the products, m_w s_x
- * (lane 1) adds the mins; both in one multiply. */
-#define STEP_PAIR(v, wdm, xs, b, par, acc, mins, NX)                                               \
-    do {                                                                                           \
-        for (int t = 0; t < (NX); t++) {                                                           \
-            const em_qx16 *xb = xs[t] + (b);                                                       \
-            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), v, load64(xb->q));             \
-            __m128 ds = _mm_mul_ps(wdm, _mm_castpd_ps(_mm_load_sd((const double *)&xb->d)));       \
-            acc[t][par] =                                                                          \
-                _mm512_fmadd_ps(_mm512_broadcastss_ps(ds), _mm512_cvtepi32_ps(s), acc[t][par]);    \
-            mins[t][par] = _mm_add_ps(mins[t][par], ds);                                           \
-        }                                                                                          \
-    } while (0)
-
-/* Q4_0 as a Q4_1 whose min is -8 d: (q - 8) . x = q . x - 8 sum(x), one vector subtraction per
- * block fewer (decode of Q4_0 is as much compute as reading on one core). */
-#define STEP_Q4_0(wb, xs, b, par, acc, mins, NX)                                                   \
-    do {                                                                                           \
-        (void)mins;                                                                                \
-        __m512i v = _mm512_sub_epi16(nibbles32((wb) + 2), _mm512_set1_epi16(8));                   \
-        STEP_SCALED(v, wb, xs, b, par, acc, NX);                                                   \
-    } while (0)
-
-#define STEP_Q4_1(wb, xs, b, par, acc, mins, NX)                                                   \
-    do {                                                                                           \
-        __m512i v = nibbles32((wb) + 4);                                                           \
-        uint32_t dm;                                                                               \
-        memcpy(&dm, wb, 4);                                                                        \
-        const __m128 wdm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));                               \
-        STEP_PAIR(v, wdm, xs, b, par, acc, mins, NX);                                              \
-    } while (0)
-
 DEFINE_DOT(dot_q8_0, 34, em_qx16, 32, 8, STEP_Q8_0, _mm512_add_ps)
-DEFINE_DOT(dot_q4_0, 18, em_qx16, 32, 8, STEP_Q4_0, _mm512_add_ps)
-DEFINE_DOT(dot_q4_1, 20, em_qx16, 32, 8, STEP_Q4_1, _mm512_add_ps)
 
 /* ---- 256-element blocks ---- */
 
@@ -198,9 +145,9 @@ static inline __m128i q4k_scales_mins(const uint8_t *s) {
  * sub-blocks accumulate in one int32 vector: per lane 8 x 2 products of 945 x 32767, below
  * 2^31. The mins term goes to acc[t][1] (eight lanes, the upper ones zero), subtracted at the end.
  */
-#define STEP_Q4_K(wb, xs, b, par, acc, mins, NX)                                                   \
+#define STEP_Q4_K(wb, xs, b, par, acc, NX)                                                         \
     do {                                                                                           \
-        (void)(par), (void)mins;                                                                   \
+        (void)(par);                                                                               \
         const __m128i sm = q4k_scales_mins((wb) + 4);                                              \
         const __m512i scw = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(sm));                      \
         const uint8_t *qs = (wb) + 16;                                                             \
@@ -238,9 +185,8 @@ static inline __m128i q4k_scales_mins(const uint8_t *s) {
  * their scales (lanes 0-15 and 16-31) multiply the weights in int16 (at most 32 x 128). Each
  * half block (four zmm, 8 x 32767 x 4096 per lane at most, below 2^30) is converted on its own.
  */
-#define STEP_Q6_K(wb, xs, b, par, acc, mins, NX)                                                   \
+#define STEP_Q6_K(wb, xs, b, par, acc, NX)                                                         \
     do {                                                                                           \
-        (void)mins;                                                                                \
         const uint8_t *ql = (wb), *qh = (wb) + 128;                                                \
         const __m512i scw = _mm512_cvtepi8_epi16(                                                  \
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((wb) + 192))));               \
@@ -296,8 +242,6 @@ void em_qdot_fill_avx512(void *t) {
         return;
     em_qdot_isa *q = t;
     q->kern[EM_Q8_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q8_0, 16};
-    q->kern[EM_Q4_0] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q4_0, 16};
-    q->kern[EM_Q4_1] = (em_qdot_kernel){em_qx_row_bytes_16, em_qx_quantize_16, dot_q4_1, 16};
     q->kern[EM_Q4_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q4_k, 8};
     q->kern[EM_Q6_K] = (em_qdot_kernel){em_qx_row_bytes_16_k, em_qx_quantize_16_k, dot_q6_k, 8};
 }
