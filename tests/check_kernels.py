@@ -134,6 +134,13 @@ if os.path.isdir(bf16_pkg):
         out, _ = run("kernels", "explain", bf16_pkg, code=1)
         expect(out, "Rejected " + bf16_variant + ": needs AVX-512 BF16", "explain bf16")
 
+# `ember bench moe --kernels` (the timing itself is not a test): a spec that does not load stops
+# it before anything is measured, and it compares eager CPU kernels only
+_, err = run("bench", "moe", "--kernels", "/nonexistent/pkg", "--skip-peers", code=1)
+expect(err, "--kernels /nonexistent/pkg", "bench moe --kernels with a missing package")
+_, err = run("bench", "moe", "--kernels", good, "--compile", code=2)
+expect(err, "not with --device or --compile", "bench moe --kernels --compile")
+
 run("kernels", "bogus", code=2)
 if failures:
     sys.exit(1)
