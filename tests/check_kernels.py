@@ -134,6 +134,28 @@ if os.path.isdir(bf16_pkg):
         out, _ = run("kernels", "explain", bf16_pkg, code=1)
         expect(out, "Rejected " + bf16_variant + ": needs AVX-512 BF16", "explain bf16")
 
+# removed, Ember falls back to the built-in and says which package it could not load: the
+# library gone from a copy of the package, then the whole folder
+if os.path.isdir(bf16_pkg):
+    import shutil
+    with tempfile.TemporaryDirectory() as d:
+        copy = os.path.join(d, "ember-ragged-avx512bf16")
+        shutil.copytree(bf16_pkg, copy)
+        lib = os.path.join(copy, "build", bf16_variant, "libember_ragged_avx512bf16.so")
+        if has_bf16 and os.environ.get("EMBER_CPU_LEVEL", "") in ("", "avx512"):
+            out, _ = run("--kernels", copy, "kernels", "list")
+            expect(out, "ragged_packed_avx512bf16 *", "the copied package")
+            os.remove(lib)
+            out, err = run("--kernels", copy, "kernels", "list")
+            expect(err, "libember_ragged_avx512bf16.so is missing or unreadable", "library removed")
+            expect(err, "the built-in kernels are used", "library removed")
+            expect(out, "only the built-in kernels", "library removed")
+        shutil.rmtree(copy)
+        out, err = run("--kernels", copy, "kernels", "list")
+        expect(err, copy, "package removed")
+        expect(err, "the built-in kernels are used", "package removed")
+        expect(out, "only the built-in kernels", "package removed")
+
 # `ember bench moe --kernels` (the timing itself is not a test): a spec that does not load stops
 # it before anything is measured, and it compares eager CPU kernels only
 _, err = run("bench", "moe", "--kernels", "/nonexistent/pkg", "--skip-peers", code=1)
