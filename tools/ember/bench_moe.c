@@ -306,18 +306,19 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* ragged with the packages (*hub) and without (*builtin): `rounds` rounds, each timing both
- * sides (the median of min_s seconds of calls), which side goes first alternating; the medians
- * over the rounds. Leaves the packages suspended. */
-static void ab_ragged(moe_job *j, int rounds, double min_s, double *builtin, double *hub) {
-    double b[16], h[16];
+ * sides as the table's ragged column is timed (bench_interleaved: `reps` pairs of a read probe,
+ * which also evicts the weights from the caches, and one layer; the median layer), which side
+ * goes first alternating; the medians over the rounds. Leaves the packages suspended. */
+static void ab_ragged(moe_job *j, int rounds, int reps, double bytes, double *builtin,
+                      double *hub) {
+    double b[16], h[16], gbs;
     if (rounds > 16) rounds = 16;
     j->p.impl = EM_MOE_RAGGED;
     for (int r = 0; r < rounds; r++)
         for (int side = 0; side < 2; side++) {
             bool with_hub = (side == 0) == (r % 2 == 0);
             em_kreg_suspend_packages(!with_hub);
-            run_moe(j); /* the first call after a switch: not timed */
-            (with_hub ? h : b)[r] = bench_median_ms(run_moe, j, min_s);
+            bench_interleaved(run_moe, j, bytes, false, reps, 1, with_hub ? &h[r] : &b[r], &gbs);
         }
     em_kreg_suspend_packages(true);
     qsort(b, (size_t)rounds, sizeof *b, cmp_double);
@@ -330,7 +331,8 @@ static void usage(void) {
     printf("usage: ember bench moe [--json] [--model qwen3|gemma4|all] [--batches 1,4,16,32,64]\n"
            "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n"
            "                       [--device DEV] [--compile] [--no-pack]\n"
-           "                       [--launch-us US] [--sync-us US] [--kernels SPEC[,SPEC]]\n\n"
+           "                       [--launch-us US] [--sync-us US]\n"
+           "                       [--kernels SPEC[,SPEC] [--rounds N]]\n\n"
            "One MoE layer with real dimensions (Qwen3-30B-A3B: hidden 2048, 128 experts, top-8,\n"
            "intermediate 768, SwiGLU; Gemma 4 26B-A4B: hidden 2816, 128 experts, top-8,\n"
            "intermediate 704, GELU-tanh gating), bf16 weights, one token per sequence. Prints per\n"
@@ -348,14 +350,17 @@ static void usage(void) {
            "flops and bytes at the chip's figures, plus a launch overhead per program and a\n"
            "sync per host-read routing, measured on xla:0 unless given (--launch-us, --sync-us).\n"
            "--kernels loads kernel packages (docs/kernels.md) and times ragged with them against\n"
-           "the built-ins in the same process: rounds of both, which goes first alternating,\n"
-           "medians over the rounds (a line under each batch); every column of the table is the\n"
-           "built-ins' (the packages suspended). CPU, eager only.\n");
+           "the built-ins in the same process: --rounds (7; --quick 3, at most 16) rounds of both,\n"
+           "which goes first alternating, each side timed as the ragged column is (three pairs\n"
+           "of a read probe and a layer, the median), medians over the rounds (a line under\n"
+           "each batch); every column of the table is the built-ins' (the packages\n"
+           "suspended). CPU, eager only.\n");
 }
 
 int bench_moe(int argc, char **argv) {
     bool json = false, peers = true, quick = false, compile = false, pack = true;
     double launch_us = -1, sync_us = -1;
+    int rounds = -1;
     const char *which = "all", *device = NULL, *kernels = NULL;
     int batches[16] = {1, 4, 16, 32, 64}, nb = 5;
     bool impl_on[3] = {true, true, true};
@@ -368,6 +373,12 @@ int bench_moe(int argc, char **argv) {
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--no-pack")) pack = false;
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+            long long v[1];
+            if (cli_int_list("bench moe", argv[i], argv[i + 1], 1, 16, v, 1) != 1) return 2;
+            rounds = (int)v[0];
+            i++;
+        }
         else if ((!strcmp(argv[i], "--launch-us") || !strcmp(argv[i], "--sync-us")) &&
                  i + 1 < argc) {
             if (!cli_real("bench moe", argv[i], argv[i + 1], 0, 1e9,
@@ -413,6 +424,7 @@ int bench_moe(int argc, char **argv) {
         em_kreg_suspend_packages(true); /* the built-ins, except in ab_ragged's turns */
     }
     double mt = quick ? 0.2 : 0.5;
+    if (rounds < 0) rounds = quick ? 3 : 7;
     /* the bf16 dot peak gives each batch's compute floor next to its bandwidth bound: on a few
      * cores the larger batches approach it (see the README) */
     bench_limits L = {0};
@@ -517,12 +529,11 @@ int bench_moe(int argc, char **argv) {
             /* --kernels: ragged with the packages against the built-ins, in rounds */
             double ab_bi = -1, ab_hub = -1;
             const char *taker = NULL;
-            int rounds = quick ? 3 : 7;
             if (kernels && ms[EM_MOE_RAGGED] > 0) {
                 em_kreg_suspend_packages(false);
                 taker = ragged_taker(&j);
                 em_kreg_suspend_packages(true);
-                ab_ragged(&j, rounds, mt / 2, &ab_bi, &ab_hub);
+                ab_ragged(&j, rounds, 3, bytes, &ab_bi, &ab_hub);
             }
             /* compile mode: the whole layer (router included) as one program, interleaved with
              * probes like the others; its bound adds the router's weights (read in both) */
