@@ -619,6 +619,12 @@ static void test_ragged_avx2_accepts_avx2(void) {
     em_ctx *c = em_ctx_create();
     CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
     check_picks(c, "ember-ragged-avx2", "ragged_packed_avx2");
+    /* suspended (ember bench moe --kernels's built-in turns), the built-in takes them; resumed,
+     * the package again */
+    em_kreg_suspend_packages(true);
+    check_picks(c, "ember-ragged-avx2 (suspended)", "built-in");
+    em_kreg_suspend_packages(false);
+    check_picks(c, "ember-ragged-avx2", "ragged_packed_avx2");
     CHECK(em_ctx_status(c) == EM_OK);
     em_ctx_free(c);
 }
@@ -666,6 +672,10 @@ static void test_ragged_avx512bf16_package(void) {
     int64_t nm = 0;
     uint16_t *moe_builtin = moe_layer(c, &nm); /* before the package loads */
     CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
+    check_picks(c, "ember-ragged-avx512bf16", "ragged_packed_avx512bf16");
+    em_kreg_suspend_packages(true);
+    check_picks(c, "ember-ragged-avx512bf16 (suspended)", "built-in");
+    em_kreg_suspend_packages(false);
     check_picks(c, "ember-ragged-avx512bf16", "ragged_packed_avx512bf16");
     uint16_t *moe_hub = moe_layer(c, &nm);
     CHECK(moe_builtin && moe_hub);
