@@ -106,6 +106,63 @@ with tempfile.TemporaryDirectory() as cache:
     if "127.0.0.1:9" in err:
         fail("loading used the network: " + err)
 
+# Ember's AVX-512 BF16 ragged_dot package (kernels/ragged_avx512bf16, x86-64 builds): accepted
+# and chosen where the kernels run AVX-512 BF16, rejected with the reason where they do not
+bf16_pkg = os.path.join(pkgs, "ember-ragged-avx512bf16")
+bf16_variant = "ember-abi1-cpu-avx512bf16-x86_64-linux"
+if os.path.isdir(bf16_pkg):
+    flags = set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    has_bf16 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= flags
+    if has_bf16 and os.environ.get("EMBER_CPU_LEVEL", "") in ("", "avx512"):
+        out, _ = run("kernels", "explain", bf16_pkg)
+        expect(out, "Accepted " + bf16_variant + ": ember-ragged-avx512bf16 v1", "explain bf16")
+        expect(out, ", chosen", "explain bf16")
+        out, _ = run("--kernels", bf16_pkg, "kernels", "list")
+        expect(out, "ragged_packed_avx512bf16 *", "list with the bf16 package")
+        out, _ = run("kernels", "explain", bf16_pkg, env={"EMBER_CPU_LEVEL": "avx2"}, code=1)
+        expect(out, "Rejected " + bf16_variant + ": needs AVX-512 BF16; this CPU runs AVX2",
+               "explain bf16 at EMBER_CPU_LEVEL=avx2")
+    else:
+        print("note: no AVX-512 BF16 kernels here; ember-ragged-avx512bf16 is checked rejected")
+        out, _ = run("kernels", "explain", bf16_pkg, code=1)
+        expect(out, "Rejected " + bf16_variant + ": needs AVX-512 BF16", "explain bf16")
+
+# removed, Ember falls back to the built-in and says which package it could not load: the
+# library gone from a copy of the package, then the whole folder
+if os.path.isdir(bf16_pkg):
+    import shutil
+    with tempfile.TemporaryDirectory() as d:
+        copy = os.path.join(d, "ember-ragged-avx512bf16")
+        shutil.copytree(bf16_pkg, copy)
+        lib = os.path.join(copy, "build", bf16_variant, "libember_ragged_avx512bf16.so")
+        if has_bf16 and os.environ.get("EMBER_CPU_LEVEL", "") in ("", "avx512"):
+            out, _ = run("--kernels", copy, "kernels", "list")
+            expect(out, "ragged_packed_avx512bf16 *", "the copied package")
+            os.remove(lib)
+            out, err = run("--kernels", copy, "kernels", "list")
+            expect(err, "libember_ragged_avx512bf16.so is missing or unreadable", "library removed")
+            expect(err, "the built-in kernels are used", "library removed")
+            expect(out, "only the built-in kernels", "library removed")
+        shutil.rmtree(copy)
+        out, err = run("--kernels", copy, "kernels", "list")
+        expect(err, copy, "package removed")
+        expect(err, "the built-in kernels are used", "package removed")
+        expect(out, "only the built-in kernels", "package removed")
+
+# `ember bench moe --kernels` (the timing itself is not a test): a spec that does not load stops
+# it before anything is measured, and it compares eager CPU kernels only
+_, err = run("bench", "moe", "--kernels", "/nonexistent/pkg", "--skip-peers", code=1)
+expect(err, "--kernels /nonexistent/pkg", "bench moe --kernels with a missing package")
+_, err = run("bench", "moe", "--kernels", good, "--compile", code=2)
+expect(err, "not with --device or --compile", "bench moe --kernels --compile")
+
 run("kernels", "bogus", code=2)
 if failures:
     sys.exit(1)

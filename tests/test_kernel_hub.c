@@ -100,7 +100,13 @@ static void test_resolution_table(void) {
     em_status st;
     char *t = explain(c, spec, NULL, &st);
     CHECK(st == EM_OK);
-    HAS(t, "Accepted " GOOD ": ember-test-kernels v1 (Apache-2.0), chosen");
+    if (em_cpu_bf16_dot()) { /* the MISSING_FEATURE variant is not missing here: it wins */
+        HAS(t, "Accepted ember-abi1-cpu-" MISSING_FEATURE "-" ARCH
+               "-linux: ember-test-kernels v1 (Apache-2.0), chosen");
+        HAS(t, "Accepted " GOOD ": ranks below ember-abi1-cpu-" MISSING_FEATURE);
+    } else {
+        HAS(t, "Accepted " GOOD ": ember-test-kernels v1 (Apache-2.0), chosen");
+    }
     HAS(t, "Rejected foo-bar: not a variant name");
     HAS(t, "Rejected ember-abi2-cpu-generic-" ARCH "-linux: ABI 2, Ember speaks 1");
     HAS(t, "Rejected ember-abi1-cpu-generic-" OTHER_ARCH "-linux: built for " OTHER_ARCH
@@ -459,6 +465,295 @@ static void test_ragged_package(void) {
     em_ctx_free(c);
 }
 
+/* ---- the packed ragged_dot packages at each CPU level ----------------------------------- */
+
+/* Random packed bf16 ragged_dot inputs: x [m, k], experts [g, n, k] packed (em_ragged_pack),
+ * group sizes spreading the m rows (a zero group among them, and a spare zero row when m > 2),
+ * the output [m, n]. In c's current scope. */
+typedef struct ragged_call {
+    em_tensor *x, *w, *g, *out;
+} ragged_call;
+
+static ragged_call ragged_inputs(em_ctx *c, int64_t m, int64_t k, int64_t n, int64_t g,
+                                 uint64_t seed) {
+    ragged_call r = {0};
+    int32_t sizes[8] = {0};
+    int64_t left = m > 2 ? m - 1 : m;
+    for (int64_t i = 0; i < g && i < 8; i++) {
+        int64_t s = i == 1 ? 0 : i == g - 1 ? left : (left + 1) / 2;
+        sizes[i] = (int32_t)s;
+        left -= s;
+    }
+    r.x = em_rand(c, EM_BF16, EM_SHAPE(m, k), seed, -1, 1);
+    r.w = em_ragged_pack(c, em_rand(c, EM_BF16, EM_SHAPE(g, n, k), seed + 1, -0.1, 0.1));
+    int64_t gsh[] = {g};
+    r.g = em_from_host(c, EM_I32, 1, gsh, sizes);
+    r.out = em_empty(c, EM_BF16, EM_SHAPE(m, n));
+    return r;
+}
+
+/* The name of the implementation the registry picks for the call in `mode`: what eager calls
+ * (inference, training) and the compiled plan (compile) would run. */
+static const char *ragged_pick(em_ctx *c, const ragged_call *r, unsigned mode) {
+    em_tensor *ins[] = {r->x, r->w, r->g}, *outs[] = {r->out};
+    em_attr at[EM_MAX_ATTRS] = {{.i = 1}};
+    em_kernel_args a = {c, em_op_get(EM_OP_RAGGED_DOT), ins, 3, outs, 1, at};
+    const em_kimpl *k =
+        em_kset_pick(em_kset_get(em_device_cpu()->be, EM_OP_RAGGED_DOT), &a, mode);
+    return k ? k->name : "(none)";
+}
+
+/* The built-in ragged_dot on r, called directly (into r->out). */
+static void ragged_builtin(em_ctx *c, const ragged_call *r) {
+    em_tensor *ins[] = {r->x, r->w, r->g}, *outs[] = {r->out};
+    em_attr at[EM_MAX_ATTRS] = {{.i = 1}};
+    em_kernel_args a = {c, em_op_get(EM_OP_RAGGED_DOT), ins, 3, outs, 1, at};
+    CHECK(em_device_cpu()->be->kernels[EM_OP_RAGGED_DOT](&a) == EM_OK);
+}
+
+/* Shapes (m, k, n, g): decode and prefill row counts around the built-in's task split (256
+ * weight rows a task) and the AVX-512 kernel's row blocks (at most 10 rows). */
+static const int64_t RAGGED_SHAPES[][4] = {
+    {1, 64, 32, 1}, {7, 64, 320, 3}, {23, 128, 96, 4}, {40, 32, 544, 5},
+};
+static const unsigned MODES[] = {EM_KMODE_INFERENCE, EM_KMODE_TRAINING, EM_KMODE_COMPILE};
+
+/* Every packed bf16 shape in every mode picks `want`. */
+static void check_picks(em_ctx *c, const char *pkg, const char *want) {
+    for (size_t s = 0; s < sizeof RAGGED_SHAPES / sizeof *RAGGED_SHAPES; s++) {
+        const int64_t *d = RAGGED_SHAPES[s];
+        em_scope_push(c);
+        ragged_call r = ragged_inputs(c, d[0], d[1], d[2], d[3], 40 + s);
+        for (size_t m = 0; m < sizeof MODES / sizeof *MODES; m++) {
+            const char *got = ragged_pick(c, &r, MODES[m]);
+            CHECK_MSG(!strcmp(got, want),
+                      "%s at level %s, [%lld, %lld] x [%lld, %lld, %lld] mode %u: %s took the "
+                      "call, expected %s", pkg, khub_host_level(), (long long)d[0],
+                      (long long)d[1], (long long)d[3], (long long)d[2], (long long)d[1],
+                      MODES[m], got, want);
+        }
+        em_scope_pop(c);
+    }
+}
+
+/* A package library's supports() asked directly, as if Ember ran its kernels at `level` (levels
+ * EMBER_CPU_LEVEL cannot give this process, e.g. "avx512" without BF16 on a BF16 CPU): the
+ * answer for a contiguous packed bf16 call of 7 rows, K 64, N 320, 3 groups; -1 when the
+ * library does not load. Call it only where the CPU runs the library's instruction set. */
+static int direct_supports(const char *pkg, const char *variant, const char *lib,
+                           const char *level) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/build/%s/%s", pkgs(), pkg, variant, lib);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return -1;
+    ember_kernel_library_get_fn get =
+        (ember_kernel_library_get_fn)(uintptr_t)dlsym(h, "ember_kernel_library_get");
+    const ember_kernel_library *L = get ? get() : NULL;
+    if (!L || L->n_impls != 1) return -1;
+    ember_kernel_tensor t[4] = {
+        {NULL, EMBER_KDT_BF16, 2, {7, 64}, {64, 1}},
+        {NULL, EMBER_KDT_BF16, 5, {3, 10, 32, 32, 2}, {20480, 2048, 64, 2, 1}},
+        {NULL, EMBER_KDT_I32, 1, {3}, {1}},
+        {NULL, EMBER_KDT_BF16, 2, {7, 320}, {320, 1}},
+    };
+    ember_kernel_attr at = {"nk", EMBER_KATTR_BOOL, 0, 1, 0, NULL};
+    ember_kernel_call k = {sizeof k, "ragged_dot", EMBER_KERNEL_MODE_INFERENCE, 3, 1, 1,
+                           t, t + 3, &at, 1, NULL, level};
+    return L->impls[0].supports(&k) != 0;
+}
+
+#define AVX2_VARIANT "ember-abi1-cpu-avx2-x86_64-linux"
+#define BF16_VARIANT "ember-abi1-cpu-avx512bf16-x86_64-linux"
+
+/* ember-ragged-avx2 declines every call where Ember's kernels run AVX-512: the built-in AVX-512
+ * ragged_dot is the wider one. Needs a CPU with AVX-512 (and EMBER_CPU_LEVEL not lowering it). */
+static void test_ragged_avx2_declines_avx512(void) {
+    if (!setup()) return;
+#if defined(__x86_64__)
+    if (!em_cpu_features_get()->avx512f || em_cpu_isa_get() != EM_ISA_AVX512) {
+        em_test_skip("ember-ragged-avx2's decline at the AVX-512 levels needs kernels running "
+                     "AVX-512; this process runs %s (CPU: %s AVX-512)", khub_host_level(),
+                     em_cpu_features_get()->avx512f ? "has" : "no");
+        return;
+    }
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/ember-ragged-avx2", pkgs());
+    em_ctx *c = em_ctx_create();
+    CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
+    check_picks(c, "ember-ragged-avx2", "built-in");
+    /* the level this process cannot be lowered to (AVX-512 without BF16) and the one it runs,
+     * asked of the library directly; and the AVX2 level it accepts */
+    CHECK(direct_supports("ember-ragged-avx2", AVX2_VARIANT, "libember_ragged_avx2.so",
+                          "avx512") == 0);
+    CHECK(direct_supports("ember-ragged-avx2", AVX2_VARIANT, "libember_ragged_avx2.so",
+                          "avx512bf16") == 0);
+    CHECK(direct_supports("ember-ragged-avx2", AVX2_VARIANT, "libember_ragged_avx2.so",
+                          "avx2") == 1);
+    /* a call still runs, on the built-in */
+    em_scope_push(c);
+    ragged_call r = ragged_inputs(c, 7, 64, 320, 3, 9);
+    CHECK(em_ragged_dot(c, r.x, r.w, r.g, true) != NULL);
+    em_scope_pop(c);
+    char *list = em_kernels_list("cpu", false);
+    HAS(list, "ragged_packed_avx2");
+    free(list);
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+#else
+    em_test_skip("ember-ragged-avx2 is an x86-64 package");
+#endif
+}
+
+/* ... and takes them where Ember's kernels run AVX2: on an AVX2 CPU, or on a wider one under
+ * EMBER_CPU_LEVEL=avx2 (ctest kernel_hub_avx2). */
+static void test_ragged_avx2_accepts_avx2(void) {
+    if (!setup()) return;
+    if (em_cpu_isa_get() != EM_ISA_AVX2) {
+        em_test_skip("ember-ragged-avx2's calls are taken where the kernels run AVX2 (here: %s; "
+                     "ctest kernel_hub_avx2 runs this with EMBER_CPU_LEVEL=avx2)",
+                     khub_host_level());
+        return;
+    }
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/ember-ragged-avx2", pkgs());
+    em_ctx *c = em_ctx_create();
+    CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
+    check_picks(c, "ember-ragged-avx2", "ragged_packed_avx2");
+    /* suspended (ember bench moe --kernels's built-in turns), the built-in takes them; resumed,
+     * the package again */
+    em_kreg_suspend_packages(true);
+    check_picks(c, "ember-ragged-avx2 (suspended)", "built-in");
+    em_kreg_suspend_packages(false);
+    check_picks(c, "ember-ragged-avx2", "ragged_packed_avx2");
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+}
+
+/* A small MoE layer (8 experts of hidden 64, intermediate 96, top-2, SwiGLU, bf16 packed
+ * experts) on 5 tokens through the ragged implementation: a malloc'd copy of its output (n
+ * elements), NULL on an error. */
+static uint16_t *moe_layer(em_ctx *c, int64_t *n) {
+    enum { T = 5, H = 64, E = 8, I = 96 };
+    em_scope_push(c);
+    em_moe_params p = em_moe_default_params();
+    p.impl = EM_MOE_RAGGED;
+    p.top_k = 2;
+    p.norm_topk_prob = true;
+    p.act = EM_MOE_ACT_SILU;
+    em_moe_weights w = {0};
+    w.gate_up = em_ragged_pack(c, em_rand(c, EM_BF16, EM_SHAPE(E, 2 * I, H), 301, -0.1, 0.1));
+    w.down = em_ragged_pack(c, em_rand(c, EM_BF16, EM_SHAPE(E, H, I), 302, -0.1, 0.1));
+    em_tensor *x = em_rand(c, EM_BF16, EM_SHAPE(T, H), 303, -1, 1);
+    em_tensor *router = em_rand(c, EM_BF16, EM_SHAPE(E, H), 304, -0.5, 0.5);
+    em_tensor *idx = NULL;
+    em_tensor *rw = em_moe_route(c, em_linear(c, x, router, NULL), &p, NULL, EM_BF16, &idx);
+    em_tensor *y = em_moe_experts(c, x, idx, rw, &w, &p, NULL);
+    const void *d = y ? em_tensor_data(c, y) : NULL;
+    uint16_t *copy = d ? malloc(sizeof *copy * T * H) : NULL;
+    if (copy) memcpy(copy, d, sizeof *copy * T * H);
+    *n = T * H;
+    em_scope_pop(c);
+    return copy;
+}
+
+/* ember-ragged-avx512bf16 (kernels/ragged_avx512bf16): where Ember's kernels run AVX-512 BF16
+ * it takes every packed bf16 call, in every mode, and gives the built-in's bits. */
+static void test_ragged_avx512bf16_package(void) {
+    if (!setup()) return;
+    if (em_cpu_isa_get() != EM_ISA_AVX512 || !em_cpu_bf16_dot()) {
+        em_test_skip("ember-ragged-avx512bf16 runs where the kernels run AVX-512 BF16 (here: %s; "
+                     "CPU: %s AVX-512 BF16)", khub_host_level(),
+                     em_cpu_features_get()->avx512bf16 ? "has" : "no");
+        return;
+    }
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/ember-ragged-avx512bf16", pkgs());
+    em_ctx *c = em_ctx_create();
+    int64_t nm = 0;
+    uint16_t *moe_builtin = moe_layer(c, &nm); /* before the package loads */
+    CHECK(em_kernels_load(c, spec, NULL) == EM_OK);
+    check_picks(c, "ember-ragged-avx512bf16", "ragged_packed_avx512bf16");
+    em_kreg_suspend_packages(true);
+    check_picks(c, "ember-ragged-avx512bf16 (suspended)", "built-in");
+    em_kreg_suspend_packages(false);
+    check_picks(c, "ember-ragged-avx512bf16", "ragged_packed_avx512bf16");
+    uint16_t *moe_hub = moe_layer(c, &nm);
+    CHECK(moe_builtin && moe_hub);
+    if (moe_builtin && moe_hub)
+        CHECK_MSG(!memcmp(moe_builtin, moe_hub, sizeof *moe_hub * (size_t)nm),
+                  "the MoE layer's output with the package differs from the built-in's bits");
+    free(moe_builtin);
+    free(moe_hub);
+    for (size_t s = 0; s < sizeof RAGGED_SHAPES / sizeof *RAGGED_SHAPES; s++) {
+        const int64_t *d = RAGGED_SHAPES[s];
+        em_scope_push(c);
+        ragged_call r = ragged_inputs(c, d[0], d[1], d[2], d[3], 70 + s);
+        em_tensor *hub = em_ragged_dot(c, r.x, r.w, r.g, true);
+        ragged_builtin(c, &r);
+        CHECK(hub != NULL);
+        if (hub)
+            CHECK_MSG(!memcmp(em_tensor_data(c, hub), em_tensor_data(c, r.out),
+                              sizeof(uint16_t) * (size_t)(d[0] * d[2])),
+                      "[%lld, %lld] x [%lld, %lld, %lld]: the package's bits differ from the "
+                      "built-in's", (long long)d[0], (long long)d[1], (long long)d[3],
+                      (long long)d[2], (long long)d[1]);
+        em_scope_pop(c);
+    }
+    char *list = em_kernels_list("cpu", false);
+    HAS(list, "ragged_packed_avx512bf16 *");
+    free(list);
+    /* f32, and the [G, N, K] layout: declined, the built-in answers */
+    em_scope_push(c);
+    ragged_call r = ragged_inputs(c, 7, 64, 320, 3, 9);
+    em_tensor *wu = em_ragged_unpack(c, r.w);
+    CHECK(em_ragged_dot(c, r.x, wu, r.g, true) != NULL);
+    CHECK(em_ragged_dot(c, em_cast(c, r.x, EM_F32), em_cast(c, wu, EM_F32), r.g, true) != NULL);
+    em_scope_pop(c);
+    /* levels without BF16, asked directly (EMBER_CPU_LEVEL cannot give "avx512" alone here) */
+    static const char *const no[] = {"avx512", "avx2", "generic", "neonbf16", ""};
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        CHECK_MSG(direct_supports("ember-ragged-avx512bf16", BF16_VARIANT,
+                                  "libember_ragged_avx512bf16.so", no[i]) == 0,
+                  "ember-ragged-avx512bf16 took a call at level '%s'", no[i]);
+    CHECK(direct_supports("ember-ragged-avx512bf16", BF16_VARIANT,
+                          "libember_ragged_avx512bf16.so", "avx512bf16") == 1);
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+}
+
+/* Where the kernels do not run AVX-512 BF16 (an AVX2 CPU, or EMBER_CPU_LEVEL=avx2 on a BF16 one)
+ * the package's only variant is rejected with the reason, and loading it fails: its kernel takes
+ * no call. */
+static void test_ragged_avx512bf16_rejected(void) {
+    if (!setup()) return;
+#if defined(__x86_64__)
+    if (em_cpu_isa_get() == EM_ISA_AVX512 && em_cpu_bf16_dot()) {
+        em_test_skip("the kernels run AVX-512 BF16 here: ember-ragged-avx512bf16 is accepted "
+                     "(ctest kernel_hub_avx2 checks the rejection)");
+        return;
+    }
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s/ember-ragged-avx512bf16", pkgs());
+    em_ctx *c = em_ctx_create();
+    em_status st;
+    char *text = explain(c, spec, NULL, &st);
+    HAS(text, "Rejected " BF16_VARIANT);
+    HAS(text, "needs AVX-512 BF16");
+    free(text);
+    em_ctx_clear_error(c);
+    CHECK(em_kernels_load(c, spec, NULL) == EM_ERR_UNSUPPORTED);
+    em_ctx_clear_error(c);
+    em_scope_push(c);
+    ragged_call r = ragged_inputs(c, 7, 64, 320, 3, 9);
+    for (size_t m = 0; m < sizeof MODES / sizeof *MODES; m++) /* the built-in, or ragged_avx2's */
+        CHECK(strcmp(ragged_pick(c, &r, MODES[m]), "ragged_packed_avx512bf16"));
+    em_scope_pop(c);
+    em_ctx_free(c);
+#else
+    em_test_skip("ember-ragged-avx512bf16 is an x86-64 package");
+#endif
+}
+
 static void test_cleanup(void) {
     if (!setup()) return;
     CHECK(sh("rm -rf '%s'", tmp) == 0);
@@ -466,4 +761,7 @@ static void test_cleanup(void) {
 
 EM_TEST_MAIN(T(test_resolution_table), T(test_preference), T(test_tampered),
              T(test_abi_and_symbols), T(test_lock), T(test_load_and_fallback),
-             T(test_compiled_calls_package), T(test_ragged_package), T(test_cleanup))
+             T(test_compiled_calls_package), T(test_ragged_package),
+             T(test_ragged_avx2_declines_avx512), T(test_ragged_avx2_accepts_avx2),
+             T(test_ragged_avx512bf16_package), T(test_ragged_avx512bf16_rejected),
+             T(test_cleanup))

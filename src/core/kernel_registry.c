@@ -19,6 +19,7 @@ static em_kimpl *impls[MAX_IMPLS]; /* hub implementations, in registration order
 static int n_impls;
 static attached backends[MAX_ATTACHED];
 static int n_backends;
+static bool packages_off; /* em_kreg_suspend_packages */
 /* Replaced snapshots, kept so that a reader holding one never sees it freed (and reachable, so
  * leak checkers do not count them). */
 static em_kset **retired;
@@ -62,13 +63,14 @@ static int collect(const attached *b, em_op_id op, const em_kimpl **out) {
     return n;
 }
 
-/* Publishes the snapshot of (b, op), without the disabled implementations; called with the
- * lock held. */
+/* Publishes the snapshot of (b, op), without the disabled implementations (nor the packages'
+ * while they are suspended); called with the lock held. */
 static void publish(attached *b, em_op_id op) {
     const em_kimpl *v[MAX_IMPLS + 1];
     int all = collect(b, op, v), n = 0;
     for (int i = 0; i < all; i++)
-        if (!atomic_load(&v[i]->disabled)) v[n++] = v[i];
+        if (!atomic_load(&v[i]->disabled) && (!packages_off || v[i] == &b->builtin[op]))
+            v[n++] = v[i];
     em_kset *ks = NULL;
     if (n) {
         ks = malloc(sizeof *ks + (size_t)n * sizeof *v);
@@ -145,6 +147,20 @@ void em_kimpl_disable(em_kimpl *impl, const char *why) {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < n_backends; i++)
         if (em_kernel_kind_matches(impl->kind, backends[i].kind)) publish(&backends[i], impl->op);
+    pthread_mutex_unlock(&lock);
+}
+
+void em_kreg_suspend_packages(bool off) {
+    pthread_mutex_lock(&lock);
+    if (packages_off != off) {
+        packages_off = off;
+        /* only the ops that have package implementations change (once per implementation:
+         * republishing an op twice is harmless) */
+        for (int i = 0; i < n_impls; i++)
+            for (int k = 0; k < n_backends; k++)
+                if (em_kernel_kind_matches(impls[i]->kind, backends[k].kind))
+                    publish(&backends[k], impls[i]->op);
+    }
     pthread_mutex_unlock(&lock);
 }
 

@@ -59,6 +59,13 @@ bool em_kreg_register(em_kimpl *impl);
 /* Disables an implementation (its calls go to the next one) and says why on stderr. */
 void em_kimpl_disable(em_kimpl *impl, const char *why);
 
+/* Suspends (off = true) or resumes every package implementation: while suspended, every call
+ * goes to the built-ins, as without the packages. For benchmarks that compare a package with
+ * the built-in in one process (`ember bench moe --kernels`); not a way to unload (libraries
+ * stay loaded, em_kreg_list still lists them). Each switch keeps a snapshot per op of the
+ * packages (snapshots are never freed), so switch tens of times, not millions. */
+void em_kreg_suspend_packages(bool off);
+
 /* Every registered implementation of `op` for `kind` (attached built-ins included), best first,
  * as the dispatcher would order them; returns the count written (at most max). */
 int em_kreg_list(em_op_id op, const char *kind, const em_kimpl **out, int max);

@@ -14,7 +14,9 @@
 #include "bench_limits.h"
 #include "bench_util.h"
 #include "cli.h"
+#include "core/kernel_registry.h"
 #include "ember/ember.h"
+#include "ember/kernels.h"
 
 typedef struct moe_model {
     const char *name, *peer_name;
@@ -250,11 +252,87 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
     return 0;
 }
 
+/* ---- --kernels: the layer with kernel packages against the built-ins, in one process ---- */
+
+/* Loads each comma-separated spec; false (said on stderr) when one does not load. */
+static bool load_packages(const char *specs) {
+    em_ctx *c = em_ctx_create();
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", specs);
+    bool ok = true;
+    for (char *save = NULL, *s = strtok_r(buf, ",", &save); s && ok;
+         s = strtok_r(NULL, ",", &save)) {
+        if (em_kernels_load(c, s, NULL) != EM_OK) {
+            fprintf(stderr, "ember bench moe: --kernels %s: %s\n", s, em_ctx_error(c)->message);
+            ok = false;
+        }
+    }
+    em_ctx_free(c);
+    return ok;
+}
+
+/* The implementation the registry picks for the layer's ragged_dot (its first gate/up call:
+ * every token on expert 0), so the table says whether a package takes the calls at all. */
+static const char *ragged_taker(moe_job *j) {
+    em_ctx *c = j->c;
+    em_scope_push(c);
+    int64_t t = em_tensor_shape(j->x)[0], g = em_tensor_shape(j->wr.gate_up)[0];
+    int64_t n = em_tensor_ndim(j->wr.gate_up) == 5
+                    ? em_tensor_shape(j->wr.gate_up)[1] * 32 : em_tensor_shape(j->wr.gate_up)[1];
+    int32_t *sizes = calloc((size_t)g, sizeof *sizes);
+    const char *name = "(unknown)";
+    if (sizes) {
+        sizes[0] = (int32_t)t;
+        int64_t gsh[] = {g};
+        em_tensor *ins[] = {j->x, j->wr.gate_up, em_from_host(c, EM_I32, 1, gsh, sizes)};
+        em_tensor *out = em_empty(c, EM_BF16, EM_SHAPE(t, n));
+        em_attr at[EM_MAX_ATTRS] = {{.i = 1}};
+        em_kernel_args a = {c, em_op_get(EM_OP_RAGGED_DOT), ins, 3, &out, 1, at};
+        const em_kimpl *k = ins[2] && out ? em_kset_pick(em_kset_get(em_device_cpu()->be,
+                                                                     EM_OP_RAGGED_DOT),
+                                                          &a, EM_KMODE_INFERENCE)
+                                          : NULL;
+        name = k ? k->name : "(none)";
+        free(sizes);
+    }
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+    return name;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ragged with the packages (*hub) and without (*builtin): `rounds` rounds, each timing both
+ * sides as the table's ragged column is timed (bench_interleaved: `reps` pairs of a read probe,
+ * which also evicts the weights from the caches, and one layer; the median layer), which side
+ * goes first alternating; the medians over the rounds. Leaves the packages suspended. */
+static void ab_ragged(moe_job *j, int rounds, int reps, double bytes, double *builtin,
+                      double *hub) {
+    double b[16], h[16], gbs;
+    if (rounds > 16) rounds = 16;
+    j->p.impl = EM_MOE_RAGGED;
+    for (int r = 0; r < rounds; r++)
+        for (int side = 0; side < 2; side++) {
+            bool with_hub = (side == 0) == (r % 2 == 0);
+            em_kreg_suspend_packages(!with_hub);
+            bench_interleaved(run_moe, j, bytes, false, reps, 1, with_hub ? &h[r] : &b[r], &gbs);
+        }
+    em_kreg_suspend_packages(true);
+    qsort(b, (size_t)rounds, sizeof *b, cmp_double);
+    qsort(h, (size_t)rounds, sizeof *h, cmp_double);
+    *builtin = rounds % 2 ? b[rounds / 2] : (b[rounds / 2 - 1] + b[rounds / 2]) / 2;
+    *hub = rounds % 2 ? h[rounds / 2] : (h[rounds / 2 - 1] + h[rounds / 2]) / 2;
+}
+
 static void usage(void) {
     printf("usage: ember bench moe [--json] [--model qwen3|gemma4|all] [--batches 1,4,16,32,64]\n"
            "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n"
            "                       [--device DEV] [--compile] [--no-pack]\n"
-           "                       [--launch-us US] [--sync-us US]\n\n"
+           "                       [--launch-us US] [--sync-us US]\n"
+           "                       [--kernels SPEC[,SPEC] [--rounds N]]\n\n"
            "One MoE layer with real dimensions (Qwen3-30B-A3B: hidden 2048, 128 experts, top-8,\n"
            "intermediate 768, SwiGLU; Gemma 4 26B-A4B: hidden 2816, 128 experts, top-8,\n"
            "intermediate 704, GELU-tanh gating), bf16 weights, one token per sequence. Prints per\n"
@@ -270,13 +348,20 @@ static void usage(void) {
            "is compiled for the TPU as ragged (eager), loop (eager, one program per expert as\n"
            "transformers runs it) and ragged compiled (one program) and projected from XLA's\n"
            "flops and bytes at the chip's figures, plus a launch overhead per program and a\n"
-           "sync per host-read routing, measured on xla:0 unless given (--launch-us, --sync-us).\n");
+           "sync per host-read routing, measured on xla:0 unless given (--launch-us, --sync-us).\n"
+           "--kernels loads kernel packages (docs/kernels.md) and times ragged with them against\n"
+           "the built-ins in the same process: --rounds (7; --quick 3, at most 16) rounds of both,\n"
+           "which goes first alternating, each side timed as the ragged column is (three pairs\n"
+           "of a read probe and a layer, the median), medians over the rounds (a line under\n"
+           "each batch); every column of the table is the built-ins' (the packages\n"
+           "suspended). CPU, eager only.\n");
 }
 
 int bench_moe(int argc, char **argv) {
     bool json = false, peers = true, quick = false, compile = false, pack = true;
     double launch_us = -1, sync_us = -1;
-    const char *which = "all", *device = NULL;
+    int rounds = -1;
+    const char *which = "all", *device = NULL, *kernels = NULL;
     int batches[16] = {1, 4, 16, 32, 64}, nb = 5;
     bool impl_on[3] = {true, true, true};
     for (int i = 1; i < argc; i++) {
@@ -287,6 +372,13 @@ int bench_moe(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--no-pack")) pack = false;
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+            long long v[1];
+            if (cli_int_list("bench moe", argv[i], argv[i + 1], 1, 16, v, 1) != 1) return 2;
+            rounds = (int)v[0];
+            i++;
+        }
         else if ((!strcmp(argv[i], "--launch-us") || !strcmp(argv[i], "--sync-us")) &&
                  i + 1 < argc) {
             if (!cli_real("bench moe", argv[i], argv[i + 1], 0, 1e9,
@@ -322,7 +414,17 @@ int bench_moe(int argc, char **argv) {
         if (em_device_is_compile_only(d))
             return moe_project(d, which, batches, nb, launch_us, sync_us, json);
     }
+    if (kernels && (device || compile)) {
+        fprintf(stderr, "ember bench moe: --kernels compares CPU kernels in eager calls: not with "
+                        "--device or --compile\n");
+        return 2;
+    }
+    if (kernels) {
+        if (!load_packages(kernels)) return 1;
+        em_kreg_suspend_packages(true); /* the built-ins, except in ab_ragged's turns */
+    }
     double mt = quick ? 0.2 : 0.5;
+    if (rounds < 0) rounds = quick ? 3 : 7;
     /* the bf16 dot peak gives each batch's compute floor next to its bandwidth bound: on a few
      * cores the larger batches approach it (see the README) */
     bench_limits L = {0};
@@ -424,6 +526,15 @@ int bench_moe(int argc, char **argv) {
                     probe_gbs = gbs;
                 }
             }
+            /* --kernels: ragged with the packages against the built-ins, in rounds */
+            double ab_bi = -1, ab_hub = -1;
+            const char *taker = NULL;
+            if (kernels && ms[EM_MOE_RAGGED] > 0) {
+                em_kreg_suspend_packages(false);
+                taker = ragged_taker(&j);
+                em_kreg_suspend_packages(true);
+                ab_ragged(&j, rounds, 3, bytes, &ab_bi, &ab_hub);
+            }
             /* compile mode: the whole layer (router included) as one program, interleaved with
              * probes like the others; its bound adds the router's weights (read in both) */
             double cms = -1, cfrac = 0;
@@ -467,6 +578,11 @@ int bench_moe(int argc, char **argv) {
                     if (k == EM_MOE_RAGGED && probe_gbs > 0)
                         printf(", \"probe_gbs\": %.2f", probe_gbs);
                     if (k == EM_MOE_RAGGED) printf(", \"packed\": %s", packed ? "true" : "false");
+                    if (k == EM_MOE_RAGGED && ab_hub > 0)
+                        printf(", \"kernels\": \"%s\", \"ragged_dot_impl\": \"%s\", "
+                               "\"ab_rounds\": %d, \"ab_builtin_ms\": %.4f, \"ab_hub_ms\": %.4f, "
+                               "\"hub_over_builtin\": %.4f",
+                               kernels, taker, rounds, ab_bi, ab_hub, ab_hub / ab_bi);
                     printf("}\n");
                 }
                 if (cms > 0)
@@ -504,6 +620,10 @@ int bench_moe(int argc, char **argv) {
                 printf("%6d %10s %10s %10s %8s %6lld %9.1f %9.3f %7s %6s %8s %10s %s\n", b, loop_s,
                        dense_s, rag_s, ratio_s, (long long)hit, bytes / 1e6, bound, frac_s, gbs_s,
                        dot_s, torch_s, best_name);
+                if (ab_hub > 0)
+                    printf("%6s ragged with --kernels (ragged_dot: %s): built-in %.3f ms, with the "
+                           "packages %.3f ms, hub/built-in %.3f (medians of %d rounds)\n", "",
+                           taker, ab_bi, ab_hub, ab_hub / ab_bi, rounds);
                 if (cms > 0)
                     printf("%6s %10s %10s %10.3f %8s %6s %9s %9.3f %6.0f%%          (ragged, compiled: "
                            "the layer with its router as one program)\n",

@@ -2,7 +2,8 @@
  * AVX-512 ragged-dot micro-kernels. bf16 uses vdpbf16ps (two multiply-adds per lane per
  * instruction) on 4 weight rows x 4 token rows at a time: 16 accumulators, each weight vector
  * loaded once per k-step and reused by every row of the block. The packed layout's kernel
- * (decode's path for bf16 expert weights) is at the end.
+ * (decode's path for bf16 expert weights) is ragged_packed_avx512.inc, shared with the kernel
+ * package kernels/ragged_avx512bf16/.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -114,66 +115,7 @@ static void nk_f32(const float *x, int64_t ldx, int64_t rows, const float *w,
 
 /* ---- packed layout ---- */
 
-/* Bytes ahead of the current step that each panel stream is fetched into L2 (0.25-8 KB: flat
- * within noise on one Zen 4 core; the hardware prefetcher does most of it on one stream). */
-#define PACKED_PF_BYTES 1024
-/* Rows per block. Blocks of 12-14 rows ran 61-92 % of the vdpbf16ps peak from L2 (k = 2048,
- * one Zen 4 core), blocks of 3-11 rows 94-100 %; so groups are split into equal blocks of at most
- * 10 (16 rows: 8 + 8, not 14 + 2), each reading the panel again from L2. */
-#define PACKED_MR 10
-
-/* R rows against one 32-column panel over all ks steps: 2R accumulators, two panel vectors
- * loaded per step and used by every row, each row's (k, k+1) pair broadcast. */
-ALWAYS_INLINE void packed_tile(const int R, const uint16_t *x, int64_t ldx, const char *pb,
-                               int64_t ks, uint16_t *out, int64_t ldo) {
-    __m512 c0[PACKED_MR], c1[PACKED_MR];
-#pragma GCC unroll 10
-    for (int i = 0; i < R; i++) c0[i] = c1[i] = _mm512_setzero_ps();
-    for (int64_t s = 0; s < ks; s++, pb += 128) {
-        _mm_prefetch(pb + PACKED_PF_BYTES, _MM_HINT_T1);
-        const __m512bh b0 = (__m512bh)_mm512_load_si512(pb);
-        const __m512bh b1 = (__m512bh)_mm512_load_si512(pb + 64);
-#pragma GCC unroll 10
-        for (int i = 0; i < R; i++) {
-            int32_t pair;
-            memcpy(&pair, x + i * ldx + 2 * s, 4);
-            const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-            c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
-            c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
-        }
-    }
-#pragma GCC unroll 10
-    for (int i = 0; i < R; i++) {
-        _mm256_storeu_si256((__m256i *)(out + i * ldo), em_cvt_bf16_avx512(c0[i]));
-        _mm256_storeu_si256((__m256i *)(out + i * ldo + 16), em_cvt_bf16_avx512(c1[i]));
-    }
-}
-
-static void packed_bf16(const uint16_t *x, int64_t ldx, int64_t rows, const uint16_t *wp,
-                        int64_t np, int64_t ks, uint16_t *out, int64_t ldo) {
-    int64_t nblocks = (rows + PACKED_MR - 1) / PACKED_MR;
-    for (int64_t p = 0; p < np; p++) {
-        const char *pb = (const char *)(wp + p * ks * 64);
-        for (int64_t b = 0, r = 0; b < nblocks; b++) {
-            int64_t R = (rows - r + (nblocks - b) - 1) / (nblocks - b); /* equal blocks */
-            const uint16_t *xr = x + r * ldx;
-            uint16_t *o = out + r * ldo + 32 * p;
-            switch (R) {
-            case 1: packed_tile(1, xr, ldx, pb, ks, o, ldo); break;
-            case 2: packed_tile(2, xr, ldx, pb, ks, o, ldo); break;
-            case 3: packed_tile(3, xr, ldx, pb, ks, o, ldo); break;
-            case 4: packed_tile(4, xr, ldx, pb, ks, o, ldo); break;
-            case 5: packed_tile(5, xr, ldx, pb, ks, o, ldo); break;
-            case 6: packed_tile(6, xr, ldx, pb, ks, o, ldo); break;
-            case 7: packed_tile(7, xr, ldx, pb, ks, o, ldo); break;
-            case 8: packed_tile(8, xr, ldx, pb, ks, o, ldo); break;
-            case 9: packed_tile(9, xr, ldx, pb, ks, o, ldo); break;
-            default: packed_tile(10, xr, ldx, pb, ks, o, ldo); break;
-            }
-            r += R;
-        }
-    }
-}
+#include "backends/cpu/ragged_packed_avx512.inc"
 
 void em_ragged_fill_avx512(void *table) {
     em_ragged_isa *t = table;
