@@ -85,6 +85,13 @@ DPM_HEUN_V = {"_class_name": "DPMSolverMultistepScheduler", "beta_schedule": "li
               "beta_start": 0.0001, "beta_end": 0.02, "num_train_timesteps": 1000,
               "prediction_type": "v_prediction", "solver_type": "heun",
               "timestep_spacing": "trailing"}
+DPM_LU = {"_class_name": "DPMSolverMultistepScheduler", "beta_end": 0.012,
+          "beta_schedule": "scaled_linear", "beta_start": 0.00085,
+          "num_train_timesteps": 1000, "use_lu_lambdas": True, "solver_order": 2,
+          "algorithm_type": "dpmsolver++", "final_sigmas_type": "zero", "steps_offset": 1}
+DPM_LU_COS = {"_class_name": "DPMSolverMultistepScheduler", "beta_schedule": "squaredcos_cap_v2",
+              "num_train_timesteps": 1000, "use_lu_lambdas": True, "solver_order": 3,
+              "final_sigmas_type": "sigma_min", "lambda_min_clipped": -5.1}
 SD3 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.29.0.dev0",
        "num_train_timesteps": 1000, "shift": 3.0}
 FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.30.0.dev0",
@@ -94,7 +101,8 @@ FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": 
 
 CONFIGS = {"sd15": SD15, "sd21_v": SD21_V, "trailing_zsnr": TRAILING, "ddpm_cifar": DDPM_CIFAR,
            "ddpm_cos": DDPM_COS, "ddpm_v": DDPM_V, "euler_karras": EULER_KARRAS,
-           "dpm_karras": DPM_KARRAS, "dpm_heun_v": DPM_HEUN_V, "sd3": SD3, "flux": FLUX}
+           "dpm_karras": DPM_KARRAS, "dpm_heun_v": DPM_HEUN_V, "sd3": SD3, "flux": FLUX,
+           "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS}
 
 # (case, config, class used (None: the file's), steps, step kwargs, generator seed, mu)
 CASES = [
@@ -119,6 +127,8 @@ CASES = [
     ("dpm_karras_20", "dpm_karras", None, 20, {}, None, None),
     ("flow_sd3", "sd3", None, 10, {}, None, None),
     ("flow_flux", "flux", None, 10, {}, None, 0.8),
+    ("dpm_lu", "dpm_lu", None, 10, {}, None, None),
+    ("dpm_lu_cos", "dpm_lu_cos", None, 12, {}, None, None),
 ]
 
 

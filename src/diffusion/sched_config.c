@@ -328,7 +328,6 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
         if (!strcmp(cfg->variance_type, "learned") || !strcmp(cfg->variance_type, "learned_range"))
             return bad(c, s, EM_ERR_UNSUPPORTED, "variance_type", cfg->variance_type,
                        "(learned variances) is not implemented");
-        REFUSE_TRUE("use_lu_lambdas", use_lu_lambdas, "is not implemented");
         REFUSE_TRUE("use_flow_sigmas", use_flow_sigmas, "is not implemented");
         REFUSE_TRUE("use_dynamic_shifting", use_dynamic_shifting, "is not implemented");
     }

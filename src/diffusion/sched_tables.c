@@ -88,6 +88,13 @@ static void karras(double smin, double smax, int64_t n, double *out) {
     double min_inv = pow(smin, 1 / 7.0), max_inv = pow(smax, 1 / 7.0);
     for (int64_t i = 0; i < n; i++) out[i] = pow(max_inv + ramp[i] * (min_inv - max_inv), 7.0);
 }
+/* _convert_to_lu (rho 1: linear in log sigma, from lmax down to lmin) and exp, as DPM-Solver's
+ * use_lu_lambdas does, into out (float64) */
+static void lu_lambdas(double lmin, double lmax, int64_t n, double *out) {
+    double ramp[n > 0 ? n : 1];
+    np_linspace(0, 1, n, ramp);
+    for (int64_t i = 0; i < n; i++) out[i] = exp(lmax + ramp[i] * (lmin - lmax));
+}
 static void exponential(double smin, double smax, int64_t n, double *out) {
     np_linspace(log(smax), log(smin), n, out);
     for (int64_t i = 0; i < n; i++) out[i] = exp(out[i]);
@@ -326,13 +333,16 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
             m = np_arange((double)last, 0, -((double)N / (double)n), ts, cap);
             for (int64_t i = 0; i < m; i++) ts[i] = rint(ts[i]) - 1;
         }
-        if (cfg->use_karras_sigmas || cfg->use_exponential_sigmas) {
-            /* in_sigmas = flip(base): its last is sigma(t=0), its first sigma(t=N-1) */
+        if (cfg->use_karras_sigmas || cfg->use_lu_lambdas || cfg->use_exponential_sigmas) {
+            /* in_sigmas = flip(base): its last is sigma(t=0), its first sigma(t=N-1); diffusers
+             * takes Karras first, then Lu's lambdas, then exponential */
             if (cfg->use_karras_sigmas) karras(bs[0], bs[N - 1], m, sg);
+            else if (cfg->use_lu_lambdas) lu_lambdas(logs[0], logs[N - 1], m, sg);
             else exponential(bs[0], bs[N - 1], m, sg);
             for (int64_t i = 0; i < m; i++) {
                 double t = sigma_to_t(sg[i], logs, N);
-                if (cfg->use_karras_sigmas && strcmp(cfg->beta_schedule, "squaredcos_cap_v2"))
+                if ((cfg->use_karras_sigmas || cfg->use_lu_lambdas) &&
+                    strcmp(cfg->beta_schedule, "squaredcos_cap_v2"))
                     t = rint(t);
                 ts[i] = isfinite(t) ? trunc(t) : 0; /* .to(int64) truncates */
             }
