@@ -92,6 +92,12 @@ DPM_LU = {"_class_name": "DPMSolverMultistepScheduler", "beta_end": 0.012,
 DPM_LU_COS = {"_class_name": "DPMSolverMultistepScheduler", "beta_schedule": "squaredcos_cap_v2",
               "num_train_timesteps": 1000, "use_lu_lambdas": True, "solver_order": 3,
               "final_sigmas_type": "sigma_min", "lambda_min_clipped": -5.1}
+DPM_FLOW = {"_class_name": "DPMSolverMultistepScheduler", "num_train_timesteps": 1000,
+            "use_flow_sigmas": True, "flow_shift": 3.0, "prediction_type": "flow_prediction",
+            "solver_order": 2}
+DPM_FLOW_DYN = {"_class_name": "DPMSolverMultistepScheduler", "num_train_timesteps": 1000,
+                "use_flow_sigmas": True, "use_dynamic_shifting": True,
+                "prediction_type": "flow_prediction", "solver_order": 3, "solver_type": "heun"}
 SD3 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.29.0.dev0",
        "num_train_timesteps": 1000, "shift": 3.0}
 FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.30.0.dev0",
@@ -102,7 +108,8 @@ FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": 
 CONFIGS = {"sd15": SD15, "sd21_v": SD21_V, "trailing_zsnr": TRAILING, "ddpm_cifar": DDPM_CIFAR,
            "ddpm_cos": DDPM_COS, "ddpm_v": DDPM_V, "euler_karras": EULER_KARRAS,
            "dpm_karras": DPM_KARRAS, "dpm_heun_v": DPM_HEUN_V, "sd3": SD3, "flux": FLUX,
-           "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS}
+           "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS, "dpm_flow": DPM_FLOW,
+           "dpm_flow_dyn": DPM_FLOW_DYN}
 
 # (case, config, class used (None: the file's), steps, step kwargs, generator seed, mu)
 CASES = [
@@ -129,6 +136,8 @@ CASES = [
     ("flow_flux", "flux", None, 10, {}, None, 0.8),
     ("dpm_lu", "dpm_lu", None, 10, {}, None, None),
     ("dpm_lu_cos", "dpm_lu_cos", None, 12, {}, None, None),
+    ("dpm_flow", "dpm_flow", None, 10, {}, None, None),
+    ("dpm_flow_dyn", "dpm_flow_dyn", None, 10, {}, None, 0.8),
 ]
 
 

@@ -181,7 +181,16 @@ static void test_bad_configs(void) {
             "\"use_exponential_sigmas\": true}", EM_ERR_FORMAT, "use_karras_sigmas", "only one");
     refused("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_beta_sigmas\": true}",
             EM_ERR_UNSUPPORTED, "use_beta_sigmas", "not implemented");
+    refused("{\"_class_name\": \"DPMSolverMultistepScheduler\", \"use_flow_sigmas\": true, "
+            "\"flow_shift\": 0}", EM_ERR_FORMAT, "flow_shift", "positive");
     em_ctx *c = em_ctx_create();
+    /* DPM-Solver takes a mu only with dynamic shifting (diffusers asserts it) */
+    em_scheduler *dpm = em_scheduler_from_json(
+        c, "{\"_class_name\": \"DPMSolverMultistepScheduler\", \"use_flow_sigmas\": true}", NULL);
+    CHECK(dpm != NULL);
+    CHECK(em_scheduler_set_timesteps_mu(c, dpm, 10, 0.5) == EM_ERR_INVALID_ARG);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "mu", "use_dynamic_shifting");
+    em_scheduler_free(dpm);
     CHECK(em_scheduler_from_file(c, "/nonexistent/scheduler") == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "/nonexistent/scheduler");
     em_ctx_free(c);

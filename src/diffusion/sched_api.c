@@ -38,6 +38,12 @@ em_status em_scheduler_set_timesteps_mu(em_ctx *c, em_scheduler *s, int64_t n, d
         return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_timesteps",
                        "%s: use_dynamic_shifting needs mu (em_scheduler_set_timesteps_mu)",
                        s->origin);
+    /* DPM-Solver takes a mu only as diffusers asserts it: flow shift exp(mu) */
+    if (s->kind == EM_SCHED_DPM_MULTISTEP && !isnan(mu) &&
+        (!s->cfg.use_dynamic_shifting || strcmp(s->cfg.time_shift_type, "exponential")))
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_timesteps",
+                       "%s: a mu needs use_dynamic_shifting with time_shift_type exponential",
+                       s->origin);
     return em_sched_timesteps(c, s, n, mu);
 }
 

@@ -328,8 +328,11 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
         if (!strcmp(cfg->variance_type, "learned") || !strcmp(cfg->variance_type, "learned_range"))
             return bad(c, s, EM_ERR_UNSUPPORTED, "variance_type", cfg->variance_type,
                        "(learned variances) is not implemented");
-        REFUSE_TRUE("use_flow_sigmas", use_flow_sigmas, "is not implemented");
-        REFUSE_TRUE("use_dynamic_shifting", use_dynamic_shifting, "is not implemented");
+        if (!(cfg->flow_shift > 0)) {
+            snprintf(num, sizeof num, "%g", cfg->flow_shift);
+            return bad(c, s, EM_ERR_FORMAT, "flow_shift", num, "must be positive");
+        }
+        CHECK_STR("time_shift_type", time_shift_type, "exponential", "linear");
     }
     return EM_OK;
 }

@@ -48,17 +48,23 @@ static em_tensor *euler_ancestral(em_ctx *c, const char *file, int line, em_sche
 
 typedef struct { float alpha, sigma, lambda; } dpm_point;
 
-static dpm_point point(float sig) {
+/* _sigma_to_alpha_sigma_t: with flow sigmas alpha_t = 1 - sigma, sigma_t = sigma */
+static dpm_point point(const em_sched_cfg *cfg, float sig) {
     dpm_point p;
-    p.alpha = 1.0f / sqrtf(sig * sig + 1.0f);
-    p.sigma = sig * p.alpha;
+    if (cfg->use_flow_sigmas) {
+        p.alpha = 1.0f - sig;
+        p.sigma = sig;
+    } else {
+        p.alpha = 1.0f / sqrtf(sig * sig + 1.0f);
+        p.sigma = sig * p.alpha;
+    }
     p.lambda = logf(p.alpha) - logf(p.sigma);
     return p;
 }
 
 static em_tensor *dpm_convert(em_ctx *c, const em_sched_cfg *cfg, em_tensor *mo, em_tensor *x,
                               float sig) {
-    dpm_point p = point(sig);
+    dpm_point p = point(cfg, sig);
     const char *pt = cfg->prediction_type;
     if (is(cfg->algorithm_type, "dpmsolver++")) {
         if (is(pt, "epsilon")) return DS(em_sub(c, x, MS(mo, p.sigma)), p.alpha);
@@ -82,7 +88,7 @@ static em_tensor *dpm(em_ctx *c, em_scheduler *s, em_tensor *mo, em_tensor *x, i
     em_sched_history_push(s, m, (int)cfg->solver_order);
     bool pp = is(cfg->algorithm_type, "dpmsolver++");
     bool heun = is(cfg->solver_type, "heun");
-    dpm_point t = point(s->sigmas[i + 1]), s0 = point(s->sigmas[i]);
+    dpm_point t = point(cfg, s->sigmas[i + 1]), s0 = point(cfg, s->sigmas[i]);
     float h = t.lambda - s0.lambda;
     /* ++ works with exp(-h) and alpha_t, the plain solver with exp(h) and sigma_t */
     float E = pp ? expf(-h) - 1.0f : expf(h) - 1.0f;
@@ -99,7 +105,7 @@ static em_tensor *dpm(em_ctx *c, em_scheduler *s, em_tensor *mo, em_tensor *x, i
         out = em_sub(c, base, MS(m, k_out * E));
     } else {
         em_tensor *m0 = hist[nh - 1], *m1 = hist[nh - 2];
-        dpm_point s1 = point(s->sigmas[i - 1]);
+        dpm_point s1 = point(cfg, s->sigmas[i - 1]);
         float h0 = s0.lambda - s1.lambda;
         float r0 = h0 / h;
         em_tensor *D1_0 = MS(em_sub(c, m0, m1), 1.0f / r0);
@@ -110,7 +116,7 @@ static em_tensor *dpm(em_ctx *c, em_scheduler *s, em_tensor *mo, em_tensor *x, i
             else out = em_sub(c, out, MS(D1_0, k_out * (E / h - 1.0f)));
         } else {
             em_tensor *m2 = hist[nh - 3];
-            dpm_point s2 = point(s->sigmas[i - 2]);
+            dpm_point s2 = point(cfg, s->sigmas[i - 2]);
             float h1 = s1.lambda - s2.lambda;
             float r1 = h1 / h;
             em_tensor *D1_1 = MS(em_sub(c, m1, m2), 1.0f / r1);

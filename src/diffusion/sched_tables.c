@@ -346,6 +346,20 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
                     t = rint(t);
                 ts[i] = isfinite(t) ? trunc(t) : 0; /* .to(int64) truncates */
             }
+        } else if (cfg->use_flow_sigmas) {
+            /* flow-matching sigmas: 1 - linspace(1, 1/N, n + 1), shifted, flipped, the final 0
+             * dropped; timesteps sigma * N (as int64: truncated). A mu (dynamic shifting) makes
+             * the shift exp(mu) for this call; diffusers writes it into the config, so that
+             * later calls without mu keep it. */
+            double shift = isnan(mu) ? cfg->flow_shift : exp(mu);
+            double a[n + 1];
+            np_linspace(1, 1 / (double)N, n + 1, a);
+            m = n;
+            for (int64_t i = 0; i < n; i++) {
+                double v = 1.0 - a[n - i];
+                sg[i] = shift * v / (1 + (shift - 1) * v);
+                ts[i] = trunc(sg[i] * (double)N);
+            }
         } else {
             for (int64_t i = 0; i < m; i++) sg[i] = np_interp_idx(ts[i], bsd, N);
         }
