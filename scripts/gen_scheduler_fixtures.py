@@ -98,6 +98,21 @@ DPM_FLOW = {"_class_name": "DPMSolverMultistepScheduler", "num_train_timesteps":
 DPM_FLOW_DYN = {"_class_name": "DPMSolverMultistepScheduler", "num_train_timesteps": 1000,
                 "use_flow_sigmas": True, "use_dynamic_shifting": True,
                 "prediction_type": "flow_prediction", "solver_order": 3, "solver_type": "heun"}
+DDPM_THRESH = {"_class_name": "DDPMScheduler", "beta_schedule": "linear", "beta_start": 0.0001,
+               "beta_end": 0.02, "num_train_timesteps": 1000, "thresholding": True,
+               "dynamic_thresholding_ratio": 0.9, "sample_max_value": 10.0}
+DDIM_THRESH = {"_class_name": "DDIMScheduler", "beta_end": 0.012, "beta_schedule": "scaled_linear",
+               "beta_start": 0.00085, "num_train_timesteps": 1000, "steps_offset": 1,
+               "set_alpha_to_one": False, "thresholding": True, "sample_max_value": 2.5,
+               "prediction_type": "v_prediction"}
+DPM_THRESH = {"_class_name": "DPMSolverMultistepScheduler", "beta_end": 0.012,
+              "beta_schedule": "scaled_linear", "beta_start": 0.00085, "num_train_timesteps": 1000,
+              "thresholding": True, "dynamic_thresholding_ratio": 0.95, "sample_max_value": 10.0}
+DPM_PLAIN_THRESH = {"_class_name": "DPMSolverMultistepScheduler", "beta_schedule": "linear",
+                    "beta_start": 0.0001, "beta_end": 0.02, "num_train_timesteps": 1000,
+                    "algorithm_type": "dpmsolver", "final_sigmas_type": "sigma_min",
+                    "thresholding": True, "dynamic_thresholding_ratio": 0.9,
+                    "sample_max_value": 10.0, "prediction_type": "sample"}
 SD3 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.29.0.dev0",
        "num_train_timesteps": 1000, "shift": 3.0}
 FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.30.0.dev0",
@@ -109,7 +124,8 @@ CONFIGS = {"sd15": SD15, "sd21_v": SD21_V, "trailing_zsnr": TRAILING, "ddpm_cifa
            "ddpm_cos": DDPM_COS, "ddpm_v": DDPM_V, "euler_karras": EULER_KARRAS,
            "dpm_karras": DPM_KARRAS, "dpm_heun_v": DPM_HEUN_V, "sd3": SD3, "flux": FLUX,
            "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS, "dpm_flow": DPM_FLOW,
-           "dpm_flow_dyn": DPM_FLOW_DYN}
+           "dpm_flow_dyn": DPM_FLOW_DYN, "ddpm_thresh": DDPM_THRESH, "ddim_thresh": DDIM_THRESH,
+           "dpm_thresh": DPM_THRESH, "dpm_plain_thresh": DPM_PLAIN_THRESH}
 
 # (case, config, class used (None: the file's), steps, step kwargs, generator seed, mu)
 CASES = [
@@ -138,6 +154,10 @@ CASES = [
     ("dpm_lu_cos", "dpm_lu_cos", None, 12, {}, None, None),
     ("dpm_flow", "dpm_flow", None, 10, {}, None, None),
     ("dpm_flow_dyn", "dpm_flow_dyn", None, 10, {}, None, 0.8),
+    ("ddpm_thresh", "ddpm_thresh", None, 10, {}, 21, None),
+    ("ddim_thresh", "ddim_thresh", None, 10, {}, None, None),
+    ("dpm_thresh", "dpm_thresh", None, 10, {}, None, None),
+    ("dpm_plain_thresh", "dpm_plain_thresh", None, 10, {}, None, None),
 ]
 
 

@@ -159,8 +159,8 @@ static void test_bad_configs(void) {
             EM_ERR_FORMAT, "num_train_timesteps", "a string");
     refused("{\"_class_name\": \"DDIMScheduler\", \"num_train_timesteps\": 0}", EM_ERR_FORMAT,
             "num_train_timesteps", "out of range");
-    refused("{\"_class_name\": \"DDIMScheduler\", \"thresholding\": true}", EM_ERR_UNSUPPORTED,
-            "thresholding", "not implemented");
+    refused("{\"_class_name\": \"DDIMScheduler\", \"thresholding\": true, "
+            "\"dynamic_thresholding_ratio\": 1.5}", EM_ERR_FORMAT, "dynamic_thresholding_ratio", "1.5");
     refused("{\"_class_name\": \"DDIMScheduler\", \"timestep_spacing\": \"cosine\"}",
             EM_ERR_UNSUPPORTED, "timestep_spacing", "cosine");
     refused("{\"_class_name\": \"EulerAncestralDiscreteScheduler\", \"prediction_type\": \"sample\"}",

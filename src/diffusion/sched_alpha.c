@@ -21,7 +21,10 @@ static em_tensor *pred_x0(em_ctx *c, const em_sched_cfg *cfg, em_tensor *mo, em_
     return em_sub(c, MS(x, sqrtf(a)), MS(mo, sqrtf(bt)));
 }
 
-static em_tensor *clip(em_ctx *c, const em_sched_cfg *cfg, em_tensor *x0) {
+/* "Clip or threshold predicted x_0": thresholding first, as diffusers does */
+static em_tensor *clip(em_ctx *c, const char *file, int line, const em_sched_cfg *cfg,
+                       em_tensor *x0) {
+    if (cfg->thresholding) return em_sched_threshold(c, file, line, cfg, x0);
     if (!cfg->clip_sample) return x0;
     return em_clamp(c, x0, -cfg->clip_sample_range, cfg->clip_sample_range);
 }
@@ -49,7 +52,7 @@ static em_tensor *ddpm(em_ctx *c, const char *file, int line, em_scheduler *s, e
     float a = ac[t], ap = prev >= 0 ? ac[prev] : 1.0f;
     float bt = 1.0f - a, btp = 1.0f - ap;
     float cur_a = a / ap, cur_b = 1.0f - cur_a;
-    em_tensor *x0 = clip(c, cfg, pred_x0(c, cfg, mo, x, a, bt));
+    em_tensor *x0 = clip(c, file, line, cfg, pred_x0(c, cfg, mo, x, a, bt));
     float k_x0 = sqrtf(ap) * cur_b / bt;
     float k_x = sqrtf(cur_a) * btp / bt;
     em_tensor *out = em_add(c, MS(x0, k_x0), MS(x, k_x));
@@ -84,7 +87,7 @@ static em_tensor *ddim(em_ctx *c, const char *file, int line, em_scheduler *s, e
         x0 = em_sub(c, MS(x, sqrtf(a)), MS(mo, sqrtf(bt)));
         eps = em_add(c, MS(mo, sqrtf(a)), MS(x, sqrtf(bt)));
     }
-    x0 = clip(c, cfg, x0);
+    x0 = clip(c, file, line, cfg, x0);
     float btp = 1.0f - ap;
     float var = btp / bt * (1.0f - a / ap);
     float std = (float)s->eta * sqrtf(var);

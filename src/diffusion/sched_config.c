@@ -292,8 +292,11 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
     case EM_SCHED_EULER_ANCESTRAL: CHECK_STR("prediction_type", prediction_type, "epsilon", "v_prediction"); break;
     default: CHECK_STR("prediction_type", prediction_type, "epsilon", "sample", "v_prediction", "flow_prediction"); break;
     }
-    if (k == EM_SCHED_DDPM || k == EM_SCHED_DDIM || k == EM_SCHED_DPM_MULTISTEP)
-        REFUSE_TRUE("thresholding", thresholding, "(dynamic thresholding) is not implemented");
+    double ratio = cfg->dynamic_thresholding_ratio;
+    if (cfg->thresholding && !(ratio > 0 && ratio <= 1)) {
+        snprintf(num, sizeof num, "%g", cfg->dynamic_thresholding_ratio);
+        return bad(c, s, EM_ERR_FORMAT, "dynamic_thresholding_ratio", num, "is not in (0, 1]");
+    }
     if (k == EM_SCHED_DDPM && !cfg->variance_type[0]) /* None: diffusers' step is fixed_small's */
         strcpy(cfg->variance_type, "fixed_small");
     if (k == EM_SCHED_DDPM)

@@ -104,6 +104,9 @@ em_tensor *em_sched_step_sigma(em_ctx *c, const char *file, int line, em_schedul
 /* The step index for timestep t as diffusers finds it (the second match when t repeats); -1
  * with the error in c when t is not in the schedule. */
 int64_t em_sched_index_for(em_ctx *c, const char *file, int line, em_scheduler *s, double t);
+/* sched_threshold.c: diffusers' _threshold_sample of a predicted x0 (thresholding: true) */
+em_tensor *em_sched_threshold(em_ctx *c, const char *file, int line, const em_sched_cfg *cfg,
+                              em_tensor *x0);
 /* torch.randn(like x's shape) from g, on x's device; refuses g == NULL naming the class. */
 em_tensor *em_sched_noise(em_ctx *c, const char *file, int line, em_scheduler *s, em_tensor *x,
                           em_torch_generator *g);

@@ -62,28 +62,38 @@ static dpm_point point(const em_sched_cfg *cfg, float sig) {
     return p;
 }
 
-static em_tensor *dpm_convert(em_ctx *c, const em_sched_cfg *cfg, em_tensor *mo, em_tensor *x,
-                              float sig) {
+/* convert_model_output: x0 for DPM-Solver++, epsilon for DPM-Solver; thresholding acts on the
+ * x0 (for DPM-Solver the epsilon is then taken from the thresholded x0) */
+static em_tensor *dpm_convert(em_ctx *c, const char *file, int line, const em_sched_cfg *cfg,
+                              em_tensor *mo, em_tensor *x, float sig) {
     dpm_point p = point(cfg, sig);
     const char *pt = cfg->prediction_type;
     if (is(cfg->algorithm_type, "dpmsolver++")) {
-        if (is(pt, "epsilon")) return DS(em_sub(c, x, MS(mo, p.sigma)), p.alpha);
-        if (is(pt, "sample")) return mo;
-        if (is(pt, "v_prediction")) return em_sub(c, MS(x, p.alpha), MS(mo, p.sigma));
-        return em_sub(c, x, MS(mo, sig)); /* flow_prediction */
+        em_tensor *x0;
+        if (is(pt, "epsilon")) x0 = DS(em_sub(c, x, MS(mo, p.sigma)), p.alpha);
+        else if (is(pt, "sample")) x0 = mo;
+        else if (is(pt, "v_prediction")) x0 = em_sub(c, MS(x, p.alpha), MS(mo, p.sigma));
+        else x0 = em_sub(c, x, MS(mo, sig)); /* flow_prediction */
+        return cfg->thresholding ? em_sched_threshold(c, file, line, cfg, x0) : x0;
     }
-    if (is(pt, "epsilon")) return mo;
-    if (is(pt, "sample")) return DS(em_sub(c, x, MS(mo, p.alpha)), p.sigma);
-    return em_add(c, MS(mo, p.alpha), MS(x, p.sigma));
+    em_tensor *eps;
+    if (is(pt, "epsilon")) eps = mo;
+    else if (is(pt, "sample")) eps = DS(em_sub(c, x, MS(mo, p.alpha)), p.sigma);
+    else eps = em_add(c, MS(mo, p.alpha), MS(x, p.sigma));
+    if (!cfg->thresholding) return eps;
+    em_tensor *x0 = em_sched_threshold(c, file, line, cfg,
+                                       DS(em_sub(c, x, MS(eps, p.sigma)), p.alpha));
+    return DS(em_sub(c, x, MS(x0, p.alpha)), p.sigma);
 }
 
-static em_tensor *dpm(em_ctx *c, em_scheduler *s, em_tensor *mo, em_tensor *x, int64_t i) {
+static em_tensor *dpm(em_ctx *c, const char *file, int line, em_scheduler *s, em_tensor *mo,
+                      em_tensor *x, int64_t i) {
     const em_sched_cfg *cfg = &s->cfg;
     int64_t n = s->n_timesteps;
     bool lof = i == n - 1 && (cfg->euler_at_final || (cfg->lower_order_final && n < 15) ||
                               is(cfg->final_sigmas_type, "zero"));
     bool los = i == n - 2 && cfg->lower_order_final && n < 15;
-    em_tensor *m = dpm_convert(c, cfg, mo, x, s->sigmas[i]);
+    em_tensor *m = dpm_convert(c, file, line, cfg, mo, x, s->sigmas[i]);
     if (!m) return NULL;
     em_sched_history_push(s, m, (int)cfg->solver_order);
     bool pp = is(cfg->algorithm_type, "dpmsolver++");
@@ -166,7 +176,7 @@ em_tensor *em_sched_step_sigma(em_ctx *c, const char *file, int line, em_schedul
     switch (s->kind) {
     case EM_SCHED_EULER: out = euler(c, s, mo, x, i); break;
     case EM_SCHED_EULER_ANCESTRAL: out = euler_ancestral(c, file, line, s, mo, x, i, g); break;
-    case EM_SCHED_DPM_MULTISTEP: out = dpm(c, s, mo, x, i); break;
+    case EM_SCHED_DPM_MULTISTEP: out = dpm(c, file, line, s, mo, x, i); break;
     default: out = flow(c, file, line, s, mo, x, i, g); break;
     }
     if (out) s->step_index++;
