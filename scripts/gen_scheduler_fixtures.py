@@ -113,6 +113,11 @@ DPM_PLAIN_THRESH = {"_class_name": "DPMSolverMultistepScheduler", "beta_schedule
                     "algorithm_type": "dpmsolver", "final_sigmas_type": "sigma_min",
                     "thresholding": True, "dynamic_thresholding_ratio": 0.9,
                     "sample_max_value": 10.0, "prediction_type": "sample"}
+EULER_CONT_V = {"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012,
+                "beta_schedule": "scaled_linear", "beta_start": 0.00085,
+                "num_train_timesteps": 1000, "prediction_type": "v_prediction",
+                "timestep_type": "continuous", "use_karras_sigmas": True,
+                "timestep_spacing": "leading", "steps_offset": 1}
 SD3 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.29.0.dev0",
        "num_train_timesteps": 1000, "shift": 3.0}
 FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.30.0.dev0",
@@ -125,7 +130,8 @@ CONFIGS = {"sd15": SD15, "sd21_v": SD21_V, "trailing_zsnr": TRAILING, "ddpm_cifa
            "dpm_karras": DPM_KARRAS, "dpm_heun_v": DPM_HEUN_V, "sd3": SD3, "flux": FLUX,
            "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS, "dpm_flow": DPM_FLOW,
            "dpm_flow_dyn": DPM_FLOW_DYN, "ddpm_thresh": DDPM_THRESH, "ddim_thresh": DDIM_THRESH,
-           "dpm_thresh": DPM_THRESH, "dpm_plain_thresh": DPM_PLAIN_THRESH}
+           "dpm_thresh": DPM_THRESH, "dpm_plain_thresh": DPM_PLAIN_THRESH,
+           "euler_cont_v": EULER_CONT_V}
 
 # (case, config, class used (None: the file's), steps, step kwargs, generator seed, mu)
 CASES = [
@@ -158,6 +164,7 @@ CASES = [
     ("ddim_thresh", "ddim_thresh", None, 10, {}, None, None),
     ("dpm_thresh", "dpm_thresh", None, 10, {}, None, None),
     ("dpm_plain_thresh", "dpm_plain_thresh", None, 10, {}, None, None),
+    ("euler_cont_v", "euler_cont_v", None, 10, {}, None, None),
 ]
 
 

@@ -311,9 +311,6 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
     if (k == EM_SCHED_EULER) {
         CHECK_STR("interpolation_type", interpolation_type, "linear");
         CHECK_STR("timestep_type", timestep_type, "discrete", "continuous");
-        if (!strcmp(cfg->timestep_type, "continuous") && !strcmp(cfg->prediction_type, "v_prediction"))
-            return bad(c, s, EM_ERR_UNSUPPORTED, "timestep_type", "continuous",
-                       "with v_prediction (timesteps from log sigma) is not implemented");
     }
     if (k == EM_SCHED_DPM_MULTISTEP) {
         CHECK_STR("algorithm_type", algorithm_type, "dpmsolver++", "dpmsolver");

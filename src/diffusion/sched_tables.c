@@ -400,6 +400,11 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
     }
     s->sigmas[m] = last_sigma;
     if (last_sigma > mx) mx = last_sigma;
+    /* Euler with continuous timesteps and v-prediction: 0.25 log sigma (float32), the model
+     * being conditioned on the noise level rather than a training step */
+    if (k == EM_SCHED_EULER && !strcmp(cfg->timestep_type, "continuous") &&
+        !strcmp(cfg->prediction_type, "v_prediction"))
+        for (int64_t i = 0; i < m; i++) s->timesteps[i] = (double)(0.25f * logf(s->sigmas[i]));
     s->n_timesteps = m;
     s->n_sigmas = m + 1;
     if (k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL) {
