@@ -118,6 +118,9 @@ EULER_CONT_V = {"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012,
                 "num_train_timesteps": 1000, "prediction_type": "v_prediction",
                 "timestep_type": "continuous", "use_karras_sigmas": True,
                 "timestep_spacing": "leading", "steps_offset": 1}
+DPM_LEARNED = {"_class_name": "DPMSolverMultistepScheduler", "beta_schedule": "linear",
+               "beta_start": 0.0001, "beta_end": 0.02, "num_train_timesteps": 1000,
+               "variance_type": "learned_range", "solver_order": 2}
 SD3 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.29.0.dev0",
        "num_train_timesteps": 1000, "shift": 3.0}
 FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.30.0.dev0",
@@ -131,7 +134,7 @@ CONFIGS = {"sd15": SD15, "sd21_v": SD21_V, "trailing_zsnr": TRAILING, "ddpm_cifa
            "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS, "dpm_flow": DPM_FLOW,
            "dpm_flow_dyn": DPM_FLOW_DYN, "ddpm_thresh": DDPM_THRESH, "ddim_thresh": DDIM_THRESH,
            "dpm_thresh": DPM_THRESH, "dpm_plain_thresh": DPM_PLAIN_THRESH,
-           "euler_cont_v": EULER_CONT_V}
+           "euler_cont_v": EULER_CONT_V, "dpm_learned": DPM_LEARNED}
 
 # (case, config, class used (None: the file's), steps, step kwargs, generator seed, mu)
 CASES = [
@@ -165,7 +168,16 @@ CASES = [
     ("dpm_thresh", "dpm_thresh", None, 10, {}, None, None),
     ("dpm_plain_thresh", "dpm_plain_thresh", None, 10, {}, None, None),
     ("euler_cont_v", "euler_cont_v", None, 10, {}, None, None),
+    ("dpm_learned", "dpm_learned", None, 10, {}, None, None),
 ]
+
+# Cases whose model has other channels than the shared latents: a learned-variance model
+# outputs 6 channels for a 3-channel sample (mean, then variance), of which DPM-Solver takes
+# the first 3. (latents, model outputs) from the shared ones.
+CASE_INPUTS = {
+    "dpm_learned": lambda lat, out: (lat[:, :3].contiguous(),
+                                     torch.cat([out[:, :, :3], out[:, :, 1:4]], dim=2)),
+}
 
 
 def scheduler_bundle(path):
@@ -202,7 +214,12 @@ def scheduler_bundle(path):
         ins = float(getattr(s, "init_noise_sigma", 1.0))  # FlowMatch has none: 1
         b.add(f"{name}/init_noise_sigma", torch.tensor([ins], dtype=torch.float64))
         gen = torch.Generator("cpu").manual_seed(seed) if seed is not None else None
-        x = latents * getattr(s, "init_noise_sigma", 1.0)
+        lat, outs_in = latents, outputs
+        if name in CASE_INPUTS:
+            lat, outs_in = CASE_INPUTS[name](latents, outputs)
+            b.add(f"{name}/latents", lat)
+            b.add(f"{name}/model_outputs", outs_in)
+        x = lat * getattr(s, "init_noise_sigma", 1.0)
         outs = []
         for i, t in enumerate(s.timesteps):
             xin = s.scale_model_input(x, t) if hasattr(s, "scale_model_input") else x
@@ -211,7 +228,7 @@ def scheduler_bundle(path):
             kw = dict(kwargs)
             if gen is not None:
                 kw["generator"] = gen
-            x = s.step(outputs[i], t, x, **kw).prev_sample
+            x = s.step(outs_in[i], t, x, **kw).prev_sample
             outs.append(x)
         b.add(f"{name}/steps", torch.stack(outs))
         cases.append({"name": name, "config": cfg_name, "class": type(s).__name__,

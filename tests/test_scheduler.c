@@ -85,10 +85,14 @@ static void run_case(em_test_bundle *b, json_t *doc, json_t *cs) {
 
     em_scheduler_set_eta(s, eta);
     em_torch_generator *g = seed >= 0 ? em_torch_generator_create((uint64_t)seed) : NULL;
-    em_tensor *outs = em_test_bundle_get(b, c, "model_outputs");
+    /* a case may bring its own inputs (a learned-variance model's 6 channels for 3) */
+    char lkey[128], okey[128];
+    snprintf(lkey, sizeof lkey, "%s/latents", name);
+    snprintf(okey, sizeof okey, "%s/model_outputs", name);
+    em_tensor *outs = em_test_bundle_get(b, c, bundle_has(doc, okey) ? okey : "model_outputs");
     snprintf(key, sizeof key, "%s/steps", name);
     em_tensor *want = em_test_bundle_get(b, c, key);
-    em_tensor *x = em_mul_scalar(c, em_test_bundle_get(b, c, "latents"), ins);
+    em_tensor *x = em_mul_scalar(c, em_test_bundle_get(b, c, bundle_has(doc, lkey) ? lkey : "latents"), ins);
     double worst = 0;
     for (int64_t i = 0; i < n && x; i++) {
         em_tensor *xin = em_scheduler_scale_model_input(c, s, x, ts[i]);
@@ -191,6 +195,16 @@ static void test_bad_configs(void) {
     CHECK(em_scheduler_set_timesteps_mu(c, dpm, 10, 0.5) == EM_ERR_INVALID_ARG);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "mu", "use_dynamic_shifting");
     em_scheduler_free(dpm);
+    /* a learned-variance DPM-Solver takes channels 0-2 of the model output: fewer is refused */
+    em_scheduler *lv = em_scheduler_from_json(
+        c, "{\"_class_name\": \"DPMSolverMultistepScheduler\", \"variance_type\": \"learned\"}",
+        NULL);
+    CHECK(lv && em_scheduler_set_timesteps(c, lv, 4) == EM_OK);
+    em_tensor *two = em_zeros(c, EM_F32, EM_SHAPE(1, 2, 4, 4));
+    const double *lts = lv ? em_scheduler_timesteps(lv, NULL) : NULL;
+    CHECK(lts && !em_scheduler_step(c, lv, two, lts[0], two, NULL));
+    CHECK_ERR(c, EM_ERR_SHAPE, "learned", "channels 0-2");
+    em_scheduler_free(lv);
     CHECK(em_scheduler_from_file(c, "/nonexistent/scheduler") == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "/nonexistent/scheduler");
     em_ctx_free(c);

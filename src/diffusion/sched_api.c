@@ -155,6 +155,20 @@ em_tensor *em_scheduler_step_(em_ctx *c, const char *file, int line, em_schedule
         !check_f32(c, file, line, "model_output", model_output) ||
         !check_f32(c, file, line, "sample", sample))
         return NULL;
+    /* a learned-variance model's output is [mean, variance] along channels: DPM-Solver takes
+     * the first 3 channels for epsilon, as diffusers does (it hard-codes 3, pixel models) */
+    if (s->kind == EM_SCHED_DPM_MULTISTEP && !strcmp(s->cfg.prediction_type, "epsilon") &&
+        (!strcmp(s->cfg.variance_type, "learned") || !strcmp(s->cfg.variance_type, "learned_range"))) {
+        if (em_tensor_ndim(model_output) < 2 || em_tensor_dim(model_output, 1) < 3) {
+            char a[96];
+            em_fail_at(c, EM_ERR_SHAPE, "scheduler_step", file, line,
+                       "variance_type %s takes channels 0-2 of model_output, which is %s",
+                       s->cfg.variance_type, em_tensor_sig(model_output, a, sizeof a));
+            return NULL;
+        }
+        model_output = em_narrow_(c, file, line, model_output, 1, 0, 3);
+        if (!model_output) return NULL;
+    }
     int nd = em_tensor_ndim(sample);
     if (em_tensor_ndim(model_output) != nd ||
         memcmp(em_tensor_shape(model_output), em_tensor_shape(sample), (size_t)nd * sizeof(int64_t))) {

@@ -325,9 +325,6 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
         if (!strcmp(cfg->algorithm_type, "dpmsolver") && !strcmp(cfg->prediction_type, "flow_prediction"))
             return bad(c, s, EM_ERR_UNSUPPORTED, "prediction_type", "flow_prediction",
                        "needs algorithm_type dpmsolver++");
-        if (!strcmp(cfg->variance_type, "learned") || !strcmp(cfg->variance_type, "learned_range"))
-            return bad(c, s, EM_ERR_UNSUPPORTED, "variance_type", cfg->variance_type,
-                       "(learned variances) is not implemented");
         if (!(cfg->flow_shift > 0)) {
             snprintf(num, sizeof num, "%g", cfg->flow_shift);
             return bad(c, s, EM_ERR_FORMAT, "flow_shift", num, "must be positive");
