@@ -24,6 +24,9 @@ static float quantile(float *v, int64_t n, float q) {
     qsort(v, (size_t)n, sizeof *v, cmp_f);
     float rank = q * (float)(n - 1);
     int64_t lo = (int64_t)rank, hi = (int64_t)ceilf(rank);
+    /* past 2^24 values n - 1 itself may round up in float32 */
+    if (hi > n - 1) hi = n - 1;
+    if (lo > n - 1) lo = n - 1;
     float w = rank - (float)lo, a = v[lo], b = v[hi];
     return fabsf(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
