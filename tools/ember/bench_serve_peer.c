@@ -69,16 +69,12 @@ static int free_port(void) {
 /* The last non-empty line of the child's log (why it failed, in its words). */
 static void log_tail(const serve_peer *p, char *out, size_t n) {
     out[0] = 0;
-    FILE *f = fopen(p->log, "rb");
-    if (!f) return;
     char buf[4096];
-    long at = 0;
-    if (!fseek(f, 0, SEEK_END) && (at = ftell(f)) > (long)sizeof buf - 1)
-        fseek(f, at - (long)(sizeof buf - 1), SEEK_SET);
-    else
-        fseek(f, 0, SEEK_SET);
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
+    off_t end = lseek(p->log_fd, 0, SEEK_END), at = end > (off_t)sizeof buf - 1
+                                                      ? end - (off_t)(sizeof buf - 1)
+                                                      : 0;
+    ssize_t got = end > 0 ? pread(p->log_fd, buf, sizeof buf - 1, at) : 0;
+    size_t len = got > 0 ? (size_t)got : 0;
     buf[len] = 0;
     while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
         buf[--len] = 0;
@@ -140,8 +136,8 @@ void serve_peer_stop(serve_peer *p) {
         }
         p->pid = 0;
     }
-    if (p->log[0]) unlink(p->log);
-    p->log[0] = 0;
+    if (p->log_fd > 0) close(p->log_fd);
+    p->log_fd = 0;
 }
 
 bool serve_peer_start(const char *gguf, int threads, int parallel, int ctx, serve_peer *p) {
@@ -158,13 +154,16 @@ bool serve_peer_start(const char *gguf, int threads, int parallel, int ctx, serv
         snprintf(p->why, sizeof p->why, "no free loopback port: %s", strerror(errno));
         return false;
     }
-    snprintf(p->log, sizeof p->log, "/tmp/ember-llama-server-XXXXXX");
-    int fd = mkstemp(p->log);
+    /* its log is a file without a name (unlinked at once): nothing is left behind even when
+     * the benchmark is killed; close-on-exec keeps it out of other children */
+    char log[] = "/tmp/ember-llama-server-XXXXXX";
+    int fd = mkostemp(log, O_CLOEXEC);
     if (fd < 0) {
         snprintf(p->why, sizeof p->why, "cannot create a log file: %s", strerror(errno));
-        p->log[0] = 0;
         return false;
     }
+    unlink(log);
+    p->log_fd = fd;
     /* everything the child needs is made before fork: it only calls async-signal-safe functions */
     char port_s[16], t_s[16], np_s[16], c_s[24];
     snprintf(port_s, sizeof port_s, "%d", p->port);
@@ -190,7 +189,6 @@ bool serve_peer_start(const char *gguf, int threads, int parallel, int ctx, serv
         execv(args[0], args);
         _exit(127);
     }
-    close(fd);
     (void)parent;
     if (pid < 0) {
         snprintf(p->why, sizeof p->why, "fork: %s", strerror(errno));

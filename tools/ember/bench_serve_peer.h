@@ -10,7 +10,7 @@ typedef struct serve_peer {
     int port;          /* its loopback port */
     char exe[1024];    /* the llama-server that runs */
     char version[128]; /* what its --version says, e.g. "0.5.0-dev (build 1, commit 0c1e570)" */
-    char log[64];      /* its stdout and stderr: a temporary file, removed by stop */
+    int log_fd;        /* its stdout and stderr: an unlinked temporary file, closed by stop */
     char why[600];     /* why it is unavailable */
 } serve_peer;
 
@@ -19,7 +19,7 @@ typedef struct serve_peer {
  * 180 s) until its /health answers 200. Returns true when it serves; otherwise false with p->why
  * set and no child left running. Needs curl_global_init. */
 bool serve_peer_start(const char *gguf, int threads, int parallel, int ctx, serve_peer *p);
-/* Stops the child (SIGTERM, SIGKILL after 10 s), reaps it and removes its log. Safe to call
+/* Stops the child (SIGTERM, SIGKILL after 10 s), reaps it and closes its log. Safe to call
  * when it is not running. */
 void serve_peer_stop(serve_peer *p);
 
