@@ -454,10 +454,11 @@ int bench_serve(int argc, char **argv) {
             return 1;
         }
     const em_model_config *cfg = em_model_config_get(m);
-    char shape[160];
-    snprintf(shape, sizeof shape, "%s, %lld layers, %s, prompt %zu tokens, %lld new",
-             cfg->model_type, (long long)cfg->num_hidden_layers, em_dtype_name(em_model_dtype(m)),
-             n_ids, tokens);
+    char shape[320], wd[128];
+    em_model_weight_dtypes(m, wd, sizeof wd); /* a GGUF file's quantized weights stay so */
+    snprintf(shape, sizeof shape, "%s, %lld layers, %s activations, weights %s, prompt %zu tokens, "
+             "%lld new", cfg->model_type, (long long)cfg->num_hidden_layers,
+             em_dtype_name(em_model_dtype(m)), wd, n_ids, tokens);
     char dtype[16];
     snprintf(dtype, sizeof dtype, "%s", em_dtype_name(em_model_dtype(m)));
     em_free(ids);
