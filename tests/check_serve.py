@@ -756,22 +756,41 @@ def check_sigterm(s):
 
 def check_bench(ember, d):
     """`ember bench serve` runs its phases on the tiny checkpoint (figures not checked: no test
-    asserts a rate), every request completes, and the rows have their fields."""
+    asserts a rate), every request completes, and the rows have their fields. With
+    $EMBER_LLAMA_SERVER naming a missing file, the llama.cpp server peer is reported unavailable
+    (why, in the JSON row and the text line) and the benchmark still exits 0."""
+    missing = os.path.join(d, "no-such-llama-server")
+    env = dict(os.environ, EMBER_LLAMA_SERVER=missing)
     r = subprocess.run(ember + ["bench", "serve", "--model", d, "--streams", "1,3", "--rates",
                                 "20", "--requests", "4", "--tokens", "4", "--json"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     check(r.returncode == 0, f"ember bench serve: {r.returncode} {r.stderr[-500:]}")
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-    phases = [(x["phase"], x["x"], x["done"], x["failed"]) for x in rows if x["bench"] == "serve"]
-    check(phases == [("streams", 1, 2, 0), ("streams", 3, 6, 0), ("poisson", 20, 4, 0)],
+    phases = [(x["server"], x["phase"], x["x"], x["done"], x["failed"]) for x in rows
+              if x["bench"] == "serve"]
+    check(phases == [("ember", "streams", 1, 2, 0), ("ember", "streams", 3, 6, 0),
+                     ("ember", "poisson", 20, 4, 0)],
           f"bench serve phases: {phases}")
     for x in rows:
         if x["bench"] == "serve":
             check(x["tokens_per_s"] > 0 and x["ttft_p50_ms"] > 0, f"bench serve row {x}")
+        if x["bench"].startswith("serve_") and x["bench"] != "serve_peer":
+            check(x["peer"] is None and x["peer_ms"] is None, f"a peer figure without a peer {x}")
     names = sorted({x["bench"] for x in rows})
-    check(names == ["machine", "serve", "serve_itl_p50", "serve_ms_per_token"],
+    check(names == ["machine", "serve", "serve_itl_p50", "serve_ms_per_token", "serve_peer",
+                    "serve_ttft_p50"],
           f"bench serve rows: {names}")
-    print("bench serve: closed and open loop phases, no failed request")
+    peer = [x for x in rows if x["bench"] == "serve_peer"]
+    check(len(peer) == 1 and peer[0]["available"] is False and missing in peer[0]["why"],
+          f"bench serve peer row: {peer}")
+    r = subprocess.run(ember + ["bench", "serve", "--model", d, "--streams", "1", "--rates", "0",
+                                "--tokens", "2"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    check(r.returncode == 0, f"ember bench serve (text): {r.returncode} {r.stderr[-500:]}")
+    check(f"peer llama.cpp server: unavailable ($EMBER_LLAMA_SERVER={missing} is not an "
+          "executable file)" in r.stdout, f"no unavailable line for the peer:\n{r.stdout}")
+    print("bench serve: closed and open loop phases, no failed request; llama.cpp server peer "
+          "unavailable when $EMBER_LLAMA_SERVER is missing")
 
 
 def main():

@@ -10,9 +10,11 @@
  * time to first token and inter-token latency percentiles (from the SSE chunk times; the
  * server sends one chunk per token), failed requests. The issue's targets are printed: at 16
  * streams, aggregate throughput >= 4x one stream; p50 inter-token latency within 1.5x the
- * static batch's step time.
+ * static batch's step time. On a GGUF file, llama.cpp's llama-server (bench_serve_peer.c) then
+ * takes the same phases with the same request bodies, and its figures stand beside Ember's.
  */
 #include <curl/curl.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_serve_peer.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "ember/ember.h"
@@ -59,14 +62,17 @@ static const char *find(const char *h, size_t n, const char *needle, size_t nl) 
 
 /* Times the SSE events that carry text (the server sends what was generated since its last
  * event: one token each unless the client falls behind) and reads completion_tokens from the
- * usage event. */
+ * usage event. Each event is scanned up to its blank line: llama-server's usage event comes
+ * after the model's path and before its own timings, so no fixed window fits both servers
+ * (its events have the same "text" and usage members as Ember's otherwise). */
 static size_t on_data(char *p, size_t size, size_t n, void *user) {
     req_times *r = user;
     size_t len = size * n;
     double t = now_s();
     for (size_t i = 0; i + 7 < len; i++) {
         if (memcmp(p + i, "data: {", 7)) continue;
-        size_t span = len - i < 600 ? len - i : 600;
+        const char *blank = find(p + i, len - i, "\n\n", 2);
+        size_t span = blank ? (size_t)(blank - (p + i)) : len - i;
         const char *u = find(p + i, span, "\"completion_tokens\":", 20);
         if (u) r->tokens = strtol(u + 20, NULL, 10);
         if (!find(p + i, span, "\"text\":\"", 8) || find(p + i, span, "\"text\":\"\"", 9))
@@ -170,17 +176,102 @@ static void summarise(req_times *r, int n, double wall, phase_stats *st) {
     free(itl);
 }
 
-static void print_phase(const char *what, double x, const phase_stats *st, bool json) {
+static void print_phase(const char *server, const char *what, double x, const phase_stats *st,
+                        bool json) {
     if (json)
-        printf("{\"bench\": \"serve\", \"phase\": \"%s\", \"x\": %g, \"done\": %d, \"failed\": %d, "
-               "\"tokens_per_s\": %.3f, \"ttft_p50_ms\": %.2f, \"ttft_p90_ms\": %.2f, "
-               "\"itl_p50_ms\": %.2f, \"itl_p90_ms\": %.2f, \"seconds\": %.2f}\n",
-               what, x, st->done, st->failed, st->tokens_per_s, st->ttft_p50, st->ttft_p90,
-               st->itl_p50, st->itl_p90, st->wall_s);
+        printf("{\"bench\": \"serve\", \"server\": \"%s\", \"phase\": \"%s\", \"x\": %g, "
+               "\"done\": %d, \"failed\": %d, \"tokens_per_s\": %.3f, \"ttft_p50_ms\": %.2f, "
+               "\"ttft_p90_ms\": %.2f, \"itl_p50_ms\": %.2f, \"itl_p90_ms\": %.2f, "
+               "\"seconds\": %.2f}\n",
+               server, what, x, st->done, st->failed, st->tokens_per_s, st->ttft_p50,
+               st->ttft_p90, st->itl_p50, st->itl_p90, st->wall_s);
     else
         printf("%-9s %8g %6d %6d %12.1f %10.1f %10.1f %10.1f %10.1f\n", what, x, st->done,
                st->failed, st->tokens_per_s, st->ttft_p50, st->ttft_p90, st->itl_p50,
                st->itl_p90);
+    fflush(stdout);
+}
+
+static void print_table_header(void) {
+    printf("%-9s %8s %6s %6s %12s %10s %10s %10s %10s\n", "phase", "x", "done", "failed",
+           "tokens/s", "ttft p50", "ttft p90", "itl p50", "itl p90");
+}
+
+/* The client phases against the server on port, the same for Ember and its peer: closed loop
+ * at each stream count (two requests per stream, back to back), then the seeded Poisson trace at
+ * each rate. closed[i] gets streams[i]'s figures. Returns 0, or 1 when out of memory. */
+static int run_phases(int port, const char *body, const char *server, const long long *streams,
+                      int n_streams, const double *rates, int n_rates, int requests, bool json,
+                      phase_stats *closed) {
+    int rc = 0;
+    for (int i = 0; i < n_streams && !rc; i++) {
+        int s = (int)streams[i];
+        client *cl = calloc((size_t)s, sizeof *cl);
+        req_times *rt = calloc((size_t)s * 2, sizeof *rt);
+        pthread_t *th = calloc((size_t)s, sizeof *th);
+        if (!cl || !rt || !th) rc = 1;
+        double t0 = now_s();
+        for (int k = 0; !rc && k < s; k++) {
+            cl[k] = (client){.port = port, .body = body, .out = rt + 2 * k, .max_out = 2,
+                             .rounds = 2, .t0 = t0};
+            pthread_create(&th[k], NULL, closed_loop, &cl[k]);
+        }
+        for (int k = 0; !rc && k < s; k++) pthread_join(th[k], NULL);
+        summarise(rt, rc ? 0 : 2 * s, now_s() - t0, &closed[i]);
+        print_phase(server, "streams", s, &closed[i], json);
+        for (int k = 0; rt && k < 2 * s; k++) free(rt[k].chunk);
+        free(cl);
+        free(rt);
+        free(th);
+    }
+    for (int i = 0; i < n_rates && !rc; i++) {
+        int n = requests;
+        client *cl = calloc((size_t)n, sizeof *cl);
+        req_times *rt = calloc((size_t)n, sizeof *rt);
+        pthread_t *th = calloc((size_t)n, sizeof *th);
+        if (!cl || !rt || !th) rc = 1;
+        uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        double at = 0, t0 = now_s() + 0.05;
+        for (int k = 0; !rc && k < n; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            double u = ((double)(seed >> 11) + 0.5) / 9007199254740992.0;
+            at += -log(u) / rates[i]; /* exponential gaps: Poisson arrivals */
+            cl[k] = (client){.port = port, .body = body, .out = rt + k, .max_out = 1,
+                             .arrival = at, .t0 = t0};
+            pthread_create(&th[k], NULL, open_loop, &cl[k]);
+        }
+        for (int k = 0; !rc && k < n; k++) pthread_join(th[k], NULL);
+        phase_stats st;
+        summarise(rt, rc ? 0 : n, now_s() - t0, &st);
+        print_phase(server, "poisson", rates[i], &st, json);
+        for (int k = 0; rt && k < n; k++) free(rt[k].chunk);
+        free(cl);
+        free(rt);
+        free(th);
+    }
+    return rc;
+}
+
+/* With json, the peer's row: {"bench": "serve_peer", "peer": "llama.cpp server", "available":
+ * ..., then its executable, version and flags, or why it is unavailable}. */
+static void print_peer_line(bool json, const serve_peer *sp, int threads, int np, int ctx) {
+    if (!json) return;
+    json_t *o = json_pack("{s:s, s:s, s:b}", "bench", "serve_peer", "peer", "llama.cpp server",
+                          "available", threads > 0);
+    if (o && threads > 0) {
+        json_object_set_new(o, "exe", json_string(sp->exe));
+        json_object_set_new(o, "version", json_string(sp->version));
+        json_object_set_new(o, "threads", json_integer(threads));
+        json_object_set_new(o, "parallel", json_integer(np));
+        json_object_set_new(o, "ctx", json_integer(ctx));
+    } else if (o) {
+        json_object_set_new(o, "why", json_string(sp->why));
+    }
+    char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;
+    if (text) printf("%s\n", text);
+    fflush(stdout);
+    free(text);
+    json_decref(o);
 }
 
 /* Static batching: b copies of the prompt decoded together; ms per step and tokens/s. */
@@ -231,7 +322,9 @@ static void usage(void) {
            "tokens/s, time to first token and inter-token latency percentiles. The preset\n"
            "checkpoints have no tokenizer: --tokenizer (default: the Qwen3 tokenizer of\n"
            "$EMBER_SHARED_DATA) is copied into the checkpoint folder. Every request has the same\n"
-           "prompt: --prefix-cache 0 makes the server compute it each time.\n");
+           "prompt: --prefix-cache 0 makes the server compute it each time. With --model\n"
+           "FILE.gguf, llama.cpp's llama-server ($EMBER_LLAMA_SERVER, or on PATH) is started on\n"
+           "the same file afterwards and takes the same phases (its peer rows and ratios).\n");
 }
 
 static bool copy_file(const char *from, const char *to) {
@@ -361,10 +454,11 @@ int bench_serve(int argc, char **argv) {
             return 1;
         }
     const em_model_config *cfg = em_model_config_get(m);
-    char shape[160];
-    snprintf(shape, sizeof shape, "%s, %lld layers, %s, prompt %zu tokens, %lld new",
-             cfg->model_type, (long long)cfg->num_hidden_layers, em_dtype_name(em_model_dtype(m)),
-             n_ids, tokens);
+    char shape[320], wd[128];
+    em_model_weight_dtypes(m, wd, sizeof wd); /* a GGUF file's quantized weights stay so */
+    snprintf(shape, sizeof shape, "%s, %lld layers, %s activations, weights %s, prompt %zu tokens, "
+             "%lld new", cfg->model_type, (long long)cfg->num_hidden_layers,
+             em_dtype_name(em_model_dtype(m)), wd, n_ids, tokens);
     char dtype[16];
     snprintf(dtype, sizeof dtype, "%s", em_dtype_name(em_model_dtype(m)));
     em_free(ids);
@@ -392,58 +486,35 @@ int bench_serve(int argc, char **argv) {
     int port = em_server_port(srv);
     if (!json) {
         printf("\n%s (%s), server max batch %d\n", dir, shape, max_streams);
-        printf("%-9s %8s %6s %6s %12s %10s %10s %10s %10s\n", "phase", "x", "done", "failed",
-               "tokens/s", "ttft p50", "ttft p90", "itl p50", "itl p90");
+        print_table_header();
     }
-    phase_stats closed[MAX_LIST];
-    int rc = 0;
-    for (int i = 0; i < n_streams && !rc; i++) {
-        int s = (int)streams[i];
-        client *cl = calloc((size_t)s, sizeof *cl);
-        req_times *rt = calloc((size_t)s * 2, sizeof *rt);
-        pthread_t *th = calloc((size_t)s, sizeof *th);
-        if (!cl || !rt || !th) rc = 1;
-        double t0 = now_s();
-        for (int k = 0; !rc && k < s; k++) {
-            cl[k] = (client){.port = port, .body = body, .out = rt + 2 * k, .max_out = 2,
-                             .rounds = 2, .t0 = t0};
-            pthread_create(&th[k], NULL, closed_loop, &cl[k]);
-        }
-        for (int k = 0; !rc && k < s; k++) pthread_join(th[k], NULL);
-        summarise(rt, rc ? 0 : 2 * s, now_s() - t0, &closed[i]);
-        print_phase("streams", s, &closed[i], json);
-        for (int k = 0; rt && k < 2 * s; k++) free(rt[k].chunk);
-        free(cl);
-        free(rt);
-        free(th);
-    }
-    for (int i = 0; i < n_rates && !rc; i++) {
-        int n = (int)requests;
-        client *cl = calloc((size_t)n, sizeof *cl);
-        req_times *rt = calloc((size_t)n, sizeof *rt);
-        pthread_t *th = calloc((size_t)n, sizeof *th);
-        if (!cl || !rt || !th) rc = 1;
-        uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-        double at = 0, t0 = now_s() + 0.05;
-        for (int k = 0; !rc && k < n; k++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            double u = ((double)(seed >> 11) + 0.5) / 9007199254740992.0;
-            at += -log(u) / rates[i]; /* exponential gaps: Poisson arrivals */
-            cl[k] = (client){.port = port, .body = body, .out = rt + k, .max_out = 1,
-                             .arrival = at, .t0 = t0};
-            pthread_create(&th[k], NULL, open_loop, &cl[k]);
-        }
-        for (int k = 0; !rc && k < n; k++) pthread_join(th[k], NULL);
-        phase_stats st;
-        summarise(rt, rc ? 0 : n, now_s() - t0, &st);
-        print_phase("poisson", rates[i], &st, json);
-        for (int k = 0; rt && k < n; k++) free(rt[k].chunk);
-        free(cl);
-        free(rt);
-        free(th);
-    }
+    phase_stats closed[MAX_LIST], peer[MAX_LIST];
+    int rc = run_phases(port, body, "ember", streams, n_streams, rates, n_rates, (int)requests,
+                        json, closed);
     em_server_stop(srv, 5);
     em_server_free(srv);
+    /* llama.cpp's server on the same GGUF file, once Ember's has stopped: one server at a time
+     * on the machine's cores, both with Ember's thread count and as many slots as streams */
+    bool have_peer = false;
+    if (!rc) {
+        serve_peer sp;
+        int threads = em_num_threads(), ctx = max_streams * ((int)n_ids + (int)tokens + 64);
+        if (serve_peer_start(dir, threads, max_streams, ctx, &sp)) {
+            if (!json) {
+                printf("\npeer llama.cpp server %s (version %s), -t %d -np %d -c %d\n", sp.exe,
+                       sp.version[0] ? sp.version : "?", threads, max_streams, ctx);
+                print_table_header();
+            }
+            print_peer_line(json, &sp, threads, max_streams, ctx);
+            rc = run_phases(sp.port, body, "llama.cpp", streams, n_streams, rates, n_rates,
+                            (int)requests, json, peer);
+            serve_peer_stop(&sp);
+            have_peer = !rc;
+        } else {
+            if (!json) printf("\npeer llama.cpp server: unavailable (%s)\n", sp.why);
+            print_peer_line(json, &sp, 0, 0, 0);
+        }
+    }
     curl_global_cleanup();
     if (!rc) {
         if (!json) printf("\nagainst static batching of the same model in this run:\n");
@@ -452,15 +523,24 @@ int bench_serve(int argc, char **argv) {
             char sh[64];
             snprintf(sh, sizeof sh, "%lld streams", streams[i]);
             /* Ember's ms per generated token of the batch, against the static batch's */
+            const char *pn = have_peer ? "llama.cpp server" : NULL;
             bench_row r = {.bench = "serve_itl_p50", .shape = sh, .dtype = dtype,
                            .ms = closed[i].itl_p50, .limit_ms = step_ms[i],
-                           .limit_what = "static batch step"};
+                           .limit_what = "static batch step", .peer = pn,
+                           .peer_ms = have_peer ? peer[i].itl_p50 : -1};
             bench_print_row(&r, json);
             bench_row t = {.bench = "serve_ms_per_token", .shape = sh, .dtype = dtype,
                            .ms = closed[i].tokens_per_s > 0 ? 1e3 / closed[i].tokens_per_s : -1,
                            .limit_ms = 1e3 / static_tps[i], .limit_what = "static batch",
-                           .peer = NULL, .peer_ms = -1};
+                           .peer = pn,
+                           .peer_ms = have_peer && peer[i].tokens_per_s > 0
+                                          ? 1e3 / peer[i].tokens_per_s
+                                          : -1};
             bench_print_row(&t, json);
+            bench_row f = {.bench = "serve_ttft_p50", .shape = sh, .dtype = dtype,
+                           .ms = closed[i].ttft_p50, .peer = pn,
+                           .peer_ms = have_peer ? peer[i].ttft_p50 : -1};
+            bench_print_row(&f, json);
         }
         if (!json) {
             int one = -1, sixteen = -1;
@@ -476,6 +556,14 @@ int bench_serve(int argc, char **argv) {
                     printf("%lld streams: p50 inter-token latency %.1f ms = %.2fx the static "
                            "batch's step (target <= 1.5x)\n",
                            streams[i], closed[i].itl_p50, closed[i].itl_p50 / step_ms[i]);
+            for (int i = 0; have_peer && i < n_streams; i++)
+                if (peer[i].tokens_per_s > 0 && peer[i].ttft_p50 > 0 && peer[i].itl_p50 > 0)
+                    printf("%lld streams, Ember / llama.cpp server: aggregate tokens/s %.2fx "
+                           "(above 1: Ember faster), TTFT p50 %.2fx, ITL p50 %.2fx (below 1: "
+                           "Ember faster)\n",
+                           streams[i], closed[i].tokens_per_s / peer[i].tokens_per_s,
+                           closed[i].ttft_p50 / peer[i].ttft_p50,
+                           closed[i].itl_p50 / peer[i].itl_p50);
         }
     }
     em_ctx_free(c);
