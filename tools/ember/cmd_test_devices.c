@@ -400,6 +400,7 @@ int cmd_test_devices(int argc, char **argv) {
                     continue;
                 }
                 em_opcases_set_tie_tolerant(s, true);
+                em_opcases_set_ulp_tolerant(s, d != cpu);
                 em_opcases_set_compiled(s, rm[mi].compiled);
                 fam_run fr = {R, s, fams[f], json, 0, 0};
                 int n_case = 0, *idx = malloc(sizeof(int) * (size_t)(em_opcases_count(s) + 1));
