@@ -55,10 +55,10 @@ void em_opcases_set_tie_tolerant(em_opcase_set *s, bool on);
 
 /* Also accept f16 and bf16 outputs within one unit in the last place at the largest magnitude
  * of the reference output (a normwise bound), where the case's tolerance is tighter: torch
- * rounds after every op, and a device compiler may narrow f32 ops on f16 values to f16 ones and
- * contract a * b + c into one rounding (XLA's CPU plugin on a CPU with AVX512-FP16 moved four
- * f16 rope cases by 1-3 ulp of their results). For devices other than the CPU, whose kernels
- * keep torch's rounding. */
+ * rounds after every op, and a device compiler may not (XLA's CPU plugin on a CPU with
+ * AVX512-FP16 moved four f16 rope cases by 1-3 ulp of their results, most likely by f16
+ * arithmetic with contracted multiply-adds; docs/pjrt.md). For devices other than the CPU,
+ * whose kernels keep torch's rounding. */
 void em_opcases_set_ulp_tolerant(em_opcase_set *s, bool on);
 
 /*
