@@ -15,10 +15,9 @@
 #include <string.h>
 
 #include "backends/cpu/quant_dot.h"
+#include "backends/cpu/quant_dot_x86.h"
 
 #define XT 4 /* rows of x per pass over a weight row */
-/* bytes ahead that each line of the weights is fetched into L2 (see quant_dot_avx512.c) */
-#define QPF 2048
 
 static inline float h2f(const uint8_t *p) {
     uint16_t h;
@@ -71,11 +70,7 @@ static inline void nibbles16(const uint8_t *q, __m256i *lo, __m256i *hi) {
         }                                                                                          \
         int64_t b = 0;                                                                             \
         for (; b + 2 <= nb; b += 2) {                                                              \
-            {                                                                                      \
-                const uintptr_t a_ = (uintptr_t)wr + (size_t)b * (WBYTES) + QPF;                   \
-                for (uintptr_t p_ = (a_ + 63) & ~(uintptr_t)63; p_ < a_ + 2 * (WBYTES); p_ += 64)  \
-                    _mm_prefetch((const char *)p_, _MM_HINT_T1);                                   \
-            }                                                                                      \
+            qdot_prefetch_ahead(wr + (size_t)b * (WBYTES), 2 * (WBYTES));                          \
             STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, extra, NX);                             \
             STEP(wr + (size_t)(b + 1) * (WBYTES), xs, b + 1, 1, acc, extra, NX);                   \
         }                                                                                          \
@@ -158,18 +153,6 @@ DEFINE_DOT(dot_q4_0, 18, em_qx16, 32, STEP_Q4_0, _mm256_add_ps)
 DEFINE_DOT(dot_q4_1, 20, em_qx16, 32, STEP_Q4_1, _mm256_add_ps)
 
 /* ---- 256-element blocks ---- */
-
-/* Q4_K's twelve scale bytes as eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15). */
-static inline __m128i q4k_scales_mins(const uint8_t *s) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4);
-    memcpy(&u1, s + 4, 4);
-    memcpy(&u2, s + 8, 4);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    uint32_t sc_lo = u0 & low6, sc_hi = (u2 & low4) | (((u0 >> 6) & top2) << 4);
-    uint32_t mn_lo = u1 & low6, mn_hi = ((u2 >> 4) & low4) | (((u1 >> 6) & top2) << 4);
-    return _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
-}
 
 /* Q4_K: d sum_j sc_j (q . x)_j - dmin sum_j m_j (sum x)_j over the 8 sub-blocks of 32; the
  * mins term goes to its own accumulator (macc), subtracted at the end. Worst case per int32

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backends/cpu/quant_dot.h"
+#include "backends/cpu/quant_dot_x86.h"
 
 static inline float h2f(const uint8_t *p) {
     uint16_t h;
@@ -40,11 +41,6 @@ static inline __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
 /* NX for a pass of n rows where passes take at most XMAX (the cases above XMAX never run) */
 #define NXC(n, XMAX) ((n) < (XMAX) ? (n) : (XMAX))
 
-/* Each line of the weights is fetched into L2 this many bytes ahead (once per line). Without
- * it one core read Q4_1 at 36 % of its read bandwidth (stalled on the loads: the hardware
- * prefetcher did not keep up); 1024-4096 bytes ahead in L1 or L2 measured 80-88 %, L2 at
- * 2048 the best of them (docs/notes/2026-12-02-vnni-quant.md). */
-#define QPF 2048
 #define DEFINE_DOT(NAME, WBYTES, XTYPE, BLOCK, XMAX, STEP, COMBINE)                                \
     static inline __attribute__((always_inline)) void NAME##_row(                                  \
         int64_t nb, const uint8_t *wr, const XTYPE *const *xs, float *out, int64_t ldy, int NX) {  \
@@ -53,11 +49,7 @@ static inline __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
             acc[t][0] = acc[t][1] = _mm512_setzero_ps();                                           \
         int64_t b = 0;                                                                             \
         for (; b + 2 <= nb; b += 2) {                                                              \
-            {                                                                                      \
-                const uintptr_t a_ = (uintptr_t)wr + (size_t)b * (WBYTES) + QPF;                   \
-                for (uintptr_t p_ = (a_ + 63) & ~(uintptr_t)63; p_ < a_ + 2 * (WBYTES); p_ += 64)  \
-                    _mm_prefetch((const char *)p_, _MM_HINT_T1);                                   \
-            }                                                                                      \
+            qdot_prefetch_ahead(wr + (size_t)b * (WBYTES), 2 * (WBYTES));                          \
             STEP(wr + (size_t)b * (WBYTES), xs, b, 0, acc, NX);                                    \
             STEP(wr + (size_t)(b + 1) * (WBYTES), xs, b + 1, 1, acc, NX);                          \
         }                                                                                          \
@@ -126,18 +118,6 @@ static inline __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
 DEFINE_DOT(dot_q8_0, 34, em_qx16, 32, 8, STEP_Q8_0, _mm512_add_ps)
 
 /* ---- 256-element blocks ---- */
-
-/* Q4_K's twelve scale bytes as eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15). */
-static inline __m128i q4k_scales_mins(const uint8_t *s) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4);
-    memcpy(&u1, s + 4, 4);
-    memcpy(&u2, s + 8, 4);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    uint32_t sc_lo = u0 & low6, sc_hi = (u2 & low4) | (((u0 >> 6) & top2) << 4);
-    uint32_t mn_lo = u1 & low6, mn_hi = ((u2 >> 4) & low4) | (((u1 >> 6) & top2) << 4);
-    return _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
-}
 
 /*
  * Q4_K: d sum_j sc_j (q . x)_j - dmin sum_j m_j (sum x)_j over the 8 sub-blocks of 32. The
