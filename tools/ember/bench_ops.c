@@ -102,8 +102,7 @@ static void run_blas(void *user) {
 }
 
 static double openblas_sgemm_ms(int n, char *core, size_t core_n) {
-    /* The peer: OpenBLAS with OPENBLAS_CORETYPE unset, so that it picks its own kernel. */
-    unsetenv("OPENBLAS_CORETYPE");
+    /* OpenBLAS picks its own kernel for the CPU, or the level bench_match_peers_to_level set */
     void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     if (!h) h = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
     if (!h) return -1;

@@ -167,6 +167,46 @@ void bench_print_machine(bool json) {
     fflush(stdout);
 }
 
+/*
+ * With EMBER_CPU_LEVEL below what the CPU has, Ember's figures are those of the lower level; the
+ * peers are capped to the same instruction set through their own switches, so that the ratios
+ * compare kernels of one level (OpenBLAS's Haswell kernels for avx2; torch's ATen, oneDNN and
+ * MKL dispatch). A switch the user set is left alone. llama.cpp's binary is built for one level
+ * and cannot be capped at run time: its figures stay those of its build.
+ */
+void bench_match_peers_to_level(bool json) {
+    const char *want = getenv("EMBER_CPU_LEVEL");
+    em_cpu_isa isa = em_cpu_isa_get();
+    if (!want || !*want || (isa != EM_ISA_AVX2 && isa != EM_ISA_GENERIC)) return;
+#if defined(__x86_64__)
+    const bool avx2 = isa == EM_ISA_AVX2;
+    const char *vars[4][2] = {
+        {"OPENBLAS_CORETYPE", avx2 ? "Haswell" : "Nehalem"},
+        {"ATEN_CPU_CAPABILITY", avx2 ? "avx2" : "default"},
+        {"ONEDNN_MAX_CPU_ISA", avx2 ? "AVX2" : "SSE41"},
+        {"MKL_ENABLE_INSTRUCTIONS", avx2 ? "AVX2" : "SSE4_2"},
+    };
+    char set[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < 4; i++) {
+        if (getenv(vars[i][0])) continue;
+        setenv(vars[i][0], vars[i][1], 0);
+        int w = snprintf(set + used, sizeof set - used, "%s%s=%s", used ? " " : "", vars[i][0],
+                         vars[i][1]);
+        if (w > 0 && (size_t)w < sizeof set - used) used += (size_t)w;
+    }
+    if (!used) return;
+    if (json)
+        printf("{\"bench\": \"peer_level\", \"kernels\": \"%s\", \"set\": \"%s\"}\n",
+               em_cpu_isa_name(isa), set);
+    else
+        printf("peers capped to the %s level: %s\n", em_cpu_isa_name(isa), set);
+    fflush(stdout);
+#else
+    (void)json;
+#endif
+}
+
 int bench_preset_dir(const char *who, const char *cache, const char *prefix, const char *preset,
                      long long layers, char *dir, size_t n) {
     bool moe = preset && !strcmp(preset, "qwen3-30b-a3b");

@@ -50,6 +50,8 @@ void bench_print_header(bool json);
  * lowers it), the CPU's name and features, and the thread count; with json one object
  * {"bench": "machine", ...}. */
 void bench_print_machine(bool json);
+/* Caps the peers (OpenBLAS, torch) to the kernel level EMBER_CPU_LEVEL asked for, and says so. */
+void bench_match_peers_to_level(bool json);
 
 /* The random-weight checkpoint of a benchmark preset ("qwen3-0.6b" or "qwen3-30b-a3b"), made by
  * `ember make-checkpoint` into <cache>/<prefix><preset> unless its config.json is already there;

@@ -38,7 +38,10 @@ int cmd_bench(int argc, char **argv) {
         help |= !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
     }
     /* every benchmark's first line: what it runs on, the kernel level first */
-    if (!help) bench_print_machine(json);
+    if (!help) {
+        bench_print_machine(json);
+        bench_match_peers_to_level(json);
+    }
     if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
