@@ -204,10 +204,11 @@ INLINE void pack_transposed(float *d, int W, int width, int64_t kc, const char *
             }
             transpose8(r);
             int steps = kc - k0 < 8 ? (int)(kc - k0) : 8;
-            if (W - g >= 8) {
+            if (W - g >= 8 || g == 0) {
                 for (int q = 0; q < steps; q++) _mm256_storeu_ps(d + (k0 + q) * W + g, r[q]);
             } else {
-                /* the last, narrower group: exactly W - g words per step */
+                /* a narrower group after a full one: exactly W - g words per step (a full
+                 * store would spill into the next step's first group, already written) */
                 float t[8];
                 for (int q = 0; q < steps; q++) {
                     _mm256_storeu_ps(t, r[q]);
