@@ -15,6 +15,7 @@ extern const em_backend_reg em_cpu_backend_reg;
 typedef struct em_cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vnni;
+    bool amx_bf16;        /* AMX-TILE + AMX-BF16, with the OS's permission for tile state */
     bool neon, neon_bf16; /* aarch64: Advanced SIMD; FEAT_BF16 (BFDOT/BFMMLA) */
     int physical_cores;
 } em_cpu_features;
@@ -40,6 +41,9 @@ const char *em_cpu_isa_name(em_cpu_isa isa);
 /* Whether the chosen instruction set has a native bf16 dot product (AVX-512 BF16 vdpbf16ps, or
  * NEON BFDOT): the kernels that use one, and the layouts packed for them, depend on it. */
 bool em_cpu_bf16_dot(void);
+/* Whether bf16 matrix products may use AMX tiles: the kernel level is avx512, the CPU has AMX
+ * BF16 and Linux granted the tile state, and EMBER_CPU_AMX is not 0. */
+bool em_cpu_amx(void);
 
 /*
  * The one way a kernel family sets up its per-ISA table: fills[EM_ISA_GENERIC] (required, fills

@@ -9,6 +9,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 static em_cpu_features feats;
@@ -20,6 +22,24 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 #ifndef HWCAP2_BF16
 #define HWCAP2_BF16 (1UL << 14)
 #endif
+#endif
+
+#if defined(__x86_64__)
+/*
+ * AMX's tile data is a dynamically enabled state on Linux: a process must ask for it
+ * (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18) before its first tile instruction,
+ * which otherwise faults. The request is process-wide and made once, here, and only on a CPU
+ * whose CPUID reports AMX-TILE and AMX-BF16 and whose OS enabled the tile state in XCR0.
+ */
+static bool amx_usable(unsigned long long xcr0) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !bf16 || (xcr0 & (3ull << 17)) != (3ull << 17)) return false;
+    const char *e = getenv("EMBER_CPU_AMX");
+    if (e && !strcmp(e, "0")) return false;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
 #endif
 
 static void detect(void) {
@@ -49,6 +69,7 @@ static void detect(void) {
             __get_cpuid_count(7, 1, &a, &b, &c, &d))
             feats.avx512bf16 = zmm && ((a >> 5) & 1);
         if (!ymm) feats.fma = feats.f16c = false;
+        feats.amx_bf16 = zmm && amx_usable(xcr0);
     }
     isa = EM_ISA_GENERIC;
     if (feats.avx2 && feats.fma && feats.f16c) isa = EM_ISA_AVX2;
@@ -104,6 +125,8 @@ bool em_cpu_bf16_dot(void) {
     return (i == EM_ISA_AVX512 && feats.avx512bf16) || (i == EM_ISA_NEON && feats.neon_bf16);
 }
 
+bool em_cpu_amx(void) { return em_cpu_isa_get() == EM_ISA_AVX512 && feats.amx_bf16; }
+
 void em_cpu_isa_fill(void *table, const em_isa_fill_fn fills[EM_ISA_COUNT]) {
     fills[EM_ISA_GENERIC](table);
     em_cpu_isa i = em_cpu_isa_get();
@@ -113,10 +136,11 @@ void em_cpu_isa_fill(void *table, const em_isa_fill_fn fills[EM_ISA_COUNT]) {
 
 void em_cpu_features_str(char *buf, size_t n) {
     const em_cpu_features *f = em_cpu_features_get();
-    snprintf(buf, n, "%s%s%s%s%s%s%s%s%s%s[kernels: %s]", f->avx2 ? "avx2 " : "",
+    snprintf(buf, n, "%s%s%s%s%s%s%s%s%s%s%s[kernels: %s%s]", f->avx2 ? "avx2 " : "",
              f->fma ? "fma " : "", f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "",
              f->avx512bw ? "avx512bw " : "", f->avx512vl ? "avx512vl " : "",
              f->avx512bf16 ? "avx512bf16 " : "", f->avx512vnni ? "avx512vnni " : "",
-             f->neon ? "neon " : "", f->neon_bf16 ? "bf16 " : "",
-             em_cpu_isa_name(em_cpu_isa_get()));
+             f->amx_bf16 ? "amx-bf16 " : "", f->neon ? "neon " : "",
+             f->neon_bf16 ? "bf16 " : "",
+             em_cpu_isa_name(em_cpu_isa_get()), em_cpu_amx() ? "+amx" : "");
 }

@@ -32,11 +32,13 @@
 
 typedef enum em_gemm_fmt {
     EM_GEMM_FMT_F32 = 0,   /* one f32 per k step */
-    EM_GEMM_FMT_BF16X2 = 1 /* bf16 (k, k+1) pairs: one 32-bit word per two k steps */
+    EM_GEMM_FMT_BF16X2 = 1, /* bf16 (k, k+1) pairs: one 32-bit word per two k steps */
+    EM_GEMM_FMT_BF16X2_T16 = 2 /* BF16X2 in whole AMX tiles: steps rounded up to 16, zeros */
 } em_gemm_fmt;
 
 /* Number of 32-bit k steps a packed panel of depth kc holds in a format. */
 static inline int64_t em_gemm_ksteps(em_gemm_fmt f, int64_t kc) {
+    if (f == EM_GEMM_FMT_BF16X2_T16) return ((kc + 1) / 2 + 15) / 16 * 16;
     return f == EM_GEMM_FMT_BF16X2 ? (kc + 1) / 2 : kc;
 }
 
@@ -93,6 +95,8 @@ em_gemm_dot_fn em_gemm_dot_for(em_dtype dt);
 const em_gemm_kernel *em_gemm_kernel_avx512(em_dtype dt, bool bf16_hw);
 em_gemm_dot_fn em_gemm_dot_avx512(em_dtype dt, bool bf16_hw);
 const em_gemm_kernel *em_gemm_kernel_avx2(em_dtype dt);
+/* bf16 on AMX tiles (gemm_amx.c; call only where em_cpu_amx()). */
+const em_gemm_kernel *em_gemm_kernel_amx(void);
 em_gemm_dot_fn em_gemm_dot_avx2(em_dtype dt);
 /* The AVX2 dot engine with f32 results (ragged_dot's partial sums), for dt bf16 or f32: c[i, j]
  * at c + i*ldc + j. false (nothing written) when its x buffer cannot be allocated. */
