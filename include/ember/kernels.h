@@ -44,9 +44,12 @@ typedef struct em_kernels_options {
     const char *lock_path; /* NULL: $EMBER_KERNELS_LOCK, else ./ember-kernels.lock if present;
                               "": no lock */
     int self_test;         /* 1: self-test each implementation at load (default); 0: skip */
+    const char *target;    /* the kind of device to load for: "cpu" (CPU variants only), "pjrt"
+                              or "pjrt:<platform>" (ember-stablehlo only); NULL: any, a CPU
+                              variant before an ember-stablehlo one */
 } em_kernels_options;
 
-/** Defaults: lock from the environment, self-test on. */
+/** Defaults: lock from the environment, self-test on, any target. */
 EM_API em_kernels_options em_kernels_default_options(void);
 
 /**
