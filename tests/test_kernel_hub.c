@@ -113,7 +113,8 @@ static void test_resolution_table(void) {
            "; this machine is " ARCH);
     HAS(t, "Rejected ember-abi1-cpu-generic-" ARCH "-windows: built for windows; this is linux");
     HAS(t, "Rejected ember-abi1-cuda13-sm90-" ARCH "-linux: backend cuda13 needs a device");
-    HAS(t, "Rejected ember-stablehlo: StableHLO variants are for PJRT devices");
+    /* a CPU library under the StableHLO name (the StableHLO variants: test_kernel_hub_pjrt) */
+    HAS(t, "Rejected ember-stablehlo: metadata.json says backend cpu, the variant name stablehlo");
     HAS(t, "Rejected ember-abi1-cpu-" ARCH "-linux: no metadata.json");
     if (em_cpu_bf16_dot())
         fprintf(stderr, "note: this CPU has %s; the 'needs' row is not checked\n", MISSING_LABEL);

@@ -223,7 +223,8 @@ em_status pj_snippet_run(const em_kimpl *k, const em_kernel_args *a) {
     pj_alt alt = {emit_snippet, s, s->digest, false};
     em_status st = pj_kernel_alt(a, &alt);
     if (st == EM_OK || !alt.failed) return st;
-    /* the snippet does not expand or compile: off from now on, the built-in takes the call */
+    /* the snippet does not expand or compile: off from now on; the next implementation (in the
+     * snapshot republished without it) takes the call */
     em_ctx *c = a->ctx;
     char why[720];
     snprintf(why, sizeof why, "%s: %.400s", s->file, em_ctx_error(c)->message);
@@ -231,8 +232,11 @@ em_status pj_snippet_run(const em_kimpl *k, const em_kernel_args *a) {
     em_ctx_clear_error(c);
     c->cur = saved;
     em_kimpl_disable((em_kimpl *)k, why);
-    em_kernel_fn builtin = ((em_device *)c->cur.dev)->be->kernels[a->op->id];
-    return builtin ? builtin(a) : em_op_fail(c, EM_ERR_UNSUPPORTED, "no built-in kernel");
+    const em_kset *ks = em_kset_get(((em_device *)c->cur.dev)->be, a->op->id);
+    const em_kimpl *next =
+        ks ? em_kset_pick(ks, a, c->grad_on ? EM_KMODE_TRAINING : EM_KMODE_INFERENCE) : NULL;
+    return next && next != k ? em_kimpl_run(next, a)
+                             : em_op_fail(c, EM_ERR_UNSUPPORTED, "no other kernel takes this call");
 }
 
 const pj_snippet *pj_snippet_pick(const em_backend *be, const em_kernel_args *a) {

@@ -52,7 +52,8 @@ char *pj_snippet_expand(const pj_snippet *s, const char *fn, const em_op_def *op
                         const em_meta *out, int n_out, char *why, size_t why_n);
 
 /* The registry hooks of a snippet implementation (user: its pj_snippet). A snippet that does not
- * expand or compile is disabled with a message on its first call, which goes to the built-in. */
+ * expand or compile is disabled with a message at its first call, which goes to the next
+ * implementation (the built-in last). */
 em_status pj_snippet_run(const em_kimpl *k, const em_kernel_args *a);
 bool pj_snippet_supports(const em_kimpl *k, const em_kernel_args *a, unsigned mode);
 
