@@ -8,7 +8,6 @@
  * compiles. Without the plugin or libtpu those tests print a loud SKIP.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "ember/ember.h"
 #include "ember/kernels.h"
 #include "harness.h"
+#include "khub_test.h"
 #include "kernels_hub/khub.h"
 
 #define VARIANT "build/ember-stablehlo/"
@@ -31,21 +31,7 @@ static bool setup(void) {
         em_test_skip("EMBER_TEST_SHLO_PKG is not set (run through ctest)");
         return false;
     }
-    if (!tmp[0]) {
-        snprintf(tmp, sizeof tmp, "/tmp/ember-khub-shlo-XXXXXX");
-        if (!mkdtemp(tmp)) return false;
-    }
-    return true;
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
+    return khub_tmp(tmp, sizeof tmp, "ember-khub-shlo");
 }
 
 /* A copy of the package as <tmp>/<name>; returns its path (static buffer). */
@@ -57,16 +43,8 @@ static const char *copy_pkg(const char *name) {
 }
 
 static char *explain(em_ctx *c, const char *spec, const char *target, em_status *st) {
-    em_kernels_options o = em_kernels_default_options();
-    o.lock_path = "";
-    o.target = target;
-    char *text = NULL;
-    *st = em_kernels_explain(c, spec, &o, &text);
-    if (text) fprintf(stderr, "%s", text);
-    return text;
+    return explain_for(c, spec, NULL, target, st);
 }
-
-#define HAS(text, s) CHECK_MSG((text) && strstr((text), (s)), "missing: %s", (s))
 
 static void test_resolution(void) {
     if (!setup()) return;

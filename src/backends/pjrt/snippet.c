@@ -8,30 +8,6 @@
 
 /* ---- expansion ---- */
 
-typedef struct growing {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} growing;
-
-static void add(growing *g, const char *s, size_t n) {
-    if (g->oom) return;
-    if (g->len + n + 1 > g->cap) {
-        size_t nc = g->cap ? g->cap * 2 : 4096;
-        while (nc < g->len + n + 1) nc *= 2;
-        char *np = realloc(g->p, nc);
-        if (!np) {
-            g->oom = true;
-            return;
-        }
-        g->p = np;
-        g->cap = nc;
-    }
-    memcpy(g->p + g->len, s, n);
-    g->len += n;
-    g->p[g->len] = 0;
-}
-
 static void type_text(char *buf, size_t n, em_dtype dt, int nd, const int64_t *d) {
     size_t u = (size_t)snprintf(buf, n, "tensor<");
     for (int i = 0; i < nd && u < n; i++) u += (size_t)snprintf(buf + u, n - u, "%lldx", (long long)d[i]);
@@ -124,15 +100,21 @@ char *pj_snippet_expand(const pj_snippet *s, const char *fn, const em_op_def *op
                         const em_attr *attrs, const em_tensor *const *in, int n_in,
                         const em_meta *out, int n_out, char *why, size_t why_n) {
     expand_ctx x = {fn, op, attrs, in, n_in, out, n_out};
-    growing g = {NULL, 0, 0, false};
+    char *text = NULL;
+    size_t len_out = 0;
+    FILE *g = open_memstream(&text, &len_out); /* grows as the text is written */
+    if (!g) {
+        snprintf(why, why_n, "out of memory expanding %s", s->file);
+        return NULL;
+    }
     const char *p = s->text;
     for (;;) {
         const char *open = strstr(p, "{{");
         if (!open) {
-            add(&g, p, strlen(p));
+            fputs(p, g);
             break;
         }
-        add(&g, p, (size_t)(open - p));
+        fwrite(p, 1, (size_t)(open - p), g);
         const char *close = strstr(open + 2, "}}");
         size_t len = close ? (size_t)(close - open - 2) : 0;
         char ph[80], val[512];
@@ -143,18 +125,21 @@ char *pj_snippet_expand(const pj_snippet *s, const char *fn, const em_op_def *op
         if (!close || len >= sizeof ph || !placeholder(&x, ph, val, sizeof val)) {
             snprintf(why, why_n, "%s: unknown placeholder {{%.*s}} for %s (snippet.h lists them)",
                      s->file, (int)(close && len < 60 ? len : 60), open + 2, op->name);
-            free(g.p);
+            fclose(g);
+            free(text);
             return NULL;
         }
-        add(&g, val, strlen(val));
+        fputs(val, g);
         p = close + 2;
     }
-    if (g.oom) {
+    bool failed = ferror(g) != 0;
+    failed |= fclose(g) != 0;
+    if (failed) {
         snprintf(why, why_n, "out of memory expanding %s", s->file);
-        free(g.p);
+        free(text);
         return NULL;
     }
-    return g.p;
+    return text;
 }
 
 /* ---- emitting ---- */
