@@ -121,9 +121,13 @@ static float *host(em_ctx *c, em_tensor *t) {
     return v;
 }
 
-/* ragged_dot on d of random inputs, with the packages suspended (the built-in) or not. */
+static int ragged_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                     int n_statics, em_tensor **out, int max_out, void *user);
+
+/* ragged_dot on d of random inputs, with the packages suspended (the built-in) or not, eager or
+ * as a compiled function (a new one: a compiled function keeps its program per signature). */
 static float *ragged(em_ctx *c, em_device *d, em_dtype dt, bool nk, bool packed, bool builtin,
-                     em_compiled *f) {
+                     bool compiled) {
     int64_t m = 11, k = 64, n = 32, g = 4;
     em_tensor *lhs = em_to(c, em_randn(c, dt, EM_SHAPE(m, k), 1, 0, 1.0), d);
     em_tensor *rhs = nk || packed ? em_randn(c, dt, EM_SHAPE(g, n, k), 2, 0, 0.1)
@@ -134,9 +138,11 @@ static float *ragged(em_ctx *c, em_device *d, em_dtype dt, bool nk, bool packed,
     em_tensor *gs = em_from_host_on(c, d, EM_I32, EM_SHAPE(4), ((int32_t[]){3, 0, 4, 2}));
     em_kreg_suspend_packages(builtin);
     em_tensor *y = NULL;
-    if (f) {
+    if (compiled) {
+        em_compiled *f = em_compile(c, "ragged", ragged_fn, NULL);
         em_tensor *in[3] = {lhs, rhs, gs};
         CHECK(em_compiled_call(c, f, in, 3, (int64_t[]){nk || packed}, 1, &y, 1) == 1);
+        em_compiled_free(f);
     } else {
         y = em_ragged_dot(c, lhs, rhs, gs, nk || packed);
     }
@@ -177,7 +183,6 @@ static void test_xla_matches_builtin(void) {
     em_device *d = em_test_xla_or_skip(c);
     if (!d) goto out;
     CHECK(em_kernels_load(c, pkg(), NULL) == EM_OK);
-    em_compiled *f = em_compile(c, "ragged", ragged_fn, NULL);
     em_scope_push(c);
     em_tensor *probe[3] = {zeros_on(c, d, EM_F32, EM_SHAPE(2, 2)),
                            zeros_on(c, d, EM_F32, EM_SHAPE(1, 2, 2)),
@@ -197,10 +202,9 @@ static void test_xla_matches_builtin(void) {
     for (int i = 0; i < 3; i++)
         for (int layout = 0; layout < 3; layout++)
             for (int compiled = 0; compiled < 2; compiled++) {
-                em_compiled *fc = compiled ? f : NULL;
                 bool nk = layout == 1, pk = layout == 2;
-                float *want = ragged(c, d, dts[i].dt, nk, pk, true, fc);
-                float *got = ragged(c, d, dts[i].dt, nk, pk, false, fc);
+                float *want = ragged(c, d, dts[i].dt, nk, pk, true, compiled);
+                float *got = ragged(c, d, dts[i].dt, nk, pk, false, compiled);
                 CHECK_MSG(want && got, "%s", em_ctx_error(c)->message);
                 double worst = past_tolerance(got, want, dts[i].tol);
                 CHECK_MSG(worst <= 0, "%s layout %d compiled %d: off by %g past the tolerance",
@@ -213,43 +217,44 @@ static void test_xla_matches_builtin(void) {
     CHECK(em_ragged_dot(c, probe[0], probe[1], bad, false) == NULL);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "group sizes sum to more than the 2 rows");
     em_scope_pop(c);
-    em_compiled_free(f);
 out:
     em_ctx_free(c);
 }
 
-/* A snippet that does not expand is disabled at its first call, which the next implementation
- * answers (the good package's gather snippet, loaded above, or the built-in). */
+/* A snippet that does not expand is disabled at its first call, eager or compiled, which the
+ * next implementation answers (the good package's gather snippet, loaded above, or the
+ * built-in). Each round loads a broken copy above everything loaded before. */
 static void test_broken_snippet(void) {
     if (!setup()) return;
     em_ctx *c = em_ctx_create();
     em_device *d = em_test_xla_or_skip(c);
-    if (!d) goto out;
-    const char *p = copy_pkg("broken");
-    char f[700], hex[65];
-    snprintf(f, sizeof f, "%s/" VARIANT "ragged_dot_gather.mlir", p);
-    char old[65];
-    CHECK(khub_file_sha256(f, old));
-    sh("sed -i 's/{{in1.d0-1}}/{{in1.bogus}}/' '%s'", f);
-    CHECK(khub_file_sha256(f, hex));
-    sh("sed -i 's/%s/%s/; s/ember-ragged-stablehlo/ember-broken-stablehlo/; "
-       "s/\"priority\": 10/\"priority\": 30/' '%s/" VARIANT "metadata.json'", old, hex, p);
-    CHECK(em_kernels_load(c, p, NULL) == EM_OK);
-    em_scope_push(c);
-    float *got = ragged(c, d, EM_F32, false, false, false, NULL);
-    float *want = ragged(c, d, EM_F32, false, false, true, NULL);
-    CHECK_MSG(got && want && past_tolerance(got, want, 1e-5) <= 0,
-              "the broken snippet's call was not answered by the next implementation");
-    const em_kimpl *v[8];
-    int n = em_kreg_list(EM_OP_RAGGED_DOT, "pjrt:cpu", v, 8);
-    bool off = false;
-    for (int i = 0; i < n; i++)
-        if (strstr(v[i]->source, "ember-broken-stablehlo")) off = atomic_load(&v[i]->disabled);
-    CHECK_MSG(off, "the broken snippet is still enabled");
-    free(got);
-    free(want);
-    em_scope_pop(c);
-out:
+    for (int compiled = 0; d && compiled < 2; compiled++) {
+        char name[32], f[700], old[65], hex[65];
+        snprintf(name, sizeof name, "broken%d", compiled);
+        const char *p = copy_pkg(name);
+        snprintf(f, sizeof f, "%s/" VARIANT "ragged_dot_gather.mlir", p);
+        CHECK(khub_file_sha256(f, old));
+        sh("sed -i 's/{{in1.d0-1}}/{{in1.bogus}}/' '%s'", f);
+        CHECK(khub_file_sha256(f, hex));
+        sh("sed -i 's/%s/%s/; s/ember-ragged-stablehlo/ember-%s/; "
+           "s/\"priority\": 10/\"priority\": %d/' '%s/" VARIANT "metadata.json'",
+           old, hex, name, 30 + compiled, p);
+        CHECK(em_kernels_load(c, p, NULL) == EM_OK);
+        em_scope_push(c);
+        float *got = ragged(c, d, EM_F32, false, false, false, compiled);
+        float *want = ragged(c, d, EM_F32, false, false, true, compiled);
+        CHECK_MSG(got && want && past_tolerance(got, want, 1e-5) <= 0,
+                  "%s: the call was not answered by the next implementation", name);
+        const em_kimpl *v[8];
+        int n = em_kreg_list(EM_OP_RAGGED_DOT, "pjrt:cpu", v, 8);
+        bool off = false;
+        for (int i = 0; i < n; i++)
+            if (strstr(v[i]->source, name)) off = atomic_load(&v[i]->disabled);
+        CHECK_MSG(off, "%s is still enabled", name);
+        free(got);
+        free(want);
+        em_scope_pop(c);
+    }
     em_ctx_free(c);
 }
 

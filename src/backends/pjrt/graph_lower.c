@@ -294,8 +294,8 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     }
     /* the kernel registry's choice, as eager calls make it: a kernel-hub snippet may win */
     em_kernel_args ka = {L->c, op, tin, n->n_in, NULL, 0, n->attrs};
-    const pj_snippet *sn = pj_snippet_pick(&e.pl->be, &ka);
-    em_status s = sn ? pj_snippet_emit(&e, sn) : fn(&e);
+    const em_kimpl *sn = pj_snippet_pick(&e.pl->be, &ka);
+    em_status s = sn ? pj_snippet_emit(&e, sn, fn) : fn(&e);
     if (s) {
         char why[320];
         snprintf(why, sizeof why, "StableHLO emitter: %s",

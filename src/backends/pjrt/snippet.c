@@ -144,10 +144,10 @@ char *pj_snippet_expand(const pj_snippet *s, const char *fn, const em_op_def *op
 
 /* ---- emitting ---- */
 
-/* The snippet of e->user as a function of the module, called on the op's inputs. */
-static em_status emit_snippet(pj_emit *e) {
-    const pj_snippet *s = e->user;
-    char fn[96], why[512];
+/* The snippet s as a function of the module, called on the op's inputs. When it does not
+ * expand, the builder is left untouched and *why says so (the caller decides). */
+static em_status emit_with(pj_emit *e, const pj_snippet *s, char *why, size_t why_n) {
+    char fn[96];
     snprintf(fn, sizeof fn, "%s_%d", s->sym, e->b->n_funcs);
     /* the types the function sees: the inputs' logical shapes (their values, e->in) */
     em_tensor ins[EM_MAX_INPUTS];
@@ -162,28 +162,32 @@ static em_status emit_snippet(pj_emit *e) {
         tin[i] = &ins[i];
     }
     char *text = pj_snippet_expand(s, fn, e->op, e->attrs, tin, e->n_in, e->out_meta, e->n_out,
-                                   why, sizeof why);
-    if (!text) {
-        sh_fail(e->b, "%s", why);
-        return EM_ERR_FORMAT;
-    }
+                                   why, why_n);
+    if (!text) return EM_ERR_FORMAT;
     sh_add_func(e->b, text);
     free(text);
     sh_val ops[EM_MAX_INPUTS];
     int n = 0;
     for (int i = 0; i < e->n_in; i++)
         if (e->present[i]) ops[n++] = e->in[i];
-    if (e->n_out != 1) {
-        sh_fail(e->b, "snippets give one output; %s has %d", e->op->name, e->n_out);
-        return EM_ERR_UNSUPPORTED;
-    }
     e->out[0] = sh_call(e->b, fn, ops, n, pj_meta_type(&e->out_meta[0]));
     return sh_ok(e->b) ? EM_OK : EM_ERR_FORMAT;
 }
 
-em_status pj_snippet_emit(pj_emit *e, const pj_snippet *s) {
-    e->user = s;
-    return emit_snippet(e);
+/* Eager programs (pj_alt's emitter): a snippet that does not expand fails the program. */
+static em_status emit_snippet(pj_emit *e) {
+    char why[512];
+    em_status s = emit_with(e, e->user, why, sizeof why);
+    if (s != EM_OK && sh_ok(e->b)) sh_fail(e->b, "%s", why);
+    return s;
+}
+
+em_status pj_snippet_emit(pj_emit *e, const em_kimpl *k, pj_emit_fn builtin) {
+    char why[512];
+    em_status s = emit_with(e, k->user, why, sizeof why);
+    if (s == EM_OK || !sh_ok(e->b)) return s;
+    em_kimpl_disable((em_kimpl *)k, why); /* the next program asks the registry again */
+    return builtin(e);
 }
 
 /* ---- the registry's hooks ---- */
@@ -224,9 +228,9 @@ em_status pj_snippet_run(const em_kimpl *k, const em_kernel_args *a) {
                              : em_op_fail(c, EM_ERR_UNSUPPORTED, "no other kernel takes this call");
 }
 
-const pj_snippet *pj_snippet_pick(const em_backend *be, const em_kernel_args *a) {
+const em_kimpl *pj_snippet_pick(const em_backend *be, const em_kernel_args *a) {
     const em_kset *ks = em_kset_get(be, a->op->id);
     if (!ks || ks->trivial) return NULL;
     const em_kimpl *k = em_kset_pick(ks, a, EM_KMODE_COMPILE);
-    return k && k->run == pj_snippet_run ? k->user : NULL;
+    return k && k->run == pj_snippet_run ? k : NULL;
 }

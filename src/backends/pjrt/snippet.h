@@ -57,12 +57,15 @@ char *pj_snippet_expand(const pj_snippet *s, const char *fn, const em_op_def *op
 em_status pj_snippet_run(const em_kimpl *k, const em_kernel_args *a);
 bool pj_snippet_supports(const em_kimpl *k, const em_kernel_args *a, unsigned mode);
 
-/* The whole-program lowering's question (compile mode): the snippet the registry picks for this
- * call on backend be, or NULL when another implementation (the built-in) wins. a->out may be
- * NULL (n_out 0): snippets' supports reads inputs and attributes only. */
-const pj_snippet *pj_snippet_pick(const em_backend *be, const em_kernel_args *a);
-/* Emits the snippet s for the op of e (its inputs, attributes and output metas are set). */
+/* The whole-program lowering's question (compile mode): the snippet implementation the registry
+ * picks for this call on backend be, or NULL when another one (the built-in) wins. a->out may
+ * be NULL (n_out 0): snippets' supports reads inputs and attributes only. */
+const em_kimpl *pj_snippet_pick(const em_backend *be, const em_kernel_args *a);
+/* Emits k's snippet for the op of e (its inputs, attributes and output metas set); one that does
+ * not expand is disabled with a message and `builtin` emits the op instead. (A whole program
+ * the plugin then fails to compile fails the compile, naming the error.) */
 typedef struct pj_emit pj_emit;
-em_status pj_snippet_emit(pj_emit *e, const pj_snippet *s);
+typedef em_status (*pj_emit_fn)(pj_emit *e);
+em_status pj_snippet_emit(pj_emit *e, const em_kimpl *k, pj_emit_fn builtin);
 
 #endif
