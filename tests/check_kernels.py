@@ -167,14 +167,17 @@ expect(err, "not with --device or --compile", "bench moe --kernels --compile")
 # for PJRT, rejected for the CPU with the reason; its snippets registered per PJRT kind
 shlo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "ragged_stablehlo")
 out, _ = run("kernels", "explain", shlo)
-expect(out, "Accepted ember-stablehlo: ember-ragged-stablehlo v1 (Apache-2.0), chosen", "explain shlo")
+expect(out, "Accepted ember-stablehlo: ember-ragged-stablehlo v1 (Apache-2.0), chosen",
+       "explain shlo")
 expect(out, "ragged_dot: ragged_dot_native.mlir for pjrt:tpu, priority 20", "explain shlo")
-expect(out, "ragged_dot: ragged_dot_gather.mlir for pjrt (every plugin), priority 10", "explain shlo")
+expect(out, "ragged_dot: ragged_dot_gather.mlir for pjrt (every plugin), priority 10",
+       "explain shlo")
 out, _ = run("kernels", "explain", "--target", "cpu", shlo, code=1)
 expect(out, "Rejected ember-stablehlo: StableHLO variants are for PJRT devices; the target is the "
        "CPU", "explain shlo for the CPU")
 out, _ = run("kernels", "explain", "--target", "pjrt:cpu", good, code=1)
-expect(out, "a cpu variant; the target is a PJRT device (pjrt:cpu)", "explain a CPU package for PJRT")
+expect(out, "a cpu variant; the target is a PJRT device (pjrt:cpu)",
+       "explain a CPU package for PJRT")
 out, _ = run("--kernels", shlo, "kernels", "list", "--kind", "pjrt:tpu")
 expect(out, "ragged_dot_native *", "list shlo on pjrt:tpu")
 expect(out, "ragged_dot_gather ", "list shlo on pjrt:tpu")

@@ -88,8 +88,9 @@ static void test_tampered(void) {
     em_ctx_clear_error(c);
     /* a snippet metadata.json names without a digest */
     p = copy_pkg("undigested");
-    sh("sed -i '/\"ragged_dot_native.mlir\": \"/d; s/\\(\"ragged_dot_gather.mlir\": \"[0-9a-f]*\"\\),/\\1/' "
-       "'%s/" VARIANT "metadata.json'", p);
+    sh("sed -i '/\"ragged_dot_native.mlir\": \"/d; "
+       "s/\\(\"ragged_dot_gather.mlir\": \"[0-9a-f]*\"\\),/\\1/' '%s/" VARIANT "metadata.json'",
+       p);
     t = explain(c, p, "pjrt", &st);
     HAS(t, "Rejected ember-stablehlo: snippet ragged_dot_native.mlir has no digest in "
            "metadata.json");

@@ -10,6 +10,7 @@
  * "pjrt:<platform>" per platform named, or "pjrt" (every plugin) when none is; it takes the calls
  * of the op's dtypes and modes whose input ranks and attributes match.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,9 @@ static bool when_read(json_t *o, const em_op_def *def, pj_snippet_when *w, char 
                  def->name, EM_MAX_INPUTS);
         return false;
     }
-    json_array_foreach(ranks, i, x) w->ranks[w->n_ranks++] = json_is_integer(x) ? (int)json_integer_value(x) : -1;
+    json_array_foreach(ranks, i, x) {
+        w->ranks[w->n_ranks++] = json_is_integer(x) ? (int)json_integer_value(x) : -1;
+    }
     const char *key;
     json_object_foreach(attrs, key, x) {
         int a = -1;
@@ -159,10 +162,7 @@ static pj_snippet *snippet_make(em_ctx *c, const khub_resolution *r, const khub_
     const char *base = strrchr(s->file, '/') ? strrchr(s->file, '/') + 1 : s->file;
     size_t i = 0;
     for (; base[i] && base[i] != '.' && i + 1 < sizeof p->sym; i++)
-        p->sym[i] = (char)((base[i] >= 'a' && base[i] <= 'z') || (base[i] >= 'A' && base[i] <= 'Z') ||
-                                   (base[i] >= '0' && base[i] <= '9')
-                               ? base[i]
-                               : '_');
+        p->sym[i] = isalnum((unsigned char)base[i]) ? base[i] : '_';
     p->sym[i] = 0;
     p->text = read_verified(c, path, p->file, p->digest);
     if (!p->text) {

@@ -10,7 +10,8 @@
 
 static void type_text(char *buf, size_t n, em_dtype dt, int nd, const int64_t *d) {
     size_t u = (size_t)snprintf(buf, n, "tensor<");
-    for (int i = 0; i < nd && u < n; i++) u += (size_t)snprintf(buf + u, n - u, "%lldx", (long long)d[i]);
+    for (int i = 0; i < nd && u < n; i++)
+        u += (size_t)snprintf(buf + u, n - u, "%lldx", (long long)d[i]);
     if (u < n) snprintf(buf + u, n - u, "%s>", sh_elem_name(sh_elem_of(dt)));
 }
 

@@ -1,3 +1,7 @@
+// ragged_dot(lhs[M, K], rhs[G, K, N] or [G, N, K], group_sizes[G]) -> [M, N], for any PJRT
+// plugin (template: src/backends/pjrt/snippet.h). Row m belongs to group #{j : m >= end_j},
+// end_j the running sum of the group sizes (a triangular mask and a reduce: no loop); each row
+// gathers its group's matrix, one batched dot_general at f32, rows past the sum are zeros.
 func.func private @{{name}}(%lhs: {{in0}}, %rhs: {{in1}}, %gs: {{in2}}) -> {{out0}} {
     %gs64 = "stablehlo.convert"(%gs) : ({{in2}}) -> tensor<{{in1.d0}}xi64>
     %zero = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64>
