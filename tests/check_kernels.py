@@ -163,6 +163,27 @@ expect(err, "--kernels /nonexistent/pkg", "bench moe --kernels with a missing pa
 _, err = run("bench", "moe", "--kernels", good, "--compile", code=2)
 expect(err, "not with --device or --compile", "bench moe --kernels --compile")
 
+# the StableHLO package of kernels/ (ragged_dot for PJRT devices): accepted for any target and
+# for PJRT, rejected for the CPU with the reason; its snippets registered per PJRT kind
+shlo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "ragged_stablehlo")
+out, _ = run("kernels", "explain", shlo)
+expect(out, "Accepted ember-stablehlo: ember-ragged-stablehlo v1 (Apache-2.0), chosen",
+       "explain shlo")
+expect(out, "ragged_dot: ragged_dot_native.mlir for pjrt:tpu, priority 20", "explain shlo")
+expect(out, "ragged_dot: ragged_dot_gather.mlir for pjrt (every plugin), priority 10",
+       "explain shlo")
+out, _ = run("kernels", "explain", "--target", "cpu", shlo, code=1)
+expect(out, "Rejected ember-stablehlo: StableHLO variants are for PJRT devices; the target is the "
+       "CPU", "explain shlo for the CPU")
+out, _ = run("kernels", "explain", "--target", "pjrt:cpu", good, code=1)
+expect(out, "a cpu variant; the target is a PJRT device (pjrt:cpu)",
+       "explain a CPU package for PJRT")
+out, _ = run("--kernels", shlo, "kernels", "list", "--kind", "pjrt:tpu")
+expect(out, "ragged_dot_native *", "list shlo on pjrt:tpu")
+expect(out, "ragged_dot_gather ", "list shlo on pjrt:tpu")
+out, _ = run("--kernels", shlo, "kernels", "list")
+expect(out, "only the built-in kernels", "list shlo on the CPU")
+
 run("kernels", "bogus", code=2)
 if failures:
     sys.exit(1)

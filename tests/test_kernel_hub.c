@@ -20,6 +20,7 @@
 #include "ember/ember.h"
 #include "ember/kernels.h"
 #include "harness.h"
+#include "khub_test.h"
 
 #if defined(__x86_64__)
 #define ARCH "x86_64"
@@ -39,26 +40,12 @@ static char tmp[256];
 
 static const char *pkgs(void) { return getenv("EMBER_TEST_KERNELS"); }
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 static bool setup(void) {
     if (!pkgs()) {
         em_test_skip("EMBER_TEST_KERNELS is not set (run through ctest)");
         return false;
     }
-    if (!tmp[0]) {
-        snprintf(tmp, sizeof tmp, "/tmp/ember-khub-XXXXXX");
-        if (!mkdtemp(tmp)) return false;
-    }
-    return true;
+    return khub_tmp(tmp, sizeof tmp, "ember-khub");
 }
 
 /* A package folder <tmp>/<name> with copies of the good variant under each of `variants`. */
@@ -69,15 +56,8 @@ static void make_pkg(const char *name, const char *const *variants) {
 }
 
 static char *explain(em_ctx *c, const char *spec, const char *lock, em_status *st) {
-    em_kernels_options o = em_kernels_default_options();
-    o.lock_path = lock ? lock : "";
-    char *text = NULL;
-    *st = em_kernels_explain(c, spec, &o, &text);
-    if (text) fprintf(stderr, "%s", text);
-    return text;
+    return explain_for(c, spec, lock, NULL, st);
 }
-
-#define HAS(text, s) CHECK_MSG((text) && strstr((text), (s)), "missing: %s", (s))
 
 static void test_resolution_table(void) {
     if (!setup()) return;
@@ -113,7 +93,8 @@ static void test_resolution_table(void) {
            "; this machine is " ARCH);
     HAS(t, "Rejected ember-abi1-cpu-generic-" ARCH "-windows: built for windows; this is linux");
     HAS(t, "Rejected ember-abi1-cuda13-sm90-" ARCH "-linux: backend cuda13 needs a device");
-    HAS(t, "Rejected ember-stablehlo: StableHLO variants are for PJRT devices");
+    /* a CPU library under the StableHLO name (the StableHLO variants: test_kernel_hub_pjrt) */
+    HAS(t, "Rejected ember-stablehlo: metadata.json says backend cpu, the variant name stablehlo");
     HAS(t, "Rejected ember-abi1-cpu-" ARCH "-linux: no metadata.json");
     if (em_cpu_bf16_dot())
         fprintf(stderr, "note: this CPU has %s; the 'needs' row is not checked\n", MISSING_LABEL);

@@ -18,6 +18,11 @@
  * a message). From then on every call of an op picks the highest-priority implementation whose
  * dtypes, modes and `supports` predicate take it, the built-in last, in eager and compiled code.
  *
+ * An ember-stablehlo variant holds StableHLO snippets instead of a library (a file per snippet,
+ * digested like every other file): they register for PJRT devices (kind "pjrt" or
+ * "pjrt:<platform>") and the op's programs on those devices, eager and compiled, call the one
+ * that wins (docs/kernels.md, "StableHLO packages").
+ *
  * Loading never touches the network: a Hub id resolves from the cache only (at the commit the
  * lock names, else the revision's cached ref); `em_kernels_download` fetches.
  *
@@ -44,9 +49,12 @@ typedef struct em_kernels_options {
     const char *lock_path; /* NULL: $EMBER_KERNELS_LOCK, else ./ember-kernels.lock if present;
                               "": no lock */
     int self_test;         /* 1: self-test each implementation at load (default); 0: skip */
+    const char *target;    /* the kind of device to load for: "cpu" (CPU variants only), "pjrt"
+                              or "pjrt:<platform>" (ember-stablehlo only); NULL: any, a CPU
+                              variant before an ember-stablehlo one */
 } em_kernels_options;
 
-/** Defaults: lock from the environment, self-test on. */
+/** Defaults: lock from the environment, self-test on, any target. */
 EM_API em_kernels_options em_kernels_default_options(void);
 
 /**

@@ -10,7 +10,7 @@
 #define OP "kernels"
 
 em_kernels_options em_kernels_default_options(void) {
-    em_kernels_options o = {NULL, 1};
+    em_kernels_options o = {NULL, 1, NULL};
     return o;
 }
 
@@ -34,7 +34,7 @@ em_status em_kernels_load(em_ctx *c, const char *spec, const em_kernels_options 
     if (st != EM_OK) return st;
     khub_resolution *r = malloc(sizeof *r);
     if (!r) st = em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-    if (st == EM_OK) st = khub_resolve(c, spec, &l, r);
+    if (st == EM_OK) st = khub_resolve_for(c, spec, o.target, &l, r);
     if (st == EM_OK) st = khub_load(c, r, o.self_test != 0);
     free(r);
     khub_lock_free(&l);
@@ -54,7 +54,7 @@ em_status em_kernels_explain(em_ctx *c, const char *spec, const em_kernels_optio
         khub_lock_free(&l);
         return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     }
-    st = khub_resolve(c, spec, &l, r);
+    st = khub_resolve_for(c, spec, opts ? opts->target : NULL, &l, r);
     if (st == EM_OK || st == EM_ERR_UNSUPPORTED) *text = khub_explain_text(r);
     free(r);
     khub_lock_free(&l);

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "backends/pjrt/snippet.h"
 #include "core/kernel_registry.h"
 #include "ember/kernel_abi.h"
 #include "ember/kernels.h"
@@ -34,8 +35,11 @@ bool khub_variant_parse(const char *name, khub_variant *v, char *why, size_t why
  * ember_kernel_call.cpu_level. A static string. */
 const char *khub_host_level(void);
 bool khub_variant_host_ok(const khub_variant *v, int *rank, char *why, size_t why_n);
-/* The CPU variant names this host can run, best first (what a download asks the Hub for), and
- * their metadata files as a NULL-terminated list for em_hub_ensure. */
+/* Whether a variant's kind of device is the target's ("": any; CPU variants rank above
+ * StableHLO ones, rank 0); false with the reason. */
+bool khub_variant_target_ok(const khub_variant *v, const char *target, char *why, size_t why_n);
+/* The CPU variant names this host can run, best first, then ember-stablehlo (what a download
+ * asks the Hub for), and their metadata files as a NULL-terminated list for em_hub_ensure. */
 typedef struct khub_host_files {
     int n;
     char names[8][128];
@@ -54,6 +58,18 @@ typedef struct khub_op_decl {
     unsigned modes;
 } khub_op_decl;
 
+/* A StableHLO snippet of an ember-stablehlo variant (stablehlo.c): ops[op]'s function for the
+ * PJRT platforms named (none: every plugin), when its `when` holds. */
+#define KHUB_MAX_SNIPPETS 8
+typedef struct khub_snippet {
+    int op; /* index into khub_meta.ops */
+    char file[128];
+    int n_platforms;
+    char platforms[4][24];
+    int priority;
+    pj_snippet_when when;
+} khub_snippet;
+
 typedef struct khub_meta {
     char name[96];
     int version; /* major */
@@ -65,6 +81,8 @@ typedef struct khub_meta {
     int n_files;
     char files[KHUB_MAX_FILES][128];   /* relative to the variant folder */
     char digests[KHUB_MAX_FILES][65];  /* sha256, lower-case hex */
+    int n_snippets; /* ember-stablehlo variants: per op, "stablehlo": [...] */
+    khub_snippet snippets[KHUB_MAX_SNIPPETS];
 } khub_meta;
 
 typedef struct khub_candidate {
@@ -86,6 +104,7 @@ typedef struct khub_resolution {
     char repo[256];   /* the Hub id, or the folder's absolute path */
     char commit[64];  /* the snapshot's commit, "local" for a folder */
     char root[1024];  /* the package folder (holding build/) */
+    char target[32];  /* the device kind loaded for: "cpu", "pjrt", "pjrt:<platform>"; "": any */
     int n;
     khub_candidate c[KHUB_MAX_VARIANTS];
     int chosen; /* index into c, -1 when nothing is accepted */
@@ -110,10 +129,24 @@ typedef struct khub_lock {
  * when `lock` names the repo). Returns EM_OK with r->chosen >= 0, or an error naming why
  * nothing was accepted (the trace stays in r). Never touches the network. */
 em_status khub_resolve(em_ctx *c, const char *spec, const khub_lock *lock, khub_resolution *r);
+/* The same for a target device kind (em_kernels_options.target; NULL or "": any). */
+em_status khub_resolve_for(em_ctx *c, const char *spec, const char *target, const khub_lock *lock,
+                           khub_resolution *r);
 /* The resolution as text, one line per variant. malloc'd. */
 char *khub_explain_text(const khub_resolution *r);
 /* sha256 of a file as hex; false when it cannot be read. */
 bool khub_file_sha256(const char *path, char hex[65]);
+
+/* ---- StableHLO variants (stablehlo.c) ------------------------------------------------------ */
+/* Reads an op's "stablehlo" list of metadata.json into m (op: the op's index in m->ops). */
+bool khub_shlo_meta(json_t *list, khub_meta *m, int op, char *why, size_t why_n);
+/* Checks an ember-stablehlo variant's metadata: snippets for every op, each file digested. */
+bool khub_shlo_check(const khub_meta *m, char *why, size_t why_n);
+/* Appends a line per snippet of m (none for a CPU variant) to *s; false when out of memory. */
+bool khub_shlo_explain(const khub_meta *m, char **s);
+/* Reads and verifies the snippets of the chosen ember-stablehlo variant and makes their
+ * implementations (*out: calloc'd, n_out of them; registered by the caller). */
+em_status khub_shlo_impls(em_ctx *c, const khub_resolution *r, em_kimpl **out, int *n_out);
 
 /* ---- the lock file (lock.c) ---------------------------------------------------------------- */
 em_status khub_lock_read(em_ctx *c, const char *path, khub_lock *out);

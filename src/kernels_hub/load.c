@@ -28,6 +28,29 @@ static const khub_op_decl *declared(const khub_meta *m, em_op_id op) {
     return NULL;
 }
 
+/* Marks a package loaded; false when it already was (another thread was faster) or the table is
+ * full (nothing new is registered then). */
+static bool mark_loaded(const char *name) {
+    pthread_mutex_lock(&lock);
+    bool ok = !is_loaded(name) && n_loaded < 64;
+    if (ok) snprintf(loaded[n_loaded++], sizeof loaded[0], "%s", name);
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+/* An ember-stablehlo variant: its snippets join the registry for PJRT kinds. They are not
+ * self-tested here (no PJRT device needs to be open); one that does not compile is disabled at
+ * its first call (pj_snippet_run). */
+static em_status load_stablehlo(em_ctx *c, const khub_resolution *r) {
+    em_kimpl *ks;
+    int n;
+    em_status st = khub_shlo_impls(c, r, &ks, &n);
+    if (st != EM_OK) return st;
+    if (!mark_loaded(r->c[r->chosen].meta.name)) return EM_OK; /* ks stays: the snippets too */
+    for (int i = 0; i < n; i++) em_kreg_register(&ks[i]);
+    return EM_OK;
+}
+
 em_status khub_load(em_ctx *c, const khub_resolution *r, bool self_test) {
     const khub_candidate *k = &r->c[r->chosen];
     const khub_meta *m = &k->meta;
@@ -35,6 +58,7 @@ em_status khub_load(em_ctx *c, const khub_resolution *r, bool self_test) {
     bool already = is_loaded(m->name);
     pthread_mutex_unlock(&lock);
     if (already) return EM_OK;
+    if (!strcmp(k->v.backend, "stablehlo")) return load_stablehlo(c, r);
     char path[2048];
     snprintf(path, sizeof path, "%s/build/%s/%s", r->root, k->v.name, m->library);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -79,14 +103,10 @@ em_status khub_load(em_ctx *c, const khub_resolution *r, bool self_test) {
         dlclose(h);
         return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     }
-    pthread_mutex_lock(&lock);
-    if (is_loaded(m->name) || n_loaded == 64) {
-        pthread_mutex_unlock(&lock);
+    if (!mark_loaded(m->name)) {
         free(ks);
-        return EM_OK; /* another thread was faster (or the table is full: nothing new) */
+        return EM_OK;
     }
-    snprintf(loaded[n_loaded++], sizeof loaded[0], "%s", m->name);
-    pthread_mutex_unlock(&lock);
     for (int i = 0; i < lib->n_impls; i++) {
         const ember_kernel_impl *im = &lib->impls[i];
         const khub_op_decl *d = declared(m, em_op_find(im->op)->id);

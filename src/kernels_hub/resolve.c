@@ -126,6 +126,8 @@ bool khub_meta_read(const char *path, khub_meta *m, char *why, size_t why_n) {
             }
             d->modes |= b;
         }
+        json_t *shlo = json_object_get(o, "stablehlo");
+        if (shlo && !khub_shlo_meta(shlo, m, m->n_ops - 1, why, why_n)) goto out;
     }
     const char *key;
     json_t *val;
@@ -234,7 +236,8 @@ static void judge(const khub_resolution *r, khub_candidate *k, const khub_lock_e
     char why[400];
     k->accepted = false;
     if (!khub_variant_parse(k->v.name, &k->v, why, sizeof why) ||
-        !khub_variant_host_ok(&k->v, &k->rank, why, sizeof why)) {
+        !khub_variant_host_ok(&k->v, &k->rank, why, sizeof why) ||
+        !khub_variant_target_ok(&k->v, r->target, why, sizeof why)) {
         snprintf(k->reason, sizeof k->reason, "%s", why);
         return;
     }
@@ -260,7 +263,12 @@ static void judge(const khub_resolution *r, khub_candidate *k, const khub_lock_e
                  k->meta.backend, k->v.backend);
         return;
     }
-    if (!k->meta.library[0]) {
+    bool shlo = !strcmp(k->v.backend, "stablehlo");
+    if (shlo && !khub_shlo_check(&k->meta, why, sizeof why)) {
+        snprintf(k->reason, sizeof k->reason, "%s", why);
+        return;
+    }
+    if (!shlo && !k->meta.library[0]) {
         snprintf(k->reason, sizeof k->reason, "metadata.json names no library (.so)");
         return;
     }
@@ -300,9 +308,15 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 em_status khub_resolve(em_ctx *c, const char *spec, const khub_lock *lock, khub_resolution *r) {
+    return khub_resolve_for(c, spec, NULL, lock, r);
+}
+
+em_status khub_resolve_for(em_ctx *c, const char *spec, const char *target, const khub_lock *lock,
+                           khub_resolution *r) {
     memset(r, 0, sizeof *r);
     r->chosen = -1;
     snprintf(r->spec, sizeof r->spec, "%s", spec);
+    snprintf(r->target, sizeof r->target, "%s", target ? target : "");
     if (is_dir(spec)) {
         char real[PATH_MAX];
         if (!realpath(spec, real)) return em_ctx_fail(c, EM_ERR_IO, OP, "cannot resolve %s", spec);
@@ -352,7 +366,8 @@ em_status khub_resolve(em_ctx *c, const char *spec, const khub_lock *lock, khub_
 
 char *khub_explain_text(const khub_resolution *r) {
     char *s = NULL;
-    bool ok = khub_appendf(&s, "%s: %s at %s\n", r->spec, r->repo, r->commit);
+    bool ok = khub_appendf(&s, "%s: %s at %s%s%s%s\n", r->spec, r->repo, r->commit,
+                           r->target[0] ? " (for " : "", r->target, r->target[0] ? ")" : "");
     if (!r->n) ok = ok && khub_appendf(&s, "  (no variants in build/)\n");
     for (int i = 0; i < r->n && ok; i++) {
         const khub_candidate *k = &r->c[i];
@@ -360,7 +375,8 @@ char *khub_explain_text(const khub_resolution *r) {
             ok = khub_appendf(&s, "  Rejected %s: %s\n", k->v.name, k->reason);
         else if (i == r->chosen)
             ok = khub_appendf(&s, "  Accepted %s: %s v%d (%s), chosen\n", k->v.name,
-                              k->meta.name, k->meta.version, k->meta.license);
+                              k->meta.name, k->meta.version, k->meta.license) &&
+                 khub_shlo_explain(&k->meta, &s);
         else
             ok = khub_appendf(&s, "  Accepted %s: ranks below %s\n", k->v.name,
                               r->c[r->chosen].v.name);

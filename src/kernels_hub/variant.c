@@ -107,11 +107,7 @@ bool khub_variant_parse(const char *name_in, khub_variant *v, char *why, size_t 
 
 bool khub_variant_host_ok(const khub_variant *v, int *rank, char *why, size_t why_n) {
     *rank = 0;
-    if (!strcmp(v->backend, "stablehlo")) {
-        snprintf(why, why_n, "StableHLO variants are for PJRT devices; this Ember loads CPU "
-                             "kernel packages only");
-        return false;
-    }
+    if (!strcmp(v->backend, "stablehlo")) return true; /* noarch: rank 0, below any CPU variant */
     if (v->abi != (int)EMBER_KERNEL_ABI_VERSION) {
         snprintf(why, why_n, "ABI %d, Ember speaks %u", v->abi, EMBER_KERNEL_ABI_VERSION);
         return false;
@@ -143,10 +139,28 @@ bool khub_variant_host_ok(const khub_variant *v, int *rank, char *why, size_t wh
     return true;
 }
 
+bool khub_variant_target_ok(const khub_variant *v, const char *target, char *why, size_t why_n) {
+    bool shlo = !strcmp(v->backend, "stablehlo"), pjrt = !strncmp(target, "pjrt", 4);
+    if (shlo && !strcmp(target, "cpu")) {
+        snprintf(why, why_n, "StableHLO variants are for PJRT devices; the target is the CPU");
+        return false;
+    }
+    if (!shlo && pjrt) {
+        snprintf(why, why_n, "a %s variant; the target is a PJRT device (%s), which takes "
+                             "ember-stablehlo variants", v->backend, target);
+        return false;
+    }
+    if (*target && strcmp(target, "cpu") && !pjrt) {
+        snprintf(why, why_n, "unknown target '%s' (cpu, pjrt or pjrt:<platform>)", target);
+        return false;
+    }
+    return true;
+}
+
 void khub_host_files_init(khub_host_files *h) {
     h->n = 0;
     for (int r = 4; r >= 1; r--)
-        for (size_t i = 0; i < sizeof features / sizeof *features && h->n < 8; i++)
+        for (size_t i = 0; i < sizeof features / sizeof *features && h->n < 7; i++)
             if (features[i].rank == r && host_has(&features[i])) {
                 char name[128];
                 snprintf(name, sizeof name, "ember-abi%u-cpu-%s-%s-%s", EMBER_KERNEL_ABI_VERSION,
@@ -156,5 +170,10 @@ void khub_host_files_init(khub_host_files *h) {
                 h->opt[h->n] = h->files[h->n];
                 h->n++;
             }
+    /* the noarch StableHLO variant, for PJRT devices */
+    snprintf(h->names[h->n], sizeof h->names[0], "ember-stablehlo");
+    snprintf(h->files[h->n], sizeof h->files[0], "build/ember-stablehlo/metadata.json");
+    h->opt[h->n] = h->files[h->n];
+    h->n++;
     h->opt[h->n] = NULL;
 }

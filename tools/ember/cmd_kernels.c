@@ -9,15 +9,18 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ember kernels list [--all] [--kernels SPECS]\n"
-            "       ember kernels explain SPEC\n"
+            "usage: ember kernels list [--all] [--kind KIND] [--kernels SPECS]\n"
+            "       ember kernels explain [--target KIND] SPEC\n"
             "       ember kernels lock [-o FILE] SPEC...\n"
             "       ember kernels download SPEC\n\n"
             "Kernel packages replace built-in kernels at run time (docs/kernels.md). SPEC is a\n"
             "package folder or a Hub id (org/name, org/name@v1, org/name@<commit>).\n\n"
             "  list      per op, every implementation, best first; * marks the first choice\n"
-            "            (--all: the ops with only the built-in too; --kernels: load SPECS first)\n"
-            "  explain   every variant of SPEC, Accepted or Rejected with the reason\n"
+            "            (--all: the ops with only the built-in too; --kernels: load SPECS first;\n"
+            "            --kind: the device kind, cpu (default), pjrt:tpu, pjrt:cpu for XLA's CPU\n"
+            "            plugin, ...)\n"
+            "  explain   every variant of SPEC, Accepted or Rejected with the reason (--target:\n"
+            "            for kind cpu, pjrt or pjrt:<platform> only; default any)\n"
             "  lock      write the lock file (default ember-kernels.lock): repo, commit and the\n"
             "            sha256 of every file of each package's chosen variant\n"
             "  download  fetch SPEC's variants for this machine into the Hub cache\n\n"
@@ -53,9 +56,12 @@ int cmd_kernels(int argc, char **argv) {
     if (!c) return 1;
     if (!strcmp(sub, "list")) {
         bool all = false;
+        const char *kind = "cpu";
         for (int i = 2; i < argc; i++) {
             if (!strcmp(argv[i], "--all")) {
                 all = true;
+            } else if (!strcmp(argv[i], "--kind") && i + 1 < argc) {
+                kind = argv[++i];
             } else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
                 if (load_specs(c, argv[++i])) return fail(c);
             } else {
@@ -64,15 +70,18 @@ int cmd_kernels(int argc, char **argv) {
                 return 2;
             }
         }
-        char *s = em_kernels_list("cpu", all);
+        char *s = em_kernels_list(kind, all);
         if (s) fputs(s, stdout);
         free(s);
         em_ctx_free(c);
         return s ? 0 : 1;
     }
-    if (!strcmp(sub, "explain") && argc == 3) {
+    bool targeted = argc == 5 && !strcmp(argv[2], "--target");
+    if (!strcmp(sub, "explain") && (argc == 3 || targeted)) {
         char *text = NULL;
-        em_status st = em_kernels_explain(c, argv[2], NULL, &text);
+        em_kernels_options o = em_kernels_default_options();
+        o.target = targeted ? argv[3] : NULL;
+        em_status st = em_kernels_explain(c, argv[argc - 1], &o, &text);
         if (text) fputs(text, stdout);
         free(text);
         if (st != EM_OK && st != EM_ERR_UNSUPPORTED) return fail(c);

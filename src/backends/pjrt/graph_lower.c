@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backends/pjrt/pjrt.h"
+#include "backends/pjrt/snippet.h"
 
 enum { GL_INPUT, GL_CAPTURED, GL_NODE };
 
@@ -291,7 +292,10 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
         write_into(L, n->in[0], po, &e);
         return EM_OK;
     }
-    em_status s = fn(&e);
+    /* the kernel registry's choice, as eager calls make it: a kernel-hub snippet may win */
+    em_kernel_args ka = {L->c, op, tin, n->n_in, NULL, 0, n->attrs};
+    const em_kimpl *sn = pj_snippet_pick(&e.pl->be, &ka);
+    em_status s = sn ? pj_snippet_emit(&e, sn, fn) : fn(&e);
     if (s) {
         char why[320];
         snprintf(why, sizeof why, "StableHLO emitter: %s",
@@ -389,7 +393,7 @@ static char *finish(gl *L, const sh_type *params, const int *alias, int n_params
         if (i) str_put(&s, ", ");
         str_type(&s, &res[i].t);
     }
-    str_put(&s, ") -> ()\n  }\n}\n");
+    str_put(&s, ") -> ()\n  }\n%s}\n", sh_funcs(&L->b));
     if (s.oom) {
         free(s.p);
         sh_fail(&L->b, "out of memory");

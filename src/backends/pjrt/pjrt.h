@@ -238,6 +238,7 @@ typedef struct pj_emit {
     int n_extra;
     sh_val extra[4];
     int64_t variant[2]; /* what the extra inputs' shapes depend on (part of the cache key) */
+    const void *user;   /* a replacing emitter's data (pj_alt) */
 } pj_emit;
 
 typedef em_status (*pj_emit_fn)(pj_emit *e);
@@ -248,6 +249,8 @@ typedef struct pj_extra {
     int n;
     em_tensor *t[4];
     int64_t variant[2]; /* part of the executable's key */
+    bool checks_only;   /* set by the caller: check the inputs, add no extra input (a snippet
+                           that replaces the op's emitter takes none) */
 } pj_extra;
 /* Uploads n values as the next extra input (an i32 vector on d). */
 em_status pj_extra_add(em_ctx *c, em_device *d, pj_extra *x, const int32_t *v, int64_t n);
@@ -288,6 +291,19 @@ typedef struct pj_op {
      * that pay off once the compiler sees the whole program. */
     pj_emit_fn emit_program;
 } pj_op;
+/* An emitter that replaces the op's own for one call (a kernel-hub snippet, snippet.h): the
+ * op's host checks run as usual, its extra inputs are not made; `key` (the snippet's digest)
+ * keeps the program's cache entry apart from the built-in's. `failed` is set when the program
+ * could not be emitted or compiled (the error is in the context). */
+typedef struct pj_alt {
+    pj_emit_fn emit;
+    const void *user; /* pj_emit.user */
+    const char *key;
+    bool failed;
+} pj_alt;
+/* The PJRT kernel (every op's built-in) with alt's emitter. */
+em_status pj_kernel_alt(const em_kernel_args *a, pj_alt *alt);
+
 /* The op's entry (never NULL; every field NULL for an op the backend does not run). */
 const pj_op *pj_op_get(em_op_id op);
 /* Its emitter, NULL when the op has none. */

@@ -288,9 +288,9 @@ void pj_extra_free(pj_extra *x) {
 }
 
 static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl,
-                            const pj_op *po, const pj_extra *x);
+                            const pj_op *po, const pj_extra *x, pj_alt *alt);
 
-static em_status kernel(const em_kernel_args *a) {
+em_status pj_kernel_alt(const em_kernel_args *a, pj_alt *alt) {
     em_ctx *c = a->ctx;
     em_device *d = (em_device *)c->cur.dev;
     pj_dev *pd = d->impl;
@@ -302,17 +302,21 @@ static em_status kernel(const em_kernel_args *a) {
         return c->err.status;
     pj_extra x;
     memset(&x, 0, sizeof x);
+    x.checks_only = alt != NULL;
     em_status s = po->prepare ? po->prepare(c, a, d, &x) : EM_OK;
-    if (!s) s = kernel_run(a, d, pd->pl, po, &x);
+    if (!s) s = kernel_run(a, d, pd->pl, po, &x, alt);
     pj_extra_free(&x);
     return s;
 }
 
+static em_status kernel(const em_kernel_args *a) { return pj_kernel_alt(a, NULL); }
+
 static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl,
-                            const pj_op *po, const pj_extra *x) {
+                            const pj_op *po, const pj_extra *x, pj_alt *alt) {
     em_ctx *c = a->ctx;
     const em_op_def *op = a->op;
-    bool inplace = po->update != NULL; /* result: the destination's new storage buffer */
+    /* result: the destination's new storage buffer (snippets never take in-place ops) */
+    bool inplace = po->update != NULL && !alt;
     pj_key k;
     pj_key_init(&k);
     pj_key_i64(&k, op->id);
@@ -336,6 +340,7 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
         pj_key_add(&k, hdr, sizeof hdr);
         pj_key_add(&k, t->shape, (size_t)t->ndim * sizeof *t->shape);
     }
+    if (alt) pj_key_add(&k, alt->key, strlen(alt->key) + 1);
     pj_key_i64(&k, x->n);
     if (x->n) {
         pj_key_i64(&k, x->variant[0]);
@@ -349,7 +354,7 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
     uint64_t h = pj_hash(k.p, k.len);
     pj_exec *ex = pj_cache_find(pl, &k, h);
     if (!ex) {
-        pj_emit_fn fn = po->emit;
+        pj_emit_fn fn = alt ? alt->emit : po->emit;
         if (!fn && !inplace) {
             pj_key_free(&k);
             return em_op_fail(c, EM_ERR_UNSUPPORTED, "no StableHLO lowering for this op");
@@ -365,6 +370,7 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
         e.n_out = a->n_out;
         e.tin = a->in;
         e.pl = pl;
+        e.user = alt ? alt->user : NULL;
         sh_val params[EM_MAX_INPUTS];
         for (int i = 0, p = 0; i < a->n_in; i++) {
             em_tensor *t = a->in[i];
@@ -409,6 +415,7 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
             text = sh_finish(&b, e.out, n_res);
         }
         if (!text) {
+            if (alt) alt->failed = true;
             if (!c->err.status)
                 em_op_fail(c, s ? s : EM_ERR_INTERNAL, "StableHLO emitter: %s",
                            b.err[0] ? b.err : "failed");
@@ -421,6 +428,7 @@ static em_status kernel_run(const em_kernel_args *a, em_device *d, pj_plugin *pl
         describe(what, sizeof what, a);
         ex = pj_compile(c, pl, &k, h, text, what, true);
         free(text);
+        if (!ex && alt) alt->failed = true;
         if (!ex) {
             pj_key_free(&k);
             return c->err.status;

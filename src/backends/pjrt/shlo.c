@@ -44,8 +44,32 @@ void sh_init(sh_b *b) { memset(b, 0, sizeof *b); }
 
 void sh_free(sh_b *b) {
     free(b->body);
-    b->body = NULL;
+    free(b->funcs);
+    b->body = b->funcs = NULL;
     b->len = b->cap = 0;
+    b->n_funcs = 0;
+}
+
+int sh_add_func(sh_b *b, const char *text) {
+    if (b->err[0]) return -1;
+    size_t old = b->funcs ? strlen(b->funcs) : 0, n = strlen(text);
+    char *p = realloc(b->funcs, old + n + 2);
+    if (!p) {
+        sh_fail(b, "out of memory");
+        return -1;
+    }
+    memcpy(p + old, text, n);
+    memcpy(p + old + n, "\n", 2);
+    b->funcs = p;
+    return b->n_funcs++;
+}
+
+const char *sh_funcs(const sh_b *b) { return b->funcs ? b->funcs : ""; }
+
+sh_val sh_call(sh_b *b, const char *callee, const sh_val *ops, int n, sh_type rt) {
+    char a[160];
+    snprintf(a, sizeof a, "callee = @%s", callee);
+    return sh_op(b, "func.call", ops, n, a, rt);
 }
 
 bool sh_ok(const sh_b *b) { return !b->err[0]; }
@@ -227,7 +251,7 @@ char *sh_finish(sh_b *b, const sh_val *results, int n) {
         if (i) put(&h, ", ");
         put_type(&h, &results[i].t);
     }
-    put(&h, ") -> ()\n  }\n}\n");
+    put(&h, ") -> ()\n  }\n%s}\n", sh_funcs(b));
     if (h.err[0]) {
         sh_fail(b, "%s", h.err);
         sh_free(&h);

@@ -61,6 +61,8 @@ typedef struct sh_b {
     int n_params;
     sh_type params[SH_MAX_PARAMS];
     char err[256];
+    char *funcs; /* functions the module defines after @main (kernel-hub snippets), or NULL */
+    int n_funcs;
 } sh_b;
 
 void sh_init(sh_b *b);
@@ -79,6 +81,14 @@ bool sh_same_shape(const sh_type *a, const sh_type *b);
 sh_val sh_param(sh_b *b, sh_type t);
 /* The module text with `results` returned from @main; malloc'd, caller frees. */
 char *sh_finish(sh_b *b, const sh_val *results, int n);
+
+/* Adds a function definition (MLIR text of one func.func) to the module after @main; returns
+ * its number in this module (for unique symbol names), -1 after an error. */
+int sh_add_func(sh_b *b, const char *text);
+/* The functions added so far ("" for none). */
+const char *sh_funcs(const sh_b *b);
+/* %r = func.call @callee(ops) : one result of type rt. */
+sh_val sh_call(sh_b *b, const char *callee, const sh_val *ops, int n, sh_type rt);
 
 /* ---- generic statements ---- */
 /* `name`(ops) {attrs} : (types) -> rt ; attrs may be NULL. */

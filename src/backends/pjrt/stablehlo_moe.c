@@ -205,10 +205,11 @@ static em_status check_sizes(em_ctx *c, const int32_t *gs, int64_t g, int64_t m)
 
 /* The host's part: the group sizes are checked when they are read (pj_read_indices: always for
  * the grouped lowering, which needs them for its plan, else as the index check allows), and
- * the grouped lowering's plan goes to the program as two extra inputs. */
+ * the grouped lowering's plan goes to the program as two extra inputs (not for a kernel-hub
+ * snippet, x->checks_only: the checks alone). */
 static em_status ragged_prepare(em_ctx *c, const em_kernel_args *a, em_device *d, pj_extra *x) {
     const pj_plugin *pl = ((pj_dev *)d->impl)->pl;
-    bool grouped = !strcmp(ragged_mode(pl), "grouped");
+    bool grouped = !x->checks_only && !strcmp(ragged_mode(pl), "grouped");
     /* a compile-only device has no group sizes: nothing to check, no plan to make */
     if (pl->aot)
         return grouped ? pj_aot_refuse(c, d,
