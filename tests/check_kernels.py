@@ -48,6 +48,7 @@ expect(out, "silu_test *", "list with the package")
 expect(out, "ember-test-kernels v1", "list with the package")
 expect(out, "neg_wrong (disabled)", "list with the package")
 expect(err, "kernel neg_wrong for neg from ember-test-kernels v1", "self-test message")
+expect(err, "kernel sdpa_wrong for sdpa from ember-test-kernels v1", "self-test message")
 expect(err, "the built-in is used", "self-test message")
 
 out, _ = run("kernels", "list", env={"EMBER_KERNELS": good})

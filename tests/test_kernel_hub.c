@@ -350,6 +350,8 @@ static void test_load_and_fallback(void) {
     fprintf(stderr, "%s", list ? list : "(null)");
     HAS(list, "silu_test *");
     HAS(list, "neg_wrong (disabled)");
+    HAS(list, "ragged_dot_wrong (disabled)");
+    HAS(list, "sdpa_wrong (disabled)");
     HAS(list, "ember-test-kernels v1");
     free(list);
     CHECK(em_ctx_status(c) == EM_OK);
