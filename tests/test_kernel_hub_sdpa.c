@@ -8,7 +8,6 @@
  * Packages come from $EMBER_TEST_KERNELS (tests/CMakeLists.txt); ctest kernel_hub_sdpa_avx2 runs
  * this again at EMBER_CPU_LEVEL=avx2 (the AVX2 variant).
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "ember/ember.h"
 #include "ember/kernels.h"
 #include "harness.h"
+#include "kernel_pkg_util.h"
 #include "kernels_hub/khub.h"
 
 static const char *pkgs(void) { return getenv("EMBER_TEST_KERNELS"); }
@@ -159,14 +159,10 @@ static void test_sdpa_bits(void) {
  * -1 when the library does not load. */
 static int direct_supports(const char *isa, const char *level, int dtype, int mask_dtype,
                            bool strided_out) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/ember-sdpa/build/ember-abi1-cpu-%s-x86_64-linux/"
-                                "libember_sdpa_%s.so", pkgs(), isa, isa);
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-    ember_kernel_library_get_fn get =
-        (ember_kernel_library_get_fn)(uintptr_t)dlsym(h, "ember_kernel_library_get");
-    const ember_kernel_library *L = get ? get() : NULL;
+    char variant[64], lib[64];
+    snprintf(variant, sizeof variant, "ember-abi1-cpu-%s-x86_64-linux", isa);
+    snprintf(lib, sizeof lib, "libember_sdpa_%s.so", isa);
+    const ember_kernel_library *L = test_pkg_library("ember-sdpa", variant, lib);
     if (!L || L->n_impls != 1) return -1;
     ember_kernel_tensor t[5] = {
         {NULL, dtype, 4, {1, 8, 1, 64}, {512, 64, 64, 1}},

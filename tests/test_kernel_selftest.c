@@ -6,13 +6,13 @@
  * packages of Ember's own kernels pass it, having run at least one call (not declined them all).
  * Packages come from $EMBER_TEST_KERNELS (tests/CMakeLists.txt).
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
 #include "harness.h"
+#include "kernel_pkg_util.h"
 #include "kernels_hub/khub.h"
 
 #define HAS(text, s) CHECK_MSG(strstr((text), (s)), "missing: %s\nin: %s", (s), (text))
@@ -21,14 +21,8 @@
  * -1 when it cannot be loaded. The reason goes into why. */
 static int self_test(const char *pkg, const char *variant, const char *lib, const char *name,
                      char *why, size_t why_n) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s/build/%s/%s", getenv("EMBER_TEST_KERNELS"), pkg, variant,
-             lib);
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ember_kernel_library_get_fn get =
-        h ? (ember_kernel_library_get_fn)(uintptr_t)dlsym(h, "ember_kernel_library_get") : NULL;
-    const ember_kernel_library *L = get ? get() : NULL;
-    CHECK_MSG(L != NULL, "cannot load %s", path);
+    const ember_kernel_library *L = test_pkg_library(pkg, variant, lib);
+    CHECK_MSG(L != NULL, "cannot load %s/%s/%s", pkg, variant, lib);
     for (int i = 0; L && i < L->n_impls; i++) {
         const ember_kernel_impl *im = &L->impls[i];
         if (strcmp(im->name, name)) continue;
@@ -42,7 +36,7 @@ static int self_test(const char *pkg, const char *variant, const char *lib, cons
         khub_adapter_init(&k, im);
         return khub_self_test(&k, why, why_n);
     }
-    CHECK_MSG(0, "%s has no implementation %s", path, name);
+    CHECK_MSG(0, "%s has no implementation %s", lib, name);
     return -1;
 }
 
