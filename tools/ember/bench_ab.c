@@ -35,8 +35,8 @@ static double median(double *v, int n) {
 }
 
 void bench_ab_rounds(double (*turn)(void *user), void *user, int rounds, double *builtin,
-                     double *hub) {
-    double b[16], h[16];
+                     double *hub, double *ratio) {
+    double b[16], h[16], q[16];
     if (rounds > 16) rounds = 16;
     if (rounds < 1) rounds = 1;
     for (int r = 0; r < rounds; r++)
@@ -50,6 +50,8 @@ void bench_ab_rounds(double (*turn)(void *user), void *user, int rounds, double 
                 b[r] = ms;
         }
     em_kreg_suspend_packages(true);
+    for (int r = 0; r < rounds; r++) q[r] = h[r] / b[r];
+    if (ratio) *ratio = median(q, rounds);
     *builtin = median(b, rounds);
     *hub = median(h, rounds);
 }

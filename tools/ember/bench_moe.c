@@ -508,7 +508,7 @@ int bench_moe(int argc, char **argv) {
                 taker = ragged_taker(&j);
                 em_kreg_suspend_packages(true);
                 ab_turn t = {&j, 3, bytes};
-                bench_ab_rounds(ragged_turn, &t, rounds, &ab_bi, &ab_hub);
+                bench_ab_rounds(ragged_turn, &t, rounds, &ab_bi, &ab_hub, NULL);
             }
             /* compile mode: the whole layer (router included) as one program, interleaved with
              * probes like the others; its bound adds the router's weights (read in both) */
