@@ -48,6 +48,7 @@ expect(out, "silu_test *", "list with the package")
 expect(out, "ember-test-kernels v1", "list with the package")
 expect(out, "neg_wrong (disabled)", "list with the package")
 expect(err, "kernel neg_wrong for neg from ember-test-kernels v1", "self-test message")
+expect(err, "kernel sdpa_wrong for sdpa from ember-test-kernels v1", "self-test message")
 expect(err, "the built-in is used", "self-test message")
 
 out, _ = run("kernels", "list", env={"EMBER_KERNELS": good})
@@ -155,6 +156,29 @@ if os.path.isdir(bf16_pkg):
         expect(err, copy, "package removed")
         expect(err, "the built-in kernels are used", "package removed")
         expect(out, "only the built-in kernels", "package removed")
+
+# the attention package: chosen and listed where the kernels run AVX-512; its libraries removed
+# from a copy, Ember says which files are missing and keeps the built-in
+sdpa_pkg = os.path.join(pkgs, "ember-sdpa")
+if os.path.isdir(sdpa_pkg):
+    import shutil
+    if os.environ.get("EMBER_CPU_LEVEL", "") in ("", "avx512", "avx512bf16") and \
+            {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        out, _ = run("--kernels", sdpa_pkg, "kernels", "list")
+        expect(out, "sdpa_flash_avx512 *", "list with ember-sdpa")
+    with tempfile.TemporaryDirectory() as d:
+        copy = os.path.join(d, "ember-sdpa")
+        shutil.copytree(sdpa_pkg, copy)
+        for v in os.listdir(os.path.join(copy, "build")):
+            for f in os.listdir(os.path.join(copy, "build", v)):
+                if f.endswith(".so"):
+                    os.remove(os.path.join(copy, "build", v, f))
+        out, err = run("--kernels", copy, "kernels", "list")
+        expect(err, "libember_sdpa_avx2.so is missing or unreadable", "ember-sdpa libraries removed")
+        expect(err, "the built-in kernels are used", "ember-sdpa libraries removed")
+        expect(out, "only the built-in kernels", "ember-sdpa libraries removed")
+    _, err = run("bench", "attention", "--kernels", "/nonexistent/pkg", code=1)
+    expect(err, "--kernels /nonexistent/pkg", "bench attention --kernels with a missing package")
 
 # `ember bench moe --kernels` (the timing itself is not a test): a spec that does not load stops
 # it before anything is measured, and it compares eager CPU kernels only

@@ -20,6 +20,7 @@
 #include "ember/ember.h"
 #include "ember/kernels.h"
 #include "harness.h"
+#include "kernel_pkg_util.h"
 #include "khub_test.h"
 
 #if defined(__x86_64__)
@@ -331,6 +332,8 @@ static void test_load_and_fallback(void) {
     fprintf(stderr, "%s", list ? list : "(null)");
     HAS(list, "silu_test *");
     HAS(list, "neg_wrong (disabled)");
+    HAS(list, "ragged_dot_wrong (disabled)");
+    HAS(list, "sdpa_wrong (disabled)");
     HAS(list, "ember-test-kernels v1");
     free(list);
     CHECK(em_ctx_status(c) == EM_OK);
@@ -523,13 +526,7 @@ static void check_picks(em_ctx *c, const char *pkg, const char *want) {
  * library does not load. Call it only where the CPU runs the library's instruction set. */
 static int direct_supports(const char *pkg, const char *variant, const char *lib,
                            const char *level) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s/build/%s/%s", pkgs(), pkg, variant, lib);
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-    ember_kernel_library_get_fn get =
-        (ember_kernel_library_get_fn)(uintptr_t)dlsym(h, "ember_kernel_library_get");
-    const ember_kernel_library *L = get ? get() : NULL;
+    const ember_kernel_library *L = test_pkg_library(pkg, variant, lib);
     if (!L || L->n_impls != 1) return -1;
     ember_kernel_tensor t[4] = {
         {NULL, EMBER_KDT_BF16, 2, {7, 64}, {64, 1}},

@@ -3,6 +3,7 @@
 #define EMBER_KERNELS_UTIL_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "ember/kernel_abi.h"
 
@@ -26,6 +27,13 @@ static inline int kabi_contiguous(const ember_kernel_tensor *t) {
 static inline const char *kabi_cpu_level(const ember_kernel_call *k) {
     size_t need = offsetof(ember_kernel_call, cpu_level) + sizeof k->cpu_level;
     return k->struct_size >= need && k->cpu_level ? k->cpu_level : "";
+}
+
+/* The attribute of that name (the op table's schema), or NULL. */
+static inline const ember_kernel_attr *kabi_attr(const ember_kernel_call *k, const char *name) {
+    for (int i = 0; i < k->n_attrs; i++)
+        if (k->attrs[i].name && !strcmp(k->attrs[i].name, name)) return &k->attrs[i];
+    return NULL;
 }
 
 /* One implementation entry of a package's table. */

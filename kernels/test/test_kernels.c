@@ -2,7 +2,8 @@
  * A test kernel package (tests/test_kernel_hub.c), written against ember/kernel_abi.h alone:
  *   silu f32 (all modes) and add f32 (inference and compile), whose supports() declines calls
  *   of fewer than 16 elements and strided inputs, so Ember falls back per call;
- *   neg f32, deliberately wrong (it returns its input), which the load-time self-test disables.
+ *   neg f32, ragged_dot f32 and sdpa f32, deliberately wrong (neg returns its input, the others
+ *   zeros), which the load-time self-test disables.
  * ember_test_calls(name) counts the runs of each, so the test sees which implementation ran.
  * Built with EMBER_TEST_ABI=2 it claims another ABI; with EMBER_TEST_NO_GET it lacks the table.
  */
@@ -68,14 +69,23 @@ static int run_neg_wrong(const ember_kernel_call *k, char *err, size_t err_n) {
     return 0;
 }
 
+static int run_zeros(const ember_kernel_call *k, char *err, size_t err_n) {
+    (void)err;
+    (void)err_n;
+    memset(k->out[0].data, 0, (size_t)kabi_numel(&k->out[0]) * sizeof(float));
+    return 0;
+}
+
 static const ember_kernel_impl impls[] = {
     KABI_IMPL("silu", "silu_test", EMBER_KDT_BIT(EMBER_KDT_F32), 10, supports_big_contiguous, run_silu),
     KABI_IMPL("add", "add_test", EMBER_KDT_BIT(EMBER_KDT_F32), 10, supports_big_contiguous, run_add),
     KABI_IMPL("neg", "neg_wrong", EMBER_KDT_BIT(EMBER_KDT_F32), 10, NULL, run_neg_wrong),
+    KABI_IMPL("ragged_dot", "ragged_dot_wrong", EMBER_KDT_BIT(EMBER_KDT_F32), 10, NULL, run_zeros),
+    KABI_IMPL("sdpa", "sdpa_wrong", EMBER_KDT_BIT(EMBER_KDT_F32), 10, NULL, run_zeros),
 };
 
 static const ember_kernel_library lib = {EMBER_TEST_ABI, sizeof(ember_kernel_library),
-                                         "ember-test-kernels", 3, impls};
+                                         "ember-test-kernels", 5, impls};
 
 EMBER_KERNEL_EXPORT const uint32_t ember_kernel_abi_version = EMBER_TEST_ABI;
 

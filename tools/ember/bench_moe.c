@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "bench/probe.h"
+#include "bench_ab.h"
 #include "bench_aot.h"
 #include "bench_limits.h"
 #include "bench_util.h"
@@ -254,23 +255,6 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
 
 /* ---- --kernels: the layer with kernel packages against the built-ins, in one process ---- */
 
-/* Loads each comma-separated spec; false (said on stderr) when one does not load. */
-static bool load_packages(const char *specs) {
-    em_ctx *c = em_ctx_create();
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", specs);
-    bool ok = true;
-    for (char *save = NULL, *s = strtok_r(buf, ",", &save); s && ok;
-         s = strtok_r(NULL, ",", &save)) {
-        if (em_kernels_load(c, s, NULL) != EM_OK) {
-            fprintf(stderr, "ember bench moe: --kernels %s: %s\n", s, em_ctx_error(c)->message);
-            ok = false;
-        }
-    }
-    em_ctx_free(c);
-    return ok;
-}
-
 /* The implementation the registry picks for the layer's ragged_dot (its first gate/up call:
  * every token on expert 0), so the table says whether a package takes the calls at all. */
 static const char *ragged_taker(moe_job *j) {
@@ -300,31 +284,21 @@ static const char *ragged_taker(moe_job *j) {
     return name;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+/* ragged with the packages and without, in bench_ab_rounds' rounds, each turn timed as the
+ * table's ragged column is (bench_interleaved: `reps` pairs of a read probe, which also evicts
+ * the weights from the caches, and one layer; the median layer). */
+typedef struct ab_turn {
+    moe_job *j;
+    int reps;
+    double bytes;
+} ab_turn;
 
-/* ragged with the packages (*hub) and without (*builtin): `rounds` rounds, each timing both
- * sides as the table's ragged column is timed (bench_interleaved: `reps` pairs of a read probe,
- * which also evicts the weights from the caches, and one layer; the median layer), which side
- * goes first alternating; the medians over the rounds. Leaves the packages suspended. */
-static void ab_ragged(moe_job *j, int rounds, int reps, double bytes, double *builtin,
-                      double *hub) {
-    double b[16], h[16], gbs;
-    if (rounds > 16) rounds = 16;
-    j->p.impl = EM_MOE_RAGGED;
-    for (int r = 0; r < rounds; r++)
-        for (int side = 0; side < 2; side++) {
-            bool with_hub = (side == 0) == (r % 2 == 0);
-            em_kreg_suspend_packages(!with_hub);
-            bench_interleaved(run_moe, j, bytes, false, reps, 1, with_hub ? &h[r] : &b[r], &gbs);
-        }
-    em_kreg_suspend_packages(true);
-    qsort(b, (size_t)rounds, sizeof *b, cmp_double);
-    qsort(h, (size_t)rounds, sizeof *h, cmp_double);
-    *builtin = rounds % 2 ? b[rounds / 2] : (b[rounds / 2 - 1] + b[rounds / 2]) / 2;
-    *hub = rounds % 2 ? h[rounds / 2] : (h[rounds / 2 - 1] + h[rounds / 2]) / 2;
+static double ragged_turn(void *user) {
+    ab_turn *t = user;
+    double ms, gbs;
+    t->j->p.impl = EM_MOE_RAGGED;
+    bench_interleaved(run_moe, t->j, t->bytes, false, t->reps, 1, &ms, &gbs);
+    return ms;
 }
 
 static void usage(void) {
@@ -420,8 +394,8 @@ int bench_moe(int argc, char **argv) {
         return 2;
     }
     if (kernels) {
-        if (!load_packages(kernels)) return 1;
-        em_kreg_suspend_packages(true); /* the built-ins, except in ab_ragged's turns */
+        if (!bench_load_packages("ember bench moe", kernels)) return 1;
+        em_kreg_suspend_packages(true); /* the built-ins, except in the --kernels turns */
     }
     double mt = quick ? 0.2 : 0.5;
     if (rounds < 0) rounds = quick ? 3 : 7;
@@ -533,7 +507,8 @@ int bench_moe(int argc, char **argv) {
                 em_kreg_suspend_packages(false);
                 taker = ragged_taker(&j);
                 em_kreg_suspend_packages(true);
-                ab_ragged(&j, rounds, 3, bytes, &ab_bi, &ab_hub);
+                ab_turn t = {&j, 3, bytes};
+                bench_ab_rounds(ragged_turn, &t, rounds, &ab_bi, &ab_hub, NULL);
             }
             /* compile mode: the whole layer (router included) as one program, interleaved with
              * probes like the others; its bound adds the router's weights (read in both) */

@@ -8,6 +8,7 @@
 int bench_ops(int argc, char **argv);
 int bench_decode(int argc, char **argv);
 int bench_moe(int argc, char **argv);
+int bench_attention(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
 int bench_pool(int argc, char **argv);
 int bench_python(int argc, char **argv);
@@ -21,6 +22,7 @@ int cmd_bench(int argc, char **argv) {
                "            matmul, decode-shaped matmul)\n"
                "  decode    decode and prefill tokens/s of Qwen3-0.6B / Qwen3-30B-A3B shapes\n"
                "  moe       one MoE layer of Qwen3-30B-A3B / Gemma 4 26B-A4B: loop, dense, ragged\n"
+               "  attention the CPU attention (decode, prefill); --kernels: a package against it\n"
                "  tokenize  tokenizer load time and encode MB/s against the tokenizers library\n"
                "  pool      thread-pool job latency and decode with busy neighbours, against OpenMP\n"
                "  python    the Python package's overhead per decoded token and per op, against\n"
@@ -45,6 +47,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "attention")) return bench_attention(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "pool")) return bench_pool(argc - 1, argv + 1);
     if (!strcmp(argv[1], "python")) return bench_python(argc - 1, argv + 1);
