@@ -153,10 +153,14 @@ static bool make_group(em_ctx *c, int world, double timeout_s, em_dist **g) {
 }
 
 static void test_fixtures(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
     doc = em_test_load_json(em_test_fixture_path("dist", "collectives.json"));
     bin = em_test_read_file(em_test_fixture_path("dist", "collectives.bin"), NULL);
     CHECK(doc && bin);
-    em_ctx *c = em_ctx_create();
     for (int world = 2; doc && bin && world <= 4; world += 2) {
         em_dist *g[4];
         if (!make_group(c, world, 0, g)) break;
