@@ -69,6 +69,27 @@ EM_API int em_dist_world_size(const em_dist *g);
 /* Whether the group's collectives run over MPI (else it has a store only). */
 EM_API bool em_dist_has_mpi(const em_dist *g);
 
+/*
+ * One process, n devices (issue 18's replica mode): n handles, ranks 0..n-1 of one group whose
+ * rank r lives on device "<kind>:r" (kind "xla" with EMBER_PJRT_OPTIONS=cpu_device_count=n gives
+ * XLA's CPU plugin n devices; any PJRT kind with n devices works the same way). Each rank is
+ * driven by its own thread with its own em_ctx, as each rank of mpirun is a process: every rank
+ * calls the same collectives in the same order, with its tensor on its device (em_dist_device).
+ * A collective runs once all ranks have called it: one program with stablehlo.all_reduce (etc.)
+ * compiled for n replicas, executed on the n devices at once. A rank that does not come within
+ * the timeout (p's, or $EMBER_DIST_TIMEOUT, or 60 s) breaks the group: the others' calls fail
+ * naming it, instead of hanging. Such a group has no key-value store (put/get refuse it);
+ * em_dist_barrier works. p may be NULL; its bootstrap is ignored. On success ranks[0..n) are
+ * handles the caller frees, each with em_dist_free (in any order, from any thread, once no
+ * rank uses the group); on failure they are NULL and c holds the error (a device that does not
+ * exist is named).
+ */
+EM_API em_status em_dist_local(em_ctx *c, const char *kind, int n, const em_dist_params *p,
+                               em_dist **ranks);
+/* The device of a device group's rank; NULL for a process group (mpirun or the TCP bootstrap),
+ * whose ranks place their tensors where they like (the CPU for the collectives). */
+EM_API em_device *em_dist_device(const em_dist *g);
+
 /* Stores value[0..n) under key (a NUL-terminated string of at most 1024 bytes), replacing any
  * earlier value; visible to every rank once this returns. */
 EM_API em_status em_dist_put(em_ctx *c, em_dist *g, const char *key, const void *value, size_t n);
@@ -83,7 +104,8 @@ EM_API em_status em_dist_get(em_ctx *c, em_dist *g, const char *key, double time
 /* Returns when every rank has called it (as many times), or fails as em_dist_get does. */
 EM_API em_status em_dist_barrier(em_ctx *c, em_dist *g);
 
-/* ---- collective ops (run on the tensor's device: the CPU over MPI) ---- */
+/* ---- collective ops (run on the tensor's device: the CPU over MPI; PJRT devices of a device
+ * group (em_dist_local) as one multi-device program) ---- */
 /* Every rank gets the element-wise sum or maximum of all ranks' x. */
 #define em_all_reduce(c, ...) em_all_reduce_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_all_reduce_(EM_OP_ARGS, em_tensor *x, em_reduce_op op, em_dist *g);

@@ -56,9 +56,11 @@ typedef struct em_model_options {
     /** Tensor parallelism over this process group (ember/dist.h; NULL or a group of one: none):
      *  each rank loads only its slices of the weights named by the family's plan (transformers'
      *  rule names: colwise, rowwise, colwise_gather_output, ...) and the layers sum their
-     *  partial outputs with all_reduce. The CPU only (collectives over MPI), dense decoder
-     *  families with a plan (llama, mistral, qwen3); a size that does not divide by the
-     *  degree is refused naming it. The group must outlive the model. */
+     *  partial outputs with all_reduce. A group of processes (em_dist_init under mpirun) runs
+     *  on the CPU (collectives over MPI); a rank of a device group (em_dist_local) runs on its
+     *  device (`device` must then be em_dist_device's name), each rank loaded and driven by its
+     *  own thread. Dense decoder families with a plan (llama, mistral, qwen3); a size that does
+     *  not divide by the degree is refused naming it. The group must outlive the model. */
     struct em_dist *tp;
 } em_model_options;
 

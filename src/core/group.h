@@ -15,16 +15,21 @@
 /* How the members of a group exchange tensors. */
 typedef enum em_group_transport {
     EM_GROUP_STORE_ONLY = 0, /* a key-value store only (TCP bootstrap without MPI): no collectives */
-    EM_GROUP_MPI = 1         /* MPI_COMM_WORLD of this process (the group is the whole world) */
+    EM_GROUP_MPI = 1,        /* MPI_COMM_WORLD of this process (the group is the whole world) */
+    EM_GROUP_LOCAL = 2       /* ranks in this process, one thread and one device each
+                                (local_group.c): a backend's kernel meets the others there */
 } em_group_transport;
+
+typedef struct em_local_group em_local_group;
 
 typedef struct em_group_info {
     int rank, size;
     em_group_transport transport;
+    em_local_group *local; /* EM_GROUP_LOCAL: the ranks' meeting point (borrowed) */
 } em_group_info;
 
 /* Registers a group; returns its id (> 0), or 0 when the registry is full (EM_GROUP_MAX). */
-#define EM_GROUP_MAX 16
+#define EM_GROUP_MAX 64
 int em_group_register(const em_group_info *g);
 /* Removes a group; unknown ids are ignored. */
 void em_group_unregister(int id);
@@ -52,5 +57,29 @@ void em_group_kv_offer(const em_group_kv *kv);
 void em_group_kv_withdraw(void *user);
 /* The store on offer into *out; false when none. */
 bool em_group_kv_current(em_group_kv *out);
+
+
+/*
+ * In-process groups (local_group.c): `size` ranks of one process, each run by its own thread on
+ * its own device (devices[rank]). A collective's kernel on rank r hands its part to
+ * em_local_meet; the last rank to arrive runs the whole collective once for everyone (one
+ * multi-device program), then every rank returns. A rank that does not arrive within the
+ * timeout breaks the group: the waiting ranks and every later call fail, naming the ranks
+ * that did not come, instead of hanging.
+ */
+em_local_group *em_local_group_new(int size, em_device *const *devices, double timeout_s);
+void em_local_group_ref(em_local_group *g);
+void em_local_group_unref(em_local_group *g); /* frees at the last reference; NULL ignored */
+int em_local_group_size(const em_local_group *g);
+em_device *em_local_group_device(const em_local_group *g, int rank);
+/* leader(slots, size, user): every rank's `mine`, in rank order; runs on the last rank's thread
+ * while the others wait. Returns EM_OK, or an error with its message in err[0..err_n) (a broken
+ * group, a timeout, a rank arriving twice). */
+typedef void (*em_local_leader_fn)(void **slots, int size, void *user);
+/* Rank `rank` cannot take part (its call failed before the meeting): breaks the group with
+ * `why`, so the ranks waiting fail at once instead of at the timeout. */
+void em_local_break(em_local_group *g, int rank, const char *why);
+em_status em_local_meet(em_local_group *g, int rank, void *mine, em_local_leader_fn leader,
+                        void *user, char *err, size_t err_n);
 
 #endif

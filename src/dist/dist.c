@@ -161,7 +161,7 @@ em_status em_dist_init(em_ctx *c, const em_dist_params *p, em_dist **out) {
         st = join_store(c, g, "127.0.0.1", 0);
     }
     if (st == EM_OK) {
-        em_group_info gi = {g->rank, g->world, g->mpi ? EM_GROUP_MPI : EM_GROUP_STORE_ONLY};
+        em_group_info gi = {g->rank, g->world, g->mpi ? EM_GROUP_MPI : EM_GROUP_STORE_ONLY, NULL};
         g->group_id = em_group_register(&gi);
         if (!g->group_id)
             st = EM_FAIL(c, EM_ERR_UNSUPPORTED, "dist_init", "more than %d process groups at once",
@@ -191,6 +191,7 @@ void em_dist_free(em_dist *g) {
     em_store_close(g->store);
     em_store_server_stop(g->server, g->timeout_s);
     em_group_unregister(g->group_id);
+    em_local_group_unref(g->local);
 #ifdef EMBER_HAVE_MPI
     if (g->mpi_owned) MPI_Finalize();
 #endif
@@ -204,6 +205,9 @@ bool em_dist_has_mpi(const em_dist *g) { return g && g->mpi; }
 static em_status usable(em_ctx *c, em_dist *g, const char *key, const char *op) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (c->err.status) return c->err.status;
+    if (g && g->local)
+        return EM_FAIL(c, EM_ERR_UNSUPPORTED, op, "a device group (em_dist_local) has no "
+                       "key-value store");
     if (!g || !g->store) return EM_FAIL(c, EM_ERR_INVALID_ARG, op, "group is NULL");
     if (key && !*key) return EM_FAIL(c, EM_ERR_INVALID_ARG, op, "empty key");
     return EM_OK;
@@ -223,6 +227,7 @@ em_status em_dist_get(em_ctx *c, em_dist *g, const char *key, double timeout_s, 
 }
 
 em_status em_dist_barrier(em_ctx *c, em_dist *g) {
+    if (c && !c->err.status && g && g->local) return em_dist_local_barrier(c, g);
     if (usable(c, g, NULL, "dist_barrier")) return c ? c->err.status : EM_ERR_INVALID_ARG;
     return em_store_barrier(c, g->store, g->timeout_s);
 }

@@ -3,6 +3,7 @@
 #define EMBER_DIST_IMPL_H
 
 #include "ember/dist.h"
+#include "core/group.h"
 #include "dist/store.h"
 
 struct em_dist {
@@ -13,6 +14,13 @@ struct em_dist {
     double timeout_s;
     em_store *store;
     em_store_server *server; /* rank 0 only */
+    /* a device group of this process (em_dist_local): the ranks' meeting point (one reference
+     * per handle) and this rank's device; no store, no MPI */
+    em_local_group *local;
+    em_device *dev;
 };
+
+/* em_dist_barrier on a device group: the ranks meet with nothing to run (local.c). */
+em_status em_dist_local_barrier(em_ctx *c, em_dist *g);
 
 #endif

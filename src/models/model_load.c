@@ -94,6 +94,9 @@ static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *
                         w->m->dir, w->m->cfg.model_type);
         return NULL;
     }
+    /* a rank on a device slices on the host and moves only its slice */
+    em_device *to = dev;
+    if (w->m->tp_size > 1 && dev != em_device_cpu()) dev = em_device_cpu();
     em_tensor *t = w->gs ? em_gguf_src_load(w->c, w->gs, name, w->m->dtype, w->keep_quant, dev)
                          : em_safetensors_load_as(w->c, w->st, name, w->m->dtype, dev);
     if (!t) return NULL;
@@ -111,7 +114,11 @@ static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *
     }
     w->done_bytes += w->gs ? (int64_t)em_gguf_src_entry_bytes(w->gs, name) : (int64_t)info->nbytes;
     draw_progress(w, false);
-    return em_tp_shard(w, name, em_detach(w->c, t));
+    t = em_tp_shard(w, name, em_detach(w->c, t));
+    if (!t || to == dev) return t;
+    em_tensor *moved = em_to(w->c, t, to);
+    em_tensor_release(t);
+    return moved ? em_detach(w->c, moved) : NULL;
 }
 
 em_tensor *em_wl_get(em_wload *w, em_device *dev, const char *fmt, ...) {

@@ -28,9 +28,15 @@ em_status em_tp_check(em_ctx *c, const em_model *m) {
     if (m->fam->moe || cfg->num_experts > 0)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: MoE "
                            "layers (moe_tp_experts, expert parallelism) are not done yet");
-    if (m->dev_embed != em_device_cpu() || m->dev_head != em_device_cpu())
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism runs on the "
-                           "CPU (collectives over MPI); PJRT devices are not done yet");
+    /* a device group of this process (em_dist_local): rank r's whole share on its device;
+     * a group of processes: the CPU, whose collectives are MPI calls */
+    em_device *dev = em_dist_device(m->tp) ? em_dist_device(m->tp) : em_device_cpu();
+    if (m->dev_embed != dev || m->dev_head != dev)
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: rank %d "
+                           "runs on %s (%s); the model was placed elsewhere (a device map is "
+                           "not combined with --tp)", m->tp_rank, dev->name,
+                           em_dist_device(m->tp) ? "its device in the device group"
+                                                 : "collectives over MPI");
     if (cfg->num_key_value_heads < n && n % cfg->num_key_value_heads == 0)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
                            "tensor parallelism: num_key_value_heads (%lld) is smaller than the "

@@ -1,6 +1,7 @@
 /* `ember generate` and `ember embed`: the command-line faces of model.h and generate.h. */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,10 @@ static void gen_usage(void) {
         "  --ids 1,2,3        token ids\n"
         "  --batch-file FILE  one prompt (or chat message with --chat) per line, as a batch\n"
         "  --print-ids        print the new ids as one JSON array per sequence\n"
-        "  --tp N             tensor parallelism over the N processes of mpirun -np N (CPU;\n"
-        "                     each rank loads its slices; only rank 0 prints)\n"
+        "  --tp N             tensor parallelism of degree N: with --device cpu (or none)\n"
+        "                     over the N processes of mpirun -np N; with a PJRT kind\n"
+        "                     (--device xla, cuda, tpu) over its devices 0..N-1 in this\n"
+        "                     process; each rank loads its slices; only rank 0 prints\n"
         "  --compile          run each step as a compiled program (one per KV-length bucket\n"
         "                     of --bucket positions, default 128); compiles are reported;\n"
         "                     on PJRT devices the batch runs rounded up to a power of two\n"
@@ -89,85 +92,21 @@ static em_token *parse_ids(const char *s, int64_t *n) {
     return v;
 }
 
-int cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *chat = NULL, *ids_s = NULL, *batch_file = NULL;
-    em_model_options mo = em_model_default_options();
-    bool print_ids = false, show_map = false, compile = false;
-    cli_sampling samp = {0};
-    long long bucket = 0;
-    long long max_new = 128, tp = 1;
+/* What `ember generate` was asked for (shared by the ranks of a device group). */
+typedef struct gen_opts {
+    const char *model, *prompt, *chat, *ids_s, *batch_file;
+    em_model_options mo;
+    bool print_ids, show_map, compile;
+    cli_sampling samp;
+    long long bucket, max_new;
     const char *stops[16];
-    int n_stops = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool val = i + 1 < argc;
-#define ARG(name) (!strcmp(a, name) && val && (++i, 1))
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            gen_usage();
-            return 0;
-        }
-        int sa = cli_sampling_arg("generate", &samp, argc, argv, &i);
-        if (sa < 0) return 2;
-        if (sa) {
-        } else if (ARG("--model")) model = argv[i];
-        else if (ARG("--prompt")) prompt = argv[i];
-        else if (ARG("--chat")) chat = argv[i];
-        else if (ARG("--ids")) ids_s = argv[i];
-        else if (ARG("--batch-file")) batch_file = argv[i];
-        else if (ARG("--device")) mo.device = argv[i];
-        else if (ARG("--device-map")) mo.device_map = argv[i];
-        else if (ARG("--dtype")) {
-            if (!em_dtype_parse(argv[i], &mo.dtype)) {
-                fprintf(stderr, "ember generate: unknown dtype '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (ARG("--max-new-tokens")) {
-            if (!cli_int("generate", a, argv[i], 1, INT64_MAX / 2, &max_new)) return 2;
-        }
-        else if (ARG("--stop")) {
-            if (n_stops < 16) stops[n_stops++] = argv[i];
-        } else if (ARG("--moe-impl")) {
-            if (!em_moe_impl_parse(argv[i], &mo.moe_impl)) {
-                fprintf(stderr, "ember generate: --moe-impl is loop, dense or ragged\n");
-                return 2;
-            }
-        } else if (ARG("--bucket")) {
-            if (!cli_int("generate", a, argv[i], 1, INT32_MAX, &bucket)) return 2;
-        } else if (ARG("--tp")) {
-            if (!cli_int("generate", a, argv[i], 1, 4096, &tp)) return 2;
-        } else if (!strcmp(a, "--compile")) compile = true;
-        else if (!strcmp(a, "--print-ids")) print_ids = true;
-        else if (!strcmp(a, "--show-device-map")) show_map = true;
-        else {
-            fprintf(stderr, "ember generate: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
-        }
-#undef ARG
-    }
-    if (!model || (!prompt && !chat && !ids_s && !batch_file)) {
-        fprintf(stderr, "ember generate: --model and one of --prompt, --chat, --ids or "
-                        "--batch-file are required (see --help)\n");
-        return 2;
-    }
-    em_ctx *c = em_ctx_create();
-    em_dist *group = NULL;
-    if (tp > 1) { /* the ranks of mpirun: each holds its slices, rank 0 speaks */
-        if (em_dist_init(c, NULL, &group) != EM_OK) {
-            fprintf(stderr, "ember generate: --tp %lld: %s\n", tp, em_ctx_error(c)->message);
-            em_ctx_free(c);
-            return 1;
-        }
-        if (em_dist_world_size(group) != tp) {
-            fprintf(stderr, "ember generate: --tp %lld but %d process(es) were started: launch "
-                    "with mpirun -np %lld\n", tp, em_dist_world_size(group), tp);
-            em_dist_free(group);
-            em_ctx_free(c);
-            return 2;
-        }
-        if (em_dist_rank(group) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
-        mo.tp = group;
-    }
-    em_model *m = em_model_load(c, model, &mo);
+    int n_stops;
+} gen_opts;
+
+/* Loads the model and generates: every rank of a group does it in lockstep; only the speaking
+ * rank prints. 0 on success. */
+static int run(const gen_opts *o, em_ctx *c, bool speak) {
+    em_model *m = em_model_load(c, o->model, &o->mo);
     em_tokenizer *tok = NULL;
     int rc = 1, batch = 0;
     char *lines[64], *convs[64] = {NULL}, *file_text = NULL;
@@ -177,57 +116,58 @@ int cmd_generate(int argc, char **argv) {
     if (!m) goto fail;
     char wd[160];
     em_model_weight_dtypes(m, wd, sizeof wd);
-    fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
+    if (speak)
+        fprintf(stderr, "loaded %s (%s, %s) in %.2f s; weights %s, %.1f MB\n",
             em_model_config_get(m)->model_type, em_model_dir(m), em_dtype_name(em_model_dtype(m)),
             em_model_load_seconds(m), wd, (double)em_model_weight_bytes(m, false) / 1e6);
     /* (a bf16 file without --dtype runs as stored: nothing was dequantized) */
-    if (strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q") &&
-        !(mo.dtype == EM_DTYPE_AUTO && em_model_dtype(m) == EM_BF16))
+    if (speak && strstr(em_model_dir(m), ".gguf") && !strstr(wd, "q") &&
+        !(o->mo.dtype == EM_DTYPE_AUTO && em_model_dtype(m) == EM_BF16))
         fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
-                mo.dtype != EM_DTYPE_AUTO ? "--dtype was given"
+                o->mo.dtype != EM_DTYPE_AUTO ? "--dtype was given"
                                           : "quantized weights run on the CPU only");
-    if (show_map) {
+    if (speak && o->show_map) {
         char map[16384];
         em_model_device_map(m, map, sizeof map);
         fprintf(stderr, "device map:\n%s", map);
     }
-    if (!ids_s) {
+    if (!o->ids_s) {
         tok = em_tokenizer_load(c, em_model_dir(m));
         if (!tok) goto fail;
     }
     /* the prompts: one, or a line each of --batch-file */
-    if (batch_file) {
+    if (o->batch_file) {
         size_t sz;
-        file_text = em_file_read(c, "generate", batch_file, (size_t)64 << 20, &sz, NULL);
+        file_text = em_file_read(c, "generate", o->batch_file, (size_t)64 << 20, &sz, NULL);
         if (!file_text) goto fail;
         for (char *save = NULL, *l = strtok_r(file_text, "\n", &save); l && batch < 64;
              l = strtok_r(NULL, "\n", &save))
             if (*l) lines[batch++] = l;
     } else {
-        lines[batch++] = (char *)(chat ? chat : prompt);
+        lines[batch++] = (char *)(o->chat ? o->chat : o->prompt);
     }
     em_generate_params p = em_generate_default_params(m);
-    p.max_new_tokens = max_new;
-    cli_sampling_apply(&samp, &p);
-    p.compile = compile;
-    p.compile_bucket = bucket;
-    p.stop_strings = stops;
-    p.n_stop_strings = tok ? n_stops : 0;
-    stream_state ss = {!print_ids && batch == 1 && tok};
+    p.max_new_tokens = o->max_new;
+    cli_sampling_apply(&o->samp, &p);
+    p.compile = o->compile;
+    p.compile_bucket = o->bucket;
+    p.stop_strings = o->stops;
+    p.n_stop_strings = tok ? o->n_stops : 0;
+    stream_state ss = {speak && !o->print_ids && batch == 1 && tok};
     p.on_token = print_piece;
     p.user_data = &ss;
     em_status s;
-    if (ids_s) { /* every prompt is the given ids */
+    if (o->ids_s) { /* every prompt is the given ids */
         int64_t n = 0, lens[64];
         const em_token *prompts[64];
-        ids = parse_ids(ids_s, &n);
+        ids = parse_ids(o->ids_s, &n);
         if (!ids || !n) {
             fprintf(stderr, "ember generate: --ids must be a comma-separated list of ids\n");
             goto fail;
         }
         for (int b = 0; b < batch; b++) prompts[b] = ids, lens[b] = n;
         s = em_generate(c, m, tok, prompts, lens, batch, &p, &r);
-    } else if (chat) {
+    } else if (o->chat) {
         for (int b = 0; b < batch; b++)
             if (!(convs[b] = user_message(lines[b]))) {
                 fprintf(stderr, "ember generate: the message is not valid UTF-8\n");
@@ -238,9 +178,13 @@ int cmd_generate(int argc, char **argv) {
         s = em_generate_text(c, m, tok, (const char *const *)lines, batch, &p, &r);
     }
     if (s != EM_OK) goto fail;
+    if (!speak) { /* a silent rank of a device group: it only takes part */
+        rc = 0;
+        goto fail;
+    }
     if (ss.on) printf("\n");
     for (int b = 0; b < batch; b++) {
-        if (print_ids) {
+        if (o->print_ids) {
             printf("[");
             for (int64_t k = 0; k < r.n_ids[b]; k++)
                 printf("%s%lld", k ? ", " : "", (long long)r.ids[b][k]);
@@ -257,18 +201,159 @@ int cmd_generate(int argc, char **argv) {
             r.prefill_s > 0 ? (double)r.prompt_tokens / r.prefill_s : 0.0,
             (long long)r.decoded_tokens, r.decode_s,
             r.decode_s > 0 ? (double)r.decoded_tokens / r.decode_s : 0.0, batch);
-    if (compile)
+    if (o->compile)
         fprintf(stderr, "compile mode: %lld programs compiled in %.3f s (KV buckets of %lld)\n",
-                (long long)r.compiles, r.compile_s, (long long)(bucket > 0 ? bucket : 128));
+                (long long)r.compiles, r.compile_s, (long long)(o->bucket > 0 ? o->bucket : 128));
     rc = 0;
 fail:
-    if (rc && em_ctx_error(c)) fprintf(stderr, "ember generate: %s\n", em_ctx_error(c)->message);
+    if (rc && em_ctx_error(c))
+        fprintf(stderr, "ember generate: %s%s\n", speak ? "" : "(another rank) ",
+                em_ctx_error(c)->message);
     em_generate_result_free(&r);
     for (int b = 0; b < 64; b++) free(convs[b]);
     free(ids);
     free(file_text);
     em_tokenizer_free(tok);
     em_model_free(m);
+    return rc;
+}
+
+/* A rank of a device group other than 0, on its own thread: the same work, silently. */
+typedef struct rank_job {
+    const gen_opts *o;
+    em_dist *g;
+    int rc;
+} rank_job;
+
+static void *rank_main(void *p) {
+    rank_job *j = p;
+    gen_opts mine = *j->o;
+    mine.mo.device = em_device_name(em_dist_device(j->g));
+    mine.mo.tp = j->g;
+    em_ctx *c = em_ctx_create();
+    j->rc = c ? run(&mine, c, false) : 1;
+    em_ctx_free(c);
+    return NULL;
+}
+
+/* --tp N with a device kind (xla, cuda, tpu): ranks 0..N-1 on its devices 0..N-1 of this
+ * process (em_dist_local), one thread each; rank 0 (this thread) prints. */
+static int run_device_group(const gen_opts *o, em_ctx *c, const char *kind, int n) {
+    em_dist *g[64];
+    if (n > 64 || em_dist_local(c, kind, n, NULL, g) != EM_OK) {
+        fprintf(stderr, "ember generate: --tp %d on %s: %s\n", n, kind,
+                n > 64 ? "at most 64 devices" : em_ctx_error(c)->message);
+        return 1;
+    }
+    rank_job jobs[64];
+    pthread_t t[64];
+    int started = 1;
+    for (int r = 1; r < n; r++, started++) {
+        jobs[r] = (rank_job){o, g[r], 1};
+        if (pthread_create(&t[r], NULL, rank_main, &jobs[r])) break;
+    }
+    int rc = 1;
+    if (started == n) {
+        gen_opts mine = *o;
+        mine.mo.device = em_device_name(em_dist_device(g[0]));
+        mine.mo.tp = g[0];
+        rc = run(&mine, c, true);
+    } else {
+        fprintf(stderr, "ember generate: cannot start a thread per rank\n");
+    }
+    for (int r = 1; r < started; r++) {
+        pthread_join(t[r], NULL);
+        if (jobs[r].rc) rc = rc ? rc : jobs[r].rc;
+    }
+    for (int r = 0; r < n; r++) em_dist_free(g[r]);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts go;
+    memset(&go, 0, sizeof go);
+    gen_opts *o = &go;
+    o->mo = em_model_default_options();
+    o->max_new = 128;
+    long long tp = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool val = i + 1 < argc;
+#define ARG(name) (!strcmp(a, name) && val && (++i, 1))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            gen_usage();
+            return 0;
+        }
+        int sa = cli_sampling_arg("generate", &o->samp, argc, argv, &i);
+        if (sa < 0) return 2;
+        if (sa) {
+        } else if (ARG("--model")) o->model = argv[i];
+        else if (ARG("--prompt")) o->prompt = argv[i];
+        else if (ARG("--chat")) o->chat = argv[i];
+        else if (ARG("--ids")) o->ids_s = argv[i];
+        else if (ARG("--batch-file")) o->batch_file = argv[i];
+        else if (ARG("--device")) o->mo.device = argv[i];
+        else if (ARG("--device-map")) o->mo.device_map = argv[i];
+        else if (ARG("--dtype")) {
+            if (!em_dtype_parse(argv[i], &o->mo.dtype)) {
+                fprintf(stderr, "ember generate: unknown dtype '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (ARG("--max-new-tokens")) {
+            if (!cli_int("generate", a, argv[i], 1, INT64_MAX / 2, &o->max_new)) return 2;
+        }
+        else if (ARG("--stop")) {
+            if (o->n_stops < 16) o->stops[o->n_stops++] = argv[i];
+        } else if (ARG("--moe-impl")) {
+            if (!em_moe_impl_parse(argv[i], &o->mo.moe_impl)) {
+                fprintf(stderr, "ember generate: --moe-impl is loop, dense or ragged\n");
+                return 2;
+            }
+        } else if (ARG("--bucket")) {
+            if (!cli_int("generate", a, argv[i], 1, INT32_MAX, &o->bucket)) return 2;
+        } else if (ARG("--tp")) {
+            if (!cli_int("generate", a, argv[i], 1, 4096, &tp)) return 2;
+        } else if (!strcmp(a, "--compile")) o->compile = true;
+        else if (!strcmp(a, "--print-ids")) o->print_ids = true;
+        else if (!strcmp(a, "--show-device-map")) o->show_map = true;
+        else {
+            fprintf(stderr, "ember generate: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        }
+#undef ARG
+    }
+    if (!o->model || (!o->prompt && !o->chat && !o->ids_s && !o->batch_file)) {
+        fprintf(stderr, "ember generate: --model and one of --prompt, --chat, --ids or "
+                        "--batch-file are required (see --help)\n");
+        return 2;
+    }
+    em_ctx *c = em_ctx_create();
+    em_dist *group = NULL;
+    char kind[64] = "";
+    if (o->mo.device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(o->mo.device, ":"),
+                               o->mo.device);
+    if (tp > 1 && kind[0] && strcmp(kind, "cpu")) { /* N devices of this process */
+        int rc = run_device_group(o, c, kind, (int)tp);
+        em_ctx_free(c);
+        return rc;
+    }
+    if (tp > 1) { /* the ranks of mpirun: each holds its slices, rank 0 speaks */
+        if (em_dist_init(c, NULL, &group) != EM_OK) {
+            fprintf(stderr, "ember generate: --tp %lld: %s\n", tp, em_ctx_error(c)->message);
+            em_ctx_free(c);
+            return 1;
+        }
+        if (em_dist_world_size(group) != tp) {
+            fprintf(stderr, "ember generate: --tp %lld but %d process(es) were started: launch "
+                    "with mpirun -np %lld\n", tp, em_dist_world_size(group), tp);
+            em_dist_free(group);
+            em_ctx_free(c);
+            return 2;
+        }
+        if (em_dist_rank(group) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+        o->mo.tp = group;
+    }
+    int rc = run(o, c, true);
     em_dist_free(group);
     em_ctx_free(c);
     return rc;

@@ -169,6 +169,9 @@ static em_status run(const em_kernel_args *a, int gi,
         free(v);
         return EM_OK;
     }
+    if (g.transport == EM_GROUP_LOCAL)
+        return em_op_fail(a->ctx, EM_ERR_UNSUPPORTED, "a device group (em_dist_local) runs its "
+                          "collectives on its ranks' PJRT devices (em_dist_device), not the CPU");
     if (!mpi)
         return em_op_fail(a->ctx, EM_ERR_UNSUPPORTED,
                           "this build of Ember has no MPI: install Open MPI (libopenmpi-dev, "

@@ -316,7 +316,7 @@ static PJRT_LoadedExecutable *disk_load(pj_plugin *pl, uint64_t ph, const unsign
     char magic[8], vk[1600];
     uint32_t vl = 0;
     uint64_t fph = 0, ol = 0, len = 0;
-    unsigned char ob[64];
+    unsigned char ob[PJ_OPTS_MAX];
     PJRT_LoadedExecutable *r = NULL;
     bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, disk_magic, 8) &&
               fread(&vl, 4, 1, f) == 1 && vl < sizeof vk && fread(vk, 1, vl, f) == vl;
@@ -503,8 +503,19 @@ static bool compile_aot(em_ctx *c, pj_plugin *pl, const PJRT_Program *prog,
 
 pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const char *text,
                     const char *what, bool in_op) {
-    unsigned char opts[64];
-    size_t no = pj_compile_options(opts, sizeof opts);
+    return pj_compile_for(c, pl, k, h, text, what, in_op, NULL);
+}
+
+pj_exec *pj_compile_for(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const char *text,
+                        const char *what, bool in_op, const pj_compile_spec *sp) {
+    unsigned char opts[PJ_OPTS_MAX];
+    size_t no = pj_compile_options_for(sp, opts, sizeof opts);
+    if (!no) {
+        if (in_op) em_op_fail(c, EM_ERR_UNSUPPORTED, "compile options for this many devices "
+                              "do not fit in %d bytes", PJ_OPTS_MAX);
+        else EM_FAIL(c, EM_ERR_UNSUPPORTED, what, "compile options too long");
+        return NULL;
+    }
     size_t tl = strlen(text);
     uint64_t ph = pj_hash(text, tl);
     double t0 = now_s();

@@ -200,6 +200,11 @@ typedef struct pj_compile_spec {
     bool spmd;
     const int64_t *device_ids; /* num_replicas * num_partitions ids, or NULL: portable */
 } pj_compile_spec;
+/* pj_compile for a multi-device spec (NULL: pj_compile); the option bytes, at most
+ * PJ_OPTS_MAX, are part of the on-disk key. */
+#define PJ_OPTS_MAX 512
+pj_exec *pj_compile_for(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const char *text,
+                        const char *what, bool in_op, const pj_compile_spec *sp);
 /* CompileOptionsProto for a spec (n written, 0 if it does not fit in cap). A NULL spec or
  * 1 x 1 without ids gives pj_compile_options' portable single-device bytes. */
 size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, size_t cap);
@@ -336,6 +341,9 @@ void pj_register_nn(pj_op *t);
 void pj_register_index(pj_op *t);
 void pj_register_conv(pj_op *t);
 void pj_register_moe(pj_op *t);
+/* The collectives' kernels (collective.c): ranks of a device group (em_dist_local) on this
+ * plugin's devices meet, and one replicated program runs on all of them. */
+void pj_backend_collectives(em_backend *be);
 
 /* A view of a device buffer as the logical tensor t (reshape / slice / transpose / broadcast,
  * or a gather for any other strides). `base` is the parameter holding the storage's buffer. */

@@ -548,4 +548,5 @@ void pj_backend_init(pj_plugin *pl) {
         const pj_op *po = pj_op_get((em_op_id)i);
         if (po->emit || po->update) be->kernels[i] = kernel;
     }
+    pj_backend_collectives(be);
 }

@@ -629,6 +629,20 @@ sh_val sh_reduce(sh_b *b, sh_val x, sh_val init, const int *dims, int ndims, con
     return r;
 }
 
+sh_val sh_collective(sh_b *b, const char *name, sh_val x, const char *body_op,
+                     const char *attrs, sh_type rt) {
+    if (!valid(b, &x, 1)) return bad();
+    if (!body_op) return sh_op(b, name, &x, 1, attrs, rt);
+    sh_val r = fresh(b, rt);
+    sh_elem ae[2] = {x.t.e, x.t.e};
+    sh_val args[2];
+    region_open(b, r, 1, name, &x, 1, ae, 2, args);
+    sh_val s = sh_bin(b, body_op, args[0], args[1]);
+    region_return(b, &s, 1);
+    region_close(b, attrs, &x, 1, &rt, 1);
+    return r;
+}
+
 /* pick_a for (a, ai) against (b, bi). */
 static sh_val arg_pick(sh_b *b, sh_val a, sh_val ai, sh_val c, sh_val ci, bool max) {
     sh_val better = sh_cmp(b, max ? "GT" : "LT", a, c);

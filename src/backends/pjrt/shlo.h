@@ -156,6 +156,12 @@ sh_val sh_reduce_window(sh_b *b, sh_val x, sh_val init, const int64_t *win, cons
  * the index element type. Writes both results. */
 void sh_argreduce(sh_b *b, sh_val x, int dim, bool max, sh_elem idx_e, sh_val *val, sh_val *idx);
 
+/* A cross-replica collective `name` ("stablehlo.all_reduce", ...) of x with result type rt:
+ * with a reduction body applying body_op ("add", "maximum") when body_op is set, and the
+ * attributes (replica_groups, dims) as given. */
+sh_val sh_collective(sh_b *b, const char *name, sh_val x, const char *body_op,
+                     const char *attrs, sh_type rt);
+
 /* ---- linear algebra ---- */
 /* dot_general with the given batching and contracting dims; the result element type is `re`
  * (accumulation type on the way: XLA takes it as the output type). */

@@ -1,0 +1,160 @@
+/*
+ * Tensor parallelism on PJRT devices in one process (issue 18, replica mode): the decoder
+ * families with a plan at degree 2 on XLA's CPU plugin, rank r on xla:r, one thread per rank
+ * (em_dist_local). Each rank loads its slices by the family's plan (sliced on the host, only the
+ * slice moved to its device); the layers' all_reduce and the lm_head's all_gather run as
+ * multi-device programs. The logits must match transformers' (tests/fixtures/models/FAMILY_ref,
+ * scripts/gen_model_fixtures.py) within 1e-4 in f32 on every rank, and greedy decoding must give
+ * transformers' tokens. Skipped, loudly, without the plugin.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+#define WORLD 2
+
+typedef struct job {
+    em_dist *g;
+    const char *family;
+    em_test_bundle *b;
+    int fails;
+    char msg[1536];
+    long long weight_bytes;
+} job;
+
+static void fail(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(job *j, const char *fmt, ...) {
+    if (!j->fails++) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->msg, sizeof j->msg, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* max |a - b| > atol + rtol |b| anywhere (both read back as f32) */
+static bool close_enough(em_ctx *c, em_tensor *a, em_tensor *b, double tol, char *why, size_t n) {
+    int64_t k = em_tensor_numel(b);
+    if (em_tensor_numel(a) != k) {
+        snprintf(why, n, "%lld elements, want %lld", (long long)em_tensor_numel(a), (long long)k);
+        return false;
+    }
+    float *x = malloc((size_t)k * sizeof *x), *y = malloc((size_t)k * sizeof *y);
+    bool ok = x && y && !em_to_host_f32(c, a, x, k) && !em_to_host_f32(c, b, y, k);
+    for (int64_t i = 0; ok && i < k; i++)
+        if (!(fabsf(x[i] - y[i]) <= tol + tol * fabsf(y[i]))) {
+            snprintf(why, n, "element %lld: %.7g, want %.7g", (long long)i, x[i], y[i]);
+            ok = false;
+        }
+    free(x);
+    free(y);
+    return ok;
+}
+
+static void *rank_main(void *p) {
+    job *j = p;
+    int rank = em_dist_rank(j->g);
+    em_ctx *c = em_ctx_create();
+    char dir[1024], why[200];
+    snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), j->family);
+    em_model_options o = em_model_default_options();
+    o.dtype = EM_F32;
+    o.progress = false;
+    o.offline = true;
+    o.device = em_device_name(em_dist_device(j->g));
+    o.tp = j->g;
+    em_model *m = em_model_load(c, dir, &o);
+    if (!m) {
+        fail(j, "rank %d: load: %s", rank, em_ctx_error(c)->message);
+        em_ctx_free(c);
+        return NULL;
+    }
+    j->weight_bytes = (long long)em_model_weight_bytes(m, false);
+    em_scope_push(c);
+    em_tensor *ids = em_test_bundle_get(j->b, c, "ids");
+    em_tensor *lg = em_model_forward(c, m, ids, NULL, NULL, false);
+    if (!lg)
+        fail(j, "rank %d: forward: %s", rank, em_ctx_error(c)->message);
+    else if (em_tensor_device(lg) != em_dist_device(j->g))
+        fail(j, "rank %d: logits on %s", rank, em_device_name(em_tensor_device(lg)));
+    else if (!close_enough(c, lg, em_test_bundle_get(j->b, c, "logits_f32"), 1e-4, why,
+                           sizeof why))
+        fail(j, "rank %d: logits f32 against transformers: %s", rank, why);
+    /* greedy decoding of the first prompt, as test_tp does under mpirun */
+    int64_t n_ids, n_want;
+    em_token *tids = em_test_host_tokens(c, ids, &n_ids);
+    em_token *want = em_test_host_tokens(c, em_test_bundle_get(j->b, c, "greedy"), &n_want);
+    int64_t plen = n_ids / 2;
+    em_generate_params gp = em_generate_default_params(m);
+    gp.max_new_tokens = n_want;
+    gp.do_sample = false;
+    gp.repetition_penalty = 1.0;
+    gp.eos_ids = tids;
+    gp.n_eos_ids = 0;
+    const em_token *prompts[1] = {tids};
+    em_generate_result r;
+    if (tids && want && em_generate(c, m, NULL, prompts, &plen, 1, &gp, &r) == EM_OK) {
+        if (r.n_ids[0] != n_want || memcmp(r.ids[0], want, (size_t)n_want * sizeof *want))
+            fail(j, "rank %d: greedy tokens differ from transformers", rank);
+        em_generate_result_free(&r);
+    } else {
+        fail(j, "rank %d: generate: %s", rank,
+             em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
+    }
+    free(tids);
+    free(want);
+    em_scope_pop(c);
+    em_model_free(m);
+    em_ctx_free(c);
+    return NULL;
+}
+
+static void check_family(const char *family) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    char rel[128];
+    snprintf(rel, sizeof rel, "models/%s_ref", family);
+    em_test_bundle *b = em_test_bundle_load(rel);
+    CHECK(b != NULL);
+    em_dist_params p = em_dist_default_params();
+    p.timeout_s = 60; /* a rank that fails to load leaves the other waiting this long at most */
+    em_dist *g[WORLD];
+    em_status s = b ? em_dist_local(c, "xla", WORLD, &p, g) : EM_ERR_NOT_FOUND;
+    CHECK_MSG(s == EM_OK, "%s", s ? em_ctx_error(c)->message : "");
+    if (s == EM_OK) {
+        job jobs[WORLD];
+        pthread_t t[WORLD];
+        for (int r = 0; r < WORLD; r++) {
+            jobs[r] = (job){.g = g[r], .family = family, .b = b};
+            pthread_create(&t[r], NULL, rank_main, &jobs[r]);
+        }
+        for (int r = 0; r < WORLD; r++) pthread_join(t[r], NULL);
+        for (int r = 0; r < WORLD; r++)
+            CHECK_MSG(jobs[r].fails == 0, "%s: %d failures; first: %s", family, jobs[r].fails,
+                      jobs[r].msg);
+        printf("%s: weights per device %lld bytes at degree %d (xla:0, xla:1)\n", family,
+               jobs[0].weight_bytes, WORLD);
+        for (int r = 0; r < WORLD; r++) em_dist_free(g[r]);
+    }
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+static void test_llama(void) { check_family("llama"); }
+static void test_mistral(void) { check_family("mistral"); }
+static void test_qwen3(void) { check_family("qwen3"); }
+
+int main(int argc, char **argv) {
+    setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=4", 0);
+    static const em_test_case tests[] = {T(test_llama), T(test_mistral), T(test_qwen3)};
+    return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
+}
