@@ -188,6 +188,7 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
         scratch = (float *)(bbuf +
                             align64((size_t)(round_up(min64(kern->nc, n), nr) * ks_max * 4) + 64));
     const char *ab = a, *bb = b;
+    if (kern->begin) kern->begin();
 
     for (int64_t jc = 0; jc < n; jc += nc) {
         const int64_t ncur = min64(nc, n - jc);

@@ -75,6 +75,8 @@ typedef struct em_gemm_kernel {
     int64_t kc, mc, nc; /* cache blocks: k depth (even), rows of A, columns of B */
     em_gemm_pack_fn pack;
     em_gemm_ukr_fn ukr;
+    void (*begin)(void); /* or NULL: prepares the calling thread before a block's ukr calls
+                            (AMX: loads the tile configuration once, not per tile) */
 } em_gemm_kernel;
 
 /*
