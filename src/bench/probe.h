@@ -20,6 +20,9 @@ typedef struct em_probe_isa {
     /* Native bf16 dot chains (vdpbf16ps: 2 multiply-adds per f32 lane): the flops done; NULL
      * where the instruction set has none (bf16 kernels then run on the FMA units). */
     double (*bf16dot)(int64_t iters);
+    /* bf16 matrix tiles (AMX tdpbf16ps): the flops done; NULL where the kernels do not use
+     * them (em_cpu_amx). */
+    double (*bf16tiles)(int64_t iters);
 } em_probe_isa;
 
 /* The probes of the chosen instruction set. */
@@ -27,5 +30,6 @@ const em_probe_isa *em_probe_isa_get(void);
 void em_probe_fill_generic(void *t);
 void em_probe_fill_avx2(void *t);
 void em_probe_fill_avx512(void *t);
+double em_probe_amx_bf16(int64_t iters); /* probe_amx.c */
 
 #endif

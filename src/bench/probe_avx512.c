@@ -61,4 +61,5 @@ void em_probe_fill_avx512(void *table) {
     t->triad = triad;
     t->fma = fma_;
     t->bf16dot = em_cpu_bf16_dot() ? bf16dot : NULL;
+    t->bf16tiles = em_cpu_amx() ? em_probe_amx_bf16 : NULL;
 }

@@ -16,7 +16,7 @@
 typedef struct probe_job {
     float *a, *b, *c;
     size_t n;
-    int kind; /* 0 read, 1 triad, 2 fma, 3 bf16 */
+    int kind; /* 0 read, 1 triad, 2 fma, 3 bf16 dot, 4 bf16 tiles */
     int64_t iters;
     double flops[64];
 } probe_job;
@@ -33,7 +33,8 @@ static void probe_each(void *user, int tid, int nt) {
     }
     case 1: p->triad(j->a + lo, j->b + lo, j->c + lo, 1.5f, hi - lo); break;
     case 2: j->flops[tid < 64 ? tid : 63] = p->fma(j->iters); break;
-    default: j->flops[tid < 64 ? tid : 63] = p->bf16dot ? p->bf16dot(j->iters) : 0;
+    case 3: j->flops[tid < 64 ? tid : 63] = p->bf16dot ? p->bf16dot(j->iters) : 0; break;
+    default: j->flops[tid < 64 ? tid : 63] = p->bf16tiles ? p->bf16tiles(j->iters) : 0;
     }
 }
 
@@ -146,6 +147,15 @@ void bench_measure_peaks(bench_limits *L) {
     }
     /* without a native bf16 dot, bf16 products run on the FMA units (bf16 -> f32 by a shift) */
     if (!em_probe_isa_get()->bf16dot) L->bf16_gflops = L->fp32_gflops;
+    /* with AMX, bf16 products of more than 16 rows run on the tiles (gemm.c) */
+    if (em_probe_isa_get()->bf16tiles) {
+        probe_job f = {0};
+        f.kind = 4;
+        f.iters = 50000;
+        double t = best_s(run_all, &f, 3), flops = 0;
+        for (int i = 0; i < nt && i < 64; i++) flops += f.flops[i];
+        L->bf16_tiles_gflops = flops / t / 1e9;
+    }
 }
 
 void bench_measure_limits(bench_limits *L) {

@@ -11,6 +11,8 @@ typedef struct bench_limits {
     double fp32_gflops;  /* FMA peak, all threads */
     double bf16_gflops;  /* native bf16 dot peak, all threads; the FMA peak where the kernel
                             level has no bf16 dot (bf16 is widened and multiplied on the FMAs) */
+    double bf16_tiles_gflops; /* AMX tiles' bf16 peak, all threads, where the kernels use them
+                                 (bf16 products of more than 16 rows); else 0 */
 } bench_limits;
 
 /* Bandwidth only (read, all threads), in GB/s. */

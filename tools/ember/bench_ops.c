@@ -167,12 +167,17 @@ int bench_ops(int argc, char **argv) {
     if (json)
         printf("{\"bench\": \"limits\", \"threads\": %d, \"read_gbs_1thread\": %.2f, "
                "\"read_gbs\": %.2f, \"triad_gbs\": %.2f, \"fp32_gflops\": %.1f, "
-               "\"bf16_gflops\": %.1f}\n",
-               threads, L.read_gbs_1, L.read_gbs, L.triad_gbs, L.fp32_gflops, L.bf16_gflops);
-    else
+               "\"bf16_gflops\": %.1f, \"bf16_tiles_gflops\": %.1f}\n",
+               threads, L.read_gbs_1, L.read_gbs, L.triad_gbs, L.fp32_gflops, L.bf16_gflops,
+               L.bf16_tiles_gflops);
+    char tiles[64] = "";
+    if (L.bf16_tiles_gflops > 0)
+        snprintf(tiles, sizeof tiles, ", BF16 AMX tiles %.0f GFLOP/s", L.bf16_tiles_gflops);
+    if (!json)
         printf("machine limits (%d threads): read %.1f GB/s (1 thread %.1f), triad %.1f GB/s, "
-               "FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s\n\n",
-               threads, L.read_gbs, L.read_gbs_1, L.triad_gbs, L.fp32_gflops, L.bf16_gflops);
+               "FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s%s\n\n",
+               threads, L.read_gbs, L.read_gbs_1, L.triad_gbs, L.fp32_gflops, L.bf16_gflops,
+               tiles);
 
     int64_t big = quick ? ((int64_t)16 << 20) : ((int64_t)64 << 20); /* 256 MiB of f32 */
     const int M_[4] = {1, 4, 16, 64}, N_[2] = {768, 2048};
@@ -273,7 +278,8 @@ int bench_ops(int argc, char **argv) {
         }
         double ms = bench_median_ms(run_op, &j, mt * 2);
         double flops = 2.0 * 2048 * 2048 * 2048;
-        double lim = flops / ((d ? L.bf16_gflops : L.fp32_gflops) * 1e9) * 1e3;
+        double peak = !d ? L.fp32_gflops : L.bf16_tiles_gflops > 0 ? L.bf16_tiles_gflops : L.bf16_gflops;
+        double lim = flops / (peak * 1e9) * 1e3;
         double pt = torch.available ? bench_peer_ms(&torch, d ? "matmul_bf16" : "matmul_f32") : -1;
         const char *peer = pt > 0 ? "torch" : NULL;
         double pms = pt;
@@ -311,7 +317,9 @@ int bench_ops(int argc, char **argv) {
             }
             double bytes = (double)n * k * 2, flops = 2.0 * m * n * k, ms, gbs;
             double frac = bench_interleaved(run_linear, &j, bytes, false, quick ? 9 : 21, 40, &ms, &gbs);
-            double mem = ms * frac, comp = flops / (L.bf16_gflops * 1e9) * 1e3;
+            /* the peak of the units the product runs on: AMX tiles from 17 rows (gemm.c) */
+            double peak = m > 16 && L.bf16_tiles_gflops > 0 ? L.bf16_tiles_gflops : L.bf16_gflops;
+            double mem = ms * frac, comp = flops / (peak * 1e9) * 1e3;
             char name[32], shape[48];
             snprintf(name, sizeof name, "linear_%d_%d", m, n);
             snprintf(shape, sizeof shape, "M%d K%d N%d", m, k, n);
