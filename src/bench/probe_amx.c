@@ -3,25 +3,13 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "backends/cpu/amx_config.h"
 #include "backends/cpu/cpu.h"
 #include "bench/probe.h"
 
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed)) tile_config;
-
-static const tile_config config = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
 double em_probe_amx_bf16(int64_t iters) {
     _Alignas(64) static const uint16_t ones[16 * 32] = {0};
-    _tile_loadconfig(&config);
+    _tile_loadconfig(&em_amx_config_16x64);
     _tile_loadd(4, ones, 64);
     _tile_loadd(5, ones, 64);
     _tile_loadd(6, ones, 64);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backends/cpu/amx_config.h"
 #include "backends/cpu/cvt_avx512.h"
 #include "backends/cpu/gemm.h"
 
@@ -163,23 +164,8 @@ static void pack(void *dst, int W, int width, int64_t kc, const void *src, em_dt
 
 /* ---- the microkernel ---- */
 
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed)) tile_config;
-
-/* tmm0-3: C (16 rows of 16 f32); tmm4: A; tmm5-7: B (16 pairs x 16 columns), each 16 rows of
- * 64 bytes. A constant: GCC 12 does not treat ldtilecfg as reading its operand, and dropped the
- * stores that filled a configuration on the stack. */
-static const tile_config config = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
-static void configure(void) { _tile_loadconfig(&config); }
+/* tmm0-3: C (16 rows of 16 f32); tmm4: A; tmm5-7: B (16 pairs x 16 columns) */
+static void configure(void) { _tile_loadconfig(&em_amx_config_16x64); }
 
 /* The f32 tile (16 x 64, row stride 64) into t: accumulated, biased, rounded as gemm.h says. */
 static void store(const float *cbuf, int mr, int nr, const em_gemm_tile *t) {
