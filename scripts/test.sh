@@ -95,6 +95,7 @@ echo "== the suite under AddressSanitizer + UndefinedBehaviorSanitizer (leaks in
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_WERROR=ON -DEMBER_SANITIZE=ON
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 echo "== the Python suite over the sanitized library"
 ./scripts/test-python-asan.sh
