@@ -292,9 +292,10 @@ int bench_ops(int argc, char **argv) {
                        .peer = peer, .peer_ms = pms, .flops = flops,
                        .bytes = 3.0 * 2048 * 2048 * (double)em_dtype_size(dt)};
         bench_print_row(&r, json);
+        /* the other peer on a line of its own (the row shows the faster one) */
         if (!d && !json && blas_ms > 0 && pt > 0)
             printf("%-16s %-22s %-5s %10s %10s %7s  %-18s %10.4g\n", "", "", "", "", "", "",
-                   "torch", pt);
+                   peer == blas_name ? "torch" : blas_name, peer == blas_name ? pt : blas_ms);
         em_scope_pop(c);
     }
     /* decode-shaped bf16 linear: weights rotate through 8 copies (> L3) */
