@@ -133,13 +133,26 @@ FLUX = {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": 
         "max_shift": 1.15, "num_train_timesteps": 1000, "shift": 3.0,
         "use_dynamic_shifting": True}
 
+EULER_BETA = {"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012,
+              "beta_schedule": "scaled_linear", "beta_start": 0.00085,
+              "num_train_timesteps": 1000, "use_beta_sigmas": True, "steps_offset": 1,
+              "timestep_spacing": "leading"}
+EULER_BETA_RANGE = dict(EULER_BETA, sigma_min=0.03, sigma_max=14.6, timestep_spacing="trailing")
+DPM_BETA = {"_class_name": "DPMSolverMultistepScheduler", "beta_end": 0.012,
+            "beta_schedule": "scaled_linear", "beta_start": 0.00085,
+            "num_train_timesteps": 1000, "use_beta_sigmas": True, "solver_order": 2,
+            "algorithm_type": "dpmsolver++", "final_sigmas_type": "zero", "steps_offset": 1}
+FLOW_BETA = dict(SD3, use_beta_sigmas=True)
+
 CONFIGS = {"sd15": SD15, "sd21_v": SD21_V, "trailing_zsnr": TRAILING, "ddpm_cifar": DDPM_CIFAR,
            "ddpm_cos": DDPM_COS, "ddpm_v": DDPM_V, "euler_karras": EULER_KARRAS,
            "dpm_karras": DPM_KARRAS, "dpm_heun_v": DPM_HEUN_V, "sd3": SD3, "flux": FLUX,
            "dpm_lu": DPM_LU, "dpm_lu_cos": DPM_LU_COS, "dpm_flow": DPM_FLOW,
            "dpm_flow_dyn": DPM_FLOW_DYN, "ddpm_thresh": DDPM_THRESH, "ddim_thresh": DDIM_THRESH,
            "dpm_thresh": DPM_THRESH, "dpm_plain_thresh": DPM_PLAIN_THRESH,
-           "euler_cont_v": EULER_CONT_V, "dpm_learned": DPM_LEARNED}
+           "euler_cont_v": EULER_CONT_V, "dpm_learned": DPM_LEARNED,
+           "euler_beta": EULER_BETA, "euler_beta_range": EULER_BETA_RANGE,
+           "dpm_beta": DPM_BETA, "flow_beta": FLOW_BETA}
 
 # (case, config, class used (None: the file's), steps, step kwargs, generator seed, mu)
 CASES = [
@@ -174,6 +187,11 @@ CASES = [
     ("dpm_plain_thresh", "dpm_plain_thresh", None, 10, {}, None, None),
     ("euler_cont_v", "euler_cont_v", None, 10, {}, None, None),
     ("dpm_learned", "dpm_learned", None, 10, {}, None, None),
+    ("euler_beta", "euler_beta", None, 10, {}, None, None),
+    ("euler_beta_range", "euler_beta_range", None, 7, {}, None, None),
+    ("dpm_beta", "dpm_beta", None, 10, {}, None, None),
+    ("dpm_beta_20", "dpm_beta", None, 20, {}, None, None),
+    ("flow_beta", "flow_beta", None, 10, {}, None, None),
 ]
 
 # Cases whose model has other channels than the shared latents: a learned-variance model

@@ -183,8 +183,8 @@ static void test_bad_configs(void) {
             EM_ERR_FORMAT, "trained_betas", "num_train_timesteps");
     refused("{\"_class_name\": \"EulerDiscreteScheduler\", \"use_karras_sigmas\": true, "
             "\"use_exponential_sigmas\": true}", EM_ERR_FORMAT, "use_karras_sigmas", "only one");
-    refused("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_beta_sigmas\": true}",
-            EM_ERR_UNSUPPORTED, "use_beta_sigmas", "not implemented");
+    refused("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_beta_sigmas\": true, "
+            "\"use_karras_sigmas\": true}", EM_ERR_FORMAT, "use_karras_sigmas", "only one");
     refused("{\"_class_name\": \"DPMSolverMultistepScheduler\", \"use_flow_sigmas\": true, "
             "\"flow_shift\": 0}", EM_ERR_FORMAT, "flow_shift", "positive");
     em_ctx *c = em_ctx_create();

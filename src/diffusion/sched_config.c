@@ -260,10 +260,10 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
             return bad(c, s, EM_ERR_FORMAT, "shift", num, "must be positive");
         }
         CHECK_STR("time_shift_type", time_shift_type, "exponential", "linear");
-        REFUSE_TRUE("use_beta_sigmas", use_beta_sigmas, "is not implemented (scipy's beta ppf)");
-        if (cfg->use_karras_sigmas + cfg->use_exponential_sigmas > 1)
+        if (cfg->use_karras_sigmas + cfg->use_exponential_sigmas + cfg->use_beta_sigmas > 1)
             return bad(c, s, EM_ERR_FORMAT, "use_karras_sigmas", "true",
-                       "together with use_exponential_sigmas: diffusers allows only one");
+                       "together with use_exponential_sigmas or use_beta_sigmas: diffusers "
+                       "allows only one");
         return EM_OK;
     }
     if (k == EM_SCHED_DDPM)
@@ -302,10 +302,10 @@ static em_status check_values(em_ctx *c, em_scheduler *s) {
     if (k == EM_SCHED_DDPM)
         CHECK_STR("variance_type", variance_type, "fixed_small", "fixed_small_log", "fixed_large");
     if (k == EM_SCHED_EULER || k == EM_SCHED_DPM_MULTISTEP) {
-        REFUSE_TRUE("use_beta_sigmas", use_beta_sigmas, "is not implemented (scipy's beta ppf)");
-        if (cfg->use_karras_sigmas + cfg->use_exponential_sigmas > 1)
+        if (cfg->use_karras_sigmas + cfg->use_exponential_sigmas + cfg->use_beta_sigmas > 1)
             return bad(c, s, EM_ERR_FORMAT, "use_karras_sigmas", "true",
-                       "together with use_exponential_sigmas: diffusers allows only one");
+                       "together with use_exponential_sigmas or use_beta_sigmas: diffusers "
+                       "allows only one");
         CHECK_STR("final_sigmas_type", final_sigmas_type, "zero", "sigma_min");
     }
     if (k == EM_SCHED_EULER) {

@@ -110,5 +110,8 @@ em_tensor *em_sched_threshold(em_ctx *c, const char *file, int line, const em_sc
 /* torch.randn(like x's shape) from g, on x's device; refuses g == NULL naming the class. */
 em_tensor *em_sched_noise(em_ctx *c, const char *file, int line, em_scheduler *s, em_tensor *x,
                           em_torch_generator *g);
+/* beta_ppf.c: the quantile of the Beta(a, b) distribution at p (scipy.stats.beta.ppf), to
+ * double precision; NaN for p outside [0, 1] or a, b not positive. */
+double em_beta_ppf(double p, double a, double b);
 
 #endif

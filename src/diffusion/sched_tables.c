@@ -99,6 +99,13 @@ static void exponential(double smin, double smax, int64_t n, double *out) {
     np_linspace(log(smax), log(smin), n, out);
     for (int64_t i = 0; i < n; i++) out[i] = exp(out[i]);
 }
+/* _convert_to_beta: smin + ppf(1 - linspace(0, 1, n)) (smax - smin), the Beta(0.6, 0.6)
+ * quantiles diffusers takes from scipy ("Beta Sampling is All You Need") */
+static void beta_sigmas(double smin, double smax, int64_t n, double *out) {
+    double ramp[n > 0 ? n : 1];
+    np_linspace(0, 1, n, ramp);
+    for (int64_t i = 0; i < n; i++) out[i] = smin + em_beta_ppf(1 - ramp[i], 0.6, 0.6) * (smax - smin);
+}
 
 void em_sched_history_clear(em_scheduler *s) {
     for (int i = 0; i < s->n_history; i++) em_tensor_release(s->history[i]);
@@ -290,6 +297,7 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
         }
         if (cfg->use_karras_sigmas) karras(sg[n - 1], sg[0], n, sg);
         else if (cfg->use_exponential_sigmas) exponential(sg[n - 1], sg[0], n, sg);
+        else if (cfg->use_beta_sigmas) beta_sigmas(sg[n - 1], sg[0], n, sg);
         s->sigmas = malloc((size_t)(n + 1) * sizeof(float));
         s->timesteps = malloc((size_t)n * sizeof(double));
         if (!s->sigmas || !s->timesteps) goto oom;
@@ -333,12 +341,14 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
             m = np_arange((double)last, 0, -((double)N / (double)n), ts, cap);
             for (int64_t i = 0; i < m; i++) ts[i] = rint(ts[i]) - 1;
         }
-        if (cfg->use_karras_sigmas || cfg->use_lu_lambdas || cfg->use_exponential_sigmas) {
+        if (cfg->use_karras_sigmas || cfg->use_lu_lambdas || cfg->use_exponential_sigmas ||
+            cfg->use_beta_sigmas) {
             /* in_sigmas = flip(base): its last is sigma(t=0), its first sigma(t=N-1); diffusers
-             * takes Karras first, then Lu's lambdas, then exponential */
+             * takes Karras first, then Lu's lambdas, then exponential, then beta */
             if (cfg->use_karras_sigmas) karras(bs[0], bs[N - 1], m, sg);
             else if (cfg->use_lu_lambdas) lu_lambdas(logs[0], logs[N - 1], m, sg);
-            else exponential(bs[0], bs[N - 1], m, sg);
+            else if (cfg->use_exponential_sigmas) exponential(bs[0], bs[N - 1], m, sg);
+            else beta_sigmas(bs[0], bs[N - 1], m, sg);
             for (int64_t i = 0; i < m; i++) {
                 double t = sigma_to_t(sg[i], logs, N);
                 if ((cfg->use_karras_sigmas || cfg->use_lu_lambdas) &&
@@ -378,11 +388,13 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
             for (int64_t i = 0; i < m; i++) ts[i] = (double)((float)rint(ts[i]) - 1.0f);
         }
         for (int64_t i = 0; i < m; i++) sg[i] = np_interp_idx(ts[i], bsd, N);
-        if (k == EM_SCHED_EULER && (cfg->use_karras_sigmas || cfg->use_exponential_sigmas)) {
+        if (k == EM_SCHED_EULER &&
+            (cfg->use_karras_sigmas || cfg->use_exponential_sigmas || cfg->use_beta_sigmas)) {
             double smin = cfg->has_sigma_min ? cfg->sigma_min : sg[m - 1];
             double smax = cfg->has_sigma_max ? cfg->sigma_max : sg[0];
             if (cfg->use_karras_sigmas) karras(smin, smax, m, sg);
-            else exponential(smin, smax, m, sg);
+            else if (cfg->use_exponential_sigmas) exponential(smin, smax, m, sg);
+            else beta_sigmas(smin, smax, m, sg);
             for (int64_t i = 0; i < m; i++) ts[i] = (double)(float)sigma_to_t(sg[i], logs, N);
         }
         if (k == EM_SCHED_EULER) last_sigma = final_sigma(s);
