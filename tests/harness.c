@@ -169,6 +169,11 @@ long long em_test_bundle_meta_int(em_test_bundle *b, const char *key, long long 
     return def;
 }
 
+double em_test_bundle_meta_num(em_test_bundle *b, const char *key, double def) {
+    json_t *v = json_object_get(json_object_get(b->doc, "meta"), key);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
 em_tensor *em_test_bundle_get(em_test_bundle *b, void *ctx, const char *name) {
     em_ctx *c = ctx;
     json_t *e = json_object_get(json_object_get(b->doc, "tensors"), name);

@@ -126,6 +126,8 @@ void em_test_bundle_free(em_test_bundle *b);
 struct em_tensor *em_test_bundle_get(em_test_bundle *b, void *ctx, const char *name);
 /* A metadata value (integer or bool) from the bundle's "meta" object; def when absent. */
 long long em_test_bundle_meta_int(em_test_bundle *b, const char *key, long long def);
+/* a number of the bundle's meta (integer or real), def when absent */
+double em_test_bundle_meta_num(em_test_bundle *b, const char *key, double def);
 /* Checks that every element of got is within atol + rtol*|want| (NaN equal to NaN); prints the
  * first mismatch with `what`. Returns true when close. */
 bool em_test_allclose(void *ctx, struct em_tensor *got, struct em_tensor *want, double atol,

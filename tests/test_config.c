@@ -279,6 +279,19 @@ static void test_parse_text(void) {
     CHECK(!em_model_config_get_int(&m, "custom", &n) && !em_model_config_get_string(&m, "zz"));
     em_model_config_free(&m);
     em_model_config_free(&m); /* zeroed: a second free is harmless */
+    /* the router's load-balancing loss: off with transformers' 0.001 weight unless asked */
+    const char *moe = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_attention_heads\": 4,"
+                      " \"num_hidden_layers\": 2, \"num_experts\": 4}";
+    CHECK(em_model_config_parse(c, moe, strlen(moe), "moe.json", &m) == EM_OK);
+    CHECK(!m.output_router_logits && m.router_aux_loss_coef == 0.001);
+    em_model_config_free(&m);
+    const char *aux = "{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_attention_heads\": 8,"
+                      " \"num_hidden_layers\": 2, \"num_local_experts\": 4,"
+                      " \"output_router_logits\": true, \"router_aux_loss_coef\": 0.02}";
+    CHECK_MSG(em_model_config_parse(c, aux, strlen(aux), "aux.json", &m) == EM_OK, "%s",
+              em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    CHECK(m.output_router_logits && m.router_aux_loss_coef == 0.02);
+    em_model_config_free(&m);
     CHECK(em_model_config_parse(c, "{\"model_type\": ", 15, "cut.json", &m) == EM_ERR_FORMAT);
     CHECK_ERR(c, EM_ERR_FORMAT, "cut.json", "not valid JSON");
     CHECK(em_model_config_parse(c, "[1]", 3, "arr.json", &m) == EM_ERR_FORMAT);

@@ -100,6 +100,9 @@ typedef struct em_model_config {
     int64_t moe_intermediate_size;
     int64_t decoder_sparse_step;
     bool norm_topk_prob;
+    bool output_router_logits;      /* train with the router's load-balancing loss (transformers'
+                                       load_balancing_loss_func) added to the LM loss */
+    double router_aux_loss_coef;    /* its weight (0.001) */
     int64_t shared_expert_intermediate_size;
     int64_t *mlp_only_layers;       /* owned; n_mlp_only_layers entries */
     int n_mlp_only_layers;

@@ -157,6 +157,20 @@ EM_API int64_t em_kv_cache_experts_hit(const em_kv_cache *kv);
 EM_API em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids,
                                    em_tensor *key_mask, em_kv_cache *cache, bool last_only);
 
+/**
+ * em_model_forward of whole sequences (no cache, no mask, all positions) that also gives, in
+ * *aux, the MoE router's auxiliary load-balancing loss of this forward as transformers'
+ * load_balancing_loss_func computes it without an attention mask (Switch Transformer):
+ * num_experts * sum_e f_e P_e over the tokens of every MoE layer, f_e the share of top-k choices
+ * that went to expert e and P_e the mean routing probability of e. Differentiable through P_e
+ * (as in torch: the counts have no gradient). *aux is a 0-d f32 tensor, or NULL when no MoE layer
+ * ran (a dense model). Scale it by the config's router_aux_loss_coef and add it to the LM loss
+ * (`ember train` does when the config's output_router_logits is true). Returns the logits as
+ * em_model_forward; on error NULL and *aux NULL (aux NULL itself is EM_ERR_INVALID_ARG).
+ */
+EM_API em_tensor *em_model_forward_router_aux(em_ctx *c, const em_model *m, em_tensor *ids,
+                                              em_tensor **aux);
+
 /* ---- compile mode (ember/compile.h) ---- */
 
 /**

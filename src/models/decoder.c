@@ -326,6 +326,33 @@ em_tensor *em_blk_ffn(em_fwd *f, const em_dec_layer *l, em_tensor *x) {
     return em_tp_reduce(c, f->m, em_linear(c, h, l->down, NULL));
 }
 
+/* One MoE layer's share of transformers' load_balancing_loss_func (no attention mask): the
+ * routing probabilities summed over the layer's tokens (the loss's differentiable part), and the
+ * top-k choices counted per expert on the host (torch.histc: no gradient). */
+static void aux_record(em_fwd *f, em_tensor *logits, em_tensor *idx) {
+    em_ctx *c = f->c;
+    int64_t n = em_tensor_dim(logits, 0), e = em_tensor_dim(logits, 1);
+    int64_t k = idx ? em_tensor_dim(idx, 1) : 0;
+    if (em_ctx_status(c) || !idx) return;
+    if (!f->aux_counts && !(f->aux_counts = calloc((size_t)e, sizeof *f->aux_counts))) {
+        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
+        return;
+    }
+    int64_t *sel = malloc((size_t)(n * k) * sizeof *sel);
+    if (!sel) {
+        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
+        return;
+    }
+    if (em_to_host(c, idx, sel, (size_t)(n * k) * sizeof *sel) == EM_OK)
+        for (int64_t i = 0; i < n * k; i++)
+            if (sel[i] >= 0 && sel[i] < e) f->aux_counts[sel[i]]++;
+    free(sel);
+    em_tensor *ps = em_sum(c, em_softmax(c, em_cast(c, logits, EM_F32), 1), (const int[]){0}, 1,
+                           false);
+    f->aux_prob_sum = f->aux_prob_sum ? em_add(c, f->aux_prob_sum, ps) : ps;
+    f->aux_rows += n;
+}
+
 em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em_tensor *x) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
@@ -337,9 +364,10 @@ em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em
     p.impl = m->moe_impl;
     p.device_routing = f->stat;
     em_tensor *idx = NULL;
-    em_tensor *w = em_moe_route(c, em_linear(c, em_reshape(c, router_in, 2, flat), l->router, NULL),
-                                &p, l->experts.per_expert_scale,
+    em_tensor *logits = em_linear(c, em_reshape(c, router_in, 2, flat), l->router, NULL);
+    em_tensor *w = em_moe_route(c, logits, &p, l->experts.per_expert_scale,
                                 m->moe_weights_f32 ? EM_F32 : m->dtype, &idx);
+    if (f->want_aux) aux_record(f, logits, idx);
     em_moe_stats st = {0, 0};
     em_tensor *y = em_moe_experts(c, em_reshape(c, x, 2, flat), idx, w, &l->experts, &p, &st);
     if (f->kv && !f->stat) f->kv->experts_hit += st.experts_hit;
@@ -418,8 +446,45 @@ bool em_decoder_check_step(em_ctx *c, const char *what, const em_model *m,
 
 static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only);
 
+/* E * sum_e (counts_e / rows) (prob_sum_e / rows): the recorded layers' load-balancing loss as a
+ * 0-d f32 tensor, NULL (no MoE layer ran) or on error */
+static em_tensor *aux_finish(em_fwd *f) {
+    em_ctx *c = f->c;
+    if (!f->aux_prob_sum || em_ctx_status(c)) return NULL;
+    int64_t e = em_tensor_dim(f->aux_prob_sum, 0);
+    float *w = malloc((size_t)e * sizeof *w);
+    if (!w) {
+        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss)");
+        return NULL;
+    }
+    double rows = (double)f->aux_rows;
+    for (int64_t i = 0; i < e; i++) w[i] = (float)((double)e * (double)f->aux_counts[i] / (rows * rows));
+    em_tensor *wt = em_from_host_on(c, em_tensor_device(f->aux_prob_sum), EM_F32, 1,
+                                    (int64_t[]){e}, w);
+    free(w);
+    return em_sum(c, em_mul(c, f->aux_prob_sum, wt), (const int[]){0}, 1, false);
+}
+
+static em_tensor *forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
+                          em_kv_cache *kv, bool last_only, em_tensor **aux);
+
 em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
                             em_kv_cache *kv, bool last_only) {
+    return forward(c, m, ids, key_mask, kv, last_only, NULL);
+}
+
+em_tensor *em_model_forward_router_aux(em_ctx *c, const em_model *m, em_tensor *ids,
+                                       em_tensor **aux) {
+    if (aux) *aux = NULL;
+    if (!aux) {
+        if (c) em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_forward", "router_aux: aux is NULL");
+        return NULL;
+    }
+    return forward(c, m, ids, NULL, NULL, false, aux);
+}
+
+static em_tensor *forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
+                          em_kv_cache *kv, bool last_only, em_tensor **aux) {
     if (!c || em_ctx_status(c)) return NULL;
     char s1[96];
     if (!m || !ids || !m->fam->causal || em_tensor_ndim(ids) != 2) {
@@ -455,11 +520,18 @@ em_tensor *em_model_forward(em_ctx *c, const em_model *m, em_tensor *ids, em_ten
     f.vals = saved ? saved + m->n_layers + 1 : NULL;
     f.positions = em_decoder_positions(c, key_mask, b, t, pos0, tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
+    f.want_aux = aux != NULL;
     em_tensor *logits = forward_body(&f, ids, last_only);
     if (!em_ctx_status(c) && kv) kv->len = tk;
     em_tensor *r = em_keep(c, logits);
+    if (aux) *aux = em_keep(c, aux_finish(&f));
     em_scope_pop(c);
     free(saved);
+    free(f.aux_counts);
+    if (em_ctx_status(c)) { /* what was kept stays with the caller's scope */
+        if (aux) *aux = NULL;
+        return NULL;
+    }
     return r;
 }
 

@@ -32,6 +32,12 @@ struct em_fwd {
     /* per device: rope tables (global, and local for sliding layers) and the mask */
     em_device *dev;
     em_tensor *cos, *sin, *cos_l, *sin_l, *mask;
+    /* the router's load-balancing loss, when asked for (em_model_forward_router_aux): the sum
+     * over MoE layers and tokens of the routing probabilities [E] (f32, differentiable), and on
+     * the host the top-k choices per expert and the rows counted */
+    bool want_aux;
+    em_tensor *aux_prob_sum;
+    int64_t *aux_counts, aux_rows;
 };
 
 /* Moves the step to device d: rope tables for f->positions and the padding mask there

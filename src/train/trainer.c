@@ -205,19 +205,26 @@ int64_t em_trainer_steps_done(const em_trainer *t) { return t ? t->step : 0; }
 int64_t em_trainer_train_windows(const em_trainer *t) { return t ? t->k_train : 0; }
 int64_t em_trainer_val_windows(const em_trainer *t) { return t ? t->k_val : 0; }
 
-/* The loss of windows w[0..b) (grad as the context has it): transformers' causal-LM loss. */
+/* The loss of windows w[0..b) (grad as the context has it): transformers' causal-LM loss, plus
+ * router_aux_loss_coef times the router's load-balancing loss when the config asks for it
+ * (output_router_logits), as its MoE models' forward with labels does. */
 static em_tensor *batch_loss(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b) {
-    int64_t T = t->o.seq_len, V = em_model_config_get(t->m)->vocab_size;
+    const em_model_config *cfg = em_model_config_get(t->m);
+    int64_t T = t->o.seq_len, V = cfg->vocab_size;
     const int64_t *ids = em_train_data_ids(t->d);
     for (int64_t i = 0; i < b; i++)
         memcpy(t->batch_ids + i * T, ids + w[i] * T, (size_t)T * sizeof *ids);
     em_tensor *x = em_from_host(c, EM_I64, 2, (int64_t[]){b, T}, t->batch_ids);
-    em_tensor *logits = em_model_forward(c, t->m, x, NULL, NULL, false);
+    em_tensor *aux = NULL;
+    em_tensor *logits = cfg->output_router_logits && cfg->num_experts > 0
+                            ? em_model_forward_router_aux(c, t->m, x, &aux)
+                            : em_model_forward(c, t->m, x, NULL, NULL, false);
     if (!logits) return NULL;
     em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, T - 1, 1), 2,
                                  (int64_t[]){b * (T - 1), V});
     em_tensor *next = em_reshape(c, em_slice(c, x, 1, 1, T, 1), 1, (int64_t[]){b * (T - 1)});
-    return em_cross_entropy(c, pred, next, -100);
+    em_tensor *loss = em_cross_entropy(c, pred, next, -100);
+    return aux ? em_add(c, loss, em_mul_scalar(c, aux, cfg->router_aux_loss_coef)) : loss;
 }
 
 /* Mixed precision: the gradient of each low-precision parameter becomes its f32 master's

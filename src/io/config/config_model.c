@@ -22,6 +22,7 @@ static void defaults(const em_cfg_family *f, em_model_config *m) {
     m->bos_token_id = m->pad_token_id = -1;
     m->n_eos_token_ids = 0;
     m->decoder_sparse_step = 1;
+    m->router_aux_loss_coef = 0.001;
     set_str(m->hidden_act, sizeof m->hidden_act, "silu");
     if (f->defaults) f->defaults(m);
 }
@@ -288,7 +289,9 @@ static em_status read_text(em_cfg_src *s, const em_cfg_family *f, em_model_confi
         (e = em_cfg_bool(s, "attention_bias", false, &m->attention_bias, NULL)) ||
         (e = em_cfg_bool(s, "mlp_bias", false, &m->mlp_bias, NULL)) ||
         (e = em_cfg_bool(s, "tie_word_embeddings", false, &m->tie_word_embeddings, NULL)) ||
-        (e = em_cfg_bool(s, "norm_topk_prob", false, &m->norm_topk_prob, NULL)))
+        (e = em_cfg_bool(s, "norm_topk_prob", false, &m->norm_topk_prob, NULL)) ||
+        (e = em_cfg_bool(s, "output_router_logits", false, &m->output_router_logits, NULL)) ||
+        (e = em_cfg_num(s, "router_aux_loss_coef", false, &m->router_aux_loss_coef, NULL)))
         return e;
     /* num_experts (num_local_experts in Mixtral's attribute_map) */
     if ((e = em_cfg_int(s, "num_experts", true, &m->num_experts, &p))) return e;
