@@ -36,9 +36,13 @@ static bool close_scaled(em_ctx *c, em_tensor *got, em_tensor *want, double tol,
     return ok;
 }
 
-static void check_family_impl(const char *family, em_moe_impl impl) {
+/* One family's loss and gradients against tests/fixtures/train/<family>_grads, or, with aux, the
+ * MoE families with output_router_logits (<family>_aux_grads): the LM loss plus
+ * router_aux_loss_coef times em_model_forward_router_aux's load-balancing loss must be
+ * transformers' loss, with every gradient (the router's gets the balancing term's share). */
+static void check_grads(const char *family, em_moe_impl impl, bool aux) {
     char rel[128];
-    snprintf(rel, sizeof rel, "train/%s_grads", family);
+    snprintf(rel, sizeof rel, "train/%s_%sgrads", family, aux ? "aux_" : "");
     em_test_bundle *b = em_test_bundle_load(rel);
     if (!b) return;
     em_ctx *c = em_ctx_create();
@@ -61,25 +65,37 @@ static void check_family_impl(const char *family, em_moe_impl impl) {
     em_tensor *ids = em_test_bundle_get(b, c, "ids"), *labels = em_test_bundle_get(b, c, "labels");
     int64_t B = em_tensor_dim(ids, 0), T = em_tensor_dim(ids, 1), V = em_model_config_get(m)->vocab_size;
     em_grad_enable(c, true);
-    em_tensor *logits = em_model_forward(c, m, ids, NULL, NULL, false);
+    em_tensor *balance = NULL;
+    em_tensor *logits = aux ? em_model_forward_router_aux(c, m, ids, &balance)
+                            : em_model_forward(c, m, ids, NULL, NULL, false);
     /* transformers' causal-LM loss: position t predicts label t+1 */
     em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, T - 1, 1), 2,
                                  (int64_t[]){B * (T - 1), V});
     em_tensor *next = em_reshape(c, em_slice(c, labels, 1, 1, T, 1), 1,
                                  (int64_t[]){B * (T - 1)});
     em_tensor *loss = em_cross_entropy(c, pred, next, -100);
+    if (aux) {
+        double coef = em_test_bundle_meta_num(b, "router_aux_loss_coef", 0), av = NAN, want = NAN;
+        CHECK(coef > 0);
+        CHECK(balance != NULL && em_item(c, balance, &av) == EM_OK);
+        CHECK(em_item(c, em_test_bundle_get(b, c, "aux_loss"), &want) == EM_OK);
+        CHECK_MSG(fabs(av - want) <= 1e-5, "%s aux loss %.9g, transformers %.9g", family, av, want);
+        loss = em_add(c, loss, em_mul_scalar(c, balance, coef));
+    }
     em_grad_enable(c, false);
     double lv = NAN, want = NAN;
     CHECK(em_item(c, loss, &lv) == EM_OK);
     CHECK(em_item(c, em_test_bundle_get(b, c, "loss"), &want) == EM_OK);
     CHECK_MSG(fabs(lv - want) <= 1e-5, "%s loss %.9g, transformers %.9g", family, lv, want);
-    em_test_allclose(c, logits, em_test_bundle_get(b, c, "logits"), 1e-4, 1e-4, "logits");
+    if (!aux)
+        em_test_allclose(c, logits, em_test_bundle_get(b, c, "logits"), 1e-4, 1e-4, "logits");
     CHECK(em_backward(c, loss) == EM_OK);
     if (em_ctx_error(c)) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
     for (int i = 0; i < np; i++) {
         char key[160], what[200];
         snprintf(key, sizeof key, "grad/%.96s", ps[i].name);
-        snprintf(what, sizeof what, "%.24s (moe %d) %.160s", family, (int)impl, key);
+        snprintf(what, sizeof what, "%.24s%s (moe %d) %.160s", family, aux ? " aux" : "",
+                 (int)impl, key);
         close_scaled(c, em_tensor_grad(ps[i].tensor), em_test_bundle_get(b, c, key), 1e-5, what);
         em_tensor_zero_grad(ps[i].tensor);
     }
@@ -88,57 +104,8 @@ static void check_family_impl(const char *family, em_moe_impl impl) {
     em_test_bundle_free(b);
 }
 
-/* The MoE families with output_router_logits (tests/fixtures/train/<family>_aux_grads): the LM
- * loss plus router_aux_loss_coef times em_model_forward_router_aux's load-balancing loss must be
- * transformers' loss, with every gradient (the router's gets the balancing term's share). */
-static void check_router_aux(const char *family, em_moe_impl impl) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "train/%s_aux_grads", family);
-    em_test_bundle *b = em_test_bundle_load(rel);
-    if (!b) return;
-    em_ctx *c = em_ctx_create();
-    em_model_options o = em_model_default_options();
-    o.progress = false;
-    o.moe_impl = impl;
-    em_model *m = em_model_load(c, em_test_fixture_path("models", family), &o);
-    CHECK_MSG(m != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
-    em_model_param ps[128];
-    int np = m ? em_model_params(c, m, ps, 128) : 0;
-    CHECK(np == em_test_bundle_meta_int(b, "params", -1));
-    if (np > 128) np = 128;
-    for (int i = 0; i < np; i++) CHECK(em_tensor_requires_grad(c, ps[i].tensor, true) == EM_OK);
-    em_tensor *ids = em_test_bundle_get(b, c, "ids"), *labels = em_test_bundle_get(b, c, "labels");
-    int64_t B = em_tensor_dim(ids, 0), T = em_tensor_dim(ids, 1);
-    int64_t V = m ? em_model_config_get(m)->vocab_size : 1;
-    em_grad_enable(c, true);
-    em_tensor *aux = NULL;
-    em_tensor *logits = m ? em_model_forward_router_aux(c, m, ids, &aux) : NULL;
-    em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, T - 1, 1), 2,
-                                 (int64_t[]){B * (T - 1), V});
-    em_tensor *next = em_reshape(c, em_slice(c, labels, 1, 1, T, 1), 1,
-                                 (int64_t[]){B * (T - 1)});
-    double coef = em_test_bundle_meta_num(b, "router_aux_loss_coef", 0);
-    CHECK(coef > 0);
-    em_tensor *loss = em_add(c, em_cross_entropy(c, pred, next, -100), em_mul_scalar(c, aux, coef));
-    em_grad_enable(c, false);
-    double lv = NAN, want = NAN, av = NAN, want_aux = NAN;
-    CHECK(aux != NULL && em_item(c, aux, &av) == EM_OK);
-    CHECK(em_item(c, em_test_bundle_get(b, c, "aux_loss"), &want_aux) == EM_OK);
-    CHECK_MSG(fabs(av - want_aux) <= 1e-5, "%s aux loss %.9g, transformers %.9g", family, av, want_aux);
-    CHECK(em_item(c, loss, &lv) == EM_OK);
-    CHECK(em_item(c, em_test_bundle_get(b, c, "loss"), &want) == EM_OK);
-    CHECK_MSG(fabs(lv - want) <= 1e-5, "%s loss %.9g, transformers %.9g", family, lv, want);
-    CHECK(em_backward(c, loss) == EM_OK);
-    if (em_ctx_error(c)) fprintf(stderr, "%s\n", em_ctx_error(c)->message);
-    for (int i = 0; i < np; i++) {
-        char key[160], what[200];
-        snprintf(key, sizeof key, "grad/%.96s", ps[i].name);
-        snprintf(what, sizeof what, "%.24s aux (moe %d) %.160s", family, (int)impl, key);
-        close_scaled(c, em_tensor_grad(ps[i].tensor), em_test_bundle_get(b, c, key), 1e-5, what);
-    }
-    em_model_free(m);
-    em_ctx_free(c);
-    em_test_bundle_free(b);
+static void check_family_impl(const char *family, em_moe_impl impl) {
+    check_grads(family, impl, false);
 }
 
 /* a dense model has no router: aux NULL, the logits as em_model_forward's; aux NULL refused */
@@ -158,9 +125,9 @@ static void test_router_aux_dense(void) {
 }
 
 static void test_router_aux(void) {
-    check_router_aux("qwen3_moe", EM_MOE_RAGGED);
-    check_router_aux("qwen3_moe", EM_MOE_LOOP);
-    check_router_aux("mixtral", EM_MOE_RAGGED);
+    check_grads("qwen3_moe", EM_MOE_RAGGED, true);
+    check_grads("qwen3_moe", EM_MOE_LOOP, true);
+    check_grads("mixtral", EM_MOE_RAGGED, true);
 }
 
 static void check_family(const char *family) { check_family_impl(family, EM_MOE_RAGGED); }
