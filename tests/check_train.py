@@ -2,7 +2,9 @@
 """`ember train` against torch: the losses, learning rates and grad norms of 10 AdamW steps on a
 tiny checkpoint, a resumed run, and the errors for bad input.
 
-Usage: check_train.py FAMILY EMBER [ARGS...]
+Usage: check_train.py [--device D] FAMILY EMBER [ARGS...]
+  --device  train on D (e.g. xla:0: the weights, the gradients and AdamW's state live there);
+            exits 77 (skipped) when the device is not found
   FAMILY    a checkpoint under tests/fixtures/models/ whose tests/fixtures/train/<FAMILY>_run bundle
             scripts/gen_train_run_fixtures.py wrote (torch's run on tests/fixtures/train/ids.npy)
   EMBER...  the command that runs the CLI
@@ -43,9 +45,13 @@ def steps(stdout):
 
 
 def main():
-    if len(sys.argv) < 3:
+    argv = sys.argv[1:]
+    device = None
+    if argv[:1] == ["--device"] and len(argv) > 1:
+        device, argv = argv[1], argv[2:]
+    if len(argv) < 2:
         sys.exit(__doc__)
-    family, ember = sys.argv[1], sys.argv[2:]
+    family, ember = argv[0], argv[1:]
     fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "fixtures")
     model = os.path.join(fixtures, "models", family)
@@ -57,11 +63,17 @@ def main():
              "--weight-decay", repr(meta["weight_decay"]), "--beta1", repr(meta["beta1"]),
              "--beta2", repr(meta["beta2"]), "--eps", repr(meta["eps"]),
              "--grad-clip", repr(meta["grad_clip"]), "--no-shuffle", "--json"]
+    if device:
+        flags += ["--device", device]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         cmd = ember + ["train", "--model", model, "--data", data] + flags + [
             "--out", out, "--save-every", "5"]
         r = run(cmd)
+        if device and "no device named" in r.stderr:
+            print(f"SKIPPED: no {device} device (for xla: install xla-cpu-pjrt or set "
+                  "EMBER_PJRT_XLA_PLUGIN)")
+            sys.exit(77)
         if r.returncode != 0:
             fail(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
         got = steps(r.stdout)

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Data-parallel `ember train --dp 2` under mpirun against the single-process run and torch.
 
-Usage: check_train_dp.py FAMILY MPIEXEC|none EMBER [ARGS...]
+Usage: check_train_dp.py FAMILY MPIEXEC|none|device:KIND EMBER [ARGS...]
   FAMILY    a checkpoint under tests/fixtures/models/ with a tests/fixtures/train/<FAMILY>_run
             bundle (torch's 10 AdamW steps, scripts/gen_train_run_fixtures.py)
   MPIEXEC   mpirun (Open MPI), or `none` when Ember was built without MPI: then only the checks
             that need no second process run and the script exits 77 (skipped)
+            device:KIND instead: the two ranks are devices 0 and 1 of KIND in one process
+            (`--dp 2 --device xla`, XLA's CPU plugin with two devices); exits 77 without them
   EMBER...  the command that runs the CLI
 Checks: (1) `mpirun -np 2 ember train --dp 2` with the bundle's flags (--no-shuffle) prints
 torch's losses within 1e-5 absolute and grad norms within 1e-5 relative, and the same within
@@ -74,16 +76,28 @@ def main():
             "--eps", repr(meta["eps"]), "--grad-clip", repr(meta["grad_clip"]), "--json"]
     flags = base + ["--batch", str(meta["batch"]), "--no-shuffle"]
 
-    # without mpirun, --dp 2 finds a world of one process
-    r = run(ember + ["train", "--model", model, "--data", data] + flags + ["--dp", "2"])
-    if r.returncode == 0 or "launch with mpirun -np 2" not in r.stderr:
-        fail(f"--dp 2 without mpirun: exit {r.returncode}, stderr {r.stderr!r}")
-    print(f"--dp 2 alone: {r.stderr.strip().splitlines()[-1]}")
-    if mpiexec == "none":
-        print("SKIPPED: Ember was built without MPI (EMBER_MPI=OFF): install libopenmpi-dev "
-              "openmpi-bin (scripts/deps.sh) to run data-parallel training under mpirun")
-        sys.exit(77)
-    mpi2 = [mpiexec, "--oversubscribe", "--timeout", "300", "-np", "2"] + ember
+    if mpiexec.startswith("device:"):
+        # two devices of one process (em_dist_local): XLA's CPU plugin with two devices
+        kind = mpiexec[len("device:"):]
+        os.environ.setdefault("EMBER_PJRT_OPTIONS", "cpu_device_count=2")
+        mpi2, dp2 = ember, ["--dp", "2", "--device", kind]
+        r = run(ember + ["train", "--model", model, "--data", data] + flags + dp2 + ["--steps", "1"])
+        if "no device named" in r.stderr:
+            print(f"SKIPPED: no {kind} devices (for xla: install xla-cpu-pjrt or set "
+                  "EMBER_PJRT_XLA_PLUGIN)")
+            sys.exit(77)
+    else:
+        # without mpirun, --dp 2 finds a world of one process
+        r = run(ember + ["train", "--model", model, "--data", data] + flags + ["--dp", "2"])
+        if r.returncode == 0 or "launch with mpirun -np 2" not in r.stderr:
+            fail(f"--dp 2 without mpirun: exit {r.returncode}, stderr {r.stderr!r}")
+        print(f"--dp 2 alone: {r.stderr.strip().splitlines()[-1]}")
+        if mpiexec == "none":
+            print("SKIPPED: Ember was built without MPI (EMBER_MPI=OFF): install libopenmpi-dev "
+                  "openmpi-bin (scripts/deps.sh) to run data-parallel training under mpirun")
+            sys.exit(77)
+        mpi2 = [mpiexec, "--oversubscribe", "--timeout", "300", "-np", "2"] + ember
+        dp2 = ["--dp", "2"]
 
     with tempfile.TemporaryDirectory() as tmp:
         one, two = os.path.join(tmp, "one"), os.path.join(tmp, "two")
@@ -92,7 +106,7 @@ def main():
             fail(f"single-process run exited with {r.returncode}:\n{r.stderr}")
         single = steps(r.stdout)
         cmd = mpi2 + ["train", "--model", model, "--data", data] + flags + [
-            "--dp", "2", "--out", two, "--save-every", "5"]
+            "--out", two, "--save-every", "5"] + dp2
         r = run(cmd)
         if r.returncode != 0:
             fail(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
@@ -122,7 +136,7 @@ def main():
 
         # resumed under mpirun: the uninterrupted --dp 2 run's numbers, digit for digit
         r = run(mpi2 + ["train", "--resume", os.path.join(two, "checkpoint-5"), "--data", data]
-                + flags + ["--dp", "2"])
+                + flags + dp2)
         if r.returncode != 0:
             fail(f"--dp 2 resume exited with {r.returncode}:\n{r.stderr}")
         got = [drop_rate(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -135,7 +149,7 @@ def main():
         # shuffled: the ranks read the windows one process reads (batch 4, 2 per rank)
         sh = base + ["--batch", "4", "--seed", "7", "--steps", "4"]
         r1 = run(ember + ["train", "--model", model, "--data", data] + sh)
-        r2 = run(mpi2 + ["train", "--model", model, "--data", data] + sh + ["--dp", "2"])
+        r2 = run(mpi2 + ["train", "--model", model, "--data", data] + sh + dp2)
         if r1.returncode or r2.returncode:
             fail(f"shuffled runs exited with {r1.returncode}, {r2.returncode}:\n{r1.stderr}"
                  f"\n{r2.stderr}")
@@ -145,11 +159,22 @@ def main():
         # a batch the world does not divide
         bad = [x for x in flags if x != "--json"]
         bad[bad.index("--batch") + 1] = "3"
-        r = run(mpi2 + ["train", "--model", model, "--data", data] + bad + ["--dp", "2"])
+        r = run(mpi2 + ["train", "--model", model, "--data", data] + bad + dp2)
         want = "batch 3 does not divide by the data-parallel world size 2"
         if r.returncode == 0 or want not in r.stderr:
             fail(f"batch 3, --dp 2: exit {r.returncode}, stderr {r.stderr!r}; '{want}' expected")
         print(f"batch 3: {[ln for ln in r.stderr.splitlines() if want in ln][0]}")
+
+        if not mpiexec.startswith("device:"):
+            # mpirun's ranks train on the CPU: a PJRT device for each process is refused
+            ok = [x for x in flags if x != "--json"]
+            r = run(mpi2 + ["train", "--model", model, "--data", data] + ok + dp2
+                    + ["--device", "xla:0"])
+            want = "trains on the CPU"
+            if r.returncode == 0 or want not in r.stderr:
+                fail(f"--dp 2 --device xla:0 under mpirun: exit {r.returncode}, stderr "
+                     f"{r.stderr!r}; '{want}' expected")
+            print("--device xla:0 under mpirun: refused")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ em_tensor *em_cross_entropy_(em_ctx *c, const char *file, int line, em_tensor *l
         return NULL;
     }
     int last = -1;
+    /* the constants below on the logits' device (a PJRT device's loss stays there) */
+    em_device *prev = c->device;
+    c->device = logits->dev;
     em_tensor *lp = em_log_softmax_(c, file, line, logits, last);
     em_tensor *keep = em_ne_(c, file, line, labels, em_scalar(c, (double)ignore_index, labels->dtype));
     em_tensor *safe = em_where_(c, file, line, keep, labels, em_scalar(c, 0, labels->dtype));
@@ -23,5 +26,6 @@ em_tensor *em_cross_entropy_(em_ctx *c, const char *file, int line, em_tensor *l
     em_tensor *nll = em_where_(c, file, line, keep, em_neg(c, picked),
                                em_scalar(c, 0, logits->dtype));
     em_tensor *count = em_sum(c, em_cast(c, keep, logits->dtype), NULL, 0, false);
+    c->device = prev;
     return em_div_(c, file, line, em_sum(c, nll, NULL, 0, false), count);
 }

@@ -222,7 +222,10 @@ static em_tensor *batch_loss(em_ctx *c, em_trainer *t, const int64_t *w, int64_t
     if (!logits) return NULL;
     em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, T - 1, 1), 2,
                                  (int64_t[]){b * (T - 1), V});
+    /* the labels on the logits' device (a PJRT device when the model is there) */
     em_tensor *next = em_reshape(c, em_slice(c, x, 1, 1, T, 1), 1, (int64_t[]){b * (T - 1)});
+    if (em_tensor_device(logits) != em_tensor_device(next))
+        next = em_to(c, next, em_tensor_device(logits));
     em_tensor *loss = em_cross_entropy(c, pred, next, -100);
     return aux ? em_add(c, loss, em_mul_scalar(c, aux, cfg->router_aux_loss_coef)) : loss;
 }

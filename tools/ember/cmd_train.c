@@ -3,6 +3,7 @@
  * (flags, windows, loss, --json lines), over the library's trainer (ember/train.h).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ static void usage(FILE *f) {
             "                   [--weight-decay WD] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]\n"
             "                   [--grad-clip C] [--no-shuffle] [--seed S] [--dtype f32|bf16]\n"
             "                   [--val-fraction F --eval-every K] [--out DIR] [--save-every K]\n"
-            "                   [--resume DIR] [--dp N] [--json]\n\n"
+            "                   [--resume DIR] [--device D] [--dp N] [--json]\n\n"
             "Trains a decoder language model with AdamW on FILE: a .npy 1-D array of token ids,\n"
             "or text tokenized with the model's tokenizer (no special tokens). The ids are cut\n"
             "into floor(len / T) windows of T ids; with --no-shuffle step s trains on windows\n"
@@ -32,8 +33,10 @@ static void usage(FILE *f) {
             "DIR/checkpoint-<step> every --save-every steps); --resume DIR continues such a run\n"
             "(its weights are loaded from DIR; give the same data, --seq-len, --batch, --steps,\n"
             "schedule, --seed and shuffle). --dtype bf16: bf16 weights and activations, f32\n"
-            "master weights and AdamW state (the checkpoint in bf16). Not yet: --device other than cpu,\n"
-            "--dp > 1, --compile.\n");
+            "master weights and AdamW state (the checkpoint in bf16). --device D trains on D (cpu,\n"
+            "xla:0, ...: weights, gradients and AdamW state live there). --dp N: data parallel\n"
+            "over the N processes of mpirun -np N (on the CPU), or with --device KIND (no index)\n"
+            "over devices 0..N-1 of that kind in this process. Not yet: --compile.\n");
 }
 
 typedef struct train_args {
@@ -126,8 +129,6 @@ static int parse(int argc, char **argv, train_args *a) {
     const char *not_yet = NULL;
     if (a->dtype && strcmp(a->dtype, "f32") && strcmp(a->dtype, "bf16"))
         not_yet = "--dtype: f32 or bf16 expected";
-    else if (a->device && strcmp(a->device, "cpu") && strcmp(a->device, "cpu:0"))
-        not_yet = "--device: training runs on the CPU only for now (not yet on PJRT devices)";
     else if (a->compile) not_yet = "--compile: a compiled training step is not implemented yet";
     else if (a->save_every && !a->out) not_yet = "--save-every needs --out DIR";
     else if (a->eval_every && !(a->o.val_fraction > 0))
@@ -197,24 +198,17 @@ static int join_group(em_ctx *c, long long dp, em_dist **out) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) {
-    train_args a = {.o = em_train_default_options()};
-    a.o.lr = NAN; /* required */
-    int r = parse(argc, argv, &a);
-    if (r) return r == 1 ? 0 : 2;
-    em_ctx *c = em_ctx_create();
-    em_dist *group = NULL;
-    bool speak = true; /* data parallel: rank 0 prints and saves; every rank reports errors */
-    if ((r = join_group(c, a.dp, &group))) {
-        em_ctx_free(c);
-        return r;
-    }
-    if (group) {
-        speak = em_dist_rank(group) == 0;
-        a.o.group = group;
-    }
+/* One training run: the only process's, or one rank's of a data-parallel group (an mpirun
+ * process, or a thread of a device group whose rank lives on em_dist_device(group): the model,
+ * its gradients and AdamW's state are put there). `speak`: this rank prints and saves. */
+static int train_run(const train_args *args, em_ctx *c, em_dist *group, bool speak) {
+    train_args a = *args;
+    a.o.group = group;
+    em_device *gdev = group ? em_dist_device(group) : NULL;
+    if (gdev) em_ctx_set_device(c, gdev); /* the trainer's zeros and constants go there too */
     em_model_options mo = em_model_default_options();
     mo.dtype = a.dtype && !strcmp(a.dtype, "bf16") ? EM_BF16 : EM_F32;
+    mo.device = gdev ? em_device_name(gdev) : a.device;
     mo.moe_impl = EM_MOE_LOOP; /* trainable expert layout (ragged may pack experts at load) */
     const char *src = a.resume ? a.resume : a.model;
     if (a.resume && a.model)
@@ -262,8 +256,9 @@ int cmd_train(int argc, char **argv) {
                 (long long)a.o.seq_len, (long long)em_trainer_val_windows(t),
                 (long long)a.o.batch, (long long)a.o.steps);
         if (group)
-            fprintf(stderr, "ember train: data parallel over %d processes, %lld windows each\n",
-                    em_dist_world_size(group), (long long)(a.o.batch / a.dp));
+            fprintf(stderr, "ember train: data parallel over %d %s, %lld windows each\n",
+                    em_dist_world_size(group), gdev ? "devices" : "processes",
+                    (long long)(a.o.batch / a.dp));
     }
     bool tty = isatty(2);
     double total_s = 0;
@@ -313,7 +308,83 @@ done:
     em_train_data_free(d);
     em_tokenizer_free(tok);
     em_model_free(m);
-    em_ctx_free(c);
-    em_dist_free(group);
     return rc;
+}
+
+/* A rank of a device group other than 0, on its own thread: the same run, silently. */
+typedef struct rank_job {
+    const train_args *a;
+    em_dist *g;
+    int rc;
+} rank_job;
+
+static void *rank_main(void *p) {
+    rank_job *j = p;
+    em_ctx *c = em_ctx_create();
+    j->rc = c ? train_run(j->a, c, j->g, false) : 1;
+    if (j->rc && c && em_ctx_error(c))
+        fprintf(stderr, "ember train: (rank %d) %s\n", em_dist_rank(j->g), em_ctx_error(c)->message);
+    em_ctx_free(c);
+    return NULL;
+}
+
+/* --dp N with a device kind (xla, cuda, tpu): ranks 0..N-1 on devices 0..N-1 of this process
+ * (em_dist_local), one thread each, as ember generate --tp N does; rank 0 (this thread) prints
+ * and saves. */
+static int run_device_group(const train_args *a, em_ctx *c, const char *kind, int n) {
+    em_dist *g[64];
+    if (n > 64 || em_dist_local(c, kind, n, NULL, g) != EM_OK) {
+        fprintf(stderr, "ember train: --dp %d on %s: %s\n", n, kind,
+                n > 64 ? "at most 64 devices" : em_ctx_error(c)->message);
+        return 1;
+    }
+    rank_job jobs[64];
+    pthread_t t[64];
+    int started = 1;
+    for (int r = 1; r < n; r++, started++) {
+        jobs[r] = (rank_job){a, g[r], 1};
+        if (pthread_create(&t[r], NULL, rank_main, &jobs[r])) break;
+    }
+    int rc = 1;
+    if (started == n) rc = train_run(a, c, g[0], true);
+    else fprintf(stderr, "ember train: cannot start a thread per rank\n");
+    for (int r = 1; r < started; r++) {
+        pthread_join(t[r], NULL);
+        if (jobs[r].rc) rc = rc ? rc : jobs[r].rc;
+    }
+    for (int r = 0; r < n; r++) em_dist_free(g[r]);
+    return rc;
+}
+
+/* The device kind of --dp N --device KIND (no index: N devices of that kind), else NULL. */
+static const char *device_group_kind(const train_args *a) {
+    if (a->dp <= 1 || !a->device || strchr(a->device, ':') || !strcmp(a->device, "cpu"))
+        return NULL;
+    return a->device;
+}
+
+int cmd_train(int argc, char **argv) {
+    train_args a = {.o = em_train_default_options()};
+    a.o.lr = NAN; /* required */
+    int r = parse(argc, argv, &a);
+    if (r) return r == 1 ? 0 : 2;
+    em_ctx *c = em_ctx_create();
+    const char *kind = device_group_kind(&a);
+    if (kind) {
+        r = run_device_group(&a, c, kind, (int)a.dp);
+    } else {
+        em_dist *group = NULL;
+        r = join_group(c, a.dp, &group);
+        if (!r && group && a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cpu:0")) {
+            fprintf(stderr, "ember train: --dp %lld over mpirun processes trains on the CPU (the "
+                    "gradients travel over MPI); for N devices of one process give the device "
+                    "kind without an index: --dp N --device xla\n", a.dp);
+            r = 2;
+        }
+        /* data parallel: rank 0 prints and saves; every rank reports errors */
+        if (!r) r = train_run(&a, c, group, !group || em_dist_rank(group) == 0);
+        em_dist_free(group);
+    }
+    em_ctx_free(c);
+    return r;
 }
