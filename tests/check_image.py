@@ -8,7 +8,8 @@ Runs the tool on the committed pipeline folders and compares the image it writes
 (--latents), DDPM seeded (--seed, per-step noise included), a DDPM folder with --scheduler
 euler; checks the PNG's signature and size and one progress line per step, and the clear
 errors for options of other pipelines, a missing --seed/--latents and latents of the wrong
-shape. No numpy needed: the fixtures' Bundle and the .npy files are read with struct.
+shape; --compile (one program for all steps) against the eager image, on the CPU and on XLA's
+CPU plugin when installed. No numpy needed: the fixtures' Bundle and the .npy files are read with struct.
 """
 import json
 import os
@@ -117,6 +118,38 @@ def main():
                         wshape[2], wshape[1]):
                     fail("%s: %s is not a %dx%d PNG" % (name, png, wshape[2], wshape[1]))
             print("%s: max |ember - diffusers| = %.2g, %d progress lines" % (name, err, nsteps))
+
+        # --compile: the denoiser step traced once (the timestep an input), the same image as
+        # the eager run of the same case (within f32 rounding of the compiled plan) and as
+        # diffusers'; on XLA's CPU plugin too, when it is installed
+        compiled = [(0, "ddim latents", "cpu"), (1, "ddpm seed", "cpu"), (0, "ddim latents", "xla:0")]
+        for k, name, dev in compiled:
+            _, args, (wshape, want), nsteps = cases[k]
+            _, eager = read_npy(os.path.join(tmp, "%d.npy" % k))
+            npy = os.path.join(tmp, "c%d_%s.npy" % (k, dev.replace(":", "")))
+            r = run(ember, args + ["--compile", "--device", dev, "--out",
+                                   os.path.join(tmp, "c.png"), "--out-npy", npy])
+            if dev != "cpu" and "no device named" in r.stderr:
+                print("SKIPPED (loudly): %s --compile on %s: no XLA plugin (install xla-cpu-pjrt "
+                      "or set EMBER_PJRT_XLA_PLUGIN)" % (name, dev))
+                continue
+            if r.returncode != 0 and not (png_missing and os.path.exists(npy)):
+                fail("%s --compile on %s: exit %d:\n%s" % (name, dev, r.returncode, r.stderr))
+            _, got = read_npy(npy)
+            d_eager = max(abs(a - b) for a, b in zip(got, eager))
+            d_ref = max(abs(a - b) for a, b in zip(got, want))
+            tol = 1e-5 if dev == "cpu" else 5e-4
+            if d_eager > tol or d_ref > 1e-3:
+                fail("%s --compile on %s: max |compiled - eager| = %g (%g allowed), "
+                     "|compiled - diffusers| = %g" % (name, dev, d_eager, tol, d_ref))
+            stat = [ln for ln in r.stderr.splitlines() if ln.startswith("compile mode:")]
+            want_stat = "compile mode: 1 program(s) compiled in"
+            if len(stat) != 1 or not stat[0].startswith(want_stat) or (
+                    "for %d steps" % nsteps) not in stat[0]:
+                fail("%s --compile on %s: '%s ... for %d steps' expected, got %r" % (
+                    name, dev, want_stat, nsteps, stat))
+            print("%s --compile on %s: max |compiled - eager| = %.2g, |compiled - diffusers| = "
+                  "%.2g; %s" % (name, dev, d_eager, d_ref, stat[0]))
 
         out = ["--out", os.path.join(tmp, "x.png")]
         bad_lat = os.path.join(tmp, "bad.npy")

@@ -31,6 +31,7 @@
 #ifndef EMBER_DIFFUSION_H
 #define EMBER_DIFFUSION_H
 
+#include "ember/compile.h"
 #include "ember/ops.h"
 #include "ember/scheduler.h"
 
@@ -281,6 +282,11 @@ typedef struct em_pipeline_run_params {
                              device; borrowed), and the generator only gives per-step noise */
     em_pipeline_progress_fn progress; /* NULL: none */
     void *user;           /* passed to progress */
+    bool compile;         /* the denoiser step as one compiled function (ember/compile.h): traced
+                             once per latent shape, the timestep a fresh 0-d tensor input each
+                             step (never a constant), so steps reuse the program; the scheduler
+                             step stays eager */
+    em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
 } em_pipeline_run_params;
 
 /** steps 0, eta 0, seed 0, no latents, no progress. */

@@ -157,16 +157,40 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
     return x ? em_tensor_retain(x) : NULL;
 }
 
+/* The denoiser step as a compiled function: in[0] the scaled sample, in[1] the timestep (a 0-d
+ * f32 tensor on the model's device, an input so that every step runs the same program). */
+static int unet_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                     int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    out[0] = em_unet2d_forward(c, user, in[0], in[1], NULL);
+    return out[0] ? 1 : -1;
+}
+
+/* The model's output for the scaled sample `in` at timestep t: eager, or through f. */
+static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in, double t) {
+    if (!f) return em_unet2d_forward_at(c, p->unet, in, t, NULL);
+    float tf = (float)t; /* forward_at's 0-d f32 timestep, as an input */
+    em_tensor *tt = em_from_host_on(c, em_unet2d_device(p->unet), EM_F32, 0, NULL, &tf);
+    em_tensor *out = NULL;
+    em_tensor *args[2] = {in, tt};
+    return tt && em_compiled_call(c, f, args, 2, NULL, 0, &out, 1) == 1 ? out : NULL;
+}
+
 /* The steps from x (a reference that this takes over); the final x, a reference, or NULL. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                           em_torch_generator *g, em_tensor *x) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
+    em_compiled *f = rp->compile ? em_compile(c, "unet_step", unet_step, p->unet) : NULL;
+    if (rp->compile && !f) {
+        em_tensor_release(x);
+        return NULL;
+    }
     for (int64_t i = 0; i < n && x; i++) {
         double t0 = now_s();
         em_scope_push(c);
         em_tensor *in = em_scheduler_scale_model_input(c, p->sched, x, ts[i]);
-        em_tensor *eps = em_unet2d_forward_at(c, p->unet, in, ts[i], NULL);
+        em_tensor *eps = denoiser(c, p, f, in, ts[i]);
         em_tensor *next = em_scheduler_step(c, p->sched, eps, ts[i], x, g);
         if (next) next = em_tensor_retain(next);
         em_scope_pop(c);
@@ -182,6 +206,8 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
             }
         }
     }
+    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
+    em_compiled_free(f);
     if (em_ctx_status(c) && x) {
         em_tensor_release(x);
         x = NULL;

@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
-            "                   [--out-npy FILE.npy]\n\n"
+            "                   [--out-npy FILE.npy] [--compile]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline and DDIMPipeline\n"
             "today) and writes the image. --seed S draws what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
@@ -26,13 +26,15 @@ static void usage(FILE *f) {
             "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
             "                      (with --seed, the seed still gives the per-step noise)\n"
             "  --device D          cpu (default), xla:0, tpu:0, cuda:0, ...\n"
+            "  --compile           the denoiser step as one compiled program per latent shape\n"
+            "                      (the timestep an input: every step reuses it)\n"
             "  --out FILE.png      the image\n"
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n");
 }
 
 /* Options of `ember image` that belong to pipelines Ember does not run yet. */
 static const char *const LATER[] = {"--prompt", "--negative-prompt", "--class-label",
-                                    "--guidance", "--height", "--width", "--compile"};
+                                    "--guidance", "--height", "--width"};
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
     (void)user;
@@ -45,7 +47,7 @@ typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *later;
     long long steps, seed;
     double eta;
-    bool have_seed;
+    bool have_seed, compile;
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
@@ -61,7 +63,9 @@ static int parse(int argc, char **argv, image_args *a) {
             return 1;
         } else if (k < sizeof LATER / sizeof LATER[0]) {
             if (!a->later) a->later = LATER[k];
-            if (strcmp(o, "--compile") && val) i++;
+            if (val) i++;
+        } else if (!strcmp(o, "--compile")) {
+            a->compile = true;
         } else if (!strcmp(o, "--model") && val) {
             a->model = argv[++i];
         } else if (!strcmp(o, "--scheduler") && val) {
@@ -110,6 +114,9 @@ static int run(em_ctx *c, const image_args *a) {
     rp.eta = a->eta;
     rp.seed = (uint64_t)a->seed;
     rp.progress = progress;
+    em_compile_stats cs = {0};
+    rp.compile = a->compile;
+    rp.compile_stats = &cs;
     em_scheduler_kind kind;
     if (a->later) {
         fprintf(stderr, "ember image: %s is not supported for %s yet\n", a->later,
@@ -133,6 +140,10 @@ static int run(em_ctx *c, const image_args *a) {
                     (long long)s[1], a->out_npy ? " and " : "", a->out_npy ? a->out_npy : "");
             rc = 0;
         }
+        if (img && a->compile)
+            fprintf(stderr, "compile mode: %lld program(s) compiled in %.1f ms for %lld steps "
+                    "(%s)\n", (long long)cs.compiles, cs.compile_ms,
+                    (long long)cs.calls, cs.backend);
     }
     em_scope_pop(c);
     em_pipeline_free(p);
