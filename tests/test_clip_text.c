@@ -94,12 +94,12 @@ static void compare(em_ctx *c, em_test_bundle *b, const char *tag, const char *n
     if (got) em_test_allclose(c, got, em_test_bundle_get(b, c, key), 1e-4, 1e-4, what);
 }
 
-static void check_model(em_ctx *c, const char *name) {
+static void check_model(em_ctx *c, const char *name, const char *device) {
     char rel[96];
     snprintf(rel, sizeof rel, "diffusion/clip/%s_ref", name);
     em_test_bundle *b = em_test_bundle_load(rel);
     snprintf(rel, sizeof rel, "clip/%s", name);
-    em_clip_text *m = em_clip_text_load(c, em_test_fixture_path("diffusion", rel), NULL);
+    em_clip_text *m = em_clip_text_load(c, em_test_fixture_path("diffusion", rel), device);
     CHECK_MSG(m != NULL, "%s: %s", name, em_ctx_error(c) ? em_ctx_error(c)->message : "");
     CHECK(b != NULL);
     if (!m || !b) {
@@ -147,8 +147,18 @@ static void check_model(em_ctx *c, const char *name) {
 
 static void test_clip_text_matches_transformers(void) {
     em_ctx *c = em_ctx_create();
-    check_model(c, "clip_text");      /* quick_gelu, eos_token_id rule */
-    check_model(c, "clip_text_proj"); /* gelu, legacy eos_token_id == 2 rule, projection */
+    check_model(c, "clip_text", NULL);      /* quick_gelu, eos_token_id rule */
+    check_model(c, "clip_text_proj", NULL); /* gelu, legacy eos_token_id == 2 rule, projection */
+    em_ctx_free(c);
+}
+
+/* The same on XLA's CPU plugin: weights there, ids and masks given on the host's device. */
+static void test_clip_text_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    if (em_test_xla_or_skip(c)) {
+        check_model(c, "clip_text", "xla:0");
+        check_model(c, "clip_text_proj", "xla:0");
+    }
     em_ctx_free(c);
 }
 
@@ -302,6 +312,7 @@ static void test_clip_text_errors(void) {
 
 EM_TEST_MAIN({"clip_tokenizer_matches_transformers", test_clip_tokenizer_matches_transformers},
              {"clip_text_matches_transformers", test_clip_text_matches_transformers},
+             {"clip_text_on_xla", test_clip_text_on_xla},
              {"clip_tokenizer_feeds_model", test_clip_tokenizer_feeds_model},
              {"clip_tokenizer_errors", test_clip_tokenizer_errors},
              {"clip_text_errors", test_clip_text_errors})
