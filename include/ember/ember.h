@@ -39,6 +39,7 @@
 #include "ember/config.h"
 #include "ember/model.h"
 #include "ember/diffusion.h"
+#include "ember/clip.h"
 #include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "diffusion/unet_impl.h"
+#include "diffusion/weights.h"
 
 #define OP "UNet2DModel"
 
@@ -14,28 +15,8 @@
  * ------------------------------------------------------------------------------------------- */
 
 static em_tensor *load_checked(unet_loader *l, const char *name, int ndim, const int64_t *shape) {
-    const em_safetensors_info *info = em_safetensors_find(l->st, name);
-    if (!info) {
-        em_ctx_fail(l->c, EM_ERR_NOT_FOUND, OP, "tensor '%s' is missing from %s", name, l->file);
-        return NULL;
-    }
-    bool ok = info->ndim == ndim;
-    for (int d = 0; ok && d < ndim; d++) ok = info->shape[d] == shape[d];
-    if (!ok) {
-        char want[128] = "[", got[128] = "[";
-        for (int d = 0; d < ndim; d++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
-                     (long long)shape[d]);
-        for (int d = 0; d < info->ndim && d < EM_MAX_DIMS; d++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-                     (long long)info->shape[d]);
-        em_ctx_fail(l->c, EM_ERR_SHAPE, OP,
-                    "tensor '%s' in %s has shape %s], the config (%s/config.json) implies %s]",
-                    name, l->file, got, l->u->dir, want);
-        return NULL;
-    }
-    em_tensor *t = em_safetensors_load_as(l->c, l->st, name, l->u->dtype, l->u->dev);
-    return t ? em_detach(l->c, t) : NULL;
+    diff_weights w = {l->c, l->st, l->file, l->u->dir, OP, l->u->dtype, l->u->dev};
+    return diff_load_checked(&w, name, ndim, shape);
 }
 
 void unet_param_free(unet_param *p) {

@@ -1,0 +1,35 @@
+/* diff_load_checked: a weight with the shape its component's config implies. */
+#include <stdio.h>
+#include <string.h>
+
+#include "diffusion/weights.h"
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && d < EM_MAX_DIMS; d++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%lld", d ? ", " : "", (long long)shape[d]);
+    snprintf(buf + strlen(buf), n - strlen(buf), "]");
+}
+
+em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
+                             const int64_t *shape) {
+    const em_safetensors_info *info = em_safetensors_find(w->st, name);
+    if (!info) {
+        em_ctx_fail(w->c, EM_ERR_NOT_FOUND, w->op, "tensor '%s' is missing from %s", name,
+                    w->file);
+        return NULL;
+    }
+    bool ok = info->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++) ok = info->shape[d] == shape[d];
+    if (!ok) {
+        char want[160], got[160];
+        shape_str(want, sizeof want, ndim, shape);
+        shape_str(got, sizeof got, info->ndim, info->shape);
+        em_ctx_fail(w->c, EM_ERR_SHAPE, w->op,
+                    "tensor '%s' in %s has shape %s, the config (%s/config.json) implies %s", name,
+                    w->file, got, w->dir, want);
+        return NULL;
+    }
+    em_tensor *t = em_safetensors_load_as(w->c, w->st, name, w->dtype, w->dev);
+    return t ? em_detach(w->c, t) : NULL;
+}

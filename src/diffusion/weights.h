@@ -1,0 +1,27 @@
+/* Loading a component's weights with the shape its config implies, shared by the diffusion
+ * components (UNet2DModel, the CLIP text encoder), so a config that disagrees with its weights
+ * fails at load naming the tensor, both shapes and the config's folder. */
+#ifndef EMBER_DIFFUSION_WEIGHTS_H
+#define EMBER_DIFFUSION_WEIGHTS_H
+
+#include "ember/safetensors.h"
+
+/* Where weights come from: `file` (for messages), the component's folder `dir` (its
+ * config.json is named in messages), the dtype and device they are loaded as, and the name
+ * errors carry as their op. */
+typedef struct diff_weights {
+    em_ctx *c;
+    em_safetensors *st;
+    const char *file;
+    const char *dir;
+    const char *op;
+    em_dtype dtype;
+    em_device *dev;
+} diff_weights;
+
+/* Tensor `name` checked to be `ndim`-d of `shape`, converted to w->dtype on w->dev, owned by the
+ * caller (detached from every scope). NULL with EM_ERR_NOT_FOUND (missing) or EM_ERR_SHAPE. */
+em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
+                             const int64_t *shape);
+
+#endif
