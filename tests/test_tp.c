@@ -1,6 +1,7 @@
 /*
  * Tensor parallelism of the decoder families over MPI (tests/CMakeLists.txt runs it under
- * `mpirun -np 2`): each rank loads its slices by the family's plan; the logits must match
+ * `mpirun -np 2` and `-np 4`; at 4 the test checkpoints' 2 KV heads are each replicated on 2
+ * ranks): each rank loads its slices by the family's plan; the logits must match
  * transformers' (tests/fixtures/models/<family>_ref, scripts/gen_model_fixtures.py) within 1e-4
  * in f32, eagerly and compiled, and greedy decoding must give transformers' tokens. Alone (a
  * world of one) it checks the same without splitting.

@@ -217,6 +217,8 @@ struct em_model {
     /* tensor parallelism: the group (NULL: none), this rank, the degree */
     struct em_dist *tp;
     int tp_rank, tp_size;
+    int64_t tp_kv_parts;   /* KV projections split in this many parts (em_tp_check): the degree,
+                              or num_key_value_heads when fewer (each replicated) */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;
@@ -225,12 +227,15 @@ struct em_model {
 /* ---- tensor parallelism (tp.c) ---- */
 /* Checks that the model can be split tp_size ways (its family's plan, the CPU, every split
  * size divisible: the error names the dimension, its size and the degree). */
-em_status em_tp_check(em_ctx *c, const em_model *m);
+em_status em_tp_check(em_ctx *c, em_model *m);
 /* The rank's slice of weight `name` (the checkpoint's full name) by the plan, as a fresh
  * contiguous tensor (only the slice is read from a mapped file); t itself when replicated. */
 em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t);
 /* The style the plan gives weight `name` (NULL: replicated). */
 const char *em_tp_style(const em_model *m, const char *prefix, const char *name);
+/* Whether the model has fewer KV heads than the degree (which divides by them): each KV head is
+ * then held by degree / num_key_value_heads ranks, those whose query heads read it. */
+bool em_tp_kv_replicated(const em_model *m);
 /* After loading: the config's head counts become this rank's (the forward reads them). */
 void em_tp_localize(em_model *m);
 /* Sums a row-parallel layer's partial outputs over the ranks (x itself without tp). */

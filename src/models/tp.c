@@ -17,7 +17,7 @@ static em_status not_divisible(em_ctx *c, const char *what, int64_t size, int de
                        (long long)size, degree);
 }
 
-em_status em_tp_check(em_ctx *c, const em_model *m) {
+em_status em_tp_check(em_ctx *c, em_model *m) {
     int n = m->tp_size;
     const em_model_config *cfg = &m->cfg;
     if (n <= 1) return EM_OK;
@@ -37,19 +37,33 @@ em_status em_tp_check(em_ctx *c, const em_model *m) {
                            "not combined with --tp)", m->tp_rank, dev->name,
                            em_dist_device(m->tp) ? "its device in the device group"
                                                  : "collectives over MPI");
-    if (cfg->num_key_value_heads < n && n % cfg->num_key_value_heads == 0)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load",
-                           "tensor parallelism: num_key_value_heads (%lld) is smaller than the "
-                           "degree %d; replicating KV heads is not done yet",
-                           (long long)cfg->num_key_value_heads, n);
     if (cfg->num_attention_heads % n)
         return not_divisible(c, "num_attention_heads", cfg->num_attention_heads, n);
-    if (cfg->num_key_value_heads % n)
-        return not_divisible(c, "num_key_value_heads", cfg->num_key_value_heads, n);
+    /* fewer KV heads than ranks: each rank keeps the one its query heads read (em_tp_kv_parts) */
+    int64_t hkv = cfg->num_key_value_heads;
+    m->tp_kv_parts = hkv < n && n % hkv == 0 ? hkv : n;
+    if (hkv % m->tp_kv_parts) return not_divisible(c, "num_key_value_heads", hkv, n);
     if (cfg->intermediate_size % n)
         return not_divisible(c, "intermediate_size", cfg->intermediate_size, n);
     if (cfg->vocab_size % n) return not_divisible(c, "vocab_size", cfg->vocab_size, n);
     return EM_OK;
+}
+
+bool em_tp_kv_replicated(const em_model *m) {
+    return m->tp_size > 1 && m->tp_kv_parts < m->tp_size;
+}
+
+/* The shared loader's key/value projections (em_decoder_load's names): split by KV head, which
+ * is replicated over n / hkv ranks when there are fewer KV heads than ranks (as vLLM does). */
+static bool is_kv_proj(const char *name) {
+    size_t n = strlen(name);
+    static const char *ends[] = {"self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                 "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
+    for (int i = 0; i < 4; i++) {
+        size_t k = strlen(ends[i]);
+        if (n >= k && !strcmp(name + n - k, ends[i])) return true;
+    }
+    return false;
 }
 
 /* pattern with "*" for one layer index against name */
@@ -96,6 +110,11 @@ em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t) {
     }
     int dim = row ? 1 : 0;
     int64_t size = em_tensor_dim(t, dim), r = m->tp_rank, k = m->tp_size;
+    if (col && is_kv_proj(name) && em_tp_kv_replicated(m)) {
+        /* rank r's query heads all read KV head r / (k / hkv): k / hkv ranks hold each one */
+        r = r * m->tp_kv_parts / k;
+        k = m->tp_kv_parts;
+    }
     if (size % (packed ? 2 * k : k)) {
         char what[300];
         snprintf(what, sizeof what, "dim %d of %s", dim, name);
@@ -122,7 +141,7 @@ em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t) {
 void em_tp_localize(em_model *m) {
     if (m->tp_size <= 1) return;
     m->cfg.num_attention_heads /= m->tp_size;
-    m->cfg.num_key_value_heads /= m->tp_size;
+    m->cfg.num_key_value_heads /= m->tp_kv_parts;
     m->cfg.intermediate_size /= m->tp_size;
 }
 
