@@ -33,6 +33,40 @@ static const em_tp_rule qwen3_tp_plan[] = {
     {"lm_head", "colwise_gather_output"},
     {NULL, NULL}};
 
+/* transformers' Qwen3MoeConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
+ * per-expert names (gate_proj, up_proj: colwise in each expert; down_proj: rowwise); "experts"
+ * is the module rule: the block's partial outputs are summed with all_reduce. The router
+ * (mlp.gate) is replicated. */
+static const em_tp_rule qwen3_moe_tp_plan[] = {
+    {"layers.*.self_attn.q_proj", "colwise"},
+    {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"},
+    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
+    {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+    {"layers.*.mlp.experts.down_proj", "rowwise"},
+    {"layers.*.mlp.experts.*.gate_proj", "colwise"},
+    {"layers.*.mlp.experts.*.up_proj", "colwise"},
+    {"layers.*.mlp.experts.*.down_proj", "rowwise"},
+    {"layers.*.mlp.experts", "moe_tp_experts"},
+    {"layers.*.mlp.gate_proj", "colwise"},
+    {"layers.*.mlp.up_proj", "colwise"},
+    {"layers.*.mlp.down_proj", "rowwise"},
+    {"lm_head", "colwise_gather_output"},
+    {NULL, NULL}};
+
+/* transformers' Qwen3MoeConfig.base_model_ep_plan, with the per-expert names: each rank holds
+ * whole experts, its contiguous share; its rules come before the tp plan's */
+static const em_tp_rule qwen3_moe_ep_plan[] = {
+    {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.*.gate_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.*.up_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.*.down_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts", "ep_dispatch_experts"},
+    {NULL, NULL}};
+
 const em_family em_family_qwen3 = {
     .config = {.model_type = "qwen3",
                .defaults = qwen3_defaults,
@@ -54,4 +88,6 @@ const em_family em_family_qwen3_moe = {
     .qk_norm = true,
     .moe = 1,
     .load = em_decoder_load,
+    .tp_plan = qwen3_moe_tp_plan,
+    .ep_plan = qwen3_moe_ep_plan,
 };
