@@ -1,6 +1,7 @@
 /*
  * Tensor parallelism on PJRT devices in one process (issue 18, replica mode): the decoder
- * families with a plan at degree 2 on XLA's CPU plugin, rank r on xla:r, one thread per rank
+ * families with a plan at degree 2 on XLA's CPU plugin (qwen3 at 4 too: its 2 KV heads each on
+ * 2 devices; qwen3_moe's experts by moe_tp_experts and by expert parallelism), rank r on xla:r, one thread per rank
  * (em_dist_local). Each rank loads its slices by the family's plan (sliced on the host, only the
  * slice moved to its device); the layers' all_reduce and the lm_head's all_gather run as
  * multi-device programs. The logits must match transformers' (tests/fixtures/models/FAMILY_ref,
@@ -17,11 +18,12 @@
 #include "ember/ember.h"
 #include "harness.h"
 
-#define WORLD 2
+#define MAX_WORLD 4
 
 typedef struct job {
     em_dist *g;
     const char *family;
+    int ep; /* ember_model_options.ep_size */
     em_test_bundle *b;
     int fails;
     char msg[1536];
@@ -69,6 +71,7 @@ static void *rank_main(void *p) {
     o.offline = true;
     o.device = em_device_name(em_dist_device(j->g));
     o.tp = j->g;
+    o.ep_size = j->ep;
     em_model *m = em_model_load(c, dir, &o);
     if (!m) {
         fail(j, "rank %d: load: %s", rank, em_ctx_error(c)->message);
@@ -115,7 +118,7 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
-static void check_family(const char *family) {
+static void check_family_at(const char *family, int world, int ep) {
     em_ctx *c = em_ctx_create();
     if (!em_test_xla_or_skip(c)) {
         em_ctx_free(c);
@@ -127,34 +130,43 @@ static void check_family(const char *family) {
     CHECK(b != NULL);
     em_dist_params p = em_dist_default_params();
     p.timeout_s = 60; /* a rank that fails to load leaves the other waiting this long at most */
-    em_dist *g[WORLD];
-    em_status s = b ? em_dist_local(c, "xla", WORLD, &p, g) : EM_ERR_NOT_FOUND;
+    em_dist *g[MAX_WORLD];
+    em_status s = b ? em_dist_local(c, "xla", world, &p, g) : EM_ERR_NOT_FOUND;
     CHECK_MSG(s == EM_OK, "%s", s ? em_ctx_error(c)->message : "");
     if (s == EM_OK) {
-        job jobs[WORLD];
-        pthread_t t[WORLD];
-        for (int r = 0; r < WORLD; r++) {
-            jobs[r] = (job){.g = g[r], .family = family, .b = b};
+        job jobs[MAX_WORLD];
+        pthread_t t[MAX_WORLD];
+        for (int r = 0; r < world; r++) {
+            jobs[r] = (job){.g = g[r], .family = family, .ep = ep, .b = b};
             pthread_create(&t[r], NULL, rank_main, &jobs[r]);
         }
-        for (int r = 0; r < WORLD; r++) pthread_join(t[r], NULL);
-        for (int r = 0; r < WORLD; r++)
-            CHECK_MSG(jobs[r].fails == 0, "%s: %d failures; first: %s", family, jobs[r].fails,
-                      jobs[r].msg);
-        printf("%s: weights per device %lld bytes at degree %d (xla:0, xla:1)\n", family,
-               jobs[0].weight_bytes, WORLD);
-        for (int r = 0; r < WORLD; r++) em_dist_free(g[r]);
+        for (int r = 0; r < world; r++) pthread_join(t[r], NULL);
+        for (int r = 0; r < world; r++)
+            CHECK_MSG(jobs[r].fails == 0, "%s at degree %d%s: %d failures; first: %s", family,
+                      world, ep ? " (expert parallel)" : "", jobs[r].fails, jobs[r].msg);
+        printf("%s%s: weights per device %lld bytes at degree %d (xla:0..xla:%d)\n", family,
+               ep ? " (expert parallel)" : "", jobs[0].weight_bytes, world, world - 1);
+        for (int r = 0; r < world; r++) em_dist_free(g[r]);
     }
     em_test_bundle_free(b);
     em_ctx_free(c);
 }
 
+static void check_family(const char *family) { check_family_at(family, 2, 0); }
+
 static void test_llama(void) { check_family("llama"); }
 static void test_mistral(void) { check_family("mistral"); }
 static void test_qwen3(void) { check_family("qwen3"); }
+/* degree 4 on 2 KV heads: each KV head on 2 devices */
+static void test_qwen3_degree4(void) { check_family_at("qwen3", 4, 0); }
+/* MoE: moe_tp_experts and expert parallelism */
+static void test_qwen3_moe(void) { check_family("qwen3_moe"); }
+static void test_qwen3_moe_ep(void) { check_family_at("qwen3_moe", 2, 2); }
 
 int main(int argc, char **argv) {
     setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=4", 0);
-    static const em_test_case tests[] = {T(test_llama), T(test_mistral), T(test_qwen3)};
+    static const em_test_case tests[] = {T(test_llama),        T(test_mistral),
+                                         T(test_qwen3),        T(test_qwen3_degree4),
+                                         T(test_qwen3_moe),    T(test_qwen3_moe_ep)};
     return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

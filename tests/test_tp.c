@@ -1,6 +1,7 @@
 /*
  * Tensor parallelism of the decoder families over MPI (tests/CMakeLists.txt runs it under
- * `mpirun -np 2`): each rank loads its slices by the family's plan; the logits must match
+ * `mpirun -np 2` and `-np 4`; at 4 the test checkpoints' 2 KV heads are each replicated on 2
+ * ranks): each rank loads its slices by the family's plan; the logits must match
  * transformers' (tests/fixtures/models/<family>_ref, scripts/gen_model_fixtures.py) within 1e-4
  * in f32, eagerly and compiled, and greedy decoding must give transformers' tokens. Alone (a
  * world of one) it checks the same without splitting.
@@ -14,33 +15,52 @@
 
 static em_dist *G;
 
-static em_model *load(em_ctx *c, const char *family, em_dist *tp) {
+static em_moe_impl Impl = EM_MOE_RAGGED;
+
+static em_model *load(em_ctx *c, const char *family, em_dist *tp, int ep) {
     em_model_options o = em_model_default_options();
+    o.moe_impl = Impl;
     o.dtype = EM_F32;
     o.tp = tp;
+    o.ep_size = tp ? ep : 0;
     return em_test_load_fixture_model(c, family, &o);
 }
 
-static void check_family(const char *family) {
+/* ep: 0 (the tp plan; MoE experts split by moe_tp_experts) or the degree (expert
+ * parallelism) */
+static void check_family_ep(const char *family, int ep) {
     char rel[128], what[160];
     snprintf(rel, sizeof rel, "models/%s_ref", family);
     em_test_bundle *b = em_test_bundle_load(rel);
     CHECK(b != NULL);
     if (!b) return;
     em_ctx *c = em_ctx_create();
-    em_model *m = load(c, family, G);
-    em_model *whole = em_dist_world_size(G) > 1 ? load(c, family, NULL) : NULL;
+    em_model *m = load(c, family, G, ep);
+    CHECK_MSG(m != NULL, "%s (ep %d): %s", family, ep,
+              em_ctx_status(c) ? em_ctx_error(c)->message : "");
+    em_model *whole = em_dist_world_size(G) > 1 ? load(c, family, NULL, 0) : NULL;
     if (m) {
         int world = em_dist_world_size(G);
         /* resident weights: the split ones divided by the degree, the rest (embedding, norms,
          * and a tied lm_head's slice) whole */
         if (whole && em_dist_rank(G) == 0)
-            printf("%s: weights per rank %lld bytes at degree %d, %lld whole\n", family,
-                   (long long)em_model_weight_bytes(m, false), world,
+            printf("%s%s: weights per rank %lld bytes at degree %d, %lld whole\n", family,
+                   ep > 1 ? " (expert parallel)" : "", (long long)em_model_weight_bytes(m, false),
+                   world,
                    (long long)em_model_weight_bytes(whole, false));
         if (whole)
             CHECK_MSG(em_model_weight_bytes(m, false) < em_model_weight_bytes(whole, false),
                       "%s: a rank holds as much as the whole model", family);
+        if (whole) { /* the placement report accounts for every byte the rank holds */
+            char report[8192], total[96];
+            em_model_tp_placement(m, report, sizeof report);
+            snprintf(total, sizeof total, "total per rank: %lld bytes",
+                     (long long)em_model_weight_bytes(m, false));
+            CHECK_MSG(strstr(report, total) != NULL, "%s: the placement report lacks '%s':\n%s",
+                      family, total, report);
+            CHECK_MSG(!strstr(report, "KV heads replicated") == (world <= 2),
+                      "%s: KV-head replication at degree %d: %s", family, world, report);
+        }
         em_scope_push(c);
         em_tensor *ids = em_test_bundle_get(b, c, "ids");
         snprintf(what, sizeof what, "%s logits f32 at degree %d", family, world);
@@ -48,7 +68,7 @@ static void check_family(const char *family) {
         CHECK_MSG(lg != NULL, "%s: %s", what, em_ctx_status(c) ? em_ctx_error(c)->message : "");
         if (lg) CHECK(em_test_allclose(c, lg, em_test_bundle_get(b, c, "logits_f32"), 1e-4, 1e-4,
                                        what));
-        if (em_model_compile_supported(m)) { /* compile mode: the collectives in a CPU plan */
+        if (em_model_compile_supported(m) && Impl != EM_MOE_LOOP) { /* compile mode: the collectives in a CPU plan */
             em_kv_cache *kv = em_kv_cache_create(c, m, em_tensor_dim(ids, 0),
                                                  em_tensor_dim(ids, 1) + 8);
             em_model_compiled *mc = em_model_compile(c, m, kv, 0);
@@ -94,9 +114,26 @@ static void check_family(const char *family) {
     em_test_bundle_free(b);
 }
 
+static void check_family(const char *family) { check_family_ep(family, 0); }
+
 static void test_llama(void) { check_family("llama"); }
 static void test_mistral(void) { check_family("mistral"); }
 static void test_qwen3(void) { check_family("qwen3"); }
+/* MoE: moe_tp_experts (every rank a slice of every expert) and expert parallelism (every rank
+ * whole experts), each against transformers */
+static void test_qwen3_moe(void) { check_family("qwen3_moe"); }
+static void test_qwen3_moe_ep(void) { check_family_ep("qwen3_moe", em_dist_world_size(G)); }
+/* the other expert implementations (loop and dense read the routing on the host; dense is
+ * compiled too, with the routing on the device) */
+static void test_qwen3_moe_impls(void) {
+    for (Impl = EM_MOE_LOOP; Impl <= EM_MOE_DENSE; Impl++) {
+        check_family_ep("qwen3_moe", 0);
+        check_family_ep("qwen3_moe", em_dist_world_size(G));
+    }
+    Impl = EM_MOE_RAGGED;
+}
+static void test_mixtral(void) { check_family("mixtral"); }
+static void test_mixtral_ep(void) { check_family_ep("mixtral", em_dist_world_size(G)); }
 
 /* A family without a plan is refused, naming it. */
 static void test_no_plan(void) {
@@ -116,8 +153,78 @@ static void test_no_plan(void) {
     em_ctx_free(c);
 }
 
+/* qwen3_moe's checkpoint with its config.json's `key` set to `value` (a scratch folder, the
+ * weights linked), loaded at the group's degree with ep_size ep: NULL expected. */
+static void refused_with(em_ctx *c, const char *key, int value, int ep) {
+    char *cfg = em_test_read_file(em_test_fixture_path("models", "qwen3_moe/config.json"), NULL);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    char needle[96], *at;
+    snprintf(needle, sizeof needle, "\"%s\": ", key);
+    at = strstr(cfg, needle);
+    CHECK_MSG(at != NULL, "no %s in the config", key);
+    if (!at) {
+        free(cfg);
+        return;
+    }
+    at += strlen(needle);
+    size_t digits = strspn(at, "0123456789");
+    char *text = malloc(strlen(cfg) + 32);
+    snprintf(text, strlen(cfg) + 32, "%.*s%d%s", (int)(at - cfg), cfg, value, at + digits);
+    char tag[32];
+    snprintf(tag, sizeof tag, "tp_moe_r%d", em_dist_rank(G));
+    if (em_test_scratch_make(tag)) {
+        em_test_scratch_write("config.json", text);
+        em_test_scratch_link("model.safetensors", "models", "qwen3_moe/model.safetensors");
+        em_model_options o = em_model_default_options();
+        o.progress = false;
+        o.offline = true;
+        o.tp = G;
+        o.ep_size = ep;
+        em_model *m = em_model_load(c, em_test_scratch_dir(), &o);
+        CHECK(m == NULL);
+        em_model_free(m);
+        em_test_scratch_remove();
+    }
+    free(text);
+    free(cfg);
+}
+
+/* MoE sizes that do not divide by the degree are refused naming them; so are an ep_size other
+ * than the degree and expert parallelism of a model without experts. */
+static void test_moe_refused(void) {
+    if (em_dist_world_size(G) == 1) {
+        em_test_skip("needs more than one rank");
+        return;
+    }
+    int n = em_dist_world_size(G);
+    char want[64];
+    snprintf(want, sizeof want, "the degree %d", n);
+    em_ctx *c = em_ctx_create();
+    refused_with(c, "moe_intermediate_size", 4 * n + 1, 0);
+    CHECK_ERR(c, EM_ERR_SHAPE, "tensor parallelism", "moe_intermediate_size", want);
+    em_ctx_clear_error(c);
+    refused_with(c, "num_local_experts", 2 * n + 1, n);
+    CHECK_ERR(c, EM_ERR_SHAPE, "tensor parallelism", "num_experts", want);
+    em_ctx_clear_error(c);
+    refused_with(c, "num_local_experts", 8, n + 1);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "expert parallelism", "ep_size", "must equal");
+    em_ctx_clear_error(c);
+    em_model_options o = em_model_default_options();
+    o.progress = false;
+    o.offline = true;
+    o.tp = G;
+    o.ep_size = n;
+    CHECK(!em_model_load(c, em_test_fixture_path("models", "qwen3"), &o));
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "expert parallelism", "qwen3", "no MoE layers");
+    em_ctx_free(c);
+}
+
 int main(int argc, char **argv) {
-    static const em_test_case tests[] = {T(test_llama), T(test_mistral), T(test_qwen3),
+    static const em_test_case tests[] = {T(test_llama),     T(test_mistral),
+                                         T(test_qwen3),     T(test_qwen3_moe),
+                                         T(test_qwen3_moe_ep), T(test_qwen3_moe_impls), T(test_mixtral),
+                                         T(test_mixtral_ep), T(test_moe_refused),
                                          T(test_no_plan)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

@@ -59,9 +59,18 @@ typedef struct em_model_options {
      *  partial outputs with all_reduce. A group of processes (em_dist_init under mpirun) runs
      *  on the CPU (collectives over MPI); a rank of a device group (em_dist_local) runs on its
      *  device (`device` must then be em_dist_device's name), each rank loaded and driven by its
-     *  own thread. Dense decoder families with a plan (llama, mistral, qwen3); a size that does
-     *  not divide by the degree is refused naming it. The group must outlive the model. */
+     *  own thread. Decoder families with a plan (llama, mistral, qwen3, qwen3_moe, mixtral; MoE
+     *  experts as ep_size says); KV heads fewer than the degree are replicated; a size that
+     *  does not divide by the degree is refused naming it. em_model_tp_placement reports where
+     *  the weights went. The group must outlive the model. */
     struct em_dist *tp;
+    /** Expert parallelism of the MoE layers (transformers' DistributedConfig.ep_size, with its
+     *  ep_implementation "all_reduce"): 0 or 1, the experts follow the tp plan (moe_tp_experts:
+     *  every rank a slice of every expert's intermediate dimension); the tp group's size: rank r
+     *  holds whole experts, the r-th contiguous 1/ep_size of them, the router runs on every rank,
+     *  the tokens routed elsewhere contribute zero and the block's outputs are summed with
+     *  all_reduce. Other values, or ep_size without MoE layers, are refused at load. */
+    int ep_size;
 } em_model_options;
 
 /** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */
@@ -92,6 +101,13 @@ EM_API em_dtype em_model_dtype(const em_model *m);
 EM_API bool em_model_is_causal_lm(const em_model *m);
 /** Writes the resolved device map, one "module=device" per line; returns the length. */
 EM_API int em_model_device_map(const em_model *m, char *buf, size_t n);
+/**
+ * The placement report of a tensor-parallel model (loaded with em_model_options.tp): per rule of
+ * the family's plan, the weights it placed, the slice rank r holds and the bytes per rank, the
+ * replicated rest, the MoE module rules, and whether KV heads are replicated. Written into buf
+ * (always NUL-terminated, truncated to n); returns the length, 0 without tensor parallelism.
+ */
+EM_API int em_model_tp_placement(const em_model *m, char *buf, size_t n);
 /** Seconds spent in em_model_load. */
 EM_API double em_model_load_seconds(const em_model *m);
 /**

@@ -46,9 +46,14 @@ typedef struct em_moe_params {
      * caller's contract here (nothing can check them on the host; one_hot may still fail).
      * stats->experts_hit is -1: it is not known without a host read. */
     bool device_routing;
+    /* Expert parallelism: the weights hold experts expert_first .. expert_first + E - 1 of the
+     * router's n_experts (0: the weights' own count, all of them). Rows routed to experts the
+     * weights do not hold contribute zero (the caller sums the ranks' outputs); they cost no
+     * expert compute in ragged and loop. */
+    int64_t expert_first, n_experts;
 } em_moe_params;
 
-/** top_k 2, no renormalisation, SiLU, ragged, routing read on the host. */
+/** top_k 2, no renormalisation, SiLU, ragged, routing read on the host, all experts held. */
 EM_API em_moe_params em_moe_default_params(void);
 
 typedef struct em_moe_weights {

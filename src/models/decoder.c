@@ -363,6 +363,11 @@ em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em
     p.act = m->act == EM_ACT_GELU_TANH ? EM_MOE_ACT_GELU_TANH : EM_MOE_ACT_SILU;
     p.impl = m->moe_impl;
     p.device_routing = f->stat;
+    /* expert parallelism: the router (replicated) chooses among all experts, this rank holds
+     * its share of them */
+    int64_t held;
+    em_tp_experts_held(m, m->cfg.num_experts, &p.expert_first, &held);
+    p.n_experts = m->cfg.num_experts;
     em_tensor *idx = NULL;
     em_tensor *logits = em_linear(c, em_reshape(c, router_in, 2, flat), l->router, NULL);
     em_tensor *w = em_moe_route(c, logits, &p, l->experts.per_expert_scale,
@@ -371,6 +376,9 @@ em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em
     em_moe_stats st = {0, 0};
     em_tensor *y = em_moe_experts(c, em_reshape(c, x, 2, flat), idx, w, &l->experts, &p, &st);
     if (f->kv && !f->stat) f->kv->experts_hit += st.experts_hit;
+    /* both moe_tp_experts (each rank's slice of every expert) and expert parallelism (each
+     * rank's experts) leave partial sums */
+    y = em_tp_reduce(c, m, y);
     return em_reshape(c, y, 3, (int64_t[]){f->b, f->t, hidden});
 }
 

@@ -34,6 +34,37 @@ static const em_tp_rule llama_tp_plan[] = {
     {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
     {NULL, NULL}};
 
+/* transformers' MixtralConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
+ * per-expert names (w1 = gate, w3 = up: colwise in each expert; w2 = down: rowwise), Llama's
+ * attention and lm_head; "experts" is the module rule: the block's partial outputs are summed
+ * with all_reduce */
+static const em_tp_rule mixtral_tp_plan[] = {
+    {"layers.*.self_attn.q_proj", "colwise"},
+    {"layers.*.self_attn.k_proj", "colwise"},
+    {"layers.*.self_attn.v_proj", "colwise"},
+    {"layers.*.self_attn.o_proj", "rowwise"},
+    {"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+    {"layers.*.mlp.experts.down_proj", "rowwise"},
+    {"layers.*.block_sparse_moe.experts.*.w1", "colwise"},
+    {"layers.*.block_sparse_moe.experts.*.w3", "colwise"},
+    {"layers.*.block_sparse_moe.experts.*.w2", "rowwise"},
+    {"layers.*.mlp.experts", "moe_tp_experts"},
+    {"layers.*.block_sparse_moe.experts", "moe_tp_experts"},
+    {"lm_head", "colwise_gather_output"},
+    {NULL, NULL}};
+
+/* transformers' MixtralConfig.base_model_ep_plan, with the per-expert names: each rank holds
+ * whole experts, its contiguous share */
+static const em_tp_rule mixtral_ep_plan[] = {
+    {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+    {"layers.*.block_sparse_moe.experts.*.w1", "grouped_gemm"},
+    {"layers.*.block_sparse_moe.experts.*.w3", "grouped_gemm"},
+    {"layers.*.block_sparse_moe.experts.*.w2", "grouped_gemm"},
+    {"layers.*.mlp.experts", "ep_dispatch_experts"},
+    {"layers.*.block_sparse_moe.experts", "ep_dispatch_experts"},
+    {NULL, NULL}};
+
 const em_family em_family_llama = {
     .config = {.model_type = "llama", .defaults = llama_defaults},
     .gguf = {"llama", "llama", .permute_qk = true, .moe_prefix = "mlp."},
@@ -53,4 +84,6 @@ const em_family em_family_mixtral = {
     .causal = true,
     .moe = 2,
     .load = em_decoder_load,
+    .tp_plan = mixtral_tp_plan,
+    .ep_plan = mixtral_ep_plan,
 };

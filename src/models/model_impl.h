@@ -14,6 +14,7 @@
 #define EM_MAX_ROPE_FREQS 512
 
 typedef struct em_model em_model;
+typedef struct em_tp_place em_tp_place; /* tp_report.c */
 
 /* ---- GGUF files as a weight source (model_gguf.c) ---- */
 typedef struct em_gguf_src em_gguf_src;
@@ -138,6 +139,9 @@ typedef struct em_family {
     /* its tensor-parallel plan (transformers' base_model_tp_plan and the LM's _tp_plan, as
      * data); NULL: the family cannot be split */
     const em_tp_rule *tp_plan;
+    /* its expert-parallel plan (transformers' base_model_ep_plan): rules that take precedence
+     * over tp_plan's when em_model_options.ep_size asks for expert parallelism; NULL: none */
+    const em_tp_rule *ep_plan;
 } em_family;
 
 /* The family of a (text or multimodal) model_type from family_table.c, NULL if none. */
@@ -217,6 +221,12 @@ struct em_model {
     /* tensor parallelism: the group (NULL: none), this rank, the degree */
     struct em_dist *tp;
     int tp_rank, tp_size;
+    bool tp_ep;            /* MoE experts: whole experts per rank (expert parallelism), else
+                              moe_tp_experts */
+    em_tp_place *tp_place;  /* the placement report (tp_report.c) */
+    int n_tp_place;
+    int64_t tp_kv_parts;   /* KV projections split in this many parts (em_tp_check): the degree,
+                              or num_key_value_heads when fewer (each replicated) */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;
@@ -225,14 +235,27 @@ struct em_model {
 /* ---- tensor parallelism (tp.c) ---- */
 /* Checks that the model can be split tp_size ways (its family's plan, the CPU, every split
  * size divisible: the error names the dimension, its size and the degree). */
-em_status em_tp_check(em_ctx *c, const em_model *m);
+em_status em_tp_check(em_ctx *c, em_model *m);
 /* The rank's slice of weight `name` (the checkpoint's full name) by the plan, as a fresh
  * contiguous tensor (only the slice is read from a mapped file); t itself when replicated. */
 em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t);
+/* The rule of the plan (the expert-parallel plan's first, with ep) for weight `name` (NULL:
+ * replicated). */
+const em_tp_rule *em_tp_rule_of(const em_model *m, const char *prefix, const char *name);
+/* The experts of a layer of n_experts this rank holds: all, or with expert parallelism its
+ * contiguous share first .. first + count - 1. */
+void em_tp_experts_held(const em_model *m, int64_t n_experts, int64_t *first, int64_t *count);
 /* The style the plan gives weight `name` (NULL: replicated). */
 const char *em_tp_style(const em_model *m, const char *prefix, const char *name);
+/* Whether the model has fewer KV heads than the degree (which divides by them): each KV head is
+ * then held by degree / num_key_value_heads ranks, those whose query heads read it. */
+bool em_tp_kv_replicated(const em_model *m);
 /* After loading: the config's head counts become this rank's (the forward reads them). */
 void em_tp_localize(em_model *m);
+/* Adds a weight placed by `rule` (NULL: no rule, replicated) to the placement report: the
+ * slice's description (for the rule's first weight) and the bytes this rank holds. */
+void em_tp_record(em_model *m, const em_tp_rule *rule, const char *slice, int64_t bytes);
+void em_tp_report_free(em_model *m);
 /* Sums a row-parallel layer's partial outputs over the ranks (x itself without tp). */
 em_tensor *em_tp_reduce(em_ctx *c, const em_model *m, em_tensor *x);
 

@@ -216,23 +216,32 @@ bool em_wl_experts(em_wload *w, em_device *dev, const char *base, int64_t n_expe
         em_scope_pop(c);
         return false;
     }
-    int64_t inter = gi->shape[0], hidden = gi->shape[1];
-    em_device *prev = em_ctx_device(c);
-    em_ctx_set_device(c, dev);
-    em_tensor *gu = em_empty_(c, __FILE__, __LINE__, w->m->dtype, 3,
-                              (int64_t[]){n_experts, 2 * inter, hidden});
-    em_tensor *dn = em_empty_(c, __FILE__, __LINE__, w->m->dtype, 3,
-                              (int64_t[]){n_experts, hidden, inter});
-    em_ctx_set_device(c, prev);
+    /* tensor parallelism: this rank's experts (expert parallelism), or its slice of each one
+     * (moe_tp_experts: the loaded matrices are already sliced) */
+    int64_t first, held;
+    em_tp_experts_held(w->m, n_experts, &first, &held);
+    em_tensor *gu = NULL, *dn = NULL;
     bool huge_copy = w->huge_copy;
     w->huge_copy = false; /* the stacked tensors are the copies */
-    for (int64_t e = 0; e < n_experts && !em_ctx_status(c); e++) {
+    for (int64_t e = 0; e < held && !em_ctx_status(c); e++) {
         em_scope_push(c);
-        em_tensor *slot = em_narrow(c, gu, 0, e, 1);
-        em_tensor *g = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, (long long)e, gate);
-        em_tensor *u = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, (long long)e, up);
-        em_tensor *d = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, (long long)e, down);
-        if (g && u && d) {
+        long long x = (long long)(first + e);
+        em_tensor *g = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, x, gate);
+        em_tensor *u = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, x, up);
+        em_tensor *d = em_wl_get(w, dev, "%sexperts.%lld.%s.weight", base, x, down);
+        if (g && u && d && !gu) { /* sized by the first expert as loaded */
+            int64_t inter = em_tensor_dim(g, 0), hidden = em_tensor_dim(g, 1);
+            em_device *prev = em_ctx_device(c);
+            em_ctx_set_device(c, dev);
+            gu = em_keep(c, em_empty_(c, __FILE__, __LINE__, w->m->dtype, 3,
+                                      (int64_t[]){held, 2 * inter, hidden}));
+            dn = em_keep(c, em_empty_(c, __FILE__, __LINE__, w->m->dtype, 3,
+                                      (int64_t[]){held, hidden, inter}));
+            em_ctx_set_device(c, prev);
+        }
+        if (g && u && d && gu && dn) {
+            int64_t inter = em_tensor_dim(g, 0);
+            em_tensor *slot = em_narrow(c, gu, 0, e, 1);
             em_assign(c, em_narrow(c, slot, 1, 0, inter), g);
             em_assign(c, em_narrow(c, slot, 1, inter, inter), u);
             em_assign(c, em_narrow(c, dn, 0, e, 1), d);
@@ -379,6 +388,13 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     m->tp = o.tp;
     m->tp_size = o.tp ? em_dist_world_size(o.tp) : 1;
     m->tp_rank = o.tp ? em_dist_rank(o.tp) : 0;
+    if (o.ep_size > 1 && o.ep_size != m->tp_size) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load", "expert parallelism: ep_size %d must "
+                    "equal the tensor-parallel degree %d (the experts are spread over the tp "
+                    "group)", o.ep_size, m->tp_size);
+        goto fail;
+    }
+    m->tp_ep = o.ep_size > 1;
     /* (a rank's slices are fresh copies already) */
     w.huge_copy = !views && huge_pages_available() && m->tp_size == 1;
     w.pack_experts = !views && o.moe_impl == EM_MOE_RAGGED;
@@ -444,6 +460,7 @@ void em_model_free(em_model *m) {
     }
     free(m->bert);
     free(m->map_text);
+    em_tp_report_free(m);
     em_model_config_free(&m->cfg);
     free(m);
 }

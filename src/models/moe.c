@@ -25,7 +25,7 @@ const char *em_moe_impl_name(em_moe_impl impl) {
 }
 
 em_moe_params em_moe_default_params(void) {
-    em_moe_params p = {2, false, EM_MOE_ACT_SILU, EM_MOE_RAGGED, false};
+    em_moe_params p = {2, false, EM_MOE_ACT_SILU, EM_MOE_RAGGED, false, 0, 0};
     return p;
 }
 
@@ -80,6 +80,25 @@ static int64_t *host_indices(EM_OP_ARGS, em_tensor *indices, int64_t n_experts, 
             return NULL;
         }
     return v;
+}
+
+/* The router's expert count: n_experts of the params, or the weights' own (0). */
+static int64_t router_experts(const em_moe_params *p, int64_t held) {
+    return p->n_experts > 0 ? p->n_experts : held;
+}
+
+/* Expert e's sort key on dev, [all] i64: (e - expert_first) mod all, so the held experts come
+ * first as 0..E-1. */
+static em_tensor *rotation(EM_OP_ARGS, em_device *dev, const em_moe_params *p, int64_t all) {
+    int64_t *v = malloc((size_t)all * sizeof *v);
+    if (!v) {
+        em_fail_at(c, EM_ERR_OOM, "moe_experts", file, line, "out of memory");
+        return NULL;
+    }
+    for (int64_t e = 0; e < all; e++) v[e] = (e - p->expert_first + all) % all;
+    em_tensor *r = em_from_host_on_(c, file, line, dev, EM_I64, 1, &all, v);
+    free(v);
+    return r;
 }
 
 /* Helper tensors live on the device of the block's input (the CPU or a PJRT device). */
@@ -145,26 +164,36 @@ static em_tensor *experts_ragged(EM_OP_ARGS, em_tensor *x, const int64_t *idx, i
     int64_t rows = t * k;
     int64_t *offset = calloc((size_t)n_experts + 1, sizeof *offset);
     int32_t *sizes = calloc((size_t)n_experts, sizeof *sizes);
-    int64_t *token = malloc((size_t)(rows ? rows : 1) * sizeof *token);
+    int64_t *token = malloc((size_t)(rows + 1) * sizeof *token);
     int64_t *inv = malloc((size_t)(rows ? rows : 1) * sizeof *inv);
     em_tensor *out = NULL;
     if (!offset || !sizes || !token || !inv) {
         em_fail_at(c, EM_ERR_OOM, "moe_experts", file, line, "out of memory");
         goto done;
     }
-    /* counting sort of (token, slot) pairs by expert, stable in token order */
-    for (int64_t i = 0; i < rows; i++) sizes[idx[i]]++;
+    /* counting sort of (token, slot) pairs by expert, stable in token order; pairs routed to
+     * another rank's experts (idx -1, expert parallelism) all read one extra row past the
+     * groups, which ragged_dot leaves zero */
+    int64_t local = 0;
+    for (int64_t i = 0; i < rows; i++)
+        if (idx[i] >= 0) sizes[idx[i]]++, local++;
     for (int64_t e = 0; e < n_experts; e++) {
         offset[e + 1] = offset[e] + sizes[e];
         *hit += sizes[e] > 0;
     }
     for (int64_t i = 0; i < rows; i++) {
+        if (idx[i] < 0) {
+            inv[i] = local;
+            continue;
+        }
         int64_t pos = offset[idx[i]]++;
         token[pos] = i / k;
         inv[i] = pos;
     }
+    token[local] = 0;
     em_device *dev = em_tensor_device(x);
-    out = ragged_ffn(c, file, line, x, i64_tensor(c, file, line, dev, token, rows),
+    out = ragged_ffn(c, file, line, x,
+                     i64_tensor(c, file, line, dev, token, local + (local < rows)),
                      i64_tensor(c, file, line, dev, inv, rows),
                      em_from_host_on_(c, file, line, dev, EM_I32, 1, &n_experts, sizes), k,
                      weights, w, p);
@@ -253,7 +282,8 @@ static em_tensor *experts_dense(EM_OP_ARGS, em_tensor *x, const int64_t *idx, in
         free(dense);
         return NULL;
     }
-    for (int64_t i = 0; i < t * k; i++) dense[(i / k) * n_experts + idx[i]] = wh[i];
+    for (int64_t i = 0; i < t * k; i++)
+        if (idx[i] >= 0) dense[(i / k) * n_experts + idx[i]] = wh[i]; /* -1: another rank's */
     for (int64_t e = 0; e < n_experts; e++) {
         bool any = false;
         for (int64_t i = 0; i < t && !any; i++) any = dense[i * n_experts + e] != 0;
@@ -291,9 +321,12 @@ static em_tensor *row_tokens(EM_OP_ARGS, em_device *dev, int64_t t, int64_t k) {
 static em_tensor *experts_ragged_device(EM_OP_ARGS, em_tensor *x, em_tensor *indices, int64_t k,
                                         em_tensor *weights, const em_moe_weights *w,
                                         const em_moe_params *p, int64_t n_experts) {
-    int64_t t = em_tensor_dim(x, 0), rows = t * k;
+    int64_t t = em_tensor_dim(x, 0), rows = t * k, all = router_experts(p, n_experts);
     em_tensor *ids = em_cast_(c, file, line, indices, EM_I64);
     ids = em_reshape_(c, file, line, ids, 1, &rows);
+    if (all != n_experts) /* this rank's experts first, as 0..E-1, the others after them */
+        ids = em_index_select_(c, file, line, rotation(c, file, line, em_tensor_device(x), p, all),
+                               0, ids);
     /* argsort is stable, so each expert's rows stay in token order, as in the host counting sort
      * (the same row order gives bit-identical ragged_dot results) */
     em_tensor *perm = em_argsort_(c, file, line, ids, 0, false);
@@ -301,9 +334,12 @@ static em_tensor *experts_ragged_device(EM_OP_ARGS, em_tensor *x, em_tensor *ind
     /* perm holds each value once, so sorting it inverts it */
     em_tensor *inv = em_argsort_(c, file, line, perm, 0, false);
     int dim = 0;
+    /* the other ranks' rows sort past the groups: ragged_dot leaves them zero */
     em_tensor *gs = em_cast_(c, file, line,
-                             em_sum_(c, file, line, em_one_hot_(c, file, line, ids, n_experts),
-                                     &dim, 1, false),
+                             em_narrow_(c, file, line,
+                                        em_sum_(c, file, line, em_one_hot_(c, file, line, ids, all),
+                                                &dim, 1, false),
+                                        0, 0, n_experts),
                              EM_I32);
     return ragged_ffn(c, file, line, x, em_index_select_(c, file, line, tok, 0, perm), inv, gs,
                       k, weights, w, p);
@@ -317,12 +353,13 @@ static em_tensor *experts_dense_device(EM_OP_ARGS, em_tensor *x, em_tensor *indi
      * twice gets the sum, as in the ragged path) */
     em_tensor *oh = em_cast_(c, file, line,
                              em_one_hot_(c, file, line, em_cast_(c, file, line, indices, EM_I64),
-                                         n_experts),
+                                         router_experts(p, n_experts)),
                              em_tensor_dtype(weights));
     int dim = 1;
     em_tensor *wd = em_sum_(c, file, line,
                             em_mul_(c, file, line, oh, em_unsqueeze_(c, file, line, weights, 2)),
                             &dim, 1, false);
+    wd = em_narrow_(c, file, line, wd, 1, p->expert_first, n_experts); /* this rank's columns */
     return dense_ffn(c, file, line, x, wd, w, p, n_experts);
 }
 
@@ -347,8 +384,12 @@ static em_tensor *experts_host(EM_OP_ARGS, em_tensor *x, em_tensor *indices, int
                                const em_moe_params *p, int64_t n_experts, int64_t *hit) {
     int64_t n, t = em_tensor_dim(x, 0);
     *hit = 0;
-    int64_t *idx = host_indices(c, file, line, indices, n_experts, &n);
+    int64_t *idx = host_indices(c, file, line, indices, router_experts(p, n_experts), &n);
     if (!idx) return NULL;
+    for (int64_t i = 0; i < n; i++) { /* this rank's experts 0..E-1; -1: another rank's */
+        idx[i] -= p->expert_first;
+        if (idx[i] >= n_experts) idx[i] = -1;
+    }
     em_tensor *out;
     switch (p->impl) {
     case EM_MOE_LOOP:
@@ -382,6 +423,14 @@ em_tensor *em_moe_experts_(EM_OP_ARGS, em_tensor *x, em_tensor *indices, em_tens
                    "gate_up [E, 2I, H], down [E, H, I], or their ragged_pack forms)",
                    em_tensor_sig(x, s1, sizeof s1), em_tensor_sig(w->gate_up, s2, sizeof s2),
                    em_tensor_sig(w->down, s3, sizeof s3));
+        return NULL;
+    }
+    if (p->expert_first < 0 || p->n_experts < 0 ||
+        p->expert_first + n_experts > router_experts(p, n_experts)) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, "moe_experts", file, line,
+                   "the weights' %lld experts from expert_first %lld do not fit the router's "
+                   "n_experts %lld", (long long)n_experts, (long long)p->expert_first,
+                   (long long)router_experts(p, n_experts));
         return NULL;
     }
     int64_t hit = -1; /* stays -1 with device routing: unknown without a host read */

@@ -18,19 +18,52 @@ static void qwen3_moe_defaults(em_model_config *m) {
     m->moe_intermediate_size = 768, m->num_experts_per_tok = 8, m->num_experts = 128;
 }
 
+/* the attention's rules, the same in Qwen3's and Qwen3-MoE's plans */
+#define QWEN3_ATTENTION_RULES                                           \
+    {"layers.*.self_attn.q_proj", "colwise"},                           \
+    {"layers.*.self_attn.k_proj", "colwise"},                           \
+    {"layers.*.self_attn.v_proj", "colwise"},                           \
+    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},    \
+    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},    \
+    {"layers.*.self_attn.o_proj", "rowwise"}
+
 /* transformers' Qwen3Model.base_model_tp_plan and Qwen3ForCausalLM._tp_plan (the embedding
  * stays replicated) */
 static const em_tp_rule qwen3_tp_plan[] = {
-    {"layers.*.self_attn.q_proj", "colwise"},
-    {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"},
-    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.o_proj", "rowwise"},
+    QWEN3_ATTENTION_RULES,
     {"layers.*.mlp.gate_proj", "colwise"},
     {"layers.*.mlp.up_proj", "colwise"},
     {"layers.*.mlp.down_proj", "rowwise"},
     {"lm_head", "colwise_gather_output"},
+    {NULL, NULL}};
+
+/* transformers' Qwen3MoeConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
+ * per-expert names (gate_proj, up_proj: colwise in each expert; down_proj: rowwise); "experts"
+ * is the module rule: the block's partial outputs are summed with all_reduce. The router
+ * (mlp.gate) is replicated. */
+static const em_tp_rule qwen3_moe_tp_plan[] = {
+    QWEN3_ATTENTION_RULES,
+    {"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+    {"layers.*.mlp.experts.down_proj", "rowwise"},
+    {"layers.*.mlp.experts.*.gate_proj", "colwise"},
+    {"layers.*.mlp.experts.*.up_proj", "colwise"},
+    {"layers.*.mlp.experts.*.down_proj", "rowwise"},
+    {"layers.*.mlp.experts", "moe_tp_experts"},
+    {"layers.*.mlp.gate_proj", "colwise"},
+    {"layers.*.mlp.up_proj", "colwise"},
+    {"layers.*.mlp.down_proj", "rowwise"},
+    {"lm_head", "colwise_gather_output"},
+    {NULL, NULL}};
+
+/* transformers' Qwen3MoeConfig.base_model_ep_plan, with the per-expert names: each rank holds
+ * whole experts, its contiguous share; its rules come before the tp plan's */
+static const em_tp_rule qwen3_moe_ep_plan[] = {
+    {"layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.down_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.*.gate_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.*.up_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts.*.down_proj", "grouped_gemm"},
+    {"layers.*.mlp.experts", "ep_dispatch_experts"},
     {NULL, NULL}};
 
 const em_family em_family_qwen3 = {
@@ -54,4 +87,6 @@ const em_family em_family_qwen3_moe = {
     .qk_norm = true,
     .moe = 1,
     .load = em_decoder_load,
+    .tp_plan = qwen3_moe_tp_plan,
+    .ep_plan = qwen3_moe_ep_plan,
 };

@@ -20,7 +20,7 @@ static void gen_usage(void) {
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
         "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
-        "                      [--compile [--bucket N]] [--tp N]\n\n"
+        "                      [--compile [--bucket N]] [--tp N [--ep N]]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
         "the Hub cache when missing unless HF_HUB_OFFLINE=1) or a GGUF file, and continues the\n"
         "prompt. A GGUF file's quantized weights are used as stored (quantized kernels, f32\n"
@@ -33,7 +33,13 @@ static void gen_usage(void) {
         "  --tp N             tensor parallelism of degree N: with --device cpu (or none)\n"
         "                     over the N processes of mpirun -np N; with a PJRT kind\n"
         "                     (--device xla, cuda, tpu) over its devices 0..N-1 in this\n"
-        "                     process; each rank loads its slices; only rank 0 prints\n"
+        "                     process; each rank loads its slices; only rank 0 prints,\n"
+        "                     with the placement of the weights (per rule of the\n"
+        "                     family's plan: slice and bytes per rank) on stderr\n"
+        "  --ep N             MoE: expert parallelism (transformers' ep_size; N must be the\n"
+        "                     --tp degree): each rank holds whole experts, 1/N of them;\n"
+        "                     without it the experts are split by moe_tp_experts (each\n"
+        "                     rank a slice of every expert)\n"
         "  --compile          run each step as a compiled program (one per KV-length bucket\n"
         "                     of --bucket positions, default 128); compiles are reported;\n"
         "                     on PJRT devices the batch runs rounded up to a power of two\n"
@@ -126,6 +132,11 @@ static int run(const gen_opts *o, em_ctx *c, bool speak) {
         fprintf(stderr, "(the GGUF file's quantized weights were dequantized at load: %s)\n",
                 o->mo.dtype != EM_DTYPE_AUTO ? "--dtype was given"
                                           : "quantized weights run on the CPU only");
+    if (speak && o->mo.tp && em_dist_rank(o->mo.tp) == 0) { /* where the weights went */
+        char *pl = malloc(32768);
+        if (pl && em_model_tp_placement(m, pl, 32768) > 0) fputs(pl, stderr);
+        free(pl);
+    }
     if (speak && o->show_map) {
         char map[16384];
         em_model_device_map(m, map, sizeof map);
@@ -311,6 +322,10 @@ int cmd_generate(int argc, char **argv) {
             }
         } else if (ARG("--bucket")) {
             if (!cli_int("generate", a, argv[i], 1, INT32_MAX, &o->bucket)) return 2;
+        } else if (ARG("--ep")) {
+            long long ep;
+            if (!cli_int("generate", a, argv[i], 1, 4096, &ep)) return 2;
+            o->mo.ep_size = (int)ep;
         } else if (ARG("--tp")) {
             if (!cli_int("generate", a, argv[i], 1, 4096, &tp)) return 2;
         } else if (!strcmp(a, "--compile")) o->compile = true;
