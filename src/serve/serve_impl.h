@@ -90,6 +90,8 @@ struct em_server {
     int64_t http_errors;
     int64_t kv_shifts;         /* whole-cache copies to make room (scheduler.c) */
     int64_t prefill_chunks;    /* prompt chunks prefilled between decode steps */
+    int64_t prefill_batches, prefill_batch_prompts; /* prompt groups prefilled together, prompts
+                                                       in them */
     int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the prefix cache */
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
