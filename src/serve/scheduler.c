@@ -111,18 +111,19 @@ void srv_job_release(em_server *s, srv_job *j) {
     if (last) job_free(j);
 }
 
-bool srv_submit(em_server *s, srv_job *j, srv_error *err) {
+bool srv_submit(em_server *s, srv_job **jobs, int n, srv_error *err) {
     pthread_mutex_lock(&s->mu);
     bool ok = false;
     if (s->stopping || !s->loaded)
         srv_fail(err, 503, "server_error", "", s->stopping ? "the server is shutting down"
                                                            : "the model is not loaded yet");
-    else if (s->n_held >= s->o.parallel)
+    else if (s->n_held + n > s->o.parallel)
         srv_fail(err, 429, "rate_limit_error", "",
                  "the server holds %d requests already (--parallel); retry later", s->n_held);
     else
         ok = true;
-    if (ok) {
+    for (int i = 0; ok && i < n; i++) {
+        srv_job *j = jobs[i];
         j->refs++;
         j->next = NULL;
         if (s->queue_tail) s->queue_tail->next = j;
@@ -130,8 +131,8 @@ bool srv_submit(em_server *s, srv_job *j, srv_error *err) {
         s->queue_tail = j;
         s->n_waiting++;
         s->n_held++;
-        pthread_cond_broadcast(&s->cv);
     }
+    if (ok) pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
