@@ -1,7 +1,8 @@
 /*
  * The worker: one thread owns the model and a KV cache of max_batch rows x ctx positions, and
- * runs continuous batching over it. Requests join between steps (their prompt is prefilled on
- * its own, its keys and values copied into a free row) and leave between steps (a finished or
+ * runs continuous batching over it. Requests join between steps (the waiting prompts that fit
+ * the free rows are prefilled together in a cache of their own, see "admission", then their keys
+ * and values are copied into free rows) and leave between steps (a finished or
  * abandoned row is filled with the last running one, so running rows are always rows 0..n-1
  * and a step runs only those).
  *
@@ -87,6 +88,7 @@ typedef struct srv_worker {
     char **piece;
     uint32_t *piece_len;
     uint64_t clock;
+    bool sliding; /* a sliding-window layer: a batch's prompts keep their keys contiguous */
 } srv_worker;
 
 double srv_now(void) {
@@ -462,11 +464,15 @@ static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
     return best;
 }
 
-/* Whether a group of g prompts computing at most r tokens each (padding included) stays within
- * twice the `sum` tokens they really compute: the padding of short prompts beside a long one is
- * computed too, so a much longer prompt waits for the next group instead. */
-static bool group_worth_it(int g, int64_t r, int64_t sum) {
-    return (int64_t)g * r <= 2 * sum;
+/* Whether a group of g prompts computing at most r tokens each (padding included) is worth
+ * prefilling together: it fits one chunk (g x r <= --prefill-chunk, when chunked), and its
+ * padding stays within the `sum` tokens it really computes. A batched forward amortizes the
+ * weights' reads, which pays while a forward is small; beyond one chunk it would only make every
+ * member wait for the last (on a CPU a large forward costs about its tokens, batched or not), so
+ * the rest waits for the next group, a chunk later. */
+static bool group_worth_it(const srv_worker *w, int g, int64_t r, int64_t sum) {
+    int64_t chunk = w->s->o.prefill_chunk;
+    return (chunk <= 0 || (int64_t)g * r <= chunk) && (int64_t)g * r <= 2 * sum;
 }
 
 /* Starts the group's prefill: its cache, each member's reused prefix copied in (the keys and
@@ -734,6 +740,7 @@ static bool load(srv_worker *w) {
         w->n_eos = g->n_eos_token_ids < 64 ? g->n_eos_token_ids : 64;
         for (int e = 0; e < w->n_eos; e++) w->eos[e] = g->eos_token_ids[e];
         w->m = m;
+        for (int64_t i = 0; i < m->n_layers; i++) w->sliding |= m->layers[i].sliding;
         w->ctx = ctx;
         w->max_batch = s->o.max_batch;
         w->vocab = em_model_config_get(m)->vocab_size;
@@ -837,8 +844,11 @@ static void group_take(srv_worker *w) {
                 while (k < n && o->prompt[k] == j->prompt[k]) k++;
                 if (k > shared) shared = k;
             }
-            if (w->n_pf > 0 && (2 * (shared - L) > rem ||
-                                !group_worth_it(w->n_pf + 1, rem > r ? rem : r, sum + rem)))
+            /* a reused prefix leaves a hole before the computed tokens when the group's R is
+             * longer: sliding windows count columns, so such a prompt goes alone there */
+            bool hole = w->sliding && (L > 0 || w->pf[0].reuse > 0);
+            if (w->n_pf > 0 && (hole || 2 * (shared - L) > rem ||
+                                !group_worth_it(w, w->n_pf + 1, rem > r ? rem : r, sum + rem)))
                 break;
         }
         s->queue_head = j->next;
@@ -853,7 +863,7 @@ static void group_take(srv_worker *w) {
             continue;
         }
         s->n_running++;
-        w->pf[w->n_pf++] = (srv_pf){.job = j};
+        w->pf[w->n_pf++] = (srv_pf){.job = j, .reuse = L};
         if (rem > r) r = rem;
         sum += rem;
     }
