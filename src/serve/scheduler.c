@@ -546,7 +546,8 @@ static em_status prefill_some(srv_worker *w, int64_t max) {
         }
         for (int64_t t = 0; t < k; t++) { /* padding feeds id 0, hidden by the mask */
             int64_t x = x0 + t;
-            ids[g * k + t] = m->job && x >= first ? m->job->prompt[m->job->n_prompt - (c0 + R - x)] : 0;
+            const srv_job *j = m->job;
+            ids[g * k + t] = j && x >= first ? j->prompt[j->n_prompt - (c0 + R - x)] : 0;
         }
     }
     em_tensor *it = ids && mask ? em_from_host(c, EM_I64, EM_SHAPE(G, k), ids) : NULL;
@@ -837,7 +838,8 @@ static void group_take(srv_worker *w) {
         if (!j->cancelled) {
             if (s->o.prefix_cache > 0) prefix_find(w, j, &L);
             rem -= L;
-            int64_t shared = 0; /* the longest prefix shared with a member, as prefix_find caps it */
+            int64_t shared = 0; /* the longest prefix shared with a member (capped as in
+                                 * prefix_find) */
             for (int g = 0; s->o.prefix_cache > 0 && g < w->n_pf; g++) {
                 const srv_job *o = w->pf[g].job;
                 int64_t n = o->n_prompt < j->n_prompt - 1 ? o->n_prompt : j->n_prompt - 1, k = 0;
