@@ -134,6 +134,16 @@ class Server:
         check(self.port, "no port in ember serve's output:\n" + "".join(self.log))
         threading.Thread(target=self._drain_stderr, daemon=True).start()
 
+    def stop(self, what):
+        """SIGTERM: the server drains and exits 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        check(self.proc.wait(120) == 0, f"{what}: exit status")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def _drain_stderr(self):
         for line in self.proc.stderr:
             self.log.append(line)
@@ -670,15 +680,12 @@ def check_batched_prefill(ember, model):
                   metric(s, "vllm:num_requests_waiting") == 0 and
                   metric(s, "vllm:kv_cache_usage_perc") == 0,
                   "batched prefill: requests or KV positions still held afterwards")
-            print(f"batched prefill ({phase}): prompts of {list(map(len, ids))} tokens, one reusing "
-                  f"{reuse}, prefilled as one batch ({int(chunks)} chunks in all); answers equal ember "
-                  "generate's, nothing held afterwards")
-        s.proc.send_signal(signal.SIGTERM)
-        check(s.proc.wait(120) == 0, "ember serve (batched prefill): exit status")
+            print(f"batched prefill ({phase}): prompts of {list(map(len, ids))} tokens, one "
+                  f"reusing {reuse}, prefilled as one batch ({int(chunks)} chunks in all); "
+                  "answers equal ember generate's, nothing held afterwards")
+        s.stop("ember serve (batched prefill)")
     finally:
-        if s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait()
+        s.kill()
 
 
 def check_errors(s):
@@ -932,9 +939,7 @@ def main():
             check_metrics(s)
             check_sigterm(s)
         finally:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
+            s.kill()
         # a small context: the rows reach its end and shift left while others still run (no
         # prefix reuse: the joining prompt must be prefilled in chunks, not copied)
         s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
@@ -942,12 +947,9 @@ def main():
         try:
             check_concurrent(s, n=48)
             check_shifts(s)
-            s.proc.send_signal(signal.SIGTERM)
-            check(s.proc.wait(120) == 0, "ember serve --ctx 160: exit status")
+            s.stop("ember serve --ctx 160")
         finally:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
+            s.kill()
         check_batched_prefill(ember, d)
         check_bench(ember, d)
     print("serve: all checks passed")
