@@ -134,6 +134,16 @@ class Server:
         check(self.port, "no port in ember serve's output:\n" + "".join(self.log))
         threading.Thread(target=self._drain_stderr, daemon=True).start()
 
+    def stop(self, what):
+        """SIGTERM: the server drains and exits 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        check(self.proc.wait(120) == 0, f"{what}: exit status")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def _drain_stderr(self):
         for line in self.proc.stderr:
             self.log.append(line)
@@ -571,6 +581,113 @@ def check_shifts(s):
           "answers equal to alone")
 
 
+def check_batched_prefill(ember, model):
+    """Prompts of different lengths that wait together are prefilled as one batch (vLLM-style
+    counters say so), one of them reusing a kept prefix (so the batch's prompts start computing
+    at different offsets), both with no other row running (one whole forward) and while another
+    stream decodes (the batch fits --prefill-chunk tokens: one forward between two decode steps);
+    every answer equals
+    `ember generate`'s, and nothing is held afterwards. To make the prompts wait together, all
+    --max-batch rows are taken first: by a request of n choices (queued at once, so they too are
+    one batch, and they end at the same step, freeing their rows together)."""
+    s = Server(ember, model, "--served-model-name", "tiny", "--prefill-chunk", "96")
+    try:
+        tok = lambda p: s.json("POST", "/tokenize", {"prompt": p})["tokens"]  # noqa: E731
+        base = "The river ran past old stone mills and quiet fields under a grey sky."
+        s.json("POST", "/v1/completions", {"model": "tiny", "prompt": base, "max_tokens": 1})
+        go = chat_body("Go.", 140)
+        s.json("POST", "/v1/chat/completions", chat_body("Go.", 1))  # kept: the n choices reuse it
+        go_ref = ember_generate(ember, model, "--chat", "Go.", 140)
+        for phase, decoding in (("idle", False), ("decoding", True)):
+            # distinct beginnings: only the first prompt reuses a kept prefix (base, or more)
+            trio = [base + f" {phase.upper()}: then the rain came down on the town",
+                    f"{phase}: why is the sky blue?",
+                    f"{phase} count: one two three four five six"]
+            ids = [tok(p) for p in trio]
+            b = tok(base)
+            reuse = min(len(b), len(ids[0]) - 1)
+            while ids[0][:reuse] != b[:reuse]:
+                reuse -= 1
+            rem = [len(ids[0]) - reuse, len(ids[1]), len(ids[2])]
+            check(reuse > 8 and 3 * max(rem) <= min(96, 2 * sum(rem)) and
+                  len(set(map(len, ids))) == 3,
+                  f"batched prefill: prompt sizes {list(map(len, ids))}, reuse {reuse}")
+            refs = [ember_generate(ember, model, "--prompt", p, 12) for p in trio]
+            for attempt in range(6):
+                m0 = {k: metric(s, k) for k in ("ember:prefill_batches_total",
+                                                "ember:prefill_batch_prompts_total",
+                                                "ember:prefill_chunks_total",
+                                                "vllm:prefix_cache_hits_total")}
+                got, errors, threads = {}, [], []
+
+                def run(key, path, body, got=got, errors=errors):
+                    try:
+                        got[key] = s.json("POST", path, body)
+                    except SystemExit as e:
+                        errors.append(f"{key}: {e}")
+
+                def start(key, path, body, threads=threads):
+                    t = threading.Thread(target=run, args=(key, path, body))
+                    t.start()
+                    threads.append(t)
+
+                def wait_for(name, n):
+                    deadline = time.time() + 60
+                    while metric(s, name) < n and time.time() < deadline:
+                        pass
+                if decoding:  # a long answer decodes while the prompts are prefilled
+                    start("long", "/v1/chat/completions", go)
+                    wait_for("vllm:num_requests_running", 1)
+                blockers = 4 - decoding
+                start("block", "/v1/chat/completions", dict(chat_body("Go.", 40), n=blockers))
+                wait_for("vllm:num_requests_running", 4)
+                for i, p in enumerate(trio):
+                    start(i, "/v1/completions", {"model": "tiny", "prompt": p, "max_tokens": 12,
+                                                 "temperature": 0})
+                wait_for("vllm:num_requests_waiting", 3)
+                for t in threads:
+                    t.join(120)
+                check(not errors, f"batched prefill: {errors}")
+                for i in range(3):
+                    check(got[i]["choices"][0]["text"] == refs[i],
+                          f"batched prefill ({phase}): {got[i]['choices'][0]['text']!r} != ember "
+                          f"generate {refs[i]!r}")
+                for ch in got["block"]["choices"]:
+                    check(go_ref.startswith(ch["message"]["content"]) and
+                          ch["finish_reason"] == "length", "batched prefill: a blocker's answer")
+                if decoding:
+                    check(got["long"]["choices"][0]["message"]["content"] == go_ref,
+                          "batched prefill: the stream decoding beside the batch differs")
+                d = {k: metric(s, k) - v for k, v in m0.items()}
+                batches = d["ember:prefill_batches_total"]
+                prompts = d["ember:prefill_batch_prompts_total"]
+                # the long answer alone, the n choices, the three prompts: one batch each
+                if batches == 2 + decoding and prompts == 7:
+                    break
+                print(f"NOTE: batched prefill ({phase}): {int(prompts)} prompts in {int(batches)} "
+                      "batches (a blocker ended before the prompts all waited); again")
+            check(batches == 2 + decoding and prompts == 7,
+                  f"batched prefill ({phase}): {prompts} prompts in {batches} batches")
+            check(d["vllm:prefix_cache_hits_total"] >= reuse, "batched prefill: prefix not reused")
+            # beside a decoding row: the n choices' batch, then the three prompts', one chunk each
+            chunks = d["ember:prefill_chunks_total"]
+            check(chunks == 2 * decoding, f"batched prefill ({phase}): {chunks} chunks")
+            deadline = time.time() + 30
+            while time.time() < deadline and (metric(s, "vllm:num_requests_running") or
+                                              metric(s, "vllm:kv_cache_usage_perc")):
+                time.sleep(0.01)
+            check(metric(s, "vllm:num_requests_running") == 0 and
+                  metric(s, "vllm:num_requests_waiting") == 0 and
+                  metric(s, "vllm:kv_cache_usage_perc") == 0,
+                  "batched prefill: requests or KV positions still held afterwards")
+            print(f"batched prefill ({phase}): prompts of {list(map(len, ids))} tokens, one "
+                  f"reusing {reuse}, prefilled as one batch ({int(chunks)} chunks in all); "
+                  "answers equal ember generate's, nothing held afterwards")
+        s.stop("ember serve (batched prefill)")
+    finally:
+        s.kill()
+
+
 def check_errors(s):
     def err(method, path, body=None, want=400, **kw):
         status, text = s.request(method, path, body, **kw)
@@ -822,9 +939,7 @@ def main():
             check_metrics(s)
             check_sigterm(s)
         finally:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
+            s.kill()
         # a small context: the rows reach its end and shift left while others still run (no
         # prefix reuse: the joining prompt must be prefilled in chunks, not copied)
         s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
@@ -832,12 +947,10 @@ def main():
         try:
             check_concurrent(s, n=48)
             check_shifts(s)
-            s.proc.send_signal(signal.SIGTERM)
-            check(s.proc.wait(120) == 0, "ember serve --ctx 160: exit status")
+            s.stop("ember serve --ctx 160")
         finally:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
+            s.kill()
+        check_batched_prefill(ember, d)
         check_bench(ember, d)
     print("serve: all checks passed")
 

@@ -52,9 +52,11 @@ typedef struct em_server_options {
     int64_t ctx;             /* positions per sequence, prompt + new tokens (0: the model's
                                 max_position_embeddings, at most 4096) */
     size_t max_body_bytes;   /* larger request bodies get 413 */
-    int64_t prefill_chunk;   /* a prompt joining running sequences is prefilled this many tokens
-                                at a time, one chunk between two decode steps, so running streams
-                                wait one chunk, not the whole prompt (0: whole prompts) */
+    int64_t prefill_chunk;   /* tokens per prefill forward, one between two decode steps, so
+                                running streams wait one chunk, not whole prompts: the waiting
+                                prompts that fit it together (padding included) are prefilled as
+                                one batch, a longer prompt alone in chunks of this many tokens
+                                (0: whole prompts, all the waiting ones in one batch) */
     int prefix_cache;        /* the keys and values of this many recent prompts are kept; a new
                                 prompt that starts with the same tokens (a shared system prompt,
                                 a conversation's earlier turns) copies that prefix instead of

@@ -428,10 +428,8 @@ static enum MHD_Result generate(em_server *s, struct MHD_Connection *conn, const
             free(jobs);
             return fail(s, conn, 500, "server_error", NULL, "out of memory");
         }
-    int submitted = 0;
-    while (submitted < n && srv_submit(s, jobs[submitted], &err)) submitted++;
-    if (submitted < n) { /* all or nothing: the ones queued are cancelled */
-        release_jobs(s, jobs, n, true);
+    if (!srv_submit(s, jobs, n, &err)) { /* all or nothing: none was queued */
+        release_jobs(s, jobs, n, false);
         free(jobs);
         return reply_error(s, conn, &err, NULL);
     }

@@ -85,6 +85,14 @@ bool srv_metrics_text(em_server *s, char **buf, size_t *len) {
                "(chunked prefill of a prompt joining running sequences)\n"
                "# TYPE ember:prefill_chunks_total counter\nember:prefill_chunks_total{%s} %lld\n",
             label, (long long)s->prefill_chunks);
+    fprintf(f, "# HELP ember:prefill_batches_total Groups of waiting prompts prefilled together "
+               "(one batched forward per chunk)\n"
+               "# TYPE ember:prefill_batches_total counter\nember:prefill_batches_total{%s} %lld\n"
+               "# HELP ember:prefill_batch_prompts_total Prompts prefilled in those groups (divided "
+               "by ember:prefill_batches_total: prompts per batch)\n"
+               "# TYPE ember:prefill_batch_prompts_total counter\n"
+               "ember:prefill_batch_prompts_total{%s} %lld\n",
+            label, (long long)s->prefill_batches, label, (long long)s->prefill_batch_prompts);
     fprintf(f, "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
                "# TYPE vllm:prefix_cache_queries_total counter\n"
                "vllm:prefix_cache_queries_total{%s} %lld\n"

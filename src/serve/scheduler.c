@@ -1,7 +1,8 @@
 /*
  * The worker: one thread owns the model and a KV cache of max_batch rows x ctx positions, and
- * runs continuous batching over it. Requests join between steps (their prompt is prefilled on
- * its own, its keys and values copied into a free row) and leave between steps (a finished or
+ * runs continuous batching over it. Requests join between steps (the waiting prompts that fit
+ * the free rows are prefilled together in a cache of their own, see "admission", then their keys
+ * and values are copied into free rows) and leave between steps (a finished or
  * abandoned row is filled with the last running one, so running rows are always rows 0..n-1
  * and a step runs only those).
  *
@@ -43,8 +44,16 @@ typedef struct srv_row {
     em_json_state json; /* JSON mode: the answer's bytes so far, recognized */
 } srv_row;
 
+/* A prompt in the group being prefilled. */
+typedef struct srv_pf {
+    srv_job *job;  /* NULL once it became a row or was dropped (its row then computes padding) */
+    int64_t reuse; /* prompt tokens copied from a kept prefix */
+    int64_t rem;   /* prompt tokens computed: n_prompt - reuse */
+    struct srv_prefix *from; /* the kept prompt its reused prefix comes from (reuse > 0) */
+} srv_pf;
+
 /* A prompt kept for prefix reuse: its ids and the keys and values of all of them. */
-typedef struct srv_prefix {
+typedef struct srv_prefix { /* (named: srv_pf points to it) */
     em_token *ids;
     int64_t n;
     em_kv_cache *kv; /* [1, n] */
@@ -66,16 +75,20 @@ typedef struct srv_worker {
     int64_t *ids;
     int64_t eos[64];
     int n_eos;
-    /* the prompt being prefilled (one at a time): into a cache of its own, a chunk between two
-     * decode steps while other rows run, then copied into a free row */
-    srv_job *pf_job;
-    em_kv_cache *pf_cache;
-    int64_t pf_done; /* prompt tokens in pf_cache */
+    /* the prompts being prefilled together (one group at a time, see "admission"): into a
+     * cache of their own, a chunk between two decode steps while other rows run, then copied
+     * into free rows */
+    srv_pf *pf; /* max_batch of them */
+    int n_pf;
+    em_kv_cache *pf_cache; /* [n_pf, pf_c0 + pf_r] */
+    int64_t pf_c0, pf_r;   /* the longest reused prefix, the most tokens a member computes */
+    int64_t pf_done;       /* columns computed of pf_r */
     srv_prefix *prefixes; /* o.prefix_cache of them (kv NULL: empty) */
     /* JSON mode: every token's bytes (special tokens: none), made at the first such request */
     char **piece;
     uint32_t *piece_len;
     uint64_t clock;
+    bool sliding; /* a sliding-window layer: a batch's prompts keep their keys contiguous */
 } srv_worker;
 
 double srv_now(void) {
@@ -100,18 +113,19 @@ void srv_job_release(em_server *s, srv_job *j) {
     if (last) job_free(j);
 }
 
-bool srv_submit(em_server *s, srv_job *j, srv_error *err) {
+bool srv_submit(em_server *s, srv_job **jobs, int n, srv_error *err) {
     pthread_mutex_lock(&s->mu);
     bool ok = false;
     if (s->stopping || !s->loaded)
         srv_fail(err, 503, "server_error", "", s->stopping ? "the server is shutting down"
                                                            : "the model is not loaded yet");
-    else if (s->n_held >= s->o.parallel)
+    else if (s->n_held + n > s->o.parallel)
         srv_fail(err, 429, "rate_limit_error", "",
                  "the server holds %d requests already (--parallel); retry later", s->n_held);
     else
         ok = true;
-    if (ok) {
+    for (int i = 0; ok && i < n; i++) {
+        srv_job *j = jobs[i];
         j->refs++;
         j->next = NULL;
         if (s->queue_tail) s->queue_tail->next = j;
@@ -119,8 +133,8 @@ bool srv_submit(em_server *s, srv_job *j, srv_error *err) {
         s->queue_tail = j;
         s->n_waiting++;
         s->n_held++;
-        pthread_cond_broadcast(&s->cv);
     }
+    if (ok) pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -424,14 +438,23 @@ static const char *take_token(srv_worker *w, srv_row *r, float *logits) {
     return NULL;
 }
 
-/* ---- admission: a waiting job's prompt prefilled (in chunks), then moved into row n ---- */
+/* ---- admission: waiting prompts prefilled together (in chunks), then moved into free rows ----
+ *
+ * The prompts admitted together form one group, prefilled as one batched forward per chunk in
+ * a cache of their own, [G, c0 + R]: c0 is the longest reused prefix and R the most tokens any
+ * of them still computes. Prompt i's reused prefix (L_i tokens, copied from the prefix store)
+ * sits at columns [c0 - L_i, c0), the tokens it computes (rem_i) at [c0 + R - rem_i, c0 + R);
+ * the key mask hides everything else, holes included, so position ids (the count of real keys)
+ * and the attended keys are the ones it has alone, and every prompt's last token lands in the
+ * last column, whose logits give the first answer tokens. Moving a prompt into its row joins
+ * its two segments (the row is contiguous). */
 
 /* The kept prompt sharing the longest prefix with j's prompt, and that length (at most
  * n_prompt - 1: the last prompt token is always computed, its logits give the first token). */
 static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
     srv_prefix *best = NULL;
     *len = 0;
-    for (int e = 0; e < w->s->o.prefix_cache; e++) {
+    for (int e = 0; w->prefixes && e < w->s->o.prefix_cache; e++) {
         srv_prefix *p = &w->prefixes[e];
         if (!p->kv) continue;
         int64_t n = p->n < j->n_prompt - 1 ? p->n : j->n_prompt - 1, k = 0;
@@ -441,42 +464,132 @@ static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
     return best;
 }
 
-/* Starts j's prefill: a cache of its own, holding the longest kept prefix when there is one
- * (the keys and values of positions [0, L) depend only on ids [0, L): causal attention). */
-static em_status prefill_start(srv_worker *w, srv_job *j) {
+/* Whether a group of g prompts computing at most r tokens each (padding included) is worth
+ * prefilling together: it fits one chunk (g x r <= --prefill-chunk, when chunked), and its
+ * padding stays within the `sum` tokens it really computes. A batched forward amortizes the
+ * weights' reads, which pays while a forward is small; beyond one chunk it would only make every
+ * member wait for the last (on a CPU a large forward costs about its tokens, batched or not), so
+ * the rest waits for the next group, a chunk later. */
+static bool group_worth_it(const srv_worker *w, int g, int64_t r, int64_t sum) {
+    int64_t chunk = w->s->o.prefill_chunk;
+    return (chunk <= 0 || (int64_t)g * r <= chunk) && (int64_t)g * r <= 2 * sum;
+}
+
+/* Starts the group's prefill: its cache, each member's reused prefix copied in (the keys and
+ * values of positions [0, L) depend only on ids [0, L): causal attention). w->pf[0..n_pf) hold
+ * the jobs. */
+static em_status prefill_start(srv_worker *w) {
     em_ctx *c = w->c;
-    w->pf_job = j;
+    int64_t c0 = 0, r = 0, queries = 0, hits = 0;
+    for (int i = 0; i < w->n_pf; i++) {
+        srv_pf *g = &w->pf[i];
+        g->from = w->s->o.prefix_cache > 0 ? prefix_find(w, g->job, &g->reuse) : NULL;
+        if (!g->from) g->reuse = 0;
+        g->rem = g->job->n_prompt - g->reuse;
+        if (g->reuse > c0) c0 = g->reuse;
+        if (g->rem > r) r = g->rem;
+        queries += g->job->n_prompt;
+        hits += g->reuse;
+    }
+    w->pf_c0 = c0;
+    w->pf_r = r;
     w->pf_done = 0;
-    w->pf_cache = em_kv_cache_create(c, w->m, 1, j->n_prompt);
+    w->pf_cache = em_kv_cache_create(c, w->m, w->n_pf, c0 + r);
     if (!w->pf_cache) return em_ctx_status(c);
-    int64_t L = 0;
-    srv_prefix *p = w->s->o.prefix_cache > 0 ? prefix_find(w, j, &L) : NULL;
-    if (p) {
-        em_scope_push(c);
+    em_scope_push(c);
+    for (int g = 0; g < w->n_pf; g++) {
+        int64_t L = w->pf[g].reuse;
+        srv_prefix *from = w->pf[g].from;
+        if (!from) continue;
         for (int64_t i = 0; i < w->m->n_layers; i++) {
             em_tensor *to[2] = {w->pf_cache->k[i], w->pf_cache->v[i]},
-                      *from[2] = {p->kv->k[i], p->kv->v[i]};
+                      *src[2] = {from->kv->k[i], from->kv->v[i]};
             for (int k = 0; k < 2; k++)
-                if (to[k] && from[k])
-                    em_assign(c, em_slice(c, to[k], 2, 0, L, 1), em_slice(c, from[k], 2, 0, L, 1));
+                if (to[k] && src[k])
+                    em_assign(c, em_slice(c, em_narrow(c, to[k], 0, g, 1), 2, c0 - L, c0, 1),
+                              em_slice(c, src[k], 2, 0, L, 1));
         }
-        em_scope_pop(c);
-        if (em_ctx_status(c)) return em_ctx_status(c);
-        w->pf_cache->len = L;
-        w->pf_done = L;
-        p->used = ++w->clock;
+        from->used = ++w->clock;
     }
+    em_scope_pop(c);
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    w->pf_cache->len = c0;
     pthread_mutex_lock(&w->s->mu);
-    w->s->prefix_queries += j->n_prompt;
-    w->s->prefix_hits += L;
+    w->s->prefix_queries += queries;
+    w->s->prefix_hits += hits;
+    w->s->prefill_batches++;
+    w->s->prefill_batch_prompts += w->n_pf;
     pthread_mutex_unlock(&w->s->mu);
     return EM_OK;
 }
 
-/* After admission: the prefilled prompt's cache is kept for reuse (replacing a kept prompt it
- * extends, else the least recently used), or freed. */
-static void prefill_keep(srv_worker *w) {
-    const srv_job *j = w->pf_job;
+/* Prefills up to `max` more tokens across the group (max <= 0: all that remain): max / G
+ * columns, at least one, for every member. The last chunk leaves each member's next-token
+ * logits in w->logits (row g at g x vocab). */
+static em_status prefill_some(srv_worker *w, int64_t max) {
+    em_ctx *c = w->c;
+    int64_t G = w->n_pf, c0 = w->pf_c0, R = w->pf_r, k = R - w->pf_done;
+    if (max > 0 && k > (max / G > 0 ? max / G : 1)) k = max / G > 0 ? max / G : 1;
+    int64_t x0 = c0 + w->pf_done, tk = x0 + k; /* the chunk's columns: [x0, tk) */
+    int64_t *ids = malloc((size_t)(G * k) * sizeof *ids);
+    uint8_t *mask = malloc((size_t)(G * tk));
+    bool all = true; /* every key real: no mask needed (a group of one) */
+    em_scope_push(c);
+    if (!ids || !mask) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    for (int64_t g = 0; ids && mask && g < G; g++) {
+        const srv_pf *m = &w->pf[g];
+        int64_t first = c0 + R - m->rem; /* the column of its first computed token */
+        for (int64_t x = 0; x < tk; x++) { /* a dropped member: all padding */
+            bool real = m->job && (x < c0 ? x >= c0 - m->reuse : x >= first);
+            mask[g * tk + x] = real;
+            all &= real;
+        }
+        for (int64_t t = 0; t < k; t++) { /* padding feeds id 0, hidden by the mask */
+            int64_t x = x0 + t;
+            const srv_job *j = m->job;
+            ids[g * k + t] = j && x >= first ? j->prompt[j->n_prompt - (c0 + R - x)] : 0;
+        }
+    }
+    em_tensor *it = ids && mask ? em_from_host(c, EM_I64, EM_SHAPE(G, k), ids) : NULL;
+    em_tensor *mk = it && !all ? em_from_host(c, EM_BOOL, EM_SHAPE(G, tk), mask) : NULL;
+    em_tensor *lg = it && (all || mk) ? em_model_forward(c, w->m, it, mk, w->pf_cache, true) : NULL;
+    if (lg && w->pf_done + k == R)
+        em_to_host(c, lg, w->logits, (size_t)(G * w->vocab) * sizeof *w->logits);
+    em_scope_pop(c);
+    free(ids);
+    free(mask);
+    if (!em_ctx_status(c)) w->pf_done += k;
+    return em_ctx_status(c);
+}
+
+/* Copies member g's keys and values (its two segments in the group cache) into dst's row `row`
+ * at positions [at, at + n_prompt), every layer. */
+static void prefill_copy(srv_worker *w, int g, em_kv_cache *dst, int64_t row, int64_t at) {
+    em_ctx *c = w->c;
+    const srv_pf *m = &w->pf[g];
+    int64_t c0 = w->pf_c0, end = c0 + w->pf_r;
+    em_scope_push(c);
+    for (int64_t i = 0; i < w->m->n_layers && !em_ctx_status(c); i++) {
+        em_tensor *to[2] = {dst->k[i], dst->v[i]}, *src[2] = {w->pf_cache->k[i], w->pf_cache->v[i]};
+        for (int k = 0; k < 2; k++) {
+            if (!to[k] || !src[k]) continue;
+            em_tensor *d = em_narrow(c, to[k], 0, row, 1), *s = em_narrow(c, src[k], 0, g, 1);
+            if (m->reuse)
+                em_assign(c, em_slice(c, d, 2, at, at + m->reuse, 1),
+                          em_slice(c, s, 2, c0 - m->reuse, c0, 1));
+            em_assign(c, em_slice(c, d, 2, at + m->reuse, at + m->job->n_prompt, 1),
+                      em_slice(c, s, 2, end - m->rem, end, 1));
+        }
+    }
+    em_scope_pop(c);
+}
+
+/* After admission: member g's prompt and its keys and values are kept for reuse (replacing a
+ * kept prompt it extends, else the least recently used). A group of one gives its cache away;
+ * a larger one copies the member's row into a cache of its own. */
+static void prefill_keep(srv_worker *w, int g) {
+    em_ctx *c = w->c;
+    const srv_job *j = w->pf[g].job;
     srv_prefix *slot = NULL;
     em_token *ids = w->s->o.prefix_cache > 0 ? malloc((size_t)j->n_prompt * sizeof *ids) : NULL;
     for (int e = 0; ids && e < w->s->o.prefix_cache; e++) {
@@ -490,45 +603,37 @@ static void prefill_keep(srv_worker *w) {
             slot = p;
         }
     }
-    if (!slot) {
-        free(ids);
-        em_kv_cache_free(w->pf_cache);
-    } else {
-        free(slot->ids);
-        em_kv_cache_free(slot->kv);
-        memcpy(ids, j->prompt, (size_t)j->n_prompt * sizeof *ids);
-        *slot = (srv_prefix){ids, j->n_prompt, w->pf_cache, ++w->clock};
+    em_kv_cache *kv = NULL;
+    if (slot && w->n_pf == 1) {
+        kv = w->pf_cache;
+        w->pf_cache = NULL;
+    } else if (slot) {
+        kv = em_kv_cache_create(c, w->m, 1, j->n_prompt);
+        if (kv) prefill_copy(w, g, kv, 0, 0);
+        if (kv && !em_ctx_status(c)) {
+            kv->len = j->n_prompt;
+        } else { /* not kept: the request goes on without it */
+            em_kv_cache_free(kv);
+            kv = NULL;
+            em_ctx_clear_error(c);
+        }
     }
-    w->pf_cache = NULL;
+    if (!kv) {
+        free(ids);
+        return;
+    }
+    free(slot->ids);
+    em_kv_cache_free(slot->kv);
+    memcpy(ids, j->prompt, (size_t)j->n_prompt * sizeof *ids);
+    *slot = (srv_prefix){ids, j->n_prompt, kv, ++w->clock};
 }
 
-/* Prefills up to `max` more prompt tokens of w->pf_job into its own cache (max <= 0: all that
- * remain); the last chunk leaves the next-token logits in w->logits. */
-static em_status prefill_some(srv_worker *w, int64_t max) {
+/* Member g, prefilled, becomes row n: its keys and values copied into the shared cache at the
+ * right-aligned positions, then its first token taken from row g of w->logits. Returns a finish
+ * reason or NULL. The member's job moves to the row (w->pf[g].job becomes NULL). */
+static const char *admit_finish(srv_worker *w, int g) {
     em_ctx *c = w->c;
-    srv_job *j = w->pf_job;
-    int64_t p = j->n_prompt, k = p - w->pf_done;
-    if (max > 0 && k > max) k = max;
-    em_scope_push(c);
-    int64_t *ids = malloc((size_t)k * sizeof *ids);
-    if (!ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
-    for (int64_t i = 0; ids && i < k; i++) ids[i] = j->prompt[w->pf_done + i];
-    em_tensor *it = ids ? em_from_host(c, EM_I64, EM_SHAPE(1, k), ids) : NULL;
-    em_tensor *lg = it ? em_model_forward(c, w->m, it, NULL, w->pf_cache, true) : NULL;
-    if (lg && w->pf_done + k == p)
-        em_to_host(c, lg, w->logits, (size_t)w->vocab * sizeof *w->logits);
-    em_scope_pop(c);
-    free(ids);
-    if (!em_ctx_status(c)) w->pf_done += k;
-    return em_ctx_status(c);
-}
-
-/* The prefilled job becomes row n: its keys and values copied into the shared cache at the
- * right-aligned positions, then its first token taken. Returns a finish reason or NULL. */
-static const char *admit_finish(srv_worker *w) {
-    em_ctx *c = w->c;
-    const em_model *m = w->m;
-    srv_job *j = w->pf_job;
+    srv_job *j = w->pf[g].job;
     int64_t p = j->n_prompt;
     srv_row *r = &w->rows[w->n];
     memset(r, 0, sizeof *r);
@@ -557,24 +662,9 @@ static const char *admit_finish(srv_worker *w) {
     }
     r->start = w->len - p;
     w->n++; /* from here on the row exists; on failure the caller removes it */
-    em_scope_push(c);
-    for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
-        em_tensor *big[2] = {w->kv->k[i], w->kv->v[i]},
-                  *small[2] = {w->pf_cache->k[i], w->pf_cache->v[i]};
-        for (int k = 0; k < 2; k++)
-            if (big[k])
-                em_assign(c, em_slice(c, em_narrow(c, big[k], 0, w->n - 1, 1), 2, r->start,
-                                      w->len, 1),
-                          small[k]);
-    }
-    em_scope_pop(c);
-    if (em_ctx_status(c)) {
-        em_kv_cache_free(w->pf_cache);
-        w->pf_cache = NULL;
-    } else {
-        prefill_keep(w);
-    }
-    w->pf_job = NULL;
+    if (!em_ctx_status(c)) prefill_copy(w, g, w->kv, w->n - 1, r->start);
+    if (!em_ctx_status(c)) prefill_keep(w, g);
+    w->pf[g].job = NULL;
     if (em_ctx_status(c)) {
         snprintf(j->error, sizeof j->error, "prefill: %.230s", em_ctx_error(c)->message);
         em_ctx_clear_error(c);
@@ -583,7 +673,7 @@ static const char *admit_finish(srv_worker *w) {
     pthread_mutex_lock(&w->s->mu);
     w->s->prompt_tokens += p;
     pthread_mutex_unlock(&w->s->mu);
-    return take_token(w, r, w->logits);
+    return take_token(w, r, w->logits + (size_t)g * w->vocab);
 }
 
 /* ---- one decode step over the running rows ---- */
@@ -651,6 +741,7 @@ static bool load(srv_worker *w) {
         w->n_eos = g->n_eos_token_ids < 64 ? g->n_eos_token_ids : 64;
         for (int e = 0; e < w->n_eos; e++) w->eos[e] = g->eos_token_ids[e];
         w->m = m;
+        for (int64_t i = 0; i < m->n_layers; i++) w->sliding |= m->layers[i].sliding;
         w->ctx = ctx;
         w->max_batch = s->o.max_batch;
         w->vocab = em_model_config_get(m)->vocab_size;
@@ -661,12 +752,13 @@ static bool load(srv_worker *w) {
         w->mask = malloc(mb * (size_t)(ctx + 1));
         w->ids = malloc(mb * sizeof *w->ids);
         w->rows = calloc(mb, sizeof *w->rows);
+        w->pf = calloc(mb, sizeof *w->pf);
         if (s->o.prefix_cache > 0) w->prefixes = calloc((size_t)s->o.prefix_cache, sizeof *w->prefixes);
         w->view.m = m;
         w->view.max_len = ctx;
         w->view.k = calloc((size_t)m->n_layers + 1, sizeof *w->view.k);
         w->view.v = calloc((size_t)m->n_layers + 1, sizeof *w->view.v);
-        if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->rows ||
+        if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->rows || !w->pf ||
             !w->view.k || !w->view.v || (s->o.prefix_cache > 0 && !w->prefixes))
             em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     }
@@ -702,19 +794,102 @@ static void abort_job(srv_worker *w, srv_job *j, int64_t n_gen, const char *why)
     finish_job(w, j, "abort", n_gen);
 }
 
-/* Ends the job whose prompt is in flight (never became a row): abort with `why`. */
-static void drop_prefill(srv_worker *w, const char *why) {
+/* Ends member g of the group (it never became a row): abort with `why`. Its row of the group
+ * computes on as padding; the group ends when no member is left. */
+static void drop_member(srv_worker *w, int g, const char *why) {
     em_server *s = w->s;
-    srv_job *j = w->pf_job;
-    em_kv_cache_free(w->pf_cache);
-    w->pf_cache = NULL;
-    w->pf_job = NULL;
+    srv_job *j = w->pf[g].job;
+    w->pf[g].job = NULL;
     abort_job(w, j, 0, why);
     srv_job_release(s, j);
     pthread_mutex_lock(&s->mu);
     s->n_running--;
     s->n_held--;
     pthread_mutex_unlock(&s->mu);
+    bool any = false;
+    for (int i = 0; i < w->n_pf; i++) any |= w->pf[i].job != NULL;
+    if (!any) {
+        em_kv_cache_free(w->pf_cache);
+        w->pf_cache = NULL;
+        w->n_pf = 0;
+    }
+}
+
+/* Ends the whole group (a failed start or forward): every member still waiting aborts. */
+static void drop_group(srv_worker *w, const char *why) {
+    for (int g = w->n_pf - 1; g >= 0; g--)
+        if (w->pf[g].job) drop_member(w, g, why);
+    em_kv_cache_free(w->pf_cache);
+    w->pf_cache = NULL;
+    w->n_pf = 0;
+}
+
+/* Takes the waiting jobs that start their prefill together into w->pf, in arrival order, while
+ * rows are free and group_worth_it holds. A job stays for the next group when more than half of
+ * what it would compute is a prefix it shares with a member (identical prompts arriving
+ * together: the next group reuses the first one's keys and values instead of computing them
+ * all). Called and returns with s->mu held. */
+static void group_take(srv_worker *w) {
+    em_server *s = w->s;
+    int64_t r = 0, sum = 0;
+    while (s->queue_head && w->n + w->n_pf < w->max_batch) {
+        srv_job *j = s->queue_head;
+        int64_t L = 0, rem = j->n_prompt;
+        if (!j->cancelled) {
+            if (s->o.prefix_cache > 0) prefix_find(w, j, &L);
+            rem -= L;
+            int64_t shared = 0; /* the longest prefix shared with a member (capped as in
+                                 * prefix_find) */
+            for (int g = 0; s->o.prefix_cache > 0 && g < w->n_pf; g++) {
+                const srv_job *o = w->pf[g].job;
+                int64_t n = o->n_prompt < j->n_prompt - 1 ? o->n_prompt : j->n_prompt - 1, k = 0;
+                while (k < n && o->prompt[k] == j->prompt[k]) k++;
+                if (k > shared) shared = k;
+            }
+            /* a reused prefix leaves a hole before the computed tokens when the group's R is
+             * longer: sliding windows count columns, so such a prompt goes alone there */
+            bool hole = w->sliding && (L > 0 || w->pf[0].reuse > 0);
+            if (w->n_pf > 0 && (hole || 2 * (shared - L) > rem ||
+                                !group_worth_it(w, w->n_pf + 1, rem > r ? rem : r, sum + rem)))
+                break;
+        }
+        s->queue_head = j->next;
+        if (!s->queue_head) s->queue_tail = NULL;
+        s->n_waiting--;
+        if (j->cancelled) { /* never ran */
+            s->n_held--;
+            pthread_mutex_unlock(&s->mu);
+            abort_job(w, j, 0, "client disconnected");
+            srv_job_release(s, j);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        s->n_running++;
+        w->pf[w->n_pf++] = (srv_pf){.job = j, .reuse = L};
+        if (rem > r) r = rem;
+        sum += rem;
+    }
+}
+
+/* The group's prompts, prefilled, become rows: longest first, so that the shared cache makes
+ * room (shifts) once at most. */
+static void group_admit(srv_worker *w) {
+    for (;;) {
+        int g = -1;
+        for (int i = 0; i < w->n_pf; i++)
+            if (w->pf[i].job && (g < 0 || w->pf[i].job->n_prompt > w->pf[g].job->n_prompt)) g = i;
+        if (g < 0) break;
+        srv_job *j = w->pf[g].job;
+        int row = w->n;
+        const char *why = admit_finish(w, g);
+        if (why) {
+            finish_job(w, j, why, w->rows[row].n_gen);
+            remove_row(w, row);
+        }
+    }
+    em_kv_cache_free(w->pf_cache);
+    w->pf_cache = NULL;
+    w->n_pf = 0;
 }
 
 void *srv_worker_main(void *arg) {
@@ -759,41 +934,33 @@ void *srv_worker_main(void *arg) {
                 pthread_mutex_lock(&s->mu);
             }
         if (!s->queue_head) s->queue_tail = NULL;
-        if (w.pf_job && (w.pf_job->cancelled || s->abort_all)) { /* the prompt in flight too */
-            const char *why = w.pf_job->cancelled ? "client disconnected" : "the server stopped";
-            pthread_mutex_unlock(&s->mu);
-            drop_prefill(&w, why);
-            pthread_mutex_lock(&s->mu);
+        for (int g = w.n_pf - 1; g >= 0; g--) { /* the prompts in flight too */
+            srv_job *j = w.pf[g].job;
+            if (j && (j->cancelled || s->abort_all)) {
+                pthread_mutex_unlock(&s->mu);
+                drop_member(&w, g, j->cancelled ? "client disconnected" : "the server stopped");
+                pthread_mutex_lock(&s->mu);
+            }
         }
-        if (w.n == 0 && !s->queue_head && !w.pf_job) {
+        if (w.n == 0 && !s->queue_head && !w.n_pf) {
             if (s->stopping) break;
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
-        /* the next waiting job starts its prefill when a row is free and no prompt is in flight */
-        if (!w.pf_job && s->queue_head && w.n < w.max_batch) {
-            srv_job *j = s->queue_head;
-            s->queue_head = j->next;
-            if (!s->queue_head) s->queue_tail = NULL;
-            s->n_waiting--;
-            s->n_running++;
-            bool gone = j->cancelled;
-            pthread_mutex_unlock(&s->mu);
-            if (gone) { /* never ran */
-                abort_job(&w, j, 0, "client disconnected");
-                srv_job_release(s, j);
+        /* the waiting jobs that fit the free rows start their prefill together, when no group
+         * is in flight */
+        if (!w.n_pf && s->queue_head && w.n < w.max_batch) {
+            group_take(&w);
+            if (w.n_pf) {
+                pthread_mutex_unlock(&s->mu);
+                if (prefill_start(&w)) {
+                    char msg[256];
+                    snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
+                    em_ctx_clear_error(w.c);
+                    drop_group(&w, msg);
+                }
                 pthread_mutex_lock(&s->mu);
-                s->n_running--;
-                s->n_held--;
-                continue;
             }
-            if (prefill_start(&w, j)) {
-                char msg[256];
-                snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
-                em_ctx_clear_error(w.c);
-                drop_prefill(&w, msg);
-            }
-            pthread_mutex_lock(&s->mu);
         }
         pthread_mutex_unlock(&s->mu);
         if (w.n > 0 && step(&w)) { /* a failed step ends every running request */
@@ -806,30 +973,22 @@ void *srv_worker_main(void *arg) {
                 remove_row(&w, w.n - 1);
             }
         }
-        /* one chunk of the prompt in flight between two steps; all of it when no row runs
+        /* one chunk of the group in flight between two steps; all of it when no row runs
          * (nobody waits for it) */
-        if (w.pf_job) {
+        if (w.n_pf) {
             bool others = w.n > 0 && s->o.prefill_chunk > 0;
             if (prefill_some(&w, others ? s->o.prefill_chunk : 0)) {
                 char msg[256];
                 snprintf(msg, sizeof msg, "prefill: %.230s", em_ctx_error(w.c)->message);
                 em_ctx_clear_error(w.c);
-                drop_prefill(&w, msg);
+                drop_group(&w, msg);
             } else {
                 if (others) {
                     pthread_mutex_lock(&s->mu);
                     s->prefill_chunks++;
                     pthread_mutex_unlock(&s->mu);
                 }
-                if (w.pf_done == w.pf_job->n_prompt) {
-                    srv_job *j = w.pf_job;
-                    int row = w.n;
-                    const char *why = admit_finish(&w);
-                    if (why) {
-                        finish_job(&w, j, why, w.rows[row].n_gen);
-                        remove_row(&w, row);
-                    }
-                }
+                if (w.pf_done == w.pf_r) group_admit(&w);
             }
         }
         update_kv_gauge(&w);
@@ -846,6 +1005,7 @@ void *srv_worker_main(void *arg) {
     free(w.view.v);
     em_kv_cache_free(w.kv);
     em_kv_cache_free(w.pf_cache);
+    free(w.pf);
     for (int e = 0; w.prefixes && e < s->o.prefix_cache; e++) {
         free(w.prefixes[e].ids);
         em_kv_cache_free(w.prefixes[e].kv);

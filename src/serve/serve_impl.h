@@ -90,6 +90,8 @@ struct em_server {
     int64_t http_errors;
     int64_t kv_shifts;         /* whole-cache copies to make room (scheduler.c) */
     int64_t prefill_chunks;    /* prompt chunks prefilled between decode steps */
+    int64_t prefill_batches, prefill_batch_prompts; /* prompt groups prefilled together, prompts
+                                                       in them */
     int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the prefix cache */
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
@@ -106,9 +108,10 @@ json_t *srv_logprobs_json(em_server *s, const srv_job *j, int64_t from, int64_t 
 
 double srv_now(void);
 void srv_job_release(em_server *s, srv_job *j);
-/* Queues j for the worker (takes a reference); false (429 / 503 in err) when the server holds
- * `parallel` requests already or is stopping. */
-bool srv_submit(em_server *s, srv_job *j, srv_error *err);
+/* Queues the n jobs of one request (its choices) for the worker, all at once, so that they are
+ * prefilled as one group (takes a reference to each); all or nothing: false (429 / 503 in err),
+ * none queued, when the server would hold more than `parallel` requests or is stopping. */
+bool srv_submit(em_server *s, srv_job **jobs, int n, srv_error *err);
 /* The worker thread: loads the model, then runs steps until stopped. */
 void *srv_worker_main(void *arg);
 /* metrics.c: a histogram of latencies in seconds (vLLM's bucket bounds), and the /metrics text

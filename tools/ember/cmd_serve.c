@@ -33,8 +33,10 @@ static void serve_usage(void) {
         "  --api-key K        require \"Authorization: Bearer K\" (--api-key-file: read K,\n"
         "                     first line, from a file; EMBER_API_KEY also works)\n"
         "  --drain S          on SIGTERM, let running requests finish for S seconds (30)\n"
-        "  --prefill-chunk N  a prompt joining running streams is prefilled N tokens between\n"
-        "                     two decode steps (default 64; 0: whole prompts)\n"
+        "  --prefill-chunk N  tokens per prefill forward, one between two decode steps: the\n"
+        "                     waiting prompts that fit N (padding included) are prefilled\n"
+        "                     as one batch, a longer one alone in chunks of N (default 64;\n"
+        "                     0: whole prompts, all waiting prompts in one batch)\n"
         "  --prefix-cache N   keep the keys and values of the N most recent prompts; a prompt\n"
         "                     starting with the same tokens reuses them (default 4; 0: off)\n");
 }
