@@ -25,10 +25,14 @@ MODELS = os.path.join(HERE, "..", "tests", "fixtures", "models")
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "train")
 
 
-def record(family):
+def load(family):
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, family),
-                                                 dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, family),
+                                                dtype=torch.float32).eval()
+
+
+def record(family):
+    model = load(family)
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(3, model.config.vocab_size, (2, 10), generator=g)
     labels = ids.clone()
@@ -53,9 +57,7 @@ AUX_COEF = 0.25  # large, so that the router's share of every gradient is well a
 
 def record_aux(family):
     """The same with output_router_logits: loss = LM loss + AUX_COEF * load-balancing loss."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, family),
-                                                 dtype=torch.float32).eval()
+    model = load(family)
     model.config.output_router_logits = True
     model.router_aux_loss_coef = AUX_COEF
     g = torch.Generator().manual_seed(11)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ember/dist.h"
 #include "ember/generate.h"
 
 typedef struct em_cli_cmd {
@@ -55,5 +56,15 @@ int cli_int_list(const char *cmd, const char *opt, const char *text, long long l
 
 /* True if argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);
+
+/* One rank's work: its context, its handle of the group, whether it prints. Returns an exit
+ * status (0 ok). */
+typedef int (*cli_rank_fn)(void *arg, em_ctx *c, em_dist *g, bool speak);
+/* Runs fn on ranks 0..n-1 of a device group of this process (em_dist_local on devices 0..n-1
+ * of `kind`): rank 0 on this thread with c, speaking; the others on threads of their own,
+ * each with its own context, silently. `what` starts the error messages ("generate --tp").
+ * Returns rank 0's status, else the first failing rank's (cli_ranks.c). */
+int cli_device_group(em_ctx *c, const char *what, const char *kind, int n, cli_rank_fn fn,
+                     void *arg);
 
 #endif

@@ -1,7 +1,6 @@
 /* `ember generate` and `ember embed`: the command-line faces of model.h and generate.h. */
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,55 +228,12 @@ fail:
     return rc;
 }
 
-/* A rank of a device group other than 0, on its own thread: the same work, silently. */
-typedef struct rank_job {
-    const gen_opts *o;
-    em_dist *g;
-    int rc;
-} rank_job;
-
-static void *rank_main(void *p) {
-    rank_job *j = p;
-    gen_opts mine = *j->o;
-    mine.mo.device = em_device_name(em_dist_device(j->g));
-    mine.mo.tp = j->g;
-    em_ctx *c = em_ctx_create();
-    j->rc = c ? run(&mine, c, false) : 1;
-    em_ctx_free(c);
-    return NULL;
-}
-
-/* --tp N with a device kind (xla, cuda, tpu): ranks 0..N-1 on its devices 0..N-1 of this
- * process (em_dist_local), one thread each; rank 0 (this thread) prints. */
-static int run_device_group(const gen_opts *o, em_ctx *c, const char *kind, int n) {
-    em_dist *g[64];
-    if (n > 64 || em_dist_local(c, kind, n, NULL, g) != EM_OK) {
-        fprintf(stderr, "ember generate: --tp %d on %s: %s\n", n, kind,
-                n > 64 ? "at most 64 devices" : em_ctx_error(c)->message);
-        return 1;
-    }
-    rank_job jobs[64];
-    pthread_t t[64];
-    int started = 1;
-    for (int r = 1; r < n; r++, started++) {
-        jobs[r] = (rank_job){o, g[r], 1};
-        if (pthread_create(&t[r], NULL, rank_main, &jobs[r])) break;
-    }
-    int rc = 1;
-    if (started == n) {
-        gen_opts mine = *o;
-        mine.mo.device = em_device_name(em_dist_device(g[0]));
-        mine.mo.tp = g[0];
-        rc = run(&mine, c, true);
-    } else {
-        fprintf(stderr, "ember generate: cannot start a thread per rank\n");
-    }
-    for (int r = 1; r < started; r++) {
-        pthread_join(t[r], NULL);
-        if (jobs[r].rc) rc = rc ? rc : jobs[r].rc;
-    }
-    for (int r = 0; r < n; r++) em_dist_free(g[r]);
-    return rc;
+/* A rank of a --tp N device group (cli_device_group): the run on its device. */
+static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
+    gen_opts mine = *(const gen_opts *)arg;
+    mine.mo.device = em_device_name(em_dist_device(g));
+    mine.mo.tp = g;
+    return run(&mine, c, speak);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -348,7 +304,7 @@ int cmd_generate(int argc, char **argv) {
     if (o->mo.device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(o->mo.device, ":"),
                                o->mo.device);
     if (tp > 1 && kind[0] && strcmp(kind, "cpu")) { /* N devices of this process */
-        int rc = run_device_group(o, c, kind, (int)tp);
+        int rc = cli_device_group(c, "generate --tp", kind, (int)tp, group_rank, o);
         em_ctx_free(c);
         return rc;
     }

@@ -3,7 +3,6 @@
  * (flags, windows, loss, --json lines), over the library's trainer (ember/train.h).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,49 +310,9 @@ done:
     return rc;
 }
 
-/* A rank of a device group other than 0, on its own thread: the same run, silently. */
-typedef struct rank_job {
-    const train_args *a;
-    em_dist *g;
-    int rc;
-} rank_job;
-
-static void *rank_main(void *p) {
-    rank_job *j = p;
-    em_ctx *c = em_ctx_create();
-    j->rc = c ? train_run(j->a, c, j->g, false) : 1;
-    if (j->rc && c && em_ctx_error(c))
-        fprintf(stderr, "ember train: (rank %d) %s\n", em_dist_rank(j->g), em_ctx_error(c)->message);
-    em_ctx_free(c);
-    return NULL;
-}
-
-/* --dp N with a device kind (xla, cuda, tpu): ranks 0..N-1 on devices 0..N-1 of this process
- * (em_dist_local), one thread each, as ember generate --tp N does; rank 0 (this thread) prints
- * and saves. */
-static int run_device_group(const train_args *a, em_ctx *c, const char *kind, int n) {
-    em_dist *g[64];
-    if (n > 64 || em_dist_local(c, kind, n, NULL, g) != EM_OK) {
-        fprintf(stderr, "ember train: --dp %d on %s: %s\n", n, kind,
-                n > 64 ? "at most 64 devices" : em_ctx_error(c)->message);
-        return 1;
-    }
-    rank_job jobs[64];
-    pthread_t t[64];
-    int started = 1;
-    for (int r = 1; r < n; r++, started++) {
-        jobs[r] = (rank_job){a, g[r], 1};
-        if (pthread_create(&t[r], NULL, rank_main, &jobs[r])) break;
-    }
-    int rc = 1;
-    if (started == n) rc = train_run(a, c, g[0], true);
-    else fprintf(stderr, "ember train: cannot start a thread per rank\n");
-    for (int r = 1; r < started; r++) {
-        pthread_join(t[r], NULL);
-        if (jobs[r].rc) rc = rc ? rc : jobs[r].rc;
-    }
-    for (int r = 0; r < n; r++) em_dist_free(g[r]);
-    return rc;
+/* A rank of a --dp N device group (cli_device_group). */
+static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
+    return train_run(arg, c, g, speak);
 }
 
 /* The device kind of --dp N --device KIND (no index: N devices of that kind), else NULL. */
@@ -371,7 +330,7 @@ int cmd_train(int argc, char **argv) {
     em_ctx *c = em_ctx_create();
     const char *kind = device_group_kind(&a);
     if (kind) {
-        r = run_device_group(&a, c, kind, (int)a.dp);
+        r = cli_device_group(c, "train --dp", kind, (int)a.dp, group_rank, &a);
     } else {
         em_dist *group = NULL;
         r = join_group(c, a.dp, &group);
