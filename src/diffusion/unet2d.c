@@ -243,11 +243,11 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
     }
     u->dtype = opts.dtype;
     u->dev = opts.device ? em_device_get(c, opts.device) : em_ctx_device(c);
-    u->groups = u->cfg.norm_num_groups;
-    u->eps = u->cfg.norm_eps;
-    u->act = !strcmp(u->cfg.act_fn, "gelu")   ? UNET_ACT_GELU
-             : !strcmp(u->cfg.act_fn, "relu") ? UNET_ACT_RELU
-                                              : UNET_ACT_SILU;
+    u->set.groups = u->cfg.norm_num_groups;
+    u->set.eps = u->cfg.norm_eps;
+    u->set.act = unet_act_from_name(u->cfg.act_fn);
+    u->set.scale_shift = u->cfg.scale_shift;
+    u->set.downsample_padding = u->cfg.downsample_padding;
     const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
     snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
     if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
@@ -257,7 +257,10 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
                     "Ember reads safetensors weights only", dir);
     em_safetensors *st = em_ctx_status(c) ? NULL : em_safetensors_open(c, file);
     if (st) {
-        unet_loader l = {c, st, u, file};
+        unet_loader l = {.c = c, .st = st, .u = u, .file = file, .dir = dir, .op = OP,
+                         .dtype = u->dtype, .dev = u->dev, .temb_dim = u->cfg.time_embed_dim,
+                         .scale_shift = u->cfg.scale_shift,
+                         .head_dim = u->cfg.attention_head_dim};
         em_scope_push(c);
         load_weights(&l);
         em_scope_pop(c);
@@ -430,36 +433,36 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
     for (int i = 0; i < cfg->n_blocks; i++) {
         const unet_block *b = &u->down[i];
         for (int j = 0; j < b->n; j++) {
-            x = unet_resnet_forward(c, u, &b->res[j], x, temb);
-            if (b->attn) x = unet_attn_forward(c, u, &b->attn[j], x);
+            x = unet_resnet_forward(c, &u->set, &b->res[j], x, temb);
+            if (b->attn) x = unet_attn_forward(c, &u->set, &b->attn[j], x);
             skips[ns++] = x;
         }
         if (b->resampler) {
-            x = unet_resnet_forward(c, u, b->resampler, x, temb);
+            x = unet_resnet_forward(c, &u->set, b->resampler, x, temb);
             skips[ns++] = x;
         } else if (b->conv.w) {
-            x = unet_downsample(c, u, &b->conv, x);
+            x = unet_downsample(c, &u->set, &b->conv, x);
             skips[ns++] = x;
         }
     }
     if (cfg->mid_block) {
-        x = unet_resnet_forward(c, u, &u->mid.res[0], x, temb);
-        if (u->mid.attn) x = unet_attn_forward(c, u, &u->mid.attn[0], x);
-        x = unet_resnet_forward(c, u, &u->mid.res[1], x, temb);
+        x = unet_resnet_forward(c, &u->set, &u->mid.res[0], x, temb);
+        if (u->mid.attn) x = unet_attn_forward(c, &u->set, &u->mid.attn[0], x);
+        x = unet_resnet_forward(c, &u->set, &u->mid.res[1], x, temb);
     }
     for (int i = 0; i < cfg->n_blocks; i++) {
         const unet_block *b = &u->up[i];
         for (int j = 0; j < b->n; j++) {
             em_tensor *pair[2] = {x, skips[--ns]};
-            x = unet_resnet_forward(c, u, &b->res[j], em_cat(c, pair, 2, 1), temb);
-            if (b->attn) x = unet_attn_forward(c, u, &b->attn[j], x);
+            x = unet_resnet_forward(c, &u->set, &b->res[j], em_cat(c, pair, 2, 1), temb);
+            if (b->attn) x = unet_attn_forward(c, &u->set, &b->attn[j], x);
         }
         if (b->resampler)
-            x = unet_resnet_forward(c, u, b->resampler, x, temb);
+            x = unet_resnet_forward(c, &u->set, b->resampler, x, temb);
         else if (b->conv.w)
             x = unet_upsample(c, &b->conv, x);
     }
-    x = em_group_norm(c, x, u->groups, u->norm_out.w, u->norm_out.b, u->eps);
+    x = em_group_norm(c, x, u->set.groups, u->norm_out.w, u->norm_out.b, u->set.eps);
     x = unet_conv(c, &u->conv_out, em_silu(c, x));
     if (cfg->time_embedding == EM_UNET2D_TIME_FOURIER)
         x = em_div(c, x, em_cast(c, em_reshape(c, tf, 4, (int64_t[]){n, 1, 1, 1}), u->dtype));
