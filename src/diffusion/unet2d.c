@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "diffusion/unet_impl.h"
+#include "diffusion/weights.h"
 
 #define OP "UNet2DModel"
 
@@ -210,11 +210,6 @@ static bool load_weights(unet_loader *l) {
                            (int64_t[]){cfg->out_channels, c0, 3, 3});
 }
 
-static bool is_file(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!dir || !*dir) {
@@ -233,11 +228,7 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
-    size_t n = strlen(dir) + 64;
-    char *file = malloc(n);
-    if (!file || em_unet2d_config_load(c, dir, &u->cfg) != EM_OK) {
-        if (!file) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-        free(file);
+    if (em_unet2d_config_load(c, dir, &u->cfg) != EM_OK) {
         em_unet2d_free(u);
         return NULL;
     }
@@ -248,14 +239,8 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
     u->set.act = unet_act_from_name(u->cfg.act_fn);
     u->set.scale_shift = u->cfg.scale_shift;
     u->set.downsample_padding = u->cfg.downsample_padding;
-    const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
-    snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
-    if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
-    if (u->dev && !is_file(file))
-        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP,
-                    "%s holds no diffusion_pytorch_model.safetensors (nor its .index.json); "
-                    "Ember reads safetensors weights only", dir);
-    em_safetensors *st = em_ctx_status(c) ? NULL : em_safetensors_open(c, file);
+    char *file = u->dev ? diff_weights_file(c, OP, dir) : NULL;
+    em_safetensors *st = file ? em_safetensors_open(c, file) : NULL;
     if (st) {
         unet_loader l = {.c = c, .st = st, .u = u, .file = file, .dir = dir, .op = OP,
                          .dtype = u->dtype, .dev = u->dev, .temb_dim = u->cfg.time_embed_dim,

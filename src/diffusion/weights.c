@@ -1,6 +1,9 @@
-/* diff_load_checked: a weight with the shape its component's config implies. */
+/* diff_load_checked: a weight with the shape its component's config implies; the folder's
+ * weights file. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "diffusion/weights.h"
 
@@ -32,4 +35,27 @@ em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
     }
     em_tensor *t = em_safetensors_load_as(w->c, w->st, name, w->dtype, w->dev);
     return t ? em_detach(w->c, t) : NULL;
+}
+
+static bool is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+char *diff_weights_file(em_ctx *c, const char *op, const char *dir) {
+    size_t n = strlen(dir) + 64;
+    char *file = malloc(n);
+    if (!file) {
+        em_ctx_fail(c, EM_ERR_OOM, op, "out of memory");
+        return NULL;
+    }
+    const char *sep = *dir && dir[strlen(dir) - 1] == '/' ? "" : "/";
+    snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
+    if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
+    if (is_file(file)) return file;
+    free(file);
+    em_ctx_fail(c, EM_ERR_NOT_FOUND, op,
+                "%s holds no diffusion_pytorch_model.safetensors (nor its .index.json); Ember "
+                "reads safetensors weights only", dir);
+    return NULL;
 }

@@ -24,4 +24,9 @@ typedef struct diff_weights {
 em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
                              const int64_t *shape);
 
+/* The weights file of a diffusers component folder: <dir>/diffusion_pytorch_model.safetensors
+ * .index.json when it exists, else <dir>/diffusion_pytorch_model.safetensors (malloc'd). NULL
+ * with EM_ERR_NOT_FOUND naming the folder when neither exists (Ember reads safetensors only). */
+char *diff_weights_file(em_ctx *c, const char *op, const char *dir);
+
 #endif
