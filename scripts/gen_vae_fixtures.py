@@ -26,6 +26,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fixtures.common import Bundle  # noqa: E402
+from gen_diffusion_fixtures import randomise  # noqa: E402  (norms near identity, 0.15 elsewhere)
 
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "diffusion")
 
@@ -45,16 +46,6 @@ CASES = {
                          force_upcast=False, use_quant_conv=False, use_post_quant_conv=False,
                          mid_block_add_attention=False), 12),
 }
-
-
-def randomise(model, seed):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.2)  # affine away from id
-            else:
-                p.normal_(0.0, 0.15)
 
 
 def write_case(name, cfg, size, seed):

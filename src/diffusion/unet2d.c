@@ -99,14 +99,6 @@ static bool load_time(unet_loader *l) {
     return true;
 }
 
-static bool alloc_block(em_ctx *c, unet_block *b, int n, bool attn) {
-    b->n = n;
-    b->res = calloc((size_t)n, sizeof *b->res);
-    b->attn = attn ? calloc((size_t)n, sizeof *b->attn) : NULL;
-    if (!b->res || (attn && !b->attn)) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
-    return true;
-}
-
 /* A resnet down/upsampler (downsample_type / upsample_type "resnet"). */
 static bool load_resampler(unet_loader *l, unet_block *b, const char *prefix, int64_t ch,
                            bool up) {
@@ -126,7 +118,7 @@ static bool load_down(unet_loader *l) {
         out = cfg->block_out_channels[i];
         bool attn = cfg->down_blocks[i] == EM_UNET2D_BLOCK_ATTN;
         unet_block *b = &l->u->down[i];
-        if (!alloc_block(l->c, b, (int)cfg->layers_per_block, attn)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block, attn)) return false;
         for (int j = 0; j < b->n; j++) {
             snprintf(pre, sizeof pre, "down_blocks.%d.resnets.%d", i, j);
             if (!unet_load_resnet(l, &b->res[j], pre, j ? out : in, out)) return false;
@@ -151,7 +143,7 @@ static bool load_mid(unet_loader *l) {
     if (!cfg->mid_block) return true;
     int64_t ch = cfg->block_out_channels[cfg->n_blocks - 1];
     unet_block *b = &l->u->mid;
-    if (!alloc_block(l->c, b, 2, cfg->add_attention)) return false;
+    if (!unet_alloc_block(l, b, 2, cfg->add_attention)) return false;
     for (int j = 0; j < 2; j++) {
         char pre[64];
         snprintf(pre, sizeof pre, "mid_block.resnets.%d", j);
@@ -179,7 +171,7 @@ static bool load_up(unet_loader *l) {
         int64_t in = cfg->block_out_channels[n - 1 - (i + 1 < n ? i + 1 : n - 1)];
         bool attn = cfg->up_blocks[i] == EM_UNET2D_BLOCK_ATTN;
         unet_block *b = &l->u->up[i];
-        if (!alloc_block(l->c, b, (int)cfg->layers_per_block + 1, attn)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block + 1, attn)) return false;
         for (int j = 0; j < b->n; j++) {
             int64_t skip = j == b->n - 1 ? in : out, rin = j == 0 ? prev : out;
             snprintf(pre, sizeof pre, "up_blocks.%d.resnets.%d", i, j);
@@ -199,7 +191,8 @@ static bool load_up(unet_loader *l) {
     return true;
 }
 
-static bool load_weights(unet_loader *l) {
+static bool load_weights(unet_loader *l, void *user) {
+    (void)user;
     const em_unet2d_config *cfg = &l->u->cfg;
     int64_t c0 = cfg->block_out_channels[0];
     return unet_load_param(l, &l->u->conv_in, "", "conv_in", true, 4,
@@ -212,16 +205,8 @@ static bool load_weights(unet_loader *l) {
 
 em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (!dir || !*dir) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the folder is NULL or empty");
-        return NULL;
-    }
     em_unet2d_options opts = o ? *o : em_unet2d_default_options();
-    if (opts.dtype != EM_F32 && opts.dtype != EM_BF16 && opts.dtype != EM_F16) {
-        em_ctx_fail(c, EM_ERR_DTYPE, OP, "dtype %s: f32, bf16 and f16 are supported",
-                    em_dtype_name(opts.dtype));
-        return NULL;
-    }
+    if (!diff_check_load_args(c, OP, dir, opts.dtype)) return NULL;
     em_unet2d *u = calloc(1, sizeof *u);
     if (!u || !(u->dir = strdup(dir))) {
         free(u);
@@ -239,19 +224,10 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
     u->set.act = unet_act_from_name(u->cfg.act_fn);
     u->set.scale_shift = u->cfg.scale_shift;
     u->set.downsample_padding = u->cfg.downsample_padding;
-    char *file = u->dev ? diff_weights_file(c, OP, dir) : NULL;
-    em_safetensors *st = file ? em_safetensors_open(c, file) : NULL;
-    if (st) {
-        unet_loader l = {.c = c, .st = st, .u = u, .file = file, .dir = dir, .op = OP,
-                         .dtype = u->dtype, .dev = u->dev, .temb_dim = u->cfg.time_embed_dim,
-                         .scale_shift = u->cfg.scale_shift,
-                         .head_dim = u->cfg.attention_head_dim};
-        em_scope_push(c);
-        load_weights(&l);
-        em_scope_pop(c);
-        em_safetensors_free(st);
-    }
-    free(file);
+    unet_loader l = {.c = c, .u = u, .dir = dir, .op = OP, .dtype = u->dtype, .dev = u->dev,
+                     .temb_dim = u->cfg.time_embed_dim, .scale_shift = u->cfg.scale_shift,
+                     .head_dim = u->cfg.attention_head_dim};
+    if (u->dev) unet_load_folder(&l, load_weights, NULL);
     if (em_ctx_status(c)) {
         em_unet2d_free(u);
         return NULL;

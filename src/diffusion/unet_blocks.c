@@ -84,6 +84,31 @@ bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t ch
                            (int64_t[]){channels, inner});
 }
 
+bool unet_alloc_block(unet_loader *l, unet_block *b, int n, bool attn) {
+    b->n = n;
+    b->res = calloc((size_t)n, sizeof *b->res);
+    b->attn = attn ? calloc((size_t)n, sizeof *b->attn) : NULL;
+    if (!b->res || (attn && !b->attn))
+        return em_ctx_fail(l->c, EM_ERR_OOM, l->op, "out of memory"), false;
+    return true;
+}
+
+bool unet_load_folder(unet_loader *l, bool (*load)(unet_loader *l, void *user), void *user) {
+    char *file = diff_weights_file(l->c, l->op, l->dir);
+    l->st = file ? em_safetensors_open(l->c, file) : NULL;
+    l->file = file;
+    if (l->st) {
+        em_scope_push(l->c);
+        load(l, user);
+        em_scope_pop(l->c);
+        em_safetensors_free(l->st);
+    }
+    l->st = NULL;
+    l->file = NULL;
+    free(file);
+    return !em_ctx_status(l->c);
+}
+
 static void resnet_free(unet_resnet *r) {
     unet_param *ps[] = {&r->norm1, &r->conv1, &r->temb_proj, &r->norm2, &r->conv2, &r->shortcut};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) unet_param_free(ps[i]);

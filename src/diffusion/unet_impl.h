@@ -89,7 +89,12 @@ bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_
                       int64_t out);
 bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t channels,
                     int64_t groups, double rescale);
+/* b->n resnets (and as many attention slots when attn), zeroed. */
+bool unet_alloc_block(unet_loader *l, unet_block *b, int n, bool attn);
 void unet_block_free(unet_block *b);
+/* Opens l->dir's weights file (diff_weights_file; l->st and l->file are set for the call) and
+ * runs load(l, user) in a scope of its own. False with the error in l->c. */
+bool unet_load_folder(unet_loader *l, bool (*load)(unet_loader *l, void *user), void *user);
 void unet_param_free(unet_param *p);
 
 /* ---- forward (unet_blocks.c); results in the current scope ---- */

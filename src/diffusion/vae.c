@@ -55,20 +55,12 @@ void em_vae_free(em_vae *v) {
  * Loading
  * ------------------------------------------------------------------------------------------- */
 
-static bool alloc_block(em_ctx *c, unet_block *b, int n, bool attn) {
-    b->n = n;
-    b->res = calloc((size_t)n, sizeof *b->res);
-    b->attn = attn ? calloc((size_t)n, sizeof *b->attn) : NULL;
-    if (!b->res || (attn && !b->attn)) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
-    return true;
-}
-
 /* <part>.mid_block: UNetMidBlock2D(resnet_eps=1e-6, attention_head_dim=channels, default shift):
  * two resnets and, with mid_block_add_attention, one attention with the resnets' groups. */
 static bool load_mid(unet_loader *l, const em_vae_config *cfg, unet_block *b, const char *part) {
     int64_t ch = cfg->block_out_channels[cfg->n_blocks - 1];
     char pre[96];
-    if (!alloc_block(l->c, b, 2, cfg->mid_block_add_attention)) return false;
+    if (!unet_alloc_block(l, b, 2, cfg->mid_block_add_attention)) return false;
     for (int j = 0; j < 2; j++) {
         snprintf(pre, sizeof pre, "%s.mid_block.resnets.%d", part, j);
         if (!unet_load_resnet(l, &b->res[j], pre, ch, ch)) return false;
@@ -101,7 +93,7 @@ static bool load_encoder(unet_loader *l, const em_vae_config *cfg, vae_coder *k)
         out = cfg->block_out_channels[i];
         unet_block *b = &k->blocks[i];
         char pre[96];
-        if (!alloc_block(l->c, b, (int)cfg->layers_per_block, false)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block, false)) return false;
         for (int j = 0; j < b->n; j++) {
             snprintf(pre, sizeof pre, "encoder.down_blocks.%d.resnets.%d", i, j);
             if (!unet_load_resnet(l, &b->res[j], pre, j ? out : in, out)) return false;
@@ -128,7 +120,7 @@ static bool load_decoder(unet_loader *l, const em_vae_config *cfg, vae_coder *k)
         out = cfg->block_out_channels[n - 1 - i];
         unet_block *b = &k->blocks[i];
         char pre[96];
-        if (!alloc_block(l->c, b, (int)cfg->layers_per_block + 1, false)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block + 1, false)) return false;
         for (int j = 0; j < b->n; j++) {
             snprintf(pre, sizeof pre, "decoder.up_blocks.%d.resnets.%d", i, j);
             if (!unet_load_resnet(l, &b->res[j], pre, j ? out : prev, out)) return false;
@@ -141,7 +133,8 @@ static bool load_decoder(unet_loader *l, const em_vae_config *cfg, vae_coder *k)
     return true;
 }
 
-static bool load_weights(unet_loader *l, em_vae *v) {
+static bool load_weights(unet_loader *l, void *user) {
+    em_vae *v = user;
     const em_vae_config *cfg = &v->cfg;
     int64_t z2 = 2 * cfg->latent_channels, z = cfg->latent_channels;
     return load_encoder(l, cfg, &v->enc) && load_decoder(l, cfg, &v->dec) &&
@@ -154,15 +147,7 @@ static bool load_weights(unet_loader *l, em_vae *v) {
 
 em_vae *em_vae_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (!dir || !*dir) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the folder is NULL or empty");
-        return NULL;
-    }
-    if (dtype != EM_F32 && dtype != EM_BF16 && dtype != EM_F16) {
-        em_ctx_fail(c, EM_ERR_DTYPE, OP, "dtype %s: f32, bf16 and f16 are supported",
-                    em_dtype_name(dtype));
-        return NULL;
-    }
+    if (!diff_check_load_args(c, OP, dir, dtype)) return NULL;
     em_vae *v = calloc(1, sizeof *v);
     if (!v || !(v->dir = strdup(dir))) {
         free(v);
@@ -180,18 +165,9 @@ em_vae *em_vae_load(em_ctx *c, const char *dir, const char *device, em_dtype dty
                              .eps = VAE_EPS,
                              .scale_shift = false,
                              .downsample_padding = 0};
-    char *file = v->dev ? diff_weights_file(c, OP, dir) : NULL;
-    em_safetensors *st = file ? em_safetensors_open(c, file) : NULL;
-    if (st) {
-        /* temb_dim 0: every resnet is built with temb_channels=None; head_dim 0: one head */
-        unet_loader l = {.c = c, .st = st, .file = file, .dir = dir, .op = OP, .dtype = dtype,
-                         .dev = v->dev};
-        em_scope_push(c);
-        load_weights(&l, v);
-        em_scope_pop(c);
-        em_safetensors_free(st);
-    }
-    free(file);
+    /* temb_dim 0: every resnet is built with temb_channels=None; head_dim 0: one head */
+    unet_loader l = {.c = c, .dir = dir, .op = OP, .dtype = dtype, .dev = v->dev};
+    if (v->dev) unet_load_folder(&l, load_weights, v);
     if (em_ctx_status(c)) {
         em_vae_free(v);
         return NULL;

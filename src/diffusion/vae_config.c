@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diffusion/weights.h"
 #include "ember/vae.h"
 #include "io/config/config_impl.h"
 
@@ -173,20 +174,8 @@ static bool parse(em_cfg_src *s, em_vae_config *cfg) {
                     s->file, cfg->n_blocks, n_down, n_up);
         return false;
     }
-    for (int i = 0; i < cfg->n_blocks; i++)
-        if (cfg->block_out_channels[i] % cfg->norm_num_groups) {
-            em_ctx_fail(s->c, EM_ERR_FORMAT, OP,
-                        "%s: block_out_channels[%d] = %lld is not divisible by norm_num_groups "
-                        "%lld", s->file, i, (long long)cfg->block_out_channels[i],
-                        (long long)cfg->norm_num_groups);
-            return false;
-        }
-    if (cfg->layers_per_block > EM_VAE_MAX_LAYERS) {
-        em_ctx_fail(s->c, EM_ERR_UNSUPPORTED, OP, "%s: layers_per_block %lld is more than %d",
-                    s->file, (long long)cfg->layers_per_block, EM_VAE_MAX_LAYERS);
-        return false;
-    }
-    return true;
+    return diff_check_blocks(s->c, OP, s->file, cfg->block_out_channels, cfg->n_blocks,
+                             cfg->norm_num_groups, cfg->layers_per_block, EM_VAE_MAX_LAYERS);
 }
 
 em_status em_vae_config_load(em_ctx *c, const char *path, em_vae_config *out) {

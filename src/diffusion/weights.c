@@ -59,3 +59,33 @@ char *diff_weights_file(em_ctx *c, const char *op, const char *dir) {
                 "reads safetensors weights only", dir);
     return NULL;
 }
+
+bool diff_check_load_args(em_ctx *c, const char *op, const char *dir, em_dtype dtype) {
+    if (!dir || !*dir) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "the folder is NULL or empty");
+        return false;
+    }
+    if (dtype != EM_F32 && dtype != EM_BF16 && dtype != EM_F16) {
+        em_ctx_fail(c, EM_ERR_DTYPE, op, "dtype %s: f32, bf16 and f16 are supported",
+                    em_dtype_name(dtype));
+        return false;
+    }
+    return true;
+}
+
+bool diff_check_blocks(em_ctx *c, const char *op, const char *file, const int64_t *channels,
+                       int n, int64_t groups, int64_t layers, int max_layers) {
+    for (int i = 0; i < n; i++)
+        if (channels[i] % groups) {
+            em_ctx_fail(c, EM_ERR_FORMAT, op,
+                        "%s: block_out_channels[%d] = %lld is not divisible by norm_num_groups "
+                        "%lld", file, i, (long long)channels[i], (long long)groups);
+            return false;
+        }
+    if (layers > max_layers) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "%s: layers_per_block %lld is more than %d", file,
+                    (long long)layers, max_layers);
+        return false;
+    }
+    return true;
+}
