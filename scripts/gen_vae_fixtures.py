@@ -14,6 +14,9 @@ tests/fixtures/diffusion/<name>_ref.{json,bin} (a Bundle):
   latents   [2, latent_channels, H/f, W/f] f32 input of decode
   decoded   vae.decode(latents).sample (the caller divides by scaling_factor first, as the
             pipelines do; the fixture's latents are already "unscaled")
+  image_odd, mean_odd, logvar_odd
+            encode of a [1, in_channels, H - 1, H - 3] image: odd sizes through the padded
+            stride-2 downsamplers
 
 Ember must match within 1e-4.
 """
@@ -67,9 +70,12 @@ def write_case(name, cfg, size, seed):
         again = dist.mean + torch.exp(0.5 * dist.logvar) * noise
         assert (again - sample).abs().max() == 0.0, "sample is not mean + std * noise"
         decoded = vae.decode(latents).sample
+        image_odd = torch.randn((1, cfg["in_channels"], size - 1, size - 3), generator=g)
+        dist_odd = vae.encode(image_odd).latent_dist
     for k, v in (("image", image), ("mean", dist.mean), ("logvar", dist.logvar),
                  ("noise", noise), ("sample", sample), ("latents", latents),
-                 ("decoded", decoded)):
+                 ("decoded", decoded), ("image_odd", image_odd), ("mean_odd", dist_odd.mean),
+                 ("logvar_odd", dist_odd.logvar)):
         b.add(k, v.contiguous())
     b.meta = {"case": name}
     return b.write()

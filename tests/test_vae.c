@@ -47,6 +47,15 @@ static void check_case(em_ctx *c, int i, const char *device) {
     snprintf(what, sizeof what, "%s on %s, latent_dist.sample(generator)", CASES[i], device);
     em_test_allclose(c, em_vae_latent_sample(c, &d, noise), em_test_bundle_get(b, c, "sample"),
                      1e-4, 1e-4, what);
+    /* odd sizes through the padded stride-2 downsamplers */
+    em_ctx_set_device(c, em_vae_device(v));
+    em_tensor *odd = em_test_bundle_get(b, c, "image_odd");
+    em_ctx_set_device(c, prev);
+    CHECK(em_vae_encode(c, v, odd, &d) == EM_OK);
+    snprintf(what, sizeof what, "%s on %s, encode mean of an odd-sized image", CASES[i], device);
+    em_test_allclose(c, d.mean, em_test_bundle_get(b, c, "mean_odd"), 1e-4, 1e-4, what);
+    snprintf(what, sizeof what, "%s on %s, encode logvar of an odd-sized image", CASES[i], device);
+    em_test_allclose(c, d.logvar, em_test_bundle_get(b, c, "logvar_odd"), 1e-4, 1e-4, what);
     CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
     em_ctx_clear_error(c);
     em_scope_pop(c);
