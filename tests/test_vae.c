@@ -69,6 +69,32 @@ static void test_vae_matches_diffusers(void) {
     em_ctx_free(c);
 }
 
+/* bf16 weights and activations run (diffusers' f16/bf16 VAE), close to the f32 reference */
+static void test_vae_bf16(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/vae_kl_ref");
+    em_vae *v = em_vae_load(c, em_test_fixture_path("diffusion", "vae_kl"), NULL, EM_BF16);
+    CHECK_MSG(b && v, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    if (b && v) {
+        em_scope_push(c);
+        em_tensor *z = em_cast(c, em_test_bundle_get(b, c, "latents"), EM_BF16);
+        em_tensor *y = em_cast(c, em_vae_decode(c, v, z), EM_F32);
+        em_test_allclose(c, y, em_test_bundle_get(b, c, "decoded"), 0.1, 0.05, "bf16 decode");
+        em_vae_latent_dist d;
+        em_tensor *img = em_cast(c, em_test_bundle_get(b, c, "image"), EM_BF16);
+        CHECK(em_vae_encode(c, v, img, &d) == EM_OK);
+        em_test_allclose(c, em_cast(c, d.mean, EM_F32), em_test_bundle_get(b, c, "mean"), 0.1,
+                         0.05, "bf16 encode mean");
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s",
+                  em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_vae_free(v);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
 static void test_vae_on_xla(void) {
     em_ctx *c = em_ctx_create();
     if (!em_test_xla_or_skip(c)) {
@@ -213,4 +239,4 @@ static void test_vae_bad_inputs(void) {
 }
 
 EM_TEST_MAIN(T(test_vae_matches_diffusers), T(test_vae_config), T(test_vae_bad_folders),
-             T(test_vae_bad_inputs), T(test_vae_on_xla))
+             T(test_vae_bad_inputs), T(test_vae_bf16), T(test_vae_on_xla))
