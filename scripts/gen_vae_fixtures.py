@@ -42,7 +42,8 @@ CASES = {
                     scaling_factor=0.18215), 16),
     # three levels, two layers per block, no quant convs, no mid-block attention, gelu resnets,
     # a shift factor (SD3/Flux style metadata), other channel counts
-    "vae_variant": (dict(in_channels=1, out_channels=2, down_block_types=("DownEncoderBlock2D",) * 3,
+    "vae_variant": (dict(in_channels=1, out_channels=2,
+                         down_block_types=("DownEncoderBlock2D",) * 3,
                          up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(4, 8, 8),
                          layers_per_block=2, latent_channels=2, norm_num_groups=2, sample_size=16,
                          act_fn="gelu", scaling_factor=1.5305, shift_factor=0.0609,

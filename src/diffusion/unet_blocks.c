@@ -1,6 +1,7 @@
-/* UNet2DModel's building blocks (AutoencoderKL's too) as diffusers 0.42 computes them: ResnetBlock2D, the attention
- * block (Attention with _from_deprecated_attn_block and AttnProcessor2_0), Downsample2D and
- * Upsample2D — their weights loaded and checked, and their forwards over Ember's eager ops. */
+/* UNet2DModel's building blocks (AutoencoderKL's too) as diffusers 0.42 computes them:
+ * ResnetBlock2D, the attention block (Attention with _from_deprecated_attn_block and
+ * AttnProcessor2_0), Downsample2D and Upsample2D — their weights loaded and checked, and their
+ * forwards over Ember's eager ops. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
