@@ -40,6 +40,7 @@
 #include "ember/model.h"
 #include "ember/diffusion.h"
 #include "ember/clip.h"
+#include "ember/vae.h"
 #include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "diffusion/unet_impl.h"
+#include "diffusion/weights.h"
 
 #define OP "UNet2DModel"
 
@@ -99,14 +99,6 @@ static bool load_time(unet_loader *l) {
     return true;
 }
 
-static bool alloc_block(em_ctx *c, unet_block *b, int n, bool attn) {
-    b->n = n;
-    b->res = calloc((size_t)n, sizeof *b->res);
-    b->attn = attn ? calloc((size_t)n, sizeof *b->attn) : NULL;
-    if (!b->res || (attn && !b->attn)) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
-    return true;
-}
-
 /* A resnet down/upsampler (downsample_type / upsample_type "resnet"). */
 static bool load_resampler(unet_loader *l, unet_block *b, const char *prefix, int64_t ch,
                            bool up) {
@@ -126,7 +118,7 @@ static bool load_down(unet_loader *l) {
         out = cfg->block_out_channels[i];
         bool attn = cfg->down_blocks[i] == EM_UNET2D_BLOCK_ATTN;
         unet_block *b = &l->u->down[i];
-        if (!alloc_block(l->c, b, (int)cfg->layers_per_block, attn)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block, attn)) return false;
         for (int j = 0; j < b->n; j++) {
             snprintf(pre, sizeof pre, "down_blocks.%d.resnets.%d", i, j);
             if (!unet_load_resnet(l, &b->res[j], pre, j ? out : in, out)) return false;
@@ -151,7 +143,7 @@ static bool load_mid(unet_loader *l) {
     if (!cfg->mid_block) return true;
     int64_t ch = cfg->block_out_channels[cfg->n_blocks - 1];
     unet_block *b = &l->u->mid;
-    if (!alloc_block(l->c, b, 2, cfg->add_attention)) return false;
+    if (!unet_alloc_block(l, b, 2, cfg->add_attention)) return false;
     for (int j = 0; j < 2; j++) {
         char pre[64];
         snprintf(pre, sizeof pre, "mid_block.resnets.%d", j);
@@ -179,7 +171,7 @@ static bool load_up(unet_loader *l) {
         int64_t in = cfg->block_out_channels[n - 1 - (i + 1 < n ? i + 1 : n - 1)];
         bool attn = cfg->up_blocks[i] == EM_UNET2D_BLOCK_ATTN;
         unet_block *b = &l->u->up[i];
-        if (!alloc_block(l->c, b, (int)cfg->layers_per_block + 1, attn)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block + 1, attn)) return false;
         for (int j = 0; j < b->n; j++) {
             int64_t skip = j == b->n - 1 ? in : out, rin = j == 0 ? prev : out;
             snprintf(pre, sizeof pre, "up_blocks.%d.resnets.%d", i, j);
@@ -199,7 +191,8 @@ static bool load_up(unet_loader *l) {
     return true;
 }
 
-static bool load_weights(unet_loader *l) {
+static bool load_weights(unet_loader *l, void *user) {
+    (void)user;
     const em_unet2d_config *cfg = &l->u->cfg;
     int64_t c0 = cfg->block_out_channels[0];
     return unet_load_param(l, &l->u->conv_in, "", "conv_in", true, 4,
@@ -210,60 +203,31 @@ static bool load_weights(unet_loader *l) {
                            (int64_t[]){cfg->out_channels, c0, 3, 3});
 }
 
-static bool is_file(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (!dir || !*dir) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the folder is NULL or empty");
-        return NULL;
-    }
     em_unet2d_options opts = o ? *o : em_unet2d_default_options();
-    if (opts.dtype != EM_F32 && opts.dtype != EM_BF16 && opts.dtype != EM_F16) {
-        em_ctx_fail(c, EM_ERR_DTYPE, OP, "dtype %s: f32, bf16 and f16 are supported",
-                    em_dtype_name(opts.dtype));
-        return NULL;
-    }
+    if (!diff_check_load_args(c, OP, dir, opts.dtype)) return NULL;
     em_unet2d *u = calloc(1, sizeof *u);
     if (!u || !(u->dir = strdup(dir))) {
         free(u);
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
-    size_t n = strlen(dir) + 64;
-    char *file = malloc(n);
-    if (!file || em_unet2d_config_load(c, dir, &u->cfg) != EM_OK) {
-        if (!file) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-        free(file);
+    if (em_unet2d_config_load(c, dir, &u->cfg) != EM_OK) {
         em_unet2d_free(u);
         return NULL;
     }
     u->dtype = opts.dtype;
     u->dev = opts.device ? em_device_get(c, opts.device) : em_ctx_device(c);
-    u->groups = u->cfg.norm_num_groups;
-    u->eps = u->cfg.norm_eps;
-    u->act = !strcmp(u->cfg.act_fn, "gelu")   ? UNET_ACT_GELU
-             : !strcmp(u->cfg.act_fn, "relu") ? UNET_ACT_RELU
-                                              : UNET_ACT_SILU;
-    const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
-    snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
-    if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
-    if (u->dev && !is_file(file))
-        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP,
-                    "%s holds no diffusion_pytorch_model.safetensors (nor its .index.json); "
-                    "Ember reads safetensors weights only", dir);
-    em_safetensors *st = em_ctx_status(c) ? NULL : em_safetensors_open(c, file);
-    if (st) {
-        unet_loader l = {c, st, u, file};
-        em_scope_push(c);
-        load_weights(&l);
-        em_scope_pop(c);
-        em_safetensors_free(st);
-    }
-    free(file);
+    u->set.groups = u->cfg.norm_num_groups;
+    u->set.eps = u->cfg.norm_eps;
+    u->set.act = unet_act_from_name(u->cfg.act_fn);
+    u->set.scale_shift = u->cfg.scale_shift;
+    u->set.downsample_padding = u->cfg.downsample_padding;
+    unet_loader l = {.c = c, .u = u, .dir = dir, .op = OP, .dtype = u->dtype, .dev = u->dev,
+                     .temb_dim = u->cfg.time_embed_dim, .scale_shift = u->cfg.scale_shift,
+                     .head_dim = u->cfg.attention_head_dim};
+    if (u->dev) unet_load_folder(&l, load_weights, NULL);
     if (em_ctx_status(c)) {
         em_unet2d_free(u);
         return NULL;
@@ -430,36 +394,36 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
     for (int i = 0; i < cfg->n_blocks; i++) {
         const unet_block *b = &u->down[i];
         for (int j = 0; j < b->n; j++) {
-            x = unet_resnet_forward(c, u, &b->res[j], x, temb);
-            if (b->attn) x = unet_attn_forward(c, u, &b->attn[j], x);
+            x = unet_resnet_forward(c, &u->set, &b->res[j], x, temb);
+            if (b->attn) x = unet_attn_forward(c, &u->set, &b->attn[j], x);
             skips[ns++] = x;
         }
         if (b->resampler) {
-            x = unet_resnet_forward(c, u, b->resampler, x, temb);
+            x = unet_resnet_forward(c, &u->set, b->resampler, x, temb);
             skips[ns++] = x;
         } else if (b->conv.w) {
-            x = unet_downsample(c, u, &b->conv, x);
+            x = unet_downsample(c, &u->set, &b->conv, x);
             skips[ns++] = x;
         }
     }
     if (cfg->mid_block) {
-        x = unet_resnet_forward(c, u, &u->mid.res[0], x, temb);
-        if (u->mid.attn) x = unet_attn_forward(c, u, &u->mid.attn[0], x);
-        x = unet_resnet_forward(c, u, &u->mid.res[1], x, temb);
+        x = unet_resnet_forward(c, &u->set, &u->mid.res[0], x, temb);
+        if (u->mid.attn) x = unet_attn_forward(c, &u->set, &u->mid.attn[0], x);
+        x = unet_resnet_forward(c, &u->set, &u->mid.res[1], x, temb);
     }
     for (int i = 0; i < cfg->n_blocks; i++) {
         const unet_block *b = &u->up[i];
         for (int j = 0; j < b->n; j++) {
             em_tensor *pair[2] = {x, skips[--ns]};
-            x = unet_resnet_forward(c, u, &b->res[j], em_cat(c, pair, 2, 1), temb);
-            if (b->attn) x = unet_attn_forward(c, u, &b->attn[j], x);
+            x = unet_resnet_forward(c, &u->set, &b->res[j], em_cat(c, pair, 2, 1), temb);
+            if (b->attn) x = unet_attn_forward(c, &u->set, &b->attn[j], x);
         }
         if (b->resampler)
-            x = unet_resnet_forward(c, u, b->resampler, x, temb);
+            x = unet_resnet_forward(c, &u->set, b->resampler, x, temb);
         else if (b->conv.w)
             x = unet_upsample(c, &b->conv, x);
     }
-    x = em_group_norm(c, x, u->groups, u->norm_out.w, u->norm_out.b, u->eps);
+    x = em_group_norm(c, x, u->set.groups, u->norm_out.w, u->norm_out.b, u->set.eps);
     x = unet_conv(c, &u->conv_out, em_silu(c, x));
     if (cfg->time_embedding == EM_UNET2D_TIME_FOURIER)
         x = em_div(c, x, em_cast(c, em_reshape(c, tf, 4, (int64_t[]){n, 1, 1, 1}), u->dtype));

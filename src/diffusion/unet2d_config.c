@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/file_read.h"
+#include "diffusion/weights.h"
 #include "ember/diffusion.h"
 #include "io/config/config_impl.h"
 
@@ -273,19 +274,9 @@ static bool parse(cfg_src *s, em_unet2d_config *cfg) {
                     s->file, cfg->n_blocks, n_down ? n_down : 4, n_up ? n_up : 4);
         return false;
     }
-    for (int i = 0; i < cfg->n_blocks; i++)
-        if (cfg->block_out_channels[i] % cfg->norm_num_groups) {
-            em_ctx_fail(s->c, EM_ERR_FORMAT, OP,
-                        "%s: block_out_channels[%d] = %lld is not divisible by norm_num_groups "
-                        "%lld", s->file, i, (long long)cfg->block_out_channels[i],
-                        (long long)cfg->norm_num_groups);
-            return false;
-        }
-    if (cfg->layers_per_block > EM_UNET2D_MAX_LAYERS) {
-        em_ctx_fail(s->c, EM_ERR_UNSUPPORTED, OP, "%s: layers_per_block %lld is more than %d",
-                    s->file, (long long)cfg->layers_per_block, EM_UNET2D_MAX_LAYERS);
+    if (!diff_check_blocks(s->c, OP, s->file, cfg->block_out_channels, cfg->n_blocks,
+                           cfg->norm_num_groups, cfg->layers_per_block, EM_UNET2D_MAX_LAYERS))
         return false;
-    }
     cfg->time_embed_dim = ted ? ted : 4 * cfg->block_out_channels[0];
     return true;
 }

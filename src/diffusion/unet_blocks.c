@@ -1,6 +1,7 @@
-/* UNet2DModel's building blocks as diffusers 0.42 computes them: ResnetBlock2D, the attention
- * block (Attention with _from_deprecated_attn_block and AttnProcessor2_0), Downsample2D and
- * Upsample2D — their weights loaded and checked, and their forwards over Ember's eager ops. */
+/* UNet2DModel's building blocks (AutoencoderKL's too) as diffusers 0.42 computes them:
+ * ResnetBlock2D, the attention block (Attention with _from_deprecated_attn_block and
+ * AttnProcessor2_0), Downsample2D and Upsample2D — their weights loaded and checked, and their
+ * forwards over Ember's eager ops. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,14 +9,12 @@
 #include "diffusion/unet_impl.h"
 #include "diffusion/weights.h"
 
-#define OP "UNet2DModel"
-
 /* ---------------------------------------------------------------------------------------------
  * Loading
  * ------------------------------------------------------------------------------------------- */
 
 static em_tensor *load_checked(unet_loader *l, const char *name, int ndim, const int64_t *shape) {
-    diff_weights w = {l->c, l->st, l->file, l->u->dir, OP, l->u->dtype, l->u->dev};
+    diff_weights w = {l->c, l->st, l->file, l->dir, l->op, l->dtype, l->dev};
     return diff_load_checked(&w, name, ndim, shape);
 }
 
@@ -39,15 +38,14 @@ bool unet_load_param(unet_loader *l, unet_param *p, const char *prefix, const ch
 
 bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_t in,
                       int64_t out) {
-    const em_unet2d_config *cfg = &l->u->cfg;
     r->in = in;
     r->out = out;
     r->out_scale = 1.0;
-    int64_t temb_out = cfg->scale_shift ? 2 * out : out;
+    int64_t temb_out = l->scale_shift ? 2 * out : out;
     return unet_load_param(l, &r->norm1, prefix, "norm1", true, 1, (int64_t[]){in}) &&
            unet_load_param(l, &r->conv1, prefix, "conv1", true, 4, (int64_t[]){out, in, 3, 3}) &&
-           unet_load_param(l, &r->temb_proj, prefix, "time_emb_proj", true, 2,
-                           (int64_t[]){temb_out, cfg->time_embed_dim}) &&
+           (!l->temb_dim || unet_load_param(l, &r->temb_proj, prefix, "time_emb_proj", true, 2,
+                                            (int64_t[]){temb_out, l->temb_dim})) &&
            unet_load_param(l, &r->norm2, prefix, "norm2", true, 1, (int64_t[]){out}) &&
            unet_load_param(l, &r->conv2, prefix, "conv2", true, 4, (int64_t[]){out, out, 3, 3}) &&
            (in == out || unet_load_param(l, &r->shortcut, prefix, "conv_shortcut", true, 4,
@@ -56,17 +54,16 @@ bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_
 
 bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t channels,
                     int64_t groups, double rescale) {
-    const em_unet2d_config *cfg = &l->u->cfg;
-    int64_t hd = cfg->attention_head_dim ? cfg->attention_head_dim : channels;
+    int64_t hd = l->head_dim ? l->head_dim : channels;
     a->channels = channels;
     a->heads = channels / hd;
     a->head_dim = hd;
     a->rescale = rescale;
     a->groups = groups;
     if (a->heads < 1) {
-        em_ctx_fail(l->c, EM_ERR_FORMAT, OP,
+        em_ctx_fail(l->c, EM_ERR_FORMAT, l->op,
                     "%s/config.json: attention_head_dim %lld is larger than the %lld channels of "
-                    "%s", l->u->dir, (long long)hd, (long long)channels, prefix);
+                    "%s", l->dir, (long long)hd, (long long)channels, prefix);
         return false;
     }
     int64_t inner = a->heads * hd;
@@ -86,6 +83,31 @@ bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t ch
                            (int64_t[]){inner, channels}) &&
            unet_load_param(l, &a->out, prefix, old ? "proj_attn" : "to_out.0", true, 2,
                            (int64_t[]){channels, inner});
+}
+
+bool unet_alloc_block(unet_loader *l, unet_block *b, int n, bool attn) {
+    b->n = n;
+    b->res = calloc((size_t)n, sizeof *b->res);
+    b->attn = attn ? calloc((size_t)n, sizeof *b->attn) : NULL;
+    if (!b->res || (attn && !b->attn))
+        return em_ctx_fail(l->c, EM_ERR_OOM, l->op, "out of memory"), false;
+    return true;
+}
+
+bool unet_load_folder(unet_loader *l, bool (*load)(unet_loader *l, void *user), void *user) {
+    char *file = diff_weights_file(l->c, l->op, l->dir);
+    l->st = file ? em_safetensors_open(l->c, file) : NULL;
+    l->file = file;
+    if (l->st) {
+        em_scope_push(l->c);
+        load(l, user);
+        em_scope_pop(l->c);
+        em_safetensors_free(l->st);
+    }
+    l->st = NULL;
+    l->file = NULL;
+    free(file);
+    return !em_ctx_status(l->c);
 }
 
 static void resnet_free(unet_resnet *r) {
@@ -115,6 +137,12 @@ void unet_block_free(unet_block *b) {
  * Forward
  * ------------------------------------------------------------------------------------------- */
 
+unet_act unet_act_from_name(const char *name) {
+    return !strcmp(name, "gelu")   ? UNET_ACT_GELU
+           : !strcmp(name, "relu") ? UNET_ACT_RELU
+                                   : UNET_ACT_SILU;
+}
+
 em_tensor *unet_act_apply(em_ctx *c, unet_act a, em_tensor *x) {
     switch (a) {
     case UNET_ACT_GELU: return em_gelu(c, x, false);
@@ -131,14 +159,14 @@ em_tensor *unet_conv(em_ctx *c, const unet_param *p, em_tensor *x) {
     return em_conv2d(c, x, p->w, p->b, &cp);
 }
 
-static em_tensor *group_norm(em_ctx *c, const em_unet2d *u, const unet_param *p, int64_t groups,
-                             em_tensor *x) {
-    return em_group_norm(c, x, groups, p->w, p->b, u->eps);
+static em_tensor *group_norm(em_ctx *c, const unet_settings *s, const unet_param *p,
+                             int64_t groups, em_tensor *x) {
+    return em_group_norm(c, x, groups, p->w, p->b, s->eps);
 }
 
-em_tensor *unet_resnet_forward(em_ctx *c, const em_unet2d *u, const unet_resnet *r,
+em_tensor *unet_resnet_forward(em_ctx *c, const unet_settings *s, const unet_resnet *r,
                                em_tensor *x, em_tensor *temb) {
-    em_tensor *h = unet_act_apply(c, u->act, group_norm(c, u, &r->norm1, u->groups, x));
+    em_tensor *h = unet_act_apply(c, s->act, group_norm(c, s, &r->norm1, s->groups, x));
     if (r->up) {
         int64_t H = em_tensor_dim(x, 2), W = em_tensor_dim(x, 3);
         x = em_upsample_nearest(c, x, 2 * H, 2 * W);
@@ -149,28 +177,34 @@ em_tensor *unet_resnet_forward(em_ctx *c, const em_unet2d *u, const unet_resnet 
         h = em_avg_pool2d(c, h, &pp);
     }
     h = unet_conv(c, &r->conv1, h);
-    /* time_emb_proj(act(temb))[:, :, None, None] */
-    em_tensor *t = em_linear(c, unet_act_apply(c, u->act, temb), r->temb_proj.w, r->temb_proj.b);
-    t = em_unsqueeze(c, em_unsqueeze(c, t, -1), -1);
-    if (u->cfg.scale_shift) {
-        em_tensor *parts[2] = {NULL, NULL};
-        if (em_split(c, t, r->out, 1, parts, 2) != 2) return NULL;
-        h = group_norm(c, u, &r->norm2, u->groups, h);
-        h = em_add(c, em_mul(c, h, em_add_scalar(c, parts[0], 1.0)), parts[1]);
+    if (!r->temb_proj.w || !temb) { /* temb_channels=None: no time embedding at all */
+        h = group_norm(c, s, &r->norm2, s->groups, h);
     } else {
-        h = group_norm(c, u, &r->norm2, u->groups, em_add(c, h, t));
+        /* time_emb_proj(act(temb))[:, :, None, None] */
+        em_tensor *t = em_linear(c, unet_act_apply(c, s->act, temb), r->temb_proj.w,
+                                 r->temb_proj.b);
+        t = em_unsqueeze(c, em_unsqueeze(c, t, -1), -1);
+        if (s->scale_shift) {
+            em_tensor *parts[2] = {NULL, NULL};
+            if (em_split(c, t, r->out, 1, parts, 2) != 2) return NULL;
+            h = group_norm(c, s, &r->norm2, s->groups, h);
+            h = em_add(c, em_mul(c, h, em_add_scalar(c, parts[0], 1.0)), parts[1]);
+        } else {
+            h = group_norm(c, s, &r->norm2, s->groups, em_add(c, h, t));
+        }
     }
-    h = unet_conv(c, &r->conv2, unet_act_apply(c, u->act, h));
+    h = unet_conv(c, &r->conv2, unet_act_apply(c, s->act, h));
     if (r->shortcut.w) x = unet_conv(c, &r->shortcut, x);
     em_tensor *out = em_add(c, x, h);
     return r->out_scale == 1.0 ? out : em_div_scalar(c, out, r->out_scale);
 }
 
-em_tensor *unet_attn_forward(em_ctx *c, const em_unet2d *u, const unet_attn *a, em_tensor *x) {
+em_tensor *unet_attn_forward(em_ctx *c, const unet_settings *s, const unet_attn *a,
+                             em_tensor *x) {
     int64_t N = em_tensor_dim(x, 0), C = em_tensor_dim(x, 1), H = em_tensor_dim(x, 2),
             W = em_tensor_dim(x, 3), L = H * W, inner = a->heads * a->head_dim;
     em_tensor *h = x;
-    if (a->norm.w) h = group_norm(c, u, &a->norm, a->groups, h);
+    if (a->norm.w) h = group_norm(c, s, &a->norm, a->groups, h);
     /* [N, C, H, W] -> [N, HW, C] */
     h = em_transpose(c, em_reshape(c, h, 3, (int64_t[]){N, C, L}), 1, 2);
     em_tensor *qkv[3];
@@ -198,10 +232,11 @@ static em_tensor *zeros_like_dev(em_ctx *c, em_tensor *like, int ndim, const int
     return z;
 }
 
-em_tensor *unet_downsample(em_ctx *c, const em_unet2d *u, const unet_param *conv, em_tensor *x) {
+em_tensor *unet_downsample(em_ctx *c, const unet_settings *s, const unet_param *conv,
+                           em_tensor *x) {
     em_conv2d_params cp = em_conv2d_default_params();
     cp.stride[0] = cp.stride[1] = 2;
-    int64_t pad = u->cfg.downsample_padding;
+    int64_t pad = s->downsample_padding;
     if (pad == 0) {
         /* F.pad(x, (0, 1, 0, 1)): a zero column on the right, then a zero row at the bottom */
         int64_t N = em_tensor_dim(x, 0), C = em_tensor_dim(x, 1), H = em_tensor_dim(x, 2),

@@ -1,6 +1,7 @@
-/* UNet2DModel internals shared by its loader (unet2d.c) and its blocks (unet_blocks.c): the
- * weights resolved at load into one struct per diffusers module, so a missing or misshapen
- * tensor is found when loading, never in the middle of a forward. */
+/* UNet2DModel internals shared by its loader (unet2d.c) and its blocks (unet_blocks.c), which
+ * AutoencoderKL (vae.c) reuses: the weights resolved at load into one struct per diffusers
+ * module, so a missing or misshapen tensor is found when loading, never in the middle of a
+ * forward. */
 #ifndef EMBER_DIFFUSION_UNET_IMPL_H
 #define EMBER_DIFFUSION_UNET_IMPL_H
 
@@ -14,6 +15,16 @@ typedef struct unet_param {
 } unet_param;
 
 typedef enum unet_act { UNET_ACT_SILU, UNET_ACT_GELU, UNET_ACT_RELU } unet_act;
+
+/* What the blocks' forwards take besides their weights: a UNet2DModel's from its config, the
+ * VAE's Encoder/Decoder fixed by diffusers (eps 1e-6, padding 0, default shift). */
+typedef struct unet_settings {
+    unet_act act;               /* the resnets' nonlinearity */
+    int64_t groups;             /* the resnets' group norm groups */
+    double eps;                 /* every group norm's eps */
+    bool scale_shift;           /* resnet_time_scale_shift "scale_shift" */
+    int64_t downsample_padding; /* the conv downsamplers' padding (0: F.pad (0, 1, 0, 1)) */
+} unet_settings;
 
 /* ResnetBlock2D. */
 typedef struct unet_resnet {
@@ -45,9 +56,7 @@ struct em_unet2d {
     char *dir;
     em_device *dev;
     em_dtype dtype;
-    unet_act act;
-    int64_t groups;
-    double eps;
+    unet_settings set;
     em_tensor *freqs;    /* positional: [1, C0/2] f32 frequencies as diffusers computes them */
     em_tensor *time_proj;/* fourier: W [C0]; learned: the table [T, C0] */
     unet_param time_l1, time_l2;
@@ -61,8 +70,15 @@ struct em_unet2d {
 typedef struct unet_loader {
     em_ctx *c;
     em_safetensors *st;
-    em_unet2d *u;
-    const char *file; /* the safetensors file, for messages */
+    em_unet2d *u;      /* UNet2DModel's own loaders only; the block loaders below do not use it */
+    const char *file;  /* the safetensors file, for messages */
+    const char *dir;   /* the component folder (its config.json is named in messages) */
+    const char *op;    /* the op errors carry ("UNet2DModel", "AutoencoderKL") */
+    em_dtype dtype;
+    em_device *dev;
+    int64_t temb_dim;  /* the resnets' time_emb_proj input (0: none, temb_channels=None) */
+    bool scale_shift;  /* time_emb_proj gives scale and shift (2 * out rows) */
+    int64_t head_dim;  /* attention_head_dim (0: one head of all channels) */
 } unet_loader;
 
 /* Loads `<prefix>.<name>.weight` (and `.bias` when has_bias) checking the weight's shape
@@ -73,16 +89,26 @@ bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_
                       int64_t out);
 bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t channels,
                     int64_t groups, double rescale);
+/* b->n resnets (and as many attention slots when attn), zeroed. */
+bool unet_alloc_block(unet_loader *l, unet_block *b, int n, bool attn);
 void unet_block_free(unet_block *b);
+/* Opens l->dir's weights file (diff_weights_file; l->st and l->file are set for the call) and
+ * runs load(l, user) in a scope of its own. False with the error in l->c. */
+bool unet_load_folder(unet_loader *l, bool (*load)(unet_loader *l, void *user), void *user);
 void unet_param_free(unet_param *p);
 
 /* ---- forward (unet_blocks.c); results in the current scope ---- */
+/* act_fn "gelu", "relu"; anything else (the parsers accept only "silu" / "swish") is SiLU. */
+unet_act unet_act_from_name(const char *name);
 em_tensor *unet_act_apply(em_ctx *c, unet_act a, em_tensor *x);
-em_tensor *unet_resnet_forward(em_ctx *c, const em_unet2d *u, const unet_resnet *r,
+/* temb NULL: a resnet without time_emb_proj (the VAE's). */
+em_tensor *unet_resnet_forward(em_ctx *c, const unet_settings *s, const unet_resnet *r,
                                em_tensor *x, em_tensor *temb);
-em_tensor *unet_attn_forward(em_ctx *c, const em_unet2d *u, const unet_attn *a, em_tensor *x);
+em_tensor *unet_attn_forward(em_ctx *c, const unet_settings *s, const unet_attn *a,
+                             em_tensor *x);
 /* The down block's conv downsampler (diffusers' F.pad (0, 1, 0, 1) when padding is 0). */
-em_tensor *unet_downsample(em_ctx *c, const em_unet2d *u, const unet_param *conv, em_tensor *x);
+em_tensor *unet_downsample(em_ctx *c, const unet_settings *s, const unet_param *conv,
+                           em_tensor *x);
 /* Nearest x2 then the 3x3 conv. */
 em_tensor *unet_upsample(em_ctx *c, const unet_param *conv, em_tensor *x);
 /* A 3x3 (or 1x1) convolution, stride 1, "same" padding. */

@@ -1,6 +1,9 @@
-/* diff_load_checked: a weight with the shape its component's config implies. */
+/* diff_load_checked: a weight with the shape its component's config implies; the folder's
+ * weights file. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "diffusion/weights.h"
 
@@ -32,4 +35,57 @@ em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
     }
     em_tensor *t = em_safetensors_load_as(w->c, w->st, name, w->dtype, w->dev);
     return t ? em_detach(w->c, t) : NULL;
+}
+
+static bool is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+char *diff_weights_file(em_ctx *c, const char *op, const char *dir) {
+    size_t n = strlen(dir) + 64;
+    char *file = malloc(n);
+    if (!file) {
+        em_ctx_fail(c, EM_ERR_OOM, op, "out of memory");
+        return NULL;
+    }
+    const char *sep = *dir && dir[strlen(dir) - 1] == '/' ? "" : "/";
+    snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
+    if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
+    if (is_file(file)) return file;
+    free(file);
+    em_ctx_fail(c, EM_ERR_NOT_FOUND, op,
+                "%s holds no diffusion_pytorch_model.safetensors (nor its .index.json); Ember "
+                "reads safetensors weights only", dir);
+    return NULL;
+}
+
+bool diff_check_load_args(em_ctx *c, const char *op, const char *dir, em_dtype dtype) {
+    if (!dir || !*dir) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "the folder is NULL or empty");
+        return false;
+    }
+    if (dtype != EM_F32 && dtype != EM_BF16 && dtype != EM_F16) {
+        em_ctx_fail(c, EM_ERR_DTYPE, op, "dtype %s: f32, bf16 and f16 are supported",
+                    em_dtype_name(dtype));
+        return false;
+    }
+    return true;
+}
+
+bool diff_check_blocks(em_ctx *c, const char *op, const char *file, const int64_t *channels,
+                       int n, int64_t groups, int64_t layers, int max_layers) {
+    for (int i = 0; i < n; i++)
+        if (channels[i] % groups) {
+            em_ctx_fail(c, EM_ERR_FORMAT, op,
+                        "%s: block_out_channels[%d] = %lld is not divisible by norm_num_groups "
+                        "%lld", file, i, (long long)channels[i], (long long)groups);
+            return false;
+        }
+    if (layers > max_layers) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "%s: layers_per_block %lld is more than %d", file,
+                    (long long)layers, max_layers);
+        return false;
+    }
+    return true;
 }

@@ -1,6 +1,7 @@
 /* Loading a component's weights with the shape its config implies, shared by the diffusion
- * components (UNet2DModel, the CLIP text encoder), so a config that disagrees with its weights
- * fails at load naming the tensor, both shapes and the config's folder. */
+ * components (UNet2DModel, AutoencoderKL, the CLIP text encoder), so a config that disagrees
+ * with its weights fails at load naming the tensor, both shapes and the config's folder; and
+ * the checks their loaders and configs share. */
 #ifndef EMBER_DIFFUSION_WEIGHTS_H
 #define EMBER_DIFFUSION_WEIGHTS_H
 
@@ -23,5 +24,20 @@ typedef struct diff_weights {
  * caller (detached from every scope). NULL with EM_ERR_NOT_FOUND (missing) or EM_ERR_SHAPE. */
 em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
                              const int64_t *shape);
+
+/* The weights file of a diffusers component folder: <dir>/diffusion_pytorch_model.safetensors
+ * .index.json when it exists, else <dir>/diffusion_pytorch_model.safetensors (malloc'd). NULL
+ * with EM_ERR_NOT_FOUND naming the folder when neither exists (Ember reads safetensors only). */
+char *diff_weights_file(em_ctx *c, const char *op, const char *dir);
+
+/* A loader's arguments: a non-empty folder and a dtype of f32, bf16 or f16. False with
+ * EM_ERR_INVALID_ARG / EM_ERR_DTYPE. */
+bool diff_check_load_args(em_ctx *c, const char *op, const char *dir, em_dtype dtype);
+
+/* What a UNet's or VAE's config must agree on: each of the n block_out_channels divisible by
+ * the norm groups (EM_ERR_FORMAT) and layers_per_block at most max_layers (EM_ERR_UNSUPPORTED),
+ * naming `file`. */
+bool diff_check_blocks(em_ctx *c, const char *op, const char *file, const int64_t *channels,
+                       int n, int64_t groups, int64_t layers, int max_layers);
 
 #endif
