@@ -153,5 +153,21 @@ static void test_qwen3_moe(void) {
     check_family_impl("qwen3_moe", EM_MOE_LOOP);
 }
 
+/* gemma4's layers read per-layer inputs and other layers' keys: no recomputation per layer */
+static void test_checkpointing_refused(void) {
+    em_ctx *c = em_ctx_create();
+    em_model_options o = em_model_default_options();
+    o.progress = false;
+    em_model *m = em_model_load(c, em_test_fixture_path("models", "gemma4_text"), &o);
+    CHECK_MSG(m != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    CHECK(em_model_set_gradient_checkpointing(c, m, true) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "gradient_checkpointing", "gemma4", "cannot recompute");
+    em_ctx_clear_error(c);
+    CHECK(em_model_set_gradient_checkpointing(c, m, false) == EM_OK);
+    CHECK(em_model_set_gradient_checkpointing(c, NULL, true) == EM_ERR_INVALID_ARG);
+    em_model_free(m);
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe), T(test_router_aux),
-             T(test_router_aux_dense))
+             T(test_router_aux_dense), T(test_checkpointing_refused))

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
             "                   [--weight-decay WD] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]\n"
             "                   [--grad-clip C] [--no-shuffle] [--seed S] [--dtype f32|bf16]\n"
             "                   [--val-fraction F --eval-every K] [--out DIR] [--save-every K]\n"
-            "                   [--resume DIR] [--dp N] [--json]\n\n"
+            "                   [--resume DIR] [--dp N] [--gradient-checkpointing] [--json]\n\n"
             "Trains a decoder language model with AdamW on FILE: a .npy 1-D array of token ids,\n"
             "or text tokenized with the model's tokenizer (no special tokens). The ids are cut\n"
             "into floor(len / T) windows of T ids; with --no-shuffle step s trains on windows\n"
@@ -32,8 +32,9 @@ static void usage(FILE *f) {
             "DIR/checkpoint-<step> every --save-every steps); --resume DIR continues such a run\n"
             "(its weights are loaded from DIR; give the same data, --seq-len, --batch, --steps,\n"
             "schedule, --seed and shuffle). --dtype bf16: bf16 weights and activations, f32\n"
-            "master weights and AdamW state (the checkpoint in bf16). Not yet: --device other than cpu,\n"
-            "--dp > 1, --compile.\n");
+            "master weights and AdamW state (the checkpoint in bf16). --gradient-checkpointing:\n"
+            "recompute each layer's activations in the backward (same losses, less memory, about\n"
+            "a third more time). Not yet: --device other than cpu, --compile.\n");
 }
 
 typedef struct train_args {
@@ -62,6 +63,9 @@ static int parse(int argc, char **argv, train_args *a) {
             continue;
         } else if (!strcmp(k, "--compile")) {
             a->compile = true;
+            continue;
+        } else if (!strcmp(k, "--gradient-checkpointing")) {
+            a->o.gradient_checkpointing = true;
             continue;
         }
         if (!v) {
