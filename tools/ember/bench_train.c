@@ -79,7 +79,8 @@ typedef struct train_result {
 } train_result;
 
 /* Ember's median step over `steps` timed steps (after one untimed), on random ids. */
-static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train_result *r) {
+static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool recompute,
+                   train_result *r) {
     em_ctx *c = em_ctx_create();
     em_model_options mo = em_model_default_options();
     mo.progress = false;
@@ -106,6 +107,7 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
     o.lr = 1e-4;
     o.grad_clip = 1.0;
     o.shuffle = false;
+    o.gradient_checkpointing = recompute;
     em_trainer *t = d ? em_trainer_create(c, m, d, &o) : NULL;
     double ms[MAX_STEPS];
     int n = 0;
@@ -127,9 +129,9 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
         r->peak_mb = peak;
         r->kb_per_token = loaded > 0 && peak > 0 ? (peak - loaded) * 1024 / (double)(batch * seq)
                                                  : -1;
-        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld]",
+        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld%s]",
                  cfg->model_type, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
-                 (long long)batch, (long long)seq);
+                 (long long)batch, (long long)seq, recompute ? ",recompute" : "");
     }
     em_trainer_free(t);
     em_train_data_free(d);
@@ -141,16 +143,17 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
 static void usage(void) {
     printf("usage: ember bench train [--preset demo|qwen3-0.6b|all] [--model DIR] [--layers N]\n"
            "                         [--seq-len T] [--batch B] [--steps N] [--torch-compile]\n"
-           "                         [--skip-peers] [--json]\n\n"
+           "                         [--gradient-checkpointing] [--skip-peers] [--json]\n\n"
            "One training step (forward, loss, backward, clipping, AdamW; f32) of the demo model\n"
            "(tiny-qwen3) and of the Qwen3-0.6B shape (random weights, --layers of 28, default 4)\n"
            "at seq 512: tokens/s and MFU against the FMA peak measured in the same run, memory per\n"
            "token, and torch eager training the same checkpoint ($EMBER_PYTHON with torch and\n"
-           "transformers; --torch-compile adds torch.compile).\n");
+           "transformers; --torch-compile adds torch.compile). --gradient-checkpointing: both\n"
+           "recompute each layer in the backward (transformers' gradient_checkpointing_enable).\n");
 }
 
 int bench_train(int argc, char **argv) {
-    bool json = false, peers = true, torch_compile = false;
+    bool json = false, peers = true, torch_compile = false, recompute = false;
     const char *preset = "all", *model = NULL;
     long long layers = 4, seq = 512, batch = 1, steps = 3;
     for (int i = 1; i < argc; i++) {
@@ -159,6 +162,7 @@ int bench_train(int argc, char **argv) {
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--skip-peers")) peers = false;
         else if (!strcmp(a, "--torch-compile")) torch_compile = true;
+        else if (!strcmp(a, "--gradient-checkpointing")) recompute = true;
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--model") && has) model = argv[++i];
         else if (!strcmp(a, "--layers") && has) {
@@ -205,14 +209,15 @@ int bench_train(int argc, char **argv) {
     bench_print_header(json);
     for (int k = 0; k < n_models; k++) {
         train_result r = {0};
-        if (measure(dirs[k], batch, seq, (int)steps, &r)) return 1;
+        if (measure(dirs[k], batch, seq, (int)steps, recompute, &r)) return 1;
         bench_peer torch = {0};
         if (peers) {
             char tasks[2600];
             snprintf(tasks, sizeof tasks,
                      "{\"model\": \"%s\", \"threads\": %d, \"seq_len\": %lld, \"batch\": %lld, "
-                     "\"steps\": %lld, \"compile\": %s}",
-                     dirs[k], em_num_threads(), seq, batch, steps, torch_compile ? "true" : "false");
+                     "\"steps\": %lld, \"compile\": %s, \"gradient_checkpointing\": %s}",
+                     dirs[k], em_num_threads(), seq, batch, steps, torch_compile ? "true" : "false",
+                     recompute ? "true" : "false");
             bench_peer_run("train_torch.py", tasks, &torch);
             if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
         }
