@@ -79,15 +79,21 @@ typedef struct run_opts {
 static const double X[N * H] = {0.3, -1.2, 0.7, 2.0, -0.4, 0.9, 1.1, -2.2, 0.05, 0.6, -0.8, 1.4};
 static const double W[H] = {0.8, -0.5, 1.3, 0.2};
 
+/* The leaves x and w (both requiring grad), recording turned on, and the region's input 1.5 x
+ * (recorded: a non-leaf) */
+static em_tensor *record_input(em_ctx *c, em_tensor **x, em_tensor **w) {
+    *x = em_from_host(c, EM_F64, 2, (int64_t[]){N, H}, X);
+    *w = em_from_host(c, EM_F64, 1, (int64_t[]){H}, W);
+    em_tensor_requires_grad(c, *x, true);
+    em_tensor_requires_grad(c, *w, true);
+    em_grad_enable(c, true);
+    return em_mul_scalar(c, *x, 1.5);
+}
+
 /* loss = sum(out0 k0) (+ sum(out1 k1)) of the region on 1.5 x; the gradients of x and w */
 static em_status run(em_ctx *c, run_opts o, double *gx, double *gw, int *tape) {
     em_scope_push(c);
-    em_tensor *x = em_from_host(c, EM_F64, 2, (int64_t[]){N, H}, X);
-    em_tensor *w = em_from_host(c, EM_F64, 1, (int64_t[]){H}, W);
-    em_tensor_requires_grad(c, x, true);
-    em_tensor_requires_grad(c, w, true);
-    em_grad_enable(c, true);
-    em_tensor *xin = em_mul_scalar(c, x, 1.5);
+    em_tensor *x, *w, *xin = record_input(c, &x, &w);
     em_tensor *out[2] = {NULL, NULL};
     region *r = region_new(w, 0, o.depth, o.identity, !o.ckpt);
     int n_out = 2; /* out[1] unused (no gradient reaches it) unless use_out1 */
@@ -203,12 +209,7 @@ static void test_error_in_recompute(void) {
 static void test_inplace_write(void) {
     em_ctx *c = em_ctx_create();
     reset_counts();
-    em_tensor *x = em_from_host(c, EM_F64, 2, (int64_t[]){N, H}, X);
-    em_tensor *w = em_from_host(c, EM_F64, 1, (int64_t[]){H}, W);
-    em_tensor_requires_grad(c, x, true);
-    em_tensor_requires_grad(c, w, true);
-    em_grad_enable(c, true);
-    em_tensor *xin = em_mul_scalar(c, x, 1.5);
+    em_tensor *x, *w, *xin = record_input(c, &x, &w);
     em_tensor *out[2];
     CHECK(em_checkpoint(c, region_fn, region_new(w, 0, 0, false, false), region_free, &xin, 1,
                         out, 2) == EM_OK);

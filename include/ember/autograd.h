@@ -108,7 +108,7 @@ typedef em_status (*em_checkpoint_fn)(em_ctx *c, void *user, em_tensor *const *i
  * tensors there, never borrow them from a scope that may close before the backward. The outputs
  * belong to the current scope; out[] entries are NULL on error.
  *
- * Errors: NULL fn or out, n_in outside [0, 64], n_out outside [1, 64] (EM_ERR_INVALID_ARG); fn's
+ * Errors: NULL fn or out, n_in outside [0, 32], n_out outside [1, 64] (EM_ERR_INVALID_ARG); fn's
  * own error, or an output it left NULL. In the backward: an input written in place after the
  * region read it (EM_ERR_INVALID_ARG, naming the input and where the region was made, as for an
  * op); an error inside the recomputation (fn's, or a rule's) is recorded in the context and ends

@@ -234,7 +234,7 @@ static em_status accumulate(em_ctx *c, em_tensor *t, em_tensor *g) {
     return EM_OK;
 }
 
-static bool same_shape(const em_tensor *a, const em_tensor *b) {
+bool em_grad_same_shape(const em_tensor *a, const em_tensor *b) {
     if (a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++)
         if (a->shape[d] != b->shape[d]) return false;
@@ -281,7 +281,7 @@ static em_status node_backward(em_ctx *c, em_grad_node *n) {
     if (!s) s = c->err.status;
     for (int i = 0; i < n->n_in && !s; i++) {
         if (!need[i] || !gin[i]) continue;
-        if (!same_shape(gin[i], n->in[i])) {
+        if (!em_grad_same_shape(gin[i], n->in[i])) {
             char a[96], b[96];
             s = em_fail_at(c, EM_ERR_INTERNAL, "backward", n->file, n->line,
                            "the rule of '%s' gave a gradient %s for input %d of %s", n->op->name,
@@ -323,7 +323,7 @@ em_status em_backward_grad(em_ctx *c, em_tensor *out, em_tensor *grad) {
                        "%s has %lld elements: a gradient is implied only for one element (pass "
                        "one with em_backward_grad)",
                        em_tensor_sig(out, sig, sizeof sig), (long long)out->numel);
-    if (grad && (!same_shape(grad, out) || !em_dtype_is_float(grad->dtype)))
+    if (grad && (!em_grad_same_shape(grad, out) || !em_dtype_is_float(grad->dtype)))
         return EM_FAIL(c, EM_ERR_SHAPE, "backward",
                        "the gradient %s does not fit the output %s (same shape, floating)",
                        em_tensor_sig(grad, gsig, sizeof gsig),

@@ -74,6 +74,9 @@ em_status em_grad_backward_roots(em_ctx *c, int n, em_tensor *const *roots,
 void *em_grad_tape_push(em_ctx *c);
 void em_grad_tape_pop(em_ctx *c, void *saved);
 
+/* Whether a and b have the same shape. */
+bool em_grad_same_shape(const em_tensor *a, const em_tensor *b);
+
 /* ---- helpers for rules (ops/grad_util.c) ---- */
 /* g summed over the dims broadcasting added to `like`'s shape, reshaped to it. */
 em_tensor *em_grad_reduce_to(em_ctx *c, em_tensor *g, const em_tensor *like);

@@ -32,13 +32,6 @@ static em_tensor *alias(em_ctx *c, em_tensor *t) {
     return a;
 }
 
-static bool same_shape(const em_tensor *a, const em_tensor *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
-
 /* Calls the region's function in a scope of its own and moves its outputs to the caller's. */
 static em_status run(em_ctx *c, const ckpt *k, em_tensor *const *in, int n_in, em_tensor **out,
                      int n_out, const char *file, int line) {
@@ -74,7 +67,7 @@ static em_status ckpt_backward(em_ctx *c, const em_grad_node *n, em_tensor *cons
         s = run(c, k, leaf, n->n_in, res, n->n_out, n->file, n->line);
         c->grad_on = false;
         for (int o = 0; o < n->n_out && !s; o++)
-            if (!same_shape(res[o], n->out[o])) {
+            if (!em_grad_same_shape(res[o], n->out[o])) {
                 char a[96], b[96];
                 s = em_fail_at(c, EM_ERR_INTERNAL, "checkpoint", n->file, n->line,
                                "recomputing the region gave output %d as %s, the first call %s "
@@ -108,12 +101,13 @@ em_status em_checkpoint_(em_ctx *c, const char *file, int line, em_checkpoint_fn
     if (out)
         for (int o = 0; o < n_out && o < EM_MAX_OUTPUTS; o++) out[o] = NULL;
     em_status s = !c ? EM_ERR_INVALID_ARG : c->err.status;
-    if (!s && (!fn || !out || n_in < 0 || n_in > EM_MAX_INPUTS || (n_in > 0 && !in) ||
+    /* at most 32 inputs: the in-place check reads a 32-bit mask of them (ckpt_rule) */
+    if (!s && (!fn || !out || n_in < 0 || n_in > 32 || (n_in > 0 && !in) ||
                n_out < 1 || n_out > EM_MAX_OUTPUTS))
         s = em_fail_at(c, EM_ERR_INVALID_ARG, "checkpoint", file, line,
                        "needs a function, outputs, 0..%d inputs and 1..%d outputs (got fn %s, "
                        "%d inputs, %d outputs)",
-                       EM_MAX_INPUTS, EM_MAX_OUTPUTS, fn ? "set" : "NULL", n_in, n_out);
+                       32, EM_MAX_OUTPUTS, fn ? "set" : "NULL", n_in, n_out);
     ckpt *k = s ? NULL : calloc(1, sizeof *k);
     if (!s && !k) s = em_fail_at(c, EM_ERR_OOM, "checkpoint", file, line, "out of memory");
     if (s) {

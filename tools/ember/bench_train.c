@@ -75,8 +75,33 @@ typedef struct train_result {
     double step_ms, tokens_per_s, flops;
     double peak_mb;      /* the process's resident peak during the timed steps */
     double kb_per_token; /* that peak above the resident set with the weights loaded, per token */
+    double saved_kb_per_token; /* what a recorded forward and loss keep for the backward (the
+                                  allocator's bytes in use after them, above before), per token */
     char shape[160];
 } train_result;
+
+/* KB the forward and the loss on ids x keep for the backward (the trainer marked the
+ * parameters): the CPU allocator's bytes in use after them minus before; -1 on error. The
+ * activations, which gradient checkpointing trades for a recomputation. */
+static double saved_kb(em_ctx *c, em_model *m, em_tensor *x) {
+    int64_t before = 0, after = 0, t = em_tensor_dim(x, 1);
+    int64_t v = em_model_config_get(m)->vocab_size, b = em_tensor_dim(x, 0);
+    em_scope_push(c);
+    em_device_memory_stats(em_device_cpu(), &before, NULL);
+    bool prev = em_grad_enable(c, true);
+    em_tensor *logits = em_model_forward(c, m, x, NULL, NULL, false);
+    em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, t - 1, 1), 2,
+                                 (int64_t[]){b * (t - 1), v});
+    em_tensor *next = em_reshape(c, em_slice(c, x, 1, 1, t, 1), 1, (int64_t[]){b * (t - 1)});
+    em_tensor *loss = em_cross_entropy(c, pred, next, -100);
+    em_grad_enable(c, prev);
+    double lv;
+    if (loss) em_item(c, loss, &lv); /* evaluated (fused eager mode defers work) */
+    em_device_memory_stats(em_device_cpu(), &after, NULL);
+    em_grad_tape_clear(c);
+    em_scope_pop(c);
+    return loss && !em_ctx_status(c) ? (double)(after - before) / 1024 : -1;
+}
 
 /* Ember's median step over `steps` timed steps (after one untimed), on random ids. */
 static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool recompute,
@@ -99,6 +124,8 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
     }
     em_train_data *d = ids && m ? em_train_data_from_ids(c, ids, n_ids, cfg->vocab_size, "random")
                                 : NULL;
+    em_tensor *batch0 = ids ? em_detach(c, em_from_host(c, EM_I64, 2, (int64_t[]){batch, seq}, ids))
+                            : NULL;
     free(ids);
     em_train_options o = em_train_default_options();
     o.seq_len = seq;
@@ -117,8 +144,10 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
         for (; n < steps && em_trainer_step(c, t, &info) == EM_OK; n++) ms[n] = info.seconds * 1e3;
         rss_mb(&unused, &peak);
     }
+    if (n == steps) r->saved_kb_per_token = saved_kb(c, m, batch0) / (double)(batch * seq);
+    em_tensor_release(batch0);
     int rc = 0;
-    if (n < steps) {
+    if (n < steps || r->saved_kb_per_token < 0) {
         fprintf(stderr, "ember bench train: %s: %s\n", dir, em_ctx_error(c)->message);
         rc = 1;
     } else {
@@ -237,15 +266,17 @@ int bench_train(int argc, char **argv) {
         double tkb = bench_peer_ms(&torch, "torch_kb_per_token");
         if (json) {
             printf("{\"bench\": \"train_memory\", \"shape\": \"%s\", \"ember_peak_mb\": %.1f, "
-                   "\"ember_kb_per_token\": %.1f, \"torch_kb_per_token\": %.1f}\n",
-                   r.shape, r.peak_mb, r.kb_per_token, tkb);
+                   "\"ember_kb_per_token\": %.1f, \"ember_saved_kb_per_token\": %.1f, "
+                   "\"torch_kb_per_token\": %.1f}\n",
+                   r.shape, r.peak_mb, r.kb_per_token, r.saved_kb_per_token, tkb);
         } else {
             double tms = bench_peer_ms(&torch, "torch_step");
             printf("  %s: %.0f tokens/s, MFU %.0f %%", r.shape, r.tokens_per_s,
                    peak_ms > 0 ? 100 * peak_ms / r.step_ms : 0.0);
             if (tms > 0) printf(", %.2fx torch eager's tokens/s (target >= 1.5x)", tms / r.step_ms);
-            printf("\n  memory above the weights: %.0f KB per token (peak %.0f MB)", r.kb_per_token,
-                   r.peak_mb);
+            printf("\n  memory above the weights: %.0f KB per token (peak %.0f MB); kept by the "
+                   "forward for the backward: %.0f KB per token",
+                   r.kb_per_token, r.peak_mb, r.saved_kb_per_token);
             if (tkb > 0) printf("; torch eager %.0f KB per token", tkb);
             printf("\n");
         }
