@@ -11,7 +11,9 @@
  * (matmul parameters, the LM head included) + 12 x layers x heads x head_dim x T, per token.
  * Memory per token: the resident peak during the timed steps above the resident set right after
  * the weights were loaded (so gradients, AdamW moments, activations and the allocator's caches),
- * / (B x T) (Linux's VmRSS and VmHWM; the peak reset through /proc/self/clear_refs).
+ * / (B x T) (Linux's VmRSS and VmHWM; the peak reset through /proc/self/clear_refs). Kept per
+ * token: what a recorded forward and loss hold for the backward, the activations that
+ * --gradient-checkpointing (each layer recomputed in the backward, both sides) trades for time.
  */
 #include <stdio.h>
 #include <stdlib.h>
