@@ -12,7 +12,9 @@ Checks: (1) `ember train --no-shuffle --json` with the bundle's flags gives torc
 1e-5 absolute, grad norms within 1e-5 relative and the same learning rates; (2) the run saved with
 --save-every 5, resumed from DIR/checkpoint-5, prints steps 5..9 identical to the uninterrupted
 run's (the printed 17-digit numbers: bit-identical), and `ember generate` loads the saved
-checkpoint; (3) data shorter than one window, a float
+checkpoint; (3) with --gradient-checkpointing (every layer recomputed in the backward) the
+losses and grad norms are torch's too and within 1e-5 of the run without; (4) data shorter than
+one window, a float
 .npy, an id outside the vocabulary and a --seq-len above max_position_embeddings each fail with a
 message naming the problem. Needs only the Python standard library.
 """
@@ -103,6 +105,24 @@ def main():
                          "--greedy", "--print-ids"])
         if r.returncode != 0:
             fail(f"ember generate on the trained checkpoint exited with {r.returncode}:\n{r.stderr}")
+        # gradient checkpointing: the same run, recomputing each layer in the backward
+        r = run(ember + ["train", "--model", model, "--data", data] + flags +
+                ["--gradient-checkpointing"])
+        if r.returncode != 0:
+            fail(f"--gradient-checkpointing exited with {r.returncode}:\n{r.stderr}")
+        ck_steps = steps(r.stdout)
+        if len(ck_steps) != len(got):
+            fail(f"--gradient-checkpointing printed {r.stdout}")
+        diff = 0.0
+        for s, base, want_loss, want_norm in zip(ck_steps, got, meta["losses"], meta["grad_norms"]):
+            if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > 1e-5:
+                fail(f"{family} step {s['step']} recomputed: loss {s['loss']!r}, without "
+                     f"{base['loss']!r}, torch {want_loss!r}")
+            if abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm):
+                fail(f"{family} step {s['step']} recomputed: grad norm {s['grad_norm']!r}, "
+                     f"torch {want_norm!r}")
+            diff = max(diff, abs(s["loss"] - base["loss"]))
+        print(f"{family}: --gradient-checkpointing, 10 steps within {diff:.2g} of the run without")
         # resumed from the step-5 checkpoint: the same numbers, digit for digit
         ck = os.path.join(out, "checkpoint-5")
         r = run(ember + ["train", "--resume", ck, "--data", data] + flags)

@@ -6,6 +6,8 @@
  * 1e-5 and each gradient within 1e-5 relative to that tensor's largest element. Llama's tiny
  * checkpoint ties the LM head to the embeddings, so its embedding gradient is the sum of both
  * uses; Qwen3-MoE's router and experts train through the ragged and the loop implementations.
+ * Each check runs again with gradient checkpointing (em_model_set_gradient_checkpointing: every
+ * layer recomputed in the backward), against the same fixtures and tolerances.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -40,7 +42,7 @@ static bool close_scaled(em_ctx *c, em_tensor *got, em_tensor *want, double tol,
  * MoE families with output_router_logits (<family>_aux_grads): the LM loss plus
  * router_aux_loss_coef times em_model_forward_router_aux's load-balancing loss must be
  * transformers' loss, with every gradient (the router's gets the balancing term's share). */
-static void check_grads(const char *family, em_moe_impl impl, bool aux) {
+static void check_grads(const char *family, em_moe_impl impl, bool aux, bool ckpt) {
     char rel[128];
     snprintf(rel, sizeof rel, "train/%s_%sgrads", family, aux ? "aux_" : "");
     em_test_bundle *b = em_test_bundle_load(rel);
@@ -56,6 +58,7 @@ static void check_grads(const char *family, em_moe_impl impl, bool aux) {
         em_test_bundle_free(b);
         return;
     }
+    CHECK(em_model_set_gradient_checkpointing(c, m, ckpt) == EM_OK);
     em_model_param ps[128];
     int np = em_model_params(c, m, ps, 128);
     CHECK_MSG(np > 0 && np <= 128, "em_model_params: %d", np);
@@ -83,6 +86,11 @@ static void check_grads(const char *family, em_moe_impl impl, bool aux) {
         loss = em_add(c, loss, em_mul_scalar(c, balance, coef));
     }
     em_grad_enable(c, false);
+    /* recomputed layers are one tape node each (the layer's 20-odd op calls otherwise) */
+    int64_t layers = em_model_config_get(m)->num_hidden_layers;
+    int tape = em_grad_tape_size(c);
+    if (ckpt) CHECK_MSG(tape < 40, "%s: %d nodes on the tape with checkpointing", family, tape);
+    else CHECK_MSG(tape > 15 * layers, "%s: %d nodes on the tape", family, tape);
     double lv = NAN, want = NAN;
     CHECK(em_item(c, loss, &lv) == EM_OK);
     CHECK(em_item(c, em_test_bundle_get(b, c, "loss"), &want) == EM_OK);
@@ -94,8 +102,8 @@ static void check_grads(const char *family, em_moe_impl impl, bool aux) {
     for (int i = 0; i < np; i++) {
         char key[160], what[200];
         snprintf(key, sizeof key, "grad/%.96s", ps[i].name);
-        snprintf(what, sizeof what, "%.24s%s (moe %d) %.160s", family, aux ? " aux" : "",
-                 (int)impl, key);
+        snprintf(what, sizeof what, "%.24s%s%s (moe %d) %.150s", family, aux ? " aux" : "",
+                 ckpt ? " recompute" : "", (int)impl, key);
         close_scaled(c, em_tensor_grad(ps[i].tensor), em_test_bundle_get(b, c, key), 1e-5, what);
         em_tensor_zero_grad(ps[i].tensor);
     }
@@ -105,7 +113,8 @@ static void check_grads(const char *family, em_moe_impl impl, bool aux) {
 }
 
 static void check_family_impl(const char *family, em_moe_impl impl) {
-    check_grads(family, impl, false);
+    check_grads(family, impl, false, false);
+    check_grads(family, impl, false, true);
 }
 
 /* a dense model has no router: aux NULL, the logits as em_model_forward's; aux NULL refused */
@@ -125,9 +134,11 @@ static void test_router_aux_dense(void) {
 }
 
 static void test_router_aux(void) {
-    check_grads("qwen3_moe", EM_MOE_RAGGED, true);
-    check_grads("qwen3_moe", EM_MOE_LOOP, true);
-    check_grads("mixtral", EM_MOE_RAGGED, true);
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+        check_grads("qwen3_moe", EM_MOE_RAGGED, true, ckpt);
+        check_grads("qwen3_moe", EM_MOE_LOOP, true, ckpt);
+        check_grads("mixtral", EM_MOE_RAGGED, true, ckpt);
+    }
 }
 
 static void check_family(const char *family) { check_family_impl(family, EM_MOE_RAGGED); }
@@ -142,5 +153,21 @@ static void test_qwen3_moe(void) {
     check_family_impl("qwen3_moe", EM_MOE_LOOP);
 }
 
+/* gemma4's layers read per-layer inputs and other layers' keys: no recomputation per layer */
+static void test_checkpointing_refused(void) {
+    em_ctx *c = em_ctx_create();
+    em_model_options o = em_model_default_options();
+    o.progress = false;
+    em_model *m = em_model_load(c, em_test_fixture_path("models", "gemma4_text"), &o);
+    CHECK_MSG(m != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    CHECK(em_model_set_gradient_checkpointing(c, m, true) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "gradient_checkpointing", "gemma4", "cannot recompute");
+    em_ctx_clear_error(c);
+    CHECK(em_model_set_gradient_checkpointing(c, m, false) == EM_OK);
+    CHECK(em_model_set_gradient_checkpointing(c, NULL, true) == EM_ERR_INVALID_ARG);
+    em_model_free(m);
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe), T(test_router_aux),
-             T(test_router_aux_dense))
+             T(test_router_aux_dense), T(test_checkpointing_refused))

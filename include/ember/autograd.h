@@ -78,6 +78,49 @@ EM_API void em_grad_tape_clear(em_ctx *c);
 EM_API int em_grad_tape_size(const em_ctx *c);
 
 /**
+ * The function of a checkpointed region (em_checkpoint): computes out[0..n_out) from
+ * in[0..n_in) (and from whatever `user` gives it, parameters included) with the public ops,
+ * leaving each output in the current scope (or returning an input). It must compute the same
+ * thing each time it is called with the same values. Returns the status (errors recorded in c,
+ * as every op).
+ */
+typedef em_status (*em_checkpoint_fn)(em_ctx *c, void *user, em_tensor *const *in, int n_in,
+                                      em_tensor **out, int n_out);
+
+/**
+ * Activation recomputation (torch.utils.checkpoint): calls fn(c, user, in, n_in, out, n_out)
+ * with recording off, so none of the values it computes is kept for the backward. With
+ * recording on, its floating outputs are then fresh tensors (sharing the results' memory)
+ * marked as requiring grad and produced by ONE tape node, which holds only references to the
+ * inputs, and `user`. When em_backward reaches that node, it calls fn again with recording on,
+ * on leaves that alias the inputs (the ones that require grad marked so), into a tape of its
+ * own, backpropagates the outputs' gradients through it (leaves fn reads through `user`, such
+ * as parameters, receive their gradients there, as without recomputation), releases that tape
+ * and passes the aliases' gradients on as the inputs'. Peak memory of a backward through N
+ * regions is then the inputs of all N plus the values of one region. With recording on the
+ * outputs require grad even when nothing the region reads does (which is not known before the
+ * recomputation). Regions nest. With recording off it is a plain call of fn.
+ *
+ * Ownership: `user` passes to em_checkpoint in every case (success, error, recording off):
+ * `user_free(user)` (when not NULL) is called once it is no longer needed — at once with
+ * recording off or on error, else when the node is released (after its backward, or by
+ * em_grad_tape_clear). Whatever fn reads through `user` must stay valid until then: retain
+ * tensors there, never borrow them from a scope that may close before the backward. The outputs
+ * belong to the current scope; out[] entries are NULL on error.
+ *
+ * Errors: NULL fn or out, n_in outside [0, 32], n_out outside [1, 64] (EM_ERR_INVALID_ARG); fn's
+ * own error, or an output it left NULL. In the backward: an input written in place after the
+ * region read it (EM_ERR_INVALID_ARG, naming the input and where the region was made, as for an
+ * op); an error inside the recomputation (fn's, or a rule's) is recorded in the context and ends
+ * the backward as an op's would, with the region's tape released and the outer tape intact; a
+ * recomputed output whose shape differs from the first call's (EM_ERR_INTERNAL).
+ */
+#define em_checkpoint(c, ...) em_checkpoint_((c), EM_HERE, __VA_ARGS__)
+EM_API em_status em_checkpoint_(em_ctx *c, const char *file, int line, em_checkpoint_fn fn,
+                                void *user, void (*user_free)(void *user), em_tensor *const *in,
+                                int n_in, em_tensor **out, int n_out);
+
+/**
  * Mean cross-entropy of logits[N, C] against integer labels[N] (i64 or i32), ignoring the rows
  * whose label is `ignore_index` (torch's F.cross_entropy(logits, labels,
  * ignore_index=ignore_index), reduction "mean"): a 0-d tensor of logits' dtype, NaN when every

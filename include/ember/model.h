@@ -128,6 +128,18 @@ EM_API int em_model_weight_dtypes(const em_model *m, char *buf, size_t n);
  *  layout, see em_model_options.moe_impl) stay packed: loop and dense then unpack each expert
  *  per call, correct but slower than loading with that implementation. */
 EM_API void em_model_set_moe_impl(em_model *m, em_moe_impl impl);
+/**
+ * Gradient checkpointing (transformers' model.gradient_checkpointing_enable()): while recording
+ * for autodiff (em_grad_enable) a forward without a KV cache then runs each decoder layer as an
+ * em_checkpoint region (ember/autograd.h): the backward keeps only the layers' inputs and
+ * recomputes one layer's activations at a time, about one more forward's work per step for
+ * activation memory of one layer instead of all. Gradients are the same. Forwards with a cache
+ * or not recording are unchanged. Set it before forwards, not while another thread runs one.
+ * EM_ERR_UNSUPPORTED (naming the reason) for a model whose layers cannot be recomputed alone:
+ * not a decoder LM, or gemma4 (per-layer inputs, layers reading other layers' keys and
+ * values); `on = false` always succeeds. Returns the status.
+ */
+EM_API em_status em_model_set_gradient_checkpointing(em_ctx *c, em_model *m, bool on);
 
 /** One trainable tensor of a model, under the name transformers gives it. */
 typedef struct em_model_param {

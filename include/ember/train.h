@@ -86,6 +86,10 @@ typedef struct em_train_options {
     em_dist *group;         /* data parallel over this process group (borrowed; it must outlive
                                the trainer; collectives over MPI); batch must divide by its world
                                size. NULL: this process alone (NULL) */
+    bool gradient_checkpointing; /* recompute each layer's activations in the backward
+                               (em_model_set_gradient_checkpointing, set on the model by
+                               em_trainer_create): same gradients, activation memory of one layer
+                               instead of all, about one more forward per step (false) */
 } em_train_options;
 
 /** The defaults above (seq_len and steps 0: to be set). */

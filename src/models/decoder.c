@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ember/autograd.h"
 #include "ember/dist.h"
 #include "models/decoder_blocks.h"
 
@@ -334,23 +335,25 @@ static void aux_record(em_fwd *f, em_tensor *logits, em_tensor *idx) {
     int64_t n = em_tensor_dim(logits, 0), e = em_tensor_dim(logits, 1);
     int64_t k = idx ? em_tensor_dim(idx, 1) : 0;
     if (em_ctx_status(c) || !idx) return;
-    if (!f->aux_counts && !(f->aux_counts = calloc((size_t)e, sizeof *f->aux_counts))) {
-        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
-        return;
+    if (!f->aux_skip_counts) {
+        if (!f->aux_counts && !(f->aux_counts = calloc((size_t)e, sizeof *f->aux_counts))) {
+            em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
+            return;
+        }
+        int64_t *sel = malloc((size_t)(n * k) * sizeof *sel);
+        if (!sel) {
+            em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
+            return;
+        }
+        if (em_to_host(c, idx, sel, (size_t)(n * k) * sizeof *sel) == EM_OK)
+            for (int64_t i = 0; i < n * k; i++)
+                if (sel[i] >= 0 && sel[i] < e) f->aux_counts[sel[i]]++;
+        free(sel);
+        f->aux_rows += n;
     }
-    int64_t *sel = malloc((size_t)(n * k) * sizeof *sel);
-    if (!sel) {
-        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
-        return;
-    }
-    if (em_to_host(c, idx, sel, (size_t)(n * k) * sizeof *sel) == EM_OK)
-        for (int64_t i = 0; i < n * k; i++)
-            if (sel[i] >= 0 && sel[i] < e) f->aux_counts[sel[i]]++;
-    free(sel);
     em_tensor *ps = em_sum(c, em_softmax(c, em_cast(c, logits, EM_F32), 1), (const int[]){0}, 1,
                            false);
     f->aux_prob_sum = f->aux_prob_sum ? em_add(c, f->aux_prob_sum, ps) : ps;
-    f->aux_rows += n;
 }
 
 em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em_tensor *x) {
@@ -587,8 +590,10 @@ static em_tensor *keep_last(em_fwd *f, em_tensor *h) {
 static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
-    em_tensor *(*layer)(em_fwd *, const em_dec_layer *, em_tensor *, int64_t) =
-        m->fam->layer ? m->fam->layer : em_blk_layer;
+    em_blk_layer_fn layer = m->fam->layer ? m->fam->layer : em_blk_layer;
+    /* gradient checkpointing: only while recording, and never with a cache (the recomputation
+     * would write it again) */
+    bool ckpt = m->grad_ckpt && em_grad_is_enabled(c) && !f->kv && !f->stat;
     em_blk_enter_device(f, m->dev_embed);
     em_tensor *ids_e = em_model_to_dev(c, ids, m->dev_embed);
     em_tensor *h = em_embedding(c, m->embed, ids_e);
@@ -603,7 +608,11 @@ static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
         em_blk_enter_device(f, l->dev);
         h = em_model_to_dev(c, h, l->dev);
         em_scope_push(c);
-        em_tensor *next = em_keep(c, layer(f, l, h, i));
+        em_tensor *aux0 = f->aux_prob_sum;
+        em_tensor *next = em_keep(c, ckpt ? em_blk_layer_checkpointed(f, layer, l, h, i)
+                                          : layer(f, l, h, i));
+        /* the router loss's running sum, when this layer added to it, outlives its scope */
+        if (f->aux_prob_sum != aux0) f->aux_prob_sum = em_keep(c, f->aux_prob_sum);
         em_scope_pop(c);
         h = next;
     }

@@ -38,7 +38,13 @@ struct em_fwd {
     bool want_aux;
     em_tensor *aux_prob_sum;
     int64_t *aux_counts, aux_rows;
+    /* a checkpointed layer's recomputation (decoder_recompute.c): the routing probabilities
+     * again (for their gradient), but the choices were counted by the first run */
+    bool aux_skip_counts;
 };
+
+/* A decoder layer: h [B, T, H] -> [B, T, H] (em_blk_layer or the family's own). */
+typedef em_tensor *(*em_blk_layer_fn)(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li);
 
 /* Moves the step to device d: rope tables for f->positions and the padding mask there
  * (recomputed only when the device changes; f->dev = NULL forces it). */
@@ -63,6 +69,13 @@ em_tensor *em_blk_moe(em_fwd *f, const em_dec_layer *l, em_tensor *router_in, em
  * (post_attn_norm on the attention output, pre/post_ffn_norm) where the layer has
  * pre_ffn_norm. */
 em_tensor *em_blk_layer(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li);
+/* layer(f, l, h, li) as a checkpointed region (em_checkpoint): while recording, its activations
+ * are not kept but recomputed in the backward (the model's gradient checkpointing,
+ * decoder_recompute.c). The region keeps what it reads of f; with f->want_aux the layer's routing
+ * probabilities come out of the region too and are added to f->aux_prob_sum here. Only for a
+ * forward without a cache, on models em_model_set_gradient_checkpointing accepted. */
+em_tensor *em_blk_layer_checkpointed(em_fwd *f, em_blk_layer_fn layer, const em_dec_layer *l,
+                                     em_tensor *h, int64_t li);
 /* x times / divided by a Python float: torch keeps the number in f32 for bf16 tensors
  * (opmath), where em_mul_scalar would round it to the tensor's dtype first. */
 em_tensor *em_blk_mul_f32(em_ctx *c, em_tensor *x, double v);

@@ -191,6 +191,7 @@ struct em_model {
     char prefix[96]; /* the checkpoint's prefix of the decoder's names ("model.") */
     em_dtype dtype;
     em_moe_impl moe_impl;
+    bool grad_ckpt; /* recompute each layer in the backward (em_model_set_gradient_checkpointing) */
     double load_s;
     /* placement */
     em_device *dev_embed, *dev_head;

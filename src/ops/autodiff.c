@@ -35,6 +35,7 @@ static void node_free(em_grad_node *n) {
         em_tensor_release(t);
     }
     for (int i = 0; i < n->n_in; i++) em_tensor_release(n->in[i]);
+    if (n->ext_free) n->ext_free(n->ext);
     free(n);
 }
 
@@ -74,12 +75,11 @@ em_status em_grad_check_call(em_ctx *c, const em_op_def *op, em_tensor *const *i
     return EM_OK;
 }
 
-int em_grad_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
-                   const em_attr *attrs, em_tensor **outs, int n_out) {
-    bool wanted = false, floating = false;
-    for (int i = 0; i < n_in; i++) wanted |= in[i] && in[i]->requires_grad;
-    for (int o = 0; o < n_out; o++) floating |= em_dtype_is_float(outs[o]->dtype);
-    if (!wanted || !floating) return n_out;
+/* A new node for n_in inputs and n_out outputs appended to the tape (inputs and outputs
+ * retained, their versions noted, floating outputs marked as produced by it); NULL on OOM
+ * (recorded, nothing retained). */
+static em_grad_node *node_push(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
+                               em_tensor *const *outs, int n_out) {
     em_tape *tp = tape_get(c);
     size_t sz = sizeof(em_grad_node) + (size_t)(n_in + n_out) * (sizeof(em_tensor *) +
                                                                   sizeof(unsigned));
@@ -94,9 +94,8 @@ int em_grad_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_i
     }
     if (!n || tp->n == tp->cap) {
         free(n);
-        for (int o = 0; o < n_out; o++) em_tensor_release(outs[o]);
         em_op_fail(c, EM_ERR_OOM, "out of memory recording the op for autodiff");
-        return -1;
+        return NULL;
     }
     n->op = op;
     n->n_in = n_in;
@@ -117,11 +116,52 @@ int em_grad_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_i
             outs[o]->node = n;
         }
     }
+    tp->nodes[tp->n++] = n;
+    return n;
+}
+
+int em_grad_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
+                   const em_attr *attrs, em_tensor **outs, int n_out) {
+    bool wanted = false, floating = false;
+    for (int i = 0; i < n_in; i++) wanted |= in[i] && in[i]->requires_grad;
+    for (int o = 0; o < n_out; o++) floating |= em_dtype_is_float(outs[o]->dtype);
+    if (!wanted || !floating) return n_out;
+    em_grad_node *n = node_push(c, op, in, n_in, outs, n_out);
+    if (!n) {
+        for (int o = 0; o < n_out; o++) em_tensor_release(outs[o]);
+        return -1;
+    }
     if (op->n_attrs) memcpy(n->attrs, attrs, (size_t)op->n_attrs * sizeof *attrs);
     n->file = c->cur.file;
     n->line = c->cur.line;
-    tp->nodes[tp->n++] = n;
     return n_out;
+}
+
+em_grad_node *em_grad_record_node(em_ctx *c, const em_op_def *op, const em_grad_rule *rule,
+                                  void *ext, void (*ext_free)(void *), em_tensor *const *in,
+                                  int n_in, em_tensor *const *outs, int n_out, const char *file,
+                                  int line) {
+    em_grad_node *n = node_push(c, op, in, n_in, outs, n_out);
+    if (!n) return NULL;
+    n->rule = rule;
+    n->ext = ext;
+    n->ext_free = ext_free;
+    n->file = file;
+    n->line = line;
+    return n;
+}
+
+void *em_grad_tape_push(em_ctx *c) {
+    void *saved = c->tape;
+    c->tape = NULL; /* tape_get makes the new one when the first op is recorded */
+    c->tape_free = NULL;
+    return saved;
+}
+
+void em_grad_tape_pop(em_ctx *c, void *saved) {
+    if (c->tape) tape_free(c);
+    c->tape = saved;
+    c->tape_free = saved ? tape_free : NULL;
 }
 
 /* ---- public API ---- */
@@ -194,7 +234,7 @@ static em_status accumulate(em_ctx *c, em_tensor *t, em_tensor *g) {
     return EM_OK;
 }
 
-static bool same_shape(const em_tensor *a, const em_tensor *b) {
+bool em_grad_same_shape(const em_tensor *a, const em_tensor *b) {
     if (a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++)
         if (a->shape[d] != b->shape[d]) return false;
@@ -210,7 +250,7 @@ static em_status node_backward(em_ctx *c, em_grad_node *n) {
         any |= gout[o] != NULL;
     }
     if (!any) return EM_OK; /* not on the path to the loss */
-    const em_grad_rule *r = em_grad_rule_get(n->op->id);
+    const em_grad_rule *r = n->rule ? n->rule : em_grad_rule_get(n->op->id);
     if (!r->fn)
         return em_fail_at(c, EM_ERR_UNSUPPORTED, "backward", n->file, n->line,
                           "op '%s' has no backward rule yet (the call recorded here)",
@@ -241,7 +281,7 @@ static em_status node_backward(em_ctx *c, em_grad_node *n) {
     if (!s) s = c->err.status;
     for (int i = 0; i < n->n_in && !s; i++) {
         if (!need[i] || !gin[i]) continue;
-        if (!same_shape(gin[i], n->in[i])) {
+        if (!em_grad_same_shape(gin[i], n->in[i])) {
             char a[96], b[96];
             s = em_fail_at(c, EM_ERR_INTERNAL, "backward", n->file, n->line,
                            "the rule of '%s' gave a gradient %s for input %d of %s", n->op->name,
@@ -283,27 +323,40 @@ em_status em_backward_grad(em_ctx *c, em_tensor *out, em_tensor *grad) {
                        "%s has %lld elements: a gradient is implied only for one element (pass "
                        "one with em_backward_grad)",
                        em_tensor_sig(out, sig, sizeof sig), (long long)out->numel);
-    if (grad && (!same_shape(grad, out) || !em_dtype_is_float(grad->dtype)))
+    if (grad && (!em_grad_same_shape(grad, out) || !em_dtype_is_float(grad->dtype)))
         return EM_FAIL(c, EM_ERR_SHAPE, "backward",
                        "the gradient %s does not fit the output %s (same shape, floating)",
                        em_tensor_sig(grad, gsig, sizeof gsig),
                        em_tensor_sig(out, sig, sizeof sig));
-    bool prev = c->grad_on;
-    c->grad_on = false;
-    em_status s = EM_OK;
-    if (em_scope_push(c) < 0) {
-        c->grad_on = prev;
-        return c->err.status;
-    }
     em_device *prev_dev = c->device;
     c->device = out->dev;
+    if (em_scope_push(c) < 0) {
+        c->device = prev_dev;
+        return c->err.status;
+    }
     em_tensor *g = grad ? grad : em_full(c, out->dtype, out->ndim, out->shape, 1.0);
     c->device = prev_dev;
-    /* held twice while it is handed on, so a leaf `out` copies the caller's tensor */
-    em_tensor_retain(g);
-    s = g ? accumulate(c, out, g) : c->err.status;
-    em_tensor_release(g);
+    em_status s = g ? em_grad_backward_roots(c, 1, &out, &g) : c->err.status;
     em_scope_pop(c);
+    if (s) em_grad_tape_clear(c); /* em_full failed: release the graph all the same */
+    return s;
+}
+
+em_status em_grad_backward_roots(em_ctx *c, int nr, em_tensor *const *roots,
+                                 em_tensor *const *grads) {
+    bool prev = c->grad_on;
+    c->grad_on = false;
+    bool pushed = em_scope_push(c) >= 0;
+    em_status s = pushed ? EM_OK : c->err.status;
+    for (int i = 0; i < nr && !s; i++) {
+        em_tensor *g = grads[i];
+        if (!g || !roots[i] || !roots[i]->requires_grad) continue;
+        /* held twice while it is handed on, so a leaf root copies the caller's tensor */
+        em_tensor_retain(g);
+        s = accumulate(c, roots[i], g);
+        em_tensor_release(g);
+    }
+    if (pushed) em_scope_pop(c);
     em_tape *tp = c->tape;
     if (tp) {
         /* each node is released once passed: nothing later on the walk reads it */

@@ -19,6 +19,11 @@ typedef struct em_grad_node {
     em_attr attrs[EM_MAX_ATTRS];
     const char *file; /* the caller's position, for errors */
     int line;
+    /* a node with a rule of its own (em_checkpoint's region): the rule, used instead of the op
+     * table's, and its data, freed with ext_free when the node is; NULL for recorded op calls */
+    const struct em_grad_rule *rule;
+    void *ext;
+    void (*ext_free)(void *ext);
 } em_grad_node;
 
 /*
@@ -47,6 +52,30 @@ const em_grad_rule *em_grad_rule_get(em_op_id id);
 em_status em_grad_check_call(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in);
 int em_grad_record(em_ctx *c, const em_op_def *op, em_tensor *const *in, int n_in,
                    const em_attr *attrs, em_tensor **outs, int n_out);
+
+/* Puts a node with its own rule on the tape (em_checkpoint): it holds references to the inputs
+ * (NULL entries allowed) and outputs and their versions, as a recorded op call; each floating
+ * output is marked as requiring grad and produced by it. `ext` becomes the node's (freed with
+ * ext_free when the node is) on success only. NULL with an error (OOM) otherwise: the outputs
+ * are then left as they were. */
+em_grad_node *em_grad_record_node(em_ctx *c, const em_op_def *op, const em_grad_rule *rule,
+                                  void *ext, void (*ext_free)(void *), em_tensor *const *in,
+                                  int n_in, em_tensor *const *outs, int n_out, const char *file,
+                                  int line);
+/* Backpropagates from several outputs of the current tape at once: grads[i] (NULL: none; a
+ * floating tensor of roots[i]'s shape) is added to roots[i]'s gradient for every root that
+ * requires grad, then the whole tape is walked and released as em_backward does. Runs with
+ * recording off. Returns the status. */
+em_status em_grad_backward_roots(em_ctx *c, int n, em_tensor *const *roots,
+                                 em_tensor *const *grads);
+/* Gives the context an empty tape of its own and returns the one it had (em_checkpoint's
+ * recomputation records into a tape of its own); em_grad_tape_pop releases the temporary tape
+ * with whatever is left on it and puts `saved` back. */
+void *em_grad_tape_push(em_ctx *c);
+void em_grad_tape_pop(em_ctx *c, void *saved);
+
+/* Whether a and b have the same shape. */
+bool em_grad_same_shape(const em_tensor *a, const em_tensor *b);
 
 /* ---- helpers for rules (ops/grad_util.c) ---- */
 /* g summed over the dims broadcasting added to `like`'s shape, reshaped to it. */

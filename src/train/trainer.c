@@ -113,6 +113,9 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
                     em_model_dir(m));
         return NULL;
     }
+    /* transformers' gradient_checkpointing_enable(): a setting of the model (it stays set) */
+    if (opt->gradient_checkpointing && em_model_set_gradient_checkpointing(c, m, true))
+        return NULL;
     int64_t n = em_train_data_len(d), k = n / opt->seq_len;
     if (k < 1) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer",

@@ -11,7 +11,9 @@
  * (matmul parameters, the LM head included) + 12 x layers x heads x head_dim x T, per token.
  * Memory per token: the resident peak during the timed steps above the resident set right after
  * the weights were loaded (so gradients, AdamW moments, activations and the allocator's caches),
- * / (B x T) (Linux's VmRSS and VmHWM; the peak reset through /proc/self/clear_refs).
+ * / (B x T) (Linux's VmRSS and VmHWM; the peak reset through /proc/self/clear_refs). Kept per
+ * token: what a recorded forward and loss hold for the backward, the activations that
+ * --gradient-checkpointing (each layer recomputed in the backward, both sides) trades for time.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,11 +77,37 @@ typedef struct train_result {
     double step_ms, tokens_per_s, flops;
     double peak_mb;      /* the process's resident peak during the timed steps */
     double kb_per_token; /* that peak above the resident set with the weights loaded, per token */
+    double saved_kb_per_token; /* what a recorded forward and loss keep for the backward (the
+                                  allocator's bytes in use after them, above before), per token */
     char shape[160];
 } train_result;
 
+/* KB the forward and the loss on ids x keep for the backward (the trainer marked the
+ * parameters): the CPU allocator's bytes in use after them minus before; -1 on error. The
+ * activations, which gradient checkpointing trades for a recomputation. */
+static double saved_kb(em_ctx *c, em_model *m, em_tensor *x) {
+    int64_t before = 0, after = 0, t = em_tensor_dim(x, 1);
+    int64_t v = em_model_config_get(m)->vocab_size, b = em_tensor_dim(x, 0);
+    em_scope_push(c);
+    em_device_memory_stats(em_device_cpu(), &before, NULL);
+    bool prev = em_grad_enable(c, true);
+    em_tensor *logits = em_model_forward(c, m, x, NULL, NULL, false);
+    em_tensor *pred = em_reshape(c, em_slice(c, logits, 1, 0, t - 1, 1), 2,
+                                 (int64_t[]){b * (t - 1), v});
+    em_tensor *next = em_reshape(c, em_slice(c, x, 1, 1, t, 1), 1, (int64_t[]){b * (t - 1)});
+    em_tensor *loss = em_cross_entropy(c, pred, next, -100);
+    em_grad_enable(c, prev);
+    double lv;
+    if (loss) em_item(c, loss, &lv); /* evaluated (fused eager mode defers work) */
+    em_device_memory_stats(em_device_cpu(), &after, NULL);
+    em_grad_tape_clear(c);
+    em_scope_pop(c);
+    return loss && !em_ctx_status(c) ? (double)(after - before) / 1024 : -1;
+}
+
 /* Ember's median step over `steps` timed steps (after one untimed), on random ids. */
-static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train_result *r) {
+static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool recompute,
+                   train_result *r) {
     em_ctx *c = em_ctx_create();
     em_model_options mo = em_model_default_options();
     mo.progress = false;
@@ -98,6 +126,8 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
     }
     em_train_data *d = ids && m ? em_train_data_from_ids(c, ids, n_ids, cfg->vocab_size, "random")
                                 : NULL;
+    em_tensor *batch0 = ids ? em_detach(c, em_from_host(c, EM_I64, 2, (int64_t[]){batch, seq}, ids))
+                            : NULL;
     free(ids);
     em_train_options o = em_train_default_options();
     o.seq_len = seq;
@@ -106,6 +136,7 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
     o.lr = 1e-4;
     o.grad_clip = 1.0;
     o.shuffle = false;
+    o.gradient_checkpointing = recompute;
     em_trainer *t = d ? em_trainer_create(c, m, d, &o) : NULL;
     double ms[MAX_STEPS];
     int n = 0;
@@ -115,8 +146,10 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
         for (; n < steps && em_trainer_step(c, t, &info) == EM_OK; n++) ms[n] = info.seconds * 1e3;
         rss_mb(&unused, &peak);
     }
+    if (n == steps) r->saved_kb_per_token = saved_kb(c, m, batch0) / (double)(batch * seq);
+    em_tensor_release(batch0);
     int rc = 0;
-    if (n < steps) {
+    if (n < steps || r->saved_kb_per_token < 0) {
         fprintf(stderr, "ember bench train: %s: %s\n", dir, em_ctx_error(c)->message);
         rc = 1;
     } else {
@@ -127,9 +160,9 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
         r->peak_mb = peak;
         r->kb_per_token = loaded > 0 && peak > 0 ? (peak - loaded) * 1024 / (double)(batch * seq)
                                                  : -1;
-        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld]",
+        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld%s]",
                  cfg->model_type, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
-                 (long long)batch, (long long)seq);
+                 (long long)batch, (long long)seq, recompute ? ",recompute" : "");
     }
     em_trainer_free(t);
     em_train_data_free(d);
@@ -141,16 +174,17 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, train
 static void usage(void) {
     printf("usage: ember bench train [--preset demo|qwen3-0.6b|all] [--model DIR] [--layers N]\n"
            "                         [--seq-len T] [--batch B] [--steps N] [--torch-compile]\n"
-           "                         [--skip-peers] [--json]\n\n"
+           "                         [--gradient-checkpointing] [--skip-peers] [--json]\n\n"
            "One training step (forward, loss, backward, clipping, AdamW; f32) of the demo model\n"
            "(tiny-qwen3) and of the Qwen3-0.6B shape (random weights, --layers of 28, default 4)\n"
            "at seq 512: tokens/s and MFU against the FMA peak measured in the same run, memory per\n"
            "token, and torch eager training the same checkpoint ($EMBER_PYTHON with torch and\n"
-           "transformers; --torch-compile adds torch.compile).\n");
+           "transformers; --torch-compile adds torch.compile). --gradient-checkpointing: both\n"
+           "recompute each layer in the backward (transformers' gradient_checkpointing_enable).\n");
 }
 
 int bench_train(int argc, char **argv) {
-    bool json = false, peers = true, torch_compile = false;
+    bool json = false, peers = true, torch_compile = false, recompute = false;
     const char *preset = "all", *model = NULL;
     long long layers = 4, seq = 512, batch = 1, steps = 3;
     for (int i = 1; i < argc; i++) {
@@ -159,6 +193,7 @@ int bench_train(int argc, char **argv) {
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--skip-peers")) peers = false;
         else if (!strcmp(a, "--torch-compile")) torch_compile = true;
+        else if (!strcmp(a, "--gradient-checkpointing")) recompute = true;
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--model") && has) model = argv[++i];
         else if (!strcmp(a, "--layers") && has) {
@@ -205,14 +240,15 @@ int bench_train(int argc, char **argv) {
     bench_print_header(json);
     for (int k = 0; k < n_models; k++) {
         train_result r = {0};
-        if (measure(dirs[k], batch, seq, (int)steps, &r)) return 1;
+        if (measure(dirs[k], batch, seq, (int)steps, recompute, &r)) return 1;
         bench_peer torch = {0};
         if (peers) {
             char tasks[2600];
             snprintf(tasks, sizeof tasks,
                      "{\"model\": \"%s\", \"threads\": %d, \"seq_len\": %lld, \"batch\": %lld, "
-                     "\"steps\": %lld, \"compile\": %s}",
-                     dirs[k], em_num_threads(), seq, batch, steps, torch_compile ? "true" : "false");
+                     "\"steps\": %lld, \"compile\": %s, \"gradient_checkpointing\": %s}",
+                     dirs[k], em_num_threads(), seq, batch, steps, torch_compile ? "true" : "false",
+                     recompute ? "true" : "false");
             bench_peer_run("train_torch.py", tasks, &torch);
             if (!torch.available && !json) printf("peer torch: unavailable (%s)\n", torch.why);
         }
@@ -232,15 +268,17 @@ int bench_train(int argc, char **argv) {
         double tkb = bench_peer_ms(&torch, "torch_kb_per_token");
         if (json) {
             printf("{\"bench\": \"train_memory\", \"shape\": \"%s\", \"ember_peak_mb\": %.1f, "
-                   "\"ember_kb_per_token\": %.1f, \"torch_kb_per_token\": %.1f}\n",
-                   r.shape, r.peak_mb, r.kb_per_token, tkb);
+                   "\"ember_kb_per_token\": %.1f, \"ember_saved_kb_per_token\": %.1f, "
+                   "\"torch_kb_per_token\": %.1f}\n",
+                   r.shape, r.peak_mb, r.kb_per_token, r.saved_kb_per_token, tkb);
         } else {
             double tms = bench_peer_ms(&torch, "torch_step");
             printf("  %s: %.0f tokens/s, MFU %.0f %%", r.shape, r.tokens_per_s,
                    peak_ms > 0 ? 100 * peak_ms / r.step_ms : 0.0);
             if (tms > 0) printf(", %.2fx torch eager's tokens/s (target >= 1.5x)", tms / r.step_ms);
-            printf("\n  memory above the weights: %.0f KB per token (peak %.0f MB)", r.kb_per_token,
-                   r.peak_mb);
+            printf("\n  memory above the weights: %.0f KB per token (peak %.0f MB); kept by the "
+                   "forward for the backward: %.0f KB per token",
+                   r.kb_per_token, r.peak_mb, r.saved_kb_per_token);
             if (tkb > 0) printf("; torch eager %.0f KB per token", tkb);
             printf("\n");
         }

@@ -1,7 +1,8 @@
 """Peer for `ember bench train`: torch eager (and torch.compile when asked) training the same
 checkpoint with the same step: causal-LM loss, backward, clip_grad_norm_(1.0), AdamW, f32.
 
-stdin: {"model": DIR, "threads": N, "seq_len": T, "batch": B, "steps": N, "compile": bool}
+stdin: {"model": DIR, "threads": N, "seq_len": T, "batch": B, "steps": N, "compile": bool,
+"gradient_checkpointing": bool (model.gradient_checkpointing_enable())}
 stdout: {"name": "torch_step", "ms": median step} (and "torch_compile_step"), and
 {"name": "torch_kb_per_token", "ms": KB} (the value in the "ms" field: the resident peak during
 the timed steps above the resident set right after the weights were loaded, per token, as Ember
@@ -66,6 +67,8 @@ def main():
     torch.set_num_threads(int(task.get("threads", 1)))
     t, batch, steps = task["seq_len"], task["batch"], task["steps"]
     model = AutoModelForCausalLM.from_pretrained(task["model"], dtype=torch.float32).train()
+    if task.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable()
     loaded, _ = rss_mb()
     kb = run(model, t, steps, batch, "torch_step", loaded)
     print(json.dumps({"name": "torch_kb_per_token", "ms": kb}), flush=True)
