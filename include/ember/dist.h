@@ -123,6 +123,22 @@ EM_API em_tensor *em_reduce_scatter_(EM_OP_ARGS, em_tensor *x, em_reduce_op op, 
 EM_API em_tensor *em_all_to_all_(EM_OP_ARGS, em_tensor *x, int split_dim, int concat_dim,
                                  em_dist *g);
 
+/* What a rank's collective calls cost: counted on each handle by the calls made through it (its
+ * own thread's; not shared between ranks). bytes are the input tensors' bytes (what this rank
+ * hands to the collective); seconds the wall time inside the calls, waiting for the other ranks
+ * included. Eager calls only: a compiled plan's collectives are not counted. */
+typedef struct em_dist_stats {
+    int64_t calls;
+    int64_t bytes;
+    double seconds;
+    int64_t calls_by_op[4]; /* all_reduce, all_gather, reduce_scatter, all_to_all */
+    int64_t bytes_by_op[4];
+} em_dist_stats;
+/* Copies g's counters into *out (zeros for a NULL g). */
+EM_API void em_dist_stats_get(const em_dist *g, em_dist_stats *out);
+/* Zeroes g's counters (NULL is a no-op). */
+EM_API void em_dist_stats_reset(em_dist *g);
+
 #ifdef __cplusplus
 }
 #endif

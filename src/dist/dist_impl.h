@@ -18,6 +18,7 @@ struct em_dist {
      * per handle) and this rank's device; no store, no MPI */
     em_local_group *local;
     em_device *dev;
+    em_dist_stats stats; /* this handle's collective calls (dist_ops.c) */
 };
 
 /* em_dist_barrier on a device group: the ranks meet with nothing to run (local.c). */

@@ -191,10 +191,15 @@ static void usage(void) {
            "On a compile-only device (--device tpu-aot:v6e:2x4) nothing runs: the compiled step\n"
            "of each batch is compiled for the TPU and projected from XLA's cost analysis (flops,\n"
            "bytes accessed, their roofline at the chip's figures, peak memory against its HBM),\n"
-           "plus a per-program launch overhead measured on xla:0 (--launch-us to give one).\n");
+           "plus a per-program launch overhead measured on xla:0 (--launch-us to give one).\n"
+           "--tp N: tensor-parallel decode and its collectives (ember bench decode --tp 2 --help).\n");
 }
 
+int bench_decode_tp(int argc, char **argv); /* bench_decode_tp.c */
+
 int bench_decode(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--tp")) return bench_decode_tp(argc, argv);
     bool json = false, peers = true, compile = false;
     const char *model = NULL, *preset = "all", *cache = "build/bench-models", *device = NULL;
     int64_t batches[8] = {1, 16};
