@@ -6,7 +6,6 @@
  * them and the share of the step spent inside them (em_dist_stats).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,18 +139,8 @@ static int rank_run(const tp_opts *o, em_ctx *c, em_dist *g, bool speak) {
     return rc;
 }
 
-typedef struct rank_job {
-    const tp_opts *o;
-    em_dist *g;
-    int rc;
-} rank_job;
-
-static void *rank_main(void *p) {
-    rank_job *j = p;
-    em_ctx *c = em_ctx_create();
-    j->rc = c ? rank_run(j->o, c, j->g, false) : 1;
-    em_ctx_free(c);
-    return NULL;
+static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
+    return rank_run(arg, c, g, speak);
 }
 
 static void usage(void) {
@@ -207,27 +196,7 @@ int bench_decode_tp(int argc, char **argv) {
     int rc = 1;
     bool group_of_devices = strcmp(o.device, "cpu") && !strchr(o.device, ':');
     if (group_of_devices) {
-        em_dist *g[64];
-        if (em_dist_local(c, o.device, o.tp, NULL, g) != EM_OK) {
-            fprintf(stderr, "ember bench decode --tp %d on %s: %s\n", o.tp, o.device,
-                    em_ctx_error(c)->message);
-            em_ctx_free(c);
-            return 1;
-        }
-        rank_job jobs[64];
-        pthread_t t[64];
-        int started = 1;
-        for (int r = 1; r < o.tp; r++, started++) {
-            jobs[r] = (rank_job){&o, g[r], 1};
-            if (pthread_create(&t[r], NULL, rank_main, &jobs[r])) break;
-        }
-        if (started == o.tp) rc = rank_run(&o, c, g[0], true);
-        else fprintf(stderr, "ember bench decode --tp: cannot start a thread per rank\n");
-        for (int r = 1; r < started; r++) {
-            pthread_join(t[r], NULL);
-            if (jobs[r].rc) rc = rc ? rc : jobs[r].rc;
-        }
-        for (int r = 0; r < o.tp; r++) em_dist_free(g[r]);
+        rc = cli_device_group(c, "bench decode --tp", o.device, o.tp, group_rank, &o);
     } else if (strcmp(o.device, "cpu")) {
         fprintf(stderr, "ember bench decode --tp: --device is a device kind (xla, cuda, tpu: N "
                 "devices of this process) or cpu (mpirun's processes), not '%s'\n", o.device);
