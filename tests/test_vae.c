@@ -125,6 +125,19 @@ static void test_vae_config(void) {
     CHECK(g.has_shift_factor && g.shift_factor == 0.0609 && g.scaling_factor == 1.5305);
     CHECK(!g.use_quant_conv && !g.use_post_quant_conv && !g.mid_block_add_attention &&
           !g.force_upcast);
+    /* from memory: the same fields; bad text named, the struct zeroed */
+    const char *txt = "{\"_class_name\": \"AutoencoderKL\", \"block_out_channels\": [8, 16], "
+                      "\"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"], "
+                      "\"up_block_types\": [\"UpDecoderBlock2D\", \"UpDecoderBlock2D\"], "
+                      "\"norm_num_groups\": 4, \"act_fn\": \"relu\"}";
+    CHECK(em_vae_config_parse(c, txt, strlen(txt), "mem.json", &g) == EM_OK);
+    CHECK(g.n_blocks == 2 && g.block_out_channels[1] == 16 && !strcmp(g.act_fn, "relu") &&
+          g.scaling_factor == 0.18215);
+    CHECK(em_vae_config_parse(c, "{\"in_channels\": ", 16, "cut.json", &g) == EM_ERR_FORMAT);
+    CHECK_ERR(c, EM_ERR_FORMAT, "cut.json", "not valid JSON");
+    CHECK(g.n_blocks == 0);
+    CHECK(em_vae_config_parse(c, "[1]", 3, NULL, &g) == EM_ERR_FORMAT);
+    CHECK_ERR(c, EM_ERR_FORMAT, "config.json", "not a JSON object");
     em_ctx_free(c);
 }
 

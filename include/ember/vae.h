@@ -61,6 +61,9 @@ typedef struct em_vae_config {
  * DownEncoderBlock2D / UpDecoderBlock2D, an activation).
  */
 EM_API em_status em_vae_config_load(em_ctx *c, const char *path, em_vae_config *out);
+/** The same from json[0..n) in memory; `name` (NULL: "config.json") names it in errors. */
+EM_API em_status em_vae_config_parse(em_ctx *c, const char *json, size_t n, const char *name,
+                                     em_vae_config *out);
 
 typedef struct em_vae em_vae;
 

@@ -178,6 +178,30 @@ static bool parse(em_cfg_src *s, em_vae_config *cfg) {
                              cfg->norm_num_groups, cfg->layers_per_block, EM_VAE_MAX_LAYERS);
 }
 
+em_status em_vae_config_parse(em_ctx *c, const char *json, size_t n, const char *name,
+                              em_vae_config *out) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (out) memset(out, 0, sizeof *out);
+    if (!json || !out) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "json or out is NULL");
+    if (!name) name = "config.json";
+    json_error_t jerr;
+    json_t *root = json_loadb(json, n, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        if (root)
+            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not a JSON object", name);
+        else
+            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s is not valid JSON: %s (line %d, column %d)",
+                        name, jerr.text, jerr.line, jerr.column);
+        json_decref(root);
+        return em_ctx_status(c);
+    }
+    em_cfg_src s = {c, name, "", root, OP, NULL};
+    bool ok = parse(&s, out);
+    json_decref(root);
+    if (!ok) memset(out, 0, sizeof *out);
+    return ok ? EM_OK : em_ctx_status(c);
+}
+
 em_status em_vae_config_load(em_ctx *c, const char *path, em_vae_config *out) {
     if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
     if (out) memset(out, 0, sizeof *out);
