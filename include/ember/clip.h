@@ -25,8 +25,6 @@
 #ifndef EMBER_CLIP_H
 #define EMBER_CLIP_H
 
-#include <limits.h>
-
 #include "ember/core.h"
 #include "ember/tokenizer.h"
 
@@ -122,7 +120,8 @@ EM_API const em_clip_text_config *em_clip_text_get_config(const em_clip_text *m)
 EM_API em_device *em_clip_text_device(const em_clip_text *m);
 
 /** em_clip_text_forward's hidden_index when no intermediate hidden state is wanted. */
-#define EM_CLIP_TEXT_NO_HIDDEN INT_MIN
+#define EM_CLIP_TEXT_NO_HIDDEN (-2147483647 - 1) /* INT_MIN without <limits.h>, which the
+                                                  Python package's header stubs lack */
 
 /** What the forward returns; tensors in the caller's scope, f32 on the model's device. */
 typedef struct em_clip_text_output {
