@@ -29,6 +29,7 @@ int cmd_test_devices(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_image(int argc, char **argv);
+int cmd_project(int argc, char **argv);
 
 /* Sampling options (--greedy, --temperature, --top-k, --top-p, --min-p, --seed,
  * --repetition-penalty), given over the model's generation config. */

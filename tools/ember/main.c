@@ -23,6 +23,8 @@ static const em_cli_cmd commands[] = {
     {"bench", "measure Ember against the machine's limits and peers (ops, ...)", cmd_bench},
     {"report", "run the benchmarks on every device: plots, $ per 1M tokens, projections",
      cmd_report},
+    {"project", "tensor-parallel decode on paper: collective bytes, projected tokens/s",
+     cmd_project},
     {"download", "fetch a model from the Hugging Face Hub into its cache", cmd_download},
     {"kernels", "kernel packages: list, explain, lock, download (docs/kernels.md)", cmd_kernels},
     {"tokenize", "encode text to token ids, or decode ids, with a tokenizer.json", cmd_tokenize},

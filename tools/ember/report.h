@@ -77,6 +77,10 @@ typedef struct report_spec {
     double bf16_tflops; /* dense bf16 peak */
     double memory_gib;
     const char *source; /* where the figures come from */
+    double link_gbs;    /* interconnect to the other chips of a node/slice, GB/s per direction */
+    double latency_us;  /* per collective call beyond its transfer: an assumption (no datasheet
+                           gives it), `ember project tp --latency-us` replaces it */
+    const char *link_source;
 } report_spec;
 extern const report_spec report_specs[];
 extern const int report_n_specs;

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""`ember project tp`: tensor-parallel decode on paper, checked against what it stands on.
+
+Usage: check_project_tp.py EMBER
+
+1. The model arithmetic against the models' own cards: the built-in shapes' parameter counts
+   (weights at degree 1, bf16) are the published totals (Qwen3-30B-A3B 30.5B with 3.3B activated,
+   Qwen3-0.6B 0.6B, Llama 3.1 8B 8.03B and 70B 70.6B) within 1 %; "activated" is what a batch-1
+   step reads besides the KV cache, plus the embedding table it gathers one row of.
+2. The collective bytes per rank and step against the plan's count (2 L + 1 calls; 2 L B H x w
+   all_reduce, B V/N x w all_gather) on the tiny test checkpoints, and against what
+   `ember bench decode --tp 2 --device xla` measures on the same checkpoints when XLA's CPU plugin
+   is there (said when it is not).
+3. The time model recomputed here from the printed bytes and flops and the device's figures
+   (max(memory, compute) + calls x latency + ring transfer), the degree refusals (heads, KV
+   heads, vocabulary) naming the dimension, a KV-head count below the degree replicated, and the
+   bad inputs (unknown shape, device or option; a model type that is not modelled).
+Needs only the Python standard library.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+
+def run(ember, args, env=None, ok=True):
+    r = subprocess.run(ember + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=env)
+    if ok and r.returncode != 0:
+        fail(f"{' '.join(args)} exited {r.returncode}:\n{r.stderr}")
+    return r
+
+
+def rows(ember, args):
+    out = run(ember, ["project", "tp", "--json"] + args).stdout
+    return [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+
+
+def close(a, b, rel):
+    return abs(a - b) <= rel * abs(b)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    ember = sys.argv[1:]
+    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+    # 1. parameter counts of the model cards (total, activated), in billions
+    cards = {"qwen3-30b-a3b": (30.5, 3.3, 151936 * 2048), "qwen3-0.6b": (0.6, None, 0),
+             "llama-3.1-8b": (8.03, None, 0), "llama-3.1-70b": (70.6, None, 0)}
+    for shape, (total, active, emb) in cards.items():
+        r = rows(ember, ["--shape", shape, "--degrees", "1", "--batches", "1", "--devices", "h100"])
+        if len(r) != 1 or r[0]["elem_bytes"] != 2:
+            fail(f"{shape}: rows {r}")
+        got = r[0]["weight_bytes_per_rank"] / 2 / 1e9
+        if not close(got, total, 0.01):
+            fail(f"{shape}: {got:.3f}B parameters, the model card says {total}B")
+        msg = f"{shape}: {got:.2f}B parameters (card {total}B)"
+        if active:
+            kv = r[0]["kv_bytes_per_rank"]  # batch 1: the KV read is the whole cache
+            act = ((r[0]["read_bytes_per_step"] - kv) / 2 + emb - 2048) / 1e9
+            if not close(act, active, 0.02):
+                fail(f"{shape}: {act:.3f}B activated, the model card says {active}B")
+            msg += f", {act:.2f}B activated (card {active}B)"
+        print(msg)
+
+    # 2. collective bytes on the test checkpoints: the plan's count, and the measured one
+    env = dict(os.environ)
+    env.setdefault("EMBER_PJRT_OPTIONS", "cpu_device_count=2")
+    measured_any = False
+    for fam in ["qwen3", "llama", "qwen3_moe"]:
+        model = os.path.join(fixtures, "models", fam)
+        cfg = json.load(open(os.path.join(model, "config.json")))
+        L, H, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+        proj = {x["batch"]: x for x in rows(ember, ["--model", model, "--degrees", "2",
+                                                    "--batches", "1,3", "--devices", "h100"])}
+        for b, x in proj.items():
+            w = x["elem_bytes"]
+            if w != 4:
+                fail(f"{fam}: {w} bytes per element, the checkpoint is float32")
+            want = (2 * L + 1, 2 * L * b * H * w, b * (V // 2) * w)
+            got = (x["collectives_per_step"], x["all_reduce_bytes_per_step"],
+                   x["all_gather_bytes_per_step"])
+            if got != want:
+                fail(f"{fam} batch {b}: collectives {got}, the plan gives {want}")
+        r = run(ember, ["bench", "decode", "--tp", "2", "--device", "xla", "--model", model,
+                        "--steps", "1", "--batches", "1,3", "--json"]
+                + (["--ep"] if fam == "qwen3_moe" else []), env=env, ok=False)
+        if "no device named" in r.stderr:
+            continue
+        if r.returncode != 0:
+            fail(f"bench decode --tp 2 on {fam} exited {r.returncode}:\n{r.stderr[-2000:]}")
+        for ln in r.stdout.splitlines():
+            if not ln.startswith("{"):
+                continue
+            m = json.loads(ln)
+            if m.get("bench") != "decode_tp":
+                continue
+            p = proj[m["batch"]]
+            for k in ["collectives_per_step", "all_reduce_bytes_per_step",
+                      "all_gather_bytes_per_step"]:
+                if m[k] != p[k]:
+                    fail(f"{fam} batch {m['batch']}: {k} measured {m[k]}, projected {p[k]}")
+            measured_any = True
+        print(f"{fam}: collective calls and bytes per step as the plan and the measurement say")
+    if not measured_any:
+        print("NOTE: no XLA PJRT plugin: the projected bytes were checked against the plan only, "
+              "not against `ember bench decode --tp 2` (install xla-cpu-pjrt or set "
+              "EMBER_PJRT_XLA_PLUGIN)")
+
+    # 3. the time model, refusals, replication
+    for x in rows(ember, ["--shape", "qwen3-30b-a3b", "--devices", "tpu-v6e,h200",
+                          "--latency-us", "5", "--context", "2048"]):
+        n, b = x["degree"], x["batch"]
+        t_mem = x["read_bytes_per_step"] / (x["hbm_gbs"] * 1e9)
+        t_cmp = x["flops_per_step"] / (x["bf16_tflops"] * 1e12)
+        sent = x["all_reduce_bytes_per_step"] * 2 * (n - 1) / n + \
+            x["all_gather_bytes_per_step"] * (n - 1)
+        t = max(t_mem, t_cmp) + x["collectives_per_step"] * 5e-6 + sent / (x["link_gbs"] * 1e9)
+        if not close(x["t_step_s"], t, 1e-6) or not close(x["tokens_per_s"], b / t, 1e-5):
+            fail(f"{x['device']} degree {n} batch {b}: step {x['t_step_s']} s, recomputed {t}")
+        if (n == 1) != (x["collectives_per_step"] == 0):
+            fail(f"degree {n}: {x['collectives_per_step']} collectives")
+        fits = x["weight_bytes_per_rank"] + x["kv_bytes_per_rank"] <= x["memory_gib"] * 2**30
+        if x["fits"] != fits or (x["device"] == "tpu-v6e" and n == 1 and fits):
+            fail(f"{x['device']} degree {n} batch {b}: fits {x['fits']} (61 GB of weights "
+                 f"do not fit one 32 GB chip)")
+    print("time model recomputed from the printed bytes, flops and device figures")
+
+    llama = os.path.join(fixtures, "models", "llama")
+    cfg = json.load(open(os.path.join(llama, "config.json")))
+    r = rows(ember, ["--model", llama, "--degrees", "3,4", "--batches", "1", "--devices", "l4"])
+    heads, kvh = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    if r[0]["legal"] or f"num_attention_heads ({heads})" not in r[0]["why"] or "3" not in r[0]["why"]:
+        fail(f"llama degree 3: {r[0]}")
+    if kvh < 4 and not r[1]["legal"]:
+        fail(f"llama degree 4 with {kvh} KV heads: refused ({r[1]}), the heads are replicated")
+    print(f"llama: degree 3 refused ({r[0]['why']}); degree 4 over {kvh} KV heads replicates them")
+
+    bad = [(["--shape", "nope"], "unknown"), (["--shape", "qwen3-0.6b", "--devices", "tpu-v9"],
+           "no device spec named 'tpu-v9'"), (["--shape", "qwen3-0.6b", "--degrees", "0"],
+           "--degrees"), (["--model", os.path.join(fixtures, "models", "gemma4")],
+           "not modelled"), (["--model", "/nonexistent-dir"], "nonexistent"),
+           ([], "one of --model or --shape"), (["--shape", "qwen3-0.6b", "--dtype", "f8"], "--dtype")]
+    for args, want in bad:
+        r = run(ember, ["project", "tp"] + args, ok=False)
+        if r.returncode == 0 or want not in r.stderr:
+            fail(f"project tp {' '.join(args)}: exit {r.returncode}, stderr {r.stderr!r}; "
+                 f"want an error naming {want!r}")
+    print("bad inputs refused by name")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
