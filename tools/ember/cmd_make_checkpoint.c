@@ -77,18 +77,24 @@ static void usage(void) {
     printf("usage: ember make-checkpoint --out DIR [--preset demo-moe|qwen3-0.6b|qwen3-30b-a3b|\n"
            "                                      tiny-qwen3]\n"
            "                             [--layers N] [--tokenizer FILE.json] [--dtype bf16|f32]\n"
-           "                             [--seed S]\n\n"
+           "                             [--seed S] [--tp-shard N]\n\n"
            "Writes a checkpoint with RANDOM weights in the Hub's format (config.json,\n"
            "generation_config.json, sharded safetensors with an index, the tokenizer when\n"
            "given). The presets have the real dimensions of Qwen3-0.6B and Qwen3-30B-A3B (with\n"
            "--layers to bound the size); demo-moe is a small Qwen3-MoE, tiny-qwen3 a 4-layer Qwen3\n"
            "of width 192 (the vocabulary of --tokenizer) that scripts/train-demo.sh trains.\n"
-           "Random weights produce random text: this is for timing and demos, not for reading the output.\n");
+           "Random weights produce random text: this is for timing and demos, not for reading the output.\n"
+           "--tp-shard N writes what one rank of N holds under Ember's tensor-parallel plan as a\n"
+           "model of its own (heads, intermediate sizes and the LM head's vocabulary rows / N; KV\n"
+           "heads / N, or one when there are fewer than N, as the plan replicates them): compiled\n"
+           "for one chip, its decode step is one rank's program without the collectives, which\n"
+           "`ember project tp` adds (docs/tpu-aot.md). Its embedding keeps V / N rows too (a\n"
+           "rank really holds all V; a decode step reads only B of them).\n");
 }
 
 int cmd_make_checkpoint(int argc, char **argv) {
     const char *out = NULL, *tokenizer = NULL, *preset = "demo-moe";
-    int64_t layers = -1;
+    int64_t layers = -1, shard = 1;
     uint64_t seed = 1;
     em_dtype dtype = EM_BF16;
     for (int i = 1; i < argc; i++) {
@@ -101,6 +107,12 @@ int cmd_make_checkpoint(int argc, char **argv) {
             long long v;
             if (!cli_int("make-checkpoint", argv[i], argv[i + 1], 1, 1 << 16, &v)) return 2;
             layers = v;
+            i++;
+        }
+        else if (!strcmp(argv[i], "--tp-shard") && i + 1 < argc) {
+            long long v;
+            if (!cli_int("make-checkpoint", argv[i], argv[i + 1], 1, 1 << 12, &v)) return 2;
+            shard = v;
             i++;
         }
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokenizer = argv[++i];
@@ -129,6 +141,35 @@ int cmd_make_checkpoint(int argc, char **argv) {
     }
     ckpt_cfg cfg = PRESETS[pi];
     if (layers > 0) cfg.layers = layers;
+    if (shard > 1) {
+        /* the plan's divisibility rules (src/models/tp.c), refused by name */
+        const struct {
+            const char *name;
+            int64_t *v;
+        } dims[] = {{"num_attention_heads", &cfg.heads}, {"intermediate_size", &cfg.inter},
+                    {"moe_intermediate_size", &cfg.moe_inter}, {"vocab_size", &cfg.vocab}};
+        for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+            if (*dims[k].v % shard) {
+                fprintf(stderr, "ember make-checkpoint: --tp-shard %lld: %s (%lld) does not divide "
+                        "by it\n", (long long)shard, dims[k].name, (long long)*dims[k].v);
+                return 2;
+            }
+            *dims[k].v /= shard;
+        }
+        if (cfg.kv_heads % shard == 0) cfg.kv_heads /= shard;
+        else if (shard % cfg.kv_heads == 0) cfg.kv_heads = 1;
+        else {
+            fprintf(stderr, "ember make-checkpoint: --tp-shard %lld: num_key_value_heads (%lld) "
+                    "and the degree: neither divides the other\n", (long long)shard,
+                    (long long)cfg.kv_heads);
+            return 2;
+        }
+        if (!cfg.vocab || tokenizer) {
+            fprintf(stderr, "ember make-checkpoint: --tp-shard needs a preset with its own "
+                    "vocabulary and no --tokenizer\n");
+            return 2;
+        }
+    }
     em_ctx *c = em_ctx_create();
     em_tokenizer *tok = NULL;
     if (tokenizer) {
@@ -161,6 +202,8 @@ int cmd_make_checkpoint(int argc, char **argv) {
     json_object_set_new(j, "tie_word_embeddings", json_boolean(cfg.tie));
     json_object_set_new(j, "torch_dtype", json_string(dtype == EM_BF16 ? "bfloat16" : "float32"));
     json_object_set_new(j, "_comment", json_string("RANDOM WEIGHTS made by `ember make-checkpoint`"));
+    if (shard > 1)
+        json_object_set_new(j, "_tp_shard_of", json_integer(shard));
     if (cfg.experts) {
         json_object_set_new(j, "num_experts", json_integer(cfg.experts));
         json_object_set_new(j, "num_experts_per_tok", json_integer(cfg.top_k));
@@ -231,9 +274,9 @@ int cmd_make_checkpoint(int argc, char **argv) {
         fprintf(stderr, "ember make-checkpoint: %s\n", em_ctx_error(c)->message);
         rc = 1;
     } else {
-        fprintf(stderr, "wrote %s: %s preset, %lld layers, %.2f GB of RANDOM %s weights in %d shards\n",
-                out, PRESET_NAMES[pi], (long long)cfg.layers, wr.total / 1e9, em_dtype_name(dtype),
-                wr.shard);
+        fprintf(stderr, "wrote %s: %s preset%s, %lld layers, %.2f GB of RANDOM %s weights in %d "
+                "shards\n", out, PRESET_NAMES[pi], shard > 1 ? " (one rank's shard)" : "",
+                (long long)cfg.layers, wr.total / 1e9, em_dtype_name(dtype), wr.shard);
     }
     em_tokenizer_free(tok);
     em_ctx_free(c);
