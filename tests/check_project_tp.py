@@ -154,6 +154,33 @@ def main():
             fail(f"project tp {' '.join(args)}: exit {r.returncode}, stderr {r.stderr!r}; "
                  f"want an error naming {want!r}")
     print("bad inputs refused by name")
+
+    # make-checkpoint --tp-shard: one rank's shard as a model, its bytes as the projection says
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "shard")
+        run(ember, ["make-checkpoint", "--preset", "demo-moe", "--layers", "2", "--tp-shard", "8",
+                    "--dtype", "f32", "--out", out])
+        cfg = json.load(open(os.path.join(out, "config.json")))
+        got = (cfg["num_attention_heads"], cfg["num_key_value_heads"],
+               cfg["moe_intermediate_size"], cfg["vocab_size"], cfg["_tp_shard_of"])
+        if got != (1, 1, 32, 128, 8):
+            fail(f"demo-moe / 8: heads, KV heads, moe_intermediate, vocab, shard {got}")
+        full = os.path.join(tmp, "full")
+        run(ember, ["make-checkpoint", "--preset", "demo-moe", "--layers", "2", "--dtype", "f32",
+                    "--out", full])
+        p = rows(ember, ["--model", full, "--degrees", "8", "--batches", "1", "--devices", "h100"])[0]
+        total = json.load(open(os.path.join(out, "model.safetensors.index.json")))["metadata"][
+            "total_size"]
+        V, H = 1024, cfg["hidden_size"]
+        want = p["weight_bytes_per_rank"] - (V - V // 8) * H * 4  # its embedding keeps V/8 rows
+        if total != want:
+            fail(f"the shard holds {total} bytes, the projection's rank {want} (+ the embedding)")
+        r = run(ember, ["make-checkpoint", "--preset", "demo-moe", "--tp-shard", "3", "--out",
+                        os.path.join(tmp, "bad")], ok=False)
+        if r.returncode == 0 or "num_attention_heads (8)" not in r.stderr:
+            fail(f"--tp-shard 3: exit {r.returncode}, {r.stderr!r}")
+    print("make-checkpoint --tp-shard 8: the rank's dimensions and bytes; 3 refused by name")
     print("ok")
 
 

@@ -142,6 +142,12 @@ int cmd_make_checkpoint(int argc, char **argv) {
     ckpt_cfg cfg = PRESETS[pi];
     if (layers > 0) cfg.layers = layers;
     if (shard > 1) {
+        if (tokenizer) {
+            fprintf(stderr, "ember make-checkpoint: --tp-shard takes no --tokenizer (the shard's "
+                            "vocabulary is a slice of the preset's)\n");
+            return 2;
+        }
+        if (!cfg.vocab) cfg.vocab = 1024;
         /* the plan's divisibility rules (src/models/tp.c), refused by name */
         const struct {
             const char *name;
@@ -162,11 +168,6 @@ int cmd_make_checkpoint(int argc, char **argv) {
             fprintf(stderr, "ember make-checkpoint: --tp-shard %lld: num_key_value_heads (%lld) "
                     "and the degree: neither divides the other\n", (long long)shard,
                     (long long)cfg.kv_heads);
-            return 2;
-        }
-        if (!cfg.vocab || tokenizer) {
-            fprintf(stderr, "ember make-checkpoint: --tp-shard needs a preset with its own "
-                    "vocabulary and no --tokenizer\n");
             return 2;
         }
     }
