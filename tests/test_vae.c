@@ -1,7 +1,8 @@
 /* AutoencoderKL against diffusers 0.42.1 (tests/fixtures/diffusion/vae_*, made by
  * scripts/gen_vae_fixtures.py): decode of fixed latents, encode's mean and logvar of a fixed
  * image and a sample with given noise, within 1e-4 (f32), on the CPU and on XLA's CPU plugin;
- * clear errors for bad folders, configs and inputs. */
+ * tiled decode and encode (scripts/gen_vae_tiling_fixtures.py); clear errors for bad folders,
+ * configs, inputs and tilings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,5 +252,81 @@ static void test_vae_bad_inputs(void) {
     em_ctx_free(c);
 }
 
+/* vae.enable_tiling(): tiled decode and encode against diffusers (scripts/
+ * gen_vae_tiling_fixtures.py), the default tile sizes, an input no larger than a tile decoded
+ * untiled, and bad tilings refused */
+static void test_vae_tiling(void) {
+    static const struct {
+        const char *vae, *name;
+        int64_t sample, latent; /* 0: the defaults (em_vae_*_tiled with NULL) */
+        double overlap;
+    } T_[] = {{"vae_kl", "default", 0, 0, 0},       {"vae_kl", "small", 8, 4, 0.25},
+              {"vae_kl", "half", 16, 8, 0.5},       {"vae_variant", "default", 0, 0, 0},
+              {"vae_variant", "small", 8, 2, 0.5}};
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/vae_tiling_ref");
+    CHECK(b != NULL);
+    for (size_t i = 0; b && i < sizeof T_ / sizeof T_[0]; i++) {
+        em_vae *v = em_vae_load(c, em_test_fixture_path("diffusion", T_[i].vae), NULL, EM_F32);
+        CHECK_MSG(v != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        if (!v) break;
+        em_vae_tiling d = em_vae_default_tiling(v), t = {T_[i].sample, T_[i].latent, T_[i].overlap};
+        CHECK(d.tile_sample_min_size == 16 && d.tile_overlap_factor == 0.25 &&
+              d.tile_latent_min_size == (strcmp(T_[i].vae, "vae_kl") ? 4 : 8));
+        const em_vae_tiling *tp = T_[i].sample ? &t : NULL;
+        char key[96], what[160];
+        em_scope_push(c);
+#define GET(k) (snprintf(key, sizeof key, "%s_%s_%s", T_[i].vae, T_[i].name, k), \
+                em_test_bundle_get(b, c, key))
+        snprintf(what, sizeof what, "%s, %s tiling: decode", T_[i].vae, T_[i].name);
+        em_tensor *z = GET("latents");
+        em_test_allclose(c, em_vae_decode_tiled(c, v, z, tp), GET("decoded"), 1e-4, 1e-4, what);
+        em_vae_latent_dist ld;
+        CHECK_MSG(em_vae_encode_tiled(c, v, GET("image"), tp, &ld) == EM_OK, "%s",
+                  em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        snprintf(what, sizeof what, "%s, %s tiling: encode mean", T_[i].vae, T_[i].name);
+        em_test_allclose(c, ld.mean, GET("mean"), 1e-4, 1e-4, what);
+        snprintf(what, sizeof what, "%s, %s tiling: encode logvar", T_[i].vae, T_[i].name);
+        em_test_allclose(c, ld.logvar, GET("logvar"), 1e-4, 1e-4, what);
+#undef GET
+        if (!tp) { /* untiled, the same latents: diffusers' other answer */
+            snprintf(key, sizeof key, "%s_untiled_decoded", T_[i].vae);
+            snprintf(what, sizeof what, "%s untiled decode of the tiling latents", T_[i].vae);
+            em_test_allclose(c, em_vae_decode(c, v, z), em_test_bundle_get(b, c, key), 1e-4,
+                             1e-4, what);
+        }
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s",
+                  em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+        em_vae_free(v);
+    }
+    /* no larger than a tile: decoded whole, as diffusers does */
+    em_test_bundle *r = em_test_bundle_load("diffusion/vae_kl_ref");
+    em_vae *v = em_vae_load(c, em_test_fixture_path("diffusion", "vae_kl"), NULL, EM_F32);
+    if (r && v) {
+        em_scope_push(c);
+        em_test_allclose(c, em_vae_decode_tiled(c, v, em_test_bundle_get(r, c, "latents"), NULL),
+                         em_test_bundle_get(r, c, "decoded"), 1e-4, 1e-4,
+                         "tiled decode of a latent no larger than a tile");
+        em_tensor *z = em_zeros(c, EM_F32, 4, (int64_t[]){1, 4, 12, 12});
+        em_vae_tiling bad[] = {{16, 8, 1.0}, {0, 8, 0.25}, {16, 0, 0.25}, {16, 1, 0.25}};
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            CHECK(em_vae_decode_tiled(c, v, z, &bad[k]) == NULL);
+            CHECK_ERR(c, EM_ERR_INVALID_ARG, "tiling", "tile_overlap_factor");
+        }
+        em_vae_latent_dist ld;
+        CHECK(em_vae_encode_tiled(c, v, em_zeros(c, EM_F32, 4, (int64_t[]){1, 3, 24, 24}),
+                                  &bad[0], &ld) == EM_ERR_INVALID_ARG && !ld.mean);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "tiling");
+        em_scope_pop(c);
+    }
+    CHECK(r && v);
+    em_vae_free(v);
+    em_test_bundle_free(r);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_vae_matches_diffusers), T(test_vae_config), T(test_vae_bad_folders),
-             T(test_vae_bad_inputs), T(test_vae_bf16), T(test_vae_on_xla))
+             T(test_vae_bad_inputs), T(test_vae_bf16), T(test_vae_on_xla), T(test_vae_tiling))

@@ -122,6 +122,40 @@ EM_API em_status em_vae_encode(em_ctx *c, em_vae *v, em_tensor *image, em_vae_la
  */
 EM_API em_tensor *em_vae_latent_sample(em_ctx *c, const em_vae_latent_dist *d, em_tensor *noise);
 
+/** Tiled decoding and encoding, diffusers' `vae.enable_tiling()`: the input is cut into
+ *  overlapping tiles, each tile goes through the decoder (encoder) alone, and neighbouring
+ *  outputs are blended linearly over their overlap, so memory follows the tile, not the image.
+ *  The result differs from the untiled one near the seams, exactly as diffusers' does. */
+typedef struct em_vae_tiling {
+    int64_t tile_sample_min_size; /* a tile's side in image pixels (diffusers: sample_size) */
+    int64_t tile_latent_min_size; /* in latent pixels (sample_size / 2^(n_blocks - 1)) */
+    double tile_overlap_factor;   /* the share of a tile overlapping the next (0.25) */
+} em_vae_tiling;
+
+/** diffusers' tiling defaults for this VAE: sample_size[0] (height; diffusers reads an int),
+ *  sample_size[0] / 2^(n_blocks - 1), 0.25. Zeroed for a NULL VAE. */
+EM_API em_vae_tiling em_vae_default_tiling(const em_vae *v);
+
+/**
+ * vae.enable_tiling(); vae.decode(z).sample with the tile sizes of `t` (NULL: the defaults):
+ * a latent larger than tile_latent_min_size in height or width is decoded in tiles of that side
+ * starting every tile_latent_min_size * (1 - overlap) latent pixels, each tile's output blended
+ * with the tile above and the tile to its left (already blended) over tile_sample_min_size *
+ * overlap pixels and cropped to tile_sample_min_size minus that; a smaller latent is decoded as
+ * em_vae_decode does. Same input, output and errors as em_vae_decode, plus EM_ERR_INVALID_ARG
+ * for tile sizes < 1 or an overlap outside [0, 1) that leaves no stride.
+ */
+EM_API em_tensor *em_vae_decode_tiled(em_ctx *c, em_vae *v, em_tensor *z, const em_vae_tiling *t);
+/**
+ * vae.enable_tiling(); vae.encode(image).latent_dist: the image (when larger than
+ * tile_sample_min_size in height or width) encoded in tiles of that side every
+ * tile_sample_min_size * (1 - overlap) pixels, the moments blended over tile_latent_min_size *
+ * overlap latent pixels, then split into mean and logvar as em_vae_encode does. Errors as
+ * em_vae_encode and em_vae_decode_tiled.
+ */
+EM_API em_status em_vae_encode_tiled(em_ctx *c, em_vae *v, em_tensor *image,
+                                     const em_vae_tiling *t, em_vae_latent_dist *out);
+
 #ifdef __cplusplus
 }
 #endif

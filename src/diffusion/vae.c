@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "diffusion/unet_impl.h"
+#include "diffusion/vae_impl.h"
 #include "diffusion/weights.h"
 #include "ember/vae.h"
 
@@ -214,14 +215,8 @@ static em_tensor *out_forward(em_ctx *c, const em_vae *v, const vae_coder *k, em
     return unet_conv(c, &k->conv_out, em_silu(c, x));
 }
 
-em_tensor *em_vae_decode(em_ctx *c, em_vae *v, em_tensor *z) {
-    if (!c || em_ctx_status(c)) return NULL;
-    if (!v || !z) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "decode: %s is NULL", v ? "the latents" : "vae");
-        return NULL;
-    }
-    if (!check_input(c, v, z, "latents", v->cfg.latent_channels, "latent_channels")) return NULL;
-    em_scope_push(c);
+/* post_quant_conv and the Decoder on one input (a whole latent or a tile) */
+static em_tensor *decode_raw(em_ctx *c, const em_vae *v, em_tensor *z) {
     em_tensor *x = v->post_quant.w ? unet_conv(c, &v->post_quant, z) : z;
     const vae_coder *k = &v->dec;
     x = mid_forward(c, v, &k->mid, unet_conv(c, &k->conv_in, x));
@@ -230,19 +225,11 @@ em_tensor *em_vae_decode(em_ctx *c, em_vae *v, em_tensor *z) {
         for (int j = 0; j < b->n; j++) x = unet_resnet_forward(c, &v->set, &b->res[j], x, NULL);
         if (b->conv.w) x = unet_upsample(c, &b->conv, x);
     }
-    x = em_keep(c, out_forward(c, v, k, x));
-    em_scope_pop(c);
-    return x;
+    return out_forward(c, v, k, x);
 }
 
-em_status em_vae_encode(em_ctx *c, em_vae *v, em_tensor *image, em_vae_latent_dist *out) {
-    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
-    if (out) memset(out, 0, sizeof *out);
-    if (!v || !image || !out)
-        return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "encode: vae, image or out is NULL");
-    if (!check_input(c, v, image, "image", v->cfg.in_channels, "in_channels"))
-        return em_ctx_status(c);
-    em_scope_push(c);
+/* the Encoder and quant_conv: the moments [N, 2 latent_channels, h, w] */
+static em_tensor *encode_raw(em_ctx *c, const em_vae *v, em_tensor *image) {
     const vae_coder *k = &v->enc;
     em_tensor *x = unet_conv(c, &k->conv_in, image);
     for (int i = 0; i < v->cfg.n_blocks; i++) {
@@ -251,7 +238,78 @@ em_status em_vae_encode(em_ctx *c, em_vae *v, em_tensor *image, em_vae_latent_di
         if (b->conv.w) x = unet_downsample(c, &v->set, &b->conv, x);
     }
     x = out_forward(c, v, k, mid_forward(c, v, &k->mid, x));
-    if (v->quant.w) x = unet_conv(c, &v->quant, x);
+    return v->quant.w ? unet_conv(c, &v->quant, x) : x;
+}
+
+em_vae_tiling em_vae_default_tiling(const em_vae *v) {
+    em_vae_tiling t = {0, 0, 0};
+    if (!v) return t;
+    t.tile_sample_min_size = v->cfg.sample_size[0];
+    /* int(sample_size / 2 ** (len(block_out_channels) - 1)) */
+    t.tile_latent_min_size =
+        (int64_t)((double)v->cfg.sample_size[0] / (double)((int64_t)1 << (v->cfg.n_blocks - 1)));
+    t.tile_overlap_factor = 0.25;
+    return t;
+}
+
+static bool check_tiling(em_ctx *c, const em_vae_tiling *t) {
+    /* the strides: int(latent * (1 - f)) for decode, int(sample * (1 - f)) for encode */
+    if (t->tile_sample_min_size < 1 || t->tile_latent_min_size < 1 ||
+        !(t->tile_overlap_factor >= 0 && t->tile_overlap_factor < 1) ||
+        (int64_t)((double)t->tile_latent_min_size * (1 - t->tile_overlap_factor)) < 1 ||
+        (int64_t)((double)t->tile_sample_min_size * (1 - t->tile_overlap_factor)) < 1) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "tiling: tile_sample_min_size %lld, tile_latent_min_size %lld, "
+                    "tile_overlap_factor %g: the sizes must be >= 1 and the overlap in [0, 1) "
+                    "leaving a stride of at least one pixel",
+                    (long long)t->tile_sample_min_size, (long long)t->tile_latent_min_size,
+                    t->tile_overlap_factor);
+        return false;
+    }
+    return true;
+}
+
+static em_tensor *decode(em_ctx *c, em_vae *v, em_tensor *z, const em_vae_tiling *t) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!v || !z) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "decode: %s is NULL", v ? "the latents" : "vae");
+        return NULL;
+    }
+    if (!check_input(c, v, z, "latents", v->cfg.latent_channels, "latent_channels")) return NULL;
+    if (t && !check_tiling(c, t)) return NULL;
+    em_scope_push(c);
+    int64_t side = t ? t->tile_latent_min_size : 0;
+    em_tensor *x = t && (em_tensor_dim(z, 2) > side || em_tensor_dim(z, 3) > side)
+                       ? vae_tiled(c, v, z, side, t->tile_sample_min_size, t->tile_overlap_factor,
+                                   decode_raw)
+                       : decode_raw(c, v, z);
+    x = em_keep(c, x);
+    em_scope_pop(c);
+    return x;
+}
+
+em_tensor *em_vae_decode(em_ctx *c, em_vae *v, em_tensor *z) { return decode(c, v, z, NULL); }
+
+em_tensor *em_vae_decode_tiled(em_ctx *c, em_vae *v, em_tensor *z, const em_vae_tiling *t) {
+    em_vae_tiling d = em_vae_default_tiling(v);
+    return decode(c, v, z, t ? t : &d);
+}
+
+static em_status encode(em_ctx *c, em_vae *v, em_tensor *image, const em_vae_tiling *t,
+                        em_vae_latent_dist *out) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (out) memset(out, 0, sizeof *out);
+    if (!v || !image || !out)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "encode: vae, image or out is NULL");
+    if (!check_input(c, v, image, "image", v->cfg.in_channels, "in_channels"))
+        return em_ctx_status(c);
+    if (t && !check_tiling(c, t)) return em_ctx_status(c);
+    em_scope_push(c);
+    int64_t side = t ? t->tile_sample_min_size : 0;
+    em_tensor *x = t && (em_tensor_dim(image, 2) > side || em_tensor_dim(image, 3) > side)
+                       ? vae_tiled(c, v, image, side, t->tile_latent_min_size,
+                                   t->tile_overlap_factor, encode_raw)
+                       : encode_raw(c, v, image);
     /* DiagonalGaussianDistribution: torch.chunk(moments, 2, dim=1), logvar clamped */
     em_tensor *parts[2] = {NULL, NULL};
     if (x && em_split(c, x, v->cfg.latent_channels, 1, parts, 2) == 2) {
@@ -265,6 +323,16 @@ em_status em_vae_encode(em_ctx *c, em_vae *v, em_tensor *image, em_vae_latent_di
                                 : em_ctx_fail(c, EM_ERR_INTERNAL, OP, "encode produced nothing");
     }
     return EM_OK;
+}
+
+em_status em_vae_encode(em_ctx *c, em_vae *v, em_tensor *image, em_vae_latent_dist *out) {
+    return encode(c, v, image, NULL, out);
+}
+
+em_status em_vae_encode_tiled(em_ctx *c, em_vae *v, em_tensor *image, const em_vae_tiling *t,
+                              em_vae_latent_dist *out) {
+    em_vae_tiling d = em_vae_default_tiling(v);
+    return encode(c, v, image, t ? t : &d, out);
 }
 
 em_tensor *em_vae_latent_sample(em_ctx *c, const em_vae_latent_dist *d, em_tensor *noise) {

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""diffusers' tiled AutoencoderKL decode and encode (vae.enable_tiling()) on the committed tiny
+VAE folders of gen_vae_fixtures.py, into tests/fixtures/diffusion/vae_tiling_ref.{json,bin}.
+
+Per case (CASE = vae_kl, vae_variant) and tiling (`default`: the config's sample_size, or
+`small`: tile_sample_min_size 8 with tile_latent_min_size 4 and overlap 0.25 for vae_kl's
+factor 2, 2 and 0.5 for vae_variant's factor 4; `half`: the default sizes with overlap 0.5).
+The sizes keep stride x factor = the crop, as diffusers' defaults do: with other sizes diffusers'
+tiled output is not the image's size (Ember does the same arithmetic, so it would match):
+
+  CASE_TILING_latents   [1, latent_channels, h, w] f32, larger than a latent tile, odd sizes
+                        (the last tiles are cut short)
+  CASE_TILING_decoded   vae.decode(latents).sample with tiling on
+  CASE_TILING_image     [1, in_channels, H, W] f32, larger than an image tile (the last tiles
+                        big enough for diffusers' unpadded stride-2 convs)
+  CASE_TILING_mean, CASE_TILING_logvar
+                        vae.encode(image).latent_dist with tiling on
+  CASE_untiled_decoded  vae.decode of the default case's latents with tiling off, to show the
+                        tiled result differs near the seams (as diffusers' does)
+
+Ember must match within 1e-4. Run after gen_vae_fixtures.py (it reads its folders).
+"""
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fixtures.common import Bundle  # noqa: E402
+
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "diffusion")
+
+# case: {tiling: (tile_sample_min_size, tile_latent_min_size, overlap) or None for the defaults,
+#        latent (h, w), image (H, W)}
+CASES = {
+    "vae_kl": {"default": (None, (13, 11), (30, 20)), "small": ((8, 4, 0.25), (7, 9), (16, 22)),
+               "half": ((16, 8, 0.5), (13, 11), (30, 20))},
+    "vae_variant": {"default": (None, (7, 9), (21, 17)), "small": ((8, 2, 0.5), (5, 6), (16, 12))},
+}
+
+
+def main():
+    import diffusers
+    from diffusers import AutoencoderKL
+    assert diffusers.__version__ == "0.42.1", diffusers.__version__
+    torch.set_num_threads(1)
+    b = Bundle(os.path.join(OUT, "vae_tiling_ref"))
+    meta = {}
+    for i, (name, tilings) in enumerate(CASES.items()):
+        vae = AutoencoderKL.from_pretrained(os.path.join(OUT, name)).eval()
+        cfg = vae.config
+        g = torch.Generator().manual_seed(500 + i)
+        for tname, (tiles, (h, w), (H, W)) in tilings.items():
+            vae.enable_tiling()
+            if tiles:
+                vae.tile_sample_min_size, vae.tile_latent_min_size, vae.tile_overlap_factor = tiles
+            else:
+                tiles = (vae.tile_sample_min_size, vae.tile_latent_min_size,
+                         vae.tile_overlap_factor)
+            assert h > tiles[1] and H > tiles[0], "the inputs must be larger than a tile"
+            latents = torch.randn((1, cfg.latent_channels, h, w), generator=g)
+            image = torch.randn((1, cfg.in_channels, H, W), generator=g)
+            with torch.no_grad():
+                decoded = vae.decode(latents).sample
+                dist = vae.encode(image).latent_dist
+                vae.disable_tiling()
+                untiled = vae.decode(latents).sample
+                vae.tile_sample_min_size = cfg.sample_size
+                vae.tile_latent_min_size = int(cfg.sample_size /
+                                               (2 ** (len(cfg.block_out_channels) - 1)))
+                vae.tile_overlap_factor = 0.25
+            assert (decoded - untiled).abs().max() > 1e-3, "tiling changed nothing"
+            p = f"{name}_{tname}_"
+            for k, v in (("latents", latents), ("decoded", decoded), ("image", image),
+                         ("mean", dist.mean), ("logvar", dist.logvar)):
+                b.add(p + k, v.contiguous())
+            if tname == "default":
+                b.add(f"{name}_untiled_decoded", untiled.contiguous())
+            meta[p[:-1]] = list(tiles)
+    b.meta = {"tilings": meta}
+    n, nbytes = b.write()
+    print("vae_tiling_ref: %d tensors, %d bytes" % (n, nbytes))
+
+
+if __name__ == "__main__":
+    main()
