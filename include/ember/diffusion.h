@@ -197,7 +197,10 @@ EM_API em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sampl
 /** Pipeline classes of model_index.json's `_class_name`. Append-only. */
 typedef enum em_pipeline_class {
     EM_PIPELINE_DDPM = 0, /* DDPMPipeline: unet (UNet2DModel) + scheduler */
-    EM_PIPELINE_DDIM = 1  /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_DDIM = 1, /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_STABLE_DIFFUSION = 2 /* StableDiffusionPipeline: tokenizer, text_encoder
+                                        (CLIPTextModel), unet (UNet2DConditionModel), vae
+                                        (AutoencoderKL), scheduler */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -212,6 +215,9 @@ typedef struct em_pipeline_index {
     char *scheduler_dir;           /* <dir>/scheduler */
     char *scheduler_config;        /* <dir>/scheduler/scheduler_config.json */
     char scheduler_class[64];      /* "DDPMScheduler", "DDIMScheduler", ... as the file says */
+    /* StableDiffusionPipeline's other components (NULL / "" for the unconditional pipelines) */
+    char *text_encoder_dir, *tokenizer_dir, *vae_dir;
+    char text_encoder_class[64], tokenizer_class[64], vae_class[64];
 } em_pipeline_index;
 
 /**
@@ -321,9 +327,14 @@ typedef struct em_pipeline_run_params {
                              step (never a constant), so steps reuse the program; the scheduler
                              step stays eager */
     em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
+    /* StableDiffusionPipeline only (refused by the unconditional pipelines when set) */
+    const char *prompt;          /* required ("" is a prompt); NULL for the others */
+    const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding) */
+    double guidance_scale;       /* classifier-free guidance when > 1 (default 7.5) */
+    int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
 } em_pipeline_run_params;
 
-/** steps 0, eta 0, seed 0, no latents, no progress. */
+/** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 7.5. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**
