@@ -29,17 +29,22 @@ static const struct {
     {"vpred", "a dog in the snow", "", 5.0, 3, 21, true, true},
 };
 
+/* <scratch>/<comp> links to sd_tiny/<comp> for each of the n components */
+static void link_sd(const char *const *comps, int n) {
+    char target[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(target, sizeof target, "sd_tiny/%s", comps[i]);
+        em_test_scratch_link(comps[i], "diffusion", target);
+    }
+}
+
 /* sd_tiny with the v-prediction DDIM scheduler: a scratch pipeline folder whose components
  * are links to sd_tiny's */
 static const char *vpred_folder(void) {
     const char *dir = em_test_scratch_make("sd_vpred");
     if (!dir) return NULL;
     const char *comps[] = {"unet", "vae", "text_encoder", "tokenizer"};
-    char target[64];
-    for (int i = 0; i < 4; i++) {
-        snprintf(target, sizeof target, "sd_tiny/%s", comps[i]);
-        em_test_scratch_link(comps[i], "diffusion", target);
-    }
+    link_sd(comps, 4);
     em_test_scratch_link("scheduler", "diffusion", "sd_tiny_vpred_scheduler");
     em_test_scratch_write("model_index.json",
                           "{\"_class_name\": \"StableDiffusionPipeline\", "
@@ -166,11 +171,7 @@ static void test_sd_bad_folders(void) {
     if (!dir) return;
     em_ctx *c = em_ctx_create();
     const char *comps[] = {"unet", "text_encoder", "tokenizer", "scheduler"};
-    char target[64];
-    for (int i = 0; i < 4; i++) {
-        snprintf(target, sizeof target, "sd_tiny/%s", comps[i]);
-        em_test_scratch_link(comps[i], "diffusion", target);
-    }
+    link_sd(comps, 4);
 #define SD_HEAD                                                                                    \
     "{\"_class_name\": \"StableDiffusionPipeline\", "                                              \
     "\"text_encoder\": [\"transformers\", \"CLIPTextModel\"], "                                    \
