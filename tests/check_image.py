@@ -79,10 +79,13 @@ def main():
     d = lambda name: os.path.join(fixtures, "diffusion", name)  # noqa: E731
     ddim = bundle(fixtures, "ddim_three_ref")
     runs = bundle(fixtures, "pipeline_runs_ref")
+    sd = bundle(fixtures, "sd_tiny_ref")
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
         write_npy(lat, *ddim["latents"])
+        sd_lat = os.path.join(tmp, "sd_latents.npy")
+        write_npy(sd_lat, *sd["cfg_latents"])
         cases = [
             ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
              ddim["image"], 10),
@@ -92,6 +95,13 @@ def main():
                                         "--scheduler", "euler"], runs["ddpm_as_euler_image"], 10),
             ("ddim eta", ["--model", d("ddim_three"), "--seed", "5", "--steps", "8", "--eta", "0.5",
                           "--device", "cpu"], runs["ddim_eta_image"], 8),
+            # StableDiffusionPipeline (scripts/gen_sd_fixtures.py's runs "cfg" and "negative");
+            # its PNDM (PLMS) schedule has one timestep more than the steps asked for
+            ("sd prompt", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat", "--latents",
+                           sd_lat, "--steps", "4"], sd["cfg_image"], 5),
+            ("sd negative seed", ["--model", d("sd_tiny"), "--prompt", "a red cube on a table",
+                                  "--negative-prompt", "blurry, low quality", "--guidance", "3",
+                                  "--seed", "5", "--steps", "3"], sd["negative_image"], 4),
         ]
         for i, (name, args, (wshape, want), nsteps) in enumerate(cases):
             png, npy = os.path.join(tmp, "%d.png" % i), os.path.join(tmp, "%d.npy" % i)
@@ -156,9 +166,15 @@ def main():
         write_npy(bad_lat, [1, 3, 8, 8], [0.0] * 192)
         bad = [
             (["--model", d("ddpm_attn"), "--seed", "1", "--prompt", "a cat"] + out, 2,
-             "--prompt is not supported for DDPMPipeline yet"),
+             "--prompt is not supported for DDPMPipeline (an unconditional pipeline)"),
             (["--model", d("ddim_three"), "--seed", "1", "--guidance", "7"] + out, 2,
-             "--guidance is not supported for DDIMPipeline yet"),
+             "--guidance is not supported for DDIMPipeline (an unconditional pipeline)"),
+            (["--model", d("sd_tiny"), "--seed", "1"] + out, 2,
+             "StableDiffusionPipeline needs --prompt"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--class-label", "3"] + out,
+             2, "--class-label is not supported for StableDiffusionPipeline yet"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--height", "15"] + out, 1,
+             "multiples of 2"),
             (["--model", d("ddpm_attn")] + out, 2, "--seed or --latents is required"),
             (["--model", d("ddim_three"), "--latents", bad_lat] + out, 1,
              "[1, 3, 8, 8] do not fit DDIMPipeline"),

@@ -219,7 +219,7 @@ static void test_bad_folders(void) {
     CHECK_ERR(c, EM_ERR_FORMAT, "model_index.json", "not valid JSON");
     em_test_scratch_write("model_index.json", "{\"_class_name\": \"StableDiffusionPipeline\"}");
     CHECK(em_pipeline_load(c, scratch, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "'StableDiffusionPipeline'");
+    CHECK_ERR(c, EM_ERR_NOT_FOUND, "StableDiffusionPipeline needs a 'unet' component");
     em_test_scratch_link("unet", "diffusion", "ddim_three/unet");
     em_test_scratch_write("model_index.json", "{\"_class_name\": \"DDIMPipeline\", "
                                    "\"unet\": [\"diffusers\", \"UNet2DModel\"]}");

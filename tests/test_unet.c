@@ -16,6 +16,8 @@ static const struct {
 } CASES[] = {
     {"ddpm_attn", true},     {"ddpm_scale_shift", true}, {"ddim_three", true},
     {"unet_class", false},   {"unet_fourier", false},
+    /* UNet2DConditionModel (scripts/gen_unet_cond_fixtures.py): SD 1.x's and 2.x's layouts */
+    {"unet_cond", false},    {"unet_cond_linear", false},
 };
 #define N_CASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -53,15 +55,28 @@ static void check_case(em_ctx *c, int i, const char *device) {
     em_tensor *labels = em_unet2d_get_config(u)->class_embedding != EM_UNET2D_CLASS_NONE
                             ? em_test_bundle_get(b, c, "class_labels")
                             : NULL;
+    bool cond = em_unet2d_get_config(u)->conditional;
+    em_tensor *ehs = cond ? em_test_bundle_get(b, c, "encoder_hidden_states") : NULL;
     const char *pairs[][2] = {{"t0", "out0"}, {"t1", "out1"}, {"t2", "out2"}, {"tvec", "out_vec"}};
     for (int k = 0; k < 4; k++) {
         em_tensor *t = em_test_bundle_get(b, c, pairs[k][0]);
         em_tensor *want = em_test_bundle_get(b, c, pairs[k][1]);
         em_ctx_set_device(c, prev);
-        em_tensor *got = em_unet2d_forward(c, u, x, t, labels);
+        em_tensor *got = cond ? em_unet2d_forward_cond(c, u, x, t, ehs)
+                              : em_unet2d_forward(c, u, x, t, labels);
         snprintf(what, sizeof what, "%s on %s, %s", CASES[i].name, device, pairs[k][1]);
         em_test_allclose(c, got, want, 1e-4, 1e-4, what);
         em_ctx_set_device(c, em_unet2d_device(u));
+    }
+    if (cond) { /* no host-timestep variant for the conditional model */
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s",
+                  em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        em_ctx_clear_error(c);
+        em_ctx_set_device(c, prev);
+        em_scope_pop(c);
+        em_unet2d_free(u);
+        em_test_bundle_free(b);
+        return;
     }
     /* a host timestep: the value the fixture's t1 holds */
     em_tensor *t1 = em_test_bundle_get(b, c, "t1");
@@ -253,14 +268,129 @@ static void test_bad_config(void) {
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "down_blocks.0.resnets.1.norm1.weight", "is missing");
     CHECK(load_with_config(c, GOOD_CONFIG_HEAD GOOD_BLOCKS ", \"in_channels\": 4}") == NULL);
     CHECK_ERR(c, EM_ERR_SHAPE, "conv_in.weight", "[8, 3, 3, 3]", "[8, 4, 3, 3]");
+    /* a UNet2DConditionModel config takes its own defaults (SD 1.x's widths) */
     CHECK(load_with_config(c, "{\"_class_name\": \"UNet2DConditionModel\"}") == NULL);
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "UNet2DConditionModel");
+    CHECK_ERR(c, EM_ERR_SHAPE, "UNet2DConditionModel", "conv_in.weight", "[320, 4, 3, 3]");
     CHECK(load_with_config(c, "[1, 2]") == NULL);
     CHECK_ERR(c, EM_ERR_FORMAT, "config.json", "not a JSON object");
     CHECK(em_unet2d_load(c, "/nonexistent/unet", NULL) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "/nonexistent/unet/config.json");
     em_ctx_free(c);
     em_test_scratch_remove();
+}
+
+static em_unet2d *load_cond_with_config(em_ctx *c, const char *extra) {
+    char config[2048];
+    snprintf(config, sizeof config,
+             "{\"_class_name\": \"UNet2DConditionModel\", \"sample_size\": 8, "
+             "\"block_out_channels\": [8, 16], \"layers_per_block\": 1, \"norm_num_groups\": 4, "
+             "\"cross_attention_dim\": 12, \"attention_head_dim\": 2, "
+             "\"down_block_types\": [\"CrossAttnDownBlock2D\", \"DownBlock2D\"], "
+             "\"up_block_types\": [\"UpBlock2D\", \"CrossAttnUpBlock2D\"]%s}", extra);
+    unlink(em_test_scratch_path("config.json"));
+    em_test_scratch_write("config.json", config);
+    if (access(em_test_scratch_path("diffusion_pytorch_model.safetensors"), F_OK) != 0)
+        em_test_scratch_link("diffusion_pytorch_model.safetensors", "diffusion",
+                             "unet_cond/diffusion_pytorch_model.safetensors");
+    return em_unet2d_load(c, em_test_scratch_dir(), NULL);
+}
+
+/* UNet2DConditionModel configs: what Ember does not implement is refused by name */
+static void test_bad_cond_config(void) {
+    const char *scratch = em_test_scratch_make("unet_cond");
+    if (!scratch) return;
+    em_ctx *c = em_ctx_create();
+    em_unet2d *u = load_cond_with_config(c, "");
+    CHECK_MSG(u != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    CHECK(u && em_unet2d_get_config(u)->conditional && em_unet2d_get_config(u)->mid_cross_attn);
+    em_unet2d_free(u);
+    em_ctx_clear_error(c);
+    static const struct {
+        const char *extra;
+        em_status st;
+        const char *msg;
+    } BAD[] = {
+        {", \"only_cross_attention\": true", EM_ERR_UNSUPPORTED, "only_cross_attention 'true'"},
+        {", \"only_cross_attention\": [false, true]", EM_ERR_UNSUPPORTED, "only_cross_attention"},
+        {", \"dual_cross_attention\": true", EM_ERR_UNSUPPORTED, "dual_cross_attention"},
+        {", \"addition_embed_type\": \"text_time\"", EM_ERR_UNSUPPORTED,
+         "addition_embed_type 'text_time'"},
+        {", \"class_embed_type\": \"timestep\"", EM_ERR_UNSUPPORTED, "class_embed_type"},
+        {", \"num_attention_heads\": 4", EM_ERR_UNSUPPORTED, "num_attention_heads '4'"},
+        {", \"time_cond_proj_dim\": 8", EM_ERR_UNSUPPORTED, "time_cond_proj_dim"},
+        {", \"encoder_hid_dim\": 8", EM_ERR_UNSUPPORTED, "encoder_hid_dim"},
+        {", \"mid_block_type\": \"UNetMidBlock2DSimpleCrossAttn\"", EM_ERR_UNSUPPORTED,
+         "mid_block_type 'UNetMidBlock2DSimpleCrossAttn'"},
+        {", \"attention_type\": \"gated\"", EM_ERR_UNSUPPORTED, "attention_type 'gated'"},
+        {", \"time_embedding_type\": \"fourier\"", EM_ERR_UNSUPPORTED,
+         "time_embedding_type 'fourier'"},
+        {", \"resnet_out_scale_factor\": 2.0", EM_ERR_UNSUPPORTED, "resnet_out_scale_factor"},
+        {", \"layers_per_block\": [1, 1]", EM_ERR_UNSUPPORTED, "layers_per_block 'a list'"},
+        {", \"cross_attention_dim\": [12, 12]", EM_ERR_UNSUPPORTED, "cross_attention_dim"},
+        {", \"transformer_layers_per_block\": [[1], [1]]", EM_ERR_UNSUPPORTED, "nested"},
+        {", \"attention_head_dim\": [2, 2, 2]", EM_ERR_FORMAT, "'attention_head_dim' has 3"},
+        {", \"attention_head_dim\": 32", EM_ERR_FORMAT, "32 attention heads"},
+        {", \"conv_in_kernel\": 2", EM_ERR_FORMAT, "odd"},
+        /* values the weights contradict: both shapes named */
+        {", \"cross_attention_dim\": 16", EM_ERR_SHAPE, "attn2.to_k.weight"},
+        {", \"transformer_layers_per_block\": 2", EM_ERR_NOT_FOUND, "transformer_blocks.1"},
+        {", \"use_linear_projection\": true", EM_ERR_SHAPE, "proj_in.weight"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        /* the block names go before the extras, so a later key wins as JSON's last one does */
+        CHECK_MSG(load_cond_with_config(c, BAD[i].extra) == NULL, "%s", BAD[i].extra);
+        CHECK_ERR(c, BAD[i].st, BAD[i].msg);
+    }
+    CHECK(load_cond_with_config(c, ", \"down_block_types\": [\"AttnDownBlock2D\", "
+                                   "\"DownBlock2D\"]") == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "'AttnDownBlock2D' is not supported",
+              "CrossAttnDownBlock2D");
+    em_unet2d_options o = em_unet2d_default_options();
+    o.dtype = EM_BF16;
+    u = load_cond_with_config(c, ", \"upcast_attention\": true"); /* f32: loads */
+    CHECK_MSG(u != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    em_unet2d_free(u);
+    em_ctx_clear_error(c);
+    CHECK(em_unet2d_load(c, em_test_scratch_dir(), &o) == NULL); /* bf16: refused */
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "upcast_attention");
+    em_ctx_free(c);
+    em_test_scratch_remove();
+}
+
+static void test_bad_cond_inputs(void) {
+    em_ctx *c = em_ctx_create();
+    em_unet2d *u = em_unet2d_load(c, em_test_fixture_path("diffusion", "unet_cond"), NULL);
+    CHECK(u != NULL);
+    if (!u) {
+        em_ctx_free(c);
+        return;
+    }
+    em_tensor *t = em_scalar(c, 10.0, EM_F32);
+    em_tensor *x = em_zeros(c, EM_F32, 4, (int64_t[]){2, 4, 8, 8});
+    em_tensor *ehs = em_zeros(c, EM_F32, 3, (int64_t[]){2, 7, 12});
+    CHECK(em_unet2d_forward(c, u, x, t, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "UNet2DConditionModel", "em_unet2d_forward_cond");
+    CHECK(em_unet2d_forward_cond(c, u, x, t, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "encoder_hidden_states [N, L, 12]");
+    em_tensor *wide = em_zeros(c, EM_F32, 3, (int64_t[]){2, 7, 16});
+    CHECK(em_unet2d_forward_cond(c, u, x, t, wide) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "encoder_hidden_states", "[2, L, 12]");
+    em_tensor *one = em_zeros(c, EM_F32, 3, (int64_t[]){1, 7, 12});
+    CHECK(em_unet2d_forward_cond(c, u, x, t, one) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "encoder_hidden_states", "[2, L, 12]");
+    em_tensor *bf = em_zeros(c, EM_BF16, 3, (int64_t[]){2, 7, 12});
+    CHECK(em_unet2d_forward_cond(c, u, x, t, bf) == NULL);
+    CHECK_ERR(c, EM_ERR_DTYPE, "encoder_hidden_states");
+    em_tensor *y = em_unet2d_forward_cond(c, u, x, t, ehs);
+    CHECK(y && em_tensor_dim(y, 0) == 2 && em_tensor_dim(y, 1) == 4 && em_tensor_dim(y, 3) == 8);
+    em_unet2d_free(u);
+    /* and a UNet2DModel refuses the conditional call */
+    u = em_unet2d_load(c, em_test_fixture_path("diffusion", "ddpm_attn/unet"), NULL);
+    em_tensor *x3 = em_zeros(c, EM_F32, 4, (int64_t[]){2, 3, 16, 16});
+    CHECK(u && em_unet2d_forward_cond(c, u, x3, t, ehs) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "UNet2DModel", "no encoder_hidden_states");
+    em_unet2d_free(u);
+    em_ctx_free(c);
 }
 
 static void test_bad_inputs(void) {
@@ -298,5 +428,5 @@ static void test_bad_inputs(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_unet_matches_diffusers), T(test_unet_compiled), T(test_pipeline_index), T(test_bad_model_index),
+EM_TEST_MAIN(T(test_unet_matches_diffusers), T(test_bad_cond_config), T(test_bad_cond_inputs), T(test_unet_compiled), T(test_pipeline_index), T(test_bad_model_index),
              T(test_bad_config), T(test_bad_inputs), T(test_unet_on_xla))

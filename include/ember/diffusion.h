@@ -25,6 +25,17 @@
  * Weight names are diffusers' (and the older query/key/value/proj_attn names of attention
  * blocks); every weight's shape is checked against the config at load.
  *
+ *
+ * UNet2DConditionModel (Stable Diffusion's denoiser) loads through the same em_unet2d_load (the
+ * config's _class_name decides; cfg.conditional is then true) and runs with
+ * em_unet2d_forward_cond. Supported: CrossAttnDownBlock2D / DownBlock2D, CrossAttnUpBlock2D /
+ * UpBlock2D, UNetMidBlock2DCrossAttn or none; Transformer2DModels with 1x1-conv or linear
+ * (use_linear_projection) projections, attention_head_dim and transformer_layers_per_block as
+ * an int or a list per block, cross_attention_dim, upcast_attention (f32 only), conv_in/out
+ * kernels. Refused by name: class and added embeddings, only/dual cross-attention, encoder_hid
+ * projections, num_attention_heads, time_cond_proj_dim, other block, mid-block, attention and
+ * time-embedding types, lists for layers_per_block or cross_attention_dim.
+ *
  * A model is immutable after loading and may be used from several threads, each with its own
  * em_ctx.
  */
@@ -51,7 +62,9 @@ extern "C" {
 /** Block kinds of down_block_types / up_block_types. Append-only. */
 typedef enum em_unet2d_block_type {
     EM_UNET2D_BLOCK_PLAIN = 0, /* DownBlock2D / UpBlock2D: resnets only */
-    EM_UNET2D_BLOCK_ATTN = 1   /* AttnDownBlock2D / AttnUpBlock2D: a self-attention per resnet */
+    EM_UNET2D_BLOCK_ATTN = 1,  /* AttnDownBlock2D / AttnUpBlock2D: a self-attention per resnet */
+    EM_UNET2D_BLOCK_CROSS_ATTN = 2 /* CrossAttnDownBlock2D / CrossAttnUpBlock2D
+                                      (UNet2DConditionModel): a Transformer2DModel per resnet */
 } em_unet2d_block_type;
 
 /** time_embedding_type. Append-only. */
@@ -98,12 +111,24 @@ typedef struct em_unet2d_config {
     em_unet2d_class_embedding class_embedding;
     int64_t num_class_embeds;  /* rows of the class table (0: none) */
     int64_t num_train_timesteps; /* learned time embedding's rows (0: null) */
+    /* UNet2DConditionModel (zero for a UNet2DModel, whose conv kernels are 3) */
+    bool conditional;           /* _class_name UNet2DConditionModel: needs encoder_hidden_states */
+    int64_t cross_attention_dim;/* encoder_hidden_states' last dimension */
+    bool use_linear_projection; /* proj_in / proj_out linear (SD 2.x), else 1x1 convs (SD 1.x) */
+    bool upcast_attention;      /* attention scores in f32: what an f32 model computes anyway */
+    bool mid_cross_attn;        /* mid_block_type UNetMidBlock2DCrossAttn */
+    /* per down block (the up blocks take them reversed, the mid block the last): heads of the
+     * Transformer2DModels (diffusers reads attention_head_dim as the head count) and their
+     * BasicTransformerBlocks (transformer_layers_per_block) */
+    int64_t attn_heads[EM_UNET2D_MAX_BLOCKS];
+    int64_t transformer_layers[EM_UNET2D_MAX_BLOCKS];
+    int64_t conv_in_kernel, conv_out_kernel; /* odd sizes ("same" padding) */
 } em_unet2d_config;
 
 /**
  * Reads a UNet2DModel config.json (`path` is the file or the folder holding it) into `out`.
  * Errors (nothing allocated): EM_ERR_NOT_FOUND / EM_ERR_IO (the file), EM_ERR_FORMAT (not JSON,
- * `_class_name` not UNet2DModel, a field of the wrong type, a missing required field, sizes
+ * `_class_name` neither UNet2DModel nor UNet2DConditionModel, a field of the wrong type, a missing required field, sizes
  * that do not agree: each naming the field and the file), EM_ERR_UNSUPPORTED (a value Ember
  * does not implement, named: a block type, an activation, a time or class embedding type).
  */
@@ -150,7 +175,16 @@ EM_API em_device *em_unet2d_device(const em_unet2d *u);
  */
 EM_API em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample,
                                     em_tensor *timestep, em_tensor *class_labels);
-/** The same with a host timestep (made a 0-d f32 tensor on the model's device). diffusers
+/**
+ * UNet2DConditionModel.forward(sample, timestep, encoder_hidden_states).sample: sample and
+ * timestep as em_unet2d_forward; encoder_hidden_states [N, L, cross_attention_dim] (the text
+ * encoder's output, any L) in the model's dtype on its device. Returns [N, out_channels, H, W] in
+ * the current scope; NULL with an error naming the shape at fault (EM_ERR_INVALID_ARG for a
+ * UNet2DModel, which takes em_unet2d_forward, or NULL states).
+ */
+EM_API em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                         em_tensor *timestep, em_tensor *encoder_hidden_states);
+/** em_unet2d_forward with a host timestep (made a 0-d f32 tensor on the model's device). diffusers
  *  turns a Python number into an integer tensor; pipelines pass tensors, whose values this
  *  keeps as they are. */
 EM_API em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sample,
@@ -163,7 +197,10 @@ EM_API em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sampl
 /** Pipeline classes of model_index.json's `_class_name`. Append-only. */
 typedef enum em_pipeline_class {
     EM_PIPELINE_DDPM = 0, /* DDPMPipeline: unet (UNet2DModel) + scheduler */
-    EM_PIPELINE_DDIM = 1  /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_DDIM = 1, /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_STABLE_DIFFUSION = 2 /* StableDiffusionPipeline: tokenizer, text_encoder
+                                        (CLIPTextModel), unet (UNet2DConditionModel), vae
+                                        (AutoencoderKL), scheduler */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -178,6 +215,9 @@ typedef struct em_pipeline_index {
     char *scheduler_dir;           /* <dir>/scheduler */
     char *scheduler_config;        /* <dir>/scheduler/scheduler_config.json */
     char scheduler_class[64];      /* "DDPMScheduler", "DDIMScheduler", ... as the file says */
+    /* StableDiffusionPipeline's other components (NULL / "" for the unconditional pipelines) */
+    char *text_encoder_dir, *tokenizer_dir, *vae_dir;
+    char text_encoder_class[64], tokenizer_class[64], vae_class[64];
 } em_pipeline_index;
 
 /**
@@ -287,9 +327,14 @@ typedef struct em_pipeline_run_params {
                              step (never a constant), so steps reuse the program; the scheduler
                              step stays eager */
     em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
+    /* StableDiffusionPipeline only (refused by the unconditional pipelines when set) */
+    const char *prompt;          /* required ("" is a prompt); NULL for the others */
+    const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding) */
+    double guidance_scale;       /* classifier-free guidance when > 1 (default 7.5) */
+    int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
 } em_pipeline_run_params;
 
-/** steps 0, eta 0, seed 0, no latents, no progress. */
+/** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 7.5. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**

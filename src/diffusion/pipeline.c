@@ -1,25 +1,21 @@
-/* The pipeline object of DDPMPipeline / DDIMPipeline: a folder's UNet and scheduler, moved and
- * swapped as diffusers' pipe.to / Scheduler.from_config, and the denoising loop of the
- * pipelines' __call__ with the generator draws in diffusers' order. */
+/* The pipeline object of DDPMPipeline / DDIMPipeline / StableDiffusionPipeline: a folder's UNet
+ * and scheduler (and SD's text encoder and VAE, pipeline_sd.c), moved and swapped as diffusers'
+ * pipe.to / Scheduler.from_config, and the denoising loop of the pipelines' __call__ with the
+ * generator draws in diffusers' order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "ember/diffusion.h"
+#include "diffusion/pipeline_impl.h"
 
 #define OP "pipeline"
-
-struct em_pipeline {
-    em_pipeline_index idx;
-    em_unet2d *unet;
-    em_scheduler *sched;
-};
 
 void em_pipeline_free(em_pipeline *p) {
     if (!p) return;
     em_unet2d_free(p->unet);
     em_scheduler_free(p->sched);
+    sd_free(p);
     em_pipeline_index_free(&p->idx);
     free(p);
 }
@@ -45,6 +41,7 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     if (p->idx.pipeline == EM_PIPELINE_DDIM && em_scheduler_get_kind(p->sched) != EM_SCHED_DDIM &&
         em_pipeline_set_scheduler(c, p, EM_SCHED_DDIM) != EM_OK)
         goto fail;
+    if (p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION && !sd_load(c, p, uo.device)) goto fail;
     return p;
 fail:
     em_pipeline_free(p);
@@ -62,6 +59,10 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     uo.dtype = EM_F32;
     em_unet2d *u = em_pipeline_load_unet(c, &p->idx, &uo);
     if (!u) return em_ctx_status(c);
+    if (p->tok && !sd_to(c, p, device)) { /* the text encoder and the VAE go along */
+        em_unet2d_free(u);
+        return em_ctx_status(c);
+    }
     em_unet2d_free(p->unet);
     p->unet = u;
     return EM_OK;
@@ -98,6 +99,7 @@ bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]) {
 em_pipeline_run_params em_pipeline_default_params(void) {
     em_pipeline_run_params rp;
     memset(&rp, 0, sizeof rp);
+    rp.guidance_scale = 7.5; /* StableDiffusionPipeline.__call__'s default */
     return rp;
 }
 
@@ -112,7 +114,8 @@ static double now_s(void) {
 static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                                   em_torch_generator *g) {
     int64_t shape[4];
-    bool have = em_pipeline_latent_shape(p, shape);
+    bool have = p->tok ? sd_latent_shape(c, p, rp, shape) : em_pipeline_latent_shape(p, shape);
+    if (em_ctx_status(c)) return NULL;
     em_device *dev = em_pipeline_device(p);
     em_tensor *x;
     if (!rp->latents) {
@@ -158,27 +161,47 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
 }
 
 /* The denoiser step as a compiled function: in[0] the scaled sample, in[1] the timestep (a 0-d
- * f32 tensor on the model's device, an input so that every step runs the same program). */
+ * f32 tensor on the model's device, an input so that every step runs the same program), in[2]
+ * the prompt embeddings of a conditional UNet. */
 static int unet_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
                      int n_statics, em_tensor **out, int max_out, void *user) {
-    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
-    out[0] = em_unet2d_forward(c, user, in[0], in[1], NULL);
+    (void)statics, (void)n_statics, (void)max_out;
+    out[0] = n_in == 3 ? em_unet2d_forward_cond(c, user, in[0], in[1], in[2])
+                       : em_unet2d_forward(c, user, in[0], in[1], NULL);
     return out[0] ? 1 : -1;
 }
 
-/* The model's output for the scaled sample `in` at timestep t: eager, or through f. */
-static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in, double t) {
-    if (!f) return em_unet2d_forward_at(c, p->unet, in, t, NULL);
+/* The model's output for the scaled sample `in` at timestep t (conditioned on ctx when not
+ * NULL): eager, or through f. */
+static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in, double t,
+                           em_tensor *ctx) {
+    if (!f && !ctx) return em_unet2d_forward_at(c, p->unet, in, t, NULL);
     float tf = (float)t; /* forward_at's 0-d f32 timestep, as an input */
     em_tensor *tt = em_from_host_on(c, em_unet2d_device(p->unet), EM_F32, 0, NULL, &tf);
+    if (!f) return tt ? em_unet2d_forward_cond(c, p->unet, in, tt, ctx) : NULL;
     em_tensor *out = NULL;
-    em_tensor *args[2] = {in, tt};
-    return tt && em_compiled_call(c, f, args, 2, NULL, 0, &out, 1) == 1 ? out : NULL;
+    em_tensor *args[3] = {in, tt, ctx};
+    return tt && em_compiled_call(c, f, args, ctx ? 3 : 2, NULL, 0, &out, 1) == 1 ? out : NULL;
+}
+
+/* One step's model output: with guidance (ctx holds [negative; prompt]) the UNet runs on the
+ * latents twice over and noise_pred = uncond + scale * (text - uncond), as diffusers does. */
+static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *x,
+                               double t, em_tensor *ctx, double guidance) {
+    bool cfg = ctx && em_tensor_dim(ctx, 0) == 2;
+    em_tensor *pair[2] = {x, x};
+    em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
+    in = em_scheduler_scale_model_input(c, p->sched, in, t);
+    em_tensor *eps = denoiser(c, p, f, in, t, ctx);
+    if (!cfg || !eps) return eps;
+    em_tensor *parts[2] = {NULL, NULL};
+    if (em_split(c, eps, 1, 0, parts, 2) != 2) return NULL;
+    return em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
 }
 
 /* The steps from x (a reference that this takes over); the final x, a reference, or NULL. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                          em_torch_generator *g, em_tensor *x) {
+                          em_torch_generator *g, em_tensor *x, em_tensor *ctx) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
     em_compiled *f = rp->compile ? em_compile(c, "unet_step", unet_step, p->unet) : NULL;
@@ -189,8 +212,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     for (int64_t i = 0; i < n && x; i++) {
         double t0 = now_s();
         em_scope_push(c);
-        em_tensor *in = em_scheduler_scale_model_input(c, p->sched, x, ts[i]);
-        em_tensor *eps = denoiser(c, p, f, in, ts[i]);
+        em_tensor *eps = model_output(c, p, f, x, ts[i], ctx, rp->guidance_scale);
         em_tensor *next = em_scheduler_step(c, p->sched, eps, ts[i], x, g);
         if (next) next = em_tensor_retain(next);
         em_scope_pop(c);
@@ -215,6 +237,32 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     return x;
 }
 
+/* A prompt (and size) only for Stable Diffusion, and one there. */
+static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
+    const char *given = rp->prompt            ? "a prompt"
+                        : rp->negative_prompt ? "a negative prompt"
+                        : rp->height || rp->width ? "a height or width"
+                                                  : NULL;
+    if (!p->tok && given) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "%s given to %s (%s), which is unconditional (StableDiffusionPipeline takes "
+                    "one)", given, p->idx.class_name, p->idx.dir);
+        return false;
+    }
+    if (p->tok && !rp->prompt) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "%s (%s) needs a prompt (\"\" is one)", p->idx.class_name, p->idx.dir);
+        return false;
+    }
+    if (p->tok && (rp->height < 0 || rp->width < 0 || rp->guidance_scale != rp->guidance_scale)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "height %lld, width %lld, guidance_scale %g: "
+                    "sizes must be positive and the scale a number", (long long)rp->height,
+                    (long long)rp->width, rp->guidance_scale);
+        return false;
+    }
+    return true;
+}
+
 em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!p) {
@@ -223,7 +271,8 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     }
     em_pipeline_run_params def = em_pipeline_default_params();
     if (!rp) rp = &def;
-    int64_t steps = rp->steps ? rp->steps : p->idx.pipeline == EM_PIPELINE_DDIM ? 50 : 1000;
+    if (!check_conditioning(c, p, rp)) return NULL;
+    int64_t steps = rp->steps ? rp->steps : p->idx.pipeline == EM_PIPELINE_DDPM ? 1000 : 50;
     em_scheduler_kind kind = em_scheduler_get_kind(p->sched);
     if (rp->eta != 0.0 && kind != EM_SCHED_DDIM) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "eta %g is DDIMScheduler's; the scheduler is %s",
@@ -236,20 +285,27 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
+    em_scope_push(c); /* holds the prompt embeddings through the loop */
+    /* Stable Diffusion encodes the prompt first (it draws nothing from the generator) */
+    em_tensor *ctx = p->tok ? sd_prompt_embeds(c, p, rp) : NULL;
     /* set_timesteps draws nothing, and init_noise_sigma is the schedule's (Euler-type: the
      * largest sigma of the inference steps), so the schedule comes first */
     em_tensor *x = NULL;
-    if (em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
+    if ((!p->tok || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
         em_scope_push(c);
         x = initial_latents(c, p, rp, g);
         em_scope_pop(c);
     }
-    if (x) x = denoise(c, p, rp, g, x);
+    if (x) x = denoise(c, p, rp, g, x, ctx);
     em_torch_generator_free(g);
-    if (!x) return NULL;
-    /* (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2, 3, 1) */
-    em_scope_push(c);
-    em_tensor *img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, x, 0.5), 0.5), 0.0, 1.0);
+    if (!x) {
+        em_scope_pop(c);
+        return NULL;
+    }
+    /* SD: vae.decode(latents / scaling_factor); then, as the unconditional pipelines,
+     * (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2, 3, 1) */
+    em_tensor *img = p->tok ? sd_decode(c, p, x) : x;
+    img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
     img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
     em_device *cpu = img ? em_device_get(c, "cpu") : NULL;
     if (cpu && em_tensor_device(img) != cpu) img = em_to(c, img, cpu);

@@ -1,12 +1,42 @@
-/* model_index.json from bytes in memory: for the fuzz target (fuzz/fuzz_model_index.c). */
+/* Pipeline internals: model_index.json from bytes in memory (for the fuzz target,
+ * fuzz/fuzz_model_index.c), the pipeline object, and Stable Diffusion's pieces of the run
+ * (pipeline_sd.c) that the loop of pipeline.c calls. */
 #ifndef EMBER_DIFFUSION_PIPELINE_IMPL_H
 #define EMBER_DIFFUSION_PIPELINE_IMPL_H
 
+#include "ember/clip.h"
 #include "ember/diffusion.h"
+#include "ember/vae.h"
+
+struct em_pipeline {
+    em_pipeline_index idx;
+    em_unet2d *unet;
+    em_scheduler *sched;
+    /* StableDiffusionPipeline (NULL otherwise) */
+    em_clip_tokenizer *tok;
+    em_clip_text *te;
+    em_vae *vae;
+};
 
 /* em_pipeline_index_load on the text[0..len) of a model_index.json: `file` names it in errors,
  * `dir` is the folder whose component sub-folders are checked. out is zeroed on failure. */
 em_status em_pipeline_index_parse(em_ctx *c, const char *text, size_t len, const char *file,
                                   const char *dir, em_pipeline_index *out);
+
+/* Stable Diffusion (pipeline_sd.c). Loads the tokenizer, text encoder and VAE of p->idx onto
+ * `device` (NULL: c's). False with the error in c. */
+bool sd_load(em_ctx *c, em_pipeline *p, const char *device);
+/* Moves the text encoder and VAE to `device` (reloaded from the folder); false with the error. */
+bool sd_to(em_ctx *c, em_pipeline *p, const char *device);
+void sd_free(em_pipeline *p);
+/* The run's checks and shape: the latent shape [1, C, H / f, W / f] (rp's height/width or the
+ * UNet's sample_size times the VAE's scale factor f). False with the error in c. */
+bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
+                     int64_t shape[4]);
+/* encode_prompt: [negative; prompt] embeddings (guidance > 1) or the prompt's, on the UNet's
+ * device, in the current scope. */
+em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
+/* vae.decode(latents / scaling_factor): the image [1, 3, H, W] in [-1, 1], current scope. */
+em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents);
 
 #endif

@@ -12,7 +12,8 @@
 #define OP "model_index.json"
 #define MAX_INDEX_BYTES (1 << 20)
 
-static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline"};
+static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline",
+                                              "StableDiffusionPipeline"};
 
 const char *em_pipeline_class_name(em_pipeline_class p) {
     return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
@@ -25,6 +26,9 @@ void em_pipeline_index_free(em_pipeline_index *idx) {
     free(idx->unet_dir);
     free(idx->scheduler_dir);
     free(idx->scheduler_config);
+    free(idx->text_encoder_dir);
+    free(idx->tokenizer_dir);
+    free(idx->vae_dir);
     memset(idx, 0, sizeof *idx);
 }
 
@@ -73,6 +77,37 @@ static char *component(em_ctx *c, json_t *root, const char *file, const char *di
     return sub;
 }
 
+/* StableDiffusionPipeline's text_encoder, tokenizer and vae (the safety checker, feature
+ * extractor and image encoder are not run; their entries are not read). */
+static bool sd_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                          em_pipeline_index *out) {
+    const char *name = out->class_name;
+    struct {
+        const char *key;
+        char **dir;
+        char *cls;
+        const char *want[2];
+    } comps[] = {
+        {"text_encoder", &out->text_encoder_dir, out->text_encoder_class, {"CLIPTextModel", NULL}},
+        {"tokenizer", &out->tokenizer_dir, out->tokenizer_class,
+         {"CLIPTokenizer", "CLIPTokenizerFast"}},
+        {"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}},
+    };
+    for (size_t i = 0; i < sizeof comps / sizeof comps[0]; i++) {
+        *comps[i].dir = component(c, root, file, dir, name, comps[i].key, comps[i].cls, 64);
+        if (!*comps[i].dir) return false;
+        if (strcmp(comps[i].cls, comps[i].want[0]) &&
+            (!comps[i].want[1] || strcmp(comps[i].cls, comps[i].want[1]))) {
+            em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                        "%s: %s class '%s' is not supported by %s (%s%s%s is)", file,
+                        comps[i].key, comps[i].cls, name, comps[i].want[0],
+                        comps[i].want[1] ? " or " : "", comps[i].want[1] ? comps[i].want[1] : "");
+            return false;
+        }
+    }
+    return true;
+}
+
 static em_status parse(em_ctx *c, json_t *root, const char *file, const char *dir,
                        em_pipeline_index *out) {
     json_t *cls = json_object_get(root, "_class_name");
@@ -84,8 +119,8 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     while (i < np && strcmp(name, PIPELINE_NAMES[i])) i++;
     if (i == np)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
-                           "%s: pipeline class '%s' is not supported (DDPMPipeline and "
-                           "DDIMPipeline are)", file, name);
+                           "%s: pipeline class '%s' is not supported (DDPMPipeline, "
+                           "DDIMPipeline and StableDiffusionPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
@@ -95,10 +130,13 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
                               sizeof out->unet_class);
     if (!out->unet_dir) return em_ctx_status(c);
-    if (strcmp(out->unet_class, "UNet2DModel"))
+    bool sd = out->pipeline == EM_PIPELINE_STABLE_DIFFUSION;
+    const char *unet_cls = sd ? "UNet2DConditionModel" : "UNet2DModel";
+    if (strcmp(out->unet_class, unet_cls))
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
-                           "%s: unet class '%s' is not supported by %s (UNet2DModel is)", file,
-                           out->unet_class, name);
+                           "%s: unet class '%s' is not supported by %s (%s is)", file,
+                           out->unet_class, name, unet_cls);
+    if (sd && !sd_components(c, root, file, dir, out)) return em_ctx_status(c);
     out->scheduler_dir = component(c, root, file, dir, name, "scheduler", out->scheduler_class,
                                    sizeof out->scheduler_class);
     if (!out->scheduler_dir) return em_ctx_status(c);

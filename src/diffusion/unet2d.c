@@ -1,5 +1,8 @@
-/* UNet2DModel (diffusers 0.42, models/unets/unet_2d.py): loading a component folder onto a
- * device and the forward over Ember's eager ops. The blocks are in unet_blocks.c. */
+/* UNet2DModel and UNet2DConditionModel (diffusers 0.42, models/unets/unet_2d.py and
+ * unet_2d_condition.py): loading a component folder onto a device and the forward over Ember's
+ * eager ops. The two share their layout (time embedding, down/mid/up blocks of resnets, skips);
+ * the conditional one has Transformer2DModels where the other has self-attention. The blocks are
+ * in unet_blocks.c and unet_transformer.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +12,7 @@
 #include "diffusion/weights.h"
 
 #define OP "UNet2DModel"
+#define OP_COND "UNet2DConditionModel"
 
 em_unet2d_options em_unet2d_default_options(void) {
     return (em_unet2d_options){.device = NULL, .dtype = EM_F32};
@@ -99,6 +103,16 @@ static bool load_time(unet_loader *l) {
     return true;
 }
 
+/* The Transformer2DModel of a cross-attention block over `ch` channels with the heads and
+ * layers of down block `i` (the up blocks' reversed, the mid block's the last). */
+static bool load_xformer(unet_loader *l, unet_xformer *x, const char *prefix, int64_t ch,
+                         int i) {
+    const em_unet2d_config *cfg = &l->u->cfg;
+    return unet_load_xformer(l, x, prefix, ch, cfg->attn_heads[i], cfg->transformer_layers[i],
+                             cfg->cross_attention_dim, cfg->norm_num_groups,
+                             cfg->use_linear_projection);
+}
+
 /* A resnet down/upsampler (downsample_type / upsample_type "resnet"). */
 static bool load_resampler(unet_loader *l, unet_block *b, const char *prefix, int64_t ch,
                            bool up) {
@@ -117,14 +131,18 @@ static bool load_down(unet_loader *l) {
         int64_t in = out;
         out = cfg->block_out_channels[i];
         bool attn = cfg->down_blocks[i] == EM_UNET2D_BLOCK_ATTN;
+        bool xattn = cfg->down_blocks[i] == EM_UNET2D_BLOCK_CROSS_ATTN;
         unet_block *b = &l->u->down[i];
-        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block, attn)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block, attn) ||
+            (xattn && !unet_alloc_xformers(l, b, b->n)))
+            return false;
         for (int j = 0; j < b->n; j++) {
             snprintf(pre, sizeof pre, "down_blocks.%d.resnets.%d", i, j);
             if (!unet_load_resnet(l, &b->res[j], pre, j ? out : in, out)) return false;
             snprintf(pre, sizeof pre, "down_blocks.%d.attentions.%d", i, j);
             if (attn && !unet_load_attn(l, &b->attn[j], pre, out, cfg->norm_num_groups, 1.0))
                 return false;
+            if (xattn && !load_xformer(l, &b->xf[j], pre, out, i)) return false;
         }
         if (i == cfg->n_blocks - 1) continue; /* the last block does not downsample */
         snprintf(pre, sizeof pre, "down_blocks.%d.downsamplers.0", i);
@@ -143,13 +161,17 @@ static bool load_mid(unet_loader *l) {
     if (!cfg->mid_block) return true;
     int64_t ch = cfg->block_out_channels[cfg->n_blocks - 1];
     unet_block *b = &l->u->mid;
-    if (!unet_alloc_block(l, b, 2, cfg->add_attention)) return false;
+    if (!unet_alloc_block(l, b, 2, cfg->add_attention) ||
+        (cfg->mid_cross_attn && !unet_alloc_xformers(l, b, b->n)))
+        return false;
     for (int j = 0; j < 2; j++) {
         char pre[64];
         snprintf(pre, sizeof pre, "mid_block.resnets.%d", j);
         if (!unet_load_resnet(l, &b->res[j], pre, ch, ch)) return false;
         b->res[j].out_scale = cfg->mid_block_scale_factor;
     }
+    if (cfg->mid_cross_attn) /* UNetMidBlock2DCrossAttn: resnet, transformer, resnet */
+        return load_xformer(l, &b->xf[0], "mid_block.attentions.0", ch, cfg->n_blocks - 1);
     if (!cfg->add_attention) return true;
     /* UNetMidBlock2D: attn_norm_num_groups, else the resnets' groups with the default time
      * shift and no group norm at all with scale_shift */
@@ -170,8 +192,11 @@ static bool load_up(unet_loader *l) {
         out = cfg->block_out_channels[n - 1 - i];
         int64_t in = cfg->block_out_channels[n - 1 - (i + 1 < n ? i + 1 : n - 1)];
         bool attn = cfg->up_blocks[i] == EM_UNET2D_BLOCK_ATTN;
+        bool xattn = cfg->up_blocks[i] == EM_UNET2D_BLOCK_CROSS_ATTN;
         unet_block *b = &l->u->up[i];
-        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block + 1, attn)) return false;
+        if (!unet_alloc_block(l, b, (int)cfg->layers_per_block + 1, attn) ||
+            (xattn && !unet_alloc_xformers(l, b, b->n)))
+            return false;
         for (int j = 0; j < b->n; j++) {
             int64_t skip = j == b->n - 1 ? in : out, rin = j == 0 ? prev : out;
             snprintf(pre, sizeof pre, "up_blocks.%d.resnets.%d", i, j);
@@ -179,6 +204,7 @@ static bool load_up(unet_loader *l) {
             snprintf(pre, sizeof pre, "up_blocks.%d.attentions.%d", i, j);
             if (attn && !unet_load_attn(l, &b->attn[j], pre, out, cfg->norm_num_groups, 1.0))
                 return false;
+            if (xattn && !load_xformer(l, &b->xf[j], pre, out, n - 1 - i)) return false;
         }
         if (i == n - 1) continue;
         snprintf(pre, sizeof pre, "up_blocks.%d.upsamplers.0", i);
@@ -194,13 +220,13 @@ static bool load_up(unet_loader *l) {
 static bool load_weights(unet_loader *l, void *user) {
     (void)user;
     const em_unet2d_config *cfg = &l->u->cfg;
-    int64_t c0 = cfg->block_out_channels[0];
+    int64_t c0 = cfg->block_out_channels[0], ki = cfg->conv_in_kernel, ko = cfg->conv_out_kernel;
     return unet_load_param(l, &l->u->conv_in, "", "conv_in", true, 4,
-                           (int64_t[]){c0, cfg->in_channels, 3, 3}) &&
+                           (int64_t[]){c0, cfg->in_channels, ki, ki}) &&
            load_time(l) && load_down(l) && load_mid(l) && load_up(l) &&
            unet_load_param(l, &l->u->norm_out, "", "conv_norm_out", true, 1, (int64_t[]){c0}) &&
            unet_load_param(l, &l->u->conv_out, "", "conv_out", true, 4,
-                           (int64_t[]){cfg->out_channels, c0, 3, 3});
+                           (int64_t[]){cfg->out_channels, c0, ko, ko});
 }
 
 em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
@@ -217,6 +243,14 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
         em_unet2d_free(u);
         return NULL;
     }
+    if (u->cfg.upcast_attention && opts.dtype != EM_F32) {
+        /* diffusers then computes the scores in f32; Ember's attention does not promise that */
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP_COND,
+                    "%s/config.json: upcast_attention with %s weights is not supported (f32 is)",
+                    dir, em_dtype_name(opts.dtype));
+        em_unet2d_free(u);
+        return NULL;
+    }
     u->dtype = opts.dtype;
     u->dev = opts.device ? em_device_get(c, opts.device) : em_ctx_device(c);
     u->set.groups = u->cfg.norm_num_groups;
@@ -224,7 +258,7 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
     u->set.act = unet_act_from_name(u->cfg.act_fn);
     u->set.scale_shift = u->cfg.scale_shift;
     u->set.downsample_padding = u->cfg.downsample_padding;
-    unet_loader l = {.c = c, .u = u, .dir = dir, .op = OP, .dtype = u->dtype, .dev = u->dev,
+    unet_loader l = {.c = c, .u = u, .dir = dir, .op = u->cfg.conditional ? OP_COND : OP, .dtype = u->dtype, .dev = u->dev,
                      .temb_dim = u->cfg.time_embed_dim, .scale_shift = u->cfg.scale_shift,
                      .head_dim = u->cfg.attention_head_dim};
     if (u->dev) unet_load_folder(&l, load_weights, NULL);
@@ -268,11 +302,14 @@ static em_tensor *time_proj(em_ctx *c, const em_unet2d *u, em_tensor *t, int64_t
     return em_cat(c, parts, np, 1);
 }
 
-/* TimestepEmbedding: linear_2(silu(linear_1(x))) */
+/* TimestepEmbedding: linear_2(act(linear_1(x))); act is SiLU in UNet2DModel, the config's
+ * act_fn in UNet2DConditionModel */
 static em_tensor *embed_mlp(em_ctx *c, const em_unet2d *u, const unet_param *l1,
                             const unet_param *l2, em_tensor *x) {
     x = em_cast(c, x, u->dtype);
-    return em_linear(c, em_silu(c, em_linear(c, x, l1->w, l1->b)), l2->w, l2->b);
+    em_tensor *h = em_linear(c, x, l1->w, l1->b);
+    h = u->cfg.conditional ? unet_act_apply(c, u->set.act, h) : em_silu(c, h);
+    return em_linear(c, h, l2->w, l2->b);
 }
 
 static bool check_inputs(em_ctx *c, const em_unet2d *u, em_tensor *sample, em_tensor *timestep,
@@ -366,13 +403,36 @@ static em_tensor *embed(em_ctx *c, const em_unet2d *u, em_tensor *tf, em_tensor 
     return em_add(c, emb, em_cast(c, labels, u->dtype));
 }
 
-em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tensor *timestep,
-                             em_tensor *class_labels) {
-    if (!c || em_ctx_status(c) || !sample || !timestep) return NULL;
-    if (!u) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "model is NULL");
-        return NULL;
+/* encoder_hidden_states [N, L, cross_attention_dim] of the model's dtype and device. */
+static bool check_context(em_ctx *c, const em_unet2d *u, em_tensor *sample, em_tensor *ehs) {
+    char sig[160];
+    if (!ehs) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP_COND,
+                    "the model (%s) needs encoder_hidden_states [N, L, %lld]", u->dir,
+                    (long long)u->cfg.cross_attention_dim);
+        return false;
     }
+    if (em_tensor_ndim(ehs) != 3 || em_tensor_dim(ehs, 0) != em_tensor_dim(sample, 0) ||
+        em_tensor_dim(ehs, 2) != u->cfg.cross_attention_dim || em_tensor_dim(ehs, 1) < 1) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP_COND,
+                    "encoder_hidden_states %s: expected [%lld, L, %lld] (the sample's batch, the "
+                    "model's cross_attention_dim; model %s)",
+                    em_tensor_sig(ehs, sig, sizeof sig), (long long)em_tensor_dim(sample, 0),
+                    (long long)u->cfg.cross_attention_dim, u->dir);
+        return false;
+    }
+    if (em_tensor_dtype(ehs) != u->dtype || em_tensor_device(ehs) != u->dev) {
+        em_ctx_fail(c, EM_ERR_DTYPE, OP_COND,
+                    "encoder_hidden_states %s on %s: the model (%s) is %s on %s",
+                    em_tensor_sig(ehs, sig, sizeof sig), em_device_name(em_tensor_device(ehs)),
+                    u->dir, em_dtype_name(u->dtype), em_device_name(u->dev));
+        return false;
+    }
+    return true;
+}
+
+static em_tensor *forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tensor *timestep,
+                          em_tensor *class_labels, em_tensor *ehs) {
     if (!check_inputs(c, u, sample, timestep, class_labels)) return NULL;
     const em_unet2d_config *cfg = &u->cfg;
     int64_t n = em_tensor_dim(sample, 0);
@@ -396,6 +456,7 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
         for (int j = 0; j < b->n; j++) {
             x = unet_resnet_forward(c, &u->set, &b->res[j], x, temb);
             if (b->attn) x = unet_attn_forward(c, &u->set, &b->attn[j], x);
+            if (b->xf) x = unet_xformer_forward(c, &b->xf[j], x, ehs);
             skips[ns++] = x;
         }
         if (b->resampler) {
@@ -409,6 +470,7 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
     if (cfg->mid_block) {
         x = unet_resnet_forward(c, &u->set, &u->mid.res[0], x, temb);
         if (u->mid.attn) x = unet_attn_forward(c, &u->set, &u->mid.attn[0], x);
+        if (u->mid.xf) x = unet_xformer_forward(c, &u->mid.xf[0], x, ehs);
         x = unet_resnet_forward(c, &u->set, &u->mid.res[1], x, temb);
     }
     for (int i = 0; i < cfg->n_blocks; i++) {
@@ -417,6 +479,7 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
             em_tensor *pair[2] = {x, skips[--ns]};
             x = unet_resnet_forward(c, &u->set, &b->res[j], em_cat(c, pair, 2, 1), temb);
             if (b->attn) x = unet_attn_forward(c, &u->set, &b->attn[j], x);
+            if (b->xf) x = unet_xformer_forward(c, &b->xf[j], x, ehs);
         }
         if (b->resampler)
             x = unet_resnet_forward(c, &u->set, b->resampler, x, temb);
@@ -430,6 +493,39 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
     x = em_keep(c, x);
     em_scope_pop(c);
     return x;
+}
+
+em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tensor *timestep,
+                             em_tensor *class_labels) {
+    if (!c || em_ctx_status(c) || !sample || !timestep) return NULL;
+    if (!u) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "model is NULL");
+        return NULL;
+    }
+    if (u->cfg.conditional) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP_COND,
+                    "the model (%s) is a UNet2DConditionModel: call em_unet2d_forward_cond with "
+                    "encoder_hidden_states", u->dir);
+        return NULL;
+    }
+    return forward(c, u, sample, timestep, class_labels, NULL);
+}
+
+em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                  em_tensor *timestep, em_tensor *encoder_hidden_states) {
+    if (!c || em_ctx_status(c) || !sample || !timestep) return NULL;
+    if (!u) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP_COND, "model is NULL");
+        return NULL;
+    }
+    if (!u->cfg.conditional) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "the model (%s) is a UNet2DModel: it takes no encoder_hidden_states "
+                    "(em_unet2d_forward)", u->dir);
+        return NULL;
+    }
+    if (!check_context(c, u, sample, encoder_hidden_states)) return NULL;
+    return forward(c, u, sample, timestep, NULL, encoder_hidden_states);
 }
 
 em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sample, double timestep,

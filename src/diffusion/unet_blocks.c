@@ -94,6 +94,12 @@ bool unet_alloc_block(unet_loader *l, unet_block *b, int n, bool attn) {
     return true;
 }
 
+bool unet_alloc_xformers(unet_loader *l, unet_block *b, int n) {
+    b->xf = calloc((size_t)n, sizeof *b->xf);
+    if (!b->xf) return em_ctx_fail(l->c, EM_ERR_OOM, l->op, "out of memory"), false;
+    return true;
+}
+
 bool unet_load_folder(unet_loader *l, bool (*load)(unet_loader *l, void *user), void *user) {
     char *file = diff_weights_file(l->c, l->op, l->dir);
     l->st = file ? em_safetensors_open(l->c, file) : NULL;
@@ -125,6 +131,8 @@ void unet_block_free(unet_block *b) {
         unet_param_free(&a->v);
         unet_param_free(&a->out);
     }
+    for (int i = 0; b->xf && i < b->n; i++) unet_xformer_free(&b->xf[i]);
+    free(b->xf);
     unet_param_free(&b->conv);
     if (b->resampler) resnet_free(b->resampler);
     free(b->res);

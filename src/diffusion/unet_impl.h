@@ -42,11 +42,32 @@ typedef struct unet_attn {
     double rescale;                /* rescale_output_factor */
 } unet_attn;
 
+/* BasicTransformerBlock (norm_type layer_norm): self-attention, cross-attention over the
+ * encoder's hidden states, GEGLU feed-forward, each after its LayerNorm, each residual. */
+typedef struct unet_tblock {
+    unet_param norm1, norm2, norm3;             /* LayerNorms (eps 1e-5) */
+    unet_param q1, k1, v1, o1, q2, k2, v2, o2;  /* attn1 / attn2: to_q, to_k, to_v (no bias),
+                                                   to_out.0 */
+    unet_param ff_in, ff_out;                   /* ff.net.0.proj (GEGLU, 2 * 4 * dim rows),
+                                                   ff.net.2 */
+} unet_tblock;
+
+/* Transformer2DModel with continuous input: group norm (eps 1e-6), proj_in (1x1 conv, or
+ * linear with use_linear_projection), BasicTransformerBlocks, proj_out, plus the input. */
+typedef struct unet_xformer {
+    int64_t channels, heads, head_dim, groups;
+    bool linear;
+    int n;                 /* BasicTransformerBlocks */
+    unet_tblock *blocks;   /* [n] */
+    unet_param norm, proj_in, proj_out;
+} unet_xformer;
+
 /* A down, mid or up block: resnets, optional attention after each, optional resampler. */
 typedef struct unet_block {
     int n;               /* resnets */
     unet_resnet *res;    /* [n] */
     unet_attn *attn;     /* [n] (mid block: [n - 1], after resnets 0..n-2) or NULL */
+    unet_xformer *xf;    /* cross-attention blocks: [n] as attn, or NULL */
     unet_param conv;     /* downsamplers.0.conv / upsamplers.0.conv (w NULL: none) */
     unet_resnet *resampler; /* resnet down/upsampler (NULL: none) */
 } unet_block;
@@ -89,8 +110,16 @@ bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_
                       int64_t out);
 bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t channels,
                     int64_t groups, double rescale);
+/* A Transformer2DModel at `prefix` over `channels` channels: `heads` heads of
+ * channels / heads, `layers` blocks, cross-attention over `cross_dim` wide states. */
+bool unet_load_xformer(unet_loader *l, unet_xformer *x, const char *prefix, int64_t channels,
+                       int64_t heads, int64_t layers, int64_t cross_dim, int64_t groups,
+                       bool linear);
+void unet_xformer_free(unet_xformer *x);
 /* b->n resnets (and as many attention slots when attn), zeroed. */
 bool unet_alloc_block(unet_loader *l, unet_block *b, int n, bool attn);
+/* b->xf: n zeroed Transformer2DModel slots. */
+bool unet_alloc_xformers(unet_loader *l, unet_block *b, int n);
 void unet_block_free(unet_block *b);
 /* Opens l->dir's weights file (diff_weights_file; l->st and l->file are set for the call) and
  * runs load(l, user) in a scope of its own. False with the error in l->c. */
@@ -106,6 +135,8 @@ em_tensor *unet_resnet_forward(em_ctx *c, const unet_settings *s, const unet_res
                                em_tensor *x, em_tensor *temb);
 em_tensor *unet_attn_forward(em_ctx *c, const unet_settings *s, const unet_attn *a,
                              em_tensor *x);
+/* Transformer2DModel.forward(x [N, C, H, W], encoder_hidden_states [N, L, D]). */
+em_tensor *unet_xformer_forward(em_ctx *c, const unet_xformer *x, em_tensor *h, em_tensor *ctx);
 /* The down block's conv downsampler (diffusers' F.pad (0, 1, 0, 1) when padding is 0). */
 em_tensor *unet_downsample(em_ctx *c, const unet_settings *s, const unet_param *conv,
                            em_tensor *x);

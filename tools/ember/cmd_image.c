@@ -11,16 +11,25 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
+            "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
+            "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile]\n\n"
-            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline and DDIMPipeline\n"
-            "today) and writes the image. --seed S draws what diffusers draws with\n"
+            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline and\n"
+            "StableDiffusionPipeline today) and writes the image. --seed S draws what diffusers\n"
+            "draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
             "per-step noise. docs/diffusion.md has the details.\n\n"
             "  --model DIR         the pipeline folder\n"
             "  --scheduler NAME    replace the folder's scheduler, as Class.from_config(its\n"
             "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
-            "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM)\n"
+            "  --prompt T          the text (StableDiffusionPipeline; required there)\n"
+            "  --negative-prompt T what to steer away from (default: the empty prompt)\n"
+            "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5)\n"
+            "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
+            "                      the VAE's scale factor)\n"
+            "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM\n"
+            "                      and Stable Diffusion)\n"
             "  --eta E             DDIM's eta (0: deterministic)\n"
             "  --seed S            the generator's seed\n"
             "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
@@ -33,8 +42,7 @@ static void usage(FILE *f) {
 }
 
 /* Options of `ember image` that belong to pipelines Ember does not run yet. */
-static const char *const LATER[] = {"--prompt", "--negative-prompt", "--class-label",
-                                    "--guidance", "--height", "--width"};
+static const char *const LATER[] = {"--class-label"};
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
     (void)user;
@@ -45,14 +53,16 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 
 typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *later;
-    long long steps, seed;
-    double eta;
+    const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
+    long long steps, seed, height, width;
+    double eta, guidance;
     bool have_seed, compile;
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
 static int parse(int argc, char **argv, image_args *a) {
     memset(a, 0, sizeof *a);
+    a->guidance = 7.5;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         bool val = i + 1 < argc;
@@ -64,6 +74,19 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if (k < sizeof LATER / sizeof LATER[0]) {
             if (!a->later) a->later = LATER[k];
             if (val) i++;
+        } else if (!strcmp(o, "--prompt") && val) {
+            a->prompt = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--negative-prompt") && val) {
+            a->negative = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--guidance") && val) {
+            if (!cli_real("image", o, argv[++i], 0, 1e6, &a->guidance)) return 2;
+            if (!a->text_opt) a->text_opt = o;
+        } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
+            if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
+                return 2;
+            if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--compile")) {
             a->compile = true;
         } else if (!strcmp(o, "--model") && val) {
@@ -114,13 +137,24 @@ static int run(em_ctx *c, const image_args *a) {
     rp.eta = a->eta;
     rp.seed = (uint64_t)a->seed;
     rp.progress = progress;
+    rp.prompt = a->prompt;
+    rp.negative_prompt = a->negative;
+    rp.guidance_scale = a->guidance;
+    rp.height = a->height;
+    rp.width = a->width;
+    const em_pipeline_index *idx = em_pipeline_get_index(p);
+    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
     rp.compile_stats = &cs;
     em_scheduler_kind kind;
-    if (a->later) {
-        fprintf(stderr, "ember image: %s is not supported for %s yet\n", a->later,
-                em_pipeline_get_index(p)->class_name);
+    if (a->later || (!sd && a->text_opt)) {
+        fprintf(stderr, "ember image: %s is not supported for %s%s\n",
+                a->later ? a->later : a->text_opt, idx->class_name,
+                a->later ? " yet" : " (an unconditional pipeline)");
+        rc = 2;
+    } else if (sd && !a->prompt) {
+        fprintf(stderr, "ember image: %s needs --prompt (\"\" is one)\n", idx->class_name);
         rc = 2;
     } else if (a->scheduler && !em_scheduler_kind_parse(a->scheduler, &kind)) {
         fprintf(stderr, "ember image: --scheduler '%s' is not one of ddpm ddim pndm euler "

@@ -1,0 +1,106 @@
+/* StableDiffusionPipeline's own pieces (diffusers 0.42, pipelines/stable_diffusion/
+ * pipeline_stable_diffusion.py): its text encoder, tokenizer and VAE, encode_prompt with
+ * classifier-free guidance's unconditional embeddings, the latent shape from height and width,
+ * and the VAE decode at the end. The denoising loop is pipeline.c's. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "diffusion/pipeline_impl.h"
+
+#define OP "StableDiffusionPipeline"
+
+void sd_free(em_pipeline *p) {
+    em_clip_tokenizer_free(p->tok);
+    em_clip_text_free(p->te);
+    em_vae_free(p->vae);
+    p->tok = NULL;
+    p->te = NULL;
+    p->vae = NULL;
+}
+
+bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
+    p->tok = em_clip_tokenizer_load(c, p->idx.tokenizer_dir);
+    if (p->tok) p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
+    if (p->te) p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
+    if (!p->vae) return false;
+    const em_unet2d_config *u = em_unet2d_get_config(p->unet);
+    const em_clip_text_config *t = em_clip_text_get_config(p->te);
+    const em_vae_config *v = em_vae_get_config(p->vae);
+    if (t->hidden_size != u->cross_attention_dim || v->latent_channels != u->in_channels) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                    "%s: the components disagree: text_encoder hidden_size %lld, unet "
+                    "cross_attention_dim %lld; vae latent_channels %lld, unet in_channels %lld",
+                    p->idx.dir, (long long)t->hidden_size, (long long)u->cross_attention_dim,
+                    (long long)v->latent_channels, (long long)u->in_channels);
+        return false;
+    }
+    return true;
+}
+
+bool sd_to(em_ctx *c, em_pipeline *p, const char *device) {
+    em_clip_text *te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
+    em_vae *vae = te ? em_vae_load(c, p->idx.vae_dir, device, EM_F32) : NULL;
+    if (!vae) {
+        em_clip_text_free(te);
+        return false;
+    }
+    em_clip_text_free(p->te);
+    em_vae_free(p->vae);
+    p->te = te;
+    p->vae = vae;
+    return true;
+}
+
+/* 2 ** (len(vae.config.block_out_channels) - 1) */
+static int64_t vae_scale(const em_pipeline *p) {
+    return (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
+}
+
+bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
+                     int64_t shape[4]) {
+    const em_unet2d_config *u = em_unet2d_get_config(p->unet);
+    int64_t f = vae_scale(p);
+    int64_t h = rp->height ? rp->height : u->sample_size[0] * f;
+    int64_t w = rp->width ? rp->width : u->sample_size[1] * f;
+    if (h <= 0 || w <= 0) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s: the unet's config.json has no sample_size: "
+                    "give the height and width", p->idx.dir);
+        return false;
+    }
+    if (h % f || w % f) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "height %lld and width %lld must be multiples of %lld (the VAE's scale "
+                    "factor, %s)", (long long)h, (long long)w, (long long)f, p->idx.vae_dir);
+        return false;
+    }
+    shape[0] = 1;
+    shape[1] = u->in_channels;
+    shape[2] = h / f;
+    shape[3] = w / f;
+    return true;
+}
+
+em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
+    /* the negative prompt's embedding first, as diffusers concatenates [negative, prompt];
+     * None is the empty string. Tokenized to the same max_length (model_max_length), both rows
+     * are what encode_prompt makes one at a time (the text encoder sees no padding mask unless
+     * its config sets use_attention_mask, which CLIPTextConfig does not) */
+    bool cfg = rp->guidance_scale > 1.0;
+    const char *prompts[2] = {rp->negative_prompt ? rp->negative_prompt : "", rp->prompt};
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_clip_text_device(p->te));
+    em_tensor *ids = em_clip_tokenize_batch(c, p->tok, cfg ? prompts : prompts + 1, cfg ? 2 : 1,
+                                            0, NULL);
+    em_ctx_set_device(c, prev);
+    em_tensor *e = ids ? em_clip_text_prompt_embeds(c, p->te, ids, NULL, 0) : NULL;
+    em_device *dev = em_unet2d_device(p->unet);
+    if (e && em_tensor_device(e) != dev) e = em_to(c, e, dev);
+    return e;
+}
+
+em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents) {
+    em_device *dev = em_vae_device(p->vae);
+    if (em_tensor_device(latents) != dev) latents = em_to(c, latents, dev);
+    double sf = em_vae_get_config(p->vae)->scaling_factor;
+    return latents ? em_vae_decode(c, p->vae, em_div_scalar(c, latents, sf)) : NULL;
+}
