@@ -163,7 +163,9 @@ EM_API em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sampl
 /** Pipeline classes of model_index.json's `_class_name`. Append-only. */
 typedef enum em_pipeline_class {
     EM_PIPELINE_DDPM = 0, /* DDPMPipeline: unet (UNet2DModel) + scheduler */
-    EM_PIPELINE_DDIM = 1  /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_DDIM = 1, /* DDIMPipeline: unet (UNet2DModel) + scheduler */
+    EM_PIPELINE_DIT = 2   /* DiTPipeline: transformer (DiTTransformer2DModel) + vae
+                             (AutoencoderKL) + scheduler (ember/dit.h) */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -178,6 +180,10 @@ typedef struct em_pipeline_index {
     char *scheduler_dir;           /* <dir>/scheduler */
     char *scheduler_config;        /* <dir>/scheduler/scheduler_config.json */
     char scheduler_class[64];      /* "DDPMScheduler", "DDIMScheduler", ... as the file says */
+    char *transformer_dir;         /* DiTPipeline: <dir>/transformer (else NULL) */
+    char transformer_class[64];    /* "DiTTransformer2DModel" or "Transformer2DModel" */
+    char *vae_dir;                 /* DiTPipeline: <dir>/vae (else NULL) */
+    char vae_class[64];            /* "AutoencoderKL" */
 } em_pipeline_index;
 
 /**
@@ -287,9 +293,13 @@ typedef struct em_pipeline_run_params {
                              step (never a constant), so steps reuse the program; the scheduler
                              step stays eager */
     em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
+    int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
+                             [0, num_embeds_ada_norm)); -1: none (the other pipelines) */
+    double guidance_scale;/* DiTPipeline: 0 is its default 4.0; <= 1 runs without
+                             classifier-free guidance, as diffusers */
 } em_pipeline_run_params;
 
-/** steps 0, eta 0, seed 0, no latents, no progress. */
+/** steps 0, eta 0, seed 0, no latents, no progress, class_label -1, guidance_scale 0. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**

@@ -12,7 +12,7 @@
 #define OP "model_index.json"
 #define MAX_INDEX_BYTES (1 << 20)
 
-static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline"};
+static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline", "DiTPipeline"};
 
 const char *em_pipeline_class_name(em_pipeline_class p) {
     return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
@@ -25,6 +25,8 @@ void em_pipeline_index_free(em_pipeline_index *idx) {
     free(idx->unet_dir);
     free(idx->scheduler_dir);
     free(idx->scheduler_config);
+    free(idx->transformer_dir);
+    free(idx->vae_dir);
     memset(idx, 0, sizeof *idx);
 }
 
@@ -73,6 +75,43 @@ static char *component(em_ctx *c, json_t *root, const char *file, const char *di
     return sub;
 }
 
+static bool unet_component(em_ctx *c, json_t *root, const char *file, const char *dir,
+                           em_pipeline_index *out) {
+    const char *name = out->class_name;
+    out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
+                              sizeof out->unet_class);
+    if (!out->unet_dir) return false;
+    if (strcmp(out->unet_class, "UNet2DModel"))
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                           "%s: unet class '%s' is not supported by %s (UNet2DModel is)", file,
+                           out->unet_class, name), false;
+    return true;
+}
+
+/* DiTPipeline: transformer (DiTTransformer2DModel, or Transformer2DModel, which diffusers
+ * remaps to it) and vae (AutoencoderKL). */
+static bool dit_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                           em_pipeline_index *out) {
+    const char *name = out->class_name;
+    out->transformer_dir = component(c, root, file, dir, name, "transformer",
+                                     out->transformer_class, sizeof out->transformer_class);
+    if (!out->transformer_dir) return false;
+    if (strcmp(out->transformer_class, "DiTTransformer2DModel") &&
+        strcmp(out->transformer_class, "Transformer2DModel"))
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                           "%s: transformer class '%s' is not supported by %s "
+                           "(DiTTransformer2DModel is)", file, out->transformer_class, name),
+               false;
+    out->vae_dir = component(c, root, file, dir, name, "vae", out->vae_class,
+                             sizeof out->vae_class);
+    if (!out->vae_dir) return false;
+    if (strcmp(out->vae_class, "AutoencoderKL"))
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                           "%s: vae class '%s' is not supported by %s (AutoencoderKL is)", file,
+                           out->vae_class, name), false;
+    return true;
+}
+
 static em_status parse(em_ctx *c, json_t *root, const char *file, const char *dir,
                        em_pipeline_index *out) {
     json_t *cls = json_object_get(root, "_class_name");
@@ -84,21 +123,19 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     while (i < np && strcmp(name, PIPELINE_NAMES[i])) i++;
     if (i == np)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
-                           "%s: pipeline class '%s' is not supported (DDPMPipeline and "
-                           "DDIMPipeline are)", file, name);
+                           "%s: pipeline class '%s' is not supported (DDPMPipeline, "
+                           "DDIMPipeline and DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
         snprintf(out->diffusers_version, sizeof out->diffusers_version, "%s",
                  json_string_value(ver));
     if (!(out->dir = strdup(dir))) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-    out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
-                              sizeof out->unet_class);
-    if (!out->unet_dir) return em_ctx_status(c);
-    if (strcmp(out->unet_class, "UNet2DModel"))
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
-                           "%s: unet class '%s' is not supported by %s (UNet2DModel is)", file,
-                           out->unet_class, name);
+    if (out->pipeline == EM_PIPELINE_DIT) {
+        if (!dit_components(c, root, file, dir, out)) return em_ctx_status(c);
+    } else if (!unet_component(c, root, file, dir, out)) {
+        return em_ctx_status(c);
+    }
     out->scheduler_dir = component(c, root, file, dir, name, "scheduler", out->scheduler_class,
                                    sizeof out->scheduler_class);
     if (!out->scheduler_dir) return em_ctx_status(c);
