@@ -12,9 +12,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
-            "                   [--out-npy FILE.npy] [--compile]\n\n"
-            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline and DDIMPipeline\n"
-            "today) and writes the image. --seed S draws what diffusers draws with\n"
+            "                   [--out-npy FILE.npy] [--compile] [--class-label N] [--guidance G]\n\n"
+            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline and\n"
+            "DiTPipeline today) and writes the image. --seed S draws what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
             "per-step noise. docs/diffusion.md has the details.\n\n"
             "  --model DIR         the pipeline folder\n"
@@ -29,12 +29,14 @@ static void usage(FILE *f) {
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --out FILE.png      the image\n"
-            "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n");
+            "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
+            "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n"
+            "  --guidance G        DiTPipeline: classifier-free guidance scale (default 4;\n"
+            "                      <= 1: none)\n");
 }
 
 /* Options of `ember image` that belong to pipelines Ember does not run yet. */
-static const char *const LATER[] = {"--prompt", "--negative-prompt", "--class-label",
-                                    "--guidance", "--height", "--width"};
+static const char *const LATER[] = {"--prompt", "--negative-prompt", "--height", "--width"};
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
     (void)user;
@@ -45,9 +47,9 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 
 typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *later;
-    long long steps, seed;
-    double eta;
-    bool have_seed, compile;
+    long long steps, seed, class_label;
+    double eta, guidance;
+    bool have_seed, compile, have_class, have_guidance;
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
@@ -82,6 +84,12 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!cli_int("image", o, argv[++i], 1, 1000000, &a->steps)) return 2;
         } else if (!strcmp(o, "--eta") && val) {
             if (!cli_real("image", o, argv[++i], 0, 1e6, &a->eta)) return 2;
+        } else if (!strcmp(o, "--class-label") && val) {
+            if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->class_label)) return 2;
+            a->have_class = true;
+        } else if (!strcmp(o, "--guidance") && val) {
+            if (!cli_real("image", o, argv[++i], 0, 1e6, &a->guidance)) return 2;
+            a->have_guidance = true;
         } else if (!strcmp(o, "--seed") && val) {
             if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->seed)) return 2;
             a->have_seed = true;
@@ -113,13 +121,19 @@ static int run(em_ctx *c, const image_args *a) {
     rp.steps = a->steps;
     rp.eta = a->eta;
     rp.seed = (uint64_t)a->seed;
+    rp.class_label = a->have_class ? a->class_label : -1;
+    /* an explicit 0 is "no guidance", which the run parameters spell <= 1 (0 is the default) */
+    rp.guidance_scale = !a->have_guidance ? 0.0 : a->guidance > 0.0 ? a->guidance : 1.0;
     rp.progress = progress;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
     rp.compile_stats = &cs;
     em_scheduler_kind kind;
-    if (a->later) {
-        fprintf(stderr, "ember image: %s is not supported for %s yet\n", a->later,
+    const char *later = a->later;
+    if (!later && em_pipeline_get_index(p)->pipeline != EM_PIPELINE_DIT)
+        later = a->have_class ? "--class-label" : a->have_guidance ? "--guidance" : NULL;
+    if (later) {
+        fprintf(stderr, "ember image: %s is not supported for %s yet\n", later,
                 em_pipeline_get_index(p)->class_name);
         rc = 2;
     } else if (a->scheduler && !em_scheduler_kind_parse(a->scheduler, &kind)) {
