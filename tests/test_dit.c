@@ -13,7 +13,7 @@
 
 static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
 
-static void check_transformer(em_ctx *c, const char *name) {
+static void check_transformer(em_ctx *c, const char *name, const char *device) {
     char rel[128], what[160];
     snprintf(rel, sizeof rel, "diffusion/%s_ref", name);
     em_test_bundle *b = em_test_bundle_load(rel);
@@ -21,28 +21,33 @@ static void check_transformer(em_ctx *c, const char *name) {
     snprintf(dir, sizeof dir, "%s", em_test_fixture_path("diffusion", name));
     if (!strcmp(name, "dit_pipe"))
         snprintf(dir, sizeof dir, "%s", em_test_fixture_path("diffusion", "dit_pipe/transformer"));
-    em_dit *d = em_dit_load(c, dir, "cpu", EM_F32);
+    em_dit *d = em_dit_load(c, dir, device, EM_F32);
     CHECK_MSG(b && d, "%s: %s", name, msg(c));
     if (b && d) {
         em_scope_push(c);
+        em_device *prev = em_ctx_device(c);
+        em_ctx_set_device(c, em_dit_device(d)); /* the bundle's inputs onto the model's device */
         em_tensor *x = em_test_bundle_get(b, c, "sample");
         em_tensor *labels = em_test_bundle_get(b, c, "class_labels");
+        em_tensor *ts[4] = {em_test_bundle_get(b, c, "t0"), em_test_bundle_get(b, c, "t1"),
+                            em_test_bundle_get(b, c, "t2"), em_test_bundle_get(b, c, "tvec")};
+        float t = 999.0f;
+        em_tensor *t0 = em_from_host(c, EM_F32, 0, NULL, &t);
+        em_ctx_set_device(c, prev);
         for (int k = 0; k < 3; k++) {
             char tn[8], on[8];
             snprintf(tn, sizeof tn, "t%d", k);
             snprintf(on, sizeof on, "out%d", k);
-            snprintf(what, sizeof what, "%s, timestep %d", name, k);
-            em_tensor *got = em_dit_forward(c, d, x, em_test_bundle_get(b, c, tn), labels);
+            snprintf(what, sizeof what, "%s on %s, timestep %d", name, device, k);
+            em_tensor *got = em_dit_forward(c, d, x, ts[k], labels);
             CHECK_MSG(got != NULL, "%s: %s", what, msg(c));
             em_test_allclose(c, got, em_test_bundle_get(b, c, on), 1e-4, 1e-4, what);
         }
-        snprintf(what, sizeof what, "%s, a timestep per sample", name);
-        em_test_allclose(c, em_dit_forward(c, d, x, em_test_bundle_get(b, c, "tvec"), labels),
+        snprintf(what, sizeof what, "%s on %s, a timestep per sample", name, device);
+        em_test_allclose(c, em_dit_forward(c, d, x, ts[3], labels),
                          em_test_bundle_get(b, c, "out_vec"), 1e-4, 1e-4, what);
         /* a 0-d timestep is the same as one value per sample */
-        float t = 999.0f;
-        em_tensor *t0 = em_from_host(c, EM_F32, 0, NULL, &t);
-        snprintf(what, sizeof what, "%s, 0-d timestep", name);
+        snprintf(what, sizeof what, "%s on %s, 0-d timestep", name, device);
         em_test_allclose(c, em_dit_forward(c, d, x, t0, labels),
                          em_test_bundle_get(b, c, "out0"), 1e-4, 1e-4, what);
         CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
@@ -56,12 +61,43 @@ static void check_transformer(em_ctx *c, const char *name) {
 static void test_dit_matches_diffusers(void) {
     em_ctx *c = em_ctx_create();
     const char *cases[] = {"dit_pipe", "dit_geglu", "dit_legacy"};
-    for (int i = 0; i < 3; i++) check_transformer(c, cases[i]);
+    for (int i = 0; i < 3; i++) check_transformer(c, cases[i], "cpu");
     em_dit_config cfg;
     CHECK(em_dit_config_load(c, em_test_fixture_path("diffusion", "dit_geglu"), &cfg) == EM_OK);
     CHECK(cfg.activation == EM_DIT_ACT_GEGLU && !cfg.attention_bias &&
           cfg.norm_elementwise_affine && cfg.out_channels == 3 && cfg.patch_size == 1 &&
           cfg.num_embeds_ada_norm == 10 && cfg.norm_eps == 1e-4);
+    em_ctx_free(c);
+}
+
+/* the same on XLA's CPU plugin, and a guided pipeline run there (pipe.to("xla:0")) */
+static void test_dit_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    const char *cases[] = {"dit_pipe", "dit_geglu", "dit_legacy"};
+    for (int i = 0; i < 3; i++) check_transformer(c, cases[i], "xla:0");
+    em_test_bundle *b = em_test_bundle_load("diffusion/dit_runs_ref");
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "dit_pipe"), NULL);
+    CHECK_MSG(b && p && em_pipeline_to(c, p, "xla:0") == EM_OK, "%s", msg(c));
+    if (b && p) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.class_label = 7;
+        rp.guidance_scale = 4.0;
+        rp.steps = 6;
+        rp.seed = 0;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "cfg_image"), 1e-3, 0,
+                         "DiTPipeline run 'cfg' on xla:0");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
     em_ctx_free(c);
 }
 
@@ -312,4 +348,5 @@ static void test_dit_bad_inputs(void) {
 }
 
 EM_TEST_MAIN(T(test_dit_matches_diffusers), T(test_dit_pipeline_runs), T(test_dit_bad_runs),
-             T(test_dit_bad_folders), T(test_dit_config), T(test_dit_bad_inputs))
+             T(test_dit_bad_folders), T(test_dit_config), T(test_dit_bad_inputs),
+             T(test_dit_on_xla))
