@@ -93,6 +93,9 @@ static void test_dit_on_xla(void) {
         CHECK_MSG(img != NULL, "%s", msg(c));
         em_test_allclose(c, img, em_test_bundle_get(b, c, "cfg_image"), 1e-3, 0,
                          "DiTPipeline run 'cfg' on xla:0");
+        rp.compile = true; /* one XLA executable for every step */
+        em_test_allclose(c, em_pipeline_run(c, p, &rp), em_test_bundle_get(b, c, "cfg_image"),
+                         1e-3, 0, "DiTPipeline run 'cfg' on xla:0, compiled");
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }
@@ -153,6 +156,15 @@ static void test_dit_pipeline_runs(void) {
             rp.latents = em_test_bundle_get(b, c, "latents");
             em_test_allclose(c, em_pipeline_run(c, p, &rp), em_test_bundle_get(b, c, name), 1e-3,
                              0, "DiTPipeline run 'cfg' from its latents");
+            /* the transformer's step compiled once, the same image */
+            em_compile_stats cs = {0};
+            rp.compile = true;
+            rp.compile_stats = &cs;
+            em_test_allclose(c, em_pipeline_run(c, p, &rp), em_test_bundle_get(b, c, name), 1e-3,
+                             0, "DiTPipeline run 'cfg', compiled");
+            CHECK_MSG(cs.compiles == 1 && cs.calls == RUNS[i].steps, "%lld compiles, %lld calls",
+                      (long long)cs.compiles, (long long)cs.calls);
+            rp.compile = false;
             int64_t shape[4];
             CHECK(em_pipeline_latent_shape(p, shape) && shape[1] == 4 && shape[2] == 8);
         }
@@ -186,9 +198,6 @@ static void test_dit_bad_runs(void) {
         rp.class_label = 1000;
         expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "class label 1000 is out of range");
         rp.class_label = 1;
-        rp.compile = true;
-        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "compile is not supported");
-        rp.compile = false;
         em_scope_push(c);
         float z[4 * 4 * 4] = {0};
         rp.latents = em_from_host(c, EM_F32, 4, (int64_t[]){1, 4, 4, 4}, z);

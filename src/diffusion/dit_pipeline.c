@@ -46,6 +46,24 @@ static em_tensor *labels_input(em_ctx *c, const em_dit *dit, int64_t label, bool
     return em_from_host_on(c, em_dit_device(dit), EM_I64, 1, (int64_t[]){guided ? 2 : 1}, v);
 }
 
+/* The transformer's step as a compiled function: in[0] the scaled latents, in[1] the timestep
+ * (a 0-d f32 tensor, an input so that every step runs the same program), in[2] the labels. */
+static int dit_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                    int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    out[0] = em_dit_forward(c, user, in[0], in[1], in[2]);
+    return out[0] ? 1 : -1;
+}
+
+static em_tensor *transformer(em_ctx *c, em_dit *dit, em_compiled *f, em_tensor *in, double t,
+                              em_tensor *labels) {
+    float tf = (float)t;
+    em_tensor *tt = em_from_host_on(c, em_dit_device(dit), EM_F32, 0, NULL, &tf);
+    if (!f || !tt) return em_dit_forward(c, dit, in, tt, labels);
+    em_tensor *out = NULL, *args[3] = {in, tt, labels};
+    return em_compiled_call(c, f, args, 3, NULL, 0, &out, 1) == 1 ? out : NULL;
+}
+
 em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
                                 const em_pipeline_run_params *rp, em_torch_generator *g,
                                 em_tensor *x) {
@@ -64,7 +82,8 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
         x = d ? em_tensor_retain(d) : NULL;
     }
     em_scope_pop(c);
-    if (!labels || !x) {
+    em_compiled *f = rp->compile && labels && x ? em_compile(c, "dit_step", dit_step, dit) : NULL;
+    if (!labels || !x || (rp->compile && !f)) {
         em_tensor_release(labels);
         em_tensor_release(x);
         return NULL;
@@ -78,9 +97,7 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
             in = em_cat(c, two, 2, 0);
         }
         in = em_scheduler_scale_model_input(c, s, in, ts[i]);
-        float tf = (float)ts[i];
-        em_tensor *tt = em_from_host_on(c, em_dit_device(dit), EM_F32, 0, NULL, &tf);
-        em_tensor *pred = em_dit_forward(c, dit, in, tt, labels);
+        em_tensor *pred = transformer(c, dit, f, in, ts[i], labels);
         em_tensor *next = pred ? em_scheduler_step(c, s, model_output(c, cfg, pred, guided,
                                                                        guidance),
                                                    ts[i], in, g)
@@ -100,6 +117,8 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
         }
     }
     em_tensor_release(labels);
+    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
+    em_compiled_free(f);
     if (em_ctx_status(c) || !x) {
         em_tensor_release(x);
         return NULL;

@@ -251,7 +251,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
 }
 
 /* The class label and guidance scale are DiTPipeline's: required and in range there, refused
- * elsewhere; DiT runs eagerly (no compiled step yet). */
+ * elsewhere. */
 static bool check_conditioning(em_ctx *c, const em_pipeline *p,
                                const em_pipeline_run_params *rp) {
     const char *cls = p->idx.class_name;
@@ -276,11 +276,6 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p,
     }
     if (rp->guidance_scale != rp->guidance_scale) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
-        return false;
-    }
-    if (rp->compile) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "compile is not supported for %s yet (it runs "
-                    "eagerly)", cls);
         return false;
     }
     return true;

@@ -2,6 +2,7 @@
 #ifndef EMBER_DIFFUSION_PIPELINE_IMPL_H
 #define EMBER_DIFFUSION_PIPELINE_IMPL_H
 
+#include "ember/compile.h"
 #include "ember/diffusion.h"
 #include "ember/dit.h"
 #include "ember/torch_rng.h"
