@@ -238,8 +238,9 @@ typedef struct em_pipeline_options {
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**
- * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet onto o->device
- * and the scheduler from scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
+ * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet (DiTPipeline:
+ * the transformer and the VAE, ember/dit.h, ember/vae.h) onto o->device and the scheduler from
+ * scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
  * scheduler into a DDIMScheduler (DDIMScheduler.from_config), as diffusers' DDIMPipeline does.
  * o may be NULL. NULL with the first error in c, naming the file and what is wrong: the errors
  * of em_pipeline_index_load (unknown pipeline class, a component missing or of an unknown
@@ -250,9 +251,9 @@ EM_API em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeli
 /** Frees the UNet, the scheduler and the index. NULL is a no-op. */
 EM_API void em_pipeline_free(em_pipeline *p);
 /**
- * pipe.to(device): the UNet's weights are loaded again from the folder onto `device` (the old
- * copy is released only once the new one is loaded, so a failure leaves the pipeline as it
- * was). The same device is a no-op. EM_ERR_DEVICE for an unknown device (from em_device_get),
+ * pipe.to(device): the UNet's (DiTPipeline: the transformer's and the VAE's) weights are
+ * loaded again from the folder onto `device` (the old copy is released only once the new one
+ * is loaded, so a failure leaves the pipeline as it was). The same device is a no-op. EM_ERR_DEVICE for an unknown device (from em_device_get),
  * the errors of em_unet2d_load; the status is returned and recorded in c.
  */
 EM_API em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device);
@@ -264,14 +265,14 @@ EM_API em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_schedul
 
 /** The pipeline's index (class, folders), owned by p. */
 EM_API const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p);
-/** The pipeline's UNet and scheduler, owned by p (valid until the next em_pipeline_to /
- *  em_pipeline_set_scheduler or em_pipeline_free). */
+/** The pipeline's UNet (NULL for DiTPipeline) and scheduler, owned by p (valid until the next
+ *  em_pipeline_to / em_pipeline_set_scheduler or em_pipeline_free). */
 EM_API em_unet2d *em_pipeline_unet(const em_pipeline *p);
 EM_API em_scheduler *em_pipeline_scheduler(const em_pipeline *p);
-/** The device the UNet is on. */
+/** The device the UNet (DiTPipeline: the transformer) is on. */
 EM_API em_device *em_pipeline_device(const em_pipeline *p);
-/** The shape of the initial latents: [1, in_channels, sample_size...]. False (shape untouched)
- *  when the UNet's config has no sample_size. */
+/** The shape of the initial latents: [1, in_channels, sample_size...] of the UNet (or DiT
+ *  transformer). False (shape untouched) when the UNet's config has no sample_size. */
 EM_API bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]);
 
 /** Called after each denoising step i (0-based) of n, at timestep t, with the seconds the step
@@ -309,6 +310,9 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * (EM_ERR_SHAPE / EM_ERR_DTYPE, naming both shapes), eta != 0 with a scheduler other than
  * DDIM (EM_ERR_INVALID_ARG), no sample_size and no latents, a step count the scheduler
  * refuses, and the first error of a UNet forward or scheduler step (naming the step).
+ * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
+ * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
+ * to another pipeline, is EM_ERR_INVALID_ARG.
  */
 EM_API em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 
