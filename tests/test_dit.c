@@ -35,8 +35,7 @@ static void check_transformer(em_ctx *c, const char *name, const char *device) {
         em_tensor *t0 = em_from_host(c, EM_F32, 0, NULL, &t);
         em_ctx_set_device(c, prev);
         for (int k = 0; k < 3; k++) {
-            char tn[8], on[8];
-            snprintf(tn, sizeof tn, "t%d", k);
+            char on[16];
             snprintf(on, sizeof on, "out%d", k);
             snprintf(what, sizeof what, "%s on %s, timestep %d", name, device, k);
             em_tensor *got = em_dit_forward(c, d, x, ts[k], labels);
