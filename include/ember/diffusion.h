@@ -253,8 +253,9 @@ EM_API void em_pipeline_free(em_pipeline *p);
 /**
  * pipe.to(device): the UNet's (DiTPipeline: the transformer's and the VAE's) weights are
  * loaded again from the folder onto `device` (the old copy is released only once the new one
- * is loaded, so a failure leaves the pipeline as it was). The same device is a no-op. EM_ERR_DEVICE for an unknown device (from em_device_get),
- * the errors of em_unet2d_load; the status is returned and recorded in c.
+ * is loaded, so a failure leaves the pipeline as it was). The same device is a no-op.
+ * EM_ERR_DEVICE for an unknown device (from em_device_get), the errors of em_unet2d_load
+ * (em_dit_load, em_vae_load); the status is returned and recorded in c.
  */
 EM_API em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device);
 /**

@@ -12,7 +12,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
-            "                   [--out-npy FILE.npy] [--compile] [--class-label N] [--guidance G]\n\n"
+            "                   [--out-npy FILE.npy] [--compile]\n"
+            "                   [--class-label N] [--guidance G]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline and\n"
             "DiTPipeline today) and writes the image. --seed S draws what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
