@@ -8,7 +8,8 @@ Runs the tool on the committed pipeline folders and compares the image it writes
 (--latents), DDPM seeded (--seed, per-step noise included), a DDPM folder with --scheduler
 euler; checks the PNG's signature and size and one progress line per step, and the clear
 errors for options of other pipelines, a missing --seed/--latents and latents of the wrong
-shape; --compile (one program for all steps) against the eager image, on the CPU and on XLA's
+shape; DiTPipeline with --class-label and --guidance (seeded, from latents, without
+guidance, with --scheduler ddpm) and its label errors; --compile (one program for all steps) against the eager image, on the CPU and on XLA's
 CPU plugin when installed. No numpy needed: the fixtures' Bundle and the .npy files are read with struct.
 """
 import json
@@ -80,12 +81,15 @@ def main():
     ddim = bundle(fixtures, "ddim_three_ref")
     runs = bundle(fixtures, "pipeline_runs_ref")
     sd = bundle(fixtures, "sd_tiny_ref")
+    dit = bundle(fixtures, "dit_runs_ref")  # scripts/gen_dit_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
         write_npy(lat, *ddim["latents"])
         sd_lat = os.path.join(tmp, "sd_latents.npy")
         write_npy(sd_lat, *sd["cfg_latents"])
+        dit_lat = os.path.join(tmp, "dit_latents.npy")
+        write_npy(dit_lat, *dit["latents"])
         cases = [
             ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
              ddim["image"], 10),
@@ -102,6 +106,15 @@ def main():
             ("sd negative seed", ["--model", d("sd_tiny"), "--prompt", "a red cube on a table",
                                   "--negative-prompt", "blurry, low quality", "--guidance", "3",
                                   "--seed", "5", "--steps", "3"], sd["negative_image"], 4),
+            ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
+                                   "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
+            ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
+                             "--latents", dit_lat], dit["cfg_image"], 6),
+            ("dit no guidance", ["--model", d("dit_pipe"), "--class-label", "3", "--guidance",
+                                 "1", "--steps", "5", "--seed", "2"], dit["nocfg_image"], 5),
+            ("dit --scheduler ddpm", ["--model", d("dit_pipe"), "--class-label", "11",
+                                      "--guidance", "2.5", "--steps", "5", "--seed", "9",
+                                      "--scheduler", "ddpm"], dit["ddpm_cfg_image"], 5),
         ]
         for i, (name, args, (wshape, want), nsteps) in enumerate(cases):
             png, npy = os.path.join(tmp, "%d.png" % i), os.path.join(tmp, "%d.npy" % i)
@@ -172,9 +185,16 @@ def main():
             (["--model", d("sd_tiny"), "--seed", "1"] + out, 2,
              "StableDiffusionPipeline needs --prompt"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--class-label", "3"] + out,
-             2, "--class-label is not supported for StableDiffusionPipeline yet"),
+             2, "--class-label is not supported for StableDiffusionPipeline (a text-to-image"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--height", "15"] + out, 1,
              "multiples of 2"),
+            (["--model", d("ddim_three"), "--seed", "1", "--class-label", "3"] + out, 2,
+             "--class-label is not supported for DDIMPipeline (an unconditional pipeline)"),
+            (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "3", "--prompt", "x"]
+             + out, 2, "--prompt is not supported for DiTPipeline (a class-conditional"),
+            (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "1000"] + out, 1,
+             "class label 1000 is out of range"),
+            (["--model", d("dit_pipe"), "--seed", "1"] + out, 1, "needs a class label"),
             (["--model", d("ddpm_attn")] + out, 2, "--seed or --latents is required"),
             (["--model", d("ddim_three"), "--latents", bad_lat] + out, 1,
              "[1, 3, 8, 8] do not fit DDIMPipeline"),

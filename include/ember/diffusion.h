@@ -198,9 +198,11 @@ EM_API em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sampl
 typedef enum em_pipeline_class {
     EM_PIPELINE_DDPM = 0, /* DDPMPipeline: unet (UNet2DModel) + scheduler */
     EM_PIPELINE_DDIM = 1, /* DDIMPipeline: unet (UNet2DModel) + scheduler */
-    EM_PIPELINE_STABLE_DIFFUSION = 2 /* StableDiffusionPipeline: tokenizer, text_encoder
-                                        (CLIPTextModel), unet (UNet2DConditionModel), vae
-                                        (AutoencoderKL), scheduler */
+    EM_PIPELINE_STABLE_DIFFUSION = 2, /* StableDiffusionPipeline: tokenizer, text_encoder
+                                         (CLIPTextModel), unet (UNet2DConditionModel), vae
+                                         (AutoencoderKL), scheduler */
+    EM_PIPELINE_DIT = 3 /* DiTPipeline: transformer (DiTTransformer2DModel) + vae (AutoencoderKL)
+                           + scheduler (ember/dit.h) */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -215,9 +217,13 @@ typedef struct em_pipeline_index {
     char *scheduler_dir;           /* <dir>/scheduler */
     char *scheduler_config;        /* <dir>/scheduler/scheduler_config.json */
     char scheduler_class[64];      /* "DDPMScheduler", "DDIMScheduler", ... as the file says */
-    /* StableDiffusionPipeline's other components (NULL / "" for the unconditional pipelines) */
-    char *text_encoder_dir, *tokenizer_dir, *vae_dir;
-    char text_encoder_class[64], tokenizer_class[64], vae_class[64];
+    /* StableDiffusionPipeline's other components (NULL / "" for the others) */
+    char *text_encoder_dir, *tokenizer_dir;
+    char text_encoder_class[64], tokenizer_class[64];
+    char *transformer_dir;         /* DiTPipeline: <dir>/transformer (else NULL) */
+    char transformer_class[64];    /* "DiTTransformer2DModel" or "Transformer2DModel" */
+    char *vae_dir;                 /* Stable Diffusion and DiT: <dir>/vae (else NULL) */
+    char vae_class[64];            /* "AutoencoderKL" */
 } em_pipeline_index;
 
 /**
@@ -272,8 +278,9 @@ typedef struct em_pipeline_options {
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**
- * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet onto o->device
- * and the scheduler from scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
+ * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet (DiTPipeline:
+ * the transformer and the VAE, ember/dit.h, ember/vae.h) onto o->device and the scheduler from
+ * scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
  * scheduler into a DDIMScheduler (DDIMScheduler.from_config), as diffusers' DDIMPipeline does.
  * o may be NULL. NULL with the first error in c, naming the file and what is wrong: the errors
  * of em_pipeline_index_load (unknown pipeline class, a component missing or of an unknown
@@ -284,10 +291,11 @@ EM_API em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeli
 /** Frees the UNet, the scheduler and the index. NULL is a no-op. */
 EM_API void em_pipeline_free(em_pipeline *p);
 /**
- * pipe.to(device): the UNet's weights are loaded again from the folder onto `device` (the old
- * copy is released only once the new one is loaded, so a failure leaves the pipeline as it
- * was). The same device is a no-op. EM_ERR_DEVICE for an unknown device (from em_device_get),
- * the errors of em_unet2d_load; the status is returned and recorded in c.
+ * pipe.to(device): the UNet's (DiTPipeline: the transformer's and the VAE's) weights are
+ * loaded again from the folder onto `device` (the old copy is released only once the new one
+ * is loaded, so a failure leaves the pipeline as it was). The same device is a no-op.
+ * EM_ERR_DEVICE for an unknown device (from em_device_get), the errors of em_unet2d_load
+ * (em_dit_load, em_vae_load); the status is returned and recorded in c.
  */
 EM_API em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device);
 /**
@@ -298,14 +306,14 @@ EM_API em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_schedul
 
 /** The pipeline's index (class, folders), owned by p. */
 EM_API const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p);
-/** The pipeline's UNet and scheduler, owned by p (valid until the next em_pipeline_to /
- *  em_pipeline_set_scheduler or em_pipeline_free). */
+/** The pipeline's UNet (NULL for DiTPipeline) and scheduler, owned by p (valid until the next
+ *  em_pipeline_to / em_pipeline_set_scheduler or em_pipeline_free). */
 EM_API em_unet2d *em_pipeline_unet(const em_pipeline *p);
 EM_API em_scheduler *em_pipeline_scheduler(const em_pipeline *p);
-/** The device the UNet is on. */
+/** The device the UNet (DiTPipeline: the transformer) is on. */
 EM_API em_device *em_pipeline_device(const em_pipeline *p);
-/** The shape of the initial latents: [1, in_channels, sample_size...]. False (shape untouched)
- *  when the UNet's config has no sample_size. */
+/** The shape of the initial latents: [1, in_channels, sample_size...] of the UNet (or DiT
+ *  transformer). False (shape untouched) when the UNet's config has no sample_size. */
 EM_API bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]);
 
 /** Called after each denoising step i (0-based) of n, at timestep t, with the seconds the step
@@ -327,14 +335,19 @@ typedef struct em_pipeline_run_params {
                              step (never a constant), so steps reuse the program; the scheduler
                              step stays eager */
     em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
-    /* StableDiffusionPipeline only (refused by the unconditional pipelines when set) */
+    /* StableDiffusionPipeline only (refused by the other pipelines when set) */
     const char *prompt;          /* required ("" is a prompt); NULL for the others */
     const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding) */
-    double guidance_scale;       /* classifier-free guidance when > 1 (default 7.5) */
     int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
+    /* Stable Diffusion and DiT: classifier-free guidance when > 1; 0: the pipeline's default
+     * (StableDiffusionPipeline 7.5, DiTPipeline 4.0); refused by the unconditional pipelines */
+    double guidance_scale;
+    int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
+                             [0, num_embeds_ada_norm)); -1: none (the other pipelines) */
 } em_pipeline_run_params;
 
-/** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 7.5. */
+/** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
+ *  default), class_label -1. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**
@@ -344,6 +357,9 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * (EM_ERR_SHAPE / EM_ERR_DTYPE, naming both shapes), eta != 0 with a scheduler other than
  * DDIM (EM_ERR_INVALID_ARG), no sample_size and no latents, a step count the scheduler
  * refuses, and the first error of a UNet forward or scheduler step (naming the step).
+ * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
+ * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
+ * to another pipeline, is EM_ERR_INVALID_ARG.
  */
 EM_API em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 

@@ -14,6 +14,7 @@
  *   model.h   Hugging Face models: loading (device_map, dtype), forward, KV cache, parameters
  *   train.h   causal-LM training: data windows, the trainer, Hub checkpoints out, resume
  *   diffusion.h  diffusers folders: UNet2DModel, model_index.json routing
+ *   dit.h     DiT (DiTTransformer2DModel), the transformer of DiTPipeline
  *   kernels.h  the kernel hub: packages, resolution, lock file (kernel_abi.h: for authors)
  *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
  *   tokenizer.h  tokenizer.json (BPE, WordPiece, Unigram) id for id with `tokenizers`
@@ -41,6 +42,7 @@
 #include "ember/diffusion.h"
 #include "ember/clip.h"
 #include "ember/vae.h"
+#include "ember/dit.h"
 #include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"

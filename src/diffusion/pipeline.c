@@ -1,7 +1,7 @@
-/* The pipeline object of DDPMPipeline / DDIMPipeline / StableDiffusionPipeline: a folder's UNet
- * and scheduler (and SD's text encoder and VAE, pipeline_sd.c), moved and swapped as diffusers'
- * pipe.to / Scheduler.from_config, and the denoising loop of the pipelines' __call__ with the
- * generator draws in diffusers' order. */
+/* The pipeline object of DDPMPipeline / DDIMPipeline / StableDiffusionPipeline / DiTPipeline: a
+ * folder's denoiser and scheduler (and SD's text encoder and VAE, pipeline_sd.c; DiT's loop is
+ * in dit_pipeline.c), moved and swapped as diffusers' pipe.to / Scheduler.from_config, and the
+ * denoising loop of the pipelines' __call__ with the generator draws in diffusers' order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +14,9 @@
 void em_pipeline_free(em_pipeline *p) {
     if (!p) return;
     em_unet2d_free(p->unet);
+    em_dit_free(p->dit);
     em_scheduler_free(p->sched);
-    sd_free(p);
+    sd_free(p); /* the text encoder, tokenizer and the VAE (SD's or DiT's) */
     em_pipeline_index_free(&p->idx);
     free(p);
 }
@@ -33,15 +34,22 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
         return NULL;
     }
     if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK) goto fail;
-    em_unet2d_options uo = em_unet2d_default_options();
-    uo.device = o ? o->device : NULL;
-    if (!(p->unet = em_pipeline_load_unet(c, &p->idx, &uo))) goto fail;
+    const char *dev = o ? o->device : NULL;
+    if (p->idx.pipeline == EM_PIPELINE_DIT) {
+        if (!(p->dit = em_dit_load(c, p->idx.transformer_dir, dev, EM_F32)) ||
+            !(p->vae = em_vae_load(c, p->idx.vae_dir, dev, EM_F32)))
+            goto fail;
+    } else {
+        em_unet2d_options uo = em_unet2d_default_options();
+        uo.device = dev;
+        if (!(p->unet = em_pipeline_load_unet(c, &p->idx, &uo))) goto fail;
+    }
     if (!(p->sched = em_scheduler_from_file(c, p->idx.scheduler_config))) goto fail;
     /* diffusers' DDIMPipeline.__init__: "make sure scheduler can always be converted to DDIM" */
     if (p->idx.pipeline == EM_PIPELINE_DDIM && em_scheduler_get_kind(p->sched) != EM_SCHED_DDIM &&
         em_pipeline_set_scheduler(c, p, EM_SCHED_DDIM) != EM_OK)
         goto fail;
-    if (p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION && !sd_load(c, p, uo.device)) goto fail;
+    if (p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION && !sd_load(c, p, dev)) goto fail;
     return p;
 fail:
     em_pipeline_free(p);
@@ -53,7 +61,20 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     if (!p || !device) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "pipeline or device is NULL");
     em_device *dev = em_device_get(c, device);
     if (!dev) return em_ctx_status(c);
-    if (dev == em_unet2d_device(p->unet)) return EM_OK;
+    if (dev == em_pipeline_device(p)) return EM_OK;
+    if (p->dit) {
+        em_dit *d = em_dit_load(c, p->idx.transformer_dir, device, EM_F32);
+        em_vae *v = d ? em_vae_load(c, p->idx.vae_dir, device, EM_F32) : NULL;
+        if (!v) {
+            em_dit_free(d);
+            return em_ctx_status(c);
+        }
+        em_dit_free(p->dit);
+        em_vae_free(p->vae);
+        p->dit = d;
+        p->vae = v;
+        return EM_OK;
+    }
     em_unet2d_options uo = em_unet2d_default_options();
     uo.device = device;
     uo.dtype = EM_F32;
@@ -82,11 +103,18 @@ const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p) { return p 
 em_unet2d *em_pipeline_unet(const em_pipeline *p) { return p ? p->unet : NULL; }
 em_scheduler *em_pipeline_scheduler(const em_pipeline *p) { return p ? p->sched : NULL; }
 em_device *em_pipeline_device(const em_pipeline *p) {
-    return p ? em_unet2d_device(p->unet) : NULL;
+    return !p ? NULL : p->dit ? em_dit_device(p->dit) : em_unet2d_device(p->unet);
 }
 
 bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]) {
     if (!p || !shape) return false;
+    if (p->dit) { /* DiTPipeline: (1, in_channels, sample_size, sample_size) */
+        const em_dit_config *d = em_dit_get_config(p->dit);
+        shape[0] = 1;
+        shape[1] = d->in_channels;
+        shape[2] = shape[3] = d->sample_size;
+        return true;
+    }
     const em_unet2d_config *cfg = em_unet2d_get_config(p->unet);
     if (cfg->sample_size[0] <= 0 || cfg->sample_size[1] <= 0) return false;
     shape[0] = 1;
@@ -99,7 +127,7 @@ bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]) {
 em_pipeline_run_params em_pipeline_default_params(void) {
     em_pipeline_run_params rp;
     memset(&rp, 0, sizeof rp);
-    rp.guidance_scale = 7.5; /* StableDiffusionPipeline.__call__'s default */
+    rp.class_label = -1;
     return rp;
 }
 
@@ -130,8 +158,8 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
         em_tensor *l = rp->latents;
         const int64_t *s = em_tensor_shape(l);
         int nd = em_tensor_ndim(l);
-        const em_unet2d_config *cfg = em_unet2d_get_config(p->unet);
-        bool ok = nd == 4 && s[0] == 1 && s[1] == cfg->in_channels &&
+        int64_t channels = p->dit ? shape[1] : em_unet2d_get_config(p->unet)->in_channels;
+        bool ok = nd == 4 && s[0] == 1 && s[1] == channels &&
                   (!have || (s[2] == shape[2] && s[3] == shape[3]));
         if (!ok) {
             char got[96] = "", want[64];
@@ -142,7 +170,7 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
                 snprintf(want, sizeof want, "[1, %lld, %lld, %lld]", (long long)shape[1],
                          (long long)shape[2], (long long)shape[3]);
             else
-                snprintf(want, sizeof want, "[1, %lld, H, W]", (long long)cfg->in_channels);
+                snprintf(want, sizeof want, "[1, %lld, H, W]", (long long)channels);
             em_ctx_fail(c, EM_ERR_SHAPE, OP,
                         "initial latents of shape [%s] do not fit %s (%s): the latent shape is %s",
                         got, p->idx.class_name, p->idx.dir, want);
@@ -155,7 +183,8 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
         }
         x = em_tensor_device(l) == dev ? l : em_to(c, l, dev);
     }
-    double sigma = em_scheduler_init_noise_sigma(p->sched);
+    /* DiTPipeline does not scale its latents by init_noise_sigma (1 for DDPM, DDIM, DPM) */
+    double sigma = p->dit ? 1.0 : em_scheduler_init_noise_sigma(p->sched);
     if (x && sigma != 1.0) x = em_mul_scalar(c, x, sigma);
     return x ? em_tensor_retain(x) : NULL;
 }
@@ -237,28 +266,59 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     return x;
 }
 
-/* A prompt (and size) only for Stable Diffusion, and one there. */
+/* The conditioning options belong to one kind of pipeline each: a prompt, negative prompt and
+ * size to Stable Diffusion (which needs a prompt), a class label to DiT (which needs one in
+ * range), a guidance scale to either; the unconditional pipelines take none. */
 static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
-    const char *given = rp->prompt            ? "a prompt"
-                        : rp->negative_prompt ? "a negative prompt"
-                        : rp->height || rp->width ? "a height or width"
-                                                  : NULL;
-    if (!p->tok && given) {
+    const char *cls = p->idx.class_name;
+    const char *text = rp->prompt            ? "a prompt"
+                       : rp->negative_prompt ? "a negative prompt"
+                       : rp->height || rp->width ? "a height or width"
+                                                 : NULL;
+    if (!p->tok && text) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
-                    "%s given to %s (%s), which is unconditional (StableDiffusionPipeline takes "
-                    "one)", given, p->idx.class_name, p->idx.dir);
+                    "%s given to %s (%s), which is %s (StableDiffusionPipeline takes one)", text,
+                    cls, p->idx.dir, p->dit ? "class-conditional" : "unconditional");
+        return false;
+    }
+    if (!p->dit && rp->class_label >= 0) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s takes no class label (DiTPipeline does)", cls);
+        return false;
+    }
+    if (!p->tok && !p->dit && rp->guidance_scale != 0.0) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                    "%s takes no guidance scale (an unconditional pipeline)", cls);
+        return false;
+    }
+    if (rp->guidance_scale != rp->guidance_scale) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
     }
     if (p->tok && !rp->prompt) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
-                    "%s (%s) needs a prompt (\"\" is one)", p->idx.class_name, p->idx.dir);
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) needs a prompt (\"\" is one)", cls,
+                    p->idx.dir);
         return false;
     }
-    if (p->tok && (rp->height < 0 || rp->width < 0 || rp->guidance_scale != rp->guidance_scale)) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "height %lld, width %lld, guidance_scale %g: "
-                    "sizes must be positive and the scale a number", (long long)rp->height,
-                    (long long)rp->width, rp->guidance_scale);
+    if (p->tok && (rp->height < 0 || rp->width < 0)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "height %lld, width %lld: sizes must be positive",
+                    (long long)rp->height, (long long)rp->width);
         return false;
+    }
+    if (p->dit) {
+        int64_t classes = em_dit_get_config(p->dit)->num_embeds_ada_norm;
+        if (rp->class_label < 0) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) needs a class label (0 to %lld)",
+                        cls, p->idx.dir, (long long)classes - 1);
+            return false;
+        }
+        if (rp->class_label >= classes) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                        "class label %lld is out of range: the transformer (%s) has %lld "
+                        "classes (num_embeds_ada_norm), labels 0 to %lld",
+                        (long long)rp->class_label, p->idx.transformer_dir, (long long)classes,
+                        (long long)classes - 1);
+            return false;
+        }
     }
     return true;
 }
@@ -272,6 +332,11 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     em_pipeline_run_params def = em_pipeline_default_params();
     if (!rp) rp = &def;
     if (!check_conditioning(c, p, rp)) return NULL;
+    /* guidance_scale 0: the pipeline's __call__ default */
+    em_pipeline_run_params resolved = *rp;
+    if (resolved.guidance_scale == 0.0 && (p->tok || p->dit))
+        resolved.guidance_scale = p->tok ? 7.5 : 4.0;
+    rp = &resolved;
     int64_t steps = rp->steps ? rp->steps : p->idx.pipeline == EM_PIPELINE_DDPM ? 1000 : 50;
     em_scheduler_kind kind = em_scheduler_get_kind(p->sched);
     if (rp->eta != 0.0 && kind != EM_SCHED_DDIM) {
@@ -296,15 +361,24 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
         x = initial_latents(c, p, rp, g);
         em_scope_pop(c);
     }
-    if (x) x = denoise(c, p, rp, g, x, ctx);
+    if (x && p->dit)
+        x = dit_pipeline_denoise(c, p->dit, p->sched, rp, g, x);
+    else if (x)
+        x = denoise(c, p, rp, g, x, ctx);
     em_torch_generator_free(g);
     if (!x) {
         em_scope_pop(c);
         return NULL;
     }
-    /* SD: vae.decode(latents / scaling_factor); then, as the unconditional pipelines,
-     * (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2, 3, 1) */
-    em_tensor *img = p->tok ? sd_decode(c, p, x) : x;
+    /* SD: vae.decode(latents / scaling_factor); DiT: vae.decode(1 / scaling_factor * latents);
+     * then, as the unconditional pipelines, (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2,
+     * 3, 1) */
+    em_tensor *img = x;
+    if (p->tok)
+        img = sd_decode(c, p, x);
+    else if (p->dit)
+        img = em_vae_decode(c, p->vae, em_mul_scalar(c, x, 1.0 / em_vae_get_config(p->vae)
+                                                                  ->scaling_factor));
     img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
     img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
     em_device *cpu = img ? em_device_get(c, "cpu") : NULL;

@@ -5,17 +5,21 @@
 #define EMBER_DIFFUSION_PIPELINE_IMPL_H
 
 #include "ember/clip.h"
+#include "ember/compile.h"
 #include "ember/diffusion.h"
+#include "ember/dit.h"
+#include "ember/torch_rng.h"
 #include "ember/vae.h"
 
 struct em_pipeline {
     em_pipeline_index idx;
-    em_unet2d *unet;
+    em_unet2d *unet; /* NULL for DiTPipeline */
+    em_dit *dit;     /* DiTPipeline: the transformer instead of the UNet */
     em_scheduler *sched;
     /* StableDiffusionPipeline (NULL otherwise) */
     em_clip_tokenizer *tok;
     em_clip_text *te;
-    em_vae *vae;
+    em_vae *vae;     /* Stable Diffusion and DiT */
 };
 
 /* em_pipeline_index_load on the text[0..len) of a model_index.json: `file` names it in errors,
@@ -38,5 +42,12 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
 em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 /* vae.decode(latents / scaling_factor): the image [1, 3, H, W] in [-1, 1], current scope. */
 em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents);
+/* DiTPipeline.__call__'s denoising loop from the initial latents x ([1, C, H, W] on the
+ * transformer's device, a reference this takes over): classifier-free guidance on a doubled
+ * batch when guidance > 1, as diffusers runs it. Returns the final latents [1, C, H, W] (a
+ * reference) or NULL with the error in c. */
+em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
+                                const em_pipeline_run_params *rp, em_torch_generator *g,
+                                em_tensor *x);
 
 #endif

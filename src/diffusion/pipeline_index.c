@@ -13,7 +13,7 @@
 #define MAX_INDEX_BYTES (1 << 20)
 
 static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline",
-                                              "StableDiffusionPipeline"};
+                                              "StableDiffusionPipeline", "DiTPipeline"};
 
 const char *em_pipeline_class_name(em_pipeline_class p) {
     return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
@@ -28,6 +28,7 @@ void em_pipeline_index_free(em_pipeline_index *idx) {
     free(idx->scheduler_config);
     free(idx->text_encoder_dir);
     free(idx->tokenizer_dir);
+    free(idx->transformer_dir);
     free(idx->vae_dir);
     memset(idx, 0, sizeof *idx);
 }
@@ -77,23 +78,18 @@ static char *component(em_ctx *c, json_t *root, const char *file, const char *di
     return sub;
 }
 
-/* StableDiffusionPipeline's text_encoder, tokenizer and vae (the safety checker, feature
- * extractor and image encoder are not run; their entries are not read). */
-static bool sd_components(em_ctx *c, json_t *root, const char *file, const char *dir,
-                          em_pipeline_index *out) {
+/* A component the pipeline class needs: its folder and its class, one of `want`. */
+typedef struct comp_spec {
+    const char *key;
+    char **dir;
+    char *cls;
+    const char *want[2];
+} comp_spec;
+
+static bool components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                       em_pipeline_index *out, const comp_spec *comps, size_t n) {
     const char *name = out->class_name;
-    struct {
-        const char *key;
-        char **dir;
-        char *cls;
-        const char *want[2];
-    } comps[] = {
-        {"text_encoder", &out->text_encoder_dir, out->text_encoder_class, {"CLIPTextModel", NULL}},
-        {"tokenizer", &out->tokenizer_dir, out->tokenizer_class,
-         {"CLIPTokenizer", "CLIPTokenizerFast"}},
-        {"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}},
-    };
-    for (size_t i = 0; i < sizeof comps / sizeof comps[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         *comps[i].dir = component(c, root, file, dir, name, comps[i].key, comps[i].cls, 64);
         if (!*comps[i].dir) return false;
         if (strcmp(comps[i].cls, comps[i].want[0]) &&
@@ -108,6 +104,31 @@ static bool sd_components(em_ctx *c, json_t *root, const char *file, const char 
     return true;
 }
 
+/* StableDiffusionPipeline's text_encoder, tokenizer and vae (the safety checker, feature
+ * extractor and image encoder are not run; their entries are not read). */
+static bool sd_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                          em_pipeline_index *out) {
+    const comp_spec comps[] = {
+        {"text_encoder", &out->text_encoder_dir, out->text_encoder_class, {"CLIPTextModel", NULL}},
+        {"tokenizer", &out->tokenizer_dir, out->tokenizer_class,
+         {"CLIPTokenizer", "CLIPTokenizerFast"}},
+        {"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}},
+    };
+    return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
+}
+
+/* DiTPipeline: transformer (DiTTransformer2DModel, or Transformer2DModel, which diffusers
+ * remaps to it) and vae (AutoencoderKL). */
+static bool dit_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                           em_pipeline_index *out) {
+    const comp_spec comps[] = {
+        {"transformer", &out->transformer_dir, out->transformer_class,
+         {"DiTTransformer2DModel", "Transformer2DModel"}},
+        {"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}},
+    };
+    return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
+}
+
 static em_status parse(em_ctx *c, json_t *root, const char *file, const char *dir,
                        em_pipeline_index *out) {
     json_t *cls = json_object_get(root, "_class_name");
@@ -120,23 +141,27 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     if (i == np)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                            "%s: pipeline class '%s' is not supported (DDPMPipeline, "
-                           "DDIMPipeline and StableDiffusionPipeline are)", file, name);
+                           "DDIMPipeline, StableDiffusionPipeline and DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
         snprintf(out->diffusers_version, sizeof out->diffusers_version, "%s",
                  json_string_value(ver));
     if (!(out->dir = strdup(dir))) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-    out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
-                              sizeof out->unet_class);
-    if (!out->unet_dir) return em_ctx_status(c);
-    bool sd = out->pipeline == EM_PIPELINE_STABLE_DIFFUSION;
-    const char *unet_cls = sd ? "UNet2DConditionModel" : "UNet2DModel";
-    if (strcmp(out->unet_class, unet_cls))
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
-                           "%s: unet class '%s' is not supported by %s (%s is)", file,
-                           out->unet_class, name, unet_cls);
-    if (sd && !sd_components(c, root, file, dir, out)) return em_ctx_status(c);
+    if (out->pipeline == EM_PIPELINE_DIT) {
+        if (!dit_components(c, root, file, dir, out)) return em_ctx_status(c);
+    } else {
+        out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
+                                  sizeof out->unet_class);
+        if (!out->unet_dir) return em_ctx_status(c);
+        bool sd = out->pipeline == EM_PIPELINE_STABLE_DIFFUSION;
+        const char *unet_cls = sd ? "UNet2DConditionModel" : "UNet2DModel";
+        if (strcmp(out->unet_class, unet_cls))
+            return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
+                               "%s: unet class '%s' is not supported by %s (%s is)", file,
+                               out->unet_class, name, unet_cls);
+        if (sd && !sd_components(c, root, file, dir, out)) return em_ctx_status(c);
+    }
     out->scheduler_dir = component(c, root, file, dir, name, "scheduler", out->scheduler_class,
                                    sizeof out->scheduler_class);
     if (!out->scheduler_dir) return em_ctx_status(c);

@@ -18,22 +18,11 @@ static bool fail_format(em_cfg_src *s, const char *key, const json_t *v, const c
     return false;
 }
 
-static bool unsupported(em_cfg_src *s, const char *key, const char *value,
-                        const char *supported) {
-    em_ctx_fail(s->c, EM_ERR_UNSUPPORTED, OP, "%s '%s' is not supported (%s; in %s)", key, value,
-                supported, s->file);
-    return false;
-}
+#define unsupported diff_cfg_unsupported
 
 /* A size field in [min, MAX_SIZE] (absent or null: the default stays). */
 static bool get_size(em_cfg_src *s, const char *key, int64_t *v, int64_t min) {
-    if (em_cfg_int(s, key, true, v, NULL)) return false;
-    if (*v < min || *v > MAX_SIZE) {
-        em_ctx_fail(s->c, EM_ERR_FORMAT, OP, "%s: field '%s' is %lld, expected %lld to %lld",
-                    s->file, key, (long long)*v, (long long)min, (long long)MAX_SIZE);
-        return false;
-    }
-    return true;
+    return diff_cfg_size(s, key, v, min, MAX_SIZE);
 }
 
 /* A JSON list at key (absent or null: NULL, the default stays) of 1..max entries. */
@@ -202,18 +191,8 @@ em_status em_vae_config_parse(em_ctx *c, const char *json, size_t n, const char 
     return ok ? EM_OK : em_ctx_status(c);
 }
 
+static bool parse_any(em_cfg_src *s, void *out) { return parse(s, out); }
+
 em_status em_vae_config_load(em_ctx *c, const char *path, em_vae_config *out) {
-    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
-    if (out) memset(out, 0, sizeof *out);
-    if (!path || !*path || !out)
-        return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "path or out is NULL or empty");
-    json_t *root = NULL;
-    char *file = NULL;
-    if (em_cfg_load_file(c, OP, path, "config.json", &root, &file)) return em_ctx_status(c);
-    em_cfg_src s = {c, file, "", root, OP, NULL};
-    bool ok = parse(&s, out);
-    json_decref(root);
-    free(file);
-    if (!ok) memset(out, 0, sizeof *out);
-    return ok ? EM_OK : em_ctx_status(c);
+    return diff_config_load(c, OP, path, parse_any, out, sizeof *out);
 }

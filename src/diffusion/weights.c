@@ -6,6 +6,59 @@
 #include <sys/stat.h>
 
 #include "diffusion/weights.h"
+#include "io/config/config_impl.h"
+
+bool diff_cfg_unsupported(em_cfg_src *s, const char *key, const char *value,
+                          const char *supported) {
+    em_ctx_fail(s->c, EM_ERR_UNSUPPORTED, s->op, "%s '%s' is not supported (%s; in %s)", key,
+                value, supported, s->file);
+    return false;
+}
+
+bool diff_cfg_size(em_cfg_src *s, const char *key, int64_t *v, int64_t min, int64_t max) {
+    if (em_cfg_int(s, key, true, v, NULL)) return false;
+    if (*v < min || *v > max) {
+        em_ctx_fail(s->c, EM_ERR_FORMAT, s->op, "%s: field '%s' is %lld, expected %lld to %lld",
+                    s->file, key, (long long)*v, (long long)min, (long long)max);
+        return false;
+    }
+    return true;
+}
+
+/* parse on the document root of `file`; takes root over */
+static em_status run_parse(em_ctx *c, const char *op, const char *file, json_t *root,
+                           diff_config_fn parse, void *out, size_t size) {
+    em_cfg_src s = {c, file, "", root, op, NULL};
+    bool ok = parse(&s, out);
+    json_decref(root);
+    if (!ok) memset(out, 0, size);
+    return ok ? EM_OK : em_ctx_status(c);
+}
+
+em_status diff_config_load(em_ctx *c, const char *op, const char *path, diff_config_fn parse,
+                           void *out, size_t size) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (out) memset(out, 0, size);
+    if (!path || !*path || !out)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "path or out is NULL or empty");
+    json_t *root = NULL;
+    char *file = NULL;
+    if (em_cfg_load_file(c, op, path, "config.json", &root, &file)) return em_ctx_status(c);
+    em_status st = run_parse(c, op, file, root, parse, out, size);
+    free(file);
+    return st;
+}
+
+em_status diff_config_parse(em_ctx *c, const char *op, const char *json, size_t n,
+                            const char *name, diff_config_fn parse, void *out, size_t size) {
+    if (!c || em_ctx_status(c)) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (out) memset(out, 0, size);
+    if (!json || !out) return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "json or out is NULL");
+    if (!name) name = "config.json";
+    json_t *root = NULL;
+    if (em_cfg_parse_text(c, op, json, n, name, &root)) return em_ctx_status(c);
+    return run_parse(c, op, name, root, parse, out, size);
+}
 
 static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     snprintf(buf, n, "[");

@@ -40,4 +40,22 @@ bool diff_check_load_args(em_ctx *c, const char *op, const char *dir, em_dtype d
 bool diff_check_blocks(em_ctx *c, const char *op, const char *file, const int64_t *channels,
                        int n, int64_t groups, int64_t layers, int max_layers);
 
+/* A component's config.json (`path`: its folder or the file, em_cfg_load_file) handed to
+ * parse(s, out), which fills out or fails with the error in c; `size` bytes of out are zeroed
+ * first and again on failure. Argument errors (NULL or empty path) name `op`. */
+struct em_cfg_src;
+/* "<key> '<value>' is not supported (<supported>; in <file>)": EM_ERR_UNSUPPORTED with s's op;
+ * returns false. */
+bool diff_cfg_unsupported(struct em_cfg_src *s, const char *key, const char *value,
+                          const char *supported);
+/* An integer field in [min, max] (absent or null: *v keeps its default); false with
+ * EM_ERR_FORMAT naming the field, its value and the range. */
+bool diff_cfg_size(struct em_cfg_src *s, const char *key, int64_t *v, int64_t min, int64_t max);
+typedef bool (*diff_config_fn)(struct em_cfg_src *s, void *out);
+em_status diff_config_load(em_ctx *c, const char *op, const char *path, diff_config_fn parse,
+                           void *out, size_t size);
+/* The same from n bytes of JSON text; `name` stands for the file (NULL: "config.json"). */
+em_status diff_config_parse(em_ctx *c, const char *op, const char *json, size_t n,
+                            const char *name, diff_config_fn parse, void *out, size_t size);
+
 #endif

@@ -14,10 +14,10 @@ static void usage(FILE *f) {
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
-            "                   [--out-npy FILE.npy] [--compile]\n\n"
-            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline and\n"
-            "StableDiffusionPipeline today) and writes the image. --seed S draws what diffusers\n"
-            "draws with\n"
+            "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n\n"
+            "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
+            "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
+            "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
             "per-step noise. docs/diffusion.md has the details.\n\n"
             "  --model DIR         the pipeline folder\n"
@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
             "  --prompt T          the text (StableDiffusionPipeline; required there)\n"
             "  --negative-prompt T what to steer away from (default: the empty prompt)\n"
-            "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5)\n"
+            "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
+            "                      Stable Diffusion, 4 for DiT)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
             "                      the VAE's scale factor)\n"
             "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM\n"
@@ -38,11 +39,9 @@ static void usage(FILE *f) {
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --out FILE.png      the image\n"
-            "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n");
+            "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
+            "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n");
 }
-
-/* Options of `ember image` that belong to pipelines Ember does not run yet. */
-static const char *const LATER[] = {"--class-label"};
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
     (void)user;
@@ -52,36 +51,27 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 }
 
 typedef struct image_args {
-    const char *model, *scheduler, *device, *out, *out_npy, *latents, *later;
+    const char *model, *scheduler, *device, *out, *out_npy, *latents;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
-    long long steps, seed, height, width;
+    long long steps, seed, height, width, class_label;
     double eta, guidance;
-    bool have_seed, compile;
+    bool have_seed, compile, have_class, have_guidance;
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
 static int parse(int argc, char **argv, image_args *a) {
     memset(a, 0, sizeof *a);
-    a->guidance = 7.5;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         bool val = i + 1 < argc;
-        size_t k = 0;
-        while (k < sizeof LATER / sizeof LATER[0] && strcmp(o, LATER[k])) k++;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
             return 1;
-        } else if (k < sizeof LATER / sizeof LATER[0]) {
-            if (!a->later) a->later = LATER[k];
-            if (val) i++;
         } else if (!strcmp(o, "--prompt") && val) {
             a->prompt = argv[++i];
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--negative-prompt") && val) {
             a->negative = argv[++i];
-            if (!a->text_opt) a->text_opt = o;
-        } else if (!strcmp(o, "--guidance") && val) {
-            if (!cli_real("image", o, argv[++i], 0, 1e6, &a->guidance)) return 2;
             if (!a->text_opt) a->text_opt = o;
         } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
             if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
@@ -105,6 +95,12 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!cli_int("image", o, argv[++i], 1, 1000000, &a->steps)) return 2;
         } else if (!strcmp(o, "--eta") && val) {
             if (!cli_real("image", o, argv[++i], 0, 1e6, &a->eta)) return 2;
+        } else if (!strcmp(o, "--class-label") && val) {
+            if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->class_label)) return 2;
+            a->have_class = true;
+        } else if (!strcmp(o, "--guidance") && val) {
+            if (!cli_real("image", o, argv[++i], 0, 1e6, &a->guidance)) return 2;
+            a->have_guidance = true;
         } else if (!strcmp(o, "--seed") && val) {
             if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->seed)) return 2;
             a->have_seed = true;
@@ -136,22 +132,31 @@ static int run(em_ctx *c, const image_args *a) {
     rp.steps = a->steps;
     rp.eta = a->eta;
     rp.seed = (uint64_t)a->seed;
+    rp.class_label = a->have_class ? a->class_label : -1;
+    /* an explicit 0 is "no guidance", which the run parameters spell <= 1 (0: the pipeline's
+     * default) */
+    rp.guidance_scale = !a->have_guidance ? 0.0 : a->guidance > 0.0 ? a->guidance : 1.0;
     rp.progress = progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
-    rp.guidance_scale = a->guidance;
     rp.height = a->height;
     rp.width = a->width;
     const em_pipeline_index *idx = em_pipeline_get_index(p);
-    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION;
+    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION, dit = idx->pipeline == EM_PIPELINE_DIT;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
     rp.compile_stats = &cs;
     em_scheduler_kind kind;
-    if (a->later || (!sd && a->text_opt)) {
-        fprintf(stderr, "ember image: %s is not supported for %s%s\n",
-                a->later ? a->later : a->text_opt, idx->class_name,
-                a->later ? " yet" : " (an unconditional pipeline)");
+    const char *wrong = NULL, *why = "";
+    if (!sd && a->text_opt)
+        wrong = a->text_opt, why = dit ? "a class-conditional pipeline: --class-label" : NULL;
+    else if (!dit && a->have_class)
+        wrong = "--class-label", why = sd ? "a text-to-image pipeline: --prompt" : NULL;
+    else if (!sd && !dit && a->have_guidance)
+        wrong = "--guidance", why = NULL;
+    if (wrong) {
+        fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", wrong, idx->class_name,
+                why ? why : "an unconditional pipeline");
         rc = 2;
     } else if (sd && !a->prompt) {
         fprintf(stderr, "ember image: %s needs --prompt (\"\" is one)\n", idx->class_name);
