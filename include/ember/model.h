@@ -71,6 +71,15 @@ typedef struct em_model_options {
      *  the tokens routed elsewhere contribute zero and the block's outputs are summed with
      *  all_reduce. Other values, or ep_size without MoE layers, are refused at load. */
     int ep_size;
+    /** Overrides of the family's tensor-parallel plan (transformers' DistributedConfig.tp_plan
+     *  dict), as JSON text: `{"embed_tokens": "replicate", "lm_head": "colwise_gather_output"}`;
+     *  the rules it names replace the family's, the others are kept. Ember's decoder places its
+     *  collectives at fixed points, so only `embed_tokens` (embedding_rowwise or replicate) and
+     *  `lm_head` (colwise_gather_output or replicate) can change; restating another rule of the
+     *  plan is accepted. Invalid JSON, an unknown rule name, a bad pattern, a pattern outside
+     *  the plan or a change the decoder cannot run are refused at load naming them. Read
+     *  during em_model_load only (the caller keeps ownership). NULL: the family's plan. */
+    const char *tp_plan;
 } em_model_options;
 
 /** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */

@@ -313,6 +313,7 @@ static em_status gemma4_load(em_wload *w) {
     em_model *m = w->m;
     const em_model_config *cfg = &m->cfg;
     const char *p = w->prefix;
+    if (em_tp_check(c, m)) return em_ctx_status(c); /* no plan yet: refused with --tp */
     m->embed = em_wl_get(w, m->dev_embed, "%sembed_tokens.weight", p);
     if (m->pl_dim > 0) {
         m->embed_pl = em_wl_get(w, m->dev_embed, "%sembed_tokens_per_layer.weight", p);

@@ -25,9 +25,10 @@ static void mixtral_defaults(em_model_config *m) {
     m->num_experts_per_tok = 2, m->num_experts = 8;
 }
 
-/* transformers' LlamaModel.base_model_tp_plan and LlamaForCausalLM._tp_plan (the embedding
- * stays replicated) */
+/* transformers' LlamaModel.base_model_tp_plan and LlamaForCausalLM._tp_plan, with the
+ * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans) */
 static const em_tp_rule llama_tp_plan[] = {
+    {"embed_tokens", "embedding_rowwise"},
     {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
     {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
     {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
@@ -36,9 +37,10 @@ static const em_tp_rule llama_tp_plan[] = {
 
 /* transformers' MixtralConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
  * per-expert names (w1 = gate, w3 = up: colwise in each expert; w2 = down: rowwise), Llama's
- * attention and lm_head; "experts" is the module rule: the block's partial outputs are summed
+ * embedding, attention and lm_head; "experts" is the module rule: the block's partial outputs are summed
  * with all_reduce */
 static const em_tp_rule mixtral_tp_plan[] = {
+    {"embed_tokens", "embedding_rowwise"},
     {"layers.*.self_attn.q_proj", "colwise"},
     {"layers.*.self_attn.k_proj", "colwise"},
     {"layers.*.self_attn.v_proj", "colwise"},

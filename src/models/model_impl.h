@@ -112,7 +112,8 @@ typedef struct em_fwd em_fwd; /* one forward step (decoder_blocks.h) */
 /* One rule of a tensor-parallel plan: weights whose name (after the checkpoint's prefix, without
  * .weight/.bias; "*" matches a layer index) is `pattern` are placed by `style`, one of
  * transformers' names: colwise, rowwise, packed_colwise, colwise_gather_output,
- * embedding_rowwise, replicated_with_grad_allreduce. A plan ends with {NULL, NULL}. */
+ * embedding_rowwise, replicated_with_grad_allreduce, replicate (whole). A plan ends with
+ * {NULL, NULL}. */
 typedef struct em_tp_rule {
     const char *pattern, *style;
 } em_tp_rule;
@@ -228,6 +229,10 @@ struct em_model {
     int n_tp_place;
     int64_t tp_kv_parts;   /* KV projections split in this many parts (em_tp_check): the degree,
                               or num_key_value_heads when fewer (each replicated) */
+    em_tp_rule *tp_rules;  /* the plan with the user's overrides (tp_plan.c, one block); NULL:
+                              the family's */
+    bool tp_embed_split;   /* embedding_rowwise: this rank holds a slice of the vocabulary */
+    bool tp_head_split;    /* colwise_gather_output: lm_head's logits gathered */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;
@@ -257,6 +262,15 @@ void em_tp_localize(em_model *m);
  * slice's description (for the rule's first weight) and the bytes this rank holds. */
 void em_tp_record(em_model *m, const em_tp_rule *rule, const char *slice, int64_t bytes);
 void em_tp_report_free(em_model *m);
+/* Merges the user's overrides (em_model_options.tp_plan: a JSON object of module patterns to
+ * rule names) over the family's plan into m->tp_rules; refuses a rule name, a pattern or a
+ * change the decoder cannot run, naming it. NULL text: the family's plan. (tp_plan.c) */
+em_status em_tp_plan_apply(em_ctx *c, em_model *m, const char *text);
+/* The plan in force: the merged one, else the family's (NULL: none). */
+const em_tp_rule *em_tp_plan_of(const em_model *m);
+/* The token embedding of ids: with embedding_rowwise, each rank looks up the ids in its slice
+ * of the vocabulary (zeros for the others) and the ranks' rows are summed with all_reduce. */
+em_tensor *em_tp_embedding(em_ctx *c, const em_model *m, em_tensor *ids);
 /* Sums a row-parallel layer's partial outputs over the ranks (x itself without tp). */
 em_tensor *em_tp_reduce(em_ctx *c, const em_model *m, em_tensor *x);
 

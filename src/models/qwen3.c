@@ -27,9 +27,10 @@ static void qwen3_moe_defaults(em_model_config *m) {
     {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},    \
     {"layers.*.self_attn.o_proj", "rowwise"}
 
-/* transformers' Qwen3Model.base_model_tp_plan and Qwen3ForCausalLM._tp_plan (the embedding
- * stays replicated) */
+/* transformers' Qwen3Model.base_model_tp_plan and Qwen3ForCausalLM._tp_plan, with the
+ * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans) */
 static const em_tp_rule qwen3_tp_plan[] = {
+    {"embed_tokens", "embedding_rowwise"},
     QWEN3_ATTENTION_RULES,
     {"layers.*.mlp.gate_proj", "colwise"},
     {"layers.*.mlp.up_proj", "colwise"},
@@ -37,11 +38,13 @@ static const em_tp_rule qwen3_tp_plan[] = {
     {"lm_head", "colwise_gather_output"},
     {NULL, NULL}};
 
-/* transformers' Qwen3MoeConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
+/* transformers' Qwen3MoeConfig.base_model_tp_plan (the fused v5 experts; the embedding
+ * vocab-parallel as transformers adds it) with the Hub's
  * per-expert names (gate_proj, up_proj: colwise in each expert; down_proj: rowwise); "experts"
  * is the module rule: the block's partial outputs are summed with all_reduce. The router
  * (mlp.gate) is replicated. */
 static const em_tp_rule qwen3_moe_tp_plan[] = {
+    {"embed_tokens", "embedding_rowwise"},
     QWEN3_ATTENTION_RULES,
     {"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
     {"layers.*.mlp.experts.down_proj", "rowwise"},

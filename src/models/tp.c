@@ -53,8 +53,8 @@ em_status em_tp_check(em_ctx *c, em_model *m) {
     if (n <= 1) return EM_OK;
     if (!m->fam->tp_plan)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: the %s "
-                           "family has no plan yet (llama, mistral, mixtral, qwen3 and qwen3_moe have one)",
-                           cfg->model_type);
+                           "family has no plan yet (llama, mistral, mixtral, qwen2, qwen3, "
+                           "qwen3_moe and gemma3_text have one)", cfg->model_type);
     if (check_moe(c, m)) return em_ctx_status(c);
     /* a device group of this process (em_dist_local): rank r's whole share on its device;
      * a group of processes: the CPU, whose collectives are MPI calls */
@@ -115,7 +115,8 @@ static bool matches(const char *pat, const char *s, size_t n) {
 }
 
 const em_tp_rule *em_tp_rule_of(const em_model *m, const char *prefix, const char *name) {
-    if (!m->fam->tp_plan) return NULL;
+    const em_tp_rule *plan = em_tp_plan_of(m);
+    if (!plan) return NULL;
     size_t pl = strlen(prefix);
     if (pl && !strncmp(name, prefix, pl)) name += pl;
     size_t n = strlen(name);
@@ -124,7 +125,7 @@ const em_tp_rule *em_tp_rule_of(const em_model *m, const char *prefix, const cha
     /* the expert-parallel plan's rules first, as transformers applies ep_plan over tp_plan */
     for (const em_tp_rule *r = m->tp_ep ? m->fam->ep_plan : NULL; r && r->pattern; r++)
         if (matches(r->pattern, name, n)) return r;
-    for (const em_tp_rule *r = m->fam->tp_plan; r->pattern; r++)
+    for (const em_tp_rule *r = plan; r->pattern; r++)
         if (matches(r->pattern, name, n)) return r;
     return NULL;
 }
@@ -164,7 +165,7 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
                         size_t dn) {
     em_model *m = w->m;
     em_ctx *c = w->c;
-    if (!strncmp(style, "replicated", 10)) return t;
+    if (!strncmp(style, "replicate", 9)) return t; /* replicate, replicated_with_grad_... */
     if (!strcmp(style, "grouped_gemm")) {
         int64_t e = m->cfg.num_experts, per = e / m->tp_size;
         snprintf(d, dn, "%s [%lld*r, +%lld) of %lld", em_tensor_ndim(t) == 3 ? "experts"
@@ -173,7 +174,8 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
     }
     size_t n = strlen(name);
     bool bias = n > 5 && !strcmp(name + n - 5, ".bias");
-    bool col = !strcmp(style, "colwise") || !strcmp(style, "colwise_gather_output");
+    bool col = !strcmp(style, "colwise") || !strcmp(style, "colwise_gather_output") ||
+               !strcmp(style, "embedding_rowwise"); /* the vocabulary rows [V, H] */
     bool packed = !strcmp(style, "packed_colwise"), row = !strcmp(style, "rowwise");
     if ((!col && !packed && !row) || (row && bias)) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: '%s' of %s is "
@@ -227,6 +229,8 @@ em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t) {
     char slice[128] = "whole";
     em_tensor *s = rule ? place(w, name, t, rule->style, slice, sizeof slice) : t;
     if (s) em_tp_record(m, rule, slice, (int64_t)em_tensor_nbytes(s));
+    if (s && rule && !strcmp(rule->style, "embedding_rowwise")) m->tp_embed_split = true;
+    if (s && rule && !strcmp(rule->style, "colwise_gather_output")) m->tp_head_split = true;
     return s;
 }
 
@@ -236,6 +240,24 @@ void em_tp_localize(em_model *m) {
     m->cfg.num_key_value_heads /= m->tp_kv_parts;
     if (m->fam->moe != 2 || !m->tp_ep) m->cfg.intermediate_size /= m->tp_size;
     if (!m->tp_ep) m->cfg.moe_intermediate_size /= m->tp_size;
+}
+
+em_tensor *em_tp_embedding(em_ctx *c, const em_model *m, em_tensor *ids) {
+    if (!m->tp_embed_split) return em_embedding(c, m->embed, ids);
+    /* as transformers' EmbeddingParallel(shard_dim=0): rank r holds rows [r*V/N, (r+1)*V/N);
+     * an id outside them reads row 0 and is zeroed; every id is inside exactly one rank's rows,
+     * so the sum adds one row to zeros and is exact */
+    int64_t rows = em_tensor_dim(m->embed, 0);
+    em_scope_push(c);
+    em_tensor *local = em_add_scalar(c, ids, (double)(-rows * m->tp_rank));
+    em_tensor *idx = em_clamp(c, local, 0.0, (double)(rows - 1));
+    em_tensor *h = em_embedding(c, m->embed, idx);
+    if (h && em_tensor_dtype(h) != m->dtype) h = em_cast(c, h, m->dtype);
+    em_tensor *in = em_unsqueeze(c, em_eq(c, idx, local), -1);
+    h = em_mul(c, h, em_cast(c, in, m->dtype)); /* on h's device, as every op here */
+    h = em_keep(c, em_all_reduce(c, h, EM_REDUCE_SUM, m->tp));
+    em_scope_pop(c);
+    return h;
 }
 
 em_tensor *em_tp_reduce(em_ctx *c, const em_model *m, em_tensor *x) {
