@@ -2,6 +2,7 @@
  * Tensor parallelism on PJRT devices in one process (issue 18, replica mode): the decoder
  * families with a plan at degree 2 on XLA's CPU plugin (qwen3 at 4 too: its 2 KV heads each on
  * 2 devices; qwen3_moe's experts by moe_tp_experts and by expert parallelism; qwen2, gemma3_text;
+ * gemma4_text, gemma4 (MoE) both ways;
  * qwen3 with a user's override of its plan), rank r on xla:r, one thread per rank
  * (em_dist_local). Each rank loads its slices by the family's plan (sliced on the host, only the
  * slice moved to its device); the layers' all_reduce and the lm_head's all_gather run as
@@ -173,6 +174,10 @@ static void test_qwen3_moe_ep(void) { check_family_at("qwen3_moe", 2, 2); }
 static void test_qwen2(void) { check_family("qwen2"); }
 static void test_gemma3(void) { check_family("gemma3_text"); }
 static void test_gemma3_degree4(void) { check_family_at("gemma3_text", 4, 0); }
+/* Gemma 4: per-layer inputs and KV sharing; the MoE layout (fused v5 experts) both ways */
+static void test_gemma4(void) { check_family("gemma4_text"); }
+static void test_gemma4_moe(void) { check_family("gemma4"); }
+static void test_gemma4_moe_ep(void) { check_family_at("gemma4", 2, 2); }
 /* a user's override: the embedding replicated instead of vocab-parallel */
 static void test_plan_override(void) {
     check_family_plan("qwen3", 2, 0, "{\"embed_tokens\": \"replicate\"}");
@@ -184,6 +189,8 @@ int main(int argc, char **argv) {
                                          T(test_qwen3),        T(test_qwen3_degree4),
                                          T(test_qwen3_moe),    T(test_qwen3_moe_ep),
                                          T(test_qwen2),        T(test_gemma3),
-                                         T(test_gemma3_degree4), T(test_plan_override)};
+                                         T(test_gemma3_degree4), T(test_gemma4),
+                                         T(test_gemma4_moe),   T(test_gemma4_moe_ep),
+                                         T(test_plan_override)};
     return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

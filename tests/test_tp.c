@@ -138,6 +138,12 @@ static void test_mixtral(void) { check_family("mixtral"); }
 /* Qwen2 (biases on q, k, v: split with their rows) and Gemma 3 (q/k norms, scaled embedding) */
 static void test_qwen2(void) { check_family("qwen2"); }
 static void test_gemma3(void) { check_family("gemma3_text"); }
+/* Gemma 4: per-layer inputs and KV sharing (gemma4_text); the 26B-A4B layout (gemma4: fused v5
+ * experts split by packed_colwise/rowwise next to a dense MLP, one KV head in the full layer,
+ * replicated) */
+static void test_gemma4(void) { check_family("gemma4_text"); }
+static void test_gemma4_moe(void) { check_family("gemma4"); }
+static void test_gemma4_moe_ep(void) { check_family_ep("gemma4", em_dist_world_size(G)); }
 
 /* The user's overrides of the plan: the embedding or lm_head replicated instead of split (the
  * outputs the same); on llama's tied head, both or the embedding alone. */
@@ -208,13 +214,13 @@ static void test_no_plan(void) {
     }
     em_ctx *c = em_ctx_create();
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/gemma4_text", em_test_fixtures_dir());
+    snprintf(dir, sizeof dir, "%s/models/bert", em_test_fixtures_dir());
     em_model_options o = em_model_default_options();
     o.progress = false;
     o.offline = true;
     o.tp = G;
     CHECK(!em_model_load(c, dir, &o));
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "tensor parallelism", "gemma4_text", "no plan");
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "tensor parallelism", "bert", "no plan");
     em_ctx_free(c);
 }
 
@@ -296,6 +302,7 @@ int main(int argc, char **argv) {
                                          T(test_qwen3_moe_ep), T(test_qwen3_moe_impls), T(test_mixtral),
                                          T(test_mixtral_ep), T(test_moe_refused),
                                          T(test_qwen2),      T(test_gemma3),
+                                         T(test_gemma4),     T(test_gemma4_moe), T(test_gemma4_moe_ep),
                                          T(test_plan_overrides), T(test_plan_refused),
                                          T(test_no_plan)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);

@@ -117,23 +117,29 @@ em_status em_decoder_load(em_wload *w) {
                                "false", m->dir);
         m->lm_head = m->dev_head == m->dev_embed ? m->embed
                                                  : em_detach(c, em_to(c, m->embed, m->dev_head));
-        const char *head = em_tp_style(m, w->prefix, "lm_head.weight");
-        bool head_split = head && !strcmp(head, "colwise_gather_output");
-        if (m->tp_embed_split && head_split) { /* the embedding's slice is the head's */
-            m->tp_head_split = true;
-            em_tp_record(m, em_tp_rule_of(m, w->prefix, "lm_head.weight"),
-                         "the embedding's slice (tied)", 0);
-        } else if (m->tp_embed_split) {
-            return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: the "
-                               "lm_head tied to the embedding needs the whole vocabulary when "
-                               "'lm_head' is replicated; the embedding is split "
-                               "(embedding_rowwise): replicate 'embed_tokens' too");
-        } else if (head_split) { /* the replicated embedding's rows this rank's head computes */
-            m->lm_head = em_tp_shard(w, "lm_head.weight", em_tensor_retain(m->lm_head));
-        }
+        if (m->tp_size > 1 && em_decoder_tie_tp_head(w)) return em_ctx_status(c);
     }
     em_tp_localize(m);
     return em_ctx_status(c);
+}
+
+em_status em_decoder_tie_tp_head(em_wload *w) {
+    em_model *m = w->m;
+    const char *head = em_tp_style(m, w->prefix, "lm_head.weight");
+    bool head_split = head && !strcmp(head, "colwise_gather_output");
+    if (m->tp_embed_split && head_split) { /* the embedding's slice is the head's */
+        m->tp_head_split = true;
+        em_tp_record(m, em_tp_rule_of(m, w->prefix, "lm_head.weight"),
+                     "the embedding's slice (tied)", 0);
+    } else if (m->tp_embed_split) {
+        return em_ctx_fail(w->c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: the "
+                           "lm_head tied to the embedding needs the whole vocabulary when "
+                           "'lm_head' is replicated; the embedding is split "
+                           "(embedding_rowwise): replicate 'embed_tokens' too");
+    } else if (head_split) { /* the replicated embedding's rows this rank's head computes */
+        m->lm_head = em_tp_shard(w, "lm_head.weight", em_tensor_retain(m->lm_head));
+    }
+    return em_ctx_status(w->c);
 }
 
 /* ---- the KV cache ---- */

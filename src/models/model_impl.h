@@ -154,6 +154,10 @@ const em_gguf_arch *em_family_gguf_arch(em_ctx *c, const char *op, const em_gguf
 void em_family_names(char *buf, size_t n);
 /* The shared decoder loader (family files call it with their naming). */
 em_status em_decoder_load(em_wload *w);
+/* Tensor parallelism of a tied lm_head (m->lm_head is the embedding): the embedding's slice
+ * when both are split by vocabulary, a slice of the replicated embedding when only the head
+ * is, refused when only the embedding is. */
+em_status em_decoder_tie_tp_head(em_wload *w);
 /* hidden_act / hidden_activation of config.json as an activation */
 em_mlp_act em_decoder_act(const char *name);
 /* Position ids [B, T] (i64, CPU) of the last T of tk keys as transformers computes them from the
@@ -256,6 +260,9 @@ const char *em_tp_style(const em_model *m, const char *prefix, const char *name)
 /* Whether the model has fewer KV heads than the degree (which divides by them): each KV head is
  * then held by degree / num_key_value_heads ranks, those whose query heads read it. */
 bool em_tp_kv_replicated(const em_model *m);
+/* The parts a layer's hkv KV heads are split in: 1 without tp, the degree, or hkv when fewer
+ * (each KV head then held whole by degree / hkv ranks). */
+int64_t em_tp_kv_parts(const em_model *m, int64_t hkv);
 /* After loading: the config's head counts become this rank's (the forward reads them). */
 void em_tp_localize(em_model *m);
 /* Adds a weight placed by `rule` (NULL: no rule, replicated) to the placement report: the

@@ -9,6 +9,7 @@
  * leave partial sums that all_reduce adds.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ember/dist.h"
@@ -25,7 +26,7 @@ static em_status not_divisible(em_ctx *c, const char *what, int64_t size, int de
 static em_status check_moe(em_ctx *c, const em_model *m) {
     const em_model_config *cfg = &m->cfg;
     int n = m->tp_size;
-    bool moe = m->fam->moe && cfg->num_experts > 0;
+    bool moe = cfg->num_experts > 0; /* Gemma 4's (enable_moe_block) too */
     bool mixtral = m->fam->moe == 2; /* its experts' size is intermediate_size */
     if (m->tp_ep && !moe)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "expert parallelism (ep_size "
@@ -47,6 +48,25 @@ static em_status check_moe(em_ctx *c, const em_model *m) {
     return EM_OK;
 }
 
+/* KV heads are split in this many parts: the degree, or the KV heads when fewer (each then
+ * replicated on n / hkv ranks) */
+static int64_t kv_parts(int n, int64_t hkv) { return hkv < n && n % hkv == 0 ? hkv : n; }
+
+int64_t em_tp_kv_parts(const em_model *m, int64_t hkv) {
+    return m->tp_size > 1 ? kv_parts(m->tp_size, hkv) : 1;
+}
+
+/* The KV heads of the layer weight `name` belongs to ("...layers.<i>...."): the layer's own
+ * (Gemma 4's differ per layer) or the config's. */
+static int64_t kv_heads_of(const em_model *m, const char *name) {
+    const char *at = strstr(name, "layers.");
+    if (at) {
+        long long i = strtoll(at + 7, NULL, 10);
+        if (i >= 0 && i < m->n_layers && m->layers[i].kv_heads > 0) return m->layers[i].kv_heads;
+    }
+    return m->cfg.num_key_value_heads;
+}
+
 em_status em_tp_check(em_ctx *c, em_model *m) {
     int n = m->tp_size;
     const em_model_config *cfg = &m->cfg;
@@ -54,7 +74,7 @@ em_status em_tp_check(em_ctx *c, em_model *m) {
     if (!m->fam->tp_plan)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: the %s "
                            "family has no plan yet (llama, mistral, mixtral, qwen2, qwen3, "
-                           "qwen3_moe and gemma3_text have one)", cfg->model_type);
+                           "qwen3_moe, gemma3_text and gemma4_text have one)", cfg->model_type);
     if (check_moe(c, m)) return em_ctx_status(c);
     /* a device group of this process (em_dist_local): rank r's whole share on its device;
      * a group of processes: the CPU, whose collectives are MPI calls */
@@ -69,8 +89,16 @@ em_status em_tp_check(em_ctx *c, em_model *m) {
         return not_divisible(c, "num_attention_heads", cfg->num_attention_heads, n);
     /* fewer KV heads than ranks: each rank keeps the one its query heads read (em_tp_kv_parts) */
     int64_t hkv = cfg->num_key_value_heads;
-    m->tp_kv_parts = hkv < n && n % hkv == 0 ? hkv : n;
+    m->tp_kv_parts = kv_parts(n, hkv);
     if (hkv % m->tp_kv_parts) return not_divisible(c, "num_key_value_heads", hkv, n);
+    for (int64_t i = 0; i < m->n_layers; i++) { /* Gemma 4: per-layer KV heads */
+        int64_t h = m->layers[i].kv_heads;
+        if (h > 0 && h % kv_parts(n, h)) {
+            char what[64];
+            snprintf(what, sizeof what, "layer %lld's KV heads", (long long)i);
+            return not_divisible(c, what, h, n);
+        }
+    }
     /* the dense MLP's, where there is one (Mixtral's intermediate_size is its experts', checked
      * by check_moe) */
     bool dense_mlp = !m->fam->moe || cfg->num_experts <= 0 ||
@@ -188,12 +216,13 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
     int64_t size = em_tensor_dim(t, dim), r = m->tp_rank, k = m->tp_size;
     const char *rank = "r";
     char kvr[48];
-    if (col && is_kv_proj(name) && em_tp_kv_replicated(m)) {
+    int64_t parts = col && is_kv_proj(name) ? kv_parts(m->tp_size, kv_heads_of(m, name)) : k;
+    if (parts < k) {
         /* rank r's query heads all read KV head r / (k / hkv): k / hkv ranks hold each one */
-        snprintf(kvr, sizeof kvr, "(r/%lld)", (long long)(k / m->tp_kv_parts));
+        snprintf(kvr, sizeof kvr, "(r/%lld)", (long long)(k / parts));
         rank = kvr;
-        r = r * m->tp_kv_parts / k;
-        k = m->tp_kv_parts;
+        r = r * parts / k;
+        k = parts;
     }
     snprintf(d, dn, "dim %d [%lld*%s, +%lld) of %s%lld%s", dim,
              (long long)(size / (packed ? 2 * k : k)), rank,
@@ -238,6 +267,9 @@ void em_tp_localize(em_model *m) {
     if (m->tp_size <= 1) return;
     m->cfg.num_attention_heads /= m->tp_size;
     m->cfg.num_key_value_heads /= m->tp_kv_parts;
+    for (int64_t i = 0; i < m->n_layers; i++) /* Gemma 4's per-layer KV heads */
+        if (m->layers[i].kv_heads > 0)
+            m->layers[i].kv_heads /= kv_parts(m->tp_size, m->layers[i].kv_heads);
     if (m->fam->moe != 2 || !m->tp_ep) m->cfg.intermediate_size /= m->tp_size;
     if (!m->tp_ep) m->cfg.moe_intermediate_size /= m->tp_size;
 }

@@ -104,7 +104,10 @@ static em_status check_rule(em_ctx *c, const em_model *m, const char *pattern, c
 }
 
 em_status em_tp_plan_apply(em_ctx *c, em_model *m, const char *text) {
-    if (!text || m->tp_size <= 1 || !m->fam->tp_plan) return EM_OK; /* em_tp_check says why */
+    if (m->tp_size <= 1) return EM_OK;
+    /* a family without a plan (BERT, whose loader has no tp step) is refused here, at once */
+    if (!m->fam->tp_plan) return em_tp_check(c, m);
+    if (!text) return EM_OK;
     json_t *root;
     if (em_cfg_parse_text(c, OP, text, strlen(text), "tp_plan", &root)) return em_ctx_status(c);
     if (json_object_size(root) == 0) {
