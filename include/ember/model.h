@@ -59,8 +59,9 @@ typedef struct em_model_options {
      *  partial outputs with all_reduce. A group of processes (em_dist_init under mpirun) runs
      *  on the CPU (collectives over MPI); a rank of a device group (em_dist_local) runs on its
      *  device (`device` must then be em_dist_device's name), each rank loaded and driven by its
-     *  own thread. Decoder families with a plan (llama, mistral, qwen3, qwen3_moe, mixtral; MoE
-     *  experts as ep_size says); KV heads fewer than the degree are replicated; a size that
+     *  own thread. Decoder families with a plan (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,
+     *  gemma3_text, gemma4_text; MoE experts as ep_size says; the embedding vocab-parallel;
+     *  tp_plan overrides it); KV heads fewer than the degree are replicated; a size that
      *  does not divide by the degree is refused naming it. em_model_tp_placement reports where
      *  the weights went. The group must outlive the model. */
     struct em_dist *tp;

@@ -2,8 +2,8 @@
  * Tensor parallelism of the decoder over a process group (ember/dist.h): the family's plan
  * (data in its family file, transformers' rule names) says how each weight is split; each rank
  * keeps its slice; the row-parallel layers (o_proj, down_proj) sum their partial outputs with
- * all_reduce and the vocab-parallel lm_head gathers its logits. Embeddings, norms and MoE
- * routers are replicated; KV heads fewer than the degree are replicated too (each rank keeps
+ * all_reduce, the vocab-parallel embedding (embedding_rowwise) sums its ranks' rows and the
+ * vocab-parallel lm_head gathers its logits. Norms and MoE routers are replicated; KV heads fewer than the degree are replicated too (each rank keeps
  * the one its query heads read). MoE experts are split in each expert (moe_tp_experts) or, with
  * expert parallelism (the family's ep plan), given whole to the ranks, 1/degree each; both
  * leave partial sums that all_reduce adds.
