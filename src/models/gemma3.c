@@ -34,18 +34,8 @@ static em_status gemma3_post_init(em_cfg_src *s, em_model_config *m, int64_t *pa
  * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans;
  * Gemma3TextScaledWordEmbedding is an nn.Embedding: the scale multiplies the summed rows) */
 static const em_tp_rule gemma3_tp_plan[] = {
-    {"embed_tokens", "embedding_rowwise"},
-    {"layers.*.self_attn.q_proj", "colwise"},
-    {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"},
-    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},
-    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},
-    {"lm_head", "colwise_gather_output"},
-    {NULL, NULL}};
+    EM_TP_RULE_EMBED, EM_TP_RULES_QKV,   EM_TP_RULES_QK_NORM, EM_TP_RULE_O,
+    EM_TP_RULES_MLP,  EM_TP_RULE_HEAD,   {NULL, NULL}};
 
 const em_family em_family_gemma3_text = {
     .config = {.model_type = "gemma3_text",

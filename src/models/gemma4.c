@@ -452,23 +452,18 @@ static em_status gemma4_post_rope(em_cfg_src *s, em_model_config *m) {
  * (embed_tokens_per_layer, the per-layer projections and gates) and the router are
  * replicated: every rank computes them whole, as transformers' plan leaves them. */
 static const em_tp_rule gemma4_tp_plan[] = {
-    {"embed_tokens", "embedding_rowwise"},
-    {"layers.*.self_attn.q_proj", "colwise"},
-    {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"},
-    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
-    {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},
-    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},
+    EM_TP_RULE_EMBED,
+    EM_TP_RULES_QKV,
+    EM_TP_RULES_QK_NORM,
+    EM_TP_RULE_O,
+    EM_TP_RULES_MLP,
     {"layers.*.experts.gate_up_proj", "packed_colwise"},
     {"layers.*.experts.down_proj", "rowwise"},
     {"layers.*.experts.*.gate_proj", "colwise"},
     {"layers.*.experts.*.up_proj", "colwise"},
     {"layers.*.experts.*.down_proj", "rowwise"},
     {"layers.*.experts", "moe_tp_experts"},
-    {"lm_head", "colwise_gather_output"},
+    EM_TP_RULE_HEAD,
     {NULL, NULL}};
 
 /* transformers' Gemma4TextConfig.base_model_ep_plan's expert rules, with the per-expert names:

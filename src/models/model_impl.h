@@ -118,6 +118,23 @@ typedef struct em_tp_rule {
     const char *pattern, *style;
 } em_tp_rule;
 
+/* The rules the decoder families' plans share (transformers' base_model_tp_plan entries, the
+ * vocab-parallel embedding init_parallel_plans adds, and the LM's _tp_plan). */
+#define EM_TP_RULE_EMBED {"embed_tokens", "embedding_rowwise"}
+#define EM_TP_RULES_QKV                                                  \
+    {"layers.*.self_attn.q_proj", "colwise"},                            \
+    {"layers.*.self_attn.k_proj", "colwise"},                            \
+    {"layers.*.self_attn.v_proj", "colwise"}
+#define EM_TP_RULES_QK_NORM                                              \
+    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},     \
+    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}
+#define EM_TP_RULE_O {"layers.*.self_attn.o_proj", "rowwise"}
+#define EM_TP_RULES_MLP                                                  \
+    {"layers.*.mlp.gate_proj", "colwise"},                               \
+    {"layers.*.mlp.up_proj", "colwise"},                                 \
+    {"layers.*.mlp.down_proj", "rowwise"}
+#define EM_TP_RULE_HEAD {"lm_head", "colwise_gather_output"}
+
 typedef struct em_family {
     /* its config.json: model_type (and the multimodal model_type whose text part it reads),
      * the config class's defaults and rules, read by io's config reader */

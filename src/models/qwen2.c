@@ -12,13 +12,8 @@ static void qwen2_defaults(em_model_config *m) {
 /* transformers' Qwen2Config.base_model_tp_plan and Qwen2ForCausalLM._tp_plan, with the
  * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans);
  * the q/k/v biases are split with their rows (colwise) */
-static const em_tp_rule qwen2_tp_plan[] = {
-    {"embed_tokens", "embedding_rowwise"},
-    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
-    {NULL, NULL}};
+static const em_tp_rule qwen2_tp_plan[] = {EM_TP_RULE_EMBED, EM_TP_RULES_QKV, EM_TP_RULE_O,
+                                           EM_TP_RULES_MLP,  EM_TP_RULE_HEAD, {NULL, NULL}};
 
 const em_family em_family_qwen2 = {
     .config = {.model_type = "qwen2",
