@@ -121,10 +121,11 @@ em_status em_tp_plan_apply(em_ctx *c, em_model *m, const char *text) {
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        if (!json_is_string(v)) {
+        if (!json_is_string(v)) { /* the message first: key and v die with root */
+            em_ctx_fail(c, EM_ERR_FORMAT, OP, "tp_plan: '%s' maps to %s, not a rule name (a "
+                        "string)", key, em_cfg_kind(v));
             json_decref(root);
-            return em_ctx_fail(c, EM_ERR_FORMAT, OP, "tp_plan: '%s' maps to %s, not a rule "
-                               "name (a string)", key, em_cfg_kind(v));
+            return em_ctx_status(c);
         }
         if (check_rule(c, m, key, json_string_value(v))) {
             json_decref(root);
