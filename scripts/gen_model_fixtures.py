@@ -69,6 +69,8 @@ def families():
             enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=16)),
             vision_config=None, audio_config=None),
             T.Gemma4ForConditionalGeneration),
+        # last, so the families above keep their seeds (100 + position); biases on q, k, v
+        "qwen2": (T.Qwen2Config(**common(rope_theta=10000.0)), T.Qwen2ForCausalLM),
     }
 
 

@@ -13,7 +13,7 @@ expert; attention heads split, KV heads replicated below N; the LM head's vocabu
 2. `ember bench decode --device tpu-aot:TOPOLOGY`: its compiled decode step compiled by libtpu for
    one chip of the slice: XLA's flops and bytes accessed, the program's peak memory;
 3. `ember project tp`: the same shard's bytes from the model's arithmetic (only the experts a
-   batch hits, under uniform routing) and the step's 2 L + 1 collectives over the chip's ICI
+   batch hits, under uniform routing) and the step's 2 L + 2 collectives over the chip's ICI
    (a latency per call, an assumption, plus the ring transfer).
 
 XLA's cost model counts a ragged dot's whole right-hand side as accessed, every expert hit or not

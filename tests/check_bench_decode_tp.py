@@ -5,10 +5,11 @@ Usage: check_bench_decode_tp.py xla|MPIEXEC|none EMBER [ARGS...]
   xla       the ranks are two devices of XLA's CPU plugin in one process (exits 77, skipped,
             without the plugin)
   MPIEXEC   mpirun: the ranks are two processes on the CPU (`none`: built without MPI, skipped)
-Checks, from the --json rows, on the tiny test checkpoints (f32): a decode step calls 2 L + 1
-collectives (an all_reduce after o_proj and one after the MLP or MoE block per layer, the LM
-head's all_gather), and each rank hands them exactly 2 L B H x 4 bytes (all_reduce of the
-[B, 1, H] partial sums) plus B (V / 2) x 4 bytes (all_gather of its logits' half); dense,
+Checks, from the --json rows, on the tiny test checkpoints (f32): a decode step calls 2 L + 2
+collectives (an all_reduce of the vocab-parallel embedding's rows, an all_reduce after o_proj
+and one after the MLP or MoE block per layer, the LM head's all_gather), and each rank hands
+them exactly (2 L + 1) B H x 4 bytes (all_reduce of the [B, 1, H] partial sums) plus
+B (V / 2) x 4 bytes (all_gather of its logits' half); dense,
 and MoE by expert parallelism and by moe_tp_experts; the time share within [0, 1]. No timing is
 asserted. Needs only the Python standard library.
 """
@@ -59,10 +60,10 @@ def main():
                  f"(one rank prints):\n{r.stdout}")
         for x in rows:
             b = x["batch"]
-            ar, ag = 2 * L * b * H * 4, b * (V // 2) * 4
-            if x["collectives_per_step"] != 2 * L + 1:
+            ar, ag = (2 * L + 1) * b * H * 4, b * (V // 2) * 4
+            if x["collectives_per_step"] != 2 * L + 2:
                 fail(f"{fam} batch {b}: {x['collectives_per_step']} collectives per step, "
-                     f"want {2 * L + 1}")
+                     f"want {2 * L + 2}")
             if (x["all_reduce_bytes_per_step"], x["all_gather_bytes_per_step"]) != (ar, ag) or \
                     x["collective_bytes_per_step"] != ar + ag:
                 fail(f"{fam} batch {b}: bytes {x}, want all_reduce {ar} + all_gather {ag}")

@@ -7,8 +7,9 @@ Usage: check_project_tp.py EMBER
    (weights at degree 1, bf16) are the published totals (Qwen3-30B-A3B 30.5B with 3.3B activated,
    Qwen3-0.6B 0.6B, Llama 3.1 8B 8.03B and 70B 70.6B) within 1 %; "activated" is what a batch-1
    step reads besides the KV cache, plus the embedding table it gathers one row of.
-2. The collective bytes per rank and step against the plan's count (2 L + 1 calls; 2 L B H x w
-   all_reduce, B V/N x w all_gather) on the tiny test checkpoints, and against what
+2. The collective bytes per rank and step against the plan's count (2 L + 2 calls; (2 L + 1) B H
+   x w all_reduce (the vocab-parallel embedding's rows, o_proj and the MLP per layer), B V/N x w
+   all_gather) on the tiny test checkpoints, and against what
    `ember bench decode --tp 2 --device xla` measures on the same checkpoints when XLA's CPU plugin
    is there (said when it is not).
 3. The time model recomputed here from the printed bytes and flops and the device's figures
@@ -84,7 +85,7 @@ def main():
             w = x["elem_bytes"]
             if w != 4:
                 fail(f"{fam}: {w} bytes per element, the checkpoint is float32")
-            want = (2 * L + 1, 2 * L * b * H * w, b * (V // 2) * w)
+            want = (2 * L + 2, (2 * L + 1) * b * H * w, b * (V // 2) * w)
             got = (x["collectives_per_step"], x["all_reduce_bytes_per_step"],
                    x["all_gather_bytes_per_step"])
             if got != want:
@@ -172,10 +173,9 @@ def main():
         p = rows(ember, ["--model", full, "--degrees", "8", "--batches", "1", "--devices", "h100"])[0]
         total = json.load(open(os.path.join(out, "model.safetensors.index.json")))["metadata"][
             "total_size"]
-        V, H = 1024, cfg["hidden_size"]
-        want = p["weight_bytes_per_rank"] - (V - V // 8) * H * 4  # its embedding keeps V/8 rows
+        want = p["weight_bytes_per_rank"]  # the embedding's V/8 rows too (embedding_rowwise)
         if total != want:
-            fail(f"the shard holds {total} bytes, the projection's rank {want} (+ the embedding)")
+            fail(f"the shard holds {total} bytes, the projection's rank {want}")
         r = run(ember, ["make-checkpoint", "--preset", "demo-moe", "--tp-shard", "3", "--out",
                         os.path.join(tmp, "bad")], ok=False)
         if r.returncode == 0 or "num_attention_heads (8)" not in r.stderr:

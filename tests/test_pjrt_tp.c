@@ -1,7 +1,9 @@
 /*
  * Tensor parallelism on PJRT devices in one process (issue 18, replica mode): the decoder
  * families with a plan at degree 2 on XLA's CPU plugin (qwen3 at 4 too: its 2 KV heads each on
- * 2 devices; qwen3_moe's experts by moe_tp_experts and by expert parallelism), rank r on xla:r, one thread per rank
+ * 2 devices; qwen3_moe's experts by moe_tp_experts and by expert parallelism; qwen2, gemma3_text;
+ * gemma4_text, gemma4 (MoE) both ways;
+ * qwen3 with a user's override of its plan), rank r on xla:r, one thread per rank
  * (em_dist_local). Each rank loads its slices by the family's plan (sliced on the host, only the
  * slice moved to its device); the layers' all_reduce and the lm_head's all_gather run as
  * multi-device programs. The logits must match transformers' (tests/fixtures/models/FAMILY_ref,
@@ -24,6 +26,7 @@ typedef struct job {
     em_dist *g;
     const char *family;
     int ep; /* ember_model_options.ep_size */
+    const char *plan; /* em_model_options.tp_plan */
     em_test_bundle *b;
     int fails;
     char msg[1536];
@@ -72,6 +75,7 @@ static void *rank_main(void *p) {
     o.device = em_device_name(em_dist_device(j->g));
     o.tp = j->g;
     o.ep_size = j->ep;
+    o.tp_plan = j->plan;
     em_model *m = em_model_load(c, dir, &o);
     if (!m) {
         fail(j, "rank %d: load: %s", rank, em_ctx_error(c)->message);
@@ -118,7 +122,7 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
-static void check_family_at(const char *family, int world, int ep) {
+static void check_family_plan(const char *family, int world, int ep, const char *plan) {
     em_ctx *c = em_ctx_create();
     if (!em_test_xla_or_skip(c)) {
         em_ctx_free(c);
@@ -137,7 +141,7 @@ static void check_family_at(const char *family, int world, int ep) {
         job jobs[MAX_WORLD];
         pthread_t t[MAX_WORLD];
         for (int r = 0; r < world; r++) {
-            jobs[r] = (job){.g = g[r], .family = family, .ep = ep, .b = b};
+            jobs[r] = (job){.g = g[r], .family = family, .ep = ep, .plan = plan, .b = b};
             pthread_create(&t[r], NULL, rank_main, &jobs[r]);
         }
         for (int r = 0; r < world; r++) pthread_join(t[r], NULL);
@@ -152,6 +156,10 @@ static void check_family_at(const char *family, int world, int ep) {
     em_ctx_free(c);
 }
 
+static void check_family_at(const char *family, int world, int ep) {
+    check_family_plan(family, world, ep, NULL);
+}
+
 static void check_family(const char *family) { check_family_at(family, 2, 0); }
 
 static void test_llama(void) { check_family("llama"); }
@@ -162,11 +170,27 @@ static void test_qwen3_degree4(void) { check_family_at("qwen3", 4, 0); }
 /* MoE: moe_tp_experts and expert parallelism */
 static void test_qwen3_moe(void) { check_family("qwen3_moe"); }
 static void test_qwen3_moe_ep(void) { check_family_at("qwen3_moe", 2, 2); }
+/* Qwen2 (q/k/v biases) and Gemma 3; Gemma 3 at 4 too (KV heads replicated) */
+static void test_qwen2(void) { check_family("qwen2"); }
+static void test_gemma3(void) { check_family("gemma3_text"); }
+static void test_gemma3_degree4(void) { check_family_at("gemma3_text", 4, 0); }
+/* Gemma 4: per-layer inputs and KV sharing; the MoE layout (fused v5 experts) both ways */
+static void test_gemma4(void) { check_family("gemma4_text"); }
+static void test_gemma4_moe(void) { check_family("gemma4"); }
+static void test_gemma4_moe_ep(void) { check_family_at("gemma4", 2, 2); }
+/* a user's override: the embedding replicated instead of vocab-parallel */
+static void test_plan_override(void) {
+    check_family_plan("qwen3", 2, 0, "{\"embed_tokens\": \"replicate\"}");
+}
 
 int main(int argc, char **argv) {
     setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=4", 0);
     static const em_test_case tests[] = {T(test_llama),        T(test_mistral),
                                          T(test_qwen3),        T(test_qwen3_degree4),
-                                         T(test_qwen3_moe),    T(test_qwen3_moe_ep)};
+                                         T(test_qwen3_moe),    T(test_qwen3_moe_ep),
+                                         T(test_qwen2),        T(test_gemma3),
+                                         T(test_gemma3_degree4), T(test_gemma4),
+                                         T(test_gemma4_moe),   T(test_gemma4_moe_ep),
+                                         T(test_plan_override)};
     return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

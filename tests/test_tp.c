@@ -16,6 +16,7 @@
 static em_dist *G;
 
 static em_moe_impl Impl = EM_MOE_RAGGED;
+static const char *Plan; /* em_model_options.tp_plan of the split model */
 
 static em_model *load(em_ctx *c, const char *family, em_dist *tp, int ep) {
     em_model_options o = em_model_default_options();
@@ -23,6 +24,7 @@ static em_model *load(em_ctx *c, const char *family, em_dist *tp, int ep) {
     o.dtype = EM_F32;
     o.tp = tp;
     o.ep_size = tp ? ep : 0;
+    o.tp_plan = tp ? Plan : NULL;
     return em_test_load_fixture_model(c, family, &o);
 }
 
@@ -133,6 +135,75 @@ static void test_qwen3_moe_impls(void) {
     Impl = EM_MOE_RAGGED;
 }
 static void test_mixtral(void) { check_family("mixtral"); }
+/* Qwen2 (biases on q, k, v: split with their rows) and Gemma 3 (q/k norms, scaled embedding) */
+static void test_qwen2(void) { check_family("qwen2"); }
+static void test_gemma3(void) { check_family("gemma3_text"); }
+/* Gemma 4: per-layer inputs and KV sharing (gemma4_text); the 26B-A4B layout (gemma4: fused v5
+ * experts split by packed_colwise/rowwise next to a dense MLP, one KV head in the full layer,
+ * replicated) */
+static void test_gemma4(void) { check_family("gemma4_text"); }
+static void test_gemma4_moe(void) { check_family("gemma4"); }
+static void test_gemma4_moe_ep(void) { check_family_ep("gemma4", em_dist_world_size(G)); }
+
+/* The user's overrides of the plan: the embedding or lm_head replicated instead of split (the
+ * outputs the same); on llama's tied head, both or the embedding alone. */
+static void test_plan_overrides(void) {
+    static const struct { const char *family, *plan; } cases[] = {
+        {"qwen3", "{\"embed_tokens\": \"replicate\"}"},
+        {"qwen3", "{\"lm_head\": \"replicate\", \"layers.*.mlp.down_proj\": \"rowwise\"}"},
+        {"llama", "{\"embed_tokens\": \"replicate\"}"},
+        {"llama", "{\"embed_tokens\": \"replicate\", \"lm_head\": \"replicate\"}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Plan = cases[i].plan;
+        check_family(cases[i].family);
+    }
+    Plan = NULL;
+}
+
+/* Overrides Ember cannot run are refused at load, naming the pattern and the rule. */
+static void test_plan_refused(void) {
+    if (em_dist_world_size(G) == 1) {
+        em_test_skip("needs more than one rank");
+        return;
+    }
+    static const struct { const char *family, *plan, *want[3]; em_status status; } cases[] = {
+        {"qwen3", "{\"lm_head\": ", {"tp_plan", "not valid JSON", ""}, EM_ERR_FORMAT},
+        {"qwen3", "[1]", {"tp_plan", "not an object", ""}, EM_ERR_FORMAT},
+        {"qwen3", "{\"lm_head\": 3}", {"'lm_head'", "not a rule name", ""}, EM_ERR_FORMAT},
+        {"qwen3", "{\"layers.*.mlp.up_proj\": \"colwize\"}", {"colwize", "not a rule name",
+         "colwise"}, EM_ERR_INVALID_ARG},
+        {"qwen3", "{\"layers.*.mlp.up_proj\": \"sequence_parallel\"}",
+         {"sequence_parallel", "not done in Ember", "layers.*.mlp.up_proj"}, EM_ERR_UNSUPPORTED},
+        {"qwen3", "{\"layers..q\": \"colwise\"}", {"'layers..q'", "not a module pattern", ""},
+         EM_ERR_INVALID_ARG},
+        {"qwen3", "{\"layers.*.mlp.act\": \"colwise\"}", {"'layers.*.mlp.act'",
+         "not in the qwen3 family's plan", ""}, EM_ERR_UNSUPPORTED},
+        {"qwen3", "{\"layers.*.self_attn.o_proj\": \"colwise\"}",
+         {"'layers.*.self_attn.o_proj' is 'rowwise'", "'colwise' is not done", ""},
+         EM_ERR_UNSUPPORTED},
+        {"qwen3", "{\"embed_tokens\": \"colwise\"}", {"'embed_tokens' takes", "'colwise'", ""},
+         EM_ERR_UNSUPPORTED},
+        {"qwen3", "{}", {"tp_plan", "empty plan", "without tensor parallelism"},
+         EM_ERR_INVALID_ARG},
+        {"llama", "{\"lm_head\": \"replicate\"}", {"tied", "embedding_rowwise",
+         "replicate 'embed_tokens'"}, EM_ERR_UNSUPPORTED},
+    };
+    em_ctx *c = em_ctx_create();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        em_model_options o = em_model_default_options();
+        o.progress = false;
+        o.offline = true;
+        o.tp = G;
+        o.tp_plan = cases[i].plan;
+        em_model *m = em_model_load(c, em_test_fixture_path("models", cases[i].family), &o);
+        CHECK_MSG(m == NULL, "tp_plan %s was accepted", cases[i].plan);
+        em_model_free(m);
+        CHECK_ERR(c, cases[i].status, cases[i].want[0], cases[i].want[1], cases[i].want[2]);
+        em_ctx_clear_error(c);
+    }
+    em_ctx_free(c);
+}
 static void test_mixtral_ep(void) { check_family_ep("mixtral", em_dist_world_size(G)); }
 
 /* A family without a plan is refused, naming it. */
@@ -143,13 +214,13 @@ static void test_no_plan(void) {
     }
     em_ctx *c = em_ctx_create();
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/gemma3_text", em_test_fixtures_dir());
+    snprintf(dir, sizeof dir, "%s/models/bert", em_test_fixtures_dir());
     em_model_options o = em_model_default_options();
     o.progress = false;
     o.offline = true;
     o.tp = G;
     CHECK(!em_model_load(c, dir, &o));
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "tensor parallelism", "gemma3_text", "no plan");
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "tensor parallelism", "bert", "no plan");
     em_ctx_free(c);
 }
 
@@ -207,6 +278,11 @@ static void test_moe_refused(void) {
     refused_with(c, "num_local_experts", 2 * n + 1, n);
     CHECK_ERR(c, EM_ERR_SHAPE, "tensor parallelism", "num_experts", want);
     em_ctx_clear_error(c);
+    refused_with(c, "vocab_size", 2 * n + 1, 0); /* the embedding and lm_head split by rows */
+    snprintf(want, sizeof want, "vocab_size (%d) is not divisible by the degree %d", 2 * n + 1, n);
+    CHECK_ERR(c, EM_ERR_SHAPE, "tensor parallelism", want, "");
+    em_ctx_clear_error(c);
+    snprintf(want, sizeof want, "the degree %d", n);
     refused_with(c, "num_local_experts", 8, n + 1);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "expert parallelism", "ep_size", "must equal");
     em_ctx_clear_error(c);
@@ -225,6 +301,9 @@ int main(int argc, char **argv) {
                                          T(test_qwen3),     T(test_qwen3_moe),
                                          T(test_qwen3_moe_ep), T(test_qwen3_moe_impls), T(test_mixtral),
                                          T(test_mixtral_ep), T(test_moe_refused),
+                                         T(test_qwen2),      T(test_gemma3),
+                                         T(test_gemma4),     T(test_gemma4_moe), T(test_gemma4_moe_ep),
+                                         T(test_plan_overrides), T(test_plan_refused),
                                          T(test_no_plan)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

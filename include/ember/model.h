@@ -59,8 +59,9 @@ typedef struct em_model_options {
      *  partial outputs with all_reduce. A group of processes (em_dist_init under mpirun) runs
      *  on the CPU (collectives over MPI); a rank of a device group (em_dist_local) runs on its
      *  device (`device` must then be em_dist_device's name), each rank loaded and driven by its
-     *  own thread. Decoder families with a plan (llama, mistral, qwen3, qwen3_moe, mixtral; MoE
-     *  experts as ep_size says); KV heads fewer than the degree are replicated; a size that
+     *  own thread. Decoder families with a plan (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,
+     *  gemma3_text, gemma4_text; MoE experts as ep_size says; the embedding vocab-parallel;
+     *  tp_plan overrides it); KV heads fewer than the degree are replicated; a size that
      *  does not divide by the degree is refused naming it. em_model_tp_placement reports where
      *  the weights went. The group must outlive the model. */
     struct em_dist *tp;
@@ -71,6 +72,15 @@ typedef struct em_model_options {
      *  the tokens routed elsewhere contribute zero and the block's outputs are summed with
      *  all_reduce. Other values, or ep_size without MoE layers, are refused at load. */
     int ep_size;
+    /** Overrides of the family's tensor-parallel plan (transformers' DistributedConfig.tp_plan
+     *  dict), as JSON text: `{"embed_tokens": "replicate", "lm_head": "colwise_gather_output"}`;
+     *  the rules it names replace the family's, the others are kept. Ember's decoder places its
+     *  collectives at fixed points, so only `embed_tokens` (embedding_rowwise or replicate) and
+     *  `lm_head` (colwise_gather_output or replicate) can change; restating another rule of the
+     *  plan is accepted. Invalid JSON, an unknown rule name, a bad pattern, a pattern outside
+     *  the plan or a change the decoder cannot run are refused at load naming them. Read
+     *  during em_model_load only (the caller keeps ownership). NULL: the family's plan. */
+    const char *tp_plan;
 } em_model_options;
 
 /** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */

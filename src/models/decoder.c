@@ -117,11 +117,29 @@ em_status em_decoder_load(em_wload *w) {
                                "false", m->dir);
         m->lm_head = m->dev_head == m->dev_embed ? m->embed
                                                  : em_detach(c, em_to(c, m->embed, m->dev_head));
-        if (m->tp_size > 1) /* the replicated embedding's rows this rank's lm_head computes */
-            m->lm_head = em_tp_shard(w, "lm_head.weight", em_tensor_retain(m->lm_head));
+        if (m->tp_size > 1 && em_decoder_tie_tp_head(w)) return em_ctx_status(c);
     }
     em_tp_localize(m);
     return em_ctx_status(c);
+}
+
+em_status em_decoder_tie_tp_head(em_wload *w) {
+    em_model *m = w->m;
+    const char *head = em_tp_style(m, w->prefix, "lm_head.weight");
+    bool head_split = head && !strcmp(head, "colwise_gather_output");
+    if (m->tp_embed_split && head_split) { /* the embedding's slice is the head's */
+        m->tp_head_split = true;
+        em_tp_record(m, em_tp_rule_of(m, w->prefix, "lm_head.weight"),
+                     "the embedding's slice (tied)", 0);
+    } else if (m->tp_embed_split) {
+        return em_ctx_fail(w->c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: the "
+                           "lm_head tied to the embedding needs the whole vocabulary when "
+                           "'lm_head' is replicated; the embedding is split "
+                           "(embedding_rowwise): replicate 'embed_tokens' too");
+    } else if (head_split) { /* the replicated embedding's rows this rank's head computes */
+        m->lm_head = em_tp_shard(w, "lm_head.weight", em_tensor_retain(m->lm_head));
+    }
+    return em_ctx_status(w->c);
 }
 
 /* ---- the KV cache ---- */
@@ -596,7 +614,7 @@ static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
     bool ckpt = m->grad_ckpt && em_grad_is_enabled(c) && !f->kv && !f->stat;
     em_blk_enter_device(f, m->dev_embed);
     em_tensor *ids_e = em_model_to_dev(c, ids, m->dev_embed);
-    em_tensor *h = em_embedding(c, m->embed, ids_e);
+    em_tensor *h = em_tp_embedding(c, m, ids_e); /* embedding_rowwise: summed over the ranks */
     if (h && em_tensor_dtype(h) != m->dtype) /* a quantized table gives f32 rows */
         h = em_cast(c, h, m->dtype);
     if (m->embed_scale > 0) /* Gemma: the scale is rounded to the model dtype first */
@@ -620,7 +638,7 @@ static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
     if (last_only && f->t > 1) h = em_narrow(c, h, 1, f->t - 1, 1);
     h = em_blk_norm(f, h, m->final_norm);
     em_tensor *logits = em_linear(c, h, m->lm_head, NULL);
-    if (m->tp_size > 1) logits = em_all_gather(c, logits, -1, m->tp); /* colwise_gather_output */
+    if (m->tp_head_split) logits = em_all_gather(c, logits, -1, m->tp); /* colwise_gather_output */
     double cap = m->cfg.final_logit_softcapping;
     if (cap > 0 && m->softcap_model_dtype) /* Gemma 4: before the cast */
         logits = em_blk_mul_f32(c, em_tanh(c, em_blk_div_f32(c, logits, cap)), cap);

@@ -30,6 +30,13 @@ static em_status gemma3_post_init(em_cfg_src *s, em_model_config *m, int64_t *pa
     return EM_OK;
 }
 
+/* transformers' Gemma3TextConfig.base_model_tp_plan and Gemma3ForCausalLM._tp_plan, with the
+ * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans;
+ * Gemma3TextScaledWordEmbedding is an nn.Embedding: the scale multiplies the summed rows) */
+static const em_tp_rule gemma3_tp_plan[] = {
+    EM_TP_RULE_EMBED, EM_TP_RULES_QKV,   EM_TP_RULES_QK_NORM, EM_TP_RULE_O,
+    EM_TP_RULES_MLP,  EM_TP_RULE_HEAD,   {NULL, NULL}};
+
 const em_family em_family_gemma3_text = {
     .config = {.model_type = "gemma3_text",
                .multimodal = "gemma3",
@@ -49,4 +56,5 @@ const em_family em_family_gemma3_text = {
     .qk_norm = true,
     .gemma = true,
     .load = em_decoder_load,
+    .tp_plan = gemma3_tp_plan,
 };

@@ -227,7 +227,10 @@ static void load_layer(em_wload *w, int64_t i) {
     em_device *d = l->dev;
     char lp[160];
     snprintf(lp, sizeof lp, "%slayers.%lld.", w->prefix, (long long)i);
-    int64_t hq = cfg->num_attention_heads;
+    /* this rank's heads (tensor parallelism splits q, k, v by head; em_tp_localize divides the
+     * config's counts after loading) */
+    int64_t hq = cfg->num_attention_heads / m->tp_size;
+    int64_t hkv = l->kv_heads / em_tp_kv_parts(m, l->kv_heads);
     l->in_norm = em_wl_get(w, d, "%sinput_layernorm.weight", lp);
     l->post_attn_norm = em_wl_get(w, d, "%spost_attention_layernorm.weight", lp);
     l->pre_ffn_norm = em_wl_get(w, d, "%spre_feedforward_layernorm.weight", lp);
@@ -243,11 +246,11 @@ static void load_layer(em_wload *w, int64_t i) {
         l->k = em_wl_get(w, d, "%sself_attn.k_proj.weight", lp);
         l->k_norm = em_wl_get(w, d, "%sself_attn.k_norm.weight", lp);
         l->k_bias = em_wl_opt(w, d, "%sself_attn.k_proj.bias", lp);
-        expect_dim(w, l->k, 0, l->kv_heads * l->head_dim, lp, "self_attn.k_proj.weight");
+        expect_dim(w, l->k, 0, hkv * l->head_dim, lp, "self_attn.k_proj.weight");
         if (!l->k_eq_v) {
             l->v = em_wl_get(w, d, "%sself_attn.v_proj.weight", lp);
             l->v_bias = em_wl_opt(w, d, "%sself_attn.v_proj.bias", lp);
-            expect_dim(w, l->v, 0, l->kv_heads * l->head_dim, lp, "self_attn.v_proj.weight");
+            expect_dim(w, l->v, 0, hkv * l->head_dim, lp, "self_attn.v_proj.weight");
         }
     }
     l->gate = em_wl_get(w, d, "%smlp.gate_proj.weight", lp);
@@ -313,6 +316,7 @@ static em_status gemma4_load(em_wload *w) {
     em_model *m = w->m;
     const em_model_config *cfg = &m->cfg;
     const char *p = w->prefix;
+    if (em_tp_check(c, m)) return em_ctx_status(c);
     m->embed = em_wl_get(w, m->dev_embed, "%sembed_tokens.weight", p);
     if (m->pl_dim > 0) {
         m->embed_pl = em_wl_get(w, m->dev_embed, "%sembed_tokens_per_layer.weight", p);
@@ -334,7 +338,9 @@ static em_status gemma4_load(em_wload *w) {
                                "false", m->dir);
         m->lm_head = m->dev_head == m->dev_embed ? m->embed
                                                  : em_detach(c, em_to(c, m->embed, m->dev_head));
+        if (m->tp_size > 1 && em_decoder_tie_tp_head(w)) return em_ctx_status(c);
     }
+    em_tp_localize(m);
     return em_ctx_status(c);
 }
 
@@ -440,6 +446,38 @@ static em_status gemma4_post_rope(em_cfg_src *s, em_model_config *m) {
     return EM_OK;
 }
 
+/* transformers' Gemma4TextConfig.base_model_tp_plan and Gemma4ForCausalLM._tp_plan, with the
+ * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans)
+ * and the Hub's per-expert names next to the fused v5 experts. The per-layer inputs
+ * (embed_tokens_per_layer, the per-layer projections and gates) and the router are
+ * replicated: every rank computes them whole, as transformers' plan leaves them. */
+static const em_tp_rule gemma4_tp_plan[] = {
+    EM_TP_RULE_EMBED,
+    EM_TP_RULES_QKV,
+    EM_TP_RULES_QK_NORM,
+    EM_TP_RULE_O,
+    EM_TP_RULES_MLP,
+    {"layers.*.experts.gate_up_proj", "packed_colwise"},
+    {"layers.*.experts.down_proj", "rowwise"},
+    {"layers.*.experts.*.gate_proj", "colwise"},
+    {"layers.*.experts.*.up_proj", "colwise"},
+    {"layers.*.experts.*.down_proj", "rowwise"},
+    {"layers.*.experts", "moe_tp_experts"},
+    EM_TP_RULE_HEAD,
+    {NULL, NULL}};
+
+/* transformers' Gemma4TextConfig.base_model_ep_plan's expert rules, with the per-expert names:
+ * each rank holds whole experts, its contiguous share (its rules come before the tp plan's;
+ * transformers' ep plan also leaves the attention whole, Ember keeps splitting it by head) */
+static const em_tp_rule gemma4_ep_plan[] = {
+    {"layers.*.experts.gate_up_proj", "grouped_gemm"},
+    {"layers.*.experts.down_proj", "grouped_gemm"},
+    {"layers.*.experts.*.gate_proj", "grouped_gemm"},
+    {"layers.*.experts.*.up_proj", "grouped_gemm"},
+    {"layers.*.experts.*.down_proj", "grouped_gemm"},
+    {"layers.*.experts", "ep_dispatch_experts"},
+    {NULL, NULL}};
+
 const em_family em_family_gemma4_text = {
     .config = {.model_type = "gemma4_text",
                .multimodal = "gemma4",
@@ -466,4 +504,6 @@ const em_family em_family_gemma4_text = {
     .load = gemma4_load,
     .after_embed = gemma4_after_embed,
     .layer = gemma4_layer,
+    .tp_plan = gemma4_tp_plan,
+    .ep_plan = gemma4_ep_plan,
 };

@@ -25,24 +25,19 @@ static void mixtral_defaults(em_model_config *m) {
     m->num_experts_per_tok = 2, m->num_experts = 8;
 }
 
-/* transformers' LlamaModel.base_model_tp_plan and LlamaForCausalLM._tp_plan (the embedding
- * stays replicated) */
-static const em_tp_rule llama_tp_plan[] = {
-    {"layers.*.self_attn.q_proj", "colwise"}, {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"}, {"layers.*.self_attn.o_proj", "rowwise"},
-    {"layers.*.mlp.gate_proj", "colwise"},    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},    {"lm_head", "colwise_gather_output"},
-    {NULL, NULL}};
+/* transformers' LlamaModel.base_model_tp_plan and LlamaForCausalLM._tp_plan, with the
+ * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans) */
+static const em_tp_rule llama_tp_plan[] = {EM_TP_RULE_EMBED, EM_TP_RULES_QKV, EM_TP_RULE_O,
+                                           EM_TP_RULES_MLP,  EM_TP_RULE_HEAD, {NULL, NULL}};
 
 /* transformers' MixtralConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
  * per-expert names (w1 = gate, w3 = up: colwise in each expert; w2 = down: rowwise), Llama's
- * attention and lm_head; "experts" is the module rule: the block's partial outputs are summed
+ * embedding, attention and lm_head; "experts" is the module rule: the block's partial outputs are summed
  * with all_reduce */
 static const em_tp_rule mixtral_tp_plan[] = {
-    {"layers.*.self_attn.q_proj", "colwise"},
-    {"layers.*.self_attn.k_proj", "colwise"},
-    {"layers.*.self_attn.v_proj", "colwise"},
-    {"layers.*.self_attn.o_proj", "rowwise"},
+    EM_TP_RULE_EMBED,
+    EM_TP_RULES_QKV,
+    EM_TP_RULE_O,
     {"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
     {"layers.*.mlp.experts.down_proj", "rowwise"},
     {"layers.*.block_sparse_moe.experts.*.w1", "colwise"},
@@ -50,7 +45,7 @@ static const em_tp_rule mixtral_tp_plan[] = {
     {"layers.*.block_sparse_moe.experts.*.w2", "rowwise"},
     {"layers.*.mlp.experts", "moe_tp_experts"},
     {"layers.*.block_sparse_moe.experts", "moe_tp_experts"},
-    {"lm_head", "colwise_gather_output"},
+    EM_TP_RULE_HEAD,
     {NULL, NULL}};
 
 /* transformers' MixtralConfig.base_model_ep_plan, with the per-expert names: each rank holds

@@ -112,10 +112,28 @@ typedef struct em_fwd em_fwd; /* one forward step (decoder_blocks.h) */
 /* One rule of a tensor-parallel plan: weights whose name (after the checkpoint's prefix, without
  * .weight/.bias; "*" matches a layer index) is `pattern` are placed by `style`, one of
  * transformers' names: colwise, rowwise, packed_colwise, colwise_gather_output,
- * embedding_rowwise, replicated_with_grad_allreduce. A plan ends with {NULL, NULL}. */
+ * embedding_rowwise, replicated_with_grad_allreduce, replicate (whole). A plan ends with
+ * {NULL, NULL}. */
 typedef struct em_tp_rule {
     const char *pattern, *style;
 } em_tp_rule;
+
+/* The rules the decoder families' plans share (transformers' base_model_tp_plan entries, the
+ * vocab-parallel embedding init_parallel_plans adds, and the LM's _tp_plan). */
+#define EM_TP_RULE_EMBED {"embed_tokens", "embedding_rowwise"}
+#define EM_TP_RULES_QKV                                                  \
+    {"layers.*.self_attn.q_proj", "colwise"},                            \
+    {"layers.*.self_attn.k_proj", "colwise"},                            \
+    {"layers.*.self_attn.v_proj", "colwise"}
+#define EM_TP_RULES_QK_NORM                                              \
+    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},     \
+    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}
+#define EM_TP_RULE_O {"layers.*.self_attn.o_proj", "rowwise"}
+#define EM_TP_RULES_MLP                                                  \
+    {"layers.*.mlp.gate_proj", "colwise"},                               \
+    {"layers.*.mlp.up_proj", "colwise"},                                 \
+    {"layers.*.mlp.down_proj", "rowwise"}
+#define EM_TP_RULE_HEAD {"lm_head", "colwise_gather_output"}
 
 typedef struct em_family {
     /* its config.json: model_type (and the multimodal model_type whose text part it reads),
@@ -153,6 +171,10 @@ const em_gguf_arch *em_family_gguf_arch(em_ctx *c, const char *op, const em_gguf
 void em_family_names(char *buf, size_t n);
 /* The shared decoder loader (family files call it with their naming). */
 em_status em_decoder_load(em_wload *w);
+/* Tensor parallelism of a tied lm_head (m->lm_head is the embedding): the embedding's slice
+ * when both are split by vocabulary, a slice of the replicated embedding when only the head
+ * is, refused when only the embedding is. */
+em_status em_decoder_tie_tp_head(em_wload *w);
 /* hidden_act / hidden_activation of config.json as an activation */
 em_mlp_act em_decoder_act(const char *name);
 /* Position ids [B, T] (i64, CPU) of the last T of tk keys as transformers computes them from the
@@ -228,6 +250,10 @@ struct em_model {
     int n_tp_place;
     int64_t tp_kv_parts;   /* KV projections split in this many parts (em_tp_check): the degree,
                               or num_key_value_heads when fewer (each replicated) */
+    em_tp_rule *tp_rules;  /* the plan with the user's overrides (tp_plan.c, one block); NULL:
+                              the family's */
+    bool tp_embed_split;   /* embedding_rowwise: this rank holds a slice of the vocabulary */
+    bool tp_head_split;    /* colwise_gather_output: lm_head's logits gathered */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;
@@ -251,12 +277,24 @@ const char *em_tp_style(const em_model *m, const char *prefix, const char *name)
 /* Whether the model has fewer KV heads than the degree (which divides by them): each KV head is
  * then held by degree / num_key_value_heads ranks, those whose query heads read it. */
 bool em_tp_kv_replicated(const em_model *m);
+/* The parts a layer's hkv KV heads are split in: 1 without tp, the degree, or hkv when fewer
+ * (each KV head then held whole by degree / hkv ranks). */
+int64_t em_tp_kv_parts(const em_model *m, int64_t hkv);
 /* After loading: the config's head counts become this rank's (the forward reads them). */
 void em_tp_localize(em_model *m);
 /* Adds a weight placed by `rule` (NULL: no rule, replicated) to the placement report: the
  * slice's description (for the rule's first weight) and the bytes this rank holds. */
 void em_tp_record(em_model *m, const em_tp_rule *rule, const char *slice, int64_t bytes);
 void em_tp_report_free(em_model *m);
+/* Merges the user's overrides (em_model_options.tp_plan: a JSON object of module patterns to
+ * rule names) over the family's plan into m->tp_rules; refuses a rule name, a pattern or a
+ * change the decoder cannot run, naming it. NULL text: the family's plan. (tp_plan.c) */
+em_status em_tp_plan_apply(em_ctx *c, em_model *m, const char *text);
+/* The plan in force: the merged one, else the family's (NULL: none). */
+const em_tp_rule *em_tp_plan_of(const em_model *m);
+/* The token embedding of ids: with embedding_rowwise, each rank looks up the ids in its slice
+ * of the vocabulary (zeros for the others) and the ranks' rows are summed with all_reduce. */
+em_tensor *em_tp_embedding(em_ctx *c, const em_model *m, em_tensor *ids);
 /* Sums a row-parallel layer's partial outputs over the ranks (x itself without tp). */
 em_tensor *em_tp_reduce(em_ctx *c, const em_model *m, em_tensor *x);
 

@@ -395,6 +395,7 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         goto fail;
     }
     m->tp_ep = o.ep_size > 1;
+    if (em_tp_plan_apply(c, m, o.tp_plan)) goto fail;
     /* (a rank's slices are fresh copies already) */
     w.huge_copy = !views && huge_pages_available() && m->tp_size == 1;
     w.pack_experts = !views && o.moe_impl == EM_MOE_RAGGED;
@@ -460,6 +461,7 @@ void em_model_free(em_model *m) {
     }
     free(m->bert);
     free(m->map_text);
+    free(m->tp_rules);
     em_tp_report_free(m);
     em_model_config_free(&m->cfg);
     free(m);

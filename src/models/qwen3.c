@@ -19,29 +19,20 @@ static void qwen3_moe_defaults(em_model_config *m) {
 }
 
 /* the attention's rules, the same in Qwen3's and Qwen3-MoE's plans */
-#define QWEN3_ATTENTION_RULES                                           \
-    {"layers.*.self_attn.q_proj", "colwise"},                           \
-    {"layers.*.self_attn.k_proj", "colwise"},                           \
-    {"layers.*.self_attn.v_proj", "colwise"},                           \
-    {"layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},    \
-    {"layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},    \
-    {"layers.*.self_attn.o_proj", "rowwise"}
+#define QWEN3_ATTENTION_RULES EM_TP_RULES_QKV, EM_TP_RULES_QK_NORM, EM_TP_RULE_O
 
-/* transformers' Qwen3Model.base_model_tp_plan and Qwen3ForCausalLM._tp_plan (the embedding
- * stays replicated) */
-static const em_tp_rule qwen3_tp_plan[] = {
-    QWEN3_ATTENTION_RULES,
-    {"layers.*.mlp.gate_proj", "colwise"},
-    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},
-    {"lm_head", "colwise_gather_output"},
-    {NULL, NULL}};
+/* transformers' Qwen3Model.base_model_tp_plan and Qwen3ForCausalLM._tp_plan, with the
+ * vocab-parallel embedding transformers adds to every base model's plan (init_parallel_plans) */
+static const em_tp_rule qwen3_tp_plan[] = {EM_TP_RULE_EMBED, QWEN3_ATTENTION_RULES, EM_TP_RULES_MLP,
+                                           EM_TP_RULE_HEAD, {NULL, NULL}};
 
-/* transformers' Qwen3MoeConfig.base_model_tp_plan (the fused v5 experts) with the Hub's
+/* transformers' Qwen3MoeConfig.base_model_tp_plan (the fused v5 experts; the embedding
+ * vocab-parallel as transformers adds it) with the Hub's
  * per-expert names (gate_proj, up_proj: colwise in each expert; down_proj: rowwise); "experts"
  * is the module rule: the block's partial outputs are summed with all_reduce. The router
  * (mlp.gate) is replicated. */
 static const em_tp_rule qwen3_moe_tp_plan[] = {
+    EM_TP_RULE_EMBED,
     QWEN3_ATTENTION_RULES,
     {"layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
     {"layers.*.mlp.experts.down_proj", "rowwise"},
@@ -49,10 +40,8 @@ static const em_tp_rule qwen3_moe_tp_plan[] = {
     {"layers.*.mlp.experts.*.up_proj", "colwise"},
     {"layers.*.mlp.experts.*.down_proj", "rowwise"},
     {"layers.*.mlp.experts", "moe_tp_experts"},
-    {"layers.*.mlp.gate_proj", "colwise"},
-    {"layers.*.mlp.up_proj", "colwise"},
-    {"layers.*.mlp.down_proj", "rowwise"},
-    {"lm_head", "colwise_gather_output"},
+    EM_TP_RULES_MLP,
+    EM_TP_RULE_HEAD,
     {NULL, NULL}};
 
 /* transformers' Qwen3MoeConfig.base_model_ep_plan, with the per-expert names: each rank holds

@@ -2,13 +2,14 @@
  * Tensor parallelism of the decoder over a process group (ember/dist.h): the family's plan
  * (data in its family file, transformers' rule names) says how each weight is split; each rank
  * keeps its slice; the row-parallel layers (o_proj, down_proj) sum their partial outputs with
- * all_reduce and the vocab-parallel lm_head gathers its logits. Embeddings, norms and MoE
- * routers are replicated; KV heads fewer than the degree are replicated too (each rank keeps
+ * all_reduce, the vocab-parallel embedding (embedding_rowwise) sums its ranks' rows and the
+ * vocab-parallel lm_head gathers its logits. Norms and MoE routers are replicated; KV heads fewer than the degree are replicated too (each rank keeps
  * the one its query heads read). MoE experts are split in each expert (moe_tp_experts) or, with
  * expert parallelism (the family's ep plan), given whole to the ranks, 1/degree each; both
  * leave partial sums that all_reduce adds.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ember/dist.h"
@@ -25,7 +26,7 @@ static em_status not_divisible(em_ctx *c, const char *what, int64_t size, int de
 static em_status check_moe(em_ctx *c, const em_model *m) {
     const em_model_config *cfg = &m->cfg;
     int n = m->tp_size;
-    bool moe = m->fam->moe && cfg->num_experts > 0;
+    bool moe = cfg->num_experts > 0; /* Gemma 4's (enable_moe_block) too */
     bool mixtral = m->fam->moe == 2; /* its experts' size is intermediate_size */
     if (m->tp_ep && !moe)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "expert parallelism (ep_size "
@@ -47,14 +48,33 @@ static em_status check_moe(em_ctx *c, const em_model *m) {
     return EM_OK;
 }
 
+/* KV heads are split in this many parts: the degree, or the KV heads when fewer (each then
+ * replicated on n / hkv ranks) */
+static int64_t kv_parts(int n, int64_t hkv) { return hkv < n && n % hkv == 0 ? hkv : n; }
+
+int64_t em_tp_kv_parts(const em_model *m, int64_t hkv) {
+    return m->tp_size > 1 ? kv_parts(m->tp_size, hkv) : 1;
+}
+
+/* The KV heads of the layer weight `name` belongs to ("...layers.<i>...."): the layer's own
+ * (Gemma 4's differ per layer) or the config's. */
+static int64_t kv_heads_of(const em_model *m, const char *name) {
+    const char *at = strstr(name, "layers.");
+    if (at) {
+        long long i = strtoll(at + 7, NULL, 10);
+        if (i >= 0 && i < m->n_layers && m->layers[i].kv_heads > 0) return m->layers[i].kv_heads;
+    }
+    return m->cfg.num_key_value_heads;
+}
+
 em_status em_tp_check(em_ctx *c, em_model *m) {
     int n = m->tp_size;
     const em_model_config *cfg = &m->cfg;
     if (n <= 1) return EM_OK;
     if (!m->fam->tp_plan)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: the %s "
-                           "family has no plan yet (llama, mistral, mixtral, qwen3 and qwen3_moe have one)",
-                           cfg->model_type);
+                           "family has no plan yet (llama, mistral, mixtral, qwen2, qwen3, "
+                           "qwen3_moe, gemma3_text and gemma4_text have one)", cfg->model_type);
     if (check_moe(c, m)) return em_ctx_status(c);
     /* a device group of this process (em_dist_local): rank r's whole share on its device;
      * a group of processes: the CPU, whose collectives are MPI calls */
@@ -69,8 +89,16 @@ em_status em_tp_check(em_ctx *c, em_model *m) {
         return not_divisible(c, "num_attention_heads", cfg->num_attention_heads, n);
     /* fewer KV heads than ranks: each rank keeps the one its query heads read (em_tp_kv_parts) */
     int64_t hkv = cfg->num_key_value_heads;
-    m->tp_kv_parts = hkv < n && n % hkv == 0 ? hkv : n;
+    m->tp_kv_parts = kv_parts(n, hkv);
     if (hkv % m->tp_kv_parts) return not_divisible(c, "num_key_value_heads", hkv, n);
+    for (int64_t i = 0; i < m->n_layers; i++) { /* Gemma 4: per-layer KV heads */
+        int64_t h = m->layers[i].kv_heads;
+        if (h > 0 && h % kv_parts(n, h)) {
+            char what[64];
+            snprintf(what, sizeof what, "layer %lld's KV heads", (long long)i);
+            return not_divisible(c, what, h, n);
+        }
+    }
     /* the dense MLP's, where there is one (Mixtral's intermediate_size is its experts', checked
      * by check_moe) */
     bool dense_mlp = !m->fam->moe || cfg->num_experts <= 0 ||
@@ -115,7 +143,8 @@ static bool matches(const char *pat, const char *s, size_t n) {
 }
 
 const em_tp_rule *em_tp_rule_of(const em_model *m, const char *prefix, const char *name) {
-    if (!m->fam->tp_plan) return NULL;
+    const em_tp_rule *plan = em_tp_plan_of(m);
+    if (!plan) return NULL;
     size_t pl = strlen(prefix);
     if (pl && !strncmp(name, prefix, pl)) name += pl;
     size_t n = strlen(name);
@@ -124,7 +153,7 @@ const em_tp_rule *em_tp_rule_of(const em_model *m, const char *prefix, const cha
     /* the expert-parallel plan's rules first, as transformers applies ep_plan over tp_plan */
     for (const em_tp_rule *r = m->tp_ep ? m->fam->ep_plan : NULL; r && r->pattern; r++)
         if (matches(r->pattern, name, n)) return r;
-    for (const em_tp_rule *r = m->fam->tp_plan; r->pattern; r++)
+    for (const em_tp_rule *r = plan; r->pattern; r++)
         if (matches(r->pattern, name, n)) return r;
     return NULL;
 }
@@ -164,7 +193,7 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
                         size_t dn) {
     em_model *m = w->m;
     em_ctx *c = w->c;
-    if (!strncmp(style, "replicated", 10)) return t;
+    if (!strncmp(style, "replicate", 9)) return t; /* replicate, replicated_with_grad_... */
     if (!strcmp(style, "grouped_gemm")) {
         int64_t e = m->cfg.num_experts, per = e / m->tp_size;
         snprintf(d, dn, "%s [%lld*r, +%lld) of %lld", em_tensor_ndim(t) == 3 ? "experts"
@@ -173,7 +202,8 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
     }
     size_t n = strlen(name);
     bool bias = n > 5 && !strcmp(name + n - 5, ".bias");
-    bool col = !strcmp(style, "colwise") || !strcmp(style, "colwise_gather_output");
+    bool col = !strcmp(style, "colwise") || !strcmp(style, "colwise_gather_output") ||
+               !strcmp(style, "embedding_rowwise"); /* the vocabulary rows [V, H] */
     bool packed = !strcmp(style, "packed_colwise"), row = !strcmp(style, "rowwise");
     if ((!col && !packed && !row) || (row && bias)) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "tensor parallelism: '%s' of %s is "
@@ -186,12 +216,13 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
     int64_t size = em_tensor_dim(t, dim), r = m->tp_rank, k = m->tp_size;
     const char *rank = "r";
     char kvr[48];
-    if (col && is_kv_proj(name) && em_tp_kv_replicated(m)) {
+    int64_t parts = col && is_kv_proj(name) ? kv_parts(m->tp_size, kv_heads_of(m, name)) : k;
+    if (parts < k) {
         /* rank r's query heads all read KV head r / (k / hkv): k / hkv ranks hold each one */
-        snprintf(kvr, sizeof kvr, "(r/%lld)", (long long)(k / m->tp_kv_parts));
+        snprintf(kvr, sizeof kvr, "(r/%lld)", (long long)(k / parts));
         rank = kvr;
-        r = r * m->tp_kv_parts / k;
-        k = m->tp_kv_parts;
+        r = r * parts / k;
+        k = parts;
     }
     snprintf(d, dn, "dim %d [%lld*%s, +%lld) of %s%lld%s", dim,
              (long long)(size / (packed ? 2 * k : k)), rank,
@@ -227,6 +258,8 @@ em_tensor *em_tp_shard(em_wload *w, const char *name, em_tensor *t) {
     char slice[128] = "whole";
     em_tensor *s = rule ? place(w, name, t, rule->style, slice, sizeof slice) : t;
     if (s) em_tp_record(m, rule, slice, (int64_t)em_tensor_nbytes(s));
+    if (s && rule && !strcmp(rule->style, "embedding_rowwise")) m->tp_embed_split = true;
+    if (s && rule && !strcmp(rule->style, "colwise_gather_output")) m->tp_head_split = true;
     return s;
 }
 
@@ -234,8 +267,29 @@ void em_tp_localize(em_model *m) {
     if (m->tp_size <= 1) return;
     m->cfg.num_attention_heads /= m->tp_size;
     m->cfg.num_key_value_heads /= m->tp_kv_parts;
+    for (int64_t i = 0; i < m->n_layers; i++) /* Gemma 4's per-layer KV heads */
+        if (m->layers[i].kv_heads > 0)
+            m->layers[i].kv_heads /= kv_parts(m->tp_size, m->layers[i].kv_heads);
     if (m->fam->moe != 2 || !m->tp_ep) m->cfg.intermediate_size /= m->tp_size;
     if (!m->tp_ep) m->cfg.moe_intermediate_size /= m->tp_size;
+}
+
+em_tensor *em_tp_embedding(em_ctx *c, const em_model *m, em_tensor *ids) {
+    if (!m->tp_embed_split) return em_embedding(c, m->embed, ids);
+    /* as transformers' EmbeddingParallel(shard_dim=0): rank r holds rows [r*V/N, (r+1)*V/N);
+     * an id outside them reads row 0 and is zeroed; every id is inside exactly one rank's rows,
+     * so the sum adds one row to zeros and is exact */
+    int64_t rows = em_tensor_dim(m->embed, 0);
+    em_scope_push(c);
+    em_tensor *local = em_add_scalar(c, ids, (double)(-rows * m->tp_rank));
+    em_tensor *idx = em_clamp(c, local, 0.0, (double)(rows - 1));
+    em_tensor *h = em_embedding(c, m->embed, idx);
+    if (h && em_tensor_dtype(h) != m->dtype) h = em_cast(c, h, m->dtype);
+    em_tensor *in = em_unsqueeze(c, em_eq(c, idx, local), -1);
+    h = em_mul(c, h, em_cast(c, in, m->dtype)); /* on h's device, as every op here */
+    h = em_keep(c, em_all_reduce(c, h, EM_REDUCE_SUM, m->tp));
+    em_scope_pop(c);
+    return h;
 }
 
 em_tensor *em_tp_reduce(em_ctx *c, const em_model *m, em_tensor *x) {

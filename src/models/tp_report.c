@@ -80,7 +80,7 @@ int em_model_tp_placement(const em_model *m, char *buf, size_t n) {
                 (long long)p->bytes);
             total += p->bytes;
         }
-    modules(m, m->tp_ep ? m->fam->ep_plan : m->fam->tp_plan, buf, n, &u);
+    modules(m, m->tp_ep ? m->fam->ep_plan : em_tp_plan_of(m), buf, n, &u);
     if (em_tp_kv_replicated(m))
         PUT("  KV heads replicated: %lld KV heads for degree %d: rank r keeps KV head "
             "r / %lld (its query heads read it), each held by %lld ranks\n",

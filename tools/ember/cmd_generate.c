@@ -19,7 +19,7 @@ static void gen_usage(void) {
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
         "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
-        "                      [--compile [--bucket N]] [--tp N [--ep N]]\n\n"
+        "                      [--compile [--bucket N]] [--tp N [--ep N] [--tp-plan FILE]]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
         "the Hub cache when missing unless HF_HUB_OFFLINE=1) or a GGUF file, and continues the\n"
         "prompt. A GGUF file's quantized weights are used as stored (quantized kernels, f32\n"
@@ -39,6 +39,9 @@ static void gen_usage(void) {
         "                     --tp degree): each rank holds whole experts, 1/N of them;\n"
         "                     without it the experts are split by moe_tp_experts (each\n"
         "                     rank a slice of every expert)\n"
+        "  --tp-plan FILE     overrides of the family's plan: a JSON object of module\n"
+        "                     patterns to transformers' rule names, e.g.\n"
+        "                     {\"embed_tokens\": \"replicate\"} (docs/parallel.md)\n"
         "  --compile          run each step as a compiled program (one per KV-length bucket\n"
         "                     of --bucket positions, default 128); compiles are reported;\n"
         "                     on PJRT devices the batch runs rounded up to a power of two\n"
@@ -228,6 +231,8 @@ fail:
     return rc;
 }
 
+static int generate_in_group(gen_opts *o, em_ctx *c, long long tp);
+
 /* A rank of a --tp N device group (cli_device_group): the run on its device. */
 static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
     gen_opts mine = *(const gen_opts *)arg;
@@ -243,6 +248,7 @@ int cmd_generate(int argc, char **argv) {
     o->mo = em_model_default_options();
     o->max_new = 128;
     long long tp = 1;
+    const char *plan_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool val = i + 1 < argc;
@@ -282,6 +288,8 @@ int cmd_generate(int argc, char **argv) {
             long long ep;
             if (!cli_int("generate", a, argv[i], 1, 4096, &ep)) return 2;
             o->mo.ep_size = (int)ep;
+        } else if (ARG("--tp-plan")) {
+            plan_file = argv[i];
         } else if (ARG("--tp")) {
             if (!cli_int("generate", a, argv[i], 1, 4096, &tp)) return 2;
         } else if (!strcmp(a, "--compile")) o->compile = true;
@@ -299,26 +307,41 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     em_ctx *c = em_ctx_create();
+    char *plan = NULL;
+    if (plan_file) {
+        size_t n;
+        plan = em_file_read(c, "generate", plan_file, (size_t)1 << 20, &n, NULL);
+        if (!plan) {
+            fprintf(stderr, "ember generate: --tp-plan: %s\n", em_ctx_error(c)->message);
+            em_ctx_free(c);
+            return 2;
+        }
+        o->mo.tp_plan = plan;
+    }
+    int rc = generate_in_group(o, c, tp);
+    free(plan);
+    em_ctx_free(c);
+    return rc;
+}
+
+/* --tp N over a device group or the ranks of mpirun, or no tp */
+static int generate_in_group(gen_opts *o, em_ctx *c, long long tp) {
     em_dist *group = NULL;
     char kind[64] = "";
     if (o->mo.device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(o->mo.device, ":"),
                                o->mo.device);
     if (tp > 1 && kind[0] && strcmp(kind, "cpu")) { /* N devices of this process */
-        int rc = cli_device_group(c, "generate --tp", kind, (int)tp, group_rank, o);
-        em_ctx_free(c);
-        return rc;
+        return cli_device_group(c, "generate --tp", kind, (int)tp, group_rank, o);
     }
     if (tp > 1) { /* the ranks of mpirun: each holds its slices, rank 0 speaks */
         if (em_dist_init(c, NULL, &group) != EM_OK) {
             fprintf(stderr, "ember generate: --tp %lld: %s\n", tp, em_ctx_error(c)->message);
-            em_ctx_free(c);
             return 1;
         }
         if (em_dist_world_size(group) != tp) {
             fprintf(stderr, "ember generate: --tp %lld but %d process(es) were started: launch "
                     "with mpirun -np %lld\n", tp, em_dist_world_size(group), tp);
             em_dist_free(group);
-            em_ctx_free(c);
             return 2;
         }
         if (em_dist_rank(group) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
@@ -326,7 +349,6 @@ int cmd_generate(int argc, char **argv) {
     }
     int rc = run(o, c, true);
     em_dist_free(group);
-    em_ctx_free(c);
     return rc;
 }
 

@@ -88,8 +88,8 @@ static void usage(void) {
            "model of its own (heads, intermediate sizes and the LM head's vocabulary rows / N; KV\n"
            "heads / N, or one when there are fewer than N, as the plan replicates them): compiled\n"
            "for one chip, its decode step is one rank's program without the collectives, which\n"
-           "`ember project tp` adds (docs/tpu-aot.md). Its embedding keeps V / N rows too (a\n"
-           "rank really holds all V; a decode step reads only B of them).\n");
+           "`ember project tp` adds (docs/tpu-aot.md). Its embedding keeps V / N rows too, as the\n"
+           "plan's vocab-parallel embedding (embedding_rowwise) does.\n");
 }
 
 int cmd_make_checkpoint(int argc, char **argv) {

@@ -155,8 +155,10 @@ static void project(const em_model_config *m, double w, long long n, long long b
             flops += 2 * b * mlp;
         }
     }
-    double head = V / (double)n * H; /* the LM head's rows; a tied head is the embedding */
-    weights += head + H + (m->tie_word_embeddings ? 0 : V * H); /* final norm, embedding */
+    /* the LM head's rows and the embedding's (embedding_rowwise: V/n rows too; a tied head is
+     * the embedding's slice) */
+    double head = V / (double)n * H;
+    weights += head + H + (m->tie_word_embeddings ? 0 : head); /* final norm, embedding */
     reads += head + H + b * H;                                  /* b embedding rows */
     flops += 2 * b * head;
     p->weight_bytes = weights * w;
@@ -167,8 +169,9 @@ static void project(const em_model_config *m, double w, long long n, long long b
     p->t_cmp = flops / (sp->bf16_tflops * 1e12);
     if (n > 1) {
         double msg = b * H * w, part = b * (V / (double)n) * w;
-        p->collectives = (int)(2 * m->num_hidden_layers + 1);
-        p->all_reduce_bytes = 2.0 * (double)m->num_hidden_layers * msg;
+        /* the embedding's rows, o_proj and the MLP per layer: all_reduce; the logits: gather */
+        p->collectives = (int)(2 * m->num_hidden_layers + 2);
+        p->all_reduce_bytes = (2.0 * (double)m->num_hidden_layers + 1) * msg;
         p->all_gather_bytes = part;
         /* ring all_reduce: each rank sends 2 (n-1)/n of the message; ring all_gather: n-1 parts */
         p->sent_bytes = p->all_reduce_bytes * 2.0 * (double)(n - 1) / (double)n +
@@ -404,12 +407,12 @@ int cmd_project(int argc, char **argv) {
     if (!o.json)
         printf("Projection, not a measurement: %s (%lld layers, hidden %lld, %lld heads, %lld KV "
                "heads%s), %g bytes per element, %lld tokens of context; per rank per decode step "
-               "%lld collectives (an all_reduce of [B, 1, %lld] after o_proj and after the MLP of "
-               "each layer, the LM head's all_gather)\n",
+               "%lld collectives (an all_reduce of [B, 1, %lld] after the vocab-parallel "
+               "embedding and after o_proj and the MLP of each layer, the LM head's all_gather)\n",
                name, (long long)m.num_hidden_layers, (long long)m.hidden_size,
                (long long)m.num_attention_heads, (long long)m.num_key_value_heads,
                m.num_experts > 0 ? ", MoE" : "", w, o.context,
-               (long long)(2 * m.num_hidden_layers + 1), (long long)m.hidden_size);
+               (long long)(2 * m.num_hidden_layers + 2), (long long)m.hidden_size);
     for (int s = 0; s < o.n_specs; s++) {
         double lat = o.latency_us >= 0 ? o.latency_us : o.specs[s]->latency_us;
         if (o.json) print_json(name, &m, &o, w, o.specs[s], lat);
