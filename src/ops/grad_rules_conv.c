@@ -10,7 +10,9 @@
  *            forward computes;
  *   upsample_*  both resizes are linear and separable: y = A_h x A_w^T with A the [out, in]
  *            interpolation matrix of each dim (one-hot for nearest), built on the host with the
- *            forward's own source positions (core/resample_src.h), so dx = A_h^T g A_w.
+ *            forward's own source positions (core/resample_src.h), so dx = A_h^T g A_w;
+ *   avg_pool2d  the same: a window's divisor is a product of one count per dim (torch's
+ *            clipping, backends/cpu/pool.c), so A_h[o, i] = 1/count_h(o) over o's window.
  */
 #include <stdlib.h>
 
@@ -210,9 +212,46 @@ static em_status g_upsample(GRAD_ARGS) {
     return c->err.status;
 }
 
+/* The [out, in] matrix of one dim of avg_pool2d: window o starts at o*stride - pad, is clipped
+ * to the padded input (its span: the divisor with count_include_pad) then to the input. */
+static em_tensor *pool_matrix(em_ctx *c, int64_t in, int64_t out, int64_t k, int64_t st,
+                              int64_t pad, bool include_pad) {
+    float *a = calloc((size_t)(in * out), sizeof *a);
+    if (!a) {
+        em_ctx_fail(c, EM_ERR_OOM, "backward", "avg_pool2d: out of memory for a %lld x %lld "
+                    "matrix", (long long)out, (long long)in);
+        return NULL;
+    }
+    for (int64_t o = 0; o < out; o++) {
+        int64_t i0 = o * st - pad, i1 = i0 + k < in + pad ? i0 + k : in + pad, span = i1 - i0;
+        if (i0 < 0) i0 = 0;
+        if (i1 > in) i1 = in;
+        for (int64_t i = i0; i < i1; i++)
+            a[o * in + i] = (float)(1.0 / (double)(include_pad ? span : i1 - i0));
+    }
+    int64_t s[2] = {out, in};
+    em_tensor *m = em_from_host(c, EM_F32, 2, s, a);
+    free(a);
+    return m;
+}
+
+static em_status g_avg_pool2d(GRAD_ARGS) {
+    if (!need[0]) return c->err.status;
+    em_tensor *x = X(0);
+    const em_attr *k = em_grad_attr(n, "kernel"), *st = em_grad_attr(n, "stride"),
+                  *pd = em_grad_attr(n, "padding");
+    bool inc = em_grad_attr(n, "count_include_pad")->i;
+    em_tensor *ah = pool_matrix(c, x->shape[2], G->shape[2], k->v[0], st->v[0], pd->v[0], inc);
+    em_tensor *aw = pool_matrix(c, x->shape[3], G->shape[3], k->v[1], st->v[1], pd->v[1], inc);
+    if (ah && aw)
+        gin[0] = em_matmul(c, em_transpose(c, ah, 0, 1), em_matmul(c, f32(c, G), aw));
+    return c->err.status;
+}
+
 void em_grad_rules_conv(em_grad_rule *t) {
     GRAD_RULE(CONV2D, g_conv2d, 3, 0);
     GRAD_RULE(GROUP_NORM, g_group_norm, 3, 0);
     GRAD_RULE(UPSAMPLE_NEAREST, g_upsample, 0, 0);
     GRAD_RULE(UPSAMPLE_BILINEAR, g_upsample, 0, 0);
+    GRAD_RULE(AVG_POOL2D, g_avg_pool2d, 0, 0);
 }
