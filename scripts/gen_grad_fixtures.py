@@ -331,13 +331,13 @@ def build(w):
                                                         align_corners=ac),
              attrs={"size": list(size), "align_corners": ac})
 
-    for tag, xs, k, st, pd, ceil, inc in [("2x2", (2, 3, 6, 4), (2, 2), (2, 2), (0, 0), False, True),
-                                          ("pad_ceil_exclude", (1, 2, 7, 6), (3, 2), (2, 2),
-                                           (1, 1), True, False),
-                                          ("pad_include", (1, 1, 5, 7), (3, 3), (2, 3), (1, 1),
-                                           False, True)]:
+    pools = [("2x2", (2, 3, 6, 4), (2, 2), (2, 2), (0, 0), False, True),
+             ("pad_ceil_exclude", (1, 2, 7, 6), (3, 2), (2, 2), (1, 1), True, False),
+             ("pad_include", (1, 1, 5, 7), (3, 3), (2, 3), (1, 1), False, True)]
+    for tag, xs, k, st, pd, ceil, inc in pools:
         case(w, f"avg_pool2d/f32/{tag}", "avg_pool2d", [randn(g, *xs)],
-             lambda x_, k=k, st=st, pd=pd, ceil=ceil, inc=inc: F.avg_pool2d(x_, k, st, pd, ceil, inc),
+             lambda x_, k=k, st=st, pd=pd, ceil=ceil, inc=inc:
+             F.avg_pool2d(x_, k, st, pd, ceil, inc),
              attrs={"kernel": list(k), "stride": list(st), "padding": list(pd),
                     "ceil_mode": ceil, "count_include_pad": inc})
 
