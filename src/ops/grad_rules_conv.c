@@ -128,14 +128,9 @@ static em_status g_conv2d(GRAD_ARGS) {
     return c->err.status;
 }
 
-static em_tensor *f32(em_ctx *c, em_tensor *t) {
-    return t && t->dtype != EM_F32 && t->dtype != EM_F64 ? em_cast(c, t, EM_F32) : t;
-}
-
-static em_tensor *mean_last(em_ctx *c, em_tensor *t) {
-    int d = -1;
-    return em_mean(c, t, &d, 1, true);
-}
+/* short names for ops/grad_util.c's helpers */
+#define f32 em_grad_f32
+#define mean_last em_grad_mean_last
 
 /* a per-channel parameter [C] as [C, 1, ..] to broadcast against x[N, C, ...] */
 static em_tensor *per_channel(em_ctx *c, em_tensor *v, int ndim) {
@@ -176,14 +171,27 @@ static em_status g_group_norm(GRAD_ARGS) {
     return c->err.status;
 }
 
+/* A zeroed host [out, in] matrix (NULL after an OOM error naming the op). */
+static float *matrix_alloc(em_ctx *c, int64_t out, int64_t in, const char *op) {
+    float *a = calloc((size_t)(in * out), sizeof *a);
+    if (!a)
+        em_ctx_fail(c, EM_ERR_OOM, "backward", "%s: out of memory for a %lld x %lld matrix", op,
+                    (long long)out, (long long)in);
+    return a;
+}
+
+/* The host matrix as an f32 tensor on the default device; frees a. */
+static em_tensor *matrix_tensor(em_ctx *c, float *a, int64_t out, int64_t in) {
+    int64_t s[2] = {out, in};
+    em_tensor *m = em_from_host(c, EM_F32, 2, s, a);
+    free(a);
+    return m;
+}
+
 /* The [out, in] f32 interpolation matrix of one dim: row o holds output o's source weights. */
 static em_tensor *interp_matrix(em_ctx *c, int64_t in, int64_t out, bool bilinear, bool ac) {
-    float *a = calloc((size_t)(in * out), sizeof *a);
-    if (!a) {
-        em_ctx_fail(c, EM_ERR_OOM, "backward", "upsample: out of memory for a %lld x %lld matrix",
-                    (long long)out, (long long)in);
-        return NULL;
-    }
+    float *a = matrix_alloc(c, out, in, "upsample");
+    if (!a) return NULL;
     for (int64_t o = 0; o < out; o++) {
         if (!bilinear) {
             a[o * in + em_nearest_src(o, in, out)] = 1.0f;
@@ -193,10 +201,13 @@ static em_tensor *interp_matrix(em_ctx *c, int64_t in, int64_t out, bool bilinea
         a[o * in + t.i0] += t.l0;
         a[o * in + t.i1] += t.l1;
     }
-    int64_t s[2] = {out, in};
-    em_tensor *m = em_from_host(c, EM_F32, 2, s, a);
-    free(a);
-    return m;
+    return matrix_tensor(c, a, out, in);
+}
+
+/* The gradient of y = A_h x A_w^T over x[N, C, H, W]: A_h^T g A_w (f32). */
+static em_tensor *separable_grad(em_ctx *c, em_tensor *ah, em_tensor *aw, em_tensor *g) {
+    if (!ah || !aw) return NULL;
+    return em_matmul(c, em_transpose(c, ah, 0, 1), em_matmul(c, f32(c, g), aw));
 }
 
 static em_status g_upsample(GRAD_ARGS) {
@@ -207,8 +218,7 @@ static em_status g_upsample(GRAD_ARGS) {
     int64_t H = x->shape[2], W = x->shape[3], ho = G->shape[2], wo = G->shape[3];
     em_tensor *ah = interp_matrix(c, H, ho, bilinear, ac);
     em_tensor *aw = interp_matrix(c, W, wo, bilinear, ac);
-    if (ah && aw)
-        gin[0] = em_matmul(c, em_transpose(c, ah, 0, 1), em_matmul(c, f32(c, G), aw));
+    gin[0] = separable_grad(c, ah, aw, G);
     return c->err.status;
 }
 
@@ -216,12 +226,8 @@ static em_status g_upsample(GRAD_ARGS) {
  * to the padded input (its span: the divisor with count_include_pad) then to the input. */
 static em_tensor *pool_matrix(em_ctx *c, int64_t in, int64_t out, int64_t k, int64_t st,
                               int64_t pad, bool include_pad) {
-    float *a = calloc((size_t)(in * out), sizeof *a);
-    if (!a) {
-        em_ctx_fail(c, EM_ERR_OOM, "backward", "avg_pool2d: out of memory for a %lld x %lld "
-                    "matrix", (long long)out, (long long)in);
-        return NULL;
-    }
+    float *a = matrix_alloc(c, out, in, "avg_pool2d");
+    if (!a) return NULL;
     for (int64_t o = 0; o < out; o++) {
         int64_t i0 = o * st - pad, i1 = i0 + k < in + pad ? i0 + k : in + pad, span = i1 - i0;
         if (i0 < 0) i0 = 0;
@@ -229,10 +235,7 @@ static em_tensor *pool_matrix(em_ctx *c, int64_t in, int64_t out, int64_t k, int
         for (int64_t i = i0; i < i1; i++)
             a[o * in + i] = (float)(1.0 / (double)(include_pad ? span : i1 - i0));
     }
-    int64_t s[2] = {out, in};
-    em_tensor *m = em_from_host(c, EM_F32, 2, s, a);
-    free(a);
-    return m;
+    return matrix_tensor(c, a, out, in);
 }
 
 static em_status g_avg_pool2d(GRAD_ARGS) {
@@ -243,8 +246,7 @@ static em_status g_avg_pool2d(GRAD_ARGS) {
     bool inc = em_grad_attr(n, "count_include_pad")->i;
     em_tensor *ah = pool_matrix(c, x->shape[2], G->shape[2], k->v[0], st->v[0], pd->v[0], inc);
     em_tensor *aw = pool_matrix(c, x->shape[3], G->shape[3], k->v[1], st->v[1], pd->v[1], inc);
-    if (ah && aw)
-        gin[0] = em_matmul(c, em_transpose(c, ah, 0, 1), em_matmul(c, f32(c, G), aw));
+    gin[0] = separable_grad(c, ah, aw, G);
     return c->err.status;
 }
 
