@@ -297,6 +297,50 @@ def build(w):
     case(w, "stack/f32/dim1", "stack", [randn(g, 2, 3), randn(g, 2, 3)],
          lambda *t: torch.stack(t, 1), attrs={"dim": 1})
 
+    # ---- convolution, group norm, resampling (the diffusion UNet's ops) ----
+    cv = [  # tag, x, w, bias, stride, padding, dilation, groups
+        ("3x3_pad1_bias", (2, 3, 6, 5), (4, 3, 3, 3), True, (1, 1), (1, 1), (1, 1), 1),
+        ("stride2_pad1_odd", (1, 4, 7, 7), (4, 4, 3, 3), True, (2, 2), (1, 1), (1, 1), 1),
+        ("stride3_remainder", (2, 2, 8, 9), (3, 2, 2, 3), False, (3, 2), (0, 1), (1, 1), 1),
+        ("dilated_groups2", (2, 4, 7, 6), (6, 2, 3, 2), True, (1, 2), (2, 0), (2, 1), 2),
+        ("1x1_pad_gt_kernel", (1, 2, 4, 5), (3, 2, 1, 1), True, (2, 1), (1, 2), (1, 1), 1),
+        ("depthwise", (1, 3, 5, 5), (6, 1, 3, 3), False, (1, 1), (1, 1), (1, 1), 3),
+    ]
+    for tag, xs, ws, bias, st, pd, dl, gr in cv:
+        inp = [randn(g, *xs), randn(g, *ws) * 0.5, randn(g, ws[0]) if bias else None]
+        case(w, f"conv2d/f32/{tag}", "conv2d", inp,
+             lambda x_, w_, b_, st=st, pd=pd, dl=dl, gr=gr: F.conv2d(x_, w_, b_, st, pd, dl, gr),
+             attrs={"stride": list(st), "padding": list(pd), "dilation": list(dl), "groups": gr})
+    case(w, "group_norm/f32/affine_4d", "group_norm",
+         [randn(g, 2, 6, 3, 4) * 2 + 0.5, randn(g, 6), randn(g, 6)],
+         lambda x_, w_, b_: F.group_norm(x_, 3, w_, b_, 1e-5), attrs={"groups": 3, "eps": 1e-5})
+    case(w, "group_norm/f32/plain_3d", "group_norm", [randn(g, 2, 4, 5), None, None],
+         lambda x_, w_, b_: F.group_norm(x_, 2, None, None, 1e-6), attrs={"groups": 2, "eps": 1e-6})
+    case(w, "group_norm/f32/one_group", "group_norm",
+         [randn(g, 1, 4, 3, 3), randn(g, 4), randn(g, 4)],
+         lambda x_, w_, b_: F.group_norm(x_, 1, w_, b_, 1e-5), attrs={"groups": 1, "eps": 1e-5})
+    for tag, xs, size in [("2x", (1, 2, 3, 4), (6, 8)), ("uneven", (2, 1, 3, 5), (7, 4))]:
+        case(w, f"upsample_nearest/f32/{tag}", "upsample_nearest", [randn(g, *xs)],
+             lambda x_, size=size: F.interpolate(x_, size=size, mode="nearest"),
+             attrs={"size": list(size)})
+    for tag, xs, size, ac in [("up", (1, 2, 3, 4), (5, 9), False),
+                              ("down", (2, 1, 6, 5), (4, 3), False),
+                              ("align_corners", (1, 2, 3, 4), (7, 6), True)]:
+        case(w, f"upsample_bilinear/f32/{tag}", "upsample_bilinear", [randn(g, *xs)],
+             lambda x_, size=size, ac=ac: F.interpolate(x_, size=size, mode="bilinear",
+                                                        align_corners=ac),
+             attrs={"size": list(size), "align_corners": ac})
+
+    pools = [("2x2", (2, 3, 6, 4), (2, 2), (2, 2), (0, 0), False, True),
+             ("pad_ceil_exclude", (1, 2, 7, 6), (3, 2), (2, 2), (1, 1), True, False),
+             ("pad_include", (1, 1, 5, 7), (3, 3), (2, 3), (1, 1), False, True)]
+    for tag, xs, k, st, pd, ceil, inc in pools:
+        case(w, f"avg_pool2d/f32/{tag}", "avg_pool2d", [randn(g, *xs)],
+             lambda x_, k=k, st=st, pd=pd, ceil=ceil, inc=inc:
+             F.avg_pool2d(x_, k, st, pd, ceil, inc),
+             attrs={"kernel": list(k), "stride": list(st), "padding": list(pd),
+                    "ceil_mode": ceil, "count_include_pad": inc})
+
     # ---- mixture of experts ----
     gs = torch.tensor([3, 0, 5], dtype=torch.int32)
     case(w, "ragged_dot/f32/kn", "ragged_dot", [randn(g, 10, 6), randn(g, 3, 6, 4), gs],

@@ -84,5 +84,10 @@ em_tensor *em_grad_reduce_to(em_ctx *c, em_tensor *g, const em_tensor *like);
 em_tensor *em_grad_zeros_like(em_ctx *c, const em_tensor *t);
 /* The attribute `name` of the node's op (its schema must have it). */
 const em_attr *em_grad_attr(const em_grad_node *n, const char *name);
+/* t cast to f32 unless it is f32 or f64 already (norms recompute their statistics in f32, as
+ * their forwards do); NULL stays NULL. */
+em_tensor *em_grad_f32(em_ctx *c, em_tensor *t);
+/* The mean over the last dim, kept. */
+em_tensor *em_grad_mean_last(em_ctx *c, em_tensor *t);
 
 #endif

@@ -10,6 +10,8 @@ void em_grad_rules_ew(em_grad_rule *t);
 void em_grad_rules_shape(em_grad_rule *t);
 /* matmul, linear, norms, rope, attention, ragged_dot (ops/grad_rules_nn.c) */
 void em_grad_rules_nn(em_grad_rule *t);
+/* conv2d, group_norm, upsampling, avg_pool2d (ops/grad_rules_conv.c) */
+void em_grad_rules_conv(em_grad_rule *t);
 
 /* Shorthand for a rule's parameter list and its table entry. */
 #define GRAD_ARGS                                                                                  \

@@ -51,14 +51,9 @@ static em_status g_linear(GRAD_ARGS) {
     return c->err.status;
 }
 
-static em_tensor *f32(em_ctx *c, em_tensor *t) {
-    return t && t->dtype != EM_F32 && t->dtype != EM_F64 ? em_cast(c, t, EM_F32) : t;
-}
-
-static em_tensor *mean_last(em_ctx *c, em_tensor *t) {
-    int d = -1;
-    return em_mean(c, t, &d, 1, true);
-}
+/* short names for ops/grad_util.c's helpers */
+#define f32 em_grad_f32
+#define mean_last em_grad_mean_last
 
 /* gradient of the weight (and bias) of a norm: sum over every dim but the last */
 static em_tensor *sum_rows(em_ctx *c, em_tensor *t, const em_tensor *like) {

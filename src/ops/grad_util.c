@@ -20,3 +20,12 @@ const em_attr *em_grad_attr(const em_grad_node *n, const char *name) {
     int i = em_op_attr_index(n->op, name);
     return i < 0 ? NULL : &n->attrs[i];
 }
+
+em_tensor *em_grad_f32(em_ctx *c, em_tensor *t) {
+    return t && t->dtype != EM_F32 && t->dtype != EM_F64 ? em_cast(c, t, EM_F32) : t;
+}
+
+em_tensor *em_grad_mean_last(em_ctx *c, em_tensor *t) {
+    int d = -1;
+    return em_mean(c, t, &d, 1, true);
+}

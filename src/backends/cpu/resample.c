@@ -2,12 +2,9 @@
  * Upsampling (any output size, NCHW) as torch's F.interpolate(size=...) computes it on the CPU:
  * mode="nearest" and mode="bilinear" with align_corners true or false.
  *
- * Source positions follow ATen's UpSample.h bit for bit, in f32: the scale is
- * float(in) / float(out) (align_corners: float(in - 1) / float(out - 1)); nearest takes
- * floor(dst * scale); bilinear's source is scale * (dst + 0.5) - 0.5 clamped at 0, which torch's
- * CPU build evaluates as one fused multiply-add (hence fmaf: a separate multiply and subtract
- * moves some weights by an ulp and, at dst = 1 of a 3x upsample, changes a weight from 1e-8 to
- * 0). Equal input and output sizes copy, as in torch. Bilinear interpolates in f32 and rounds
+ * Source positions follow ATen's UpSample.h bit for bit, in f32 (core/resample_src.h; its
+ * fmaf matters: a separate multiply and subtract moves some weights by an ulp and, at dst = 1 of
+ * a 3x upsample, changes a weight from 1e-8 to 0). Bilinear interpolates in f32 and rounds
  * once.
  */
 #include <math.h>
@@ -16,16 +13,9 @@
 #include <string.h>
 
 #include "backends/cpu/conv.h"
+#include "core/resample_src.h"
 
 /* ---- nearest ---- */
-
-static int64_t nearest_src(int64_t dst, int64_t in, int64_t out) {
-    if (out == in) return dst;
-    if (out == 2 * in) return dst >> 1;
-    float scale = (float)in / (float)out;
-    int64_t s = (int64_t)floorf((float)dst * scale);
-    return s < in - 1 ? s : in - 1;
-}
 
 typedef struct nearest_job {
     const em_tensor *x;
@@ -67,8 +57,8 @@ em_status em_cpu_upsample_nearest(const em_kernel_args *a) {
         return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate index tables for %lld x %lld",
                           (long long)ho, (long long)wo);
     int64_t *ix = iy + ho;
-    for (int64_t k = 0; k < ho; k++) iy[k] = nearest_src(k, H, ho);
-    for (int64_t k = 0; k < wo; k++) ix[k] = nearest_src(k, W, wo);
+    for (int64_t k = 0; k < ho; k++) iy[k] = em_nearest_src(k, H, ho);
+    for (int64_t k = 0; k < wo; k++) ix[k] = em_nearest_src(k, W, wo);
     nearest_job j = {x, out, iy, ix};
     int64_t rows = x->shape[0] * x->shape[1] * ho;
     em_parallel_for(rows, 1 + 32768 / wo, nearest_rows, &j);
@@ -78,50 +68,17 @@ em_status em_cpu_upsample_nearest(const em_kernel_args *a) {
 
 /* ---- bilinear ---- */
 
-typedef struct lin_tap {
-    int64_t i0, i1;
-    float l0, l1;
-} lin_tap;
-
-static lin_tap linear_src(int64_t dst, int64_t in, int64_t out, bool align_corners) {
-    lin_tap t;
-    if (out == in) {
-        t.i0 = t.i1 = dst;
-        t.l0 = 1.0f;
-        t.l1 = 0.0f;
-        return t;
-    }
-    float r;
-    if (align_corners) {
-        float scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
-        r = scale * (float)dst;
-    } else {
-        float scale = (float)in / (float)out;
-        r = fmaf(scale, (float)dst + 0.5f, -0.5f);
-        if (r < 0.0f) r = 0.0f;
-    }
-    int64_t i0 = (int64_t)floorf(r);
-    if (i0 > in - 1) i0 = in - 1;
-    float l1 = r - (float)i0;
-    l1 = l1 < 0.0f ? 0.0f : l1 > 1.0f ? 1.0f : l1;
-    t.i0 = i0;
-    t.i1 = i0 + (i0 < in - 1 ? 1 : 0);
-    t.l1 = l1;
-    t.l0 = 1.0f - l1;
-    return t;
-}
-
 typedef struct bilinear_job {
     const em_tensor *x;
     em_tensor *out;
-    const lin_tap *ty, *tx;
+    const em_lin_tap *ty, *tx;
     atomic_int oom;
 } bilinear_job;
 
 /* Interpolates source row `src` horizontally into dst[wo]. */
-static void hrow(const float *src, const lin_tap *tx, int64_t wo, float *dst) {
+static void hrow(const float *src, const em_lin_tap *tx, int64_t wo, float *dst) {
     for (int64_t k = 0; k < wo; k++) {
-        const lin_tap t = tx[k];
+        const em_lin_tap t = tx[k];
         dst[k] = src[t.i0] * t.l0 + src[t.i1] * t.l1;
     }
 }
@@ -146,7 +103,7 @@ static void bilinear_planes(void *user, int64_t p0, int64_t p1, int tid) {
         const float *src = em_conv_plane_f32(x, p, buf);
         int64_t held[2] = {-1, -1};
         for (int64_t oh = 0; oh < ho; oh++) {
-            const lin_tap ty = j->ty[oh];
+            const em_lin_tap ty = j->ty[oh];
             const float *t[2];
             int64_t need[2] = {ty.i0, ty.i1};
             for (int k = 0; k < 2; k++) {
@@ -174,13 +131,13 @@ em_status em_cpu_upsample_bilinear(const em_kernel_args *a) {
     bool ac = a->attrs[1].i != 0;
     int64_t H = x->shape[2], W = x->shape[3], ho = out->shape[2], wo = out->shape[3];
     if (out->numel == 0) return EM_OK;
-    lin_tap *ty = malloc((size_t)(ho + wo) * sizeof *ty);
+    em_lin_tap *ty = malloc((size_t)(ho + wo) * sizeof *ty);
     if (!ty)
         return em_op_fail(a->ctx, EM_ERR_OOM, "cannot allocate index tables for %lld x %lld",
                           (long long)ho, (long long)wo);
-    lin_tap *tx = ty + ho;
-    for (int64_t k = 0; k < ho; k++) ty[k] = linear_src(k, H, ho, ac);
-    for (int64_t k = 0; k < wo; k++) tx[k] = linear_src(k, W, wo, ac);
+    em_lin_tap *tx = ty + ho;
+    for (int64_t k = 0; k < ho; k++) ty[k] = em_linear_src(k, H, ho, ac);
+    for (int64_t k = 0; k < wo; k++) tx[k] = em_linear_src(k, W, wo, ac);
     bilinear_job j = {.x = x, .out = out, .ty = ty, .tx = tx};
     atomic_init(&j.oom, 0);
     em_parallel_for(x->shape[0] * x->shape[1], 1 + 32768 / (ho * wo), bilinear_planes, &j);
