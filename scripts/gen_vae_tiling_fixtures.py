@@ -18,7 +18,16 @@ tiled output is not the image's size (Ember does the same arithmetic, so it woul
   CASE_untiled_decoded  vae.decode of the default case's latents with tiling off, to show the
                         tiled result differs near the seams (as diffusers' does)
 
-Ember must match within 1e-4. Run after gen_vae_fixtures.py (it reads its folders).
+And a StableDiffusionPipeline run with the VAE tiled (`pipe.vae.enable_tiling()`) on the
+committed tests/fixtures/diffusion/sd_tiny folder (gen_sd_fixtures.py) at 32 x 32, where the
+16 x 16 latents are larger than its VAE's 8-pixel latent tiles:
+
+  sd_tiled_latents      the initial latents, torch.Generator("cpu").manual_seed(3)
+  sd_tiled_image        pipe("a photo of a cat", height=32, width=32, num_inference_steps=2,
+                        guidance_scale=7.5, generator=manual_seed(3), output_type="np")
+
+Ember must match within 1e-4 (the pipeline image within 1e-3). Run after gen_vae_fixtures.py and
+gen_sd_fixtures.py (it reads their folders).
 """
 import os
 import sys
@@ -78,6 +87,25 @@ def main():
             if tname == "default":
                 b.add(f"{name}_untiled_decoded", untiled.contiguous())
             meta[p[:-1]] = list(tiles)
+    from diffusers import StableDiffusionPipeline
+    pipe = StableDiffusionPipeline.from_pretrained(os.path.join(OUT, "sd_tiny"),
+                                                   safety_checker=None,
+                                                   requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    images = {}
+    for tiled in (True, False):
+        if tiled:
+            pipe.vae.enable_tiling()
+        else:
+            pipe.vae.disable_tiling()
+        latents = torch.randn((1, 4, 16, 16), generator=torch.Generator("cpu").manual_seed(3))
+        with torch.no_grad():
+            images[tiled] = pipe("a photo of a cat", height=32, width=32, num_inference_steps=2,
+                                 guidance_scale=7.5, output_type="np",
+                                 generator=torch.Generator("cpu").manual_seed(3)).images
+    assert abs(images[True] - images[False]).max() > 1e-3, "the VAE tiling changed nothing"
+    b.add("sd_tiled_latents", latents)
+    b.add("sd_tiled_image", torch.from_numpy(images[True]))
     b.meta = {"tilings": meta}
     n, nbytes = b.write()
     print("vae_tiling_ref: %d tensors, %d bytes" % (n, nbytes))

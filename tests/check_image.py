@@ -82,6 +82,7 @@ def main():
     runs = bundle(fixtures, "pipeline_runs_ref")
     sd = bundle(fixtures, "sd_tiny_ref")
     dit = bundle(fixtures, "dit_runs_ref")  # scripts/gen_dit_fixtures.py
+    tiling = bundle(fixtures, "vae_tiling_ref")  # scripts/gen_vae_tiling_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -106,6 +107,9 @@ def main():
             ("sd negative seed", ["--model", d("sd_tiny"), "--prompt", "a red cube on a table",
                                   "--negative-prompt", "blurry, low quality", "--guidance", "3",
                                   "--seed", "5", "--steps", "3"], sd["negative_image"], 4),
+            ("sd --vae-tiling", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat",
+                                 "--height", "32", "--width", "32", "--steps", "2", "--seed", "3",
+                                 "--vae-tiling"], tiling["sd_tiled_image"], 3),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",

@@ -210,5 +210,40 @@ static void test_sd_bad_folders(void) {
     em_test_scratch_remove();
 }
 
+/* pipe.vae.enable_tiling() at 32 x 32 (16 x 16 latents, the VAE's latent tile is 8): diffusers'
+ * image (scripts/gen_vae_tiling_fixtures.py); a pipeline without a VAE refuses the option */
+static void test_sd_vae_tiling(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/vae_tiling_ref");
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
+    CHECK_MSG(b && p, "%s", msg(c));
+    if (b && p) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = "a photo of a cat";
+        rp.height = rp.width = 32;
+        rp.steps = 2;
+        rp.seed = 3;
+        rp.vae_tiling = true;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "sd_tiled_image"), 1e-3, 0,
+                         "Stable Diffusion with the VAE tiled");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    p = em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), NULL);
+    if (p) {
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.vae_tiling = true;
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "vae_tiling", "has no VAE");
+    }
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_sd_matches_diffusers), T(test_sd_compiled), T(test_sd_on_xla),
-             T(test_sd_errors), T(test_sd_bad_folders))
+             T(test_sd_errors), T(test_sd_bad_folders), T(test_sd_vae_tiling))

@@ -344,6 +344,9 @@ typedef struct em_pipeline_run_params {
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
                              [0, num_embeds_ada_norm)); -1: none (the other pipelines) */
+    bool vae_tiling;      /* decode with the VAE in tiles, diffusers' pipe.vae.enable_tiling()
+                             (em_vae_decode_tiled, the VAE's default tiles); refused by the
+                             pipelines without a VAE */
 } em_pipeline_run_params;
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's

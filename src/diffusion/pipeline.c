@@ -290,6 +290,10 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     "%s takes no guidance scale (an unconditional pipeline)", cls);
         return false;
     }
+    if (rp->vae_tiling && !p->vae) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "vae_tiling: %s (%s) has no VAE", cls, p->idx.dir);
+        return false;
+    }
     if (rp->guidance_scale != rp->guidance_scale) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
@@ -375,10 +379,12 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
      * 3, 1) */
     em_tensor *img = x;
     if (p->tok)
-        img = sd_decode(c, p, x);
-    else if (p->dit)
-        img = em_vae_decode(c, p->vae, em_mul_scalar(c, x, 1.0 / em_vae_get_config(p->vae)
-                                                                  ->scaling_factor));
+        img = sd_decode(c, p, x, rp->vae_tiling);
+    else if (p->dit) {
+        em_tensor *z = em_mul_scalar(c, x, 1.0 / em_vae_get_config(p->vae)->scaling_factor);
+        img = rp->vae_tiling ? em_vae_decode_tiled(c, p->vae, z, NULL)
+                             : em_vae_decode(c, p->vae, z);
+    }
     img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
     img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
     em_device *cpu = img ? em_device_get(c, "cpu") : NULL;

@@ -40,8 +40,9 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
 /* encode_prompt: [negative; prompt] embeddings (guidance > 1) or the prompt's, on the UNet's
  * device, in the current scope. */
 em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
-/* vae.decode(latents / scaling_factor): the image [1, 3, H, W] in [-1, 1], current scope. */
-em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents);
+/* vae.decode(latents / scaling_factor): the image [1, 3, H, W] in [-1, 1], current scope; in
+ * tiles (the VAE's default tiling) when `tiled`. */
+em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([1, C, H, W] on the
  * transformer's device, a reference this takes over): classifier-free guidance on a doubled
  * batch when guidance > 1, as diffusers runs it. Returns the final latents [1, C, H, W] (a

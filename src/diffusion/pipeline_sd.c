@@ -98,9 +98,11 @@ em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
     return e;
 }
 
-em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents) {
+em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled) {
     em_device *dev = em_vae_device(p->vae);
     if (em_tensor_device(latents) != dev) latents = em_to(c, latents, dev);
     double sf = em_vae_get_config(p->vae)->scaling_factor;
-    return latents ? em_vae_decode(c, p->vae, em_div_scalar(c, latents, sf)) : NULL;
+    em_tensor *z = latents ? em_div_scalar(c, latents, sf) : NULL;
+    if (!z) return NULL;
+    return tiled ? em_vae_decode_tiled(c, p->vae, z, NULL) : em_vae_decode(c, p->vae, z);
 }

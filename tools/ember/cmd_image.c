@@ -14,7 +14,8 @@ static void usage(FILE *f) {
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
-            "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n\n"
+            "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n"
+            "                   [--vae-tiling]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
             "what diffusers draws with\n"
@@ -38,6 +39,8 @@ static void usage(FILE *f) {
             "  --device D          cpu (default), xla:0, tpu:0, cuda:0, ...\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
+            "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
+            "                      diffusers' pipe.vae.enable_tiling(): memory follows the tile\n"
             "  --out FILE.png      the image\n"
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
             "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n");
@@ -55,7 +58,7 @@ typedef struct image_args {
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     long long steps, seed, height, width, class_label;
     double eta, guidance;
-    bool have_seed, compile, have_class, have_guidance;
+    bool have_seed, compile, have_class, have_guidance, vae_tiling;
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
@@ -79,6 +82,8 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--compile")) {
             a->compile = true;
+        } else if (!strcmp(o, "--vae-tiling")) {
+            a->vae_tiling = true;
         } else if (!strcmp(o, "--model") && val) {
             a->model = argv[++i];
         } else if (!strcmp(o, "--scheduler") && val) {
@@ -145,6 +150,7 @@ static int run(em_ctx *c, const image_args *a) {
     bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION, dit = idx->pipeline == EM_PIPELINE_DIT;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
+    rp.vae_tiling = a->vae_tiling;
     rp.compile_stats = &cs;
     em_scheduler_kind kind;
     const char *wrong = NULL, *why = "";
