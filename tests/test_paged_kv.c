@@ -1,7 +1,8 @@
 /* The paged KV cache (src/models/paged_kv.c) on the tiny checkpoints against transformers
  * (tests/fixtures/models/<family>_ref, scripts/gen_model_fixtures.py): prefill logits within
  * 1e-4, and greedy continuations token for token while rows of different lengths decode in one
- * batch, join and leave it, and one row reuses another's prompt blocks; the block accounting
+ * batch, join and leave it, and one row reuses another's prompt blocks (whole blocks shared, the
+ * partial last one copied); the block accounting
  * (blocks follow the lengths, shared blocks counted once, everything back in the pool when the
  * sequences end) and a full pool's error with nothing changed. */
 #include <stdlib.h>
@@ -51,10 +52,50 @@ typedef struct row {
 static void prefill(em_ctx *c, const em_model *m, em_paged_kv *p, row *r, int64_t from) {
     em_scope_push(c);
     em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, r->prompt + from, 1, r->n_prompt - from),
-                                     &r->seq, true);
+                                     &r->seq, NULL, true);
     if (lg) argmax_rows(c, lg, 1, &r->next);
     em_scope_pop(c);
     r->out[r->got++] = r->next;
+}
+
+/* Prefills rows a and b together as the server does: one forward per chunk of up to `chunk`
+ * tokens per row, a row with fewer left left-padded (n_new), each written at its own length. */
+static void prefill_pair(em_ctx *c, const em_model *m, em_paged_kv *p, row *a, row *b,
+                         int64_t chunk) {
+    int64_t done[2] = {0, 0};
+    row *rs[2] = {a, b};
+    while (!em_ctx_status(c)) {
+        int n = 0, seqs[2], at[2];
+        int64_t k = 0, add[2];
+        for (int i = 0; i < 2; i++) {
+            int64_t left = rs[i]->n_prompt - done[i];
+            if (!left) continue;
+            add[n] = left < chunk ? left : chunk;
+            if (add[n] > k) k = add[n];
+            at[n] = i;
+            seqs[n++] = rs[i]->seq;
+        }
+        if (!n) break;
+        em_token ids[2 * 64];
+        for (int j = 0; j < n; j++) {
+            row *r = rs[at[j]];
+            for (int64_t t = 0; t < k; t++) /* padding: any id (here the row's first) */
+                ids[j * k + t] = t < k - add[j] ? r->prompt[0] : r->prompt[done[at[j]] + t - (k - add[j])];
+        }
+        em_scope_push(c);
+        em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, n, k), seqs, add, true);
+        em_token nx[2] = {0, 0};
+        if (lg) argmax_rows(c, lg, n, nx);
+        em_scope_pop(c);
+        for (int j = 0; j < n; j++) {
+            row *r = rs[at[j]];
+            done[at[j]] += add[j];
+            if (done[at[j]] == r->n_prompt) {
+                r->next = nx[j];
+                r->out[r->got++] = nx[j];
+            }
+        }
+    }
 }
 
 static void check_family(const char *family) {
@@ -94,7 +135,7 @@ static void check_family(const char *family) {
     /* prefill logits of the first prompt against transformers' */
     rows[0].seq = em_paged_seq_new(c, p);
     em_scope_push(c);
-    em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, plen), &rows[0].seq, false);
+    em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, plen), &rows[0].seq, NULL, false);
     em_tensor *ref = em_test_bundle_get(b, c, "logits_f32");
     if (lg && ref)
         em_test_allclose(c, lg, em_narrow(c, ref, 0, 0, 1), 1e-4, 1e-4, "paged prefill logits");
@@ -105,22 +146,23 @@ static void check_family(const char *family) {
     CHECK(em_paged_kv_blocks_used(p) == em_paged_kv_blocks_for(p, plen));
     /* row 3 reuses row 0's whole blocks of its first plen - 1 positions, computes the rest */
     rows[3].seq = em_paged_seq_new(c, p);
-    int64_t shared = em_paged_seq_share(c, p, rows[3].seq, rows[0].seq, plen - 1);
-    CHECK_MSG(shared == (plen - 1) / BS * BS, "shared %lld positions", (long long)shared);
     int64_t used0 = em_paged_kv_blocks_used(p);
+    int64_t shared = em_paged_seq_share(c, p, rows[3].seq, rows[0].seq, plen - 1);
+    CHECK_MSG(shared == plen - 1, "shared %lld positions", (long long)shared);
     prefill(c, m, p, &rows[3], shared);
     CHECK_MSG(em_paged_kv_blocks_used(p) ==
-                  used0 + em_paged_kv_blocks_for(p, plen) - shared / BS,
+                  used0 + em_paged_kv_blocks_for(p, plen) - (plen - 1) / BS,
               "shared blocks are counted once");
-    /* rows 1 and 2 join later, one after the other, while the others decode */
+    /* rows 1 and 2 join later, prefilled together, while the others decode */
     int n_active = 2;
     int active[4] = {0, 3, -1, -1};
     for (int step = 0; step < 40 && !em_ctx_status(c); step++) {
-        if (step == 2 || step == 4) {
-            int k = step == 2 ? 1 : 2;
-            rows[k].seq = em_paged_seq_new(c, p);
-            prefill(c, m, p, &rows[k], 0);
-            active[n_active++] = k;
+        if (step == 2) { /* prefilled together, in chunks of 5 (the shorter one padded) */
+            rows[1].seq = em_paged_seq_new(c, p);
+            rows[2].seq = em_paged_seq_new(c, p);
+            prefill_pair(c, m, p, &rows[1], &rows[2], 5);
+            active[n_active++] = 1;
+            active[n_active++] = 2;
         }
         /* rows that are done leave (their blocks go back to the pool) */
         for (int i = 0; i < n_active;) {
@@ -138,7 +180,7 @@ static void check_family(const char *family) {
             if (rows[i].seq >= 0 && rows[i].got < rows[i].n_want)
                 need += em_paged_kv_blocks_for(p, em_paged_seq_len(p, rows[i].seq));
         int64_t sharing = rows[0].got < rows[0].n_want && rows[3].got < rows[3].n_want;
-        CHECK_MSG(em_paged_kv_blocks_used(p) == need - sharing * (shared / BS),
+        CHECK_MSG(em_paged_kv_blocks_used(p) == need - sharing * ((plen - 1) / BS),
                   "step %d: %lld blocks used, the lengths need %lld", step,
                   (long long)em_paged_kv_blocks_used(p), (long long)need);
         em_token in[4];
@@ -148,7 +190,7 @@ static void check_family(const char *family) {
             seqs[i] = rows[active[i]].seq;
         }
         em_scope_push(c);
-        em_tensor *l = em_paged_forward(c, m, p, ids_tensor(c, in, n_active, 1), seqs, true);
+        em_tensor *l = em_paged_forward(c, m, p, ids_tensor(c, in, n_active, 1), seqs, NULL, true);
         em_token nx[4] = {0};
         if (l) argmax_rows(c, l, n_active, nx);
         em_scope_pop(c);
@@ -193,14 +235,14 @@ static void test_errors(void) {
         int s = em_paged_seq_new(c, p);
         em_token ids[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
         em_scope_push(c);
-        em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, 12), &s, true);
+        em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, 12), &s, NULL, true);
         em_scope_pop(c);
         CHECK(lg == NULL && em_ctx_status(c) == EM_ERR_OOM &&
               strstr(em_ctx_error(c)->message, "KV pool has 2 free blocks"));
         em_ctx_clear_error(c);
         CHECK(em_paged_seq_len(p, s) == 0 && em_paged_kv_blocks_used(p) == 0);
         em_scope_push(c);
-        lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, 8), &s, true);
+        lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, 8), &s, NULL, true);
         em_scope_pop(c);
         CHECK(lg != NULL && em_paged_seq_len(p, s) == 8 && em_paged_kv_blocks_used(p) == 2);
         int t = em_paged_seq_new(c, p);
@@ -210,7 +252,7 @@ static void test_errors(void) {
         em_ctx_clear_error(c);
         int bad = 7;
         em_scope_push(c);
-        CHECK(em_paged_forward(c, m, p, ids_tensor(c, ids, 1, 1), &bad, true) == NULL &&
+        CHECK(em_paged_forward(c, m, p, ids_tensor(c, ids, 1, 1), &bad, NULL, true) == NULL &&
               strstr(em_ctx_error(c)->message, "sequence 7"));
         em_scope_pop(c);
         em_ctx_clear_error(c);

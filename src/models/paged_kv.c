@@ -20,7 +20,8 @@ typedef struct pg_seq {
 struct em_paged_kv {
     const em_model *m;
     int64_t bs, n_blocks, n_free;
-    em_tensor **k, **v; /* per layer [Hkv, n_blocks * bs, D] */
+    em_tensor **k, **v; /* per layer [Hkv, (n_blocks + 1) * bs, D]: the last block takes the
+                         * keys of left padding, never read */
     int32_t *refs;      /* per block */
     int32_t *free_ids;  /* a stack of n_free block ids */
     pg_seq *seqs;
@@ -67,10 +68,12 @@ em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,
     for (int64_t i = 0; i < m->n_layers; i++) {
         const em_dec_layer *l = &m->layers[i];
         int64_t shape[3] = {l->kv_heads ? l->kv_heads : m->cfg.num_key_value_heads,
-                            n_blocks * block_size, l->head_dim ? l->head_dim : m->cfg.head_dim};
+                            (n_blocks + 1) * block_size, l->head_dim ? l->head_dim : m->cfg.head_dim};
         em_ctx_set_device(c, l->dev);
-        p->k[i] = em_detach(c, em_zeros(c, m->dtype, 3, shape));
-        p->v[i] = em_detach(c, em_zeros(c, m->dtype, 3, shape));
+        /* not cleared: a slot is read only after its position was written, and pages of a
+         * large pool that no block reached yet take no memory (on the CPU) */
+        p->k[i] = em_detach(c, em_empty(c, m->dtype, 3, shape));
+        p->v[i] = em_detach(c, em_empty(c, m->dtype, 3, shape));
     }
     em_ctx_set_device(c, prev);
     if (em_ctx_status(c)) {
@@ -142,6 +145,18 @@ static bool seq_reserve(pg_seq *s, int64_t n) {
     return true;
 }
 
+/* Copies positions [0, n) of block `from` to block `to` in every layer's pools. */
+static void block_copy(em_ctx *c, em_paged_kv *p, int32_t from, int32_t to, int64_t n) {
+    em_scope_push(c);
+    for (int64_t i = 0; i < p->m->n_layers; i++) {
+        em_tensor *pools[2] = {p->k[i], p->v[i]};
+        for (int k = 0; k < 2; k++)
+            em_assign(c, em_slice(c, pools[k], 1, (int64_t)to * p->bs, (int64_t)to * p->bs + n, 1),
+                      em_slice(c, pools[k], 1, (int64_t)from * p->bs, (int64_t)from * p->bs + n, 1));
+    }
+    em_scope_pop(c);
+}
+
 int64_t em_paged_seq_share(em_ctx *c, em_paged_kv *p, int dst, int src, int64_t n) {
     pg_seq *d = seq_get(p, dst), *s = seq_get(p, src);
     if (!d || !s || dst == src || d->len || n < 0) {
@@ -151,8 +166,8 @@ int64_t em_paged_seq_share(em_ctx *c, em_paged_kv *p, int dst, int src, int64_t 
         return -1;
     }
     if (n > s->len) n = s->len;
-    int64_t nb = n / p->bs;
-    if (!seq_reserve(d, nb)) {
+    int64_t nb = n / p->bs, tail = n % p->bs;
+    if (!seq_reserve(d, nb + 1)) {
         em_ctx_fail(c, EM_ERR_OOM, "paged_kv", "out of memory (block table)");
         return -1;
     }
@@ -162,6 +177,17 @@ int64_t em_paged_seq_share(em_ctx *c, em_paged_kv *p, int dst, int src, int64_t 
     }
     d->n_blk = nb;
     d->len = nb * p->bs;
+    if (tail && p->n_free > 0) { /* copy on write: dst appends into its own last block */
+        int32_t id = p->free_ids[--p->n_free];
+        p->refs[id] = 1;
+        d->blk[d->n_blk++] = id;
+        block_copy(c, p, s->blk[nb], id, tail);
+        if (em_ctx_status(c)) {
+            em_paged_seq_truncate(p, dst, d->len);
+            return -1;
+        }
+        d->len = n;
+    }
     return d->len;
 }
 
@@ -173,6 +199,20 @@ int64_t em_paged_seq_len(const em_paged_kv *p, int seq) {
 int64_t em_paged_kv_block_size(const em_paged_kv *p) { return p ? p->bs : 0; }
 int64_t em_paged_kv_blocks_total(const em_paged_kv *p) { return p ? p->n_blocks : 0; }
 int64_t em_paged_kv_blocks_used(const em_paged_kv *p) { return p ? p->n_blocks - p->n_free : 0; }
+int64_t em_paged_kv_blocks_held(const em_paged_kv *p, const int *seqs, int n) {
+    if (!p) return 0;
+    uint8_t *seen = calloc((size_t)p->n_blocks, 1);
+    if (!seen) return -1;
+    int64_t k = 0;
+    for (int i = 0; i < n; i++) {
+        const pg_seq *s = seq_get(p, seqs[i]);
+        for (int64_t b = 0; s && b < s->n_blk; b++)
+            if (!seen[s->blk[b]]) seen[s->blk[b]] = 1, k++;
+    }
+    free(seen);
+    return k;
+}
+
 int64_t em_paged_kv_blocks_for(const em_paged_kv *p, int64_t n) {
     return p && n > 0 ? (n + p->bs - 1) / p->bs : 0;
 }
@@ -186,11 +226,12 @@ int64_t em_paged_kv_bytes(const em_paged_kv *p) {
 
 /* Gives every row the blocks it needs for t more positions, all or none. A block a row shares
  * is never written: a shared prefix covers whole blocks, so appends land in new ones. */
-static bool grow_rows(em_ctx *c, em_paged_kv *p, const int *seqs, int64_t b, int64_t t) {
+static bool grow_rows(em_ctx *c, em_paged_kv *p, const int *seqs, int64_t b, int64_t t,
+                      const int64_t *n_new) {
     int64_t need = 0;
     for (int64_t r = 0; r < b; r++) {
         pg_seq *s = &p->seqs[seqs[r]];
-        int64_t nb = em_paged_kv_blocks_for(p, s->len + t);
+        int64_t nb = em_paged_kv_blocks_for(p, s->len + (n_new ? n_new[r] : t));
         if (!seq_reserve(s, nb)) {
             em_ctx_fail(c, EM_ERR_OOM, "paged_forward", "out of memory (block table)");
             return false;
@@ -205,7 +246,7 @@ static bool grow_rows(em_ctx *c, em_paged_kv *p, const int *seqs, int64_t b, int
     }
     for (int64_t r = 0; r < b; r++) {
         pg_seq *s = &p->seqs[seqs[r]];
-        int64_t nb = em_paged_kv_blocks_for(p, s->len + t);
+        int64_t nb = em_paged_kv_blocks_for(p, s->len + (n_new ? n_new[r] : t));
         while (s->n_blk < nb) {
             int32_t id = p->free_ids[--p->n_free];
             p->refs[id] = 1;
@@ -216,7 +257,7 @@ static bool grow_rows(em_ctx *c, em_paged_kv *p, const int *seqs, int64_t b, int
 }
 
 em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_tensor *ids,
-                            const int *seqs, bool last_only) {
+                            const int *seqs, const int64_t *n_new, bool last_only) {
     if (!c || em_ctx_status(c)) return NULL;
     char s1[96];
     if (!m || !p || p->m != m || !ids || !seqs || em_tensor_ndim(ids) != 2) {
@@ -241,7 +282,14 @@ em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_ten
                     em_tensor_sig(ids, s1, sizeof s1));
         return NULL;
     }
-    if (!grow_rows(c, p, seqs, b, t)) return NULL;
+    for (int64_t r = 0; n_new && r < b; r++)
+        if (n_new[r] < 1 || n_new[r] > t) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_forward",
+                        "row %lld adds %lld tokens; 1 to %lld (the ids' width) can be added",
+                        (long long)r, (long long)n_new[r], (long long)t);
+            return NULL;
+        }
+    if (!grow_rows(c, p, seqs, b, t, n_new)) return NULL;
     int64_t mb = 1;
     for (int64_t r = 0; r < b; r++)
         if (p->seqs[seqs[r]].n_blk > mb) mb = p->seqs[seqs[r]].n_blk;
@@ -254,12 +302,14 @@ em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_ten
     for (int64_t r = 0; r < b; r++) {
         const pg_seq *s = &p->seqs[seqs[r]];
         for (int64_t i = 0; i < s->n_blk; i++) table[r * mb + i] = s->blk[i];
+        int64_t pad = t - (n_new ? n_new[r] : t);
         for (int64_t i = 0; i < t; i++) {
-            int64_t q = s->len + i;
-            pos[r * t + i] = q;
-            slots[r * t + i] = (int64_t)s->blk[q / p->bs] * p->bs + q % p->bs;
+            int64_t q = s->len + i - pad; /* padding: before the row's new positions */
+            pos[r * t + i] = q < 0 ? 0 : q;
+            slots[r * t + i] = i < pad ? p->n_blocks * p->bs + i % p->bs /* the padding block */
+                                       : (int64_t)s->blk[q / p->bs] * p->bs + q % p->bs;
         }
-        lens[r] = s->len + t;
+        lens[r] = s->len + t - pad;
     }
     em_scope_push(c);
     em_device *cpu = em_device_cpu();
@@ -280,7 +330,7 @@ em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_ten
     em_scope_pop(c);
     free(f.aux_counts);
     if (em_ctx_status(c)) goto fail;
-    for (int64_t i = 0; i < b; i++) p->seqs[seqs[i]].len += t;
+    for (int64_t i = 0; i < b; i++) p->seqs[seqs[i]].len += n_new ? n_new[i] : t;
     free(pos);
     free(slots);
     free(table);

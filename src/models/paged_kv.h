@@ -31,10 +31,11 @@ int em_paged_seq_new(em_ctx *c, em_paged_kv *p);
 /* Ends a sequence: its blocks lose a reference, those left without one return to the pool.
  * Ids that are not in use are ignored. */
 void em_paged_seq_free(em_paged_kv *p, int seq);
-/* Sequence dst (empty) shares the full blocks that hold src's first n positions (reference
- * counted, not copied); returns the positions shared, n rounded down to whole blocks (the rest
- * is computed again: a partial block would be written by both). -1 on bad ids or a non-empty
- * dst (fails c). */
+/* Sequence dst (empty) takes src's first n positions (at most its length): the whole blocks
+ * are shared (reference counted, not copied); the positions of a last partial block are copied
+ * into a block of dst's own (dst appends there; at most block_size - 1 positions), when the pool
+ * has a free block, else left out. Returns the positions dst now holds; -1 on bad ids, a
+ * non-empty dst or a failed copy (fails c). */
 int64_t em_paged_seq_share(em_ctx *c, em_paged_kv *p, int dst, int src, int64_t n);
 /* Drops sequence seq's positions from n on (n <= its length; blocks past them released). */
 void em_paged_seq_truncate(em_paged_kv *p, int seq, int64_t n);
@@ -44,17 +45,23 @@ int64_t em_paged_kv_block_size(const em_paged_kv *p);
 int64_t em_paged_kv_blocks_total(const em_paged_kv *p);
 /* Blocks held by at least one sequence. */
 int64_t em_paged_kv_blocks_used(const em_paged_kv *p);
+/* Distinct blocks held by the n sequences seqs (ids not in use count nothing): what they use,
+ * a block they share counted once. -1 when out of memory. */
+int64_t em_paged_kv_blocks_held(const em_paged_kv *p, const int *seqs, int n);
 /* Blocks a sequence of n positions would need (ceil(n / block_size)). */
 int64_t em_paged_kv_blocks_for(const em_paged_kv *p, int64_t n);
 /* Bytes of the pools (keys and values, every layer). */
 int64_t em_paged_kv_bytes(const em_paged_kv *p);
 
-/* One step: ids [B, T] continue sequences seqs[0..B) (distinct ids), T positions each, written
- * at each row's own length; returns f32 logits [B, T or 1, V] (last_only: each row's last
- * position) and advances the lengths. Blocks are taken from the pool first, for every row, all
- * or none: when the pool has too few free blocks this fails (EM_ERR_OOM, "the KV pool ...")
- * with nothing changed. */
+/* One step: ids [B, T] continue sequences seqs[0..B) (distinct ids). Row b appends its last
+ * n_new[b] ids (1 <= n_new[b] <= T; NULL: all T), written at its own length; its first
+ * T - n_new[b] ids are left padding, computed but written nowhere (their keys go to a slot no
+ * sequence reads) and their logits meaningless. So rows of one step may add different counts
+ * of tokens (a prompt chunk beside decode rows). Returns f32 logits [B, T or 1, V] (last_only:
+ * each row's last position) and advances the lengths. Blocks are taken from the pool first,
+ * for every row, all or none: when the pool has too few free blocks this fails (EM_ERR_OOM,
+ * "the KV pool ...") with nothing changed. */
 em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_tensor *ids,
-                            const int *seqs, bool last_only);
+                            const int *seqs, const int64_t *n_new, bool last_only);
 
 #endif
