@@ -28,6 +28,14 @@ struct em_paged_kv {
     int max_seqs;
 };
 
+bool em_paged_kv_supported(const em_model *m) {
+    if (!m || !m->fam->causal || m->first_kv_shared < m->n_layers) return false;
+    em_device *cpu = em_device_cpu();
+    bool ok = m->dev_embed == cpu && m->dev_head == cpu;
+    for (int64_t i = 0; ok && i < m->n_layers; i++) ok = m->layers[i].dev == cpu;
+    return ok;
+}
+
 em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,
                                 int64_t block_size, int max_seqs) {
     if (!c || em_ctx_status(c)) return NULL;

@@ -891,16 +891,6 @@ static em_status step(srv_worker *w) {
 
 /* ---- the loop ---- */
 
-/* The paged cache runs where em_paged_attention has a kernel (the CPU) and every layer keeps
- * its own keys and values. */
-static bool paged_ok(const em_model *m, int block) {
-    if (block <= 0 || m->first_kv_shared < m->n_layers) return false;
-    em_device *cpu = em_device_cpu();
-    bool ok = m->dev_embed == cpu && m->dev_head == cpu;
-    for (int64_t i = 0; ok && i < m->n_layers; i++) ok = m->layers[i].dev == cpu;
-    return ok;
-}
-
 static bool load(srv_worker *w) {
     em_server *s = w->s;
     em_ctx *c = w->c;
@@ -918,7 +908,7 @@ static bool load(srv_worker *w) {
     } else if (!em_ctx_status(c)) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
-        if (paged_ok(m, s->o.kv_block)) {
+        if (s->o.kv_block > 0 && em_paged_kv_supported(m)) {
             /* room for every row and prompt in flight at ctx, and every kept prompt; pages
              * no block reached take no memory */
             int64_t per = (ctx + s->o.kv_block - 1) / s->o.kv_block;
