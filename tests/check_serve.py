@@ -537,9 +537,11 @@ def check_json_mode(s):
           "prefixes cut by max_tokens; json_schema refused")
 
 
-def check_shifts(s):
-    """A long prompt joins a short running one (the rows shift right to make room); the short
-    one runs on until the cache's end (the rows shift left). Both answers equal their runs alone."""
+def check_shifts(s, paged):
+    """A long prompt joins a short running one (the dense cache's rows shift right to make
+    room); the short one runs on until the context's end (the dense rows shift left). Both
+    answers equal their runs alone. The paged cache (paged=True) writes each row at its own
+    length: the same requests, no shift at all."""
     a_msg, b_msg = "Go.", "Question: what is " + "one plus " * 10 + "one?"
     a_n, b_n = 140, 40
     pa = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": a_msg}]})["count"]
@@ -567,10 +569,15 @@ def check_shifts(s):
                   f"request {k} beside the other differs from alone")
         shifts = metric(s, "ember:kv_cache_shifts_total") - shifts0
         chunks = metric(s, "ember:prefill_chunks_total") - chunks0
-        if shifts >= 1:
+        if (shifts >= 1) if not paged else chunks >= (pb - 1) // 8:
             break
     # b joined a running row: its prompt went in 8-token chunks between a's decode steps
     check(chunks >= (pb - 1) // 8, f"{chunks} prefill chunks for a {pb}-token prompt joining")
+    if paged:
+        check(shifts == 0, f"{shifts} cache shifts with the paged cache")
+        print("paged cache: a long prompt joining a running row and the context's end, no "
+              "shift, answers equal to alone")
+        return
     # whether a's tail then reaches the cache's end (the left shift) depends on how far a got
     # before b arrived, i.e. on the machine's load: only the first is required, the answers'
     # equality above is the check that matters
@@ -940,16 +947,18 @@ def main():
             check_sigterm(s)
         finally:
             s.kill()
-        # a small context: the rows reach its end and shift left while others still run (no
-        # prefix reuse: the joining prompt must be prefilled in chunks, not copied)
-        s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
-                   "8", "--prefix-cache", "0")
-        try:
-            check_concurrent(s, n=48)
-            check_shifts(s)
-            s.stop("ember serve --ctx 160")
-        finally:
-            s.kill()
+        # a small context: the rows reach its end (the dense cache's rows shift left) while
+        # others still run (no prefix reuse: the joining prompt must be prefilled in chunks, not
+        # copied); with the paged cache (the default) and the dense one (--kv-block 0)
+        for kv_block in ("16", "0"):
+            s = Server(ember, d, "--served-model-name", "tiny", "--ctx", "160", "--prefill-chunk",
+                       "8", "--prefix-cache", "0", "--kv-block", kv_block)
+            try:
+                check_concurrent(s, n=48)
+                check_shifts(s, paged=kv_block != "0")
+                s.stop("ember serve --ctx 160")
+            finally:
+                s.kill()
         check_batched_prefill(ember, d)
         check_bench(ember, d)
     print("serve: all checks passed")

@@ -334,6 +334,23 @@ EM_API em_sdpa_params em_sdpa_default_params(void);
 #define em_sdpa(c, ...) em_sdpa_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask,
                            const em_sdpa_params *p);
+/**
+ * Causal attention over a paged KV cache (vLLM's paged attention). The keys and values live in
+ * pools k_pool[Hkv, S, D] and v_pool[Hkv, S, Dv] of S slots, cut into blocks of block_size
+ * slots; row b's position p is slot block_table[b, p / block_size] * block_size +
+ * p % block_size (block_table [B, MB], i32 or i64), and the row holds lens[b] positions (lens
+ * [B], i32 or i64, at most MB * block_size). q[B, Hq, T, D] are the row's last T positions:
+ * query i sits at position lens[b] - T + i and sees the keys at positions <= its own (and, with
+ * p->window, > its own - window); a query without a visible key (lens[b] < T, padding rows with
+ * lens[b] = 0) gives zeros. p->causal is ignored (always causal); p->scale 0 is 1/sqrt(D).
+ * Logits, softmax and the weighted sum in f32, one rounding to q's dtype, as em_sdpa. Errors:
+ * shapes and dtypes (EM_ERR_SHAPE / EM_ERR_DTYPE), a block id outside the pools or a length
+ * past the table (EM_ERR_INVALID_ARG, from the kernel). Returns [B, Hq, T, Dv].
+ */
+#define em_paged_attention(c, ...) em_paged_attention_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_paged_attention_(EM_OP_ARGS, em_tensor *q, em_tensor *k_pool,
+                                      em_tensor *v_pool, em_tensor *block_table, em_tensor *lens,
+                                      int64_t block_size, const em_sdpa_params *p);
 /** weight[V, D] rows for ids of any shape: [*ids, D]. */
 #define em_embedding(c, ...) em_embedding_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_embedding_(EM_OP_ARGS, em_tensor *weight, em_tensor *ids);

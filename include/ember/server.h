@@ -61,12 +61,17 @@ typedef struct em_server_options {
                                 prompt that starts with the same tokens (a shared system prompt,
                                 a conversation's earlier turns) copies that prefix instead of
                                 computing it; least recently used out first (0: no reuse) */
+    int kv_block;            /* positions per block of the paged KV cache (blocks taken as
+                                sequences grow, freed when they end, a reused prefix's blocks
+                                shared); 0: the dense cache of max_batch x ctx positions (also
+                                used where the paged one is not: devices other than the CPU,
+                                models sharing KV between layers) */
     bool quiet;              /* no log lines on stderr */
 } em_server_options;
 
 /** host 127.0.0.1, port 8080, max_batch 8, parallel 64, ctx 0 (the model's, <= 4096), bodies up
- *  to 1 MiB, prefill chunks of 64 tokens, 4 prompts kept for prefix reuse, no API key, logging
- *  on. */
+ *  to 1 MiB, prefill chunks of 64 tokens, 4 prompts kept for prefix reuse, KV blocks of 16
+ *  positions, no API key, logging on. */
 EM_API em_server_options em_server_default_options(void);
 
 /**

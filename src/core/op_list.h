@@ -101,6 +101,10 @@
     X(ROPE, "rope", OTHER, 3, 3, 1, "", rule_rope)                                                 \
     X(SDPA, "sdpa", OTHER, 3, 4, 1, "scale:float,causal:bool,window:int,softcap:float",            \
       rule_sdpa)                                                                                   \
+    /* attention over a paged KV cache: q [B,Hq,T,D], pools [Hkv,S,D], block table [B,MB], */  \
+    /* per-row lengths [B] (ops.h, em_paged_attention) */                                       \
+    X(PAGED_ATTENTION, "paged_attention", OTHER, 5, 5, 1,                                          \
+      "block_size:int,scale:float,window:int,softcap:float", rule_paged_attention)                 \
     X(EMBEDDING, "embedding", OTHER, 2, 2, 1, "", rule_embedding)                                  \
     /* indexing */                                                                                 \
     X(INDEX_SELECT, "index_select", OTHER, 2, 2, 1, "dim:int", rule_index_select)                  \

@@ -233,6 +233,43 @@ em_status rule_sdpa(RULE_ARGS) {
     return EM_OK;
 }
 
+/* q [B, Hq, T, D], k/v pools [Hkv, S, D] and [Hkv, S, Dv] (S slots, a multiple of the block
+ * size), block table [B, MB] and lengths [B] (index dtypes). Values (slot ranges, lengths within
+ * MB blocks) are checked by the kernels, which see them. */
+em_status rule_paged_attention(RULE_ARGS) {
+    (void)op, (void)n_in, (void)n_out;
+    const em_tensor *q = in[0], *k = in[1], *v = in[2], *bt = in[3], *lens = in[4];
+    char s1[128], s2[128], s3[128];
+    if (!q || !k || !v || !bt || !lens)
+        return em_op_fail(c, EM_ERR_INVALID_ARG, "q, pools, block table and lengths are all needed");
+    if (need_float(c, q, "q")) return EM_ERR_DTYPE;
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return em_op_fail(c, EM_ERR_DTYPE, "q and the k/v pools must share a dtype");
+    if (need_index(c, bt, "block table") || need_index(c, lens, "lengths")) return EM_ERR_DTYPE;
+    int64_t bs = attrs[0].i;
+    if (q->ndim != 4 || k->ndim != 3 || v->ndim != 3)
+        return em_op_fail(c, EM_ERR_SHAPE, "q %s must be [B, Hq, T, D] and pools k %s, v %s [Hkv, S, D]",
+                          SHAPE(q, s1), SHAPE(k, s2), SHAPE(v, s3));
+    if (k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1] || k->shape[2] != q->shape[3])
+        return em_op_fail(c, EM_ERR_SHAPE, "q %s, k pool %s, v pool %s do not agree",
+                          SHAPE(q, s1), SHAPE(k, s2), SHAPE(v, s3));
+    if (k->shape[0] == 0 || q->shape[1] % k->shape[0])
+        return em_op_fail(c, EM_ERR_SHAPE, "%lld query heads are not a multiple of %lld kv heads",
+                          (long long)q->shape[1], (long long)k->shape[0]);
+    if (bs <= 0 || k->shape[1] % bs)
+        return em_op_fail(c, EM_ERR_INVALID_ARG, "block size %lld does not divide the pools' %lld slots",
+                          (long long)bs, (long long)k->shape[1]);
+    if (bt->ndim != 2 || bt->shape[0] != q->shape[0] || lens->ndim != 1 ||
+        lens->shape[0] != q->shape[0])
+        return em_op_fail(c, EM_ERR_SHAPE, "block table %s must be [B, MB] and lengths %s [B] for q %s",
+                          SHAPE(bt, s1), SHAPE(lens, s2), SHAPE(q, s3));
+    if (attrs[2].i < 0) return em_op_fail(c, EM_ERR_INVALID_ARG, "negative window");
+    if (attrs[3].f < 0) return em_op_fail(c, EM_ERR_INVALID_ARG, "negative softcap");
+    meta_like(out, q, q->dtype);
+    out->shape[3] = v->shape[2];
+    return EM_OK;
+}
+
 em_status rule_embedding(RULE_ARGS) {
     (void)op, (void)n_in, (void)attrs, (void)n_out;
     const em_tensor *w = in[0], *ids = in[1];

@@ -306,6 +306,26 @@ em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t l
         if (l->k_norm) k = em_blk_norm(f, k, l->k_norm);
         if (m->v_norm) v = em_blk_norm(f, v, NULL);
         k = em_rope(c, k, cos, sin);
+        if (f->pg_k) { /* paged: the new positions' slots, then attention over the blocks */
+            em_device *dv = em_tensor_device(f->pg_k[li]);
+            em_tensor *slots = em_model_to_dev(c, f->pg_slots, dv);
+            em_tensor *k2 = em_reshape(c, em_contiguous(c, em_transpose(c, k, 0, 1)), 3,
+                                       (int64_t[]){hkv, f->b * f->t, d});
+            em_tensor *v2 = em_transpose(c, v, 0, 1);
+            v2 = em_reshape(c, em_contiguous(c, v2), 3,
+                            (int64_t[]){hkv, f->b * f->t, em_tensor_dim(v, 3)});
+            em_index_copy(c, f->pg_k[li], 1, slots, k2);
+            em_index_copy(c, f->pg_v[li], 1, slots, v2);
+            em_sdpa_params sp = em_sdpa_default_params();
+            sp.scale = m->attn_scale;
+            sp.window = l->sliding ? cfg->sliding_window : 0;
+            sp.softcap = m->attn_softcap;
+            em_tensor *a = em_paged_attention(c, q, f->pg_k[li], f->pg_v[li],
+                                              em_model_to_dev(c, f->pg_table, dv),
+                                              em_model_to_dev(c, f->pg_lens, dv), f->pg_block, &sp);
+            a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
+            return em_tp_reduce(c, m, em_linear(c, a, l->o, l->o_bias));
+        }
         if (kv && f->stat) {
             /* positions are data: HF's StaticCache write, attention over the whole bucket */
             em_index_copy(c, kv->k[li], 2, f->cache_pos, em_contiguous(c, k));
@@ -473,7 +493,6 @@ bool em_decoder_check_step(em_ctx *c, const char *what, const em_model *m,
     return true;
 }
 
-static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only);
 
 /* E * sum_e (counts_e / rows) (prob_sum_e / rows): the recorded layers' load-balancing loss as a
  * 0-d f32 tensor, NULL (no MoE layer ran) or on error */
@@ -550,7 +569,7 @@ static em_tensor *forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tenso
     f.positions = em_decoder_positions(c, key_mask, b, t, pos0, tk);
     f.key_mask = key_mask ? em_cast(c, key_mask, EM_BOOL) : NULL;
     f.want_aux = aux != NULL;
-    em_tensor *logits = forward_body(&f, ids, last_only);
+    em_tensor *logits = em_decoder_forward_body(&f, ids, last_only);
     if (!em_ctx_status(c) && kv) kv->len = tk;
     em_tensor *r = em_keep(c, logits);
     if (aux) *aux = em_keep(c, aux_finish(&f));
@@ -586,7 +605,7 @@ em_tensor *em_decoder_forward_static(em_ctx *c, const em_model *m, em_tensor *id
     f.cache_pos = cache_pos;
     f.smask = mask;
     f.smask_local = mask_local;
-    return forward_body(&f, ids, last_only);
+    return em_decoder_forward_body(&f, ids, last_only);
 }
 
 /* From the first KV-sharing layer on nothing is written to the cache, so when only the last
@@ -605,7 +624,7 @@ static em_tensor *keep_last(em_fwd *f, em_tensor *h) {
     return h;
 }
 
-static em_tensor *forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
+em_tensor *em_decoder_forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
     em_ctx *c = f->c;
     const em_model *m = f->m;
     em_blk_layer_fn layer = m->fam->layer ? m->fam->layer : em_blk_layer;

@@ -19,6 +19,11 @@ struct em_fwd {
     em_ctx *c;
     const em_model *m;
     em_kv_cache *kv;        /* NULL: no cache (keys and values of this step only) */
+    /* a paged cache's step (paged_kv.c), instead of kv: per layer pools [Hkv, S, D], the
+     * slots this step writes [B*T] (row-major), the rows' block tables [B, MB] and lengths
+     * after the step [B] (i64, on the CPU) */
+    em_tensor **pg_k, **pg_v, *pg_slots, *pg_table, *pg_lens;
+    int64_t pg_block;
     int64_t b, t, pos0, tk; /* batch, new tokens, cached positions, keys after this step */
     em_tensor *positions;   /* [B, T] i64 on the CPU (on the model's device when static) */
     em_tensor *key_mask;    /* [B, Tk] bool on the CPU, or NULL */
@@ -42,6 +47,10 @@ struct em_fwd {
      * again (for their gradient), but the choices were counted by the first run */
     bool aux_skip_counts;
 };
+
+/* The forward of a step whose em_fwd is filled (decoder.c): embedding, layers, final norm and
+ * LM head; f32 logits [B, T or 1, V]. */
+em_tensor *em_decoder_forward_body(em_fwd *f, em_tensor *ids, bool last_only);
 
 /* A decoder layer: h [B, T, H] -> [B, T, H] (em_blk_layer or the family's own). */
 typedef em_tensor *(*em_blk_layer_fn)(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t li);

@@ -116,6 +116,17 @@ em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v, em_ten
     return EM_RUN(EM_OP_SDPA, in, 4, a);
 }
 
+em_tensor *em_paged_attention_(EM_OP_ARGS, em_tensor *q, em_tensor *k_pool, em_tensor *v_pool,
+                               em_tensor *block_table, em_tensor *lens, int64_t block_size,
+                               const em_sdpa_params *p) {
+    em_sdpa_params d = em_sdpa_default_params();
+    if (!p) p = &d;
+    em_tensor *in[5] = {q, k_pool, v_pool, block_table, lens};
+    em_attr a[4] = {em_attr_int(block_size), em_attr_float(p->scale), em_attr_int(p->window),
+                    em_attr_float(p->softcap)};
+    return EM_RUN(EM_OP_PAGED_ATTENTION, in, 5, a);
+}
+
 em_tensor *em_embedding_(EM_OP_ARGS, em_tensor *weight, em_tensor *ids) {
     em_tensor *in[2] = {weight, ids};
     return EM_RUN(EM_OP_EMBEDDING, in, 2, NULL);

@@ -114,6 +114,19 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         em_op_fail(c, EM_ERR_INVALID_ARG, "the op has %d outputs, room for %d", n_out, max_out);
         return -1;
     }
+    /* no kernel on the device, but a composition of ops it runs (eagerly or traced) */
+    em_decomp_fn decomp = op->kind == EM_OPK_OTHER && n_out == 1 && !em_kset_get(dev->be, id)
+                              ? em_decomp_get(id)
+                              : NULL;
+    if (decomp) {
+        em_scope_push(c);
+        em_tensor *r = decomp(c, file, line, in, attrs);
+        if (r) r = em_tensor_retain(r); /* the caller's (em_op_exec's contract) */
+        em_scope_pop(c);
+        if (!r) return -1;
+        outs[0] = r;
+        return 1;
+    }
     /* compile mode: the call is recorded, not run (the rule above already checked it, so a
      * mistake is reported here, at the call, not when the program runs) */
     if (c->tracer) return c->tracer->record(c, op, in, n_in, attrs, metas, n_out, outs);

@@ -23,6 +23,12 @@ em_tensor *em_op_run(em_ctx *c, const char *file, int line, em_op_id op, em_tens
                      int n_in, const em_attr *attrs, em_tensor **outs, int max_out,
                      int *n_out_actual);
 
+/* A composition of other ops computing op `id` (ops/decomp.c), for devices without a kernel
+ * for it: returns its result in the current scope (NULL with an error). NULL: none. */
+typedef em_tensor *(*em_decomp_fn)(em_ctx *c, const char *file, int line, em_tensor *const *in,
+                                   const em_attr *attrs);
+em_decomp_fn em_decomp_get(em_op_id id);
+
 /* Builds the outputs of a VIEW op over their input's storage (the geometry of core/views.c; a
  * reshape the layout does not allow copies first). Outputs are caller-owned. */
 em_status em_view_build(em_ctx *c, const em_op_def *op, em_tensor *const *in,

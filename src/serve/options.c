@@ -13,5 +13,6 @@ em_server_options em_server_default_options(void) {
     o.max_body_bytes = (size_t)1 << 20;
     o.prefill_chunk = 64;
     o.prefix_cache = 4;
+    o.kv_block = 16;
     return o;
 }

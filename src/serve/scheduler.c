@@ -12,6 +12,12 @@
  * longer than `len` shifts every row right to make room; when `len` reaches ctx the rows shift
  * left by the smallest start. Both copy the cache (rare events); a paged cache would not need
  * them (docs/serve.md, "limits").
+ *
+ * With the paged cache (the default on the CPU, w->pkv, models/paged_kv.h) none of that holds:
+ * every row and every prompt being prefilled is a sequence of its own blocks, written at its own
+ * length; a step attends over each row's blocks only, a row that leaves gives its blocks back,
+ * and a reused prefix shares the kept prompt's blocks. The one-length cache stays for devices
+ * that cannot run em_paged_attention and for models that share keys between layers.
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,11 +31,13 @@
 #include "generate/json_grammar.h"
 #include "generate/sampling.h"
 #include "models/model_impl.h"
+#include "models/paged_kv.h"
 #include "serve/serve_impl.h"
 
 typedef struct srv_row {
     srv_job *job;
     int64_t start;     /* first cache position of the sequence */
+    int seq;           /* paged: its sequence (then start is unused) */
     int64_t *seen;     /* prompt + new ids (the repetition penalty reads them) */
     int64_t n_seen;
     em_token *gen;     /* new ids */
@@ -50,6 +58,8 @@ typedef struct srv_pf {
     int64_t reuse; /* prompt tokens copied from a kept prefix */
     int64_t rem;   /* prompt tokens computed: n_prompt - reuse */
     struct srv_prefix *from; /* the kept prompt its reused prefix comes from (reuse > 0) */
+    int seq;       /* paged: its sequence, and the tokens of rem computed so far */
+    int64_t done;
 } srv_pf;
 
 /* A prompt kept for prefix reuse: its ids and the keys and values of all of them. */
@@ -58,13 +68,20 @@ typedef struct srv_prefix { /* (named: srv_pf points to it) */
     int64_t n;
     em_kv_cache *kv; /* [1, n] */
     uint64_t used;   /* the worker's clock at its last use (least recently used goes first) */
+    int seq;         /* paged: the sequence that holds its blocks (kv NULL), -1 when empty */
 } srv_prefix;
+
+static bool prefix_live(const srv_prefix *p) { return p->kv || p->seq >= 0; }
 
 typedef struct srv_worker {
     em_server *s;
     em_ctx *c;
     const em_model *m;
     em_kv_cache *kv; /* [max_batch, ctx] */
+    em_paged_kv *pkv; /* the paged cache instead (kv NULL) */
+    int *seqs;        /* paged: a step's rows' sequences (max_batch) */
+    float *pf_logits; /* paged: member g's next-token logits at g x vocab (members end their
+                       * prompts at different chunks; decode steps between use w->logits) */
     em_kv_cache view; /* its first n rows, made per step */
     srv_row *rows;
     int n, max_batch;
@@ -282,7 +299,17 @@ static void row_free(srv_row *r) {
 
 static void update_kv_gauge(srv_worker *w) {
     int64_t used = 0;
-    for (int r = 0; r < w->n; r++) used += w->len - w->rows[r].start;
+    for (int r = 0; !w->pkv && r < w->n; r++) used += w->len - w->rows[r].start;
+    if (w->pkv) { /* distinct blocks of the rows and the prompts in flight (rows + prompts <=
+                   * max_batch), in positions; as vLLM's gauge, blocks only kept prompts hold
+                   * are not counted */
+        int n = 0;
+        for (int r = 0; r < w->n; r++) w->seqs[n++] = w->rows[r].seq;
+        for (int g = 0; g < w->n_pf && n < w->max_batch; g++)
+            if (w->pf[g].job) w->seqs[n++] = w->pf[g].seq;
+        int64_t held = em_paged_kv_blocks_held(w->pkv, w->seqs, n);
+        used = (held > 0 ? held : 0) * em_paged_kv_block_size(w->pkv);
+    }
     pthread_mutex_lock(&w->s->mu);
     w->s->kv_used = used;
     pthread_mutex_unlock(&w->s->mu);
@@ -292,12 +319,13 @@ static void update_kv_gauge(srv_worker *w) {
 static em_status remove_row(srv_worker *w, int r) {
     em_server *s = w->s;
     srv_job *j = w->rows[r].job;
+    if (w->pkv) em_paged_seq_free(w->pkv, w->rows[r].seq); /* its blocks back to the pool */
     row_free(&w->rows[r]);
     srv_job_release(s, j);
     em_status st = EM_OK;
     int last = w->n - 1;
     if (r != last) {
-        st = copy_row(w, last, r);
+        if (!w->pkv) st = copy_row(w, last, r);
         w->rows[r] = w->rows[last];
         memset(&w->rows[last], 0, sizeof w->rows[last]);
     }
@@ -456,7 +484,7 @@ static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
     *len = 0;
     for (int e = 0; w->prefixes && e < w->s->o.prefix_cache; e++) {
         srv_prefix *p = &w->prefixes[e];
-        if (!p->kv) continue;
+        if (!prefix_live(p)) continue;
         int64_t n = p->n < j->n_prompt - 1 ? p->n : j->n_prompt - 1, k = 0;
         while (k < n && p->ids[k] == j->prompt[k]) k++;
         if (k > *len) *len = k, best = p;
@@ -473,6 +501,103 @@ static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
 static bool group_worth_it(const srv_worker *w, int g, int64_t r, int64_t sum) {
     int64_t chunk = w->s->o.prefill_chunk;
     return (chunk <= 0 || (int64_t)g * r <= chunk) && (int64_t)g * r <= 2 * sum;
+}
+
+static void count_group(srv_worker *w, int64_t queries, int64_t hits) {
+    pthread_mutex_lock(&w->s->mu);
+    w->s->prefix_queries += queries;
+    w->s->prefix_hits += hits;
+    w->s->prefill_batches++;
+    w->s->prefill_batch_prompts += w->n_pf;
+    pthread_mutex_unlock(&w->s->mu);
+}
+
+/* Paged: each member a sequence of its own, sharing the whole blocks of its reused prefix with
+ * the kept prompt's sequence (a partial last block copied; left out, and computed again with the
+ * prompt, when the pool has no free block). */
+static em_status prefill_start_paged(srv_worker *w, int64_t queries) {
+    int64_t hits = 0;
+    for (int i = 0; i < w->n_pf; i++) w->pf[i].seq = -1;
+    for (int i = 0; i < w->n_pf; i++) {
+        srv_pf *g = &w->pf[i];
+        g->seq = em_paged_seq_new(w->c, w->pkv);
+        if (g->seq < 0) return em_ctx_status(w->c);
+        int64_t got = g->from ? em_paged_seq_share(w->c, w->pkv, g->seq, g->from->seq, g->reuse) : 0;
+        if (got < 0) return em_ctx_status(w->c);
+        if (g->from) g->from->used = ++w->clock;
+        g->reuse = got;
+        g->rem = g->job->n_prompt - got;
+        g->done = 0;
+        hits += got;
+    }
+    count_group(w, queries, hits);
+    return EM_OK;
+}
+
+/* Paged: up to `max` more prompt tokens (max <= 0: all): one forward of k columns, k the most
+ * any member still computes, at most max / members (at least one), as the dense group's chunk;
+ * a member with fewer left feeds them left-padded (em_paged_forward's n_new: written at its own
+ * length, the padding nowhere). A member whose prompt ends leaves its next-token logits in row
+ * g of w->pf_logits (decode steps until the group is admitted use w->logits). */
+static em_status prefill_some_paged(srv_worker *w, int64_t max) {
+    em_ctx *c = w->c;
+    int n = 0;
+    int64_t k = 0;
+    for (int g = 0; g < w->n_pf; g++) {
+        const srv_pf *m = &w->pf[g];
+        if (!m->job || m->done == m->rem) continue;
+        n++;
+        if (m->rem - m->done > k) k = m->rem - m->done;
+    }
+    if (!n) return EM_OK;
+    if (max > 0 && k > (max / n > 0 ? max / n : 1)) k = max / n > 0 ? max / n : 1;
+    int64_t *ids = malloc((size_t)(n * k) * sizeof *ids), *add = malloc((size_t)n * sizeof *add);
+    if (!ids || !add) {
+        free(ids);
+        free(add);
+        return em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    }
+    int b = 0;
+    for (int g = 0; g < w->n_pf; g++) {
+        const srv_pf *m = &w->pf[g];
+        if (!m->job || m->done == m->rem) continue;
+        add[b] = m->rem - m->done < k ? m->rem - m->done : k;
+        for (int64_t t = 0; t < k; t++) { /* padding feeds id 0 */
+            int64_t x = t - (k - add[b]);
+            ids[b * k + t] = x < 0 ? 0 : m->job->prompt[m->reuse + m->done + x];
+        }
+        w->seqs[b++] = m->seq;
+    }
+    em_scope_push(c);
+    em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, k), ids);
+    em_tensor *lg = it ? em_paged_forward(c, w->m, w->pkv, it, w->seqs, add, true) : NULL;
+    float *host = lg ? malloc((size_t)n * (size_t)w->vocab * sizeof *host) : NULL;
+    if (lg && !host) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    if (host && em_to_host(c, lg, host, (size_t)n * (size_t)w->vocab * sizeof *host) == EM_OK) {
+        b = 0;
+        for (int g = 0; g < w->n_pf; g++) {
+            srv_pf *m = &w->pf[g];
+            if (!m->job || m->done == m->rem) continue;
+            m->done += add[b];
+            if (m->done == m->rem)
+                memcpy(w->pf_logits + (size_t)g * w->vocab, host + (size_t)b * w->vocab,
+                       (size_t)w->vocab * sizeof *host);
+            b++;
+        }
+    }
+    em_scope_pop(c);
+    free(host);
+    free(ids);
+    free(add);
+    return em_ctx_status(c);
+}
+
+/* Whether every member still there has computed its whole prompt. */
+static bool prefill_complete(const srv_worker *w) {
+    if (!w->pkv) return w->pf_done == w->pf_r;
+    for (int g = 0; g < w->n_pf; g++)
+        if (w->pf[g].job && w->pf[g].done < w->pf[g].rem) return false;
+    return true;
 }
 
 /* Starts the group's prefill: its cache, each member's reused prefix copied in (the keys and
@@ -494,6 +619,7 @@ static em_status prefill_start(srv_worker *w) {
     w->pf_c0 = c0;
     w->pf_r = r;
     w->pf_done = 0;
+    if (w->pkv) return prefill_start_paged(w, queries);
     w->pf_cache = em_kv_cache_create(c, w->m, w->n_pf, c0 + r);
     if (!w->pf_cache) return em_ctx_status(c);
     em_scope_push(c);
@@ -514,12 +640,7 @@ static em_status prefill_start(srv_worker *w) {
     em_scope_pop(c);
     if (em_ctx_status(c)) return em_ctx_status(c);
     w->pf_cache->len = c0;
-    pthread_mutex_lock(&w->s->mu);
-    w->s->prefix_queries += queries;
-    w->s->prefix_hits += hits;
-    w->s->prefill_batches++;
-    w->s->prefill_batch_prompts += w->n_pf;
-    pthread_mutex_unlock(&w->s->mu);
+    count_group(w, queries, hits);
     return EM_OK;
 }
 
@@ -527,6 +648,7 @@ static em_status prefill_start(srv_worker *w) {
  * columns, at least one, for every member. The last chunk leaves each member's next-token
  * logits in w->logits (row g at g x vocab). */
 static em_status prefill_some(srv_worker *w, int64_t max) {
+    if (w->pkv) return prefill_some_paged(w, max);
     em_ctx *c = w->c;
     int64_t G = w->n_pf, c0 = w->pf_c0, R = w->pf_r, k = R - w->pf_done;
     if (max > 0 && k > (max / G > 0 ? max / G : 1)) k = max / G > 0 ? max / G : 1;
@@ -594,14 +716,33 @@ static void prefill_keep(srv_worker *w, int g) {
     em_token *ids = w->s->o.prefix_cache > 0 ? malloc((size_t)j->n_prompt * sizeof *ids) : NULL;
     for (int e = 0; ids && e < w->s->o.prefix_cache; e++) {
         srv_prefix *p = &w->prefixes[e];
-        bool covered = p->kv && p->n <= j->n_prompt &&
+        bool covered = prefix_live(p) && p->n <= j->n_prompt &&
                        !memcmp(p->ids, j->prompt, (size_t)p->n * sizeof *p->ids);
-        if (covered || !p->kv) {
+        if (covered || !prefix_live(p)) {
             slot = p;
             if (covered) break;
-        } else if (!slot || (slot->kv && p->used < slot->used)) {
+        } else if (!slot || (prefix_live(slot) && p->used < slot->used)) {
             slot = p;
         }
+    }
+    if (w->pkv) { /* the prompt's whole blocks, shared with the row (its partial last one
+                   * copied) */
+        int64_t n = j->n_prompt;
+        int seq = slot ? em_paged_seq_new(c, w->pkv) : -1;
+        if (seq >= 0 && em_paged_seq_share(c, w->pkv, seq, w->pf[g].seq, n) != n) {
+            em_paged_seq_free(w->pkv, seq);
+            seq = -1;
+        }
+        em_ctx_clear_error(c); /* not kept: the request goes on without it */
+        if (seq < 0) {
+            free(ids);
+            return;
+        }
+        free(slot->ids);
+        em_paged_seq_free(w->pkv, slot->seq);
+        memcpy(ids, j->prompt, (size_t)n * sizeof *ids);
+        *slot = (srv_prefix){ids, n, NULL, ++w->clock, seq};
+        return;
     }
     em_kv_cache *kv = NULL;
     if (slot && w->n_pf == 1) {
@@ -625,7 +766,7 @@ static void prefill_keep(srv_worker *w, int g) {
     free(slot->ids);
     em_kv_cache_free(slot->kv);
     memcpy(ids, j->prompt, (size_t)j->n_prompt * sizeof *ids);
-    *slot = (srv_prefix){ids, j->n_prompt, kv, ++w->clock};
+    *slot = (srv_prefix){ids, j->n_prompt, kv, ++w->clock, -1};
 }
 
 /* Member g, prefilled, becomes row n: its keys and values copied into the shared cache at the
@@ -653,17 +794,26 @@ static const char *admit_finish(srv_worker *w, int g) {
     em_rng_seed(&r->rng, j->seed);
     em_json_init(&r->json);
     if (j->json_object && !pieces_ready(w)) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    r->seq = -1;
+    if (w->pkv) { /* kept for reuse (its blocks shared), then the member's sequence is the row's */
+        if (!em_ctx_status(c)) prefill_keep(w, g);
+        r->seq = w->pf[g].seq;
+        w->pf[g].seq = -1;
+        w->n++; /* from here on the row exists; on failure the caller removes it */
+    }
     /* room: the sequence ends at len, so len >= p (shift the others right if needed) */
-    if (em_ctx_status(c)) {
+    if (em_ctx_status(c) || w->pkv) {
     } else if (w->n == 0) {
         w->len = p;
     } else if (w->len < p) {
         shift_all(w, p - w->len);
     }
-    r->start = w->len - p;
-    w->n++; /* from here on the row exists; on failure the caller removes it */
-    if (!em_ctx_status(c)) prefill_copy(w, g, w->kv, w->n - 1, r->start);
-    if (!em_ctx_status(c)) prefill_keep(w, g);
+    if (!w->pkv) {
+        r->start = w->len - p;
+        w->n++; /* from here on the row exists; on failure the caller removes it */
+        if (!em_ctx_status(c)) prefill_copy(w, g, w->kv, w->n - 1, r->start);
+        if (!em_ctx_status(c)) prefill_keep(w, g);
+    }
     w->pf[g].job = NULL;
     if (em_ctx_status(c)) {
         snprintf(j->error, sizeof j->error, "prefill: %.230s", em_ctx_error(c)->message);
@@ -673,12 +823,29 @@ static const char *admit_finish(srv_worker *w, int g) {
     pthread_mutex_lock(&w->s->mu);
     w->s->prompt_tokens += p;
     pthread_mutex_unlock(&w->s->mu);
-    return take_token(w, r, w->logits + (size_t)g * w->vocab);
+    return take_token(w, r, (w->pkv ? w->pf_logits : w->logits) + (size_t)g * w->vocab);
 }
 
 /* ---- one decode step over the running rows ---- */
 
-static em_status step(srv_worker *w) {
+/* Paged: each row feeds its last id at its own length. */
+static em_status step_forward_paged(srv_worker *w) {
+    em_ctx *c = w->c;
+    int n = w->n;
+    for (int r = 0; r < n; r++) {
+        w->ids[r] = w->rows[r].last;
+        w->seqs[r] = w->rows[r].seq;
+    }
+    em_scope_push(c);
+    em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, 1), w->ids);
+    em_tensor *lg = it ? em_paged_forward(c, w->m, w->pkv, it, w->seqs, NULL, true) : NULL;
+    if (lg) em_to_host(c, lg, w->logits, (size_t)(n * w->vocab) * sizeof *w->logits);
+    em_scope_pop(c);
+    return em_ctx_status(c);
+}
+
+/* The one-length cache: every row feeds its last id at len, its start masked. */
+static em_status step_forward_dense(srv_worker *w) {
     em_ctx *c = w->c;
     int n = w->n;
     if (w->len + 1 > w->ctx) { /* the rows shift left by the smallest start (> 0, see top) */
@@ -704,6 +871,13 @@ static em_status step(srv_worker *w) {
     em_scope_pop(c);
     if (em_ctx_status(c)) return em_ctx_status(c);
     w->len = tk;
+    return EM_OK;
+}
+
+static em_status step(srv_worker *w) {
+    em_ctx *c = w->c;
+    int n = w->n;
+    if (w->pkv ? step_forward_paged(w) : step_forward_dense(w)) return em_ctx_status(c);
     for (int r = n - 1; r >= 0; r--) { /* from the end: a removal moves an already-done row */
         srv_row *row = &w->rows[r];
         const char *why = take_token(w, row, w->logits + (size_t)r * w->vocab);
@@ -734,7 +908,15 @@ static bool load(srv_worker *w) {
     } else if (!em_ctx_status(c)) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
-        w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
+        if (s->o.kv_block > 0 && em_paged_kv_supported(m)) {
+            /* room for every row and prompt in flight at ctx, and every kept prompt; pages
+             * no block reached take no memory */
+            int64_t per = (ctx + s->o.kv_block - 1) / s->o.kv_block;
+            w->pkv = em_paged_kv_create(c, m, (int64_t)(s->o.max_batch + s->o.prefix_cache) * per,
+                                        s->o.kv_block, 2 * s->o.max_batch + s->o.prefix_cache + 1);
+        } else {
+            w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
+        }
     }
     if (!encoder && !em_ctx_status(c)) {
         const em_generation_config *g = em_model_generation_config(m);
@@ -751,14 +933,17 @@ static bool load(srv_worker *w) {
         w->order = malloc((size_t)(w->vocab + 16) * sizeof *w->order);
         w->mask = malloc(mb * (size_t)(ctx + 1));
         w->ids = malloc(mb * sizeof *w->ids);
+        w->seqs = malloc(mb * sizeof *w->seqs);
+        if (w->pkv) w->pf_logits = malloc(mb * (size_t)w->vocab * sizeof *w->pf_logits);
         w->rows = calloc(mb, sizeof *w->rows);
         w->pf = calloc(mb, sizeof *w->pf);
         if (s->o.prefix_cache > 0) w->prefixes = calloc((size_t)s->o.prefix_cache, sizeof *w->prefixes);
+        for (int e = 0; w->prefixes && e < s->o.prefix_cache; e++) w->prefixes[e].seq = -1;
         w->view.m = m;
         w->view.max_len = ctx;
         w->view.k = calloc((size_t)m->n_layers + 1, sizeof *w->view.k);
         w->view.v = calloc((size_t)m->n_layers + 1, sizeof *w->view.v);
-        if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->rows || !w->pf ||
+        if (!w->logits || !w->scratch || !w->order || !w->mask || !w->ids || !w->seqs || (w->pkv && !w->pf_logits) || !w->rows || !w->pf ||
             !w->view.k || !w->view.v || (s->o.prefix_cache > 0 && !w->prefixes))
             em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
     }
@@ -774,7 +959,9 @@ static bool load(srv_worker *w) {
         s->tok = tok;
         s->encoder = encoder;
         s->ctx = ctx;
-        s->kv_total = encoder ? 0 : (int64_t)s->o.max_batch * ctx;
+        s->kv_total = encoder ? 0
+                      : w->pkv ? em_paged_kv_blocks_total(w->pkv) * em_paged_kv_block_size(w->pkv)
+                               : (int64_t)s->o.max_batch * ctx;
         s->loaded = true;
     }
     pthread_cond_broadcast(&s->cv);
@@ -782,6 +969,13 @@ static bool load(srv_worker *w) {
     if (s->loaded && !s->o.quiet && encoder)
         fprintf(stderr, "ember serve: %s (an encoder: /v1/embeddings) loaded in %.2f s\n",
                 s->model_name, em_model_load_seconds(m));
+    else if (s->loaded && !s->o.quiet && w->pkv)
+        fprintf(stderr, "ember serve: %s loaded in %.2f s; paged KV cache of %lld blocks x %lld "
+                        "positions (%.1f MiB reserved, taken as sequences grow)\n",
+                s->model_name, em_model_load_seconds(m),
+                (long long)em_paged_kv_blocks_total(w->pkv),
+                (long long)em_paged_kv_block_size(w->pkv),
+                (double)em_paged_kv_bytes(w->pkv) / (1024.0 * 1024.0));
     else if (s->loaded && !s->o.quiet)
         fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache\n",
                 s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx);
@@ -800,6 +994,10 @@ static void drop_member(srv_worker *w, int g, const char *why) {
     em_server *s = w->s;
     srv_job *j = w->pf[g].job;
     w->pf[g].job = NULL;
+    if (w->pkv) { /* its blocks back to the pool now */
+        em_paged_seq_free(w->pkv, w->pf[g].seq);
+        w->pf[g].seq = -1;
+    }
     abort_job(w, j, 0, why);
     srv_job_release(s, j);
     pthread_mutex_lock(&s->mu);
@@ -848,7 +1046,7 @@ static void group_take(srv_worker *w) {
             }
             /* a reused prefix leaves a hole before the computed tokens when the group's R is
              * longer: sliding windows count columns, so such a prompt goes alone there */
-            bool hole = w->sliding && (L > 0 || w->pf[0].reuse > 0);
+            bool hole = !w->pkv && w->sliding && (L > 0 || w->pf[0].reuse > 0);
             if (w->n_pf > 0 && (hole || 2 * (shared - L) > rem ||
                                 !group_worth_it(w, w->n_pf + 1, rem > r ? rem : r, sum + rem)))
                 break;
@@ -988,7 +1186,7 @@ void *srv_worker_main(void *arg) {
                     s->prefill_chunks++;
                     pthread_mutex_unlock(&s->mu);
                 }
-                if (w.pf_done == w.pf_r) group_admit(&w);
+                if (prefill_complete(&w)) group_admit(&w);
             }
         }
         update_kv_gauge(&w);
@@ -1000,6 +1198,8 @@ void *srv_worker_main(void *arg) {
     free(w.order);
     free(w.mask);
     free(w.ids);
+    free(w.seqs);
+    free(w.pf_logits);
     free(w.rows);
     free(w.view.k);
     free(w.view.v);
@@ -1011,6 +1211,7 @@ void *srv_worker_main(void *arg) {
         em_kv_cache_free(w.prefixes[e].kv);
     }
     free(w.prefixes);
+    em_paged_kv_free(w.pkv); /* (the sequences' blocks with it) */
     for (int64_t id = 0; w.piece && id < w.vocab; id++) em_free(w.piece[id]);
     free(w.piece);
     free(w.piece_len);

@@ -315,14 +315,15 @@ static void usage(void) {
     printf("usage: ember bench serve [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b]\n"
            "                         [--tokenizer FILE] [--streams 1,16] [--rates 0.5,2]\n"
            "                         [--requests N] [--tokens N] [--prompt-words N]\n"
-           "                         [--layers N] [--prefix-cache N] [--json]\n\n"
+           "                         [--layers N] [--prefix-cache N] [--kv-block N] [--json]\n\n"
            "Continuous batching of an in-process `ember serve` (streaming completions over\n"
            "loopback) against static batching of the same model in the same run: closed loop at\n"
            "each --streams count, Poisson arrivals at each --rates (requests/s, seeded);\n"
            "tokens/s, time to first token and inter-token latency percentiles. The preset\n"
            "checkpoints have no tokenizer: --tokenizer (default: the Qwen3 tokenizer of\n"
            "$EMBER_SHARED_DATA) is copied into the checkpoint folder. Every request has the same\n"
-           "prompt: --prefix-cache 0 makes the server compute it each time. With --model\n"
+           "prompt: --prefix-cache 0 makes the server compute it each time. --kv-block sets the\n"
+           "server's paged KV cache block (0: the dense cache, to compare). With --model\n"
            "FILE.gguf, llama.cpp's llama-server ($EMBER_LLAMA_SERVER, or on PATH) is started on\n"
            "the same file afterwards and takes the same phases (its peer rows and ratios).\n");
 }
@@ -342,7 +343,8 @@ int bench_serve(int argc, char **argv) {
     bool json = false;
     const char *model = NULL, *preset = "qwen3-0.6b", *tokenizer = NULL;
     long long streams[MAX_LIST] = {1, 16}, tokens = 32, requests = 16, words = 48, layers = 0,
-              prefix_cache = em_server_default_options().prefix_cache;
+              prefix_cache = em_server_default_options().prefix_cache,
+              kv_block = em_server_default_options().kv_block;
     double rates[MAX_LIST] = {0.5, 2};
     int n_streams = 2, n_rates = 2;
     for (int i = 1; i < argc; i++) {
@@ -377,6 +379,8 @@ int bench_serve(int argc, char **argv) {
             if (!cli_int("bench serve", a, argv[++i], 1, 1000, &layers)) return 2;
         } else if (!strcmp(a, "--prefix-cache") && has) {
             if (!cli_int("bench serve", a, argv[++i], 0, 1024, &prefix_cache)) return 2;
+        } else if (!strcmp(a, "--kv-block") && has) {
+            if (!cli_int("bench serve", a, argv[++i], 0, 4096, &kv_block)) return 2;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -471,6 +475,7 @@ int bench_serve(int argc, char **argv) {
     so.port = 0;
     so.quiet = true;
     so.prefix_cache = (int)prefix_cache;
+    so.kv_block = (int)kv_block;
     so.max_batch = max_streams;
     so.parallel = max_streams + (int)requests + 8;
     so.ctx = (int64_t)n_ids + tokens + 16;

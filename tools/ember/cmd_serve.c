@@ -16,7 +16,7 @@ static void serve_usage(void) {
         "                   [--device D] [--max-batch N] [--parallel N] [--ctx N]\n"
         "                   [--api-key K | --api-key-file F] [--insecure-public]\n"
         "                   [--served-model-name NAME] [--max-body-bytes N] [--drain S]\n"
-        "                   [--prefill-chunk N] [--prefix-cache N]\n\n"
+        "                   [--prefill-chunk N] [--prefix-cache N] [--kv-block N]\n\n"
         "An OpenAI-compatible HTTP server with continuous batching (docs/serve.md):\n"
         "GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
         "(\"stream\": true for server-sent events), POST /tokenize, POST /detokenize,\n"
@@ -38,7 +38,10 @@ static void serve_usage(void) {
         "                     as one batch, a longer one alone in chunks of N (default 64;\n"
         "                     0: whole prompts, all waiting prompts in one batch)\n"
         "  --prefix-cache N   keep the keys and values of the N most recent prompts; a prompt\n"
-        "                     starting with the same tokens reuses them (default 4; 0: off)\n");
+        "                     starting with the same tokens reuses them (default 4; 0: off)\n"
+        "  --kv-block N       positions per block of the paged KV cache (default 16): memory\n"
+        "                     follows the sequences' lengths; 0: the dense max-batch x ctx\n"
+        "                     cache (used anyway off the CPU and for Gemma 4)\n");
 }
 
 /* The first line of a file, without its newline (NULL with the error printed). */
@@ -98,6 +101,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (ARG("--prefix-cache")) {
             if (!cli_int("serve", a, argv[i], 0, 1024, &v)) return 2;
             o.prefix_cache = (int)v;
+        } else if (ARG("--kv-block")) {
+            if (!cli_int("serve", a, argv[i], 0, 4096, &v)) return 2;
+            o.kv_block = (int)v;
         } else if (ARG("--drain")) {
             if (!cli_real("serve", a, argv[i], 0, 86400, &drain)) return 2;
         } else {

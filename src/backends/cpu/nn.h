@@ -90,6 +90,7 @@ static inline const void *nn_base(const em_tensor *t) { return t->storage->data;
 void em_cpu_register_nn_norm(em_kernel_fn *k);
 void em_cpu_register_nn_rope(em_kernel_fn *k);
 void em_cpu_register_nn_attention(em_kernel_fn *k);
+void em_cpu_register_nn_paged_attention(em_kernel_fn *k);
 void em_cpu_register_nn_embedding(em_kernel_fn *k);
 
 #endif

@@ -30,5 +30,6 @@ void em_cpu_register_nn(em_kernel_fn *k) {
     em_cpu_register_nn_norm(k);
     em_cpu_register_nn_rope(k);
     em_cpu_register_nn_attention(k);
+    em_cpu_register_nn_paged_attention(k);
     em_cpu_register_nn_embedding(k);
 }

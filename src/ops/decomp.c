@@ -1,0 +1,95 @@
+/*
+ * Compositions of table ops for devices without a kernel for them (the dispatcher calls them,
+ * ops/dispatch.h em_decomp_get), so every backend runs the op, eagerly and in compiled programs.
+ *
+ * paged_attention (PJRT): each row's slots gathered out of the pools (index_select), a mask of
+ * the positions each query sees from the lengths, and sdpa. It materialises every row's keys up
+ * to the table's width, a copy of them per call: a correct path, not a fast one.
+ */
+#include <stdlib.h>
+
+#include "core/tensor_impl.h"
+#include "ember/ops.h"
+#include "ops/dispatch.h"
+
+/* The values the kernel checks (eagerly; a compiled program cannot): every block a row reads
+ * lies in the pools, no length passes the table. */
+static bool values_ok(em_ctx *c, em_tensor *bt, em_tensor *lens, int64_t bs, int64_t nblk) {
+    int64_t b = em_tensor_dim(bt, 0), mb = em_tensor_dim(bt, 1);
+    int64_t *t = malloc((size_t)(b * mb + 1) * sizeof *t), *l = malloc((size_t)(b + 1) * sizeof *l);
+    bool ok = t && l &&
+              em_to_host(c, em_cast(c, bt, EM_I64), t, (size_t)(b * mb) * sizeof *t) == EM_OK &&
+              em_to_host(c, em_cast(c, lens, EM_I64), l, (size_t)b * sizeof *l) == EM_OK;
+    if (!t || !l) em_ctx_fail(c, EM_ERR_OOM, "paged_attention", "out of memory");
+    for (int64_t r = 0; ok && r < b; r++) {
+        if (l[r] < 0 || l[r] > mb * bs) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_attention",
+                        "row %lld holds %lld positions; its table has room for %lld",
+                        (long long)r, (long long)l[r], (long long)(mb * bs));
+            ok = false;
+        }
+        for (int64_t m = 0; ok && m * bs < l[r]; m++)
+            if (t[r * mb + m] < 0 || t[r * mb + m] >= nblk) {
+                em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_attention",
+                            "row %lld, block %lld: id %lld is outside the pools' %lld blocks",
+                            (long long)r, (long long)m, (long long)t[r * mb + m], (long long)nblk);
+                ok = false;
+            }
+    }
+    free(t);
+    free(l);
+    return ok;
+}
+
+static em_tensor *paged_attention(em_ctx *c, const char *file, int line, em_tensor *const *in,
+                                  const em_attr *attrs) {
+    em_tensor *q = in[0], *kp = in[1], *vp = in[2], *bt = in[3], *lens = in[4];
+    int64_t bs = attrs[0].i;
+    em_sdpa_params sp = em_sdpa_default_params();
+    sp.scale = attrs[1].f;
+    sp.window = attrs[2].i;
+    sp.softcap = attrs[3].f;
+    int64_t b = em_tensor_dim(q, 0), t = em_tensor_dim(q, 2), mb = em_tensor_dim(bt, 1);
+    int64_t hkv = em_tensor_dim(kp, 0), l = mb * bs;
+    em_device *d = em_tensor_device(q);
+    if (!c->tracer && !values_ok(c, bt, lens, bs, em_tensor_dim(kp, 1) / bs)) return NULL;
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, d);
+    /* slots[b, j] = table[b, j / bs] * bs + j % bs, for the table's width of positions */
+    em_tensor *blk = em_cast_(c, file, line, bt, EM_I64);
+    blk = em_mul_scalar_(c, file, line, em_unsqueeze_(c, file, line, blk, 2), (double)bs);
+    em_tensor *off = em_reshape_(c, file, line, em_arange_(c, file, line, 0, (double)bs, 1, EM_I64),
+                                 3, (int64_t[]){1, 1, bs});
+    em_tensor *slots = em_reshape_(c, file, line, em_add_(c, file, line, blk, off), 1,
+                                   (int64_t[]){b * l});
+    em_tensor *kv[2] = {kp, vp};
+    for (int i = 0; i < 2; i++) { /* [Hkv, B*L, D] -> [B, Hkv, L, D] */
+        em_tensor *g = em_index_select_(c, file, line, kv[i], 1, slots);
+        int64_t dd = em_tensor_dim(kv[i], 2);
+        kv[i] = em_transpose_(c, file, line, em_reshape_(c, file, line, g, 4,
+                                                         (int64_t[]){hkv, b, l, dd}), 0, 1);
+    }
+    /* query i of row b sits at lens[b] - T + i and sees keys j <= it (and > it - window) */
+    em_tensor *qpos = em_add_(c, file, line,
+                              em_reshape_(c, file, line, em_cast_(c, file, line, lens, EM_I64), 3,
+                                          (int64_t[]){b, 1, 1}),
+                              em_reshape_(c, file, line,
+                                          em_arange_(c, file, line, (double)-t, 0, 1, EM_I64), 3,
+                                          (int64_t[]){1, t, 1}));
+    em_tensor *kpos = em_reshape_(c, file, line, em_arange_(c, file, line, 0, (double)l, 1, EM_I64),
+                                  3, (int64_t[]){1, 1, l});
+    em_tensor *mask = em_le_(c, file, line, kpos, qpos);
+    if (sp.window > 0)
+        mask = em_logical_and_(c, file, line, mask,
+                               em_gt_(c, file, line, kpos,
+                                      em_add_scalar_(c, file, line, qpos, (double)-sp.window)));
+    mask = em_unsqueeze_(c, file, line, mask, 1); /* [B, 1, T, L] */
+    sp.window = 0; /* in the mask */
+    em_tensor *r = em_sdpa_(c, file, line, q, kv[0], kv[1], mask, &sp);
+    em_ctx_set_device(c, prev);
+    return r;
+}
+
+em_decomp_fn em_decomp_get(em_op_id op) {
+    return op == EM_OP_PAGED_ATTENTION ? paged_attention : NULL;
+}
