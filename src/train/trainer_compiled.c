@@ -49,6 +49,9 @@ static int traced_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t 
                         "updates every parameter every step (train without compile)",
                         t->params[i].name);
     }
+    /* the constants below are made on the program's device */
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_tensor_device(in[IN_IDS]));
     em_tensor *norm = em_ctx_status(c) ? NULL : total_norm(c, g, t->np);
     if (norm && t->o.grad_clip > 0) {
         em_tensor *one = em_full(c, EM_F64, 0, NULL, 1.0);
@@ -60,6 +63,7 @@ static int traced_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t 
     }
     if (!em_ctx_status(c))
         em_adamw_update_traced(c, t->opt, g, in[IN_DECAY], in[IN_SQRT_BC2], in[IN_NEG_STEP]);
+    em_ctx_set_device(c, prev);
     free(g);
     /* the traced gradients are the program's values: none may stay on the leaves */
     for (int i = 0; i < t->np; i++) em_tensor_zero_grad(t->trained[i]);
