@@ -107,7 +107,7 @@ static double saved_kb(em_ctx *c, em_model *m, em_tensor *x) {
 
 /* Ember's median step over `steps` timed steps (after one untimed), on random ids. */
 static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool recompute,
-                   train_result *r) {
+                   bool compile, train_result *r) {
     em_ctx *c = em_ctx_create();
     em_model_options mo = em_model_default_options();
     mo.progress = false;
@@ -137,6 +137,7 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
     o.grad_clip = 1.0;
     o.shuffle = false;
     o.gradient_checkpointing = recompute;
+    o.compile = compile; /* the untimed first step traces and compiles */
     em_trainer *t = d ? em_trainer_create(c, m, d, &o) : NULL;
     double ms[MAX_STEPS];
     int n = 0;
@@ -160,9 +161,10 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
         r->peak_mb = peak;
         r->kb_per_token = loaded > 0 && peak > 0 ? (peak - loaded) * 1024 / (double)(batch * seq)
                                                  : -1;
-        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld%s]",
+        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld%s%s]",
                  cfg->model_type, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
-                 (long long)batch, (long long)seq, recompute ? ",recompute" : "");
+                 (long long)batch, (long long)seq, recompute ? ",recompute" : "",
+                 compile ? ",compiled" : "");
     }
     em_trainer_free(t);
     em_train_data_free(d);
@@ -174,17 +176,20 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
 static void usage(void) {
     printf("usage: ember bench train [--preset demo|qwen3-0.6b|all] [--model DIR] [--layers N]\n"
            "                         [--seq-len T] [--batch B] [--steps N] [--torch-compile]\n"
-           "                         [--gradient-checkpointing] [--skip-peers] [--json]\n\n"
+           "                         [--gradient-checkpointing] [--compile] [--skip-peers]\n"
+           "                         [--json]\n\n"
            "One training step (forward, loss, backward, clipping, AdamW; f32) of the demo model\n"
            "(tiny-qwen3) and of the Qwen3-0.6B shape (random weights, --layers of 28, default 4)\n"
            "at seq 512: tokens/s and MFU against the FMA peak measured in the same run, memory per\n"
            "token, and torch eager training the same checkpoint ($EMBER_PYTHON with torch and\n"
            "transformers; --torch-compile adds torch.compile). --gradient-checkpointing: both\n"
-           "recompute each layer in the backward (transformers' gradient_checkpointing_enable).\n");
+           "recompute each layer in the backward (transformers' gradient_checkpointing_enable).\n"
+           "--compile: also Ember's compiled step (ember train --compile: the whole step traced\n"
+           "once, replayed), measured after the eager one in the same run.\n");
 }
 
 int bench_train(int argc, char **argv) {
-    bool json = false, peers = true, torch_compile = false, recompute = false;
+    bool json = false, peers = true, torch_compile = false, recompute = false, compile = false;
     const char *preset = "all", *model = NULL;
     long long layers = 4, seq = 512, batch = 1, steps = 3;
     for (int i = 1; i < argc; i++) {
@@ -194,6 +199,7 @@ int bench_train(int argc, char **argv) {
         else if (!strcmp(a, "--skip-peers")) peers = false;
         else if (!strcmp(a, "--torch-compile")) torch_compile = true;
         else if (!strcmp(a, "--gradient-checkpointing")) recompute = true;
+        else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--model") && has) model = argv[++i];
         else if (!strcmp(a, "--layers") && has) {
@@ -240,7 +246,10 @@ int bench_train(int argc, char **argv) {
     bench_print_header(json);
     for (int k = 0; k < n_models; k++) {
         train_result r = {0};
-        if (measure(dirs[k], batch, seq, (int)steps, recompute, &r)) return 1;
+        if (measure(dirs[k], batch, seq, (int)steps, recompute, false, &r)) return 1;
+        train_result rcomp = {0};
+        if (compile && measure(dirs[k], batch, seq, (int)steps, recompute, true, &rcomp))
+            return 1;
         bench_peer torch = {0};
         if (peers) {
             char tasks[2600];
@@ -264,6 +273,21 @@ int bench_train(int argc, char **argv) {
             rc.peer = "torch.compile";
             rc.peer_ms = tc;
             bench_print_row(&rc, json);
+        }
+        if (compile) {
+            bench_row cr = row;
+            cr.shape = rcomp.shape;
+            cr.ms = rcomp.step_ms;
+            bench_print_row(&cr, json);
+            if (json)
+                printf("{\"bench\": \"train_compiled\", \"shape\": \"%s\", \"eager_ms\": %.3f, "
+                       "\"compiled_ms\": %.3f, \"speedup\": %.3f, \"compiled_peak_mb\": %.1f}\n",
+                       r.shape, r.step_ms, rcomp.step_ms, r.step_ms / rcomp.step_ms,
+                       rcomp.peak_mb);
+            else
+                printf("  compiled step: %.0f tokens/s, %.2fx the eager step's (same run), peak "
+                       "%.0f MB (eager %.0f MB)\n",
+                       rcomp.tokens_per_s, r.step_ms / rcomp.step_ms, rcomp.peak_mb, r.peak_mb);
         }
         double tkb = bench_peer_ms(&torch, "torch_kb_per_token");
         if (json) {
