@@ -113,18 +113,7 @@ def main():
                 ["--gradient-checkpointing"])
         if r.returncode != 0:
             fail(f"--gradient-checkpointing exited with {r.returncode}:\n{r.stderr}")
-        ck_steps = steps(r.stdout)
-        if len(ck_steps) != len(got):
-            fail(f"--gradient-checkpointing printed {r.stdout}")
-        diff = 0.0
-        for s, base, want_loss, want_norm in zip(ck_steps, got, meta["losses"], meta["grad_norms"]):
-            if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > 1e-5:
-                fail(f"{family} step {s['step']} recomputed: loss {s['loss']!r}, without "
-                     f"{base['loss']!r}, torch {want_loss!r}")
-            if abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm):
-                fail(f"{family} step {s['step']} recomputed: grad norm {s['grad_norm']!r}, "
-                     f"torch {want_norm!r}")
-            diff = max(diff, abs(s["loss"] - base["loss"]))
+        diff = against_base(family, "--gradient-checkpointing", steps(r.stdout), got, meta, 1e-5)
         print(f"{family}: --gradient-checkpointing, 10 steps within {diff:.2g} of the run without")
         # --compile: the whole step traced once (one program, counted by EMBER_LOG_COMPILES'
         # lines), torch's numbers and the eager run's within f32 rounding; a compiled run
@@ -140,19 +129,7 @@ def main():
         if len(compiles) != 1:
             fail(f"--compile compiled {len(compiles)} programs for 10 steps:\n{r.stderr}")
         c_lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-        c_steps = steps(r.stdout)
-        if len(c_steps) != len(got):
-            fail(f"--compile printed {r.stdout}")
-        diff = 0.0
-        for s, base, want_loss, want_norm in zip(c_steps, got, meta["losses"], meta["grad_norms"]):
-            if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > 2e-6:
-                fail(f"{family} step {s['step']} compiled: loss {s['loss']!r}, eager "
-                     f"{base['loss']!r}, torch {want_loss!r}")
-            if (abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm) or
-                    abs(s["grad_norm"] - base["grad_norm"]) > 2e-6 * abs(base["grad_norm"])):
-                fail(f"{family} step {s['step']} compiled: grad norm {s['grad_norm']!r}, eager "
-                     f"{base['grad_norm']!r}, torch {want_norm!r}")
-            diff = max(diff, abs(s["loss"] - base["loss"]))
+        diff = against_base(family, "--compile", steps(r.stdout), got, meta, 2e-6)
         print(f"{family}: --compile, one program ({compiles[0].split(': ', 2)[2][:60]}...), "
               f"10 steps within {diff:.2g} of the eager run")
         r = run(ember + ["train", "--resume", os.path.join(out_c, "checkpoint-5"), "--data",
@@ -192,6 +169,25 @@ def main():
             if r.returncode == 0 or want not in r.stderr:
                 fail(f"{name}: exit {r.returncode}, stderr {r.stderr!r}; '{want}' expected")
             print(f"{name}: {r.stderr.strip().splitlines()[-1]}")
+
+
+def against_base(family, what, run_steps, base_steps, meta, tol):
+    """Checks a variant's run (`what`) against torch's numbers (1e-5) and the base run's (tol,
+    absolute for the loss, relative for the grad norm); returns the largest loss difference."""
+    if len(run_steps) != len(base_steps):
+        fail(f"{what} printed {len(run_steps)} steps")
+    diff = 0.0
+    for s, base, want_loss, want_norm in zip(run_steps, base_steps, meta["losses"],
+                                             meta["grad_norms"]):
+        if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > tol:
+            fail(f"{family} step {s['step']} {what}: loss {s['loss']!r}, without "
+                 f"{base['loss']!r}, torch {want_loss!r}")
+        if (abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm) or
+                abs(s["grad_norm"] - base["grad_norm"]) > tol * abs(base["grad_norm"])):
+            fail(f"{family} step {s['step']} {what}: grad norm {s['grad_norm']!r}, without "
+                 f"{base['grad_norm']!r}, torch {want_norm!r}")
+        diff = max(diff, abs(s["loss"] - base["loss"]))
+    return diff
 
 
 def drop_rate(line):

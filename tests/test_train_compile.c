@@ -28,19 +28,19 @@ static double at(em_ctx *c, em_tensor *t, int64_t i) {
 
 static const char *err(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
 
-/* the fixture's hyper-parameters (scripts/gen_train_run_fixtures.py HP) */
+/* the run's hyper-parameters, as the bundle's metadata records them (torch's cosine schedule) */
 static em_train_options fixture_options(em_test_bundle *b, bool compile, bool shuffle) {
     em_train_options o = em_train_default_options();
     o.seq_len = em_test_bundle_meta_int(b, "seq_len", 0);
     o.batch = em_test_bundle_meta_int(b, "batch", 0);
     o.steps = em_test_bundle_meta_int(b, "steps", 0);
-    o.lr = 5e-3;
     o.warmup = em_test_bundle_meta_int(b, "warmup", 0);
-    o.weight_decay = 0.1;
-    o.beta1 = 0.9;
-    o.beta2 = 0.95;
-    o.eps = 1e-8;
-    o.grad_clip = 0.45;
+    o.lr = em_test_bundle_meta_num(b, "lr", NAN);
+    o.weight_decay = em_test_bundle_meta_num(b, "weight_decay", NAN);
+    o.beta1 = em_test_bundle_meta_num(b, "beta1", NAN);
+    o.beta2 = em_test_bundle_meta_num(b, "beta2", NAN);
+    o.eps = em_test_bundle_meta_num(b, "eps", NAN);
+    o.grad_clip = em_test_bundle_meta_num(b, "grad_clip", NAN);
     o.schedule = EM_LR_COSINE;
     o.shuffle = shuffle;
     o.seed = 5;
