@@ -95,9 +95,11 @@ typedef struct em_train_options {
                                once with em_compile and replay the program every step: a CPU
                                plan, or one PJRT program on a device. The step's numbers (rate,
                                bias corrections) are inputs, so all steps share one program.
-                               f32 weights, one process, no gradient checkpointing, every
-                               parameter given a gradient by the step (else EM_ERR_UNSUPPORTED
-                               at the first step) (false) */
+                               Needs f32 weights, one process, no gradient checkpointing and
+                               no router load-balancing loss (else EM_ERR_UNSUPPORTED from
+                               em_trainer_create), and a gradient for every parameter (else
+                               EM_ERR_UNSUPPORTED at the first step). Evaluation stays eager
+                               (false) */
 } em_train_options;
 
 /** The defaults above (seq_len and steps 0: to be set). */
