@@ -213,6 +213,28 @@ static void test_refused(void) {
     CHECK_MSG(em_ctx_status(c) == EM_ERR_UNSUPPORTED && strstr(err(c), "gradient checkpointing"),
               "%s", err(c));
     em_ctx_clear_error(c);
+    /* a step that cannot be traced (MoE with the loop experts, which route on the host) fails
+     * at its first call naming why, leaving no traced value on the tape or the parameters */
+    em_model_options mo = em_model_default_options();
+    mo.progress = false;
+    mo.dtype = EM_F32;
+    mo.moe_impl = EM_MOE_LOOP;
+    em_model *moe = em_model_load(c, em_test_fixture_path("models", "qwen3_moe"), &mo);
+    o.gradient_checkpointing = false;
+    em_trainer *t = moe ? em_trainer_create(c, moe, d, &o) : NULL;
+    CHECK_MSG(t != NULL, "%s", err(c));
+    em_train_step_info info;
+    CHECK(t && em_trainer_step(c, t, &info) == EM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err(c), "loop implementation needs the routing on the host"), "%s", err(c));
+    CHECK(em_grad_tape_size(c) == 0 && em_trainer_steps_done(t) == 0);
+    int np = moe ? em_model_params(c, moe, NULL, 0) : 0;
+    em_model_param *ps = calloc((size_t)np + 1, sizeof *ps);
+    if (ps && np > 0 && em_model_params(c, moe, ps, np) == np)
+        for (int i = 0; i < np; i++) CHECK(em_tensor_grad(ps[i].tensor) == NULL);
+    free(ps);
+    em_ctx_clear_error(c);
+    em_trainer_free(t);
+    em_model_free(moe);
     em_model_free(m);
     em_train_data_free(d);
     em_ctx_free(c);
