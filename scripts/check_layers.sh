@@ -22,7 +22,7 @@ rules=(
   "dist:compile backends io models generate testing bench serve train diffusion"
   "generate:serve train testing bench"
   "serve:backends compile testing bench"
-  "train:backends compile serve testing bench"
+  "train:backends serve testing bench"
   "kernels_hub:compile models generate testing bench dist serve train diffusion"
   "diffusion:backends generate serve train testing bench kernels_hub"
 )

@@ -13,7 +13,10 @@ Checks: (1) `ember train --no-shuffle --json` with the bundle's flags gives torc
 --save-every 5, resumed from DIR/checkpoint-5, prints steps 5..9 identical to the uninterrupted
 run's (the printed 17-digit numbers: bit-identical), and `ember generate` loads the saved
 checkpoint; (3) with --gradient-checkpointing (every layer recomputed in the backward) the
-losses and grad norms are torch's too and within 1e-5 of the run without; (4) data shorter than
+losses and grad norms are torch's too and within 1e-5 of the run without; (3b) with --compile
+(the whole step traced once: one program, counted from EMBER_LOG_COMPILES' lines) torch's
+numbers and the eager run's within 2e-6, and a compiled run resumed from its checkpoint-5
+prints the uninterrupted compiled run's numbers exactly; (4) data shorter than
 one window, a float
 .npy, an id outside the vocabulary and a --seq-len above max_position_embeddings each fail with a
 message naming the problem. Needs only the Python standard library.
@@ -110,19 +113,35 @@ def main():
                 ["--gradient-checkpointing"])
         if r.returncode != 0:
             fail(f"--gradient-checkpointing exited with {r.returncode}:\n{r.stderr}")
-        ck_steps = steps(r.stdout)
-        if len(ck_steps) != len(got):
-            fail(f"--gradient-checkpointing printed {r.stdout}")
-        diff = 0.0
-        for s, base, want_loss, want_norm in zip(ck_steps, got, meta["losses"], meta["grad_norms"]):
-            if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > 1e-5:
-                fail(f"{family} step {s['step']} recomputed: loss {s['loss']!r}, without "
-                     f"{base['loss']!r}, torch {want_loss!r}")
-            if abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm):
-                fail(f"{family} step {s['step']} recomputed: grad norm {s['grad_norm']!r}, "
-                     f"torch {want_norm!r}")
-            diff = max(diff, abs(s["loss"] - base["loss"]))
+        diff = against_base(family, "--gradient-checkpointing", steps(r.stdout), got, meta, 1e-5)
         print(f"{family}: --gradient-checkpointing, 10 steps within {diff:.2g} of the run without")
+        # --compile: the whole step traced once (one program, counted by EMBER_LOG_COMPILES'
+        # lines), torch's numbers and the eager run's within f32 rounding; a compiled run
+        # resumed from its step-5 checkpoint prints the uninterrupted compiled run's numbers
+        out_c = os.path.join(tmp, "out_compiled")
+        env = dict(os.environ, EMBER_LOG_COMPILES="1")
+        cmd = ember + ["train", "--model", model, "--data", data] + flags + [
+            "--compile", "--out", out_c, "--save-every", "5"]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if r.returncode != 0:
+            fail(f"--compile exited with {r.returncode}:\n{r.stderr}")
+        compiles = [ln for ln in r.stderr.splitlines() if ln.startswith("ember compile: train_step")]
+        if len(compiles) != 1:
+            fail(f"--compile compiled {len(compiles)} programs for 10 steps:\n{r.stderr}")
+        c_lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        diff = against_base(family, "--compile", steps(r.stdout), got, meta, 2e-6)
+        print(f"{family}: --compile, one program ({compiles[0].split(': ', 2)[2][:60]}...), "
+              f"10 steps within {diff:.2g} of the eager run")
+        r = run(ember + ["train", "--resume", os.path.join(out_c, "checkpoint-5"), "--data",
+                         data] + flags + ["--compile"])
+        if r.returncode != 0:
+            fail(f"--compile resume exited with {r.returncode}:\n{r.stderr}")
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        if [drop_rate(ln) for ln in lines] != [drop_rate(ln) for ln in c_lines[5:]]:
+            fail("compiled resumed run differs:\n" + "\n".join(lines) + "\nuninterrupted:\n" +
+                 "\n".join(c_lines[5:]))
+        print(f"{family}: --compile, 5 steps + resume 5 steps print the uninterrupted run's "
+              "numbers exactly")
         # resumed from the step-5 checkpoint: the same numbers, digit for digit
         ck = os.path.join(out, "checkpoint-5")
         r = run(ember + ["train", "--resume", ck, "--data", data] + flags)
@@ -150,6 +169,25 @@ def main():
             if r.returncode == 0 or want not in r.stderr:
                 fail(f"{name}: exit {r.returncode}, stderr {r.stderr!r}; '{want}' expected")
             print(f"{name}: {r.stderr.strip().splitlines()[-1]}")
+
+
+def against_base(family, what, run_steps, base_steps, meta, tol):
+    """Checks a variant's run (`what`) against torch's numbers (1e-5) and the base run's (tol,
+    absolute for the loss, relative for the grad norm); returns the largest loss difference."""
+    if len(run_steps) != len(base_steps):
+        fail(f"{what} printed {len(run_steps)} steps")
+    diff = 0.0
+    for s, base, want_loss, want_norm in zip(run_steps, base_steps, meta["losses"],
+                                             meta["grad_norms"]):
+        if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > tol:
+            fail(f"{family} step {s['step']} {what}: loss {s['loss']!r}, without "
+                 f"{base['loss']!r}, torch {want_loss!r}")
+        if (abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm) or
+                abs(s["grad_norm"] - base["grad_norm"]) > tol * abs(base["grad_norm"])):
+            fail(f"{family} step {s['step']} {what}: grad norm {s['grad_norm']!r}, without "
+                 f"{base['grad_norm']!r}, torch {want_norm!r}")
+        diff = max(diff, abs(s["loss"] - base["loss"]))
+    return diff
 
 
 def drop_rate(line):

@@ -7,7 +7,8 @@ Copies tests/fixtures/models/FAMILY's config with output_router_logits true and 
 router_aux_loss_coef of tests/fixtures/train/FAMILY_aux_grads (its weights linked, not copied),
 runs one `--no-shuffle` step on tests/fixtures/train/ids.npy (windows 0 and 1 of 16 ids) and
 compares the step's loss with transformers' on the same windows (scripts/gen_train_fixtures.py),
-within 1e-5; the same config with output_router_logits false gives the LM loss alone.
+within 1e-5; the same config with output_router_logits false gives the LM loss alone, and with
+--compile the same loss (2e-6); --compile with output_router_logits true is refused by name.
 Needs only the Python standard library.
 """
 import json
@@ -26,10 +27,11 @@ def fixture_f64(bundle, name):
         return struct.unpack("<d", f.read(8))[0], meta["meta"]
 
 
-def step0_loss(ember, model, data):
+def step0_loss(ember, model, data, extra=()):
     r = subprocess.run(ember + ["train", "--model", model, "--data", data, "--seq-len", "16",
                                 "--batch", "2", "--steps", "1", "--lr", "1e-3", "--no-shuffle",
-                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
     if r.returncode != 0:
         sys.exit("FAIL: ember train exited %d: %s" % (r.returncode, r.stderr[-2000:]))
     return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")][0]["loss"]
@@ -62,6 +64,21 @@ def main():
             print("%s output_router_logits %s: loss %.9g, transformers %.9g" % (family, on, got, w))
             if abs(got - w) > 1e-5:
                 sys.exit("FAIL: %s step-0 loss %.9g, transformers %.9g" % (family, got, w))
+            # --compile: the LM loss alone compiles (routing on the device), equal to the eager
+            # step's; the load-balancing loss is refused by name (it counts experts on the host)
+            if on:
+                r = subprocess.run(ember + ["train", "--model", d, "--data", data, "--seq-len",
+                                            "16", "--steps", "1", "--lr", "1e-3", "--compile"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if r.returncode != 1 or "load-balancing" not in r.stderr:
+                    sys.exit("FAIL: --compile with output_router_logits: exit %d, %s" %
+                             (r.returncode, r.stderr))
+                print("%s --compile with output_router_logits: refused" % family)
+            else:
+                gc = step0_loss(ember, d, data, ["--compile"])
+                print("%s --compile: loss %.9g" % (family, gc))
+                if abs(gc - got) > 2e-6:
+                    sys.exit("FAIL: %s compiled step-0 loss %.9g, eager %.9g" % (family, gc, got))
     print("ok")
 
 

@@ -6,7 +6,11 @@
  * em_backward walks the tape backwards and runs each op's backward rule (ops/grad_rules_*.c, one
  * entry per op id of the op table), accumulating gradients into the leaves that require grad, as
  * torch.autograd does. With grad disabled (the default) the dispatcher takes one branch on a flag
- * and records nothing; functions traced by em_compile are never recorded.
+ * and records nothing. A function traced by em_compile starts with grad disabled; if it enables
+ * grad itself, its (symbolic) op calls are recorded and an em_backward inside it is traced too
+ * (the rules are ops), so one program holds forward and backward: the compiled training step
+ * (em_train_options.compile) works this way. Such a function must consume or clear the tape it
+ * made before it returns.
  *
  * Semantics follow torch: a tensor used twice gets the sum of both gradients; views (reshape,
  * permute, transpose, slice, expand, squeeze, split, ...) pass gradients to the tensor they view;

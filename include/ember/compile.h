@@ -26,7 +26,10 @@
  *   - other tensors the function touches (weights, a KV cache) are captured by reference: the
  *     program reads their contents at each call and in-place writes (em_assign, em_index_copy)
  *     reach them, as in eager mode. Capturing a different tensor needs a new em_compiled;
- *   - an op error (a shape mismatch, say) is reported when tracing, at the op's call.
+ *   - an op error (a shape mismatch, say) is reported when tracing, at the op's call;
+ *   - grad starts disabled; a function that enables it records its ops on the tape and may call
+ *     em_backward, whose rules are traced like any op (ember/autograd.h): forward, backward
+ *     and an optimizer's in-place updates of captured tensors become one program.
  *
  * Passes: dead-code and common-subexpression elimination, folding of constant subgraphs
  * (creation ops and what only depends on them), element-wise fusion and buffer planning with

@@ -35,6 +35,7 @@
 #ifndef EMBER_TRAIN_H
 #define EMBER_TRAIN_H
 
+#include "ember/compile.h"
 #include "ember/dist.h"
 #include "ember/model.h"
 #include "ember/tokenizer.h"
@@ -90,6 +91,15 @@ typedef struct em_train_options {
                                (em_model_set_gradient_checkpointing, set on the model by
                                em_trainer_create): same gradients, activation memory of one layer
                                instead of all, about one more forward per step (false) */
+    bool compile;           /* trace the whole step (forward, loss, backward, clipping, AdamW)
+                               once with em_compile and replay the program every step: a CPU
+                               plan, or one PJRT program on a device. The step's numbers (rate,
+                               bias corrections) are inputs, so all steps share one program.
+                               Needs f32 weights, one process, no gradient checkpointing and
+                               no router load-balancing loss (else EM_ERR_UNSUPPORTED from
+                               em_trainer_create), and a gradient for every parameter (else
+                               EM_ERR_UNSUPPORTED at the first step). Evaluation stays eager
+                               (false) */
 } em_train_options;
 
 /** The defaults above (seq_len and steps 0: to be set). */
@@ -162,6 +172,13 @@ EM_API em_status em_trainer_save(em_ctx *c, em_trainer *t, const char *dir);
  * saved run's (the data order depends on the step, not on the ranks).
  */
 EM_API em_status em_trainer_resume(em_ctx *c, em_trainer *t, const char *dir);
+
+/**
+ * The counters of the compiled step (options.compile; ember/compile.h's em_compile_stats: how
+ * many programs were compiled, of how many ops); zeros before the first step or without
+ * options.compile.
+ */
+EM_API void em_trainer_compile_stats(const em_trainer *t, em_compile_stats *out);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "compile/trace.h"
+#include "ember/autograd.h"
 #include "ember/compile.h"
 
 #define MAX_PROGRAMS_DEFAULT 64
@@ -239,6 +240,10 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
 
     tr.g.dev = n_in ? in[0]->dev : c->device;
     tr.g.n_inputs = n_in;
+    /* the trace starts with grad off whatever the caller's setting: captured weights that
+     * require grad are not recorded unless the function itself enables grad (and then its
+     * em_backward consumes the tape inside the trace) */
+    bool grad_on = em_grad_enable(c, false);
     em_trace_begin(c, &tr);
     em_scope_push(c);
     em_tensor *syms[EM_MAX_INPUTS];
@@ -275,6 +280,7 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
     free(outs);
     em_scope_pop(c);
     em_trace_end(c);
+    em_grad_enable(c, grad_on);
     em_trace_free(&tr);
     p->g = tr.g; /* owns the graph from here, also on failure */
     if (c->err.status || !graph_one_device(c, &p->g) || !no_input_writes(c, &p->g)) {

@@ -435,8 +435,9 @@ em_tensor *em_moe_experts_(EM_OP_ARGS, em_tensor *x, em_tensor *indices, em_tens
     }
     int64_t hit = -1; /* stays -1 with device routing: unknown without a host read */
     em_tensor *out;
-    /* indices on a compile-only device (tpu-aot:...) have no values to read: route there */
-    if (p->device_routing || em_device_is_compile_only(em_tensor_device(indices)))
+    /* indices on a compile-only device (tpu-aot:...) have no values to read, nor have traced
+     * ones (a compiled training step's forward): route there */
+    if (p->device_routing || indices->sym || em_device_is_compile_only(em_tensor_device(indices)))
         out = experts_device(c, file, line, x, indices, k, weights, w, p, n_experts);
     else
         out = experts_host(c, file, line, x, indices, k, weights, w, p, n_experts, &hit);

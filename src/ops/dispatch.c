@@ -129,7 +129,13 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
     }
     /* compile mode: the call is recorded, not run (the rule above already checked it, so a
      * mistake is reported here, at the call, not when the program runs) */
-    if (c->tracer) return c->tracer->record(c, op, in, n_in, attrs, metas, n_out, outs);
+    if (c->tracer) {
+        /* a function that enables grad inside its trace (a compiled training step) records
+         * its symbolic values on the tape too, so its em_backward is traced as well */
+        if (c->grad_on && em_grad_check_call(c, op, in, n_in) != EM_OK) return -1;
+        int r = c->tracer->record(c, op, in, n_in, attrs, metas, n_out, outs);
+        return r >= 0 && c->grad_on ? em_grad_record(c, op, in, n_in, attrs, outs, r) : r;
+    }
     /* autodiff: refused before anything is written (an in-place write into a tensor whose
      * gradient is wanted); the call is recorded on the tape after it ran */
     if (c->grad_on && em_grad_check_call(c, op, in, n_in) != EM_OK) return -1;

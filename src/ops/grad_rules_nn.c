@@ -199,8 +199,28 @@ static em_status g_sdpa(GRAD_ARGS) {
     return c->err.status;
 }
 
+/* d rhs of ragged_dot without reading the group sizes (a traced backward: a compiled training
+ * step): row m of lhs belongs to group e when start_e <= m < end_e, a [G, M, 1] mask made on
+ * the device from the sizes' running sum; every group's product is then one batched matmul
+ * over all M rows with the others' rows zeroed (G times the work of the host path: fine for
+ * the routers and small expert counts this serves; rows past the last group count nowhere) */
+static em_tensor *ragged_rhs_grad_device(em_ctx *c, em_tensor *lhs, em_tensor *g, em_tensor *gsz,
+                                         bool nk) {
+    int64_t m = lhs->shape[0], ng = gsz->numel;
+    em_tensor *ends = em_cumsum(c, em_cast(c, gsz, EM_I64), 0);
+    em_tensor *starts = em_sub(c, ends, em_cast(c, gsz, EM_I64));
+    em_tensor *rows = em_reshape(c, em_arange(c, 0, (double)m, 1, EM_I64), 2, (int64_t[]){1, m});
+    em_tensor *in = em_logical_and(c, em_ge(c, rows, em_reshape(c, starts, 2, (int64_t[]){ng, 1})),
+                                   em_lt(c, rows, em_reshape(c, ends, 2, (int64_t[]){ng, 1})));
+    em_tensor *mask = em_unsqueeze(c, em_cast(c, in, lhs->dtype), 2);   /* [G, M, 1] */
+    em_tensor *lm = em_mul(c, mask, em_unsqueeze(c, lhs, 0));           /* [G, M, K] */
+    em_tensor *gb = em_expand(c, em_unsqueeze(c, g, 0), 3, (int64_t[]){ng, m, g->shape[1]});
+    return nk ? em_matmul(c, mT(c, gb), lm) : em_matmul(c, mT(c, lm), gb);
+}
+
 /* ragged_dot: d lhs is a ragged_dot of g with rhs in the other layout; d rhs[g] is the
- * product of group g's rows (lhs^T g), one matmul per group (sizes read on the host) */
+ * product of group g's rows (lhs^T g), one matmul per group (sizes read on the host; on the
+ * device while tracing, where they cannot be read) */
 static em_status g_ragged_dot(GRAD_ARGS) {
     em_tensor *lhs = X(0), *rhs = X(1), *gsz = X(2);
     bool nk = em_grad_attr(n, "rhs_nk")->i;
@@ -210,6 +230,10 @@ static em_status g_ragged_dot(GRAD_ARGS) {
                            "train with the [G, N, K] or [G, K, N] layout");
     if (need[0]) gin[0] = em_ragged_dot(c, G, rhs, gsz, !nk);
     if (!need[1]) return c->err.status;
+    if (gsz->sym) {
+        gin[1] = ragged_rhs_grad_device(c, lhs, G, gsz, nk);
+        return c->err.status;
+    }
     int64_t ng = gsz->numel;
     int32_t *sizes = malloc((size_t)(ng ? ng : 1) * sizeof *sizes);
     if (!sizes) return em_ctx_fail(c, EM_ERR_OOM, "backward", "ragged_dot: out of memory");

@@ -254,5 +254,8 @@ em_status em_trainer_resume(em_ctx *c, em_trainer *t, const char *dir) {
     }
     t->step = s;
     em_optimizer_set_steps(t->opt, s);
+    /* the moments are new tensors: a compiled step captured the old ones, trace again */
+    em_compiled_free(t->cstep);
+    t->cstep = NULL;
     return EM_OK;
 }

@@ -11,6 +11,7 @@
 #include "ember/autograd.h"
 #include "ember/ops.h"
 #include "ember/optim.h"
+#include "train/optim_impl.h"
 
 typedef enum { OPT_ADAMW, OPT_SGD } opt_kind;
 
@@ -119,16 +120,30 @@ static em_tensor *own_zeros(em_ctx *c, em_tensor *t) {
     return z ? em_detach(c, z) : NULL;
 }
 
+/* The per-step numbers of an AdamW update: host doubles (eager), or 0-d f32 tensors of the
+ * parameters' device (a compiled step: inputs of the program, so a new step or learning rate
+ * never bakes a constant into it). */
+typedef struct adamw_k {
+    double decay, sqrt_bc2, neg_step; /* 1 - lr wd, sqrt(bc2), -lr / bc1 */
+    em_tensor *t_decay, *t_sqrt_bc2, *t_neg_step;
+} adamw_k;
+
+static em_tensor *mul_k(em_ctx *c, em_tensor *x, double s, em_tensor *st) {
+    return st ? em_mul(c, x, st) : em_mul_scalar(c, x, s);
+}
+
 /* torch's _single_tensor_adamw on one slab of a parameter (views p, g, m, v of the same rows) */
-static void adamw_slab(em_ctx *c, const em_adamw_options *a, double lr, double step_size,
-                       double bc2, em_tensor *p, em_tensor *g, em_tensor *m, em_tensor *v) {
-    if (a->weight_decay != 0) em_assign(c, p, em_mul_scalar(c, p, 1.0 - lr * a->weight_decay));
+static void adamw_slab(em_ctx *c, const em_adamw_options *a, const adamw_k *k, em_tensor *p,
+                       em_tensor *g, em_tensor *m, em_tensor *v) {
+    if (a->weight_decay != 0) em_assign(c, p, mul_k(c, p, k->decay, k->t_decay));
     /* exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
     em_assign(c, m, em_add(c, m, em_mul_scalar(c, em_sub(c, g, m), 1.0 - a->beta1)));
     em_assign(c, v, em_add(c, em_mul_scalar(c, v, a->beta2),
                            em_mul_scalar(c, em_mul(c, g, g), 1.0 - a->beta2)));
-    em_tensor *denom = em_add_scalar(c, em_div_scalar(c, em_sqrt(c, v), sqrt(bc2)), a->eps);
-    em_assign(c, p, em_add(c, p, em_mul_scalar(c, em_div(c, m, denom), -step_size)));
+    em_tensor *sv = em_sqrt(c, v);
+    sv = k->t_sqrt_bc2 ? em_div(c, sv, k->t_sqrt_bc2) : em_div_scalar(c, sv, k->sqrt_bc2);
+    em_tensor *denom = em_add_scalar(c, sv, a->eps);
+    em_assign(c, p, em_add(c, p, mul_k(c, em_div(c, m, denom), k->neg_step, k->t_neg_step)));
 }
 
 /* Rows of a parameter per slab: about 2^20 elements, so the dozen temporaries of the update
@@ -142,28 +157,34 @@ static int64_t slab_rows(const em_tensor *p) {
 
 /* torch's _single_tensor_adamw for one parameter: element-wise, so slab by slab of rows gives
  * the same values as the whole tensor at once */
-static void adamw_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *g) {
-    const em_adamw_options *a = &o->adamw;
-    if (!o->m[i]) o->m[i] = own_zeros(c, p);
-    if (!o->v[i]) o->v[i] = own_zeros(c, p);
-    if (!o->m[i] || !o->v[i]) return;
-    int64_t step = ++o->param_steps[i];
-    double lr = o->lr;
-    double bc1 = 1.0 - pow(a->beta1, (double)step), bc2 = 1.0 - pow(a->beta2, (double)step);
-    double step_size = lr / bc1;
-    em_tensor *m = o->m[i], *v = o->v[i];
+static void adamw_apply(em_ctx *c, const em_adamw_options *a, const adamw_k *k, em_tensor *p,
+                        em_tensor *g, em_tensor *m, em_tensor *v) {
     if (em_tensor_ndim(p) == 0) {
-        adamw_slab(c, a, lr, step_size, bc2, p, g, m, v);
+        adamw_slab(c, a, k, p, g, m, v);
         return;
     }
-    int64_t rows = em_tensor_dim(p, 0), k = slab_rows(p);
-    for (int64_t r0 = 0; r0 < rows && !em_ctx_status(c); r0 += k) {
-        int64_t n = r0 + k < rows ? k : rows - r0;
+    int64_t rows = em_tensor_dim(p, 0), n_rows = slab_rows(p);
+    for (int64_t r0 = 0; r0 < rows && !em_ctx_status(c); r0 += n_rows) {
+        int64_t n = r0 + n_rows < rows ? n_rows : rows - r0;
         em_scope_push(c);
-        adamw_slab(c, a, lr, step_size, bc2, em_narrow(c, p, 0, r0, n), em_narrow(c, g, 0, r0, n),
+        adamw_slab(c, a, k, em_narrow(c, p, 0, r0, n), em_narrow(c, g, 0, r0, n),
                    em_narrow(c, m, 0, r0, n), em_narrow(c, v, 0, r0, n));
         em_scope_pop(c);
     }
+}
+
+static adamw_k adamw_numbers(const em_adamw_options *a, double lr, int64_t step) {
+    double bc1 = 1.0 - pow(a->beta1, (double)step), bc2 = 1.0 - pow(a->beta2, (double)step);
+    return (adamw_k){.decay = 1.0 - lr * a->weight_decay, .sqrt_bc2 = sqrt(bc2),
+                     .neg_step = -(lr / bc1)};
+}
+
+static void adamw_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *g) {
+    if (!o->m[i]) o->m[i] = own_zeros(c, p);
+    if (!o->v[i]) o->v[i] = own_zeros(c, p);
+    if (!o->m[i] || !o->v[i]) return;
+    adamw_k k = adamw_numbers(&o->adamw, o->lr, ++o->param_steps[i]);
+    adamw_apply(c, &o->adamw, &k, p, g, o->m[i], o->v[i]);
 }
 
 /* torch's _single_tensor_sgd for one parameter */
@@ -203,6 +224,57 @@ em_status em_optimizer_step(em_ctx *c, em_optimizer *o) {
     em_grad_enable(c, grad_on);
     if (!em_ctx_status(c)) o->steps++;
     return em_ctx_status(c);
+}
+
+/* ---- compile mode (train/optim_impl.h) ---- */
+
+em_status em_adamw_prepare_traced(em_ctx *c, em_optimizer *o, int64_t *step) {
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!o || o->kind != OPT_ADAMW)
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "adamw_compiled",
+                           "a compiled step runs AdamW only");
+    bool grad_on = em_grad_enable(c, false);
+    for (int i = 0; i < o->n && !em_ctx_status(c); i++) {
+        if (o->param_steps[i] != o->param_steps[0])
+            em_ctx_fail(c, EM_ERR_UNSUPPORTED, "adamw_compiled",
+                        "parameter %d has taken %lld steps, parameter 0 %lld: a compiled step "
+                        "updates every parameter every step (train eagerly)", i,
+                        (long long)o->param_steps[i], (long long)o->param_steps[0]);
+        if (!o->m[i]) o->m[i] = own_zeros(c, o->params[i]);
+        if (!o->v[i] && o->m[i]) o->v[i] = own_zeros(c, o->params[i]);
+    }
+    em_grad_enable(c, grad_on);
+    if (step) *step = o->n ? o->param_steps[0] : 0;
+    return em_ctx_status(c);
+}
+
+void em_adamw_step_numbers(const em_optimizer *o, double lr, int64_t step, double out[3]) {
+    adamw_k k = adamw_numbers(&o->adamw, lr, step);
+    out[0] = k.decay;
+    out[1] = k.sqrt_bc2;
+    out[2] = k.neg_step;
+}
+
+em_status em_adamw_update_traced(em_ctx *c, em_optimizer *o, em_tensor *const *grads,
+                                 em_tensor *decay, em_tensor *sqrt_bc2, em_tensor *neg_step) {
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    adamw_k k = {.t_decay = decay, .t_sqrt_bc2 = sqrt_bc2, .t_neg_step = neg_step};
+    bool grad_on = em_grad_enable(c, false);
+    for (int i = 0; i < o->n && !em_ctx_status(c); i++) {
+        if (em_scope_push(c) < 0) break;
+        adamw_apply(c, &o->adamw, &k, o->params[i], grads[i], o->m[i], o->v[i]);
+        em_scope_pop(c);
+        if (em_ctx_status(c) && em_ctx_error(c))
+            em_ctx_fail(c, em_ctx_status(c), "adamw_compiled", "parameter %d", i);
+    }
+    em_grad_enable(c, grad_on);
+    return em_ctx_status(c);
+}
+
+void em_adamw_advance(em_optimizer *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) o->param_steps[i]++;
+    o->steps++;
 }
 
 void em_optimizer_zero_grad(em_optimizer *o) {

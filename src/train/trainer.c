@@ -142,6 +142,17 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
                     em_dtype_name(dt));
         return NULL;
     }
+    bool aux = cfg->output_router_logits && cfg->num_experts > 0;
+    if (opt->compile && (dt != EM_F32 || opt->group || opt->gradient_checkpointing || aux)) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer",
+                    "a compiled step is not done yet %s (train without compile)",
+                    dt != EM_F32   ? "for bf16/f16 weights (f32 masters)"
+                    : opt->group   ? "with data parallelism"
+                    : aux          ? "with the router's load-balancing loss (output_router_logits: "
+                                     "its expert counts are read on the host)"
+                                   : "with gradient checkpointing");
+        return NULL;
+    }
     int np = em_model_params(c, m, NULL, 0);
     if (np < 0) return NULL;
     em_trainer *t = calloc(1, sizeof *t);
@@ -194,6 +205,7 @@ void em_trainer_free(em_trainer *t) {
     if (!t) return;
     /* the weights stay marked as requiring grad: harmless while grad is off (the default) */
     for (int i = 0; t->tensors && i < t->np; i++) em_tensor_zero_grad(t->tensors[i]);
+    em_compiled_free(t->cstep);
     em_optimizer_free(t->opt);
     for (int i = 0; t->master && i < t->np; i++) em_tensor_release(t->master[i]);
     free(t->master);
@@ -208,16 +220,21 @@ int64_t em_trainer_steps_done(const em_trainer *t) { return t ? t->step : 0; }
 int64_t em_trainer_train_windows(const em_trainer *t) { return t ? t->k_train : 0; }
 int64_t em_trainer_val_windows(const em_trainer *t) { return t ? t->k_val : 0; }
 
-/* The loss of windows w[0..b) (grad as the context has it): transformers' causal-LM loss, plus
- * router_aux_loss_coef times the router's load-balancing loss when the config asks for it
- * (output_router_logits), as its MoE models' forward with labels does. */
-static em_tensor *batch_loss(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b) {
-    const em_model_config *cfg = em_model_config_get(t->m);
-    int64_t T = t->o.seq_len, V = cfg->vocab_size;
+em_tensor *em_trainer_batch_ids(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b) {
+    int64_t T = t->o.seq_len;
     const int64_t *ids = em_train_data_ids(t->d);
     for (int64_t i = 0; i < b; i++)
         memcpy(t->batch_ids + i * T, ids + w[i] * T, (size_t)T * sizeof *ids);
-    em_tensor *x = em_from_host(c, EM_I64, 2, (int64_t[]){b, T}, t->batch_ids);
+    return em_from_host(c, EM_I64, 2, (int64_t[]){b, T}, t->batch_ids);
+}
+
+/* transformers' causal-LM loss, plus router_aux_loss_coef times the router's load-balancing
+ * loss when the config asks for it (output_router_logits), as its MoE models' forward with
+ * labels does. */
+em_tensor *em_trainer_loss(em_ctx *c, em_trainer *t, em_tensor *x) {
+    if (!x) return NULL;
+    const em_model_config *cfg = em_model_config_get(t->m);
+    int64_t b = em_tensor_dim(x, 0), T = em_tensor_dim(x, 1), V = cfg->vocab_size;
     em_tensor *aux = NULL;
     em_tensor *logits = cfg->output_router_logits && cfg->num_experts > 0
                             ? em_model_forward_router_aux(c, t->m, x, &aux)
@@ -231,6 +248,10 @@ static em_tensor *batch_loss(em_ctx *c, em_trainer *t, const int64_t *w, int64_t
         next = em_to(c, next, em_tensor_device(logits));
     em_tensor *loss = em_cross_entropy(c, pred, next, -100);
     return aux ? em_add(c, loss, em_mul_scalar(c, aux, cfg->router_aux_loss_coef)) : loss;
+}
+
+static em_tensor *batch_loss(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b) {
+    return em_trainer_loss(c, t, em_trainer_batch_ids(c, t, w, b));
 }
 
 /* Mixed precision: the gradient of each low-precision parameter becomes its f32 master's
@@ -322,12 +343,26 @@ em_status em_trainer_step(em_ctx *c, em_trainer *t, em_train_step_info *info) {
     int64_t *wp = malloc((size_t)bl * sizeof *wp);
     if (!wp) return em_ctx_fail(c, EM_ERR_OOM, "trainer_step", "out of memory");
     for (int64_t b = 0; b < bl; b++) wp[b] = em_trainer_window(t, s * B + b0 + b);
+    double lv = NAN, norm = NAN, lr = t->o.lr * schedule(t, s);
+    if (t->o.compile) {
+        em_status st = em_trainer_step_compiled(c, t, wp, bl, lr, &lv, &norm);
+        free(wp);
+        if (st) {
+            if (em_ctx_error(c))
+                em_ctx_fail(c, st, "trainer_step", "step %lld (compiled)", (long long)s);
+            return st;
+        }
+        t->step++;
+        if (info)
+            *info = (em_train_step_info){.step = s, .loss = lv, .lr = lr, .grad_norm = norm,
+                                         .tokens = B * t->o.seq_len, .seconds = now_s() - t0};
+        return EM_OK;
+    }
     em_scope_push(c);
     bool prev = em_grad_enable(c, true);
     em_tensor *loss = batch_loss(c, t, wp, bl);
     em_grad_enable(c, false);
     free(wp);
-    double lv = NAN, norm = NAN, lr = t->o.lr * schedule(t, s);
     if (loss && em_item(c, loss, &lv) == EM_OK && em_backward(c, loss) == EM_OK &&
         (!t->master || masters_grad(c, t) == EM_OK) &&
         (w == 1 || average_grads(c, t, loss, &lv) == EM_OK) &&

@@ -22,6 +22,7 @@ struct em_trainer {
     int64_t step;              /* steps taken */
     int64_t *perm, perm_epoch; /* the shuffle's permutation of the current epoch */
     int64_t *batch_ids;        /* [B, T] staging */
+    em_compiled *cstep;        /* options.compile: the traced step (made at the first step) */
 };
 
 /* Mixed precision: the f32 masters rounded into the model's weights (after an update or a
@@ -29,5 +30,15 @@ struct em_trainer {
 void em_trainer_masters_to_model(em_ctx *c, em_trainer *t);
 /* The training window at global position g = step * B + b. */
 int64_t em_trainer_window(em_trainer *t, int64_t g);
+
+/* The ids of windows w[0..b) as a [b, T] i64 tensor on the CPU. */
+em_tensor *em_trainer_batch_ids(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b);
+/* The causal-LM loss of the [b, T] ids x (grad as the context has it): transformers' shifted
+ * cross-entropy, plus the router's weighted load-balancing loss when the config asks for it. */
+em_tensor *em_trainer_loss(em_ctx *c, em_trainer *t, em_tensor *x);
+/* options.compile: the step on windows w[0..b) with the program (traced at the first call):
+ * the loss before the update and the norm before clipping in *loss and *norm. */
+em_status em_trainer_step_compiled(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b,
+                                   double lr, double *loss, double *norm);
 
 #endif

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "bench_limits.h"
 #include "bench_util.h"
@@ -75,6 +76,8 @@ static int cmp_d(const void *a, const void *b) {
 
 typedef struct train_result {
     double step_ms, tokens_per_s, flops;
+    double cpu_ms;       /* median CPU time of the process per step (all threads): steadier than
+                            the wall time on a shared machine */
     double peak_mb;      /* the process's resident peak during the timed steps */
     double kb_per_token; /* that peak above the resident set with the weights loaded, per token */
     double saved_kb_per_token; /* what a recorded forward and loss keep for the backward (the
@@ -105,9 +108,15 @@ static double saved_kb(em_ctx *c, em_model *m, em_tensor *x) {
     return loss && !em_ctx_status(c) ? (double)(after - before) / 1024 : -1;
 }
 
+static double cpu_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 /* Ember's median step over `steps` timed steps (after one untimed), on random ids. */
 static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool recompute,
-                   train_result *r) {
+                   bool compile, train_result *r) {
     em_ctx *c = em_ctx_create();
     em_model_options mo = em_model_default_options();
     mo.progress = false;
@@ -137,13 +146,19 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
     o.grad_clip = 1.0;
     o.shuffle = false;
     o.gradient_checkpointing = recompute;
+    o.compile = compile; /* the untimed first step traces and compiles */
     em_trainer *t = d ? em_trainer_create(c, m, d, &o) : NULL;
-    double ms[MAX_STEPS];
+    double ms[MAX_STEPS], cpu[MAX_STEPS];
     int n = 0;
     em_train_step_info info;
     if (t && em_trainer_step(c, t, &info) == EM_OK) { /* untimed: first touch of every buffer */
         rss_peak_reset();
-        for (; n < steps && em_trainer_step(c, t, &info) == EM_OK; n++) ms[n] = info.seconds * 1e3;
+        for (; n < steps; n++) {
+            double c0 = cpu_now_ms();
+            if (em_trainer_step(c, t, &info) != EM_OK) break;
+            cpu[n] = cpu_now_ms() - c0;
+            ms[n] = info.seconds * 1e3;
+        }
         rss_mb(&unused, &peak);
     }
     if (n == steps) r->saved_kb_per_token = saved_kb(c, m, batch0) / (double)(batch * seq);
@@ -154,15 +169,18 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
         rc = 1;
     } else {
         qsort(ms, (size_t)n, sizeof *ms, cmp_d);
+        qsort(cpu, (size_t)n, sizeof *cpu, cmp_d);
         r->step_ms = ms[n / 2];
+        r->cpu_ms = cpu[n / 2];
         r->tokens_per_s = (double)(batch * seq) / (r->step_ms / 1e3);
         r->flops = step_flops(c, m, batch, seq);
         r->peak_mb = peak;
         r->kb_per_token = loaded > 0 && peak > 0 ? (peak - loaded) * 1024 / (double)(batch * seq)
                                                  : -1;
-        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld%s]",
+        snprintf(r->shape, sizeof r->shape, "[%s,%lld layers,h%lld,f32,B%lld,T%lld%s%s]",
                  cfg->model_type, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
-                 (long long)batch, (long long)seq, recompute ? ",recompute" : "");
+                 (long long)batch, (long long)seq, recompute ? ",recompute" : "",
+                 compile ? ",compiled" : "");
     }
     em_trainer_free(t);
     em_train_data_free(d);
@@ -174,17 +192,20 @@ static int measure(const char *dir, int64_t batch, int64_t seq, int steps, bool 
 static void usage(void) {
     printf("usage: ember bench train [--preset demo|qwen3-0.6b|all] [--model DIR] [--layers N]\n"
            "                         [--seq-len T] [--batch B] [--steps N] [--torch-compile]\n"
-           "                         [--gradient-checkpointing] [--skip-peers] [--json]\n\n"
+           "                         [--gradient-checkpointing] [--compile] [--skip-peers]\n"
+           "                         [--json]\n\n"
            "One training step (forward, loss, backward, clipping, AdamW; f32) of the demo model\n"
            "(tiny-qwen3) and of the Qwen3-0.6B shape (random weights, --layers of 28, default 4)\n"
            "at seq 512: tokens/s and MFU against the FMA peak measured in the same run, memory per\n"
            "token, and torch eager training the same checkpoint ($EMBER_PYTHON with torch and\n"
            "transformers; --torch-compile adds torch.compile). --gradient-checkpointing: both\n"
-           "recompute each layer in the backward (transformers' gradient_checkpointing_enable).\n");
+           "recompute each layer in the backward (transformers' gradient_checkpointing_enable).\n"
+           "--compile: also Ember's compiled step (ember train --compile: the whole step traced\n"
+           "once, replayed), measured after the eager one in the same run.\n");
 }
 
 int bench_train(int argc, char **argv) {
-    bool json = false, peers = true, torch_compile = false, recompute = false;
+    bool json = false, peers = true, torch_compile = false, recompute = false, compile = false;
     const char *preset = "all", *model = NULL;
     long long layers = 4, seq = 512, batch = 1, steps = 3;
     for (int i = 1; i < argc; i++) {
@@ -194,6 +215,7 @@ int bench_train(int argc, char **argv) {
         else if (!strcmp(a, "--skip-peers")) peers = false;
         else if (!strcmp(a, "--torch-compile")) torch_compile = true;
         else if (!strcmp(a, "--gradient-checkpointing")) recompute = true;
+        else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--model") && has) model = argv[++i];
         else if (!strcmp(a, "--layers") && has) {
@@ -240,7 +262,10 @@ int bench_train(int argc, char **argv) {
     bench_print_header(json);
     for (int k = 0; k < n_models; k++) {
         train_result r = {0};
-        if (measure(dirs[k], batch, seq, (int)steps, recompute, &r)) return 1;
+        if (measure(dirs[k], batch, seq, (int)steps, recompute, false, &r)) return 1;
+        train_result rcomp = {0};
+        if (compile && measure(dirs[k], batch, seq, (int)steps, recompute, true, &rcomp))
+            return 1;
         bench_peer torch = {0};
         if (peers) {
             char tasks[2600];
@@ -264,6 +289,25 @@ int bench_train(int argc, char **argv) {
             rc.peer = "torch.compile";
             rc.peer_ms = tc;
             bench_print_row(&rc, json);
+        }
+        if (compile) {
+            bench_row cr = row;
+            cr.shape = rcomp.shape;
+            cr.ms = rcomp.step_ms;
+            bench_print_row(&cr, json);
+            if (json)
+                printf("{\"bench\": \"train_compiled\", \"shape\": \"%s\", \"eager_ms\": %.3f, "
+                       "\"compiled_ms\": %.3f, \"speedup\": %.3f, \"eager_cpu_ms\": %.3f, "
+                       "\"compiled_cpu_ms\": %.3f, \"eager_peak_mb\": %.1f, "
+                       "\"compiled_peak_mb\": %.1f}\n",
+                       r.shape, r.step_ms, rcomp.step_ms, r.step_ms / rcomp.step_ms, r.cpu_ms,
+                       rcomp.cpu_ms, r.peak_mb, rcomp.peak_mb);
+            else
+                printf("  compiled step: %.0f tokens/s, %.2fx the eager step's wall time (same "
+                       "run); CPU time per step %.0f ms, eager %.0f ms (%.2fx); peak %.0f MB "
+                       "(eager %.0f MB)\n",
+                       rcomp.tokens_per_s, r.step_ms / rcomp.step_ms, rcomp.cpu_ms, r.cpu_ms,
+                       r.cpu_ms / rcomp.cpu_ms, rcomp.peak_mb, r.peak_mb);
         }
         double tkb = bench_peer_ms(&torch, "torch_kb_per_token");
         if (json) {
