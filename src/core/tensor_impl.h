@@ -125,6 +125,9 @@ typedef struct em_backend {
     void *(*program_build)(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info);
     em_status (*program_run)(em_ctx *c, void *prog, em_tensor *const *in, em_tensor **out);
     void (*program_free)(void *prog);
+    /* a compile-only device (tpu-aot:): tensors have shapes, no values; programs compile,
+     * nothing runs, so nothing can be read back or checked by value */
+    bool no_values;
 } em_backend;
 
 #define EM_ALLOC_CLASSES 256

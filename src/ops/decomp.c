@@ -12,8 +12,8 @@
 #include "ember/ops.h"
 #include "ops/dispatch.h"
 
-/* The values the kernel checks (eagerly; a compiled program cannot): every block a row reads
- * lies in the pools, no length passes the table. */
+/* The values the kernel checks (eagerly; a compiled program cannot, nor a compile-only device,
+ * which has no values): every block a row reads lies in the pools, no length passes the table. */
 static bool values_ok(em_ctx *c, em_tensor *bt, em_tensor *lens, int64_t bs, int64_t nblk) {
     int64_t b = em_tensor_dim(bt, 0), mb = em_tensor_dim(bt, 1);
     int64_t *t = malloc((size_t)(b * mb + 1) * sizeof *t), *l = malloc((size_t)(b + 1) * sizeof *l);
@@ -52,7 +52,8 @@ static em_tensor *paged_attention(em_ctx *c, const char *file, int line, em_tens
     int64_t b = em_tensor_dim(q, 0), t = em_tensor_dim(q, 2), mb = em_tensor_dim(bt, 1);
     int64_t hkv = em_tensor_dim(kp, 0), l = mb * bs;
     em_device *d = em_tensor_device(q);
-    if (!c->tracer && !values_ok(c, bt, lens, bs, em_tensor_dim(kp, 1) / bs)) return NULL;
+    if (!c->tracer && !d->be->no_values && !values_ok(c, bt, lens, bs, em_tensor_dim(kp, 1) / bs))
+        return NULL;
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, d);
     /* slots[b, j] = table[b, j / bs] * bs + j % bs, for the table's width of positions */

@@ -257,6 +257,7 @@ em_status pj_aot_create(em_ctx *c, pj_plugin *pl) {
              pl->platform_version, pl->shlo_current, pl->topology_name);
     pj_backend_init(pl);
     pl->be.query = query;
+    pl->be.no_values = true;
     pj_cache_init(pl);
     pl->devices = calloc(gd.num_descriptions, sizeof *pl->devices);
     if (!pl->devices) return EM_FAIL(c, EM_ERR_OOM, "pjrt", "out of memory");
