@@ -8,7 +8,17 @@
 `generator` is a seed (or a torch.Generator whose initial_seed() is used): the initial latents
 and every per-step noise are torch.Generator("cpu").manual_seed(seed)'s draws, so the image is
 the one diffusers makes with that generator. The pipelines are those of include/ember/diffusion.h
-(DDPMPipeline, DDIMPipeline with UNet2DModel)."""
+(DDPMPipeline, DDIMPipeline with UNet2DModel; StableDiffusionPipeline; DiTPipeline):
+
+    sd = ember.DiffusionPipeline.from_pretrained("sd15/")
+    sd.enable_vae_tiling()                   # optional, as pipe.vae.enable_tiling()
+    image = sd(prompt="a photo of a cat", negative_prompt="blurry", guidance_scale=7.5,
+               num_inference_steps=25, generator=0).images[0]
+    dit = ember.DiffusionPipeline.from_pretrained("DiT-XL-2-256/")
+    image = dit(class_labels=[207], guidance_scale=4.0, generator=0).images[0]
+
+The conditioning arguments are keyword-only; a pipeline refuses the ones that are not its own
+(EmberError naming them), as the C API does."""
 from ._ffi import ffi, lib
 from . import Tensor, _check, _ctx, _raise, tensor
 
@@ -38,6 +48,7 @@ class DiffusionPipeline:
 
     def __init__(self, ptr):
         self._p = ffi.gc(ptr, lib.em_pipeline_free)
+        self._vae_tiling = False
 
     @classmethod
     def from_pretrained(cls, path, device=None):
@@ -80,16 +91,47 @@ class DiffusionPipeline:
             _raise(c)
         return self
 
+    def enable_vae_tiling(self):
+        """Decode with the VAE in tiles from now on, as `pipe.vae.enable_tiling()` (Stable
+        Diffusion and DiT; a pipeline without a VAE refuses it when run)."""
+        self._vae_tiling = True
+        return self
+
+    def disable_vae_tiling(self):
+        self._vae_tiling = False
+        return self
+
     def __call__(self, num_inference_steps=None, generator=None, eta=0.0, latents=None,
-                 output_type="np", callback=None):
+                 output_type="np", callback=None, *, prompt=None, negative_prompt=None,
+                 guidance_scale=None, height=None, width=None, class_labels=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
-        replaces the drawn initial noise."""
+        replaces the drawn initial noise. Stable Diffusion: `prompt` (required),
+        `negative_prompt`, `height`, `width`; DiT: `class_labels` (an int or a list of one);
+        both: `guidance_scale` (None: the pipeline's default, 7.5 or 4.0; <= 1: no guidance)."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
         rp.eta = eta
         rp.seed = _seed(generator)
+        rp.vae_tiling = self._vae_tiling
+        keep = []  # the C strings live until the run returns
+        for field, text in (("prompt", prompt), ("negative_prompt", negative_prompt)):
+            if text is not None:
+                if not isinstance(text, str):
+                    raise TypeError(f"{field}: one string (batches of prompts are not supported)")
+                keep.append(ffi.new("char[]", text.encode()))
+                setattr(rp, field, keep[-1])
+        if guidance_scale is not None:
+            # 0 means "the pipeline's default" to the C API; an explicit 0 is no guidance
+            rp.guidance_scale = float(guidance_scale) if guidance_scale > 0 else 1.0
+        rp.height = height or 0
+        rp.width = width or 0
+        if class_labels is not None:
+            labels = [class_labels] if isinstance(class_labels, int) else list(class_labels)
+            if len(labels) != 1:
+                raise ValueError("class_labels: one label (batches are not supported)")
+            rp.class_label = int(labels[0])
         lat = None
         if latents is not None:
             lat = latents if isinstance(latents, Tensor) else tensor(latents, dtype="f32")

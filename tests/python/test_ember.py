@@ -421,6 +421,47 @@ def test_diffusion_pipelines_match_diffusers():
         assert seen == list(range(r["steps"]))
 
 
+def test_diffusion_conditional_pipelines_match_diffusers():
+    """StableDiffusionPipeline with a prompt (guidance from committed latents; a negative prompt
+    from a seed), with the VAE tiled at 32 x 32, and DiTPipeline with a class label: diffusers'
+    images within 1e-3 (scripts/gen_sd_fixtures.py, gen_vae_tiling_fixtures.py,
+    gen_dit_fixtures.py)."""
+    sd = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_tiny"))
+    assert sd.class_name == "StableDiffusionPipeline"
+    meta, ref = _diffusion_bundle("sd_tiny_ref")
+    for name in ("cfg", "negative"):
+        r = meta["runs"][name]
+        out = sd(num_inference_steps=r["steps"], generator=r["seed"],
+                 latents=ref[name + "_latents"] if r["latents"] else None, prompt=r["prompt"],
+                 negative_prompt=r["negative_prompt"], guidance_scale=r["guidance"]).images
+        np.testing.assert_allclose(out, ref[name + "_image"], atol=1e-3, err_msg=name)
+    _, tiled = _diffusion_bundle("vae_tiling_ref")
+    out = sd.enable_vae_tiling()(num_inference_steps=2, generator=3, prompt="a photo of a cat",
+                                 height=32, width=32).images
+    np.testing.assert_allclose(out, tiled["sd_tiled_image"], atol=1e-3, err_msg="vae tiling")
+    dit = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "dit_pipe"))
+    assert dit.class_name == "DiTPipeline"
+    meta, ref = _diffusion_bundle("dit_runs_ref")
+    for name in ("cfg", "nocfg"):
+        r = meta["runs"][name]
+        out = dit(num_inference_steps=r["steps"], generator=r["seed"], class_labels=[r["label"]],
+                  guidance_scale=r["guidance"]).images
+        np.testing.assert_allclose(out, ref[name + "_image"], atol=1e-3, err_msg="dit " + name)
+    with pytest.raises(ember.EmberError, match="needs a prompt"):
+        sd(num_inference_steps=1)
+    with pytest.raises(ember.EmberError, match="class label"):
+        sd(num_inference_steps=1, prompt="x", class_labels=3)
+    with pytest.raises(ember.EmberError, match="out of range"):
+        dit(num_inference_steps=1, class_labels=10 ** 6)
+    with pytest.raises(ValueError, match="one label"):
+        dit(num_inference_steps=1, class_labels=[1, 2])
+    ddim = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))
+    with pytest.raises(ember.EmberError, match="unconditional"):
+        ddim(num_inference_steps=1, prompt="a cat")
+    with pytest.raises(ember.EmberError, match="has no VAE"):
+        ddim.enable_vae_tiling()(num_inference_steps=1)
+
+
 def test_diffusion_errors():
     with pytest.raises(ember.EmberError, match="model_index.json"):
         ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sched"))

@@ -344,7 +344,10 @@ static int generate_in_group(gen_opts *o, em_ctx *c, long long tp) {
             em_dist_free(group);
             return 2;
         }
-        if (em_dist_rank(group) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+        if (em_dist_rank(group) != 0 && !freopen("/dev/null", "w", stdout)) {
+            em_dist_free(group);
+            return 1;
+        }
         o->mo.tp = group;
     }
     int rc = run(o, c, true);
