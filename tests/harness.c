@@ -169,6 +169,15 @@ long long em_test_bundle_meta_int(em_test_bundle *b, const char *key, long long 
     return def;
 }
 
+double em_test_at(void *ctx, struct em_tensor *t, long long i) {
+    em_ctx *c = ctx;
+    double v = NAN;
+    em_scope_push(c);
+    em_item(c, em_slice(c, t, 0, i, i + 1, 1), &v);
+    em_scope_pop(c);
+    return v;
+}
+
 double em_test_bundle_meta_num(em_test_bundle *b, const char *key, double def) {
     json_t *v = json_object_get(json_object_get(b->doc, "meta"), key);
     return json_is_number(v) ? json_number_value(v) : def;

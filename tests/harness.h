@@ -128,6 +128,8 @@ struct em_tensor *em_test_bundle_get(em_test_bundle *b, void *ctx, const char *n
 long long em_test_bundle_meta_int(em_test_bundle *b, const char *key, long long def);
 /* a number of the bundle's meta (integer or real), def when absent */
 double em_test_bundle_meta_num(em_test_bundle *b, const char *key, double def);
+/* Element i of a tensor's first dimension as a double (NaN with the context's error). */
+double em_test_at(void *ctx, struct em_tensor *t, long long i);
 /* Checks that every element of got is within atol + rtol*|want| (NaN equal to NaN); prints the
  * first mismatch with `what`. Returns true when close. */
 bool em_test_allclose(void *ctx, struct em_tensor *got, struct em_tensor *want, double atol,

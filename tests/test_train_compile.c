@@ -18,14 +18,6 @@
 
 #define STEPS 10
 
-static double at(em_ctx *c, em_tensor *t, int64_t i) {
-    double v = NAN;
-    em_scope_push(c);
-    em_item(c, em_slice(c, t, 0, i, i + 1, 1), &v);
-    em_scope_pop(c);
-    return v;
-}
-
 static const char *err(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
 
 /* the run's hyper-parameters, as the bundle's metadata records them (torch's cosine schedule) */
@@ -112,7 +104,7 @@ static void check_family(const char *family, const char *device, bool torch) {
     em_tensor *want_norm = em_test_bundle_get(b, c, "grad_norm");
     double worst_loss = 0, worst_norm = 0;
     for (int s = 0; s < comp.done && s < eager.done; s++) {
-        double wl = at(c, want_loss, s), wn = at(c, want_norm, s);
+        double wl = em_test_at(c, want_loss, s), wn = em_test_at(c, want_norm, s);
         CHECK_MSG(!torch || fabs(comp.loss[s] - wl) <= 1e-5,
                   "%s %s step %d: compiled loss %.9g, torch %.9g", family, device, s,
                   comp.loss[s], wl);

@@ -16,14 +16,6 @@
 #include "ember/ember.h"
 #include "harness.h"
 
-static double at(em_ctx *c, em_tensor *t, int64_t i) {
-    double v = NAN;
-    em_scope_push(c);
-    em_item(c, em_slice(c, t, 0, i, i + 1, 1), &v);
-    em_scope_pop(c);
-    return v;
-}
-
 static void check_family(const char *family) {
     char rel[128];
     snprintf(rel, sizeof rel, "train/%s_run", family);
@@ -64,7 +56,8 @@ static void check_family(const char *family) {
             CHECK_MSG(false, "step %lld: %s", (long long)s, em_ctx_error(c)->message);
             break;
         }
-        double wl = at(c, want_loss, s), wr = at(c, want_lr, s), wn = at(c, want_norm, s);
+        double wl = em_test_at(c, want_loss, s), wr = em_test_at(c, want_lr, s),
+               wn = em_test_at(c, want_norm, s);
         CHECK_MSG(info.step == s && fabs(info.loss - wl) <= 1e-5,
                   "%s step %lld: loss %.9g, torch %.9g", family, (long long)s, info.loss, wl);
         CHECK_MSG(fabs(info.lr - wr) <= 1e-12, "%s step %lld: lr %.17g, torch %.17g", family,

@@ -51,7 +51,7 @@ em_tensor *vae_tiled(em_ctx *c, const em_vae *v, em_tensor *x, int64_t in_tile, 
     int64_t h = em_tensor_dim(x, 2), w = em_tensor_dim(x, 3);
     int64_t rows = (h + stride - 1) / stride, cols = (w + stride - 1) / stride;
     em_tensor **t = calloc((size_t)(rows * cols), sizeof *t);
-    em_tensor **row = calloc((size_t)(rows > cols ? rows : cols), sizeof *row);
+    em_tensor **row = calloc((size_t)cols, sizeof *row); /* one row's cropped tiles */
     if (!t || !row) {
         free(t);
         free(row);
