@@ -18,8 +18,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < cfg.n_blocks; i++) {
             INVARIANT(cfg.block_out_channels[i] > 0);
             INVARIANT(cfg.block_out_channels[i] % cfg.norm_num_groups == 0);
-            INVARIANT(cfg.down_blocks[i] <= EM_UNET2D_BLOCK_ATTN);
-            INVARIANT(cfg.up_blocks[i] <= EM_UNET2D_BLOCK_ATTN);
+            INVARIANT(cfg.down_blocks[i] <= EM_UNET2D_BLOCK_CROSS_ATTN);
+            INVARIANT(cfg.up_blocks[i] <= EM_UNET2D_BLOCK_CROSS_ATTN);
+            /* a cross-attention block needs the encoder states' width and its heads */
+            INVARIANT((cfg.down_blocks[i] != EM_UNET2D_BLOCK_CROSS_ATTN &&
+                       cfg.up_blocks[i] != EM_UNET2D_BLOCK_CROSS_ATTN) ||
+                      (cfg.cross_attention_dim > 0 && cfg.attn_heads[i] > 0 &&
+                       cfg.transformer_layers[i] > 0));
         }
         INVARIANT(cfg.time_embedding <= EM_UNET2D_TIME_LEARNED);
         INVARIANT(cfg.time_embedding != EM_UNET2D_TIME_LEARNED || cfg.num_train_timesteps > 0);
