@@ -83,6 +83,7 @@ def main():
     sd = bundle(fixtures, "sd_tiny_ref")
     dit = bundle(fixtures, "dit_runs_ref")  # scripts/gen_dit_fixtures.py
     tiling = bundle(fixtures, "vae_tiling_ref")  # scripts/gen_vae_tiling_fixtures.py
+    i2i = bundle(fixtures, "sd_img2img_ref")  # scripts/gen_sd_img2img_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -91,6 +92,10 @@ def main():
         write_npy(sd_lat, *sd["cfg_latents"])
         dit_lat = os.path.join(tmp, "dit_latents.npy")
         write_npy(dit_lat, *dit["latents"])
+        init_euler = os.path.join(tmp, "init_euler.npy")
+        write_npy(init_euler, *i2i["euler_init"])
+        init_pndm = os.path.join(tmp, "init_pndm.npy")  # [H, W, 3]: the batch of one implied
+        write_npy(init_pndm, i2i["pndm_init"][0][1:], i2i["pndm_init"][1])
         cases = [
             ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
              ddim["image"], 10),
@@ -110,6 +115,15 @@ def main():
             ("sd --vae-tiling", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat",
                                  "--height", "32", "--width", "32", "--steps", "2", "--seed", "3",
                                  "--vae-tiling"], tiling["sd_tiled_image"], 3),
+            # image to image (StableDiffusionImg2ImgPipeline): int(steps * strength) steps run;
+            # PNDM's schedule has one timestep more
+            ("sd --init-image euler", ["--model", d("sd_tiny"), "--prompt", "an astronaut",
+                                       "--guidance", "1", "--steps", "6", "--seed", "13",
+                                       "--scheduler", "euler", "--init-image", init_euler,
+                                       "--strength", "0.5"], i2i["euler_image"], 3),
+            ("sd --init-image pndm", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat",
+                                      "--steps", "5", "--seed", "3", "--init-image", init_pndm,
+                                      "--strength", "0.6"], i2i["pndm_image"], 4),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -192,6 +206,12 @@ def main():
              2, "--class-label is not supported for StableDiffusionPipeline (a text-to-image"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--height", "15"] + out, 1,
              "multiples of 2"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--strength", "0.5"] + out,
+             2, "--strength needs --init-image"),
+            (["--model", d("ddim_three"), "--seed", "1", "--init-image", init_euler] + out, 2,
+             "--init-image is not supported for DDIMPipeline"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--init-image", init_euler,
+              "--strength", "0.1", "--steps", "5"] + out, 1, "leaves no step"),
             (["--model", d("ddim_three"), "--seed", "1", "--class-label", "3"] + out, 2,
              "--class-label is not supported for DDIMPipeline (an unconditional pipeline)"),
             (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "3", "--prompt", "x"]

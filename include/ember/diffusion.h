@@ -347,10 +347,19 @@ typedef struct em_pipeline_run_params {
     bool vae_tiling;      /* decode with the VAE in tiles, diffusers' pipe.vae.enable_tiling()
                              (em_vae_decode_tiled, the VAE's default tiles); refused by the
                              pipelines without a VAE */
+    /* Image to image, StableDiffusionImg2ImgPipeline (Stable Diffusion folders only): the init
+     * image, f32 [1, H, W, 3] in [0, 1] (the layout em_pipeline_run returns; any device;
+     * borrowed), H and W multiples of the VAE's scale factor (Ember does not resize: height and
+     * width, when given, must be the image's). It is encoded by the VAE (a posterior sample
+     * drawn from the generator), noised to the schedule's step (1 - strength) * steps, and
+     * denoised from there. NULL: text to image. */
+    em_tensor *image;
+    double strength;      /* with image: how much of the schedule runs, in (0, 1]; 0: diffusers'
+                             default 0.8. int(steps * strength) must be at least 1 */
 } em_pipeline_run_params;
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
- *  default), class_label -1. */
+ *  default), class_label -1, no init image (strength 0: 0.8 when an image is given). */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**
@@ -362,7 +371,10 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * refuses, and the first error of a UNet forward or scheduler step (naming the step).
  * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
  * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
- * to another pipeline, is EM_ERR_INVALID_ARG.
+ * to another pipeline, is EM_ERR_INVALID_ARG An init image given to a pipeline other than Stable
+ * Diffusion, with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
+ * strength outside (0, 1] or one that leaves no step, is refused likewise; FlowMatch, which has
+ * no add_noise, is EM_ERR_UNSUPPORTED with an image.
  */
 EM_API em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 

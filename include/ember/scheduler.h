@@ -129,6 +129,29 @@ EM_API em_tensor *em_scheduler_step_(em_ctx *c, const char *file, int line, em_s
                                      em_tensor *model_output, double t, em_tensor *sample,
                                      em_torch_generator *g);
 
+/**
+ * diffusers' set_begin_index(i): the Euler, Euler ancestral and DPM-Solver schedulers take their
+ * first step at step index i of the schedule (instead of looking the first timestep up), and
+ * add_noise mixes at sigmas[i]. StableDiffusionImg2ImgPipeline calls it with its first kept
+ * step. DDPM, DDIM, PNDM and FlowMatch have no begin index in diffusers: EM_ERR_UNSUPPORTED,
+ * naming the class. EM_ERR_INVALID_ARG before set_timesteps or for i outside [0, timesteps).
+ * set_timesteps clears it.
+ */
+EM_API em_status em_scheduler_set_begin_index(em_ctx *c, em_scheduler *s, int64_t i);
+
+/**
+ * diffusers' add_noise(x, noise, timesteps=[t]) (the forward diffusion to timestep t, a
+ * timestep of the schedule): DDPM, DDIM, PNDM: sqrt(alphas_cumprod[t]) * x +
+ * sqrt(1 - alphas_cumprod[t]) * noise; Euler and Euler ancestral: x + sigma * noise; DPM-Solver:
+ * alpha_t * x + sigma_t * noise; the sigma from the begin index (or the current step index, or
+ * the timestep looked up, in diffusers' order). FlowMatch has scale_noise instead:
+ * EM_ERR_UNSUPPORTED. x and noise: f32 of one shape on one device. A new tensor in c's scope,
+ * NULL with the error in c.
+ */
+#define em_scheduler_add_noise(c, ...) em_scheduler_add_noise_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line, em_scheduler *s,
+                                          em_tensor *x, em_tensor *noise, double t);
+
 #ifdef __cplusplus
 }
 #endif

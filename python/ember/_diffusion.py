@@ -14,6 +14,7 @@ the one diffusers makes with that generator. The pipelines are those of include/
     sd.enable_vae_tiling()                   # optional, as pipe.vae.enable_tiling()
     image = sd(prompt="a photo of a cat", negative_prompt="blurry", guidance_scale=7.5,
                num_inference_steps=25, generator=0).images[0]
+    init = sd(prompt="a castle", image=image[None], strength=0.6).images[0]   # image to image
     dit = ember.DiffusionPipeline.from_pretrained("DiT-XL-2-256/")
     image = dit(class_labels=[207], guidance_scale=4.0, generator=0).images[0]
 
@@ -103,12 +104,16 @@ class DiffusionPipeline:
 
     def __call__(self, num_inference_steps=None, generator=None, eta=0.0, latents=None,
                  output_type="np", callback=None, *, prompt=None, negative_prompt=None,
-                 guidance_scale=None, height=None, width=None, class_labels=None):
+                 guidance_scale=None, height=None, width=None, class_labels=None, image=None,
+                 strength=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
         replaces the drawn initial noise. Stable Diffusion: `prompt` (required),
         `negative_prompt`, `height`, `width`; DiT: `class_labels` (an int or a list of one);
-        both: `guidance_scale` (None: the pipeline's default, 7.5 or 4.0; <= 1: no guidance)."""
+        both: `guidance_scale` (None: the pipeline's default, 7.5 or 4.0; <= 1: no guidance).
+        Stable Diffusion image to image (StableDiffusionImg2ImgPipeline): `image`, f32 [H, W, 3]
+        or [1, H, W, 3] in [0, 1] (numpy, torch or ember; a PIL image is scaled by 1/255), and
+        `strength` (None: 0.8)."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
@@ -136,6 +141,18 @@ class DiffusionPipeline:
         if latents is not None:
             lat = latents if isinstance(latents, Tensor) else tensor(latents, dtype="f32")
             rp.latents = lat._t
+        init = None
+        if image is not None:
+            if not isinstance(image, Tensor):
+                import numpy as np
+                if not hasattr(image, "shape"):  # a PIL image
+                    image = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+                image = np.asarray(image, dtype=np.float32)
+                image = tensor(image[None] if image.ndim == 3 else image, dtype="f32")
+            init = image
+            rp.image = init._t
+        if strength is not None:
+            rp.strength = float(strength)
         cb = None
         if callback is not None:
             def progress(user, i, n, t, seconds):

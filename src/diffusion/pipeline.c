@@ -228,11 +228,14 @@ static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_ten
     return em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
 }
 
-/* The steps from x (a reference that this takes over); the final x, a reference, or NULL. */
+/* The steps from x (a reference that this takes over), from the schedule's step `first`; the
+ * final x, a reference, or NULL. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                          em_torch_generator *g, em_tensor *x, em_tensor *ctx) {
+                          em_torch_generator *g, em_tensor *x, em_tensor *ctx, int64_t first) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
+    ts += first; /* img2img starts mid-schedule */
+    n -= first;
     em_compiled *f = rp->compile ? em_compile(c, "unet_step", unet_step, p->unet) : NULL;
     if (rp->compile && !f) {
         em_tensor_release(x);
@@ -298,6 +301,24 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
     }
+    if (rp->image && !p->tok) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): image to image "
+                    "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
+        return false;
+    }
+    if (rp->image && rp->latents) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image and initial latents: image to "
+                    "image makes its latents from the image (give one of them)");
+        return false;
+    }
+    if (!rp->image && rp->strength != 0.0) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g without an init image", rp->strength);
+        return false;
+    }
+    if (rp->image && !(rp->strength >= 0.0 && rp->strength <= 1.0)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g: it must be in (0, 1]", rp->strength);
+        return false;
+    }
     if (p->tok && !rp->prompt) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) needs a prompt (\"\" is one)", cls,
                     p->idx.dir);
@@ -325,6 +346,24 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         }
     }
     return true;
+}
+
+/* StableDiffusionImg2ImgPipeline.get_timesteps: the first kept step of the schedule, t_start =
+ * steps - int(steps * strength) (every scheduler here has order 1), given to the schedulers
+ * that take a begin index; -1 with the error in c when no step is left. */
+static int64_t img2img_first_step(em_ctx *c, em_pipeline *p, int64_t steps, double strength) {
+    int64_t init = (int64_t)((double)steps * strength);
+    if (init > steps) init = steps;
+    if (init < 1) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g of %lld steps leaves no step to run "
+                    "(int(steps * strength) is 0): raise either", strength, (long long)steps);
+        return -1;
+    }
+    int64_t first = steps - init;
+    em_scheduler_kind k = em_scheduler_get_kind(p->sched);
+    bool begin = k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
+    if (begin && em_scheduler_set_begin_index(c, p->sched, first) != EM_OK) return -1;
+    return first;
 }
 
 em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
@@ -360,15 +399,26 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     /* set_timesteps draws nothing, and init_noise_sigma is the schedule's (Euler-type: the
      * largest sigma of the inference steps), so the schedule comes first */
     em_tensor *x = NULL;
+    int64_t first = 0;
     if ((!p->tok || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
         em_scope_push(c);
-        x = initial_latents(c, p, rp, g);
+        if (rp->image) {
+            first = img2img_first_step(c, p, steps, rp->strength ? rp->strength : 0.8);
+            if (first >= 0) {
+                int64_t nts = 0;
+                const double *ts = em_scheduler_timesteps(p->sched, &nts);
+                x = sd_image_latents(c, p, rp->image, rp->height, rp->width, g, ts[first]);
+                if (x) x = em_tensor_retain(x);
+            }
+        } else {
+            x = initial_latents(c, p, rp, g);
+        }
         em_scope_pop(c);
     }
     if (x && p->dit)
         x = dit_pipeline_denoise(c, p->dit, p->sched, rp, g, x);
     else if (x)
-        x = denoise(c, p, rp, g, x, ctx);
+        x = denoise(c, p, rp, g, x, ctx, first);
     em_torch_generator_free(g);
     if (!x) {
         em_scope_pop(c);

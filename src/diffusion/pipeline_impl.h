@@ -43,6 +43,13 @@ em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
 /* vae.decode(latents / scaling_factor): the image [1, 3, H, W] in [-1, 1], current scope; in
  * tiles (the VAE's default tiling) when `tiled`. */
 em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled);
+/* StableDiffusionImg2ImgPipeline.prepare_latents: the init image (f32 [1, H, W, 3] in [0, 1];
+ * height / width, when not 0, must equal H / W) normalised to [-1, 1], encoded by the VAE, a
+ * posterior sample drawn from g, times scaling_factor, then add_noise with noise drawn from g
+ * at timestep t. The latents [1, C, H / f, W / f] on the UNet's device in the current scope,
+ * or NULL with the error in c. */
+em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
+                            int64_t width, em_torch_generator *g, double t);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([1, C, H, W] on the
  * transformer's device, a reference this takes over): classifier-free guidance on a doubled
  * batch when guidance > 1, as diffusers runs it. Returns the final latents [1, C, H, W] (a

@@ -106,3 +106,43 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled) 
     if (!z) return NULL;
     return tiled ? em_vae_decode_tiled(c, p->vae, z, NULL) : em_vae_decode(c, p->vae, z);
 }
+
+em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
+                            int64_t width, em_torch_generator *g, double t) {
+    const int64_t *s = em_tensor_shape(image);
+    int64_t f = vae_scale(p);
+    char sig[96];
+    if (em_tensor_ndim(image) != 4 || s[0] != 1 || s[3] != 3 || s[1] < 1 || s[2] < 1) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "the init image is %s: it must be [1, H, W, 3] (RGB in "
+                    "[0, 1], the layout the pipeline returns)", em_tensor_sig(image, sig, sizeof sig));
+        return NULL;
+    }
+    if (em_tensor_dtype(image) != EM_F32) {
+        em_ctx_fail(c, EM_ERR_DTYPE, OP, "the init image is %s: it must be f32",
+                    em_tensor_sig(image, sig, sizeof sig));
+        return NULL;
+    }
+    if (s[1] % f || s[2] % f || (height && height != s[1]) || (width && width != s[2])) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "the init image is %lld x %lld: its sides must be "
+                    "multiples of %lld (the VAE's scale factor, %s)%s", (long long)s[1],
+                    (long long)s[2], (long long)f, p->idx.vae_dir,
+                    height || width ? " and equal to the height and width given (Ember does "
+                                      "not resize)" : "");
+        return NULL;
+    }
+    /* VaeImageProcessor.preprocess: NHWC -> NCHW, 2 * x - 1 */
+    em_device *dev = em_vae_device(p->vae);
+    em_tensor *x = em_tensor_device(image) == dev ? image : em_to(c, image, dev);
+    x = em_contiguous(c, em_permute(c, x, 4, (const int[]){0, 3, 1, 2}));
+    x = em_add_scalar(c, em_mul_scalar(c, x, 2.0), -1.0);
+    em_vae_latent_dist d;
+    if (!x || em_vae_encode(c, p->vae, x, &d) != EM_OK) return NULL;
+    /* retrieve_latents(..., sample_mode="sample"): the posterior's draw comes first */
+    em_tensor *eps = em_torch_randn(c, g, 4, em_tensor_shape(d.mean), dev);
+    em_tensor *z = eps ? em_vae_latent_sample(c, &d, eps) : NULL;
+    z = em_mul_scalar(c, z, em_vae_get_config(p->vae)->scaling_factor);
+    em_device *udev = em_unet2d_device(p->unet);
+    if (z && em_tensor_device(z) != udev) z = em_to(c, z, udev);
+    em_tensor *noise = z ? em_torch_randn(c, g, 4, em_tensor_shape(z), udev) : NULL;
+    return noise ? em_scheduler_add_noise(c, p->sched, z, noise, t) : NULL;
+}

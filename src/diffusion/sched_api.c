@@ -88,6 +88,10 @@ int64_t em_sched_index_for(em_ctx *c, const char *file, int line, em_scheduler *
     return -1;
 }
 
+int64_t em_sched_first_index(em_ctx *c, const char *file, int line, em_scheduler *s, double t) {
+    return s->begin_index >= 0 ? s->begin_index : em_sched_index_for(c, file, line, s, t);
+}
+
 em_tensor *em_sched_noise(em_ctx *c, const char *file, int line, em_scheduler *s, em_tensor *x,
                           em_torch_generator *g) {
     if (!x || c->err.status) return NULL;
@@ -115,14 +119,15 @@ static bool ready(em_ctx *c, const char *file, int line, em_scheduler *s, const 
     return true;
 }
 
-static bool check_f32(em_ctx *c, const char *file, int line, const char *what, em_tensor *t) {
+static bool check_f32(em_ctx *c, const char *file, int line, const char *op, const char *what,
+                      em_tensor *t) {
     if (!t) {
-        em_fail_at(c, EM_ERR_INVALID_ARG, "scheduler_step", file, line, "%s is NULL", what);
+        em_fail_at(c, EM_ERR_INVALID_ARG, op, file, line, "%s is NULL", what);
         return false;
     }
     if (em_tensor_dtype(t) != EM_F32) {
         char b[96];
-        em_fail_at(c, EM_ERR_DTYPE, "scheduler_step", file, line, "%s is %s: the schedulers "
+        em_fail_at(c, EM_ERR_DTYPE, op, file, line, "%s is %s: the schedulers "
                    "compute in f32 (cast it first)", what, em_tensor_sig(t, b, sizeof b));
         return false;
     }
@@ -132,11 +137,11 @@ static bool check_f32(em_ctx *c, const char *file, int line, const char *what, e
 em_tensor *em_scheduler_scale_model_input_(em_ctx *c, const char *file, int line, em_scheduler *s,
                                            em_tensor *sample, double t) {
     if (!ready(c, file, line, s, "scheduler_scale_model_input") ||
-        !check_f32(c, file, line, "sample", sample))
+        !check_f32(c, file, line, "scheduler_scale_model_input", "sample", sample))
         return NULL;
     if (s->kind != EM_SCHED_EULER && s->kind != EM_SCHED_EULER_ANCESTRAL) return sample;
     if (s->step_index < 0) {
-        s->step_index = em_sched_index_for(c, file, line, s, t);
+        s->step_index = em_sched_first_index(c, file, line, s, t);
         if (s->step_index < 0) return NULL;
     }
     if (s->step_index >= s->n_timesteps) {
@@ -152,8 +157,8 @@ em_tensor *em_scheduler_step_(em_ctx *c, const char *file, int line, em_schedule
                               em_tensor *model_output, double t, em_tensor *sample,
                               em_torch_generator *g) {
     if (!ready(c, file, line, s, "scheduler_step") ||
-        !check_f32(c, file, line, "model_output", model_output) ||
-        !check_f32(c, file, line, "sample", sample))
+        !check_f32(c, file, line, "scheduler_step", "model_output", model_output) ||
+        !check_f32(c, file, line, "scheduler_step", "sample", sample))
         return NULL;
     /* a learned-variance model's output is [mean, variance] along channels: DPM-Solver takes
      * the first 3 channels for epsilon, as diffusers does (it hard-codes 3, pixel models) */
@@ -186,4 +191,72 @@ em_tensor *em_scheduler_step_(em_ctx *c, const char *file, int line, em_schedule
     }
     if (s->kind <= EM_SCHED_PNDM) return em_sched_step_alpha(c, file, line, s, model_output, t, sample, g);
     return em_sched_step_sigma(c, file, line, s, model_output, t, sample, g);
+}
+
+static bool has_begin_index(em_scheduler_kind k) {
+    return k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
+}
+
+em_status em_scheduler_set_begin_index(em_ctx *c, em_scheduler *s, int64_t i) {
+    if (!ready(c, EM_HERE, s, "scheduler_set_begin_index")) return c ? em_ctx_status(c) : EM_ERR_INVALID_ARG;
+    if (!has_begin_index(s->kind))
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "scheduler_set_begin_index",
+                           "%s has no begin index (diffusers' set_begin_index is Euler's, Euler "
+                           "ancestral's and DPM-Solver's)", em_scheduler_kind_class(s->kind));
+    if (i < 0 || i >= s->n_timesteps)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, "scheduler_set_begin_index",
+                           "%s: begin index %lld is outside the schedule's %lld timesteps",
+                           em_scheduler_kind_class(s->kind), (long long)i,
+                           (long long)s->n_timesteps);
+    s->begin_index = i;
+    return EM_OK;
+}
+
+em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line, em_scheduler *s,
+                                   em_tensor *x, em_tensor *noise, double t) {
+    const char *op = "scheduler_add_noise";
+    if (!ready(c, file, line, s, op) || !check_f32(c, file, line, op, "x", x) ||
+        !check_f32(c, file, line, op, "noise", noise))
+        return NULL;
+    int nd = em_tensor_ndim(x);
+    if (em_tensor_ndim(noise) != nd ||
+        memcmp(em_tensor_shape(noise), em_tensor_shape(x), (size_t)nd * sizeof(int64_t)) ||
+        em_tensor_device(noise) != em_tensor_device(x)) {
+        char a[96], b[96];
+        em_fail_at(c, EM_ERR_SHAPE, op, file, line, "x %s on %s and noise %s on %s: one shape on "
+                   "one device", em_tensor_sig(x, a, sizeof a), em_device_name(em_tensor_device(x)),
+                   em_tensor_sig(noise, b, sizeof b), em_device_name(em_tensor_device(noise)));
+        return NULL;
+    }
+    const char *cls = em_scheduler_kind_class(s->kind);
+    if (s->kind == EM_SCHED_FLOW_MATCH_EULER) {
+        em_fail_at(c, EM_ERR_UNSUPPORTED, op, file, line,
+                   "%s has no add_noise (diffusers gives it scale_noise)", cls);
+        return NULL;
+    }
+    /* the coefficients in f32, as torch computes them from the f32 tables */
+    float a, b;
+    if (s->kind <= EM_SCHED_PNDM) {
+        int64_t ti = (int64_t)t, n = s->cfg.num_train_timesteps;
+        if ((double)ti != t || ti < 0 || ti >= n) {
+            em_fail_at(c, EM_ERR_INDEX, op, file, line, "%s: timestep %g is not an integer in "
+                       "[0, %lld)", cls, t, (long long)n);
+            return NULL;
+        }
+        float acp = s->alphas_cumprod[ti];
+        a = sqrtf(acp);
+        b = sqrtf(1.0f - acp);
+    } else {
+        int64_t i = s->begin_index < 0   ? em_sched_index_for(c, file, line, s, t)
+                    : s->step_index >= 0 ? s->step_index
+                                         : s->begin_index;
+        if (i < 0) return NULL;
+        float sigma = s->sigmas[i];
+        a = 1.0f;
+        b = sigma;
+        if (s->kind == EM_SCHED_DPM_MULTISTEP) em_sched_dpm_alpha_sigma(&s->cfg, sigma, &a, &b);
+    }
+    /* Euler's x + noise * sigma has no factor on x */
+    em_tensor *ax = a == 1.0f && s->kind != EM_SCHED_DPM_MULTISTEP ? x : em_mul_scalar_(c, file, line, x, a);
+    return em_add_(c, file, line, ax, em_mul_scalar_(c, file, line, noise, b));
 }

@@ -353,6 +353,7 @@ static em_scheduler *create(em_ctx *c, json_t *json, em_scheduler_kind kind, con
     s->json = json;
     s->kind = kind;
     s->step_index = -1;
+    s->begin_index = -1;
     snprintf(s->origin, sizeof s->origin, "%s", origin ? origin : "scheduler_config.json");
     if (em_sched_cfg_resolve(c, s) || em_sched_init_tables(c, s)) {
         em_scheduler_free(s);

@@ -75,6 +75,8 @@ struct em_scheduler {
     /* step state */
     double eta;
     int64_t step_index; /* -1 until the first step or scale_model_input */
+    int64_t begin_index; /* set_begin_index (img2img's first step), -1: none; sigma schedulers
+                            start there instead of looking the first timestep up */
     int64_t counter;    /* PNDM */
     em_tensor *cur_sample;                    /* PNDM, retained */
     em_tensor *cur_model_output;              /* PNDM's Runge-Kutta sum, retained (or NULL: 0) */
@@ -104,6 +106,11 @@ em_tensor *em_sched_step_sigma(em_ctx *c, const char *file, int line, em_schedul
 /* The step index for timestep t as diffusers finds it (the second match when t repeats); -1
  * with the error in c when t is not in the schedule. */
 int64_t em_sched_index_for(em_ctx *c, const char *file, int line, em_scheduler *s, double t);
+/* The step index a sigma scheduler starts from at timestep t: its begin index when set, else
+ * em_sched_index_for(t). */
+int64_t em_sched_first_index(em_ctx *c, const char *file, int line, em_scheduler *s, double t);
+/* DPM-Solver's _sigma_to_alpha_sigma_t (sched_sigma.c) */
+void em_sched_dpm_alpha_sigma(const em_sched_cfg *cfg, float sigma, float *alpha_t, float *sigma_t);
 /* sched_threshold.c: diffusers' _threshold_sample of a predicted x0 (thresholding: true) */
 em_tensor *em_sched_threshold(em_ctx *c, const char *file, int line, const em_sched_cfg *cfg,
                               em_tensor *x0);

@@ -49,15 +49,19 @@ static em_tensor *euler_ancestral(em_ctx *c, const char *file, int line, em_sche
 typedef struct { float alpha, sigma, lambda; } dpm_point;
 
 /* _sigma_to_alpha_sigma_t: with flow sigmas alpha_t = 1 - sigma, sigma_t = sigma */
+void em_sched_dpm_alpha_sigma(const em_sched_cfg *cfg, float sig, float *alpha_t, float *sigma_t) {
+    if (cfg->use_flow_sigmas) {
+        *alpha_t = 1.0f - sig;
+        *sigma_t = sig;
+    } else {
+        *alpha_t = 1.0f / sqrtf(sig * sig + 1.0f);
+        *sigma_t = sig * *alpha_t;
+    }
+}
+
 static dpm_point point(const em_sched_cfg *cfg, float sig) {
     dpm_point p;
-    if (cfg->use_flow_sigmas) {
-        p.alpha = 1.0f - sig;
-        p.sigma = sig;
-    } else {
-        p.alpha = 1.0f / sqrtf(sig * sig + 1.0f);
-        p.sigma = sig * p.alpha;
-    }
+    em_sched_dpm_alpha_sigma(cfg, sig, &p.alpha, &p.sigma);
     p.lambda = logf(p.alpha) - logf(p.sigma);
     return p;
 }
@@ -161,7 +165,7 @@ static em_tensor *flow(em_ctx *c, const char *file, int line, em_scheduler *s, e
 em_tensor *em_sched_step_sigma(em_ctx *c, const char *file, int line, em_scheduler *s,
                                em_tensor *mo, double t, em_tensor *x, em_torch_generator *g) {
     if (s->step_index < 0) {
-        s->step_index = em_sched_index_for(c, file, line, s, t);
+        s->step_index = em_sched_first_index(c, file, line, s, t);
         if (s->step_index < 0) return NULL;
     }
     int64_t i = s->step_index;

@@ -446,6 +446,7 @@ em_status em_sched_timesteps(em_ctx *c, em_scheduler *s, int64_t n, double mu) {
     s->n_timesteps = s->n_sigmas = 0;
     s->num_inference_steps = 0;
     s->step_index = -1;
+    s->begin_index = -1; /* diffusers' set_timesteps forgets it too */
     s->counter = 0;
     s->lower_order_nums = 0;
     em_sched_history_clear(s);

@@ -439,6 +439,17 @@ def test_diffusion_conditional_pipelines_match_diffusers():
     out = sd.enable_vae_tiling()(num_inference_steps=2, generator=3, prompt="a photo of a cat",
                                  height=32, width=32).images
     np.testing.assert_allclose(out, tiled["sd_tiled_image"], atol=1e-3, err_msg="vae tiling")
+    meta, ref = _diffusion_bundle("sd_img2img_ref")  # scripts/gen_sd_img2img_fixtures.py
+    for name, sched in (("pndm", None), ("euler", "euler")):
+        r = meta["runs"][name]
+        p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_tiny"))
+        if sched:
+            p.set_scheduler(sched)
+        init = ref[name + "_init"] if name == "pndm" else ref[name + "_init"][0]  # [1,H,W,3] | [H,W,3]
+        out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+                negative_prompt=r["negative_prompt"], guidance_scale=r["guidance"], image=init,
+                strength=r["strength"]).images
+        np.testing.assert_allclose(out, ref[name + "_image"], atol=1e-3, err_msg="img2img " + name)
     dit = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "dit_pipe"))
     assert dit.class_name == "DiTPipeline"
     meta, ref = _diffusion_bundle("dit_runs_ref")
@@ -460,6 +471,9 @@ def test_diffusion_conditional_pipelines_match_diffusers():
         ddim(num_inference_steps=1, prompt="a cat")
     with pytest.raises(ember.EmberError, match="has no VAE"):
         ddim.enable_vae_tiling()(num_inference_steps=1)
+    ddim = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))
+    with pytest.raises(ember.EmberError, match="init image given to DDIMPipeline"):
+        ddim(num_inference_steps=1, image=np.zeros((8, 8, 3), np.float32))
 
 
 def test_diffusion_errors():

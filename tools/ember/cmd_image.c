@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n"
-            "                   [--vae-tiling]\n\n"
+            "                   [--vae-tiling] [--init-image FILE.npy [--strength S]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
             "what diffusers draws with\n"
@@ -43,7 +43,13 @@ static void usage(FILE *f) {
             "                      diffusers' pipe.vae.enable_tiling(): memory follows the tile\n"
             "  --out FILE.png      the image\n"
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
-            "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n");
+            "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n"
+            "  --init-image FILE   image to image (Stable Diffusion, as\n"
+            "                      StableDiffusionImg2ImgPipeline): float32 .npy [1, H, W, 3] or\n"
+            "                      [H, W, 3] in [0, 1] (what --out-npy writes); H and W multiples\n"
+            "                      of the VAE's scale factor\n"
+            "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
+            "                      (default 0.8)\n");
 }
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
@@ -54,10 +60,10 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 }
 
 typedef struct image_args {
-    const char *model, *scheduler, *device, *out, *out_npy, *latents;
+    const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     long long steps, seed, height, width, class_label;
-    double eta, guidance;
+    double eta, guidance, strength;
     bool have_seed, compile, have_class, have_guidance, vae_tiling;
 } image_args;
 
@@ -79,6 +85,12 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
             if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
                 return 2;
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--init-image") && val) {
+            a->init_image = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--strength") && val) {
+            if (!cli_real("image", o, argv[++i], 1e-9, 1.0, &a->strength)) return 2;
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--compile")) {
             a->compile = true;
@@ -116,6 +128,11 @@ static int parse(int argc, char **argv, image_args *a) {
             return 2;
         }
     }
+    if (a->strength > 0.0 && !a->init_image) {
+        fprintf(stderr, "ember image: --strength needs --init-image\n\n");
+        usage(stderr);
+        return 2;
+    }
     const char *missing = !a->model ? "--model" : !a->out ? "--out"
                           : !a->have_seed && !a->latents ? "--seed or --latents" : NULL;
     if (missing) {
@@ -124,6 +141,15 @@ static int parse(int argc, char **argv, image_args *a) {
         return 2;
     }
     return 0;
+}
+
+/* --init-image: [1, H, W, 3], or [H, W, 3] given a batch of one */
+static em_tensor *init_image(em_ctx *c, const char *path) {
+    em_tensor *t = em_npy_load_f32(c, "image", path);
+    if (t && em_tensor_ndim(t) == 3)
+        t = em_reshape(c, t, 4, (const int64_t[]){1, em_tensor_dim(t, 0), em_tensor_dim(t, 1),
+                                                  em_tensor_dim(t, 2)});
+    return t;
 }
 
 static int run(em_ctx *c, const image_args *a) {
@@ -172,7 +198,9 @@ static int run(em_ctx *c, const image_args *a) {
                         "euler-a dpm++2m flow-euler\n", a->scheduler);
         rc = 2;
     } else if ((!a->scheduler || em_pipeline_set_scheduler(c, p, kind) == EM_OK) &&
-               (!a->latents || (rp.latents = em_npy_load_f32(c, "image", a->latents)))) {
+               (!a->latents || (rp.latents = em_npy_load_f32(c, "image", a->latents))) &&
+               (!a->init_image || (rp.image = init_image(c, a->init_image)))) {
+        rp.strength = a->strength;
         fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
                 em_scheduler_kind_class(em_scheduler_get_kind(em_pipeline_scheduler(p))),
                 em_device_name(em_pipeline_device(p)));
