@@ -13,6 +13,9 @@ prompt, negative prompt, guidance, steps, strength, seed and scheduler class):
   <run>_init   the init image, f32 [1, 16, 16, 3] in [0, 1] (output_type="np" layout)
   <run>_image  pipe(prompt, image=<run>_init, ..., output_type="np").images: f32 [1, 16, 16, 3]
 
+tests/fixtures/diffusion/sd_img2img_init.png: a seeded 16 x 16 RGB PNG, passed to the pipeline
+as a PIL image (the run "png"; its _init is the image as the pipeline's processor reads it).
+
 Ember must match within 1e-3.
 """
 import json
@@ -38,7 +41,9 @@ RUNS = {
     "euler_a": ("EulerAncestralDiscreteScheduler", "a dog", "", 5.0, 4, 0.7, 17),
     "dpm": ("DPMSolverMultistepScheduler", "a tree by a lake", None, 7.5, 5, 0.8, 19),
     "full": ("DDPMScheduler", "a house", None, 3.0, 3, 1.0, 23),
+    "png": ("EulerDiscreteScheduler", "a boat", None, 7.5, 4, 0.75, 29),
 }
+PNG = os.path.join(OUT, "sd_img2img_init.png")
 
 
 def main():
@@ -56,8 +61,14 @@ def main():
         pipe.scheduler = (getattr(diffusers, cls).from_config(folder_scheduler.config) if cls
                           else folder_scheduler)
         init = np.random.default_rng(seed).random((1, 16, 16, 3), dtype=np.float32)
+        given = init.copy()
+        if name == "png":
+            from PIL import Image
+            Image.fromarray((init[0] * 255).round().astype(np.uint8), "RGB").save(PNG)
+            given = Image.open(PNG)
+            init = np.array(given.convert("RGB")).astype(np.float32)[None] / 255.0
         with torch.no_grad():
-            image = pipe(prompt, image=init.copy(), negative_prompt=neg, strength=strength,
+            image = pipe(prompt, image=given, negative_prompt=neg, strength=strength,
                          guidance_scale=guidance, num_inference_steps=steps, output_type="np",
                          generator=torch.Generator("cpu").manual_seed(seed)).images
         b.add(name + "_init", torch.from_numpy(init))

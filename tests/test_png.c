@@ -1,6 +1,8 @@
 /*
  * PNG output (ember/png.h) read back through libpng's own reader: u8 pixels exactly, f32 pixels
- * as round(v * 255) (ties to even, clamped), a grid of images, and the refusals.
+ * as round(v * 255) (ties to even, clamped), a grid of images, and the refusals. PNG input:
+ * Pillow's files in four colour types read as the values diffusers' image processor makes of
+ * them (scripts/gen_png_fixtures.py), exactly; a round trip; missing, foreign and cut files.
  */
 #include <math.h>
 #include <stdio.h>
@@ -96,6 +98,53 @@ static void test_f32_and_grid(void) {
     remove(p);
     em_ctx_free(c);
 }
+
+static void test_read_matches_pil(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("png_ref");
+    CHECK(b != NULL);
+    const char *names[] = {"rgb", "rgba", "gray", "palette"};
+    for (int i = 0; b && i < 4; i++) {
+        char file[32];
+        snprintf(file, sizeof file, "%s.png", names[i]);
+        em_scope_push(c);
+        em_tensor *t = em_png_read(c, em_test_fixture_path("png", file));
+        CHECK_MSG(t != NULL, "%s: %s", file, em_ctx_error(c) ? em_ctx_error(c)->message : "");
+        if (t) CHECK(em_tensor_device(t) == em_device_cpu() && em_tensor_dim(t, 2) == 3);
+        em_test_allclose(c, t, em_test_bundle_get(b, c, names[i]), 0, 0, file);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    /* a round trip: what em_png_write writes, em_png_read reads */
+    em_scope_push(c);
+    float px[2 * 3 * 3];
+    for (int i = 0; i < 18; i++) px[i] = (float)(i * 14) / 255.0f;
+    const char *p = "/tmp/ember_png_read.png";
+    CHECK(em_png_write(c, p, px, EM_F32, 2, 3, 3) == EM_OK);
+    em_tensor *t = em_png_read(c, p);
+    float back[18] = {0};
+    CHECK(t && em_to_host_f32(c, t, back, 18) == EM_OK && !memcmp(back, px, sizeof px));
+    /* a file cut short, a file that is not a PNG, a missing one */
+    FILE *src = fopen(em_test_fixture_path("png", "rgb.png"), "rb");
+    char head[60];
+    size_t n = src ? fread(head, 1, sizeof head, src) : 0;
+    if (src) fclose(src);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fwrite(head, 1, n, f);
+        fclose(f);
+    }
+    CHECK(em_png_read(c, p) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, p);
+    CHECK(em_png_read(c, em_test_fixture_path("png", "../png_ref.json")) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "not a PNG");
+    CHECK(em_png_read(c, "/nonexistent-dir/x.png") == NULL);
+    CHECK_ERR(c, EM_ERR_NOT_FOUND, "/nonexistent-dir/x.png");
+    remove(p);
+    em_scope_pop(c);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
 #endif
 
 static void test_refusals(void) {
@@ -103,6 +152,8 @@ static void test_refusals(void) {
     float px[12] = {0};
     if (!em_png_available()) {
         CHECK(em_png_write(c, "/tmp/x.png", px, EM_F32, 2, 2, 3) == EM_ERR_UNSUPPORTED);
+        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "no PNG support");
+        CHECK(em_png_read(c, "/tmp/x.png") == NULL);
         CHECK_ERR(c, EM_ERR_UNSUPPORTED, "no PNG support");
         em_ctx_free(c);
         return;
@@ -125,7 +176,8 @@ static void test_refusals(void) {
 }
 
 #ifdef EMBER_HAVE_PNG
-EM_TEST_MAIN(T(test_u8_roundtrip), T(test_f32_and_grid), T(test_refusals))
+EM_TEST_MAIN(T(test_u8_roundtrip), T(test_f32_and_grid), T(test_read_matches_pil),
+             T(test_refusals))
 #else
 EM_TEST_MAIN(T(test_refusals))
 #endif

@@ -30,6 +30,7 @@ static const struct {
     {"euler_a", EM_SCHED_EULER_ANCESTRAL, "a dog", "", 5.0, 4, 0.7, 17},
     {"dpm", EM_SCHED_DPM_MULTISTEP, "a tree by a lake", NULL, 7.5, 5, 0.8, 19},
     {"full", EM_SCHED_DDPM, "a house", NULL, 3.0, 3, 1.0, 23},
+    {"png", EM_SCHED_EULER, "a boat", NULL, 7.5, 4, 0.75, 29}, /* the init image a PIL image */
 };
 #define N_RUNS (sizeof RUNS / sizeof RUNS[0])
 

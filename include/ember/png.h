@@ -1,5 +1,5 @@
 /*
- * ember/png.h — images out as PNG (through libpng).
+ * ember/png.h — images out as PNG, and in (through libpng).
  *
  * An image is row-major HWC: height rows of width pixels of 1 (gray), 3 (RGB) or 4 (RGBA)
  * channels, as u8 or as f32 in [0, 1] (what a diffusers pipeline returns with
@@ -35,7 +35,16 @@ EM_API em_status em_png_write(em_ctx *c, const char *path, const void *data, em_
  * as a grid of `cols` columns (cols <= 0: ceil(sqrt(N))), dtype u8 or f32. Same errors.
  */
 EM_API em_status em_png_write_tensor(em_ctx *c, const char *path, em_tensor *images, int cols);
-/** True when this build writes PNG (it was built with libpng). */
+/**
+ * Reads the PNG at `path` as f32 RGB [H, W, 3] in [0, 1] on the CPU, in c's current scope: the
+ * values diffusers' image processor makes of a PIL image (`np.array(img.convert("RGB")) /
+ * 255`): palette and gray images expanded to RGB, an alpha channel dropped, 16-bit samples
+ * reduced to 8 bits by libpng. NULL with the error in c: the file missing or unreadable
+ * (EM_ERR_NOT_FOUND / EM_ERR_IO), not a PNG or corrupt (EM_ERR_FORMAT, libpng's reason), a
+ * build without libpng (EM_ERR_UNSUPPORTED).
+ */
+EM_API em_tensor *em_png_read(em_ctx *c, const char *path);
+/** True when this build reads and writes PNG (it was built with libpng). */
 EM_API bool em_png_available(void);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
-/* PNG encoding with libpng's simplified API (png_image), which reports errors in its message
- * field rather than through longjmp: encoded in memory, written to a temporary file next to the
- * target, renamed into place. */
+/* PNG through libpng's simplified API (png_image), which reports errors in its message field
+ * rather than through longjmp. Encoding: in memory, written to a temporary file next to the
+ * target, renamed into place. Decoding: every colour type read as 8-bit RGBA, the alpha then
+ * dropped. */
 #include <errno.h>
 #include <png.h>
 #include <stdio.h>
@@ -57,4 +58,44 @@ em_status em_png_save_u8(em_ctx *c, const char *path, const uint8_t *px, int64_t
     free(tmp);
     free(buf);
     return st;
+}
+
+em_status em_png_load_rgb8(em_ctx *c, const char *path, uint8_t **px, int64_t *height,
+                           int64_t *width) {
+    *px = NULL;
+    *height = *width = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return EM_FAIL(c, errno == ENOENT ? EM_ERR_NOT_FOUND : EM_ERR_IO, "png_read",
+                       "cannot open %s: %s", path, strerror(errno));
+    png_image img;
+    memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_stdio(&img, f)) {
+        fclose(f);
+        return EM_FAIL(c, EM_ERR_FORMAT, "png_read", "%s: not a PNG libpng can read: %s", path,
+                       img.message);
+    }
+    /* RGBA, not RGB: without an alpha channel in the output libpng would composite the
+     * image's alpha onto a background, where PIL's convert("RGB") keeps the colours */
+    img.format = PNG_FORMAT_RGBA;
+    size_t n = (size_t)img.width * img.height;
+    uint8_t *rgba = n && n <= ((size_t)1 << 32) ? malloc(n * 4) : NULL;
+    if (!rgba) {
+        png_image_free(&img);
+        fclose(f);
+        return EM_FAIL(c, n ? EM_ERR_OOM : EM_ERR_FORMAT, "png_read", "%s: %u x %u pixels: %s",
+                       path, img.width, img.height, n ? "out of memory" : "an empty image");
+    }
+    int ok = png_image_finish_read(&img, NULL, rgba, 0, NULL);
+    fclose(f);
+    if (!ok) {
+        free(rgba);
+        return EM_FAIL(c, EM_ERR_FORMAT, "png_read", "%s: libpng: %s", path, img.message);
+    }
+    for (size_t i = 0; i < n; i++) memmove(rgba + 3 * i, rgba + 4 * i, 3);
+    *px = rgba;
+    *height = img.height;
+    *width = img.width;
+    return EM_OK;
 }

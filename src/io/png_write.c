@@ -1,4 +1,5 @@
-/* ember/png.h: checks, float-to-byte conversion as diffusers' numpy_to_pil, grids of images. */
+/* ember/png.h: checks, float-to-byte conversion as diffusers' numpy_to_pil, grids of images; the
+ * reader's bytes to floats as diffusers' pil_to_numpy. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,4 +97,26 @@ em_status em_png_write_tensor(em_ctx *c, const char *path, em_tensor *t, int col
     free(host);
     free(grid);
     return st;
+}
+
+em_tensor *em_png_read(em_ctx *c, const char *path) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!path || !*path) {
+        EM_FAIL(c, EM_ERR_INVALID_ARG, "png_read", "path is NULL or empty");
+        return NULL;
+    }
+    uint8_t *px;
+    int64_t h, w;
+    if (em_png_load_rgb8(c, path, &px, &h, &w) != EM_OK) return NULL;
+    float *f = malloc((size_t)(h * w * 3) * sizeof *f);
+    em_tensor *t = NULL;
+    if (!f) {
+        EM_FAIL(c, EM_ERR_OOM, "png_read", "%s: out of memory", path);
+    } else {
+        for (int64_t i = 0; i < h * w * 3; i++) f[i] = (float)px[i] / 255.0f;
+        t = em_from_host_on(c, em_device_cpu(), EM_F32, 3, (const int64_t[]){h, w, 3}, f);
+        free(f);
+    }
+    free(px);
+    return t;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 #include "ember/ember.h"
@@ -15,7 +16,7 @@ static void usage(FILE *f) {
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n"
-            "                   [--vae-tiling] [--init-image FILE.npy [--strength S]]\n\n"
+            "                   [--vae-tiling] [--init-image FILE [--strength S]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
             "what diffusers draws with\n"
@@ -45,9 +46,9 @@ static void usage(FILE *f) {
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
             "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n"
             "  --init-image FILE   image to image (Stable Diffusion, as\n"
-            "                      StableDiffusionImg2ImgPipeline): float32 .npy [1, H, W, 3] or\n"
-            "                      [H, W, 3] in [0, 1] (what --out-npy writes); H and W multiples\n"
-            "                      of the VAE's scale factor\n"
+            "                      StableDiffusionImg2ImgPipeline): a PNG, or a float32 .npy\n"
+            "                      [1, H, W, 3] or [H, W, 3] in [0, 1] (what --out-npy writes); H\n"
+            "                      and W multiples of the VAE's scale factor\n"
             "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
             "                      (default 0.8)\n");
 }
@@ -143,9 +144,11 @@ static int parse(int argc, char **argv, image_args *a) {
     return 0;
 }
 
-/* --init-image: [1, H, W, 3], or [H, W, 3] given a batch of one */
+/* --init-image: a PNG, or a .npy of [1, H, W, 3] or [H, W, 3] (a batch of one) */
 static em_tensor *init_image(em_ctx *c, const char *path) {
-    em_tensor *t = em_npy_load_f32(c, "image", path);
+    size_t n = strlen(path);
+    bool png = n >= 4 && !strcasecmp(path + n - 4, ".png");
+    em_tensor *t = png ? em_png_read(c, path) : em_npy_load_f32(c, "image", path);
     if (t && em_tensor_ndim(t) == 3)
         t = em_reshape(c, t, 4, (const int64_t[]){1, em_tensor_dim(t, 0), em_tensor_dim(t, 1),
                                                   em_tensor_dim(t, 2)});
