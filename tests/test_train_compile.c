@@ -40,12 +40,16 @@ static em_train_options fixture_options(em_test_bundle *b, bool compile, bool sh
     return o;
 }
 
-static em_model *load(em_ctx *c, const char *dir, const char *device) {
+static em_model *load_as(em_ctx *c, const char *dir, const char *device, em_dtype dt) {
     em_model_options mo = em_model_default_options();
     mo.progress = false;
-    mo.dtype = EM_F32;
+    mo.dtype = dt;
     mo.device = device;
     return em_model_load(c, dir, &mo);
+}
+
+static em_model *load(em_ctx *c, const char *dir, const char *device) {
+    return load_as(c, dir, device, EM_F32);
 }
 
 typedef struct run {
@@ -191,6 +195,62 @@ static void check_resume(const char *device) {
     em_test_bundle_free(b);
 }
 
+/* bf16 weights with f32 masters: the compiled step (masters, moments and the rounding into the
+ * model's weights inside the program) against the eager trainer's mixed-precision step — the
+ * same ops, so the losses and norms agree to bf16 rounding of differently fused products, and
+ * the final bf16 weights to a bf16 ulp or two; one program for all steps. */
+static void check_bf16(const char *device) {
+    em_test_bundle *b = em_test_bundle_load("train/qwen3_run");
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_train_data *d = em_train_data_load(c, em_test_fixture_path("train", "ids.npy"), NULL, 256);
+    const char *mdir = em_test_fixture_path("models", "qwen3");
+    em_model *me = d ? load_as(c, mdir, device, EM_BF16) : NULL;
+    em_model *mc = me ? load_as(c, mdir, device, EM_BF16) : NULL;
+    em_train_options oe = fixture_options(b, false, false), oc = fixture_options(b, true, false);
+    em_trainer *te = mc ? em_trainer_create(c, me, d, &oe) : NULL;
+    em_trainer *tc = te ? em_trainer_create(c, mc, d, &oc) : NULL;
+    CHECK_MSG(tc != NULL, "%s", err(c));
+    run eager = {0}, comp = {0};
+    train(c, te, 0, STEPS, &eager, NULL, -1);
+    train(c, tc, 0, STEPS, &comp, NULL, -1);
+    CHECK_MSG(comp.done == STEPS && eager.done == STEPS, "bf16 %s: %d compiled, %d eager steps",
+              device, comp.done, eager.done);
+    double worst = 0;
+    for (int s = 0; s < comp.done && s < eager.done; s++) {
+        double dl = fabs(comp.loss[s] - eager.loss[s]) / eager.loss[s];
+        double dn = fabs(comp.norm[s] - eager.norm[s]) / eager.norm[s];
+        worst = dl > worst ? dl : dn > worst ? dn : worst;
+        CHECK_MSG(dl <= 2e-4 && dn <= 2e-3, "bf16 %s step %d: compiled loss %.9g norm %.9g, "
+                  "eager %.9g %.9g", device, s, comp.loss[s], comp.norm[s], eager.loss[s],
+                  eager.norm[s]);
+    }
+    printf("  qwen3 bf16 on %s: compiled vs eager within %.3g relative\n", device, worst);
+    em_compile_stats st;
+    em_trainer_compile_stats(tc, &st);
+    CHECK_MSG(st.compiles == 1 && st.calls == STEPS, "bf16 %s: %lld compiles, %lld calls", device,
+              (long long)st.compiles, (long long)st.calls);
+    int np = mc ? em_model_params(c, mc, NULL, 0) : 0;
+    em_model_param *pe = calloc((size_t)np + 1, sizeof *pe), *pc = calloc((size_t)np + 1, sizeof *pc);
+    if (np > 0 && pe && pc && em_model_params(c, me, pe, np) == np &&
+        em_model_params(c, mc, pc, np) == np)
+        for (int i = 0; i < np; i++) {
+            char what[160];
+            snprintf(what, sizeof what, "bf16 %s: %s compiled vs eager", device, pc[i].name);
+            CHECK(em_tensor_dtype(pc[i].tensor) == EM_BF16);
+            em_test_allclose(c, pc[i].tensor, pe[i].tensor, 2e-3, 2e-2, what);
+        }
+    free(pe);
+    free(pc);
+    em_trainer_free(tc);
+    em_trainer_free(te);
+    em_model_free(mc);
+    em_model_free(me);
+    em_train_data_free(d);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
 /* what a compiled step does not do yet is refused when the trainer is made, by name */
 static void test_refused(void) {
     em_ctx *c = em_ctx_create();
@@ -249,6 +309,10 @@ static void test_llama_tied_cpu(void) { check_family("llama", "cpu", true); }
 static void test_qwen3_moe_cpu(void) { check_family("qwen3_moe", "cpu", false); }
 static void test_mixtral_cpu(void) { check_family("mixtral", "cpu", false); }
 static void test_resume_cpu(void) { check_resume("cpu"); }
+static void test_bf16_cpu(void) { check_bf16("cpu"); }
+static void test_bf16_xla(void) {
+    if (have_xla()) check_bf16("xla:0");
+}
 static void test_qwen3_xla(void) {
     if (have_xla()) check_family("qwen3", "xla:0", true);
 }
@@ -263,5 +327,5 @@ static void test_resume_xla(void) {
 }
 
 EM_TEST_MAIN(T(test_qwen3_cpu), T(test_llama_tied_cpu), T(test_qwen3_moe_cpu), T(test_mixtral_cpu),
-             T(test_resume_cpu), T(test_refused), T(test_qwen3_xla), T(test_llama_tied_xla),
+             T(test_resume_cpu), T(test_bf16_cpu), T(test_refused), T(test_bf16_xla), T(test_qwen3_xla), T(test_llama_tied_xla),
              T(test_qwen3_moe_xla), T(test_resume_xla))

@@ -7,7 +7,9 @@
  * program updates in place; the rate and the bias corrections are 0-d inputs, so no step
  * bakes a number into the program and all steps share it. Clipping is written with ops
  * (no host read of the norm): the gradients are scaled by min(1, max_norm / (norm + 1e-6)),
- * which by 1 changes nothing, as torch's clip_grad_norm_ does.
+ * which by 1 changes nothing, as torch's clip_grad_norm_ does. bf16/f16 weights train through
+ * f32 masters as the eager step does: the masters and their moments are captured, the model's
+ * weights are rewritten from the masters inside the program.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,7 +44,10 @@ static int traced_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t 
     em_tensor **g = calloc((size_t)(t->np ? t->np : 1), sizeof *g);
     if (!g) return em_ctx_fail(c, EM_ERR_OOM, "trainer_compiled", "out of memory"), -1;
     for (int i = 0; i < t->np && !em_ctx_status(c); i++) {
-        g[i] = em_tensor_grad(t->trained[i]);
+        /* mixed precision: the gradient reached the model's bf16/f16 weight; its f32 master's
+         * is that gradient through the cast's rule, a cast back to f32 (as the eager step) */
+        g[i] = em_tensor_grad(t->master ? t->tensors[i] : t->trained[i]);
+        if (g[i] && t->master) g[i] = em_cast(c, g[i], EM_F32);
         if (!g[i])
             em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer_compiled",
                         "parameter %s got no gradient from the traced step: a compiled step "
@@ -63,10 +68,15 @@ static int traced_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t 
     }
     if (!em_ctx_status(c))
         em_adamw_update_traced(c, t->opt, g, in[IN_DECAY], in[IN_SQRT_BC2], in[IN_NEG_STEP]);
+    /* the updated masters rounded into the model's weights, in the program too */
+    if (!em_ctx_status(c) && t->master) em_trainer_masters_to_model(c, t);
     em_ctx_set_device(c, prev);
     free(g);
     /* the traced gradients are the program's values: none may stay on the leaves */
-    for (int i = 0; i < t->np; i++) em_tensor_zero_grad(t->trained[i]);
+    for (int i = 0; i < t->np; i++) {
+        em_tensor_zero_grad(t->trained[i]);
+        em_tensor_zero_grad(t->tensors[i]);
+    }
     if (em_ctx_status(c)) return -1;
     out[0] = loss;
     out[1] = norm;
@@ -103,7 +113,10 @@ em_status em_trainer_step_compiled(em_ctx *c, em_trainer *t, const int64_t *w, i
     }
     /* a failed trace may leave its symbolic values on the tape or the leaves */
     em_grad_tape_clear(c);
-    for (int i = 0; i < t->np; i++) em_tensor_zero_grad(t->trained[i]);
+    for (int i = 0; i < t->np; i++) {
+        em_tensor_zero_grad(t->trained[i]);
+        em_tensor_zero_grad(t->tensors[i]);
+    }
     em_scope_pop(c);
     em_grad_enable(c, grad_on);
     if (!em_ctx_status(c)) em_adamw_advance(t->opt);
