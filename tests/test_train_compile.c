@@ -198,8 +198,9 @@ static void check_resume(const char *device) {
 /* bf16 weights with f32 masters: the compiled step (masters, moments and the rounding into the
  * model's weights inside the program) against the eager trainer's mixed-precision step — the
  * same ops, so the losses and norms agree to bf16 rounding of differently fused products, and
- * the final bf16 weights to a bf16 ulp or two; one program for all steps. */
-static void check_bf16(const char *device) {
+ * the final bf16 weights to a bf16 ulp or two; one program for all steps. With ckpt, both with
+ * gradient checkpointing (the compiled step traces each layer's recomputation in its backward). */
+static void check_bf16(const char *device, bool ckpt) {
     em_test_bundle *b = em_test_bundle_load("train/qwen3_run");
     if (!b) return;
     em_ctx *c = em_ctx_create();
@@ -208,6 +209,7 @@ static void check_bf16(const char *device) {
     em_model *me = d ? load_as(c, mdir, device, EM_BF16) : NULL;
     em_model *mc = me ? load_as(c, mdir, device, EM_BF16) : NULL;
     em_train_options oe = fixture_options(b, false, false), oc = fixture_options(b, true, false);
+    oe.gradient_checkpointing = oc.gradient_checkpointing = ckpt;
     em_trainer *te = mc ? em_trainer_create(c, me, d, &oe) : NULL;
     em_trainer *tc = te ? em_trainer_create(c, mc, d, &oc) : NULL;
     CHECK_MSG(tc != NULL, "%s", err(c));
@@ -225,9 +227,10 @@ static void check_bf16(const char *device) {
                   "eager %.9g %.9g", device, s, comp.loss[s], comp.norm[s], eager.loss[s],
                   eager.norm[s]);
     }
-    printf("  qwen3 bf16 on %s: compiled vs eager within %.3g relative\n", device, worst);
     em_compile_stats st;
     em_trainer_compile_stats(tc, &st);
+    printf("  qwen3 bf16%s on %s: compiled vs eager within %.3g relative; %d ops traced\n",
+           ckpt ? " checkpointed" : "", device, worst, st.nodes_traced);
     CHECK_MSG(st.compiles == 1 && st.calls == STEPS, "bf16 %s: %lld compiles, %lld calls", device,
               (long long)st.compiles, (long long)st.calls);
     int np = mc ? em_model_params(c, mc, NULL, 0) : 0;
@@ -260,11 +263,30 @@ static void test_refused(void) {
     o.seq_len = 16;
     o.steps = 1;
     o.compile = true;
-    o.gradient_checkpointing = true;
-    CHECK(m && em_trainer_create(c, m, d, &o) == NULL);
-    CHECK_MSG(em_ctx_status(c) == EM_ERR_UNSUPPORTED && strstr(err(c), "gradient checkpointing"),
+    /* the router's load-balancing loss: qwen3_moe with output_router_logits on */
+    const char *dir = em_test_scratch_make("train_aux");
+    em_model *aux = NULL;
+    if (dir) {
+        em_test_scratch_link("model.safetensors", "models", "qwen3_moe/model.safetensors");
+        FILE *f = fopen(em_test_fixture_path("models", "qwen3_moe/config.json"), "rb");
+        char cfg[8192];
+        size_t n = f ? fread(cfg, 1, sizeof cfg - 1, f) : 0;
+        if (f) fclose(f);
+        cfg[n] = 0;
+        char *at = strstr(cfg, "\"output_router_logits\": false");
+        CHECK(at != NULL);
+        if (at) {
+            memcpy(at + strlen("\"output_router_logits\": "), "true ", 5);
+            em_test_scratch_write("config.json", cfg);
+            aux = load(c, dir, NULL);
+        }
+    }
+    CHECK_MSG(aux && em_trainer_create(c, aux, d, &o) == NULL, "%s", err(c));
+    CHECK_MSG(em_ctx_status(c) == EM_ERR_UNSUPPORTED && strstr(err(c), "load-balancing loss"),
               "%s", err(c));
     em_ctx_clear_error(c);
+    em_model_free(aux);
+    em_test_scratch_remove();
     /* a step that cannot be traced (MoE with the loop experts, which route on the host) fails
      * at its first call naming why, leaving no traced value on the tape or the parameters */
     em_model_options mo = em_model_default_options();
@@ -272,7 +294,6 @@ static void test_refused(void) {
     mo.dtype = EM_F32;
     mo.moe_impl = EM_MOE_LOOP;
     em_model *moe = em_model_load(c, em_test_fixture_path("models", "qwen3_moe"), &mo);
-    o.gradient_checkpointing = false;
     em_trainer *t = moe ? em_trainer_create(c, moe, d, &o) : NULL;
     CHECK_MSG(t != NULL, "%s", err(c));
     em_train_step_info info;
@@ -309,9 +330,13 @@ static void test_llama_tied_cpu(void) { check_family("llama", "cpu", true); }
 static void test_qwen3_moe_cpu(void) { check_family("qwen3_moe", "cpu", false); }
 static void test_mixtral_cpu(void) { check_family("mixtral", "cpu", false); }
 static void test_resume_cpu(void) { check_resume("cpu"); }
-static void test_bf16_cpu(void) { check_bf16("cpu"); }
+static void test_bf16_cpu(void) { check_bf16("cpu", false); }
+static void test_bf16_ckpt_cpu(void) { check_bf16("cpu", true); }
 static void test_bf16_xla(void) {
-    if (have_xla()) check_bf16("xla:0");
+    if (have_xla()) check_bf16("xla:0", false);
+}
+static void test_bf16_ckpt_xla(void) {
+    if (have_xla()) check_bf16("xla:0", true);
 }
 static void test_qwen3_xla(void) {
     if (have_xla()) check_family("qwen3", "xla:0", true);
@@ -327,5 +352,5 @@ static void test_resume_xla(void) {
 }
 
 EM_TEST_MAIN(T(test_qwen3_cpu), T(test_llama_tied_cpu), T(test_qwen3_moe_cpu), T(test_mixtral_cpu),
-             T(test_resume_cpu), T(test_bf16_cpu), T(test_refused), T(test_bf16_xla), T(test_qwen3_xla), T(test_llama_tied_xla),
+             T(test_resume_cpu), T(test_bf16_cpu), T(test_bf16_ckpt_cpu), T(test_refused), T(test_bf16_xla), T(test_bf16_ckpt_xla), T(test_qwen3_xla), T(test_llama_tied_xla),
              T(test_qwen3_moe_xla), T(test_resume_xla))

@@ -24,11 +24,15 @@ static void ckpt_free(void *p) {
 }
 
 /* A tensor of its own over t's memory (same storage, so in-place writes and their versions are
- * seen through it), outside the tape: no node, not requiring grad. Caller-owned. */
+ * seen through it; the same traced value in compile mode), outside the tape: no node, not
+ * requiring grad. Caller-owned. */
 static em_tensor *alias(em_ctx *c, em_tensor *t) {
     if (em_tensor_materialize(c, t) != EM_OK) return NULL;
     em_tensor *a = em_tensor_view_of(t, t->ndim, t->shape, t->strides, t->offset);
     if (!a) EM_FAIL(c, EM_ERR_OOM, "checkpoint", "out of memory");
+    /* while em_compile traces, t is a value of the graph with no storage: the alias stands for
+     * the same value (it has t's shape, strides and offset), not for a capture with no data */
+    else a->sym = t->sym;
     return a;
 }
 

@@ -143,13 +143,12 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
         return NULL;
     }
     bool aux = cfg->output_router_logits && cfg->num_experts > 0;
-    if (opt->compile && (opt->group || opt->gradient_checkpointing || aux)) {
+    if (opt->compile && (opt->group || aux)) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer",
                     "a compiled step is not done yet %s (train without compile)",
-                    opt->group     ? "with data parallelism"
-                    : aux          ? "with the router's load-balancing loss (output_router_logits: "
-                                     "its expert counts are read on the host)"
-                                   : "with gradient checkpointing");
+                    opt->group ? "with data parallelism"
+                               : "with the router's load-balancing loss (output_router_logits: "
+                                 "its expert counts are read on the host)");
         return NULL;
     }
     int np = em_model_params(c, m, NULL, 0);

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "recompute each layer's activations in the backward (same losses, less memory, about\n"
             "a third more time). --compile: trace the whole step (forward, loss, backward,\n"
             "clipping, AdamW) once and replay it every step (a CPU plan, or one PJRT program on\n"
-            "a device; f32 or bf16 weights, one process, without --gradient-checkpointing).\n");
+            "a device; one process).\n");
 }
 
 typedef struct train_args {
