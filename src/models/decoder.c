@@ -367,27 +367,23 @@ em_tensor *em_blk_ffn(em_fwd *f, const em_dec_layer *l, em_tensor *x) {
 
 /* One MoE layer's share of transformers' load_balancing_loss_func (no attention mask): the
  * routing probabilities summed over the layer's tokens (the loss's differentiable part), and the
- * top-k choices counted per expert on the host (torch.histc: no gradient). */
+ * top-k choices counted per expert (torch.histc: no gradient) by comparing them with 0..E-1 —
+ * ops, not a host read, so the loss can be traced into a compiled step. A choice outside
+ * [0, E) counts for no expert, as histc's range drops it. */
 static void aux_record(em_fwd *f, em_tensor *logits, em_tensor *idx) {
     em_ctx *c = f->c;
     int64_t n = em_tensor_dim(logits, 0), e = em_tensor_dim(logits, 1);
-    int64_t k = idx ? em_tensor_dim(idx, 1) : 0;
     if (em_ctx_status(c) || !idx) return;
     if (!f->aux_skip_counts) {
-        if (!f->aux_counts && !(f->aux_counts = calloc((size_t)e, sizeof *f->aux_counts))) {
-            em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
-            return;
-        }
-        int64_t *sel = malloc((size_t)(n * k) * sizeof *sel);
-        if (!sel) {
-            em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss counts)");
-            return;
-        }
-        if (em_to_host(c, idx, sel, (size_t)(n * k) * sizeof *sel) == EM_OK)
-            for (int64_t i = 0; i < n * k; i++)
-                if (sel[i] >= 0 && sel[i] < e) f->aux_counts[sel[i]]++;
-        free(sel);
+        bool grad_on = em_grad_enable(c, false);
+        em_tensor *ids = em_arange(c, 0, (double)e, 1, em_tensor_dtype(idx));
+        if (ids && em_tensor_device(ids) != em_tensor_device(idx))
+            ids = em_to(c, ids, em_tensor_device(idx));
+        em_tensor *hit = em_cast(c, em_eq(c, em_unsqueeze(c, idx, -1), ids), EM_F32);
+        em_tensor *cnt = em_sum(c, hit, (const int[]){0, 1}, 2, false);
+        f->aux_counts = f->aux_counts ? em_add(c, f->aux_counts, cnt) : cnt;
         f->aux_rows += n;
+        em_grad_enable(c, grad_on);
     }
     em_tensor *ps = em_sum(c, em_softmax(c, em_cast(c, logits, EM_F32), 1), (const int[]){0}, 1,
                            false);
@@ -498,19 +494,11 @@ bool em_decoder_check_step(em_ctx *c, const char *what, const em_model *m,
  * 0-d f32 tensor, NULL (no MoE layer ran) or on error */
 static em_tensor *aux_finish(em_fwd *f) {
     em_ctx *c = f->c;
-    if (!f->aux_prob_sum || em_ctx_status(c)) return NULL;
+    if (!f->aux_prob_sum || !f->aux_counts || em_ctx_status(c)) return NULL;
     int64_t e = em_tensor_dim(f->aux_prob_sum, 0);
-    float *w = malloc((size_t)e * sizeof *w);
-    if (!w) {
-        em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (router loss)");
-        return NULL;
-    }
     double rows = (double)f->aux_rows;
-    for (int64_t i = 0; i < e; i++) w[i] = (float)((double)e * (double)f->aux_counts[i] / (rows * rows));
-    em_tensor *wt = em_from_host_on(c, em_tensor_device(f->aux_prob_sum), EM_F32, 1,
-                                    (int64_t[]){e}, w);
-    free(w);
-    return em_sum(c, em_mul(c, f->aux_prob_sum, wt), (const int[]){0}, 1, false);
+    em_tensor *w = em_mul_scalar(c, f->aux_counts, (double)e / (rows * rows));
+    return em_sum(c, em_mul(c, f->aux_prob_sum, w), (const int[]){0}, 1, false);
 }
 
 static em_tensor *forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tensor *key_mask,
@@ -575,7 +563,6 @@ static em_tensor *forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tenso
     if (aux) *aux = em_keep(c, aux_finish(&f));
     em_scope_pop(c);
     free(saved);
-    free(f.aux_counts);
     if (em_ctx_status(c)) { /* what was kept stays with the caller's scope */
         if (aux) *aux = NULL;
         return NULL;
@@ -645,11 +632,12 @@ em_tensor *em_decoder_forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
         em_blk_enter_device(f, l->dev);
         h = em_model_to_dev(c, h, l->dev);
         em_scope_push(c);
-        em_tensor *aux0 = f->aux_prob_sum;
+        em_tensor *aux0 = f->aux_prob_sum, *cnt0 = f->aux_counts;
         em_tensor *next = em_keep(c, ckpt ? em_blk_layer_checkpointed(f, layer, l, h, i)
                                           : layer(f, l, h, i));
-        /* the router loss's running sum, when this layer added to it, outlives its scope */
+        /* the router loss's running sums, when this layer added to them, outlive its scope */
         if (f->aux_prob_sum != aux0) f->aux_prob_sum = em_keep(c, f->aux_prob_sum);
+        if (f->aux_counts != cnt0) f->aux_counts = em_keep(c, f->aux_counts);
         em_scope_pop(c);
         h = next;
     }

@@ -38,11 +38,12 @@ struct em_fwd {
     em_device *dev;
     em_tensor *cos, *sin, *cos_l, *sin_l, *mask;
     /* the router's load-balancing loss, when asked for (em_model_forward_router_aux): the sum
-     * over MoE layers and tokens of the routing probabilities [E] (f32, differentiable), and on
-     * the host the top-k choices per expert and the rows counted */
+     * over MoE layers and tokens of the routing probabilities [E] (f32, differentiable), the
+     * top-k choices per expert [E] (f32 counts, exact below 2^24, no gradient: torch.histc),
+     * both on the device so a traced step holds them, and the rows counted */
     bool want_aux;
-    em_tensor *aux_prob_sum;
-    int64_t *aux_counts, aux_rows;
+    em_tensor *aux_prob_sum, *aux_counts;
+    int64_t aux_rows;
     /* a checkpointed layer's recomputation (decoder_recompute.c): the routing probabilities
      * again (for their gradient), but the choices were counted by the first run */
     bool aux_skip_counts;

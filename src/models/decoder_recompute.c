@@ -49,8 +49,9 @@ static em_status region_fn(em_ctx *c, void *user, em_tensor *const *in, int n_in
         f.aux_skip_counts = true;
     }
     out[0] = r->layer(&f, &f.m->layers[r->li], in[0], r->li);
-    if (first) { /* the counts array may have been made by this layer */
-        first->aux_counts = f.aux_counts;
+    if (first) { /* the counts, when this layer added to them, outlive the region's scope */
+        first->aux_counts = f.aux_counts != first->aux_counts ? em_keep(c, f.aux_counts)
+                                                              : f.aux_counts;
         first->aux_rows = f.aux_rows;
     }
     if (n_out > 1) {

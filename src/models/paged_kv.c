@@ -336,7 +336,6 @@ em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_ten
     f.pg_lens = em_from_host_on(c, cpu, EM_I64, 1, (int64_t[]){b}, lens);
     em_tensor *r = em_keep(c, em_decoder_forward_body(&f, ids, last_only));
     em_scope_pop(c);
-    free(f.aux_counts);
     if (em_ctx_status(c)) goto fail;
     for (int64_t i = 0; i < b; i++) p->seqs[seqs[i]].len += n_new ? n_new[i] : t;
     free(pos);

@@ -142,13 +142,9 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
                     em_dtype_name(dt));
         return NULL;
     }
-    bool aux = cfg->output_router_logits && cfg->num_experts > 0;
-    if (opt->compile && (opt->group || aux)) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer",
-                    "a compiled step is not done yet %s (train without compile)",
-                    opt->group ? "with data parallelism"
-                               : "with the router's load-balancing loss (output_router_logits: "
-                                 "its expert counts are read on the host)");
+    if (opt->compile && opt->group) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer", "a compiled step is not done yet with data "
+                    "parallelism (train without compile)");
         return NULL;
     }
     int np = em_model_params(c, m, NULL, 0);
