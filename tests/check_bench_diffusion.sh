@@ -30,6 +30,8 @@ printf '%s\n' "$out" | awk '
     $1 == "[2,32,8,8]" && NF == 7 && $2 > 0 && $3 > 0 && $4 ~ /%$/ && $5 == "-" { a = 1 }
     $1 == "[2,64,4,4]" && NF == 7 && $2 > 0 && $3 > 0 && $4 ~ /%$/ && $5 == "-" { b = 1 }
     END { exit !(a && b) }' || fail "the conv3x3 rows"
+printf '%s\n' "$out" | grep -q '^fractions of the FP32 FMA peak [0-9.]* GFLOP/s (the higher of' ||
+    fail "the peak line"
 [ -z "$(ls -A "$tmp" | grep -v '^err$')" ] || fail "left behind: $(ls "$tmp")"
 json=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 1 --sizes 32 --json \
     2>"$tmp/err") || fail "--json: exit status $?"

@@ -524,9 +524,11 @@ int bench_diffusion(int argc, char **argv) {
     if (ok && !o.json)
         printf("diffusion: UNet2DConditionModel preset %s (%.1f M parameters, f32, random "
                "weights), batch 2 (classifier-free guidance), text states [2, %d, %lld], device "
-               "%s, %d threads; FP32 FMA peak %.1f GFLOP/s (measured); load average %.2f\n",
+               "%s, %d threads; FP32 FMA peak %.1f GFLOP/s (measured now); load average "
+               "%.2f\n",
                o.preset, params * 1e-6, CTX_LEN, (long long)cfg.cross_attention_dim,
                o.device ? o.device : "cpu", em_num_threads(), L.fp32_gflops, load0);
+    fflush(stdout);
     for (int i = 0; ok && i < o.n_sizes; i++) {
         size_run *r = &runs[i];
         r->size = o.sizes[i];
@@ -536,6 +538,11 @@ int bench_diffusion(int argc, char **argv) {
         ok = time_size(c, u, &o, dir, r);
     }
     em_unet2d_free(u); /* before the peer loads its copy */
+    if (ok) { /* the peak again: a neighbour's burst lowers one measurement; keep the higher */
+        bench_limits L2 = {0};
+        bench_measure_peaks(&L2);
+        L.fp32_gflops = L2.fp32_gflops > L.fp32_gflops ? L2.fp32_gflops : L.fp32_gflops;
+    }
     for (int i = 0; ok && i < n_convs; i++)
         ok = time_conv(c, o.device ? em_device_get(c, o.device) : em_device_cpu(), convs[i],
                        &conv_ms[i]);
@@ -556,7 +563,10 @@ int bench_diffusion(int argc, char **argv) {
     if (ok) {
         print_runs(&o, runs, L.fp32_gflops);
         print_convs(&o, convs, conv_ms, n_convs, &peer, L.fp32_gflops);
-        if (!o.json) printf("load average after: %.2f\n", loadavg());
+        if (!o.json)
+            printf("fractions of the FP32 FMA peak %.1f GFLOP/s (the higher of the measurements "
+                   "before and after the steps); load average after: %.2f\n", L.fp32_gflops,
+                   loadavg());
     }
     for (int i = 0; i < o.n_sizes; i++) free(runs[i].out);
     if (!o.dir) remove_folder(dir, &o);
