@@ -14,6 +14,7 @@ int bench_pool(int argc, char **argv);
 int bench_python(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_train(int argc, char **argv);
+int bench_diffusion(int argc, char **argv);
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -29,7 +30,9 @@ int cmd_bench(int argc, char **argv) {
                "            the C API and transformers' generate\n"
                "  serve     continuous batching of `ember serve`: tokens/s, time to first token and\n"
                "            inter-token latency, against static batching\n"
-               "  train     one training step: tokens/s, MFU and memory per token, against torch\n\n"
+               "  train     one training step: tokens/s, MFU and memory per token, against torch\n"
+               "  diffusion one denoising step of SD 1.5's UNet: s/step and FLOP-peak fraction,\n"
+               "            against diffusers; the 3x3 conv against torch\n\n"
                "Each benchmark measures the machine's limit, the peer and Ember in the same run\n"
                "and prints ratios. --json prints one JSON object per line.\n");
         return argc < 2 ? 2 : 0;
@@ -53,6 +56,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "python")) return bench_python(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return bench_serve(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "diffusion")) return bench_diffusion(argc - 1, argv + 1);
     fprintf(stderr, "ember bench: unknown benchmark '%s'\n", argv[1]);
     return 2;
 }

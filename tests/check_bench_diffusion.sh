@@ -1,0 +1,48 @@
+#!/bin/sh
+# `ember bench diffusion` on its tiny preset without the peer (arguments: the ember tool, with
+# its launcher): the table's columns and one row per size, the 3x3 conv rows, the JSON lines,
+# and its temporary folder removed. No timing is checked.
+ember="$*"
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+out=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 1 2>"$tmp/err") ||
+    fail "exit status $? ($(cat "$tmp/err"))"
+printf '%s\n' "$out"
+printf '%s\n' "$out" | grep -q '^cpu kernels: ' || fail "no machine line"
+printf '%s\n' "$out" | grep -q '^diffusion: UNet2DConditionModel preset tiny (1.1 M parameters' ||
+    fail "no model line"
+printf '%s\n' "$out" | grep -q '^size  *latent  *ember s/step  *ember cpu-s  *diffusers s/step  *diffusers cpu-s  *speedup  *GFLOP/step  *of peak  *torch GFLOP  *max|diff|$' ||
+    fail "the step table's header"
+# a row per size: Ember's numbers positive, the peer's columns "-"
+for s in 64:8x8 32:4x4; do
+    printf '%s\n' "$out" | awk -v size="${s%%:*}" -v lat="${s##*:}" '
+        $1 == size && $2 == lat && NF == 11 && $3 > 0 && $4 > 0 && $5 == "-" && $6 == "-" &&
+        $7 == "-" && $8 > 0 && $9 ~ /%$/ && $10 == "-" && $11 == "-" { found = 1 }
+        END { exit !found }' || fail "no well-formed row for size ${s%%:*}"
+done
+[ "$(printf '%s\n' "$out" | grep -c '^flops .* px (analytic, GFLOP): conv3x3 ')" -eq 2 ] ||
+    fail "the FLOP breakdown lines"
+printf '%s\n' "$out" | awk '
+    $1 == "[2,32,8,8]" && NF == 7 && $2 > 0 && $3 > 0 && $4 ~ /%$/ && $5 == "-" { a = 1 }
+    $1 == "[2,64,4,4]" && NF == 7 && $2 > 0 && $3 > 0 && $4 ~ /%$/ && $5 == "-" { b = 1 }
+    END { exit !(a && b) }' || fail "the conv3x3 rows"
+printf '%s\n' "$out" | grep -q '^fractions of the FP32 FMA peak [0-9.]* GFLOP/s (the higher of' ||
+    fail "the peak line"
+[ -z "$(ls -A "$tmp" | grep -v '^err$')" ] || fail "left behind: $(ls "$tmp")"
+json=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 1 --sizes 32 --json \
+    2>"$tmp/err") || fail "--json: exit status $?"
+printf '%s\n' "$json"
+printf '%s\n' "$json" | grep -q '^{"bench": "diffusion_step", "preset": "tiny", "size": 32, "latent": \[2, 4, 4, 4\], "ember_s": [0-9.e-]*, "ember_cpu_s": .*"fraction_of_fp32_peak": [0-9.]*, "peer": null}$' ||
+    fail "the JSON step line"
+[ "$(printf '%s\n' "$json" | grep -c '^{"bench": "diffusion_conv3x3", "shape": "\[2,[36][24],[24],[24]\]", ')" -eq 2 ] ||
+    fail "the JSON conv line"
+# bad arguments: named, status 2
+$ember bench diffusion --preset nope >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "unknown preset 'nope'" "$tmp/err" || fail "--preset nope"
+$ember bench diffusion --preset tiny --sizes 36 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "size 36 is not a multiple of 16" "$tmp/err" || fail "--sizes 36"
+echo "ok"

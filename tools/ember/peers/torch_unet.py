@@ -1,0 +1,80 @@
+"""Peer for `ember bench diffusion`: diffusers' UNet2DConditionModel on torch eager (CPU, f32),
+loaded from the same random-weight folder Ember times, on the same inputs.
+
+stdin: {"dir": DIR, "threads": N, "steps": N,
+        "runs": [{"size": S, "inputs": FILE, "out": FILE}, ...],   # inputs: sample, timestep,
+                                                                    # encoder_hidden_states
+        "conv": [[N, C, H, W], ...]}                                 # 3x3 convs, padding 1
+stdout, one JSON object per line ("ms" carries every value, as bench_peer_run reads it):
+  {"name": "step_S", "ms": median wall ms of one forward}, {"name": "step_cpu_S", "ms": median
+  process CPU ms}, {"name": "flops_S", "ms": FLOPs that torch.utils.flop_counter counts in one
+  forward}, {"name": "conv_N_C_H_W", "ms": median ms of F.conv2d}. The output of the first
+  forward is written to "out" (safetensors, "sample") for Ember to compare.
+Exits 3 when torch or diffusers cannot be imported.
+"""
+import json
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from diffusers import UNet2DConditionModel
+    from safetensors.torch import load_file, save_file
+    from torch.utils.flop_counter import FlopCounterMode
+except Exception as e:  # noqa: BLE001
+    print(json.dumps({"unavailable": f"torch/diffusers: {e}"}))
+    sys.exit(3)
+
+
+def emit(name, v):
+    print(json.dumps({"name": name, "ms": v}), flush=True)
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def main():
+    task = json.load(sys.stdin)
+    torch.set_num_threads(int(task["threads"]))
+    steps = max(1, int(task["steps"]))
+    torch.manual_seed(0)
+    if task.get("runs"):
+        unet = UNet2DConditionModel.from_pretrained(task["dir"]).eval()
+        for run in task["runs"]:
+            inp = load_file(run["inputs"])
+            args = (inp["sample"], inp["timestep"], inp["encoder_hidden_states"])
+            with torch.inference_mode():
+                # the untimed warm-up counts the FLOPs and gives the output Ember compares with
+                counter = FlopCounterMode(display=False)
+                with counter:
+                    out = unet(*args).sample
+                save_file({"sample": out.contiguous()}, run["out"])
+                emit(f"flops_{run['size']}", float(counter.get_total_flops()))
+                wall, cpu = [], []
+                for _ in range(steps):
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    unet(*args)
+                    wall.append((time.perf_counter() - w0) * 1e3)
+                    cpu.append((time.process_time() - c0) * 1e3)
+            emit(f"step_{run['size']}", median(wall))
+            emit(f"step_cpu_{run['size']}", median(cpu))
+        del unet
+    for n, c, h, w in task.get("conv", []):
+        x = torch.rand(n, c, h, w) * 2 - 1
+        wt = torch.rand(c, c, 3, 3) * 2 - 1
+        b = torch.rand(c)
+        with torch.inference_mode():
+            F.conv2d(x, wt, b, padding=1)
+            times, start = [], time.perf_counter()
+            while len(times) < 3 or time.perf_counter() - start < 0.5:
+                t0 = time.perf_counter()
+                F.conv2d(x, wt, b, padding=1)
+                times.append((time.perf_counter() - t0) * 1e3)
+        emit(f"conv_{n}_{c}_{h}_{w}", median(times))
+
+
+if __name__ == "__main__":
+    main()
