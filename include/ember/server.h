@@ -66,6 +66,13 @@ typedef struct em_server_options {
                                 shared); 0: the dense cache of max_batch x ctx positions (also
                                 used where the paged one is not: devices other than the CPU,
                                 models sharing KV between layers) */
+    bool compile;            /* decode steps run as compiled programs (ember/compile.h), one per
+                                batch bucket (1, 2, 4, ... max_batch rows; padding rows ignored)
+                                and key-length bucket (compile_bucket positions), so requests
+                                joining and leaving do not recompile once a pair was seen. Uses
+                                the dense cache (kv_block is ignored); prefill stays eager.
+                                A model compile mode does not take fails the load by name */
+    int compile_bucket;      /* key-length bucket of compile mode, in positions (0: 128) */
     bool quiet;              /* no log lines on stderr */
 } em_server_options;
 
