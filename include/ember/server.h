@@ -78,7 +78,7 @@ typedef struct em_server_options {
 
 /** host 127.0.0.1, port 8080, max_batch 8, parallel 64, ctx 0 (the model's, <= 4096), bodies up
  *  to 1 MiB, prefill chunks of 64 tokens, 4 prompts kept for prefix reuse, KV blocks of 16
- *  positions, no API key, logging on. */
+ *  positions, compile mode off (key bucket 128 when on), no API key, logging on. */
 EM_API em_server_options em_server_default_options(void);
 
 /**
