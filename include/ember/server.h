@@ -66,12 +66,19 @@ typedef struct em_server_options {
                                 shared); 0: the dense cache of max_batch x ctx positions (also
                                 used where the paged one is not: devices other than the CPU,
                                 models sharing KV between layers) */
+    bool compile;            /* decode steps run as compiled programs (ember/compile.h), one per
+                                batch bucket (1, 2, 4, ... max_batch rows; padding rows ignored)
+                                and key-length bucket (compile_bucket positions), so requests
+                                joining and leaving do not recompile once a pair was seen. Uses
+                                the dense cache (kv_block is ignored); prefill stays eager.
+                                A model compile mode does not take fails the load by name */
+    int compile_bucket;      /* key-length bucket of compile mode, in positions (0: 128) */
     bool quiet;              /* no log lines on stderr */
 } em_server_options;
 
 /** host 127.0.0.1, port 8080, max_batch 8, parallel 64, ctx 0 (the model's, <= 4096), bodies up
  *  to 1 MiB, prefill chunks of 64 tokens, 4 prompts kept for prefix reuse, KV blocks of 16
- *  positions, no API key, logging on. */
+ *  positions, compile mode off (key bucket 128 when on), no API key, logging on. */
 EM_API em_server_options em_server_default_options(void);
 
 /**

@@ -100,6 +100,16 @@ bool srv_metrics_text(em_server *s, char **buf, size_t *len) {
                "reused from the prefix cache.\n"
                "# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{%s} %lld\n",
             label, (long long)s->prefix_queries, label, (long long)s->prefix_hits);
+    fprintf(f, "# HELP ember:compiled_programs Compiled decode-step programs held (--compile: at "
+               "most one per batch bucket and key bucket; 0 without --compile).\n"
+               "# TYPE ember:compiled_programs gauge\nember:compiled_programs{%s} %lld\n"
+               "# HELP ember:compiles_total Traces and compilations of the decode step (--compile; "
+               "flat once every batch and key bucket in use was seen).\n"
+               "# TYPE ember:compiles_total counter\nember:compiles_total{%s} %lld\n"
+               "# HELP ember:compile_seconds_total Time spent tracing and compiling.\n"
+               "# TYPE ember:compile_seconds_total counter\nember:compile_seconds_total{%s} %.6f\n",
+            label, (long long)s->compiled_programs, label, (long long)s->compiles, label,
+            s->compile_ms / 1000.0);
     hist_text(f, "vllm:time_to_first_token_seconds", "Time to the first token.", &s->ttft, label);
     hist_text(f, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
               &s->itl, label);

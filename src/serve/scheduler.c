@@ -32,6 +32,7 @@
 #include "generate/sampling.h"
 #include "models/model_impl.h"
 #include "models/paged_kv.h"
+#include "serve/compiled_step.h"
 #include "serve/serve_impl.h"
 
 typedef struct srv_row {
@@ -79,6 +80,7 @@ typedef struct srv_worker {
     const em_model *m;
     em_kv_cache *kv; /* [max_batch, ctx] */
     em_paged_kv *pkv; /* the paged cache instead (kv NULL) */
+    srv_compiled *sc; /* --compile: the decode step over kv as compiled programs */
     int *seqs;        /* paged: a step's rows' sequences (max_batch) */
     float *pf_logits; /* paged: member g's next-token logits at g x vocab (members end their
                        * prompts at different chunks; decode steps between use w->logits) */
@@ -158,33 +160,29 @@ bool srv_submit(em_server *s, srv_job **jobs, int n, srv_error *err) {
 
 /* ---- the cache ---- */
 
-/* Copies rows' positions [lo, len) to [lo + d, len + d) in every layer (a new tensor per layer:
- * the ranges may overlap). */
+/* Copies rows' positions [lo, len) to [lo + d, len + d) in every layer, in place through a
+ * copy (the ranges may overlap; the cache keeps its tensors, which compiled steps captured).
+ * Positions the rows left keep stale keys: masked (before a row's start) or written before they
+ * are read (past len). */
 static em_status shift_all(srv_worker *w, int64_t d) {
     em_ctx *c = w->c;
     int64_t lo = w->len;
     for (int r = 0; r < w->n; r++)
         if (w->rows[r].start < lo) lo = w->rows[r].start;
     em_device *prev = em_ctx_device(c);
-    for (int64_t i = 0; i < w->m->n_layers && !em_ctx_status(c); i++) {
-        em_tensor **kvs[2] = {&w->kv->k[i], &w->kv->v[i]};
+    for (int64_t i = 0; lo < w->len && i < w->m->n_layers && !em_ctx_status(c); i++) {
+        em_tensor *kvs[2] = {w->kv->k[i], w->kv->v[i]};
         for (int k = 0; k < 2; k++) {
-            em_tensor *old = *kvs[k];
-            if (!old) continue;
+            if (!kvs[k]) continue;
             em_scope_push(c);
-            em_ctx_set_device(c, em_tensor_device(old));
+            em_ctx_set_device(c, em_tensor_device(kvs[k]));
+            em_tensor *src = em_slice(c, kvs[k], 2, lo, w->len, 1);
             int64_t shape[4];
-            for (int dim = 0; dim < 4; dim++) shape[dim] = em_tensor_dim(old, dim);
-            em_tensor *nt = em_zeros(c, em_tensor_dtype(old), 4, shape);
-            if (lo < w->len)
-                em_assign(c, em_slice(c, nt, 2, lo + d, w->len + d, 1),
-                          em_slice(c, old, 2, lo, w->len, 1));
-            nt = em_detach(c, nt);
+            for (int dim = 0; dim < 4; dim++) shape[dim] = src ? em_tensor_dim(src, dim) : 0;
+            em_tensor *tmp = src ? em_zeros(c, em_tensor_dtype(src), 4, shape) : NULL;
+            if (tmp && em_assign(c, tmp, src) == EM_OK)
+                em_assign(c, em_slice(c, kvs[k], 2, lo + d, w->len + d, 1), tmp);
             em_scope_pop(c);
-            if (nt) {
-                em_tensor_release(old);
-                *kvs[k] = nt;
-            }
         }
     }
     em_ctx_set_device(c, prev);
@@ -862,6 +860,20 @@ static em_status step_forward_dense(srv_worker *w) {
         w->ids[r] = w->rows[r].last;
         for (int64_t k = 0; k < tk; k++) w->mask[r * tk + k] = k >= w->rows[r].start;
     }
+    if (w->sc) { /* --compile: the batch rounded up to its bucket (compiled_step.c) */
+        if (srv_compiled_step(c, w->sc, n, w->len, w->ids, w->mask, w->logits))
+            return em_ctx_status(c);
+        int64_t compiles, programs;
+        double ms;
+        srv_compiled_counts(w->sc, &compiles, &programs, &ms);
+        pthread_mutex_lock(&w->s->mu);
+        w->s->compiles = compiles;
+        w->s->compiled_programs = programs;
+        w->s->compile_ms = ms;
+        pthread_mutex_unlock(&w->s->mu);
+        w->len = tk;
+        return EM_OK;
+    }
     em_scope_push(c);
     make_view(w, n);
     em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, 1), w->ids);
@@ -908,7 +920,7 @@ static bool load(srv_worker *w) {
     } else if (!em_ctx_status(c)) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
-        if (s->o.kv_block > 0 && em_paged_kv_supported(m)) {
+        if (s->o.kv_block > 0 && em_paged_kv_supported(m) && !s->o.compile) {
             /* room for every row and prompt in flight at ctx, and every kept prompt; pages
              * no block reached take no memory */
             int64_t per = (ctx + s->o.kv_block - 1) / s->o.kv_block;
@@ -916,6 +928,7 @@ static bool load(srv_worker *w) {
                                         s->o.kv_block, 2 * s->o.max_batch + s->o.prefix_cache + 1);
         } else {
             w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
+            if (w->kv && s->o.compile) w->sc = srv_compiled_create(c, m, w->kv, s->o.compile_bucket);
         }
     }
     if (!encoder && !em_ctx_status(c)) {
@@ -952,6 +965,10 @@ static bool load(srv_worker *w) {
         snprintf(s->load_error, sizeof s->load_error, "%.500s", em_ctx_error(c)->message);
         s->load_failed = true;
         em_tokenizer_free(tok);
+        srv_compiled_free(w->sc);
+        w->sc = NULL;
+        em_kv_cache_free(w->kv);
+        w->kv = NULL;
         em_model_free(m);
         w->m = NULL;
     } else {
@@ -979,6 +996,12 @@ static bool load(srv_worker *w) {
     else if (s->loaded && !s->o.quiet)
         fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache\n",
                 s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx);
+    if (s->loaded && !s->o.quiet && s->o.compile)
+        fprintf(stderr, "ember serve: --compile: %s\n",
+                encoder ? "no effect on an encoder model (embeddings run eagerly)"
+                        : "decode steps run as compiled programs, one per batch bucket (1, 2, 4, "
+                          "... --max-batch rows) and key bucket; the dense KV cache (the paged "
+                          "one has no compiled step yet); prefill runs eagerly");
     return s->loaded;
 }
 
@@ -1203,6 +1226,7 @@ void *srv_worker_main(void *arg) {
     free(w.rows);
     free(w.view.k);
     free(w.view.v);
+    srv_compiled_free(w.sc); /* (views of w.kv: first) */
     em_kv_cache_free(w.kv);
     em_kv_cache_free(w.pf_cache);
     free(w.pf);

@@ -93,6 +93,8 @@ struct em_server {
     int64_t prefill_batches, prefill_batch_prompts; /* prompt groups prefilled together, prompts
                                                        in them */
     int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the prefix cache */
+    int64_t compiles, compiled_programs; /* --compile: traces + compilations, programs held */
+    double compile_ms;         /* time spent compiling */
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
 };

@@ -315,7 +315,8 @@ static void usage(void) {
     printf("usage: ember bench serve [--model DIR | --preset qwen3-0.6b|qwen3-30b-a3b]\n"
            "                         [--tokenizer FILE] [--streams 1,16] [--rates 0.5,2]\n"
            "                         [--requests N] [--tokens N] [--prompt-words N]\n"
-           "                         [--layers N] [--prefix-cache N] [--kv-block N] [--json]\n\n"
+           "                         [--layers N] [--prefix-cache N] [--kv-block N] [--compile]\n"
+           "                         [--json]\n\n"
            "Continuous batching of an in-process `ember serve` (streaming completions over\n"
            "loopback) against static batching of the same model in the same run: closed loop at\n"
            "each --streams count, Poisson arrivals at each --rates (requests/s, seeded);\n"
@@ -323,9 +324,11 @@ static void usage(void) {
            "checkpoints have no tokenizer: --tokenizer (default: the Qwen3 tokenizer of\n"
            "$EMBER_SHARED_DATA) is copied into the checkpoint folder. Every request has the same\n"
            "prompt: --prefix-cache 0 makes the server compute it each time. --kv-block sets the\n"
-           "server's paged KV cache block (0: the dense cache, to compare). With --model\n"
-           "FILE.gguf, llama.cpp's llama-server ($EMBER_LLAMA_SERVER, or on PATH) is started on\n"
-           "the same file afterwards and takes the same phases (its peer rows and ratios).\n");
+           "server's paged KV cache block (0: the dense cache, to compare); --compile runs the\n"
+           "server's decode steps as compiled programs (the first phases pay the compiles).\n"
+           "With --model FILE.gguf, llama.cpp's llama-server ($EMBER_LLAMA_SERVER, or on PATH)\n"
+           "is started on the same file afterwards and takes the same phases (its peer rows and\n"
+           "ratios).\n");
 }
 
 static bool copy_file(const char *from, const char *to) {
@@ -340,7 +343,7 @@ static bool copy_file(const char *from, const char *to) {
 }
 
 int bench_serve(int argc, char **argv) {
-    bool json = false;
+    bool json = false, compile = false;
     const char *model = NULL, *preset = "qwen3-0.6b", *tokenizer = NULL;
     long long streams[MAX_LIST] = {1, 16}, tokens = 32, requests = 16, words = 48, layers = 0,
               prefix_cache = em_server_default_options().prefix_cache,
@@ -351,6 +354,7 @@ int bench_serve(int argc, char **argv) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
         if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--compile")) compile = true;
         else if (!strcmp(a, "--model") && has) model = argv[++i];
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
         else if (!strcmp(a, "--tokenizer") && has) tokenizer = argv[++i];
@@ -476,6 +480,7 @@ int bench_serve(int argc, char **argv) {
     so.quiet = true;
     so.prefix_cache = (int)prefix_cache;
     so.kv_block = (int)kv_block;
+    so.compile = compile;
     so.max_batch = max_streams;
     so.parallel = max_streams + (int)requests + 8;
     so.ctx = (int64_t)n_ids + tokens + 16;
@@ -490,7 +495,8 @@ int bench_serve(int argc, char **argv) {
     }
     int port = em_server_port(srv);
     if (!json) {
-        printf("\n%s (%s), server max batch %d\n", dir, shape, max_streams);
+        printf("\n%s (%s), server max batch %d%s\n", dir, shape, max_streams,
+               compile ? ", --compile" : "");
         print_table_header();
     }
     phase_stats closed[MAX_LIST], peer[MAX_LIST];

@@ -16,7 +16,8 @@ static void serve_usage(void) {
         "                   [--device D] [--max-batch N] [--parallel N] [--ctx N]\n"
         "                   [--api-key K | --api-key-file F] [--insecure-public]\n"
         "                   [--served-model-name NAME] [--max-body-bytes N] [--drain S]\n"
-        "                   [--prefill-chunk N] [--prefix-cache N] [--kv-block N]\n\n"
+        "                   [--prefill-chunk N] [--prefix-cache N] [--kv-block N]\n"
+        "                   [--compile [--bucket N]]\n\n"
         "An OpenAI-compatible HTTP server with continuous batching (docs/serve.md):\n"
         "GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
         "(\"stream\": true for server-sent events), POST /tokenize, POST /detokenize,\n"
@@ -41,7 +42,11 @@ static void serve_usage(void) {
         "                     starting with the same tokens reuses them (default 4; 0: off)\n"
         "  --kv-block N       positions per block of the paged KV cache (default 16): memory\n"
         "                     follows the sequences' lengths; 0: the dense max-batch x ctx\n"
-        "                     cache (used anyway off the CPU and for Gemma 4)\n");
+        "                     cache (used anyway off the CPU and for Gemma 4)\n"
+        "  --compile          decode steps as compiled programs, one per batch bucket (1, 2,\n"
+        "                     4, ... --max-batch rows) and key bucket of --bucket positions\n"
+        "                     (default 128): requests joining and leaving do not recompile;\n"
+        "                     uses the dense KV cache; prefill runs eagerly\n");
 }
 
 /* The first line of a file, without its newline (NULL with the error printed). */
@@ -80,6 +85,7 @@ int cmd_serve(int argc, char **argv) {
         else if (ARG("--api-key-file")) key_file = argv[i];
         else if (ARG("--served-model-name")) o.model_name = argv[i];
         else if (!strcmp(a, "--insecure-public")) o.insecure_public = true;
+        else if (!strcmp(a, "--compile")) o.compile = true;
         else if (ARG("--port")) {
             if (!cli_int("serve", a, argv[i], 0, 65535, &v)) return 2;
             o.port = (int)v;
@@ -104,6 +110,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (ARG("--kv-block")) {
             if (!cli_int("serve", a, argv[i], 0, 4096, &v)) return 2;
             o.kv_block = (int)v;
+        } else if (ARG("--bucket")) {
+            if (!cli_int("serve", a, argv[i], 1, INT32_MAX, &v)) return 2;
+            o.compile_bucket = (int)v;
         } else if (ARG("--drain")) {
             if (!cli_real("serve", a, argv[i], 0, 86400, &drain)) return 2;
         } else {

@@ -1,0 +1,27 @@
+/* `ember serve --compile`: the decode step over the dense KV cache as compiled programs, one
+ * per (batch bucket, key-length bucket) pair (compiled_step.c says how rows are padded). */
+#ifndef EMBER_SERVE_COMPILED_STEP_H
+#define EMBER_SERVE_COMPILED_STEP_H
+
+#include <stdint.h>
+
+#include "ember/model.h"
+
+typedef struct srv_compiled srv_compiled;
+
+/* Binds to the dense cache kv ([max_batch, ctx], which must outlive the result and keep its
+ * tensors: a shift copies in place). Key lengths are rounded up to multiples of `bucket`
+ * (<= 0: 128). NULL with the error in c: EM_ERR_UNSUPPORTED for a model compile mode does not
+ * take (named), out of memory. */
+srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv, int64_t bucket);
+/* One decode step of the cache's first n rows at length len: row r feeds ids[r], attends where
+ * mask[r * (len + 1) + k] is set, and its next-token logits go to logits[r * vocab ...]. The
+ * cache's rows [0, n) get position len written (padding rows up to the batch bucket too). */
+em_status srv_compiled_step(em_ctx *c, srv_compiled *sc, int n, int64_t len, const int64_t *ids,
+                            const uint8_t *mask, float *logits);
+/* Compiles so far, programs held and the time spent compiling, summed over the buckets. */
+void srv_compiled_counts(const srv_compiled *sc, int64_t *compiles, int64_t *programs,
+                         double *compile_ms);
+void srv_compiled_free(srv_compiled *sc);
+
+#endif

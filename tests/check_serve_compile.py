@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""`ember serve --compile` on loopback: compiled decode steps give the eager server's answers and
+stop compiling once every (batch bucket, key bucket) pair was seen.
+
+Usage: check_serve_compile.py EMBER
+On the tiny Qwen3 checkpoint of check_serve.py (random weights, the test tokenizer), with
+--max-batch 4 (batch buckets 1, 2, 4), --ctx 128 and --bucket 64 (key buckets 64, 128):
+  - greedy answers of several prompts of different lengths, run alone, are byte-identical under
+    --compile, on the eager server (the same dense cache, --kv-block 0) and from
+    `ember generate --chat --greedy`;
+  - a warm-up trace (one long request, then n=2 and n=4 choices of one: the batch reaches
+    every bucket while the key length crosses both key buckets) compiles exactly the 3 x 2
+    programs (ember:compiles_total and ember:compiled_programs in /metrics);
+  - then streams of different prompt and answer lengths, more than --max-batch at once (they
+    join and leave the running batch), each equal to its answer alone, and the compile count
+    has not moved.
+With $EMBER_PJRT_XLA_PLUGIN set, the same answers on --device xla:0 --compile (skipped loudly
+without it). No timing is asserted. Exit 77 (skipped) without the HTTP server.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_serve as cs  # noqa: E402  (the checkpoint, the client and the SSE checks)
+from check_serve import check  # noqa: E402
+
+MSGS = ["Hi.", "What is two plus two?",
+        "Tell me about the weather today, please, in a few words.",
+        "Question number 7: what is 7 plus 21? And then? And then? And then?",
+        "Go on.", "Write a line about the sea and the sky and the wind."]
+
+
+def tokens(s, msg):
+    return s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": msg}]})["count"]
+
+
+def answers_alone(s, budget):
+    return [s.json("POST", "/v1/chat/completions", cs.chat_body(m, budget[i]))
+            ["choices"][0]["message"]["content"] for i, m in enumerate(MSGS)]
+
+
+def compiles(s):
+    return int(cs.metric(s, "ember:compiles_total")), int(cs.metric(s, "ember:compiled_programs"))
+
+
+def concurrent(s, budget, rounds=2):
+    got, errors = {}, []
+
+    def run(k, i):
+        try:
+            got[(k, i)] = cs.stream_text(s.stream("/v1/chat/completions", cs.chat_body(
+                MSGS[i], budget[i], stream=True)), True)[0]
+        except SystemExit as e:
+            errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - report any client failure
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(k, i)) for k in range(rounds)
+               for i in range(len(MSGS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    check(not errors, f"concurrent streams: {errors}")
+    return got
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    ember = sys.argv[1:]
+    h = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    if "no HTTP server" in h.stderr:
+        print("SKIP: this ember was built without libmicrohttpd")
+        sys.exit(77)
+    common = ("--served-model-name", "tiny", "--ctx", "128", "--prefix-cache", "0", "--parallel", "16")
+    with tempfile.TemporaryDirectory() as d:
+        cs.make_checkpoint(d)
+        eager = cs.Server(ember, d, *common, "--kv-block", "0")
+        try:
+            # answers of different lengths: the prompt plus its answer within the context
+            plen = [tokens(eager, m) for m in MSGS]
+            budget = [min(12 + 17 * i, 120 - p) for i, p in enumerate(plen)]
+            check(all(b >= 8 for b in budget), f"prompts too long for --ctx 128: {plen}")
+            ref = answers_alone(eager, budget)
+            check(compiles(eager) == (0, 0), f"compiles without --compile: {compiles(eager)}")
+            eager.stop("eager server")
+        finally:
+            eager.kill()
+        for i in (0, 2, 5):
+            gen = cs.ember_generate(ember, d, "--chat", MSGS[i], budget[i])
+            check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
+        s = cs.Server(ember, d, *common, "--compile", "--bucket", "64")
+        try:
+            got = answers_alone(s, budget)
+            log = "".join(s.log)  # (the load's lines may follow "ready": read after requests)
+            check("--compile: decode steps run as compiled programs" in log and "dense KV cache"
+                  in log, f"no --compile line in the startup log:\n{log}")
+            for i in range(len(MSGS)):
+                check(got[i] == ref[i], f"prompt {i} alone: --compile {got[i]!r} != eager "
+                      f"{ref[i]!r}")
+            # warm-up: batch buckets 1, 2 and 4 (n=4), each across both key buckets (prompt of
+            # ~20 tokens, 100 new: key lengths from ~20 to ~120)
+            long_msg, long_n = MSGS[0], 120 - plen[0]
+            for n in (1, 2, 4):
+                r = s.json("POST", "/v1/chat/completions", cs.chat_body(long_msg, long_n, n=n))
+                texts = {c["message"]["content"] for c in r["choices"]}
+                check(len(r["choices"]) == n and len(texts) == 1,
+                      f"n={n}: {len(r['choices'])} choices, {len(texts)} different texts")
+            warm = compiles(s)
+            check(warm == (6, 6), f"after the warm-up: (compiles, programs) = {warm}, expected "
+                  "(6, 6): 3 batch buckets x 2 key buckets")
+            streams = concurrent(s, budget)
+            for (k, i), text in sorted(streams.items()):
+                check(text == ref[i], f"stream {i} (round {k}) in a batch: {text!r} != alone "
+                      f"{ref[i]!r}")
+            after = compiles(s)
+            check(after == warm, f"compiles grew after the warm-up: {warm} -> {after}")
+            s.stop("ember serve --compile")
+        finally:
+            s.kill()
+        print(f"serve --compile: {len(MSGS)} prompts alone == eager server == ember generate; "
+              f"warm-up compiled {warm[0]} programs; {len(streams)} concurrent streams (max-batch "
+              "4) equal their answers alone, no further compile")
+        plugin = os.environ.get("EMBER_PJRT_XLA_PLUGIN")
+        if not plugin or not os.path.exists(plugin):
+            print("SKIP (part): xla:0 --compile: $EMBER_PJRT_XLA_PLUGIN is not set or missing")
+        else:
+            s = cs.Server(ember, d, *common, "--compile", "--bucket", "64", "--device", "xla:0")
+            try:
+                got = answers_alone(s, budget)
+                for i in range(len(MSGS)):
+                    check(got[i] == ref[i], f"xla:0 prompt {i}: {got[i]!r} != CPU eager "
+                          f"{ref[i]!r}")
+                streams = concurrent(s, budget, rounds=1)
+                for (k, i), text in sorted(streams.items()):
+                    check(text == ref[i], f"xla:0 stream {i} in a batch: {text!r} != {ref[i]!r}")
+                check(compiles(s)[1] > 0, f"xla:0: no compiled program: {compiles(s)}")
+                s.stop("ember serve --compile --device xla:0")
+            finally:
+                s.kill()
+            print("serve --compile on xla:0: answers alone and in a batch equal the CPU's")
+    print("serve_compile: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
