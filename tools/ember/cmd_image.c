@@ -49,7 +49,8 @@ static void usage(FILE *f) {
             "                      (and stacked [N, H, W, C] in --out-npy); needs --seed\n"
             "  --grid-cols K       columns of the grid (default: ceil(sqrt(N)))\n"
             "  --upscale U         enlarge the PNG U times, nearest neighbour (8x8 images are\n"
-            "                      hard to see); the .npy keeps the pipeline's size\n");
+            "                      hard to see; grid cells get a gray frame of U/4 pixels);\n"
+            "                      the .npy keeps the pipeline's size\n");
 }
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
@@ -163,21 +164,29 @@ static em_tensor *run_images(em_ctx *c, em_pipeline *p, em_pipeline_run_params *
     return out;
 }
 
-/* images [N, H, W, C] enlarged u times (nearest neighbour) for the PNG. */
+/* images [N, H, W, C] enlarged u times (nearest neighbour) for the PNG; with several images
+ * each gets a gray frame of u/4 pixels so that neighbours in the grid do not run together. */
 static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
     if (u == 1 || !img) return img;
     const int64_t *s = em_tensor_shape(img);
     int64_t n = s[0], h = s[1], w = s[2], ch = s[3], numel = em_tensor_numel(img);
+    int64_t pad = n > 1 ? u / 4 : 0, H = h * u + 2 * pad, W = w * u + 2 * pad;
     float *src = malloc((size_t)numel * sizeof *src);
-    float *dst = malloc((size_t)(numel * u * u) * sizeof *dst);
+    float *dst = malloc((size_t)(n * H * W * ch) * sizeof *dst);
     em_tensor *out = NULL;
     if (src && dst && em_to_host_f32(c, img, src, numel) == EM_OK) {
         for (int64_t b = 0; b < n; b++)
-            for (int64_t y = 0; y < h * u; y++)
-                for (int64_t x = 0; x < w * u; x++)
-                    memcpy(dst + ((b * h * u + y) * w * u + x) * ch,
-                           src + ((b * h + y / u) * w + x / u) * ch, (size_t)ch * sizeof *dst);
-        out = em_from_host(c, EM_F32, 4, (int64_t[]){n, h * u, w * u, ch}, dst);
+            for (int64_t y = 0; y < H; y++)
+                for (int64_t x = 0; x < W; x++) {
+                    float *d = dst + ((b * H + y) * W + x) * ch;
+                    int64_t sy = y - pad, sx = x - pad;
+                    if (sy < 0 || sx < 0 || sy >= h * u || sx >= w * u) {
+                        for (int64_t k = 0; k < ch; k++) d[k] = 0.5f;
+                        continue;
+                    }
+                    memcpy(d, src + ((b * h + sy / u) * w + sx / u) * ch, (size_t)ch * sizeof *d);
+                }
+        out = em_from_host(c, EM_F32, 4, (int64_t[]){n, H, W, ch}, dst);
     } else if (!src || !dst) {
         em_ctx_fail(c, EM_ERR_OOM, "image", "out of memory");
     }

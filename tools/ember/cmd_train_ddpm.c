@@ -24,11 +24,11 @@ static void usage(FILE *f) {
             "fresh shuffle each epoch), t ~ U{0..T-1}, noise ~ N(0, 1), MSE of the predicted\n"
             "noise, AdamW (weight decay 0.01) with a cosine schedule after W warmup steps.\n"
             "The loss (mean over the last K steps) goes to stderr every K steps.\n\n"
-            "  --steps N      optimizer steps (default 3000)\n"
-            "  --batch B      images per step (default 64)\n"
+            "  --steps N      optimizer steps (default 2000)\n"
+            "  --batch B      images per step (default 32)\n"
             "  --lr LR        peak learning rate (default 2e-3)\n"
             "  --seed S       weights, shuffling, noise and timesteps (default 0)\n"
-            "  --channels L   block_out_channels, one block per value (default 32,64; the last\n"
+            "  --channels L   block_out_channels, one block per value (default 16,32; the last\n"
             "                 block has self-attention); the image side (8) must be divisible by\n"
             "                 2^(blocks - 1)\n"
             "  --layers L     resnets per down block (default 1)\n"
@@ -47,8 +47,8 @@ typedef struct ddpm_args {
 
 static int parse(int argc, char **argv, ddpm_args *a) {
     const char *cmd = "train-ddpm";
-    *a = (ddpm_args){.steps = 3000, .batch = 64, .lr = 2e-3, .layers = 1, .timesteps = 1000,
-                     .warmup = 100, .log_every = 100, .channels = {32, 64}, .n_channels = 2};
+    *a = (ddpm_args){.steps = 2000, .batch = 32, .lr = 2e-3, .layers = 1, .timesteps = 1000,
+                     .warmup = 100, .log_every = 100, .channels = {16, 32}, .n_channels = 2};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) {
