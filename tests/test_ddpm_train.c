@@ -220,26 +220,23 @@ static void test_digits_csv(void) {
     CHECK(em_digits_csv_load(c, em_test_scratch_path("missing.csv.gz"), 2, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "missing.csv.gz");
     em_ctx_clear_error(c);
-    write_gz("short.csv.gz", "0,0,0,0,1\n1,2,3\n");
-    CHECK(em_digits_csv_load(c, em_test_scratch_path("short.csv.gz"), 2, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_FORMAT, "short.csv.gz:2", "3 values", "5");
-    em_ctx_clear_error(c);
-    write_gz("long.csv.gz", "0,0,0,0,1,2\n");
-    CHECK(em_digits_csv_load(c, em_test_scratch_path("long.csv.gz"), 2, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_FORMAT, "long.csv.gz:1", "more than 5");
-    em_ctx_clear_error(c);
-    write_gz("bad.csv.gz", "0,x,0,0,1\n");
-    CHECK(em_digits_csv_load(c, em_test_scratch_path("bad.csv.gz"), 2, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_FORMAT, "bad.csv.gz:1", "value 2 is not an integer");
-    em_ctx_clear_error(c);
-    write_gz("range.csv.gz", "0,17,0,0,1\n");
-    CHECK(em_digits_csv_load(c, em_test_scratch_path("range.csv.gz"), 2, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_FORMAT, "range.csv.gz:1", "pixel 17");
-    em_ctx_clear_error(c);
-    write_gz("empty.csv.gz", "\n");
-    CHECK(em_digits_csv_load(c, em_test_scratch_path("empty.csv.gz"), 2, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_FORMAT, "no rows");
-    em_ctx_clear_error(c);
+    /* file, its text, what the error must say */
+    static const struct {
+        const char *file, *text, *say[3];
+    } BAD[] = {
+        {"short.csv.gz", "0,0,0,0,1\n1,2,3\n", {"short.csv.gz:2", "3 values", "5"}},
+        {"long.csv.gz", "0,0,0,0,1,2\n", {"long.csv.gz:1", "more than 5", ""}},
+        {"bad.csv.gz", "0,x,0,0,1\n", {"bad.csv.gz:1", "value 2 is not an integer", ""}},
+        {"range.csv.gz", "0,17,0,0,1\n", {"range.csv.gz:1", "pixel 17", ""}},
+        {"label.csv.gz", "0,1,0,0,10\n", {"label.csv.gz:1", "label 10", ""}},
+        {"empty.csv.gz", "\n", {"empty.csv.gz", "no rows", ""}},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        write_gz(BAD[i].file, BAD[i].text);
+        CHECK(em_digits_csv_load(c, em_test_scratch_path(BAD[i].file), 2, NULL) == NULL);
+        CHECK_ERR(c, EM_ERR_FORMAT, BAD[i].say[0], BAD[i].say[1], BAD[i].say[2]);
+        em_ctx_clear_error(c);
+    }
     em_scope_pop(c);
     em_test_scratch_remove();
     em_ctx_free(c);
