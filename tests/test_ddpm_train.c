@@ -161,6 +161,28 @@ static void test_unet_create_and_save(void) {
         CHECK(em_scheduler_num_train_timesteps(em_pipeline_scheduler(p)) == 50);
     }
     em_pipeline_free(p);
+    /* a loaded model saves too (its folder's config.json written back), old and new alike */
+    em_unet2d *l = em_unet2d_load(c, em_test_fixture_path("diffusion", "ddpm_attn/unet"), NULL);
+    snprintf(out, sizeof out, "%s/unet", dir ? dir : "/nonexistent");
+    CHECK_MSG(l && em_unet2d_save(c, l, out) == EM_OK, "%s", msg(c));
+    em_unet2d *l2 = em_unet2d_load(c, out, NULL);
+    CHECK_MSG(l2 != NULL, "%s", msg(c));
+    if (l && l2) {
+        CHECK(em_unet2d_param_count(l2) == em_unet2d_param_count(l));
+        const em_unet2d_config *a = em_unet2d_get_config(l), *b = em_unet2d_get_config(l2);
+        CHECK(a->n_blocks == b->n_blocks && a->block_out_channels[1] == b->block_out_channels[1] &&
+              a->sample_size[0] == b->sample_size[0] && a->in_channels == b->in_channels &&
+              a->attention_head_dim == b->attention_head_dim &&
+              a->norm_num_groups == b->norm_num_groups && a->down_blocks[1] == b->down_blocks[1]);
+        em_scope_push(c);
+        for (int i = 0; i < em_unet2d_param_count(l); i++)
+            em_test_allclose(c, em_unet2d_find_param(l2, em_unet2d_param_name(l, i)),
+                             em_unet2d_param(l, i), 0, 0, em_unet2d_param_name(l, i));
+        em_scope_pop(c);
+    }
+    em_unet2d_free(l);
+    em_unet2d_free(l2);
+    snprintf(out, sizeof out, "%s/pipe", dir ? dir : "/nonexistent");
     /* errors */
     CHECK(em_unet2d_create(c, "{", 1, 0, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_FORMAT, "em_unet2d_create");
