@@ -9,6 +9,10 @@
 #  3. the MoE speed demo: `ember generate` on a locally built Qwen3-MoE checkpoint whose weights
 #     are RANDOM (the text it prints is noise; the point is the machinery and the timings), with
 #     each MoE implementation.
+#  4. a generator that is not noise: a small DDPM (UNet2DModel) trained by Ember from scratch on
+#     scikit-learn's 8x8 handwritten digits (the scikit-learn wheel, fetched the same way, cached
+#     in build/digits), saved as a diffusers DDPMPipeline folder, and 16 samples drawn into one
+#     PNG grid whose path is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -47,5 +51,13 @@ for impl in ragged loop; do
   $ember generate --model build/demo-qwen3-moe --prompt "Once upon a time" \
     --max-new-tokens 32 --greedy --moe-impl "$impl"
 done
+echo
+echo "== a DDPM trained by Ember on scikit-learn's 8x8 digits, sampled into a PNG grid"
+digits=$(./scripts/fetch_digits.sh build/digits)
+$ember train-ddpm --data "$digits" --out build/ddpm-digits --steps 2000 --batch 32 \
+  --channels 16,32 --seed 0 --log-every 250
+$ember image --model build/ddpm-digits --seed 0 --num-images 16 --upscale 8 \
+  --out build/ddpm-digits.png
+echo "16 samples (seeds 0-15): $(pwd)/build/ddpm-digits.png"
 echo
 echo "With Hub access: $ember generate --model Qwen/Qwen3-0.6B --chat \"Why is the sky blue?\""

@@ -32,6 +32,13 @@ bad --launch-us bench moe --launch-us fast
 bad --threads bench pool --threads 1,,2
 bad --seconds bench tokenize --seconds -1
 bad --layers make-checkpoint --out /nonexistent --layers 2x
+bad --steps train-ddpm --data d.csv.gz --out o --steps 0
+bad --channels train-ddpm --data d.csv.gz --out o --channels 16,x
+bad --lr train-ddpm --data d.csv.gz --out o --lr fast
+bad --data train-ddpm --out o
+bad --num-images image --model m --seed 1 --out o.png --num-images 0
+bad --upscale image --model m --seed 1 --out o.png --upscale 2x
+bad --num-images image --model m --latents l.npy --out o.png --num-images 4
 
 out=$($ember devices 2>&1) || { echo "FAIL: ember devices -> $out"; fail=1; }
 echo "$out"

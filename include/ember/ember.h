@@ -43,6 +43,7 @@
 #include "ember/clip.h"
 #include "ember/vae.h"
 #include "ember/dit.h"
+#include "ember/ddpm.h"
 #include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"

@@ -35,6 +35,10 @@ void em_unet2d_free(em_unet2d *u) {
     em_tensor_release(u->freqs);
     em_tensor_release(u->time_proj);
     em_tensor_release(u->class_table);
+    for (int i = 0; i < u->n_params; i++) free(u->param_names[i]);
+    free(u->param_names);
+    free(u->params); /* borrowed from the fields above */
+    free(u->config_json);
     free(u->dir);
     free(u);
 }
@@ -229,8 +233,8 @@ static bool load_weights(unet_loader *l, void *user) {
                            (int64_t[]){cfg->out_channels, c0, ko, ko});
 }
 
-em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
-    if (!c || em_ctx_status(c)) return NULL;
+em_unet2d *unet2d_build(em_ctx *c, const em_unet2d_config *cfg, const char *dir,
+                        const em_unet2d_options *o, struct em_torch_generator *init) {
     em_unet2d_options opts = o ? *o : em_unet2d_default_options();
     if (!diff_check_load_args(c, OP, dir, opts.dtype)) return NULL;
     em_unet2d *u = calloc(1, sizeof *u);
@@ -239,10 +243,7 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
-    if (em_unet2d_config_load(c, dir, &u->cfg) != EM_OK) {
-        em_unet2d_free(u);
-        return NULL;
-    }
+    u->cfg = *cfg;
     if (u->cfg.upcast_attention && opts.dtype != EM_F32) {
         /* diffusers then computes the scores in f32; Ember's attention does not promise that */
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP_COND,
@@ -260,13 +261,28 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
     u->set.downsample_padding = u->cfg.downsample_padding;
     unet_loader l = {.c = c, .u = u, .dir = dir, .op = u->cfg.conditional ? OP_COND : OP, .dtype = u->dtype, .dev = u->dev,
                      .temb_dim = u->cfg.time_embed_dim, .scale_shift = u->cfg.scale_shift,
-                     .head_dim = u->cfg.attention_head_dim};
-    if (u->dev) unet_load_folder(&l, load_weights, NULL);
+                     .head_dim = u->cfg.attention_head_dim, .init = init};
+    if (u->dev && !init) {
+        unet_load_folder(&l, load_weights, NULL);
+    } else if (u->dev) { /* em_unet2d_create: drawn, not read */
+        em_scope_push(c);
+        load_weights(&l, NULL);
+        em_scope_pop(c);
+    }
     if (em_ctx_status(c)) {
         em_unet2d_free(u);
         return NULL;
     }
     return u;
+}
+
+em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o) {
+    if (!c || em_ctx_status(c)) return NULL;
+    em_unet2d_config cfg;
+    if (!diff_check_load_args(c, OP, dir, o ? o->dtype : EM_F32) ||
+        em_unet2d_config_load(c, dir, &cfg) != EM_OK)
+        return NULL;
+    return unet2d_build(c, &cfg, dir, o, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------

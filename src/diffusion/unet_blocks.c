@@ -28,12 +28,14 @@ bool unet_load_param(unet_loader *l, unet_param *p, const char *prefix, const ch
                      bool has_bias, int ndim, const int64_t *shape) {
     char key[256];
     snprintf(key, sizeof key, "%s%s%s.weight", prefix, *prefix ? "." : "", name);
-    p->w = load_checked(l, key, ndim, shape);
-    if (!p->w) return false;
+    p->w = l->init ? unet_init_weight(l, key, ndim, shape, false, has_bias)
+                   : load_checked(l, key, ndim, shape);
+    if (!p->w || !unet_record_param(l, key, p->w)) return false;
     if (!has_bias) return true;
     snprintf(key, sizeof key, "%s%s%s.bias", prefix, *prefix ? "." : "", name);
-    p->b = load_checked(l, key, 1, shape);
-    return p->b != NULL;
+    p->b = l->init ? unet_init_weight(l, key, ndim, shape, true, true)
+                   : load_checked(l, key, 1, shape);
+    return p->b != NULL && unet_record_param(l, key, p->b);
 }
 
 bool unet_load_resnet(unet_loader *l, unet_resnet *r, const char *prefix, int64_t in,
@@ -74,7 +76,7 @@ bool unet_load_attn(unet_loader *l, unet_attn *a, const char *prefix, int64_t ch
     char q_new[256], q_old[256];
     snprintf(q_new, sizeof q_new, "%s.to_q.weight", prefix);
     snprintf(q_old, sizeof q_old, "%s.query.weight", prefix);
-    bool old = !em_safetensors_has(l->st, q_new) && em_safetensors_has(l->st, q_old);
+    bool old = l->st && !em_safetensors_has(l->st, q_new) && em_safetensors_has(l->st, q_old);
     return unet_load_param(l, &a->q, prefix, old ? "query" : "to_q", true, 2,
                            (int64_t[]){inner, channels}) &&
            unet_load_param(l, &a->k, prefix, old ? "key" : "to_k", true, 2,

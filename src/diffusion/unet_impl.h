@@ -85,6 +85,12 @@ struct em_unet2d {
     unet_param class_l1, class_l2;   /* "timestep" class embedding */
     unet_param conv_in, norm_out, conv_out;
     unet_block down[EM_UNET2D_MAX_BLOCKS], up[EM_UNET2D_MAX_BLOCKS], mid;
+    /* every parameter under diffusers' name, in load order (em_unet2d_param): the names
+     * malloc'd, the tensors borrowed from the fields above */
+    int n_params, cap_params;
+    char **param_names;
+    em_tensor **params;
+    char *config_json; /* em_unet2d_create's config text (NULL: loaded, <dir>/config.json) */
 };
 
 /* ---- loading (unet_blocks.c) ---- */
@@ -100,6 +106,9 @@ typedef struct unet_loader {
     int64_t temb_dim;  /* the resnets' time_emb_proj input (0: none, temb_channels=None) */
     bool scale_shift;  /* time_emb_proj gives scale and shift (2 * out rows) */
     int64_t head_dim;  /* attention_head_dim (0: one head of all channels) */
+    /* em_unet2d_create: st is NULL and each weight is drawn from init with torch's default
+     * initialisation of its layer type instead of read */
+    struct em_torch_generator *init;
 } unet_loader;
 
 /* Loads `<prefix>.<name>.weight` (and `.bias` when has_bias) checking the weight's shape
@@ -125,6 +134,18 @@ void unet_block_free(unet_block *b);
  * runs load(l, user) in a scope of its own. False with the error in l->c. */
 bool unet_load_folder(unet_loader *l, bool (*load)(unet_loader *l, void *user), void *user);
 void unet_param_free(unet_param *p);
+/* em_unet2d_create's draw of parameter `name` (the weight of shape[ndim], or with bias its
+ * bias) in torch's default initialisation of the layer (unet_params.c). NULL with an error. */
+em_tensor *unet_init_weight(unet_loader *l, const char *name, int ndim, const int64_t *shape,
+                            bool bias, bool has_bias);
+/* Appends (name, t) to l->u's parameter list (nothing without l->u). False when out of
+ * memory. */
+bool unet_record_param(unet_loader *l, const char *name, em_tensor *t);
+
+/* A UNet2DModel of config cfg on o's device: weights read from `dir` (init NULL) or drawn
+ * from init (em_unet2d_create; dir then only names the model in messages). unet2d.c. */
+em_unet2d *unet2d_build(em_ctx *c, const em_unet2d_config *cfg, const char *dir,
+                        const em_unet2d_options *o, struct em_torch_generator *init);
 
 /* ---- forward (unet_blocks.c); results in the current scope ---- */
 /* act_fn "gelu", "relu"; anything else (the parsers accept only "silu" / "swish") is SiLU. */

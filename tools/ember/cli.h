@@ -28,6 +28,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_test_devices(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_train_ddpm(int argc, char **argv);
 int cmd_image(int argc, char **argv);
 int cmd_project(int argc, char **argv);
 

@@ -16,7 +16,8 @@ static void usage(FILE *f) {
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n"
-            "                   [--vae-tiling] [--init-image FILE [--strength S]]\n\n"
+            "                   [--vae-tiling] [--init-image FILE [--strength S]]\n"
+            "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
             "what diffusers draws with\n"
@@ -50,7 +51,14 @@ static void usage(FILE *f) {
             "                      [1, H, W, 3] or [H, W, 3] in [0, 1] (what --out-npy writes); H\n"
             "                      and W multiples of the VAE's scale factor\n"
             "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
-            "                      (default 0.8)\n");
+            "                      (default 0.8)\n"
+            "  --num-images N      N images, seeds S, S+1, ..., S+N-1 (one run each: the\n"
+            "                      pipelines draw one image per run), tiled into one PNG grid\n"
+            "                      (and stacked [N, H, W, C] in --out-npy); needs --seed\n"
+            "  --grid-cols K       columns of the grid (default: ceil(sqrt(N)))\n"
+            "  --upscale U         enlarge the PNG U times, nearest neighbour (8x8 images are\n"
+            "                      hard to see; grid cells get a gray frame of U/4 pixels);\n"
+            "                      the .npy keeps the pipeline's size\n");
 }
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
@@ -63,7 +71,7 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
-    long long steps, seed, height, width, class_label;
+    long long steps, seed, height, width, class_label, num_images, grid_cols, upscale;
     double eta, guidance, strength;
     bool have_seed, compile, have_class, have_guidance, vae_tiling;
 } image_args;
@@ -71,6 +79,7 @@ typedef struct image_args {
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
 static int parse(int argc, char **argv, image_args *a) {
     memset(a, 0, sizeof *a);
+    a->num_images = a->upscale = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         bool val = i + 1 < argc;
@@ -119,6 +128,12 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if (!strcmp(o, "--guidance") && val) {
             if (!cli_real("image", o, argv[++i], 0, 1e6, &a->guidance)) return 2;
             a->have_guidance = true;
+        } else if (!strcmp(o, "--num-images") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 1024, &a->num_images)) return 2;
+        } else if (!strcmp(o, "--grid-cols") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 1024, &a->grid_cols)) return 2;
+        } else if (!strcmp(o, "--upscale") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 64, &a->upscale)) return 2;
         } else if (!strcmp(o, "--seed") && val) {
             if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->seed)) return 2;
             a->have_seed = true;
@@ -141,6 +156,11 @@ static int parse(int argc, char **argv, image_args *a) {
         usage(stderr);
         return 2;
     }
+    if (a->num_images > 1 && (!a->have_seed || a->latents)) {
+        fprintf(stderr, "ember image: --num-images draws each image from its own seed: give "
+                        "--seed and no --latents\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -153,6 +173,56 @@ static em_tensor *init_image(em_ctx *c, const char *path) {
         t = em_reshape(c, t, 4, (const int64_t[]){1, em_tensor_dim(t, 0), em_tensor_dim(t, 1),
                                                   em_tensor_dim(t, 2)});
     return t;
+}
+
+/* n runs with seeds rp->seed, rp->seed + 1, ...: the images stacked [n, H, W, C]. */
+static em_tensor *run_images(em_ctx *c, em_pipeline *p, em_pipeline_run_params *rp,
+                             long long n) {
+    if (n == 1) return em_pipeline_run(c, p, rp);
+    em_tensor **imgs = calloc((size_t)n, sizeof *imgs);
+    if (!imgs) return em_ctx_fail(c, EM_ERR_OOM, "image", "out of memory"), NULL;
+    uint64_t seed = rp->seed;
+    em_tensor *out = NULL;
+    long long i = 0;
+    for (; i < n; i++) {
+        rp->seed = seed + (uint64_t)i;
+        fprintf(stderr, "image %lld/%lld (seed %llu)\n", i + 1, n, (unsigned long long)rp->seed);
+        if (!(imgs[i] = em_pipeline_run(c, p, rp))) break;
+    }
+    if (i == n) out = em_cat(c, imgs, (int)n, 0);
+    free(imgs);
+    return out;
+}
+
+/* images [N, H, W, C] enlarged u times (nearest neighbour) for the PNG; with several images
+ * each gets a gray frame of u/4 pixels so that neighbours in the grid do not run together. */
+static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
+    if (u == 1 || !img) return img;
+    const int64_t *s = em_tensor_shape(img);
+    int64_t n = s[0], h = s[1], w = s[2], ch = s[3], numel = em_tensor_numel(img);
+    int64_t pad = n > 1 ? u / 4 : 0, H = h * u + 2 * pad, W = w * u + 2 * pad;
+    float *src = malloc((size_t)numel * sizeof *src);
+    float *dst = malloc((size_t)(n * H * W * ch) * sizeof *dst);
+    em_tensor *out = NULL;
+    if (src && dst && em_to_host_f32(c, img, src, numel) == EM_OK) {
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t y = 0; y < H; y++)
+                for (int64_t x = 0; x < W; x++) {
+                    float *d = dst + ((b * H + y) * W + x) * ch;
+                    int64_t sy = y - pad, sx = x - pad;
+                    if (sy < 0 || sx < 0 || sy >= h * u || sx >= w * u) {
+                        for (int64_t k = 0; k < ch; k++) d[k] = 0.5f;
+                        continue;
+                    }
+                    memcpy(d, src + ((b * h + sy / u) * w + sx / u) * ch, (size_t)ch * sizeof *d);
+                }
+        out = em_from_host(c, EM_F32, 4, (int64_t[]){n, H, W, ch}, dst);
+    } else if (!src || !dst) {
+        em_ctx_fail(c, EM_ERR_OOM, "image", "out of memory");
+    }
+    free(src);
+    free(dst);
+    return out;
 }
 
 static int run(em_ctx *c, const image_args *a) {
@@ -170,7 +240,7 @@ static int run(em_ctx *c, const image_args *a) {
     /* an explicit 0 is "no guidance", which the run parameters spell <= 1 (0: the pipeline's
      * default) */
     rp.guidance_scale = !a->have_guidance ? 0.0 : a->guidance > 0.0 ? a->guidance : 1.0;
-    rp.progress = progress;
+    rp.progress = a->num_images > 1 ? NULL : progress; /* a line per image instead */
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
     rp.height = a->height;
@@ -207,13 +277,15 @@ static int run(em_ctx *c, const image_args *a) {
         fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
                 em_scheduler_kind_class(em_scheduler_get_kind(em_pipeline_scheduler(p))),
                 em_device_name(em_pipeline_device(p)));
-        em_tensor *img = em_pipeline_run(c, p, &rp);
+        em_tensor *img = run_images(c, p, &rp, a->num_images);
         /* the .npy first: a build without libpng still writes it */
         if (img && (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
-            em_png_write_tensor(c, a->out, img, 1) == EM_OK) {
+            em_png_write_tensor(c, a->out, upscale(c, img, a->upscale),
+                                a->num_images > 1 ? (int)a->grid_cols : 1) == EM_OK) {
             const int64_t *s = em_tensor_shape(img);
-            fprintf(stderr, "wrote %s (%lldx%lld)%s%s\n", a->out, (long long)s[2],
-                    (long long)s[1], a->out_npy ? " and " : "", a->out_npy ? a->out_npy : "");
+            fprintf(stderr, "wrote %s (%lld image%s of %lldx%lld)%s%s\n", a->out,
+                    (long long)s[0], s[0] > 1 ? "s" : "", (long long)s[2], (long long)s[1],
+                    a->out_npy ? " and " : "", a->out_npy ? a->out_npy : "");
             rc = 0;
         }
         if (img && a->compile)

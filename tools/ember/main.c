@@ -12,6 +12,8 @@ static const em_cli_cmd commands[] = {
      cmd_chat},
     {"train", "train a language model on a token or text file (AdamW, Hub checkpoints out)",
      cmd_train},
+    {"train-ddpm", "train a small DDPM on 8x8 digits, saved as a diffusers DDPMPipeline folder",
+     cmd_train_ddpm},
     {"image", "an image from a diffusers pipeline folder (DDPM, DDIM), PNG and .npy out",
      cmd_image},
     {"serve", "an OpenAI-compatible HTTP server with continuous batching", cmd_serve},
