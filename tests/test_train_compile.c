@@ -84,6 +84,23 @@ static void rm_checkpoint(const char *dir) {
     rmdir(dir);
 }
 
+/* every weight of the compiled run's model (mc) against the eager run's (me), of dtype dt */
+static void compare_weights(em_ctx *c, em_model *me, em_model *mc, const char *label, em_dtype dt,
+                            double atol, double rtol) {
+    int np = mc ? em_model_params(c, mc, NULL, 0) : 0;
+    em_model_param *pe = calloc((size_t)np + 1, sizeof *pe), *pc = calloc((size_t)np + 1, sizeof *pc);
+    if (np > 0 && pe && pc && em_model_params(c, me, pe, np) == np &&
+        em_model_params(c, mc, pc, np) == np)
+        for (int i = 0; i < np; i++) {
+            char what[192];
+            snprintf(what, sizeof what, "%s: %s compiled vs eager", label, pc[i].name);
+            CHECK_MSG(em_tensor_dtype(pc[i].tensor) == dt, "%s", what);
+            em_test_allclose(c, pc[i].tensor, pe[i].tensor, atol, rtol, what);
+        }
+    free(pe);
+    free(pc);
+}
+
 /* torch: compare with torch's run of the family (its <family>_run bundle); else (MoE: no run
  * fixture) with the eager trainer alone, on the qwen3 bundle's hyper-parameters and windows */
 static void check_family(const char *family, const char *device, bool torch) {
@@ -139,17 +156,9 @@ static void check_family(const char *family, const char *device, bool torch) {
     em_trainer_compile_stats(te, &none);
     CHECK(none.compiles == 0);
     /* the trained weights: the compiled run's against the eager run's */
-    int np = mc ? em_model_params(c, mc, NULL, 0) : 0;
-    em_model_param *pe = calloc((size_t)np + 1, sizeof *pe), *pc = calloc((size_t)np + 1, sizeof *pc);
-    if (np > 0 && pe && pc && em_model_params(c, me, pe, np) == np &&
-        em_model_params(c, mc, pc, np) == np)
-        for (int i = 0; i < np; i++) {
-            char what[160];
-            snprintf(what, sizeof what, "%s %s: %s compiled vs eager", family, device, pc[i].name);
-            em_test_allclose(c, pc[i].tensor, pe[i].tensor, 1e-5, 1e-4, what);
-        }
-    free(pe);
-    free(pc);
+    char label[96];
+    snprintf(label, sizeof label, "%s %s", family, device);
+    compare_weights(c, me, mc, label, EM_F32, 1e-5, 1e-4);
     em_trainer_free(tc);
     em_trainer_free(te);
     em_model_free(mc);
@@ -233,18 +242,9 @@ static void check_bf16(const char *device, bool ckpt) {
            ckpt ? " checkpointed" : "", device, worst, st.nodes_traced);
     CHECK_MSG(st.compiles == 1 && st.calls == STEPS, "bf16 %s: %lld compiles, %lld calls", device,
               (long long)st.compiles, (long long)st.calls);
-    int np = mc ? em_model_params(c, mc, NULL, 0) : 0;
-    em_model_param *pe = calloc((size_t)np + 1, sizeof *pe), *pc = calloc((size_t)np + 1, sizeof *pc);
-    if (np > 0 && pe && pc && em_model_params(c, me, pe, np) == np &&
-        em_model_params(c, mc, pc, np) == np)
-        for (int i = 0; i < np; i++) {
-            char what[160];
-            snprintf(what, sizeof what, "bf16 %s: %s compiled vs eager", device, pc[i].name);
-            CHECK(em_tensor_dtype(pc[i].tensor) == EM_BF16);
-            em_test_allclose(c, pc[i].tensor, pe[i].tensor, 2e-3, 2e-2, what);
-        }
-    free(pe);
-    free(pc);
+    char label[96];
+    snprintf(label, sizeof label, "bf16 %s", device);
+    compare_weights(c, me, mc, label, EM_BF16, 2e-3, 2e-2);
     em_trainer_free(tc);
     em_trainer_free(te);
     em_model_free(mc);

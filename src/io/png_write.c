@@ -114,7 +114,8 @@ em_tensor *em_png_read(em_ctx *c, const char *path) {
         EM_FAIL(c, EM_ERR_OOM, "png_read", "%s: out of memory", path);
     } else {
         for (int64_t i = 0; i < h * w * 3; i++) f[i] = (float)px[i] / 255.0f;
-        t = em_from_host_on(c, em_device_cpu(), EM_F32, 3, (const int64_t[]){h, w, 3}, f);
+        em_device *cpu = em_device_get(c, "cpu");
+        t = cpu ? em_from_host_on(c, cpu, EM_F32, 3, (const int64_t[]){h, w, 3}, f) : NULL;
         free(f);
     }
     free(px);
