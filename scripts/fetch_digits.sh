@@ -12,7 +12,7 @@ if [ ! -f "$dir/digits.csv.gz" ]; then
       "$py" -m venv "$dir/venv" >&2
       py="$dir/venv/bin/python"
     fi
-    "$py" -m pip download --quiet --no-deps scikit-learn -d "$dir" >&2
+    "$py" -m pip download --quiet --no-deps "scikit-learn==1.9.1" -d "$dir" >&2
   fi
   whl=$(ls "$dir"/scikit_learn-*.whl | head -1)
   python3 - "$whl" "$dir/digits.csv.gz" <<'PY'
