@@ -8,6 +8,7 @@ torch (pinned in scripts/requirements-fixtures.txt):
                                   portable kernels: what torch runs on AVX-512 CPUs and on ARM)
   sched/<case>.json               the scheduler_config.json of each case
   schedulers.{json,bin}           per case: the tables (alphas_cumprod, sigmas, timesteps),
+                                  add_noise at a timestep per sample (f32; bf16 for DDPM/DDIM/PNDM),
                                   init_noise_sigma, the first scale_model_input, and every step of
                                   a loop over all timesteps on a fixed fake model-output sequence
                                   (generator noise included for DDPM, DDIM eta > 0, Euler ancestral)
@@ -217,6 +218,11 @@ def scheduler_bundle(path):
     outputs = torch.randn((24,) + SHAPE, generator=g)
     b.add("latents", latents)
     b.add("model_outputs", outputs)
+    gn = torch.Generator("cpu").manual_seed(2027)
+    noise_x = torch.randn((3,) + SHAPE[1:], generator=gn)
+    noise_n = torch.randn((3,) + SHAPE[1:], generator=gn)
+    b.add("noise_x", noise_x)
+    b.add("noise_n", noise_n)
     cases = []
     for name, cfg_name, cls_name, steps, kwargs, seed, mu in CASES:
         cfg = CONFIGS[cfg_name]
@@ -234,6 +240,13 @@ def scheduler_bundle(path):
             b.add(f"{name}/sigmas", torch.as_tensor(s.sigmas).to(torch.float32))
         ts = torch.as_tensor(s.timesteps)
         b.add(f"{name}/timesteps", ts.to(torch.float64))
+        if hasattr(s, "add_noise"):  # a timestep per sample, as a training step noises
+            tn = ts[[0, len(ts) // 2, len(ts) - 1]]
+            b.add(f"{name}/add_noise_t", tn.to(torch.float64))
+            b.add(f"{name}/add_noise", s.add_noise(noise_x, noise_n, tn))
+            if hasattr(s, "alphas_cumprod") and not hasattr(s, "sigmas"):
+                bf = s.add_noise(noise_x.bfloat16(), noise_n.bfloat16(), tn)
+                b.add(f"{name}/add_noise_bf16", bf.float())
         ins = float(getattr(s, "init_noise_sigma", 1.0))  # FlowMatch has none: 1
         b.add(f"{name}/init_noise_sigma", torch.tensor([ins], dtype=torch.float64))
         gen = torch.Generator("cpu").manual_seed(seed) if seed is not None else None

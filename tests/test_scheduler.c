@@ -83,6 +83,25 @@ static void run_case(em_test_bundle *b, json_t *doc, json_t *cs) {
     CHECK_MSG(fabs(ins - want_ins) <= 1e-6 * fabs(want_ins), "%s: init_noise_sigma %.9g, want %.9g",
               name, ins, want_ins);
 
+    /* add_noise at a timestep per sample, before any step (f32; bf16 for the alpha family) */
+    snprintf(key, sizeof key, "%s/add_noise_t", name);
+    if (bundle_has(doc, key)) {
+        /* the schedule's own values at diffusers' positions (the fixture's equal them to 1e-6;
+         * a fractional Karras timestep must be looked up exactly) */
+        double tn[3] = {ts[0], ts[n / 2], ts[n - 1]};
+        em_test_allclose(c, em_from_host(c, EM_F64, 1, (const int64_t[]){3}, tn),
+                         em_test_bundle_get(b, c, key), 1e-6, 1e-6, key);
+        em_tensor *nx = em_test_bundle_get(b, c, "noise_x"), *nn = em_test_bundle_get(b, c, "noise_n");
+        snprintf(key, sizeof key, "%s/add_noise", name);
+        em_test_allclose(c, em_scheduler_add_noise_batch(c, s, nx, nn, tn, 3),
+                         em_test_bundle_get(b, c, key), 1e-6, 1e-6, key);
+        snprintf(key, sizeof key, "%s/add_noise_bf16", name);
+        if (bundle_has(doc, key)) /* bf16 results of bf16 factors: bit-identical */
+            em_test_allclose(c, em_cast(c, em_scheduler_add_noise_batch(c, s, em_cast(c, nx, EM_BF16),
+                                                                        em_cast(c, nn, EM_BF16), tn, 3),
+                                        EM_F32),
+                             em_test_bundle_get(b, c, key), 0, 0, key);
+    }
     em_scheduler_set_eta(s, eta);
     em_torch_generator *g = seed >= 0 ? em_torch_generator_create((uint64_t)seed) : NULL;
     /* a case may bring its own inputs (a learned-variance model's 6 channels for 3) */
@@ -240,6 +259,15 @@ static void test_misuse(void) {
     em_tensor *h = em_zeros(c, EM_BF16, EM_SHAPE(1, 2, 2, 2));
     CHECK(em_scheduler_step(c, s, h, 900, x, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_DTYPE, "f32");
+    /* add_noise: a timestep per sample of dim 0, one dtype; the sigma family noises f32 only */
+    CHECK(em_scheduler_add_noise_batch(c, s, x, x, (const double[]){1, 2}, 2) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "2 timesteps", "one per sample");
+    CHECK(em_scheduler_add_noise_batch(c, s, x, x, NULL, 1) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "timesteps");
+    CHECK(em_scheduler_add_noise(c, s, h, x, 1) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "one dtype");
+    CHECK(em_scheduler_add_noise(c, s, h, h, -1) == NULL);
+    CHECK_ERR(c, EM_ERR_INDEX, "timestep -1");
     /* the FlowMatch dynamic shift needs mu */
     em_scheduler *f = em_scheduler_from_json(
         c, "{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_dynamic_shifting\": true}",
@@ -250,6 +278,8 @@ static void test_misuse(void) {
     /* Euler steps past the end */
     em_scheduler *e = em_scheduler_from_config(c, s, EM_SCHED_EULER);
     CHECK(e && em_scheduler_set_timesteps(c, e, 2) == EM_OK);
+    CHECK(e && em_scheduler_add_noise(c, e, h, h, em_scheduler_timesteps(e, NULL)[0]) == NULL);
+    CHECK_ERR(c, EM_ERR_DTYPE, "EulerDiscreteScheduler noises f32");
     int64_t n;
     const double *ts = em_scheduler_timesteps(e, &n);
     CHECK(n == 2);

@@ -145,12 +145,24 @@ EM_API em_status em_scheduler_set_begin_index(em_ctx *c, em_scheduler *s, int64_
  * sqrt(1 - alphas_cumprod[t]) * noise; Euler and Euler ancestral: x + sigma * noise; DPM-Solver:
  * alpha_t * x + sigma_t * noise; the sigma from the begin index (or the current step index, or
  * the timestep looked up, in diffusers' order). FlowMatch has scale_noise instead:
- * EM_ERR_UNSUPPORTED. x and noise: f32 of one shape on one device. A new tensor in c's scope,
- * NULL with the error in c.
+ * EM_ERR_UNSUPPORTED. x and noise: one shape and dtype on one device; f32, and for DDPM, DDIM and
+ * PNDM also bf16 or f16 (the factors rounded to it as diffusers' alphas_cumprod.to(dtype)).
+ * DDPM, DDIM and PNDM noise without set_timesteps (as in training); the others need it. A new
+ * tensor in c's scope, NULL with the error in c.
  */
 #define em_scheduler_add_noise(c, ...) em_scheduler_add_noise_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line, em_scheduler *s,
                                           em_tensor *x, em_tensor *noise, double t);
+
+/**
+ * em_scheduler_add_noise with a timestep per sample: t[i] noises x[i] (dim 0), as diffusers'
+ * add_noise with a timesteps tensor of n (the training step of DDPM). n == 1 is
+ * em_scheduler_add_noise; any other n must equal x's dim 0 (EM_ERR_SHAPE). t is read, not kept.
+ */
+#define em_scheduler_add_noise_batch(c, ...) em_scheduler_add_noise_batch_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_scheduler_add_noise_batch_(em_ctx *c, const char *file, int line,
+                                                em_scheduler *s, em_tensor *x, em_tensor *noise,
+                                                const double *t, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -212,20 +212,55 @@ em_status em_scheduler_set_begin_index(em_ctx *c, em_scheduler *s, int64_t i) {
     return EM_OK;
 }
 
-em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line, em_scheduler *s,
-                                   em_tensor *x, em_tensor *noise, double t) {
+/* v as torch's .to(dtype) leaves it */
+static float round_to(float v, em_dtype dt) {
+    if (dt == EM_BF16) return em_bf16_to_f32(em_f32_to_bf16(v));
+    if (dt == EM_F16) return em_f16_to_f32(em_f32_to_f16(v));
+    return v;
+}
+
+/* The factors on x and on the noise at timestep t, as diffusers' add_noise computes them: the
+ * alpha family from alphas_cumprod cast to the sample's dtype (f32 tables for f32 samples), the
+ * sigma family from the begin index, the current step index or the timestep looked up. */
+static bool noise_factors(em_ctx *c, const char *file, int line, em_scheduler *s, double t,
+                          em_dtype dt, float *a, float *b) {
+    const char *op = "scheduler_add_noise", *cls = em_scheduler_kind_class(s->kind);
+    if (s->kind <= EM_SCHED_PNDM) {
+        int64_t ti = (int64_t)t, n = s->cfg.num_train_timesteps;
+        if (!(t >= 0) || (double)ti != t || ti >= n) {
+            em_fail_at(c, EM_ERR_INDEX, op, file, line, "%s: timestep %g is not an integer in "
+                       "[0, %lld)", cls, t, (long long)n);
+            return false;
+        }
+        float acp = round_to(s->alphas_cumprod[ti], dt);
+        *a = round_to(sqrtf(acp), dt);
+        *b = round_to(sqrtf(round_to(1.0f - acp, dt)), dt);
+        return true;
+    }
+    int64_t i = s->begin_index < 0   ? em_sched_index_for(c, file, line, s, t)
+                : s->step_index >= 0 ? s->step_index
+                                     : s->begin_index;
+    if (i < 0) return false;
+    float sigma = s->sigmas[i];
+    *a = 1.0f;
+    *b = sigma;
+    if (s->kind == EM_SCHED_DPM_MULTISTEP) em_sched_dpm_alpha_sigma(&s->cfg, sigma, a, b);
+    return true;
+}
+
+em_tensor *em_scheduler_add_noise_batch_(em_ctx *c, const char *file, int line, em_scheduler *s,
+                                         em_tensor *x, em_tensor *noise, const double *t,
+                                         int64_t n) {
     const char *op = "scheduler_add_noise";
-    if (!ready(c, file, line, s, op) || !check_f32(c, file, line, op, "x", x) ||
-        !check_f32(c, file, line, op, "noise", noise))
+    if (!c || c->err.status) return NULL;
+    if (!s) {
+        em_fail_at(c, EM_ERR_INVALID_ARG, op, file, line, "scheduler is NULL");
         return NULL;
-    int nd = em_tensor_ndim(x);
-    if (em_tensor_ndim(noise) != nd ||
-        memcmp(em_tensor_shape(noise), em_tensor_shape(x), (size_t)nd * sizeof(int64_t)) ||
-        em_tensor_device(noise) != em_tensor_device(x)) {
-        char a[96], b[96];
-        em_fail_at(c, EM_ERR_SHAPE, op, file, line, "x %s on %s and noise %s on %s: one shape on "
-                   "one device", em_tensor_sig(x, a, sizeof a), em_device_name(em_tensor_device(x)),
-                   em_tensor_sig(noise, b, sizeof b), em_device_name(em_tensor_device(noise)));
+    }
+    bool alpha = s->kind <= EM_SCHED_PNDM; /* noises from alphas_cumprod, no schedule needed */
+    if ((!alpha && !ready(c, file, line, s, op)) || !x || !noise) {
+        if (!c->err.status)
+            em_fail_at(c, EM_ERR_INVALID_ARG, op, file, line, "%s is NULL", x ? "noise" : "x");
         return NULL;
     }
     const char *cls = em_scheduler_kind_class(s->kind);
@@ -234,29 +269,66 @@ em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line, em_sch
                    "%s has no add_noise (diffusers gives it scale_noise)", cls);
         return NULL;
     }
-    /* the coefficients in f32, as torch computes them from the f32 tables */
-    float a, b;
-    if (s->kind <= EM_SCHED_PNDM) {
-        int64_t ti = (int64_t)t, n = s->cfg.num_train_timesteps;
-        if ((double)ti != t || ti < 0 || ti >= n) {
-            em_fail_at(c, EM_ERR_INDEX, op, file, line, "%s: timestep %g is not an integer in "
-                       "[0, %lld)", cls, t, (long long)n);
-            return NULL;
-        }
-        float acp = s->alphas_cumprod[ti];
-        a = sqrtf(acp);
-        b = sqrtf(1.0f - acp);
-    } else {
-        int64_t i = s->begin_index < 0   ? em_sched_index_for(c, file, line, s, t)
-                    : s->step_index >= 0 ? s->step_index
-                                         : s->begin_index;
-        if (i < 0) return NULL;
-        float sigma = s->sigmas[i];
-        a = 1.0f;
-        b = sigma;
-        if (s->kind == EM_SCHED_DPM_MULTISTEP) em_sched_dpm_alpha_sigma(&s->cfg, sigma, &a, &b);
+    em_dtype dt = em_tensor_dtype(x);
+    bool half = dt == EM_BF16 || dt == EM_F16;
+    if (!(dt == EM_F32 || (alpha && half))) {
+        char b[96];
+        em_fail_at(c, EM_ERR_DTYPE, op, file, line, "x is %s: %s noises %s", em_tensor_sig(x, b, sizeof b),
+                   cls, alpha ? "f32, bf16 or f16 samples" : "f32 samples (cast it first)");
+        return NULL;
     }
-    /* Euler's x + noise * sigma has no factor on x */
-    em_tensor *ax = a == 1.0f && s->kind != EM_SCHED_DPM_MULTISTEP ? x : em_mul_scalar_(c, file, line, x, a);
-    return em_add_(c, file, line, ax, em_mul_scalar_(c, file, line, noise, b));
+    int nd = em_tensor_ndim(x);
+    if (em_tensor_ndim(noise) != nd || em_tensor_dtype(noise) != dt ||
+        memcmp(em_tensor_shape(noise), em_tensor_shape(x), (size_t)nd * sizeof(int64_t)) ||
+        em_tensor_device(noise) != em_tensor_device(x)) {
+        char a[96], b[96];
+        em_fail_at(c, EM_ERR_SHAPE, op, file, line, "x %s on %s and noise %s on %s: one shape "
+                   "on one device, one dtype", em_tensor_sig(x, a, sizeof a),
+                   em_device_name(em_tensor_device(x)), em_tensor_sig(noise, b, sizeof b),
+                   em_device_name(em_tensor_device(noise)));
+        return NULL;
+    }
+    if (!t || n < 1 || (n > 1 && (nd < 1 || em_tensor_shape(x)[0] != n))) {
+        char a[96];
+        em_fail_at(c, EM_ERR_SHAPE, op, file, line, "%lld timesteps for x %s: one, or one per "
+                   "sample of dim 0", (long long)n, em_tensor_sig(x, a, sizeof a));
+        return NULL;
+    }
+    if (n == 1) { /* one timestep: scalar factors */
+        float a, b;
+        if (!noise_factors(c, file, line, s, t[0], dt, &a, &b)) return NULL;
+        /* Euler's x + noise * sigma has no factor on x */
+        em_tensor *ax = a == 1.0f && s->kind != EM_SCHED_DPM_MULTISTEP
+                            ? x : em_mul_scalar_(c, file, line, x, a);
+        return em_add_(c, file, line, ax, em_mul_scalar_(c, file, line, noise, b));
+    }
+    /* one timestep per sample: the factors as [n, 1, ...] tensors, broadcast as diffusers' */
+    float *f = malloc((size_t)(2 * n) * sizeof *f);
+    int64_t *shape = malloc((size_t)nd * sizeof *shape);
+    if (!f || !shape) {
+        free(f);
+        free(shape);
+        em_fail_at(c, EM_ERR_OOM, op, file, line, "out of memory");
+        return NULL;
+    }
+    bool ok = true;
+    for (int64_t i = 0; ok && i < n; i++) ok = noise_factors(c, file, line, s, t[i], dt, &f[i], &f[n + i]);
+    shape[0] = n;
+    for (int d = 1; d < nd; d++) shape[d] = 1;
+    em_device *dev = em_tensor_device(x);
+    em_tensor *fa = ok ? em_from_host_on_(c, file, line, dev, EM_F32, nd, shape, f) : NULL;
+    em_tensor *fb = ok ? em_from_host_on_(c, file, line, dev, EM_F32, nd, shape, f + n) : NULL;
+    free(f);
+    free(shape);
+    if (!fa || !fb) return NULL;
+    if (half) { /* exact: the factors are already values of dt */
+        fa = em_cast_(c, file, line, fa, dt);
+        fb = em_cast_(c, file, line, fb, dt);
+    }
+    return em_add_(c, file, line, em_mul_(c, file, line, fa, x), em_mul_(c, file, line, fb, noise));
+}
+
+em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line, em_scheduler *s,
+                                   em_tensor *x, em_tensor *noise, double t) {
+    return em_scheduler_add_noise_batch_(c, file, line, s, x, noise, &t, 1);
 }

@@ -16,7 +16,7 @@ struct em_ddpm_trainer {
     em_unet2d *u;
     em_optimizer *opt;
     em_torch_generator *gen;
-    float *acp;  /* alphas_cumprod [T] (f32, as the scheduler keeps them) */
+    em_scheduler *noiser; /* a DDPMScheduler from the given one's config: its add_noise */
     int64_t T;
 };
 
@@ -35,21 +35,23 @@ em_ddpm_trainer *em_ddpm_trainer_create(em_ctx *c, em_unet2d *u, const em_schedu
         return NULL;
     }
     int64_t T = 0;
-    const float *acp = em_scheduler_alphas_cumprod(s, &T);
-    if (!acp || T < 1) {
+    if (!em_scheduler_alphas_cumprod(s, &T) || T < 1) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the %s has no alphas_cumprod to noise with",
                     em_scheduler_kind_class(em_scheduler_get_kind(s)));
         return NULL;
     }
     em_ddpm_trainer *t = calloc(1, sizeof *t);
-    if (t) t->acp = malloc((size_t)T * sizeof *t->acp);
-    if (t) t->gen = em_torch_generator_create(seed);
-    if (!t || !t->acp || !t->gen) {
-        em_ddpm_trainer_free(t);
+    if (!t) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
-    memcpy(t->acp, acp, (size_t)T * sizeof *acp);
+    t->noiser = em_scheduler_from_config(c, s, EM_SCHED_DDPM);
+    t->gen = t->noiser ? em_torch_generator_create(seed) : NULL;
+    if (!t->gen) {
+        em_ddpm_trainer_free(t);
+        if (!em_ctx_status(c)) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
     t->T = T;
     t->u = u;
     int n = em_unet2d_param_count(u);
@@ -76,7 +78,7 @@ void em_ddpm_trainer_free(em_ddpm_trainer *t) {
     if (!t) return;
     em_optimizer_free(t->opt);
     em_torch_generator_free(t->gen);
-    free(t->acp);
+    em_scheduler_free(t->noiser);
     free(t);
 }
 
@@ -113,26 +115,15 @@ static bool timesteps(em_ctx *c, em_ddpm_trainer *t, em_tensor *given, int64_t n
     return ok;
 }
 
-/* x_t = sqrt(acp[t]) x0 + sqrt(1 - acp[t]) noise, the coefficients in f32 as add_noise. */
+/* x_t = sqrt(acp[t]) x0 + sqrt(1 - acp[t]) noise: DDPMScheduler.add_noise, a timestep each */
 static em_tensor *add_noise(em_ctx *c, em_ddpm_trainer *t, em_tensor *x0, em_tensor *noise,
                             const int64_t *ts, int64_t n) {
-    float *a = malloc((size_t)(2 * n) * sizeof *a);
-    if (!a) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), NULL;
-    for (int64_t i = 0; i < n; i++) {
-        a[i] = sqrtf(t->acp[ts[i]]);
-        a[n + i] = sqrtf(1.0f - t->acp[ts[i]]);
-    }
-    em_device *dev = em_unet2d_device(t->u);
-    em_tensor *sa = em_from_host_on(c, dev, EM_F32, 4, (int64_t[]){n, 1, 1, 1}, a);
-    em_tensor *sb = em_from_host_on(c, dev, EM_F32, 4, (int64_t[]){n, 1, 1, 1}, a + n);
-    free(a);
-    if (!sa || !sb) return NULL;
-    em_dtype dt = em_tensor_dtype(x0);
-    if (dt != EM_F32) {
-        sa = em_cast(c, sa, dt);
-        sb = em_cast(c, sb, dt);
-    }
-    return em_add(c, em_mul(c, sa, x0), em_mul(c, sb, noise));
+    double *td = malloc((size_t)n * sizeof *td);
+    if (!td) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), NULL;
+    for (int64_t i = 0; i < n; i++) td[i] = (double)ts[i];
+    em_tensor *xt = em_scheduler_add_noise_batch(c, t->noiser, x0, noise, td, n);
+    free(td);
+    return xt;
 }
 
 static em_status step(em_ctx *c, em_ddpm_trainer *t, em_tensor *x0, em_tensor *noise,
