@@ -17,6 +17,7 @@
 
 #include "ember/ember.h"
 #include "ember/hub.h"
+#include "core/make_dirs.h"
 #include "harness.h"
 #include "io/hub/hub_internal.h"
 
@@ -56,7 +57,7 @@ static const char *tmp(void) {
 /* A fresh directory under the temporary root. */
 static char *fresh_dir(const char *name) {
     char *d = hub_strf("%s/%s", tmp(), name);
-    hub_mkdirs(NULL, "test", d);
+    em_make_dirs(NULL, "test", d);
     return d;
 }
 
@@ -728,7 +729,7 @@ static void test_download_resume(void) {
      * resumed from where it stopped */
     char *cache2 = fresh_dir("resume2");
     char *blobdir = hub_strf("%s/models--ember-test--faulty/blobs", cache2);
-    hub_mkdirs(NULL, "test", blobdir);
+    em_make_dirs(NULL, "test", blobdir);
     char *part = hub_strf("%s/%s.incomplete", blobdir, sha);
     char *content = got ? read_text(got) : NULL;
     CHECK(content && write_text(part, content, 100000));
@@ -864,7 +865,7 @@ static void test_download_redirect_and_range(void) {
     char *cache = fresh_dir("norange");
     em_hub_options o2 = opts_for(cache);
     char *blobdir = hub_strf("%s/models--ember-test--faulty/blobs", cache);
-    hub_mkdirs(NULL, "test", blobdir);
+    em_make_dirs(NULL, "test", blobdir);
     /* learn the blob name from a first download, then plant a partial file of junk */
     CHECK(em_hub_file(c, "ember-test/faulty", "norange.safetensors", &o2, &got) == EM_OK && got);
     char target[256] = "";

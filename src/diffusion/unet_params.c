@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/make_dirs.h"
 #include "diffusion/unet_impl.h"
 #include "ember/ddpm.h"
 #include "ember/torch_rng.h"
@@ -127,13 +128,6 @@ em_unet2d *em_unet2d_create(em_ctx *c, const char *config_json, size_t n, uint64
  * Saving
  * ------------------------------------------------------------------------------------------- */
 
-static em_status make_dir(em_ctx *c, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return em_ctx_fail(c, EM_ERR_IO, OP, "cannot create the folder %s: %s", dir,
-                           strerror(errno));
-    return EM_OK;
-}
-
 /* j (taken over) written to `path` with diffusers' indentation. */
 static em_status write_json(em_ctx *c, json_t *j, const char *path) {
     int rc = j ? json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : -1;
@@ -177,7 +171,7 @@ em_status em_unet2d_save(em_ctx *c, const em_unet2d *u, const char *dir) {
     json_t *cfg = config_object(c, u); /* read before writing: dir may be the model's own */
     if (!cfg) return em_ctx_status(c);
     char path[4096];
-    if (make_dir(c, dir)) {
+    if (em_make_dirs(c, OP, dir)) {
         json_decref(cfg);
         return em_ctx_status(c);
     }
@@ -214,9 +208,9 @@ em_status em_ddpm_pipeline_save(em_ctx *c, const em_unet2d *u, const char *sched
                               "UNet2DModel");
     char path[4096];
     snprintf(path, sizeof path, "%s/unet", dir);
-    if (make_dir(c, dir) || em_unet2d_save(c, u, path)) goto fail;
+    if (em_make_dirs(c, OP, dir) || em_unet2d_save(c, u, path)) goto fail;
     snprintf(path, sizeof path, "%s/scheduler", dir);
-    if (make_dir(c, path)) goto fail;
+    if (em_make_dirs(c, OP, path)) goto fail;
     snprintf(path, sizeof path, "%s/scheduler/scheduler_config.json", dir);
     em_status st = write_json(c, sched, path);
     sched = NULL;

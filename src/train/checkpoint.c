@@ -13,29 +13,11 @@
 #include <sys/stat.h>
 
 #include "ember/safetensors.h"
+#include "core/make_dirs.h"
 #include "train/trainer_impl.h"
 
 #define STATE_FILE "trainer_state.safetensors"
 #define STATE_FORMAT "ember-trainer-state-1"
-
-/* mkdir -p */
-static em_status make_dirs(em_ctx *c, const char *dir) {
-    char p[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof p)
-        return em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer_save", "bad directory '%s'", dir);
-    memcpy(p, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char keep = p[i];
-        p[i] = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            return em_ctx_fail(c, EM_ERR_IO, "trainer_save", "cannot create %s: %s", p,
-                               strerror(errno));
-        p[i] = keep;
-    }
-    return EM_OK;
-}
 
 /* Copies src to dst (skipped when they are the same file); a missing src is not an error
  * unless required. */
@@ -146,7 +128,7 @@ em_status em_trainer_save(em_ctx *c, em_trainer *t, const char *dir) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!t || !dir) return em_ctx_fail(c, EM_ERR_INVALID_ARG, "trainer_save", "NULL argument");
-    if (make_dirs(c, dir)) return em_ctx_status(c);
+    if (em_make_dirs(c, "trainer_save", dir)) return em_ctx_status(c);
     const char *src = em_model_dir(t->m);
     char a[PATH_MAX + 64], b[PATH_MAX + 64];
     /* the weights: Hub names, the model's dtype, transformers' "format" metadata */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backends/pjrt/pjrt.h"
+#include "core/make_dirs.h"
 
 /* ---- keys ---- */
 
@@ -239,18 +240,6 @@ static void disk_path(const pj_plugin *pl, uint64_t prog_hash, const unsigned ch
              (unsigned long long)prog_hash, (unsigned long long)oh);
 }
 
-static void mkdirs(const char *dir) {
-    char p[1024];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    mkdir(p, 0755);
-}
-
 /* Header: magic, version key (length-prefixed), program hash, option bytes; then the payload. */
 static void disk_store(pj_plugin *pl, PJRT_LoadedExecutable *le, uint64_t ph,
                        const unsigned char *opts, size_t no) {
@@ -276,7 +265,7 @@ static void disk_store(pj_plugin *pl, PJRT_LoadedExecutable *le, uint64_t ph,
         char path[1200], tmp[1300];
         disk_path(pl, ph, opts, no, path, sizeof path);
         snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-        mkdirs(pl->cache.dir);
+        em_make_dirs(NULL, "compile_cache", pl->cache.dir); /* best effort */
         FILE *f = fopen(tmp, "wb");
         if (f) {
             uint32_t vl = (uint32_t)strlen(pl->version_key);
@@ -364,7 +353,7 @@ static void report_store(pj_plugin *pl, uint64_t ph, const unsigned char *opts, 
     char path[1200], tmp[1300];
     report_path(pl, ph, opts, no, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    mkdirs(pl->cache.dir);
+    em_make_dirs(NULL, "compile_cache", pl->cache.dir); /* best effort */
     FILE *f = fopen(tmp, "wb");
     if (!f) return;
     uint32_t vl = (uint32_t)strlen(pl->version_key);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/make_dirs.h"
 #include "core/tensor_impl.h"
 #include "io/hub/hub_internal.h"
 
@@ -77,7 +78,7 @@ static em_status store(em_ctx *c, const char *op, const hub_repo *r, const char 
         st = EM_FAIL(c, EM_ERR_OOM, op, "out of memory");
         goto out;
     }
-    if ((st = hub_mkdirs(c, op, blobs)) != EM_OK) goto out;
+    if ((st = em_make_dirs(c, op, blobs)) != EM_OK) goto out;
     if ((lock = hub_lock_blob(c, op, r, m->etag)) < 0) {
         st = em_ctx_status(c);
         goto out;
@@ -319,7 +320,7 @@ static em_status snapshot_dir(em_ctx *c, const char *op, const hub_repo *r, cons
     *out_dir = hub_strf("%s/snapshots/%s", r->storage, commit);
     if (!*out_dir) return EM_FAIL(c, EM_ERR_OOM, op, "out of memory");
     /* every file may have been optional and absent: the directory still has to exist */
-    if (!hub_exists(*out_dir) && hub_mkdirs(c, op, *out_dir) != EM_OK) {
+    if (!hub_exists(*out_dir) && em_make_dirs(c, op, *out_dir) != EM_OK) {
         free(*out_dir);
         *out_dir = NULL;
         return em_ctx_status(c);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/make_dirs.h"
 #include "core/tensor_impl.h"
 #include "io/hub/hub_internal.h"
 
@@ -42,26 +43,6 @@ void hub_unique_suffix(char *buf, size_t size) {
     unsigned long n = atomic_fetch_add(&counter, 1);
     snprintf(buf, size, "%lx%lx%lx", (unsigned long)getpid(), n,
              (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec);
-}
-
-em_status hub_mkdirs(em_ctx *c, const char *op, const char *dir) {
-    char *p = strdup(dir);
-    if (!p) return EM_FAIL(c, EM_ERR_OOM, op, "out of memory");
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char keep = *s;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            em_status st = EM_FAIL(c, EM_ERR_IO, op, "cannot create directory %s: %s", p,
-                                   strerror(errno));
-            free(p);
-            return st;
-        }
-        if (!keep) break;
-        *s = keep;
-    }
-    free(p);
-    return EM_OK;
 }
 
 char *hub_pointer_path(const hub_repo *r, const char *commit, const char *filename) {
@@ -111,7 +92,7 @@ em_status hub_write_ref(em_ctx *c, const char *op, const hub_repo *r, const char
         goto out;
     }
     *strrchr(dir, '/') = '\0';
-    if ((st = hub_mkdirs(c, op, dir)) != EM_OK) goto out;
+    if ((st = em_make_dirs(c, op, dir)) != EM_OK) goto out;
     /* written to a temporary name and renamed, so concurrent readers never see half a ref */
     FILE *f = fopen(tmp, "w");
     bool ok = f && fputs(commit, f) >= 0;
@@ -148,7 +129,7 @@ void hub_no_exist_mark(const hub_repo *r, const char *commit, const char *filena
     char *slash = strrchr(p, '/');
     *slash = '\0';
     /* best effort, as in huggingface_hub: failing to remember an absence is not an error */
-    if (hub_mkdirs(NULL, "hub", p) == EM_OK) {
+    if (em_make_dirs(NULL, "hub", p) == EM_OK) {
         *slash = '/';
         int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
         if (fd >= 0) close(fd);
@@ -215,7 +196,7 @@ em_status hub_link_pointer(em_ctx *c, const char *op, const hub_repo *r, const c
     strcat(target, "blobs/");
     strcat(target, etag);
     *strrchr(dir, '/') = '\0';
-    if ((st = hub_mkdirs(c, op, dir)) != EM_OK) goto out;
+    if ((st = em_make_dirs(c, op, dir)) != EM_OK) goto out;
     char have[512];
     ssize_t n = readlink(pointer, have, sizeof have - 1);
     if (n >= 0 && (have[n] = '\0', !strcmp(have, target))) goto out; /* made by another thread */
@@ -254,7 +235,7 @@ int hub_lock_blob(em_ctx *c, const char *op, const hub_repo *r, const char *etag
     int fd = -1;
     if (!dir || !path) {
         EM_FAIL(c, EM_ERR_OOM, op, "out of memory");
-    } else if (hub_mkdirs(c, op, dir) == EM_OK) {
+    } else if (em_make_dirs(c, op, dir) == EM_OK) {
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
         /* flock, as the filelock package under huggingface_hub: the two exclude each other, and
          * two threads of one process do too since each opens its own description */

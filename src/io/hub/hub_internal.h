@@ -71,7 +71,6 @@ char *hub_join(const char *a, const char *b);
 /* malloc'd printf. */
 char *hub_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* mkdir -p of a directory. */
-em_status hub_mkdirs(em_ctx *c, const char *op, const char *dir);
 /* A short name part unique to this call, for temporary files next to their destination. */
 void hub_unique_suffix(char *buf, size_t size);
 /* True if the path exists (following symlinks, as os.path.exists). */
