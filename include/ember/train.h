@@ -95,9 +95,11 @@ typedef struct em_train_options {
                                once with em_compile and replay the program every step: a CPU
                                plan, or one PJRT program on a device. The step's numbers (rate,
                                bias corrections) are inputs, so all steps share one program.
-                               Needs f32 weights, one process, no gradient checkpointing and
-                               no router load-balancing loss (else EM_ERR_UNSUPPORTED from
-                               em_trainer_create), and a gradient for every parameter (else
+                               Takes f32 weights or bf16/f16 with f32 masters, gradient
+                               checkpointing, the router load-balancing loss, and a `group` of
+                               MPI ranks on the CPU (the averaging's collectives run in each
+                               rank's plan); a group of PJRT devices is EM_ERR_UNSUPPORTED from
+                               em_trainer_create. Needs a gradient for every parameter (else
                                EM_ERR_UNSUPPORTED at the first step). Evaluation stays eager
                                (false) */
 } em_train_options;

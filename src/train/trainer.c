@@ -142,11 +142,6 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
                     em_dtype_name(dt));
         return NULL;
     }
-    if (opt->compile && opt->group) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer", "a compiled step is not done yet with data "
-                    "parallelism (train without compile)");
-        return NULL;
-    }
     int np = em_model_params(c, m, NULL, 0);
     if (np < 0) return NULL;
     em_trainer *t = calloc(1, sizeof *t);
@@ -185,6 +180,16 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
         }
     }
     t->trained = t->master ? t->master : t->tensors;
+    em_device *dev = np ? em_tensor_device(t->tensors[0]) : em_device_cpu();
+    if (opt->compile && opt->group && dev != em_device_cpu()) {
+        /* MPI ranks train on the CPU, where the plan runs the collectives as ops; a PJRT
+         * program would need them compiled in (replica programs: not done yet) */
+        em_trainer_free(t);
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer", "a compiled step with data parallelism "
+                    "runs on the CPU; on %s it is not done yet (train without compile)",
+                    em_device_name(dev));
+        return NULL;
+    }
     em_adamw_options a = {.lr = opt->lr, .beta1 = opt->beta1, .beta2 = opt->beta2, .eps = opt->eps,
                           .weight_decay = opt->weight_decay};
     t->opt = em_ctx_status(c) ? NULL : em_adamw_create(c, t->trained, np, &a);
@@ -275,15 +280,14 @@ static em_status masters_grad(em_ctx *c, em_trainer *t) {
  * A parameter this rank gave no gradient (an MoE expert no token of its shard reached) sends
  * zeros, since every rank must send the same shape.
  */
-static em_status average_grads(em_ctx *c, em_trainer *t, em_tensor *loss, double *lv) {
+em_tensor *em_trainer_dp_average(em_ctx *c, em_trainer *t, em_tensor **grads, em_tensor *loss) {
     em_dist *g = t->o.group;
     int w = em_dist_world_size(g), n = t->np + 2;
     em_tensor **parts = malloc((size_t)n * sizeof *parts);
-    if (!parts) return em_ctx_fail(c, EM_ERR_OOM, "trainer_step", "out of memory");
-    em_scope_push(c);
+    if (!parts) return em_ctx_fail(c, EM_ERR_OOM, "trainer_step", "out of memory"), NULL;
     int64_t total = 0;
     for (int i = 0; i < t->np; i++) {
-        em_tensor *p = t->trained[i], *gr = em_tensor_grad(p);
+        em_tensor *p = t->trained[i], *gr = grads[i];
         int64_t k = em_tensor_numel(p);
         if (!gr) gr = em_zeros(c, EM_F32, em_tensor_ndim(p), em_tensor_shape(p));
         parts[i] = em_reshape(c, em_cast(c, gr, EM_F32), 1, &k);
@@ -293,22 +297,35 @@ static em_status average_grads(em_ctx *c, em_trainer *t, em_tensor *loss, double
     int64_t pad = (w - (total + 1) % w) % w;
     parts[t->np + 1] = em_zeros(c, EM_F32, 1, (int64_t[]){pad});
     em_tensor *flat = em_cat(c, parts, pad ? n : n - 1, 0);
+    free(parts);
     em_tensor *sum = em_all_gather(c, em_reduce_scatter(c, flat, EM_REDUCE_SUM, 0, g), 0, g);
     em_tensor *avg = em_mul_scalar(c, sum, 1.0 / (double)w);
     int64_t off = 0;
     for (int i = 0; i < t->np && !em_ctx_status(c); i++) {
         em_tensor *p = t->trained[i];
         int64_t k = em_tensor_numel(p);
-        em_tensor *gi = em_reshape(c, em_slice(c, avg, 0, off, off + k, 1), em_tensor_ndim(p),
-                                   em_tensor_shape(p));
+        grads[i] = em_reshape(c, em_slice(c, avg, 0, off, off + k, 1), em_tensor_ndim(p),
+                              em_tensor_shape(p));
         off += k;
-        /* the leaf's gradient becomes the average (a backward from the leaf itself copies it) */
-        em_tensor_zero_grad(p);
-        if (gi) em_backward_grad(c, p, gi);
     }
-    em_item(c, em_slice(c, avg, 0, total, total + 1, 1), lv);
+    em_tensor *l = em_reshape(c, em_slice(c, avg, 0, total, total + 1, 1), 0, NULL);
+    return em_ctx_status(c) ? NULL : l;
+}
+
+static em_status average_grads(em_ctx *c, em_trainer *t, em_tensor *loss, double *lv) {
+    em_tensor **grads = malloc((size_t)(t->np ? t->np : 1) * sizeof *grads);
+    if (!grads) return em_ctx_fail(c, EM_ERR_OOM, "trainer_step", "out of memory");
+    em_scope_push(c);
+    for (int i = 0; i < t->np; i++) grads[i] = em_tensor_grad(t->trained[i]);
+    em_tensor *avg_loss = em_trainer_dp_average(c, t, grads, loss);
+    for (int i = 0; avg_loss && i < t->np && !em_ctx_status(c); i++) {
+        /* the leaf's gradient becomes the average (a backward from the leaf itself copies it) */
+        em_tensor_zero_grad(t->trained[i]);
+        em_backward_grad(c, t->trained[i], grads[i]);
+    }
+    if (avg_loss) em_item(c, avg_loss, lv);
     em_scope_pop(c);
-    free(parts);
+    free(grads);
     return em_ctx_status(c);
 }
 

@@ -9,7 +9,9 @@
  * (no host read of the norm): the gradients are scaled by min(1, max_norm / (norm + 1e-6)),
  * which by 1 changes nothing, as torch's clip_grad_norm_ does. bf16/f16 weights train through
  * f32 masters as the eager step does: the masters and their moments are captured, the model's
- * weights are rewritten from the masters inside the program.
+ * weights are rewritten from the masters inside the program. Data parallel (on the CPU, MPI
+ * ranks): the averaging's reduce-scatter and all-gather are ops of the program, so every rank's
+ * plan meets the others' at the same two collectives each step.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -54,6 +56,9 @@ static int traced_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t 
                         "updates every parameter every step (train without compile)",
                         t->params[i].name);
     }
+    /* data parallel: the gradients and the loss averaged over the group, as the eager step */
+    if (!em_ctx_status(c) && t->o.group && em_dist_world_size(t->o.group) > 1)
+        loss = em_trainer_dp_average(c, t, g, loss);
     /* the constants below are made on the program's device */
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, em_tensor_device(in[IN_IDS]));

@@ -36,6 +36,11 @@ em_tensor *em_trainer_batch_ids(em_ctx *c, em_trainer *t, const int64_t *w, int6
 /* The causal-LM loss of the [b, T] ids x (grad as the context has it): transformers' shifted
  * cross-entropy, plus the router's weighted load-balancing loss when the config asks for it. */
 em_tensor *em_trainer_loss(em_ctx *c, em_trainer *t, em_tensor *x);
+/* Data parallel: grads[i] (the trained parameters' gradients, any float dtype; NULL: zeros) and
+ * the loss averaged over options.group with one reduce-scatter and one all-gather of a flat f32
+ * buffer; grads[i] become the averages (f32, in c's scope) and the averaged loss (0-d f32) is
+ * returned, NULL on error. Ops only, so the compiled step traces it too. */
+em_tensor *em_trainer_dp_average(em_ctx *c, em_trainer *t, em_tensor **grads, em_tensor *loss);
 /* options.compile: the step on windows w[0..b) with the program (traced at the first call):
  * the loss before the update and the norm before clipping in *loss and *norm. */
 em_status em_trainer_step_compiled(em_ctx *c, em_trainer *t, const int64_t *w, int64_t b,

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "recompute each layer's activations in the backward (same losses, less memory, about\n"
             "a third more time). --compile: trace the whole step (forward, loss, backward,\n"
             "clipping, AdamW) once and replay it every step (a CPU plan, or one PJRT program on\n"
-            "a device; one process).\n");
+            "a device; with --dp, over mpirun's processes on the CPU).\n");
 }
 
 typedef struct train_args {
