@@ -130,7 +130,8 @@ static void test_sd_batch_compiled(void) { run_all("cpu", true); }
 static void test_sd_batch_on_xla(void) { run_all("xla:0", false); }
 
 /* em_vae_enable_slicing on the VAE alone: a batch of 3 decoded and encoded (also in tiles) one
- * image at a time equals the batched result; off again, the batch runs whole */
+ * image at a time, and a batch of 69, equal the batched results; off again, the batch runs
+ * whole */
 static void test_vae_slicing(void) {
     em_ctx *c = em_ctx_create();
     em_vae *v = em_vae_load(c, em_test_fixture_path("diffusion", "sd_tiny/vae"), NULL, EM_F32);
@@ -155,7 +156,12 @@ static void test_vae_slicing(void) {
         em_test_allclose(c, ds.mean, d.mean, 1e-5, 0, "sliced encode: mean");
         em_test_allclose(c, ds.logvar, d.logvar, 1e-5, 0, "sliced encode: logvar");
         em_test_allclose(c, ds_t.mean, d_t.mean, 1e-5, 0, "sliced tiled encode: mean");
+        /* more images than one em_cat takes (64): concatenated in groups */
+        em_tensor *many = em_repeat_interleave(c, em_narrow(c, z, 2, 0, 2), 23, 0); /* 69 */
+        em_tensor *many_sliced = em_vae_decode(c, v, many);
+        CHECK_MSG(many_sliced && em_tensor_dim(many_sliced, 0) == 69, "%s", msg(c));
         em_vae_enable_slicing(v, false);
+        em_test_allclose(c, many_sliced, em_vae_decode(c, v, many), 1e-5, 0, "69 sliced");
         em_test_allclose(c, em_vae_decode(c, v, z), dec, 0, 0, "slicing off again");
         em_vae_enable_slicing(NULL, true); /* a no-op */
         em_ctx_clear_error(c);

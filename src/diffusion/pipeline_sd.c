@@ -85,22 +85,6 @@ int64_t sd_batch(const em_pipeline_run_params *rp) {
     return (rp->prompts ? rp->num_prompts : 1) * per;
 }
 
-/* x [R, ...] with each row repeated n times in place, x.repeat_interleave(n, 0): what
- * encode_prompt's repeat(1, n, 1).view(R * n, ...) and img2img's torch.cat([x] * n) (R = 1)
- * make. Current scope. */
-static em_tensor *repeat_rows(em_ctx *c, em_tensor *x, int64_t n) {
-    if (!x || n == 1) return x;
-    int nd = em_tensor_ndim(x);
-    int64_t wide[EM_MAX_DIMS + 1], flat[EM_MAX_DIMS];
-    const int64_t *s = em_tensor_shape(x);
-    wide[0] = s[0];
-    wide[1] = n;
-    flat[0] = s[0] * n;
-    for (int i = 1; i < nd; i++) wide[i + 1] = flat[i] = s[i];
-    em_tensor *u = em_contiguous(c, em_expand(c, em_unsqueeze(c, x, 1), nd + 1, wide));
-    return em_reshape(c, u, nd, flat);
-}
-
 em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
     /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
      * None is the empty string. Tokenized to the same max_length (model_max_length), every row
@@ -127,7 +111,8 @@ em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
     free(text);
     em_tensor *e = ids ? em_clip_text_prompt_embeds(c, p->te, ids, NULL, 0) : NULL;
     /* prompt_embeds.repeat(1, num_images_per_prompt, 1).view(...): each row n times */
-    e = repeat_rows(c, e, sd_batch(rp) / n);
+    int64_t per = sd_batch(rp) / n;
+    if (e && per > 1) e = em_repeat_interleave(c, e, per, 0);
     em_device *dev = em_unet2d_device(p->unet);
     if (e && em_tensor_device(e) != dev) e = em_to(c, e, dev);
     return e;
@@ -179,7 +164,7 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
     z = em_mul_scalar(c, z, em_vae_get_config(p->vae)->scaling_factor);
     /* prepare_latents: one image for a batch of B is encoded once and repeated (torch.cat([z] *
      * B)); the noise below is then one draw of the batch's shape */
-    z = repeat_rows(c, z, batch);
+    if (z && batch > 1) z = em_repeat_interleave(c, z, batch, 0);
     em_device *udev = em_unet2d_device(p->unet);
     if (z && em_tensor_device(z) != udev) z = em_to(c, z, udev);
     em_tensor *noise = z ? em_torch_randn(c, g, 4, em_tensor_shape(z), udev) : NULL;

@@ -2,7 +2,6 @@
  * Encoder and Decoder built from UNet2DModel's blocks (unet_blocks.c) as diffusers builds them
  * — every resnet without a time embedding, eps 1e-6, the mid block's attention one head over
  * all channels, the encoder's downsamplers padding 0 — and the quant convs around them. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,14 +289,12 @@ static em_tensor *code_one(em_ctx *c, const em_vae *v, em_tensor *x, const em_va
 /* code_one on the batch x, or with slicing on one image at a time (AutoencoderKL.decode /
  * encode with use_slicing: x.split(1), each coded, torch.cat), each image's intermediates
  * released before the next. In the current scope; NULL with the error. */
+#define CAT_MAX 64 /* the tensors one em_cat takes (ember/ops.h) */
+
 static em_tensor *code(em_ctx *c, const em_vae *v, em_tensor *x, const em_vae_tiling *t,
                        bool dec) {
     int64_t n = em_tensor_dim(x, 0);
     if (v->slicing && n > 1) {
-        if (n > INT_MAX) {
-            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "slicing: a batch of %lld", (long long)n);
-            return NULL;
-        }
         em_tensor **parts = calloc((size_t)n, sizeof *parts);
         if (!parts) {
             em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
@@ -310,7 +307,17 @@ static em_tensor *code(em_ctx *c, const em_vae *v, em_tensor *x, const em_vae_ti
             em_scope_pop(c);
             if (!parts[i]) break;
         }
-        em_tensor *out = i == n ? em_cat(c, parts, (int)n, 0) : NULL;
+        /* torch.cat, in groups of what one em_cat takes, then of the groups */
+        for (int64_t m = n; i == n && m > 1 && !em_ctx_status(c);) {
+            int64_t k = 0;
+            for (int64_t j = 0; j < m; j += CAT_MAX, k++)
+                parts[k] = m - j == 1 ? parts[j]
+                                      : em_cat(c, parts + j,
+                                               (int)(m - j < CAT_MAX ? m - j : CAT_MAX),
+                                               0);
+            m = k;
+        }
+        em_tensor *out = i == n ? parts[0] : NULL;
         free(parts);
         return out;
     }
