@@ -187,10 +187,11 @@ static void test_sd_batch_errors(void) {
         CHECK(em_pipeline_run(c, p, &rp) == NULL);
         CHECK_ERR(c, EM_ERR_INVALID_ARG, "1025 image(s) per prompt", "EM_PIPELINE_MAX_BATCH");
         rp.num_images_per_prompt = 2;
-        rp.latents = em_zeros(c, EM_F32, 4, (int64_t[]){1, 4, 8, 8});
+        em_scope_push(c);
+        rp.latents = em_zeros(c, EM_F32, 4, (int64_t[]){1, 4, 8, 8}); /* the scope's */
         CHECK(em_pipeline_run(c, p, &rp) == NULL);
         CHECK_ERR(c, EM_ERR_SHAPE, "[1, 4, 8, 8]", "[2, 4, 8, 8]");
-        em_tensor_release(rp.latents);
+        em_scope_pop(c);
         rp.latents = NULL;
         rp.prompts = CAT_DOG;
         rp.num_prompts = 2;
