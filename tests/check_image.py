@@ -13,6 +13,7 @@ guidance, with --scheduler ddpm) and its label errors; --compile (one program fo
 CPU plugin when installed. No numpy needed: the fixtures' Bundle and the .npy files are read with struct.
 """
 import json
+import math
 import os
 import struct
 import subprocess
@@ -84,6 +85,7 @@ def main():
     dit = bundle(fixtures, "dit_runs_ref")  # scripts/gen_dit_fixtures.py
     tiling = bundle(fixtures, "vae_tiling_ref")  # scripts/gen_vae_tiling_fixtures.py
     i2i = bundle(fixtures, "sd_img2img_ref")  # scripts/gen_sd_img2img_fixtures.py
+    batch = bundle(fixtures, "sd_batch_ref")  # scripts/gen_sd_batch_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -128,6 +130,16 @@ def main():
             ("sd --init-image pndm", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat",
                                       "--steps", "5", "--seed", "3", "--init-image", init_pndm,
                                       "--strength", "0.6"], i2i["pndm_image"], 4),
+            # Stable Diffusion batches: --num-images N is num_images_per_prompt=N, one run
+            ("sd --num-images 2", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat",
+                                   "--steps", "3", "--seed", "3", "--height", "8", "--width",
+                                   "8", "--num-images", "2"], batch["cfg2_image"], 4),
+            ("sd --num-images 3 ddpm --vae-slicing", ["--model", d("sd_tiny"), "--prompt",
+                                                      "a red cube", "--negative-prompt", "blurry",
+                                                      "--guidance", "3", "--steps", "3", "--seed",
+                                                      "9", "--height", "8", "--width", "8",
+                                                      "--scheduler", "ddpm", "--num-images", "3",
+                                                      "--vae-slicing"], batch["ddpm3_image"], 3),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -159,9 +171,12 @@ def main():
             if not png_missing:
                 with open(png, "rb") as f:
                     head = f.read(24)
+                # several images: a grid of ceil(sqrt(N)) columns
+                cols = math.ceil(math.sqrt(wshape[0]))
+                pw, ph = wshape[2] * cols, wshape[1] * math.ceil(wshape[0] / cols)
                 if head[:8] != b"\x89PNG\r\n\x1a\n" or struct.unpack(">II", head[16:24]) != (
-                        wshape[2], wshape[1]):
-                    fail("%s: %s is not a %dx%d PNG" % (name, png, wshape[2], wshape[1]))
+                        pw, ph):
+                    fail("%s: %s is not a %dx%d PNG" % (name, png, pw, ph))
             print("%s: max |ember - diffusers| = %.2g, %d progress lines" % (name, err, nsteps))
 
         # --compile: the denoiser step traced once (the timestep an input), the same image as
@@ -230,6 +245,12 @@ def main():
              "--scheduler 'lms'"),
             (["--model", d("ddim_three"), "--seed", "1", "--steps", "0"] + out, 2, "--steps"),
             (["--model", d("nonexistent"), "--seed", "1"] + out, 1, "model_index.json"),
+            (["--model", d("ddim_three"), "--seed", "1", "--vae-slicing"] + out, 1,
+             "vae_slicing: DDIMPipeline"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--num-images", "1025"]
+             + out, 2, "--num-images"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--num-images", "-2"]
+             + out, 2, "--num-images"),
         ]
         for args, code, want in bad:
             r = run(ember, args)

@@ -122,6 +122,16 @@ EM_API em_status em_vae_encode(em_ctx *c, em_vae *v, em_tensor *image, em_vae_la
  */
 EM_API em_tensor *em_vae_latent_sample(em_ctx *c, const em_vae_latent_dist *d, em_tensor *noise);
 
+/**
+ * diffusers' `vae.enable_slicing()` (slicing true) / `vae.disable_slicing()`: from now on
+ * em_vae_decode, em_vae_decode_tiled, em_vae_encode and em_vae_encode_tiled code a batch of N > 1
+ * one image at a time and concatenate the results, so the decoder's activations are those of
+ * one image; the result equals the batch's (the same computation per image). Off after load.
+ * The VAE's mode, as in diffusers: do not change it while another thread codes with the VAE.
+ * NULL is a no-op.
+ */
+EM_API void em_vae_enable_slicing(em_vae *v, bool slicing);
+
 /** Tiled decoding and encoding, diffusers' `vae.enable_tiling()`: the input is cut into
  *  overlapping tiles, each tile goes through the decoder (encoder) alone, and neighbouring
  *  outputs are blended linearly over their overlap, so memory follows the tile, not the image.

@@ -12,8 +12,10 @@ the one diffusers makes with that generator. The pipelines are those of include/
 
     sd = ember.DiffusionPipeline.from_pretrained("sd15/")
     sd.enable_vae_tiling()                   # optional, as pipe.vae.enable_tiling()
+    sd.enable_vae_slicing()                  # optional, as pipe.vae.enable_slicing()
     image = sd(prompt="a photo of a cat", negative_prompt="blurry", guidance_scale=7.5,
                num_inference_steps=25, generator=0).images[0]
+    images = sd(prompt=["a cat", "a dog"], num_images_per_prompt=2, generator=0).images  # 4
     init = sd(prompt="a castle", image=image[None], strength=0.6).images[0]   # image to image
     dit = ember.DiffusionPipeline.from_pretrained("DiT-XL-2-256/")
     image = dit(class_labels=[207], guidance_scale=4.0, generator=0).images[0]
@@ -27,7 +29,7 @@ _SCHEDULERS = ("ddpm", "ddim", "pndm", "euler", "euler-a", "dpm++2m", "flow-eule
 
 
 class ImagePipelineOutput:
-    """`images`: a numpy array [1, H, W, C] in [0, 1] (output_type "np"), or a list of PIL
+    """`images`: a numpy array [B, H, W, C] in [0, 1] (output_type "np"), or a list of PIL
     images (output_type "pil")."""
 
     def __init__(self, images):
@@ -50,6 +52,7 @@ class DiffusionPipeline:
     def __init__(self, ptr):
         self._p = ffi.gc(ptr, lib.em_pipeline_free)
         self._vae_tiling = False
+        self._vae_slicing = False
 
     @classmethod
     def from_pretrained(cls, path, device=None):
@@ -102,14 +105,26 @@ class DiffusionPipeline:
         self._vae_tiling = False
         return self
 
+    def enable_vae_slicing(self):
+        """Decode a batch with the VAE one image at a time from now on, as
+        `pipe.vae.enable_slicing()` (the same images; a pipeline without a VAE refuses it)."""
+        self._vae_slicing = True
+        return self
+
+    def disable_vae_slicing(self):
+        self._vae_slicing = False
+        return self
+
     def __call__(self, num_inference_steps=None, generator=None, eta=0.0, latents=None,
                  output_type="np", callback=None, *, prompt=None, negative_prompt=None,
                  guidance_scale=None, height=None, width=None, class_labels=None, image=None,
-                 strength=None):
+                 strength=None, num_images_per_prompt=1):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
-        replaces the drawn initial noise. Stable Diffusion: `prompt` (required),
-        `negative_prompt`, `height`, `width`; DiT: `class_labels` (an int or a list of one);
+        replaces the drawn initial noise. Stable Diffusion: `prompt` (required; a string or a
+        list), `negative_prompt` (of the same kind), `height`, `width`, `num_images_per_prompt`
+        (the images of all prompts denoised as one batch, as diffusers does; `latents` then has
+        the batch's rows); DiT: `class_labels` (an int or a list of one);
         both: `guidance_scale` (None: the pipeline's default, 7.5 or 4.0; <= 1: no guidance).
         Stable Diffusion image to image (StableDiffusionImg2ImgPipeline): `image`, f32 [H, W, 3]
         or [1, H, W, 3] in [0, 1] (numpy, torch or ember; a PIL image is scaled by 1/255), and
@@ -120,13 +135,32 @@ class DiffusionPipeline:
         rp.eta = eta
         rp.seed = _seed(generator)
         rp.vae_tiling = self._vae_tiling
+        rp.vae_slicing = self._vae_slicing
+        if isinstance(num_images_per_prompt, bool) or not isinstance(num_images_per_prompt, int):
+            raise TypeError("num_images_per_prompt: an int")
+        if num_images_per_prompt < 1:
+            raise ValueError(f"num_images_per_prompt {num_images_per_prompt}: 1 or more")
+        rp.num_images_per_prompt = num_images_per_prompt  # the C side checks the batch's size
         keep = []  # the C strings live until the run returns
         for field, text in (("prompt", prompt), ("negative_prompt", negative_prompt)):
-            if text is not None:
-                if not isinstance(text, str):
-                    raise TypeError(f"{field}: one string (batches of prompts are not supported)")
+            if text is None:
+                continue
+            if isinstance(text, str):
                 keep.append(ffi.new("char[]", text.encode()))
                 setattr(rp, field, keep[-1])
+                continue
+            texts = list(text)
+            if not texts or not all(isinstance(t, str) for t in texts):
+                raise TypeError(f"{field}: a string or a non-empty list of strings")
+            keep.extend(ffi.new("char[]", t.encode()) for t in texts)
+            keep.append(ffi.new("char *[]", keep[-len(texts):]))
+            if field == "prompt":
+                rp.prompts, rp.num_prompts = keep[-1], len(texts)
+            else:
+                if not isinstance(prompt, (list, tuple)) or len(texts) != len(prompt):
+                    raise ValueError("negative_prompt: a list needs a list of prompts of the "
+                                     "same length")
+                rp.negative_prompts = keep[-1]
         if guidance_scale is not None:
             # 0 means "the pipeline's default" to the C API; an explicit 0 is no guidance
             rp.guidance_scale = float(guidance_scale) if guidance_scale > 0 else 1.0

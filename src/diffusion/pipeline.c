@@ -128,6 +128,7 @@ em_pipeline_run_params em_pipeline_default_params(void) {
     em_pipeline_run_params rp;
     memset(&rp, 0, sizeof rp);
     rp.class_label = -1;
+    rp.num_images_per_prompt = 1;
     return rp;
 }
 
@@ -137,13 +138,16 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The initial latents on the UNet's device, f32 [1, C, H, W], drawn from g or checked and moved
- * from the caller's; a reference the caller releases. NULL with the error in c. */
+/* The initial latents on the UNet's device, f32 [B, C, H, W] (B: the Stable Diffusion batch, else
+ * 1), drawn from g as one randn of that shape or checked and moved from the caller's; a reference
+ * the caller releases. NULL with the error in c. */
 static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                                   em_torch_generator *g) {
     int64_t shape[4];
     bool have = p->tok ? sd_latent_shape(c, p, rp, shape) : em_pipeline_latent_shape(p, shape);
     if (em_ctx_status(c)) return NULL;
+    int64_t batch = p->tok ? sd_batch(rp) : 1;
+    shape[0] = batch;
     em_device *dev = em_pipeline_device(p);
     em_tensor *x;
     if (!rp->latents) {
@@ -159,7 +163,7 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
         const int64_t *s = em_tensor_shape(l);
         int nd = em_tensor_ndim(l);
         int64_t channels = p->dit ? shape[1] : em_unet2d_get_config(p->unet)->in_channels;
-        bool ok = nd == 4 && s[0] == 1 && s[1] == channels &&
+        bool ok = nd == 4 && s[0] == batch && s[1] == channels &&
                   (!have || (s[2] == shape[2] && s[3] == shape[3]));
         if (!ok) {
             char got[96] = "", want[64];
@@ -167,10 +171,11 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
                 o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", i ? ", " : "",
                               (long long)s[i]);
             if (have)
-                snprintf(want, sizeof want, "[1, %lld, %lld, %lld]", (long long)shape[1],
-                         (long long)shape[2], (long long)shape[3]);
+                snprintf(want, sizeof want, "[%lld, %lld, %lld, %lld]", (long long)batch,
+                         (long long)shape[1], (long long)shape[2], (long long)shape[3]);
             else
-                snprintf(want, sizeof want, "[1, %lld, H, W]", (long long)channels);
+                snprintf(want, sizeof want, "[%lld, %lld, H, W]", (long long)batch,
+                         (long long)channels);
             em_ctx_fail(c, EM_ERR_SHAPE, OP,
                         "initial latents of shape [%s] do not fit %s (%s): the latent shape is %s",
                         got, p->idx.class_name, p->idx.dir, want);
@@ -213,18 +218,20 @@ static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor 
     return tt && em_compiled_call(c, f, args, ctx ? 3 : 2, NULL, 0, &out, 1) == 1 ? out : NULL;
 }
 
-/* One step's model output: with guidance (ctx holds [negative; prompt]) the UNet runs on the
- * latents twice over and noise_pred = uncond + scale * (text - uncond), as diffusers does. */
+/* One step's model output: with guidance (ctx holds [negatives; prompts], twice the latents'
+ * rows) the UNet runs on the latents twice over and noise_pred = uncond + scale * (text -
+ * uncond), as diffusers does. */
 static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *x,
                                double t, em_tensor *ctx, double guidance) {
-    bool cfg = ctx && em_tensor_dim(ctx, 0) == 2;
+    int64_t rows = em_tensor_dim(x, 0);
+    bool cfg = ctx && em_tensor_dim(ctx, 0) == 2 * rows;
     em_tensor *pair[2] = {x, x};
     em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
     in = em_scheduler_scale_model_input(c, p->sched, in, t);
     em_tensor *eps = denoiser(c, p, f, in, t, ctx);
     if (!cfg || !eps) return eps;
     em_tensor *parts[2] = {NULL, NULL};
-    if (em_split(c, eps, 1, 0, parts, 2) != 2) return NULL;
+    if (em_split(c, eps, rows, 0, parts, 2) != 2) return NULL;
     return em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
 }
 
@@ -269,6 +276,45 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     return x;
 }
 
+/* A batch (num_images_per_prompt, a list of prompts) is Stable Diffusion's, of 1 to
+ * EM_PIPELINE_MAX_BATCH images, with the prompts given one way. */
+static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
+    int64_t n = rp->num_images_per_prompt;
+    const char *why = NULL;
+    if (n < 0)
+        why = "num_images_per_prompt must be 1 or more";
+    else if ((n > 1 || rp->prompts || rp->negative_prompts) && !p->tok)
+        why = "batches (num_images_per_prompt > 1, a list of prompts) are StableDiffusionPipeline's";
+    else if (rp->negative_prompts && !rp->prompts)
+        why = "negative_prompts need prompts (a list of the same length)";
+    else if (rp->prompts && (rp->prompt || rp->negative_prompt))
+        why = "prompts (a list) with prompt or negative_prompt (a string): give a list of "
+              "negative_prompts with a list of prompts, as diffusers requires";
+    else if (rp->prompts && rp->num_prompts < 1)
+        why = "num_prompts must be 1 or more with prompts";
+    if (why) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s, %s): num_images_per_prompt %lld, "
+                    "num_prompts %lld", why, p->idx.class_name, p->idx.dir, (long long)n,
+                    rp->prompts ? (long long)rp->num_prompts : 1LL);
+        return false;
+    }
+    for (int64_t i = 0; rp->prompts && i < rp->num_prompts && i < EM_PIPELINE_MAX_BATCH; i++)
+        if (!rp->prompts[i] || (rp->negative_prompts && !rp->negative_prompts[i])) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s %lld of %lld is NULL (\"\" is a prompt)",
+                        rp->prompts[i] ? "negative prompt" : "prompt", (long long)i,
+                        (long long)rp->num_prompts);
+            return false;
+        }
+    int64_t per = n > 1 ? n : 1, prompts = rp->prompts ? rp->num_prompts : 1;
+    if (prompts > EM_PIPELINE_MAX_BATCH || per > EM_PIPELINE_MAX_BATCH / prompts) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "a batch of %lld prompt(s) x %lld image(s) per "
+                    "prompt is more than the %d images a run makes (EM_PIPELINE_MAX_BATCH)",
+                    (long long)prompts, (long long)per, EM_PIPELINE_MAX_BATCH);
+        return false;
+    }
+    return true;
+}
+
 /* The conditioning options belong to one kind of pipeline each: a prompt, negative prompt and
  * size to Stable Diffusion (which needs a prompt), a class label to DiT (which needs one in
  * range), a guidance scale to either; the unconditional pipelines take none. */
@@ -293,10 +339,12 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     "%s takes no guidance scale (an unconditional pipeline)", cls);
         return false;
     }
-    if (rp->vae_tiling && !p->vae) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "vae_tiling: %s (%s) has no VAE", cls, p->idx.dir);
+    if ((rp->vae_tiling || rp->vae_slicing) && !p->vae) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s: %s (%s) has no VAE",
+                    rp->vae_tiling ? "vae_tiling" : "vae_slicing", cls, p->idx.dir);
         return false;
     }
+    if (!check_batch(c, p, rp)) return false;
     if (rp->guidance_scale != rp->guidance_scale) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
@@ -319,7 +367,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g: it must be in (0, 1]", rp->strength);
         return false;
     }
-    if (p->tok && !rp->prompt) {
+    if (p->tok && !rp->prompt && !rp->prompts) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) needs a prompt (\"\" is one)", cls,
                     p->idx.dir);
         return false;
@@ -407,7 +455,8 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
             if (first >= 0) {
                 int64_t nts = 0;
                 const double *ts = em_scheduler_timesteps(p->sched, &nts);
-                x = sd_image_latents(c, p, rp->image, rp->height, rp->width, g, ts[first]);
+                x = sd_image_latents(c, p, rp->image, rp->height, rp->width, sd_batch(rp), g,
+                                     ts[first]);
                 if (x) x = em_tensor_retain(x);
             }
         } else {
@@ -429,8 +478,9 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
      * 3, 1) */
     em_tensor *img = x;
     if (p->tok)
-        img = sd_decode(c, p, x, rp->vae_tiling);
+        img = sd_decode(c, p, x, rp->vae_tiling, rp->vae_slicing);
     else if (p->dit) {
+        em_vae_enable_slicing(p->vae, rp->vae_slicing); /* a batch of one: the same either way */
         em_tensor *z = em_mul_scalar(c, x, 1.0 / em_vae_get_config(p->vae)->scaling_factor);
         img = rp->vae_tiling ? em_vae_decode_tiled(c, p->vae, z, NULL)
                              : em_vae_decode(c, p->vae, z);

@@ -37,19 +37,22 @@ void sd_free(em_pipeline *p);
  * UNet's sample_size times the VAE's scale factor f). False with the error in c. */
 bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
                      int64_t shape[4]);
-/* encode_prompt: [negative; prompt] embeddings (guidance > 1) or the prompt's, on the UNet's
- * device, in the current scope. */
+/* The run's batch B: (prompts ? num_prompts : 1) * num_images_per_prompt (checked before). */
+int64_t sd_batch(const em_pipeline_run_params *rp);
+/* encode_prompt: [negatives; prompts] embeddings (guidance > 1) or the prompts', each row
+ * repeated num_images_per_prompt times ([2B or B, L, D]), on the UNet's device, in the current
+ * scope. */
 em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
-/* vae.decode(latents / scaling_factor): the image [1, 3, H, W] in [-1, 1], current scope; in
- * tiles (the VAE's default tiling) when `tiled`. */
-em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled);
+/* vae.decode(latents / scaling_factor): the images [B, 3, H, W] in [-1, 1], current scope; in
+ * tiles (the VAE's default tiling) when `tiled`, one image at a time when `sliced`. */
+em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, bool sliced);
 /* StableDiffusionImg2ImgPipeline.prepare_latents: the init image (f32 [1, H, W, 3] in [0, 1];
  * height / width, when not 0, must equal H / W) normalised to [-1, 1], encoded by the VAE, a
- * posterior sample drawn from g, times scaling_factor, then add_noise with noise drawn from g
- * at timestep t. The latents [1, C, H / f, W / f] on the UNet's device in the current scope,
- * or NULL with the error in c. */
+ * posterior sample drawn from g, times scaling_factor, repeated `batch` times, then add_noise
+ * with noise of the batch's shape drawn from g at timestep t. The latents
+ * [batch, C, H / f, W / f] on the UNet's device in the current scope, or NULL with the error. */
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
-                            int64_t width, em_torch_generator *g, double t);
+                            int64_t width, int64_t batch, em_torch_generator *g, double t);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([1, C, H, W] on the
  * transformer's device, a reference this takes over): classifier-free guidance on a doubled
  * batch when guidance > 1, as diffusers runs it. Returns the final latents [1, C, H, W] (a

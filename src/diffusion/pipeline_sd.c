@@ -80,25 +80,46 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
     return true;
 }
 
+int64_t sd_batch(const em_pipeline_run_params *rp) {
+    int64_t per = rp->num_images_per_prompt > 1 ? rp->num_images_per_prompt : 1;
+    return (rp->prompts ? rp->num_prompts : 1) * per;
+}
+
 em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
-    /* the negative prompt's embedding first, as diffusers concatenates [negative, prompt];
-     * None is the empty string. Tokenized to the same max_length (model_max_length), both rows
-     * are what encode_prompt makes one at a time (the text encoder sees no padding mask unless
-     * its config sets use_attention_mask, which CLIPTextConfig does not) */
+    /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
+     * None is the empty string. Tokenized to the same max_length (model_max_length), every row
+     * is what encode_prompt makes (the text encoder sees no padding mask unless its config sets
+     * use_attention_mask, which CLIPTextConfig does not), so one batch serves both halves */
     bool cfg = rp->guidance_scale > 1.0;
-    const char *prompts[2] = {rp->negative_prompt ? rp->negative_prompt : "", rp->prompt};
+    int64_t n = rp->prompts ? rp->num_prompts : 1;
+    const char **text = malloc(2 * (size_t)n * sizeof *text);
+    if (!text) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const char *neg = rp->prompts ? (rp->negative_prompts ? rp->negative_prompts[i] : NULL)
+                                      : rp->negative_prompt;
+        text[i] = neg ? neg : "";
+        text[n + i] = rp->prompts ? rp->prompts[i] : rp->prompt;
+    }
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, em_clip_text_device(p->te));
-    em_tensor *ids = em_clip_tokenize_batch(c, p->tok, cfg ? prompts : prompts + 1, cfg ? 2 : 1,
-                                            0, NULL);
+    em_tensor *ids = em_clip_tokenize_batch(c, p->tok, cfg ? text : text + n,
+                                            (int)(cfg ? 2 * n : n), 0, NULL);
     em_ctx_set_device(c, prev);
+    free(text);
     em_tensor *e = ids ? em_clip_text_prompt_embeds(c, p->te, ids, NULL, 0) : NULL;
+    /* prompt_embeds.repeat(1, num_images_per_prompt, 1).view(...): each row n times */
+    int64_t per = sd_batch(rp) / n;
+    if (e && per > 1) e = em_repeat_interleave(c, e, per, 0);
     em_device *dev = em_unet2d_device(p->unet);
     if (e && em_tensor_device(e) != dev) e = em_to(c, e, dev);
     return e;
 }
 
-em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled) {
+em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, bool sliced) {
+    em_vae_enable_slicing(p->vae, sliced);
     em_device *dev = em_vae_device(p->vae);
     if (em_tensor_device(latents) != dev) latents = em_to(c, latents, dev);
     double sf = em_vae_get_config(p->vae)->scaling_factor;
@@ -108,7 +129,7 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled) 
 }
 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
-                            int64_t width, em_torch_generator *g, double t) {
+                            int64_t width, int64_t batch, em_torch_generator *g, double t) {
     const int64_t *s = em_tensor_shape(image);
     int64_t f = vae_scale(p);
     char sig[96];
@@ -141,6 +162,9 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
     em_tensor *eps = em_torch_randn(c, g, 4, em_tensor_shape(d.mean), dev);
     em_tensor *z = eps ? em_vae_latent_sample(c, &d, eps) : NULL;
     z = em_mul_scalar(c, z, em_vae_get_config(p->vae)->scaling_factor);
+    /* prepare_latents: one image for a batch of B is encoded once and repeated (torch.cat([z] *
+     * B)); the noise below is then one draw of the batch's shape */
+    if (z && batch > 1) z = em_repeat_interleave(c, z, batch, 0);
     em_device *udev = em_unet2d_device(p->unet);
     if (z && em_tensor_device(z) != udev) z = em_to(c, z, udev);
     em_tensor *noise = z ? em_torch_randn(c, g, 4, em_tensor_shape(z), udev) : NULL;

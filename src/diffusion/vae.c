@@ -28,7 +28,12 @@ struct em_vae {
     unet_settings set;
     vae_coder enc, dec;
     unet_param quant, post_quant; /* w NULL: use_quant_conv / use_post_quant_conv false */
+    bool slicing;                 /* vae.enable_slicing(): a batch coded one image at a time */
 };
+
+void em_vae_enable_slicing(em_vae *v, bool slicing) {
+    if (v) v->slicing = slicing;
+}
 
 const em_vae_config *em_vae_get_config(const em_vae *v) { return v ? &v->cfg : NULL; }
 
@@ -269,6 +274,56 @@ static bool check_tiling(em_ctx *c, const em_vae_tiling *t) {
     return true;
 }
 
+/* The decoder (the encoder and quant_conv) on x: in tiles when t is given and x is larger than
+ * a tile (diffusers' _decode / _encode). In the current scope; NULL with the error. */
+static em_tensor *code_one(em_ctx *c, const em_vae *v, em_tensor *x, const em_vae_tiling *t,
+                           bool dec) {
+    vae_tile_fn fn = dec ? decode_raw : encode_raw;
+    int64_t in = !t ? 0 : dec ? t->tile_latent_min_size : t->tile_sample_min_size;
+    int64_t out = !t ? 0 : dec ? t->tile_sample_min_size : t->tile_latent_min_size;
+    if (t && (em_tensor_dim(x, 2) > in || em_tensor_dim(x, 3) > in))
+        return vae_tiled(c, v, x, in, out, t->tile_overlap_factor, fn);
+    return fn(c, v, x);
+}
+
+/* code_one on the batch x, or with slicing on one image at a time (AutoencoderKL.decode /
+ * encode with use_slicing: x.split(1), each coded, torch.cat), each image's intermediates
+ * released before the next. In the current scope; NULL with the error. */
+#define CAT_MAX 64 /* the tensors one em_cat takes (ember/ops.h) */
+
+static em_tensor *code(em_ctx *c, const em_vae *v, em_tensor *x, const em_vae_tiling *t,
+                       bool dec) {
+    int64_t n = em_tensor_dim(x, 0);
+    if (v->slicing && n > 1) {
+        em_tensor **parts = calloc((size_t)n, sizeof *parts);
+        if (!parts) {
+            em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+            return NULL;
+        }
+        int64_t i = 0;
+        for (; i < n; i++) {
+            em_scope_push(c);
+            parts[i] = em_keep(c, code_one(c, v, em_narrow(c, x, 0, i, 1), t, dec));
+            em_scope_pop(c);
+            if (!parts[i]) break;
+        }
+        /* torch.cat, in groups of what one em_cat takes, then of the groups */
+        for (int64_t m = n; i == n && m > 1 && !em_ctx_status(c);) {
+            int64_t k = 0;
+            for (int64_t j = 0; j < m; j += CAT_MAX, k++)
+                parts[k] = m - j == 1 ? parts[j]
+                                      : em_cat(c, parts + j,
+                                               (int)(m - j < CAT_MAX ? m - j : CAT_MAX),
+                                               0);
+            m = k;
+        }
+        em_tensor *out = i == n ? parts[0] : NULL;
+        free(parts);
+        return out;
+    }
+    return code_one(c, v, x, t, dec);
+}
+
 static em_tensor *decode(em_ctx *c, em_vae *v, em_tensor *z, const em_vae_tiling *t) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!v || !z) {
@@ -278,12 +333,7 @@ static em_tensor *decode(em_ctx *c, em_vae *v, em_tensor *z, const em_vae_tiling
     if (!check_input(c, v, z, "latents", v->cfg.latent_channels, "latent_channels")) return NULL;
     if (t && !check_tiling(c, t)) return NULL;
     em_scope_push(c);
-    int64_t side = t ? t->tile_latent_min_size : 0;
-    em_tensor *x = t && (em_tensor_dim(z, 2) > side || em_tensor_dim(z, 3) > side)
-                       ? vae_tiled(c, v, z, side, t->tile_sample_min_size, t->tile_overlap_factor,
-                                   decode_raw)
-                       : decode_raw(c, v, z);
-    x = em_keep(c, x);
+    em_tensor *x = em_keep(c, code(c, v, z, t, true));
     em_scope_pop(c);
     return x;
 }
@@ -305,11 +355,7 @@ static em_status encode(em_ctx *c, em_vae *v, em_tensor *image, const em_vae_til
         return em_ctx_status(c);
     if (t && !check_tiling(c, t)) return em_ctx_status(c);
     em_scope_push(c);
-    int64_t side = t ? t->tile_sample_min_size : 0;
-    em_tensor *x = t && (em_tensor_dim(image, 2) > side || em_tensor_dim(image, 3) > side)
-                       ? vae_tiled(c, v, image, side, t->tile_latent_min_size,
-                                   t->tile_overlap_factor, encode_raw)
-                       : encode_raw(c, v, image);
+    em_tensor *x = code(c, v, image, t, false);
     /* DiagonalGaussianDistribution: torch.chunk(moments, 2, dim=1), logvar clamped */
     em_tensor *parts[2] = {NULL, NULL};
     if (x && em_split(c, x, v->cfg.latent_channels, 1, parts, 2) == 2) {

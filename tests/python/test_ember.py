@@ -476,6 +476,34 @@ def test_diffusion_conditional_pipelines_match_diffusers():
         ddim(num_inference_steps=1, image=np.zeros((8, 8, 3), np.float32))
 
 
+def test_diffusion_sd_batches_match_diffusers():
+    """Stable Diffusion batches (scripts/gen_sd_batch_fixtures.py): num_images_per_prompt with
+    one seed, a list of prompts with a list of negative prompts, the VAE sliced; diffusers'
+    images within 1e-3; bad batch arguments refused."""
+    meta, ref = _diffusion_bundle("sd_batch_ref")
+    path = os.path.join(FX, "diffusion", "sd_tiny")
+    for name, sliced in (("cfg2", False), ("nocfg2", True), ("prompts", True)):
+        r = meta["runs"][name]
+        sd = ember.DiffusionPipeline.from_pretrained(path)
+        if sliced:
+            sd.enable_vae_slicing()
+        out = sd(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+                 negative_prompt=r["negative_prompt"], guidance_scale=r["guidance"], height=8,
+                 width=8, num_images_per_prompt=r["num_images_per_prompt"]).images
+        assert out.shape == ref[name + "_image"].shape
+        np.testing.assert_allclose(out, ref[name + "_image"], atol=1e-3, err_msg=name)
+    sd = ember.DiffusionPipeline.from_pretrained(path)
+    with pytest.raises(ValueError, match="num_images_per_prompt 0"):
+        sd(num_inference_steps=1, prompt="x", num_images_per_prompt=0)
+    with pytest.raises(ember.EmberError, match="EM_PIPELINE_MAX_BATCH"):
+        sd(num_inference_steps=1, prompt="x", num_images_per_prompt=5000)
+    with pytest.raises(ValueError, match="same length"):
+        sd(num_inference_steps=1, prompt=["x", "y"], negative_prompt=["z"])
+    with pytest.raises(ember.EmberError, match="StableDiffusionPipeline's"):
+        ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))(
+            num_inference_steps=1, num_images_per_prompt=2)
+
+
 def test_diffusion_errors():
     with pytest.raises(ember.EmberError, match="model_index.json"):
         ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sched"))

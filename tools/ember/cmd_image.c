@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n"
-            "                   [--vae-tiling] [--init-image FILE [--strength S]]\n"
+            "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]]\n"
             "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
             "                      diffusers' pipe.vae.enable_tiling(): memory follows the tile\n"
+            "  --vae-slicing       decode a batch (--num-images) one image at a time, as\n"
+            "                      diffusers' pipe.vae.enable_slicing(): the same images\n"
             "  --out FILE.png      the image\n"
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
             "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n"
@@ -52,9 +54,10 @@ static void usage(FILE *f) {
             "                      and W multiples of the VAE's scale factor\n"
             "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
             "                      (default 0.8)\n"
-            "  --num-images N      N images, seeds S, S+1, ..., S+N-1 (one run each: the\n"
-            "                      pipelines draw one image per run), tiled into one PNG grid\n"
-            "                      (and stacked [N, H, W, C] in --out-npy); needs --seed\n"
+            "  --num-images N      N images tiled into one PNG grid (and stacked [N, H, W, C]\n"
+            "                      in --out-npy); needs --seed. Stable Diffusion: one batched\n"
+            "                      run, diffusers' num_images_per_prompt=N with seed S; the\n"
+            "                      other pipelines: seeds S, S+1, ..., S+N-1, one run each\n"
             "  --grid-cols K       columns of the grid (default: ceil(sqrt(N)))\n"
             "  --upscale U         enlarge the PNG U times, nearest neighbour (8x8 images are\n"
             "                      hard to see; grid cells get a gray frame of U/4 pixels);\n"
@@ -73,7 +76,7 @@ typedef struct image_args {
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     long long steps, seed, height, width, class_label, num_images, grid_cols, upscale;
     double eta, guidance, strength;
-    bool have_seed, compile, have_class, have_guidance, vae_tiling;
+    bool have_seed, compile, have_class, have_guidance, vae_tiling, vae_slicing;
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
@@ -106,6 +109,8 @@ static int parse(int argc, char **argv, image_args *a) {
             a->compile = true;
         } else if (!strcmp(o, "--vae-tiling")) {
             a->vae_tiling = true;
+        } else if (!strcmp(o, "--vae-slicing")) {
+            a->vae_slicing = true;
         } else if (!strcmp(o, "--model") && val) {
             a->model = argv[++i];
         } else if (!strcmp(o, "--scheduler") && val) {
@@ -157,8 +162,8 @@ static int parse(int argc, char **argv, image_args *a) {
         return 2;
     }
     if (a->num_images > 1 && (!a->have_seed || a->latents)) {
-        fprintf(stderr, "ember image: --num-images draws each image from its own seed: give "
-                        "--seed and no --latents\n");
+        fprintf(stderr, "ember image: --num-images draws its images from the seed: give --seed "
+                        "and no --latents\n");
         return 2;
     }
     return 0;
@@ -175,22 +180,35 @@ static em_tensor *init_image(em_ctx *c, const char *path) {
     return t;
 }
 
-/* n runs with seeds rp->seed, rp->seed + 1, ...: the images stacked [n, H, W, C]. */
+/* n images stacked [n, H, W, C]: Stable Diffusion's one batched run (num_images_per_prompt,
+ * set by the caller), else n runs with seeds rp->seed, rp->seed + 1, ... */
 static em_tensor *run_images(em_ctx *c, em_pipeline *p, em_pipeline_run_params *rp,
                              long long n) {
-    if (n == 1) return em_pipeline_run(c, p, rp);
-    em_tensor **imgs = calloc((size_t)n, sizeof *imgs);
-    if (!imgs) return em_ctx_fail(c, EM_ERR_OOM, "image", "out of memory"), NULL;
+    if (n == 1 || rp->num_images_per_prompt > 1) return em_pipeline_run(c, p, rp);
+    /* the runs' images gathered on the host: em_cat takes 64 tensors at most */
     uint64_t seed = rp->seed;
+    float *all = NULL;
+    int64_t shape[4] = {0}, numel = 0;
     em_tensor *out = NULL;
     long long i = 0;
     for (; i < n; i++) {
         rp->seed = seed + (uint64_t)i;
         fprintf(stderr, "image %lld/%lld (seed %llu)\n", i + 1, n, (unsigned long long)rp->seed);
-        if (!(imgs[i] = em_pipeline_run(c, p, rp))) break;
+        em_scope_push(c);
+        em_tensor *img = em_pipeline_run(c, p, rp);
+        if (img && !all) {
+            memcpy(shape, em_tensor_shape(img), sizeof shape);
+            numel = em_tensor_numel(img);
+            if (!(all = malloc((size_t)(numel * n) * sizeof *all)))
+                em_ctx_fail(c, EM_ERR_OOM, "image", "out of memory");
+        }
+        bool ok = img && all && em_to_host_f32(c, img, all + i * numel, numel) == EM_OK;
+        em_scope_pop(c);
+        if (!ok) break;
     }
-    if (i == n) out = em_cat(c, imgs, (int)n, 0);
-    free(imgs);
+    shape[0] = n;
+    if (i == n) out = em_from_host(c, EM_F32, 4, shape, all);
+    free(all);
     return out;
 }
 
@@ -240,16 +258,20 @@ static int run(em_ctx *c, const image_args *a) {
     /* an explicit 0 is "no guidance", which the run parameters spell <= 1 (0: the pipeline's
      * default) */
     rp.guidance_scale = !a->have_guidance ? 0.0 : a->guidance > 0.0 ? a->guidance : 1.0;
-    rp.progress = a->num_images > 1 ? NULL : progress; /* a line per image instead */
+    const em_pipeline_index *idx = em_pipeline_get_index(p);
+    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION, dit = idx->pipeline == EM_PIPELINE_DIT;
+    /* Stable Diffusion batches its images in one run (a line per step); the others run once
+     * per image (a line per image instead) */
+    if (sd) rp.num_images_per_prompt = a->num_images;
+    rp.progress = a->num_images > 1 && !sd ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
     rp.height = a->height;
     rp.width = a->width;
-    const em_pipeline_index *idx = em_pipeline_get_index(p);
-    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION, dit = idx->pipeline == EM_PIPELINE_DIT;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
     rp.vae_tiling = a->vae_tiling;
+    rp.vae_slicing = a->vae_slicing;
     rp.compile_stats = &cs;
     em_scheduler_kind kind;
     const char *wrong = NULL, *why = "";
