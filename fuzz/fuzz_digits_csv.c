@@ -2,7 +2,6 @@
  * or plain text): any file must give images or an error in the context naming the file and
  * line, never a crash, an out-of-bounds read or a leak. The bytes are a memfd read by path, so
  * the reader's own file and gzip handling run as they do on disk. */
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
