@@ -18,11 +18,11 @@ and blocks of 4 positions (one sequence of ctx: 24 blocks):
   - --kv-memory in MiB gives the block count its bytes hold.
 No timing is asserted. Exit 77 (skipped) without the HTTP server.
 """
+import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,37 +35,6 @@ MSGS = ["Hi.", "What is two plus two?",
         "Go on.", "Write a line about the sea and the sky and the wind."]
 CTX, BLOCK, BUDGET = 96, 4, 30
 PER_SEQ = CTX // BLOCK  # blocks of one sequence of ctx positions
-
-
-def tokens(s, msg):
-    return s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": msg}]})["count"]
-
-
-def answers_alone(s, n):
-    return [s.json("POST", "/v1/chat/completions", cs.chat_body(m, n[i]))
-            ["choices"][0]["message"]["content"] for i, m in enumerate(MSGS)]
-
-
-def concurrent(s, n, rounds=2):
-    got, errors = {}, []
-
-    def run(k, i):
-        try:
-            got[(k, i)] = cs.stream_text(s.stream("/v1/chat/completions", cs.chat_body(
-                MSGS[i], n[i], stream=True)), True)[0]
-        except SystemExit as e:
-            errors.append(str(e))
-        except Exception as e:  # noqa: BLE001 - report any client failure
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=run, args=(k, i)) for k in range(rounds)
-               for i in range(len(MSGS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    check(not errors, f"concurrent streams: {errors}")
-    return got
 
 
 def settled(s):
@@ -93,7 +62,7 @@ def run_budget(ember, d, common, n, ref, prefix_cache):
     s = cs.Server(ember, d, *common, "--prefix-cache", str(prefix_cache))
     try:
         check(cs.metric(s, "ember:kv_cache_blocks_total") == BUDGET, "ember:kv_cache_blocks_total")
-        alone = answers_alone(s, n)
+        alone = cs.answers_alone(s, MSGS, n)
         log = "".join(s.log)  # (the load's lines may follow "ready": read after requests)
         check(f"paged KV cache of {BUDGET} blocks x {BLOCK} positions" in log and "a budget" in log,
               f"no budget in the startup log:\n{log}")
@@ -101,7 +70,7 @@ def run_budget(ember, d, common, n, ref, prefix_cache):
             check(alone[i] == ref[i], f"prompt {i} alone under the budget: {alone[i]!r} != ember "
                   f"generate {ref[i]!r}")
         check(cs.metric(s, "vllm:num_preemptions_total") == 0, "preemptions with one request")
-        streams = concurrent(s, n)
+        streams = cs.concurrent_streams(s, MSGS, n)
         for (k, i), text in sorted(streams.items()):
             check(text == ref[i], f"stream {i} (round {k}) under the budget: {text!r} != alone "
                   f"{ref[i]!r}")
@@ -149,11 +118,7 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     ember = sys.argv[1:]
-    h = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--port", "0"],
-                       capture_output=True, text=True, timeout=60)
-    if "no HTTP server" in h.stderr:
-        print("SKIP: this ember was built without libmicrohttpd")
-        sys.exit(77)
+    cs.skip_without_http(ember)
     with tempfile.TemporaryDirectory() as d:
         cs.make_checkpoint(d)
         # refusals
@@ -167,7 +132,7 @@ def main():
                   "--parallel", "16", "--max-batch", "4")
         s = cs.Server(ember, d, *common, "--prefix-cache", "0")
         try:  # the sizes, and the answers' lengths, from a server without a budget
-            plen = [tokens(s, m) for m in MSGS]
+            plen = [cs.chat_tokens(s, m) for m in MSGS]
             n = [CTX - 4 - p for p in plen]
             check(all(k >= 40 for k in n), f"prompts too long for --ctx {CTX}: {plen}")
             s.stop("ember serve without a budget")
@@ -175,7 +140,6 @@ def main():
             s.kill()
         ref = [cs.ember_generate(ember, d, "--chat", m, n[i]) for i, m in enumerate(MSGS)]
         # one block's bytes: 2 layers x keys and values x kv heads x head dim x 4 (f32) x BLOCK
-        import json
         cfg = json.load(open(os.path.join(d, "config.json")))
         block_bytes = (cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] *
                        cfg["head_dim"] * 4 * BLOCK)
