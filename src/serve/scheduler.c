@@ -360,13 +360,33 @@ static int64_t pool_free(const srv_worker *w) {
     return em_paged_kv_blocks_total(w->pkv) - em_paged_kv_blocks_used(w->pkv);
 }
 
-/* Drops the least recently used kept prompt (but `keep`); false when there is none. Its blocks
- * that no other sequence shares go back to the pool. */
+/* Whether dropping kept prompt p gives a block back: whether it holds a block that no row, no
+ * prompt in prefill and no other kept prompt holds (distinct blocks of all of them with and
+ * without p). Evicting one whose blocks running rows share would lose it for nothing. */
+static bool prefix_frees(srv_worker *w, const srv_prefix *p) {
+    int cap = w->n + w->n_pf + w->s->o.prefix_cache + 1, n = 0;
+    int *seqs = malloc((size_t)cap * sizeof *seqs);
+    if (!seqs) return true; /* out of memory: evict it anyway */
+    for (int r = 0; r < w->n; r++) seqs[n++] = w->rows[r].seq;
+    for (int g = 0; g < w->n_pf; g++)
+        if (w->pf[g].job) seqs[n++] = w->pf[g].seq;
+    for (int e = 0; e < w->s->o.prefix_cache; e++)
+        if (w->prefixes[e].seq >= 0 && &w->prefixes[e] != p) seqs[n++] = w->prefixes[e].seq;
+    int64_t without = em_paged_kv_blocks_held(w->pkv, seqs, n);
+    seqs[n++] = p->seq;
+    int64_t with = em_paged_kv_blocks_held(w->pkv, seqs, n);
+    free(seqs);
+    return with < 0 || without < 0 || with > without;
+}
+
+/* Drops the least recently used kept prompt (but `keep`) that gives blocks back; false when
+ * there is none. Its blocks that no other sequence shares return to the pool. */
 static bool evict_prefix(srv_worker *w, const srv_prefix *keep) {
     srv_prefix *lru = NULL;
     for (int e = 0; w->prefixes && e < w->s->o.prefix_cache; e++) {
         srv_prefix *p = &w->prefixes[e];
-        if (p->seq >= 0 && p != keep && (!lru || p->used < lru->used)) lru = p;
+        if (p->seq >= 0 && p != keep && (!lru || p->used < lru->used) && prefix_frees(w, p))
+            lru = p;
     }
     if (!lru) return false;
     em_paged_seq_free(w->pkv, lru->seq);
@@ -1338,7 +1358,7 @@ static void group_take(srv_worker *w) {
             continue;
         }
         s->n_running++;
-        w->pf[w->n_pf++] = (srv_pf){.job = j, .reuse = L};
+        w->pf[w->n_pf++] = (srv_pf){.job = j, .reuse = L, .seq = -1};
         if (rem > r) r = rem;
         sum += rem;
     }
