@@ -9,7 +9,8 @@ and blocks of 4 positions (one sequence of ctx: 24 blocks):
   - with --kv-blocks 30 (about a third of what 4 rows of long answers need) and --max-batch 4,
     the answers of six prompts run alone are `ember generate --chat --greedy`'s; then twelve
     concurrent greedy streams (more than --max-batch, long answers) are byte-identical to them,
-    vllm:num_preemptions_total grows, and afterwards nothing runs or waits,
+    vllm:num_preemptions_total grows (and six seeded sampled streams equal their runs alone: a
+    preempted row keeps its random state), and afterwards nothing runs or waits,
     vllm:kv_cache_usage_perc is 0 and, without a prefix cache, ember:kv_cache_blocks_used is 0
     (no block leaked); with a prefix cache of 2 the same holds, kept prompts excepted (they are
     evicted under pressure, the answers do not change);
@@ -23,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +78,30 @@ def run_budget(ember, d, common, n, ref, prefix_cache):
                   f"{ref[i]!r}")
         pre = cs.metric(s, "vllm:num_preemptions_total")
         check(pre > 0, "no preemption: the budget did not bind (make the answers longer)")
+        # sampled, seeded: a preempted row keeps its random state, so the text is the same too
+        bodies = [cs.chat_body(m, n[i], temperature=1.0, top_k=20, seed=100 + i, stream=True)
+                  for i, m in enumerate(MSGS)]
+        sampled = [cs.stream_text(s.stream("/v1/chat/completions", b), True)[0] for b in bodies]
+        got, errors = {}, []
+
+        def run(i):
+            try:
+                got[i] = cs.stream_text(s.stream("/v1/chat/completions", bodies[i]), True)[0]
+            except BaseException as e:  # noqa: BLE001 - report any client failure
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(MSGS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        check(not errors, f"seeded streams: {errors}")
+        for i in range(len(MSGS)):
+            check(got.get(i) == sampled[i], f"seeded stream {i} under the budget: {got.get(i)!r} "
+                  f"!= alone {sampled[i]!r}")
+        check(cs.metric(s, "vllm:num_preemptions_total") > pre, "no preemption among the seeded "
+              "streams")
+        pre = cs.metric(s, "vllm:num_preemptions_total")
         usage, blocks = settled(s)
         check(usage == 0, f"vllm:kv_cache_usage_perc {usage} after the run")
         if prefix_cache == 0:
