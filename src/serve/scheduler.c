@@ -115,6 +115,7 @@ typedef struct srv_worker {
     uint32_t *piece_len;
     uint64_t clock;
     bool sliding; /* a sliding-window layer: a batch's prompts keep their keys contiguous */
+    bool budget;  /* paged with o.kv_blocks / o.kv_memory below the worst case: it can run out */
 } srv_worker;
 
 double srv_now(void) {
@@ -1170,7 +1171,7 @@ static bool load(srv_worker *w) {
             int64_t per = (ctx + s->o.kv_block - 1) / s->o.kv_block;
             int64_t blocks = (int64_t)(s->o.max_batch + s->o.prefix_cache) * per;
             int64_t budget = kv_budget_blocks(c, s, m, ctx, per);
-            if (budget > 0 && budget < blocks) blocks = budget;
+            if (budget > 0 && budget < blocks) blocks = budget, w->budget = true;
             if (budget >= 0)
                 w->pkv = em_paged_kv_create(c, m, blocks, s->o.kv_block,
                                             2 * s->o.max_batch + s->o.prefix_cache + 1);
@@ -1333,7 +1334,7 @@ static void group_take(srv_worker *w) {
             if (w->n_pf > 0 && (hole || 2 * (shared - L) > rem ||
                                 !group_worth_it(w, w->n_pf + 1, rem > r ? rem : r, sum + rem)))
                 break;
-            if (w->pkv) { /* the KV budget: its blocks (but the reused prefix's whole ones), and
+            if (w->budget) { /* the KV budget: its blocks (but the reused prefix's whole ones), and
                            * one block of headroom per running row, must be free; kept prompts
                            * make room, else it waits (in order) for rows to end. When nothing
                            * runs it goes anyway: the pool holds one sequence of ctx */
