@@ -252,19 +252,25 @@ def answers_alone(s, msgs, budget):
 
 def concurrent_streams(s, msgs, budget, rounds=2):
     """Every message streamed `rounds` times, all at once: {(round, i): text}."""
+    return concurrent_bodies(s, [chat_body(m, budget[i], stream=True)
+                                 for i, m in enumerate(msgs)], rounds)
+
+
+def concurrent_bodies(s, bodies, rounds=1):
+    """Every streamed chat request of `bodies` sent `rounds` times, all at once:
+    {(round, i): text}."""
     got, errors = {}, []
 
     def run(k, i):
         try:
-            got[(k, i)] = stream_text(s.stream("/v1/chat/completions", chat_body(
-                msgs[i], budget[i], stream=True)), True)[0]
+            got[(k, i)] = stream_text(s.stream("/v1/chat/completions", bodies[i]), True)[0]
         except SystemExit as e:
             errors.append(str(e))
         except Exception as e:  # noqa: BLE001 - report any client failure
             errors.append(repr(e))
 
     threads = [threading.Thread(target=run, args=(k, i)) for k in range(rounds)
-               for i in range(len(msgs))]
+               for i in range(len(bodies))]
     for t in threads:
         t.start()
     for t in threads:

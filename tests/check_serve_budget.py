@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -82,20 +81,7 @@ def run_budget(ember, d, common, n, ref, prefix_cache):
         bodies = [cs.chat_body(m, n[i], temperature=1.0, top_k=20, seed=100 + i, stream=True)
                   for i, m in enumerate(MSGS)]
         sampled = [cs.stream_text(s.stream("/v1/chat/completions", b), True)[0] for b in bodies]
-        got, errors = {}, []
-
-        def run(i):
-            try:
-                got[i] = cs.stream_text(s.stream("/v1/chat/completions", bodies[i]), True)[0]
-            except BaseException as e:  # noqa: BLE001 - report any client failure
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(MSGS))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        check(not errors, f"seeded streams: {errors}")
+        got = {i: t for (_, i), t in cs.concurrent_bodies(s, bodies).items()}
         for i in range(len(MSGS)):
             check(got.get(i) == sampled[i], f"seeded stream {i} under the budget: {got.get(i)!r} "
                   f"!= alone {sampled[i]!r}")
