@@ -230,6 +230,55 @@ def metric(server, name):
     return total
 
 
+def skip_without_http(ember):
+    """Exits 77 (skipped) when this ember was built without libmicrohttpd."""
+    h = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--port", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    if "no HTTP server" in h.stderr:
+        print("SKIP: this ember was built without libmicrohttpd")
+        sys.exit(77)
+
+
+def chat_tokens(s, msg):
+    """The prompt tokens of one user message after the chat template."""
+    return s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": msg}]})["count"]
+
+
+def answers_alone(s, msgs, budget):
+    """Greedy chat answers of msgs[i] (budget[i] tokens), one request at a time."""
+    return [s.json("POST", "/v1/chat/completions", chat_body(m, budget[i]))
+            ["choices"][0]["message"]["content"] for i, m in enumerate(msgs)]
+
+
+def concurrent_streams(s, msgs, budget, rounds=2):
+    """Every message streamed `rounds` times, all at once: {(round, i): text}."""
+    return concurrent_bodies(s, [chat_body(m, budget[i], stream=True)
+                                 for i, m in enumerate(msgs)], rounds)
+
+
+def concurrent_bodies(s, bodies, rounds=1):
+    """Every streamed chat request of `bodies` sent `rounds` times, all at once:
+    {(round, i): text}."""
+    got, errors = {}, []
+
+    def run(k, i):
+        try:
+            got[(k, i)] = stream_text(s.stream("/v1/chat/completions", bodies[i]), True)[0]
+        except SystemExit as e:
+            errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - report any client failure
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(k, i)) for k in range(rounds)
+               for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    check(not errors, f"concurrent streams: {errors}")
+    return got
+
+
 # ---- the checks ----
 
 def check_basics(s):
@@ -921,11 +970,7 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     ember = sys.argv[1:]
-    h = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--port", "0"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    if "no HTTP server" in h.stderr:
-        print("SKIP: this ember was built without libmicrohttpd")
-        sys.exit(77)
+    skip_without_http(ember)
     r = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--host", "0.0.0.0"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     check(r.returncode != 0 and "API key" in r.stderr,

@@ -18,10 +18,8 @@ With $EMBER_PJRT_XLA_PLUGIN set, the same answers on --device xla:0 --compile (s
 without it). No timing is asserted. Exit 77 (skipped) without the HTTP server.
 """
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_serve as cs  # noqa: E402  (the checkpoint, the client and the SSE checks)
@@ -33,60 +31,25 @@ MSGS = ["Hi.", "What is two plus two?",
         "Go on.", "Write a line about the sea and the sky and the wind."]
 
 
-def tokens(s, msg):
-    return s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": msg}]})["count"]
-
-
-def answers_alone(s, budget):
-    return [s.json("POST", "/v1/chat/completions", cs.chat_body(m, budget[i]))
-            ["choices"][0]["message"]["content"] for i, m in enumerate(MSGS)]
-
-
 def compiles(s):
     return int(cs.metric(s, "ember:compiles_total")), int(cs.metric(s, "ember:compiled_programs"))
-
-
-def concurrent(s, budget, rounds=2):
-    got, errors = {}, []
-
-    def run(k, i):
-        try:
-            got[(k, i)] = cs.stream_text(s.stream("/v1/chat/completions", cs.chat_body(
-                MSGS[i], budget[i], stream=True)), True)[0]
-        except SystemExit as e:
-            errors.append(str(e))
-        except Exception as e:  # noqa: BLE001 - report any client failure
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=run, args=(k, i)) for k in range(rounds)
-               for i in range(len(MSGS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    check(not errors, f"concurrent streams: {errors}")
-    return got
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     ember = sys.argv[1:]
-    h = subprocess.run(ember + ["serve", "--model", "/nonexistent", "--port", "0"],
-                       capture_output=True, text=True, timeout=60)
-    if "no HTTP server" in h.stderr:
-        print("SKIP: this ember was built without libmicrohttpd")
-        sys.exit(77)
+    cs.skip_without_http(ember)
     common = ("--served-model-name", "tiny", "--ctx", "128", "--prefix-cache", "0", "--parallel", "16")
     with tempfile.TemporaryDirectory() as d:
         cs.make_checkpoint(d)
         eager = cs.Server(ember, d, *common, "--kv-block", "0")
         try:
             # answers of different lengths: the prompt plus its answer within the context
-            plen = [tokens(eager, m) for m in MSGS]
+            plen = [cs.chat_tokens(eager, m) for m in MSGS]
             budget = [min(12 + 17 * i, 120 - p) for i, p in enumerate(plen)]
             check(all(b >= 8 for b in budget), f"prompts too long for --ctx 128: {plen}")
-            ref = answers_alone(eager, budget)
+            ref = cs.answers_alone(eager, MSGS, budget)
             check(compiles(eager) == (0, 0), f"compiles without --compile: {compiles(eager)}")
             eager.stop("eager server")
         finally:
@@ -96,7 +59,7 @@ def main():
             check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
         s = cs.Server(ember, d, *common, "--compile", "--bucket", "64")
         try:
-            got = answers_alone(s, budget)
+            got = cs.answers_alone(s, MSGS, budget)
             log = "".join(s.log)  # (the load's lines may follow "ready": read after requests)
             check("--compile: decode steps run as compiled programs" in log and "dense KV cache"
                   in log, f"no --compile line in the startup log:\n{log}")
@@ -114,7 +77,7 @@ def main():
             warm = compiles(s)
             check(warm == (6, 6), f"after the warm-up: (compiles, programs) = {warm}, expected "
                   "(6, 6): 3 batch buckets x 2 key buckets")
-            streams = concurrent(s, budget)
+            streams = cs.concurrent_streams(s, MSGS, budget)
             for (k, i), text in sorted(streams.items()):
                 check(text == ref[i], f"stream {i} (round {k}) in a batch: {text!r} != alone "
                       f"{ref[i]!r}")
@@ -132,11 +95,11 @@ def main():
         else:
             s = cs.Server(ember, d, *common, "--compile", "--bucket", "64", "--device", "xla:0")
             try:
-                got = answers_alone(s, budget)
+                got = cs.answers_alone(s, MSGS, budget)
                 for i in range(len(MSGS)):
                     check(got[i] == ref[i], f"xla:0 prompt {i}: {got[i]!r} != CPU eager "
                           f"{ref[i]!r}")
-                streams = concurrent(s, budget, rounds=1)
+                streams = cs.concurrent_streams(s, MSGS, budget, rounds=1)
                 for (k, i), text in sorted(streams.items()):
                     check(text == ref[i], f"xla:0 stream {i} in a batch: {text!r} != {ref[i]!r}")
                 check(compiles(s)[1] > 0, f"xla:0: no compiled program: {compiles(s)}")

@@ -66,6 +66,15 @@ typedef struct em_server_options {
                                 shared); 0: the dense cache of max_batch x ctx positions (also
                                 used where the paged one is not: devices other than the CPU,
                                 models sharing KV between layers) */
+    int64_t kv_blocks;       /* the paged cache's budget in blocks (vLLM's
+                                --num-gpu-blocks-override); 0: room for every row and kept prompt
+                                at ctx, so the pool never runs out. When the pool runs out, kept
+                                prompts are evicted, then the most recently admitted sequence is
+                                preempted and later recomputed; a budget below one sequence of ctx
+                                positions fails the load. Ignored by the dense cache */
+    int64_t kv_memory;       /* the same budget in bytes of keys and values (vLLM's
+                                --kv-cache-memory-bytes), rounded down to whole blocks; at most one
+                                of kv_blocks and kv_memory (else em_server_create fails) */
     bool compile;            /* decode steps run as compiled programs (ember/compile.h), one per
                                 batch bucket (1, 2, 4, ... max_batch rows; padding rows ignored)
                                 and key-length bucket (compile_bucket positions), so requests
@@ -78,14 +87,15 @@ typedef struct em_server_options {
 
 /** host 127.0.0.1, port 8080, max_batch 8, parallel 64, ctx 0 (the model's, <= 4096), bodies up
  *  to 1 MiB, prefill chunks of 64 tokens, 4 prompts kept for prefix reuse, KV blocks of 16
- *  positions, compile mode off (key bucket 128 when on), no API key, logging on. */
+ *  positions sized for the worst case (no KV budget), compile mode off (key bucket 128 when on),
+ *  no API key, logging on. */
 EM_API em_server_options em_server_default_options(void);
 
 /**
  * Checks the options and makes a server (nothing is bound or loaded yet). The strings of `o`
  * are copied. NULL with the error recorded in c: EM_ERR_INVALID_ARG for a missing model, a bad
- * port, max_batch or parallel below 1, or a non-loopback host without api_key or
- * insecure_public; EM_ERR_UNSUPPORTED in a build without libmicrohttpd. Free with
+ * port, max_batch or parallel below 1, a negative or double KV budget (kv_blocks and
+ * kv_memory both set), or a non-loopback host without api_key or insecure_public; EM_ERR_UNSUPPORTED in a build without libmicrohttpd. Free with
  * em_server_free.
  */
 EM_API em_server *em_server_create(em_ctx *c, const em_server_options *o);

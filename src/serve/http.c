@@ -779,10 +779,17 @@ em_server *em_server_create(em_ctx *c, const em_server_options *o) {
     const char *host = o && o->host ? o->host : "127.0.0.1";
     if (!o || !o->model || !*o->model || o->port < 0 || o->port > 65535 || o->max_batch < 1 ||
         o->parallel < 1 || o->ctx < 0 || o->max_body_bytes < 1 || o->prefix_cache < 0 ||
-        o->prefill_chunk < 0 || o->kv_block < 0) {
+        o->prefill_chunk < 0 || o->kv_block < 0 || o->kv_blocks < 0 || o->kv_memory < 0) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "server_create",
                     "needs a model, a port in [0, 65535], max_batch and parallel >= 1, ctx, "
-                    "prefill_chunk, prefix_cache and kv_block >= 0 and a body limit");
+                    "prefill_chunk, prefix_cache, kv_block, kv_blocks and kv_memory >= 0 and a "
+                    "body limit");
+        return NULL;
+    }
+    if (o->kv_blocks > 0 && o->kv_memory > 0) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "server_create",
+                    "give the KV budget as kv_blocks (%lld) or kv_memory (%lld bytes), not both",
+                    (long long)o->kv_blocks, (long long)o->kv_memory);
         return NULL;
     }
     if (!is_loopback(host) && !(o->api_key && *o->api_key) && !o->insecure_public) {

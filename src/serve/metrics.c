@@ -63,6 +63,16 @@ bool srv_metrics_text(em_server *s, char **buf, size_t *len) {
     fprintf(f, "# HELP vllm:kv_cache_usage_perc Share of KV-cache positions in use (1 = full).\n"
                "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{%s} %.6f\n",
             label, s->kv_total ? (double)s->kv_used / (double)s->kv_total : 0.0);
+    fprintf(f, "# HELP vllm:num_preemptions_total Running sequences preempted to free KV-cache "
+               "blocks (recomputed when readmitted; only with a KV budget).\n"
+               "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{%s} %lld\n",
+            label, (long long)s->preemptions);
+    fprintf(f, "# HELP ember:kv_cache_blocks_used Blocks of the paged KV cache held by any "
+               "sequence, kept prompts included (0 with the dense cache).\n"
+               "# TYPE ember:kv_cache_blocks_used gauge\nember:kv_cache_blocks_used{%s} %lld\n"
+               "# HELP ember:kv_cache_blocks_total Blocks of the paged KV cache (its budget).\n"
+               "# TYPE ember:kv_cache_blocks_total gauge\nember:kv_cache_blocks_total{%s} %lld\n",
+            label, (long long)s->kv_blocks_used, label, (long long)s->kv_blocks_total);
     fprintf(f, "# HELP vllm:prompt_tokens_total Prefilled prompt tokens.\n"
                "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{%s} %lld\n",
             label, (long long)s->prompt_tokens);

@@ -51,6 +51,8 @@ typedef struct srv_row {
     int64_t *distinct; /* the ids generated at least once, in order */
     int64_t n_distinct;
     em_json_state json; /* JSON mode: the answer's bytes so far, recognized */
+    uint64_t admitted; /* the worker's clock when it (last) became a row: the newest is
+                        * preempted first */
 } srv_row;
 
 /* A prompt in the group being prefilled. */
@@ -73,6 +75,11 @@ typedef struct srv_prefix { /* (named: srv_pf points to it) */
 } srv_prefix;
 
 static bool prefix_live(const srv_prefix *p) { return p->kv || p->seq >= 0; }
+
+/* The ids a job's prefill computes: its prompt, or after a preemption the prompt and the tokens
+ * generated before it (srv_job.resume_ids). */
+static const em_token *job_ids(const srv_job *j) { return j->resume ? j->resume_ids : j->prompt; }
+static int64_t job_len(const srv_job *j) { return j->resume ? j->n_resume : j->n_prompt; }
 
 typedef struct srv_worker {
     em_server *s;
@@ -108,6 +115,7 @@ typedef struct srv_worker {
     uint32_t *piece_len;
     uint64_t clock;
     bool sliding; /* a sliding-window layer: a batch's prompts keep their keys contiguous */
+    bool budget;  /* paged with o.kv_blocks / o.kv_memory below the worst case: it can run out */
 } srv_worker;
 
 double srv_now(void) {
@@ -310,6 +318,7 @@ static void update_kv_gauge(srv_worker *w) {
     }
     pthread_mutex_lock(&w->s->mu);
     w->s->kv_used = used;
+    w->s->kv_blocks_used = em_paged_kv_blocks_used(w->pkv);
     pthread_mutex_unlock(&w->s->mu);
 }
 
@@ -335,6 +344,146 @@ static em_status remove_row(srv_worker *w, int r) {
     s->n_held--;
     pthread_mutex_unlock(&s->mu);
     return st;
+}
+
+/* ---- the KV budget (paged): kept prompts evicted, then sequences preempted ----
+ *
+ * With a pool smaller than every row at ctx (o.kv_blocks / o.kv_memory) a step can find no free
+ * block. As vLLM does: the kept prompts of the prefix cache go first (least recently used
+ * first), then the sequence admitted last is preempted by recompute: its blocks go back to the
+ * pool, its request waits again at the head of the queue with its row's state (sampler,
+ * detokenizer, text sent), and on re-admission its prompt and the tokens it generated are
+ * prefilled again; the stream goes on where it stopped. Preempting the newest first means the
+ * oldest sequence always progresses, and since the pool holds one sequence of ctx positions
+ * (load refuses less), every request ends. */
+
+static int64_t pool_free(const srv_worker *w) {
+    return em_paged_kv_blocks_total(w->pkv) - em_paged_kv_blocks_used(w->pkv);
+}
+
+/* Whether dropping kept prompt p gives a block back: whether it holds a block that no row, no
+ * prompt in prefill and no other kept prompt holds (distinct blocks of all of them with and
+ * without p). Evicting one whose blocks running rows share would lose it for nothing. */
+static bool prefix_frees(srv_worker *w, const srv_prefix *p) {
+    int cap = w->n + w->n_pf + w->s->o.prefix_cache + 1, n = 0;
+    int *seqs = malloc((size_t)cap * sizeof *seqs);
+    if (!seqs) return true; /* out of memory: evict it anyway */
+    for (int r = 0; r < w->n; r++) seqs[n++] = w->rows[r].seq;
+    for (int g = 0; g < w->n_pf; g++)
+        if (w->pf[g].job) seqs[n++] = w->pf[g].seq;
+    for (int e = 0; e < w->s->o.prefix_cache; e++)
+        if (w->prefixes[e].seq >= 0 && &w->prefixes[e] != p) seqs[n++] = w->prefixes[e].seq;
+    int64_t without = em_paged_kv_blocks_held(w->pkv, seqs, n);
+    seqs[n++] = p->seq;
+    int64_t with = em_paged_kv_blocks_held(w->pkv, seqs, n);
+    free(seqs);
+    return with < 0 || without < 0 || with > without;
+}
+
+/* Drops the least recently used kept prompt (but `keep`) that gives blocks back; false when
+ * there is none. Its blocks that no other sequence shares return to the pool. */
+static bool evict_prefix(srv_worker *w, const srv_prefix *keep) {
+    srv_prefix *lru = NULL;
+    for (int e = 0; w->prefixes && e < w->s->o.prefix_cache; e++) {
+        srv_prefix *p = &w->prefixes[e];
+        if (p->seq >= 0 && p != keep && (!lru || p->used < lru->used) && prefix_frees(w, p))
+            lru = p;
+    }
+    if (!lru) return false;
+    em_paged_seq_free(w->pkv, lru->seq);
+    free(lru->ids);
+    *lru = (srv_prefix){NULL, 0, NULL, 0, -1};
+    return true;
+}
+
+/* Evicts kept prompts (but `keep`) until `need` blocks are free; whether they are. */
+static bool reclaim(srv_worker *w, int64_t need, const srv_prefix *keep) {
+    while (pool_free(w) < need && evict_prefix(w, keep)) {
+    }
+    return pool_free(w) >= need;
+}
+
+/* Puts a preempted job back at the head of the waiting queue (running -> waiting). */
+static void requeue_front(srv_worker *w, srv_job *j) {
+    em_server *s = w->s;
+    pthread_mutex_lock(&s->mu);
+    j->next = s->queue_head;
+    s->queue_head = j;
+    if (!s->queue_tail) s->queue_tail = j;
+    s->n_running--;
+    s->n_waiting++;
+    int64_t n = ++s->preemptions;
+    pthread_mutex_unlock(&s->mu);
+    if (!s->o.quiet && (n == 1 || n % 50 == 0)) /* vLLM's warning, as rarely */
+        fprintf(stderr, "ember serve: request %s preempted (the KV pool of %lld blocks is full; "
+                        "it will be recomputed): %lld preemptions so far; a larger --kv-blocks "
+                        "or --kv-memory, or a smaller --max-batch, avoids them\n",
+                j->id, (long long)em_paged_kv_blocks_total(w->pkv), (long long)n);
+}
+
+/* Preempts the prompts being prefilled (they were admitted last): their blocks back to the
+ * pool, their jobs back at the head of the queue in their order. */
+static void preempt_group(srv_worker *w) {
+    for (int g = w->n_pf - 1; g >= 0; g--) {
+        srv_job *j = w->pf[g].job;
+        em_paged_seq_free(w->pkv, w->pf[g].seq);
+        w->pf[g].seq = -1;
+        w->pf[g].job = NULL;
+        if (j) requeue_front(w, j);
+    }
+    w->n_pf = 0;
+}
+
+/* Preempts row r by recompute: its state moves into its job, its blocks back to the pool, the
+ * job back at the head of the queue. false (nothing changed) when out of memory. */
+static bool preempt_row(srv_worker *w, int r) {
+    srv_row *row = &w->rows[r];
+    srv_job *j = row->job;
+    int64_t n = row->n_seen - 1; /* the cache holds all but the last id, which the next step
+                                  * feeds */
+    srv_row *keep = malloc(sizeof *keep);
+    em_token *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+    if (!keep || !ids) {
+        free(keep);
+        free(ids);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) ids[i] = (em_token)row->seen[i];
+    em_paged_seq_free(w->pkv, row->seq);
+    *keep = *row;
+    keep->seq = -1;
+    j->resume = keep;
+    j->resume_ids = ids;
+    j->n_resume = n;
+    int last = w->n - 1;
+    if (r != last) w->rows[r] = w->rows[last];
+    memset(&w->rows[last], 0, sizeof w->rows[last]);
+    w->n--;
+    requeue_front(w, j);
+    return true;
+}
+
+/* Before a decode step: a free block for every row whose last block is full. Kept prompts are
+ * evicted, then the prompts in prefill preempted, then the rows admitted last. A row left alone
+ * always fits (the pool holds one sequence of ctx); out of memory, the step fails and says so. */
+static void make_room_step(srv_worker *w) {
+    for (;;) {
+        int64_t need = 0;
+        for (int r = 0; r < w->n; r++) {
+            int64_t len = em_paged_seq_len(w->pkv, w->rows[r].seq);
+            need += em_paged_kv_blocks_for(w->pkv, len + 1) - em_paged_kv_blocks_for(w->pkv, len);
+        }
+        if (reclaim(w, need, NULL)) return;
+        if (w->n_pf) {
+            preempt_group(w);
+            continue;
+        }
+        if (w->n <= 1) return;
+        int newest = 0;
+        for (int r = 1; r < w->n; r++)
+            if (w->rows[r].admitted > w->rows[newest].admitted) newest = r;
+        if (!preempt_row(w, newest)) return;
+    }
 }
 
 /* Every id's bytes as the answer would get them (special tokens decode to nothing and are never
@@ -483,8 +632,8 @@ static srv_prefix *prefix_find(srv_worker *w, const srv_job *j, int64_t *len) {
     for (int e = 0; w->prefixes && e < w->s->o.prefix_cache; e++) {
         srv_prefix *p = &w->prefixes[e];
         if (!prefix_live(p)) continue;
-        int64_t n = p->n < j->n_prompt - 1 ? p->n : j->n_prompt - 1, k = 0;
-        while (k < n && p->ids[k] == j->prompt[k]) k++;
+        int64_t n = p->n < job_len(j) - 1 ? p->n : job_len(j) - 1, k = 0;
+        while (k < n && p->ids[k] == job_ids(j)[k]) k++;
         if (k > *len) *len = k, best = p;
     }
     return best;
@@ -524,7 +673,7 @@ static em_status prefill_start_paged(srv_worker *w, int64_t queries) {
         if (got < 0) return em_ctx_status(w->c);
         if (g->from) g->from->used = ++w->clock;
         g->reuse = got;
-        g->rem = g->job->n_prompt - got;
+        g->rem = job_len(g->job) - got;
         g->done = 0;
         hits += got;
     }
@@ -562,9 +711,21 @@ static em_status prefill_some_paged(srv_worker *w, int64_t max) {
         add[b] = m->rem - m->done < k ? m->rem - m->done : k;
         for (int64_t t = 0; t < k; t++) { /* padding feeds id 0 */
             int64_t x = t - (k - add[b]);
-            ids[b * k + t] = x < 0 ? 0 : m->job->prompt[m->reuse + m->done + x];
+            ids[b * k + t] = x < 0 ? 0 : job_ids(m->job)[m->reuse + m->done + x];
         }
         w->seqs[b++] = m->seq;
+    }
+    int64_t need = 0; /* the chunk's new blocks: kept prompts make room, else, while rows run,
+                       * the group (admitted last) is preempted and waits for room */
+    for (int r = 0; r < n; r++) {
+        int64_t len = em_paged_seq_len(w->pkv, w->seqs[r]);
+        need += em_paged_kv_blocks_for(w->pkv, len + add[r]) - em_paged_kv_blocks_for(w->pkv, len);
+    }
+    if (!reclaim(w, need, NULL) && w->n > 0) {
+        free(ids);
+        free(add);
+        preempt_group(w);
+        return EM_OK;
     }
     em_scope_push(c);
     em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, k), ids);
@@ -608,10 +769,10 @@ static em_status prefill_start(srv_worker *w) {
         srv_pf *g = &w->pf[i];
         g->from = w->s->o.prefix_cache > 0 ? prefix_find(w, g->job, &g->reuse) : NULL;
         if (!g->from) g->reuse = 0;
-        g->rem = g->job->n_prompt - g->reuse;
+        g->rem = job_len(g->job) - g->reuse;
         if (g->reuse > c0) c0 = g->reuse;
         if (g->rem > r) r = g->rem;
-        queries += g->job->n_prompt;
+        queries += job_len(g->job);
         hits += g->reuse;
     }
     w->pf_c0 = c0;
@@ -775,8 +936,24 @@ static const char *admit_finish(srv_worker *w, int g) {
     srv_job *j = w->pf[g].job;
     int64_t p = j->n_prompt;
     srv_row *r = &w->rows[w->n];
+    if (j->resume) { /* a preempted request, recomputed: its row as it was goes on (the next
+                      * step feeds its last id; this prefill's logits are not needed) */
+        *r = *j->resume;
+        free(j->resume);
+        free(j->resume_ids);
+        j->resume = NULL;
+        j->resume_ids = NULL;
+        j->n_resume = 0;
+        r->seq = w->pf[g].seq;
+        r->admitted = ++w->clock;
+        w->pf[g].seq = -1;
+        w->pf[g].job = NULL;
+        w->n++;
+        return NULL;
+    }
     memset(r, 0, sizeof *r);
     r->job = j;
+    r->admitted = ++w->clock;
     r->seen = malloc((size_t)(p + j->max_tokens) * sizeof *r->seen);
     r->gen = malloc((size_t)j->max_tokens * sizeof *r->gen);
     if (j->presence != 0 || j->frequency != 0) {
@@ -889,6 +1066,10 @@ static em_status step_forward_dense(srv_worker *w) {
 static em_status step(srv_worker *w) {
     em_ctx *c = w->c;
     int n = w->n;
+    if (w->pkv) {
+        make_room_step(w);
+        n = w->n;
+    }
     if (w->pkv ? step_forward_paged(w) : step_forward_dense(w)) return em_ctx_status(c);
     for (int r = n - 1; r >= 0; r--) { /* from the end: a removal moves an already-done row */
         srv_row *row = &w->rows[r];
@@ -902,6 +1083,70 @@ static em_status step(srv_worker *w) {
 }
 
 /* ---- the loop ---- */
+
+/* Frees what the worker holds besides the model and the tokenizer (after a failed load too:
+ * whatever was made before the failure), leaving the pointers NULL. */
+static void worker_free(srv_worker *w) {
+    free(w->logits);
+    free(w->scratch);
+    free(w->order);
+    free(w->mask);
+    free(w->ids);
+    free(w->seqs);
+    free(w->pf_logits);
+    free(w->rows);
+    free(w->view.k);
+    free(w->view.v);
+    srv_compiled_free(w->sc); /* (views of w->kv: first) */
+    em_kv_cache_free(w->kv);
+    em_kv_cache_free(w->pf_cache);
+    free(w->pf);
+    for (int e = 0; w->prefixes && e < w->s->o.prefix_cache; e++) {
+        free(w->prefixes[e].ids);
+        em_kv_cache_free(w->prefixes[e].kv);
+    }
+    free(w->prefixes);
+    em_paged_kv_free(w->pkv); /* (the sequences' blocks with it) */
+    for (int64_t id = 0; w->piece && id < w->vocab; id++) em_free(w->piece[id]);
+    free(w->piece);
+    free(w->piece_len);
+    em_ctx *c = w->c;
+    em_server *s = w->s;
+    memset(w, 0, sizeof *w);
+    w->c = c;
+    w->s = s;
+}
+
+/* The paged pool's budget in blocks from o.kv_blocks or o.kv_memory (bytes over one block's
+ * keys and values in every layer); 0 without one; -1 (c failed) when it cannot hold one sequence
+ * of ctx positions (`per` blocks): such a server could not finish a long request. */
+static int64_t kv_budget_blocks(em_ctx *c, const em_server *s, const em_model *m, int64_t ctx,
+                                int64_t per) {
+    if (s->o.kv_blocks <= 0 && s->o.kv_memory <= 0) return 0;
+    em_paged_kv *probe = em_paged_kv_create(c, m, 1, s->o.kv_block, 1); /* (+1 spare block) */
+    int64_t block_bytes = probe ? em_paged_kv_bytes(probe) / 2 : 0;
+    em_paged_kv_free(probe);
+    if (block_bytes <= 0) {
+        if (!em_ctx_status(c)) em_ctx_fail(c, EM_ERR_INTERNAL, "serve", "KV block size unknown");
+        return -1;
+    }
+    int64_t blocks = s->o.kv_blocks > 0 ? s->o.kv_blocks : s->o.kv_memory / block_bytes;
+    if (blocks >= per) return blocks;
+    double mib = 1024.0 * 1024.0;
+    char given[96];
+    if (s->o.kv_blocks > 0)
+        snprintf(given, sizeof given, "--kv-blocks %lld", (long long)s->o.kv_blocks);
+    else
+        snprintf(given, sizeof given, "--kv-memory %lld bytes (%.2f MiB, %lld blocks)",
+                 (long long)s->o.kv_memory, (double)s->o.kv_memory / mib, (long long)blocks);
+    em_ctx_fail(c, EM_ERR_INVALID_ARG, "serve",
+                "the KV budget %s is smaller than one sequence of --ctx %lld positions needs: "
+                "%lld blocks of %d positions (%.2f MiB at %lld bytes per block); raise the budget "
+                "or lower --ctx",
+                given, (long long)ctx, (long long)per, s->o.kv_block,
+                (double)(per * block_bytes) / mib, (long long)block_bytes);
+    return -1;
+}
 
 static bool load(srv_worker *w) {
     em_server *s = w->s;
@@ -921,11 +1166,15 @@ static bool load(srv_worker *w) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
         if (s->o.kv_block > 0 && em_paged_kv_supported(m) && !s->o.compile) {
-            /* room for every row and prompt in flight at ctx, and every kept prompt; pages
-             * no block reached take no memory */
+            /* without a budget: room for every row and prompt in flight at ctx, and every kept
+             * prompt; pages no block reached take no memory */
             int64_t per = (ctx + s->o.kv_block - 1) / s->o.kv_block;
-            w->pkv = em_paged_kv_create(c, m, (int64_t)(s->o.max_batch + s->o.prefix_cache) * per,
-                                        s->o.kv_block, 2 * s->o.max_batch + s->o.prefix_cache + 1);
+            int64_t blocks = (int64_t)(s->o.max_batch + s->o.prefix_cache) * per;
+            int64_t budget = kv_budget_blocks(c, s, m, ctx, per);
+            if (budget > 0 && budget < blocks) blocks = budget, w->budget = true;
+            if (budget >= 0)
+                w->pkv = em_paged_kv_create(c, m, blocks, s->o.kv_block,
+                                            2 * s->o.max_batch + s->o.prefix_cache + 1);
         } else {
             w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
             if (w->kv && s->o.compile) w->sc = srv_compiled_create(c, m, w->kv, s->o.compile_bucket);
@@ -965,10 +1214,7 @@ static bool load(srv_worker *w) {
         snprintf(s->load_error, sizeof s->load_error, "%.500s", em_ctx_error(c)->message);
         s->load_failed = true;
         em_tokenizer_free(tok);
-        srv_compiled_free(w->sc);
-        w->sc = NULL;
-        em_kv_cache_free(w->kv);
-        w->kv = NULL;
+        worker_free(w); /* (before the model: the caches hold views of its shapes) */
         em_model_free(m);
         w->m = NULL;
     } else {
@@ -979,23 +1225,29 @@ static bool load(srv_worker *w) {
         s->kv_total = encoder ? 0
                       : w->pkv ? em_paged_kv_blocks_total(w->pkv) * em_paged_kv_block_size(w->pkv)
                                : (int64_t)s->o.max_batch * ctx;
+        s->kv_blocks_total = em_paged_kv_blocks_total(w->pkv);
         s->loaded = true;
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    bool budget = s->o.kv_blocks > 0 || s->o.kv_memory > 0;
     if (s->loaded && !s->o.quiet && encoder)
         fprintf(stderr, "ember serve: %s (an encoder: /v1/embeddings) loaded in %.2f s\n",
                 s->model_name, em_model_load_seconds(m));
     else if (s->loaded && !s->o.quiet && w->pkv)
         fprintf(stderr, "ember serve: %s loaded in %.2f s; paged KV cache of %lld blocks x %lld "
-                        "positions (%.1f MiB reserved, taken as sequences grow)\n",
+                        "positions (%.1f MiB reserved, taken as sequences grow%s)\n",
                 s->model_name, em_model_load_seconds(m),
                 (long long)em_paged_kv_blocks_total(w->pkv),
                 (long long)em_paged_kv_block_size(w->pkv),
-                (double)em_paged_kv_bytes(w->pkv) / (1024.0 * 1024.0));
+                (double)em_paged_kv_bytes(w->pkv) / (1024.0 * 1024.0),
+                budget ? "; a budget: when it is full, kept prompts are evicted and the newest "
+                         "sequences preempted, then recomputed"
+                       : "");
     else if (s->loaded && !s->o.quiet)
-        fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache\n",
-                s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx);
+        fprintf(stderr, "ember serve: %s loaded in %.2f s; %d rows x %lld positions of KV cache%s\n",
+                s->model_name, em_model_load_seconds(m), s->o.max_batch, (long long)ctx,
+                budget ? " (the dense cache: --kv-blocks / --kv-memory do not apply)" : "");
     if (s->loaded && !s->o.quiet && s->o.compile)
         fprintf(stderr, "ember serve: --compile: %s\n",
                 encoder ? "no effect on an encoder model (embeddings run eagerly)"
@@ -1007,6 +1259,14 @@ static bool load(srv_worker *w) {
 
 /* Ends a request that never ran or is cut short: "abort", with the reason in its error. */
 static void abort_job(srv_worker *w, srv_job *j, int64_t n_gen, const char *why) {
+    if (j->resume) { /* preempted: what it had generated counts */
+        n_gen = j->resume->n_gen;
+        row_free(j->resume);
+        free(j->resume);
+        free(j->resume_ids);
+        j->resume = NULL;
+        j->resume_ids = NULL;
+    }
     if (why && !j->error[0]) snprintf(j->error, sizeof j->error, "%s", why);
     finish_job(w, j, "abort", n_gen);
 }
@@ -1052,19 +1312,20 @@ static void drop_group(srv_worker *w, const char *why) {
  * all). Called and returns with s->mu held. */
 static void group_take(srv_worker *w) {
     em_server *s = w->s;
-    int64_t r = 0, sum = 0;
+    int64_t r = 0, sum = 0, pending = 0; /* pending: the blocks the members taken will need */
     while (s->queue_head && w->n + w->n_pf < w->max_batch) {
         srv_job *j = s->queue_head;
-        int64_t L = 0, rem = j->n_prompt;
+        int64_t L = 0, rem = job_len(j);
+        srv_prefix *from = NULL;
         if (!j->cancelled) {
-            if (s->o.prefix_cache > 0) prefix_find(w, j, &L);
+            if (s->o.prefix_cache > 0) from = prefix_find(w, j, &L);
             rem -= L;
             int64_t shared = 0; /* the longest prefix shared with a member (capped as in
                                  * prefix_find) */
             for (int g = 0; s->o.prefix_cache > 0 && g < w->n_pf; g++) {
                 const srv_job *o = w->pf[g].job;
-                int64_t n = o->n_prompt < j->n_prompt - 1 ? o->n_prompt : j->n_prompt - 1, k = 0;
-                while (k < n && o->prompt[k] == j->prompt[k]) k++;
+                int64_t n = job_len(o) < job_len(j) - 1 ? job_len(o) : job_len(j) - 1, k = 0;
+                while (k < n && job_ids(o)[k] == job_ids(j)[k]) k++;
                 if (k > shared) shared = k;
             }
             /* a reused prefix leaves a hole before the computed tokens when the group's R is
@@ -1073,6 +1334,18 @@ static void group_take(srv_worker *w) {
             if (w->n_pf > 0 && (hole || 2 * (shared - L) > rem ||
                                 !group_worth_it(w, w->n_pf + 1, rem > r ? rem : r, sum + rem)))
                 break;
+            if (w->budget) { /* the KV budget: its blocks (but the reused prefix's whole ones), and
+                           * one block of headroom per running row, must be free; kept prompts
+                           * make room, else it waits (in order) for rows to end. When nothing
+                           * runs it goes anyway: the pool holds one sequence of ctx */
+                int64_t need = em_paged_kv_blocks_for(w->pkv, job_len(j)) -
+                               (from ? L / em_paged_kv_block_size(w->pkv) : 0);
+                if (!reclaim(w, pending + need + w->n, from)) {
+                    if (w->n > 0 || w->n_pf > 0) break;
+                    reclaim(w, em_paged_kv_blocks_for(w->pkv, job_len(j)), NULL);
+                }
+                pending += need;
+            }
         }
         s->queue_head = j->next;
         if (!s->queue_head) s->queue_tail = NULL;
@@ -1086,7 +1359,7 @@ static void group_take(srv_worker *w) {
             continue;
         }
         s->n_running++;
-        w->pf[w->n_pf++] = (srv_pf){.job = j, .reuse = L};
+        w->pf[w->n_pf++] = (srv_pf){.job = j, .reuse = L, .seq = -1};
         if (rem > r) r = rem;
         sum += rem;
     }
@@ -1098,7 +1371,7 @@ static void group_admit(srv_worker *w) {
     for (;;) {
         int g = -1;
         for (int i = 0; i < w->n_pf; i++)
-            if (w->pf[i].job && (g < 0 || w->pf[i].job->n_prompt > w->pf[g].job->n_prompt)) g = i;
+            if (w->pf[i].job && (g < 0 || job_len(w->pf[i].job) > job_len(w->pf[g].job))) g = i;
         if (g < 0) break;
         srv_job *j = w->pf[g].job;
         int row = w->n;
@@ -1204,41 +1477,19 @@ void *srv_worker_main(void *arg) {
                 em_ctx_clear_error(w.c);
                 drop_group(&w, msg);
             } else {
-                if (others) {
+                if (others && w.n_pf) {
                     pthread_mutex_lock(&s->mu);
                     s->prefill_chunks++;
                     pthread_mutex_unlock(&s->mu);
                 }
-                if (prefill_complete(&w)) group_admit(&w);
+                if (w.n_pf && prefill_complete(&w)) group_admit(&w);
             }
         }
         update_kv_gauge(&w);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    free(w.logits);
-    free(w.scratch);
-    free(w.order);
-    free(w.mask);
-    free(w.ids);
-    free(w.seqs);
-    free(w.pf_logits);
-    free(w.rows);
-    free(w.view.k);
-    free(w.view.v);
-    srv_compiled_free(w.sc); /* (views of w.kv: first) */
-    em_kv_cache_free(w.kv);
-    em_kv_cache_free(w.pf_cache);
-    free(w.pf);
-    for (int e = 0; w.prefixes && e < s->o.prefix_cache; e++) {
-        free(w.prefixes[e].ids);
-        em_kv_cache_free(w.prefixes[e].kv);
-    }
-    free(w.prefixes);
-    em_paged_kv_free(w.pkv); /* (the sequences' blocks with it) */
-    for (int64_t id = 0; w.piece && id < w.vocab; id++) em_free(w.piece[id]);
-    free(w.piece);
-    free(w.piece_len);
+    worker_free(&w);
     em_ctx_free(w.c);
     return NULL;
 }

@@ -56,6 +56,12 @@ typedef struct srv_job {
     double t_first, t_last;
     /* written by the HTTP thread */
     bool cancelled;            /* the client went away: the worker drops it at the next step */
+    /* the worker's alone: a request preempted to free KV blocks waits again with its row's
+     * state (sampler, detokenizer, text sent) and the ids to recompute on re-admission (the
+     * prompt and the generated tokens but the last, which the next decode step feeds) */
+    struct srv_row *resume;
+    em_token *resume_ids;
+    int64_t n_resume;
 } srv_job;
 
 typedef struct srv_hist {
@@ -86,6 +92,9 @@ struct em_server {
     srv_job *queue_head, *queue_tail;
     int n_waiting, n_running, n_held;
     int64_t kv_used, kv_total;
+    int64_t kv_blocks_used, kv_blocks_total; /* paged: blocks any sequence holds (kept prompts
+                                                 included), blocks of the pool */
+    int64_t preemptions;       /* running sequences preempted (recomputed later) for KV blocks */
     int64_t prompt_tokens, generation_tokens, ok_stop, ok_length, ok_abort;
     int64_t http_errors;
     int64_t kv_shifts;         /* whole-cache copies to make room (scheduler.c) */

@@ -17,6 +17,7 @@ static void serve_usage(void) {
         "                   [--api-key K | --api-key-file F] [--insecure-public]\n"
         "                   [--served-model-name NAME] [--max-body-bytes N] [--drain S]\n"
         "                   [--prefill-chunk N] [--prefix-cache N] [--kv-block N]\n"
+        "                   [--kv-blocks N | --kv-memory SIZE]\n"
         "                   [--compile [--bucket N]]\n\n"
         "An OpenAI-compatible HTTP server with continuous batching (docs/serve.md):\n"
         "GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
@@ -43,10 +44,37 @@ static void serve_usage(void) {
         "  --kv-block N       positions per block of the paged KV cache (default 16): memory\n"
         "                     follows the sequences' lengths; 0: the dense max-batch x ctx\n"
         "                     cache (used anyway off the CPU and for Gemma 4)\n"
+        "  --kv-blocks N      a KV memory budget: the paged cache holds N blocks (vLLM's\n"
+        "                     --num-gpu-blocks-override); when they run out, kept prompts\n"
+        "                     are evicted, then the newest sequence is preempted and later\n"
+        "                     recomputed (default: room for --max-batch sequences at --ctx)\n"
+        "  --kv-memory SIZE   the same budget in bytes of keys and values (vLLM's\n"
+        "                     --kv-cache-memory-bytes): 512MiB, 2GiB, 1G, 300M, or bytes\n"
         "  --compile          decode steps as compiled programs, one per batch bucket (1, 2,\n"
         "                     4, ... --max-batch rows) and key bucket of --bucket positions\n"
         "                     (default 128): requests joining and leaving do not recompile;\n"
         "                     uses the dense KV cache; prefill runs eagerly\n");
+}
+
+/* A size in bytes: digits with an optional K/M/G (KiB/MiB/GiB, powers of 1024) or
+ * KB/MB/GB (powers of 1000) suffix. false with the error printed. */
+static bool parse_bytes(const char *opt, const char *text, int64_t *out) {
+    char *end = NULL;
+    double v = strtod(text, &end);
+    static const struct {
+        const char *suffix;
+        double scale;
+    } units[] = {{"", 1},         {"K", 1024},        {"KiB", 1024},          {"KB", 1e3},
+                 {"M", 1 << 20},  {"MiB", 1 << 20},   {"MB", 1e6},            {"G", 1 << 30},
+                 {"GiB", 1 << 30}, {"GB", 1e9},       {"B", 1}};
+    for (size_t u = 0; end != text && u < sizeof units / sizeof units[0]; u++)
+        if (!strcmp(end, units[u].suffix) && v * units[u].scale >= 1 && v * units[u].scale < 9e18) {
+            *out = (int64_t)(v * units[u].scale);
+            return true;
+        }
+    fprintf(stderr, "ember serve: %s '%s' is not a size (bytes, or a number with K, M, G, KiB, "
+                    "MiB, GiB, KB, MB or GB)\n", opt, text);
+    return false;
 }
 
 /* The first line of a file, without its newline (NULL with the error printed). */
@@ -110,6 +138,11 @@ int cmd_serve(int argc, char **argv) {
         } else if (ARG("--kv-block")) {
             if (!cli_int("serve", a, argv[i], 0, 4096, &v)) return 2;
             o.kv_block = (int)v;
+        } else if (ARG("--kv-blocks")) {
+            if (!cli_int("serve", a, argv[i], 1, INT32_MAX - 1, &v)) return 2;
+            o.kv_blocks = v;
+        } else if (ARG("--kv-memory")) {
+            if (!parse_bytes(a, argv[i], &o.kv_memory)) return 2;
         } else if (ARG("--bucket")) {
             if (!cli_int("serve", a, argv[i], 1, INT32_MAX, &v)) return 2;
             o.compile_bucket = (int)v;
@@ -123,6 +156,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!o.model) {
         fprintf(stderr, "ember serve: --model is required (see --help)\n");
+        return 2;
+    }
+    if (o.kv_blocks && o.kv_memory) {
+        fprintf(stderr, "ember serve: give --kv-blocks or --kv-memory, not both\n");
         return 2;
     }
     if (o.api_key && key_file) {
