@@ -26,12 +26,19 @@ committed tests/fixtures/diffusion/sd_tiny folder (gen_sd_fixtures.py) at 32 x 3
   sd_tiled_image        pipe("a photo of a cat", height=32, width=32, num_inference_steps=2,
                         guidance_scale=7.5, generator=manual_seed(3), output_type="np")
 
+  sd_img2img_tiled_init, sd_img2img_tiled_image
+                        StableDiffusionImg2ImgPipeline from the same components with the VAE
+                        tiled: a seeded 32 x 32 init image (numpy default_rng(31)), "a photo of a
+                        cat", strength 0.75, 4 steps, guidance 7.5, manual_seed(31): the init
+                        image is encoded in tiles too (the script checks that this matters)
+
 Ember must match within 1e-4 (the pipeline image within 1e-3). Run after gen_vae_fixtures.py and
 gen_sd_fixtures.py (it reads their folders).
 """
 import os
 import sys
 
+import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,6 +113,34 @@ def main():
     assert abs(images[True] - images[False]).max() > 1e-3, "the VAE tiling changed nothing"
     b.add("sd_tiled_latents", latents)
     b.add("sd_tiled_image", torch.from_numpy(images[True]))
+
+    # image to image with the VAE tiled: the init image is encoded in tiles too (diffusers'
+    # _encode tiles an image larger than tile_sample_min_size), not only the result decoded
+    from diffusers import StableDiffusionImg2ImgPipeline
+    i2i = StableDiffusionImg2ImgPipeline(**pipe.components)
+    i2i.set_progress_bar_config(disable=True)
+    i2i.vae.enable_tiling()
+    init = np.random.default_rng(31).random((1, 32, 32, 3), dtype=np.float32)
+
+    def img2img():
+        with torch.no_grad():
+            return i2i("a photo of a cat", image=init.copy(), strength=0.75, guidance_scale=7.5,
+                       num_inference_steps=4, output_type="np",
+                       generator=torch.Generator("cpu").manual_seed(31)).images
+    tiled = img2img()
+    encode = i2i.vae.encode  # the same run with only the encode untiled: it must differ
+
+    def encode_untiled(*a, **k):
+        i2i.vae.use_tiling = False
+        try:
+            return encode(*a, **k)
+        finally:
+            i2i.vae.use_tiling = True
+    i2i.vae.encode = encode_untiled
+    assert abs(tiled - img2img()).max() > 1e-3, "the tiled encode changed nothing"
+    i2i.vae.encode = encode
+    b.add("sd_img2img_tiled_init", torch.from_numpy(init))
+    b.add("sd_img2img_tiled_image", torch.from_numpy(tiled))
     b.meta = {"tilings": meta}
     n, nbytes = b.write()
     print("vae_tiling_ref: %d tensors, %d bytes" % (n, nbytes))

@@ -211,7 +211,8 @@ static void test_sd_bad_folders(void) {
 }
 
 /* pipe.vae.enable_tiling() at 32 x 32 (16 x 16 latents, the VAE's latent tile is 8): diffusers'
- * image (scripts/gen_vae_tiling_fixtures.py); a pipeline without a VAE refuses the option */
+ * image, text to image and image to image (scripts/gen_vae_tiling_fixtures.py); a pipeline
+ * without a VAE refuses the option */
 static void test_sd_vae_tiling(void) {
     em_ctx *c = em_ctx_create();
     em_test_bundle *b = em_test_bundle_load("diffusion/vae_tiling_ref");
@@ -229,6 +230,19 @@ static void test_sd_vae_tiling(void) {
         CHECK_MSG(img != NULL, "%s", msg(c));
         em_test_allclose(c, img, em_test_bundle_get(b, c, "sd_tiled_image"), 1e-3, 0,
                          "Stable Diffusion with the VAE tiled");
+        em_ctx_clear_error(c);
+        /* image to image: the 32 x 32 init image is encoded in tiles too */
+        rp = em_pipeline_default_params();
+        rp.prompt = "a photo of a cat";
+        rp.steps = 4;
+        rp.strength = 0.75;
+        rp.seed = 31;
+        rp.vae_tiling = true;
+        rp.image = em_test_bundle_get(b, c, "sd_img2img_tiled_init");
+        img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "sd_img2img_tiled_image"), 1e-3, 0,
+                         "image to image with the VAE tiled (encode and decode)");
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }

@@ -344,8 +344,9 @@ typedef struct em_pipeline_run_params {
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
                              [0, num_embeds_ada_norm)); -1: none (the other pipelines) */
-    bool vae_tiling;      /* decode with the VAE in tiles, diffusers' pipe.vae.enable_tiling()
-                             (em_vae_decode_tiled, the VAE's default tiles); refused by the
+    bool vae_tiling;      /* code with the VAE in tiles, diffusers' pipe.vae.enable_tiling():
+                             the result decoded (em_vae_decode_tiled) and an init image encoded
+                             (em_vae_encode_tiled), with the VAE's default tiles; refused by the
                              pipelines without a VAE */
     /* Image to image, StableDiffusionImg2ImgPipeline (Stable Diffusion folders only): the init
      * image, f32 [1, H, W, 3] in [0, 1] (the layout em_pipeline_run returns; any device;

@@ -456,7 +456,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
                 int64_t nts = 0;
                 const double *ts = em_scheduler_timesteps(p->sched, &nts);
                 x = sd_image_latents(c, p, rp->image, rp->height, rp->width, sd_batch(rp), g,
-                                     ts[first]);
+                                     ts[first], rp->vae_tiling);
                 if (x) x = em_tensor_retain(x);
             }
         } else {

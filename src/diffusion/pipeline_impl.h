@@ -47,12 +47,14 @@ em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
  * tiles (the VAE's default tiling) when `tiled`, one image at a time when `sliced`. */
 em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, bool sliced);
 /* StableDiffusionImg2ImgPipeline.prepare_latents: the init image (f32 [1, H, W, 3] in [0, 1];
- * height / width, when not 0, must equal H / W) normalised to [-1, 1], encoded by the VAE, a
+ * height / width, when not 0, must equal H / W) normalised to [-1, 1], encoded by the VAE (in
+ * its default tiles when `tiled`, as diffusers' vae.enable_tiling() encodes), a
  * posterior sample drawn from g, times scaling_factor, repeated `batch` times, then add_noise
  * with noise of the batch's shape drawn from g at timestep t. The latents
  * [batch, C, H / f, W / f] on the UNet's device in the current scope, or NULL with the error. */
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
-                            int64_t width, int64_t batch, em_torch_generator *g, double t);
+                            int64_t width, int64_t batch, em_torch_generator *g, double t,
+                            bool tiled);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([1, C, H, W] on the
  * transformer's device, a reference this takes over): classifier-free guidance on a doubled
  * batch when guidance > 1, as diffusers runs it. Returns the final latents [1, C, H, W] (a

@@ -129,7 +129,8 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
 }
 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
-                            int64_t width, int64_t batch, em_torch_generator *g, double t) {
+                            int64_t width, int64_t batch, em_torch_generator *g, double t,
+                            bool tiled) {
     const int64_t *s = em_tensor_shape(image);
     int64_t f = vae_scale(p);
     char sig[96];
@@ -157,7 +158,8 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
     x = em_contiguous(c, em_permute(c, x, 4, (const int[]){0, 3, 1, 2}));
     x = em_add_scalar(c, em_mul_scalar(c, x, 2.0), -1.0);
     em_vae_latent_dist d;
-    if (!x || em_vae_encode(c, p->vae, x, &d) != EM_OK) return NULL;
+    if (!x || (tiled ? em_vae_encode_tiled(c, p->vae, x, NULL, &d) : em_vae_encode(c, p->vae, x, &d)))
+        return NULL;
     /* retrieve_latents(..., sample_mode="sample"): the posterior's draw comes first */
     em_tensor *eps = em_torch_randn(c, g, 4, em_tensor_shape(d.mean), dev);
     em_tensor *z = eps ? em_vae_latent_sample(c, &d, eps) : NULL;
