@@ -223,6 +223,8 @@ done:
 static void test_qwen3(void) { check_family("qwen3"); }
 static void test_llama(void) { check_family("llama"); }
 static void test_qwen3_moe(void) { check_family("qwen3_moe"); }
+/* KV sharing (the last layers read an earlier layer's blocks), sliding layers, per-layer inputs */
+static void test_gemma4_text(void) { check_family("gemma4_text"); }
 
 /* A pool too small for a step: the step fails naming the pool, lengths and blocks unchanged;
  * bad sequence ids and shares are refused. */
@@ -267,4 +269,4 @@ static void test_errors(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_qwen3), T(test_llama), T(test_qwen3_moe), T(test_errors))
+EM_TEST_MAIN(T(test_qwen3), T(test_llama), T(test_qwen3_moe), T(test_gemma4_text), T(test_errors))

@@ -266,6 +266,25 @@ em_tensor *em_blk_div_f32(em_ctx *c, em_tensor *x, double v) {
     return em_div(c, x, em_from_host_on(c, em_tensor_device(x), EM_F32, 0, NULL, &fv));
 }
 
+/* Paged: attention of q over the blocks of layer `src`'s pools (the layer itself, or the earlier
+ * layer whose keys and values a KV-sharing layer reads: it wrote this step's positions first),
+ * then the output projection. */
+static em_tensor *paged_attention_out(em_fwd *f, const em_dec_layer *l, em_tensor *q,
+                                      int64_t src, int64_t hq, int64_t d) {
+    em_ctx *c = f->c;
+    const em_model *m = f->m;
+    em_device *dv = em_tensor_device(f->pg_k[src]);
+    em_sdpa_params sp = em_sdpa_default_params();
+    sp.scale = m->attn_scale;
+    sp.window = l->sliding ? m->cfg.sliding_window : 0;
+    sp.softcap = m->attn_softcap;
+    em_tensor *a = em_paged_attention(c, q, f->pg_k[src], f->pg_v[src],
+                                      em_model_to_dev(c, f->pg_table, dv),
+                                      em_model_to_dev(c, f->pg_lens, dv), f->pg_block, &sp);
+    a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
+    return em_tp_reduce(c, m, em_linear(c, a, l->o, l->o_bias));
+}
+
 /* [B, T, H*D] -> [B, H, T, D] */
 static em_tensor *heads(em_fwd *f, em_tensor *x, int64_t h, int64_t d) {
     em_ctx *c = f->c;
@@ -295,6 +314,8 @@ em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t l
     if (l->q_norm) q = em_blk_norm(f, q, l->q_norm);
     q = em_rope(c, q, cos, sin);
     em_tensor *k, *v;
+    if (l->kv_shared && f->pg_k) /* paged: attention over the source layer's blocks */
+        return paged_attention_out(f, l, q, l->kv_src, hq, d);
     if (l->kv_shared) { /* an earlier layer's keys and values (it wrote them this step) */
         k = kv ? em_slice(c, kv->k[l->kv_src], 2, 0, f->tk, 1) : f->keys[l->kv_src];
         v = kv ? em_slice(c, kv->v[l->kv_src], 2, 0, f->tk, 1) : f->vals[l->kv_src];
@@ -316,15 +337,7 @@ em_tensor *em_blk_attn(em_fwd *f, const em_dec_layer *l, em_tensor *x, int64_t l
                             (int64_t[]){hkv, f->b * f->t, em_tensor_dim(v, 3)});
             em_index_copy(c, f->pg_k[li], 1, slots, k2);
             em_index_copy(c, f->pg_v[li], 1, slots, v2);
-            em_sdpa_params sp = em_sdpa_default_params();
-            sp.scale = m->attn_scale;
-            sp.window = l->sliding ? cfg->sliding_window : 0;
-            sp.softcap = m->attn_softcap;
-            em_tensor *a = em_paged_attention(c, q, f->pg_k[li], f->pg_v[li],
-                                              em_model_to_dev(c, f->pg_table, dv),
-                                              em_model_to_dev(c, f->pg_lens, dv), f->pg_block, &sp);
-            a = em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){f->b, f->t, hq * d});
-            return em_tp_reduce(c, m, em_linear(c, a, l->o, l->o_bias));
+            return paged_attention_out(f, l, q, li, hq, d);
         }
         if (kv && f->stat) {
             /* positions are data: HF's StaticCache write, attention over the whole bucket */
@@ -628,7 +641,9 @@ em_tensor *em_decoder_forward_body(em_fwd *f, em_tensor *ids, bool last_only) {
     if (m->fam->after_embed) m->fam->after_embed(f, ids_e, h);
     for (int64_t i = 0; i < m->n_layers && !em_ctx_status(c); i++) {
         const em_dec_layer *l = &m->layers[i];
-        if (i == m->first_kv_shared && last_only && f->t > 1) h = keep_last(f, h);
+        /* (paged: the shared layers' queries stay at every position, which the block
+         * attention's positions assume) */
+        if (i == m->first_kv_shared && last_only && f->t > 1 && !f->pg_k) h = keep_last(f, h);
         em_blk_enter_device(f, l->dev);
         h = em_model_to_dev(c, h, l->dev);
         em_scope_push(c);

@@ -29,7 +29,7 @@ struct em_paged_kv {
 };
 
 bool em_paged_kv_supported(const em_model *m) {
-    if (!m || !m->fam->causal || m->first_kv_shared < m->n_layers) return false;
+    if (!m || !m->fam->causal) return false;
     em_device *cpu = em_device_cpu();
     bool ok = m->dev_embed == cpu && m->dev_head == cpu;
     for (int64_t i = 0; ok && i < m->n_layers; i++) ok = m->layers[i].dev == cpu;
@@ -45,12 +45,6 @@ em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,
                     "needs a causal LM, n_blocks in [1, 2^31), block_size >= 1 and max_seqs >= 1 "
                     "(got %lld, %lld, %d)",
                     (long long)n_blocks, (long long)block_size, max_seqs);
-        return NULL;
-    }
-    if (m->first_kv_shared < m->n_layers) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "paged_kv_create",
-                    "%s shares keys and values between layers; the paged cache does not",
-                    m->cfg.model_type);
         return NULL;
     }
     em_paged_kv *p = calloc(1, sizeof *p);
@@ -75,6 +69,7 @@ em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,
     em_device *prev = em_ctx_device(c);
     for (int64_t i = 0; i < m->n_layers; i++) {
         const em_dec_layer *l = &m->layers[i];
+        if (l->kv_shared) continue; /* reads an earlier layer's pools: none of its own */
         int64_t shape[3] = {l->kv_heads ? l->kv_heads : m->cfg.num_key_value_heads,
                             (n_blocks + 1) * block_size, l->head_dim ? l->head_dim : m->cfg.head_dim};
         em_ctx_set_device(c, l->dev);
@@ -158,7 +153,7 @@ static void block_copy(em_ctx *c, em_paged_kv *p, int32_t from, int32_t to, int6
     em_scope_push(c);
     for (int64_t i = 0; i < p->m->n_layers; i++) {
         em_tensor *pools[2] = {p->k[i], p->v[i]};
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2 && pools[0]; k++)
             em_assign(c, em_slice(c, pools[k], 1, (int64_t)to * p->bs, (int64_t)to * p->bs + n, 1),
                       em_slice(c, pools[k], 1, (int64_t)from * p->bs, (int64_t)from * p->bs + n, 1));
     }
@@ -228,7 +223,7 @@ int64_t em_paged_kv_blocks_for(const em_paged_kv *p, int64_t n) {
 int64_t em_paged_kv_bytes(const em_paged_kv *p) {
     int64_t n = 0;
     for (int64_t i = 0; p && i < p->m->n_layers; i++)
-        n += (int64_t)(em_tensor_nbytes(p->k[i]) + em_tensor_nbytes(p->v[i]));
+        if (p->k[i]) n += (int64_t)(em_tensor_nbytes(p->k[i]) + em_tensor_nbytes(p->v[i]));
     return n;
 }
 

@@ -19,12 +19,12 @@
 
 typedef struct em_paged_kv em_paged_kv;
 
-/* A pool of n_blocks blocks of block_size positions for model m (a causal decoder without
- * KV-sharing layers) and up to max_seqs sequences. NULL on error (in c: invalid arguments,
- * unsupported model, out of memory). Free with em_paged_kv_free. */
-/* Whether m runs with a paged cache where it pays: every layer keeps its own keys (no KV sharing)
- * and sits on the CPU, whose kernel em_paged_attention has (other devices run the op as a
- * composition that gathers each row's keys per call: correct, not worth it). */
+/* A pool of n_blocks blocks of block_size positions for model m (a causal decoder) and up to
+ * max_seqs sequences: a key and a value pool per layer, none for a KV-sharing layer (it attends
+ * over its source layer's blocks). NULL on error (in c: invalid arguments, out of memory). Free
+ * with em_paged_kv_free. */
+/* Whether m runs with a paged cache where it pays: a causal decoder whose layers sit on the
+ * CPU, whose kernel em_paged_attention has (other devices run the op as a composition that gathers each row's keys per call: correct, not worth it). */
 bool em_paged_kv_supported(const em_model *m);
 
 em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,

@@ -17,7 +17,7 @@
  * every row and every prompt being prefilled is a sequence of its own blocks, written at its own
  * length; a step attends over each row's blocks only, a row that leaves gives its blocks back,
  * and a reused prefix shares the kept prompt's blocks. The one-length cache stays for devices
- * that cannot run em_paged_attention and for models that share keys between layers.
+ * that cannot run em_paged_attention.
  */
 #include <math.h>
 #include <stdio.h>
