@@ -24,7 +24,8 @@ typedef struct em_paged_kv em_paged_kv;
  * over its source layer's blocks). NULL on error (in c: invalid arguments, out of memory). Free
  * with em_paged_kv_free. */
 /* Whether m runs with a paged cache where it pays: a causal decoder whose layers sit on the
- * CPU, whose kernel em_paged_attention has (other devices run the op as a composition that gathers each row's keys per call: correct, not worth it). */
+ * CPU, whose kernel em_paged_attention has (other devices run the op as a composition that
+ * gathers each row's keys per call: correct, not worth it). */
 bool em_paged_kv_supported(const em_model *m);
 
 em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,
