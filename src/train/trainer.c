@@ -180,8 +180,8 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
         }
     }
     t->trained = t->master ? t->master : t->tensors;
-    em_device *dev = np ? em_tensor_device(t->tensors[0]) : em_device_cpu();
-    if (opt->compile && opt->group && dev != em_device_cpu()) {
+    em_device *dev = np ? em_tensor_device(t->tensors[0]) : NULL;
+    if (opt->compile && opt->group && dev && dev != em_device_get(c, "cpu")) {
         /* MPI ranks train on the CPU, where the plan runs the collectives as ops; a PJRT
          * program would need them compiled in (replica programs: not done yet) */
         em_trainer_free(t);
