@@ -15,6 +15,9 @@ tests/fixtures/diffusion/ddpm_train_ref.{json,bin} (a Bundle) holds
   step<k>/x0, step<k>/noise, step<k>/t   the inputs of step k (k = 0, 1)
   step<k>/loss                          the loss of step k (before its update)
   after/<param>                         a few parameters after both steps (meta.params)
+  ema/<param>                           diffusers' EMAModel of the parameters after both steps
+                                        (train_unconditional.py's --use_ema defaults: warmup,
+                                        inv_gamma 1, power 3/4, max decay 0.9999)
   delta_norm                            ||p_after - p_before|| of every parameter, in
                                         named_parameters() order (meta.names)
 """
@@ -34,15 +37,20 @@ PARAMS = ["conv_in.weight", "time_embedding.linear_1.bias",
           "down_blocks.0.resnets.0.norm1.weight", "down_blocks.1.attentions.0.to_k.weight",
           "mid_block.attentions.0.group_norm.bias", "up_blocks.0.upsamplers.0.conv.bias",
           "conv_out.weight", "conv_out.bias"]
+EMA = {"max_decay": 0.9999, "inv_gamma": 1.0, "power": 0.75}
 
 
 def main():
     from diffusers import DDPMScheduler, UNet2DModel
+    from diffusers.training_utils import EMAModel
     folder = os.path.join(DIFF, "ddpm_attn")
     unet = UNet2DModel.from_pretrained(os.path.join(folder, "unet")).train()
     sched = DDPMScheduler.from_pretrained(os.path.join(folder, "scheduler"))
     opt = torch.optim.AdamW(unet.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
     before = {k: v.detach().clone() for k, v in unet.named_parameters()}
+    # train_unconditional.py's --use_ema with its defaults
+    ema = EMAModel(unet.parameters(), decay=EMA["max_decay"], use_ema_warmup=True,
+                   inv_gamma=EMA["inv_gamma"], power=EMA["power"])
     b = Bundle(os.path.join(DIFF, "ddpm_train_ref"))
     g = torch.Generator().manual_seed(11)
     size, ch = unet.config.sample_size, unet.config.in_channels
@@ -55,6 +63,7 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad()
+        ema.step(unet.parameters())
         b.add(f"step{k}/x0", x0)
         b.add(f"step{k}/noise", noise)
         b.add(f"step{k}/t", t)
@@ -64,7 +73,10 @@ def main():
         b.add(f"after/{p}", params[p].detach())
     names = list(params)
     b.add("delta_norm", torch.stack([(params[n].detach() - before[n]).norm() for n in names]))
-    b.meta = {"params": PARAMS, "names": names,
+    shadow = dict(zip(names, ema.shadow_params))
+    for p in PARAMS:
+        b.add(f"ema/{p}", shadow[p].detach())
+    b.meta = {"params": PARAMS, "names": names, "ema": EMA, "ema_decay": ema.cur_decay_value,
               "adamw": {"lr": LR, "weight_decay": WD, "betas": BETAS, "eps": EPS}}
     n, nbytes = b.write()
     print(f"ddpm_train_ref: {n} tensors, {nbytes} bytes")

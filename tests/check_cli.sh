@@ -35,6 +35,7 @@ bad --layers make-checkpoint --out /nonexistent --layers 2x
 bad --steps train-ddpm --data d.csv.gz --out o --steps 0
 bad --channels train-ddpm --data d.csv.gz --out o --channels 16,x
 bad --lr train-ddpm --data d.csv.gz --out o --lr fast
+bad --ema-max-decay train-ddpm --data d.csv.gz --out o --ema --ema-max-decay 2
 bad --data train-ddpm --out o
 bad --num-images image --model m --seed 1 --out o.png --num-images 0
 bad --upscale image --model m --seed 1 --out o.png --upscale 2x

@@ -46,8 +46,20 @@ static void test_ddpm_train_matches_diffusers(void) {
     em_adamw_options o = fixture_adamw();
     em_ddpm_trainer *t = em_ddpm_trainer_create(c, u, s, &o, 0);
     CHECK_MSG(t != NULL, "%s", msg(c));
+    /* diffusers' EMAModel with train_unconditional.py's --use_ema settings (meta.ema) */
+    json_t *meta = json_object_get(ref, "meta"), *eo = json_object_get(meta, "ema");
+    em_ema_options ema_o = em_ema_default_options();
+    ema_o.use_ema_warmup = true;
+    ema_o.decay = json_number_value(json_object_get(eo, "max_decay"));
+    ema_o.inv_gamma = json_number_value(json_object_get(eo, "inv_gamma"));
+    ema_o.power = json_number_value(json_object_get(eo, "power"));
+    int np = em_unet2d_param_count(u);
+    em_tensor **ps = calloc((size_t)np, sizeof *ps);
+    for (int k = 0; ps && k < np; k++) ps[k] = em_unet2d_param(u, k);
+    em_ema *ema = ps ? em_ema_create(c, ps, np, &ema_o) : NULL;
+    CHECK_MSG(ema != NULL, "%s", msg(c));
     em_scope_push(c);
-    for (int k = 0; t && k < 2; k++) {
+    for (int k = 0; t && ema && k < 2; k++) {
         char key[64];
         em_tensor *in[3];
         const char *names[3] = {"x0", "noise", "t"};
@@ -57,21 +69,32 @@ static void test_ddpm_train_matches_diffusers(void) {
         }
         double loss = NAN;
         CHECK_MSG(em_ddpm_train_step(c, t, in[0], in[1], in[2], &loss) == EM_OK, "%s", msg(c));
+        CHECK_MSG(em_ema_step(c, ema) == EM_OK, "%s", msg(c));
         snprintf(key, sizeof key, "step%d/loss", k);
         double want = em_test_at(c, em_reshape(c, em_test_bundle_get(b, c, key), 1, (int64_t[]){1}), 0);
         CHECK_MSG(fabs(loss - want) <= 1e-5 * (1 + fabs(want)), "step %d loss %.8f, diffusers "
                   "%.8f", k, loss, want);
     }
-    /* a few parameters after both steps */
-    json_t *meta = json_object_get(ref, "meta");
+    /* a few parameters after both steps, and their averages */
     size_t i;
     json_t *v;
+    double want_decay = json_number_value(json_object_get(meta, "ema_decay"));
+    CHECK_MSG(em_ema_steps(ema) == 2 && fabs(em_ema_decay(ema) - want_decay) <= 1e-12,
+              "EMA decay %.17g after %lld steps, diffusers %.17g", em_ema_decay(ema),
+              (long long)em_ema_steps(ema), want_decay);
     json_array_foreach(json_object_get(meta, "params"), i, v) {
         char key[256];
         snprintf(key, sizeof key, "after/%s", json_string_value(v));
         em_tensor *p = em_unet2d_find_param(u, json_string_value(v));
         CHECK_MSG(p != NULL, "no parameter %s", json_string_value(v));
         if (p) em_test_allclose(c, p, em_test_bundle_get(b, c, key), 1e-5, 1e-5, key);
+        int at = -1;
+        for (int k = 0; k < np; k++)
+            if (ps[k] == p) at = k;
+        snprintf(key, sizeof key, "ema/%s", json_string_value(v));
+        if (at >= 0)
+            em_test_allclose(c, em_ema_shadow(ema, at), em_test_bundle_get(b, c, key), 1e-5, 1e-5,
+                             key);
     }
     /* how far every parameter moved, in diffusers' order and names */
     json_t *names = json_object_get(meta, "names");
@@ -95,7 +118,21 @@ static void test_ddpm_train_matches_diffusers(void) {
         CHECK_MSG(fabs(got - want) <= 1e-5 + 1e-3 * want, "%s moved %.8g, in torch %.8g", n, got,
                   want);
     }
+    /* copy_to: the averages into the model */
+    CHECK(ema && em_ema_copy_to(c, ema) == EM_OK);
+    em_tensor *p0 = ema ? em_unet2d_param(u, 0) : NULL;
+    if (p0) em_test_allclose(c, p0, em_ema_shadow(ema, 0), 0, 0, "copy_to");
+    /* bad arguments */
+    em_ema_options bad = em_ema_default_options();
+    bad.min_decay = 0.5;
+    bad.decay = 0.4;
+    CHECK(em_ema_create(c, ps, np, &bad) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "min_decay <= decay");
+    CHECK(em_ema_create(c, ps, 0, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "no parameters");
     em_scope_pop(c);
+    em_ema_free(ema);
+    free(ps);
     em_ddpm_trainer_free(t);
     em_scheduler_free(s);
     em_unet2d_free(u);

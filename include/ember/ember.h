@@ -44,6 +44,7 @@
 #include "ember/vae.h"
 #include "ember/dit.h"
 #include "ember/ddpm.h"
+#include "ember/ema.h"
 #include "ember/train.h"
 #include "ember/generate.h"
 #include "ember/tokenizer.h"

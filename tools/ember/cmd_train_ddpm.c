@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "usage: ember train-ddpm --data digits.csv.gz --out DIR [--steps N] [--batch B]\n"
             "                        [--lr LR] [--seed S] [--channels C0,C1,...]\n"
             "                        [--layers L] [--timesteps T] [--warmup W]\n"
-            "                        [--log-every K]\n\n"
+            "                        [--log-every K] [--ema [--ema-max-decay D]]\n\n"
             "Trains a UNet2DModel from freshly initialised weights as a DDPM denoiser on\n"
             "scikit-learn's digits (sklearn/datasets/data/digits.csv.gz: 64 pixels 0..16 and a\n"
             "label per line; gzip or plain), scaled to [-1, 1], and writes DIR as a diffusers\n"
@@ -34,7 +34,11 @@ static void usage(FILE *f) {
             "  --layers L     resnets per down block (default 1)\n"
             "  --timesteps T  the scheduler's num_train_timesteps (default 1000)\n"
             "  --warmup W     linear warmup steps (default 100)\n"
-            "  --log-every K  (default 100)\n");
+            "  --log-every K  (default 100)\n"
+            "  --ema          keep an exponential moving average of the weights and save it\n"
+            "                 instead of the last weights (train_unconditional.py's --use_ema:\n"
+            "                 diffusers' EMAModel with warmup, inv_gamma 1, power 3/4)\n"
+            "  --ema-max-decay D  the average's largest decay (default 0.9999)\n");
 }
 
 typedef struct ddpm_args {
@@ -42,18 +46,24 @@ typedef struct ddpm_args {
     long long steps, batch, seed, layers, timesteps, warmup, log_every;
     long long channels[EM_UNET2D_MAX_BLOCKS];
     int n_channels;
-    double lr;
+    double lr, ema_max_decay;
+    bool ema;
 } ddpm_args;
 
 static int parse(int argc, char **argv, ddpm_args *a) {
     const char *cmd = "train-ddpm";
     *a = (ddpm_args){.steps = 2000, .batch = 32, .lr = 2e-3, .layers = 1, .timesteps = 1000,
-                     .warmup = 100, .log_every = 100, .channels = {16, 32}, .n_channels = 2};
+                     .warmup = 100, .log_every = 100, .channels = {16, 32}, .n_channels = 2,
+                     .ema_max_decay = 0.9999};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) {
             usage(stdout);
             return 1;
+        }
+        if (!strcmp(k, "--ema")) { /* a flag */
+            a->ema = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "ember train-ddpm: %s needs a value (see ember train-ddpm --help)\n",
@@ -72,6 +82,7 @@ static int parse(int argc, char **argv, ddpm_args *a) {
         else if (!strcmp(k, "--warmup")) ok = cli_int(cmd, k, v, 0, 100000000, &a->warmup);
         else if (!strcmp(k, "--log-every")) ok = cli_int(cmd, k, v, 1, 100000000, &a->log_every);
         else if (!strcmp(k, "--lr")) ok = cli_real(cmd, k, v, 0, 10, &a->lr);
+        else if (!strcmp(k, "--ema-max-decay")) ok = cli_real(cmd, k, v, 0, 1, &a->ema_max_decay);
         else if (!strcmp(k, "--channels")) {
             a->n_channels = cli_int_list(cmd, k, v, 4, 4096, a->channels, EM_UNET2D_MAX_BLOCKS);
             ok = a->n_channels > 0;
@@ -160,10 +171,24 @@ static int train(em_ctx *c, const ddpm_args *a) {
     em_adamw_options o = em_adamw_default_options();
     o.lr = a->lr;
     em_ddpm_trainer *t = s ? em_ddpm_trainer_create(c, u, s, &o, (uint64_t)a->seed + 2) : NULL;
+    em_ema *ema = NULL;
+    if (t && a->ema) { /* train_unconditional.py's EMAModel(unet.parameters(), ...) */
+        em_ema_options eo = em_ema_default_options();
+        eo.decay = a->ema_max_decay;
+        eo.use_ema_warmup = true;
+        eo.inv_gamma = 1.0;
+        eo.power = 0.75;
+        int np = em_unet2d_param_count(u);
+        em_tensor **ps = malloc((size_t)np * sizeof *ps);
+        for (int i = 0; ps && i < np; i++) ps[i] = em_unet2d_param(u, i);
+        ema = ps ? em_ema_create(c, ps, np, &eo) : NULL;
+        free(ps);
+        if (!ema && !em_ctx_status(c)) em_ctx_fail(c, EM_ERR_OOM, "train-ddpm", "out of memory");
+    }
     int rc = 1;
     if (!px || !buf || !order || !g) {
         em_ctx_fail(c, EM_ERR_OOM, "train-ddpm", "out of memory");
-    } else if (t && em_to_host_f32(c, data, px, n * 64) == EM_OK) {
+    } else if (t && (!a->ema || ema) && em_to_host_f32(c, data, px, n * 64) == EM_OK) {
         int64_t params = 0;
         for (int i = 0; i < em_unet2d_param_count(u); i++)
             params += em_tensor_numel(em_unet2d_param(u, i));
@@ -184,6 +209,7 @@ static int train(em_ctx *c, const ddpm_args *a) {
             em_tensor *x = batch(c, px, order + at, b, buf);
             at += b;
             em_status st = x ? em_ddpm_train_step(c, t, x, NULL, NULL, &loss) : em_ctx_status(c);
+            if (!st && ema) st = em_ema_step(c, ema);
             em_scope_pop(c);
             if (st) break;
             sum += loss;
@@ -194,11 +220,15 @@ static int train(em_ctx *c, const ddpm_args *a) {
                 sum = 0;
             }
         }
+        /* the average is what is saved (ema_model.copy_to(unet.parameters()) before saving) */
+        if (!em_ctx_status(c) && ema) em_ema_copy_to(c, ema);
         if (!em_ctx_status(c) && em_ddpm_pipeline_save(c, u, sched, a->out) == EM_OK) {
-            fprintf(stderr, "wrote %s (DDPMPipeline) in %.1f s\n", a->out, now() - t0);
+            fprintf(stderr, "wrote %s (DDPMPipeline%s) in %.1f s\n", a->out,
+                    ema ? ", the weights' moving average" : "", now() - t0);
             rc = 0;
         }
     }
+    em_ema_free(ema);
     em_ddpm_trainer_free(t);
     em_scheduler_free(s);
     em_unet2d_free(u);
