@@ -4,7 +4,8 @@
  * class labels (guided: 2B rows with B null classes; unguided; DDPM's step noise over the
  * doubled batch), eager and compiled, and DDPMPipeline / DDIMPipeline with batch_size (rp's
  * num_images_per_prompt; DDPM's and DDIM eta 0.5's step noise over the batch), each one seeded
- * run within 1e-3 of diffusers' output_type="np" images; and the errors of the batch fields. */
+ * run within 1e-3 of diffusers' output_type="np" images (a guided DiT batch and the DDIM batch
+ * also on XLA's CPU plugin when installed); and the errors of the batch fields. */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,11 +34,17 @@ static const struct {
 };
 #define N_RUNS (sizeof RUNS / sizeof RUNS[0])
 
-static void check_run(em_ctx *c, em_test_bundle *b, size_t i, bool compile) {
+static void check_run(em_ctx *c, em_test_bundle *b, size_t i, bool compile, const char *device) {
     char name[64], what[128];
     em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", RUNS[i].folder), NULL);
     CHECK_MSG(p != NULL, "%s: %s", RUNS[i].folder, msg(c));
-    if (!p) return;
+    if (p && strcmp(device, "cpu"))
+        CHECK_MSG(em_pipeline_to(c, p, device) == EM_OK, "to %s: %s", device, msg(c));
+    if (!p || em_ctx_status(c)) {
+        em_ctx_clear_error(c);
+        em_pipeline_free(p);
+        return;
+    }
     if (RUNS[i].sched >= 0)
         CHECK_MSG(em_pipeline_set_scheduler(c, p, (em_scheduler_kind)RUNS[i].sched) == EM_OK,
                   "%s", msg(c));
@@ -53,7 +60,7 @@ static void check_run(em_ctx *c, em_test_bundle *b, size_t i, bool compile) {
     rp.steps = RUNS[i].steps;
     rp.seed = RUNS[i].seed;
     rp.compile = compile;
-    snprintf(what, sizeof what, "%s%s", RUNS[i].name, compile ? " compiled" : "");
+    snprintf(what, sizeof what, "%s%s on %s", RUNS[i].name, compile ? " compiled" : "", device);
     snprintf(name, sizeof name, "%s_image", RUNS[i].name);
     em_scope_push(c);
     em_tensor *img = em_pipeline_run(c, p, &rp);
@@ -73,9 +80,22 @@ static void test_batches_match_diffusers(void) {
     CHECK(b != NULL);
     if (!b) return;
     em_ctx *c = em_ctx_create();
-    for (size_t i = 0; i < N_RUNS; i++) check_run(c, b, i, false);
+    for (size_t i = 0; i < N_RUNS; i++) check_run(c, b, i, false, "cpu");
     for (size_t i = 0; i < N_RUNS; i++) /* the DiT runs compiled too */
-        if (RUNS[i].labels) check_run(c, b, i, true);
+        if (RUNS[i].labels) check_run(c, b, i, true, "cpu");
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+/* pipe.to("xla:0") (XLA's CPU plugin): the guided DiT batch and the DDIM batch (eta 0.5) */
+static void test_batches_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_xla_or_skip(c) ? em_test_bundle_load("diffusion/dit_batch_ref")
+                                               : NULL;
+    if (b) {
+        check_run(c, b, 0, false, "xla:0");
+        check_run(c, b, N_RUNS - 1, false, "xla:0");
+    }
     em_ctx_free(c);
     em_test_bundle_free(b);
 }
@@ -140,4 +160,4 @@ static void test_batch_errors(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_batches_match_diffusers), T(test_batch_errors))
+EM_TEST_MAIN(T(test_batches_match_diffusers), T(test_batches_on_xla), T(test_batch_errors))
