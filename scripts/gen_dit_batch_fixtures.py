@@ -28,6 +28,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fixtures.common import Bundle  # noqa: E402
+from gen_dit_fixtures import dit_run  # noqa: E402
 
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "diffusion")
 
@@ -52,19 +53,11 @@ def main():
     b = Bundle(os.path.join(OUT, "dit_batch_ref"))
     meta = {}
     for name, (labels, guidance, steps, seed, swap) in DIT_RUNS.items():
-        pipe = DiffusionPipeline.from_pretrained(os.path.join(OUT, "dit_pipe"),
-                                                 torch_dtype=torch.float32)
-        assert type(pipe).__name__ == "DiTPipeline"
-        pipe.set_progress_bar_config(disable=True)
-        if swap is not None:
-            pipe.scheduler = getattr(diffusers, swap).from_config(pipe.scheduler.config)
-        image = pipe(class_labels=labels, guidance_scale=guidance,
-                     generator=torch.manual_seed(seed), num_inference_steps=steps,
-                     output_type="np").images
+        image, sched = dit_run(labels, guidance, steps, seed, swap)
         assert image.shape[0] == len(labels)
         b.add(name + "_image", torch.from_numpy(image))
         meta[name] = {"pipeline": "DiTPipeline", "labels": labels, "guidance": guidance,
-                      "steps": steps, "seed": seed, "scheduler": type(pipe.scheduler).__name__}
+                      "steps": steps, "seed": seed, "scheduler": sched}
     for name, (folder, batch, steps, eta, seed) in UNCOND_RUNS.items():
         pipe = DiffusionPipeline.from_pretrained(os.path.join(OUT, folder))
         pipe.set_progress_bar_config(disable=True)
