@@ -104,6 +104,25 @@ def write_transformer_ref(name, model, labels, seed):
     return b.write()
 
 
+def dit_run(labels, guidance, steps, seed, swap):
+    """DiTPipeline on the committed dit_pipe folder (scheduler class `swap` swapped in unless
+    None): its output_type="np" images for class_labels=labels and the scheduler's class name."""
+    import diffusers
+    from diffusers import DiffusionPipeline
+    pipe = DiffusionPipeline.from_pretrained(os.path.join(OUT, "dit_pipe"),
+                                             torch_dtype=torch.float32)
+    assert type(pipe).__name__ == "DiTPipeline"
+    pipe.set_progress_bar_config(disable=True)
+    if swap is not None:
+        pipe.scheduler = getattr(diffusers, swap).from_config(pipe.scheduler.config)
+    # DiTPipeline passes no generator to scheduler.step, so a scheduler that draws noise
+    # (DDPM) draws it from torch's global generator; torch.manual_seed(seed) returns that
+    # generator (diffusers' own DiT example), so latents and step noise share it
+    image = pipe(class_labels=labels, guidance_scale=guidance, generator=torch.manual_seed(seed),
+                 num_inference_steps=steps, output_type="np").images
+    return image, type(pipe.scheduler).__name__
+
+
 def main():
     import diffusers
     from diffusers import (AutoencoderKL, DDIMScheduler, DiTPipeline, DiTTransformer2DModel)
@@ -136,21 +155,10 @@ def main():
     b = Bundle(os.path.join(OUT, "dit_runs_ref"))
     meta = {}
     for name, (label, guidance, steps, seed, swap) in RUNS.items():
-        pipe = DiffusionPipeline.from_pretrained(os.path.join(OUT, "dit_pipe"),
-                                                 torch_dtype=torch.float32)
-        assert type(pipe).__name__ == "DiTPipeline"
-        pipe.set_progress_bar_config(disable=True)
-        if swap is not None:
-            pipe.scheduler = getattr(diffusers, swap).from_config(pipe.scheduler.config)
-        # DiTPipeline passes no generator to scheduler.step, so a scheduler that draws noise
-        # (DDPM) draws it from torch's global generator; torch.manual_seed(seed) returns that
-        # generator (diffusers' own DiT example), so latents and step noise share it
-        image = pipe(class_labels=[label], guidance_scale=guidance,
-                     generator=torch.manual_seed(seed),
-                     num_inference_steps=steps, output_type="np").images
+        image, sched = dit_run([label], guidance, steps, seed, swap)
         b.add(name + "_image", torch.from_numpy(image))
         meta[name] = {"label": label, "guidance": guidance, "steps": steps, "seed": seed,
-                      "scheduler": type(pipe.scheduler).__name__}
+                      "scheduler": sched}
     b.add("latents", randn_tensor((1, 4, 8, 8), generator=torch.Generator("cpu").manual_seed(0)))
     b.meta = {"capability": torch.backends.cpu.get_cpu_capability(), "runs": meta}
     n, nbytes = b.write()

@@ -9,7 +9,7 @@ Runs the tool on the committed pipeline folders and compares the image it writes
 euler; checks the PNG's signature and size and one progress line per step, and the clear
 errors for options of other pipelines, a missing --seed/--latents and latents of the wrong
 shape; DiTPipeline with --class-label and --guidance (seeded, from latents, without
-guidance, with --scheduler ddpm) and its label errors; --compile (one program for all steps) against the eager image, on the CPU and on XLA's
+guidance, with --scheduler ddpm, a list of labels as one batch) and its label errors; --compile (one program for all steps) against the eager image, on the CPU and on XLA's
 CPU plugin when installed. No numpy needed: the fixtures' Bundle and the .npy files are read with struct.
 """
 import json
@@ -86,6 +86,7 @@ def main():
     tiling = bundle(fixtures, "vae_tiling_ref")  # scripts/gen_vae_tiling_fixtures.py
     i2i = bundle(fixtures, "sd_img2img_ref")  # scripts/gen_sd_img2img_fixtures.py
     batch = bundle(fixtures, "sd_batch_ref")  # scripts/gen_sd_batch_fixtures.py
+    dit_batch = bundle(fixtures, "dit_batch_ref")  # scripts/gen_dit_batch_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -149,6 +150,10 @@ def main():
             ("dit --scheduler ddpm", ["--model", d("dit_pipe"), "--class-label", "11",
                                       "--guidance", "2.5", "--steps", "5", "--seed", "9",
                                       "--scheduler", "ddpm"], dit["ddpm_cfg_image"], 5),
+            # a list of labels: one batched run, diffusers' class_labels=[7, 3, 999]
+            ("dit --class-label 7,3,999", ["--model", d("dit_pipe"), "--class-label", "7,3,999",
+                                           "--guidance", "4", "--steps", "3", "--seed", "5"],
+             dit_batch["dit_cfg3_image"], 3),
         ]
         for i, (name, args, (wshape, want), nsteps) in enumerate(cases):
             png, npy = os.path.join(tmp, "%d.png" % i), os.path.join(tmp, "%d.npy" % i)
@@ -238,6 +243,10 @@ def main():
             (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "1000"] + out, 1,
              "class label 1000 is out of range"),
             (["--model", d("dit_pipe"), "--seed", "1"] + out, 1, "needs a class label"),
+            (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "7,1000"] + out, 1,
+             "class label 1000 (index 1 of 2) is out of range"),
+            (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "7,3", "--num-images",
+              "2"] + out, 2, "give no --num-images with it"),
             (["--model", d("ddpm_attn")] + out, 2, "--seed or --latents is required"),
             (["--model", d("ddim_three"), "--latents", bad_lat] + out, 1,
              "[1, 3, 8, 8] do not fit DDIMPipeline"),

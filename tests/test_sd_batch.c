@@ -226,14 +226,17 @@ static void test_sd_batch_errors(void) {
         CHECK_ERR(c, EM_ERR_INVALID_ARG, "negative_prompts need prompts");
     }
     em_pipeline_free(p);
-    /* a batch, or slicing, asked of a pipeline that draws one unconditional image */
+    /* a list of prompts, or slicing, asked of an unconditional pipeline (its batch_size is
+     * num_images_per_prompt: tests/test_dit_batch.c) */
     p = em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), NULL);
     CHECK_MSG(p != NULL, "%s", msg(c));
     rp = em_pipeline_default_params();
-    rp.num_images_per_prompt = 2;
+    rp.prompts = CAT_DOG;
+    rp.num_prompts = 2;
     CHECK(p && em_pipeline_run(c, p, &rp) == NULL);
-    CHECK_ERR(c, EM_ERR_INVALID_ARG, "are StableDiffusionPipeline's", "DDIMPipeline");
-    rp.num_images_per_prompt = 1;
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "is StableDiffusionPipeline's", "DDIMPipeline");
+    rp.prompts = NULL;
+    rp.num_prompts = 0;
     rp.vae_slicing = true;
     CHECK(p && em_pipeline_run(c, p, &rp) == NULL);
     CHECK_ERR(c, EM_ERR_INVALID_ARG, "vae_slicing", "has no VAE");

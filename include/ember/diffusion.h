@@ -343,7 +343,15 @@ typedef struct em_pipeline_run_params {
      * (StableDiffusionPipeline 7.5, DiTPipeline 4.0); refused by the unconditional pipelines */
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
-                             [0, num_embeds_ada_norm)); -1: none (the other pipelines) */
+                             [0, num_embeds_ada_norm), unless class_labels is given); -1: none
+                             (the other pipelines) */
+    /* DiTPipeline's class_labels=[...] (a batch of num_class_labels images, one per label, in
+     * the list's order): the latents are one torch.randn of [B, C, h, w] (latents, when given,
+     * must be [B, C, h, w]); under guidance the transformer sees 2B rows, the labels then B
+     * null classes, as diffusers does. Borrowed; class_label must then be -1. NULL: class_label.
+     * Refused by the other pipelines. */
+    const int64_t *class_labels;
+    int64_t num_class_labels;
     bool vae_tiling;      /* code with the VAE in tiles, diffusers' pipe.vae.enable_tiling():
                              the result decoded (em_vae_decode_tiled) and an init image encoded
                              (em_vae_encode_tiled), with the VAE's default tiles; refused by the
@@ -357,8 +365,10 @@ typedef struct em_pipeline_run_params {
     em_tensor *image;
     double strength;      /* with image: how much of the schedule runs, in (0, 1]; 0: diffusers'
                              default 0.8. int(steps * strength) must be at least 1 */
-    /* Batches, StableDiffusionPipeline only (as diffusers' num_images_per_prompt and a list of
-     * prompts). The run denoises B = (prompts ? num_prompts : 1) * num_images_per_prompt latents
+    /* Batches. DDPMPipeline / DDIMPipeline: num_images_per_prompt is diffusers' batch_size
+     * (the latents one torch.randn of [B, C, H, W], per-step noise drawn over the batch).
+     * StableDiffusionPipeline (as diffusers' num_images_per_prompt and a list of
+     * prompts): the run denoises B = (prompts ? num_prompts : 1) * num_images_per_prompt latents
      * together (the UNet sees 2B rows under guidance: the negative embeddings, each repeated
      * num_images_per_prompt times, then the prompts' likewise), drawn as one torch.randn of
      * [B, C, h, w] from the generator (latents, when given, must be [B, C, h, w]); per-step
@@ -366,7 +376,7 @@ typedef struct em_pipeline_run_params {
      * StableDiffusionImg2ImgPipeline does. The result is [B, H, W, C], prompt-major. B is at
      * most EM_PIPELINE_MAX_BATCH. */
     int64_t num_images_per_prompt; /* 0 or 1: one image per prompt; negative refused; > 1
-                                      refused by the other pipelines */
+                                      refused by DiTPipeline (give class_labels) */
     const char *const *prompts;    /* NULL: `prompt`; else num_prompts prompts (prompt NULL) */
     int64_t num_prompts;
     const char *const *negative_prompts; /* with prompts: NULL (every one "") or num_prompts
@@ -377,18 +387,19 @@ typedef struct em_pipeline_run_params {
                              refused by the pipelines without a VAE */
 } em_pipeline_run_params;
 
-/** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt). */
+/** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,
+ *  num_class_labels). */
 #define EM_PIPELINE_MAX_BATCH 1024
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
- *  default), class_label -1, no init image (strength 0: 0.8 when an image is given),
+ *  default), class_label -1, no class_labels, no init image (strength 0: 0.8 when an image is given),
  *  num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**
  * Runs the denoising loop and returns the image as diffusers' output_type="np" does: f32
  * [B, H, W, C] = clamp(x / 2 + 0.5, 0, 1) in HWC order, on the CPU, in c's current scope (B 1
- * but for a Stable Diffusion batch, rp->num_images_per_prompt / rp->prompts).
+ * but for a batch: rp->num_images_per_prompt / rp->prompts, DiT's rp->num_class_labels).
  * rp NULL: the defaults. NULL with the error in c: latents of the wrong shape or dtype
  * (EM_ERR_SHAPE / EM_ERR_DTYPE, naming both shapes), eta != 0 with a scheduler other than
  * DDIM (EM_ERR_INVALID_ARG), no sample_size and no latents, a step count the scheduler
@@ -398,8 +409,10 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * to another pipeline, is EM_ERR_INVALID_ARG An init image given to a pipeline other than Stable
  * Diffusion, with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
  * strength outside (0, 1] or one that leaves no step, is refused likewise; FlowMatch, which has
- * no add_noise, is EM_ERR_UNSUPPORTED with an image. A batch (num_images_per_prompt > 1 or
- * prompts) outside Stable Diffusion, num_images_per_prompt < 0, a batch larger than
+ * no add_noise, is EM_ERR_UNSUPPORTED with an image. A batch the pipeline does not take
+ * (prompts outside Stable Diffusion, num_images_per_prompt > 1 for DiT, class_labels outside
+ * DiT), class_labels with class_label, num_class_labels < 1 or a label out of range (named by
+ * its index), num_images_per_prompt < 0, a batch larger than
  * EM_PIPELINE_MAX_BATCH, prompts with prompt or negative_prompt, num_prompts < 1 or a NULL
  * entry, and vae_slicing without a VAE are EM_ERR_INVALID_ARG.
  */

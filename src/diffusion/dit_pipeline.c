@@ -1,8 +1,9 @@
 /* DiTPipeline.__call__'s denoising loop (diffusers 0.42, pipelines/dit/pipeline_dit.py):
- * classifier-free guidance on a batch of two (the class and the null class), guidance applied to
+ * classifier-free guidance on a doubled batch (the B classes, then B null classes), guidance applied to
  * the first in_channels channels of the output, the learned variance dropped before the
  * scheduler step. pipeline.c draws the latents and decodes the result with the VAE. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "diffusion/pipeline_impl.h"
@@ -15,16 +16,18 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The model output the scheduler steps with, from the transformer's noise_pred [B, out, H, W]:
- * with guidance, eps = uncond + g * (cond - uncond) on the first C channels for both halves
+/* The model output the scheduler steps with, from the transformer's noise_pred [2B or B, out,
+ * H, W]: with guidance, eps = uncond + g * (cond - uncond) on the first C channels (cond the
+ * first B rows, uncond the last B) for both halves
  * (the rest, the learned variance, as predicted); then the first C channels when
  * out_channels // 2 == C (the learned sigma is dropped), else all of them. */
 static em_tensor *model_output(em_ctx *c, const em_dit_config *cfg, em_tensor *pred,
                                bool guided, double guidance) {
     int64_t C = cfg->in_channels, oc = cfg->out_channels;
     if (guided) {
+        int64_t b = em_tensor_dim(pred, 0) / 2;
         em_tensor *eps = em_narrow(c, pred, 1, 0, C);
-        em_tensor *cond = em_narrow(c, eps, 0, 0, 1), *uncond = em_narrow(c, eps, 0, 1, 1);
+        em_tensor *cond = em_narrow(c, eps, 0, 0, b), *uncond = em_narrow(c, eps, 0, b, b);
         em_tensor *half = em_add(c, uncond, em_mul_scalar(c, em_sub(c, cond, uncond), guidance));
         em_tensor *both[2] = {half, half};
         eps = em_cat(c, both, 2, 0);
@@ -38,12 +41,24 @@ static em_tensor *model_output(em_ctx *c, const em_dit_config *cfg, em_tensor *p
     return oc / 2 == C ? em_narrow(c, pred, 1, 0, C) : pred;
 }
 
-/* class_labels_input: [label] or [label, null] (i64 on dev). The null class is the label
- * table's extra row, num_embeds_ada_norm (DiTPipeline writes the literal 1000, which is that row
- * for every DiT checkpoint; for other class counts diffusers would index outside the table). */
-static em_tensor *labels_input(em_ctx *c, const em_dit *dit, int64_t label, bool guided) {
-    int64_t v[2] = {label, em_dit_get_config(dit)->num_embeds_ada_norm};
-    return em_from_host_on(c, em_dit_device(dit), EM_I64, 1, (int64_t[]){guided ? 2 : 1}, v);
+/* class_labels_input: the B labels (rp's list, or [class_label]), then under guidance B null
+ * labels (i64 on dev). The null class is the label table's extra row, num_embeds_ada_norm
+ * (DiTPipeline writes the literal 1000, which is that row for every DiT checkpoint; for other
+ * class counts diffusers would index outside the table). */
+static em_tensor *labels_input(em_ctx *c, const em_dit *dit, const em_pipeline_run_params *rp,
+                               bool guided) {
+    const int64_t *labels = rp->class_labels ? rp->class_labels : &rp->class_label;
+    int64_t b = rp->class_labels ? rp->num_class_labels : 1, n = guided ? 2 * b : b;
+    int64_t *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory for %lld class labels", (long long)n);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] = i < b ? labels[i] : em_dit_get_config(dit)->num_embeds_ada_norm;
+    em_tensor *t = em_from_host_on(c, em_dit_device(dit), EM_I64, 1, &n, v);
+    free(v);
+    return t;
 }
 
 /* The transformer's step as a compiled function: in[0] the scaled latents, in[1] the timestep
@@ -73,7 +88,8 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(s, &n);
     em_scope_push(c);
-    em_tensor *labels = labels_input(c, dit, rp->class_label, guided);
+    em_tensor *labels = labels_input(c, dit, rp, guided);
+    int64_t b = em_tensor_dim(x, 0); /* B */
     if (labels) labels = em_tensor_retain(labels);
     if (guided && labels) { /* latent_model_input = torch.cat([latents] * 2) */
         em_tensor *two[2] = {x, x};
@@ -92,8 +108,8 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
         double t0 = now_s();
         em_scope_push(c);
         em_tensor *in = x;
-        if (guided) { /* half = latent_model_input[:1]; cat([half, half]) */
-            em_tensor *half = em_narrow(c, x, 0, 0, 1), *two[2] = {half, half};
+        if (guided) { /* half = latent_model_input[:B]; cat([half, half]) */
+            em_tensor *half = em_narrow(c, x, 0, 0, b), *two[2] = {half, half};
             in = em_cat(c, two, 2, 0);
         }
         in = em_scheduler_scale_model_input(c, s, in, ts[i]);
@@ -126,7 +142,7 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
     if (!guided) return x;
     /* latents, _ = latent_model_input.chunk(2) */
     em_scope_push(c);
-    em_tensor *first = em_contiguous(c, em_narrow(c, x, 0, 0, 1));
+    em_tensor *first = em_contiguous(c, em_narrow(c, x, 0, 0, b));
     if (first) first = em_tensor_retain(first);
     em_scope_pop(c);
     em_tensor_release(x);

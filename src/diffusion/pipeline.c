@@ -138,15 +138,21 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The initial latents on the UNet's device, f32 [B, C, H, W] (B: the Stable Diffusion batch, else
- * 1), drawn from g as one randn of that shape or checked and moved from the caller's; a reference
+/* The run's batch B (checked before): DiT's number of class labels, else num_images_per_prompt
+ * (times Stable Diffusion's number of prompts). */
+static int64_t run_batch(const em_pipeline *p, const em_pipeline_run_params *rp) {
+    if (p->dit) return rp->class_labels ? rp->num_class_labels : 1;
+    return sd_batch(rp); /* without prompts: num_images_per_prompt, diffusers' batch_size */
+}
+
+/* The initial latents on the UNet's device, f32 [B, C, H, W] (B: run_batch), drawn from g as one randn of that shape or checked and moved from the caller's; a reference
  * the caller releases. NULL with the error in c. */
 static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                                   em_torch_generator *g) {
     int64_t shape[4];
     bool have = p->tok ? sd_latent_shape(c, p, rp, shape) : em_pipeline_latent_shape(p, shape);
     if (em_ctx_status(c)) return NULL;
-    int64_t batch = p->tok ? sd_batch(rp) : 1;
+    int64_t batch = run_batch(p, rp);
     shape[0] = batch;
     em_device *dev = em_pipeline_device(p);
     em_tensor *x;
@@ -276,15 +282,19 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     return x;
 }
 
-/* A batch (num_images_per_prompt, a list of prompts) is Stable Diffusion's, of 1 to
- * EM_PIPELINE_MAX_BATCH images, with the prompts given one way. */
+/* A batch of 1 to EM_PIPELINE_MAX_BATCH images: num_images_per_prompt (Stable Diffusion's, and
+ * DDPM/DDIM's batch_size), a list of prompts (Stable Diffusion's, given one way) or of class
+ * labels (DiT's, checked with the labels in check_conditioning). */
 static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
     int64_t n = rp->num_images_per_prompt;
     const char *why = NULL;
     if (n < 0)
         why = "num_images_per_prompt must be 1 or more";
-    else if ((n > 1 || rp->prompts || rp->negative_prompts) && !p->tok)
-        why = "batches (num_images_per_prompt > 1, a list of prompts) are StableDiffusionPipeline's";
+    else if ((rp->prompts || rp->negative_prompts) && !p->tok)
+        why = "a list of prompts is StableDiffusionPipeline's";
+    else if (n > 1 && p->dit)
+        why = "DiTPipeline takes no num_images_per_prompt: give a list of class_labels (one "
+              "image per label; repeat a label for more of it)";
     else if (rp->negative_prompts && !rp->prompts)
         why = "negative_prompts need prompts (a list of the same length)";
     else if (rp->prompts && (rp->prompt || rp->negative_prompt))
@@ -315,6 +325,32 @@ static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_p
     return true;
 }
 
+/* DiT's list of class labels: 1 to EM_PIPELINE_MAX_BATCH of them, each in range, and not with
+ * class_label too. */
+static bool check_class_labels(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
+    int64_t n = rp->num_class_labels, classes = em_dit_get_config(p->dit)->num_embeds_ada_norm;
+    if (rp->class_label >= 0) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "class_label %lld and a list of class_labels: "
+                    "give one of them", (long long)rp->class_label);
+        return false;
+    }
+    if (n < 1 || n > EM_PIPELINE_MAX_BATCH) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "num_class_labels %lld: a list of 1 to %d class "
+                    "labels (EM_PIPELINE_MAX_BATCH)", (long long)n, EM_PIPELINE_MAX_BATCH);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (rp->class_labels[i] < 0 || rp->class_labels[i] >= classes) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+                        "class label %lld (index %lld of %lld) is out of range: the transformer "
+                        "(%s) has %lld classes (num_embeds_ada_norm), labels 0 to %lld",
+                        (long long)rp->class_labels[i], (long long)i, (long long)n,
+                        p->idx.transformer_dir, (long long)classes, (long long)classes - 1);
+            return false;
+        }
+    return true;
+}
+
 /* The conditioning options belong to one kind of pipeline each: a prompt, negative prompt and
  * size to Stable Diffusion (which needs a prompt), a class label to DiT (which needs one in
  * range), a guidance scale to either; the unconditional pipelines take none. */
@@ -330,8 +366,9 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     cls, p->idx.dir, p->dit ? "class-conditional" : "unconditional");
         return false;
     }
-    if (!p->dit && rp->class_label >= 0) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s takes no class label (DiTPipeline does)", cls);
+    if (!p->dit && (rp->class_label >= 0 || rp->class_labels)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s takes no class label%s (DiTPipeline does)",
+                    cls, rp->class_labels ? "s" : "");
         return false;
     }
     if (!p->tok && !p->dit && rp->guidance_scale != 0.0) {
@@ -377,6 +414,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     (long long)rp->height, (long long)rp->width);
         return false;
     }
+    if (p->dit && rp->class_labels) return check_class_labels(c, p, rp);
     if (p->dit) {
         int64_t classes = em_dit_get_config(p->dit)->num_embeds_ada_norm;
         if (rp->class_label < 0) {
@@ -480,7 +518,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     if (p->tok)
         img = sd_decode(c, p, x, rp->vae_tiling, rp->vae_slicing);
     else if (p->dit) {
-        em_vae_enable_slicing(p->vae, rp->vae_slicing); /* a batch of one: the same either way */
+        em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same images */
         em_tensor *z = em_mul_scalar(c, x, 1.0 / em_vae_get_config(p->vae)->scaling_factor);
         img = rp->vae_tiling ? em_vae_decode_tiled(c, p->vae, z, NULL)
                              : em_vae_decode(c, p->vae, z);

@@ -55,10 +55,10 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
                             int64_t width, int64_t batch, em_torch_generator *g, double t,
                             bool tiled);
-/* DiTPipeline.__call__'s denoising loop from the initial latents x ([1, C, H, W] on the
- * transformer's device, a reference this takes over): classifier-free guidance on a doubled
- * batch when guidance > 1, as diffusers runs it. Returns the final latents [1, C, H, W] (a
- * reference) or NULL with the error in c. */
+/* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
+ * transformer's device, B the number of rp's class labels; a reference this takes over):
+ * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns
+ * the final latents [B, C, H, W] (a reference) or NULL with the error in c. */
 em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
                                 const em_pipeline_run_params *rp, em_torch_generator *g,
                                 em_tensor *x);

@@ -501,7 +501,7 @@ def test_diffusion_sd_batches_match_diffusers():
         sd(num_inference_steps=1, prompt=["x", "y"], negative_prompt=["z"])
     with pytest.raises(ember.EmberError, match="StableDiffusionPipeline's"):
         ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))(
-            num_inference_steps=1, num_images_per_prompt=2)
+            num_inference_steps=1, prompt=["x", "y"])
 
 
 def test_diffusion_errors():

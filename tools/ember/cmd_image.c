@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
-            "                   [--out-npy FILE.npy] [--compile] [--class-label N]\n"
+            "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
             "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]]\n"
             "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
@@ -47,7 +47,9 @@ static void usage(FILE *f) {
             "                      diffusers' pipe.vae.enable_slicing(): the same images\n"
             "  --out FILE.png      the image\n"
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
-            "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2)\n"
+            "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2); a list\n"
+            "                      a,b,c is one batched run, diffusers' class_labels=[a, b, c]\n"
+            "                      (a grid, as --num-images; not with --num-images)\n"
             "  --init-image FILE   image to image (Stable Diffusion, as\n"
             "                      StableDiffusionImg2ImgPipeline): a PNG, or a float32 .npy\n"
             "                      [1, H, W, 3] or [H, W, 3] in [0, 1] (what --out-npy writes); H\n"
@@ -74,7 +76,9 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
-    long long steps, seed, height, width, class_label, num_images, grid_cols, upscale;
+    long long steps, seed, height, width, num_images, grid_cols, upscale;
+    long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
+    int num_class_labels;
     double eta, guidance, strength;
     bool have_seed, compile, have_class, have_guidance, vae_tiling, vae_slicing;
 } image_args;
@@ -128,7 +132,9 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if (!strcmp(o, "--eta") && val) {
             if (!cli_real("image", o, argv[++i], 0, 1e6, &a->eta)) return 2;
         } else if (!strcmp(o, "--class-label") && val) {
-            if (!cli_int("image", o, argv[++i], 0, LLONG_MAX, &a->class_label)) return 2;
+            a->num_class_labels = cli_int_list("image", o, argv[++i], 0, LLONG_MAX,
+                                               a->class_labels, EM_PIPELINE_MAX_BATCH);
+            if (a->num_class_labels < 0) return 2;
             a->have_class = true;
         } else if (!strcmp(o, "--guidance") && val) {
             if (!cli_real("image", o, argv[++i], 0, 1e6, &a->guidance)) return 2;
@@ -164,6 +170,11 @@ static int parse(int argc, char **argv, image_args *a) {
     if (a->num_images > 1 && (!a->have_seed || a->latents)) {
         fprintf(stderr, "ember image: --num-images draws its images from the seed: give --seed "
                         "and no --latents\n");
+        return 2;
+    }
+    if (a->num_images > 1 && a->num_class_labels > 1) {
+        fprintf(stderr, "ember image: a list of --class-label values is the batch (an image "
+                        "per label): give no --num-images with it\n");
         return 2;
     }
     return 0;
@@ -254,7 +265,14 @@ static int run(em_ctx *c, const image_args *a) {
     rp.steps = a->steps;
     rp.eta = a->eta;
     rp.seed = (uint64_t)a->seed;
-    rp.class_label = a->have_class ? a->class_label : -1;
+    /* one label is class_labels=[N]; a list, DiT's batch */
+    int64_t labels[EM_PIPELINE_MAX_BATCH];
+    for (int i = 0; i < a->num_class_labels; i++) labels[i] = (int64_t)a->class_labels[i];
+    rp.class_label = a->num_class_labels == 1 ? labels[0] : -1;
+    if (a->num_class_labels > 1) {
+        rp.class_labels = labels;
+        rp.num_class_labels = a->num_class_labels;
+    }
     /* an explicit 0 is "no guidance", which the run parameters spell <= 1 (0: the pipeline's
      * default) */
     rp.guidance_scale = !a->have_guidance ? 0.0 : a->guidance > 0.0 ? a->guidance : 1.0;
@@ -303,7 +321,7 @@ static int run(em_ctx *c, const image_args *a) {
         /* the .npy first: a build without libpng still writes it */
         if (img && (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
             em_png_write_tensor(c, a->out, upscale(c, img, a->upscale),
-                                a->num_images > 1 ? (int)a->grid_cols : 1) == EM_OK) {
+                                em_tensor_dim(img, 0) > 1 ? (int)a->grid_cols : 1) == EM_OK) {
             const int64_t *s = em_tensor_shape(img);
             fprintf(stderr, "wrote %s (%lld image%s of %lldx%lld)%s%s\n", a->out,
                     (long long)s[0], s[0] > 1 ? "s" : "", (long long)s[2], (long long)s[1],
