@@ -124,7 +124,8 @@ class DiffusionPipeline:
         replaces the drawn initial noise. Stable Diffusion: `prompt` (required; a string or a
         list), `negative_prompt` (of the same kind), `height`, `width`, `num_images_per_prompt`
         (the images of all prompts denoised as one batch, as diffusers does; `latents` then has
-        the batch's rows); DiT: `class_labels` (an int or a list of one);
+        the batch's rows); DiT: `class_labels` (an int or a list: one image per label, denoised
+        as one batch);
         both: `guidance_scale` (None: the pipeline's default, 7.5 or 4.0; <= 1: no guidance).
         Stable Diffusion image to image (StableDiffusionImg2ImgPipeline): `image`, f32 [H, W, 3]
         or [1, H, W, 3] in [0, 1] (numpy, torch or ember; a PIL image is scaled by 1/255), and
@@ -168,9 +169,14 @@ class DiffusionPipeline:
         rp.width = width or 0
         if class_labels is not None:
             labels = [class_labels] if isinstance(class_labels, int) else list(class_labels)
-            if len(labels) != 1:
-                raise ValueError("class_labels: one label (batches are not supported)")
-            rp.class_label = int(labels[0])
+            if not labels or not all(isinstance(x, int) and not isinstance(x, bool)
+                                     for x in labels):
+                raise TypeError("class_labels: an int or a non-empty list of ints")
+            if len(labels) == 1:
+                rp.class_label = labels[0]
+            else:  # one batched run: the latents drawn together, as diffusers' DiTPipeline
+                keep.append(ffi.new("int64_t[]", labels))
+                rp.class_labels, rp.num_class_labels = keep[-1], len(labels)
         lat = None
         if latents is not None:
             lat = latents if isinstance(latents, Tensor) else tensor(latents, dtype="f32")

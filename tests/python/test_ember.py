@@ -464,8 +464,15 @@ def test_diffusion_conditional_pipelines_match_diffusers():
         sd(num_inference_steps=1, prompt="x", class_labels=3)
     with pytest.raises(ember.EmberError, match="out of range"):
         dit(num_inference_steps=1, class_labels=10 ** 6)
-    with pytest.raises(ValueError, match="one label"):
-        dit(num_inference_steps=1, class_labels=[1, 2])
+    with pytest.raises(TypeError, match="list of ints"):
+        dit(num_inference_steps=1, class_labels=[])
+    with pytest.raises(ember.EmberError, match="out of range"):
+        dit(num_inference_steps=1, class_labels=[1, 10 ** 6])
+    meta, ref = _diffusion_bundle("dit_batch_ref")  # scripts/gen_dit_batch_fixtures.py
+    r = meta["runs"]["dit_cfg3"]  # a list of labels: one batched run, as diffusers'
+    out = dit(num_inference_steps=r["steps"], generator=r["seed"], class_labels=r["labels"],
+              guidance_scale=r["guidance"]).images
+    np.testing.assert_allclose(out, ref["dit_cfg3_image"], atol=1e-3, err_msg="dit batch")
     ddim = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"))
     with pytest.raises(ember.EmberError, match="unconditional"):
         ddim(num_inference_steps=1, prompt="a cat")
