@@ -392,8 +392,8 @@ typedef struct em_pipeline_run_params {
 #define EM_PIPELINE_MAX_BATCH 1024
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
- *  default), class_label -1, no class_labels, no init image (strength 0: 0.8 when an image is given),
- *  num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
+ *  default), class_label -1, no class_labels, no init image (strength 0: 0.8 when an image is
+ *  given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**

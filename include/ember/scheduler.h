@@ -159,7 +159,8 @@ EM_API em_tensor *em_scheduler_add_noise_(em_ctx *c, const char *file, int line,
  * add_noise with a timesteps tensor of n (the training step of DDPM). n == 1 is
  * em_scheduler_add_noise; any other n must equal x's dim 0 (EM_ERR_SHAPE). t is read, not kept.
  */
-#define em_scheduler_add_noise_batch(c, ...) em_scheduler_add_noise_batch_((c), EM_HERE, __VA_ARGS__)
+#define em_scheduler_add_noise_batch(c, ...)                                                       \
+    em_scheduler_add_noise_batch_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_scheduler_add_noise_batch_(em_ctx *c, const char *file, int line,
                                                 em_scheduler *s, em_tensor *x, em_tensor *noise,
                                                 const double *t, int64_t n);

@@ -1,7 +1,7 @@
 /* DiTPipeline.__call__'s denoising loop (diffusers 0.42, pipelines/dit/pipeline_dit.py):
- * classifier-free guidance on a doubled batch (the B classes, then B null classes), guidance applied to
- * the first in_channels channels of the output, the learned variance dropped before the
- * scheduler step. pipeline.c draws the latents and decodes the result with the VAE. */
+ * classifier-free guidance on a doubled batch (the B classes, then B null classes), guidance
+ * applied to the first in_channels channels of the output, the learned variance dropped before
+ * the scheduler step. pipeline.c draws the latents and decodes the result with the VAE. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>

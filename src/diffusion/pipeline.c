@@ -145,8 +145,9 @@ static int64_t run_batch(const em_pipeline *p, const em_pipeline_run_params *rp)
     return sd_batch(rp); /* without prompts: num_images_per_prompt, diffusers' batch_size */
 }
 
-/* The initial latents on the UNet's device, f32 [B, C, H, W] (B: run_batch), drawn from g as one randn of that shape or checked and moved from the caller's; a reference
- * the caller releases. NULL with the error in c. */
+/* The initial latents on the UNet's device, f32 [B, C, H, W] (B: run_batch), drawn from g as
+ * one randn of that shape or checked and moved from the caller's; a reference the caller
+ * releases. NULL with the error in c. */
 static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                                   em_torch_generator *g) {
     int64_t shape[4];
