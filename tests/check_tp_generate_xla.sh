@@ -2,12 +2,13 @@
 # `ember generate --device xla --tp N --print-ids` on N devices of XLA's CPU plugin in one
 # process: the last line of stdout must be the expected ids (transformers' greedy ids, the same
 # list tp_generate_mpi2 checks). Exits 77 (skipped, loudly) when no XLA plugin is found.
-# Usage: check_tp_generate_xla.sh EMBER MODEL_DIR N IDS EXPECTED
+# Usage: check_tp_generate_xla.sh EMBER MODEL_DIR N IDS EXPECTED [MORE ARGS, e.g. --compile]
 ember=$1 model=$2 n=$3 ids=$4 want=$5
+shift 5
 err=$(mktemp)
 out=$(EMBER_PJRT_OPTIONS=${EMBER_PJRT_OPTIONS:-cpu_device_count=$n} "$ember" generate \
   --model "$model" --ids "$ids" --max-new-tokens 16 --greedy --device xla --tp "$n" \
-  --print-ids 2>"$err")
+  --print-ids "$@" 2>"$err")
 rc=$?
 grep -v '^I0000\|^WARNING: All log' "$err" >&2
 if grep -q "no device named 'xla:0'" "$err"; then

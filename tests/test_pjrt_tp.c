@@ -8,7 +8,11 @@
  * slice moved to its device); the layers' all_reduce and the lm_head's all_gather run as
  * multi-device programs. The logits must match transformers' (tests/fixtures/models/FAMILY_ref,
  * scripts/gen_model_fixtures.py) within 1e-4 in f32 on every rank, and greedy decoding must give
- * transformers' tokens. Skipped, loudly, without the plugin.
+ * transformers' tokens. Compile mode too: every family's forward as one program per device with
+ * the collectives inside, compiled once for the group and launched once for all ranks, within
+ * 1e-4 of transformers and 1e-5 of the eager logits; compiled greedy generation (prefill and
+ * decode programs) for qwen3 at 2 and 4, qwen3_moe by expert parallelism and gemma4's MoE.
+ * Skipped, loudly, without the plugin.
  */
 #include <math.h>
 #include <pthread.h>
@@ -27,6 +31,8 @@ typedef struct job {
     const char *family;
     int ep; /* ember_model_options.ep_size */
     const char *plan; /* em_model_options.tp_plan */
+    bool compiled;    /* the compiled checks too (not under EMBER_EAGER=fused: nothing differs) */
+    bool compiled_generate; /* and compiled generation (a few cases: each compiles 2 programs) */
     em_test_bundle *b;
     int fails;
     char msg[1536];
@@ -93,6 +99,23 @@ static void *rank_main(void *p) {
     else if (!close_enough(c, lg, em_test_bundle_get(j->b, c, "logits_f32"), 1e-4, why,
                            sizeof why))
         fail(j, "rank %d: logits f32 against transformers: %s", rank, why);
+    /* compile mode: the whole forward as one program per device, its collectives inside,
+     * compiled once for the group's devices and launched once for all ranks */
+    if (lg && j->compiled && em_model_compile_supported(m)) {
+        em_kv_cache *kv = em_kv_cache_create(c, m, em_tensor_dim(ids, 0),
+                                             em_tensor_dim(ids, 1) + 8);
+        em_model_compiled *mc = kv ? em_model_compile(c, m, kv, 0) : NULL;
+        em_tensor *lc = mc ? em_model_forward_compiled(c, mc, ids, NULL, false) : NULL;
+        if (!lc)
+            fail(j, "rank %d: compiled forward: %s", rank, em_ctx_error(c)->message);
+        else if (!close_enough(c, lc, em_test_bundle_get(j->b, c, "logits_f32"), 1e-4, why,
+                               sizeof why))
+            fail(j, "rank %d: compiled logits f32 against transformers: %s", rank, why);
+        else if (!close_enough(c, lc, lg, 1e-5, why, sizeof why))
+            fail(j, "rank %d: compiled logits against the eager ones: %s", rank, why);
+        em_model_compiled_free(mc);
+        em_kv_cache_free(kv);
+    }
     /* greedy decoding of the first prompt, as test_tp does under mpirun */
     int64_t n_ids, n_want;
     em_token *tids = em_test_host_tokens(c, ids, &n_ids);
@@ -105,14 +128,21 @@ static void *rank_main(void *p) {
     gp.eos_ids = tids;
     gp.n_eos_ids = 0;
     const em_token *prompts[1] = {tids};
-    em_generate_result r;
-    if (tids && want && em_generate(c, m, NULL, prompts, &plen, 1, &gp, &r) == EM_OK) {
-        if (r.n_ids[0] != n_want || memcmp(r.ids[0], want, (size_t)n_want * sizeof *want))
-            fail(j, "rank %d: greedy tokens differ from transformers", rank);
-        em_generate_result_free(&r);
-    } else {
-        fail(j, "rank %d: generate: %s", rank,
-             em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
+    /* eagerly, then compiled (prefill and decode steps as programs over the group) */
+    int last = j->compiled && j->compiled_generate && em_model_compile_supported(m);
+    for (int compiled = 0; compiled <= last; compiled++) {
+        em_generate_result r;
+        gp.compile = compiled;
+        if (tids && want && em_generate(c, m, NULL, prompts, &plen, 1, &gp, &r) == EM_OK) {
+            if (r.n_ids[0] != n_want || memcmp(r.ids[0], want, (size_t)n_want * sizeof *want))
+                fail(j, "rank %d: greedy tokens differ from transformers%s", rank,
+                     compiled ? " (compiled)" : "");
+            em_generate_result_free(&r);
+        } else {
+            fail(j, "rank %d: generate%s: %s", rank, compiled ? " (compiled)" : "",
+                 em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
+            break;
+        }
     }
     free(tids);
     free(want);
@@ -122,7 +152,8 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
-static void check_family_plan(const char *family, int world, int ep, const char *plan) {
+static void check_family_plan(const char *family, int world, int ep, const char *plan,
+                              bool compiled_generate) {
     em_ctx *c = em_ctx_create();
     if (!em_test_xla_or_skip(c)) {
         em_ctx_free(c);
@@ -141,7 +172,10 @@ static void check_family_plan(const char *family, int world, int ep, const char 
         job jobs[MAX_WORLD];
         pthread_t t[MAX_WORLD];
         for (int r = 0; r < world; r++) {
-            jobs[r] = (job){.g = g[r], .family = family, .ep = ep, .plan = plan, .b = b};
+            const char *mode = getenv("EMBER_EAGER");
+            jobs[r] = (job){.g = g[r], .family = family, .ep = ep, .plan = plan, .b = b,
+                            .compiled = !mode || strcmp(mode, "fused"),
+                            .compiled_generate = compiled_generate};
             pthread_create(&t[r], NULL, rank_main, &jobs[r]);
         }
         for (int r = 0; r < world; r++) pthread_join(t[r], NULL);
@@ -157,30 +191,34 @@ static void check_family_plan(const char *family, int world, int ep, const char 
 }
 
 static void check_family_at(const char *family, int world, int ep) {
-    check_family_plan(family, world, ep, NULL);
+    check_family_plan(family, world, ep, NULL, false);
+}
+/* with compiled generation as well */
+static void check_family_gen(const char *family, int world, int ep) {
+    check_family_plan(family, world, ep, NULL, true);
 }
 
 static void check_family(const char *family) { check_family_at(family, 2, 0); }
 
 static void test_llama(void) { check_family("llama"); }
 static void test_mistral(void) { check_family("mistral"); }
-static void test_qwen3(void) { check_family("qwen3"); }
+static void test_qwen3(void) { check_family_gen("qwen3", 2, 0); }
 /* degree 4 on 2 KV heads: each KV head on 2 devices */
-static void test_qwen3_degree4(void) { check_family_at("qwen3", 4, 0); }
+static void test_qwen3_degree4(void) { check_family_gen("qwen3", 4, 0); }
 /* MoE: moe_tp_experts and expert parallelism */
 static void test_qwen3_moe(void) { check_family("qwen3_moe"); }
-static void test_qwen3_moe_ep(void) { check_family_at("qwen3_moe", 2, 2); }
+static void test_qwen3_moe_ep(void) { check_family_gen("qwen3_moe", 2, 2); }
 /* Qwen2 (q/k/v biases) and Gemma 3; Gemma 3 at 4 too (KV heads replicated) */
 static void test_qwen2(void) { check_family("qwen2"); }
 static void test_gemma3(void) { check_family("gemma3_text"); }
 static void test_gemma3_degree4(void) { check_family_at("gemma3_text", 4, 0); }
 /* Gemma 4: per-layer inputs and KV sharing; the MoE layout (fused v5 experts) both ways */
 static void test_gemma4(void) { check_family("gemma4_text"); }
-static void test_gemma4_moe(void) { check_family("gemma4"); }
+static void test_gemma4_moe(void) { check_family_gen("gemma4", 2, 0); }
 static void test_gemma4_moe_ep(void) { check_family_at("gemma4", 2, 2); }
 /* a user's override: the embedding replicated instead of vocab-parallel */
 static void test_plan_override(void) {
-    check_family_plan("qwen3", 2, 0, "{\"embed_tokens\": \"replicate\"}");
+    check_family_plan("qwen3", 2, 0, "{\"embed_tokens\": \"replicate\"}", false);
 }
 
 int main(int argc, char **argv) {

@@ -15,29 +15,36 @@
 
 #include "backends/pjrt/pjrt.h"
 
+/* How a rank's part of a meeting ended: the first member of every part below. */
+typedef struct outcome {
+    em_status st;
+    char msg[800];
+} outcome;
+
 /* One rank's part of a collective call. */
 typedef struct part {
+    outcome o;
     const em_kernel_args *a;
     em_device *dev;
     em_tensor *x;       /* the input as one whole device buffer (a->in[0] or a copy) */
     int rank;
-    em_status st;
-    char msg[800];
 } part;
 
 static int group_attr(const em_op_def *op) { return em_op_attr_index(op, "group"); }
 
-static void fail_all(part **p, int n, em_status st, const char *fmt, ...)
+/* Every part's outcome (each part starts with its outcome). */
+static void fail_all(void *parts, int n, em_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void fail_all(part **p, int n, em_status st, const char *fmt, ...) {
+static void fail_all(void *parts, int n, em_status st, const char *fmt, ...) {
     char msg[800];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    outcome **o = parts;
     for (int r = 0; r < n; r++) {
-        p[r]->st = st;
-        snprintf(p[r]->msg, sizeof p[r]->msg, "%s", msg);
+        o[r]->st = st;
+        snprintf(o[r]->msg, sizeof o[r]->msg, "%s", msg);
     }
 }
 
@@ -78,52 +85,92 @@ static bool same_call(part **p, int n) {
 
 static int dim_of(int64_t d, int nd) { return (int)(d < 0 ? d + nd : d); }
 
-/* The program: one parameter (the rank's x), one result (its share of the collective). */
-static char *emit(const em_kernel_args *a, const em_tensor *x, int n, char *err, size_t err_n) {
-    sh_b b;
-    sh_init(&b);
-    sh_val v = sh_param(&b, sh_ty(sh_elem_of(x->dtype), x->ndim, x->shape));
-    const em_tensor *o = a->out[0];
-    sh_type rt = sh_ty(sh_elem_of(o->dtype), o->ndim, o->shape);
+/* The collective of `op` (attributes `at`) over n replicas applied to x, whose logical rank is
+ * nd; the result has out's dtype and shape. */
+static sh_val coll_value(sh_b *b, const em_op_def *op, const em_attr *attrs, sh_val v, int nd,
+                         const em_meta *out, int n) {
+    sh_type rt = pj_meta_type(out);
     char groups[600], at[900];
     int u = snprintf(groups, sizeof groups, "replica_groups = dense<[[");
     for (int r = 0; r < n; r++) u += snprintf(groups + u, sizeof groups - (size_t)u, "%s%d",
                                               r ? ", " : "", r);
     snprintf(groups + u, sizeof groups - (size_t)u, "]]> : tensor<1x%dxi64>", n);
-    switch (a->op->id) {
+    switch (op->id) {
     case EM_OP_ALL_REDUCE:
     case EM_OP_REDUCE_SCATTER: {
-        const char *body = a->attrs[0].i ? "maximum" : "add";
-        bool rs = a->op->id == EM_OP_REDUCE_SCATTER;
+        const char *body = attrs[0].i ? "maximum" : "add";
+        bool rs = op->id == EM_OP_REDUCE_SCATTER;
         if (rs)
             snprintf(at, sizeof at, "%s, scatter_dimension = %d : i64", groups,
-                     dim_of(a->attrs[1].i, x->ndim));
+                     dim_of(attrs[1].i, nd));
         else
             snprintf(at, sizeof at, "%s", groups);
-        v = sh_convert(&b, v, SH_F32); /* sums in f32, one rounding (as the CPU over MPI) */
-        v = sh_collective(&b, rs ? "stablehlo.reduce_scatter" : "stablehlo.all_reduce", v, body,
+        v = sh_convert(b, v, SH_F32); /* sums in f32, one rounding (as the CPU over MPI) */
+        v = sh_collective(b, rs ? "stablehlo.reduce_scatter" : "stablehlo.all_reduce", v, body,
                           at, sh_ty_with(rt, SH_F32));
-        v = sh_convert(&b, v, rt.e);
-        break;
+        return sh_convert(b, v, rt.e);
     }
     case EM_OP_ALL_GATHER:
-        snprintf(at, sizeof at, "all_gather_dim = %d : i64, %s", dim_of(a->attrs[0].i, x->ndim),
-                 groups);
-        v = sh_collective(&b, "stablehlo.all_gather", v, NULL, at, rt);
-        break;
+        snprintf(at, sizeof at, "all_gather_dim = %d : i64, %s", dim_of(attrs[0].i, nd), groups);
+        return sh_collective(b, "stablehlo.all_gather", v, NULL, at, rt);
     case EM_OP_ALL_TO_ALL:
         snprintf(at, sizeof at, "concat_dimension = %d : i64, %s, split_count = %d : i64, "
-                 "split_dimension = %d : i64", dim_of(a->attrs[1].i, x->ndim), groups, n,
-                 dim_of(a->attrs[0].i, x->ndim));
-        v = sh_collective(&b, "stablehlo.all_to_all", v, NULL, at, rt);
-        break;
+                 "split_dimension = %d : i64", dim_of(attrs[1].i, nd), groups, n,
+                 dim_of(attrs[0].i, nd));
+        return sh_collective(b, "stablehlo.all_to_all", v, NULL, at, rt);
     default:
-        sh_fail(&b, "%s is not a collective", a->op->name);
+        sh_fail(b, "%s is not a collective", op->name);
+        return v;
     }
+}
+
+static em_meta meta_of(const em_tensor *t) {
+    em_meta m;
+    memset(&m, 0, sizeof m);
+    m.dtype = t->dtype;
+    m.ndim = t->ndim;
+    memcpy(m.shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+    return m;
+}
+
+/* The eager program: one parameter (the rank's x), one result (its share of the collective). */
+static char *emit(const em_kernel_args *a, const em_tensor *x, int n, char *err, size_t err_n) {
+    sh_b b;
+    sh_init(&b);
+    sh_val v = sh_param(&b, sh_ty(sh_elem_of(x->dtype), x->ndim, x->shape));
+    em_meta om = meta_of(a->out[0]);
+    v = coll_value(&b, a->op, a->attrs, v, x->ndim, &om, n);
     char *text = sh_ok(&b) ? sh_finish(&b, &v, 1) : NULL;
     if (!text) snprintf(err, err_n, "StableHLO emitter: %s", b.err[0] ? b.err : "failed");
     sh_free(&b);
     return text;
+}
+
+/* In a whole-graph program (compile mode): the collective over the node's device group, whose
+ * size the replica groups name; the program is compiled for that many replicas
+ * (pj_group_compile). */
+static em_status emit_program(pj_emit *e) {
+    em_group_info g;
+    if (!em_group_lookup((int)e->attrs[group_attr(e->op)].i, &g)) {
+        sh_fail(e->b, "its group is not a live group");
+        return EM_ERR_INVALID_ARG;
+    }
+    if (g.transport != EM_GROUP_LOCAL) {
+        sh_fail(e->b, "a compiled program on a PJRT device runs the collectives of a device "
+                "group of this process (em_dist_local); a group of processes (mpirun) runs "
+                "them on the CPU");
+        return EM_ERR_UNSUPPORTED;
+    }
+    e->out[0] = coll_value(e->b, e->op, e->attrs, e->in[0], e->tin[0]->ndim, &e->out_meta[0],
+                           g.size);
+    return sh_ok(e->b) ? EM_OK : EM_ERR_INTERNAL;
+}
+
+void pj_register_collective(pj_op *t) {
+    t[EM_OP_ALL_REDUCE].emit_program = emit_program;
+    t[EM_OP_ALL_GATHER].emit_program = emit_program;
+    t[EM_OP_REDUCE_SCATTER].emit_program = emit_program;
+    t[EM_OP_ALL_TO_ALL].emit_program = emit_program;
 }
 
 static bool device_id(const pj_plugin *pl, PJRT_Device *dev, int64_t *id) {
@@ -145,7 +192,7 @@ static bool device_id(const pj_plugin *pl, PJRT_Device *dev, int64_t *id) {
 }
 
 /* Copies the leader context's error into every part and clears it there. */
-static void fail_from_ctx(part **p, int n, em_ctx *c) {
+static void fail_from_ctx(void *p, int n, em_ctx *c) {
     fail_all(p, n, c->err.status ? c->err.status : EM_ERR_BACKEND, "%s", c->err.detail);
     em_ctx_clear_error(c);
 }
@@ -217,30 +264,16 @@ static void lead(void **slots, int n, void *user) {
         arg_lists[r] = &in[r];
         out_lists[r] = &out[r];
     }
-    PJRT_ExecuteOptions o;
-    memset(&o, 0, sizeof o);
-    o.struct_size = PJ_SIZE(PJRT_ExecuteOptions, incarnation_ids);
-    PJ_ARGS(PJRT_LoadedExecutable_Execute_Args, e, execute_device);
-    e.executable = ex->exe;
-    e.options = &o;
-    e.argument_lists = arg_lists;
-    e.num_devices = (size_t)n;
-    e.num_args = 1;
-    e.output_lists = out_lists;
-    e.device_complete_events = ev;
-    if (pj_check(c, pl, pl->api->PJRT_LoadedExecutable_Execute(&e), true, "execute")) {
+    if (pj_execute_multi(c, pl, ex, n, 1, arg_lists, out_lists, ev, true)) {
         fail_from_ctx(p, n, c);
         return;
     }
-    pthread_mutex_lock(&pl->cache.lock);
-    pl->cache.stats.executions++;
-    pthread_mutex_unlock(&pl->cache.lock);
     for (int r = 0; r < n; r++) {
         em_tensor *t = p[r]->a->out[0];
         pj_storage_set(t->storage, out[r], t->dtype, t->ndim, t->shape);
         if (ev[r] && pj_dev_track(c, p[r]->dev, ev[r])) {
-            p[r]->st = c->err.status;
-            snprintf(p[r]->msg, sizeof p[r]->msg, "%s", c->err.detail);
+            p[r]->o.st = c->err.status;
+            snprintf(p[r]->o.msg, sizeof p[r]->o.msg, "%s", c->err.detail);
             em_ctx_clear_error(c);
         }
     }
@@ -277,7 +310,7 @@ static em_status kernel(const em_kernel_args *a) {
         return em_op_fail(c, EM_ERR_DEVICE, "rank %d of the device group lives on %s; its "
                           "tensor is on %s", g.rank, want ? want->name : "?", d->name);
     em_tensor *copy;
-    part me = {a, d, whole(c, x0, &copy), g.rank, EM_OK, ""};
+    part me = {{EM_OK, ""}, a, d, whole(c, x0, &copy), g.rank};
     if (!me.x) { /* the others must not wait for this rank */
         em_local_break(g.local, g.rank, c->err.detail);
         return c->err.status;
@@ -286,7 +319,190 @@ static em_status kernel(const em_kernel_args *a) {
     em_status s = em_local_meet(g.local, g.rank, &me, lead, &me, err, sizeof err);
     em_tensor_release(copy);
     if (s) return em_op_fail(c, s, "%s", err);
-    if (me.st) return em_op_fail(c, me.st, "%s", me.msg);
+    if (me.o.st) return em_op_fail(c, me.o.st, "%s", me.o.msg);
+    return EM_OK;
+}
+
+/* ---- compile mode over a device group ---- */
+
+em_status pj_graph_group(em_ctx *c, const em_graph *g, em_device *dev, pj_group_spot *gs,
+                         bool *found) {
+    memset(gs, 0, sizeof *gs);
+    *found = false;
+    em_group_info g0 = {0, 0, EM_GROUP_STORE_ONLY, NULL};
+    const em_gnode *n0 = NULL;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const em_gnode *n = &g->nodes[i];
+        const em_op_def *op = em_op_get(n->op);
+        int gi = n->dead ? -1 : group_attr(op);
+        if (gi < 0) continue;
+        em_group_info gr;
+        if (!em_group_lookup((int)n->attrs[gi].i, &gr))
+            return em_fail_at(c, EM_ERR_INVALID_ARG, op->name, n->file, n->line,
+                              "its group is not a live group");
+        if (gr.transport != EM_GROUP_LOCAL)
+            return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                              "a compiled program on %s runs the collectives of a device group "
+                              "of this process (em_dist_local); a group of processes (mpirun) "
+                              "runs them on the CPU", dev->name);
+        if (!n0) {
+            g0 = gr;
+            n0 = n;
+        } else if (gr.local != g0.local || gr.rank != g0.rank) {
+            return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                              "this collective's device group is not the one of the %s at "
+                              "%s:%d: a compiled program runs over one device group",
+                              em_op_get(n0->op)->name, n0->file, n0->line);
+        }
+    }
+    if (!n0) return EM_OK;
+    const em_op_def *op0 = em_op_get(n0->op);
+    em_device *want = em_local_group_device(g0.local, g0.rank);
+    if (want != dev)
+        return em_fail_at(c, EM_ERR_DEVICE, op0->name, n0->file, n0->line,
+                          "rank %d of the device group lives on %s; the program is compiled "
+                          "for %s", g0.rank, want ? want->name : "?", dev->name);
+    pj_plugin *pl = ((pj_dev *)dev->impl)->pl;
+    if (pl->aot)
+        return pj_aot_refuse(c, dev, "a program over several devices", false);
+    for (int r = 0; r < g0.size; r++) {
+        em_device *d = em_local_group_device(g0.local, r);
+        if (!d || !em_device_is_pjrt(d) || ((pj_dev *)d->impl)->pl != pl)
+            return em_fail_at(c, EM_ERR_DEVICE, op0->name, n0->file, n0->line,
+                              "rank %d's device %s is not a device of %s's plugin", r,
+                              d ? d->name : "?", dev->name);
+        if (!device_id(pl, ((pj_dev *)d->impl)->dev, &gs->ids[r]))
+            return em_fail_at(c, EM_ERR_BACKEND, op0->name, n0->file, n0->line,
+                              "the plugin gave no device id for %s", d->name);
+    }
+    em_local_group_ref(g0.local);
+    gs->local = g0.local;
+    gs->rank = g0.rank;
+    gs->size = g0.size;
+    *found = true;
+    return EM_OK;
+}
+
+void pj_group_release(pj_group_spot *gs) {
+    if (gs && gs->local) em_local_group_unref(gs->local);
+    if (gs) gs->local = NULL;
+}
+
+void pj_group_break(const pj_group_spot *gs, const char *why) {
+    if (gs && gs->local) em_local_break(gs->local, gs->rank, why);
+}
+
+/* One rank's part of a group compile. */
+typedef struct cpart {
+    outcome o;
+    em_ctx *c;
+    pj_plugin *pl;
+    const pj_group_spot *gs;
+    const char *text, *what;
+    const pj_key *k;
+    pj_exec *x;
+} cpart;
+
+static void lead_compile(void **slots, int n, void *user) {
+    cpart **p = (cpart **)slots, *me = user;
+    for (int r = 1; r < n; r++)
+        if (strcmp(p[r]->text, p[0]->text)) {
+            fail_all(p, n, EM_ERR_INVALID_ARG, "rank %d traced another program than rank 0: "
+                     "every rank of a device group compiles the same step", r);
+            return;
+        }
+    pj_key k;
+    pj_key_init(&k);
+    pj_key_add(&k, me->k->p, me->k->len);
+    pj_key_add(&k, "group", 5);
+    pj_key_i64(&k, n);
+    pj_key_add(&k, me->gs->ids, (size_t)n * sizeof *me->gs->ids);
+    if (k.oom) {
+        pj_key_free(&k);
+        fail_all(p, n, EM_ERR_OOM, "out of memory");
+        return;
+    }
+    uint64_t h = pj_hash(k.p, k.len);
+    pj_exec *x = pj_cache_find(me->pl, &k, h);
+    if (!x) {
+        pj_compile_spec sp = {n, 1, false, me->gs->ids};
+        x = pj_compile_for(me->c, me->pl, &k, h, me->text, me->what, false, &sp);
+    }
+    pj_key_free(&k);
+    if (!x) {
+        fail_from_ctx(p, n, me->c);
+        return;
+    }
+    for (int r = 0; r < n; r++) p[r]->x = x;
+}
+
+pj_exec *pj_group_compile(em_ctx *c, pj_plugin *pl, const pj_group_spot *gs, const char *text,
+                          const pj_key *k, const char *what) {
+    char full[512], err[300];
+    int u = snprintf(full, sizeof full, "%s, x%d replicas on ", what, gs->size);
+    for (int r = 0; r < gs->size && u > 0 && (size_t)u < sizeof full; r++)
+        u += snprintf(full + u, sizeof full - (size_t)u, "%s%s", r ? "," : "",
+                      em_local_group_device(gs->local, r)->name);
+    cpart me = {{EM_OK, ""}, c, pl, gs, text, full, k, NULL};
+    em_status s = em_local_meet(gs->local, gs->rank, &me, lead_compile, &me, err, sizeof err);
+    if (s) {
+        EM_FAIL(c, s, "compile", "%s", err);
+        return NULL;
+    }
+    if (me.o.st) {
+        EM_FAIL(c, me.o.st, "compile", "%s", me.o.msg);
+        return NULL;
+    }
+    return me.x;
+}
+
+/* One rank's part of a group launch. */
+typedef struct xpart {
+    outcome o;
+    em_ctx *c;
+    em_device *dev;
+    pj_exec *x;
+    PJRT_Buffer *const *args;
+    int n_args;
+    PJRT_Buffer **outs;
+} xpart;
+
+static void lead_execute(void **slots, int n, void *user) {
+    xpart **p = (xpart **)slots, *me = user;
+    em_ctx *c = me->c;
+    PJRT_Buffer *const *arg_lists[EM_GROUP_MAX] = {NULL};
+    PJRT_Buffer **out_lists[EM_GROUP_MAX] = {NULL};
+    PJRT_Event *ev[EM_GROUP_MAX] = {NULL};
+    for (int r = 0; r < n; r++) {
+        if (p[r]->x != p[0]->x || p[r]->n_args != p[0]->n_args) {
+            fail_all(p, n, EM_ERR_INVALID_ARG, "rank %d runs another compiled program than "
+                     "rank 0: every rank of a device group runs the same steps in the same "
+                     "order", r);
+            return;
+        }
+        arg_lists[r] = p[r]->args;
+        out_lists[r] = p[r]->outs;
+    }
+    pj_plugin *pl = ((pj_dev *)p[0]->dev->impl)->pl;
+    if (pj_execute_multi(c, pl, p[0]->x, n, p[0]->n_args, arg_lists, out_lists, ev, false)) {
+        fail_from_ctx(p, n, c);
+        return;
+    }
+    for (int r = 0; r < n; r++)
+        if (ev[r] && pj_dev_track(c, p[r]->dev, ev[r])) {
+            p[r]->o.st = c->err.status;
+            snprintf(p[r]->o.msg, sizeof p[r]->o.msg, "%s", c->err.detail);
+            em_ctx_clear_error(c);
+        }
+}
+
+em_status pj_group_execute(em_ctx *c, const pj_group_spot *gs, em_device *dev, pj_exec *x,
+                           PJRT_Buffer *const *args, int n_args, PJRT_Buffer **outs) {
+    char err[300];
+    xpart me = {{EM_OK, ""}, c, dev, x, args, n_args, outs};
+    em_status s = em_local_meet(gs->local, gs->rank, &me, lead_execute, &me, err, sizeof err);
+    if (s) return EM_FAIL(c, s, "compiled_run", "%s", err);
+    if (me.o.st) return EM_FAIL(c, me.o.st, "compiled_run", "%s", me.o.msg);
     return EM_OK;
 }
 

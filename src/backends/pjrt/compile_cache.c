@@ -597,6 +597,32 @@ pj_exec *pj_compile_for(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, c
 
 /* ---- execute ---- */
 
+em_status pj_execute_multi(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, int n_args,
+                           PJRT_Buffer *const *const *arg_lists, PJRT_Buffer **const *out_lists,
+                           PJRT_Event **events, bool in_op) {
+    PJRT_ExecuteOptions o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = PJ_SIZE(PJRT_ExecuteOptions, incarnation_ids);
+    PJRT_LoadedExecutable_Execute_Args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = PJ_SIZE(PJRT_LoadedExecutable_Execute_Args, execute_device);
+    a.executable = x->exe;
+    a.options = &o;
+    a.argument_lists = arg_lists;
+    a.num_devices = (size_t)n_devices;
+    a.num_args = (size_t)n_args;
+    a.output_lists = out_lists;
+    a.device_complete_events = events;
+    double t0 = now_s();
+    PJRT_Error *err = pl->api->PJRT_LoadedExecutable_Execute(&a);
+    double dt = now_s() - t0;
+    pthread_mutex_lock(&pl->cache.lock);
+    pl->cache.stats.executions++;
+    pl->cache.stats.execute_seconds += dt;
+    pthread_mutex_unlock(&pl->cache.lock);
+    return pj_check(c, pl, err, in_op, "execute") ? EM_ERR_BACKEND : EM_OK;
+}
+
 em_status pj_execute(em_ctx *c, em_device *d, pj_exec *x, PJRT_Buffer *const *args, int n_args,
                      PJRT_Buffer **outs, bool in_op) {
     pj_dev *pd = d->impl;

@@ -86,6 +86,7 @@ struct em_pjrt_program {
     int n_outputs;
     em_meta *out_meta;
     int n_results;
+    pj_group_spot grp; /* grp.local set: the graph's collectives run over this device group */
 };
 
 /* ---- geometry ---- */
@@ -406,6 +407,7 @@ static char *finish(gl *L, const sh_type *params, const int *alias, int n_params
 
 void em_pjrt_program_free(em_pjrt_program *p) {
     if (!p) return;
+    pj_group_release(&p->grp);
     for (int i = 0; i < p->n_caps; i++) em_tensor_release(p->caps[i].t);
     free(p->caps);
     free(p->in_meta);
@@ -456,6 +458,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     char *text = NULL;
     int *alias = NULL;
     bool done = false;
+    bool grouped = false, met = false; /* a device group's program; this rank met the others */
     /* EMBER_PJRT_DONATE=0 keeps written caches out of place (a copy per call) */
     const char *dn = getenv("EMBER_PJRT_DONATE");
     bool donate_off = dn && !strcmp(dn, "0");
@@ -554,6 +557,8 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         v->offset = t->offset;
         v->numel = t->numel;
     }
+    /* a graph with collectives runs over their device group, compiled once for all ranks */
+    if (pj_graph_group(c, g, dev, &p->grp, &grouped)) goto fail;
     L.b.next = n_params; /* %v0 .. %v<n_params-1> are @main's arguments */
     for (int i = 0; i < n_params; i++) {
         sh_val a;
@@ -659,11 +664,14 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     pj_key_i64(&k, (int64_t)pj_hash(text, tl));
     pj_key_i64(&k, (int64_t)pj_hash(text, tl / 2));
     uint64_t h = pj_hash(k.p, k.len);
-    p->x = pj_cache_find(pl, &k, h);
-    if (!p->x) {
-        char what[160];
-        snprintf(what, sizeof what, "compile graph: %d nodes, %d params, %d results", n_live,
-                 n_params, n_res);
+    char what[160];
+    snprintf(what, sizeof what, "compile graph: %d nodes, %d params, %d results", n_live,
+             n_params, n_res);
+    if (grouped) {
+        met = true;
+        p->x = k.oom ? NULL : pj_group_compile(c, pl, &p->grp, text, &k, what);
+        if (k.oom) EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+    } else if (!(p->x = pj_cache_find(pl, &k, h))) {
         p->x = pj_compile(c, pl, &k, h, text, what, false);
     }
     pj_key_free(&k);
@@ -687,6 +695,7 @@ fail: /* also the way out on success (done) */
     sh_free(&L.b);
     if (done) return p;
     if (!c->err.status) EM_FAIL(c, EM_ERR_INTERNAL, "compile", "lowering failed");
+    if (grouped && !met) pj_group_break(&p->grp, c->err.detail);
     em_pjrt_program_free(p);
     return NULL;
 }
@@ -711,6 +720,7 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
     PJRT_Buffer **outs = calloc((size_t)(p->n_results ? p->n_results : 1), sizeof *outs);
     em_tensor **tmp = calloc((size_t)(p->n_inputs ? p->n_inputs : 1), sizeof *tmp);
     em_status s = EM_OK;
+    bool met = false; /* this rank reached the group's launch (the others must not wait) */
     if (!args || !outs || !tmp) {
         s = EM_FAIL(c, EM_ERR_OOM, "compiled_run", "out of memory");
         goto done;
@@ -768,7 +778,12 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         }
         args[p->n_inputs + k] = pb->buf;
     }
-    if ((s = pj_execute(c, p->dev, p->x, args, n_args, outs, false))) goto done;
+    met = true;
+    if (p->grp.local)
+        s = pj_group_execute(c, &p->grp, p->dev, p->x, args, n_args, outs);
+    else
+        s = pj_execute(c, p->dev, p->x, args, n_args, outs, false);
+    if (s) goto done;
     /* the outputs */
     for (int o = 0; o < p->n_outputs; o++) {
         const em_meta *m = &p->out_meta[o];
@@ -807,6 +822,7 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         if (s) goto done;
     }
 done:
+    if (s && !met) pj_group_break(&p->grp, c->err.detail);
     if (outs)
         for (int r = 0; r < p->n_results; r++)
             if (outs[r]) pj_buffer_free(p->pl, outs[r]);

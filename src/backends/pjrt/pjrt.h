@@ -188,6 +188,12 @@ pj_exec *pj_compile(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, const
 /* Runs an executable on one device; outs receives n_out new buffers. */
 em_status pj_execute(em_ctx *c, em_device *d, pj_exec *e, PJRT_Buffer *const *args, int n_args,
                      PJRT_Buffer **outs, bool in_op);
+/* Runs an executable compiled for n_devices (replicas or partitions, in its device
+ * assignment's order) once: arg_lists[d] holds device d's n_args buffers, out_lists[d] receives
+ * its outputs, events[d] its completion event (the caller tracks or frees them). */
+em_status pj_execute_multi(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, int n_args,
+                           PJRT_Buffer *const *const *arg_lists, PJRT_Buffer **const *out_lists,
+                           PJRT_Event **events, bool in_op);
 /* The canonical CompileOptionsProto bytes for single-device programs (n written). */
 size_t pj_compile_options(unsigned char *out, size_t cap);
 
@@ -344,6 +350,34 @@ void pj_register_moe(pj_op *t);
 /* The collectives' kernels (collective.c): ranks of a device group (em_dist_local) on this
  * plugin's devices meet, and one replicated program runs on all of them. */
 void pj_backend_collectives(em_backend *be);
+/* The collectives' whole-program emitters (compile mode over a device group). */
+void pj_register_collective(pj_op *t);
+
+/* Compile mode over a device group (collective.c): a graph whose collectives name a device group
+ * of this process is compiled once for all its ranks (num_replicas = the group's size, replica r
+ * on rank r's device) and every run of it is one multi-device launch: each rank's thread hands
+ * its arguments to the group's meeting point and the last to arrive launches for all. */
+typedef struct pj_group_spot {
+    em_local_group *local; /* referenced while a program holds the spot */
+    int rank, size;
+    int64_t ids[EM_GROUP_MAX]; /* the ranks' device ids, the program's device assignment */
+} pj_group_spot;
+/* Finds the device group of g's collectives: *found false when g has none. Fails (naming the
+ * node) for a group that is not a device group of this process, two different groups, or a rank
+ * whose device is not dev. On success with *found, gs->local is referenced (pj_group_release). */
+em_status pj_graph_group(em_ctx *c, const em_graph *g, em_device *dev, pj_group_spot *gs,
+                         bool *found);
+void pj_group_release(pj_group_spot *gs);
+/* Every rank's text must be the same; the last rank compiles it once (or finds it in the
+ * cache under k plus the group's degree and devices). NULL with the error in c on every rank. */
+pj_exec *pj_group_compile(em_ctx *c, pj_plugin *pl, const pj_group_spot *gs, const char *text,
+                          const pj_key *k, const char *what);
+/* One launch of x for all ranks: this rank's n_args arguments in, its outputs into outs. */
+em_status pj_group_execute(em_ctx *c, const pj_group_spot *gs, em_device *dev, pj_exec *x,
+                           PJRT_Buffer *const *args, int n_args, PJRT_Buffer **outs);
+/* A rank that cannot reach the meeting (its call failed first) breaks the group, so the others
+ * fail at once rather than at the timeout. */
+void pj_group_break(const pj_group_spot *gs, const char *why);
 
 /* A view of a device buffer as the logical tensor t (reshape / slice / transpose / broadcast,
  * or a gather for any other strides). `base` is the parameter holding the storage's buffer. */

@@ -29,6 +29,7 @@ static void ops_init(void) {
     pj_register_index(ops);
     pj_register_conv(ops);
     pj_register_moe(ops);
+    pj_register_collective(ops);
 }
 
 const pj_op *pj_op_get(em_op_id op) {
