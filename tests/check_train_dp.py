@@ -15,9 +15,9 @@ those bounds as the single-process run, which it must also match step for step w
 on; (2) its final checkpoint's tensors equal the single-process checkpoint's within f32
 rounding of 10 steps (relative 1e-5 of each tensor's largest magnitude); (3) resumed under
 mpirun from its checkpoint-5 it prints the uninterrupted run's numbers exactly; (3b) with
---compile (one program per rank) torch's numbers again and the eager --dp 2 run's within 2e-6
-(refused by name on the device:KIND pair, whose collectives would have to be compiled into a
-PJRT program); (4) a batch
+--compile (one program per rank; on the device:KIND pair one program compiled for both
+devices, its collectives inside) torch's numbers again and the eager --dp 2 run's within 2e-6;
+(4) a batch
 that does not divide by the world size, and --dp 2 without mpirun, fail naming the problem.
 Needs only the Python standard library.
 """
@@ -123,34 +123,33 @@ def main():
               f"{w_one:.2g} of one process's")
 
         # --compile: the averaging's collectives are ops of the traced step (the CPU plan runs
-        # them over MPI); torch's numbers, and the eager --dp 2 run's within f32 rounding
+        # them over MPI; on two PJRT devices they are compiled into the step, one program for
+        # both devices); torch's numbers, and the eager --dp 2 run's within f32 rounding
         cmd = mpi2 + ["train", "--model", model, "--data", data] + flags + dp2 + ["--compile"]
-        if mpiexec.startswith("device:"):
-            r = run(cmd)
-            want = "a compiled step with data parallelism runs on the CPU"
-            if r.returncode == 0 or want not in r.stderr:
-                fail(f"--compile --dp 2 on {kind}: exit {r.returncode}, stderr {r.stderr!r}; "
-                     f"'{want}' expected")
-            print(f"--compile --dp 2 on {kind}: refused ({want})")
-        else:
-            os.environ["EMBER_LOG_COMPILES"] = "1"  # mpirun's local ranks inherit it
-            r = run(cmd)
-            del os.environ["EMBER_LOG_COMPILES"]
-            if r.returncode != 0:
-                fail(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
-            compiles = [ln for ln in r.stderr.splitlines()
-                        if ln.startswith("ember compile: train_step")]
-            if len(compiles) != 2:  # one program per rank for the 10 steps
-                fail(f"--compile --dp 2 compiled {len(compiles)} programs on 2 ranks:\n{r.stderr}")
-            dpc = steps(r.stdout)
-            wc_torch = compare_losses(dpc, torch, "--compile --dp 2 vs torch")
-            wc_eager = max(abs(a["loss"] - b["loss"]) for a, b in zip(dpc, dp))
-            for a, b in zip(dpc, dp):
-                if abs(a["loss"] - b["loss"]) > 2e-6 or \
-                        abs(a["grad_norm"] - b["grad_norm"]) > 2e-6 * abs(b["grad_norm"]):
-                    fail(f"--compile --dp 2 step {a['step']}: {a} vs eager {b}")
-            print(f"{family} --compile --dp 2: one program per rank, losses within "
-                  f"{wc_torch:.2g} of torch's, {wc_eager:.2g} of the eager --dp 2 run's")
+        os.environ["EMBER_LOG_COMPILES"] = "1"  # mpirun's local ranks inherit it
+        r = run(cmd)
+        del os.environ["EMBER_LOG_COMPILES"]
+        if r.returncode != 0:
+            fail(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
+        compiles = [ln for ln in r.stderr.splitlines()
+                    if ln.startswith("ember compile: train_step")]
+        if len(compiles) != 2:  # one program per rank for the 10 steps
+            fail(f"--compile --dp 2 compiled {len(compiles)} programs on 2 ranks:\n{r.stderr}")
+        if mpiexec.startswith("device:"):  # one XLA program for the two devices
+            progs = [ln for ln in r.stderr.splitlines()
+                     if "compile graph" in ln and "x2 replicas on" in ln]
+            if len(progs) != 1:
+                fail(f"--compile --dp 2 on {kind}: {len(progs)} two-device programs, want 1:\n"
+                     f"{r.stderr}")
+        dpc = steps(r.stdout)
+        wc_torch = compare_losses(dpc, torch, "--compile --dp 2 vs torch")
+        wc_eager = max(abs(a["loss"] - b["loss"]) for a, b in zip(dpc, dp))
+        for a, b in zip(dpc, dp):
+            if abs(a["loss"] - b["loss"]) > 2e-6 or \
+                    abs(a["grad_norm"] - b["grad_norm"]) > 2e-6 * abs(b["grad_norm"]):
+                fail(f"--compile --dp 2 step {a['step']}: {a} vs eager {b}")
+        print(f"{family} --compile --dp 2: one program per rank, losses within "
+              f"{wc_torch:.2g} of torch's, {wc_eager:.2g} of the eager --dp 2 run's")
 
         # the checkpoints: the same weights up to the summation order's rounding
         a = read_safetensors(os.path.join(one, "model.safetensors"))

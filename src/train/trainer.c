@@ -180,16 +180,6 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
         }
     }
     t->trained = t->master ? t->master : t->tensors;
-    em_device *dev = np ? em_tensor_device(t->tensors[0]) : NULL;
-    if (opt->compile && opt->group && dev && dev != em_device_get(c, "cpu")) {
-        /* MPI ranks train on the CPU, where the plan runs the collectives as ops; a PJRT
-         * program would need them compiled in (replica programs: not done yet) */
-        em_trainer_free(t);
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer", "a compiled step with data parallelism "
-                    "runs on the CPU; on %s it is not done yet (train without compile)",
-                    em_device_name(dev));
-        return NULL;
-    }
     em_adamw_options a = {.lr = opt->lr, .beta1 = opt->beta1, .beta2 = opt->beta2, .eps = opt->eps,
                           .weight_decay = opt->weight_decay};
     t->opt = em_ctx_status(c) ? NULL : em_adamw_create(c, t->trained, np, &a);
