@@ -75,6 +75,26 @@ EM_API em_compiled *em_compile(em_ctx *c, const char *name, em_compiled_fn fn, v
 EM_API int em_compiled_call(em_ctx *c, em_compiled *f, em_tensor *const *in, int n_in,
                             const int64_t *statics, int n_statics, em_tensor **out, int max_out);
 
+/** For em_compiled_set_spmd: the dim of captured tensor t's storage that an SPMD program splits
+ *  over its devices, or -1 to replicate it. */
+typedef int (*em_shard_fn)(void *user, const em_tensor *t);
+
+/**
+ * Partitions f's programs over `parts` devices (SPMD; PJRT devices only), as jax.jit does with
+ * shardings: a program is written at the global shapes the function traces, each tensor it
+ * captures (weights, caches) is split along the dim fn(user, t) names into `parts` equal tiles,
+ * tile d on device d of the partitions (devices k..k+parts-1 of the plugin, k the index of the
+ * inputs' device), or replicated for -1; inputs and outputs are replicated. XLA's SPMD
+ * partitioner inserts the collectives (num_partitions = parts, use_spmd_partitioning). The
+ * program keeps each captured storage's tiles on their devices between calls and writes
+ * written storages (KV caches) back whole, so eager code sees every write. Call before the
+ * first em_compiled_call; parts 1 (or 0) turns it off. Errors (EM_ERR_INVALID_ARG): a NULL f,
+ * parts < 0 or above 64, a NULL fn with parts > 1, programs already built. The call that
+ * builds a program fails on a non-PJRT device or a dim that does not divide.
+ */
+EM_API em_status em_compiled_set_spmd(em_ctx *c, em_compiled *f, int parts, em_shard_fn fn,
+                                      void *user);
+
 /** Counters of an em_compiled. */
 typedef struct em_compile_stats {
     int64_t calls;        /* em_compiled_call calls that ran a program */

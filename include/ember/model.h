@@ -81,6 +81,15 @@ typedef struct em_model_options {
      *  the plan or a change the decoder cannot run are refused at load naming them. Read
      *  during em_model_load only (the caller keeps ownership). NULL: the family's plan. */
     const char *tp_plan;
+    /** SPMD over `spmd` devices (0 or 1: off): the model is loaded whole on `device` (a PJRT
+     *  device, with spmd - 1 more of its plugin after it) and its compiled steps
+     *  (em_model_compile, em_generate with compile) are partitioned over those devices by
+     *  XLA's SPMD partitioner (em_compiled_set_spmd): each weight split as the family's
+     *  tensor-parallel plan (and tp_plan) splits it (colwise: its rows, rowwise: its columns,
+     *  the vocabulary rows of the embedding and LM head), the KV caches by KV head, the rest
+     *  replicated, and a dim that does not divide replicated too; XLA inserts the collectives.
+     *  Eager forwards run unpartitioned on `device`. Not with `tp`; refused on the CPU. */
+    int spmd;
 } em_model_options;
 
 /** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */

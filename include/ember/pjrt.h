@@ -131,6 +131,9 @@ typedef struct em_pjrt_program_report {
     int64_t peak_bytes;      /* the plugin's peak, else arguments + outputs - aliases + temps
                                 + code */
     int n_outputs;
+    /* collective instructions in the optimised program XLA made (-1: the plugin does not give
+     * it): what a multi-device program really exchanges, SPMD's partitioner included */
+    int all_reduces, all_gathers, reduce_scatters, all_to_alls, collective_permutes;
     char what[160];          /* what the program computes: "matmul(bf16[8,16], bf16[16,4])",
                                 "compile graph: 812 nodes, ...", "fused chain of 3 ..." */
 } em_pjrt_program_report;

@@ -38,6 +38,9 @@ struct em_compiled {
     int n_progs, max_progs;
     bool log;
     em_compile_stats st;
+    int spmd_parts; /* em_compiled_set_spmd */
+    em_shard_fn shard;
+    void *shard_user;
 };
 
 static double now_ms(void) {
@@ -65,6 +68,25 @@ em_compiled *em_compile(em_ctx *c, const char *name, em_compiled_fn fn, void *us
     e = getenv("EMBER_LOG_COMPILES");
     f->log = e && *e && strcmp(e, "0");
     return f;
+}
+
+em_status em_compiled_set_spmd(em_ctx *c, em_compiled *f, int parts, em_shard_fn fn,
+                                void *user) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (c->err.status) return c->err.status;
+    if (!f || parts < 0 || parts > 64 || (parts > 1 && !fn))
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "compile",
+                       "SPMD: %s (parts %d, a shard function %s)",
+                       !f ? "no compiled function" : "bad arguments", parts,
+                       fn ? "given" : "missing");
+    if (f->n_progs)
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "compile",
+                       "SPMD: %s already has %d programs; partition it before the first call",
+                       f->name, f->n_progs);
+    f->spmd_parts = parts > 1 ? parts : 0;
+    f->shard = fn;
+    f->shard_user = user;
+    return EM_OK;
 }
 
 static void program_free(program *p) {
@@ -306,6 +328,20 @@ static program *trace_and_lower(em_ctx *c, em_compiled *f, em_tensor *const *in,
                 g->dev->name);
         program_free(p);
         return NULL;
+    }
+    if (f->spmd_parts > 1) { /* the shardings of the captured storages, for the lowering */
+        g->spmd_parts = f->spmd_parts;
+        g->shard_dim = malloc((size_t)g->n_vals + 1);
+        if (!g->shard_dim) {
+            EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+            program_free(p);
+            return NULL;
+        }
+        for (int i = 0; i < g->n_vals; i++) {
+            const em_gval *gv = &g->vals[i];
+            int d = gv->kind == EM_GV_CAPTURED ? f->shard(f->shard_user, gv->t) : -1;
+            g->shard_dim[i] = (signed char)(d >= 0 && d < EM_MAX_DIMS ? d : -1);
+        }
     }
     em_program_info info;
     memset(&info, 0, sizeof info);

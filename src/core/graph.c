@@ -11,6 +11,7 @@ void em_graph_free(em_graph *g) {
     free(g->vals);
     free(g->nodes);
     free(g->outputs);
+    free(g->shard_dim);
     memset(g, 0, sizeof *g);
 }
 

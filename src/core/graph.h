@@ -57,6 +57,11 @@ struct em_graph {
     int *outputs; /* value ids the function returned */
     int n_outputs;
     em_device *dev; /* the device of the inputs (or the context's default) */
+    /* SPMD (em_compiled_set_spmd; PJRT only): the program is partitioned over spmd_parts
+     * devices; shard_dim[v], for a captured value v, is the dim of its storage's buffer split in
+     * spmd_parts equal tiles, -1 to replicate it. 0 parts: not partitioned (shard_dim NULL). */
+    int spmd_parts;
+    signed char *shard_dim;
 };
 
 /* True when the node writes into its first input (ASSIGN, INDEX_COPY). */

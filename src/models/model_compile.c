@@ -3,6 +3,7 @@
  * shapes depend on (batch, new tokens, key bucket) only. The cache length is data (positions,
  * write positions, masks), so a decode loop compiles one program per bucket it reaches.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,79 @@ struct em_model_compiled {
     int64_t bucket;
     bool local; /* the model has sliding-window layers: a second mask */
     em_compiled *fn;
+    /* SPMD (m->spmd_parts): the split dim of each weight's storage, by the plan */
+    int n_shards;
+    const em_storage **shard_st;
+    int *shard_dim;
 };
+
+/* The dim of weight `name` (shape t) a tensor-parallel rule splits: what the rank slices take
+ * (tp.c's place), as one tile per device; -1 to replicate (no rule, replicate, a rowwise bias,
+ * the packed gate/up of the experts, whose halves a tile would not keep together). */
+static int plan_dim(const em_model *m, const char *name, const em_tensor *t) {
+    const em_tp_rule *r = em_tp_rule_of(m, m->prefix, name);
+    if (!r) return -1;
+    size_t n = strlen(name);
+    bool bias = n > 5 && !strcmp(name + n - 5, ".bias");
+    int nd = em_tensor_ndim(t);
+    /* KV heads fewer than the devices: the projections stay whole, as the rank plan keeps
+     * each KV head whole (replicated) */
+    int64_t hkv = m->cfg.num_key_value_heads;
+    if ((strstr(name, "self_attn.k_proj.") || strstr(name, "self_attn.v_proj.")) &&
+        (hkv <= 0 || hkv % m->spmd_parts))
+        return -1;
+    if (!strcmp(r->style, "colwise") || !strcmp(r->style, "colwise_gather_output") ||
+        !strcmp(r->style, "embedding_rowwise"))
+        return nd == 3 ? 1 : 0;
+    if (!strcmp(r->style, "rowwise") && !bias) return nd - 1;
+    if (!strcmp(r->style, "grouped_gemm") && nd == 3) return 0;
+    return -1;
+}
+
+static int shard_of(void *user, const em_tensor *t) {
+    const em_model_compiled *mc = user;
+    const em_kv_cache *kv = mc->kv;
+    int parts = mc->m->spmd_parts, dim = -1;
+    for (int64_t l = 0; l < mc->m->n_layers && dim < 0; l++) /* [B, Hkv, L, D]: by KV head */
+        if ((kv->k[l] && kv->k[l]->storage == t->storage) ||
+            (kv->v[l] && kv->v[l]->storage == t->storage))
+            dim = 1;
+    for (int i = 0; i < mc->n_shards && dim < 0; i++)
+        if (mc->shard_st[i] == t->storage) dim = mc->shard_dim[i];
+    if (dim < 0 || dim >= t->ndim || em_dtype_is_quantized(t->dtype)) return -1;
+    /* the storage's whole buffer is what is split: a view's dim must be the buffer's */
+    return t->offset == 0 && em_is_contiguous(t) && t->shape[dim] % parts == 0 ? dim : -1;
+}
+
+/* The plan's split dim of every parameter's storage (SPMD). */
+static bool spmd_shards(em_ctx *c, em_model_compiled *mc) {
+    const em_model *m = mc->m;
+    int n = em_model_params(c, m, NULL, 0);
+    if (n < 0) {
+        char why[1600];
+        snprintf(why, sizeof why, "%s", em_ctx_error(c)->message);
+        em_ctx_clear_error(c);
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_compile", "SPMD over %d devices needs the "
+                    "model's weights as plain tensors: %.400s", m->spmd_parts, why);
+        return false;
+    }
+    em_model_param *ps = calloc((size_t)n + 1, sizeof *ps);
+    mc->shard_st = calloc((size_t)n + 1, sizeof *mc->shard_st);
+    mc->shard_dim = calloc((size_t)n + 1, sizeof *mc->shard_dim);
+    if (!ps || !mc->shard_st || !mc->shard_dim) {
+        free(ps);
+        em_ctx_fail(c, EM_ERR_OOM, "model_compile", "out of memory");
+        return false;
+    }
+    em_model_params(c, m, ps, n);
+    for (int i = 0; i < n; i++) {
+        mc->shard_st[i] = ps[i].tensor->storage;
+        mc->shard_dim[i] = plan_dim(m, ps[i].name, ps[i].tensor);
+    }
+    mc->n_shards = n;
+    free(ps);
+    return true;
+}
 
 static int step_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
                    int n_statics, em_tensor **out, int max_out, void *user) {
@@ -64,12 +137,19 @@ em_model_compiled *em_model_compile(em_ctx *c, const em_model *m, em_kv_cache *k
         free(mc);
         return NULL;
     }
+    if (m->spmd_parts > 1 &&
+        (!spmd_shards(c, mc) || em_compiled_set_spmd(c, mc->fn, m->spmd_parts, shard_of, mc))) {
+        em_model_compiled_free(mc);
+        return NULL;
+    }
     return mc;
 }
 
 void em_model_compiled_free(em_model_compiled *mc) {
     if (!mc) return;
     em_compiled_free(mc->fn);
+    free(mc->shard_st);
+    free(mc->shard_dim);
     free(mc);
 }
 

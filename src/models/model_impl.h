@@ -254,6 +254,7 @@ struct em_model {
                               the family's */
     bool tp_embed_split;   /* embedding_rowwise: this rank holds a slice of the vocabulary */
     bool tp_head_split;    /* colwise_gather_output: lm_head's logits gathered */
+    int spmd_parts;        /* em_model_options.spmd: compiled steps partitioned (0: off) */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;

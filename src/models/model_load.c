@@ -395,6 +395,14 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         goto fail;
     }
     m->tp_ep = o.ep_size > 1;
+    if (o.spmd > 1 && (o.tp || !m->fam->causal)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load", "SPMD over %d devices: %s", o.spmd,
+                    o.tp ? "not with tensor parallelism over a group (tp); SPMD partitions the "
+                           "whole model's compiled steps itself"
+                         : "a decoder language model's compiled steps only");
+        goto fail;
+    }
+    m->spmd_parts = o.spmd > 1 ? o.spmd : 0;
     if (em_tp_plan_apply(c, m, o.tp_plan)) goto fail;
     /* (a rank's slices are fresh copies already) */
     w.huge_copy = !views && huge_pages_available() && m->tp_size == 1;

@@ -19,7 +19,8 @@ static void gen_usage(void) {
         "                      [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
         "                      [--repetition-penalty R] [--stop STRING] [--batch-file FILE]\n"
         "                      [--moe-impl loop|dense|ragged] [--print-ids] [--show-device-map]\n"
-        "                      [--compile [--bucket N]] [--tp N [--ep N] [--tp-plan FILE]]\n\n"
+        "                      [--compile [--bucket N]] [--tp N [--ep N] [--tp-plan FILE]]\n"
+        "                      [--spmd N]\n\n"
         "Loads a Hugging Face model (Hub id, id@revision, or a local folder; downloaded into\n"
         "the Hub cache when missing unless HF_HUB_OFFLINE=1) or a GGUF file, and continues the\n"
         "prompt. A GGUF file's quantized weights are used as stored (quantized kernels, f32\n"
@@ -42,6 +43,10 @@ static void gen_usage(void) {
         "  --tp-plan FILE     overrides of the family's plan: a JSON object of module\n"
         "                     patterns to transformers' rule names, e.g.\n"
         "                     {\"embed_tokens\": \"replicate\"} (docs/parallel.md)\n"
+        "  --spmd N           SPMD over N devices of a PJRT kind (--device xla:0 and the\n"
+        "                     next N-1): the model loads whole on --device, each compiled\n"
+        "                     step (--compile implied) is partitioned by XLA over the N\n"
+        "                     devices, weights split as the family's plan splits them\n"
         "  --compile          run each step as a compiled program (one per KV-length bucket\n"
         "                     of --bucket positions, default 128); compiles are reported;\n"
         "                     on PJRT devices the batch runs rounded up to a power of two\n"
@@ -292,6 +297,11 @@ int cmd_generate(int argc, char **argv) {
             plan_file = argv[i];
         } else if (ARG("--tp")) {
             if (!cli_int("generate", a, argv[i], 1, 4096, &tp)) return 2;
+        } else if (ARG("--spmd")) {
+            long long n;
+            if (!cli_int("generate", a, argv[i], 1, 64, &n)) return 2;
+            o->mo.spmd = (int)n;
+            o->compile = true;
         } else if (!strcmp(a, "--compile")) o->compile = true;
         else if (!strcmp(a, "--print-ids")) o->print_ids = true;
         else if (!strcmp(a, "--show-device-map")) o->show_map = true;

@@ -310,6 +310,11 @@ static void group_steps(em_ctx *c, em_cpu_plan *p) {
 }
 
 void *em_cpu_program_build(em_ctx *c, em_graph *g, em_device *dev, em_program_info *info) {
+    if (g->spmd_parts > 1) {
+        EM_FAIL(c, EM_ERR_UNSUPPORTED, "compile", "SPMD partitioning over %d devices runs on "
+                "PJRT devices; %s is not one", g->spmd_parts, dev->name);
+        return NULL;
+    }
     em_cpu_plan *p = calloc(1, sizeof *p);
     int64_t *off = malloc(((size_t)g->n_vals + 1) * sizeof *off);
     int *last = malloc(((size_t)g->n_vals + 1) * sizeof *last);

@@ -133,8 +133,8 @@ static em_status pj_sync(em_ctx *c, em_device *d) {
 }
 
 /* Creates a device buffer from contiguous host data of the given shape. */
-static em_status from_host(em_ctx *c, em_device *d, const void *src, em_dtype dt, int nd,
-                           const int64_t *dims, PJRT_Buffer **out) {
+em_status pj_buffer_from_host(em_ctx *c, em_device *d, const void *src, em_dtype dt, int nd,
+                              const int64_t *dims, PJRT_Buffer **out) {
     pj_dev *pd = d->impl;
     const pj_plugin *pl = pd->pl;
     static const unsigned char zero[16];
@@ -164,7 +164,7 @@ static em_status upload(em_ctx *c, em_tensor *t, const void *src) {
         pj_storage_set(t->storage, NULL, t->dtype, t->ndim, t->shape);
         return EM_OK;
     }
-    if (from_host(c, t->dev, src, t->dtype, t->ndim, t->shape, &b)) return EM_ERR_BACKEND;
+    if (pj_buffer_from_host(c, t->dev, src, t->dtype, t->ndim, t->shape, &b)) return EM_ERR_BACKEND;
     pj_storage_set(t->storage, b, t->dtype, t->ndim, t->shape);
     return EM_OK;
 }
@@ -176,15 +176,15 @@ static em_status write_bytes(em_ctx *c, em_storage *s, size_t off, const void *s
                        "partial writes into %s storages (use assign)", s->dev->name);
     int64_t dim = (int64_t)n;
     PJRT_Buffer *b = NULL;
-    if (!((pj_dev *)s->dev->impl)->pl->aot && from_host(c, s->dev, src, EM_U8, 1, &dim, &b))
+    if (!((pj_dev *)s->dev->impl)->pl->aot && pj_buffer_from_host(c, s->dev, src, EM_U8, 1, &dim, &b))
         return EM_ERR_BACKEND;
     pj_storage_set(s, b, EM_U8, 1, &dim);
     return EM_OK;
 }
 
 /* Copies a whole buffer to host memory dst (dst_n bytes). */
-static em_status to_host(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, void *dst,
-                         size_t dst_n) {
+em_status pj_buffer_to_host(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, void *dst,
+                            size_t dst_n) {
     PJRT_Buffer_ToHostBuffer_Args a;
     memset(&a, 0, sizeof a);
     a.struct_size = PJ_SIZE(PJRT_Buffer_ToHostBuffer_Args, event);
@@ -205,10 +205,10 @@ static em_status read_bytes(em_ctx *c, em_storage *s, size_t off, void *dst, siz
         return EM_OK;
     }
     size_t total = s->nbytes;
-    if (off == 0 && n == total) return to_host(c, pl, pb->buf, dst, n);
+    if (off == 0 && n == total) return pj_buffer_to_host(c, pl, pb->buf, dst, n);
     unsigned char *tmp = malloc(total ? total : 1);
     if (!tmp) return EM_FAIL(c, EM_ERR_OOM, "to_host", "cannot stage %zu bytes", total);
-    em_status st = to_host(c, pl, pb->buf, tmp, total);
+    em_status st = pj_buffer_to_host(c, pl, pb->buf, tmp, total);
     if (!st) memcpy(dst, tmp + off, n);
     free(tmp);
     return st;
@@ -229,10 +229,10 @@ static em_status download(em_ctx *c, em_tensor *t, void *dst) {
     if (((pj_dev *)t->dev->impl)->pl->aot) return pj_aot_refuse(c, t->dev, "to_host", false);
     if (t->numel == 0) return EM_OK;
     const pj_plugin *pl = ((pj_dev *)t->dev->impl)->pl;
-    if (plain(t)) return to_host(c, pl, ((pj_buf *)t->storage->data)->buf, dst, nb);
+    if (plain(t)) return pj_buffer_to_host(c, pl, ((pj_buf *)t->storage->data)->buf, dst, nb);
     em_tensor *ct = pj_make_contiguous(c, t);
     if (!ct) return c->err.status ? c->err.status : EM_ERR_INTERNAL;
-    em_status s = to_host(c, pl, ((pj_buf *)ct->storage->data)->buf, dst, nb);
+    em_status s = pj_buffer_to_host(c, pl, ((pj_buf *)ct->storage->data)->buf, dst, nb);
     em_tensor_release(ct);
     return s;
 }

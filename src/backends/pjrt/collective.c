@@ -173,21 +173,26 @@ void pj_register_collective(pj_op *t) {
     t[EM_OP_ALL_TO_ALL].emit_program = emit_program;
 }
 
-static bool device_id(const pj_plugin *pl, PJRT_Device *dev, int64_t *id) {
+bool pj_device_id(const pj_plugin *pl, const em_device *d, int64_t *id) {
+    const pj_dev *pd = d->impl;
+    if (pl->aot) { /* a compile-only device: its topology description's id */
+        *id = pd->device_id;
+        return true;
+    }
     PJ_ARGS(PJRT_Device_GetDescription_Args, g, device_description);
-    g.device = dev;
+    g.device = pd->dev;
     PJRT_Error *e = pl->api->PJRT_Device_GetDescription(&g);
     if (e) {
         pj_error_free(pl, e);
         return false;
     }
-    PJ_ARGS(PJRT_DeviceDescription_Id_Args, d, id);
-    d.device_description = g.device_description;
-    if ((e = pl->api->PJRT_DeviceDescription_Id(&d))) {
+    PJ_ARGS(PJRT_DeviceDescription_Id_Args, di, id);
+    di.device_description = g.device_description;
+    if ((e = pl->api->PJRT_DeviceDescription_Id(&di))) {
         pj_error_free(pl, e);
         return false;
     }
-    *id = d.id;
+    *id = di.id;
     return true;
 }
 
@@ -206,7 +211,7 @@ static void lead(void **slots, int n, void *user) {
     const em_kernel_args *a = p[0]->a;
     int64_t ids[EM_GROUP_MAX];
     for (int r = 0; r < n; r++)
-        if (!device_id(pl, ((pj_dev *)p[r]->dev->impl)->dev, &ids[r])) {
+        if (!pj_device_id(pl, p[r]->dev, &ids[r])) {
             fail_all(p, n, EM_ERR_BACKEND, "the plugin gave no device id for %s",
                      p[r]->dev->name);
             return;
@@ -371,7 +376,7 @@ em_status pj_graph_group(em_ctx *c, const em_graph *g, em_device *dev, pj_group_
             return em_fail_at(c, EM_ERR_DEVICE, op0->name, n0->file, n0->line,
                               "rank %d's device %s is not a device of %s's plugin", r,
                               d ? d->name : "?", dev->name);
-        if (!device_id(pl, ((pj_dev *)d->impl)->dev, &gs->ids[r]))
+        if (!pj_device_id(pl, d, &gs->ids[r]))
             return em_fail_at(c, EM_ERR_BACKEND, op0->name, n0->file, n0->line,
                               "the plugin gave no device id for %s", d->name);
     }

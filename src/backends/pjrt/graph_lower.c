@@ -42,6 +42,7 @@ typedef struct gl_slot {
     int version;        /* bumped by every write into it */
     bool written;
     int result; /* position among the results when written */
+    int shard;  /* SPMD: the dim of the buffer split over the partitions, -1 replicated */
 } gl_slot;
 
 typedef struct gl_val {
@@ -87,6 +88,7 @@ struct em_pjrt_program {
     em_meta *out_meta;
     int n_results;
     pj_group_spot grp; /* grp.local set: the graph's collectives run over this device group */
+    pj_spmd *sp;       /* an SPMD program: the captured storages' tiles (spmd.c) */
 };
 
 /* ---- geometry ---- */
@@ -154,6 +156,7 @@ static int new_slot(gl *L, int kind, em_dtype dt, int nd, const int64_t *dims) {
     s->kind = kind;
     s->input = -1;
     s->result = -1;
+    s->shard = -1;
     s->shadow = &L->shadows[i];
     memset(s->shadow, 0, sizeof *s->shadow);
     s->shadow->data = &s->pb;
@@ -364,23 +367,56 @@ static void str_valref(gl_str *s, sh_val v) {
 }
 
 /* The module (as sh_finish, without its limit on the number of parameters). */
+/* An SPMD sharding of a rank-nd value: tiles along dim over `parts` devices in order, or
+ * replicated (dim < 0). */
+static void str_sharding(gl_str *s, int nd, int dim, int parts) {
+    if (dim < 0) {
+        str_put(s, "mhlo.sharding = \"{replicated}\"");
+        return;
+    }
+    str_put(s, "mhlo.sharding = \"{devices=[");
+    for (int i = 0; i < nd; i++) str_put(s, "%s%d", i ? "," : "", i == dim ? parts : 1);
+    str_put(s, "]");
+    for (int d = 0; d < parts; d++) str_put(s, "%s%d", d ? "," : "", d);
+    str_put(s, "}\"");
+}
+
+/* pshard / rshard: SPMD (parts > 1) shardings of the parameters and results (split dims, -1
+ * replicated); NULL when the program is not partitioned. */
 static char *finish(gl *L, const sh_type *params, const int *alias, int n_params,
-                    const sh_val *res, int n_res) {
+                    const sh_val *res, int n_res, const int *pshard, const int *rshard,
+                    int parts) {
     for (int i = 0; i < n_res; i++)
         if (res[i].id < 0) return NULL;
     if (!sh_ok(&L->b)) return NULL;
     gl_str s = {NULL, 0, 0, false};
-    str_put(&s, "module @ember {\n  func.func public @main(");
+    if (pshard)
+        str_put(&s, "module @ember attributes {mhlo.num_partitions = %d : i32, "
+                "mhlo.num_replicas = 1 : i32} {\n  func.func public @main(", parts);
+    else
+        str_put(&s, "module @ember {\n  func.func public @main(");
     for (int i = 0; i < n_params; i++) {
         str_put(&s, "%s%%v%d: ", i ? ", " : "", i);
         str_type(&s, &params[i]);
-        /* a written cache is donated: its new value is computed into the same buffer */
-        if (alias[i] >= 0) str_put(&s, " {tf.aliasing_output = %d : i32}", alias[i]);
+        if (pshard) {
+            str_put(&s, " {");
+            str_sharding(&s, params[i].nd, pshard[i], parts);
+            /* a written cache is donated: its new value is computed into the same buffer */
+            if (alias[i] >= 0) str_put(&s, ", tf.aliasing_output = %d : i32", alias[i]);
+            str_put(&s, "}");
+        } else if (alias[i] >= 0) {
+            str_put(&s, " {tf.aliasing_output = %d : i32}", alias[i]);
+        }
     }
     str_put(&s, ") -> (");
     for (int i = 0; i < n_res; i++) {
         if (i) str_put(&s, ", ");
         str_type(&s, &res[i].t);
+        if (rshard) {
+            str_put(&s, " {");
+            str_sharding(&s, res[i].t.nd, rshard[i], parts);
+            str_put(&s, "}");
+        }
     }
     str_put(&s, ") {\n");
     if (L->b.len) str_put(&s, "%s", L->b.body);
@@ -408,6 +444,7 @@ static char *finish(gl *L, const sh_type *params, const int *alias, int n_params
 void em_pjrt_program_free(em_pjrt_program *p) {
     if (!p) return;
     pj_group_release(&p->grp);
+    pj_spmd_free(p->sp);
     for (int i = 0; i < p->n_caps; i++) em_tensor_release(p->caps[i].t);
     free(p->caps);
     free(p->in_meta);
@@ -456,7 +493,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     em_pjrt_program *p = calloc(1, sizeof *p);
     sh_val *res = NULL;
     char *text = NULL;
-    int *alias = NULL;
+    int *alias = NULL, *pshard = NULL, *rshard = NULL;
     bool done = false;
     bool grouped = false, met = false; /* a device group's program; this rank met the others */
     /* EMBER_PJRT_DONATE=0 keeps written caches out of place (a copy per call) */
@@ -547,6 +584,17 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
             L.slots[s].cap = t;
             ptypes[n_params] = slot_type(&L.slots[s]);
             pslot[n_params++] = s;
+            int sd = g->spmd_parts > 1 && g->shard_dim ? g->shard_dim[i] : -1;
+            if (sd >= pb->ndim || (sd >= 0 && pb->dims[sd] % g->spmd_parts)) {
+                char dims[160];
+                snprintf(msg, sizeof msg, "SPMD: a captured %s%s cannot be split along dim %d "
+                         "into %d equal tiles", em_dtype_name(pb->dtype),
+                         em_shape_str(pb->dims, pb->ndim, dims, sizeof dims), sd,
+                         g->spmd_parts);
+                val_fail(c, g, i, EM_ERR_SHAPE, msg);
+                goto fail;
+            }
+            L.slots[s].shard = sd;
         }
         gl_val *v = &L.v[i];
         v->slot = s;
@@ -559,6 +607,17 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     }
     /* a graph with collectives runs over their device group, compiled once for all ranks */
     if (pj_graph_group(c, g, dev, &p->grp, &grouped)) goto fail;
+    if (g->spmd_parts > 1) {
+        if (grouped) {
+            EM_FAIL(c, EM_ERR_UNSUPPORTED, "compile", "SPMD: the graph has collective ops of a "
+                    "device group; an SPMD program gets its collectives from XLA's "
+                    "partitioner (trace the model without --tp)");
+            goto fail;
+        }
+        int n_caps = 0;
+        for (int i = 0; i < n_params; i++) n_caps += L.slots[pslot[i]].kind == GL_CAPTURED;
+        if (!(p->sp = pj_spmd_new(c, dev, g->spmd_parts, n_caps))) goto fail;
+    }
     L.b.next = n_params; /* %v0 .. %v<n_params-1> are @main's arguments */
     for (int i = 0; i < n_params; i++) {
         sh_val a;
@@ -647,7 +706,23 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         const gl_slot *sl = &L.slots[pslot[i]];
         alias[i] = sl->kind == GL_CAPTURED && sl->result >= 0 && !donate_off ? sl->result : -1;
     }
-    text = finish(&L, ptypes, alias, n_params, res, n_res);
+    if (p->sp) { /* the shardings: inputs and outputs replicated, captured storages split */
+        pshard = calloc((size_t)n_params + 1, sizeof *pshard);
+        rshard = calloc((size_t)n_res + 1, sizeof *rshard);
+        if (!pshard || !rshard) {
+            EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+            goto fail;
+        }
+        for (int r = 0; r < n_res; r++) rshard[r] = -1;
+        for (int i = 0, k = 0; i < n_params; i++) {
+            const gl_slot *sl = &L.slots[pslot[i]];
+            pshard[i] = sl->kind == GL_CAPTURED ? sl->shard : -1;
+            if (sl->kind == GL_CAPTURED) pj_spmd_set_dim(p->sp, k++, sl->shard);
+            if (sl->result >= 0) rshard[sl->result] = pshard[i];
+        }
+    }
+    text = finish(&L, ptypes, alias, n_params, res, n_res, pshard, rshard,
+                  p->sp ? pj_spmd_parts(p->sp) : 0);
     if (!text) {
         EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO module: %s",
                 L.b.err[0] ? L.b.err : "invalid result");
@@ -671,6 +746,17 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         met = true;
         p->x = k.oom ? NULL : pj_group_compile(c, pl, &p->grp, text, &k, what);
         if (k.oom) EM_FAIL(c, EM_ERR_OOM, "compile", "out of memory");
+    } else if (p->sp) { /* num_partitions, SPMD on, the partitions' devices in the key */
+        int parts = pj_spmd_parts(p->sp);
+        pj_key_add(&k, "spmd", 4);
+        pj_key_i64(&k, parts);
+        pj_key_add(&k, pj_spmd_ids(p->sp), (size_t)parts * sizeof(int64_t));
+        h = pj_hash(k.p, k.len);
+        size_t wl = strlen(what);
+        snprintf(what + wl, sizeof what - wl, ", SPMD over %d partitions", parts);
+        pj_compile_spec sp = {1, parts, true, pj_spmd_ids(p->sp)};
+        if (!(p->x = pj_cache_find(pl, &k, h)))
+            p->x = pj_compile_for(c, pl, &k, h, text, what, false, &sp);
     } else if (!(p->x = pj_cache_find(pl, &k, h))) {
         p->x = pj_compile(c, pl, &k, h, text, what, false);
     }
@@ -686,6 +772,8 @@ fail: /* also the way out on success (done) */
     free(text);
     free(res);
     free(alias);
+    free(pshard);
+    free(rshard);
     free(meta);
     free(ptypes);
     free(pslot);
@@ -707,6 +795,75 @@ static bool same_dims(int nd, const int64_t *a, int nd2, const int64_t *b) {
     for (int i = 0; i < nd; i++)
         if (a[i] != b[i]) return false;
     return true;
+}
+
+/* An SPMD program's launch: args[] holds the inputs' buffers on the first device (the
+ * captured ones are ignored: each storage's tiles are used instead). The inputs are replicated
+ * to every device, the written storages take their new tiles and are written back whole; outs
+ * receives the first device's results but those of written captured storages. */
+static em_status spmd_execute(em_ctx *c, em_pjrt_program *p, PJRT_Buffer *const *args,
+                              PJRT_Buffer **outs) {
+    pj_spmd *sp = p->sp;
+    int parts = pj_spmd_parts(sp), n_args = p->n_inputs + p->n_caps, n_res = p->n_results;
+    PJRT_Buffer **lists = calloc((size_t)(parts * n_args) + 1, sizeof *lists);
+    PJRT_Buffer **olists = calloc((size_t)(parts * n_res) + 1, sizeof *olists);
+    PJRT_Buffer **copies = calloc((size_t)(parts * p->n_inputs) + 1, sizeof *copies);
+    PJRT_Buffer *per[PJ_SPMD_MAX];
+    PJRT_Buffer *const *arg_lists[PJ_SPMD_MAX];
+    PJRT_Buffer **out_lists[PJ_SPMD_MAX];
+    PJRT_Event *ev[PJ_SPMD_MAX] = {NULL};
+    em_status s = EM_OK;
+    if (!lists || !olists || !copies) {
+        s = EM_FAIL(c, EM_ERR_OOM, "compiled_run", "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < p->n_inputs && !s; i++) {
+        const em_meta *m = &p->in_meta[i];
+        s = pj_spmd_replicate(c, sp, args[i], m->dtype, m->ndim, m->shape, per);
+        for (int d = 0; d < parts && !s; d++) {
+            lists[d * n_args + i] = per[d];
+            if (d) copies[d * p->n_inputs + i] = per[d];
+        }
+    }
+    for (int k = 0; k < p->n_caps && !s; k++) {
+        s = pj_spmd_cap_args(c, sp, k, p->caps[k].t, per);
+        for (int d = 0; d < parts && !s; d++) lists[d * n_args + p->n_inputs + k] = per[d];
+    }
+    if (s) goto done;
+    for (int d = 0; d < parts; d++) {
+        arg_lists[d] = &lists[d * n_args];
+        out_lists[d] = &olists[d * n_res];
+    }
+    if ((s = pj_execute_multi(c, p->pl, p->x, parts, n_args, arg_lists, out_lists, ev, false)))
+        goto done;
+    for (int d = 0; d < parts; d++)
+        if (ev[d]) pj_event_free(p->pl, ev[d]); /* the reads below wait for the buffers */
+    for (int k = 0; k < p->n_caps && !s; k++) {
+        int r = p->caps[k].result;
+        if (r < 0) continue;
+        for (int d = 0; d < parts; d++) {
+            per[d] = olists[d * n_res + r];
+            olists[d * n_res + r] = NULL;
+        }
+        s = pj_spmd_take(c, sp, k, p->caps[k].t, per);
+        for (int d = 0; d < parts; d++)
+            if (per[d]) pj_buffer_free(p->pl, per[d]);
+    }
+    for (int r = 0; r < n_res; r++) {
+        outs[r] = olists[r];
+        olists[r] = NULL;
+    }
+done:
+    if (olists)
+        for (int i = 0; i < parts * n_res; i++)
+            if (olists[i]) pj_buffer_free(p->pl, olists[i]);
+    if (copies)
+        for (int i = 0; i < parts * p->n_inputs; i++)
+            if (copies[i]) pj_buffer_free(p->pl, copies[i]);
+    free(lists);
+    free(olists);
+    free(copies);
+    return s;
 }
 
 em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *in,
@@ -779,8 +936,11 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         args[p->n_inputs + k] = pb->buf;
     }
     met = true;
+    bool spmd = p->sp && !p->pl->aot; /* compile-only: counted as one launch, nothing runs */
     if (p->grp.local)
         s = pj_group_execute(c, &p->grp, p->dev, p->x, args, n_args, outs);
+    else if (spmd)
+        s = spmd_execute(c, p, args, outs);
     else
         s = pj_execute(c, p->dev, p->x, args, n_args, outs, false);
     if (s) goto done;
@@ -796,8 +956,8 @@ em_status em_pjrt_program_run(em_ctx *c, em_pjrt_program *p, em_tensor *const *i
         outs[o] = NULL;
         out[o] = t;
     }
-    /* the written storages */
-    for (int k = 0; k < p->n_caps; k++) {
+    /* the written storages (an SPMD run has written them back itself) */
+    for (int k = 0; k < p->n_caps && !spmd; k++) {
         gl_cap *cp = &p->caps[k];
         if (cp->result < 0) continue;
         pj_storage_set(cp->t->storage, outs[cp->result], cp->dtype, cp->ndim, cp->dims);

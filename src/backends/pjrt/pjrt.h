@@ -143,6 +143,12 @@ void pj_event_free(const pj_plugin *pl, PJRT_Event *ev);
 /* Keeps an execution's completion event (awaits the oldest when the list is full). */
 em_status pj_dev_track(em_ctx *c, em_device *d, PJRT_Event *ev);
 void pj_buffer_free(const pj_plugin *pl, PJRT_Buffer *b);
+/* A device buffer on d from contiguous host data of the given shape (copied during the call). */
+em_status pj_buffer_from_host(em_ctx *c, em_device *d, const void *src, em_dtype dt, int nd,
+                              const int64_t *dims, PJRT_Buffer **out);
+/* Copies a whole buffer into host memory dst (dst_n bytes), waiting for it. */
+em_status pj_buffer_to_host(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, void *dst,
+                            size_t dst_n);
 /* Replaces a storage's buffer (the old one is destroyed; PJRT keeps it alive while queued
  * work still reads it). */
 void pj_storage_set(em_storage *s, PJRT_Buffer *b, em_dtype dt, int nd, const int64_t *dims);
@@ -375,6 +381,35 @@ pj_exec *pj_group_compile(em_ctx *c, pj_plugin *pl, const pj_group_spot *gs, con
 /* One launch of x for all ranks: this rank's n_args arguments in, its outputs into outs. */
 em_status pj_group_execute(em_ctx *c, const pj_group_spot *gs, em_device *dev, pj_exec *x,
                            PJRT_Buffer *const *args, int n_args, PJRT_Buffer **outs);
+/* The id of a device of pl (a compile-only device: its description's), for device
+ * assignments; false when the plugin gives none. */
+bool pj_device_id(const pj_plugin *pl, const em_device *d, int64_t *id);
+
+/* SPMD programs (spmd.c): the tiles of captured storages on the partitions' devices, kept
+ * between runs, and the written storages gathered back whole. */
+#define PJ_SPMD_MAX 64
+typedef struct pj_spmd pj_spmd;
+/* Partitions over `parts` devices from dev (devices k..k+parts-1 of its plugin, k = dev's
+ * index) with n_caps captured storages, all replicated until pj_spmd_set_dim. NULL with the
+ * error in c (too few devices, no device id, no memory). */
+pj_spmd *pj_spmd_new(em_ctx *c, em_device *dev, int parts, int n_caps);
+void pj_spmd_set_dim(pj_spmd *sp, int cap, int dim);
+int pj_spmd_parts(const pj_spmd *sp);
+const int64_t *pj_spmd_ids(const pj_spmd *sp); /* the partitions' device ids */
+void pj_spmd_free(pj_spmd *sp);
+/* Captured storage `cap` (tensor t, on the first partition's device) as one buffer per
+ * device: its tiles, made again when the storage's version changed (borrowed: the program
+ * keeps them). */
+em_status pj_spmd_cap_args(em_ctx *c, pj_spmd *sp, int cap, const em_tensor *t,
+                           PJRT_Buffer **per_dev);
+/* A replicated input: b0 (on the first device) and copies on the others (caller-owned, from
+ * per_dev[1]). */
+em_status pj_spmd_replicate(em_ctx *c, pj_spmd *sp, PJRT_Buffer *b0, em_dtype dt, int nd,
+                            const int64_t *dims, PJRT_Buffer **per_dev);
+/* After a run that wrote captured storage `cap`: per_dev's new tiles become its tiles (taken,
+ * set to NULL) and the storage gets the whole value (its version bumped). */
+em_status pj_spmd_take(em_ctx *c, pj_spmd *sp, int cap, em_tensor *t, PJRT_Buffer **per_dev);
+
 /* A rank that cannot reach the meeting (its call failed first) breaks the group, so the others
  * fail at once rather than at the timeout. */
 void pj_group_break(const pj_group_spot *gs, const char *why);

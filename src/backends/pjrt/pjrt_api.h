@@ -331,6 +331,13 @@ typedef struct {
 typedef struct {
     size_t struct_size;
     PJRT_Extension_Base *extension_start;
+    PJRT_Executable *executable;
+    PJRT_Program *program; /* in/out: code NULL asks for code_size, then the caller's buffer */
+} PJRT_Executable_OptimizedProgram_Args;
+
+typedef struct {
+    size_t struct_size;
+    PJRT_Extension_Base *extension_start;
     const PJRT_Executable *executable;
     const char *serialized_bytes; /* out */
     size_t serialized_bytes_size; /* out */

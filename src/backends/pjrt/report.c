@@ -23,6 +23,55 @@ static bool nv_is(const PJRT_NamedValue *v, const char *name) {
     return v->name_size == n && !memcmp(v->name, name, n);
 }
 
+/* Instructions with opcode `op` in a serialized HloModuleProto: the opcode is field 2 of an
+ * HloInstructionProto, a string, so each one is the bytes 0x12, its length, the name (names
+ * such as "all-reduce.3" are field 1 and longer: they do not match). Async forms ("-start")
+ * count as their op. */
+static int count_opcode(const unsigned char *p, size_t n, const char *op) {
+    char start[48];
+    snprintf(start, sizeof start, "%s-start", op);
+    const char *ops[2] = {op, start};
+    int k = 0;
+    for (int j = 0; j < 2; j++) {
+        size_t l = strlen(ops[j]);
+        for (size_t i = 0; i + 2 + l <= n; i++)
+            if (p[i] == 0x12 && p[i + 1] == l && !memcmp(p + i + 2, ops[j], l)) k++;
+    }
+    return k;
+}
+
+/* The collectives of x's optimised program (left at -1 when the plugin gives no program). */
+static void count_collectives(const pj_plugin *pl, PJRT_Executable *x,
+                              em_pjrt_program_report *r) {
+    if (!PJ_HAS(pl, PJRT_Executable_OptimizedProgram)) return;
+    PJRT_Program prog;
+    memset(&prog, 0, sizeof prog);
+    prog.struct_size = PJ_SIZE(PJRT_Program, format_size);
+    PJ_ARGS(PJRT_Executable_OptimizedProgram_Args, a, program);
+    a.executable = x;
+    a.program = &prog;
+    PJRT_Error *e = pl->api->PJRT_Executable_OptimizedProgram(&a);
+    if (e || !prog.code_size || prog.code_size > ((size_t)1 << 30)) {
+        pj_error_free(pl, e);
+        return;
+    }
+    size_t n = prog.code_size;
+    prog.code = malloc(n);
+    if (!prog.code) return;
+    if ((e = pl->api->PJRT_Executable_OptimizedProgram(&a))) {
+        pj_error_free(pl, e);
+        free(prog.code);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)prog.code;
+    r->all_reduces = count_opcode(p, n, "all-reduce");
+    r->all_gathers = count_opcode(p, n, "all-gather");
+    r->reduce_scatters = count_opcode(p, n, "reduce-scatter");
+    r->all_to_alls = count_opcode(p, n, "all-to-all");
+    r->collective_permutes = count_opcode(p, n, "collective-permute");
+    free(prog.code);
+}
+
 void pj_report_fill(const pj_plugin *pl, PJRT_Executable *x, em_pjrt_program_report *r) {
     char what[sizeof r->what];
     memcpy(what, r->what, sizeof what);
@@ -33,6 +82,9 @@ void pj_report_fill(const pj_plugin *pl, PJRT_Executable *x, em_pjrt_program_rep
     r->argument_bytes = r->output_bytes = r->alias_bytes = r->temp_bytes = r->code_bytes = -1;
     r->peak_bytes = -1;
     r->n_outputs = -1;
+    r->all_reduces = r->all_gathers = r->reduce_scatters = r->all_to_alls = -1;
+    r->collective_permutes = -1;
+    count_collectives(pl, x, r);
     PJRT_Error *e;
     if (PJ_HAS(pl, PJRT_Executable_NumOutputs)) {
         PJ_ARGS(PJRT_Executable_NumOutputs_Args, n, num_outputs);
@@ -113,6 +165,8 @@ const em_pjrt_program_report *pj_exec_report(pj_plugin *pl, pj_exec *x) {
         r.roofline_seconds = -1;
         r.argument_bytes = r.output_bytes = r.alias_bytes = r.temp_bytes = r.code_bytes = -1;
         r.peak_bytes = -1;
+        r.all_reduces = r.all_gathers = r.reduce_scatters = r.all_to_alls = -1;
+        r.collective_permutes = -1;
     }
     pthread_mutex_lock(&pl->cache.lock);
     if (!x->report_ready) {
@@ -157,6 +211,12 @@ void pj_report_log(const pj_plugin *pl, const em_pjrt_program_report *r) {
             human((double)r->output_bytes, "B", o, sizeof o),
             human((double)r->temp_bytes, "B", t, sizeof t),
             human((double)r->peak_bytes, "B", p, sizeof p), cap);
+    if (r->all_reduces + r->all_gathers + r->reduce_scatters + r->all_to_alls +
+            r->collective_permutes > 0)
+        fprintf(stderr, "[ember]   collectives in the optimised program: %d all-reduce, %d "
+                "all-gather, %d reduce-scatter, %d all-to-all, %d collective-permute\n",
+                r->all_reduces, r->all_gathers, r->reduce_scatters, r->all_to_alls,
+                r->collective_permutes);
 }
 
 void pj_project(pj_plugin *pl, pj_exec *x) {

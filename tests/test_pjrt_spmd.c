@@ -1,0 +1,204 @@
+/*
+ * SPMD on PJRT devices (issue 18, lowering (b)): a decoder loaded whole on xla:0 with
+ * em_model_options.spmd = N; its compiled steps are written at global shapes, the weights
+ * annotated with the family's tensor-parallel plan as shardings (colwise rows, rowwise columns,
+ * the vocabulary rows of the embedding and LM head, KV caches by head), compiled with
+ * num_partitions = N and use_spmd_partitioning, and run with each device's tiles in one launch.
+ * Checked per family at degree 2 (qwen3 at 4 too, its 2 KV heads replicated):
+ *  - the compiled logits within 1e-4 of transformers' (tests/fixtures/models/FAMILY_ref) and
+ *    1e-5 of the same model's eager, unpartitioned forward;
+ *  - compiled greedy generation (prefill and decode programs, the KV cache written back whole
+ *    after each step) gives transformers' tokens;
+ *  - the collectives XLA's partitioner put in the optimised program are the plan's, the ones
+ *    the replica-mode program has (test_pjrt_tp): an all-reduce after the vocab-parallel
+ *    embedding and after o_proj and the MLP of each layer (2 L + 1) and one all-gather of the
+ *    logits, nothing else, so a partitioning that gathered whole weights or activations fails
+ *    (with KV heads fewer than the devices, also the 2 per layer of the new keys and values
+ *    that XLA gathers among the devices sharing a KV head).
+ * Skipped, loudly, without XLA's CPU plugin.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+typedef struct counts {
+    char tag[48]; /* "SPMD over N partitions": the programs of this degree */
+    int programs, wrong;
+    int want_ar, want_ag;
+    char first_wrong[400];
+} counts;
+
+static int check_report(const em_pjrt_program_report *r, void *user) {
+    counts *k = user;
+    if (!strstr(r->what, k->tag)) return 0;
+    k->programs++;
+    bool ok = r->all_reduces == k->want_ar && r->all_gathers == k->want_ag &&
+              r->reduce_scatters == 0 && r->all_to_alls == 0 && r->collective_permutes == 0;
+    if (!ok && !k->wrong++)
+        snprintf(k->first_wrong, sizeof k->first_wrong,
+                 "%s: %d all-reduce, %d all-gather, %d reduce-scatter, %d all-to-all, %d "
+                 "collective-permute; the plan has %d all-reduce and %d all-gather",
+                 r->what, r->all_reduces, r->all_gathers, r->reduce_scatters, r->all_to_alls,
+                 r->collective_permutes, k->want_ar, k->want_ag);
+    return 0;
+}
+
+static void check_family(const char *family, int parts) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    char rel[128], dir[1024], what[160];
+    snprintf(rel, sizeof rel, "models/%s_ref", family);
+    em_test_bundle *b = em_test_bundle_load(rel);
+    CHECK(b != NULL);
+    snprintf(dir, sizeof dir, "%s/models/%s", em_test_fixtures_dir(), family);
+    em_model_options o = em_model_default_options();
+    o.dtype = EM_F32;
+    o.progress = false;
+    o.offline = true;
+    o.device = "xla:0";
+    o.spmd = parts;
+    em_model *m = b ? em_model_load(c, dir, &o) : NULL;
+    CHECK_MSG(m != NULL, "%s: load: %s", family, em_ctx_status(c) ? em_ctx_error(c)->message : "");
+    if (!m) {
+        em_test_bundle_free(b);
+        em_ctx_free(c);
+        return;
+    }
+    em_device *x0 = em_device_get(c, "xla:0");
+    em_scope_push(c);
+    em_tensor *ids = em_test_bundle_get(b, c, "ids");
+    em_tensor *eager = em_model_forward(c, m, ids, NULL, NULL, false);
+    em_kv_cache *kv = em_kv_cache_create(c, m, em_tensor_dim(ids, 0), em_tensor_dim(ids, 1) + 8);
+    em_model_compiled *mc = kv ? em_model_compile(c, m, kv, 0) : NULL;
+    em_tensor *lg = mc ? em_model_forward_compiled(c, mc, ids, NULL, false) : NULL;
+    snprintf(what, sizeof what, "%s SPMD over %d devices: logits f32", family, parts);
+    CHECK_MSG(eager && lg, "%s: %s", what, em_ctx_status(c) ? em_ctx_error(c)->message : "");
+    if (eager && lg) {
+        CHECK(em_test_allclose(c, lg, em_test_bundle_get(b, c, "logits_f32"), 1e-4, 1e-4, what));
+        snprintf(what, sizeof what, "%s SPMD over %d devices: against the eager forward",
+                 family, parts);
+        CHECK(em_test_allclose(c, lg, eager, 1e-5, 1e-5, what));
+    }
+    em_model_compiled_free(mc);
+    em_kv_cache_free(kv);
+    /* greedy generation, compiled: prefill and decode programs over the devices */
+    int64_t n_ids, n_want;
+    em_token *tids = em_test_host_tokens(c, ids, &n_ids);
+    em_token *want = em_test_host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
+    int64_t plen = n_ids / 2;
+    em_generate_params gp = em_generate_default_params(m);
+    gp.max_new_tokens = n_want;
+    gp.do_sample = false;
+    gp.repetition_penalty = 1.0;
+    gp.eos_ids = tids;
+    gp.n_eos_ids = 0;
+    gp.compile = true;
+    const em_token *prompts[1] = {tids};
+    em_generate_result r;
+    if (tids && want && em_generate(c, m, NULL, prompts, &plen, 1, &gp, &r) == EM_OK) {
+        CHECK_MSG(r.n_ids[0] == n_want &&
+                      !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want),
+                  "%s SPMD over %d devices: greedy tokens differ from transformers", family,
+                  parts);
+        em_generate_result_free(&r);
+    } else {
+        CHECK_MSG(false, "%s SPMD generate: %s", family,
+                  em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
+    }
+    free(tids);
+    free(want);
+    em_scope_pop(c);
+    /* the collectives XLA's partitioner inserted */
+    /* (the cache holds the programs of the families checked before this one too: every test
+     * checkpoint here has 2 layers, so every SPMD program must show the same counts) */
+    const em_model_config *cfg = em_model_config_get(m);
+    int layers = (int)cfg->num_hidden_layers;
+    /* KV heads fewer than the devices: their projections are whole on every device, and XLA
+     * computes each layer's new keys and values split over the devices that share a KV head
+     * and all-gathers them there (2 per layer, [T, B, 1, D] each); the rank plan computes them
+     * whole on each rank instead */
+    int kv_gathers = cfg->num_key_value_heads % parts ? 2 * layers : 0;
+    counts k = {"", 0, 0, 2 * layers + 1, 1 + kv_gathers, ""};
+    snprintf(k.tag, sizeof k.tag, "SPMD over %d partitions", parts);
+    em_pjrt_reports(x0, check_report, &k);
+    CHECK_MSG(k.programs >= 2, "%s: %d SPMD programs in the cache, want the forward, the "
+              "prefill and the decode step", family, k.programs);
+    CHECK_MSG(k.wrong == 0, "%s: %d of %d SPMD programs: %s", family, k.wrong, k.programs,
+              k.first_wrong);
+    printf("%s: %d SPMD programs over %d devices, each with %d all-reduce and %d all-gather\n",
+           family, k.programs, parts, k.want_ar, k.want_ag);
+    em_model_free(m);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+static void test_llama(void) { check_family("llama", 2); }
+static void test_mistral(void) { check_family("mistral", 2); }
+static void test_qwen2(void) { check_family("qwen2", 2); }
+static void test_qwen3(void) { check_family("qwen3", 2); }
+/* 4 devices, 2 KV heads: the KV projections and caches replicated, as the rank plan does */
+static void test_qwen3_degree4(void) { check_family("qwen3", 4); }
+static void test_gemma3(void) { check_family("gemma3_text", 2); }
+
+/* Refusals: SPMD with a device group, on the CPU, over more devices than the plugin has. */
+static void test_refused(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/qwen3", em_test_fixtures_dir());
+    em_model_options o = em_model_default_options();
+    o.dtype = EM_F32;
+    o.progress = false;
+    o.offline = true;
+    o.spmd = 2;
+    o.device = "cpu";
+    em_model *m = em_model_load(c, dir, &o);
+    CHECK(m != NULL);
+    em_kv_cache *kv = m ? em_kv_cache_create(c, m, 1, 16) : NULL;
+    em_model_compiled *mc = kv ? em_model_compile(c, m, kv, 0) : NULL;
+    em_scope_push(c);
+    em_tensor *ids = em_from_host(c, EM_I64, 2, (int64_t[]){1, 2}, (int64_t[]){1, 2});
+    CHECK(mc && !em_model_forward_compiled(c, mc, ids, NULL, false));
+    CHECK_MSG(em_ctx_status(c) && strstr(em_ctx_error(c)->message, "runs on PJRT devices"),
+              "%s", em_ctx_status(c) ? em_ctx_error(c)->message : "no error");
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+    em_model_compiled_free(mc);
+    em_kv_cache_free(kv);
+    em_model_free(m);
+    o.device = "xla:0";
+    o.spmd = 16; /* the test process gives XLA's CPU plugin 4 devices */
+    m = em_model_load(c, dir, &o);
+    kv = m ? em_kv_cache_create(c, m, 1, 16) : NULL;
+    mc = kv ? em_model_compile(c, m, kv, 0) : NULL;
+    em_scope_push(c);
+    ids = em_from_host(c, EM_I64, 2, (int64_t[]){1, 2}, (int64_t[]){1, 2});
+    ids = em_to(c, ids, em_device_get(c, "xla:0"));
+    CHECK(mc && !em_model_forward_compiled(c, mc, ids, NULL, false));
+    CHECK_MSG(em_ctx_status(c) && strstr(em_ctx_error(c)->message, "the plugin has 4 devices"),
+              "%s", em_ctx_status(c) ? em_ctx_error(c)->message : "no error");
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+    em_model_compiled_free(mc);
+    em_kv_cache_free(kv);
+    em_model_free(m);
+    em_ctx_free(c);
+}
+
+int main(int argc, char **argv) {
+    setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=4", 0);
+    static const em_test_case tests[] = {T(test_llama),  T(test_mistral),       T(test_qwen2),
+                                         T(test_qwen3),  T(test_qwen3_degree4), T(test_gemma3),
+                                         T(test_refused)};
+    return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
+}
