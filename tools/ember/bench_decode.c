@@ -192,6 +192,8 @@ static void usage(void) {
            "of each batch is compiled for the TPU and projected from XLA's cost analysis (flops,\n"
            "bytes accessed, their roofline at the chip's figures, peak memory against its HBM),\n"
            "plus a per-program launch overhead measured on xla:0 (--launch-us to give one).\n"
+           "--spmd N there: the step partitioned by XLA over N chips of the slice (the\n"
+           "family's tp plan as shardings); the figures are one chip's.\n"
            "--tp N: tensor-parallel decode and its collectives (ember bench decode --tp 2 --help).\n");
 }
 
@@ -206,7 +208,7 @@ int bench_decode(int argc, char **argv) {
     const char *dtype_name = NULL;
     em_dtype dtype = EM_BF16;
     int n_batches = 2;
-    long long layers = 0, steps = 32;
+    long long layers = 0, steps = 32, spmd = 0;
     double launch_us = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
@@ -219,6 +221,9 @@ int bench_decode(int argc, char **argv) {
             i++;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             if (!cli_int("bench decode", argv[i], argv[i + 1], 1, INT32_MAX, &steps)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--spmd") && i + 1 < argc) {
+            if (!cli_int("bench decode", argv[i], argv[i + 1], 1, 64, &spmd)) return 2;
             i++;
         } else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) {
             if (!cli_real("bench decode", argv[i], argv[i + 1], 0, 1e9, &launch_us)) return 2;
@@ -280,6 +285,7 @@ int bench_decode(int argc, char **argv) {
                 o.progress = false;
                 o.offline = true;
                 o.device = device;
+                o.spmd = (int)spmd;
                 if (dtype_name) {
                     o.dtype = dtype;
                 }
