@@ -16,6 +16,10 @@ Usage: check_project_tp.py EMBER
    (max(memory, compute) + calls x latency + ring transfer), the degree refusals (heads, KV
    heads, vocabulary) naming the dimension, a KV-head count below the degree replicated, and the
    bad inputs (unknown shape, device or option; a model type that is not modelled).
+4. Gemma 4: the projected bytes of the 26B-A4B-layout test checkpoint are its safetensors' bytes
+   exactly; the gemma4-26b-a4b shape's parameters are the layer arithmetic of its configuration
+   (recomputed here), its experts the 22.8B /work/shared/REFERENCES.md gives; 3 all_reduces per
+   layer (the dense MLP and the experts reduced apart).
 Needs only the Python standard library.
 """
 import json
@@ -75,17 +79,19 @@ def main():
     env = dict(os.environ)
     env.setdefault("EMBER_PJRT_OPTIONS", "cpu_device_count=2")
     measured_any = False
-    for fam in ["qwen3", "llama", "qwen3_moe"]:
+    for fam in ["qwen3", "llama", "qwen3_moe", "gemma4"]:
         model = os.path.join(fixtures, "models", fam)
         cfg = json.load(open(os.path.join(model, "config.json")))
+        cfg = cfg.get("text_config", cfg)
         L, H, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+        red = 3 if cfg.get("enable_moe_block") else 2  # Gemma 4: dense MLP and experts apart
         proj = {x["batch"]: x for x in rows(ember, ["--model", model, "--degrees", "2",
                                                     "--batches", "1,3", "--devices", "h100"])}
         for b, x in proj.items():
             w = x["elem_bytes"]
             if w != 4:
                 fail(f"{fam}: {w} bytes per element, the checkpoint is float32")
-            want = (2 * L + 2, (2 * L + 1) * b * H * w, b * (V // 2) * w)
+            want = (red * L + 2, (red * L + 1) * b * H * w, b * (V // 2) * w)
             got = (x["collectives_per_step"], x["all_reduce_bytes_per_step"],
                    x["all_gather_bytes_per_step"])
             if got != want:
@@ -146,8 +152,8 @@ def main():
 
     bad = [(["--shape", "nope"], "unknown"), (["--shape", "qwen3-0.6b", "--devices", "tpu-v9"],
            "no device spec named 'tpu-v9'"), (["--shape", "qwen3-0.6b", "--degrees", "0"],
-           "--degrees"), (["--model", os.path.join(fixtures, "models", "gemma4")],
-           "not modelled"), (["--model", "/nonexistent-dir"], "nonexistent"),
+           "--degrees"), (["--model", os.path.join(fixtures, "models", "gemma4_text")],
+           "not modelled"), (["--model", os.path.join(fixtures, "models", "bert")], "not modelled"), (["--model", "/nonexistent-dir"], "nonexistent"),
            ([], "one of --model or --shape"), (["--shape", "qwen3-0.6b", "--dtype", "f8"], "--dtype")]
     for args, want in bad:
         r = run(ember, ["project", "tp"] + args, ok=False)
@@ -181,7 +187,51 @@ def main():
         if r.returncode == 0 or "num_attention_heads (8)" not in r.stderr:
             fail(f"--tp-shard 3: exit {r.returncode}, {r.stderr!r}")
     print("make-checkpoint --tp-shard 8: the rank's dimensions and bytes; 3 refused by name")
+
+    check_gemma4(ember, fixtures)
     print("ok")
+
+
+def safetensors_bytes(path):
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+    return sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in head.items()
+               if k != "__metadata__")
+
+
+def check_gemma4(ember, fixtures):
+    # the test checkpoint (full layers with their own head size, one KV head, keys = values;
+    # a dense MLP and 8 experts in every layer): every byte accounted for
+    model = os.path.join(fixtures, "models", "gemma4")
+    r = rows(ember, ["--model", model, "--degrees", "1", "--batches", "1", "--devices", "h100"])[0]
+    have = safetensors_bytes(os.path.join(model, "model.safetensors"))
+    if r["weight_bytes_per_rank"] != have:
+        fail(f"gemma4 test checkpoint: projected {r['weight_bytes_per_rank']} bytes, its "
+             f"safetensors hold {have}")
+    # Gemma 4 26B-A4B (REFERENCES.md 3: hidden 2816, 30 layers, 5 sliding + 1 full, 16 heads, 8
+    # KV heads of 256 on sliding layers, 2 of 512 with K = V on full ones, dense MLP 2112 beside
+    # 128 experts of 704, vocabulary 262144 tied)
+    H, L, V, E, I, Id = 2816, 30, 262144, 128, 704, 2112
+    full = [(i + 1) % 6 == 0 for i in range(L)]
+    attn = sum(H * 16 * hd * 2 + H * kv * hd * (1 if f else 2) + 2 * hd
+               for f, hd, kv in [(f, 512 if f else 256, 2 if f else 8) for f in full])
+    per_layer = 7 * H + 1 + 3 * H * Id + H * E + H + E  # norms, scalar, dense MLP, router
+    experts = L * E * 3 * H * I
+    total = attn + L * per_layer + experts + V * H + H
+    r = rows(ember, ["--shape", "gemma4-26b-a4b", "--degrees", "1,8", "--batches", "1",
+                     "--devices", "tpu-v6e", "--context", "128"])
+    got = r[0]["weight_bytes_per_rank"] / 2
+    if got != total:
+        fail(f"gemma4-26b-a4b: {got} parameters, the layer arithmetic gives {total}")
+    if not close(experts / 1e9, 22.8, 0.01):
+        fail(f"gemma4-26b-a4b: {experts / 1e9:.2f}B in experts, REFERENCES.md says 22.8B")
+    if r[1]["collectives_per_step"] != 3 * L + 2 or r[1]["moe_layers"] != L:
+        fail(f"gemma4-26b-a4b degree 8: {r[1]['collectives_per_step']} collectives, "
+             f"{r[1]['moe_layers']} MoE layers")
+    print(f"gemma4: the test checkpoint's {have} bytes; 26B-A4B {got / 1e9:.2f}B parameters "
+          f"({experts / 1e9:.2f}B in experts), 3 all_reduces per layer")
 
 
 if __name__ == "__main__":
