@@ -20,6 +20,8 @@ Usage: check_project_tp.py EMBER
    exactly; the gemma4-26b-a4b shape's parameters are the layer arithmetic of its configuration
    (recomputed here), its experts the 22.8B /work/shared/REFERENCES.md gives; 3 all_reduces per
    layer (the dense MLP and the experts reduced apart).
+5. scripts/project_tpu_headline.py's composition (compose()) recomputed from its inputs: a real
+   `ember project tp` row and made-up per-layer rows (no libtpu needed).
 Needs only the Python standard library.
 """
 import json
@@ -189,6 +191,7 @@ def main():
     print("make-checkpoint --tp-shard 8: the rank's dimensions and bytes; 3 refused by name")
 
     check_gemma4(ember, fixtures)
+    check_compose(ember)
     print("ok")
 
 
@@ -232,6 +235,43 @@ def check_gemma4(ember, fixtures):
              f"{r[1]['moe_layers']} MoE layers")
     print(f"gemma4: the test checkpoint's {have} bytes; 26B-A4B {got / 1e9:.2f}B parameters "
           f"({experts / 1e9:.2f}B in experts), 3 all_reduces per layer")
+
+
+def check_compose(ember):
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
+                        "project_tpu_headline.py")
+    spec = importlib.util.spec_from_file_location("headline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = rows(ember, ["--shape", "qwen3-30b-a3b", "--degrees", "8", "--batches", "64",
+                     "--devices", "tpu-v6e", "--context", "128", "--latency-us", "10"])[0]
+    # the routed blocks' share, from the dimensions: 48 layers of a router [128, 2048] and the
+    # experts a batch of 64 hits under uniform routing, each 3 x 2048 x 768/8
+    E, k, H, L = 128, 8, 2048, 48
+    touched = E * (1 - (1 - k / E) ** 64)
+    moe = L * (H * E + touched * 3 * H * 96) * 2
+    if not close(p["moe_read_bytes_per_step"], moe, 1e-9) or p["moe_layers"] != L:
+        fail(f"qwen3 degree 8 batch 64: MoE bytes {p['moe_read_bytes_per_step']}, want {moe}")
+    layer = {"loop": {"roofline_us": 400.0, "programs": 1000, "syncs": 1},
+             "ragged_compiled": {"flops": 6e8}}
+    c = mod.compose(p, layer, 6.0, 110.0)
+    peak, bw = 918e12, 1640e9
+    rest = max((p["flops_per_step"] - p["moe_flops_per_step"]) / peak,
+               (p["read_bytes_per_step"] - moe) / bw)
+    loop = rest + L * (400 + 1000 * 6 + 110) * 1e-6 + p["t_collectives_s"]
+    ragged = rest + L * max(6e8 / peak, moe / L / bw) + p["t_collectives_s"]
+    want = {"loop_s": loop, "ragged_s": ragged, "ratio": loop / ragged,
+            "loop_tps": 64 / loop, "ragged_tps": 64 / ragged, "loop_programs": 48000}
+    for key, v in want.items():
+        if not close(c[key], v, 1e-9):
+            fail(f"compose: {key} {c[key]}, recomputed {v}")
+    whole = mod.compose(p, layer, 6.0, 110.0, {"flops": 5e10})
+    want = max(5e10 / peak, p["read_bytes_per_step"] / bw) + p["t_collectives_s"]
+    if not close(whole["ragged_s"], want, 1e-9) or whole["loop_s"] != c["loop_s"]:
+        fail(f"compose with the whole step: ragged {whole['ragged_s']}, recomputed {want}")
+    print(f"headline composition recomputed (qwen3 batch 64, made-up layer: loop "
+          f"{loop * 1e3:.1f} ms, ragged {ragged * 1e3:.2f} ms)")
 
 
 if __name__ == "__main__":
