@@ -23,8 +23,8 @@ What each number comes from:
 2. `ember bench moe --device tpu-aot:TOPOLOGY --tp-shard N --json`: one MoE layer as one chip
    holds it, compiled by libtpu: the loop's programs, XLA's roofline of each and the overheads
    (--launch-us per program, --sync-us per routing read), and the ragged layer's XLA flops;
-3. Qwen3 only (unless --no-whole-step): `ember make-checkpoint --preset qwen3-30b-a3b --layers
-   48 --tp-shard N` (one chip's shard as a model, 7.7 GB, written once into --cache) and `ember
+3. unless --no-whole-step: `ember make-checkpoint --preset S --layers L --tp-shard N` (one chip's
+   shard as a model: 7.7 GB for Qwen3, 6.3 GB for Gemma 4, written once into --cache) and `ember
    bench decode --device tpu-aot:TOPOLOGY`: the whole step compiled by libtpu (XLA's flops and
    bytes accessed, peak memory).
 
@@ -32,8 +32,8 @@ The composition (compose() below; tests/check_project_tp.py checks it without li
   rest   = max(rest flops / peak, rest bytes / HBM bandwidth)    (attention, norms, dense MLPs,
            embedding, LM head, KV cache: identical in both, counted as compiled, no launches)
   ragged = whole step: max(XLA flops / peak, bytes a step must read / bandwidth) + collectives
-           composed:   rest + L x max(XLA flops of the ragged layer / peak, its bytes / bandwidth)
-                       + collectives
+           (composed:  rest + L x max(XLA flops of the ragged layer / peak, its bytes / bandwidth)
+                       + collectives, printed beside it, and used with --no-whole-step)
   loop   = rest + L x (sum of the loop's programs' rooflines + programs x launch + 1 sync)
            + collectives
 XLA's cost model counts a ragged dot's whole right-hand side as accessed, every expert hit or not,
@@ -41,7 +41,7 @@ and then some (docs/tpu-aot.md): the ragged bytes are the arithmetic's, XLA's fl
 The launch and sync defaults, 6 us and 110 us, are the overheads measured on XLA's CPU plugin
 (xla:0) on 2026-12-01 (docs/notes/2026-12-01-tpu-aot.md); `--launch-us measure` lets `ember bench
 moe` measure them on xla:0 now. Nothing here is measured on a TPU. Needs the TPU plugin
-(EMBER_PJRT_TPU_PLUGIN; scripts/test.sh installs libtpu), and ~8 GB of disk for step 3.
+(EMBER_PJRT_TPU_PLUGIN; scripts/test.sh installs libtpu), and ~14 GB of disk for step 3.
 """
 import argparse
 import json
@@ -50,6 +50,7 @@ import subprocess
 import sys
 
 SHAPES = {"qwen3": "qwen3-30b-a3b", "gemma4": "gemma4-26b-a4b"}
+LAYERS = {"qwen3": 48, "gemma4": 30}
 # the announcement (Hugging Face, Oct 2026; /work/shared/REFERENCES.md 1.1): ragged over the
 # loop on a v6e-8, Qwen3-30B-A3B at batch 64 and Gemma 4 26B-A4B (batch not given)
 ANNOUNCED = {"qwen3": (64, 21.5), "gemma4": (None, 12.8)}
@@ -90,11 +91,12 @@ def compose(plan, layer, launch_us, sync_us, whole=None):
             "ratio": step_loop / ragged, "ragged_tps": b / ragged, "loop_tps": b / step_loop}
 
 
-def whole_step(a, gen):
-    shard = os.path.join(a.cache, f"qwen3-30b-a3b-48l-tp{a.degree}-shard")
+def whole_step(a, key):
+    shape, layers = SHAPES[key], LAYERS[key]
+    shard = os.path.join(a.cache, f"{shape}-{layers}l-tp{a.degree}-shard")
     if not os.path.exists(os.path.join(shard, "config.json")):
         os.makedirs(a.cache, exist_ok=True)
-        run([a.ember, "make-checkpoint", "--preset", "qwen3-30b-a3b", "--layers", "48",
+        run([a.ember, "make-checkpoint", "--preset", shape, "--layers", str(layers),
              "--tp-shard", str(a.degree), "--out", shard])
     # bench decode compiles the step for a KV bucket of 128 positions
     return {r["batch"]: r for r in run([a.ember, "bench", "decode", "--device",
@@ -114,6 +116,8 @@ def main():
     ap.add_argument("--launch-us", default="6")
     ap.add_argument("--sync-us", default="110")
     ap.add_argument("--no-whole-step", action="store_true")
+    ap.add_argument("--sensitivity", default="0,2,20",
+                    help="launch overheads (us) to recompute loop / ragged at, same rows")
     ap.add_argument("--cache", default="build/bench-models")
     a = ap.parse_args()
     gen = a.topology.split(":")[0]
@@ -132,7 +136,7 @@ def main():
         for r in rows:
             if r.get("bench") == "moe":
                 layer.setdefault(r["batch"], {})[r["impl"]] = r
-        whole = whole_step(a, gen) if key == "qwen3" and not a.no_whole_step else {}
+        whole = {} if a.no_whole_step else whole_step(a, key)
         if whole:
             print(f"\n{shape}: the compiled step of one chip's shard, compiled by libtpu")
             print("| batch | XLA GFLOP | XLA GB accessed | XLA roofline ms | GB read (hit "
@@ -172,6 +176,11 @@ def main():
                   f"{c['loop_programs']} / {c['loop_syncs']} | {c['ragged_s'] * 1e3:.2f}{comp} | "
                   f"{c['loop_s'] * 1e3:.1f} | {c['ratio']:.1f}x | {ann} | "
                   f"{c['ragged_tps']:.0f} | {c['loop_tps']:.0f} |")
+        for lu in [float(v) for v in a.sensitivity.split(",") if v]:
+            r = [compose(plan[b], layer[b], lu, head["sync_us"], whole.get(b)) for b in
+                 sorted(layer)]
+            print(f"  at {lu:g} us per launch: loop / ragged " +
+                  ", ".join(f"{c['ratio']:.1f}x (batch {c['batch']})" for c in r))
 
 
 if __name__ == "__main__":
