@@ -166,9 +166,10 @@ def main():
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for b in sorted(layer):
             c = compose(plan[b], layer[b], head["launch_us"], head["sync_us"], whole.get(b))
-            # the loop's layer as bench moe projected it (same overheads)
-            assert abs(c["loop_moe_s"] / c["moe_layers"] * 1e6 -
-                       layer[b]["loop"]["projected_us"]) < 0.01, (c, layer[b]["loop"])
+            # the loop's layer as bench moe projected it (same overheads, printed to 0.01 us)
+            got = c["loop_moe_s"] / c["moe_layers"] * 1e6
+            assert abs(got - layer[b]["loop"]["projected_us"]) <= \
+                0.005 * (layer[b]["loop"]["programs"] + 1) + 0.01, (got, layer[b]["loop"])
             ann = f"{ar}x" if ab in (None, b) else ""
             comp = f" ({c['ragged_composed_s'] * 1e3:.2f} composed)" if whole else ""
             print(f"| {b} | {c['rest_s'] * 1e3:.2f} | {c['coll_s'] * 1e3:.2f} | "
