@@ -523,8 +523,8 @@ static void print_json(const char *name, const em_model_config *m, const proj_la
                    "\"latency_us\":%g}\n",
                    p.weight_bytes, p.kv_bytes, p.read_bytes, p.flops, p.collectives,
                    p.all_reduce_bytes, p.all_gather_bytes, p.sent_bytes,
-                   o->degrees[di] > 1 ? 2.0 * (double)m->hidden_size * w : 0.0, p.t_mem, p.t_cmp,
-                   p.t_coll, p.t_step, p.tokens_per_s, p.fits ? "true" : "false", p.moe_layers,
+                   o->degrees[di] > 1 ? pl->reduces * (double)m->hidden_size * w : 0.0,
+                   p.t_mem, p.t_cmp, p.t_coll, p.t_step, p.tokens_per_s, p.fits ? "true" : "false", p.moe_layers,
                    p.moe_read_bytes, p.moe_flops, sp->hbm_gbs,
                    sp->bf16_tflops, sp->memory_gib, sp->link_gbs, lat);
         }
