@@ -132,6 +132,9 @@ def main():
         rows = run([a.ember, "bench", "moe", "--device", f"tpu-aot:{a.topology}", "--model", key,
                     "--batches", a.batches, "--tp-shard", str(a.degree), "--json"] + overheads)
         head = next(r for r in rows if r.get("compile_only"))
+        if a.launch_us == "measure" and head["launch_us"] <= 0:
+            sys.exit("--launch-us measure: no xla:0 here to measure on (install the XLA CPU "
+                     "plugin or set EMBER_PJRT_XLA_PLUGIN), or give --launch-us and --sync-us")
         layer = {}
         for r in rows:
             if r.get("bench") == "moe":
