@@ -19,7 +19,8 @@ Usage: check_project_tp.py EMBER
 4. Gemma 4: the projected bytes of the 26B-A4B-layout test checkpoint are its safetensors' bytes
    exactly; the gemma4-26b-a4b shape's parameters are the layer arithmetic of its configuration
    (recomputed here), its experts the 22.8B /work/shared/REFERENCES.md gives; 3 all_reduces per
-   layer (the dense MLP and the experts reduced apart).
+   layer (the dense MLP and the experts reduced apart); `make-checkpoint --preset gemma4-26b-a4b
+   --tp-shard 16` writes one rank's bytes.
 5. scripts/project_tpu_headline.py's composition (compose()) recomputed from its inputs: a real
    `ember project tp` row and made-up per-layer rows (no libtpu needed).
 Needs only the Python standard library.
@@ -235,6 +236,32 @@ def check_gemma4(ember, fixtures):
              f"{r[1]['moe_layers']} MoE layers")
     print(f"gemma4: the test checkpoint's {have} bytes; 26B-A4B {got / 1e9:.2f}B parameters "
           f"({experts / 1e9:.2f}B in experts), 3 all_reduces per layer")
+
+    # make-checkpoint's one-layer shard of 16 (0.2 GB) holds what the plan gives one rank of the
+    # one-layer model (a config.json is all project tp needs)
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        full = os.path.join(tmp, "full")
+        os.makedirs(full)
+        json.dump({"model_type": "gemma4_text", "vocab_size": V, "hidden_size": H,
+                   "intermediate_size": Id, "num_hidden_layers": 1, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "head_dim": 256, "global_head_dim": 512,
+                   "num_global_key_value_heads": 2, "attention_k_eq_v": True,
+                   "enable_moe_block": True, "num_experts": E, "top_k_experts": 8,
+                   "moe_intermediate_size": I, "hidden_size_per_layer_input": 0,
+                   "sliding_window": 1024, "tie_word_embeddings": True,
+                   "torch_dtype": "bfloat16"}, open(os.path.join(full, "config.json"), "w"))
+        shard = os.path.join(tmp, "shard")
+        run(ember, ["make-checkpoint", "--preset", "gemma4-26b-a4b", "--layers", "1",
+                    "--tp-shard", "16", "--out", shard])
+        total = json.load(open(os.path.join(shard, "model.safetensors.index.json")))[
+            "metadata"]["total_size"]
+        p = rows(ember, ["--model", full, "--degrees", "16", "--batches", "1", "--devices",
+                         "h100"])[0]
+        if total != p["weight_bytes_per_rank"]:
+            fail(f"gemma4-26b-a4b one-layer shard of 16: {total} bytes, the plan gives one rank "
+                 f"{p['weight_bytes_per_rank']}")
+    print("make-checkpoint --preset gemma4-26b-a4b --tp-shard 16: the rank's bytes")
 
 
 def check_compose(ember):
