@@ -2,8 +2,9 @@
 """The announcement's headline on a TPU slice Ember has never run on, from XLA's cost model.
 
 Usage: project_tpu_headline.py EMBER [--topology v6e:2x4] [--degree 8] [--batches 1,16,64]
-                               [--models qwen3,gemma4] [--latency-us 10] [--launch-us 6]
-                               [--sync-us 110] [--no-whole-step] [--cache DIR]
+                               [--models qwen3,gemma4] [--latency-us 10]
+                               [--launch-us 6|measure] [--sync-us 110] [--sensitivity 0,2,20]
+                               [--no-whole-step] [--cache DIR]
 
 Qwen3-30B-A3B (48 layers) and Gemma 4 26B-A4B (30 layers), their real dimensions with random bf16
 weights, decoding over the N chips of a slice with Ember's tensor-parallel plan (moe_tp_experts:
