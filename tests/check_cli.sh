@@ -29,6 +29,8 @@ bad --repetition-penalty chat --model m --repetition-penalty nan
 bad --steps bench decode --steps 0
 bad --batches bench decode --batches 1,x
 bad --launch-us bench moe --launch-us fast
+bad --tp-shard bench moe --tp-shard 0
+bad --tp-shard bench moe --tp-shard 8 --impls loop
 bad --threads bench pool --threads 1,,2
 bad --seconds bench tokenize --seconds -1
 bad --layers make-checkpoint --out /nonexistent --layers 2x

@@ -16,6 +16,13 @@ Usage: check_project_tp.py EMBER
    (max(memory, compute) + calls x latency + ring transfer), the degree refusals (heads, KV
    heads, vocabulary) naming the dimension, a KV-head count below the degree replicated, and the
    bad inputs (unknown shape, device or option; a model type that is not modelled).
+4. Gemma 4: the projected bytes of the 26B-A4B-layout test checkpoint are its safetensors' bytes
+   exactly; the gemma4-26b-a4b shape's parameters are the layer arithmetic of its configuration
+   (recomputed here), its experts the 22.8B /work/shared/REFERENCES.md gives; 3 all_reduces per
+   layer (the dense MLP and the experts reduced apart); `make-checkpoint --preset gemma4-26b-a4b
+   --tp-shard 16` writes one rank's bytes.
+5. scripts/project_tpu_headline.py's composition (compose()) recomputed from its inputs: a real
+   `ember project tp` row and made-up per-layer rows (no libtpu needed).
 Needs only the Python standard library.
 """
 import json
@@ -75,17 +82,19 @@ def main():
     env = dict(os.environ)
     env.setdefault("EMBER_PJRT_OPTIONS", "cpu_device_count=2")
     measured_any = False
-    for fam in ["qwen3", "llama", "qwen3_moe"]:
+    for fam in ["qwen3", "llama", "qwen3_moe", "gemma4"]:
         model = os.path.join(fixtures, "models", fam)
         cfg = json.load(open(os.path.join(model, "config.json")))
+        cfg = cfg.get("text_config", cfg)
         L, H, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+        red = 3 if cfg.get("enable_moe_block") else 2  # Gemma 4: dense MLP and experts apart
         proj = {x["batch"]: x for x in rows(ember, ["--model", model, "--degrees", "2",
                                                     "--batches", "1,3", "--devices", "h100"])}
         for b, x in proj.items():
             w = x["elem_bytes"]
             if w != 4:
                 fail(f"{fam}: {w} bytes per element, the checkpoint is float32")
-            want = (2 * L + 2, (2 * L + 1) * b * H * w, b * (V // 2) * w)
+            want = (red * L + 2, (red * L + 1) * b * H * w, b * (V // 2) * w)
             got = (x["collectives_per_step"], x["all_reduce_bytes_per_step"],
                    x["all_gather_bytes_per_step"])
             if got != want:
@@ -146,8 +155,8 @@ def main():
 
     bad = [(["--shape", "nope"], "unknown"), (["--shape", "qwen3-0.6b", "--devices", "tpu-v9"],
            "no device spec named 'tpu-v9'"), (["--shape", "qwen3-0.6b", "--degrees", "0"],
-           "--degrees"), (["--model", os.path.join(fixtures, "models", "gemma4")],
-           "not modelled"), (["--model", "/nonexistent-dir"], "nonexistent"),
+           "--degrees"), (["--model", os.path.join(fixtures, "models", "gemma4_text")],
+           "not modelled"), (["--model", os.path.join(fixtures, "models", "bert")], "not modelled"), (["--model", "/nonexistent-dir"], "nonexistent"),
            ([], "one of --model or --shape"), (["--shape", "qwen3-0.6b", "--dtype", "f8"], "--dtype")]
     for args, want in bad:
         r = run(ember, ["project", "tp"] + args, ok=False)
@@ -181,7 +190,115 @@ def main():
         if r.returncode == 0 or "num_attention_heads (8)" not in r.stderr:
             fail(f"--tp-shard 3: exit {r.returncode}, {r.stderr!r}")
     print("make-checkpoint --tp-shard 8: the rank's dimensions and bytes; 3 refused by name")
+
+    check_gemma4(ember, fixtures)
+    check_compose(ember)
     print("ok")
+
+
+def safetensors_bytes(path):
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+    return sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in head.items()
+               if k != "__metadata__")
+
+
+def check_gemma4(ember, fixtures):
+    # the test checkpoint (full layers with their own head size, one KV head, keys = values;
+    # a dense MLP and 8 experts in every layer): every byte accounted for
+    model = os.path.join(fixtures, "models", "gemma4")
+    r = rows(ember, ["--model", model, "--degrees", "1", "--batches", "1", "--devices", "h100"])[0]
+    have = safetensors_bytes(os.path.join(model, "model.safetensors"))
+    if r["weight_bytes_per_rank"] != have:
+        fail(f"gemma4 test checkpoint: projected {r['weight_bytes_per_rank']} bytes, its "
+             f"safetensors hold {have}")
+    # Gemma 4 26B-A4B (REFERENCES.md 3: hidden 2816, 30 layers, 5 sliding + 1 full, 16 heads, 8
+    # KV heads of 256 on sliding layers, 2 of 512 with K = V on full ones, dense MLP 2112 beside
+    # 128 experts of 704, vocabulary 262144 tied)
+    H, L, V, E, I, Id = 2816, 30, 262144, 128, 704, 2112
+    full = [(i + 1) % 6 == 0 for i in range(L)]
+    attn = sum(H * 16 * hd * 2 + H * kv * hd * (1 if f else 2) + 2 * hd
+               for f, hd, kv in [(f, 512 if f else 256, 2 if f else 8) for f in full])
+    per_layer = 7 * H + 1 + 3 * H * Id + H * E + H + E  # norms, scalar, dense MLP, router
+    experts = L * E * 3 * H * I
+    total = attn + L * per_layer + experts + V * H + H
+    r = rows(ember, ["--shape", "gemma4-26b-a4b", "--degrees", "1,8", "--batches", "1",
+                     "--devices", "tpu-v6e", "--context", "128"])
+    got = r[0]["weight_bytes_per_rank"] / 2
+    if got != total:
+        fail(f"gemma4-26b-a4b: {got} parameters, the layer arithmetic gives {total}")
+    if not close(experts / 1e9, 22.8, 0.01):
+        fail(f"gemma4-26b-a4b: {experts / 1e9:.2f}B in experts, REFERENCES.md says 22.8B")
+    if r[1]["collectives_per_step"] != 3 * L + 2 or r[1]["moe_layers"] != L:
+        fail(f"gemma4-26b-a4b degree 8: {r[1]['collectives_per_step']} collectives, "
+             f"{r[1]['moe_layers']} MoE layers")
+    print(f"gemma4: the test checkpoint's {have} bytes; 26B-A4B {got / 1e9:.2f}B parameters "
+          f"({experts / 1e9:.2f}B in experts), 3 all_reduces per layer")
+
+    # make-checkpoint's one-layer shard of 16 (0.2 GB) holds what the plan gives one rank of the
+    # one-layer model (a config.json is all project tp needs)
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        full = os.path.join(tmp, "full")
+        os.makedirs(full)
+        json.dump({"model_type": "gemma4_text", "vocab_size": V, "hidden_size": H,
+                   "intermediate_size": Id, "num_hidden_layers": 1, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "head_dim": 256, "global_head_dim": 512,
+                   "num_global_key_value_heads": 2, "attention_k_eq_v": True,
+                   "enable_moe_block": True, "num_experts": E, "top_k_experts": 8,
+                   "moe_intermediate_size": I, "hidden_size_per_layer_input": 0,
+                   "sliding_window": 1024, "tie_word_embeddings": True,
+                   "torch_dtype": "bfloat16"}, open(os.path.join(full, "config.json"), "w"))
+        shard = os.path.join(tmp, "shard")
+        run(ember, ["make-checkpoint", "--preset", "gemma4-26b-a4b", "--layers", "1",
+                    "--tp-shard", "16", "--out", shard])
+        total = json.load(open(os.path.join(shard, "model.safetensors.index.json")))[
+            "metadata"]["total_size"]
+        p = rows(ember, ["--model", full, "--degrees", "16", "--batches", "1", "--devices",
+                         "h100"])[0]
+        if total != p["weight_bytes_per_rank"]:
+            fail(f"gemma4-26b-a4b one-layer shard of 16: {total} bytes, the plan gives one rank "
+                 f"{p['weight_bytes_per_rank']}")
+    print("make-checkpoint --preset gemma4-26b-a4b --tp-shard 16: the rank's bytes")
+
+
+def check_compose(ember):
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
+                        "project_tpu_headline.py")
+    spec = importlib.util.spec_from_file_location("headline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = rows(ember, ["--shape", "qwen3-30b-a3b", "--degrees", "8", "--batches", "64",
+                     "--devices", "tpu-v6e", "--context", "128", "--latency-us", "10"])[0]
+    # the routed blocks' share, from the dimensions: 48 layers of a router [128, 2048] and the
+    # experts a batch of 64 hits under uniform routing, each 3 x 2048 x 768/8
+    E, k, H, L = 128, 8, 2048, 48
+    touched = E * (1 - (1 - k / E) ** 64)
+    moe = L * (H * E + touched * 3 * H * 96) * 2
+    if not close(p["moe_read_bytes_per_step"], moe, 1e-9) or p["moe_layers"] != L:
+        fail(f"qwen3 degree 8 batch 64: MoE bytes {p['moe_read_bytes_per_step']}, want {moe}")
+    layer = {"loop": {"roofline_us": 400.0, "programs": 1000, "syncs": 1},
+             "ragged_compiled": {"flops": 6e8}}
+    c = mod.compose(p, layer, 6.0, 110.0)
+    peak, bw = 918e12, 1640e9
+    rest = max((p["flops_per_step"] - p["moe_flops_per_step"]) / peak,
+               (p["read_bytes_per_step"] - moe) / bw)
+    loop = rest + L * (400 + 1000 * 6 + 110) * 1e-6 + p["t_collectives_s"]
+    ragged = rest + L * max(6e8 / peak, moe / L / bw) + p["t_collectives_s"]
+    want = {"loop_s": loop, "ragged_s": ragged, "ratio": loop / ragged,
+            "loop_tps": 64 / loop, "ragged_tps": 64 / ragged, "loop_programs": 48000}
+    for key, v in want.items():
+        if not close(c[key], v, 1e-9):
+            fail(f"compose: {key} {c[key]}, recomputed {v}")
+    whole = mod.compose(p, layer, 6.0, 110.0, {"flops": 5e10})
+    want = max(5e10 / peak, p["read_bytes_per_step"] / bw) + p["t_collectives_s"]
+    if not close(whole["ragged_s"], want, 1e-9) or whole["loop_s"] != c["loop_s"]:
+        fail(f"compose with the whole step: ragged {whole['ragged_s']}, recomputed {want}")
+    print(f"headline composition recomputed (qwen3 batch 64, made-up layer: loop "
+          f"{loop * 1e3:.1f} ms, ragged {ragged * 1e3:.2f} ms)")
 
 
 if __name__ == "__main__":

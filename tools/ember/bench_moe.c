@@ -131,7 +131,7 @@ static void project_call(moe_job *j, em_device *d, em_tensor *idx_cpu, bool comp
 }
 
 static int moe_project(em_device *d, const char *which, const int *batches, int nb,
-                       double launch_us, double sync_us, bool json) {
+                       double launch_us, double sync_us, int shard, bool json) {
     bench_aot_overhead ov;
     bench_aot_overhead_get(launch_us, sync_us, &ov);
     bench_aot_header(d, &ov, json);
@@ -140,7 +140,14 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
     for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
         const moe_model *md = &MODELS[mi];
         if (strcmp(which, "all") && !strstr(md->name, which)) continue;
-        int64_t h = md->hidden, e = md->experts, in = md->inter;
+        /* --tp-shard N: one chip's slice of every expert (moe_tp_experts), as the tensor-parallel
+         * plan splits the layer; router and routing stay whole */
+        int64_t h = md->hidden, e = md->experts, in = md->inter / shard;
+        if (md->inter % shard) {
+            fprintf(stderr, "ember bench moe: --tp-shard %d does not divide %s's intermediate "
+                            "size %lld\n", shard, md->name, (long long)md->inter);
+            return 2;
+        }
         double layer_bytes = 3.0 * (double)in * h * 2 * e + (double)e * h * 2;
         em_ctx *c = em_ctx_create(), *cc = em_ctx_create(); /* the device; the CPU twin */
         em_ctx_set_device(c, d);
@@ -218,11 +225,13 @@ static int moe_project(em_device *d, const char *which, const int *batches, int 
                            "\"batch\": %d, \"impl\": \"%s\", \"programs\": %lld, \"syncs\": %d, "
                            "\"flops\": %.6g, \"bytes_accessed\": %.6g, \"roofline_us\": %.3f, "
                            "\"overhead_us\": %.3f, \"projected_us\": %.3f, "
-                           "\"loop_over_this\": %.4f, \"experts_hit\": %lld}\n",
+                                   "\"loop_over_this\": %.4f, \"experts_hit\": %lld, "
+                           "\"tp_shard\": %d, \"intermediate\": %lld}\n",
                            em_device_name(d), md->name, b, nm, (long long)s->p.launches,
                            k == 2 || k == 4 ? 0 : 1, s->p.flops, s->p.bytes_accessed,
                            s->p.roofline_seconds * 1e6, over * 1e6, s->projected_s * 1e6,
-                           smp[1].projected_s / s->projected_s, (long long)hit);
+                           smp[1].projected_s / s->projected_s, (long long)hit, shard,
+                           (long long)in);
                 else
                     printf("%6d %-16s %8lld %9.3f %10.1f %11.1f %12.1f %12.1f %7.2fx %8lld\n",
                            b, nm, (long long)s->p.launches, s->p.flops / 1e9,
@@ -305,7 +314,7 @@ static void usage(void) {
     printf("usage: ember bench moe [--json] [--model qwen3|gemma4|all] [--batches 1,4,16,32,64]\n"
            "                       [--impls loop,dense,ragged] [--skip-peers] [--quick]\n"
            "                       [--device DEV] [--compile] [--no-pack]\n"
-           "                       [--launch-us US] [--sync-us US]\n"
+           "                       [--launch-us US] [--sync-us US] [--tp-shard N]\n"
            "                       [--kernels SPEC[,SPEC] [--rounds N]]\n\n"
            "One MoE layer with real dimensions (Qwen3-30B-A3B: hidden 2048, 128 experts, top-8,\n"
            "intermediate 768, SwiGLU; Gemma 4 26B-A4B: hidden 2816, 128 experts, top-8,\n"
@@ -323,6 +332,8 @@ static void usage(void) {
            "transformers runs it) and ragged compiled (one program) and projected from XLA's\n"
            "flops and bytes at the chip's figures, plus a launch overhead per program and a\n"
            "sync per host-read routing, measured on xla:0 unless given (--launch-us, --sync-us).\n"
+           "--tp-shard N (compile-only devices): the layer as one chip of N holds it under the\n"
+           "tensor-parallel plan (moe_tp_experts: every expert's intermediate size / N).\n"
            "--kernels loads kernel packages (docs/kernels.md) and times ragged with them against\n"
            "the built-ins in the same process: --rounds (7; --quick 3, at most 16) rounds of both,\n"
            "which goes first alternating, each side timed as the ragged column is (three pairs\n"
@@ -334,7 +345,7 @@ static void usage(void) {
 int bench_moe(int argc, char **argv) {
     bool json = false, peers = true, quick = false, compile = false, pack = true;
     double launch_us = -1, sync_us = -1;
-    int rounds = -1;
+    int rounds = -1, shard = 1;
     const char *which = "all", *device = NULL, *kernels = NULL;
     int batches[16] = {1, 4, 16, 32, 64}, nb = 5;
     bool impl_on[3] = {true, true, true};
@@ -347,7 +358,12 @@ int bench_moe(int argc, char **argv) {
         else if (!strcmp(argv[i], "--compile")) compile = true;
         else if (!strcmp(argv[i], "--no-pack")) pack = false;
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = argv[++i];
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--tp-shard") && i + 1 < argc) {
+            long long v[1];
+            if (cli_int_list("bench moe", argv[i], argv[i + 1], 1, 64, v, 1) != 1) return 2;
+            shard = (int)v[0];
+            i++;
+        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
             long long v[1];
             if (cli_int_list("bench moe", argv[i], argv[i + 1], 1, 16, v, 1) != 1) return 2;
             rounds = (int)v[0];
@@ -386,7 +402,12 @@ int bench_moe(int argc, char **argv) {
         }
         em_ctx_free(c);
         if (em_device_is_compile_only(d))
-            return moe_project(d, which, batches, nb, launch_us, sync_us, json);
+            return moe_project(d, which, batches, nb, launch_us, sync_us, shard, json);
+    }
+    if (shard != 1) {
+        fprintf(stderr, "ember bench moe: --tp-shard projects one chip's slice on a compile-only "
+                        "device (--device tpu-aot:...) only\n");
+        return 2;
     }
     if (kernels && (device || compile)) {
         fprintf(stderr, "ember bench moe: --kernels compares CPU kernels in eager calls: not with "

@@ -18,16 +18,50 @@ typedef struct ckpt_cfg {
     const char *model_type;
     int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim, experts, top_k, moe_inter;
     bool tie;
+    int64_t global_head_dim, global_kv_heads; /* Gemma 4's full-attention layers (K = V) */
 } ckpt_cfg;
 
 static const ckpt_cfg PRESETS[] = {
     /* name-free rows; the table below names them */
-    {"qwen3_moe", 0, 512, 1024, 8, 8, 4, 64, 64, 8, 256, false},          /* demo */
-    {"qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 0, 0, 0, true},         /* Qwen3-0.6B */
-    {"qwen3_moe", 151936, 2048, 6144, 12, 32, 4, 128, 128, 8, 768, false}, /* Qwen3-30B-A3B */
-    {"qwen3", 0, 192, 576, 4, 4, 2, 48, 0, 0, 0, true}, /* scripts/train-demo.sh's model */
+    {"qwen3_moe", 0, 512, 1024, 8, 8, 4, 64, 64, 8, 256, false, 0, 0},    /* demo */
+    {"qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 0, 0, 0, true, 0, 0},   /* Qwen3-0.6B */
+    {"qwen3_moe", 151936, 2048, 6144, 12, 32, 4, 128, 128, 8, 768, false, 0, 0}, /* Qwen3-30B-A3B */
+    {"qwen3", 0, 192, 576, 4, 4, 2, 48, 0, 0, 0, true, 0, 0}, /* scripts/train-demo.sh's model */
+    /* Gemma 4 26B-A4B's text model (/work/shared/REFERENCES.md): 5 sliding layers then 1 full,
+     * a dense MLP (intermediate 2112) beside 128 experts in every layer */
+    {"gemma4_text", 262144, 2816, 2112, 30, 16, 8, 256, 128, 8, 704, true, 512, 2},
 };
-static const char *PRESET_NAMES[] = {"demo-moe", "qwen3-0.6b", "qwen3-30b-a3b", "tiny-qwen3"};
+static const char *PRESET_NAMES[] = {"demo-moe", "qwen3-0.6b", "qwen3-30b-a3b", "tiny-qwen3",
+                                     "gemma4-26b-a4b"};
+
+/* Gemma 4's layer pattern as Gemma4TextConfig makes it: every 6th layer and the last full. */
+static bool gemma4_full(const ckpt_cfg *cfg, int64_t l) {
+    return (l + 1) % 6 == 0 || l == cfg->layers - 1;
+}
+
+/* Gemma 4's own config keys (the 26B-A4B layout: no per-layer inputs, no KV sharing). */
+static void gemma4_config(json_t *j, const ckpt_cfg *cfg) {
+    json_t *types = json_array();
+    for (int64_t l = 0; l < cfg->layers; l++)
+        json_array_append_new(types, json_string(gemma4_full(cfg, l) ? "full_attention"
+                                                                     : "sliding_attention"));
+    json_object_set_new(j, "layer_types", types);
+    json_object_set_new(j, "global_head_dim", json_integer(cfg->global_head_dim));
+    json_object_set_new(j, "num_global_key_value_heads", json_integer(cfg->global_kv_heads));
+    json_object_set_new(j, "attention_k_eq_v", json_true());
+    json_object_set_new(j, "enable_moe_block", json_true());
+    json_object_set_new(j, "top_k_experts", json_integer(cfg->top_k));
+    json_object_set_new(j, "hidden_size_per_layer_input", json_integer(0));
+    json_object_set_new(j, "num_kv_shared_layers", json_integer(0));
+    json_object_set_new(j, "sliding_window", json_integer(1024));
+    json_object_set_new(j, "final_logit_softcapping", json_real(30.0));
+    json_object_set_new(j, "hidden_activation", json_string("gelu_pytorch_tanh"));
+    json_object_set_new(j, "rope_parameters",
+                        json_pack("{s:{s:s, s:f}, s:{s:s, s:f, s:f}}", "sliding_attention",
+                                  "rope_type", "default", "rope_theta", 10000.0, "full_attention",
+                                  "rope_type", "proportional", "rope_theta", 1000000.0,
+                                  "partial_rotary_factor", 0.25));
+}
 
 typedef struct writer {
     em_ctx *c;
@@ -75,14 +109,15 @@ static void add(writer *wr, const char *name, int nd, const int64_t *shape, doub
 
 static void usage(void) {
     printf("usage: ember make-checkpoint --out DIR [--preset demo-moe|qwen3-0.6b|qwen3-30b-a3b|\n"
-           "                                      tiny-qwen3]\n"
+           "                                      tiny-qwen3|gemma4-26b-a4b]\n"
            "                             [--layers N] [--tokenizer FILE.json] [--dtype bf16|f32]\n"
            "                             [--seed S] [--tp-shard N]\n\n"
            "Writes a checkpoint with RANDOM weights in the Hub's format (config.json,\n"
            "generation_config.json, sharded safetensors with an index, the tokenizer when\n"
            "given). The presets have the real dimensions of Qwen3-0.6B and Qwen3-30B-A3B (with\n"
            "--layers to bound the size); demo-moe is a small Qwen3-MoE, tiny-qwen3 a 4-layer Qwen3\n"
-           "of width 192 (the vocabulary of --tokenizer) that scripts/train-demo.sh trains.\n"
+           "of width 192 (the vocabulary of --tokenizer) that scripts/train-demo.sh trains;\n"
+           "gemma4-26b-a4b is Gemma 4 26B-A4B's text model (Gemma4ForCausalLM, 30 layers).\n"
            "Random weights produce random text: this is for timing and demos, not for reading the output.\n"
            "--tp-shard N writes what one rank of N holds under Ember's tensor-parallel plan as a\n"
            "model of its own (heads, intermediate sizes and the LM head's vocabulary rows / N; KV\n"
@@ -154,6 +189,7 @@ int cmd_make_checkpoint(int argc, char **argv) {
             int64_t *v;
         } dims[] = {{"num_attention_heads", &cfg.heads}, {"intermediate_size", &cfg.inter},
                     {"moe_intermediate_size", &cfg.moe_inter}, {"vocab_size", &cfg.vocab}};
+        bool gemma4 = cfg.global_kv_heads > 0;
         for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
             if (*dims[k].v % shard) {
                 fprintf(stderr, "ember make-checkpoint: --tp-shard %lld: %s (%lld) does not divide "
@@ -162,13 +198,17 @@ int cmd_make_checkpoint(int argc, char **argv) {
             }
             *dims[k].v /= shard;
         }
-        if (cfg.kv_heads % shard == 0) cfg.kv_heads /= shard;
-        else if (shard % cfg.kv_heads == 0) cfg.kv_heads = 1;
-        else {
-            fprintf(stderr, "ember make-checkpoint: --tp-shard %lld: num_key_value_heads (%lld) "
-                    "and the degree: neither divides the other\n", (long long)shard,
-                    (long long)cfg.kv_heads);
-            return 2;
+        int64_t *kvs[2] = {&cfg.kv_heads, &cfg.global_kv_heads};
+        for (int k = 0; k < (gemma4 ? 2 : 1); k++) {
+            if (*kvs[k] % shard == 0) *kvs[k] /= shard;
+            else if (shard % *kvs[k] == 0) *kvs[k] = 1;
+            else {
+                fprintf(stderr, "ember make-checkpoint: --tp-shard %lld: %s (%lld) and the "
+                        "degree: neither divides the other\n", (long long)shard,
+                        k ? "num_global_key_value_heads" : "num_key_value_heads",
+                        (long long)*kvs[k]);
+                return 2;
+            }
         }
     }
     em_ctx *c = em_ctx_create();
@@ -186,7 +226,10 @@ int cmd_make_checkpoint(int argc, char **argv) {
     mkdir(out, 0755);
     /* config.json */
     json_t *j = json_object();
-    const char *arch = !strcmp(cfg.model_type, "qwen3") ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM";
+    bool gemma4 = cfg.global_kv_heads > 0;
+    const char *arch = gemma4                              ? "Gemma4ForCausalLM"
+                       : !strcmp(cfg.model_type, "qwen3") ? "Qwen3ForCausalLM"
+                                                          : "Qwen3MoeForCausalLM";
     json_object_set_new(j, "architectures", json_pack("[s]", arch));
     json_object_set_new(j, "model_type", json_string(cfg.model_type));
     json_object_set_new(j, "vocab_size", json_integer(cfg.vocab));
@@ -196,10 +239,13 @@ int cmd_make_checkpoint(int argc, char **argv) {
     json_object_set_new(j, "num_attention_heads", json_integer(cfg.heads));
     json_object_set_new(j, "num_key_value_heads", json_integer(cfg.kv_heads));
     json_object_set_new(j, "head_dim", json_integer(cfg.head_dim));
-    json_object_set_new(j, "max_position_embeddings", json_integer(40960));
+    json_object_set_new(j, "max_position_embeddings", json_integer(gemma4 ? 262144 : 40960));
     json_object_set_new(j, "rms_norm_eps", json_real(1e-6));
-    json_object_set_new(j, "rope_theta", json_real(1000000.0));
-    json_object_set_new(j, "hidden_act", json_string("silu"));
+    if (gemma4) gemma4_config(j, &cfg);
+    else {
+        json_object_set_new(j, "rope_theta", json_real(1000000.0));
+        json_object_set_new(j, "hidden_act", json_string("silu"));
+    }
     json_object_set_new(j, "tie_word_embeddings", json_boolean(cfg.tie));
     json_object_set_new(j, "torch_dtype", json_string(dtype == EM_BF16 ? "bfloat16" : "float32"));
     json_object_set_new(j, "_comment", json_string("RANDOM WEIGHTS made by `ember make-checkpoint`"));
@@ -207,8 +253,10 @@ int cmd_make_checkpoint(int argc, char **argv) {
         json_object_set_new(j, "_tp_shard_of", json_integer(shard));
     if (cfg.experts) {
         json_object_set_new(j, "num_experts", json_integer(cfg.experts));
-        json_object_set_new(j, "num_experts_per_tok", json_integer(cfg.top_k));
         json_object_set_new(j, "moe_intermediate_size", json_integer(cfg.moe_inter));
+    }
+    if (cfg.experts && !gemma4) {
+        json_object_set_new(j, "num_experts_per_tok", json_integer(cfg.top_k));
         json_object_set_new(j, "norm_topk_prob", json_true());
         json_object_set_new(j, "decoder_sparse_step", json_integer(1));
     }
@@ -225,20 +273,44 @@ int cmd_make_checkpoint(int argc, char **argv) {
     json_decref(j);
     /* weights, written shard by shard */
     writer wr = {c, out, dtype, seed, NULL, 0, (int64_t)1 << 30, 0, json_object(), "", 0};
-    int64_t h = cfg.hidden, hd = cfg.head_dim;
+    int64_t h = cfg.hidden;
     add(&wr, "model.embed_tokens.weight", 2, (int64_t[]){cfg.vocab, h}, 0.02, false);
     for (int64_t l = 0; l < cfg.layers && !em_ctx_status(c); l++) {
         char n[160];
+        bool full = gemma4 && gemma4_full(&cfg, l); /* own head size and KV heads, K = V */
+        int64_t hd = full ? cfg.global_head_dim : cfg.head_dim;
+        int64_t kvh = full ? cfg.global_kv_heads : cfg.kv_heads;
 #define NAME(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
         add(&wr, NAME("input_layernorm.weight"), 1, (int64_t[]){h}, 0, true);
         add(&wr, NAME("post_attention_layernorm.weight"), 1, (int64_t[]){h}, 0, true);
         add(&wr, NAME("self_attn.q_proj.weight"), 2, (int64_t[]){cfg.heads * hd, h}, 0.02, false);
-        add(&wr, NAME("self_attn.k_proj.weight"), 2, (int64_t[]){cfg.kv_heads * hd, h}, 0.02, false);
-        add(&wr, NAME("self_attn.v_proj.weight"), 2, (int64_t[]){cfg.kv_heads * hd, h}, 0.02, false);
+        add(&wr, NAME("self_attn.k_proj.weight"), 2, (int64_t[]){kvh * hd, h}, 0.02, false);
+        if (!full)
+            add(&wr, NAME("self_attn.v_proj.weight"), 2, (int64_t[]){kvh * hd, h}, 0.02, false);
         add(&wr, NAME("self_attn.o_proj.weight"), 2, (int64_t[]){h, cfg.heads * hd}, 0.02, false);
         add(&wr, NAME("self_attn.q_norm.weight"), 1, (int64_t[]){hd}, 0, true);
         add(&wr, NAME("self_attn.k_norm.weight"), 1, (int64_t[]){hd}, 0, true);
-        if (cfg.experts) {
+        if (gemma4) { /* the dense MLP and the routed experts side by side, each with norms */
+            static const char *norms[] = {"pre_feedforward_layernorm", "post_feedforward_layernorm",
+                                          "pre_feedforward_layernorm_2",
+                                          "post_feedforward_layernorm_1",
+                                          "post_feedforward_layernorm_2"};
+            for (int k = 0; k < 5; k++) {
+                snprintf(n, sizeof n, "model.layers.%lld.%s.weight", (long long)l, norms[k]);
+                add(&wr, n, 1, (int64_t[]){h}, 0, true);
+            }
+            add(&wr, NAME("layer_scalar"), 1, (int64_t[]){1}, 0, true);
+            add(&wr, NAME("mlp.gate_proj.weight"), 2, (int64_t[]){cfg.inter, h}, 0.02, false);
+            add(&wr, NAME("mlp.up_proj.weight"), 2, (int64_t[]){cfg.inter, h}, 0.02, false);
+            add(&wr, NAME("mlp.down_proj.weight"), 2, (int64_t[]){h, cfg.inter}, 0.02, false);
+            add(&wr, NAME("router.proj.weight"), 2, (int64_t[]){cfg.experts, h}, 0.02, false);
+            add(&wr, NAME("router.scale"), 1, (int64_t[]){h}, 0, true);
+            add(&wr, NAME("router.per_expert_scale"), 1, (int64_t[]){cfg.experts}, 0, true);
+            add(&wr, NAME("experts.gate_up_proj"), 3,
+                (int64_t[]){cfg.experts, 2 * cfg.moe_inter, h}, 0.02, false);
+            add(&wr, NAME("experts.down_proj"), 3, (int64_t[]){cfg.experts, h, cfg.moe_inter},
+                0.02, false);
+        } else if (cfg.experts) {
             add(&wr, NAME("mlp.gate.weight"), 2, (int64_t[]){cfg.experts, h}, 0.02, false);
             /* the transformers v5 fused layout (Ember also reads per-expert tensors) */
             add(&wr, NAME("mlp.experts.gate_up_proj"), 3,

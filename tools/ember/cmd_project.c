@@ -12,10 +12,12 @@
  *
  * Why a separate command and not a bench: nothing here is measured. Every output says so.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "ember/config.h"
@@ -47,12 +49,38 @@ static const struct {
      "{\"model_type\":\"llama\",\"vocab_size\":128256,\"hidden_size\":8192,"
      "\"intermediate_size\":28672,\"num_hidden_layers\":80,\"num_attention_heads\":64,"
      "\"num_key_value_heads\":8,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}"},
+    /* Gemma 4 26B-A4B's text model as /work/shared/REFERENCES.md gives it (NVIDIA Megatron-Bridge's
+     * gemma4_provider docs): 30 layers, 5 sliding (window 1024) then 1 full; the full layers with
+     * head size 512, 2 KV heads and keys = values; a dense MLP beside 128 experts in every layer;
+     * no per-layer inputs (hidden_size_per_layer_input 0), no KV sharing. */
+    {"gemma4-26b-a4b",
+     "{\"model_type\":\"gemma4_text\",\"vocab_size\":262144,\"hidden_size\":2816,"
+     "\"intermediate_size\":2112,\"num_hidden_layers\":30,\"num_attention_heads\":16,"
+     "\"num_key_value_heads\":8,\"head_dim\":256,\"global_head_dim\":512,"
+     "\"num_global_key_value_heads\":2,\"attention_k_eq_v\":true,\"enable_moe_block\":true,"
+     "\"num_experts\":128,\"top_k_experts\":8,\"moe_intermediate_size\":704,"
+     "\"hidden_size_per_layer_input\":0,\"num_kv_shared_layers\":0,\"sliding_window\":1024,"
+     "\"final_logit_softcapping\":30.0,\"hidden_activation\":\"gelu_pytorch_tanh\","
+     "\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\"}"},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
-/* The families whose decoder layer is attention + a gated MLP or MoE block, as modelled below. */
+/* The families whose decoder layer is attention + a gated MLP or MoE block, as modelled below;
+ * gemma4_text with its own layer sizes (proj_layers). */
 static const char *FAMILIES[] = {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral",
-                                 "gemma3_text"};
+                                 "gemma3_text", "gemma4_text"};
+
+/* What differs per layer or per family beyond em_model_config. Gemma 4 (gemma4.c's layer_sizes):
+ * full-attention layers with their own head size and KV heads, keys = values there (no v_proj;
+ * the cache still holds both: the values are normed, the keys roped), a dense MLP beside the
+ * experts, each reduced before its own post-norm (3 all_reduces per layer). */
+typedef struct proj_layers {
+    int64_t *head_dim, *kv_heads; /* per layer */
+    bool *v_proj;                 /* per layer: has a value projection */
+    bool gemma4;
+    bool dense_and_moe; /* enable_moe_block: the dense MLP runs beside the routed experts */
+    int reduces;        /* all_reduces per layer (o_proj, the MLP[, the experts]) */
+} proj_layers;
 
 typedef struct proj_opts {
     long long degrees[MAX_LIST], batches[MAX_LIST];
@@ -77,6 +105,9 @@ typedef struct proj_point {
     int collectives;
     double all_reduce_bytes, all_gather_bytes; /* handed to the collectives, as em_dist_stats */
     double sent_bytes;                         /* over the link: the ring's share */
+    double moe_read_bytes, moe_flops; /* of those, the routed blocks' (router + experts): what
+                                         `ember bench moe` projects per layer */
+    int moe_layers;
     bool fits;
 } proj_point;
 
@@ -96,25 +127,15 @@ static bool divides(proj_point *p, const char *what, int64_t size, long long n) 
     return false;
 }
 
-static void project(const em_model_config *m, double w, long long n, long long b, long long ctx,
-                    const report_spec *sp, double latency_us, proj_point *p) {
+static void project(const em_model_config *m, const proj_layers *pl, double w, long long n,
+                    long long b, long long ctx, const report_spec *sp, double latency_us,
+                    proj_point *p) {
     memset(p, 0, sizeof *p);
     p->legal = true;
-    const double H = (double)m->hidden_size, hd = (double)m->head_dim, V = (double)m->vocab_size;
-    int64_t kv = m->num_key_value_heads;
+    const double H = (double)m->hidden_size, V = (double)m->vocab_size;
     if (!divides(p, "num_attention_heads", m->num_attention_heads, n) ||
         !divides(p, "vocab_size", m->vocab_size, n))
         return;
-    double kvd; /* KV heads per rank: replicated when there are fewer than ranks */
-    if (kv % n == 0) kvd = (double)(kv / n);
-    else if (n % kv == 0) kvd = 1;
-    else {
-        p->legal = false;
-        snprintf(p->why, sizeof p->why,
-                 "num_key_value_heads (%lld) and the degree %lld: neither divides the other",
-                 (long long)kv, n);
-        return;
-    }
     const double qd = (double)(m->num_attention_heads / n);
     const double E = (double)m->num_experts, k = (double)m->num_experts_per_tok;
     /* distinct experts a batch of b tokens hits with uniform routing (real routers are skewed:
@@ -122,7 +143,22 @@ static void project(const em_model_config *m, double w, long long n, long long b
     const double touched = E > 0 ? E * (1 - pow(1 - k / E, (double)b)) : 0;
     double weights = 0, reads = 0, flops = 0, kv_resident = 0, kv_read = 0;
     for (int64_t i = 0; i < m->num_hidden_layers; i++) {
-        double attn = H * hd * (2 * qd + 2 * kvd) + 2 * H + 2 * hd; /* q k v o + norms */
+        const double hd = (double)pl->head_dim[i];
+        int64_t kv = pl->kv_heads[i];
+        double kvd; /* KV heads per rank: replicated when there are fewer than ranks */
+        if (kv % n == 0) kvd = (double)(kv / n);
+        else if (n % kv == 0) kvd = 1;
+        else {
+            p->legal = false;
+            snprintf(p->why, sizeof p->why,
+                     "num_key_value_heads (%lld, layer %lld) and the degree %lld: neither divides "
+                     "the other", (long long)kv, (long long)i, n);
+            return;
+        }
+        /* q k v o + norms (input, post-attention; q and k); Gemma 4: pre/post-feedforward
+         * norms, with the experts three more, and the layer scalar */
+        double attn = H * hd * (2 * qd + (pl->v_proj[i] ? 2 : 1) * kvd) + 2 * H + 2 * hd;
+        if (pl->gemma4) attn += (pl->dense_and_moe ? 5 : 2) * H + 1;
         double span = (double)ctx;
         if (m->layer_types && m->layer_types[i] == EM_LAYER_SLIDING_ATTENTION &&
             m->sliding_window > 0 && m->sliding_window < ctx)
@@ -135,9 +171,14 @@ static void project(const em_model_config *m, double w, long long n, long long b
         if (is_moe_layer(m, i)) {
             if (!divides(p, "moe_intermediate_size", m->moe_intermediate_size, n)) return;
             double expert = 3 * H * (double)(m->moe_intermediate_size / n);
-            weights += H * E + E * expert;
-            reads += H * E + touched * expert;
+            /* Gemma 4's router: its scale [H] and per_expert_scale [E] beside the projection */
+            double router = H * E + (pl->gemma4 ? H + E : 0);
+            weights += router + E * expert;
+            reads += router + touched * expert;
             flops += 2 * b * (H * E + k * expert);
+            p->moe_read_bytes += (router + touched * expert) * w;
+            p->moe_flops += 2 * b * (H * E + k * expert);
+            p->moe_layers++;
             if (m->shared_expert_intermediate_size > 0) {
                 if (!divides(p, "shared_expert_intermediate_size",
                              m->shared_expert_intermediate_size, n))
@@ -147,7 +188,8 @@ static void project(const em_model_config *m, double w, long long n, long long b
                 reads += shared;
                 flops += 2 * b * shared;
             }
-        } else {
+        }
+        if (!is_moe_layer(m, i) || pl->dense_and_moe) {
             if (!divides(p, "intermediate_size", m->intermediate_size, n)) return;
             double mlp = 3 * H * (double)(m->intermediate_size / n);
             weights += mlp;
@@ -169,9 +211,10 @@ static void project(const em_model_config *m, double w, long long n, long long b
     p->t_cmp = flops / (sp->bf16_tflops * 1e12);
     if (n > 1) {
         double msg = b * H * w, part = b * (V / (double)n) * w;
-        /* the embedding's rows, o_proj and the MLP per layer: all_reduce; the logits: gather */
-        p->collectives = (int)(2 * m->num_hidden_layers + 2);
-        p->all_reduce_bytes = (2.0 * (double)m->num_hidden_layers + 1) * msg;
+        /* the embedding's rows, o_proj and the MLP per layer (Gemma 4: the dense MLP and the
+         * experts apart): all_reduce; the logits: gather */
+        p->collectives = (int)(pl->reduces * m->num_hidden_layers + 2);
+        p->all_reduce_bytes = ((double)pl->reduces * (double)m->num_hidden_layers + 1) * msg;
         p->all_gather_bytes = part;
         /* ring all_reduce: each rank sends 2 (n-1)/n of the message; ring all_gather: n-1 parts */
         p->sent_bytes = p->all_reduce_bytes * 2.0 * (double)(n - 1) / (double)n +
@@ -201,7 +244,7 @@ static void usage(FILE *f) {
             "a projection. The best degree per device and batch is where tensor parallelism\n"
             "stops paying.\n\n"
             "  --model       a checkpoint folder or config.json (llama, mistral, qwen2, qwen3,\n"
-            "                qwen3_moe, mixtral, gemma3)\n"
+            "                qwen3_moe, mixtral, gemma3, gemma4 without per-layer inputs)\n"
             "  --shape       a built-in shape with a real model's dimensions:");
     for (int i = 0; i < N_SHAPES; i++) fprintf(f, " %s", SHAPES[i].name);
     fprintf(f, "\n  --devices     spec ids (default tpu-v6e,h100,h200):");
@@ -307,14 +350,123 @@ static int load_config(em_ctx *c, const char *model, const char *shape, em_model
     fprintf(stderr,
             "%s: %s: model_type '%s' is not modelled (its layers differ from attention + a gated "
             "MLP or MoE block); modelled: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, "
-            "gemma3\n",
+            "gemma3, gemma4 (the 26B-A4B layout)\n",
             cmd, model ? model : shape, m->text_model_type);
     em_model_config_free(m);
     return 1;
 }
 
-static void print_text(const char *name, const em_model_config *m, const proj_opts *o, double w,
-                       const report_spec *sp, double lat) {
+static void proj_layers_free(proj_layers *pl) {
+    free(pl->head_dim);
+    free(pl->kv_heads);
+    free(pl->v_proj);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* per_layer_config of a file transformers writes ({"3": {"head_dim": 512, ...}}), from the
+ * text part when the config nests one: applied on top of the defaults. Returns false (message
+ * printed) on a key or value gemma4.c would refuse too. */
+static bool gemma4_per_layer(json_t *root, const em_model_config *m, proj_layers *pl,
+                             bool *found) {
+    json_t *text = json_object_get(root, "text_config");
+    json_t *plc = json_object_get(json_is_object(text) ? text : root, "per_layer_config");
+    *found = json_is_object(plc);
+    if (!*found) return true;
+    const char *key;
+    json_t *v;
+    json_object_foreach(plc, key, v) {
+        char *end;
+        long long i = strtoll(key, &end, 10);
+        if (!*key || *end || i < 0 || i >= m->num_hidden_layers || !json_is_object(v)) {
+            fprintf(stderr, "ember project tp: per_layer_config key '%s' is not a layer index "
+                            "below %lld with an object\n", key, (long long)m->num_hidden_layers);
+            return false;
+        }
+        json_t *hd = json_object_get(v, "head_dim");
+        json_t *kv = json_object_get(v, "num_key_value_heads");
+        if (hd && (!json_is_integer(hd) || json_integer_value(hd) <= 0)) return false;
+        if (kv && (!json_is_integer(kv) || json_integer_value(kv) <= 0)) return false;
+        if (hd) pl->head_dim[i] = json_integer_value(hd);
+        if (kv) pl->kv_heads[i] = json_integer_value(kv);
+    }
+    return true;
+}
+
+/* The per-layer sizes: the config's for every family; Gemma 4's as its loader resolves them
+ * (per_layer_config when the file has one, else global_head_dim and, with attention_k_eq_v,
+ * num_global_key_value_heads on the full layers). json: the config text, or NULL to read
+ * `path` (a folder holding config.json or the file). Returns 0, or 1 after a message. */
+static int proj_layers_make(const em_model_config *m, const char *json, const char *path,
+                            const char *name, proj_layers *pl) {
+    const char *cmd = "ember project tp";
+    int64_t L = m->num_hidden_layers;
+    memset(pl, 0, sizeof *pl);
+    pl->head_dim = calloc((size_t)L + 1, sizeof *pl->head_dim);
+    pl->kv_heads = calloc((size_t)L + 1, sizeof *pl->kv_heads);
+    pl->v_proj = calloc((size_t)L + 1, sizeof *pl->v_proj);
+    if (!pl->head_dim || !pl->kv_heads || !pl->v_proj) {
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        proj_layers_free(pl);
+        return 1;
+    }
+    for (int64_t i = 0; i < L; i++) {
+        pl->head_dim[i] = m->head_dim;
+        pl->kv_heads[i] = m->num_key_value_heads;
+        pl->v_proj[i] = true;
+    }
+    pl->reduces = 2;
+    if (strcmp(m->text_model_type, "gemma4_text")) return 0;
+    pl->gemma4 = true;
+    int64_t ple = 256, shared = 0, gd = 512, gkv = -1; /* Gemma4TextConfig's defaults */
+    bool k_eq_v = false, moe = false;
+    em_model_config_get_int(m, "hidden_size_per_layer_input", &ple);
+    em_model_config_get_int(m, "num_kv_shared_layers", &shared);
+    em_model_config_get_int(m, "global_head_dim", &gd);
+    em_model_config_get_int(m, "num_global_key_value_heads", &gkv);
+    em_model_config_get_bool(m, "attention_k_eq_v", &k_eq_v);
+    em_model_config_get_bool(m, "enable_moe_block", &moe);
+    if (ple > 0 || shared > 0) {
+        fprintf(stderr, "%s: %s: Gemma 4 with %s is not modelled (only the 26B-A4B layout: no "
+                        "per-layer inputs, no KV sharing)\n", cmd, name,
+                ple > 0 ? "per-layer inputs (hidden_size_per_layer_input)"
+                        : "KV sharing (num_kv_shared_layers)");
+        proj_layers_free(pl);
+        return 1;
+    }
+    pl->dense_and_moe = moe && m->num_experts > 0;
+    if (pl->dense_and_moe) pl->reduces = 3;
+    json_error_t err;
+    json_t *root = NULL;
+    if (json) root = json_loads(json, 0, &err);
+    else {
+        char file[4096];
+        struct stat st;
+        snprintf(file, sizeof file, stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? "%s/config.json"
+                                                                                 : "%s", path);
+        root = json_load_file(file, 0, &err);
+    }
+    bool found = false;
+    if (!root || !gemma4_per_layer(root, m, pl, &found)) {
+        fprintf(stderr, "%s: %s: per_layer_config unreadable%s%s\n", cmd, name,
+                root ? "" : ": ", root ? "" : err.text);
+        json_decref(root);
+        proj_layers_free(pl);
+        return 1;
+    }
+    json_decref(root);
+    for (int64_t i = 0; i < L; i++) {
+        bool full = !m->layer_types || m->layer_types[i] != EM_LAYER_SLIDING_ATTENTION;
+        if (full && !found) {
+            pl->head_dim[i] = gd;
+            if (gkv > 0 && k_eq_v) pl->kv_heads[i] = gkv;
+        }
+        pl->v_proj[i] = !(full && k_eq_v);
+    }
+    return 0;
+}
+
+static void print_text(const char *name, const em_model_config *m, const proj_layers *pl,
+                       const proj_opts *o, double w, const report_spec *sp, double lat) {
     printf("\n%s on %s (HBM %.0f GB/s, %.0f TFLOP/s bf16, %.0f GiB, link %.0f GB/s per "
            "direction, %.0f us per collective)\n",
            name, sp->name, sp->hbm_gbs, sp->bf16_tflops, sp->memory_gib, sp->link_gbs, lat);
@@ -325,7 +477,7 @@ static void print_text(const char *name, const em_model_config *m, const proj_op
         long long best_n = 0;
         for (int di = 0; di < o->n_degrees; di++) {
             proj_point p;
-            project(m, w, o->degrees[di], o->batches[bi], o->context, sp, lat, &p);
+            project(m, pl, w, o->degrees[di], o->batches[bi], o->context, sp, lat, &p);
             if (!p.legal) {
                 printf("%6lld %6lld  refused: %s\n", o->degrees[di], o->batches[bi], p.why);
                 continue;
@@ -345,12 +497,12 @@ static void print_text(const char *name, const em_model_config *m, const proj_op
     }
 }
 
-static void print_json(const char *name, const em_model_config *m, const proj_opts *o, double w,
-                       const report_spec *sp, double lat) {
+static void print_json(const char *name, const em_model_config *m, const proj_layers *pl,
+                       const proj_opts *o, double w, const report_spec *sp, double lat) {
     for (int bi = 0; bi < o->n_batches; bi++)
         for (int di = 0; di < o->n_degrees; di++) {
             proj_point p;
-            project(m, w, o->degrees[di], o->batches[bi], o->context, sp, lat, &p);
+            project(m, pl, w, o->degrees[di], o->batches[bi], o->context, sp, lat, &p);
             printf("{\"projection\":\"tp_decode\",\"model\":\"%s\",\"device\":\"%s\","
                    "\"degree\":%lld,\"batch\":%lld,\"context\":%lld,\"elem_bytes\":%g,",
                    name, sp->id, o->degrees[di], o->batches[bi], o->context, w);
@@ -365,12 +517,15 @@ static void print_json(const char *name, const em_model_config *m, const proj_op
                    "\"all_reduce_bytes_per_token_per_layer\":%.0f,"
                    "\"t_mem_s\":%.9g,\"t_compute_s\":%.9g,\"t_collectives_s\":%.9g,"
                    "\"t_step_s\":%.9g,\"tokens_per_s\":%.6g,\"fits\":%s,"
+                   "\"moe_layers\":%d,\"moe_read_bytes_per_step\":%.0f,"
+                   "\"moe_flops_per_step\":%.0f,"
                    "\"hbm_gbs\":%g,\"bf16_tflops\":%g,\"memory_gib\":%g,\"link_gbs\":%g,"
                    "\"latency_us\":%g}\n",
                    p.weight_bytes, p.kv_bytes, p.read_bytes, p.flops, p.collectives,
                    p.all_reduce_bytes, p.all_gather_bytes, p.sent_bytes,
-                   o->degrees[di] > 1 ? 2.0 * (double)m->hidden_size * w : 0.0, p.t_mem, p.t_cmp,
-                   p.t_coll, p.t_step, p.tokens_per_s, p.fits ? "true" : "false", sp->hbm_gbs,
+                   o->degrees[di] > 1 ? pl->reduces * (double)m->hidden_size * w : 0.0,
+                   p.t_mem, p.t_cmp, p.t_coll, p.t_step, p.tokens_per_s, p.fits ? "true" : "false", p.moe_layers,
+                   p.moe_read_bytes, p.moe_flops, sp->hbm_gbs,
                    sp->bf16_tflops, sp->memory_gib, sp->link_gbs, lat);
         }
 }
@@ -400,6 +555,15 @@ int cmd_project(int argc, char **argv) {
         em_ctx_free(c);
         return rc;
     }
+    proj_layers pl;
+    int si = 0;
+    while (shape && strcmp(SHAPES[si].name, shape)) si++;
+    if ((rc = proj_layers_make(&m, shape ? SHAPES[si].json : NULL, model, shape ? shape : model,
+                               &pl))) {
+        em_model_config_free(&m);
+        em_ctx_free(c);
+        return rc;
+    }
     double w = o.elem_bytes > 0 ? o.elem_bytes
                : m.has_dtype && m.dtype == EM_F32 ? 4
                                                   : 2;
@@ -408,21 +572,24 @@ int cmd_project(int argc, char **argv) {
         printf("Projection, not a measurement: %s (%lld layers, hidden %lld, %lld heads, %lld KV "
                "heads%s), %g bytes per element, %lld tokens of context; per rank per decode step "
                "%lld collectives (an all_reduce of [B, 1, %lld] after the vocab-parallel "
-               "embedding and after o_proj and the MLP of each layer, the LM head's all_gather)\n",
+               "embedding and after o_proj and the MLP of each layer%s, the LM head's "
+               "all_gather)\n",
                name, (long long)m.num_hidden_layers, (long long)m.hidden_size,
                (long long)m.num_attention_heads, (long long)m.num_key_value_heads,
                m.num_experts > 0 ? ", MoE" : "", w, o.context,
-               (long long)(2 * m.num_hidden_layers + 2), (long long)m.hidden_size);
+               (long long)(pl.reduces * m.num_hidden_layers + 2), (long long)m.hidden_size,
+               pl.dense_and_moe ? " (the dense MLP and the experts each)" : "");
     for (int s = 0; s < o.n_specs; s++) {
         double lat = o.latency_us >= 0 ? o.latency_us : o.specs[s]->latency_us;
-        if (o.json) print_json(name, &m, &o, w, o.specs[s], lat);
-        else print_text(name, &m, &o, w, o.specs[s], lat);
+        if (o.json) print_json(name, &m, &pl, &o, w, o.specs[s], lat);
+        else print_text(name, &m, &pl, &o, w, o.specs[s], lat);
     }
     if (!o.json) {
         printf("\nSources:\n");
         for (int s = 0; s < o.n_specs; s++)
             printf("  %s: %s; %s\n", o.specs[s]->id, o.specs[s]->source, o.specs[s]->link_source);
     }
+    proj_layers_free(&pl);
     em_model_config_free(&m);
     em_ctx_free(c);
     return 0;
