@@ -292,6 +292,12 @@ static void test_mixtral(void) { check_family("mixtral"); }
 static void test_mixtral_ep(void) { check_family_at("mixtral", 2, 2); }
 /* degree 4 (2 KV heads: each on 2 devices) for every other family, compiled */
 static void test_degree4_compiled(void) {
+    const char *mode = getenv("EMBER_EAGER");
+    if (mode && !strcmp(mode, "fused")) {
+        em_test_skip("compiled only: under EMBER_EAGER=fused compile mode is the same as in "
+                     "test_pjrt_tp");
+        return;
+    }
     static const char *dense[] = {"llama", "mistral", "qwen2", "gemma4_text"};
     for (int i = 0; i < 4; i++) check_family_compiled(dense[i], 4, 0);
     static const char *moe[] = {"qwen3_moe", "mixtral", "gemma4"};
