@@ -25,7 +25,28 @@
 #include "ember/ember.h"
 #include "harness.h"
 
+/* The programs the executable cache held before a case (their reports' addresses, which stay
+ * put while the cache lives), so a case checks only the programs it compiled. */
+#define MAX_SEEN 4096
+typedef struct seen_set {
+    const em_pjrt_program_report *p[MAX_SEEN];
+    int n;
+} seen_set;
+
+static int note_seen(const em_pjrt_program_report *r, void *user) {
+    seen_set *s = user;
+    if (s->n < MAX_SEEN) s->p[s->n++] = r;
+    return 0;
+}
+
+static bool was_seen(const seen_set *s, const em_pjrt_program_report *r) {
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i] == r) return true;
+    return false;
+}
+
 typedef struct counts {
+    const seen_set *before;
     char tag[48]; /* "SPMD over N partitions": the programs of this degree */
     int programs, wrong;
     int want_ar, want_ag;
@@ -36,7 +57,7 @@ typedef struct counts {
 
 static int check_report(const em_pjrt_program_report *r, void *user) {
     counts *k = user;
-    if (!strstr(r->what, k->tag)) return 0;
+    if (!strstr(r->what, k->tag) || was_seen(k->before, r)) return 0;
     k->programs++;
     bool ok = r->all_reduces == k->want_ar && r->all_gathers == k->want_ag &&
               r->reduce_scatters == 0 && r->all_to_alls == 0 &&
@@ -51,7 +72,10 @@ static int check_report(const em_pjrt_program_report *r, void *user) {
     return 0;
 }
 
-static void check_family(const char *family, int parts) {
+static seen_set before; /* (large: not on the stack) */
+
+/* want_ar: the all-reduces the plan implies, -1 for the family's own plan (2 L + 1) */
+static void check_family_plan(const char *family, int parts, const char *plan, int want_ar) {
     em_ctx *c = em_ctx_create();
     if (!em_test_xla_or_skip(c)) {
         em_ctx_free(c);
@@ -68,6 +92,7 @@ static void check_family(const char *family, int parts) {
     o.offline = true;
     o.device = "xla:0";
     o.spmd = parts;
+    o.tp_plan = plan;
     em_model *m = b ? em_model_load(c, dir, &o) : NULL;
     CHECK_MSG(m != NULL, "%s: load: %s", family, em_ctx_status(c) ? em_ctx_error(c)->message : "");
     if (!m) {
@@ -76,6 +101,8 @@ static void check_family(const char *family, int parts) {
         return;
     }
     em_device *x0 = em_device_get(c, "xla:0");
+    before.n = 0;
+    em_pjrt_reports(x0, note_seen, &before);
     em_scope_push(c);
     em_tensor *ids = em_test_bundle_get(b, c, "ids");
     em_tensor *eager = em_model_forward(c, m, ids, NULL, NULL, false);
@@ -120,8 +147,6 @@ static void check_family(const char *family, int parts) {
     free(want);
     em_scope_pop(c);
     /* the collectives XLA's partitioner inserted */
-    /* (the cache holds the programs of the families checked before this one too: every test
-     * checkpoint here has 2 layers, so every SPMD program must show the same counts) */
     const em_model_config *cfg = em_model_config_get(m);
     int layers = (int)cfg->num_hidden_layers;
     /* KV heads fewer than the devices: their projections are whole on every device, and XLA
@@ -133,7 +158,8 @@ static void check_family(const char *family, int parts) {
      * slice of both halves (packed_colwise), so it stays whole and XLA moves part of the
      * routed rows' intermediate between the devices with collective-permutes (measured: 1 per
      * layer for qwen3_moe, 2 for mixtral, [rows, I/2] each); counted, not limited */
-    counts k = {"", 0, 0, 2 * layers + 1, 1 + kv_gathers, cfg->num_experts > 0, 0, ""};
+    counts k = {&before, "", 0, 0, want_ar >= 0 ? want_ar : 2 * layers + 1, 1 + kv_gathers,
+                cfg->num_experts > 0, 0, ""};
     snprintf(k.tag, sizeof k.tag, "SPMD over %d partitions", parts);
     em_pjrt_reports(x0, check_report, &k);
     CHECK_MSG(k.programs >= 2, "%s: %d SPMD programs in the cache, want the forward, the "
@@ -148,6 +174,10 @@ static void check_family(const char *family, int parts) {
     em_ctx_free(c);
 }
 
+static void check_family(const char *family, int parts) {
+    check_family_plan(family, parts, NULL, -1);
+}
+
 static void test_llama(void) { check_family("llama", 2); }
 static void test_mistral(void) { check_family("mistral", 2); }
 static void test_qwen2(void) { check_family("qwen2", 2); }
@@ -155,10 +185,19 @@ static void test_qwen3(void) { check_family("qwen3", 2); }
 /* 4 devices, 2 KV heads: the KV projections and caches replicated, as the rank plan does */
 static void test_qwen3_degree4(void) { check_family("qwen3", 4); }
 static void test_gemma3(void) { check_family("gemma3_text", 2); }
-/* the MoE cases last: the cache then holds their programs too, with their collective-permutes,
- * which the dense families' checks would not accept */
 static void test_qwen3_moe(void) { check_family("qwen3_moe", 2); }
 static void test_mixtral(void) { check_family("mixtral", 2); }
+/* a user's plan: the attention whole on every device (as transformers' Gemma 4 expert-parallel
+ * plan keeps it), which the rank decoder cannot run; under SPMD the rules are only shardings:
+ * one all-reduce per layer fewer (the embedding's and the MLPs': L + 1) */
+static void test_plan_attention_replicated(void) {
+    check_family_plan("qwen3", 2,
+                      "{\"layers.*.self_attn.q_proj\": \"replicate\", "
+                      "\"layers.*.self_attn.k_proj\": \"replicate\", "
+                      "\"layers.*.self_attn.v_proj\": \"replicate\", "
+                      "\"layers.*.self_attn.o_proj\": \"replicate\"}",
+                      3);
+}
 
 /* Refusals: SPMD with a device group, on the CPU, over more devices than the plugin has. */
 static void test_refused(void) {
@@ -212,6 +251,7 @@ int main(int argc, char **argv) {
     setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=4", 0);
     static const em_test_case tests[] = {T(test_llama),  T(test_mistral),       T(test_qwen2),
                                          T(test_qwen3),  T(test_qwen3_degree4), T(test_gemma3),
-                                         T(test_qwen3_moe), T(test_mixtral), T(test_refused)};
+                                         T(test_qwen3_moe), T(test_mixtral),
+                                         T(test_plan_attention_replicated), T(test_refused)};
     return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
 }

@@ -20,6 +20,7 @@ struct em_model_compiled {
     int n_shards;
     const em_storage **shard_st;
     int *shard_dim;
+    bool kv_split; /* the KV caches split by head: the key projections are split */
 };
 
 /* The dim of weight `name` (shape t) a tensor-parallel rule splits: what the rank slices take
@@ -49,8 +50,8 @@ static int shard_of(void *user, const em_tensor *t) {
     const em_model_compiled *mc = user;
     const em_kv_cache *kv = mc->kv;
     int parts = mc->m->spmd_parts, dim = -1;
-    for (int64_t l = 0; l < mc->m->n_layers && dim < 0; l++) /* [B, Hkv, L, D]: by KV head */
-        if ((kv->k[l] && kv->k[l]->storage == t->storage) ||
+    for (int64_t l = 0; l < mc->m->n_layers && mc->kv_split && dim < 0; l++)
+        if ((kv->k[l] && kv->k[l]->storage == t->storage) || /* [B, Hkv, L, D]: by KV head */
             (kv->v[l] && kv->v[l]->storage == t->storage))
             dim = 1;
     for (int i = 0; i < mc->n_shards && dim < 0; i++)
@@ -84,6 +85,8 @@ static bool spmd_shards(em_ctx *c, em_model_compiled *mc) {
     for (int i = 0; i < n; i++) {
         mc->shard_st[i] = ps[i].tensor->storage;
         mc->shard_dim[i] = plan_dim(m, ps[i].name, ps[i].tensor);
+        if (strstr(ps[i].name, "self_attn.k_proj.weight") && mc->shard_dim[i] >= 0)
+            mc->kv_split = true;
     }
     mc->n_shards = n;
     free(ps);
