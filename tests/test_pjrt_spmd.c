@@ -185,6 +185,11 @@ static void test_qwen3(void) { check_family("qwen3", 2); }
 /* 4 devices, 2 KV heads: the KV projections and caches replicated, as the rank plan does */
 static void test_qwen3_degree4(void) { check_family("qwen3", 4); }
 static void test_gemma3(void) { check_family("gemma3_text", 2); }
+static void test_gemma4(void) { check_family("gemma4_text", 2); }
+/* Gemma 4's MoE layers reduce the dense MLP and the experts apart (3 per layer in the rank
+ * plan); XLA's all-reduce combiner puts the two into one two-operand all-reduce instruction,
+ * so the program shows 2 L + 1 instructions for the plan's 3 L + 1 reductions */
+static void test_gemma4_moe(void) { check_family("gemma4", 2); }
 static void test_qwen3_moe(void) { check_family("qwen3_moe", 2); }
 static void test_mixtral(void) { check_family("mixtral", 2); }
 /* a user's plan: the attention whole on every device (as transformers' Gemma 4 expert-parallel
@@ -251,6 +256,7 @@ int main(int argc, char **argv) {
     setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=4", 0);
     static const em_test_case tests[] = {T(test_llama),  T(test_mistral),       T(test_qwen2),
                                          T(test_qwen3),  T(test_qwen3_degree4), T(test_gemma3),
+                                         T(test_gemma4),    T(test_gemma4_moe),
                                          T(test_qwen3_moe), T(test_mixtral),
                                          T(test_plan_attention_replicated), T(test_refused)};
     return em_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
