@@ -388,10 +388,13 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     m->tp = o.tp;
     m->tp_size = o.tp ? em_dist_world_size(o.tp) : 1;
     m->tp_rank = o.tp ? em_dist_rank(o.tp) : 0;
-    if (o.ep_size > 1 && o.ep_size != m->tp_size) {
+    /* the experts spread over the tp group, or over SPMD's devices (as shardings) */
+    int ep_degree = o.spmd > 1 && !o.tp ? o.spmd : m->tp_size;
+    if (o.ep_size > 1 && o.ep_size != ep_degree) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load", "expert parallelism: ep_size %d must "
-                    "equal the tensor-parallel degree %d (the experts are spread over the tp "
-                    "group)", o.ep_size, m->tp_size);
+                    "equal the %s degree %d (the experts are spread over %s)", o.ep_size,
+                    ep_degree == m->tp_size ? "tensor-parallel" : "SPMD", ep_degree,
+                    ep_degree == m->tp_size ? "the tp group" : "the devices");
         goto fail;
     }
     m->tp_ep = o.ep_size > 1;
