@@ -124,31 +124,9 @@ static void check_family_plan(const char *family, int parts, const char *plan, i
     em_model_compiled_free(mc);
     em_kv_cache_free(kv);
     /* greedy generation, compiled: prefill and decode programs over the devices */
-    int64_t n_ids, n_want;
-    em_token *tids = em_test_host_tokens(c, ids, &n_ids);
-    em_token *want = em_test_host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
-    int64_t plen = n_ids / 2;
-    em_generate_params gp = em_generate_default_params(m);
-    gp.max_new_tokens = n_want;
-    gp.do_sample = false;
-    gp.repetition_penalty = 1.0;
-    gp.eos_ids = tids;
-    gp.n_eos_ids = 0;
-    gp.compile = true;
-    const em_token *prompts[1] = {tids};
-    em_generate_result r;
-    if (tids && want && em_generate(c, m, NULL, prompts, &plen, 1, &gp, &r) == EM_OK) {
-        CHECK_MSG(r.n_ids[0] == n_want &&
-                      !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want),
-                  "%s SPMD over %d devices: greedy tokens differ from transformers", family,
-                  parts);
-        em_generate_result_free(&r);
-    } else {
-        CHECK_MSG(false, "%s SPMD generate: %s", family,
-                  em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
-    }
-    free(tids);
-    free(want);
+    char why[1700];
+    CHECK_MSG(em_test_greedy_matches(c, m, b, true, why, sizeof why), "%s SPMD over %d "
+              "devices: %s", family, parts, why);
     em_scope_pop(c);
     /* the collectives XLA's partitioner inserted */
     const em_model_config *cfg = em_model_config_get(m);
