@@ -33,7 +33,7 @@ static int plan_dim(const em_model *m, const char *name, const em_tensor *t) {
     int nd = em_tensor_ndim(t);
     /* KV heads fewer than the devices: the projections stay whole, as the rank plan keeps
      * each KV head whole (replicated) */
-    int64_t hkv = m->cfg.num_key_value_heads;
+    int64_t hkv = em_tp_kv_heads_of(m, name);
     if ((strstr(name, "self_attn.k_proj.") || strstr(name, "self_attn.v_proj.")) &&
         (hkv <= 0 || hkv % m->spmd_parts))
         return -1;
@@ -42,6 +42,8 @@ static int plan_dim(const em_model *m, const char *name, const em_tensor *t) {
         return nd == 3 ? 1 : 0;
     if (!strcmp(r->style, "rowwise") && !bias) return nd - 1;
     if (!strcmp(r->style, "grouped_gemm") && nd == 3) return 0;
+    /* em_model_options.spmd_split_gate_up: [E, 2I, H] by H, each expert's gate and up together */
+    if (!strcmp(r->style, "packed_colwise") && nd == 3 && m->spmd_split_gate_up) return 2;
     return -1;
 }
 
@@ -63,7 +65,7 @@ static int shard_of(void *user, const em_tensor *t) {
 /* The plan's split dim of every parameter's storage (SPMD). */
 static bool spmd_shards(em_ctx *c, em_model_compiled *mc) {
     const em_model *m = mc->m;
-    int n = em_model_params(c, m, NULL, 0);
+    int n = em_model_shard_params(c, m, NULL, 0);
     if (n < 0) {
         char why[1600];
         snprintf(why, sizeof why, "%s", em_ctx_error(c)->message);
@@ -80,7 +82,7 @@ static bool spmd_shards(em_ctx *c, em_model_compiled *mc) {
         em_ctx_fail(c, EM_ERR_OOM, "model_compile", "out of memory");
         return false;
     }
-    em_model_params(c, m, ps, n);
+    em_model_shard_params(c, m, ps, n);
     for (int i = 0; i < n; i++) {
         mc->shard_st[i] = ps[i].tensor->storage;
         mc->shard_dim[i] = plan_dim(m, ps[i].name, ps[i].tensor);

@@ -55,6 +55,7 @@ typedef struct em_wload {
     bool huge_copy;      /* copy large CPU weights out of the mapping into 2 MiB pages */
     bool pack_experts;   /* expert weights in em_ragged_pack's layout where it pays (ragged MoE,
                             weights not kept as views of the mapping) */
+    bool shape_only;     /* compile-only device: weights made from the headers, data unread */
 } em_wload;
 
 /* Tensor `<name>` (printf-style, no prefix added) converted to the model dtype on dev.
@@ -255,6 +256,7 @@ struct em_model {
     bool tp_embed_split;   /* embedding_rowwise: this rank holds a slice of the vocabulary */
     bool tp_head_split;    /* colwise_gather_output: lm_head's logits gathered */
     int spmd_parts;        /* em_model_options.spmd: compiled steps partitioned (0: off) */
+    bool spmd_split_gate_up; /* em_model_options.spmd_split_gate_up */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;
@@ -281,6 +283,13 @@ bool em_tp_kv_replicated(const em_model *m);
 /* The parts a layer's hkv KV heads are split in: 1 without tp, the degree, or hkv when fewer
  * (each KV head then held whole by degree / hkv ranks). */
 int64_t em_tp_kv_parts(const em_model *m, int64_t hkv);
+/* em_model_params for SPMD's shardings (model_compile.c): Gemma 4's layers too, their
+ * plan-split weights under transformers' names (its own norms and scales are not listed: they
+ * stay replicated). */
+int em_model_shard_params(em_ctx *c, const em_model *m, em_model_param *out, int max);
+/* The KV heads of the layer the weight `name` belongs to (Gemma 4's differ per layer), else
+ * the config's. */
+int64_t em_tp_kv_heads_of(const em_model *m, const char *name);
 /* After loading: the config's head counts become this rank's (the forward reads them). */
 void em_tp_localize(em_model *m);
 /* Adds a weight placed by `rule` (NULL: no rule, replicated) to the placement report: the

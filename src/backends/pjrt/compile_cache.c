@@ -108,7 +108,7 @@ static size_t put_bytes(unsigned char *o, int field, const unsigned char *b, siz
 
 /* DeviceAssignmentProto {replica_count (1), computation_count (2), computation_devices (3)
  * {replica_device_ids (1)}} inside ExecutableBuildOptionsProto's device_assignment (9);
- * use_spmd_partitioning is field 6. Worst case per id: 10 bytes + framing. */
+ * use_spmd_partitioning is field 6, use_shardy_partitioner 19. Worst case per id: 10 bytes + framing. */
 size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, size_t cap) {
     if (!sp || (sp->num_replicas <= 1 && sp->num_partitions <= 1 && !sp->device_ids && !sp->spmd))
         return pj_compile_options(out, cap);
@@ -145,6 +145,10 @@ size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, siz
             nd += put_bytes(da + nd, 3, cd, nc);
         }
         ni += put_bytes(inner + ni, 9, da, nd);
+    }
+    if (sp->shardy) { /* use_shardy_partitioner (19), after device_assignment */
+        ni += put_varint(inner + ni, 19 << 3);
+        ni += put_varint(inner + ni, 1);
     }
     if (ni + 16 <= cap) {
         n = put_bytes(out, 3, inner, ni);
