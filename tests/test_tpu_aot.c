@@ -60,6 +60,13 @@ static void test_compile_options_spec(void) {
                                           0x08, 0x02, 0x10, 0x01, 0x1a, 0x04, 0x08, 0x04,
                                           0x08, 0x05};
     CHECK_MSG(n == sizeof want2 && !memcmp(o, want2, n), "%zu bytes", n);
+    /* Shardy (TPU's SPMD programs): use_shardy_partitioner (19) after the assignment */
+    pj_compile_spec sy = {1, 2, true, ids, true};
+    n = pj_compile_options_for(&sy, o, sizeof o);
+    static const unsigned char want3[] = {0x1a, 0x17, 0x20, 0x01, 0x28, 0x02, 0x30, 0x01,
+                                          0x4a, 0x0c, 0x08, 0x01, 0x10, 0x02, 0x1a, 0x02,
+                                          0x08, 0x04, 0x1a, 0x02, 0x08, 0x05, 0x98, 0x01, 0x01};
+    CHECK_MSG(n == sizeof want3 && !memcmp(o, want3, n), "%zu bytes", n);
     CHECK(pj_compile_options_for(&sp, o, 8) == 0); /* does not fit: nothing */
 }
 
