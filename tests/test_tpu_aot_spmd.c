@@ -2,8 +2,9 @@
  * A whole model compiled as one SPMD program for the chips of a compile-only TPU slice
  * (tpu-aot:v6e:2x4, --spmd N): weights without values (em_model_options.shape_only) from a
  * checkpoint whose data is a sparse hole, and the collectives libtpu's partitioner inserts
- * against the tensor-parallel plan. Without libtpu (pip install libtpu, or
- * EMBER_PJRT_TPU_PLUGIN=/path/libtpu.so) the device tests print a loud SKIP.
+ * against the tensor-parallel plan (test_pjrt_spmd_choices runs the MoE shard choices). Without
+ * libtpu (pip install libtpu, or EMBER_PJRT_TPU_PLUGIN=/path/libtpu.so) the device tests print
+ * a loud SKIP.
  */
 #include <stdio.h>
 #include <stdlib.h>
