@@ -6,7 +6,7 @@ Usage: check_serve_compile.py EMBER
 On the tiny Qwen3 checkpoint of check_serve.py (random weights, the test tokenizer), with
 --max-batch 4 (batch buckets 1, 2, 4), --ctx 128 and --bucket 64 (key buckets 64, 128):
   - greedy answers of several prompts of different lengths, run alone, are byte-identical under
-    --compile, on the eager server (the same dense cache, --kv-block 0) and from
+    --compile, on the eager server (the dense cache, --kv-block 0) and from
     `ember generate --chat --greedy`;
   - a warm-up trace (one long request, then n=2 and n=4 choices of one: the batch reaches
     every bucket while the key length crosses both key buckets) compiles exactly the 3 x 2
@@ -14,8 +14,10 @@ On the tiny Qwen3 checkpoint of check_serve.py (random weights, the test tokeniz
   - then streams of different prompt and answer lengths, more than --max-batch at once (they
     join and leave the running batch), each equal to its answer alone, and the compile count
     has not moved.
-With $EMBER_PJRT_XLA_PLUGIN set, the same answers on --device xla:0 --compile (skipped loudly
-without it). No timing is asserted. Exit 77 (skipped) without the HTTP server.
+All of that twice: --compile over the dense cache (--kv-block 0; key buckets of the mask) and
+over the paged cache (--kv-block 16; block-table buckets of 64 positions, 4 blocks).
+With $EMBER_PJRT_XLA_PLUGIN set, the same answers on --device xla:0 --compile, over the paged
+cache (the default there too), (skipped loudly without it). No timing is asserted. Exit 77 (skipped) without the HTTP server.
 """
 import os
 import sys
@@ -33,6 +35,48 @@ MSGS = ["Hi.", "What is two plus two?",
 
 def compiles(s):
     return int(cs.metric(s, "ember:compiles_total")), int(cs.metric(s, "ember:compiled_programs"))
+
+
+# the two caches --compile runs over: (name, its flags, the startup log's words for it)
+CACHES = [("dense", ("--kv-block", "0"), "over the dense KV cache"),
+          ("paged", ("--kv-block", "16"), "over the paged KV cache")]
+
+
+def compiled_server(ember, d, common, cache, ref, plen, budget):
+    """The --compile checks over one cache (see the top)."""
+    name, flags, words = cache
+    s = cs.Server(ember, d, *common, *flags, "--compile", "--bucket", "64")
+    try:
+        got = cs.answers_alone(s, MSGS, budget)
+        log = "".join(s.log)  # (the load's lines may follow "ready": read after requests)
+        check("--compile: decode steps run as compiled programs" in log and words in log,
+              f"{name}: no --compile line ({words!r}) in the startup log:\n{log}")
+        for i in range(len(MSGS)):
+            check(got[i] == ref[i], f"{name}: prompt {i} alone: --compile {got[i]!r} != eager "
+                  f"{ref[i]!r}")
+        # warm-up: batch buckets 1, 2 and 4 (n=4), each across both key buckets (prompt of
+        # ~20 tokens, 100 new: key lengths from ~20 to ~120)
+        long_msg, long_n = MSGS[0], 120 - plen[0]
+        for n in (1, 2, 4):
+            r = s.json("POST", "/v1/chat/completions", cs.chat_body(long_msg, long_n, n=n))
+            texts = {c["message"]["content"] for c in r["choices"]}
+            check(len(r["choices"]) == n and len(texts) == 1,
+                  f"n={n}: {len(r['choices'])} choices, {len(texts)} different texts")
+        warm = compiles(s)
+        check(warm == (6, 6), f"{name}: after the warm-up: (compiles, programs) = {warm}, expected "
+              "(6, 6): 3 batch buckets x 2 key (table) buckets")
+        streams = cs.concurrent_streams(s, MSGS, budget)
+        for (k, i), text in sorted(streams.items()):
+            check(text == ref[i], f"{name}: stream {i} (round {k}) in a batch: {text!r} != alone "
+                  f"{ref[i]!r}")
+        after = compiles(s)
+        check(after == warm, f"{name}: compiles grew after the warm-up: {warm} -> {after}")
+        s.stop(f"ember serve --compile ({name})")
+    finally:
+        s.kill()
+    print(f"serve --compile, {name} cache: {len(MSGS)} prompts alone == eager server == ember "
+          f"generate; warm-up compiled {warm[0]} programs; {len(streams)} concurrent streams (max-batch "
+          "4) equal their answers alone, no further compile")
 
 
 def main():
@@ -57,38 +101,8 @@ def main():
         for i in (0, 2, 5):
             gen = cs.ember_generate(ember, d, "--chat", MSGS[i], budget[i])
             check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
-        s = cs.Server(ember, d, *common, "--compile", "--bucket", "64")
-        try:
-            got = cs.answers_alone(s, MSGS, budget)
-            log = "".join(s.log)  # (the load's lines may follow "ready": read after requests)
-            check("--compile: decode steps run as compiled programs" in log and "dense KV cache"
-                  in log, f"no --compile line in the startup log:\n{log}")
-            for i in range(len(MSGS)):
-                check(got[i] == ref[i], f"prompt {i} alone: --compile {got[i]!r} != eager "
-                      f"{ref[i]!r}")
-            # warm-up: batch buckets 1, 2 and 4 (n=4), each across both key buckets (prompt of
-            # ~20 tokens, 100 new: key lengths from ~20 to ~120)
-            long_msg, long_n = MSGS[0], 120 - plen[0]
-            for n in (1, 2, 4):
-                r = s.json("POST", "/v1/chat/completions", cs.chat_body(long_msg, long_n, n=n))
-                texts = {c["message"]["content"] for c in r["choices"]}
-                check(len(r["choices"]) == n and len(texts) == 1,
-                      f"n={n}: {len(r['choices'])} choices, {len(texts)} different texts")
-            warm = compiles(s)
-            check(warm == (6, 6), f"after the warm-up: (compiles, programs) = {warm}, expected "
-                  "(6, 6): 3 batch buckets x 2 key buckets")
-            streams = cs.concurrent_streams(s, MSGS, budget)
-            for (k, i), text in sorted(streams.items()):
-                check(text == ref[i], f"stream {i} (round {k}) in a batch: {text!r} != alone "
-                      f"{ref[i]!r}")
-            after = compiles(s)
-            check(after == warm, f"compiles grew after the warm-up: {warm} -> {after}")
-            s.stop("ember serve --compile")
-        finally:
-            s.kill()
-        print(f"serve --compile: {len(MSGS)} prompts alone == eager server == ember generate; "
-              f"warm-up compiled {warm[0]} programs; {len(streams)} concurrent streams (max-batch "
-              "4) equal their answers alone, no further compile")
+        for cache in CACHES:
+            compiled_server(ember, d, common, cache, ref, plen, budget)
         plugin = os.environ.get("EMBER_PJRT_XLA_PLUGIN")
         if not plugin or not os.path.exists(plugin):
             print("SKIP (part): xla:0 --compile: $EMBER_PJRT_XLA_PLUGIN is not set or missing")
@@ -96,6 +110,8 @@ def main():
             s = cs.Server(ember, d, *common, "--compile", "--bucket", "64", "--device", "xla:0")
             try:
                 got = cs.answers_alone(s, MSGS, budget)
+                log = "".join(s.log)
+                check("over the paged KV cache" in log, f"xla:0: not the paged cache:\n{log}")
                 for i in range(len(MSGS)):
                     check(got[i] == ref[i], f"xla:0 prompt {i}: {got[i]!r} != CPU eager "
                           f"{ref[i]!r}")

@@ -323,6 +323,38 @@ int32_t *em_test_host_tokens(em_ctx *c, em_tensor *t, int64_t *n) {
     return v;
 }
 
+bool em_test_greedy_matches(em_ctx *c, em_model *m, em_test_bundle *b, bool compile,
+                            char *why, size_t why_n) {
+    em_scope_push(c);
+    int64_t n_ids = 0, n_want = 0;
+    em_token *ids = em_test_host_tokens(c, em_test_bundle_get(b, c, "ids"), &n_ids);
+    em_token *want = em_test_host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
+    int64_t plen = n_ids / 2;
+    em_generate_params p = em_generate_default_params(m);
+    p.max_new_tokens = n_want;
+    p.do_sample = false;
+    p.repetition_penalty = 1.0;
+    p.eos_ids = ids; /* a non-NULL list of length 0: no eos stop (as the reference) */
+    p.n_eos_ids = 0;
+    p.compile = compile;
+    const em_token *prompts[1] = {ids};
+    em_generate_result r;
+    bool ok = false;
+    if (ids && want && em_generate(c, m, NULL, prompts, &plen, 1, &p, &r) == EM_OK) {
+        ok = r.n_ids[0] == n_want && !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want);
+        if (!ok) snprintf(why, why_n, "greedy tokens differ from transformers%s",
+                          compile ? " (compiled)" : "");
+        em_generate_result_free(&r);
+    } else {
+        snprintf(why, why_n, "generate%s: %s", compile ? " (compiled)" : "",
+                 em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
+    }
+    free(ids);
+    free(want);
+    em_scope_pop(c);
+    return ok;
+}
+
 int em_test_run_in_group(const em_test_case *tests, int n, int argc, char **argv,
                          em_dist **group) {
     em_ctx *c = em_ctx_create();

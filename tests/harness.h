@@ -82,6 +82,15 @@ struct em_ctx;
 struct em_tensor;
 int32_t *em_test_host_tokens(struct em_ctx *c, struct em_tensor *t, int64_t *n);
 
+/* Greedy decoding (compile mode when `compile`) of the first prompt of a model bundle (the
+ * first half of "ids", no eos stop, as scripts/gen_model_fixtures.py runs transformers) against
+ * its "greedy" ids. true when equal; else false with what differed, or the error, in why.
+ * Safe on any thread (the bundle is only read). */
+struct em_model;
+struct em_test_bundle;
+bool em_test_greedy_matches(struct em_ctx *c, struct em_model *m, struct em_test_bundle *b,
+                            bool compile, char *why, size_t why_n);
+
 /* em_test_run inside a process group made with em_dist_init's defaults (the ranks of mpirun,
  * or this process alone): *group is set while the tests run, freed after. Exit code 1 when
  * the group cannot be made. */

@@ -4,7 +4,12 @@
  * batch, join and leave it, and one row reuses another's prompt blocks (whole blocks shared, the
  * partial last one copied); the block accounting
  * (blocks follow the lengths, shared blocks counted once, everything back in the pool when the
- * sequences end) and a full pool's error with nothing changed. */
+ * sequences end) and a full pool's error with nothing changed.
+ *
+ * EMBER_TEST_PAGED=compiled runs the decode steps through the compiled step
+ * (em_paged_forward_compiled: the rows padded to a power of two, tables to 8-position buckets),
+ * =xla the same on the XLA CPU plugin's device (skipped without it): the same tokens, and
+ * compiles only when a (rows, table width) pair is first reached. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +18,33 @@
 #include "models/paged_kv.h"
 
 #define BS 4 /* small blocks: the tiny sequences cross several */
+
+/* EMBER_TEST_PAGED: "compiled" or "xla" (see the top), else eager */
+static const char *paged_mode(void) {
+    const char *e = getenv("EMBER_TEST_PAGED");
+    return e && (!strcmp(e, "compiled") || !strcmp(e, "xla")) ? e : NULL;
+}
+
+/* xla mode: the prefills run through the compiled step too (eagerly, every op of theirs would
+ * compile a program of its own on the plugin) */
+static em_paged_compiled *g_prefill_pc;
+
+static em_tensor *fwd(em_ctx *c, const em_model *m, em_paged_kv *p, em_tensor *ids,
+                      const int *seqs, const int64_t *n_new, bool last_only) {
+    if (g_prefill_pc)
+        return em_paged_forward_compiled(c, g_prefill_pc, ids, seqs, n_new, em_tensor_dim(ids, 0),
+                                         last_only);
+    return em_paged_forward(c, m, p, ids, seqs, n_new, last_only);
+}
+
+/* A decode step, eager or through pc (rows padded to a power of two). */
+static em_tensor *decode(em_ctx *c, const em_model *m, em_paged_kv *p, em_paged_compiled *pc,
+                         em_tensor *ids, const int *seqs) {
+    if (!pc) return em_paged_forward(c, m, p, ids, seqs, NULL, true);
+    int64_t rows = 1;
+    while (rows < em_tensor_dim(ids, 0)) rows *= 2;
+    return em_paged_forward_compiled(c, pc, ids, seqs, NULL, rows, true);
+}
 
 /* The greedy token of each row's last position of f32 logits [B, 1, V]. */
 static void argmax_rows(em_ctx *c, em_tensor *lg, int64_t b, em_token *out) {
@@ -51,8 +83,8 @@ typedef struct row {
  * first greedy token. */
 static void prefill(em_ctx *c, const em_model *m, em_paged_kv *p, row *r, int64_t from) {
     em_scope_push(c);
-    em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, r->prompt + from, 1, r->n_prompt - from),
-                                     &r->seq, NULL, true);
+    em_tensor *lg = fwd(c, m, p, ids_tensor(c, r->prompt + from, 1, r->n_prompt - from), &r->seq,
+                        NULL, true);
     if (lg) argmax_rows(c, lg, 1, &r->next);
     em_scope_pop(c);
     r->out[r->got++] = r->next;
@@ -83,7 +115,7 @@ static void prefill_pair(em_ctx *c, const em_model *m, em_paged_kv *p, row *a, r
                 ids[j * k + t] = t < k - add[j] ? r->prompt[0] : r->prompt[done[at[j]] + t - (k - add[j])];
         }
         em_scope_push(c);
-        em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, n, k), seqs, add, true);
+        em_tensor *lg = fwd(c, m, p, ids_tensor(c, ids, n, k), seqs, add, true);
         em_token nx[2] = {0, 0};
         if (lg) argmax_rows(c, lg, n, nx);
         em_scope_pop(c);
@@ -106,6 +138,23 @@ static void check_family(const char *family) {
     em_ctx *c = em_ctx_create();
     em_model_options o = em_model_default_options();
     o.dtype = EM_F32;
+    const char *mode = paged_mode();
+    if (mode && !strcmp(mode, "xla")) {
+        /* one family: every eager op of the prefills compiles a program of its own on the
+         * plugin (seconds each cold), which the CI's time does not allow four times */
+        if (strcmp(family, "qwen3")) {
+            em_test_skip("%s: EMBER_TEST_PAGED=xla runs qwen3 only", family);
+            em_ctx_free(c);
+            em_test_bundle_free(b);
+            return;
+        }
+        if (!em_test_xla_or_skip(c)) {
+            em_ctx_free(c);
+            em_test_bundle_free(b);
+            return;
+        }
+        o.device = "xla:0";
+    }
     em_model *m = em_test_load_fixture_model(c, family, &o);
     int64_t n_ids, n_want, nb, nm, ng;
     em_token *ids = em_test_host_tokens(c, em_test_bundle_get(b, c, "ids"), &n_ids);
@@ -114,8 +163,13 @@ static void check_family(const char *family) {
     em_token *bmask = em_test_host_tokens(c, em_test_bundle_get(b, c, "batch_mask"), &nm);
     em_token *bwant = em_test_host_tokens(c, em_test_bundle_get(b, c, "batch_greedy"), &ng);
     em_paged_kv *p = m ? em_paged_kv_create(c, m, 64, BS, 8) : NULL;
-    CHECK_MSG(p != NULL, "%s: %s", family, em_ctx_error(c) ? em_ctx_error(c)->message : "");
-    if (!p || !ids || !want || !bids || !bmask || !bwant) goto done;
+    em_paged_compiled *pc = p && mode ? em_paged_compile(c, m, p, 8, 64) : NULL;
+    CHECK_MSG(p != NULL && (!mode || pc), "%s: %s", family,
+              em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    if (!p || (mode && !pc) || !ids || !want || !bids || !bmask || !bwant) goto done;
+    int64_t pairs[32], n_pairs = 0; /* (rows, table bucket) pairs the decode steps reached */
+    int64_t decode_compiles = 0, decode_calls = 0;
+    g_prefill_pc = !strcmp(mode ? mode : "", "xla") ? pc : NULL;
 
     /* rows: the fixture's prompt, the two prompts of its left-padded batch (unpadded), and the
      * first prompt again on a sequence that shares the first one's full blocks */
@@ -135,7 +189,7 @@ static void check_family(const char *family) {
     /* prefill logits of the first prompt against transformers' */
     rows[0].seq = em_paged_seq_new(c, p);
     em_scope_push(c);
-    em_tensor *lg = em_paged_forward(c, m, p, ids_tensor(c, ids, 1, plen), &rows[0].seq, NULL, false);
+    em_tensor *lg = fwd(c, m, p, ids_tensor(c, ids, 1, plen), &rows[0].seq, NULL, false);
     em_tensor *ref = em_test_bundle_get(b, c, "logits_f32");
     if (lg && ref)
         em_test_allclose(c, lg, em_narrow(c, ref, 0, 0, 1), 1e-4, 1e-4, "paged prefill logits");
@@ -190,7 +244,24 @@ static void check_family(const char *family) {
             seqs[i] = rows[active[i]].seq;
         }
         em_scope_push(c);
-        em_tensor *l = em_paged_forward(c, m, p, ids_tensor(c, in, n_active, 1), seqs, NULL, true);
+        if (pc) { /* the pair this step runs: rows padded to a power of two, the longest
+                   * row's blocks to 2-block buckets */
+            int64_t n_rows = 1, mb = 1;
+            while (n_rows < n_active) n_rows *= 2;
+            for (int i = 0; i < n_active; i++) {
+                int64_t nbk = em_paged_kv_blocks_for(p, em_paged_seq_len(p, seqs[i]) + 1);
+                if (nbk > mb) mb = nbk;
+            }
+            int64_t key = n_rows * 1000 + (mb + 1) / 2, k = 0;
+            while (k < n_pairs && pairs[k] != key) k++;
+            if (k == n_pairs && n_pairs < 32) pairs[n_pairs++] = key;
+        }
+        em_compile_stats s0, s1;
+        em_paged_compiled_stats(pc, &s0);
+        em_tensor *l = decode(c, m, p, pc, ids_tensor(c, in, n_active, 1), seqs);
+        em_paged_compiled_stats(pc, &s1);
+        decode_compiles += s1.compiles - s0.compiles;
+        decode_calls += s1.calls - s0.calls;
         em_token nx[4] = {0};
         if (l) argmax_rows(c, l, n_active, nx);
         em_scope_pop(c);
@@ -208,7 +279,17 @@ static void check_family(const char *family) {
                   "%s row %d: paged greedy tokens differ from transformers", family, k);
     CHECK_MSG(em_paged_kv_blocks_used(p) == 0, "%lld blocks leaked",
               (long long)em_paged_kv_blocks_used(p));
+    if (pc) { /* decode: one compile per pair reached, none per step */
+        em_compile_stats st;
+        em_paged_compiled_stats(pc, &st);
+        CHECK_MSG(decode_compiles == n_pairs && decode_calls > n_pairs,
+                  "%s: %lld compiles, %lld calls for %lld (rows, table) pairs (%s)", family,
+                  (long long)decode_compiles, (long long)decode_calls, (long long)n_pairs,
+                  st.backend);
+    }
 done:
+    g_prefill_pc = NULL;
+    em_paged_compiled_free(pc);
     em_paged_kv_free(p);
     free(ids);
     free(want);

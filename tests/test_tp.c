@@ -84,29 +84,9 @@ static void check_family_ep(const char *family, int ep) {
             em_kv_cache_free(kv);
         }
         /* greedy decoding of the first prompt */
-        int64_t n_ids, n_want;
-        em_token *tids = em_test_host_tokens(c, ids, &n_ids);
-        em_token *want = em_test_host_tokens(c, em_test_bundle_get(b, c, "greedy"), &n_want);
-        int64_t plen = n_ids / 2;
-        em_generate_params p = em_generate_default_params(m);
-        p.max_new_tokens = n_want;
-        p.do_sample = false;
-        p.repetition_penalty = 1.0;
-        p.eos_ids = tids; /* a non-NULL list of length 0: no eos stop (as the reference) */
-        p.n_eos_ids = 0;
-        const em_token *prompts[1] = {tids};
-        em_generate_result r;
-        if (tids && want && em_generate(c, m, NULL, prompts, &plen, 1, &p, &r) == EM_OK) {
-            CHECK_MSG(r.n_ids[0] == n_want &&
-                          !memcmp(r.ids[0], want, (size_t)n_want * sizeof *want),
-                      "%s: greedy tokens at degree %d differ from transformers", family, world);
-            em_generate_result_free(&r);
-        } else {
-            CHECK_MSG(false, "%s: %s", family,
-                      em_ctx_status(c) ? em_ctx_error(c)->message : "no tokens");
-        }
-        free(tids);
-        free(want);
+        char why[1700];
+        CHECK_MSG(em_test_greedy_matches(c, m, b, false, why, sizeof why), "%s at degree %d: %s",
+                  family, world, why);
         em_scope_pop(c);
         CHECK(em_ctx_status(c) == EM_OK);
     }

@@ -64,8 +64,7 @@ typedef struct em_server_options {
     int kv_block;            /* positions per block of the paged KV cache (blocks taken as
                                 sequences grow, freed when they end, a reused prefix's blocks
                                 shared); 0: the dense cache of max_batch x ctx positions (also
-                                used where the paged one is not: devices other than the CPU,
-                                models sharing KV between layers) */
+                                used where the paged one is not: a model split over devices) */
     int64_t kv_blocks;       /* the paged cache's budget in blocks (vLLM's
                                 --num-gpu-blocks-override); 0: room for every row and kept prompt
                                 at ctx, so the pool never runs out. When the pool runs out, kept
@@ -78,8 +77,9 @@ typedef struct em_server_options {
     bool compile;            /* decode steps run as compiled programs (ember/compile.h), one per
                                 batch bucket (1, 2, 4, ... max_batch rows; padding rows ignored)
                                 and key-length bucket (compile_bucket positions), so requests
-                                joining and leaving do not recompile once a pair was seen. Uses
-                                the dense cache (kv_block is ignored); prefill stays eager.
+                                joining and leaving do not recompile once a pair was seen. Over
+                                the paged cache the key bucket is the block tables' width; with
+                                kv_block 0 over the dense cache. Prefill stays eager.
                                 A model compile mode does not take fails the load by name */
     int compile_bucket;      /* key-length bucket of compile mode, in positions (0: 128) */
     bool quiet;              /* no log lines on stderr */

@@ -17,23 +17,22 @@ struct em_model_compiled {
     bool local; /* the model has sliding-window layers: a second mask */
     em_compiled *fn;
     /* SPMD (m->spmd_parts): the split dim of each weight's storage, by the plan */
-    int n_shards;
+int n_shards;
     const em_storage **shard_st;
     int *shard_dim;
+    bool *kv_split; /* per layer: its KV cache split by head (its key projection is) */
 };
 
 /* The dim of weight `name` (shape t) a tensor-parallel rule splits: what the rank slices take
  * (tp.c's place), as one tile per device; -1 to replicate (no rule, replicate, a rowwise bias,
- * the packed gate/up of the experts, whose halves a tile would not keep together). */
-static int plan_dim(const em_model *m, const char *name, const em_tensor *t) {
+ * the packed gate/up of the experts, whose halves a tile would not keep together, key and value
+ * projections of fewer KV heads (hkv) than devices, which the rank plan keeps whole too). */
+static int plan_dim(const em_model *m, const char *name, const em_tensor *t, int64_t hkv) {
     const em_tp_rule *r = em_tp_rule_of(m, m->prefix, name);
     if (!r) return -1;
     size_t n = strlen(name);
     bool bias = n > 5 && !strcmp(name + n - 5, ".bias");
     int nd = em_tensor_ndim(t);
-    /* KV heads fewer than the devices: the projections stay whole, as the rank plan keeps
-     * each KV head whole (replicated) */
-    int64_t hkv = em_tp_kv_heads_of(m, name);
     if ((strstr(name, "self_attn.k_proj.") || strstr(name, "self_attn.v_proj.")) &&
         (hkv <= 0 || hkv % m->spmd_parts))
         return -1;
@@ -51,9 +50,10 @@ static int shard_of(void *user, const em_tensor *t) {
     const em_model_compiled *mc = user;
     const em_kv_cache *kv = mc->kv;
     int parts = mc->m->spmd_parts, dim = -1;
-    for (int64_t l = 0; l < mc->m->n_layers && dim < 0; l++) /* [B, Hkv, L, D]: by KV head */
-        if ((kv->k[l] && kv->k[l]->storage == t->storage) ||
-            (kv->v[l] && kv->v[l]->storage == t->storage))
+    for (int64_t l = 0; l < mc->m->n_layers && dim < 0; l++)
+        if (mc->kv_split[l] && /* [B, Hkv, L, D]: by KV head */
+            ((kv->k[l] && kv->k[l]->storage == t->storage) ||
+             (kv->v[l] && kv->v[l]->storage == t->storage)))
             dim = 1;
     for (int i = 0; i < mc->n_shards && dim < 0; i++)
         if (mc->shard_st[i] == t->storage) dim = mc->shard_dim[i];
@@ -62,33 +62,62 @@ static int shard_of(void *user, const em_tensor *t) {
     return t->offset == 0 && em_is_contiguous(t) && t->shape[dim] % parts == 0 ? dim : -1;
 }
 
-/* The plan's split dim of every parameter's storage (SPMD). */
+/* Records weight t under its Hub name (fmt: prefix, layer, rest) with the plan's split dim. */
+static void shard_add(em_model_compiled *mc, const em_tensor *t, int64_t hkv, const char *fmt,
+                      long long layer, const char *rest) {
+    if (!t) return;
+    char name[256];
+    snprintf(name, sizeof name, fmt, mc->m->prefix, layer, rest);
+    mc->shard_st[mc->n_shards] = t->storage;
+    mc->shard_dim[mc->n_shards++] = plan_dim(mc->m, name, t, hkv);
+}
+
+/* The plan's split dim of every weight the plan names (SPMD); what is not listed is
+ * replicated (norms, Gemma 4's per-layer inputs and router scales). */
 static bool spmd_shards(em_ctx *c, em_model_compiled *mc) {
     const em_model *m = mc->m;
-    int n = em_model_shard_params(c, m, NULL, 0);
-    if (n < 0) {
-        char why[1600];
-        snprintf(why, sizeof why, "%s", em_ctx_error(c)->message);
-        em_ctx_clear_error(c);
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_compile", "SPMD over %d devices needs the "
-                    "model's weights as plain tensors: %.400s", m->spmd_parts, why);
-        return false;
-    }
-    em_model_param *ps = calloc((size_t)n + 1, sizeof *ps);
-    mc->shard_st = calloc((size_t)n + 1, sizeof *mc->shard_st);
-    mc->shard_dim = calloc((size_t)n + 1, sizeof *mc->shard_dim);
-    if (!ps || !mc->shard_st || !mc->shard_dim) {
-        free(ps);
+    size_t cap = 4 + 16 * (size_t)m->n_layers;
+    mc->shard_st = calloc(cap, sizeof *mc->shard_st);
+    mc->shard_dim = calloc(cap, sizeof *mc->shard_dim);
+    mc->kv_split = calloc((size_t)m->n_layers + 1, sizeof *mc->kv_split);
+    if (!mc->shard_st || !mc->shard_dim || !mc->kv_split) {
         em_ctx_fail(c, EM_ERR_OOM, "model_compile", "out of memory");
         return false;
     }
-    em_model_shard_params(c, m, ps, n);
-    for (int i = 0; i < n; i++) {
-        mc->shard_st[i] = ps[i].tensor->storage;
-        mc->shard_dim[i] = plan_dim(m, ps[i].name, ps[i].tensor);
+    char emb[160], head[160];
+    snprintf(emb, sizeof emb, "%sembed_tokens.weight", m->prefix);
+    snprintf(head, sizeof head, "lm_head.weight");
+    mc->shard_st[mc->n_shards] = m->embed ? m->embed->storage : NULL;
+    mc->shard_dim[mc->n_shards++] = m->embed ? plan_dim(m, emb, m->embed, 0) : -1;
+    if (m->lm_head && m->lm_head != m->embed) {
+        mc->shard_st[mc->n_shards] = m->lm_head->storage;
+        mc->shard_dim[mc->n_shards++] = plan_dim(m, head, m->lm_head, 0);
     }
-    mc->n_shards = n;
-    free(ps);
+    /* Gemma 4 names its experts layers.N.experts.*, the others layers.N.mlp.experts.* */
+    const char *ex = m->fam->layer ? "experts" : "mlp.experts";
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        const em_dec_layer *L = &m->layers[l];
+        int64_t hkv = L->kv_heads > 0 ? L->kv_heads : m->cfg.num_key_value_heads;
+        const char *f = "%slayers.%lld.%s";
+        long long i = (long long)l;
+        char gu[64], dn[64];
+        snprintf(gu, sizeof gu, "%s.gate_up_proj", ex);
+        snprintf(dn, sizeof dn, "%s.down_proj", ex);
+        int before = mc->n_shards;
+        shard_add(mc, L->k, hkv, f, i, "self_attn.k_proj.weight");
+        mc->kv_split[l] = L->k && mc->shard_dim[before] >= 0;
+        shard_add(mc, L->q, hkv, f, i, "self_attn.q_proj.weight");
+        shard_add(mc, L->q_bias, hkv, f, i, "self_attn.q_proj.bias");
+        shard_add(mc, L->k_bias, hkv, f, i, "self_attn.k_proj.bias");
+        shard_add(mc, L->v, hkv, f, i, "self_attn.v_proj.weight");
+        shard_add(mc, L->v_bias, hkv, f, i, "self_attn.v_proj.bias");
+        shard_add(mc, L->o, hkv, f, i, "self_attn.o_proj.weight");
+        shard_add(mc, L->gate, hkv, f, i, "mlp.gate_proj.weight");
+        shard_add(mc, L->up, hkv, f, i, "mlp.up_proj.weight");
+        shard_add(mc, L->down, hkv, f, i, "mlp.down_proj.weight");
+        shard_add(mc, L->experts.gate_up, hkv, f, i, gu);
+        shard_add(mc, L->experts.down, hkv, f, i, dn);
+    }
     return true;
 }
 
@@ -152,6 +181,7 @@ void em_model_compiled_free(em_model_compiled *mc) {
     em_compiled_free(mc->fn);
     free(mc->shard_st);
     free(mc->shard_dim);
+    free(mc->kv_split);
     free(mc);
 }
 

@@ -283,13 +283,6 @@ bool em_tp_kv_replicated(const em_model *m);
 /* The parts a layer's hkv KV heads are split in: 1 without tp, the degree, or hkv when fewer
  * (each KV head then held whole by degree / hkv ranks). */
 int64_t em_tp_kv_parts(const em_model *m, int64_t hkv);
-/* em_model_params for SPMD's shardings (model_compile.c): Gemma 4's layers too, their
- * plan-split weights under transformers' names (its own norms and scales are not listed: they
- * stay replicated). */
-int em_model_shard_params(em_ctx *c, const em_model *m, em_model_param *out, int max);
-/* The KV heads of the layer the weight `name` belongs to (Gemma 4's differ per layer), else
- * the config's. */
-int64_t em_tp_kv_heads_of(const em_model *m, const char *name);
 /* After loading: the config's head counts become this rank's (the forward reads them). */
 void em_tp_localize(em_model *m);
 /* Adds a weight placed by `rule` (NULL: no rule, replicated) to the placement report: the

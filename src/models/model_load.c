@@ -409,19 +409,13 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     m->tp = o.tp;
     m->tp_size = o.tp ? em_dist_world_size(o.tp) : 1;
     m->tp_rank = o.tp ? em_dist_rank(o.tp) : 0;
-    /* under SPMD, ep_size = spmd splits the expert stacks by expert (the expert-parallel
-     * plan's grouped_gemm as shardings, model_compile.c) */
-    bool spmd_ep = o.spmd > 1 && !o.tp && o.ep_size == o.spmd;
-    if (o.ep_size > 1 && o.ep_size != m->tp_size && !spmd_ep) {
+    /* the experts spread over the tp group, or over SPMD's devices (as shardings) */
+    int ep_degree = o.spmd > 1 && !o.tp ? o.spmd : m->tp_size;
+    if (o.ep_size > 1 && o.ep_size != ep_degree) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load", "expert parallelism: ep_size %d must "
-                    "equal the tensor-parallel degree %d (the experts are spread over the tp "
-                    "group) or the SPMD degree", o.ep_size, m->tp_size);
-        goto fail;
-    }
-    if (spmd_ep && (m->cfg.num_experts <= 0 || !m->fam->ep_plan)) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_load", "expert parallelism (ep_size %d) under "
-                    "SPMD: the %s model has %s", o.ep_size, m->cfg.model_type,
-                    m->cfg.num_experts <= 0 ? "no MoE layers" : "no expert-parallel plan");
+                    "equal the %s degree %d (the experts are spread over %s)", o.ep_size,
+                    ep_degree == m->tp_size ? "tensor-parallel" : "SPMD", ep_degree,
+                    ep_degree == m->tp_size ? "the tp group" : "the devices");
         goto fail;
     }
     m->tp_ep = o.ep_size > 1;

@@ -26,9 +26,9 @@ static void add(lister *ls, em_tensor *t, const char *fmt, const char *a, long l
 }
 
 /* Why the model's weights cannot be listed as trainable tensors (NULL: they can). */
-static const char *refusal(const em_model *m, bool own_layer_ok) {
+static const char *refusal(const em_model *m) {
     if (!m->fam || !m->fam->causal) return "an encoder (only decoder language models)";
-    if (m->fam->layer && !own_layer_ok) return "a family with its own layer (gemma4)";
+    if (m->fam->layer) return "a family with its own layer (gemma4)";
     if (m->tp_size > 1) return "split by tensor parallelism (each rank holds slices)";
     if (m->embed_pl) return "a model with per-layer inputs";
     if (!m->embed || !em_dtype_is_float(em_tensor_dtype(m->embed))) return "quantized (GGUF)";
@@ -41,13 +41,13 @@ static const char *refusal(const em_model *m, bool own_layer_ok) {
     return NULL;
 }
 
-static int list(em_ctx *c, const em_model *m, em_model_param *out, int max, bool own_layer_ok) {
+int em_model_params(em_ctx *c, const em_model *m, em_model_param *out, int max) {
     if (!c || em_ctx_status(c)) return -1;
     if (!m || max < 0 || (max > 0 && !out)) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_params", "NULL model or output");
         return -1;
     }
-    const char *why = refusal(m, own_layer_ok);
+    const char *why = refusal(m);
     if (why) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "model_params",
                     "%s (%s) is %s: its parameters cannot be listed for training", m->dir,
@@ -74,10 +74,9 @@ static int list(em_ctx *c, const em_model *m, em_model_param *out, int max, bool
         add(&ls, L->gate, f, p, i, "mlp.gate_proj.weight");
         add(&ls, L->up, f, p, i, "mlp.up_proj.weight");
         add(&ls, L->down, f, p, i, "mlp.down_proj.weight");
-        bool g4 = m->fam->layer != NULL; /* Gemma 4's router and experts beside its MLP */
-        add(&ls, L->router, f, p, i, g4 ? "router.proj.weight" : "mlp.gate.weight");
-        add(&ls, L->experts.gate_up, f, p, i, g4 ? "experts.gate_up_proj" : "mlp.experts.gate_up_proj");
-        add(&ls, L->experts.down, f, p, i, g4 ? "experts.down_proj" : "mlp.experts.down_proj");
+        add(&ls, L->router, f, p, i, "mlp.gate.weight");
+        add(&ls, L->experts.gate_up, f, p, i, "mlp.experts.gate_up_proj");
+        add(&ls, L->experts.down, f, p, i, "mlp.experts.down_proj");
         add(&ls, L->in_norm, f, p, i, "input_layernorm.weight");
         add(&ls, L->post_attn_norm, f, p, i, "post_attention_layernorm.weight");
         add(&ls, L->pre_ffn_norm, f, p, i, "pre_feedforward_layernorm.weight");
@@ -86,12 +85,4 @@ static int list(em_ctx *c, const em_model *m, em_model_param *out, int max, bool
     add(&ls, m->final_norm, "%snorm.weight%s", p, -1, "");
     if (m->lm_head && m->lm_head != m->embed) add(&ls, m->lm_head, "%slm_head.weight", "", -1, "");
     return ls.n;
-}
-
-int em_model_params(em_ctx *c, const em_model *m, em_model_param *out, int max) {
-    return list(c, m, out, max, false);
-}
-
-int em_model_shard_params(em_ctx *c, const em_model *m, em_model_param *out, int max) {
-    return list(c, m, out, max, true);
 }

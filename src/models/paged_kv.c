@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tensor_impl.h"
 #include "models/decoder_blocks.h"
 #include "models/model_impl.h"
 
@@ -29,10 +30,9 @@ struct em_paged_kv {
 };
 
 bool em_paged_kv_supported(const em_model *m) {
-    if (!m || !m->fam->causal) return false;
-    em_device *cpu = em_device_cpu();
-    bool ok = m->dev_embed == cpu && m->dev_head == cpu;
-    for (int64_t i = 0; ok && i < m->n_layers; i++) ok = m->layers[i].dev == cpu;
+    if (!m || !m->fam->causal || !m->dev_embed || m->dev_embed->be->no_values) return false;
+    bool ok = m->dev_head == m->dev_embed;
+    for (int64_t i = 0; ok && i < m->n_layers; i++) ok = m->layers[i].dev == m->dev_embed;
     return ok;
 }
 
@@ -259,15 +259,25 @@ static bool grow_rows(em_ctx *c, em_paged_kv *p, const int *seqs, int64_t b, int
     return true;
 }
 
-em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_tensor *ids,
-                            const int *seqs, const int64_t *n_new, bool last_only) {
-    if (!c || em_ctx_status(c)) return NULL;
+void em_paged_step_free(em_paged_step *s) {
+    free(s->pos);
+    free(s->slots);
+    free(s->table);
+    free(s->lens);
+    memset(s, 0, sizeof *s);
+}
+
+bool em_paged_step_plan(em_ctx *c, em_paged_kv *p, em_tensor *ids, const int *seqs,
+                        const int64_t *n_new, int64_t rows, int64_t mb_mult, int64_t mb_cap,
+                        em_paged_step *st) {
+    memset(st, 0, sizeof *st);
+    if (!c || em_ctx_status(c)) return false;
     char s1[96];
-    if (!m || !p || p->m != m || !ids || !seqs || em_tensor_ndim(ids) != 2) {
+    if (!p || !ids || !seqs || em_tensor_ndim(ids) != 2) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_forward",
                     "needs the cache's model, ids [B, T] and B sequence ids, got %s",
                     ids ? em_tensor_sig(ids, s1, sizeof s1) : "no ids");
-        return NULL;
+        return false;
     }
     int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
     for (int64_t r = 0; r < b; r++) {
@@ -277,72 +287,110 @@ em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_ten
             em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_forward",
                         "row %lld: sequence %d is not in use or repeats an earlier row",
                         (long long)r, seqs[r]);
-            return NULL;
+            return false;
         }
     }
     if (b == 0 || t == 0) {
         em_ctx_fail(c, EM_ERR_SHAPE, "paged_forward", "ids %s are empty",
                     em_tensor_sig(ids, s1, sizeof s1));
-        return NULL;
+        return false;
+    }
+    if (rows < b) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_forward", "%lld rows run in a batch of %lld",
+                    (long long)b, (long long)rows);
+        return false;
     }
     for (int64_t r = 0; n_new && r < b; r++)
         if (n_new[r] < 1 || n_new[r] > t) {
             em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_forward",
                         "row %lld adds %lld tokens; 1 to %lld (the ids' width) can be added",
                         (long long)r, (long long)n_new[r], (long long)t);
-            return NULL;
+            return false;
         }
-    if (!grow_rows(c, p, seqs, b, t, n_new)) return NULL;
+    if (!grow_rows(c, p, seqs, b, t, n_new)) return false;
     int64_t mb = 1;
     for (int64_t r = 0; r < b; r++)
         if (p->seqs[seqs[r]].n_blk > mb) mb = p->seqs[seqs[r]].n_blk;
-    int64_t *pos = malloc((size_t)(b * t) * sizeof *pos), *slots = malloc((size_t)(b * t) * sizeof *slots);
-    int64_t *table = calloc((size_t)(b * mb), sizeof *table), *lens = malloc((size_t)b * sizeof *lens);
-    if (!pos || !slots || !table || !lens) {
-        em_ctx_fail(c, EM_ERR_OOM, "paged_forward", "out of memory");
-        goto fail;
+    if (mb_mult > 1) { /* a bucket of table widths (compiled steps), never below the need */
+        int64_t w = (mb + mb_mult - 1) / mb_mult * mb_mult;
+        mb = mb_cap > mb && w > mb_cap ? mb_cap : w;
     }
-    for (int64_t r = 0; r < b; r++) {
+    st->b = b;
+    st->t = t;
+    st->rows = rows;
+    st->mb = mb;
+    st->pos = malloc((size_t)(rows * t) * sizeof *st->pos);
+    st->slots = malloc((size_t)(rows * t) * sizeof *st->slots);
+    st->table = calloc((size_t)(rows * mb), sizeof *st->table);
+    st->lens = calloc((size_t)rows, sizeof *st->lens);
+    if (!st->pos || !st->slots || !st->table || !st->lens) {
+        em_paged_step_free(st);
+        em_ctx_fail(c, EM_ERR_OOM, "paged_forward", "out of memory");
+        return false;
+    }
+    int64_t pad_slot = p->n_blocks * p->bs; /* the padding block: written, never read */
+    for (int64_t r = 0; r < rows; r++) {
+        if (r >= b) { /* a padding row of a bucket: length 0, it attends to nothing */
+            for (int64_t i = 0; i < t; i++) {
+                st->pos[r * t + i] = 0;
+                st->slots[r * t + i] = pad_slot + i % p->bs;
+            }
+            continue;
+        }
         const pg_seq *s = &p->seqs[seqs[r]];
-        for (int64_t i = 0; i < s->n_blk; i++) table[r * mb + i] = s->blk[i];
+        for (int64_t i = 0; i < s->n_blk; i++) st->table[r * mb + i] = s->blk[i];
         int64_t pad = t - (n_new ? n_new[r] : t);
         for (int64_t i = 0; i < t; i++) {
             int64_t q = s->len + i - pad; /* padding: before the row's new positions */
-            pos[r * t + i] = q < 0 ? 0 : q;
-            slots[r * t + i] = i < pad ? p->n_blocks * p->bs + i % p->bs /* the padding block */
-                                       : (int64_t)s->blk[q / p->bs] * p->bs + q % p->bs;
+            st->pos[r * t + i] = q < 0 ? 0 : q;
+            st->slots[r * t + i] = i < pad ? pad_slot + i % p->bs
+                                           : (int64_t)s->blk[q / p->bs] * p->bs + q % p->bs;
         }
-        lens[r] = s->len + t - pad;
+        st->lens[r] = s->len + t - pad;
     }
+    return true;
+}
+
+void em_paged_step_commit(em_paged_kv *p, const int *seqs, const int64_t *n_new,
+                          const em_paged_step *st) {
+    for (int64_t i = 0; i < st->b; i++) p->seqs[seqs[i]].len += n_new ? n_new[i] : st->t;
+}
+
+void em_paged_fwd_init(em_fwd *f, em_ctx *c, const em_model *m, const em_paged_kv *p,
+                       const em_paged_step *st) {
+    memset(f, 0, sizeof *f);
+    f->c = c;
+    f->m = m;
+    f->b = st->rows;
+    f->t = st->t;
+    f->pg_k = p->k;
+    f->pg_v = p->v;
+    f->pg_block = p->bs;
+}
+
+em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_tensor *ids,
+                            const int *seqs, const int64_t *n_new, bool last_only) {
+    if (!c || em_ctx_status(c)) return NULL;
+    if (!m || !p || p->m != m) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "paged_forward", "needs the cache's model");
+        return NULL;
+    }
+    em_paged_step st;
+    if (!em_paged_step_plan(c, p, ids, seqs, n_new, ids ? em_tensor_dim(ids, 0) : 0, 1, 0, &st))
+        return NULL; /* the blocks taken stay with their rows (freed with them) */
+    int64_t b = st.b, t = st.t, mb = st.mb;
     em_scope_push(c);
-    em_device *cpu = em_device_cpu();
+    /* on the model's device (one device: em_paged_kv_supported), moved there at most once */
+    em_device *d = m->dev_embed;
     em_fwd f;
-    memset(&f, 0, sizeof f);
-    f.c = c;
-    f.m = m;
-    f.b = b;
-    f.t = t;
-    f.positions = em_from_host_on(c, cpu, EM_I64, 2, (int64_t[]){b, t}, pos);
-    f.pg_k = p->k;
-    f.pg_v = p->v;
-    f.pg_block = p->bs;
-    f.pg_slots = em_from_host_on(c, cpu, EM_I64, 1, (int64_t[]){b * t}, slots);
-    f.pg_table = em_from_host_on(c, cpu, EM_I64, 2, (int64_t[]){b, mb}, table);
-    f.pg_lens = em_from_host_on(c, cpu, EM_I64, 1, (int64_t[]){b}, lens);
+    em_paged_fwd_init(&f, c, m, p, &st);
+    f.positions = em_from_host_on(c, d, EM_I64, 2, (int64_t[]){b, t}, st.pos);
+    f.pg_slots = em_from_host_on(c, d, EM_I64, 1, (int64_t[]){b * t}, st.slots);
+    f.pg_table = em_from_host_on(c, d, EM_I64, 2, (int64_t[]){b, mb}, st.table);
+    f.pg_lens = em_from_host_on(c, d, EM_I64, 1, (int64_t[]){b}, st.lens);
     em_tensor *r = em_keep(c, em_decoder_forward_body(&f, ids, last_only));
     em_scope_pop(c);
-    if (em_ctx_status(c)) goto fail;
-    for (int64_t i = 0; i < b; i++) p->seqs[seqs[i]].len += n_new ? n_new[i] : t;
-    free(pos);
-    free(slots);
-    free(table);
-    free(lens);
-    return r;
-fail:
-    /* the blocks taken for this step stay with their rows (freed with them); lengths unchanged */
-    free(pos);
-    free(slots);
-    free(table);
-    free(lens);
-    return NULL;
+    if (!em_ctx_status(c)) em_paged_step_commit(p, seqs, n_new, &st);
+    em_paged_step_free(&st);
+    return em_ctx_status(c) ? NULL : r;
 }

@@ -15,7 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ember/compile.h"
 #include "ember/ember.h"
+#include "models/model_impl.h"
 
 typedef struct em_paged_kv em_paged_kv;
 
@@ -23,9 +25,9 @@ typedef struct em_paged_kv em_paged_kv;
  * max_seqs sequences: a key and a value pool per layer, none for a KV-sharing layer (it attends
  * over its source layer's blocks). NULL on error (in c: invalid arguments, out of memory). Free
  * with em_paged_kv_free. */
-/* Whether m runs with a paged cache where it pays: a causal decoder whose layers sit on the
- * CPU, whose kernel em_paged_attention has (other devices run the op as a composition that
- * gathers each row's keys per call: correct, not worth it). */
+/* Whether m runs with a paged cache: a causal decoder wholly on one device that holds values,
+ * the CPU (em_paged_attention's kernel) or a PJRT device (its StableHLO lowering,
+ * backends/pjrt/stablehlo_paged.c). A model split over devices keeps the dense cache. */
 bool em_paged_kv_supported(const em_model *m);
 
 em_paged_kv *em_paged_kv_create(em_ctx *c, const em_model *m, int64_t n_blocks,
@@ -69,5 +71,48 @@ int64_t em_paged_kv_bytes(const em_paged_kv *p);
  * "the KV pool ...") with nothing changed. */
 em_tensor *em_paged_forward(em_ctx *c, const em_model *m, em_paged_kv *p, em_tensor *ids,
                             const int *seqs, const int64_t *n_new, bool last_only);
+
+/* ---- compile mode (paged_compile.c) ----
+ * The step as a compiled function: positions, written slots, block tables and lengths are its
+ * inputs (data), the pools are captured, so its shapes depend only on the batch, the tokens per
+ * row and the table width, which is rounded up to a bucket: requests joining and leaving a
+ * running batch of one bucket reuse one program. */
+typedef struct em_paged_compiled em_paged_compiled;
+/* Bound to p (which must outlive it); table widths are multiples of `bucket` positions (<= 0:
+ * 128) capped at max_len positions. NULL with the error in c (EM_ERR_UNSUPPORTED for a model
+ * compile mode does not take, or one the paged cache does not). */
+em_paged_compiled *em_paged_compile(em_ctx *c, const em_model *m, em_paged_kv *p, int64_t bucket,
+                                    int64_t max_len);
+/* em_paged_forward through the program, the batch padded to `rows` (>= the ids' rows): padding
+ * rows feed id 0 at length 0 (their keys go to the padding block) and their logits are
+ * dropped. Same results and errors as em_paged_forward; logits [B, 1 or T, V] for the B real
+ * rows. */
+em_tensor *em_paged_forward_compiled(em_ctx *c, em_paged_compiled *pc, em_tensor *ids,
+                                     const int *seqs, const int64_t *n_new, int64_t rows,
+                                     bool last_only);
+void em_paged_compiled_stats(const em_paged_compiled *pc, em_compile_stats *out);
+void em_paged_compiled_free(em_paged_compiled *pc);
+
+/* ---- the host side of one step, shared by the eager and compiled forwards ---- */
+typedef struct em_paged_step {
+    int64_t b, t, rows, mb;  /* real rows, tokens per row, rows run (padded), table width */
+    int64_t *pos, *slots;    /* [rows, T]: positions, pool slots written */
+    int64_t *table, *lens;   /* [rows, mb] block ids (0 past a row's blocks), [rows] lengths */
+} em_paged_step;
+/* Checks the step's arguments, takes the blocks the rows need (all or none) and fills *st for
+ * `rows` rows (>= the ids' rows; the rest padding rows of length 0 writing the padding block).
+ * The table is at least as wide as the widest row's blocks; with mb_mult > 1 its width is
+ * rounded up to a multiple of mb_mult, capped at mb_cap (when that still holds the rows).
+ * False with the error in c. */
+bool em_paged_step_plan(em_ctx *c, em_paged_kv *p, em_tensor *ids, const int *seqs,
+                        const int64_t *n_new, int64_t rows, int64_t mb_mult, int64_t mb_cap,
+                        em_paged_step *st);
+/* After the step ran: the rows' lengths advance. */
+void em_paged_step_commit(em_paged_kv *p, const int *seqs, const int64_t *n_new,
+                          const em_paged_step *st);
+void em_paged_step_free(em_paged_step *st);
+/* A forward over p's pools for st's rows (f's tensors left for the caller to set). */
+void em_paged_fwd_init(em_fwd *f, em_ctx *c, const em_model *m, const em_paged_kv *p,
+                       const em_paged_step *st);
 
 #endif

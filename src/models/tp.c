@@ -58,7 +58,7 @@ int64_t em_tp_kv_parts(const em_model *m, int64_t hkv) {
 
 /* The KV heads of the layer weight `name` belongs to ("...layers.<i>...."): the layer's own
  * (Gemma 4's differ per layer) or the config's. */
-int64_t em_tp_kv_heads_of(const em_model *m, const char *name) {
+static int64_t kv_heads_of(const em_model *m, const char *name) {
     const char *at = strstr(name, "layers.");
     if (at) {
         long long i = strtoll(at + 7, NULL, 10);
@@ -216,7 +216,7 @@ static em_tensor *place(em_wload *w, const char *name, em_tensor *t, const char 
     int64_t size = em_tensor_dim(t, dim), r = m->tp_rank, k = m->tp_size;
     const char *rank = "r";
     char kvr[48];
-    int64_t parts = col && is_kv_proj(name) ? kv_parts(m->tp_size, em_tp_kv_heads_of(m, name)) : k;
+    int64_t parts = col && is_kv_proj(name) ? kv_parts(m->tp_size, kv_heads_of(m, name)) : k;
     if (parts < k) {
         /* rank r's query heads all read KV head r / (k / hkv): k / hkv ranks hold each one */
         snprintf(kvr, sizeof kvr, "(r/%lld)", (long long)(k / parts));

@@ -8,7 +8,9 @@
  * block, after the embedding when it is split, after lm_head), so an override may change only
  * what those points allow: the embedding (embedding_rowwise or replicate) and lm_head
  * (colwise_gather_output or replicate); every other pattern may restate the family's rule but
- * not change it. Anything else is refused naming the pattern and the rule.
+ * not change it. Anything else is refused naming the pattern and the rule. Under SPMD
+ * (em_model_options.spmd) the rules are only shardings and XLA's partitioner places the
+ * collectives, so any rule Ember runs may go on any module pattern.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +80,9 @@ static em_status check_rule(em_ctx *c, const em_model *m, const char *pattern, c
                            "(transformers' names Ember runs: colwise, rowwise, packed_colwise, "
                            "colwise_gather_output, replicated_with_grad_allreduce, "
                            "embedding_rowwise, moe_tp_experts, replicate)", pattern, rule);
+    /* SPMD: the rules are shardings and XLA places the collectives, so any rule Ember runs
+     * may go on any module */
+    if (m->spmd_parts > 1) return EM_OK;
     if (!strcmp(pattern, "embed_tokens")) {
         if (strcmp(rule, "embedding_rowwise") && strcmp(rule, "replicate"))
             return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tp_plan: 'embed_tokens' takes "
@@ -104,7 +109,7 @@ static em_status check_rule(em_ctx *c, const em_model *m, const char *pattern, c
 }
 
 em_status em_tp_plan_apply(em_ctx *c, em_model *m, const char *text) {
-    if (m->tp_size <= 1) return EM_OK;
+    if (m->tp_size <= 1 && m->spmd_parts <= 1) return EM_OK;
     /* a family without a plan (BERT, whose loader has no tp step) is refused here, at once */
     if (!m->fam->tp_plan) return em_tp_check(c, m);
     if (!text) return EM_OK;

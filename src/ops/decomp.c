@@ -2,9 +2,10 @@
  * Compositions of table ops for devices without a kernel for them (the dispatcher calls them,
  * ops/dispatch.h em_decomp_get), so every backend runs the op, eagerly and in compiled programs.
  *
- * paged_attention (PJRT): each row's slots gathered out of the pools (index_select), a mask of
- * the positions each query sees from the lengths, and sdpa. It materialises every row's keys up
- * to the table's width, a copy of them per call: a correct path, not a fast one.
+ * paged_attention (a device without a kernel for it; PJRT has its own lowering,
+ * backends/pjrt/stablehlo_paged.c): each row's slots gathered out of the pools (index_select), a
+ * mask of the positions each query sees from the lengths, and sdpa. It materialises every row's
+ * keys up to the table's width, a copy of them per call: a correct path, not a fast one.
  */
 #include <stdlib.h>
 

@@ -12,11 +12,17 @@
  * prompt copied over them before it is read, and every later position is written before it is
  * read. The key length is bucketed by em_model_forward_compiled (--bucket positions), so the
  * programs are at most one per (batch bucket, key bucket) pair.
+ *
+ * With the paged cache (srv_compiled_create_paged) the step is em_paged_forward_compiled: the
+ * same batch buckets, one em_paged_compiled each; padding rows have length 0 and write only
+ * the pool's padding block, and the block tables' width is bucketed (--bucket positions), so
+ * the programs are again one per (batch bucket, table bucket) pair.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/model_impl.h"
+#include "models/paged_kv.h"
 #include "serve/compiled_step.h"
 
 struct srv_compiled {
@@ -28,12 +34,17 @@ struct srv_compiled {
     int64_t bucket;
     uint8_t *mask;             /* [max_batch, max_len + 1] */
     int64_t *ids;              /* [max_batch] */
+    /* the paged cache's step instead (view[] and mask unused) */
+    em_paged_kv *pkv;
+    em_paged_compiled *pc[32];
+    int64_t ctx;
 };
 
 void srv_compiled_free(srv_compiled *sc) {
     if (!sc) return;
     for (int i = 0; i < sc->n_buckets; i++) {
         em_model_compiled_free(sc->mc[i]);
+        em_paged_compiled_free(sc->pc[i]);
         for (int64_t l = 0; sc->view[i].k && l < sc->m->n_layers; l++) {
             em_tensor_release(sc->view[i].k[l]);
             em_tensor_release(sc->view[i].v[l]);
@@ -46,7 +57,9 @@ void srv_compiled_free(srv_compiled *sc) {
     free(sc);
 }
 
-srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv, int64_t bucket) {
+/* The common part: the model check, the batch buckets 1, 2, 4, ... max_batch. */
+static srv_compiled *compiled_new(em_ctx *c, const em_model *m, int64_t max_batch,
+                                  int64_t bucket) {
     if (em_ctx_status(c)) return NULL;
     if (!em_model_compile_supported(m)) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "serve",
@@ -61,8 +74,54 @@ srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv,
     }
     sc->m = m;
     sc->bucket = bucket > 0 ? bucket : 128;
-    for (int64_t b = 1; b < kv->batch && sc->n_buckets < 31; b *= 2) sc->batch[sc->n_buckets++] = (int)b;
-    sc->batch[sc->n_buckets++] = (int)kv->batch;
+    for (int64_t b = 1; b < max_batch && sc->n_buckets < 31; b *= 2) sc->batch[sc->n_buckets++] = (int)b;
+    sc->batch[sc->n_buckets++] = (int)max_batch;
+    return sc;
+}
+
+/* The smallest bucket that holds n rows. */
+static int bucket_of(const srv_compiled *sc, int n) {
+    int i = 0;
+    while (i < sc->n_buckets - 1 && sc->batch[i] < n) i++;
+    return i;
+}
+
+srv_compiled *srv_compiled_create_paged(em_ctx *c, const em_model *m, em_paged_kv *p,
+                                        int max_batch, int64_t ctx, int64_t bucket) {
+    srv_compiled *sc = compiled_new(c, m, max_batch, bucket);
+    if (!sc) return NULL;
+    sc->pkv = p;
+    sc->ctx = ctx;
+    sc->ids = malloc((size_t)max_batch * sizeof *sc->ids);
+    if (!sc->ids) {
+        em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+        srv_compiled_free(sc);
+        return NULL;
+    }
+    return sc;
+}
+
+em_status srv_compiled_step_paged(em_ctx *c, srv_compiled *sc, int n, const int64_t *ids,
+                                  const int *seqs, float *logits) {
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    int i = bucket_of(sc, n);
+    if (n < 1 || n > sc->batch[i] || !sc->pkv)
+        return em_ctx_fail(c, EM_ERR_INTERNAL, "serve", "--compile: %d rows for at most %d", n,
+                           sc->batch[i]);
+    if (!sc->pc[i] && !(sc->pc[i] = em_paged_compile(c, sc->m, sc->pkv, sc->bucket, sc->ctx)))
+        return em_ctx_status(c);
+    em_scope_push(c);
+    em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, 1), ids);
+    em_tensor *lg = it ? em_paged_forward_compiled(c, sc->pc[i], it, seqs, NULL, sc->batch[i], true)
+                       : NULL;
+    if (lg) em_to_host(c, lg, logits, (size_t)em_tensor_numel(lg) * sizeof *logits);
+    em_scope_pop(c);
+    return em_ctx_status(c);
+}
+
+srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv, int64_t bucket) {
+    srv_compiled *sc = compiled_new(c, m, kv->batch, bucket);
+    if (!sc) return NULL;
     sc->mask = malloc((size_t)(kv->batch * (kv->max_len + 1)));
     sc->ids = malloc((size_t)kv->batch * sizeof *sc->ids);
     if (!sc->mask || !sc->ids) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
@@ -94,8 +153,7 @@ srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv,
 em_status srv_compiled_step(em_ctx *c, srv_compiled *sc, int n, int64_t len, const int64_t *ids,
                             const uint8_t *mask, float *logits) {
     if (em_ctx_status(c)) return em_ctx_status(c);
-    int i = 0;
-    while (i < sc->n_buckets - 1 && sc->batch[i] < n) i++;
+    int i = bucket_of(sc, n);
     int64_t b = sc->batch[i], tk = len + 1;
     if (n < 1 || n > b)
         return em_ctx_fail(c, EM_ERR_INTERNAL, "serve", "--compile: %d rows for at most %lld", n,
@@ -125,10 +183,13 @@ void srv_compiled_counts(const srv_compiled *sc, int64_t *compiles, int64_t *pro
     *compiles = *programs = 0;
     *compile_ms = 0;
     for (int i = 0; sc && i < sc->n_buckets; i++) {
-        em_compile_stats st;
-        em_model_compiled_stats(sc->mc[i], &st);
-        *compiles += st.compiles;
-        *programs += st.programs;
-        *compile_ms += st.compile_ms;
+        em_compile_stats st[2];
+        em_model_compiled_stats(sc->mc[i], &st[0]);
+        em_paged_compiled_stats(sc->pc[i], &st[1]);
+        for (int k = 0; k < 2; k++) {
+            *compiles += st[k].compiles;
+            *programs += st[k].programs;
+            *compile_ms += st[k].compile_ms;
+        }
     }
 }

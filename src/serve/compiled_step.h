@@ -1,11 +1,13 @@
-/* `ember serve --compile`: the decode step over the dense KV cache as compiled programs, one
- * per (batch bucket, key-length bucket) pair (compiled_step.c says how rows are padded). */
+/* `ember serve --compile`: the decode step over the dense or the paged KV cache as compiled
+ * programs, one per (batch bucket, key-length bucket) pair (compiled_step.c says how rows are
+ * padded). */
 #ifndef EMBER_SERVE_COMPILED_STEP_H
 #define EMBER_SERVE_COMPILED_STEP_H
 
 #include <stdint.h>
 
 #include "ember/model.h"
+#include "models/paged_kv.h"
 
 typedef struct srv_compiled srv_compiled;
 
@@ -19,6 +21,16 @@ srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv,
  * cache's rows [0, n) get position len written (padding rows up to the batch bucket too). */
 em_status srv_compiled_step(em_ctx *c, srv_compiled *sc, int n, int64_t len, const int64_t *ids,
                             const uint8_t *mask, float *logits);
+/* Over the paged cache p (which must outlive the result): batch buckets up to max_batch, block
+ * tables bucketed by `bucket` positions (<= 0: 128) up to ctx. NULL with the error in c, as
+ * srv_compiled_create. */
+srv_compiled *srv_compiled_create_paged(em_ctx *c, const em_model *m, em_paged_kv *p,
+                                        int max_batch, int64_t ctx, int64_t bucket);
+/* One decode step of the paged cache's sequences seqs[0..n): row r feeds ids[r] at its own
+ * length (em_paged_forward's semantics and errors); its next-token logits go to
+ * logits[r * vocab ...]. */
+em_status srv_compiled_step_paged(em_ctx *c, srv_compiled *sc, int n, const int64_t *ids,
+                                  const int *seqs, float *logits);
 /* Compiles so far, programs held and the time spent compiling, summed over the buckets. */
 void srv_compiled_counts(const srv_compiled *sc, int64_t *compiles, int64_t *programs,
                          double *compile_ms);

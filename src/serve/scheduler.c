@@ -13,11 +13,11 @@
  * left by the smallest start. Both copy the cache (rare events); a paged cache would not need
  * them (docs/serve.md, "limits").
  *
- * With the paged cache (the default on the CPU, w->pkv, models/paged_kv.h) none of that holds:
- * every row and every prompt being prefilled is a sequence of its own blocks, written at its own
- * length; a step attends over each row's blocks only, a row that leaves gives its blocks back,
- * and a reused prefix shares the kept prompt's blocks. The one-length cache stays for devices
- * that cannot run em_paged_attention.
+ * With the paged cache (the default for a model on one device, w->pkv, models/paged_kv.h)
+ * none of that holds: every row and every prompt being prefilled is a sequence of its own
+ * blocks, written at its own length; a step attends over each row's blocks only, a row that
+ * leaves gives its blocks back, and a reused prefix shares the kept prompt's blocks. The
+ * one-length cache stays for models split over devices and for --kv-block 0.
  */
 #include <math.h>
 #include <stdio.h>
@@ -1003,6 +1003,18 @@ static const char *admit_finish(srv_worker *w, int g) {
 
 /* ---- one decode step over the running rows ---- */
 
+/* --compile: the metrics' compile counters after a compiled step. */
+static void compile_counts(srv_worker *w) {
+    int64_t compiles, programs;
+    double ms;
+    srv_compiled_counts(w->sc, &compiles, &programs, &ms);
+    pthread_mutex_lock(&w->s->mu);
+    w->s->compiles = compiles;
+    w->s->compiled_programs = programs;
+    w->s->compile_ms = ms;
+    pthread_mutex_unlock(&w->s->mu);
+}
+
 /* Paged: each row feeds its last id at its own length. */
 static em_status step_forward_paged(srv_worker *w) {
     em_ctx *c = w->c;
@@ -1010,6 +1022,12 @@ static em_status step_forward_paged(srv_worker *w) {
     for (int r = 0; r < n; r++) {
         w->ids[r] = w->rows[r].last;
         w->seqs[r] = w->rows[r].seq;
+    }
+    if (w->sc) { /* --compile: the batch rounded up to its bucket (compiled_step.c) */
+        if (srv_compiled_step_paged(c, w->sc, n, w->ids, w->seqs, w->logits))
+            return em_ctx_status(c);
+        compile_counts(w);
+        return EM_OK;
     }
     em_scope_push(c);
     em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, 1), w->ids);
@@ -1040,14 +1058,7 @@ static em_status step_forward_dense(srv_worker *w) {
     if (w->sc) { /* --compile: the batch rounded up to its bucket (compiled_step.c) */
         if (srv_compiled_step(c, w->sc, n, w->len, w->ids, w->mask, w->logits))
             return em_ctx_status(c);
-        int64_t compiles, programs;
-        double ms;
-        srv_compiled_counts(w->sc, &compiles, &programs, &ms);
-        pthread_mutex_lock(&w->s->mu);
-        w->s->compiles = compiles;
-        w->s->compiled_programs = programs;
-        w->s->compile_ms = ms;
-        pthread_mutex_unlock(&w->s->mu);
+        compile_counts(w);
         w->len = tk;
         return EM_OK;
     }
@@ -1165,7 +1176,7 @@ static bool load(srv_worker *w) {
     } else if (!em_ctx_status(c)) {
         int64_t maxpos = em_model_config_get(m)->max_position_embeddings;
         if (ctx <= 0) ctx = maxpos > 0 && maxpos < 4096 ? maxpos : 4096;
-        if (s->o.kv_block > 0 && em_paged_kv_supported(m) && !s->o.compile) {
+        if (s->o.kv_block > 0 && em_paged_kv_supported(m)) {
             /* without a budget: room for every row and prompt in flight at ctx, and every kept
              * prompt; pages no block reached take no memory */
             int64_t per = (ctx + s->o.kv_block - 1) / s->o.kv_block;
@@ -1175,6 +1186,9 @@ static bool load(srv_worker *w) {
             if (budget >= 0)
                 w->pkv = em_paged_kv_create(c, m, blocks, s->o.kv_block,
                                             2 * s->o.max_batch + s->o.prefix_cache + 1);
+            if (w->pkv && s->o.compile)
+                w->sc = srv_compiled_create_paged(c, m, w->pkv, s->o.max_batch, ctx,
+                                                  s->o.compile_bucket);
         } else {
             w->kv = em_kv_cache_create(c, m, s->o.max_batch, ctx);
             if (w->kv && s->o.compile) w->sc = srv_compiled_create(c, m, w->kv, s->o.compile_bucket);
@@ -1251,9 +1265,12 @@ static bool load(srv_worker *w) {
     if (s->loaded && !s->o.quiet && s->o.compile)
         fprintf(stderr, "ember serve: --compile: %s\n",
                 encoder ? "no effect on an encoder model (embeddings run eagerly)"
-                        : "decode steps run as compiled programs, one per batch bucket (1, 2, 4, "
-                          "... --max-batch rows) and key bucket; the dense KV cache (the paged "
-                          "one has no compiled step yet); prefill runs eagerly");
+                : w->pkv ? "decode steps run as compiled programs, one per batch bucket (1, 2, 4, "
+                           "... --max-batch rows) and block-table bucket, over the paged KV "
+                           "cache; prefill runs eagerly"
+                         : "decode steps run as compiled programs, one per batch bucket (1, 2, 4, "
+                           "... --max-batch rows) and key bucket, over the dense KV cache; "
+                           "prefill runs eagerly");
     return s->loaded;
 }
 

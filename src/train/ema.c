@@ -4,9 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/tensor_impl.h" /* em_tensor_materialize */
 #include "ember/autograd.h"
 #include "ember/ops.h"
+#include "train/optim_impl.h" /* em_train_snapshot */
 
 #define OP "ema"
 
@@ -68,9 +68,7 @@ em_ema *em_ema_create(em_ctx *c, em_tensor *const *params, int n, const em_ema_o
     em_scope_push(c);
     for (int i = 0; i < n && !em_ctx_status(c); i++) {
         e->params[i] = params[i];
-        /* a copy evaluated now (in fused mode it would read the value the steps overwrite) */
-        em_tensor *cp = em_mul_scalar(c, params[i], 1.0);
-        if (cp && em_tensor_materialize(c, cp) == EM_OK) e->shadow[i] = em_detach(c, cp);
+        e->shadow[i] = em_train_snapshot(c, params[i]);
     }
     em_scope_pop(c);
     if (em_ctx_status(c)) {

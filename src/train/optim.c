@@ -105,9 +105,8 @@ em_optimizer *em_sgd_create(em_ctx *c, em_tensor *const *params, int n, const em
 }
 
 /* A new tensor owned by the optimizer: t's values (a copy), on t's device. */
-static em_tensor *own_copy(em_ctx *c, em_tensor *t) {
+em_tensor *em_train_snapshot(em_ctx *c, em_tensor *t) {
     em_tensor *cp = em_mul_scalar(c, t, 1.0); /* a new tensor: an element-wise op's result */
-    /* evaluated now: in fused mode it would read the parameter the step is about to write */
     if (cp && em_tensor_materialize(c, cp) != EM_OK) return NULL;
     return cp ? em_detach(c, cp) : NULL;
 }
@@ -194,7 +193,7 @@ static void sgd_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *
     if (s->weight_decay != 0) d = em_add(c, d, em_mul_scalar(c, p, s->weight_decay));
     if (s->momentum != 0) {
         if (!o->m[i]) {
-            o->m[i] = own_copy(c, d);
+            o->m[i] = em_train_snapshot(c, d);
         } else {
             em_tensor *b = o->m[i];
             em_assign(c, b, em_add(c, em_mul_scalar(c, b, s->momentum),
@@ -311,7 +310,7 @@ static em_tensor *state_copy(em_ctx *c, em_tensor *p, em_tensor *x, int i) {
     em_device *d = em_tensor_device(p);
     em_tensor *y = em_tensor_device(x) == d ? x : em_to(c, x, d);
     y = em_cast(c, y, em_tensor_dtype(p));
-    y = y ? own_copy(c, y) : NULL;
+    y = y ? em_train_snapshot(c, y) : NULL;
     em_scope_pop(c);
     return y;
 }

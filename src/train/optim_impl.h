@@ -5,6 +5,13 @@
 
 #include "ember/optim.h"
 
+/* A new tensor holding t's current value (contiguous, t's dtype), computed now and detached
+ * (caller-owned): a snapshot that later in-place writes of t do not reach, in fused mode too,
+ * where a lazy copy would read t only after the writes. NULL with the error in c. The
+ * optimizer's first momentum, the EMA's shadow parameters and the trainer's f32 master weights
+ * are made this way. */
+em_tensor *em_train_snapshot(em_ctx *c, em_tensor *t);
+
 /* Makes the moments that do not exist yet (zeros), so the program writes into tensors the
  * optimizer keeps; *step is the parameters' common step count. Fails (EM_ERR_UNSUPPORTED) for
  * SGD and when the parameters' step counts differ (a compiled step updates all of them). */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/tensor_impl.h" /* em_tensor_materialize */
+#include "train/optim_impl.h" /* em_train_snapshot */
 #include "train/trainer_impl.h"
 
 em_train_options em_train_default_options(void) {
@@ -172,9 +172,7 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
         if (t->master) { /* an f32 copy, the leaf the optimizer updates */
             em_scope_push(c);
             em_tensor *f = em_cast(c, t->tensors[i], EM_F32);
-            f = em_contiguous(c, em_mul_scalar(c, f, 1.0));
-            /* evaluated now: in fused mode it would read the weight the steps overwrite */
-            t->master[i] = f && !em_tensor_materialize(c, f) ? em_detach(c, f) : NULL;
+            t->master[i] = f ? em_train_snapshot(c, f) : NULL;
             em_scope_pop(c);
             if (t->master[i]) em_tensor_requires_grad(c, t->master[i], true);
         }

@@ -37,7 +37,7 @@ static void gen_usage(void) {
         "                     with the placement of the weights (per rule of the\n"
         "                     family's plan: slice and bytes per rank) on stderr\n"
         "  --ep N             MoE: expert parallelism (transformers' ep_size; N must be the\n"
-        "                     --tp degree): each rank holds whole experts, 1/N of them;\n"
+        "                     --tp or --spmd degree): each rank holds whole experts, 1/N;\n"
         "                     without it the experts are split by moe_tp_experts (each\n"
         "                     rank a slice of every expert)\n"
         "  --tp-plan FILE     overrides of the family's plan: a JSON object of module\n"

@@ -43,7 +43,7 @@ static void serve_usage(void) {
         "                     starting with the same tokens reuses them (default 4; 0: off)\n"
         "  --kv-block N       positions per block of the paged KV cache (default 16): memory\n"
         "                     follows the sequences' lengths; 0: the dense max-batch x ctx\n"
-        "                     cache (used anyway off the CPU and for Gemma 4)\n"
+        "                     cache (used anyway for a model split over devices)\n"
         "  --kv-blocks N      a KV memory budget: the paged cache holds N blocks (vLLM's\n"
         "                     --num-gpu-blocks-override); when they run out, kept prompts\n"
         "                     are evicted, then the newest sequence is preempted and later\n"
@@ -53,7 +53,8 @@ static void serve_usage(void) {
         "  --compile          decode steps as compiled programs, one per batch bucket (1, 2,\n"
         "                     4, ... --max-batch rows) and key bucket of --bucket positions\n"
         "                     (default 128): requests joining and leaving do not recompile;\n"
-        "                     uses the dense KV cache; prefill runs eagerly\n");
+        "                     over the paged KV cache (or the dense one with --kv-block 0);\n"
+        "                     prefill runs eagerly\n");
 }
 
 /* A size in bytes: digits with an optional K/M/G (KiB/MiB/GiB, powers of 1024) or

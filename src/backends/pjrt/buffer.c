@@ -176,7 +176,8 @@ static em_status write_bytes(em_ctx *c, em_storage *s, size_t off, const void *s
                        "partial writes into %s storages (use assign)", s->dev->name);
     int64_t dim = (int64_t)n;
     PJRT_Buffer *b = NULL;
-    if (!((pj_dev *)s->dev->impl)->pl->aot && pj_buffer_from_host(c, s->dev, src, EM_U8, 1, &dim, &b))
+    if (!((pj_dev *)s->dev->impl)->pl->aot &&
+        pj_buffer_from_host(c, s->dev, src, EM_U8, 1, &dim, &b))
         return EM_ERR_BACKEND;
     pj_storage_set(s, b, EM_U8, 1, &dim);
     return EM_OK;

@@ -607,9 +607,11 @@ pj_exec *pj_compile_for(em_ctx *c, pj_plugin *pl, const pj_key *k, uint64_t h, c
 
 /* ---- execute ---- */
 
-em_status pj_execute_multi(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, int n_args,
-                           PJRT_Buffer *const *const *arg_lists, PJRT_Buffer **const *out_lists,
-                           PJRT_Event **events, bool in_op) {
+/* One PJRT_LoadedExecutable_Execute (counted in the plugin's statistics); execute_device: the
+ * device of a single-device portable program, NULL for the executable's own assignment. */
+static em_status launch(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, int n_args,
+                        PJRT_Buffer *const *const *arg_lists, PJRT_Buffer **const *out_lists,
+                        PJRT_Event **events, PJRT_Device *execute_device, bool in_op) {
     PJRT_ExecuteOptions o;
     memset(&o, 0, sizeof o);
     o.struct_size = PJ_SIZE(PJRT_ExecuteOptions, incarnation_ids);
@@ -623,6 +625,7 @@ em_status pj_execute_multi(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, 
     a.num_args = (size_t)n_args;
     a.output_lists = out_lists;
     a.device_complete_events = events;
+    a.execute_device = execute_device;
     double t0 = now_s();
     PJRT_Error *err = pl->api->PJRT_LoadedExecutable_Execute(&a);
     double dt = now_s() - t0;
@@ -631,6 +634,12 @@ em_status pj_execute_multi(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, 
     pl->cache.stats.execute_seconds += dt;
     pthread_mutex_unlock(&pl->cache.lock);
     return pj_check(c, pl, err, in_op, "execute") ? EM_ERR_BACKEND : EM_OK;
+}
+
+em_status pj_execute_multi(em_ctx *c, pj_plugin *pl, pj_exec *x, int n_devices, int n_args,
+                           PJRT_Buffer *const *const *arg_lists, PJRT_Buffer **const *out_lists,
+                           PJRT_Event **events, bool in_op) {
+    return launch(c, pl, x, n_devices, n_args, arg_lists, out_lists, events, NULL, in_op);
 }
 
 em_status pj_execute(em_ctx *c, em_device *d, pj_exec *x, PJRT_Buffer *const *args, int n_args,
@@ -642,30 +651,10 @@ em_status pj_execute(em_ctx *c, em_device *d, pj_exec *x, PJRT_Buffer *const *ar
         pj_project(pl, x);
         return EM_OK;
     }
-    PJRT_ExecuteOptions o;
-    memset(&o, 0, sizeof o);
-    o.struct_size = PJ_SIZE(PJRT_ExecuteOptions, incarnation_ids);
     PJRT_Event *ev = NULL;
     PJRT_Buffer *const *arg_lists[1] = {args};
     PJRT_Buffer **out_lists[1] = {outs};
-    PJRT_LoadedExecutable_Execute_Args a;
-    memset(&a, 0, sizeof a);
-    a.struct_size = PJ_SIZE(PJRT_LoadedExecutable_Execute_Args, execute_device);
-    a.executable = x->exe;
-    a.options = &o;
-    a.argument_lists = arg_lists;
-    a.num_devices = 1;
-    a.num_args = (size_t)n_args;
-    a.output_lists = out_lists;
-    a.device_complete_events = &ev;
-    a.execute_device = pd->dev;
-    double t0 = now_s();
-    PJRT_Error *err = pl->api->PJRT_LoadedExecutable_Execute(&a);
-    double dt = now_s() - t0;
-    pthread_mutex_lock(&pl->cache.lock);
-    pl->cache.stats.executions++;
-    pl->cache.stats.execute_seconds += dt;
-    pthread_mutex_unlock(&pl->cache.lock);
-    if (pj_check(c, pl, err, in_op, "execute")) return EM_ERR_BACKEND;
+    if (launch(c, pl, x, 1, n_args, arg_lists, out_lists, &ev, pd->dev, in_op))
+        return EM_ERR_BACKEND;
     return ev ? pj_dev_track(c, d, ev) : EM_OK;
 }

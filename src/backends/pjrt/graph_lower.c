@@ -366,7 +366,6 @@ static void str_valref(gl_str *s, sh_val v) {
         str_put(s, "%%v%d", v.id);
 }
 
-/* The module (as sh_finish, without its limit on the number of parameters). */
 /* An SPMD sharding of a rank-nd value: tiles along dim over `parts` devices in order, or
  * replicated (dim < 0). sdy: Shardy's form over the module's mesh "x" (TPU: libtpu's GSPMD
  * partitioner refuses chlo.ragged_dot, "RaggedDot is only supported with Shardy"). */
@@ -388,8 +387,9 @@ static void str_sharding(gl_str *s, int nd, int dim, int parts, bool sdy) {
     str_put(s, "}\"");
 }
 
-/* pshard / rshard: SPMD (parts > 1) shardings of the parameters and results (split dims, -1
- * replicated); NULL when the program is not partitioned. */
+/* The module (as sh_finish, without its limit on the number of parameters). pshard / rshard:
+ * SPMD (parts > 1) shardings of the parameters and results (split dims, -1 replicated); NULL
+ * when the program is not partitioned. */
 static char *finish(gl *L, const sh_type *params, const int *alias, int n_params,
                     const sh_val *res, int n_res, const int *pshard, const int *rshard,
                     int parts, bool sdy) {

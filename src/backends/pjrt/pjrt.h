@@ -354,6 +354,7 @@ void pj_register_nn(pj_op *t);
 void pj_register_index(pj_op *t);
 void pj_register_conv(pj_op *t);
 void pj_register_moe(pj_op *t);
+void pj_register_paged(pj_op *t); /* stablehlo_paged.c */
 /* The collectives' kernels (collective.c): ranks of a device group (em_dist_local) on this
  * plugin's devices meet, and one replicated program runs on all of them. */
 void pj_backend_collectives(em_backend *be);

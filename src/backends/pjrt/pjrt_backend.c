@@ -30,6 +30,7 @@ static void ops_init(void) {
     pj_register_conv(ops);
     pj_register_moe(ops);
     pj_register_collective(ops);
+    pj_register_paged(ops);
 }
 
 const pj_op *pj_op_get(em_op_id op) {
