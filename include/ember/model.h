@@ -103,7 +103,8 @@ typedef struct em_model_options {
      *  checkpoint's safetensors header gives it, in the model's dtype, and its data is never
      *  read, so a checkpoint written with `ember make-checkpoint --shape-only` (headers and
      *  sparse, unwritten data: no disk used) loads at once whatever its size. Refused (at load,
-     *  EM_ERR_INVALID_ARG) on a device that executes, with a device_map, or for a GGUF file. */
+     *  EM_ERR_INVALID_ARG) on a device that executes, with a device_map or tp, or for a GGUF
+     *  file. */
     bool shape_only;
 } em_model_options;
 

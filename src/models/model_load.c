@@ -431,12 +431,14 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
     if (o.shape_only) { /* values never read: only where nothing runs */
         em_device *sd = o.device ? em_device_get(c, o.device) : em_ctx_device(c);
         if (!sd) goto fail;
-        if (gguf || o.device_map || !em_device_is_compile_only(sd)) {
+        if (gguf || o.device_map || o.tp || !em_device_is_compile_only(sd)) {
             em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load",
                         "shape_only: %s (weights without their values only compile)",
                         gguf ? "safetensors checkpoints only, not a GGUF file"
-                        : o.device_map ? "one compile-only device, not a device_map"
-                                       : "the device must be compile-only (tpu-aot:, cuda-aot:)");
+                        : o.device_map || o.tp ? "one compile-only device (no device_map, no "
+                                                 "tp group; --spmd partitions)"
+                                               : "the device must be compile-only (tpu-aot:, "
+                                                 "cuda-aot:)");
             goto fail;
         }
         w.shape_only = true;
