@@ -4,7 +4,7 @@
 Usage: project_tpu_headline.py EMBER [--topology v6e:2x4] [--degree 8] [--batches 1,16,64]
                                [--models qwen3,gemma4] [--latency-us 10]
                                [--launch-us 6|measure] [--sync-us 110] [--sensitivity 0,2,20]
-                               [--no-whole-step] [--cache DIR]
+                               [--no-whole-step] [--cache DIR] [--spmd]
 
 Qwen3-30B-A3B (48 layers) and Gemma 4 26B-A4B (30 layers), their real dimensions with random bf16
 weights, decoding over the N chips of a slice with Ember's tensor-parallel plan (moe_tp_experts:
@@ -28,6 +28,10 @@ What each number comes from:
    shard as a model: 7.7 GB for Qwen3, 6.3 GB for Gemma 4, written once into --cache) and `ember
    bench decode --device tpu-aot:TOPOLOGY`: the whole step compiled by libtpu (XLA's flops and
    bytes accessed, peak memory).
+4. with --spmd: `ember make-checkpoint --shape-only` (the header, no data) and `ember bench
+   decode --spmd N --spmd-split-gate-up`: the WHOLE model compiled as one SPMD program over the
+   N chips (libtpu's partitioner inserts the collectives), its per-chip XLA figures and
+   collectives printed beside the composed shard's (not used by the composition).
 
 The composition (compose() below; tests/check_project_tp.py checks it without libtpu):
   rest   = max(rest flops / peak, rest bytes / HBM bandwidth)    (attention, norms, dense MLPs,
@@ -106,6 +110,23 @@ def whole_step(a, key):
             if r.get("bench") == "decode"}
 
 
+def spmd_step(a, key):
+    """--spmd: the whole model as ONE program partitioned by libtpu over the slice's chips
+    (`ember bench decode --spmd N --spmd-split-gate-up`), its weights shapes only (`ember
+    make-checkpoint --shape-only`: no disk), XLA's per-chip figures and collectives."""
+    shape, layers = SHAPES[key], LAYERS[key]
+    hollow = os.path.join(a.cache, f"{shape}-{layers}l-shapes")
+    if not os.path.exists(os.path.join(hollow, "config.json")):
+        os.makedirs(a.cache, exist_ok=True)
+        run([a.ember, "make-checkpoint", "--preset", shape, "--layers", str(layers),
+             "--shape-only", "--out", hollow])
+    return {r["batch"]: r for r in run([a.ember, "bench", "decode", "--device",
+                                        f"tpu-aot:{a.topology}", "--model", hollow, "--batches",
+                                        a.batches, "--spmd", str(a.degree),
+                                        "--spmd-split-gate-up", "--skip-peers", "--json"])
+            if r.get("bench") == "decode"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("ember")
@@ -120,6 +141,8 @@ def main():
     ap.add_argument("--sensitivity", default="0,2,20",
                     help="launch overheads (us) to recompute loop / ragged at, same rows")
     ap.add_argument("--cache", default="build/bench-models")
+    ap.add_argument("--spmd", action="store_true",
+                    help="also compile the whole model as one SPMD program over the slice")
     a = ap.parse_args()
     gen = a.topology.split(":")[0]
     overheads = [] if a.launch_us == "measure" else ["--launch-us", a.launch_us, "--sync-us",
@@ -157,6 +180,22 @@ def main():
                       f"{t * 1e3:.2f} | {p['t_collectives_s'] * 1e3:.2f} | {step * 1e3:.2f} | "
                       f"{b / step:.0f} | {x['peak_bytes'] / 1e9:.2f} | "
                       f"{'yes' if x['fits_hbm'] else 'NO'} |")
+        if a.spmd:
+            sp = spmd_step(a, key)
+            print(f"\n{shape}: the whole model as one SPMD program over {a.degree} chips, "
+                  f"compiled by libtpu (per chip; the composed shard's XLA figures beside)")
+            print("| batch | XLA GFLOP | XLA GB accessed | XLA roofline ms | peak GB per chip | "
+                  "fits | all-reduce | all-gather | collective-permute | shard GFLOP | shard GB "
+                  "accessed | shard peak GB |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            for b in sorted(sp):
+                x, w = sp[b], whole.get(b)
+                ref = (f"{w['flops'] / 1e9:.2f} | {w['bytes_accessed'] / 1e9:.2f} | "
+                       f"{w['peak_bytes'] / 1e9:.2f}") if w else "| |"
+                print(f"| {b} | {x['flops'] / 1e9:.2f} | {x['bytes_accessed'] / 1e9:.2f} | "
+                      f"{x['roofline_ms']:.2f} | {x['peak_bytes'] / 1e9:.2f} | "
+                      f"{'yes' if x['fits_hbm'] else 'NO'} | {x['all_reduces']} | "
+                      f"{x['all_gathers']} | {x['collective_permutes']} | {ref} |")
         ab, ar = ANNOUNCED[key]
         print(f"\n{shape} decode on a TPU {a.topology} slice, tensor parallel over {a.degree} "
               f"chips, per chip, projected (not measured): ragged "

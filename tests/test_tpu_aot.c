@@ -47,19 +47,26 @@ static void test_compile_options_spec(void) {
     /* 1 replica x 2 partitions, SPMD, devices 4 and 5:
      * 1a 14 {20 01 28 02 30 01 4a 0c {08 01 10 02 1a 02 {08 04} 1a 02 {08 05}}} */
     int64_t ids[2] = {4, 5};
-    pj_compile_spec sp = {1, 2, true, ids};
+    pj_compile_spec sp = {1, 2, true, ids, false};
     size_t n = pj_compile_options_for(&sp, o, sizeof o);
     static const unsigned char want[] = {0x1a, 0x14, 0x20, 0x01, 0x28, 0x02, 0x30, 0x01,
                                          0x4a, 0x0c, 0x08, 0x01, 0x10, 0x02, 0x1a, 0x02,
                                          0x08, 0x04, 0x1a, 0x02, 0x08, 0x05};
     CHECK_MSG(n == sizeof want && !memcmp(o, want, n), "%zu bytes", n);
     /* 2 replicas x 1 partition: one computation listing both replicas' devices */
-    pj_compile_spec rp = {2, 1, false, ids};
+    pj_compile_spec rp = {2, 1, false, ids, false};
     n = pj_compile_options_for(&rp, o, sizeof o);
     static const unsigned char want2[] = {0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a,
                                           0x08, 0x02, 0x10, 0x01, 0x1a, 0x04, 0x08, 0x04,
                                           0x08, 0x05};
     CHECK_MSG(n == sizeof want2 && !memcmp(o, want2, n), "%zu bytes", n);
+    /* Shardy (TPU's SPMD programs): use_shardy_partitioner (19) after the assignment */
+    pj_compile_spec sy = {1, 2, true, ids, true};
+    n = pj_compile_options_for(&sy, o, sizeof o);
+    static const unsigned char want3[] = {0x1a, 0x17, 0x20, 0x01, 0x28, 0x02, 0x30, 0x01,
+                                          0x4a, 0x0c, 0x08, 0x01, 0x10, 0x02, 0x1a, 0x02,
+                                          0x08, 0x04, 0x1a, 0x02, 0x08, 0x05, 0x98, 0x01, 0x01};
+    CHECK_MSG(n == sizeof want3 && !memcmp(o, want3, n), "%zu bytes", n);
     CHECK(pj_compile_options_for(&sp, o, 8) == 0); /* does not fit: nothing */
 }
 

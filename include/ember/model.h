@@ -90,6 +90,22 @@ typedef struct em_model_options {
      *  replicated, and a dim that does not divide replicated too; XLA inserts the collectives.
      *  Eager forwards run unpartitioned on `device`. Not with `tp`; refused on the CPU. */
     int spmd;
+    /** SPMD only: split each MoE layer's fused gate/up expert stack [E, 2I, H] (the plan's
+     *  packed_colwise) by its hidden dim H, the dot's contraction (XLA then all-reduces the
+     *  [tokens, 2I] product), instead of keeping it whole on every device (a tile along 2I
+     *  would give one device all of gate and another all of up). Whole, a 48-layer
+     *  Qwen3-30B-A3B's stacks (38.7 GB in bf16) do not fit one v6e chip's 32 GB
+     *  (docs/tpu-aot.md). ep_size = spmd instead splits both expert stacks by expert (the
+     *  expert-parallel plan), which XLA's partitioner serves by all-gathering the stacks. */
+    bool spmd_split_gate_up;
+    /** Weights without values, for a compile-only device (em_device_is_compile_only: tpu-aot:,
+     *  cuda-aot:) where nothing runs: each weight is made on `device` with the shape the
+     *  checkpoint's safetensors header gives it, in the model's dtype, and its data is never
+     *  read, so a checkpoint written with `ember make-checkpoint --shape-only` (headers and
+     *  sparse, unwritten data: no disk used) loads at once whatever its size. Refused (at load,
+     *  EM_ERR_INVALID_ARG) on a device that executes, with a device_map or tp, or for a GGUF
+     *  file. */
+    bool shape_only;
 } em_model_options;
 
 /** device NULL, no device_map, the checkpoint's dtype, ragged MoE, progress on, online. */

@@ -41,6 +41,8 @@ static int plan_dim(const em_model *m, const char *name, const em_tensor *t, int
         return nd == 3 ? 1 : 0;
     if (!strcmp(r->style, "rowwise") && !bias) return nd - 1;
     if (!strcmp(r->style, "grouped_gemm") && nd == 3) return 0;
+    /* em_model_options.spmd_split_gate_up: [E, 2I, H] by H, each expert's gate and up together */
+    if (!strcmp(r->style, "packed_colwise") && nd == 3 && m->spmd_split_gate_up) return 2;
     return -1;
 }
 

@@ -55,6 +55,7 @@ typedef struct em_wload {
     bool huge_copy;      /* copy large CPU weights out of the mapping into 2 MiB pages */
     bool pack_experts;   /* expert weights in em_ragged_pack's layout where it pays (ragged MoE,
                             weights not kept as views of the mapping) */
+    bool shape_only;     /* compile-only device: weights made from the headers, data unread */
 } em_wload;
 
 /* Tensor `<name>` (printf-style, no prefix added) converted to the model dtype on dev.
@@ -255,6 +256,7 @@ struct em_model {
     bool tp_embed_split;   /* embedding_rowwise: this rank holds a slice of the vocabulary */
     bool tp_head_split;    /* colwise_gather_output: lm_head's logits gathered */
     int spmd_parts;        /* em_model_options.spmd: compiled steps partitioned (0: off) */
+    bool spmd_split_gate_up; /* em_model_options.spmd_split_gate_up */
     /* bert */
     em_tensor *word_emb, *pos_emb, *type_emb, *emb_ln, *emb_lnb;
     em_bert_layer *bert;

@@ -9,6 +9,7 @@
 
 #include "core/threadpool.h"
 #include "ember/hub.h"
+#include "ember/pjrt.h"
 #include "io/safetensors/safetensors_impl.h"
 #include "ember/dist.h"
 #include "models/model_impl.h"
@@ -85,6 +86,24 @@ static void draw_progress(em_wload *w, bool final) {
     if (final) fprintf(stderr, "\n");
 }
 
+/* em_model_options.shape_only: a tensor of the stored shape in the model's dtype on the
+ * compile-only device, made without reading the file (its data may be a sparse hole). */
+static em_tensor *shape_only_weight(em_wload *w, em_device *dev, const char *name,
+                                    const em_safetensors_info *info) {
+    em_ctx *c = w->c;
+    if (info->ndim > EM_MAX_DIMS) {
+        em_ctx_fail(c, EM_ERR_SHAPE, "model_load", "%s: tensor '%s' has %d dims (at most %d)",
+                    w->m->dir, name, info->ndim, EM_MAX_DIMS);
+        return NULL;
+    }
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, dev);
+    em_tensor *t = em_empty_(c, __FILE__, __LINE__, w->m->dtype, info->ndim, info->shape);
+    em_ctx_set_device(c, prev);
+    w->done_bytes += (int64_t)info->nbytes;
+    return t ? em_detach(c, t) : NULL;
+}
+
 static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *name) {
     const em_safetensors_info *info = w->gs ? NULL : em_safetensors_find(w->st, name);
     if (!info && !em_gguf_src_has(w->gs, name)) {
@@ -94,6 +113,8 @@ static em_tensor *fetch(em_wload *w, em_device *dev, bool required, const char *
                         w->m->dir, w->m->cfg.model_type);
         return NULL;
     }
+    if (w->shape_only) /* a compile-only device: the header's shape, nothing read */
+        return shape_only_weight(w, dev, name, info);
     /* a rank on a device slices on the host and moves only its slice */
     em_device *to = dev;
     if (w->m->tp_size > 1 && dev != em_device_cpu()) dev = em_device_cpu();
@@ -406,6 +427,22 @@ em_model *em_model_load(em_ctx *c, const char *id, const em_model_options *opts)
         goto fail;
     }
     m->spmd_parts = o.spmd > 1 ? o.spmd : 0;
+    m->spmd_split_gate_up = m->spmd_parts && o.spmd_split_gate_up;
+    if (o.shape_only) { /* values never read: only where nothing runs */
+        em_device *sd = o.device ? em_device_get(c, o.device) : em_ctx_device(c);
+        if (!sd) goto fail;
+        if (gguf || o.device_map || o.tp || !em_device_is_compile_only(sd)) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_load",
+                        "shape_only: %s (weights without their values only compile)",
+                        gguf ? "safetensors checkpoints only, not a GGUF file"
+                        : o.device_map || o.tp ? "one compile-only device (no device_map, no "
+                                                 "tp group; --spmd partitions)"
+                                               : "the device must be compile-only (tpu-aot:, "
+                                                 "cuda-aot:)");
+            goto fail;
+        }
+        w.shape_only = true;
+    }
     if (em_tp_plan_apply(c, m, o.tp_plan)) goto fail;
     /* (a rank's slices are fresh copies already) */
     w.huge_copy = !views && huge_pages_available() && m->tp_size == 1;

@@ -98,6 +98,20 @@ void bench_aot_end(em_device *d, const bench_aot_overhead *o, int syncs, bench_a
                      (double)syncs * o->sync_us * 1e-6;
 }
 
+/* The collectives of the step's program (the largest one launched), -1 when unknown. */
+typedef struct step_coll {
+    const char *what;
+    int ar, ag, rs, a2a, cp;
+} step_coll;
+
+static int coll_cb(const em_pjrt_program_report *r, void *user) {
+    step_coll *k = user;
+    if (strcmp(r->what, k->what)) return 0;
+    k->ar = r->all_reduces, k->ag = r->all_gathers, k->rs = r->reduce_scatters;
+    k->a2a = r->all_to_alls, k->cp = r->collective_permutes;
+    return 1;
+}
+
 int bench_aot_decode(em_ctx *c, em_model *m, em_device *d, const int64_t *batches, int n,
                      const bench_aot_overhead *o, bool json) {
     const em_model_config *cfg = em_model_config_get(m);
@@ -140,17 +154,22 @@ int bench_aot_decode(em_ctx *c, em_model *m, em_device *d, const int64_t *batche
         bool fits = t.hbm_bytes > 0 && peak <= t.hbm_bytes &&
                     (t.device_memory_limit <= 0 || peak <= (double)t.device_memory_limit);
         double tps = s.projected_s > 0 ? (double)b / s.projected_s : 0;
+        step_coll k = {s.p.max_peak_what, -1, -1, -1, -1, -1};
+        em_pjrt_reports(d, coll_cb, &k);
         if (json)
             printf("{\"bench\": \"decode\", \"device\": \"%s\", \"model\": \"%s\", \"layers\": "
                    "%lld, \"batch\": %lld, \"programs\": %lld, \"flops\": %.6g, "
                    "\"bytes_accessed\": %.6g, \"roofline_ms\": %.5f, \"xla_estimate_ms\": %.5f, "
                    "\"projected_ms\": %.5f, \"tokens_per_s\": %.2f, \"peak_bytes\": %.0f, "
-                   "\"resident_bytes\": %lld, \"fits_hbm\": %s}\n",
+                   "\"resident_bytes\": %lld, \"fits_hbm\": %s, \"all_reduces\": %d, "
+                   "\"all_gathers\": %d, \"reduce_scatters\": %d, \"all_to_alls\": %d, "
+                   "\"collective_permutes\": %d}\n",
                    em_device_name(d), cfg->model_type, (long long)cfg->num_hidden_layers,
                    (long long)b, (long long)s.p.launches, s.p.flops, s.p.bytes_accessed,
                    s.p.roofline_seconds * 1e3,
                    s.p.no_estimate ? -1.0 : s.p.optimal_seconds * 1e3, s.projected_s * 1e3, tps,
-                   peak, (long long)s.p.resident_bytes, fits ? "true" : "false");
+                   peak, (long long)s.p.resident_bytes, fits ? "true" : "false", k.ar, k.ag,
+                   k.rs, k.a2a, k.cp);
         else
             printf("decode b%-3lld %6lld %11.3f %11.4f %8.4f ms %7.4f ms %11.1f %11.3f %8.2f GB "
                    "%s\n",

@@ -193,7 +193,9 @@ static void usage(void) {
            "bytes accessed, their roofline at the chip's figures, peak memory against its HBM),\n"
            "plus a per-program launch overhead measured on xla:0 (--launch-us to give one).\n"
            "--spmd N there: the step partitioned by XLA over N chips of the slice (the\n"
-           "family's tp plan as shardings); the figures are one chip's.\n"
+           "family's tp plan as shardings); the figures are one chip's. --spmd-split-gate-up:\n"
+           "the MoE gate/up expert stacks split by their hidden dim (else whole on each chip);\n"
+           "--spmd-ep: both expert stacks split by expert (the expert-parallel plan).\n"
            "--tp N: tensor-parallel decode and its collectives (ember bench decode --tp 2 --help).\n");
 }
 
@@ -209,6 +211,7 @@ int bench_decode(int argc, char **argv) {
     em_dtype dtype = EM_BF16;
     int n_batches = 2;
     long long layers = 0, steps = 32, spmd = 0;
+    bool spmd_ep = false, split_gate_up = false;
     double launch_us = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
@@ -225,6 +228,10 @@ int bench_decode(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--spmd") && i + 1 < argc) {
             if (!cli_int("bench decode", argv[i], argv[i + 1], 1, 64, &spmd)) return 2;
             i++;
+        } else if (!strcmp(argv[i], "--spmd-ep")) {
+            spmd_ep = true;
+        } else if (!strcmp(argv[i], "--spmd-split-gate-up")) {
+            split_gate_up = true;
         } else if (!strcmp(argv[i], "--launch-us") && i + 1 < argc) {
             if (!cli_real("bench decode", argv[i], argv[i + 1], 0, 1e9, &launch_us)) return 2;
             i++;
@@ -286,6 +293,12 @@ int bench_decode(int argc, char **argv) {
                 o.offline = true;
                 o.device = device;
                 o.spmd = (int)spmd;
+                if (spmd_ep) o.ep_size = (int)spmd; /* expert stacks split by expert */
+                o.spmd_split_gate_up = split_gate_up;
+                /* nothing runs: the weights' shapes are all the compile needs (a checkpoint
+                 * of `make-checkpoint --shape-only` holds nothing more); a GGUF file is read */
+                size_t ml = strlen(dirs[k]);
+                o.shape_only = !(ml > 5 && !strcmp(dirs[k] + ml - 5, ".gguf"));
                 if (dtype_name) {
                     o.dtype = dtype;
                 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ember/ember.h"
@@ -74,7 +75,46 @@ typedef struct writer {
     json_t *weight_map;
     char shard_name[64];
     int64_t total;
+    json_t *header; /* --shape-only: the one file's safetensors header, no data written */
 } writer;
+
+/* --shape-only: the header of one model.safetensors whose data section is a sparse hole of the
+ * right length (ftruncate), so the file is valid and takes no disk; only a compile-only device
+ * loads it (em_model_options.shape_only never reads the data). */
+static void add_shape(writer *wr, const char *name, int nd, const int64_t *shape) {
+    json_t *dims = json_array();
+    int64_t n = (int64_t)em_dtype_size(wr->dtype);
+    for (int i = 0; i < nd; i++) {
+        json_array_append_new(dims, json_integer(shape[i]));
+        n *= shape[i];
+    }
+    json_object_set_new(wr->header, name,
+                        json_pack("{s:s, s:o, s:[I, I]}", "dtype",
+                                  wr->dtype == EM_BF16 ? "BF16" : "F32", "shape", dims,
+                                  "data_offsets", (json_int_t)wr->total,
+                                  (json_int_t)(wr->total + n)));
+    wr->total += n;
+}
+
+static bool write_shape_only(writer *wr) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", wr->dir);
+    char *h = json_dumps(wr->header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    FILE *f = h ? fopen(path, "wb") : NULL;
+    bool ok = f != NULL;
+    if (f) {
+        size_t hl = strlen(h), padded = (hl + 7) / 8 * 8;
+        unsigned char len[8];
+        for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+        ok = fwrite(len, 1, 8, f) == 8 && fwrite(h, 1, hl, f) == hl;
+        for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+        ok = ok && fflush(f) == 0 && ftruncate(fileno(f), (off_t)(8 + padded + wr->total)) == 0;
+        ok = fclose(f) == 0 && ok;
+    }
+    free(h);
+    if (!ok) em_ctx_fail(wr->c, EM_ERR_IO, "make-checkpoint", "cannot write %s", path);
+    return ok;
+}
 
 static void flush_shard(writer *wr) {
     if (!wr->w) return;
@@ -91,6 +131,11 @@ static void flush_shard(writer *wr) {
 static void add(writer *wr, const char *name, int nd, const int64_t *shape, double scale, bool ones) {
     em_ctx *c = wr->c;
     if (em_ctx_status(c)) return;
+    if (wr->header) {
+        (void)scale, (void)ones;
+        add_shape(wr, name, nd, shape);
+        return;
+    }
     if (!wr->w) {
         em_scope_push(c);
         wr->w = em_safetensors_writer_create(c);
@@ -111,7 +156,7 @@ static void usage(void) {
     printf("usage: ember make-checkpoint --out DIR [--preset demo-moe|qwen3-0.6b|qwen3-30b-a3b|\n"
            "                                      tiny-qwen3|gemma4-26b-a4b]\n"
            "                             [--layers N] [--tokenizer FILE.json] [--dtype bf16|f32]\n"
-           "                             [--seed S] [--tp-shard N]\n\n"
+           "                             [--seed S] [--tp-shard N] [--shape-only]\n\n"
            "Writes a checkpoint with RANDOM weights in the Hub's format (config.json,\n"
            "generation_config.json, sharded safetensors with an index, the tokenizer when\n"
            "given). The presets have the real dimensions of Qwen3-0.6B and Qwen3-30B-A3B (with\n"
@@ -124,12 +169,17 @@ static void usage(void) {
            "heads / N, or one when there are fewer than N, as the plan replicates them): compiled\n"
            "for one chip, its decode step is one rank's program without the collectives, which\n"
            "`ember project tp` adds (docs/tpu-aot.md). Its embedding keeps V / N rows too, as the\n"
-           "plan's vocab-parallel embedding (embedding_rowwise) does.\n");
+           "plan's vocab-parallel embedding (embedding_rowwise) does.\n"
+           "--shape-only writes the safetensors header and no weights (one model.safetensors\n"
+           "whose data is a sparse hole: no disk used): only a compile-only device loads it\n"
+           "(em_model_options.shape_only; `ember bench decode --device tpu-aot:...` does), so\n"
+           "a whole 48-layer Qwen3-30B-A3B compiles for a TPU slice (docs/tpu-aot.md).\n");
 }
 
 int cmd_make_checkpoint(int argc, char **argv) {
     const char *out = NULL, *tokenizer = NULL, *preset = "demo-moe";
     int64_t layers = -1, shard = 1;
+    bool shape_only = false;
     uint64_t seed = 1;
     em_dtype dtype = EM_BF16;
     for (int i = 1; i < argc; i++) {
@@ -150,6 +200,7 @@ int cmd_make_checkpoint(int argc, char **argv) {
             shard = v;
             i++;
         }
+        else if (!strcmp(argv[i], "--shape-only")) shape_only = true;
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokenizer = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             long long v;
@@ -248,7 +299,9 @@ int cmd_make_checkpoint(int argc, char **argv) {
     }
     json_object_set_new(j, "tie_word_embeddings", json_boolean(cfg.tie));
     json_object_set_new(j, "torch_dtype", json_string(dtype == EM_BF16 ? "bfloat16" : "float32"));
-    json_object_set_new(j, "_comment", json_string("RANDOM WEIGHTS made by `ember make-checkpoint`"));
+    json_object_set_new(j, "_comment", json_string(shape_only ? "SHAPES ONLY (no weights: for "
+                        "compile-only devices) made by `ember make-checkpoint --shape-only`"
+                        : "RANDOM WEIGHTS made by `ember make-checkpoint`"));
     if (shard > 1)
         json_object_set_new(j, "_tp_shard_of", json_integer(shard));
     if (cfg.experts) {
@@ -272,7 +325,8 @@ int cmd_make_checkpoint(int argc, char **argv) {
     json_dump_file(j, path, JSON_INDENT(2));
     json_decref(j);
     /* weights, written shard by shard */
-    writer wr = {c, out, dtype, seed, NULL, 0, (int64_t)1 << 30, 0, json_object(), "", 0};
+    writer wr = {c, out, dtype, seed, NULL, 0, (int64_t)1 << 30, 0, json_object(), "", 0,
+                 shape_only ? json_object() : NULL};
     int64_t h = cfg.hidden;
     add(&wr, "model.embed_tokens.weight", 2, (int64_t[]){cfg.vocab, h}, 0.02, false);
     for (int64_t l = 0; l < cfg.layers && !em_ctx_status(c); l++) {
@@ -326,12 +380,18 @@ int cmd_make_checkpoint(int argc, char **argv) {
     }
     add(&wr, "model.norm.weight", 1, (int64_t[]){h}, 0, true);
     if (!cfg.tie) add(&wr, "lm_head.weight", 2, (int64_t[]){cfg.vocab, h}, 0.02, false);
-    flush_shard(&wr);
-    json_t *index = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)wr.total,
-                              "weight_map", wr.weight_map);
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out);
-    json_dump_file(index, path, JSON_INDENT(2));
-    json_decref(index);
+    if (wr.header) { /* one file, no index */
+        if (!em_ctx_status(c)) write_shape_only(&wr);
+        json_decref(wr.header);
+        json_decref(wr.weight_map);
+    } else {
+        flush_shard(&wr);
+        json_t *index = json_pack("{s:{s:I}, s:o}", "metadata", "total_size",
+                                  (json_int_t)wr.total, "weight_map", wr.weight_map);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", out);
+        json_dump_file(index, path, JSON_INDENT(2));
+        json_decref(index);
+    }
     if (tokenizer) { /* the tokenizer travels with the checkpoint, byte for byte */
         FILE *in = fopen(tokenizer, "rb");
         snprintf(path, sizeof path, "%s/tokenizer.json", out);
@@ -347,9 +407,15 @@ int cmd_make_checkpoint(int argc, char **argv) {
         fprintf(stderr, "ember make-checkpoint: %s\n", em_ctx_error(c)->message);
         rc = 1;
     } else {
-        fprintf(stderr, "wrote %s: %s preset%s, %lld layers, %.2f GB of RANDOM %s weights in %d "
-                "shards\n", out, PRESET_NAMES[pi], shard > 1 ? " (one rank's shard)" : "",
-                (long long)cfg.layers, wr.total / 1e9, em_dtype_name(dtype), wr.shard);
+        if (shape_only)
+            fprintf(stderr, "wrote %s: %s preset%s, %lld layers, SHAPES ONLY: %.2f GB of %s "
+                    "weights as a sparse hole (for compile-only devices)\n", out,
+                    PRESET_NAMES[pi], shard > 1 ? " (one rank's shard)" : "",
+                    (long long)cfg.layers, wr.total / 1e9, em_dtype_name(dtype));
+        else
+            fprintf(stderr, "wrote %s: %s preset%s, %lld layers, %.2f GB of RANDOM %s weights "
+                    "in %d shards\n", out, PRESET_NAMES[pi], shard > 1 ? " (one rank's shard)" : "",
+                    (long long)cfg.layers, wr.total / 1e9, em_dtype_name(dtype), wr.shard);
     }
     em_tokenizer_free(tok);
     em_ctx_free(c);

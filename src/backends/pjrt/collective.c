@@ -250,7 +250,7 @@ static void lead(void **slots, int n, void *user) {
         for (int r = 0; r < n && u > 0 && (size_t)u < sizeof what; r++)
             u += snprintf(what + u, sizeof what - (size_t)u, "%s%s", r ? "," : "",
                           p[r]->dev->name);
-        pj_compile_spec sp = {n, 1, false, ids};
+        pj_compile_spec sp = {n, 1, false, ids, false};
         ex = pj_compile_for(c, pl, &k, h, text, what, true, &sp);
         free(text);
         if (!ex) {
@@ -430,7 +430,7 @@ static void lead_compile(void **slots, int n, void *user) {
     uint64_t h = pj_hash(k.p, k.len);
     pj_exec *x = pj_cache_find(me->pl, &k, h);
     if (!x) {
-        pj_compile_spec sp = {n, 1, false, me->gs->ids};
+        pj_compile_spec sp = {n, 1, false, me->gs->ids, false};
         x = pj_compile_for(me->c, me->pl, &k, h, me->text, me->what, false, &sp);
     }
     pj_key_free(&k);

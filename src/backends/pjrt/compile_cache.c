@@ -108,7 +108,7 @@ static size_t put_bytes(unsigned char *o, int field, const unsigned char *b, siz
 
 /* DeviceAssignmentProto {replica_count (1), computation_count (2), computation_devices (3)
  * {replica_device_ids (1)}} inside ExecutableBuildOptionsProto's device_assignment (9);
- * use_spmd_partitioning is field 6. Worst case per id: 10 bytes + framing. */
+ * use_spmd_partitioning is field 6, use_shardy_partitioner 19. Worst case per id: 10 bytes + framing. */
 size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, size_t cap) {
     if (!sp || (sp->num_replicas <= 1 && sp->num_partitions <= 1 && !sp->device_ids && !sp->spmd))
         return pj_compile_options(out, cap);
@@ -145,6 +145,10 @@ size_t pj_compile_options_for(const pj_compile_spec *sp, unsigned char *out, siz
             nd += put_bytes(da + nd, 3, cd, nc);
         }
         ni += put_bytes(inner + ni, 9, da, nd);
+    }
+    if (sp->shardy) { /* use_shardy_partitioner (19), after device_assignment */
+        ni += put_varint(inner + ni, 19 << 3);
+        ni += put_varint(inner + ni, 1);
     }
     if (ni + 16 <= cap) {
         n = put_bytes(out, 3, inner, ni);
@@ -338,7 +342,8 @@ static PJRT_LoadedExecutable *disk_load(pj_plugin *pl, uint64_t ph, const unsign
 
 /* Compile-only plugins keep no executable (nothing could load it without a client): their disk
  * entries hold what a program is needed for there, its output count and its report. */
-static const char report_magic[8] = {'E', 'M', 'B', 'P', 'J', 'R', '1', '\n'};
+/* (2: the collectives of the optimised program too; a version-1 entry is compiled again) */
+static const char report_magic[8] = {'E', 'M', 'B', 'P', 'J', 'R', '2', '\n'};
 
 static void report_path(const pj_plugin *pl, uint64_t ph, const unsigned char *opts, size_t no,
                         char *out, size_t n) {
@@ -361,10 +366,12 @@ static void report_store(pj_plugin *pl, uint64_t ph, const unsigned char *opts, 
     double d[4] = {r->flops, r->transcendentals, r->bytes_accessed, r->optimal_seconds};
     int64_t m[6] = {r->argument_bytes, r->output_bytes, r->alias_bytes,
                     r->temp_bytes,     r->code_bytes,   r->peak_bytes};
+    int32_t k[5] = {r->all_reduces, r->all_gathers, r->reduce_scatters, r->all_to_alls,
+                    r->collective_permutes};
     bool ok = fwrite(report_magic, 1, 8, f) == 8 && fwrite(&vl, 4, 1, f) == 1 &&
               fwrite(pl->version_key, 1, vl, f) == vl && fwrite(&ph, 8, 1, f) == 1 &&
               fwrite(&no32, 4, 1, f) == 1 && fwrite(d, sizeof d, 1, f) == 1 &&
-              fwrite(m, sizeof m, 1, f) == 1;
+              fwrite(m, sizeof m, 1, f) == 1 && fwrite(k, sizeof k, 1, f) == 1;
     ok = fclose(f) == 0 && ok;
     if (ok && rename(tmp, path) == 0) {
         pthread_mutex_lock(&pl->cache.lock);
@@ -387,13 +394,14 @@ static bool report_load(pj_plugin *pl, uint64_t ph, const unsigned char *opts, s
     int32_t no32 = 0;
     double d[4];
     int64_t m[6];
+    int32_t k[5];
     bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, report_magic, 8) &&
               fread(&vl, 4, 1, f) == 1 && vl < sizeof vk && fread(vk, 1, vl, f) == vl;
     if (ok) {
         vk[vl] = 0;
         ok = !strcmp(vk, pl->version_key) && fread(&fph, 8, 1, f) == 1 && fph == ph &&
              fread(&no32, 4, 1, f) == 1 && fread(d, sizeof d, 1, f) == 1 &&
-             fread(m, sizeof m, 1, f) == 1;
+             fread(m, sizeof m, 1, f) == 1 && fread(k, sizeof k, 1, f) == 1;
     }
     fclose(f);
     if (!ok) return false;
@@ -401,6 +409,8 @@ static bool report_load(pj_plugin *pl, uint64_t ph, const unsigned char *opts, s
     r->flops = d[0], r->transcendentals = d[1], r->bytes_accessed = d[2], r->optimal_seconds = d[3];
     r->argument_bytes = m[0], r->output_bytes = m[1], r->alias_bytes = m[2];
     r->temp_bytes = m[3], r->code_bytes = m[4], r->peak_bytes = m[5];
+    r->all_reduces = k[0], r->all_gathers = k[1], r->reduce_scatters = k[2];
+    r->all_to_alls = k[3], r->collective_permutes = k[4];
     r->n_outputs = no32;
     return true;
 }

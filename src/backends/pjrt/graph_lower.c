@@ -367,8 +367,15 @@ static void str_valref(gl_str *s, sh_val v) {
 }
 
 /* An SPMD sharding of a rank-nd value: tiles along dim over `parts` devices in order, or
- * replicated (dim < 0). */
-static void str_sharding(gl_str *s, int nd, int dim, int parts) {
+ * replicated (dim < 0). sdy: Shardy's form over the module's mesh "x" (TPU: libtpu's GSPMD
+ * partitioner refuses chlo.ragged_dot, "RaggedDot is only supported with Shardy"). */
+static void str_sharding(gl_str *s, int nd, int dim, int parts, bool sdy) {
+    if (sdy) {
+        str_put(s, "sdy.sharding = #sdy.sharding<@mesh, [");
+        for (int i = 0; i < nd; i++) str_put(s, "%s{%s}", i ? ", " : "", i == dim ? "\"x\"" : "");
+        str_put(s, "]>");
+        return;
+    }
     if (dim < 0) {
         str_put(s, "mhlo.sharding = \"{replicated}\"");
         return;
@@ -385,22 +392,25 @@ static void str_sharding(gl_str *s, int nd, int dim, int parts) {
  * when the program is not partitioned. */
 static char *finish(gl *L, const sh_type *params, const int *alias, int n_params,
                     const sh_val *res, int n_res, const int *pshard, const int *rshard,
-                    int parts) {
+                    int parts, bool sdy) {
     for (int i = 0; i < n_res; i++)
         if (res[i].id < 0) return NULL;
     if (!sh_ok(&L->b)) return NULL;
     gl_str s = {NULL, 0, 0, false};
-    if (pshard)
+    if (pshard) {
         str_put(&s, "module @ember attributes {mhlo.num_partitions = %d : i32, "
-                "mhlo.num_replicas = 1 : i32} {\n  func.func public @main(", parts);
-    else
+                "mhlo.num_replicas = 1 : i32} {\n", parts);
+        if (sdy) str_put(&s, "  sdy.mesh @mesh = <[\"x\"=%d]>\n", parts);
+        str_put(&s, "  func.func public @main(");
+    } else {
         str_put(&s, "module @ember {\n  func.func public @main(");
+    }
     for (int i = 0; i < n_params; i++) {
         str_put(&s, "%s%%v%d: ", i ? ", " : "", i);
         str_type(&s, &params[i]);
         if (pshard) {
             str_put(&s, " {");
-            str_sharding(&s, params[i].nd, pshard[i], parts);
+            str_sharding(&s, params[i].nd, pshard[i], parts, sdy);
             /* a written cache is donated: its new value is computed into the same buffer */
             if (alias[i] >= 0) str_put(&s, ", tf.aliasing_output = %d : i32", alias[i]);
             str_put(&s, "}");
@@ -414,7 +424,7 @@ static char *finish(gl *L, const sh_type *params, const int *alias, int n_params
         str_type(&s, &res[i].t);
         if (rshard) {
             str_put(&s, " {");
-            str_sharding(&s, res[i].t.nd, rshard[i], parts);
+            str_sharding(&s, res[i].t.nd, rshard[i], parts, sdy);
             str_put(&s, "}");
         }
     }
@@ -722,7 +732,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         }
     }
     text = finish(&L, ptypes, alias, n_params, res, n_res, pshard, rshard,
-                  p->sp ? pj_spmd_parts(p->sp) : 0);
+                  p->sp ? pj_spmd_parts(p->sp) : 0, !strcmp(p->pl->platform, "tpu"));
     if (!text) {
         EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO module: %s",
                 L.b.err[0] ? L.b.err : "invalid result");
@@ -754,7 +764,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         h = pj_hash(k.p, k.len);
         size_t wl = strlen(what);
         snprintf(what + wl, sizeof what - wl, ", SPMD over %d partitions", parts);
-        pj_compile_spec sp = {1, parts, true, pj_spmd_ids(p->sp)};
+        pj_compile_spec sp = {1, parts, true, pj_spmd_ids(p->sp), !strcmp(p->pl->platform, "tpu")};
         if (!(p->x = pj_cache_find(pl, &k, h)))
             p->x = pj_compile_for(c, pl, &k, h, text, what, false, &sp);
     } else if (!(p->x = pj_cache_find(pl, &k, h))) {

@@ -211,6 +211,7 @@ typedef struct pj_compile_spec {
     int num_replicas, num_partitions;
     bool spmd;
     const int64_t *device_ids; /* num_replicas * num_partitions ids, or NULL: portable */
+    bool shardy; /* use_shardy_partitioner (the module's shardings in the sdy dialect) */
 } pj_compile_spec;
 /* pj_compile for a multi-device spec (NULL: pj_compile); the option bytes, at most
  * PJ_OPTS_MAX, are part of the on-disk key. */
