@@ -143,7 +143,10 @@ def main():
     ap.add_argument("--cache", default="build/bench-models")
     ap.add_argument("--spmd", action="store_true",
                     help="also compile the whole model as one SPMD program over the slice")
+    ap.add_argument("--json", metavar="FILE",
+                    help="also write the ragged / loop rows as JSON for `ember report --headline`")
     a = ap.parse_args()
+    out_rows = []
     gen = a.topology.split(":")[0]
     overheads = [] if a.launch_us == "measure" else ["--launch-us", a.launch_us, "--sync-us",
                                                      a.sync_us]
@@ -215,6 +218,14 @@ def main():
                 0.005 * (layer[b]["loop"]["programs"] + 1) + 0.01, (got, layer[b]["loop"])
             ann = f"{ar}x" if ab in (None, b) else ""
             comp = f" ({c['ragged_composed_s'] * 1e3:.2f} composed)" if whole else ""
+            row = {"model": shape, "topology": a.topology, "degree": a.degree, "batch": b,
+                   "ragged_ms": c["ragged_s"] * 1e3, "loop_ms": c["loop_s"] * 1e3,
+                   "ratio": c["ratio"], "ragged_tps": c["ragged_tps"],
+                   "loop_tps": c["loop_tps"], "launch_us": head["launch_us"],
+                   "sync_us": head["sync_us"], "latency_us": float(a.latency_us)}
+            if ann:
+                row["announced"] = float(ar)
+            out_rows.append(row)
             print(f"| {b} | {c['rest_s'] * 1e3:.2f} | {c['coll_s'] * 1e3:.2f} | "
                   f"{c['ragged_moe_s'] * 1e3:.2f} | {c['loop_moe_s'] * 1e3:.1f} | "
                   f"{c['loop_programs']} / {c['loop_syncs']} | {c['ragged_s'] * 1e3:.2f}{comp} | "
@@ -225,6 +236,9 @@ def main():
                  sorted(layer)]
             print(f"  at {lu:g} us per launch: loop / ragged " +
                   ", ".join(f"{c['ratio']:.1f}x (batch {c['batch']})" for c in r))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out_rows, f, indent=1)
 
 
 if __name__ == "__main__":

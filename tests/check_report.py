@@ -116,4 +116,31 @@ check(len(res2["rows"]) == 2 * len(res["rows"]) and len(res2["runs"]) == 2 * len
 check(os.path.exists(os.path.join(again, "report.html")), "--from writes the report")
 r = run("report", "--out", again, "--from", prices)
 check(r.returncode == 1 and "no \"rows\" array" in r.stderr, "--from a file that is no results.json")
+
+# --headline: project_tpu_headline.py --json's rows (these are made up here: the check is the
+# rendering and the refusals, not the numbers) become their own section, said to be projected
+head = os.path.join(out, "headline.json")
+rows = [{"model": "qwen3-30b-a3b", "topology": "v6e:2x4", "degree": 8, "batch": 64,
+         "ragged_ms": 5.82, "loop_ms": 360.4, "ratio": 61.9, "ragged_tps": 10994,
+         "loop_tps": 178, "launch_us": 6, "sync_us": 110, "latency_us": 10, "announced": 21.5},
+        {"model": "gemma4-26b-a4b", "topology": "v6e:2x4", "degree": 8, "batch": 1,
+         "ragged_ms": 1.53, "loop_ms": 19.2, "ratio": 12.6, "ragged_tps": 655, "loop_tps": 52,
+         "launch_us": 6, "sync_us": 110, "latency_us": 10}]
+with open(head, "w") as f:
+    json.dump(rows, f)
+r = run("report", "--out", again, "--from", src_json, "--headline", head)
+check(r.returncode == 0, f"--headline renders ({r.stderr.strip()[-200:]})")
+md = open(os.path.join(again, "report.md")).read()
+check("projected (XLA's cost model, not measured)" in md and
+      "| qwen3-30b-a3b | 64 | 5.82 | 360.4 | 61.9x | 21.5x | 10994 | 178 |" in md and
+      "| gemma4-26b-a4b | 1 | 1.53 | 19.2 | 12.6x | - | 655 | 52 |" in md, "the headline section")
+check(len(json.load(open(os.path.join(again, "results.json")))["headline"]) == 2,
+      "results.json keeps the headline rows")
+bad_head = os.path.join(out, "bad_headline.json")
+for text, want in (('{"model": 1}', "not a JSON array"), ('[{"model": "m", "batch": 1}]',
+                   "row 0 has no number ragged_ms"), ('[3]', "row 0 is not an object")):
+    with open(bad_head, "w") as f:
+        f.write(text)
+    r = run("report", "--out", again, "--from", src_json, "--headline", bad_head)
+    check(r.returncode != 0 and want in r.stderr, f"--headline {text}: {r.stderr.strip()[-120:]}")
 sys.exit(1 if failed else 0)

@@ -34,7 +34,7 @@ typedef struct report_opts {
     char *from[MAX_ITEMS];
     int n_from;
     bool quick, skip_peers, want[4];
-    const char *prices, *out, *text, *tokenizer;
+    const char *prices, *out, *text, *tokenizer, *headline;
 } report_opts;
 
 static const char *const suites[4] = {"ops", "decode", "moe", "tokenize"};
@@ -45,7 +45,8 @@ static void usage(FILE *f) {
         "usage: ember report --out DIR [--devices cpu,xla:0,...] [--models PRESETS_OR_DIRS]\n"
         "                    [--benches ops,decode,moe,tokenize] [--prices FILE] [--quick]\n"
         "                    [--skip-peers] [--tokenizer DIR_OR_FILE] [--text FILE]\n"
-        "       ember report --out DIR --from RESULTS.json[,RESULTS.json...] [--prices FILE]\n\n"
+        "       ember report --out DIR --from RESULTS.json[,RESULTS.json...] [--prices FILE]\n"
+        "       (either form takes [--headline FILE])\n\n"
         "Runs the benchmarks (`ember bench ops|decode|moe|tokenize --json`) on each device\n"
         "(default: every device `ember devices` finds) and writes DIR/results.json (every row,\n"
         "the machine, Ember's version and commit, the date, the limits measured, the peers),\n"
@@ -63,6 +64,9 @@ static void usage(FILE *f) {
         "               rows and runs of several files combined; machine, date and limits from\n"
         "               the first), e.g. to add a run that failed or new prices\n"
         "  --skip-peers do not run torch, OpenBLAS or llama.cpp next to Ember\n"
+        "  --headline   the TPU headline projected by XLA's cost model (the JSON that\n"
+        "               scripts/project_tpu_headline.py --json FILE writes): ragged against\n"
+        "               the per-expert loop on a v6e-8, beside the announcement's ratios\n"
         "Projections onto devices not present use datasheet figures (see the report) and\n"
         "are marked as such. Progress and the time left go to stderr; each benchmark's own\n"
         "messages to DIR/logs/.\n");
@@ -94,6 +98,8 @@ static int parse(int argc, char **argv, report_opts *o) {
             o->text = argv[++i];
         else if (!strcmp(a, "--tokenizer") && has)
             o->tokenizer = argv[++i];
+        else if (!strcmp(a, "--headline") && has)
+            o->headline = argv[++i];
         else if (!strcmp(a, "--from") && has) {
             snprintf(from_buf, sizeof from_buf, "%s", argv[++i]);
             o->n_from = split_list(from_buf, o->from, MAX_ITEMS);
@@ -324,6 +330,40 @@ static json_t *load_results(char *const *files, int n) {
     return out;
 }
 
+/* --headline FILE: a JSON array of project_tpu_headline.py's rows, each an object with the
+ * model (string) and its batch, ragged_ms, loop_ms, ratio, ragged_tps and loop_tps (numbers).
+ * Put into results as "headline". false with a message naming the file and what is wrong. */
+static bool add_headline(json_t *results, const char *file) {
+    json_error_t e;
+    json_t *h = json_load_file(file, 0, &e);
+    if (!json_is_array(h)) {
+        fprintf(stderr, "ember report: --headline %s: %s\n", file,
+                h ? "not a JSON array of rows (scripts/project_tpu_headline.py --json FILE)"
+                  : e.text);
+        json_decref(h);
+        return false;
+    }
+    static const char *const nums[] = {"batch", "ragged_ms", "loop_ms", "ratio",
+                                       "ragged_tps", "loop_tps"};
+    size_t i;
+    json_t *r;
+    json_array_foreach(h, i, r) {
+        const char *bad = !json_is_object(r) ? "is not an object"
+                          : !json_is_string(json_object_get(r, "model")) ? "has no \"model\" string"
+                                                                          : NULL;
+        for (int k = 0; k < 6 && !bad; k++)
+            if (!json_is_number(json_object_get(r, nums[k]))) bad = nums[k];
+        if (bad) {
+            fprintf(stderr, "ember report: --headline %s: row %zu %s%s\n", file, i,
+                    json_is_object(r) && strchr(bad, ' ') == NULL ? "has no number " : "", bad);
+            json_decref(h);
+            return false;
+        }
+    }
+    json_object_set_new(results, "headline", h);
+    return true;
+}
+
 static void fmt_secs(char *buf, size_t n, double s) {
     if (s < 90)
         snprintf(buf, n, "%.0f s", s);
@@ -373,6 +413,15 @@ int cmd_report(int argc, char **argv) {
             return 2;
         }
     }
+    if (o.headline) { /* a bad file fails now, not after the benchmarks */
+        json_t *probe = json_object();
+        bool ok = probe && add_headline(probe, o.headline);
+        json_decref(probe);
+        if (!ok) {
+            json_decref(prices);
+            return 2;
+        }
+    }
     if (o.n_from) {
         json_t *results = load_results(o.from, o.n_from);
         if (!results) {
@@ -381,6 +430,11 @@ int cmd_report(int argc, char **argv) {
         }
         if (mkdir(o.out, 0755) && errno != EEXIST) {
             fprintf(stderr, "ember report: cannot create %s: %s\n", o.out, strerror(errno));
+            json_decref(prices);
+            json_decref(results);
+            return 1;
+        }
+        if (o.headline && !add_headline(results, o.headline)) {
             json_decref(prices);
             json_decref(results);
             return 1;
@@ -478,6 +532,11 @@ int cmd_report(int argc, char **argv) {
         }
         json_array_append_new(runs, run);
         est_done += j->estimate_s;
+    }
+    if (o.headline && !add_headline(results, o.headline)) { /* (checked before the runs) */
+        json_decref(prices);
+        json_decref(results);
+        return 1;
     }
     report_costs_add(results, prices);
     json_decref(prices);

@@ -256,6 +256,46 @@ static void projections(doc *d, json_t *res) {
     sbuf_printf(&d->html, "</ul>\n");
 }
 
+/* The TPU headline (ember report --headline): projected by XLA's cost model, never measured. */
+static void headline(doc *d, json_t *res) {
+    json_t *h = json_object_get(res, "headline");
+    if (!json_array_size(h)) return;
+    h2(d, "The headline on a TPU v6e-8, projected (XLA's cost model, not measured)");
+    json_t *r0 = json_array_get(h, 0);
+    char intro[700];
+    snprintf(intro, sizeof intro,
+             "Decode of the whole model over the %.0f chips of a TPU %s slice, per chip, from "
+             "libtpu's compile of Ember's programs (scripts/project_tpu_headline.py): ragged "
+             "(the compiled step) against the per-expert loop as transformers runs it eagerly, "
+             "at %g us per program launched and %g us per routing sync (assumptions, as the "
+             "collectives' %g us per call). The announcement's ratios: 21.5x (Qwen3-30B-A3B, "
+             "batch 64) and 12.8x (Gemma 4 26B-A4B).",
+             report_num(r0, "degree"), report_str(r0, "topology"), report_num(r0, "launch_us"),
+             report_num(r0, "sync_us"), report_num(r0, "latency_us"));
+    para(d, intro);
+    static const char *const cols[] = {"model",         "batch",     "ragged ms",
+                                       "loop ms",       "loop / ragged", "announced",
+                                       "ragged tokens/s", "loop tokens/s"};
+    thead(d, 8, cols);
+    size_t i;
+    json_t *r;
+    json_array_foreach(h, i, r) {
+        char b[32], rm[32], lm[32], ra[32], an[32] = "", rt[32], lt[32];
+        if (json_is_number(json_object_get(r, "announced")))
+            fmt(an, 32, "%.1fx", report_num(r, "announced"));
+        const char *cells[] = {report_str(r, "model"),
+                               fmt(b, 32, "%.0f", report_num(r, "batch")),
+                               fmt(rm, 32, "%.2f", report_num(r, "ragged_ms")),
+                               fmt(lm, 32, "%.1f", report_num(r, "loop_ms")),
+                               fmt(ra, 32, "%.1fx", report_num(r, "ratio")),
+                               an,
+                               fmt(rt, 32, "%.0f", report_num(r, "ragged_tps")),
+                               fmt(lt, 32, "%.0f", report_num(r, "loop_tps"))};
+        trow(d, cells, false);
+    }
+    tend(d);
+}
+
 static void runs(doc *d, json_t *res) {
     h2(d, "Benchmarks run");
     static const char *const cols[] = {"command", "device", "seconds", "result"};
@@ -298,6 +338,7 @@ bool report_write(const char *dir, json_t *res, const report_plot *p, int n) {
     tokenizer_table(&d, res);
     costs(&d, res);
     projections(&d, res);
+    headline(&d, res);
     runs(&d, res);
     sbuf_printf(&d.html, "</body></html>\n");
     bool ok = !d.md.oom && !d.html.oom;
