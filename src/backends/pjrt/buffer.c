@@ -238,6 +238,19 @@ static em_status download(em_ctx *c, em_tensor *t, void *dst) {
     return s;
 }
 
+em_status pj_buffer_copy_to(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, em_device *dst,
+                            PJRT_Buffer **out) {
+    if (!PJ_HAS(pl, PJRT_Buffer_CopyToDevice)) return EM_ERR_UNSUPPORTED;
+    PJRT_Buffer_CopyToDevice_Args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = PJ_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer);
+    a.buffer = b;
+    a.dst_device = ((pj_dev *)dst->impl)->dev;
+    em_status s = pj_check(c, pl, pl->api->PJRT_Buffer_CopyToDevice(&a), false, "to");
+    if (!s) *out = a.dst_buffer;
+    return s;
+}
+
 static em_status copy(em_ctx *c, em_tensor *x, em_tensor *dst) {
     const pj_plugin *pl = ((pj_dev *)x->dev->impl)->pl;
     if (pl->aot) { /* between devices of one slice: shapes move, there is nothing else */
@@ -252,15 +265,11 @@ static em_status copy(em_ctx *c, em_tensor *x, em_tensor *dst) {
     } else {
         em_tensor_retain(src);
     }
-    PJRT_Buffer_CopyToDevice_Args a;
-    memset(&a, 0, sizeof a);
-    a.struct_size = PJ_SIZE(PJRT_Buffer_CopyToDevice_Args, dst_buffer);
-    a.buffer = ((pj_buf *)src->storage->data)->buf;
-    a.dst_device = ((pj_dev *)dst->dev->impl)->dev;
-    em_status s = pj_check(c, pl, pl->api->PJRT_Buffer_CopyToDevice(&a), false, "to");
+    PJRT_Buffer *b = NULL;
+    em_status s = pj_buffer_copy_to(c, pl, ((pj_buf *)src->storage->data)->buf, dst->dev, &b);
     em_tensor_release(src);
     if (s) return s;
-    pj_storage_set(dst->storage, a.dst_buffer, dst->dtype, dst->ndim, dst->shape);
+    pj_storage_set(dst->storage, b, dst->dtype, dst->ndim, dst->shape);
     return EM_OK;
 }
 

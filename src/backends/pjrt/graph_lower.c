@@ -731,8 +731,10 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
             if (sl->result >= 0) rshard[sl->result] = pshard[i];
         }
     }
+    /* TPU programs carry Shardy's shardings (libtpu's GSPMD refuses ragged_dot) */
+    bool sdy = !strcmp(pl->platform, "tpu");
     text = finish(&L, ptypes, alias, n_params, res, n_res, pshard, rshard,
-                  p->sp ? pj_spmd_parts(p->sp) : 0, !strcmp(p->pl->platform, "tpu"));
+                  p->sp ? pj_spmd_parts(p->sp) : 0, sdy);
     if (!text) {
         EM_FAIL(c, EM_ERR_INTERNAL, "compile", "StableHLO module: %s",
                 L.b.err[0] ? L.b.err : "invalid result");
@@ -764,7 +766,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
         h = pj_hash(k.p, k.len);
         size_t wl = strlen(what);
         snprintf(what + wl, sizeof what - wl, ", SPMD over %d partitions", parts);
-        pj_compile_spec sp = {1, parts, true, pj_spmd_ids(p->sp), !strcmp(p->pl->platform, "tpu")};
+        pj_compile_spec sp = {1, parts, true, pj_spmd_ids(p->sp), sdy};
         if (!(p->x = pj_cache_find(pl, &k, h)))
             p->x = pj_compile_for(c, pl, &k, h, text, what, false, &sp);
     } else if (!(p->x = pj_cache_find(pl, &k, h))) {

@@ -146,6 +146,10 @@ void pj_buffer_free(const pj_plugin *pl, PJRT_Buffer *b);
 /* A device buffer on d from contiguous host data of the given shape (copied during the call). */
 em_status pj_buffer_from_host(em_ctx *c, em_device *d, const void *src, em_dtype dt, int nd,
                               const int64_t *dims, PJRT_Buffer **out);
+/* A copy of buffer b on device dst (PJRT_Buffer_CopyToDevice); EM_ERR_UNSUPPORTED, with no
+ * error recorded, when the plugin lacks it. */
+em_status pj_buffer_copy_to(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, em_device *dst,
+                            PJRT_Buffer **out);
 /* Copies a whole buffer into host memory dst (dst_n bytes), waiting for it. */
 em_status pj_buffer_to_host(em_ctx *c, const pj_plugin *pl, PJRT_Buffer *b, void *dst,
                             size_t dst_n);

@@ -231,12 +231,17 @@ em_status pj_spmd_cap_args(em_ctx *c, pj_spmd *sp, int cap, const em_tensor *t,
 em_status pj_spmd_replicate(em_ctx *c, pj_spmd *sp, PJRT_Buffer *b0, em_dtype dt, int nd,
                             const int64_t *dims, PJRT_Buffer **per_dev) {
     per_dev[0] = b0;
+    for (int d = 1; d < sp->parts; d++) per_dev[d] = NULL;
     if (sp->parts < 2) return EM_OK;
+    /* device to device where the plugin can (the backend's own copy), else through the host */
+    em_status s = EM_OK;
+    for (int d = 1; d < sp->parts && !s; d++)
+        s = pj_buffer_copy_to(c, sp->pl, b0, sp->devs[d], &per_dev[d]);
+    if (s != EM_ERR_UNSUPPORTED) return s; /* (unsupported: known at the first, none made) */
     int64_t total = nbytes_of(dt, nd, dims);
     unsigned char *h = malloc((size_t)total + 1);
     if (!h) return EM_FAIL(c, EM_ERR_OOM, "compiled_run", "out of memory");
-    em_status s = pj_buffer_to_host(c, sp->pl, b0, h, (size_t)total);
-    for (int d = 1; d < sp->parts; d++) per_dev[d] = NULL;
+    s = pj_buffer_to_host(c, sp->pl, b0, h, (size_t)total);
     for (int d = 1; d < sp->parts && !s; d++)
         s = pj_buffer_from_host(c, sp->devs[d], h, dt, nd, dims, &per_dev[d]);
     free(h);
