@@ -138,5 +138,89 @@ static void test_errors(void) {
     em_ctx_free(c);
 }
 
+/* The adamw_step op itself: the CPU's one-pass f32 kernel against the op-by-op composition
+ * (which f64 tensors take), both the formula torch's AdamW computes; and its refusals, each
+ * before anything is written. */
+static void test_adamw_step_op(void) {
+    em_ctx *c = em_ctx_create();
+    enum { N = 1000 };
+    float p[N], g[N], m[N], v[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = sinf((float)i * 0.37f);
+        g[i] = cosf((float)i * 0.11f) * 0.5f;
+        m[i] = 0.01f * (float)(i % 7);
+        v[i] = 0.001f * (float)(i % 5);
+    }
+    em_tensor *t32[4], *t64[4];
+    const float *src[4] = {p, g, m, v};
+    for (int k = 0; k < 4; k++) { /* from the host: no pending work reads what the op writes */
+        double d[N];
+        for (int i = 0; i < N; i++) d[i] = src[k][i];
+        t32[k] = em_from_host(c, EM_F32, EM_SHAPE(N), src[k]);
+        t64[k] = em_from_host(c, EM_F64, EM_SHAPE(N), d);
+    }
+    double lr = 1e-2, wd = 0.1, b1 = 0.9, b2 = 0.999, step = 3;
+    em_tensor *k32[3] = {em_scalar(c, 1 - lr * wd, EM_F32),
+                         em_scalar(c, sqrt(1 - pow(b2, step)), EM_F32),
+                         em_scalar(c, -lr / (1 - pow(b1, step)), EM_F32)};
+    em_tensor *k64[3] = {em_scalar(c, (float)(1 - lr * wd), EM_F64),
+                         em_scalar(c, (float)sqrt(1 - pow(b2, step)), EM_F64),
+                         em_scalar(c, (float)(-lr / (1 - pow(b1, step))), EM_F64)};
+    CHECK(em_adamw_step(c, t32[0], t32[1], t32[2], t32[3], k32[0], k32[1], k32[2], b1, b2, 1e-8) ==
+          EM_OK);
+    CHECK(em_adamw_step(c, t64[0], t64[1], t64[2], t64[3], k64[0], k64[1], k64[2], b1, b2, 1e-8) ==
+          EM_OK);
+    double worst = 0;
+    for (int k = 0; k < 4; k++) {
+        if (k == 1) continue;
+        double a[N], b[N];
+        CHECK(em_to_host(c, em_cast(c, t32[k], EM_F64), a, sizeof a) == EM_OK);
+        CHECK(em_to_host(c, t64[k], b, sizeof b) == EM_OK);
+        for (int i = 0; i < N; i++) {
+            double d = fabs(a[i] - b[i]) / (fabs(b[i]) + 1e-6);
+            if (d > worst) worst = d;
+        }
+    }
+    CHECK(worst < 1e-5);
+    /* refusals: nothing written */
+    float before[N];
+    CHECK(em_to_host(c, t32[0], before, sizeof before) == EM_OK);
+    em_tensor *wrong_shape = em_zeros(c, EM_F32, EM_SHAPE(2, 500));
+    CHECK(em_adamw_step(c, t32[0], wrong_shape, t32[2], t32[3], k32[0], k32[1], k32[2], b1, b2,
+                        1e-8) == EM_ERR_SHAPE);
+    CHECK_ERR(c, EM_ERR_SHAPE, "adamw_step", "grad");
+    em_ctx_clear_error(c);
+    CHECK(em_adamw_step(c, t32[0], t64[1], t32[2], t32[3], k32[0], k32[1], k32[2], b1, b2,
+                        1e-8) == EM_ERR_DTYPE);
+    CHECK_ERR(c, EM_ERR_DTYPE, "adamw_step", "grad");
+    em_ctx_clear_error(c);
+    em_tensor *strided = em_slice(c, em_zeros(c, EM_F32, EM_SHAPE(2 * N)), 0, 0, 2 * N, 2);
+    CHECK(em_adamw_step(c, t32[0], t32[1], strided, t32[3], k32[0], k32[1], k32[2], b1, b2,
+                        1e-8) == EM_ERR_INVALID_ARG);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "adamw_step", "exp_avg", "contiguous");
+    em_ctx_clear_error(c);
+    CHECK(em_adamw_step(c, t32[0], t32[1], t32[2], t32[3], t32[0], k32[1], k32[2], b1, b2,
+                        1e-8) == EM_ERR_SHAPE);
+    CHECK_ERR(c, EM_ERR_SHAPE, "adamw_step", "decay", "0-d");
+    em_ctx_clear_error(c);
+    CHECK(em_adamw_step(c, t32[0], t32[1], t32[2], t32[3], k32[0], k32[1], k32[2], 1.0, b2,
+                        1e-8) == EM_ERR_INVALID_ARG);
+    CHECK_ERR(c, EM_ERR_INVALID_ARG, "adamw_step", "beta1");
+    em_ctx_clear_error(c);
+    /* a parameter that requires grad, with grad on: refused as every in-place write is */
+    CHECK(em_tensor_requires_grad(c, t32[0], true) == EM_OK);
+    bool was = em_grad_enable(c, true);
+    CHECK(em_adamw_step(c, t32[0], t32[1], t32[2], t32[3], k32[0], k32[1], k32[2], b1, b2,
+                        1e-8) == EM_ERR_UNSUPPORTED);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "adamw_step", "requires grad");
+    em_ctx_clear_error(c);
+    em_grad_enable(c, was);
+    float after[N];
+    CHECK(em_to_host(c, t32[0], after, sizeof after) == EM_OK);
+    CHECK(memcmp(before, after, sizeof after) == 0);
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_adamw_cosine_clip), T(test_adamw_defaults), T(test_sgd_nesterov_clip),
-             T(test_sgd_dampening_cosine), T(test_schedules), T(test_errors))
+             T(test_sgd_dampening_cosine), T(test_schedules), T(test_errors),
+             T(test_adamw_step_op))

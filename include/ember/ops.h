@@ -522,6 +522,26 @@ EM_API em_tensor *em_ragged_unpack_(EM_OP_ARGS, em_tensor *packed);
  *  the fly); this says where it is faster. */
 EM_API bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype);
 
+/* ---- training ---- */
+/**
+ * torch's AdamW update of one parameter (torch.optim.AdamW's single-tensor path), in place:
+ *   p = p * decay;  m = m + (g - m) * (1 - beta1);  v = v * beta2 + g * g * (1 - beta2);
+ *   p = p + m / (sqrt(v) / sqrt_bc2 + eps) * neg_step
+ * with the step's numbers as 0-d floating tensors on p's device: decay = 1 - lr * weight_decay,
+ * sqrt_bc2 = sqrt(1 - beta2^step), neg_step = -lr / (1 - beta1^step) (tensors, so a compiled
+ * step takes them as inputs instead of baking them in). p, g, m, v: contiguous, of one shape and
+ * one floating dtype; p, m and v are written, g is only read; none is retained. On the CPU f32
+ * runs as one pass over the four tensors; other dtypes, other devices and compiled programs run
+ * the same arithmetic as element-wise ops (each rounded to the dtype, as torch's). Not
+ * differentiable: call it with grad disabled. Returns the status (EM_ERR_DTYPE, EM_ERR_SHAPE,
+ * EM_ERR_INVALID_ARG naming the tensor; the context holds the message); on error nothing is
+ * written.
+ */
+#define em_adamw_step(c, ...) em_adamw_step_((c), EM_HERE, __VA_ARGS__)
+EM_API em_status em_adamw_step_(EM_OP_ARGS, em_tensor *p, em_tensor *g, em_tensor *m,
+                                em_tensor *v, em_tensor *decay, em_tensor *sqrt_bc2,
+                                em_tensor *neg_step, double beta1, double beta2, double eps);
+
 /* ---- generic access to the op table (tests, tools, bindings) ---- */
 /** Number of ops in the table and the name of op i. */
 EM_API int em_op_count(void);

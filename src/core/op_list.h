@@ -141,6 +141,10 @@
     X(REDUCE_SCATTER, "reduce_scatter", OTHER, 1, 1, 1, "reduce:int,dim:int,group:int",          \
       rule_reduce_scatter)                                                                       \
     X(ALL_TO_ALL, "all_to_all", OTHER, 1, 1, 1, "split_dim:int,concat_dim:int,group:int",        \
-      rule_all_to_all)
+      rule_all_to_all)                                                                             \
+    /* training: torch's AdamW update of one parameter, in place on p, m, v (inputs p, g, m, v */  \
+    /* and the step's 0-d f32 numbers decay, sqrt(bias_correction2), -lr/bias_correction1) */    \
+    X(ADAMW_STEP, "adamw_step", OTHER, 7, 7, 0, "beta1:float,beta2:float,eps:float",              \
+      rule_adamw_step)
 
 #endif

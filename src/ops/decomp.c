@@ -42,8 +42,8 @@ static bool values_ok(em_ctx *c, em_tensor *bt, em_tensor *lens, int64_t bs, int
     return ok;
 }
 
-static em_tensor *paged_attention(em_ctx *c, const char *file, int line, em_tensor *const *in,
-                                  const em_attr *attrs) {
+static em_status paged_attention(em_ctx *c, const char *file, int line, em_tensor *const *in,
+                                 const em_attr *attrs, em_tensor **out) {
     em_tensor *q = in[0], *kp = in[1], *vp = in[2], *bt = in[3], *lens = in[4];
     int64_t bs = attrs[0].i;
     em_sdpa_params sp = em_sdpa_default_params();
@@ -54,7 +54,7 @@ static em_tensor *paged_attention(em_ctx *c, const char *file, int line, em_tens
     int64_t hkv = em_tensor_dim(kp, 0), l = mb * bs;
     em_device *d = em_tensor_device(q);
     if (!c->tracer && !d->be->no_values && !values_ok(c, bt, lens, bs, em_tensor_dim(kp, 1) / bs))
-        return NULL;
+        return c->err.status;
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, d);
     /* slots[b, j] = table[b, j / bs] * bs + j % bs, for the table's width of positions */
@@ -87,11 +87,39 @@ static em_tensor *paged_attention(em_ctx *c, const char *file, int line, em_tens
                                       em_add_scalar_(c, file, line, qpos, (double)-sp.window)));
     mask = em_unsqueeze_(c, file, line, mask, 1); /* [B, 1, T, L] */
     sp.window = 0; /* in the mask */
-    em_tensor *r = em_sdpa_(c, file, line, q, kv[0], kv[1], mask, &sp);
+    *out = em_sdpa_(c, file, line, q, kv[0], kv[1], mask, &sp);
     em_ctx_set_device(c, prev);
-    return r;
+    return c->err.status;
 }
 
-em_decomp_fn em_decomp_get(em_op_id op) {
-    return op == EM_OP_PAGED_ATTENTION ? paged_attention : NULL;
+/* adamw_step as torch's _single_tensor_adamw writes it, op by op (exp_avg.lerp_(grad, 1 -
+ * beta1), exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2), ...): for devices without
+ * the fused kernel and for traces, whose graphs know only writes into a node's first input. */
+static em_status adamw_step(em_ctx *c, const char *file, int line, em_tensor *const *in,
+                            const em_attr *attrs, em_tensor **out) {
+    (void)out;
+    em_tensor *p = in[0], *g = in[1], *m = in[2], *v = in[3];
+    double b1 = attrs[0].f, b2 = attrs[1].f, eps = attrs[2].f;
+    em_assign_(c, file, line, p, em_mul_(c, file, line, p, in[4]));
+    em_assign_(c, file, line, m,
+               em_add_(c, file, line, m,
+                       em_mul_scalar_(c, file, line, em_sub_(c, file, line, g, m), 1.0 - b1)));
+    em_assign_(c, file, line, v,
+               em_add_(c, file, line, em_mul_scalar_(c, file, line, v, b2),
+                       em_mul_scalar_(c, file, line, em_mul_(c, file, line, g, g), 1.0 - b2)));
+    em_tensor *denom = em_add_scalar_(
+        c, file, line, em_div_(c, file, line, em_sqrt_(c, file, line, v), in[5]), eps);
+    em_assign_(c, file, line, p,
+               em_add_(c, file, line, p,
+                       em_mul_(c, file, line, em_div_(c, file, line, m, denom), in[6])));
+    return c->err.status;
+}
+
+em_decomp_fn em_decomp_get(em_op_id op, em_tensor *const *in, bool has_kernel, bool tracing) {
+    if (op == EM_OP_PAGED_ATTENTION && !has_kernel) return paged_attention;
+    /* the CPU kernel is f32's (master weights and optimizer state); other floating dtypes
+     * keep torch's rounding after every operation */
+    if (op == EM_OP_ADAMW_STEP && (!has_kernel || tracing || in[0]->dtype != EM_F32))
+        return adamw_step;
+    return NULL;
 }

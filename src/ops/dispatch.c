@@ -115,17 +115,23 @@ int em_op_exec(em_ctx *c, const char *file, int line, em_op_id id, em_tensor *co
         return -1;
     }
     /* no kernel on the device, but a composition of ops it runs (eagerly or traced) */
-    em_decomp_fn decomp = op->kind == EM_OPK_OTHER && n_out == 1 && !em_kset_get(dev->be, id)
-                              ? em_decomp_get(id)
+    em_decomp_fn decomp = op->kind == EM_OPK_OTHER && n_out <= 1
+                              ? em_decomp_get(id, in, em_kset_get(dev->be, id) != NULL,
+                                              c->tracer != NULL)
                               : NULL;
     if (decomp) {
+        em_tensor *r = NULL;
         em_scope_push(c);
-        em_tensor *r = decomp(c, file, line, in, attrs);
+        em_status s = decomp(c, file, line, in, attrs, &r);
         if (r) r = em_tensor_retain(r); /* the caller's (em_op_exec's contract) */
         em_scope_pop(c);
-        if (!r) return -1;
-        outs[0] = r;
-        return 1;
+        if (s != EM_OK || c->err.status || (n_out == 1 && !r)) {
+            em_tensor_release(r);
+            if (!c->err.status) em_op_fail(c, EM_ERR_INTERNAL, "decomposition failed");
+            return -1;
+        }
+        if (n_out == 1) outs[0] = r;
+        return n_out;
     }
     /* compile mode: the call is recorded, not run (the rule above already checked it, so a
      * mistake is reported here, at the call, not when the program runs) */

@@ -23,11 +23,13 @@ em_tensor *em_op_run(em_ctx *c, const char *file, int line, em_op_id op, em_tens
                      int n_in, const em_attr *attrs, em_tensor **outs, int max_out,
                      int *n_out_actual);
 
-/* A composition of other ops computing op `id` (ops/decomp.c), for devices without a kernel
- * for it: returns its result in the current scope (NULL with an error). NULL: none. */
-typedef em_tensor *(*em_decomp_fn)(em_ctx *c, const char *file, int line, em_tensor *const *in,
-                                   const em_attr *attrs);
-em_decomp_fn em_decomp_get(em_op_id id);
+/* A composition of other ops computing op `id` on inputs `in` (ops/decomp.c), for devices
+ * without a kernel for it, for inputs the kernel does not cover, and under tracing for ops
+ * whose kernel writes more than its first input (the graph passes know only that kind of
+ * write): writes the result, if the op has one, to *out in the current scope. NULL: none. */
+typedef em_status (*em_decomp_fn)(em_ctx *c, const char *file, int line, em_tensor *const *in,
+                                  const em_attr *attrs, em_tensor **out);
+em_decomp_fn em_decomp_get(em_op_id id, em_tensor *const *in, bool has_kernel, bool tracing);
 
 /* Builds the outputs of a VIEW op over their input's storage (the geometry of core/views.c; a
  * reshape the layout does not allow copies first). Outputs are caller-owned. */

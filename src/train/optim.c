@@ -119,34 +119,16 @@ static em_tensor *own_zeros(em_ctx *c, em_tensor *t) {
     return z ? em_detach(c, z) : NULL;
 }
 
-/* The per-step numbers of an AdamW update: host doubles (eager), or 0-d f32 tensors of the
- * parameters' device (a compiled step: inputs of the program, so a new step or learning rate
- * never bakes a constant into it). */
+/* The per-step numbers of an AdamW update as 0-d f32 tensors of the parameters' device: made
+ * from host doubles for an eager step, or a compiled step's inputs (so a new step or learning
+ * rate never bakes a constant into the program). */
 typedef struct adamw_k {
-    double decay, sqrt_bc2, neg_step; /* 1 - lr wd, sqrt(bc2), -lr / bc1 */
-    em_tensor *t_decay, *t_sqrt_bc2, *t_neg_step;
+    em_tensor *decay, *sqrt_bc2, *neg_step; /* 1 - lr wd, sqrt(bc2), -lr / bc1 */
 } adamw_k;
 
-static em_tensor *mul_k(em_ctx *c, em_tensor *x, double s, em_tensor *st) {
-    return st ? em_mul(c, x, st) : em_mul_scalar(c, x, s);
-}
-
-/* torch's _single_tensor_adamw on one slab of a parameter (views p, g, m, v of the same rows) */
-static void adamw_slab(em_ctx *c, const em_adamw_options *a, const adamw_k *k, em_tensor *p,
-                       em_tensor *g, em_tensor *m, em_tensor *v) {
-    if (a->weight_decay != 0) em_assign(c, p, mul_k(c, p, k->decay, k->t_decay));
-    /* exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2) */
-    em_assign(c, m, em_add(c, m, em_mul_scalar(c, em_sub(c, g, m), 1.0 - a->beta1)));
-    em_assign(c, v, em_add(c, em_mul_scalar(c, v, a->beta2),
-                           em_mul_scalar(c, em_mul(c, g, g), 1.0 - a->beta2)));
-    em_tensor *sv = em_sqrt(c, v);
-    sv = k->t_sqrt_bc2 ? em_div(c, sv, k->t_sqrt_bc2) : em_div_scalar(c, sv, k->sqrt_bc2);
-    em_tensor *denom = em_add_scalar(c, sv, a->eps);
-    em_assign(c, p, em_add(c, p, mul_k(c, em_div(c, m, denom), k->neg_step, k->t_neg_step)));
-}
-
-/* Rows of a parameter per slab: about 2^20 elements, so the dozen temporaries of the update
- * stay in the caches and an LM head's (vocab x hidden) do not take a dozen times its memory. */
+/* Rows of a parameter per slab: about 2^20 elements, so that where adamw_step runs as separate
+ * element-wise ops (devices without its fused kernel, compiled programs) their temporaries stay
+ * small: an LM head's (vocab x hidden) would otherwise take a dozen times its memory. */
 static int64_t slab_rows(const em_tensor *p) {
     int64_t rows = em_tensor_ndim(p) ? em_tensor_dim(p, 0) : 1;
     int64_t per_row = rows ? em_tensor_numel(p) / rows : 1;
@@ -158,31 +140,41 @@ static int64_t slab_rows(const em_tensor *p) {
  * the same values as the whole tensor at once */
 static void adamw_apply(em_ctx *c, const em_adamw_options *a, const adamw_k *k, em_tensor *p,
                         em_tensor *g, em_tensor *m, em_tensor *v) {
+    g = em_contiguous(c, g);
     if (em_tensor_ndim(p) == 0) {
-        adamw_slab(c, a, k, p, g, m, v);
+        em_adamw_step(c, p, g, m, v, k->decay, k->sqrt_bc2, k->neg_step, a->beta1, a->beta2,
+                      a->eps);
         return;
     }
     int64_t rows = em_tensor_dim(p, 0), n_rows = slab_rows(p);
     for (int64_t r0 = 0; r0 < rows && !em_ctx_status(c); r0 += n_rows) {
         int64_t n = r0 + n_rows < rows ? n_rows : rows - r0;
         em_scope_push(c);
-        adamw_slab(c, a, k, em_narrow(c, p, 0, r0, n), em_narrow(c, g, 0, r0, n),
-                   em_narrow(c, m, 0, r0, n), em_narrow(c, v, 0, r0, n));
+        em_adamw_step(c, em_narrow(c, p, 0, r0, n), em_narrow(c, g, 0, r0, n),
+                      em_narrow(c, m, 0, r0, n), em_narrow(c, v, 0, r0, n), k->decay,
+                      k->sqrt_bc2, k->neg_step, a->beta1, a->beta2, a->eps);
         em_scope_pop(c);
     }
 }
 
-static adamw_k adamw_numbers(const em_adamw_options *a, double lr, int64_t step) {
+static void adamw_numbers(const em_adamw_options *a, double lr, int64_t step, double out[3]) {
     double bc1 = 1.0 - pow(a->beta1, (double)step), bc2 = 1.0 - pow(a->beta2, (double)step);
-    return (adamw_k){.decay = 1.0 - lr * a->weight_decay, .sqrt_bc2 = sqrt(bc2),
-                     .neg_step = -(lr / bc1)};
+    out[0] = 1.0 - lr * a->weight_decay;
+    out[1] = sqrt(bc2);
+    out[2] = -(lr / bc1);
 }
 
 static void adamw_one(em_ctx *c, em_optimizer *o, int i, em_tensor *p, em_tensor *g) {
     if (!o->m[i]) o->m[i] = own_zeros(c, p);
     if (!o->v[i]) o->v[i] = own_zeros(c, p);
     if (!o->m[i] || !o->v[i]) return;
-    adamw_k k = adamw_numbers(&o->adamw, o->lr, ++o->param_steps[i]);
+    double x[3];
+    adamw_numbers(&o->adamw, o->lr, ++o->param_steps[i], x);
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_tensor_device(p));
+    adamw_k k = {em_scalar(c, x[0], EM_F32), em_scalar(c, x[1], EM_F32),
+                 em_scalar(c, x[2], EM_F32)};
+    em_ctx_set_device(c, prev);
     adamw_apply(c, &o->adamw, &k, p, g, o->m[i], o->v[i]);
 }
 
@@ -248,16 +240,13 @@ em_status em_adamw_prepare_traced(em_ctx *c, em_optimizer *o, int64_t *step) {
 }
 
 void em_adamw_step_numbers(const em_optimizer *o, double lr, int64_t step, double out[3]) {
-    adamw_k k = adamw_numbers(&o->adamw, lr, step);
-    out[0] = k.decay;
-    out[1] = k.sqrt_bc2;
-    out[2] = k.neg_step;
+    adamw_numbers(&o->adamw, lr, step, out);
 }
 
 em_status em_adamw_update_traced(em_ctx *c, em_optimizer *o, em_tensor *const *grads,
                                  em_tensor *decay, em_tensor *sqrt_bc2, em_tensor *neg_step) {
     if (em_ctx_status(c)) return em_ctx_status(c);
-    adamw_k k = {.t_decay = decay, .t_sqrt_bc2 = sqrt_bc2, .t_neg_step = neg_step};
+    adamw_k k = {decay, sqrt_bc2, neg_step};
     bool grad_on = em_grad_enable(c, false);
     for (int i = 0; i < o->n && !em_ctx_status(c); i++) {
         if (em_scope_push(c) < 0) break;

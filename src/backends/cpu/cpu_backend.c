@@ -105,6 +105,7 @@ static void cpu_init(void) {
     em_cpu_register_index(cpu_backend.kernels);
     em_cpu_register_conv(cpu_backend.kernels);
     em_cpu_register_moe(cpu_backend.kernels);
+    em_cpu_register_adamw(cpu_backend.kernels);
     em_cpu_register_collective(cpu_backend.kernels);
     em_cpu_register_linalg_groups(cpu_groups);
     em_cpu_register_quant(cpu_backend.kernels);
