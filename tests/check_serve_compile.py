@@ -16,6 +16,9 @@ On the tiny Qwen3 checkpoint of check_serve.py (random weights, the test tokeniz
     has not moved.
 All of that twice: --compile over the dense cache (--kv-block 0; key buckets of the mask) and
 over the paged cache (--kv-block 16; block-table buckets of 64 positions, 4 blocks).
+Then the paged-cache checks again on two MoE architectures (the qwen3_moe and mixtral test
+checkpoints' shapes, random weights: check_serve.make_checkpoint_like): the routing inside the
+compiled programs at every batch bucket gives the eager server's and `ember generate`'s answers.
 With $EMBER_PJRT_XLA_PLUGIN set, the same answers on --device xla:0 --compile, over the paged
 cache (the default there too), (skipped loudly without it). No timing is asserted. Exit 77 (skipped) without the HTTP server.
 """
@@ -37,14 +40,18 @@ def compiles(s):
     return int(cs.metric(s, "ember:compiles_total")), int(cs.metric(s, "ember:compiled_programs"))
 
 
+# the MoE test checkpoints' architectures (tests/fixtures/models; check_serve.make_checkpoint_like)
+MOE = ("qwen3_moe", "mixtral")
+
 # the two caches --compile runs over: (name, its flags, the startup log's words for it)
 CACHES = [("dense", ("--kv-block", "0"), "over the dense KV cache"),
           ("paged", ("--kv-block", "16"), "over the paged KV cache")]
 
 
-def compiled_server(ember, d, common, cache, ref, plen, budget):
+def compiled_server(ember, d, common, cache, ref, plen, budget, model="qwen3"):
     """The --compile checks over one cache (see the top)."""
     name, flags, words = cache
+    name = f"{model}, {name}"
     s = cs.Server(ember, d, *common, *flags, "--compile", "--bucket", "64")
     try:
         got = cs.answers_alone(s, MSGS, budget)
@@ -79,6 +86,27 @@ def compiled_server(ember, d, common, cache, ref, plen, budget):
           "4) equal their answers alone, no further compile")
 
 
+def eager_answers(ember, d, common):
+    """The eager server's greedy answers alone (the dense cache), checked against `ember
+    generate` for three prompts: (prompt lengths, budgets, answers)."""
+    eager = cs.Server(ember, d, *common, "--kv-block", "0")
+    try:
+        # answers of different lengths: the prompt plus its answer within the context
+        plen = [cs.chat_tokens(eager, m) for m in MSGS]
+        budget = [min(12 + 17 * i, 120 - p) for i, p in enumerate(plen)]
+        check(all(b >= 8 for b in budget), f"prompts too long for --ctx 128: {plen}")
+        ref = cs.answers_alone(eager, MSGS, budget)
+        check(compiles(eager) == (0, 0), f"compiles without --compile: {compiles(eager)}")
+        eager.stop("eager server")
+    finally:
+        eager.kill()
+    for i in (0, 2, 5):
+        gen = cs.ember_generate(ember, d, "--chat", MSGS[i], budget[i])
+        check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
+    check(len(set(ref)) > 1, f"the greedy answers are all the same: {ref[0]!r}")
+    return plen, budget, ref
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -87,20 +115,7 @@ def main():
     common = ("--served-model-name", "tiny", "--ctx", "128", "--prefix-cache", "0", "--parallel", "16")
     with tempfile.TemporaryDirectory() as d:
         cs.make_checkpoint(d)
-        eager = cs.Server(ember, d, *common, "--kv-block", "0")
-        try:
-            # answers of different lengths: the prompt plus its answer within the context
-            plen = [cs.chat_tokens(eager, m) for m in MSGS]
-            budget = [min(12 + 17 * i, 120 - p) for i, p in enumerate(plen)]
-            check(all(b >= 8 for b in budget), f"prompts too long for --ctx 128: {plen}")
-            ref = cs.answers_alone(eager, MSGS, budget)
-            check(compiles(eager) == (0, 0), f"compiles without --compile: {compiles(eager)}")
-            eager.stop("eager server")
-        finally:
-            eager.kill()
-        for i in (0, 2, 5):
-            gen = cs.ember_generate(ember, d, "--chat", MSGS[i], budget[i])
-            check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
+        plen, budget, ref = eager_answers(ember, d, common)
         for cache in CACHES:
             compiled_server(ember, d, common, cache, ref, plen, budget)
         plugin = os.environ.get("EMBER_PJRT_XLA_PLUGIN")
@@ -123,6 +138,13 @@ def main():
             finally:
                 s.kill()
             print("serve --compile on xla:0: answers alone and in a batch equal the CPU's")
+    # MoE: the routing inside the compiled programs (ragged experts, the default), over the
+    # paged cache, at every batch bucket
+    for fam in MOE:
+        with tempfile.TemporaryDirectory() as d:
+            cs.make_checkpoint_like(d, fam)
+            plen, budget, ref = eager_answers(ember, d, common)
+            compiled_server(ember, d, common, CACHES[1], ref, plen, budget, fam)
     print("serve_compile: all checks passed")
 
 
