@@ -12,8 +12,8 @@ k = v layers), random weights and the byte-level test tokenizer (check_serve.mak
     equals `ember generate --prompt --greedy`'s;
   - 12 concurrent streams (more than --max-batch: they wait, join and leave the running batch,
     prefilled together) equal their answers alone, on both caches;
-  - the same prompt with a shared prefix in the prefix cache (the default --prefix-cache):
-    equal to its answer without the cache;
+  - prompts with a shared system prompt through the prefix cache (eager, and --compile with its
+    compiled prefill chunks after a reused prefix): equal to their answers without the cache;
   - --compile over the paged cache (the compiled decode steps): the same answers alone and in a
     batch, and after a warm-up reaching every (batch bucket, table bucket) pair the compile count
     stays flat (check_serve_compile.compiled_server).
@@ -77,9 +77,9 @@ def prefix_checks(ember, d, fam, common):
                          {"role": "user", "content": MSGS[1]}]}
     other = dict(body, messages=[body["messages"][0], {"role": "user", "content": MSGS[4]}])
     answers = {}
-    for cache in ("0", "4"):
-        s = cs.Server(ember, d, *common[:-4], "--parallel", "16", "--prefix-cache", cache,
-                      "--kv-block", "16")
+    for cache, extra in (("0", ()), ("4", ()), ("4c", ("--compile", "--bucket", "64"))):
+        s = cs.Server(ember, d, *common[:-4], "--parallel", "16", "--prefix-cache", cache[0],
+                      "--kv-block", "16", *extra)
         try:
             a = [s.json("POST", "/v1/chat/completions", b)["choices"][0]["message"]["content"]
                  for b in (other, body, body)]
@@ -90,12 +90,14 @@ def prefix_checks(ember, d, fam, common):
         check(a[1] == a[2], f"{fam} --prefix-cache {cache}: the same request twice: {a[1]!r} "
               f"!= {a[2]!r}")
         answers[cache] = (a, hits)
-    check(answers["4"][0] == answers["0"][0], f"{fam}: with the prefix cache {answers['4'][0]!r} "
-          f"!= without {answers['0'][0]!r}")
-    check(answers["4"][1] > 0 and answers["0"][1] == 0,
-          f"{fam}: prefix cache hits {answers['4'][1]} (with), {answers['0'][1]} (without)")
+    for k in ("4", "4c"):
+        check(answers[k][0] == answers["0"][0], f"{fam}: with the prefix cache ({k}) "
+              f"{answers[k][0]!r} != without {answers['0'][0]!r}")
+    check(answers["4"][1] > 0 and answers["4c"][1] == answers["4"][1] and answers["0"][1] == 0,
+          f"{fam}: prefix cache hits {answers['4'][1]} (with), {answers['4c'][1]} (with, "
+          f"--compile), {answers['0'][1]} (without)")
     print(f"{fam}: a shared system prompt from the prefix cache ({int(answers['4'][1])} tokens "
-          "reused) gives the answers computed without it")
+          "reused), eager and --compile, gives the answers computed without it")
 
 
 def main():
