@@ -110,6 +110,67 @@ def make_checkpoint(d):
               open(os.path.join(d, "tokenizer_config.json"), "w"))
 
 
+def read_safetensors_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+
+
+def make_checkpoint_like(d, fam, seed=4321, mat_std=0.2):
+    """A checkpoint of the architecture of tests/fixtures/models/FAM (its config and tensor
+    names and shapes; f32) for the serve tests: the vocabulary grown to the byte-level test
+    tokenizer's (embedding and head rows), random weights large enough for varied greedy answers
+    (the fixture's own are initialiser-small), its 1-D tensors (norms, scalars, router scales)
+    kept, the tokenizer and ChatML template of make_checkpoint. A nested text_config (Gemma 4's
+    multimodal wrapper) gets the same vocabulary changes."""
+    rng = random.Random(seed)
+    src = os.path.join(FIXTURES, "models", fam)
+    tok = json.load(open(os.path.join(FIXTURES, "tokenizers", "bpe_bytelevel.json")))
+    vocab = 1 + max([t["id"] for t in tok["added_tokens"]] + list(tok["model"]["vocab"].values()))
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    old_vocab = (cfg.get("text_config") or cfg)["vocab_size"]
+    for c in (cfg, cfg.get("text_config")):
+        if not c:
+            continue
+        old = c.get("vocab_size", 0)
+        c.update(vocab_size=vocab, max_position_embeddings=4096, eos_token_id=2, bos_token_id=1)
+        if c.get("vocab_size_per_layer_input") == old:
+            c["vocab_size_per_layer_input"] = vocab
+    # Gemma scales its embeddings by sqrt(hidden): at std 1 the input token's own embedding would
+    # outweigh the layers (and, tied, the head would repeat the last token)
+    text = cfg.get("text_config") or cfg
+    embed_std = 0.1 * text["hidden_size"] ** -0.5 if "gemma" in text["model_type"] else 1.0
+    path = os.path.join(src, "model.safetensors")
+    header = read_safetensors_header(path)
+    blob = open(path, "rb").read()
+    base = 8 + struct.unpack("<Q", blob[:8])[0]
+    t = {}
+    for name, h in sorted(header.items()):
+        check(h["dtype"] == "F32", f"{fam} fixture: {name} is {h['dtype']}, expected F32")
+        shape = list(h["shape"])
+        if len(shape) < 2:  # norms, scalars: the fixture's values
+            a, b = h["data_offsets"]
+            t[name] = (shape, list(struct.unpack(f"<{(b - a) // 4}f", blob[base + a:base + b])))
+            continue
+        if shape[0] == old_vocab and ("embed" in name or "lm_head" in name):
+            shape[0] = vocab
+        std = (embed_std if "embed" in name else mat_std)
+        n = 1
+        for s in shape:
+            n *= s
+        t[name] = (shape, [rng.gauss(0, std) for _ in range(n)])
+    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    json.dump({"eos_token_id": 2, "bos_token_id": 1, "pad_token_id": 0},
+              open(os.path.join(d, "generation_config.json"), "w"))
+    shutil.copy(os.path.join(FIXTURES, "tokenizers", "bpe_bytelevel.json"),
+                os.path.join(d, "tokenizer.json"))
+    json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None},
+              open(os.path.join(d, "tokenizer_config.json"), "w"))
+
+
 # ---- a small client ----
 
 class Server:

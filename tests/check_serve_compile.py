@@ -14,8 +14,16 @@ On the tiny Qwen3 checkpoint of check_serve.py (random weights, the test tokeniz
   - then streams of different prompt and answer lengths, more than --max-batch at once (they
     join and leave the running batch), each equal to its answer alone, and the compile count
     has not moved.
+  - prompts of 1 to 40 words (13 to 101 tokens) alone: equal to the eager server's answers;
+    over the paged cache their prefill chunks are compiled (bucketed rows, power-of-two columns,
+    tables): the prefill programs stay within their bound (3 x 8 x 2), none compiled twice, and
+    all the prompts asked again compile nothing more; EMBER_LOG_COMPILES=1 logs exactly the
+    compiles the metrics count. Over the dense cache prefill stays eager (no prefill program).
 All of that twice: --compile over the dense cache (--kv-block 0; key buckets of the mask) and
 over the paged cache (--kv-block 16; block-table buckets of 64 positions, 4 blocks).
+Then the paged-cache checks again on two MoE architectures (the qwen3_moe and mixtral test
+checkpoints' shapes, random weights: check_serve.make_checkpoint_like): the routing inside the
+compiled programs at every batch bucket gives the eager server's and `ember generate`'s answers.
 With $EMBER_PJRT_XLA_PLUGIN set, the same answers on --device xla:0 --compile, over the paged
 cache (the default there too), (skipped loudly without it). No timing is asserted. Exit 77 (skipped) without the HTTP server.
 """
@@ -37,15 +45,43 @@ def compiles(s):
     return int(cs.metric(s, "ember:compiles_total")), int(cs.metric(s, "ember:compiled_programs"))
 
 
+def prefill_compiles(s):
+    return (int(cs.metric(s, "ember:prefill_compiles_total")),
+            int(cs.metric(s, "ember:prefill_compiled_programs")))
+
+
+# prompts of 1 to 40 words (prompt lengths ~11 to ~90 tokens), answered alone: prefill chunks of
+# most column buckets, both table buckets
+VARIED = [" ".join(["sea", "sky", "wind", "rain"][k % 4] for k in range(n)) for n in range(1, 41, 3)]
+# the bound on prefill programs: 3 batch buckets x 8 column buckets (1, 2, ... 128) x 2 tables
+PREFILL_BOUND = 3 * 8 * 2
+
+
+# the MoE test checkpoints' architectures (tests/fixtures/models; check_serve.make_checkpoint_like)
+MOE = ("qwen3_moe", "mixtral")
+
 # the two caches --compile runs over: (name, its flags, the startup log's words for it)
 CACHES = [("dense", ("--kv-block", "0"), "over the dense KV cache"),
           ("paged", ("--kv-block", "16"), "over the paged KV cache")]
 
 
-def compiled_server(ember, d, common, cache, ref, plen, budget):
+def compiled_server(ember, d, common, cache, ref, plen, budget, model="qwen3"):
     """The --compile checks over one cache (see the top)."""
     name, flags, words = cache
-    s = cs.Server(ember, d, *common, *flags, "--compile", "--bucket", "64")
+    name = f"{model}, {name}"
+    paged = cache[0] == "paged"
+    vbudget = [6] * len(VARIED)
+    eager = cs.Server(ember, d, *common, *flags)  # the varied prompts' answers, eagerly
+    try:
+        vref = cs.answers_alone(eager, VARIED, vbudget)
+        eager.stop("eager server (the varied prompts)")
+    finally:
+        eager.kill()
+    os.environ["EMBER_LOG_COMPILES"] = "1"  # one stderr line per compile, counted below
+    try:
+        s = cs.Server(ember, d, *common, *flags, "--compile", "--bucket", "64")
+    finally:
+        del os.environ["EMBER_LOG_COMPILES"]
     try:
         got = cs.answers_alone(s, MSGS, budget)
         log = "".join(s.log)  # (the load's lines may follow "ready": read after requests)
@@ -71,12 +107,58 @@ def compiled_server(ember, d, common, cache, ref, plen, budget):
                   f"{ref[i]!r}")
         after = compiles(s)
         check(after == warm, f"{name}: compiles grew after the warm-up: {warm} -> {after}")
+        # prefill chunks: compiled over the paged cache (bucketed: never one per request),
+        # eager over the dense one; the answers of prompts of 1 to 40 words equal the eager
+        # server's, and asked again they compile nothing more
+        vgot = cs.answers_alone(s, VARIED, vbudget)
+        for i, text in enumerate(vgot):
+            check(text == vref[i], f"{name}: varied prompt {i}: --compile {text!r} != eager "
+                  f"{vref[i]!r}")
+        pf = prefill_compiles(s)
+        if paged:
+            check(pf[0] == pf[1] and 0 < pf[0] <= PREFILL_BOUND,
+                  f"{name}: prefill (compiles, programs) {pf}: expected equal (none compiled twice "
+                  f"or evicted), at most {PREFILL_BOUND} (the bucket triples)")
+        else:
+            check(pf == (0, 0), f"{name}: prefill programs over the dense cache: {pf}")
+        again = cs.answers_alone(s, MSGS + VARIED, budget + vbudget)
+        check(again == got + vgot, f"{name}: answers changed when asked again")
+        check(prefill_compiles(s) == pf and compiles(s) == warm,
+              f"{name}: the same prompts again compiled more: prefill {pf} -> "
+              f"{prefill_compiles(s)}, decode {warm} -> {compiles(s)}")
         s.stop(f"ember serve --compile ({name})")
     finally:
         s.kill()
+    logged = sum("ember compile:" in line for line in s.log)
+    check(logged == warm[0] + pf[0], f"{name}: EMBER_LOG_COMPILES logged {logged} compiles, the "
+          f"metrics count {warm[0]} + {pf[0]}")
     print(f"serve --compile, {name} cache: {len(MSGS)} prompts alone == eager server == ember "
           f"generate; warm-up compiled {warm[0]} programs; {len(streams)} concurrent streams (max-batch "
-          "4) equal their answers alone, no further compile")
+          "4) equal their answers alone, no further compile; "
+          f"{len(MSGS) + len(VARIED)} prompt lengths: {pf[0]} prefill programs "
+          f"({'compiled, bound ' + str(PREFILL_BOUND) if paged else 'eager'}), "
+          f"EMBER_LOG_COMPILES lines {logged}")
+
+
+def eager_answers(ember, d, common):
+    """The eager server's greedy answers alone (the dense cache), checked against `ember
+    generate` for three prompts: (prompt lengths, budgets, answers)."""
+    eager = cs.Server(ember, d, *common, "--kv-block", "0")
+    try:
+        # answers of different lengths: the prompt plus its answer within the context
+        plen = [cs.chat_tokens(eager, m) for m in MSGS]
+        budget = [min(12 + 17 * i, 120 - p) for i, p in enumerate(plen)]
+        check(all(b >= 8 for b in budget), f"prompts too long for --ctx 128: {plen}")
+        ref = cs.answers_alone(eager, MSGS, budget)
+        check(compiles(eager) == (0, 0), f"compiles without --compile: {compiles(eager)}")
+        eager.stop("eager server")
+    finally:
+        eager.kill()
+    for i in (0, 2, 5):
+        gen = cs.ember_generate(ember, d, "--chat", MSGS[i], budget[i])
+        check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
+    check(len(set(ref)) > 1, f"the greedy answers are all the same: {ref[0]!r}")
+    return plen, budget, ref
 
 
 def main():
@@ -87,20 +169,7 @@ def main():
     common = ("--served-model-name", "tiny", "--ctx", "128", "--prefix-cache", "0", "--parallel", "16")
     with tempfile.TemporaryDirectory() as d:
         cs.make_checkpoint(d)
-        eager = cs.Server(ember, d, *common, "--kv-block", "0")
-        try:
-            # answers of different lengths: the prompt plus its answer within the context
-            plen = [cs.chat_tokens(eager, m) for m in MSGS]
-            budget = [min(12 + 17 * i, 120 - p) for i, p in enumerate(plen)]
-            check(all(b >= 8 for b in budget), f"prompts too long for --ctx 128: {plen}")
-            ref = cs.answers_alone(eager, MSGS, budget)
-            check(compiles(eager) == (0, 0), f"compiles without --compile: {compiles(eager)}")
-            eager.stop("eager server")
-        finally:
-            eager.kill()
-        for i in (0, 2, 5):
-            gen = cs.ember_generate(ember, d, "--chat", MSGS[i], budget[i])
-            check(gen == ref[i], f"prompt {i}: eager server {ref[i]!r} != ember generate {gen!r}")
+        plen, budget, ref = eager_answers(ember, d, common)
         for cache in CACHES:
             compiled_server(ember, d, common, cache, ref, plen, budget)
         plugin = os.environ.get("EMBER_PJRT_XLA_PLUGIN")
@@ -123,6 +192,13 @@ def main():
             finally:
                 s.kill()
             print("serve --compile on xla:0: answers alone and in a batch equal the CPU's")
+    # MoE: the routing inside the compiled programs (ragged experts, the default), over the
+    # paged cache, at every batch bucket
+    for fam in MOE:
+        with tempfile.TemporaryDirectory() as d:
+            cs.make_checkpoint_like(d, fam)
+            plen, budget, ref = eager_answers(ember, d, common)
+            compiled_server(ember, d, common, CACHES[1], ref, plen, budget, fam)
     print("serve_compile: all checks passed")
 
 

@@ -130,6 +130,60 @@ static void prefill_pair(em_ctx *c, const em_model *m, em_paged_kv *p, row *a, r
     }
 }
 
+/* Compile modes: a prefill chunk bucketed as the server's (`ember serve --compile`) is: two rows
+ * (the fixture's prompt and its first plen - 3 tokens) padded to 4 rows, their columns
+ * left-padded to the next power of two (n_new), through a program of its own. The last real
+ * token's logits of each row equal transformers' at that position (causal: the prefix's last
+ * logits are the whole prompt's at that position) and the eager forward's of the same padded
+ * input. The sequences are freed again. */
+static void check_bucketed_prefill(em_ctx *c, const em_model *m, em_paged_kv *p,
+                                   const em_token *ids, int64_t plen, em_tensor *ref,
+                                   const char *family) {
+    if (plen < 5 || !ref) return;
+    int64_t kb = 1, n_new[2] = {plen, plen - 3};
+    while (kb < plen) kb *= 2;
+    kb *= 2; /* a bucket wider than either row: both padded */
+    em_token x[2 * 64];
+    if (kb > 64) {
+        CHECK_MSG(false, "%s: a prompt of %lld tokens is too long for this check", family,
+                  (long long)plen);
+        return;
+    }
+    for (int r = 0; r < 2; r++)
+        for (int64_t t = 0; t < kb; t++) /* padding: id 0 (the server's) */
+            x[r * kb + t] = t < kb - n_new[r] ? 0 : ids[t - (kb - n_new[r])];
+    em_paged_compiled *pf = em_paged_compile(c, m, p, 8, 64);
+    em_tensor *lg[2] = {NULL, NULL};
+    int seqs[2][2];
+    em_scope_push(c);
+    for (int k = 0; k < 2 && pf; k++) { /* k = 0: compiled, 1: eager */
+        seqs[k][0] = em_paged_seq_new(c, p);
+        seqs[k][1] = em_paged_seq_new(c, p);
+        em_tensor *it = ids_tensor(c, x, 2, kb);
+        lg[k] = k ? em_paged_forward(c, m, p, it, seqs[k], n_new, true)
+                  : em_paged_forward_compiled(c, pf, it, seqs[k], n_new, 4, true);
+    }
+    CHECK_MSG(lg[0] && lg[1], "%s bucketed prefill: %s", family,
+              em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    for (int r = 0; r < 2 && lg[0] && lg[1]; r++) {
+        em_tensor *want = em_narrow(c, em_narrow(c, ref, 0, 0, 1), 1, n_new[r] - 1, 1);
+        em_tensor *got = em_narrow(c, lg[0], 0, r, 1);
+        em_test_allclose(c, got, want, 1e-4, 1e-4, "bucketed compiled prefill vs transformers");
+        em_test_allclose(c, got, em_narrow(c, lg[1], 0, r, 1), 1e-5, 1e-5,
+                         "bucketed compiled prefill vs eager");
+    }
+    em_scope_pop(c);
+    em_compile_stats st;
+    em_paged_compiled_stats(pf, &st);
+    CHECK_MSG(!pf || st.compiles == 1, "%s bucketed prefill: %lld compiles", family,
+              (long long)st.compiles);
+    for (int k = 0; k < 2 && pf; k++) {
+        em_paged_seq_free(p, seqs[k][0]);
+        em_paged_seq_free(p, seqs[k][1]);
+    }
+    em_paged_compiled_free(pf);
+}
+
 static void check_family(const char *family) {
     char rel[128];
     snprintf(rel, sizeof rel, "models/%s_ref", family);
@@ -197,6 +251,11 @@ static void check_family(const char *family) {
     if (lg) argmax_rows(c, em_narrow(c, lg, 1, plen - 1, 1), 1, &rows[0].next);
     em_scope_pop(c);
     rows[0].out[rows[0].got++] = rows[0].next;
+    if (mode) {
+        em_scope_push(c);
+        check_bucketed_prefill(c, m, p, ids, plen, em_test_bundle_get(b, c, "logits_f32"), family);
+        em_scope_pop(c);
+    }
     CHECK(em_paged_kv_blocks_used(p) == em_paged_kv_blocks_for(p, plen));
     /* row 3 reuses row 0's whole blocks of its first plen - 1 positions, computes the rest */
     rows[3].seq = em_paged_seq_new(c, p);

@@ -17,6 +17,13 @@
  * same batch buckets, one em_paged_compiled each; padding rows have length 0 and write only
  * the pool's padding block, and the block tables' width is bucketed (--bucket positions), so
  * the programs are again one per (batch bucket, table bucket) pair.
+ *
+ * Prefill chunks over the paged cache (srv_compiled_prefill_paged) are bucketed the same way:
+ * the group's members rounded up to a batch bucket, the chunk's columns to a power of two
+ * (left-padded: a member's padding columns, like the eager forward's, are written to the
+ * padding block and attend to nothing; em_paged_forward's n_new), the tables to their bucket.
+ * Their programs (one per (rows, columns, table) bucket triple) are held apart from the decode
+ * steps' (pf[]), so that prefills never evict a decode program from em_compile's cache.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +44,7 @@ struct srv_compiled {
     /* the paged cache's step instead (view[] and mask unused) */
     em_paged_kv *pkv;
     em_paged_compiled *pc[32];
+    em_paged_compiled *pf[32]; /* prefill chunks */
     int64_t ctx;
 };
 
@@ -45,6 +53,7 @@ void srv_compiled_free(srv_compiled *sc) {
     for (int i = 0; i < sc->n_buckets; i++) {
         em_model_compiled_free(sc->mc[i]);
         em_paged_compiled_free(sc->pc[i]);
+        em_paged_compiled_free(sc->pf[i]);
         for (int64_t l = 0; sc->view[i].k && l < sc->m->n_layers; l++) {
             em_tensor_release(sc->view[i].k[l]);
             em_tensor_release(sc->view[i].v[l]);
@@ -119,6 +128,34 @@ em_status srv_compiled_step_paged(em_ctx *c, srv_compiled *sc, int n, const int6
     return em_ctx_status(c);
 }
 
+em_status srv_compiled_prefill_paged(em_ctx *c, srv_compiled *sc, int n, int64_t k,
+                                     const int64_t *ids, const int *seqs, const int64_t *add,
+                                     float *logits) {
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    int i = bucket_of(sc, n);
+    if (n < 1 || n > sc->batch[i] || k < 1 || !sc->pkv)
+        return em_ctx_fail(c, EM_ERR_INTERNAL, "serve", "--compile: prefill of %d rows x %lld "
+                           "tokens for at most %d rows", n, (long long)k, sc->batch[i]);
+    int64_t kb = 1; /* the columns' bucket: the next power of two */
+    while (kb < k) kb *= 2;
+    if (!sc->pf[i] && !(sc->pf[i] = em_paged_compile(c, sc->m, sc->pkv, sc->bucket, sc->ctx)))
+        return em_ctx_status(c);
+    int64_t *pid = malloc((size_t)(n * kb) * sizeof *pid);
+    if (!pid) return em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    for (int r = 0; r < n; r++) { /* the chunk right-aligned, padding (id 0) before it */
+        for (int64_t t = 0; t < kb - k; t++) pid[r * kb + t] = 0;
+        memcpy(pid + r * kb + (kb - k), ids + r * k, (size_t)k * sizeof *ids);
+    }
+    em_scope_push(c);
+    em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, kb), pid);
+    em_tensor *lg = it ? em_paged_forward_compiled(c, sc->pf[i], it, seqs, add, sc->batch[i], true)
+                       : NULL;
+    if (lg) em_to_host(c, lg, logits, (size_t)em_tensor_numel(lg) * sizeof *logits);
+    em_scope_pop(c);
+    free(pid);
+    return em_ctx_status(c);
+}
+
 srv_compiled *srv_compiled_create(em_ctx *c, const em_model *m, em_kv_cache *kv, int64_t bucket) {
     srv_compiled *sc = compiled_new(c, m, kv->batch, bucket);
     if (!sc) return NULL;
@@ -179,16 +216,17 @@ em_status srv_compiled_step(em_ctx *c, srv_compiled *sc, int n, int64_t len, con
 }
 
 void srv_compiled_counts(const srv_compiled *sc, int64_t *compiles, int64_t *programs,
-                         double *compile_ms) {
-    *compiles = *programs = 0;
+                         int64_t *pf_compiles, int64_t *pf_programs, double *compile_ms) {
+    *compiles = *programs = *pf_compiles = *pf_programs = 0;
     *compile_ms = 0;
     for (int i = 0; sc && i < sc->n_buckets; i++) {
-        em_compile_stats st[2];
+        em_compile_stats st[3];
         em_model_compiled_stats(sc->mc[i], &st[0]);
         em_paged_compiled_stats(sc->pc[i], &st[1]);
-        for (int k = 0; k < 2; k++) {
-            *compiles += st[k].compiles;
-            *programs += st[k].programs;
+        em_paged_compiled_stats(sc->pf[i], &st[2]);
+        for (int k = 0; k < 3; k++) {
+            *(k < 2 ? compiles : pf_compiles) += st[k].compiles;
+            *(k < 2 ? programs : pf_programs) += st[k].programs;
             *compile_ms += st[k].compile_ms;
         }
     }

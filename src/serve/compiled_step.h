@@ -31,9 +31,18 @@ srv_compiled *srv_compiled_create_paged(em_ctx *c, const em_model *m, em_paged_k
  * logits[r * vocab ...]. */
 em_status srv_compiled_step_paged(em_ctx *c, srv_compiled *sc, int n, const int64_t *ids,
                                   const int *seqs, float *logits);
-/* Compiles so far, programs held and the time spent compiling, summed over the buckets. */
+/* One prefill chunk of the paged cache's sequences seqs[0..n) (n <= max_batch) as a compiled
+ * program: row r feeds ids[r * k ...], k columns of which its last add[r] are its new tokens
+ * (em_paged_forward's n_new semantics and errors); its last token's next-token logits go to
+ * logits[r * vocab ...]. Rows are padded to their batch bucket and the columns (left) to the
+ * next power of two, so a program is reused per (rows, columns, table) bucket triple. */
+em_status srv_compiled_prefill_paged(em_ctx *c, srv_compiled *sc, int n, int64_t k,
+                                     const int64_t *ids, const int *seqs, const int64_t *add,
+                                     float *logits);
+/* Compiles so far and programs held, of the decode steps and (pf_) of the prefill chunks, summed
+ * over the buckets, and the time spent compiling both. */
 void srv_compiled_counts(const srv_compiled *sc, int64_t *compiles, int64_t *programs,
-                         double *compile_ms);
+                         int64_t *pf_compiles, int64_t *pf_programs, double *compile_ms);
 void srv_compiled_free(srv_compiled *sc);
 
 #endif

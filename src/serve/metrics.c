@@ -120,6 +120,14 @@ bool srv_metrics_text(em_server *s, char **buf, size_t *len) {
                "# TYPE ember:compile_seconds_total counter\nember:compile_seconds_total{%s} %.6f\n",
             label, (long long)s->compiled_programs, label, (long long)s->compiles, label,
             s->compile_ms / 1000.0);
+    fprintf(f, "# HELP ember:prefill_compiled_programs Compiled prefill-chunk programs held "
+               "(--compile over the paged cache: at most one per batch bucket, power-of-two "
+               "column bucket and table bucket).\n"
+               "# TYPE ember:prefill_compiled_programs gauge\n"
+               "ember:prefill_compiled_programs{%s} %lld\n"
+               "# HELP ember:prefill_compiles_total Traces and compilations of prefill chunks.\n"
+               "# TYPE ember:prefill_compiles_total counter\nember:prefill_compiles_total{%s} %lld\n",
+            label, (long long)s->prefill_programs, label, (long long)s->prefill_compiles);
     hist_text(f, "vllm:time_to_first_token_seconds", "Time to the first token.", &s->ttft, label);
     hist_text(f, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
               &s->itl, label);

@@ -681,6 +681,20 @@ static em_status prefill_start_paged(srv_worker *w, int64_t queries) {
     return EM_OK;
 }
 
+/* --compile: the metrics' compile counters after a compiled step. */
+static void compile_counts(srv_worker *w) {
+    int64_t compiles, programs, pf_compiles, pf_programs;
+    double ms;
+    srv_compiled_counts(w->sc, &compiles, &programs, &pf_compiles, &pf_programs, &ms);
+    pthread_mutex_lock(&w->s->mu);
+    w->s->compiles = compiles;
+    w->s->compiled_programs = programs;
+    w->s->prefill_compiles = pf_compiles;
+    w->s->prefill_programs = pf_programs;
+    w->s->compile_ms = ms;
+    pthread_mutex_unlock(&w->s->mu);
+}
+
 /* Paged: up to `max` more prompt tokens (max <= 0: all): one forward of k columns, k the most
  * any member still computes, at most max / members (at least one), as the dense group's chunk;
  * a member with fewer left feeds them left-padded (em_paged_forward's n_new: written at its own
@@ -728,11 +742,18 @@ static em_status prefill_some_paged(srv_worker *w, int64_t max) {
         return EM_OK;
     }
     em_scope_push(c);
-    em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, k), ids);
-    em_tensor *lg = it ? em_paged_forward(c, w->m, w->pkv, it, w->seqs, add, true) : NULL;
-    float *host = lg ? malloc((size_t)n * (size_t)w->vocab * sizeof *host) : NULL;
-    if (lg && !host) em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
-    if (host && em_to_host(c, lg, host, (size_t)n * (size_t)w->vocab * sizeof *host) == EM_OK) {
+    float *host = malloc((size_t)n * (size_t)w->vocab * sizeof *host);
+    if (!host) {
+        em_ctx_fail(c, EM_ERR_OOM, "serve", "out of memory");
+    } else if (w->sc) { /* --compile: rows, columns and tables bucketed (compiled_step.c) */
+        if (!srv_compiled_prefill_paged(c, w->sc, n, k, ids, w->seqs, add, host))
+            compile_counts(w);
+    } else {
+        em_tensor *it = em_from_host(c, EM_I64, EM_SHAPE(n, k), ids);
+        em_tensor *lg = it ? em_paged_forward(c, w->m, w->pkv, it, w->seqs, add, true) : NULL;
+        if (lg) em_to_host(c, lg, host, (size_t)n * (size_t)w->vocab * sizeof *host);
+    }
+    if (host && !em_ctx_status(c)) {
         b = 0;
         for (int g = 0; g < w->n_pf; g++) {
             srv_pf *m = &w->pf[g];
@@ -1003,17 +1024,6 @@ static const char *admit_finish(srv_worker *w, int g) {
 
 /* ---- one decode step over the running rows ---- */
 
-/* --compile: the metrics' compile counters after a compiled step. */
-static void compile_counts(srv_worker *w) {
-    int64_t compiles, programs;
-    double ms;
-    srv_compiled_counts(w->sc, &compiles, &programs, &ms);
-    pthread_mutex_lock(&w->s->mu);
-    w->s->compiles = compiles;
-    w->s->compiled_programs = programs;
-    w->s->compile_ms = ms;
-    pthread_mutex_unlock(&w->s->mu);
-}
 
 /* Paged: each row feeds its last id at its own length. */
 static em_status step_forward_paged(srv_worker *w) {
@@ -1267,7 +1277,8 @@ static bool load(srv_worker *w) {
                 encoder ? "no effect on an encoder model (embeddings run eagerly)"
                 : w->pkv ? "decode steps run as compiled programs, one per batch bucket (1, 2, 4, "
                            "... --max-batch rows) and block-table bucket, over the paged KV "
-                           "cache; prefill runs eagerly"
+                           "cache; prefill chunks too, one per (batch, power-of-two column, "
+                           "table) bucket"
                          : "decode steps run as compiled programs, one per batch bucket (1, 2, 4, "
                            "... --max-batch rows) and key bucket, over the dense KV cache; "
                            "prefill runs eagerly");

@@ -103,6 +103,7 @@ struct em_server {
                                                        in them */
     int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the prefix cache */
     int64_t compiles, compiled_programs; /* --compile: traces + compilations, programs held */
+    int64_t prefill_compiles, prefill_programs; /* the same of the prefill chunks' programs */
     double compile_ms;         /* time spent compiling */
     srv_hist ttft, itl, e2e;
     uint64_t next_id;
