@@ -32,7 +32,8 @@
  * UpBlock2D, UNetMidBlock2DCrossAttn or none; Transformer2DModels with 1x1-conv or linear
  * (use_linear_projection) projections, attention_head_dim and transformer_layers_per_block as
  * an int or a list per block, cross_attention_dim, upcast_attention (f32 only), conv_in/out
- * kernels. Refused by name: class and added embeddings, only/dual cross-attention, encoder_hid
+ * kernels, addition_embed_type "text_time" (SDXL; run with em_unet2d_forward_added). Refused by
+ * name: class embeddings, other added embeddings, only/dual cross-attention, encoder_hid
  * projections, num_attention_heads, time_cond_proj_dim, other block, mid-block, attention and
  * time-embedding types, lists for layers_per_block or cross_attention_dim.
  *
@@ -123,6 +124,15 @@ typedef struct em_unet2d_config {
     int64_t attn_heads[EM_UNET2D_MAX_BLOCKS];
     int64_t transformer_layers[EM_UNET2D_MAX_BLOCKS];
     int64_t conv_in_kernel, conv_out_kernel; /* odd sizes ("same" padding) */
+    /* addition_embed_type "text_time" (SDXL): add_time_proj = Timesteps(addition_time_embed_dim,
+     * flip_sin_to_cos, freq_shift) of each of the 6 time ids, concatenated after the pooled text
+     * embeds (projection_class_embeddings_input_dim = text_embeds_dim + 6 *
+     * addition_time_embed_dim in all) through add_embedding = TimestepEmbedding (SiLU), added
+     * to the time embedding. All zero without it. */
+    bool text_time;
+    int64_t addition_time_embed_dim;
+    int64_t projection_class_embeddings_input_dim;
+    int64_t text_embeds_dim;    /* projection_class_embeddings_input_dim - 6 * addition_... */
 } em_unet2d_config;
 
 /**
@@ -184,6 +194,24 @@ EM_API em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample,
  */
 EM_API em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sample,
                                          em_tensor *timestep, em_tensor *encoder_hidden_states);
+/** SDXL's added_cond_kwargs for a UNet2DConditionModel with addition_embed_type "text_time".
+ *  Borrowed tensors on the model's device, any floating dtype. */
+typedef struct em_unet2d_added_cond {
+    em_tensor *text_embeds; /* [N, text_embeds_dim]: the pooled prompt embeds (text_encoder_2's
+                               text_embeds) */
+    em_tensor *time_ids;    /* [N, 6]: original_size + crops_coords_top_left + target_size */
+} em_unet2d_added_cond;
+
+/**
+ * UNet2DConditionModel.forward(sample, timestep, encoder_hidden_states, added_cond_kwargs=
+ * {"text_embeds", "time_ids"}).sample: as em_unet2d_forward_cond (which is this with added
+ * NULL). A "text_time" model (cfg.text_time) requires both tensors (EM_ERR_INVALID_ARG naming
+ * them when missing, EM_ERR_SHAPE naming the shapes wanted, EM_ERR_DTYPE for a non-floating
+ * tensor or one on another device); any other model refuses them (EM_ERR_INVALID_ARG).
+ */
+EM_API em_tensor *em_unet2d_forward_added(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                          em_tensor *timestep, em_tensor *encoder_hidden_states,
+                                          const em_unet2d_added_cond *added);
 /** em_unet2d_forward with a host timestep (made a 0-d f32 tensor on the model's device). diffusers
  *  turns a Python number into an integer tensor; pipelines pass tensors, whose values this
  *  keeps as they are. */

