@@ -144,4 +144,72 @@ static void test_sdxl_unet_config_errors(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_sdxl_unet), T(test_sdxl_unet_on_xla), T(test_sdxl_unet_config_errors))
+/* ---- the pipeline ---- */
+
+/* scripts/gen_sdxl_fixtures.py's RUNS */
+static const struct {
+    const char *name, *prompt, *negative;
+    double guidance;
+    int64_t steps;
+    uint64_t seed;
+    int64_t height, width;
+} RUNS[] = {
+    {"cfg", "a photo of a cat", NULL, 5.0, 4, 0, 0, 0},
+    {"negative", "a red cube on a table", "blurry, low quality", 5.0, 3, 5, 0, 0},
+    {"empty_negative", "an astronaut", "", 5.0, 3, 11, 0, 0},
+    {"size", "a dog in the snow", NULL, 3.0, 3, 21, 24, 16},
+};
+
+static void pipeline_run(const char *device, bool compile) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
+    CHECK(b != NULL);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    if (strcmp(device, "cpu") && !em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        em_test_bundle_free(b);
+        return;
+    }
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
+    CHECK_MSG(p != NULL, "sdxl_tiny: %s", msg(c));
+    if (p && strcmp(device, "cpu"))
+        CHECK_MSG(em_pipeline_to(c, p, device) == EM_OK, "%s", msg(c));
+    if (p) {
+        const em_pipeline_index *idx = em_pipeline_get_index(p);
+        CHECK(idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL);
+        CHECK(!strcmp(em_pipeline_class_name(idx->pipeline), "StableDiffusionXLPipeline"));
+        CHECK(idx->force_zeros_for_empty_prompt);
+        CHECK(em_scheduler_get_kind(em_pipeline_scheduler(p)) == EM_SCHED_EULER);
+    }
+    for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        char name[64], what[128];
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = RUNS[i].prompt;
+        rp.negative_prompt = RUNS[i].negative;
+        rp.guidance_scale = RUNS[i].guidance;
+        rp.steps = RUNS[i].steps;
+        rp.seed = RUNS[i].seed;
+        rp.height = RUNS[i].height;
+        rp.width = RUNS[i].width;
+        rp.compile = compile;
+        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
+        snprintf(what, sizeof what, "SDXL %s%s on %s", RUNS[i].name, compile ? " compiled" : "",
+                 device);
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+static void test_sdxl_matches_diffusers(void) { pipeline_run("cpu", false); }
+static void test_sdxl_compiled(void) { pipeline_run("cpu", true); }
+static void test_sdxl_on_xla(void) { pipeline_run("xla:0", false); }
+
+EM_TEST_MAIN(T(test_sdxl_unet), T(test_sdxl_unet_on_xla), T(test_sdxl_unet_config_errors),
+             T(test_sdxl_matches_diffusers), T(test_sdxl_compiled), T(test_sdxl_on_xla))

@@ -229,8 +229,12 @@ typedef enum em_pipeline_class {
     EM_PIPELINE_STABLE_DIFFUSION = 2, /* StableDiffusionPipeline: tokenizer, text_encoder
                                          (CLIPTextModel), unet (UNet2DConditionModel), vae
                                          (AutoencoderKL), scheduler */
-    EM_PIPELINE_DIT = 3 /* DiTPipeline: transformer (DiTTransformer2DModel) + vae (AutoencoderKL)
+    EM_PIPELINE_DIT = 3, /* DiTPipeline: transformer (DiTTransformer2DModel) + vae (AutoencoderKL)
                            + scheduler (ember/dit.h) */
+    EM_PIPELINE_STABLE_DIFFUSION_XL = 4 /* StableDiffusionXLPipeline: Stable Diffusion's
+                                           components plus tokenizer_2 and text_encoder_2
+                                           (CLIPTextModelWithProjection); the UNet has
+                                           addition_embed_type "text_time" */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -252,6 +256,11 @@ typedef struct em_pipeline_index {
     char transformer_class[64];    /* "DiTTransformer2DModel" or "Transformer2DModel" */
     char *vae_dir;                 /* Stable Diffusion and DiT: <dir>/vae (else NULL) */
     char vae_class[64];            /* "AutoencoderKL" */
+    /* StableDiffusionXLPipeline (NULL / "" / false for the others) */
+    char *text_encoder_2_dir, *tokenizer_2_dir;
+    char text_encoder_2_class[64], tokenizer_2_class[64];
+    bool force_zeros_for_empty_prompt; /* the pipeline config's (default true): a NULL negative
+                                          prompt is zero embeddings, not "" encoded */
 } em_pipeline_index;
 
 /**
