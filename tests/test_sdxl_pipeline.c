@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ember/ember.h"
 #include "harness.h"
@@ -211,5 +212,83 @@ static void test_sdxl_matches_diffusers(void) { pipeline_run("cpu", false); }
 static void test_sdxl_compiled(void) { pipeline_run("cpu", true); }
 static void test_sdxl_on_xla(void) { pipeline_run("xla:0", false); }
 
+/* A scratch SDXL folder: links to sdxl_tiny's components, model_index.json from `extra` (more
+ * entries) and the text_encoder_2 entry `te2` (NULL: none). */
+static void write_index(const char *te2, const char *extra) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"_class_name\": \"StableDiffusionXLPipeline\", "
+             "\"unet\": [\"diffusers\", \"UNet2DConditionModel\"], "
+             "\"vae\": [\"diffusers\", \"AutoencoderKL\"], "
+             "\"text_encoder\": [\"transformers\", \"CLIPTextModel\"], "
+             "\"tokenizer\": [\"transformers\", \"CLIPTokenizer\"], "
+             "\"tokenizer_2\": [\"transformers\", \"CLIPTokenizer\"], "
+             "\"scheduler\": [\"diffusers\", \"EulerDiscreteScheduler\"]%s%s%s%s}",
+             te2 ? ", \"text_encoder_2\": [\"transformers\", \"" : "", te2 ? te2 : "",
+             te2 ? "\"]" : "", extra);
+    em_test_scratch_write("model_index.json", text);
+}
+
+static void test_sdxl_folders(void) {
+    const char *dir = em_test_scratch_make("sdxl_bad");
+    if (!dir) return;
+    em_ctx *c = em_ctx_create();
+    const char *comps[] = {"unet", "vae", "text_encoder", "tokenizer", "tokenizer_2", "scheduler",
+                           "text_encoder_2"};
+    char target[64];
+    for (int i = 0; i < 7; i++) {
+        snprintf(target, sizeof target, "sdxl_tiny/%s", comps[i]);
+        em_test_scratch_link(comps[i], "diffusion", target);
+    }
+    write_index(NULL, "");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_NOT_FOUND, "StableDiffusionXLPipeline needs a 'text_encoder_2'");
+    write_index("CLIPTextModel", "");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "text_encoder_2 class 'CLIPTextModel'",
+              "CLIPTextModelWithProjection");
+    write_index("CLIPTextModelWithProjection", ", \"requires_aesthetics_score\": true");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "requires_aesthetics_score true", "refiner");
+    write_index("CLIPTextModelWithProjection", ", \"force_zeros_for_empty_prompt\": 1");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "force_zeros_for_empty_prompt");
+    /* force_zeros_for_empty_prompt false: no negative prompt is "" encoded, diffusers' image of
+     * negative_prompt="" */
+    write_index("CLIPTextModelWithProjection", ", \"requires_aesthetics_score\": false, "
+                "\"force_zeros_for_empty_prompt\": false");
+    em_pipeline *p = em_pipeline_load(c, dir, NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
+    if (p && b) {
+        CHECK(!em_pipeline_get_index(p)->force_zeros_for_empty_prompt);
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = "an astronaut";
+        rp.steps = 3;
+        rp.seed = 11; /* guidance: the default, 5 */
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "empty_negative_image"), 1e-3, 0,
+                         "no negative prompt without force_zeros_for_empty_prompt");
+        em_ctx_clear_error(c);
+        /* SDXL's image to image is another pipeline class */
+        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "init image", "StableDiffusionXLImg2ImgPipeline");
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
+    /* a UNet without text_time in an SDXL folder */
+    unlink(em_test_scratch_path("unet"));
+    em_test_scratch_link("unet", "diffusion", "sd_tiny/unet");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "no addition_embed_type 'text_time'");
+    em_ctx_free(c);
+    em_test_scratch_remove();
+}
+
 EM_TEST_MAIN(T(test_sdxl_unet), T(test_sdxl_unet_on_xla), T(test_sdxl_unet_config_errors),
-             T(test_sdxl_matches_diffusers), T(test_sdxl_compiled), T(test_sdxl_on_xla))
+             T(test_sdxl_matches_diffusers), T(test_sdxl_compiled), T(test_sdxl_on_xla),
+             T(test_sdxl_folders))
