@@ -15,6 +15,8 @@ negative prompt (null: None), guidance, steps, seed, height, width):
 
   <run>_image    pipe(..., generator=torch.Generator("cpu").manual_seed(seed),
                  output_type="np").images: f32 [1, H, W, 3]
+  batch_image    pipe(["a photo of a cat", "a red cube"], num_images_per_prompt=2,
+                 guidance_scale=5, num_inference_steps=2, seed 3): [4, 16, 16, 3]
 
 and the UNet alone (added_cond_kwargs given):
 
@@ -145,6 +147,12 @@ def main():
     pipe = build()
     b = Bundle(os.path.join(OUT, "sdxl_tiny_ref"))
     meta = {}
+    # a batch: two prompts, two images each (zeroed negatives repeated as the prompts are)
+    with torch.no_grad():
+        image = pipe(["a photo of a cat", "a red cube"], guidance_scale=5.0,
+                     num_inference_steps=2, num_images_per_prompt=2, output_type="np",
+                     generator=torch.Generator("cpu").manual_seed(3)).images
+    b.add("batch_image", torch.from_numpy(image))
     for name, (prompt, neg, guidance, steps, seed, h, w) in RUNS.items():
         kw = {"height": h, "width": w} if h else {}
         with torch.no_grad():

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ember/ember.h"
@@ -203,6 +204,23 @@ static void pipeline_run(const char *device, bool compile) {
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }
+    if (p) { /* two prompts, two images each, the zeroed negatives repeated alike */
+        em_scope_push(c);
+        const char *prompts[] = {"a photo of a cat", "a red cube"};
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompts = prompts;
+        rp.num_prompts = 2;
+        rp.num_images_per_prompt = 2;
+        rp.steps = 2;
+        rp.seed = 3;
+        rp.compile = compile;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "batch on %s: %s", device, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "batch_image"), 1e-3, 0,
+                         "SDXL batch of 2 prompts x 2 images");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
     em_pipeline_free(p);
     em_ctx_free(c);
     em_test_bundle_free(b);
@@ -285,6 +303,27 @@ static void test_sdxl_folders(void) {
     em_test_scratch_link("unet", "diffusion", "sd_tiny/unet");
     CHECK(em_pipeline_load(c, dir, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "no addition_embed_type 'text_time'");
+    unlink(em_test_scratch_path("unet"));
+    em_test_scratch_link("unet", "diffusion", "sdxl_tiny/unet");
+    /* a VAE with latents_mean / latents_std (decoded otherwise by diffusers) */
+    unlink(em_test_scratch_path("vae"));
+    CHECK(mkdir(em_test_scratch_path("vae"), 0755) == 0);
+    char *vc = em_test_read_file(em_test_fixture_path("diffusion", "sdxl_tiny/vae/config.json"),
+                                 NULL);
+    char *at = vc ? strstr(vc, "\"latents_mean\": null,\n  \"latents_std\": null") : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        char edited[4096];
+        snprintf(edited, sizeof edited, "%.*s\"latents_mean\": [0, 0, 0, 0], \"latents_std\": "
+                 "[1, 1, 1, 1]%s", (int)(at - vc), vc,
+                 at + strlen("\"latents_mean\": null,\n  \"latents_std\": null"));
+        em_test_scratch_write("vae/config.json", edited);
+        em_test_scratch_link("vae/diffusion_pytorch_model.safetensors", "diffusion",
+                             "sdxl_tiny/vae/diffusion_pytorch_model.safetensors");
+        CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "latents_mean / latents_std", "vae/config.json");
+    }
+    free(vc);
     em_ctx_free(c);
     em_test_scratch_remove();
 }

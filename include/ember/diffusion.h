@@ -315,7 +315,8 @@ typedef struct em_pipeline_options {
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**
- * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet (DiTPipeline:
+ * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet (Stable
+ * Diffusion and SDXL also their tokenizers, text encoders and VAE; DiTPipeline:
  * the transformer and the VAE, ember/dit.h, ember/vae.h) onto o->device and the scheduler from
  * scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
  * scheduler into a DDIMScheduler (DDIMScheduler.from_config), as diffusers' DDIMPipeline does.
@@ -372,12 +373,16 @@ typedef struct em_pipeline_run_params {
                              step (never a constant), so steps reuse the program; the scheduler
                              step stays eager */
     em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
-    /* StableDiffusionPipeline only (refused by the other pipelines when set) */
+    /* StableDiffusionPipeline and StableDiffusionXLPipeline only (refused by the other
+     * pipelines when set) */
     const char *prompt;          /* required ("" is a prompt); NULL for the others */
-    const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding) */
+    const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding); SDXL with
+                                    force_zeros_for_empty_prompt: zero embeddings (an explicit ""
+                                    is encoded) */
     int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
     /* Stable Diffusion and DiT: classifier-free guidance when > 1; 0: the pipeline's default
-     * (StableDiffusionPipeline 7.5, DiTPipeline 4.0); refused by the unconditional pipelines */
+     * (StableDiffusionPipeline 7.5, StableDiffusionXLPipeline 5.0, DiTPipeline 4.0); refused by
+     * the unconditional pipelines */
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
                              [0, num_embeds_ada_norm), unless class_labels is given); -1: none
@@ -404,8 +409,8 @@ typedef struct em_pipeline_run_params {
                              default 0.8. int(steps * strength) must be at least 1 */
     /* Batches. DDPMPipeline / DDIMPipeline: num_images_per_prompt is diffusers' batch_size
      * (the latents one torch.randn of [B, C, H, W], per-step noise drawn over the batch).
-     * StableDiffusionPipeline (as diffusers' num_images_per_prompt and a list of
-     * prompts): the run denoises B = (prompts ? num_prompts : 1) * num_images_per_prompt latents
+     * StableDiffusionPipeline and StableDiffusionXLPipeline (as diffusers' num_images_per_prompt
+     * and a list of prompts): the run denoises B = (prompts ? num_prompts : 1) * num_images_per_prompt latents
      * together (the UNet sees 2B rows under guidance: the negative embeddings, each repeated
      * num_images_per_prompt times, then the prompts' likewise), drawn as one torch.randn of
      * [B, C, h, w] from the generator (latents, when given, must be [B, C, h, w]); per-step
@@ -443,8 +448,8 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * refuses, and the first error of a UNet forward or scheduler step (naming the step).
  * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
  * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
- * to another pipeline, is EM_ERR_INVALID_ARG An init image given to a pipeline other than Stable
- * Diffusion, with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
+ * to another pipeline, is EM_ERR_INVALID_ARG. An init image given to a pipeline other than Stable
+ * Diffusion (SDXL included: its img2img is another class), with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
  * strength outside (0, 1] or one that leaves no step, is refused likewise; FlowMatch, which has
  * no add_noise, is EM_ERR_UNSUPPORTED with an image. A batch the pipeline does not take
  * (prompts outside Stable Diffusion, num_images_per_prompt > 1 for DiT, class_labels outside
