@@ -84,10 +84,11 @@ static void unet_run(const char *device) {
 static void test_sdxl_unet(void) { unet_run("cpu"); }
 static void test_sdxl_unet_on_xla(void) { unet_run("xla:0"); }
 
-/* The unet's config.json with `from` replaced by `to` (which must occur once), malloc'd. */
-static char *edited_config(const char *from, const char *to) {
-    char *text = em_test_read_file(em_test_fixture_path("diffusion", "sdxl_tiny/unet/config.json"),
-                                   NULL);
+/* The fixture file sdxl_tiny/<rel> with `from` replaced by `to` (which must occur), malloc'd. */
+static char *edited_file(const char *rel, const char *from, const char *to) {
+    char path[256];
+    snprintf(path, sizeof path, "sdxl_tiny/%s", rel);
+    char *text = em_test_read_file(em_test_fixture_path("diffusion", path), NULL);
     char *at = text ? strstr(text, from) : NULL;
     CHECK_MSG(at != NULL, "'%s' not in the config", from);
     if (!at) {
@@ -100,6 +101,10 @@ static char *edited_config(const char *from, const char *to) {
         snprintf(out, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
     free(text);
     return out;
+}
+
+static char *edited_config(const char *from, const char *to) {
+    return edited_file("unet/config.json", from, to);
 }
 
 static void check_config_refused(em_ctx *c, const char *from, const char *to, em_status st,
@@ -308,16 +313,10 @@ static void test_sdxl_folders(void) {
     /* a VAE with latents_mean / latents_std (decoded otherwise by diffusers) */
     unlink(em_test_scratch_path("vae"));
     CHECK(mkdir(em_test_scratch_path("vae"), 0755) == 0);
-    char *vc = em_test_read_file(em_test_fixture_path("diffusion", "sdxl_tiny/vae/config.json"),
-                                 NULL);
-    char *at = vc ? strstr(vc, "\"latents_mean\": null,\n  \"latents_std\": null") : NULL;
-    CHECK(at != NULL);
-    if (at) {
-        char edited[4096];
-        snprintf(edited, sizeof edited, "%.*s\"latents_mean\": [0, 0, 0, 0], \"latents_std\": "
-                 "[1, 1, 1, 1]%s", (int)(at - vc), vc,
-                 at + strlen("\"latents_mean\": null,\n  \"latents_std\": null"));
-        em_test_scratch_write("vae/config.json", edited);
+    char *vc = edited_file("vae/config.json", "\"latents_mean\": null,\n  \"latents_std\": null",
+                           "\"latents_mean\": [0, 0, 0, 0], \"latents_std\": [1, 1, 1, 1]");
+    if (vc) {
+        em_test_scratch_write("vae/config.json", vc);
         em_test_scratch_link("vae/diffusion_pytorch_model.safetensors", "diffusion",
                              "sdxl_tiny/vae/diffusion_pytorch_model.safetensors");
         CHECK(em_pipeline_load(c, dir, NULL) == NULL);

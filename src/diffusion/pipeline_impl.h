@@ -42,6 +42,9 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
                      int64_t shape[4]);
 /* The run's batch B: (prompts ? num_prompts : 1) * num_images_per_prompt (checked before). */
 int64_t sd_batch(const em_pipeline_run_params *rp);
+/* The run's texts, malloc'd (free it; NULL with the error): n negative prompts (NULL ones "")
+ * then the n prompts, n = num_prompts or 1. */
+const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp);
 /* encode_prompt: [negatives; prompts] embeddings (guidance > 1) or the prompts', each row
  * repeated num_images_per_prompt times ([2B or B, L, D]), on the UNet's device, in the current
  * scope. */

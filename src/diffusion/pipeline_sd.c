@@ -99,12 +99,7 @@ int64_t sd_batch(const em_pipeline_run_params *rp) {
     return (rp->prompts ? rp->num_prompts : 1) * per;
 }
 
-em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
-    /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
-     * None is the empty string. Tokenized to the same max_length (model_max_length), every row
-     * is what encode_prompt makes (the text encoder sees no padding mask unless its config sets
-     * use_attention_mask, which CLIPTextConfig does not), so one batch serves both halves */
-    bool cfg = rp->guidance_scale > 1.0;
+const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp) {
     int64_t n = rp->prompts ? rp->num_prompts : 1;
     const char **text = malloc(2 * (size_t)n * sizeof *text);
     if (!text) {
@@ -117,6 +112,18 @@ em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
         text[i] = neg ? neg : "";
         text[n + i] = rp->prompts ? rp->prompts[i] : rp->prompt;
     }
+    return text;
+}
+
+em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
+    /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
+     * None is the empty string. Tokenized to the same max_length (model_max_length), every row
+     * is what encode_prompt makes (the text encoder sees no padding mask unless its config sets
+     * use_attention_mask, which CLIPTextConfig does not), so one batch serves both halves */
+    bool cfg = rp->guidance_scale > 1.0;
+    int64_t n = rp->prompts ? rp->num_prompts : 1;
+    const char **text = sd_prompt_texts(c, rp);
+    if (!text) return NULL;
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, em_clip_text_device(p->te));
     em_tensor *ids = em_clip_tokenize_batch(c, p->tok, cfg ? text : text + n,

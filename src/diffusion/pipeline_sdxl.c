@@ -112,17 +112,8 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     bool none = rp->prompts ? !rp->negative_prompts : !rp->negative_prompt;
     bool zero = cfg && none && p->idx.force_zeros_for_empty_prompt;
     bool encode_neg = cfg && !zero;
-    const char **text = malloc(2 * (size_t)n * sizeof *text);
-    if (!text) {
-        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-        return NULL;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const char *neg = rp->prompts ? (rp->negative_prompts ? rp->negative_prompts[i] : NULL)
-                                      : rp->negative_prompt;
-        text[i] = neg ? neg : ""; /* negative_prompt or "" */
-        text[n + i] = rp->prompts ? rp->prompts[i] : rp->prompt;
-    }
+    const char **text = sd_prompt_texts(c, rp); /* negative_prompt or "" */
+    if (!text) return NULL;
     /* prompt_2 = prompt and negative_prompt_2 = negative_prompt (Ember takes no second
      * prompts): the same texts through both; the negatives are tokenized to the prompts'
      * length, model_max_length, which the two tokenizers share (sdxl_load) */
