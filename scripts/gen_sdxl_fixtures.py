@@ -43,7 +43,7 @@ SDXL = os.path.join(OUT, "sdxl_tiny")
 
 # stabilityai/stable-diffusion-xl-base-1.0's scheduler/scheduler_config.json
 SDXL_SCHEDULER = dict(beta_end=0.012, beta_schedule="scaled_linear", beta_start=0.00085,
-                      interpolation_type="linear", num_train_timesteps=1000,
+                      clip_sample=False, interpolation_type="linear", num_train_timesteps=1000,
                       prediction_type="epsilon", sample_max_value=1.0, set_alpha_to_one=False,
                       skip_prk_steps=True, steps_offset=1, timestep_spacing="leading",
                       trained_betas=None, use_karras_sigmas=False)
@@ -113,7 +113,7 @@ def build():
     path = os.path.join(SDXL, "scheduler", "scheduler_config.json")
     with open(path) as f:
         sc = json.load(f)
-    for k in ("sample_max_value", "set_alpha_to_one", "skip_prk_steps"):
+    for k in ("clip_sample", "sample_max_value", "set_alpha_to_one", "skip_prk_steps"):
         sc[k] = SDXL_SCHEDULER[k]
     with open(path, "w") as f:
         json.dump(sc, f, indent=2, sort_keys=True)
