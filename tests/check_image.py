@@ -87,6 +87,7 @@ def main():
     i2i = bundle(fixtures, "sd_img2img_ref")  # scripts/gen_sd_img2img_fixtures.py
     batch = bundle(fixtures, "sd_batch_ref")  # scripts/gen_sd_batch_fixtures.py
     dit_batch = bundle(fixtures, "dit_batch_ref")  # scripts/gen_dit_batch_fixtures.py
+    sdxl = bundle(fixtures, "sdxl_tiny_ref")  # scripts/gen_sdxl_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -141,6 +142,15 @@ def main():
                                                       "9", "--height", "8", "--width", "8",
                                                       "--scheduler", "ddpm", "--num-images", "3",
                                                       "--vae-slicing"], batch["ddpm3_image"], 3),
+            # StableDiffusionXLPipeline (scripts/gen_sdxl_fixtures.py's runs "negative" and
+            # "size"; --scheduler euler is the folder's own EulerDiscreteScheduler)
+            ("sdxl negative", ["--model", d("sdxl_tiny"), "--prompt", "a red cube on a table",
+                               "--negative-prompt", "blurry, low quality", "--guidance", "5",
+                               "--seed", "5", "--steps", "3", "--scheduler", "euler"],
+             sdxl["negative_image"], 3),
+            ("sdxl size", ["--model", d("sdxl_tiny"), "--prompt", "a dog in the snow",
+                           "--guidance", "3", "--seed", "21", "--steps", "3", "--height", "24",
+                           "--width", "16"], sdxl["size_image"], 3),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",

@@ -313,8 +313,11 @@ static void test_bad_cond_config(void) {
         {", \"only_cross_attention\": true", EM_ERR_UNSUPPORTED, "only_cross_attention 'true'"},
         {", \"only_cross_attention\": [false, true]", EM_ERR_UNSUPPORTED, "only_cross_attention"},
         {", \"dual_cross_attention\": true", EM_ERR_UNSUPPORTED, "dual_cross_attention"},
-        {", \"addition_embed_type\": \"text_time\"", EM_ERR_UNSUPPORTED,
-         "addition_embed_type 'text_time'"},
+        {", \"addition_embed_type\": \"image\"", EM_ERR_UNSUPPORTED,
+         "addition_embed_type 'image'"},
+        /* text_time (SDXL, tests/test_sdxl_pipeline.c) needs its two sizes */
+        {", \"addition_embed_type\": \"text_time\"", EM_ERR_FORMAT,
+         "needs addition_time_embed_dim"},
         {", \"class_embed_type\": \"timestep\"", EM_ERR_UNSUPPORTED, "class_embed_type"},
         {", \"num_attention_heads\": 4", EM_ERR_UNSUPPORTED, "num_attention_heads '4'"},
         {", \"time_cond_proj_dim\": 8", EM_ERR_UNSUPPORTED, "time_cond_proj_dim"},

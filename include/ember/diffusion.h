@@ -32,7 +32,8 @@
  * UpBlock2D, UNetMidBlock2DCrossAttn or none; Transformer2DModels with 1x1-conv or linear
  * (use_linear_projection) projections, attention_head_dim and transformer_layers_per_block as
  * an int or a list per block, cross_attention_dim, upcast_attention (f32 only), conv_in/out
- * kernels. Refused by name: class and added embeddings, only/dual cross-attention, encoder_hid
+ * kernels, addition_embed_type "text_time" (SDXL; run with em_unet2d_forward_added). Refused by
+ * name: class embeddings, other added embeddings, only/dual cross-attention, encoder_hid
  * projections, num_attention_heads, time_cond_proj_dim, other block, mid-block, attention and
  * time-embedding types, lists for layers_per_block or cross_attention_dim.
  *
@@ -123,6 +124,15 @@ typedef struct em_unet2d_config {
     int64_t attn_heads[EM_UNET2D_MAX_BLOCKS];
     int64_t transformer_layers[EM_UNET2D_MAX_BLOCKS];
     int64_t conv_in_kernel, conv_out_kernel; /* odd sizes ("same" padding) */
+    /* addition_embed_type "text_time" (SDXL): add_time_proj = Timesteps(addition_time_embed_dim,
+     * flip_sin_to_cos, freq_shift) of each of the 6 time ids, concatenated after the pooled text
+     * embeds (projection_class_embeddings_input_dim = text_embeds_dim + 6 *
+     * addition_time_embed_dim in all) through add_embedding = TimestepEmbedding (SiLU), added
+     * to the time embedding. All zero without it. */
+    bool text_time;
+    int64_t addition_time_embed_dim;
+    int64_t projection_class_embeddings_input_dim;
+    int64_t text_embeds_dim;    /* projection_class_embeddings_input_dim - 6 * addition_... */
 } em_unet2d_config;
 
 /**
@@ -184,6 +194,24 @@ EM_API em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample,
  */
 EM_API em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sample,
                                          em_tensor *timestep, em_tensor *encoder_hidden_states);
+/** SDXL's added_cond_kwargs for a UNet2DConditionModel with addition_embed_type "text_time".
+ *  Borrowed tensors on the model's device, any floating dtype. */
+typedef struct em_unet2d_added_cond {
+    em_tensor *text_embeds; /* [N, text_embeds_dim]: the pooled prompt embeds (text_encoder_2's
+                               text_embeds) */
+    em_tensor *time_ids;    /* [N, 6]: original_size + crops_coords_top_left + target_size */
+} em_unet2d_added_cond;
+
+/**
+ * UNet2DConditionModel.forward(sample, timestep, encoder_hidden_states, added_cond_kwargs=
+ * {"text_embeds", "time_ids"}).sample: as em_unet2d_forward_cond (which is this with added
+ * NULL). A "text_time" model (cfg.text_time) requires both tensors (EM_ERR_INVALID_ARG naming
+ * them when missing, EM_ERR_SHAPE naming the shapes wanted, EM_ERR_DTYPE for a non-floating
+ * tensor or one on another device); any other model refuses them (EM_ERR_INVALID_ARG).
+ */
+EM_API em_tensor *em_unet2d_forward_added(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                          em_tensor *timestep, em_tensor *encoder_hidden_states,
+                                          const em_unet2d_added_cond *added);
 /** em_unet2d_forward with a host timestep (made a 0-d f32 tensor on the model's device). diffusers
  *  turns a Python number into an integer tensor; pipelines pass tensors, whose values this
  *  keeps as they are. */
@@ -201,8 +229,12 @@ typedef enum em_pipeline_class {
     EM_PIPELINE_STABLE_DIFFUSION = 2, /* StableDiffusionPipeline: tokenizer, text_encoder
                                          (CLIPTextModel), unet (UNet2DConditionModel), vae
                                          (AutoencoderKL), scheduler */
-    EM_PIPELINE_DIT = 3 /* DiTPipeline: transformer (DiTTransformer2DModel) + vae (AutoencoderKL)
+    EM_PIPELINE_DIT = 3, /* DiTPipeline: transformer (DiTTransformer2DModel) + vae (AutoencoderKL)
                            + scheduler (ember/dit.h) */
+    EM_PIPELINE_STABLE_DIFFUSION_XL = 4 /* StableDiffusionXLPipeline: Stable Diffusion's
+                                           components plus tokenizer_2 and text_encoder_2
+                                           (CLIPTextModelWithProjection); the UNet has
+                                           addition_embed_type "text_time" */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -224,6 +256,11 @@ typedef struct em_pipeline_index {
     char transformer_class[64];    /* "DiTTransformer2DModel" or "Transformer2DModel" */
     char *vae_dir;                 /* Stable Diffusion and DiT: <dir>/vae (else NULL) */
     char vae_class[64];            /* "AutoencoderKL" */
+    /* StableDiffusionXLPipeline (NULL / "" / false for the others) */
+    char *text_encoder_2_dir, *tokenizer_2_dir;
+    char text_encoder_2_class[64], tokenizer_2_class[64];
+    bool force_zeros_for_empty_prompt; /* the pipeline config's (default true): a NULL negative
+                                          prompt is zero embeddings, not "" encoded */
 } em_pipeline_index;
 
 /**
@@ -278,7 +315,8 @@ typedef struct em_pipeline_options {
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**
- * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet (DiTPipeline:
+ * Loads a pipeline folder: model_index.json (em_pipeline_index_load), the UNet (Stable
+ * Diffusion and SDXL also their tokenizers, text encoders and VAE; DiTPipeline:
  * the transformer and the VAE, ember/dit.h, ember/vae.h) onto o->device and the scheduler from
  * scheduler/scheduler_config.json. A DDIMPipeline turns its folder's
  * scheduler into a DDIMScheduler (DDIMScheduler.from_config), as diffusers' DDIMPipeline does.
@@ -335,12 +373,16 @@ typedef struct em_pipeline_run_params {
                              step (never a constant), so steps reuse the program; the scheduler
                              step stays eager */
     em_compile_stats *compile_stats; /* with compile: the run's counters (may be NULL) */
-    /* StableDiffusionPipeline only (refused by the other pipelines when set) */
+    /* StableDiffusionPipeline and StableDiffusionXLPipeline only (refused by the other
+     * pipelines when set) */
     const char *prompt;          /* required ("" is a prompt); NULL for the others */
-    const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding) */
+    const char *negative_prompt; /* NULL: "" (diffusers' unconditional embedding); SDXL with
+                                    force_zeros_for_empty_prompt: zero embeddings (an explicit ""
+                                    is encoded) */
     int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
     /* Stable Diffusion and DiT: classifier-free guidance when > 1; 0: the pipeline's default
-     * (StableDiffusionPipeline 7.5, DiTPipeline 4.0); refused by the unconditional pipelines */
+     * (StableDiffusionPipeline 7.5, StableDiffusionXLPipeline 5.0, DiTPipeline 4.0); refused by
+     * the unconditional pipelines */
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
                              [0, num_embeds_ada_norm), unless class_labels is given); -1: none
@@ -367,8 +409,8 @@ typedef struct em_pipeline_run_params {
                              default 0.8. int(steps * strength) must be at least 1 */
     /* Batches. DDPMPipeline / DDIMPipeline: num_images_per_prompt is diffusers' batch_size
      * (the latents one torch.randn of [B, C, H, W], per-step noise drawn over the batch).
-     * StableDiffusionPipeline (as diffusers' num_images_per_prompt and a list of
-     * prompts): the run denoises B = (prompts ? num_prompts : 1) * num_images_per_prompt latents
+     * StableDiffusionPipeline and StableDiffusionXLPipeline (as diffusers' num_images_per_prompt
+     * and a list of prompts): the run denoises B = (prompts ? num_prompts : 1) * num_images_per_prompt latents
      * together (the UNet sees 2B rows under guidance: the negative embeddings, each repeated
      * num_images_per_prompt times, then the prompts' likewise), drawn as one torch.randn of
      * [B, C, h, w] from the generator (latents, when given, must be [B, C, h, w]); per-step
@@ -406,8 +448,8 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * refuses, and the first error of a UNet forward or scheduler step (naming the step).
  * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
  * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
- * to another pipeline, is EM_ERR_INVALID_ARG An init image given to a pipeline other than Stable
- * Diffusion, with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
+ * to another pipeline, is EM_ERR_INVALID_ARG. An init image given to a pipeline other than Stable
+ * Diffusion (SDXL included: its img2img is another class), with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
  * strength outside (0, 1] or one that leaves no step, is refused likewise; FlowMatch, which has
  * no add_noise, is EM_ERR_UNSUPPORTED with an image. A batch the pipeline does not take
  * (prompts outside Stable Diffusion, num_images_per_prompt > 1 for DiT, class_labels outside

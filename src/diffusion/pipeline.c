@@ -49,7 +49,9 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     if (p->idx.pipeline == EM_PIPELINE_DDIM && em_scheduler_get_kind(p->sched) != EM_SCHED_DDIM &&
         em_pipeline_set_scheduler(c, p, EM_SCHED_DDIM) != EM_OK)
         goto fail;
-    if (p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION && !sd_load(c, p, dev)) goto fail;
+    if ((p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION ||
+         p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL) && !sd_load(c, p, dev))
+        goto fail;
     return p;
 fail:
     em_pipeline_free(p);
@@ -203,39 +205,44 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
 
 /* The denoiser step as a compiled function: in[0] the scaled sample, in[1] the timestep (a 0-d
  * f32 tensor on the model's device, an input so that every step runs the same program), in[2]
- * the prompt embeddings of a conditional UNet. */
+ * the prompt embeddings of a conditional UNet, in[3] and in[4] SDXL's text_embeds and
+ * time_ids. */
 static int unet_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
                      int n_statics, em_tensor **out, int max_out, void *user) {
     (void)statics, (void)n_statics, (void)max_out;
-    out[0] = n_in == 3 ? em_unet2d_forward_cond(c, user, in[0], in[1], in[2])
+    em_unet2d_added_cond a = {.text_embeds = n_in == 5 ? in[3] : NULL,
+                              .time_ids = n_in == 5 ? in[4] : NULL};
+    out[0] = n_in >= 3 ? em_unet2d_forward_added(c, user, in[0], in[1], in[2], &a)
                        : em_unet2d_forward(c, user, in[0], in[1], NULL);
     return out[0] ? 1 : -1;
 }
 
 /* The model's output for the scaled sample `in` at timestep t (conditioned on ctx when not
- * NULL): eager, or through f. */
+ * NULL, and on SDXL's added conditioning when its tensors are set): eager, or through f. */
 static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in, double t,
-                           em_tensor *ctx) {
+                           em_tensor *ctx, const em_unet2d_added_cond *added) {
     if (!f && !ctx) return em_unet2d_forward_at(c, p->unet, in, t, NULL);
     float tf = (float)t; /* forward_at's 0-d f32 timestep, as an input */
     em_tensor *tt = em_from_host_on(c, em_unet2d_device(p->unet), EM_F32, 0, NULL, &tf);
-    if (!f) return tt ? em_unet2d_forward_cond(c, p->unet, in, tt, ctx) : NULL;
+    if (!f) return tt ? em_unet2d_forward_added(c, p->unet, in, tt, ctx, added) : NULL;
     em_tensor *out = NULL;
-    em_tensor *args[3] = {in, tt, ctx};
-    return tt && em_compiled_call(c, f, args, ctx ? 3 : 2, NULL, 0, &out, 1) == 1 ? out : NULL;
+    em_tensor *args[5] = {in, tt, ctx, added->text_embeds, added->time_ids};
+    int n = !ctx ? 2 : added->text_embeds ? 5 : 3;
+    return tt && em_compiled_call(c, f, args, n, NULL, 0, &out, 1) == 1 ? out : NULL;
 }
 
 /* One step's model output: with guidance (ctx holds [negatives; prompts], twice the latents'
  * rows) the UNet runs on the latents twice over and noise_pred = uncond + scale * (text -
  * uncond), as diffusers does. */
 static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *x,
-                               double t, em_tensor *ctx, double guidance) {
+                               double t, em_tensor *ctx, const em_unet2d_added_cond *added,
+                               double guidance) {
     int64_t rows = em_tensor_dim(x, 0);
     bool cfg = ctx && em_tensor_dim(ctx, 0) == 2 * rows;
     em_tensor *pair[2] = {x, x};
     em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
     in = em_scheduler_scale_model_input(c, p->sched, in, t);
-    em_tensor *eps = denoiser(c, p, f, in, t, ctx);
+    em_tensor *eps = denoiser(c, p, f, in, t, ctx, added);
     if (!cfg || !eps) return eps;
     em_tensor *parts[2] = {NULL, NULL};
     if (em_split(c, eps, rows, 0, parts, 2) != 2) return NULL;
@@ -245,7 +252,8 @@ static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_ten
 /* The steps from x (a reference that this takes over), from the schedule's step `first`; the
  * final x, a reference, or NULL. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                          em_torch_generator *g, em_tensor *x, em_tensor *ctx, int64_t first) {
+                          em_torch_generator *g, em_tensor *x, em_tensor *ctx,
+                          const em_unet2d_added_cond *added, int64_t first) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
     ts += first; /* img2img starts mid-schedule */
@@ -258,7 +266,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     for (int64_t i = 0; i < n && x; i++) {
         double t0 = now_s();
         em_scope_push(c);
-        em_tensor *eps = model_output(c, p, f, x, ts[i], ctx, rp->guidance_scale);
+        em_tensor *eps = model_output(c, p, f, x, ts[i], ctx, added, rp->guidance_scale);
         em_tensor *next = em_scheduler_step(c, p->sched, eps, ts[i], x, g);
         if (next) next = em_tensor_retain(next);
         em_scope_pop(c);
@@ -387,6 +395,11 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
     }
+    if (rp->image && p->te2) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): SDXL's image to "
+                    "image (StableDiffusionXLImg2ImgPipeline) is not implemented", cls, p->idx.dir);
+        return false;
+    }
     if (rp->image && !p->tok) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): image to image "
                     "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
@@ -465,7 +478,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     /* guidance_scale 0: the pipeline's __call__ default */
     em_pipeline_run_params resolved = *rp;
     if (resolved.guidance_scale == 0.0 && (p->tok || p->dit))
-        resolved.guidance_scale = p->tok ? 7.5 : 4.0;
+        resolved.guidance_scale = p->te2 ? 5.0 : p->tok ? 7.5 : 4.0;
     rp = &resolved;
     int64_t steps = rp->steps ? rp->steps : p->idx.pipeline == EM_PIPELINE_DDPM ? 1000 : 50;
     em_scheduler_kind kind = em_scheduler_get_kind(p->sched);
@@ -482,7 +495,10 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     }
     em_scope_push(c); /* holds the prompt embeddings through the loop */
     /* Stable Diffusion encodes the prompt first (it draws nothing from the generator) */
-    em_tensor *ctx = p->tok ? sd_prompt_embeds(c, p, rp) : NULL;
+    em_unet2d_added_cond added = {NULL, NULL};
+    em_tensor *ctx = p->te2   ? sdxl_prompt_embeds(c, p, rp, &added)
+                     : p->tok ? sd_prompt_embeds(c, p, rp)
+                              : NULL;
     /* set_timesteps draws nothing, and init_noise_sigma is the schedule's (Euler-type: the
      * largest sigma of the inference steps), so the schedule comes first */
     em_tensor *x = NULL;
@@ -506,7 +522,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     if (x && p->dit)
         x = dit_pipeline_denoise(c, p->dit, p->sched, rp, g, x);
     else if (x)
-        x = denoise(c, p, rp, g, x, ctx, first);
+        x = denoise(c, p, rp, g, x, ctx, &added, first);
     em_torch_generator_free(g);
     if (!x) {
         em_scope_pop(c);

@@ -20,6 +20,9 @@ struct em_pipeline {
     em_clip_tokenizer *tok;
     em_clip_text *te;
     em_vae *vae;     /* Stable Diffusion and DiT */
+    /* StableDiffusionXLPipeline's second tokenizer and text encoder (NULL otherwise) */
+    em_clip_tokenizer *tok2;
+    em_clip_text *te2;
 };
 
 /* em_pipeline_index_load on the text[0..len) of a model_index.json: `file` names it in errors,
@@ -39,6 +42,9 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
                      int64_t shape[4]);
 /* The run's batch B: (prompts ? num_prompts : 1) * num_images_per_prompt (checked before). */
 int64_t sd_batch(const em_pipeline_run_params *rp);
+/* The run's texts, malloc'd (free it; NULL with the error): n negative prompts (NULL ones "")
+ * then the n prompts, n = num_prompts or 1. */
+const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp);
 /* encode_prompt: [negatives; prompts] embeddings (guidance > 1) or the prompts', each row
  * repeated num_images_per_prompt times ([2B or B, L, D]), on the UNet's device, in the current
  * scope. */
@@ -55,6 +61,20 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
                             int64_t width, int64_t batch, em_torch_generator *g, double t,
                             bool tiled);
+/* StableDiffusionXLPipeline (pipeline_sdxl.c). Loads tokenizer_2 and text_encoder_2 onto
+ * `device` and checks them against the first encoder and the UNet (text_time, whose
+ * text_embeds width is text_encoder_2's projection_dim; cross_attention_dim the two hidden sizes
+ * together); false with the error in c naming the folder and both numbers. */
+bool sdxl_load(em_ctx *c, em_pipeline *p, const char *device);
+/* text_encoder_2 reloaded onto `device` (swapped in only on success); false with the error. */
+bool sdxl_to(em_ctx *c, em_pipeline *p, const char *device);
+/* StableDiffusionXLPipeline.encode_prompt and _get_add_time_ids: the prompt embeddings
+ * ([negatives; prompts] under guidance, else the prompts'; each row repeated
+ * num_images_per_prompt times) on the UNet's device, and in *added the pooled text_embeds and
+ * the time ids (height, width, 0, 0, height, width) of every row, all in the current scope.
+ * NULL with the error in c. */
+em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                              em_unet2d_added_cond *added);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):
  * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns

@@ -13,7 +13,8 @@
 #define MAX_INDEX_BYTES (1 << 20)
 
 static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline",
-                                              "StableDiffusionPipeline", "DiTPipeline"};
+                                              "StableDiffusionPipeline", "DiTPipeline",
+                                              "StableDiffusionXLPipeline"};
 
 const char *em_pipeline_class_name(em_pipeline_class p) {
     return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
@@ -30,6 +31,8 @@ void em_pipeline_index_free(em_pipeline_index *idx) {
     free(idx->tokenizer_dir);
     free(idx->transformer_dir);
     free(idx->vae_dir);
+    free(idx->text_encoder_2_dir);
+    free(idx->tokenizer_2_dir);
     memset(idx, 0, sizeof *idx);
 }
 
@@ -117,6 +120,40 @@ static bool sd_components(em_ctx *c, json_t *root, const char *file, const char 
     return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
 }
 
+/* StableDiffusionXLPipeline: Stable Diffusion's components, the second tokenizer and text
+ * encoder (SDXL base's layout; a folder without text_encoder, the refiner's, is refused by the
+ * component's name), and its pipeline config: force_zeros_for_empty_prompt, and
+ * requires_aesthetics_score (an img2img refiner's) only false. */
+static bool sdxl_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                            em_pipeline_index *out) {
+    const comp_spec comps[] = {
+        {"text_encoder_2", &out->text_encoder_2_dir, out->text_encoder_2_class,
+         {"CLIPTextModelWithProjection", NULL}},
+        {"tokenizer_2", &out->tokenizer_2_dir, out->tokenizer_2_class,
+         {"CLIPTokenizer", "CLIPTokenizerFast"}},
+    };
+    if (!components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0])) return false;
+    json_t *fz = json_object_get(root, "force_zeros_for_empty_prompt");
+    out->force_zeros_for_empty_prompt = true;
+    if (fz && !json_is_null(fz)) {
+        if (!json_is_boolean(fz)) {
+            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s: force_zeros_for_empty_prompt must be true or "
+                        "false", file);
+            return false;
+        }
+        out->force_zeros_for_empty_prompt = json_is_true(fz);
+    }
+    json_t *ae = json_object_get(root, "requires_aesthetics_score");
+    if (ae && !json_is_null(ae) && !json_is_false(ae)) {
+        em_ctx_fail(c, json_is_true(ae) ? EM_ERR_UNSUPPORTED : EM_ERR_FORMAT, OP,
+                    "%s: requires_aesthetics_score %s (%s; the refiner's aesthetic-score time ids "
+                    "are not implemented)", file, json_is_true(ae) ? "true is not supported" :
+                    "must be true or false", "only false is");
+        return false;
+    }
+    return true;
+}
+
 /* DiTPipeline: transformer (DiTTransformer2DModel, or Transformer2DModel, which diffusers
  * remaps to it) and vae (AutoencoderKL). */
 static bool dit_components(em_ctx *c, json_t *root, const char *file, const char *dir,
@@ -141,7 +178,8 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     if (i == np)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                            "%s: pipeline class '%s' is not supported (DDPMPipeline, "
-                           "DDIMPipeline, StableDiffusionPipeline and DiTPipeline are)", file, name);
+                           "DDIMPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline and "
+                           "DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
@@ -154,13 +192,15 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
         out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
                                   sizeof out->unet_class);
         if (!out->unet_dir) return em_ctx_status(c);
-        bool sd = out->pipeline == EM_PIPELINE_STABLE_DIFFUSION;
+        bool xl = out->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL;
+        bool sd = out->pipeline == EM_PIPELINE_STABLE_DIFFUSION || xl;
         const char *unet_cls = sd ? "UNet2DConditionModel" : "UNet2DModel";
         if (strcmp(out->unet_class, unet_cls))
             return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                                "%s: unet class '%s' is not supported by %s (%s is)", file,
                                out->unet_class, name, unet_cls);
         if (sd && !sd_components(c, root, file, dir, out)) return em_ctx_status(c);
+        if (xl && !sdxl_components(c, root, file, dir, out)) return em_ctx_status(c);
     }
     out->scheduler_dir = component(c, root, file, dir, name, "scheduler", out->scheduler_class,
                                    sizeof out->scheduler_class);

@@ -13,8 +13,10 @@ void sd_free(em_pipeline *p) {
     em_clip_tokenizer_free(p->tok);
     em_clip_text_free(p->te);
     em_vae_free(p->vae);
-    p->tok = NULL;
-    p->te = NULL;
+    em_clip_tokenizer_free(p->tok2);
+    em_clip_text_free(p->te2);
+    p->tok = p->tok2 = NULL;
+    p->te = p->te2 = NULL;
     p->vae = NULL;
 }
 
@@ -23,15 +25,26 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
     if (p->tok) p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
     if (p->te) p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
     if (!p->vae) return false;
+    bool xl = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL;
+    if (xl && !sdxl_load(c, p, device)) return false;
     const em_unet2d_config *u = em_unet2d_get_config(p->unet);
     const em_clip_text_config *t = em_clip_text_get_config(p->te);
     const em_vae_config *v = em_vae_get_config(p->vae);
-    if (t->hidden_size != u->cross_attention_dim || v->latent_channels != u->in_channels) {
-        em_ctx_fail(c, EM_ERR_SHAPE, OP,
-                    "%s: the components disagree: text_encoder hidden_size %lld, unet "
+    /* SDXL's prompt embeddings are both encoders' hidden states side by side */
+    int64_t width = t->hidden_size + (xl ? em_clip_text_get_config(p->te2)->hidden_size : 0);
+    if (width != u->cross_attention_dim || v->latent_channels != u->in_channels) {
+        em_ctx_fail(c, EM_ERR_SHAPE, xl ? "StableDiffusionXLPipeline" : OP,
+                    "%s: the components disagree: text_encoder%s hidden_size %lld, unet "
                     "cross_attention_dim %lld; vae latent_channels %lld, unet in_channels %lld",
-                    p->idx.dir, (long long)t->hidden_size, (long long)u->cross_attention_dim,
-                    (long long)v->latent_channels, (long long)u->in_channels);
+                    p->idx.dir, xl ? " + text_encoder_2" : "", (long long)width,
+                    (long long)u->cross_attention_dim, (long long)v->latent_channels,
+                    (long long)u->in_channels);
+        return false;
+    }
+    if (!xl && u->text_time) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s: the unet has addition_embed_type "
+                    "'text_time' (SDXL's), which StableDiffusionPipeline does not feed",
+                    p->idx.unet_dir);
         return false;
     }
     return true;
@@ -40,7 +53,8 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
 bool sd_to(em_ctx *c, em_pipeline *p, const char *device) {
     em_clip_text *te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
     em_vae *vae = te ? em_vae_load(c, p->idx.vae_dir, device, EM_F32) : NULL;
-    if (!vae) {
+    if (!vae || (p->te2 && !sdxl_to(c, p, device))) {
+        em_vae_free(vae);
         em_clip_text_free(te);
         return false;
     }
@@ -85,12 +99,7 @@ int64_t sd_batch(const em_pipeline_run_params *rp) {
     return (rp->prompts ? rp->num_prompts : 1) * per;
 }
 
-em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
-    /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
-     * None is the empty string. Tokenized to the same max_length (model_max_length), every row
-     * is what encode_prompt makes (the text encoder sees no padding mask unless its config sets
-     * use_attention_mask, which CLIPTextConfig does not), so one batch serves both halves */
-    bool cfg = rp->guidance_scale > 1.0;
+const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp) {
     int64_t n = rp->prompts ? rp->num_prompts : 1;
     const char **text = malloc(2 * (size_t)n * sizeof *text);
     if (!text) {
@@ -103,6 +112,18 @@ em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
         text[i] = neg ? neg : "";
         text[n + i] = rp->prompts ? rp->prompts[i] : rp->prompt;
     }
+    return text;
+}
+
+em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
+    /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
+     * None is the empty string. Tokenized to the same max_length (model_max_length), every row
+     * is what encode_prompt makes (the text encoder sees no padding mask unless its config sets
+     * use_attention_mask, which CLIPTextConfig does not), so one batch serves both halves */
+    bool cfg = rp->guidance_scale > 1.0;
+    int64_t n = rp->prompts ? rp->num_prompts : 1;
+    const char **text = sd_prompt_texts(c, rp);
+    if (!text) return NULL;
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, em_clip_text_device(p->te));
     em_tensor *ids = em_clip_tokenize_batch(c, p->tok, cfg ? text : text + n,

@@ -29,10 +29,11 @@ void em_unet2d_free(em_unet2d *u) {
         unet_block_free(&u->up[i]);
     }
     unet_block_free(&u->mid);
-    unet_param *ps[] = {&u->time_l1, &u->time_l2, &u->class_l1, &u->class_l2,
-                        &u->conv_in, &u->norm_out, &u->conv_out};
+    unet_param *ps[] = {&u->time_l1, &u->time_l2, &u->class_l1, &u->class_l2, &u->add_l1,
+                        &u->add_l2, &u->conv_in, &u->norm_out, &u->conv_out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) unet_param_free(ps[i]);
     em_tensor_release(u->freqs);
+    em_tensor_release(u->add_freqs);
     em_tensor_release(u->time_proj);
     em_tensor_release(u->class_table);
     for (int i = 0; i < u->n_params; i++) free(u->param_names[i]);
@@ -47,10 +48,10 @@ void em_unet2d_free(em_unet2d *u) {
  * Loading
  * ------------------------------------------------------------------------------------------- */
 
-/* Timesteps' frequencies exp(-ln(10000) * i / (half - freq_shift)), rounded at each step to
- * f32 as get_timestep_embedding computes them. */
-static bool make_freqs(em_ctx *c, em_unet2d *u) {
-    int64_t half = u->cfg.block_out_channels[0] / 2;
+/* Timesteps' frequencies exp(-ln(10000) * i / (half - freq_shift)) for an embedding `width`
+ * wide, rounded at each step to f32 as get_timestep_embedding computes them, into *out. */
+static bool make_freqs(em_ctx *c, em_unet2d *u, int64_t width, em_tensor **out) {
+    int64_t half = width / 2;
     float *f = malloc((size_t)(half ? half : 1) * sizeof *f);
     if (!f) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
     float scale = (float)-log(10000.0), den = (float)((double)half - u->cfg.freq_shift);
@@ -60,8 +61,8 @@ static bool make_freqs(em_ctx *c, em_unet2d *u) {
     }
     em_tensor *t = em_from_host_on(c, u->dev, EM_F32, 2, (int64_t[]){1, half}, f);
     free(f);
-    u->freqs = t ? em_detach(c, t) : NULL;
-    return u->freqs != NULL;
+    *out = t ? em_detach(c, t) : NULL;
+    return *out != NULL;
 }
 
 static bool load_time(unet_loader *l) {
@@ -71,7 +72,7 @@ static bool load_time(unet_loader *l) {
     unet_param p = {0};
     switch (cfg->time_embedding) {
     case EM_UNET2D_TIME_POSITIONAL:
-        if (!make_freqs(l->c, u)) return false;
+        if (!make_freqs(l->c, u, c0, &u->freqs)) return false;
         break;
     case EM_UNET2D_TIME_FOURIER:
         tin = 2 * c0;
@@ -88,6 +89,15 @@ static bool load_time(unet_loader *l) {
                          (int64_t[]){d, tin}) ||
         !unet_load_param(l, &u->time_l2, "time_embedding", "linear_2", true, 2,
                          (int64_t[]){d, d}))
+        return false;
+    /* text_time: add_embedding's input width is the config's, which the pipeline's pooled
+     * embeds (text_encoder_2's projection_dim) must then match */
+    if (cfg->text_time &&
+        (!make_freqs(l->c, u, cfg->addition_time_embed_dim, &u->add_freqs) ||
+         !unet_load_param(l, &u->add_l1, "add_embedding", "linear_1", true, 2,
+                          (int64_t[]){d, cfg->projection_class_embeddings_input_dim}) ||
+         !unet_load_param(l, &u->add_l2, "add_embedding", "linear_2", true, 2,
+                          (int64_t[]){d, d})))
         return false;
     switch (cfg->class_embedding) {
     case EM_UNET2D_CLASS_TABLE:
@@ -289,6 +299,23 @@ em_unet2d *em_unet2d_load(em_ctx *c, const char *dir, const em_unet2d_options *o
  * Forward
  * ------------------------------------------------------------------------------------------- */
 
+/* Timesteps(width, flip_sin_to_cos, freq_shift) of the f32 column col [n, 1] with the
+ * frequencies freqs [1, width / 2]: [n, width]. */
+static em_tensor *sinusoid(em_ctx *c, const em_unet2d *u, em_tensor *col, em_tensor *freqs,
+                           int64_t width, int64_t n) {
+    em_tensor *arg = em_mul(c, col, freqs); /* [n, width/2] */
+    em_tensor *s = em_sin(c, arg), *co = em_cos(c, arg);
+    em_tensor *parts[3] = {u->cfg.flip_sin_to_cos ? co : s, u->cfg.flip_sin_to_cos ? s : co, NULL};
+    int np = 2;
+    if (width % 2) { /* an odd width gets a zero column */
+        em_device *prev = em_ctx_device(c);
+        em_ctx_set_device(c, u->dev);
+        parts[np++] = em_zeros(c, EM_F32, 2, (int64_t[]){n, 1});
+        em_ctx_set_device(c, prev);
+    }
+    return em_cat(c, parts, np, 1);
+}
+
 /* time_proj of f32 values t [N]: the positional, fourier or learned embedding [N, tin]. */
 static em_tensor *time_proj(em_ctx *c, const em_unet2d *u, em_tensor *t, int64_t n) {
     int64_t c0 = u->cfg.block_out_channels[0];
@@ -305,17 +332,7 @@ static em_tensor *time_proj(em_ctx *c, const em_unet2d *u, em_tensor *t, int64_t
     }
     case EM_UNET2D_TIME_POSITIONAL: break;
     }
-    em_tensor *arg = em_mul(c, col, u->freqs); /* [N, C0/2] */
-    em_tensor *s = em_sin(c, arg), *co = em_cos(c, arg);
-    em_tensor *parts[3] = {u->cfg.flip_sin_to_cos ? co : s, u->cfg.flip_sin_to_cos ? s : co, NULL};
-    int np = 2;
-    if (c0 % 2) { /* an odd width gets a zero column */
-        em_device *prev = em_ctx_device(c);
-        em_ctx_set_device(c, u->dev);
-        parts[np++] = em_zeros(c, EM_F32, 2, (int64_t[]){n, 1});
-        em_ctx_set_device(c, prev);
-    }
-    return em_cat(c, parts, np, 1);
+    return sinusoid(c, u, col, u->freqs, c0, n);
 }
 
 /* TimestepEmbedding: linear_2(act(linear_1(x))); act is SiLU in UNet2DModel, the config's
@@ -419,6 +436,67 @@ static em_tensor *embed(em_ctx *c, const em_unet2d *u, em_tensor *tf, em_tensor 
     return em_add(c, emb, em_cast(c, labels, u->dtype));
 }
 
+/* addition_embed_type "text_time": add_embedding(cat([text_embeds, add_time_proj(time_ids
+ * .flatten()).reshape(N, -1)], -1)), TimestepEmbedding's default SiLU (not the config's act_fn),
+ * [N, D] in the model's dtype. */
+static em_tensor *text_time_embed(em_ctx *c, const em_unet2d *u, const em_unet2d_added_cond *a,
+                                  int64_t n) {
+    int64_t w = u->cfg.addition_time_embed_dim;
+    em_tensor *ids = em_reshape(c, em_cast(c, a->time_ids, EM_F32), 2, (int64_t[]){6 * n, 1});
+    em_tensor *te = em_reshape(c, sinusoid(c, u, ids, u->add_freqs, w, 6 * n), 2,
+                               (int64_t[]){n, 6 * w});
+    em_tensor *parts[2] = {em_cast(c, a->text_embeds, EM_F32), te};
+    em_tensor *x = em_cast(c, em_cat(c, parts, 2, 1), u->dtype);
+    em_tensor *h = em_silu(c, em_linear(c, x, u->add_l1.w, u->add_l1.b));
+    return em_linear(c, h, u->add_l2.w, u->add_l2.b);
+}
+
+/* The added conditioning of a text_time model: text_embeds [N, text_embeds_dim] and time_ids
+ * [N, 6] (floating, any float dtype), on the model's device; none for the other models. */
+static bool check_added(em_ctx *c, const em_unet2d *u, em_tensor *sample,
+                        const em_unet2d_added_cond *a) {
+    char s1[160], s2[160];
+    bool have = a && (a->text_embeds || a->time_ids);
+    if (!u->cfg.text_time) {
+        if (have)
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP_COND, "text_embeds / time_ids given but the "
+                        "model (%s) has no addition_embed_type 'text_time'", u->dir);
+        return !have;
+    }
+    if (!a || !a->text_embeds || !a->time_ids) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP_COND,
+                    "the model (%s) has addition_embed_type 'text_time': it needs text_embeds "
+                    "[N, %lld] and time_ids [N, 6] (em_unet2d_forward_added)", u->dir,
+                    (long long)u->cfg.text_embeds_dim);
+        return false;
+    }
+    int64_t n = em_tensor_dim(sample, 0);
+    em_tensor *te = a->text_embeds, *ti = a->time_ids;
+    if (em_tensor_ndim(te) != 2 || em_tensor_dim(te, 0) != n ||
+        em_tensor_dim(te, 1) != u->cfg.text_embeds_dim || em_tensor_ndim(ti) != 2 ||
+        em_tensor_dim(ti, 0) != n || em_tensor_dim(ti, 1) != 6) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP_COND,
+                    "text_embeds %s and time_ids %s: expected [%lld, %lld] and [%lld, 6] (the "
+                    "sample's batch; projection_class_embeddings_input_dim %lld - 6 * "
+                    "addition_time_embed_dim %lld; model %s)", em_tensor_sig(te, s1, sizeof s1),
+                    em_tensor_sig(ti, s2, sizeof s2), (long long)n,
+                    (long long)u->cfg.text_embeds_dim, (long long)n,
+                    (long long)u->cfg.projection_class_embeddings_input_dim,
+                    (long long)u->cfg.addition_time_embed_dim, u->dir);
+        return false;
+    }
+    if (!em_dtype_is_float(em_tensor_dtype(te)) || !em_dtype_is_float(em_tensor_dtype(ti)) ||
+        em_tensor_device(te) != u->dev || em_tensor_device(ti) != u->dev) {
+        em_ctx_fail(c, EM_ERR_DTYPE, OP_COND, "text_embeds %s on %s and time_ids %s on %s: both "
+                    "must be floating, on the model's device %s (model %s)",
+                    em_tensor_sig(te, s1, sizeof s1), em_device_name(em_tensor_device(te)),
+                    em_tensor_sig(ti, s2, sizeof s2), em_device_name(em_tensor_device(ti)),
+                    em_device_name(u->dev), u->dir);
+        return false;
+    }
+    return true;
+}
+
 /* encoder_hidden_states [N, L, cross_attention_dim] of the model's dtype and device. */
 static bool check_context(em_ctx *c, const em_unet2d *u, em_tensor *sample, em_tensor *ehs) {
     char sig[160];
@@ -448,7 +526,8 @@ static bool check_context(em_ctx *c, const em_unet2d *u, em_tensor *sample, em_t
 }
 
 static em_tensor *forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tensor *timestep,
-                          em_tensor *class_labels, em_tensor *ehs) {
+                          em_tensor *class_labels, em_tensor *ehs,
+                          const em_unet2d_added_cond *added) {
     if (!check_inputs(c, u, sample, timestep, class_labels)) return NULL;
     const em_unet2d_config *cfg = &u->cfg;
     int64_t n = em_tensor_dim(sample, 0);
@@ -461,6 +540,7 @@ static em_tensor *forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tensor 
     if (cfg->time_embedding == EM_UNET2D_TIME_LEARNED)
         tf = em_expand(c, em_reshape(c, timestep, 1, (int64_t[]){-1}), 1, (int64_t[]){n});
     em_tensor *temb = embed(c, u, tf, class_labels, n);
+    if (cfg->text_time) temb = em_add(c, temb, text_time_embed(c, u, added, n));
 
     /* down: the skip stack holds conv_in's output and every resnet's and downsampler's */
     em_tensor *skips[1 + EM_UNET2D_MAX_BLOCKS * (EM_UNET2D_MAX_LAYERS + 1)];
@@ -524,11 +604,17 @@ em_tensor *em_unet2d_forward(em_ctx *c, em_unet2d *u, em_tensor *sample, em_tens
                     "encoder_hidden_states", u->dir);
         return NULL;
     }
-    return forward(c, u, sample, timestep, class_labels, NULL);
+    return forward(c, u, sample, timestep, class_labels, NULL, NULL);
 }
 
 em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sample,
                                   em_tensor *timestep, em_tensor *encoder_hidden_states) {
+    return em_unet2d_forward_added(c, u, sample, timestep, encoder_hidden_states, NULL);
+}
+
+em_tensor *em_unet2d_forward_added(em_ctx *c, em_unet2d *u, em_tensor *sample,
+                                   em_tensor *timestep, em_tensor *encoder_hidden_states,
+                                   const em_unet2d_added_cond *added) {
     if (!c || em_ctx_status(c) || !sample || !timestep) return NULL;
     if (!u) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP_COND, "model is NULL");
@@ -540,8 +626,10 @@ em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sample,
                     "(em_unet2d_forward)", u->dir);
         return NULL;
     }
-    if (!check_context(c, u, sample, encoder_hidden_states)) return NULL;
-    return forward(c, u, sample, timestep, NULL, encoder_hidden_states);
+    if (!check_context(c, u, sample, encoder_hidden_states) ||
+        (em_tensor_ndim(sample) == 4 && !check_added(c, u, sample, added)))
+        return NULL;
+    return forward(c, u, sample, timestep, NULL, encoder_hidden_states, added);
 }
 
 em_tensor *em_unet2d_forward_at(em_ctx *c, em_unet2d *u, em_tensor *sample, double timestep,

@@ -65,6 +65,38 @@ static bool per_block(cfg_src *s, const char *key, int64_t *out, int n) {
     return true;
 }
 
+/* SDXL's added conditioning: addition_embed_type "text_time" (the only value besides null that
+ * Ember implements), its addition_time_embed_dim and projection_class_embeddings_input_dim,
+ * which must leave a positive width for the pooled text embeds next to the 6 time ids. */
+static bool text_time_parse(cfg_src *s, em_unet2d_config *cfg) {
+    char aet[32] = "";
+    int64_t atd = 0, pci = 0;
+    if (!ucfg_get_str(s, "addition_embed_type", aet, sizeof aet) ||
+        !ucfg_get_int(s, "addition_time_embed_dim", &atd, 1) ||
+        !ucfg_get_int(s, "projection_class_embeddings_input_dim", &pci, 1))
+        return false;
+    if (!aet[0]) return true; /* the other two serve nothing then (class_embed_type is null) */
+    if (strcmp(aet, "text_time"))
+        return ucfg_unsupported(s, "addition_embed_type", aet, "null and text_time are");
+    if (!atd || !pci) {
+        em_ctx_fail(s->c, EM_ERR_FORMAT, s->op, "%s: addition_embed_type 'text_time' needs "
+                    "addition_time_embed_dim and projection_class_embeddings_input_dim", s->file);
+        return false;
+    }
+    if (pci <= 6 * atd) {
+        em_ctx_fail(s->c, EM_ERR_FORMAT, s->op, "%s: projection_class_embeddings_input_dim %lld "
+                    "must exceed 6 * addition_time_embed_dim = %lld (the 6 time ids' embeddings; "
+                    "the rest is the pooled text embeds' width)", s->file, (long long)pci,
+                    (long long)(6 * atd));
+        return false;
+    }
+    cfg->text_time = true;
+    cfg->addition_time_embed_dim = atd;
+    cfg->projection_class_embeddings_input_dim = pci;
+    cfg->text_embeds_dim = pci - 6 * atd;
+    return true;
+}
+
 static void cond_defaults(em_unet2d_config *cfg) {
     ucfg_set_defaults(cfg);
     cfg->conditional = true;
@@ -126,9 +158,10 @@ bool unet_cond_config_parse(cfg_src *s, em_unet2d_config *cfg) {
         !ucfg_get_str(s, "attention_type", attn_type, sizeof attn_type))
         return false;
     /* what Ember does not implement, refused by name */
+    if (!text_time_parse(s, cfg)) return false;
     const char *nulls[] = {"reverse_transformer_layers_per_block", "encoder_hid_dim",
                            "encoder_hid_dim_type", "num_attention_heads", "class_embed_type",
-                           "addition_embed_type", "num_class_embeds", "time_embedding_act_fn",
+                           "num_class_embeds", "time_embedding_act_fn",
                            "timestep_post_act", "time_cond_proj_dim", "cross_attention_norm"};
     for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++)
         if (!want_null(s, nulls[i])) return false;

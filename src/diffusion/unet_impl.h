@@ -83,6 +83,8 @@ struct em_unet2d {
     unet_param time_l1, time_l2;
     em_tensor *class_table;          /* class table [num_class_embeds, D] */
     unet_param class_l1, class_l2;   /* "timestep" class embedding */
+    em_tensor *add_freqs;            /* text_time: add_time_proj's [1, addition_time_embed_dim/2] */
+    unet_param add_l1, add_l2;       /* text_time: add_embedding.linear_1 / linear_2 */
     unet_param conv_in, norm_out, conv_out;
     unet_block down[EM_UNET2D_MAX_BLOCKS], up[EM_UNET2D_MAX_BLOCKS], mid;
     /* every parameter under diffusers' name, in load order (em_unet2d_param): the names

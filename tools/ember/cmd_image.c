@@ -19,17 +19,19 @@ static void usage(FILE *f) {
             "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]]\n"
             "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
-            "StableDiffusionPipeline and DiTPipeline today) and writes the image. --seed S draws\n"
+            "StableDiffusionPipeline, StableDiffusionXLPipeline and DiTPipeline today) and\n"
+            "writes the image. --seed S draws\n"
             "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
             "per-step noise. docs/diffusion.md has the details.\n\n"
             "  --model DIR         the pipeline folder\n"
             "  --scheduler NAME    replace the folder's scheduler, as Class.from_config(its\n"
             "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
-            "  --prompt T          the text (StableDiffusionPipeline; required there)\n"
-            "  --negative-prompt T what to steer away from (default: the empty prompt)\n"
+            "  --prompt T          the text (Stable Diffusion and SDXL; required there)\n"
+            "  --negative-prompt T what to steer away from (default: the empty prompt; SDXL with\n"
+            "                      force_zeros_for_empty_prompt: zero embeddings)\n"
             "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
-            "                      Stable Diffusion, 4 for DiT)\n"
+            "                      Stable Diffusion, 5 for SDXL, 4 for DiT)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
             "                      the VAE's scale factor)\n"
             "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM\n"
@@ -277,7 +279,9 @@ static int run(em_ctx *c, const image_args *a) {
      * default) */
     rp.guidance_scale = !a->have_guidance ? 0.0 : a->guidance > 0.0 ? a->guidance : 1.0;
     const em_pipeline_index *idx = em_pipeline_get_index(p);
-    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION, dit = idx->pipeline == EM_PIPELINE_DIT;
+    bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION ||
+              idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL,
+         dit = idx->pipeline == EM_PIPELINE_DIT;
     /* Stable Diffusion batches its images in one run (a line per step); the others run once
      * per image (a line per image instead) */
     if (sd) rp.num_images_per_prompt = a->num_images;

@@ -1,0 +1,164 @@
+/* StableDiffusionXLPipeline's own pieces (diffusers 0.42, pipelines/stable_diffusion_xl/
+ * pipeline_stable_diffusion_xl.py): the second tokenizer and text encoder, encode_prompt over
+ * both encoders (hidden_states[-2] side by side, the pooled text_embeds of text_encoder_2,
+ * force_zeros_for_empty_prompt) and _get_add_time_ids. The rest of the run is Stable
+ * Diffusion's (pipeline_sd.c) and the loop of pipeline.c. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diffusion/pipeline_impl.h"
+
+#define OP "StableDiffusionXLPipeline"
+
+/* diffusers decodes latents * latents_std / scaling_factor + latents_mean when the VAE's config
+ * has both; Ember decodes latents / scaling_factor only, so such a VAE is refused by name. */
+static bool check_vae_stats(em_ctx *c, const em_pipeline *p) {
+    size_t n = strlen(p->idx.vae_dir) + 16;
+    char *path = malloc(n);
+    if (!path) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
+    snprintf(path, n, "%s/config.json", p->idx.vae_dir);
+    json_t *root = json_load_file(path, 0, NULL); /* em_vae_load has read it already */
+    json_t *m = root ? json_object_get(root, "latents_mean") : NULL;
+    json_t *sd = root ? json_object_get(root, "latents_std") : NULL;
+    bool both = m && !json_is_null(m) && sd && !json_is_null(sd);
+    if (both)
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s: latents_mean / latents_std set is not "
+                    "supported (only null is: the decode is latents / scaling_factor)", path);
+    json_decref(root);
+    free(path);
+    return !both;
+}
+
+bool sdxl_load(em_ctx *c, em_pipeline *p, const char *device) {
+    if (!check_vae_stats(c, p)) return false;
+    p->tok2 = em_clip_tokenizer_load(c, p->idx.tokenizer_2_dir);
+    if (p->tok2) p->te2 = em_clip_text_load(c, p->idx.text_encoder_2_dir, device);
+    if (!p->te2) return false;
+    const em_unet2d_config *u = em_unet2d_get_config(p->unet);
+    const em_clip_text_config *t2 = em_clip_text_get_config(p->te2);
+    if (!u->text_time) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s: the unet has no addition_embed_type "
+                    "'text_time', which %s feeds", p->idx.unet_dir, OP);
+        return false;
+    }
+    if (!t2->has_projection || t2->projection_dim != u->text_embeds_dim) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                    "%s: text_encoder_2's pooled text_embeds are %lld wide%s, the unet takes "
+                    "%lld (projection_class_embeddings_input_dim %lld - 6 * "
+                    "addition_time_embed_dim %lld)", p->idx.dir, (long long)t2->projection_dim,
+                    t2->has_projection ? "" : " but it has no text_projection",
+                    (long long)u->text_embeds_dim,
+                    (long long)u->projection_class_embeddings_input_dim,
+                    (long long)u->addition_time_embed_dim);
+        return false;
+    }
+    int64_t l1 = em_clip_tokenizer_max_length(p->tok), l2 = em_clip_tokenizer_max_length(p->tok2);
+    if (l1 != l2) { /* the two encoders' states are concatenated position by position */
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "%s: tokenizer model_max_length %lld but tokenizer_2's "
+                    "%lld: the prompt embeddings need one length", p->idx.dir, (long long)l1,
+                    (long long)l2);
+        return false;
+    }
+    return true;
+}
+
+bool sdxl_to(em_ctx *c, em_pipeline *p, const char *device) {
+    em_clip_text *te2 = em_clip_text_load(c, p->idx.text_encoder_2_dir, device);
+    if (!te2) return false;
+    em_clip_text_free(p->te2);
+    p->te2 = te2;
+    return true;
+}
+
+/* text_encoder(tokenizer(texts, padding="max_length", truncation=True), output_hidden_states=
+ * True): hidden_states[-2] [n, L, H] and, from a projecting encoder, text_embeds [n, P]. */
+static em_tensor *encode(em_ctx *c, const em_clip_tokenizer *tok, const em_clip_text *te,
+                         const char *const *texts, int n, em_tensor **pooled) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_clip_text_device(te));
+    em_tensor *ids = em_clip_tokenize_batch(c, tok, texts, n, 0, NULL);
+    em_ctx_set_device(c, prev);
+    em_clip_text_output o;
+    if (!ids || em_clip_text_forward(c, te, ids, NULL, -2, &o) != EM_OK) return NULL;
+    if (pooled) *pooled = o.text_embeds;
+    return o.hidden_state;
+}
+
+/* zeros shaped as t on t's device (torch.zeros_like) */
+static em_tensor *zeros_like(em_ctx *c, em_tensor *t) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_tensor_device(t));
+    em_tensor *z = em_zeros(c, em_tensor_dtype(t), em_tensor_ndim(t), em_tensor_shape(t));
+    em_ctx_set_device(c, prev);
+    return z;
+}
+
+/* [a; b] along dimension 0 */
+static em_tensor *rows(em_ctx *c, em_tensor *a, em_tensor *b) {
+    em_tensor *pair[2] = {a, b};
+    return a && b ? em_cat(c, pair, 2, 0) : NULL;
+}
+
+em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                              em_unet2d_added_cond *added) {
+    int64_t shape[4];
+    if (!sd_latent_shape(c, p, rp, shape)) return NULL;
+    bool cfg = rp->guidance_scale > 1.0;
+    int64_t n = rp->prompts ? rp->num_prompts : 1;
+    /* zero_out_negative_prompt = negative_prompt is None and force_zeros_for_empty_prompt; a
+     * given "" is encoded like any prompt */
+    bool none = rp->prompts ? !rp->negative_prompts : !rp->negative_prompt;
+    bool zero = cfg && none && p->idx.force_zeros_for_empty_prompt;
+    bool encode_neg = cfg && !zero;
+    const char **text = sd_prompt_texts(c, rp); /* negative_prompt or "" */
+    if (!text) return NULL;
+    /* prompt_2 = prompt and negative_prompt_2 = negative_prompt (Ember takes no second
+     * prompts): the same texts through both; the negatives are tokenized to the prompts'
+     * length, model_max_length, which the two tokenizers share (sdxl_load) */
+    const char *const *in = encode_neg ? text : text + n;
+    int rows_in = (int)(encode_neg ? 2 * n : n);
+    em_tensor *pooled = NULL;
+    em_tensor *h1 = encode(c, p->tok, p->te, in, rows_in, NULL);
+    em_tensor *h2 = h1 ? encode(c, p->tok2, p->te2, in, rows_in, &pooled) : NULL;
+    free(text);
+    if (!h2) return NULL;
+    em_device *dev = em_unet2d_device(p->unet);
+    if (em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev);
+    if (h1 && em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev);
+    if (h2 && em_tensor_device(pooled) != dev) pooled = em_to(c, pooled, dev);
+    em_tensor *pair[2] = {h1, h2};
+    em_tensor *e = h2 && pooled ? em_cat(c, pair, 2, 2) : NULL;
+    if (zero && e) { /* torch.zeros_like of both, before the prompts' */
+        e = rows(c, zeros_like(c, e), e);
+        pooled = rows(c, zeros_like(c, pooled), pooled);
+    }
+    /* .repeat(1, num_images_per_prompt, 1).view(...): each row num_images_per_prompt times */
+    int64_t per = sd_batch(rp) / n;
+    if (e && per > 1) {
+        e = em_repeat_interleave(c, e, per, 0);
+        pooled = em_repeat_interleave(c, pooled, per, 0);
+    }
+    if (!e || !pooled) return NULL;
+    /* add_time_ids: original_size (height, width) + crops_coords_top_left (0, 0) + target_size
+     * (height, width), the same for every row (negative_add_time_ids = add_time_ids) */
+    int64_t f = (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
+    float h = (float)(shape[2] * f), w = (float)(shape[3] * f);
+    int64_t m = em_tensor_dim(e, 0);
+    float *ids = malloc((size_t)m * 6 * sizeof *ids);
+    if (!ids) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        float *r = ids + 6 * i;
+        r[0] = r[4] = h;
+        r[1] = r[5] = w;
+        r[2] = r[3] = 0.0f;
+    }
+    added->time_ids = em_from_host_on(c, dev, EM_F32, 2, (int64_t[]){m, 6}, ids);
+    free(ids);
+    added->text_embeds = pooled;
+    return added->time_ids ? e : NULL;
+}
