@@ -143,7 +143,11 @@ static em_status g_embedding(GRAD_ARGS) { /* rows of g added at their ids */
     em_tensor *w = X(0);
     int64_t flat = -1, rows[2] = {-1, w->shape[1]};
     em_tensor *ids = em_reshape(c, X(1), 1, &flat);
-    gin[0] = em_index_add(c, em_grad_zeros_like(c, w), 0, ids, em_reshape(c, G, 2, rows), 1.0);
+    /* into an expanded zero, not a zeros tensor: index_add writes its whole result anyway, so
+     * a [vocab, hidden] buffer of zeros would only be made to be copied (an LM-sized table:
+     * 600 MB written twice per step for nothing) */
+    em_tensor *zero = em_expand(c, em_scalar(c, 0, w->dtype), w->ndim, w->shape);
+    gin[0] = em_index_add(c, zero, 0, ids, em_reshape(c, G, 2, rows), 1.0);
     return c->err.status;
 }
 

@@ -13,6 +13,14 @@ void ix_copy_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, 
         ix_copy_bytes(dst, src, (size_t)n * es);
         return;
     }
+    if (ds == 1 && ss == 0) { /* a broadcast value (an expanded scalar): a fill */
+        bool zero = true;
+        for (size_t b = 0; b < es; b++) zero = zero && src[b] == 0;
+        if (zero) {
+            memset(dst, 0, (size_t)n * es);
+            return;
+        }
+    }
     int64_t db = ds * (int64_t)es, sb = ss * (int64_t)es;
     switch (es) {
     case 1:
