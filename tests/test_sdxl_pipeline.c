@@ -2,7 +2,8 @@
  * scripts/gen_sdxl_fixtures.py): the UNet's addition_embed_type "text_time" alone within 1e-4;
  * its config values refused by name; StableDiffusionXLPipeline end to end (two CLIP text
  * encoders, pooled text embeds and time ids, force_zeros_for_empty_prompt, Euler) within 1e-3
- * of diffusers' output_type="np" images on the CPU and on XLA's CPU plugin. */
+ * of diffusers' output_type="np" images on the CPU and on XLA's CPU plugin, and
+ * StableDiffusionXLImg2ImgPipeline on the same (base) folder. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,45 @@ static const struct {
     {"size", "a dog in the snow", NULL, 3.0, 3, 21, 24, 16},
 };
 
+/* scripts/gen_sdxl_fixtures.py's IMG2IMG (StableDiffusionXLImg2ImgPipeline on the base folder);
+ * strength 0: the default, 0.3 */
+static const struct {
+    const char *name, *prompt, *negative;
+    double guidance;
+    int64_t steps;
+    double strength;
+    uint64_t seed;
+} IMG2IMG[] = {
+    {"img2img", "a photo of a cat", NULL, 5.0, 5, 0.6, 31},
+    {"img2img_size", "a red cube on a table", "blurry", 3.0, 10, 0.0, 37},
+};
+
+static void img2img_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char *device,
+                        bool compile) {
+    for (size_t i = 0; i < sizeof IMG2IMG / sizeof IMG2IMG[0]; i++) {
+        char name[64], what[128];
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = IMG2IMG[i].prompt;
+        rp.negative_prompt = IMG2IMG[i].negative;
+        rp.guidance_scale = IMG2IMG[i].guidance;
+        rp.steps = IMG2IMG[i].steps;
+        rp.strength = IMG2IMG[i].strength;
+        rp.seed = IMG2IMG[i].seed;
+        rp.compile = compile;
+        snprintf(name, sizeof name, "%s_init", IMG2IMG[i].name);
+        rp.image = em_test_bundle_get(b, c, name);
+        snprintf(name, sizeof name, "%s_image", IMG2IMG[i].name);
+        snprintf(what, sizeof what, "SDXL %s%s on %s", IMG2IMG[i].name,
+                 compile ? " compiled" : "", device);
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+}
+
 static void pipeline_run(const char *device, bool compile) {
     em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
     CHECK(b != NULL);
@@ -226,6 +266,7 @@ static void pipeline_run(const char *device, bool compile) {
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }
+    if (p) img2img_run(c, p, b, device, compile);
     em_pipeline_free(p);
     em_ctx_free(c);
     em_test_bundle_free(b);
@@ -295,10 +336,18 @@ static void test_sdxl_folders(void) {
         em_test_allclose(c, img, em_test_bundle_get(b, c, "empty_negative_image"), 1e-3, 0,
                          "no negative prompt without force_zeros_for_empty_prompt");
         em_ctx_clear_error(c);
-        /* SDXL's image to image is another pipeline class */
-        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
+        /* image to image: the sizes and strengths Stable Diffusion's refuses */
+        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 15, 16, 3});
+        rp.strength = 1.0;
         CHECK(em_pipeline_run(c, p, &rp) == NULL);
-        CHECK_ERR(c, EM_ERR_INVALID_ARG, "init image", "StableDiffusionXLImg2ImgPipeline");
+        CHECK_ERR(c, EM_ERR_SHAPE, "init image is 15 x 16", "multiples of 2");
+        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
+        rp.strength = 0.2; /* int(3 * 0.2) = 0 */
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "strength 0.2 of 3 steps leaves no step");
+        rp.strength = 0.0; /* the default 0.3 of 3 steps: int(0.9) = 0 */
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "strength 0.3 of 3 steps leaves no step");
         em_scope_pop(c);
     }
     em_pipeline_free(p);

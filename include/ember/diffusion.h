@@ -398,7 +398,9 @@ typedef struct em_pipeline_run_params {
                              the result decoded (em_vae_decode_tiled) and an init image encoded
                              (em_vae_encode_tiled), with the VAE's default tiles; refused by the
                              pipelines without a VAE */
-    /* Image to image, StableDiffusionImg2ImgPipeline (Stable Diffusion folders only): the init
+    /* Image to image, StableDiffusionImg2ImgPipeline on Stable Diffusion folders and
+     * StableDiffusionXLImg2ImgPipeline on SDXL base folders (time ids from the image's size,
+     * requires_aesthetics_score false): the init
      * image, f32 [1, H, W, 3] in [0, 1] (the layout em_pipeline_run returns; any device;
      * borrowed), H and W multiples of the VAE's scale factor (Ember does not resize: height and
      * width, when given, must be the image's). It is encoded by the VAE (a posterior sample
@@ -406,7 +408,7 @@ typedef struct em_pipeline_run_params {
      * denoised from there. NULL: text to image. */
     em_tensor *image;
     double strength;      /* with image: how much of the schedule runs, in (0, 1]; 0: diffusers'
-                             default 0.8. int(steps * strength) must be at least 1 */
+                             default, 0.8 (SDXL: 0.3). int(steps * strength) must be at least 1 */
     /* Batches. DDPMPipeline / DDIMPipeline: num_images_per_prompt is diffusers' batch_size
      * (the latents one torch.randn of [B, C, H, W], per-step noise drawn over the batch).
      * StableDiffusionPipeline and StableDiffusionXLPipeline (as diffusers' num_images_per_prompt
@@ -434,8 +436,8 @@ typedef struct em_pipeline_run_params {
 #define EM_PIPELINE_MAX_BATCH 1024
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
- *  default), class_label -1, no class_labels, no init image (strength 0: 0.8 when an image is
- *  given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
+ *  default), class_label -1, no class_labels, no init image (strength 0: 0.8, SDXL 0.3, when an
+ *  image is given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**
@@ -449,7 +451,7 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
  * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
  * to another pipeline, is EM_ERR_INVALID_ARG. An init image given to a pipeline other than Stable
- * Diffusion (SDXL included: its img2img is another class), with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
+ * Diffusion or SDXL, with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
  * strength outside (0, 1] or one that leaves no step, is refused likewise; FlowMatch, which has
  * no add_noise, is EM_ERR_UNSUPPORTED with an image. A batch the pipeline does not take
  * (prompts outside Stable Diffusion, num_images_per_prompt > 1 for DiT, class_labels outside

@@ -142,9 +142,15 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     }
     if (!e || !pooled) return NULL;
     /* add_time_ids: original_size (height, width) + crops_coords_top_left (0, 0) + target_size
-     * (height, width), the same for every row (negative_add_time_ids = add_time_ids) */
+     * (height, width), the same for every row (negative_add_time_ids = add_time_ids).
+     * StableDiffusionXLImg2ImgPipeline takes height and width from the init image's latents,
+     * i.e. the image's size (sd_image_latents checks it against the VAE's scale factor) */
     int64_t f = (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
     float h = (float)(shape[2] * f), w = (float)(shape[3] * f);
+    if (rp->image && em_tensor_ndim(rp->image) == 4) {
+        h = (float)em_tensor_dim(rp->image, 1);
+        w = (float)em_tensor_dim(rp->image, 2);
+    }
     int64_t m = em_tensor_dim(e, 0);
     float *ids = malloc((size_t)m * 6 * sizeof *ids);
     if (!ids) {
