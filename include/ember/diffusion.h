@@ -429,6 +429,18 @@ typedef struct em_pipeline_run_params {
     bool vae_slicing;     /* decode the batch one image at a time, diffusers'
                              pipe.vae.enable_slicing() (em_vae_enable_slicing; the same image);
                              refused by the pipelines without a VAE */
+    /* StableDiffusionXLPipeline's prompt_2 / negative_prompt_2: the texts tokenizer_2 and
+     * text_encoder_2 encode (the first encoder takes prompt / negative_prompt). NULL or "": the
+     * prompt / negative prompt again, as diffusers' `prompt_2 or prompt`. With
+     * force_zeros_for_empty_prompt and no negative prompt the negatives are zeros whatever
+     * negative_prompt_2 is, as in diffusers. Refused with prompts (give the lists) and by the
+     * other pipelines. Borrowed. */
+    const char *prompt_2;
+    const char *negative_prompt_2;
+    /* With prompts (SDXL): NULL (the prompts / negative prompts again) or num_prompts strings,
+     * each encoded as given ("" included, as diffusers encodes a list's entries). Borrowed. */
+    const char *const *prompts_2;
+    const char *const *negative_prompts_2;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,
@@ -458,7 +470,9 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * DiT), class_labels with class_label, num_class_labels < 1 or a label out of range (named by
  * its index), num_images_per_prompt < 0, a batch larger than
  * EM_PIPELINE_MAX_BATCH, prompts with prompt or negative_prompt, num_prompts < 1 or a NULL
- * entry, and vae_slicing without a VAE are EM_ERR_INVALID_ARG.
+ * entry, and vae_slicing without a VAE are EM_ERR_INVALID_ARG; so are second prompts
+ * (prompt_2 and the rest) outside SDXL, prompt_2 / negative_prompt_2 with prompts, the lists
+ * without prompts, and a NULL entry in them.
  */
 EM_API em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 

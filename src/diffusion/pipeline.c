@@ -395,6 +395,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
     }
+    if (!sdxl_check_prompts_2(c, p, rp)) return false;
     if (rp->image && !p->tok) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): image to image "
                     "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
