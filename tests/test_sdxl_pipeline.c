@@ -195,11 +195,23 @@ static const struct {
     {"prompt2_empty", "a tree by a lake", "", "blurry", "", 4.0, 3, 45},
 };
 
+/* Runs rp and compares the image with the bundle's <run>_image within 1e-3. */
+static void check_image(em_ctx *c, em_pipeline *p, em_test_bundle *b,
+                        const em_pipeline_run_params *rp, const char *run, const char *device) {
+    char name[64], what[128];
+    snprintf(name, sizeof name, "%s_image", run);
+    snprintf(what, sizeof what, "SDXL %s%s on %s", run, rp->compile ? " compiled" : "", device);
+    em_scope_push(c);
+    em_tensor *img = em_pipeline_run(c, p, rp);
+    CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+    em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+}
+
 static void prompt2_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char *device,
                         bool compile) {
     for (size_t i = 0; i < sizeof PROMPT2 / sizeof PROMPT2[0]; i++) {
-        char name[64], what[128];
-        em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompt = PROMPT2[i].prompt;
         rp.prompt_2 = PROMPT2[i].prompt_2;
@@ -209,17 +221,9 @@ static void prompt2_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char
         rp.steps = PROMPT2[i].steps;
         rp.seed = PROMPT2[i].seed;
         rp.compile = compile;
-        snprintf(name, sizeof name, "%s_image", PROMPT2[i].name);
-        snprintf(what, sizeof what, "SDXL %s%s on %s", PROMPT2[i].name,
-                 compile ? " compiled" : "", device);
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
-        em_scope_pop(c);
+        check_image(c, p, b, &rp, PROMPT2[i].name, device);
     }
     /* lists: one second prompt per prompt, "" in a list encoded as given */
-    em_scope_push(c);
     const char *prompts[] = {"a photo of a cat", "a red cube"}, *prompts_2[] = {"a dog", "a tree"};
     const char *negs[] = {"blurry", "dark"}, *negs_2[] = {"", "low quality"};
     em_pipeline_run_params rp = em_pipeline_default_params();
@@ -231,18 +235,13 @@ static void prompt2_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char
     rp.steps = 2;
     rp.seed = 47;
     rp.compile = compile;
-    em_tensor *img = em_pipeline_run(c, p, &rp);
-    CHECK_MSG(img != NULL, "batch of second prompts on %s: %s", device, msg(c));
-    em_test_allclose(c, img, em_test_bundle_get(b, c, "batch2_image"), 1e-3, 0,
-                     "SDXL prompts_2 / negative_prompts_2");
-    em_ctx_clear_error(c);
-    em_scope_pop(c);
+    check_image(c, p, b, &rp, "batch2", device);
 }
 
 static void img2img_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char *device,
                         bool compile) {
     for (size_t i = 0; i < sizeof IMG2IMG / sizeof IMG2IMG[0]; i++) {
-        char name[64], what[128];
+        char init[64];
         em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompt = IMG2IMG[i].prompt;
@@ -252,15 +251,9 @@ static void img2img_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char
         rp.strength = IMG2IMG[i].strength;
         rp.seed = IMG2IMG[i].seed;
         rp.compile = compile;
-        snprintf(name, sizeof name, "%s_init", IMG2IMG[i].name);
-        rp.image = em_test_bundle_get(b, c, name);
-        snprintf(name, sizeof name, "%s_image", IMG2IMG[i].name);
-        snprintf(what, sizeof what, "SDXL %s%s on %s", IMG2IMG[i].name,
-                 compile ? " compiled" : "", device);
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
+        snprintf(init, sizeof init, "%s_init", IMG2IMG[i].name);
+        rp.image = em_test_bundle_get(b, c, init);
+        check_image(c, p, b, &rp, IMG2IMG[i].name, device);
         em_scope_pop(c);
     }
 }
@@ -287,8 +280,6 @@ static void pipeline_run(const char *device, bool compile) {
         CHECK(em_scheduler_get_kind(em_pipeline_scheduler(p)) == EM_SCHED_EULER);
     }
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
-        char name[64], what[128];
-        em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompt = RUNS[i].prompt;
         rp.negative_prompt = RUNS[i].negative;
@@ -298,17 +289,9 @@ static void pipeline_run(const char *device, bool compile) {
         rp.height = RUNS[i].height;
         rp.width = RUNS[i].width;
         rp.compile = compile;
-        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
-        snprintf(what, sizeof what, "SDXL %s%s on %s", RUNS[i].name, compile ? " compiled" : "",
-                 device);
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
-        em_scope_pop(c);
+        check_image(c, p, b, &rp, RUNS[i].name, device);
     }
     if (p) { /* two prompts, two images each, the zeroed negatives repeated alike */
-        em_scope_push(c);
         const char *prompts[] = {"a photo of a cat", "a red cube"};
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompts = prompts;
@@ -317,12 +300,7 @@ static void pipeline_run(const char *device, bool compile) {
         rp.steps = 2;
         rp.seed = 3;
         rp.compile = compile;
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "batch on %s: %s", device, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, "batch_image"), 1e-3, 0,
-                         "SDXL batch of 2 prompts x 2 images");
-        em_ctx_clear_error(c);
-        em_scope_pop(c);
+        check_image(c, p, b, &rp, "batch", device);
     }
     if (p) img2img_run(c, p, b, device, compile);
     if (p) prompt2_run(c, p, b, device, compile);
