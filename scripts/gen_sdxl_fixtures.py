@@ -18,6 +18,22 @@ negative prompt (null: None), guidance, steps, seed, height, width):
   batch_image    pipe(["a photo of a cat", "a red cube"], num_images_per_prompt=2,
                  guidance_scale=5, num_inference_steps=2, seed 3): [4, 16, 16, 3]
 
+StableDiffusionXLImg2ImgPipeline.from_pretrained(sdxl_tiny) (the base folder: requires_aesthetics_score
+false), per run (meta "img2img": prompt, negative prompt, guidance, steps, strength (null: the
+default 0.3), seed):
+
+  <run>_init     the init image, f32 [1, H, W, 3] in [0, 1] (seeded numpy)
+  <run>_image    pipe(prompt, image=<run>_init, strength=..., generator=torch.Generator("cpu")
+                 .manual_seed(seed), output_type="np").images
+
+second prompts (meta "prompt_2": prompt, prompt_2, negative_prompt, negative_prompt_2, guidance,
+steps, seed), StableDiffusionXLPipeline:
+
+  <run>_image    pipe(prompt, prompt_2=..., negative_prompt=..., negative_prompt_2=..., ...)
+  batch2_image   pipe(["a photo of a cat", "a red cube"], prompt_2=["a dog", "a tree"],
+                 negative_prompt=["blurry", "dark"], negative_prompt_2=["", "low quality"],
+                 guidance_scale=5, num_inference_steps=2, seed 47): [2, 16, 16, 3]
+
 and the UNet alone (added_cond_kwargs given):
 
   unet_sample [2, 4, 8, 8], unet_ehs [2, 5, 32], unet_text_embeds [2, 8], unet_time_ids [2, 6]
@@ -57,6 +73,22 @@ RUNS = {
     "empty_negative": ("an astronaut", "", 5.0, 3, 11, 0, 0),
     # another size: other time ids
     "size": ("a dog in the snow", None, 3.0, 3, 21, 24, 16),
+}
+
+# name: (prompt, negative_prompt, guidance_scale, steps, strength (None: default), seed, H, W)
+IMG2IMG = {
+    "img2img": ("a photo of a cat", None, 5.0, 5, 0.6, 31, 16, 16),
+    # another size (time ids from the image), a negative prompt, the default strength 0.3
+    "img2img_size": ("a red cube on a table", "blurry", 3.0, 10, None, 37, 24, 16),
+}
+
+# name: (prompt, prompt_2, negative_prompt, negative_prompt_2, guidance_scale, steps, seed)
+PROMPT2 = {
+    "prompt2": ("a photo of a cat", "a red cube", "blurry", "low quality", 5.0, 3, 41),
+    # negative_prompt None: zeroed whatever negative_prompt_2 is (force_zeros_for_empty_prompt)
+    "prompt2_zero": ("an astronaut", "a dog in the snow", None, "dark", 5.0, 3, 43),
+    # "" as prompt_2 / negative_prompt_2: `prompt_2 or prompt`, the first prompts again
+    "prompt2_empty": ("a tree by a lake", "", "blurry", "", 4.0, 3, 45),
 }
 
 
@@ -138,6 +170,28 @@ def unet_case(b, unet):
             b.add("unet_out%d" % k, unet(sample, t, ehs, added_cond_kwargs=cond).sample)
 
 
+def img2img_cases(b):
+    """StableDiffusionXLImg2ImgPipeline on the saved base folder."""
+    import numpy as np
+    from diffusers import StableDiffusionXLImg2ImgPipeline
+    pipe = StableDiffusionXLImg2ImgPipeline.from_pretrained(SDXL, add_watermarker=False)
+    assert not pipe.config.requires_aesthetics_score
+    pipe.set_progress_bar_config(disable=True)
+    meta = {}
+    for name, (prompt, neg, guidance, steps, strength, seed, h, w) in IMG2IMG.items():
+        init = np.random.default_rng(seed).random((1, h, w, 3), dtype=np.float32)
+        kw = {} if strength is None else {"strength": strength}
+        with torch.no_grad():
+            image = pipe(prompt, image=init.copy(), negative_prompt=neg, guidance_scale=guidance,
+                         num_inference_steps=steps, output_type="np",
+                         generator=torch.Generator("cpu").manual_seed(seed), **kw).images
+        b.add(name + "_init", torch.from_numpy(init))
+        b.add(name + "_image", torch.from_numpy(image))
+        meta[name] = {"prompt": prompt, "negative_prompt": neg, "guidance": guidance,
+                      "steps": steps, "strength": strength, "seed": seed}
+    return meta
+
+
 def main():
     import diffusers
     import transformers
@@ -162,8 +216,25 @@ def main():
         b.add(name + "_image", torch.from_numpy(image))
         meta[name] = {"prompt": prompt, "negative_prompt": neg, "guidance": guidance,
                       "steps": steps, "seed": seed, "height": h, "width": w}
+    meta2 = {}
+    for name, (prompt, p2, neg, neg2, guidance, steps, seed) in PROMPT2.items():
+        with torch.no_grad():
+            image = pipe(prompt, prompt_2=p2, negative_prompt=neg, negative_prompt_2=neg2,
+                         guidance_scale=guidance, num_inference_steps=steps, output_type="np",
+                         generator=torch.Generator("cpu").manual_seed(seed)).images
+        b.add(name + "_image", torch.from_numpy(image))
+        meta2[name] = {"prompt": prompt, "prompt_2": p2, "negative_prompt": neg,
+                       "negative_prompt_2": neg2, "guidance": guidance, "steps": steps,
+                       "seed": seed}
+    with torch.no_grad():
+        image = pipe(["a photo of a cat", "a red cube"], prompt_2=["a dog", "a tree"],
+                     negative_prompt=["blurry", "dark"], negative_prompt_2=["", "low quality"],
+                     guidance_scale=5.0, num_inference_steps=2, output_type="np",
+                     generator=torch.Generator("cpu").manual_seed(47)).images
+    b.add("batch2_image", torch.from_numpy(image))
     unet_case(b, pipe.unet)
-    b.meta = {"runs": meta}
+    meta_i2i = img2img_cases(b)
+    b.meta = {"runs": meta, "img2img": meta_i2i, "prompt_2": meta2}
     n, nbytes = b.write()
     print("sdxl_tiny_ref: %d tensors, %d bytes" % (n, nbytes))
     print(json.dumps(meta, indent=1))

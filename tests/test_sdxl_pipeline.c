@@ -2,7 +2,9 @@
  * scripts/gen_sdxl_fixtures.py): the UNet's addition_embed_type "text_time" alone within 1e-4;
  * its config values refused by name; StableDiffusionXLPipeline end to end (two CLIP text
  * encoders, pooled text embeds and time ids, force_zeros_for_empty_prompt, Euler) within 1e-3
- * of diffusers' output_type="np" images on the CPU and on XLA's CPU plugin. */
+ * of diffusers' output_type="np" images on the CPU and on XLA's CPU plugin, and
+ * StableDiffusionXLImg2ImgPipeline on the same (base) folder; prompt_2 / negative_prompt_2
+ * (strings and lists). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +169,95 @@ static const struct {
     {"size", "a dog in the snow", NULL, 3.0, 3, 21, 24, 16},
 };
 
+/* scripts/gen_sdxl_fixtures.py's IMG2IMG (StableDiffusionXLImg2ImgPipeline on the base folder);
+ * strength 0: the default, 0.3 */
+static const struct {
+    const char *name, *prompt, *negative;
+    double guidance;
+    int64_t steps;
+    double strength;
+    uint64_t seed;
+} IMG2IMG[] = {
+    {"img2img", "a photo of a cat", NULL, 5.0, 5, 0.6, 31},
+    {"img2img_size", "a red cube on a table", "blurry", 3.0, 10, 0.0, 37},
+};
+
+/* scripts/gen_sdxl_fixtures.py's PROMPT2 (StableDiffusionXLPipeline's prompt_2 /
+ * negative_prompt_2) */
+static const struct {
+    const char *name, *prompt, *prompt_2, *negative, *negative_2;
+    double guidance;
+    int64_t steps;
+    uint64_t seed;
+} PROMPT2[] = {
+    {"prompt2", "a photo of a cat", "a red cube", "blurry", "low quality", 5.0, 3, 41},
+    {"prompt2_zero", "an astronaut", "a dog in the snow", NULL, "dark", 5.0, 3, 43},
+    {"prompt2_empty", "a tree by a lake", "", "blurry", "", 4.0, 3, 45},
+};
+
+/* Runs rp and compares the image with the bundle's <run>_image within 1e-3. */
+static void check_image(em_ctx *c, em_pipeline *p, em_test_bundle *b,
+                        const em_pipeline_run_params *rp, const char *run, const char *device) {
+    char name[64], what[128];
+    snprintf(name, sizeof name, "%s_image", run);
+    snprintf(what, sizeof what, "SDXL %s%s on %s", run, rp->compile ? " compiled" : "", device);
+    em_scope_push(c);
+    em_tensor *img = em_pipeline_run(c, p, rp);
+    CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+    em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+}
+
+static void prompt2_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char *device,
+                        bool compile) {
+    for (size_t i = 0; i < sizeof PROMPT2 / sizeof PROMPT2[0]; i++) {
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = PROMPT2[i].prompt;
+        rp.prompt_2 = PROMPT2[i].prompt_2;
+        rp.negative_prompt = PROMPT2[i].negative;
+        rp.negative_prompt_2 = PROMPT2[i].negative_2;
+        rp.guidance_scale = PROMPT2[i].guidance;
+        rp.steps = PROMPT2[i].steps;
+        rp.seed = PROMPT2[i].seed;
+        rp.compile = compile;
+        check_image(c, p, b, &rp, PROMPT2[i].name, device);
+    }
+    /* lists: one second prompt per prompt, "" in a list encoded as given */
+    const char *prompts[] = {"a photo of a cat", "a red cube"}, *prompts_2[] = {"a dog", "a tree"};
+    const char *negs[] = {"blurry", "dark"}, *negs_2[] = {"", "low quality"};
+    em_pipeline_run_params rp = em_pipeline_default_params();
+    rp.prompts = prompts;
+    rp.prompts_2 = prompts_2;
+    rp.negative_prompts = negs;
+    rp.negative_prompts_2 = negs_2;
+    rp.num_prompts = 2;
+    rp.steps = 2;
+    rp.seed = 47;
+    rp.compile = compile;
+    check_image(c, p, b, &rp, "batch2", device);
+}
+
+static void img2img_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char *device,
+                        bool compile) {
+    for (size_t i = 0; i < sizeof IMG2IMG / sizeof IMG2IMG[0]; i++) {
+        char init[64];
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = IMG2IMG[i].prompt;
+        rp.negative_prompt = IMG2IMG[i].negative;
+        rp.guidance_scale = IMG2IMG[i].guidance;
+        rp.steps = IMG2IMG[i].steps;
+        rp.strength = IMG2IMG[i].strength;
+        rp.seed = IMG2IMG[i].seed;
+        rp.compile = compile;
+        snprintf(init, sizeof init, "%s_init", IMG2IMG[i].name);
+        rp.image = em_test_bundle_get(b, c, init);
+        check_image(c, p, b, &rp, IMG2IMG[i].name, device);
+        em_scope_pop(c);
+    }
+}
+
 static void pipeline_run(const char *device, bool compile) {
     em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
     CHECK(b != NULL);
@@ -189,8 +280,6 @@ static void pipeline_run(const char *device, bool compile) {
         CHECK(em_scheduler_get_kind(em_pipeline_scheduler(p)) == EM_SCHED_EULER);
     }
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
-        char name[64], what[128];
-        em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompt = RUNS[i].prompt;
         rp.negative_prompt = RUNS[i].negative;
@@ -200,17 +289,9 @@ static void pipeline_run(const char *device, bool compile) {
         rp.height = RUNS[i].height;
         rp.width = RUNS[i].width;
         rp.compile = compile;
-        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
-        snprintf(what, sizeof what, "SDXL %s%s on %s", RUNS[i].name, compile ? " compiled" : "",
-                 device);
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
-        em_scope_pop(c);
+        check_image(c, p, b, &rp, RUNS[i].name, device);
     }
     if (p) { /* two prompts, two images each, the zeroed negatives repeated alike */
-        em_scope_push(c);
         const char *prompts[] = {"a photo of a cat", "a red cube"};
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompts = prompts;
@@ -219,13 +300,10 @@ static void pipeline_run(const char *device, bool compile) {
         rp.steps = 2;
         rp.seed = 3;
         rp.compile = compile;
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "batch on %s: %s", device, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, "batch_image"), 1e-3, 0,
-                         "SDXL batch of 2 prompts x 2 images");
-        em_ctx_clear_error(c);
-        em_scope_pop(c);
+        check_image(c, p, b, &rp, "batch", device);
     }
+    if (p) img2img_run(c, p, b, device, compile);
+    if (p) prompt2_run(c, p, b, device, compile);
     em_pipeline_free(p);
     em_ctx_free(c);
     em_test_bundle_free(b);
@@ -295,14 +373,54 @@ static void test_sdxl_folders(void) {
         em_test_allclose(c, img, em_test_bundle_get(b, c, "empty_negative_image"), 1e-3, 0,
                          "no negative prompt without force_zeros_for_empty_prompt");
         em_ctx_clear_error(c);
-        /* SDXL's image to image is another pipeline class */
-        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
+        /* image to image: the sizes and strengths Stable Diffusion's refuses */
+        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 15, 16, 3});
+        rp.strength = 1.0;
         CHECK(em_pipeline_run(c, p, &rp) == NULL);
-        CHECK_ERR(c, EM_ERR_INVALID_ARG, "init image", "StableDiffusionXLImg2ImgPipeline");
+        CHECK_ERR(c, EM_ERR_SHAPE, "init image is 15 x 16", "multiples of 2");
+        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
+        rp.strength = 0.2; /* int(3 * 0.2) = 0 */
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "strength 0.2 of 3 steps leaves no step");
+        rp.strength = 0.0; /* the default 0.3 of 3 steps: int(0.9) = 0 */
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "strength 0.3 of 3 steps leaves no step");
+        /* second prompts: strings with a single prompt, lists with a list */
+        rp.image = NULL;
+        const char *two[] = {"a", "b"}, *one_null[] = {"a", NULL};
+        rp.prompt = NULL;
+        rp.prompts = two;
+        rp.num_prompts = 2;
+        rp.prompt_2 = "c";
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "prompt_2 with a list of prompts", "prompts_2");
+        rp.prompt_2 = NULL;
+        rp.negative_prompts_2 = one_null;
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "negative_prompts_2[1] is NULL");
+        rp.prompts = NULL;
+        rp.prompt = "a";
+        rp.negative_prompts_2 = NULL;
+        rp.prompts_2 = two;
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "prompts_2 without a list of prompts");
         em_scope_pop(c);
     }
     em_pipeline_free(p);
     em_test_bundle_free(b);
+    /* second prompts are SDXL's */
+    p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
+    CHECK_MSG(p != NULL, "sd_tiny: %s", msg(c));
+    if (p) {
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = "a";
+        rp.negative_prompt_2 = "b";
+        rp.steps = 1;
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "negative_prompt_2 given to StableDiffusionPipeline",
+                  "text_encoder_2");
+    }
+    em_pipeline_free(p);
     /* a UNet without text_time in an SDXL folder */
     unlink(em_test_scratch_path("unet"));
     em_test_scratch_link("unet", "diffusion", "sd_tiny/unet");

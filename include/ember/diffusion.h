@@ -398,7 +398,9 @@ typedef struct em_pipeline_run_params {
                              the result decoded (em_vae_decode_tiled) and an init image encoded
                              (em_vae_encode_tiled), with the VAE's default tiles; refused by the
                              pipelines without a VAE */
-    /* Image to image, StableDiffusionImg2ImgPipeline (Stable Diffusion folders only): the init
+    /* Image to image, StableDiffusionImg2ImgPipeline on Stable Diffusion folders and
+     * StableDiffusionXLImg2ImgPipeline on SDXL base folders (time ids from the image's size,
+     * requires_aesthetics_score false): the init
      * image, f32 [1, H, W, 3] in [0, 1] (the layout em_pipeline_run returns; any device;
      * borrowed), H and W multiples of the VAE's scale factor (Ember does not resize: height and
      * width, when given, must be the image's). It is encoded by the VAE (a posterior sample
@@ -406,7 +408,7 @@ typedef struct em_pipeline_run_params {
      * denoised from there. NULL: text to image. */
     em_tensor *image;
     double strength;      /* with image: how much of the schedule runs, in (0, 1]; 0: diffusers'
-                             default 0.8. int(steps * strength) must be at least 1 */
+                             default, 0.8 (SDXL: 0.3). int(steps * strength) must be at least 1 */
     /* Batches. DDPMPipeline / DDIMPipeline: num_images_per_prompt is diffusers' batch_size
      * (the latents one torch.randn of [B, C, H, W], per-step noise drawn over the batch).
      * StableDiffusionPipeline and StableDiffusionXLPipeline (as diffusers' num_images_per_prompt
@@ -427,6 +429,18 @@ typedef struct em_pipeline_run_params {
     bool vae_slicing;     /* decode the batch one image at a time, diffusers'
                              pipe.vae.enable_slicing() (em_vae_enable_slicing; the same image);
                              refused by the pipelines without a VAE */
+    /* StableDiffusionXLPipeline's prompt_2 / negative_prompt_2: the texts tokenizer_2 and
+     * text_encoder_2 encode (the first encoder takes prompt / negative_prompt). NULL or "": the
+     * prompt / negative prompt again, as diffusers' `prompt_2 or prompt`. With
+     * force_zeros_for_empty_prompt and no negative prompt the negatives are zeros whatever
+     * negative_prompt_2 is, as in diffusers. Refused with prompts (give the lists) and by the
+     * other pipelines. Borrowed. */
+    const char *prompt_2;
+    const char *negative_prompt_2;
+    /* With prompts (SDXL): NULL (the prompts / negative prompts again) or num_prompts strings,
+     * each encoded as given ("" included, as diffusers encodes a list's entries). Borrowed. */
+    const char *const *prompts_2;
+    const char *const *negative_prompts_2;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,
@@ -434,8 +448,8 @@ typedef struct em_pipeline_run_params {
 #define EM_PIPELINE_MAX_BATCH 1024
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
- *  default), class_label -1, no class_labels, no init image (strength 0: 0.8 when an image is
- *  given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
+ *  default), class_label -1, no class_labels, no init image (strength 0: 0.8, SDXL 0.3, when an
+ *  image is given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**
@@ -449,14 +463,16 @@ EM_API em_pipeline_run_params em_pipeline_default_params(void);
  * DiTPipeline (its loop, classifier-free guidance included, in docs/diffusion.md) then decodes
  * with the VAE; a missing or out-of-range class_label, or a class_label / guidance_scale given
  * to another pipeline, is EM_ERR_INVALID_ARG. An init image given to a pipeline other than Stable
- * Diffusion (SDXL included: its img2img is another class), with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
+ * Diffusion or SDXL, with latents, of the wrong shape or dtype (EM_ERR_SHAPE / EM_ERR_DTYPE), or a
  * strength outside (0, 1] or one that leaves no step, is refused likewise; FlowMatch, which has
  * no add_noise, is EM_ERR_UNSUPPORTED with an image. A batch the pipeline does not take
  * (prompts outside Stable Diffusion, num_images_per_prompt > 1 for DiT, class_labels outside
  * DiT), class_labels with class_label, num_class_labels < 1 or a label out of range (named by
  * its index), num_images_per_prompt < 0, a batch larger than
  * EM_PIPELINE_MAX_BATCH, prompts with prompt or negative_prompt, num_prompts < 1 or a NULL
- * entry, and vae_slicing without a VAE are EM_ERR_INVALID_ARG.
+ * entry, and vae_slicing without a VAE are EM_ERR_INVALID_ARG; so are second prompts
+ * (prompt_2 and the rest) outside SDXL, prompt_2 / negative_prompt_2 with prompts, the lists
+ * without prompts, and a NULL entry in them.
  */
 EM_API em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 

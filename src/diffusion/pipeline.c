@@ -395,11 +395,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
     }
-    if (rp->image && p->te2) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): SDXL's image to "
-                    "image (StableDiffusionXLImg2ImgPipeline) is not implemented", cls, p->idx.dir);
-        return false;
-    }
+    if (!sdxl_check_prompts_2(c, p, rp)) return false;
     if (rp->image && !p->tok) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): image to image "
                     "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
@@ -506,7 +502,10 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     if ((!p->tok || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
         em_scope_push(c);
         if (rp->image) {
-            first = img2img_first_step(c, p, steps, rp->strength ? rp->strength : 0.8);
+            /* __call__'s default strength: StableDiffusionImg2ImgPipeline 0.8,
+             * StableDiffusionXLImg2ImgPipeline 0.3 */
+            double strength = rp->strength ? rp->strength : p->te2 ? 0.3 : 0.8;
+            first = img2img_first_step(c, p, steps, strength);
             if (first >= 0) {
                 int64_t nts = 0;
                 const double *ts = em_scheduler_timesteps(p->sched, &nts);

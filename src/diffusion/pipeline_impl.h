@@ -75,6 +75,9 @@ bool sdxl_to(em_ctx *c, em_pipeline *p, const char *device);
  * NULL with the error in c. */
 em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                               em_unet2d_added_cond *added);
+/* The second prompts (prompt_2, negative_prompt_2 and their lists): only for SDXL, strings
+ * without prompts, lists (without NULL entries) with them. False with the error in c. */
+bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):
  * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns

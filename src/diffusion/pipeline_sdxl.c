@@ -86,6 +86,67 @@ static em_tensor *encode(em_ctx *c, const em_clip_tokenizer *tok, const em_clip_
     return o.hidden_state;
 }
 
+/* em_pipeline_run's checks name the run, as pipeline.c's do */
+#define RUN_OP "pipeline"
+
+bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
+    const char *one = rp->prompt_2            ? "prompt_2"
+                      : rp->negative_prompt_2 ? "negative_prompt_2"
+                                              : NULL;
+    const char *list = rp->prompts_2 ? "prompts_2" : rp->negative_prompts_2 ? "negative_prompts_2"
+                                                                            : NULL;
+    if (!one && !list) return true;
+    if (!p->te2) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s given to %s (%s): second prompts are "
+                    "StableDiffusionXLPipeline's (text_encoder_2)", one ? one : list,
+                    em_pipeline_class_name(p->idx.pipeline), p->idx.dir);
+        return false;
+    }
+    if (one && rp->prompts) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s with a list of prompts: give prompts_2 / "
+                    "negative_prompts_2 (one per prompt)", one);
+        return false;
+    }
+    if (list && !rp->prompts) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s without a list of prompts: give prompt_2 / "
+                    "negative_prompt_2", list);
+        return false;
+    }
+    for (int64_t i = 0; list && i < rp->num_prompts; i++) {
+        const char *bad = rp->prompts_2 && !rp->prompts_2[i] ? "prompts_2"
+                          : rp->negative_prompts_2 && !rp->negative_prompts_2[i]
+                              ? "negative_prompts_2"
+                              : NULL;
+        if (bad) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s[%lld] is NULL", bad, (long long)i);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The texts of tokenizer_2 / text_encoder_2, malloc'd like `text` (n negatives then n
+ * prompts): encode_prompt's `prompt_2 = prompt_2 or prompt` and `negative_prompt_2 =
+ * negative_prompt_2 or negative_prompt` — a string "" falls back, a list is taken whole. */
+static const char **second_texts(em_ctx *c, const em_pipeline_run_params *rp,
+                                 const char *const *text, int64_t n) {
+    const char **t2 = malloc(2 * (size_t)n * sizeof *t2);
+    if (!t2) {
+        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+        return NULL;
+    }
+    const char *neg2 = rp->negative_prompt_2 && *rp->negative_prompt_2 ? rp->negative_prompt_2
+                                                                        : NULL;
+    const char *p2 = rp->prompt_2 && *rp->prompt_2 ? rp->prompt_2 : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        const char *a = rp->negative_prompts_2 ? rp->negative_prompts_2[i] : neg2;
+        const char *b = rp->prompts_2 ? rp->prompts_2[i] : p2;
+        t2[i] = a ? a : text[i];
+        t2[n + i] = b ? b : text[n + i];
+    }
+    return t2;
+}
+
 /* zeros shaped as t on t's device (torch.zeros_like) */
 static em_tensor *zeros_like(em_ctx *c, em_tensor *t) {
     em_device *prev = em_ctx_device(c);
@@ -113,16 +174,21 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     bool zero = cfg && none && p->idx.force_zeros_for_empty_prompt;
     bool encode_neg = cfg && !zero;
     const char **text = sd_prompt_texts(c, rp); /* negative_prompt or "" */
-    if (!text) return NULL;
-    /* prompt_2 = prompt and negative_prompt_2 = negative_prompt (Ember takes no second
-     * prompts): the same texts through both; the negatives are tokenized to the prompts'
-     * length, model_max_length, which the two tokenizers share (sdxl_load) */
-    const char *const *in = encode_neg ? text : text + n;
+    const char **text2 = text ? second_texts(c, rp, text, n) : NULL;
+    if (!text2) {
+        free(text);
+        return NULL;
+    }
+    /* the first texts through the first encoder, the second through the second; the
+     * negatives are tokenized to the prompts' length, model_max_length, which the two
+     * tokenizers share (sdxl_load) */
+    int64_t skip = encode_neg ? 0 : n;
     int rows_in = (int)(encode_neg ? 2 * n : n);
     em_tensor *pooled = NULL;
-    em_tensor *h1 = encode(c, p->tok, p->te, in, rows_in, NULL);
-    em_tensor *h2 = h1 ? encode(c, p->tok2, p->te2, in, rows_in, &pooled) : NULL;
+    em_tensor *h1 = encode(c, p->tok, p->te, text + skip, rows_in, NULL);
+    em_tensor *h2 = h1 ? encode(c, p->tok2, p->te2, text2 + skip, rows_in, &pooled) : NULL;
     free(text);
+    free(text2);
     if (!h2) return NULL;
     em_device *dev = em_unet2d_device(p->unet);
     if (em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev);
@@ -142,9 +208,15 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     }
     if (!e || !pooled) return NULL;
     /* add_time_ids: original_size (height, width) + crops_coords_top_left (0, 0) + target_size
-     * (height, width), the same for every row (negative_add_time_ids = add_time_ids) */
+     * (height, width), the same for every row (negative_add_time_ids = add_time_ids).
+     * StableDiffusionXLImg2ImgPipeline takes height and width from the init image's latents,
+     * i.e. the image's size (sd_image_latents checks it against the VAE's scale factor) */
     int64_t f = (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
     float h = (float)(shape[2] * f), w = (float)(shape[3] * f);
+    if (rp->image && em_tensor_ndim(rp->image) == 4) {
+        h = (float)em_tensor_dim(rp->image, 1);
+        w = (float)em_tensor_dim(rp->image, 2);
+    }
     int64_t m = em_tensor_dim(e, 0);
     float *ids = malloc((size_t)m * 6 * sizeof *ids);
     if (!ids) {

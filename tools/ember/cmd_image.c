@@ -13,6 +13,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
+            "                    [--prompt-2 T] [--negative-prompt-2 T]\n"
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
             "  --prompt T          the text (Stable Diffusion and SDXL; required there)\n"
             "  --negative-prompt T what to steer away from (default: the empty prompt; SDXL with\n"
             "                      force_zeros_for_empty_prompt: zero embeddings)\n"
+            "  --prompt-2 T, --negative-prompt-2 T  SDXL: the texts of the second text encoder\n"
+            "                      (default: --prompt / --negative-prompt)\n"
             "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
             "                      Stable Diffusion, 5 for SDXL, 4 for DiT)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
@@ -52,12 +55,12 @@ static void usage(FILE *f) {
             "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2); a list\n"
             "                      a,b,c is one batched run, diffusers' class_labels=[a, b, c]\n"
             "                      (a grid, as --num-images; not with --num-images)\n"
-            "  --init-image FILE   image to image (Stable Diffusion, as\n"
-            "                      StableDiffusionImg2ImgPipeline): a PNG, or a float32 .npy\n"
+            "  --init-image FILE   image to image (Stable Diffusion and SDXL, as\n"
+            "                      StableDiffusion(XL)Img2ImgPipeline): a PNG, or a float32 .npy\n"
             "                      [1, H, W, 3] or [H, W, 3] in [0, 1] (what --out-npy writes); H\n"
             "                      and W multiples of the VAE's scale factor\n"
             "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
-            "                      (default 0.8)\n"
+            "                      (default 0.8; SDXL 0.3)\n"
             "  --num-images N      N images tiled into one PNG grid (and stacked [N, H, W, C]\n"
             "                      in --out-npy); needs --seed. Stable Diffusion: one batched\n"
             "                      run, diffusers' num_images_per_prompt=N with seed S; the\n"
@@ -78,6 +81,7 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
+    const char *prompt_2, *negative_2;        /* SDXL's second prompts */
     long long steps, seed, height, width, num_images, grid_cols, upscale;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
@@ -100,6 +104,12 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--negative-prompt") && val) {
             a->negative = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--prompt-2") && val) {
+            a->prompt_2 = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--negative-prompt-2") && val) {
+            a->negative_2 = argv[++i];
             if (!a->text_opt) a->text_opt = o;
         } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
             if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
@@ -288,6 +298,8 @@ static int run(em_ctx *c, const image_args *a) {
     rp.progress = a->num_images > 1 && !sd ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
+    rp.prompt_2 = a->prompt_2;
+    rp.negative_prompt_2 = a->negative_2;
     rp.height = a->height;
     rp.width = a->width;
     em_compile_stats cs = {0};
