@@ -118,21 +118,27 @@ UNET = dict(sample_size=8, in_channels=4, out_channels=4,
             projection_class_embeddings_input_dim=8 + 6 * 4)
 
 
+def tiny_vae(seed):
+    """A two-level AutoencoderKL (vae_scale_factor 2) with SDXL's scaling factor, randomised."""
+    from diffusers import AutoencoderKL
+    vae = AutoencoderKL(in_channels=3, out_channels=3,
+                        down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 16),
+                        layers_per_block=1, latent_channels=4, norm_num_groups=4, sample_size=16,
+                        scaling_factor=0.13025).eval()
+    randomise(vae, seed)
+    return vae
+
+
 def build():
-    from diffusers import (AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline,
-                           UNet2DConditionModel)
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTokenizer
     tok = CLIPTokenizer.from_pretrained(os.path.join(OUT, "clip", "tok_slow"))
     tok2 = CLIPTokenizer.from_pretrained(os.path.join(OUT, "clip", "tok_sd2"))
     te, te2 = text_encoders(tok, tok2)
     unet = UNet2DConditionModel(**UNET).eval()
     randomise(unet, 720)
-    vae = AutoencoderKL(in_channels=3, out_channels=3,
-                        down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 16),
-                        layers_per_block=1, latent_channels=4, norm_num_groups=4, sample_size=16,
-                        scaling_factor=0.13025).eval()
-    randomise(vae, 730)
+    vae = tiny_vae(730)
     pipe = StableDiffusionXLPipeline(vae=vae, text_encoder=te, text_encoder_2=te2, tokenizer=tok,
                                      tokenizer_2=tok2, unet=unet,
                                      scheduler=EulerDiscreteScheduler.from_config(SDXL_SCHEDULER),

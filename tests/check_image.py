@@ -88,6 +88,7 @@ def main():
     batch = bundle(fixtures, "sd_batch_ref")  # scripts/gen_sd_batch_fixtures.py
     dit_batch = bundle(fixtures, "dit_batch_ref")  # scripts/gen_dit_batch_fixtures.py
     sdxl = bundle(fixtures, "sdxl_tiny_ref")  # scripts/gen_sdxl_fixtures.py
+    refiner = bundle(fixtures, "sdxl_refiner_tiny_ref")  # scripts/gen_sdxl_refiner_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -100,6 +101,8 @@ def main():
         write_npy(init_euler, *i2i["euler_init"])
         init_pndm = os.path.join(tmp, "init_pndm.npy")  # [H, W, 3]: the batch of one implied
         write_npy(init_pndm, i2i["pndm_init"][0][1:], i2i["pndm_init"][1])
+        init_refiner = os.path.join(tmp, "init_refiner.npy")
+        write_npy(init_refiner, *refiner["scores_init"])
         cases = [
             ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
              ddim["image"], 10),
@@ -151,6 +154,14 @@ def main():
             ("sdxl size", ["--model", d("sdxl_tiny"), "--prompt", "a dog in the snow",
                            "--guidance", "3", "--seed", "21", "--steps", "3", "--height", "24",
                            "--width", "16"], sdxl["size_image"], 3),
+            # the SDXL refiner (scripts/gen_sdxl_refiner_fixtures.py's run "scores"): 3 of 5
+            # steps at strength 0.6
+            ("sdxl refiner scores", ["--model", d("sdxl_refiner_tiny"), "--prompt",
+                                     "a red cube on a table", "--negative-prompt", "blurry",
+                                     "--guidance", "4", "--steps", "5", "--seed", "53",
+                                     "--init-image", init_refiner, "--strength", "0.6",
+                                     "--aesthetic-score", "8", "--negative-aesthetic-score", "1"],
+             refiner["scores_image"], 3),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",

@@ -348,9 +348,13 @@ static void test_sdxl_folders(void) {
     CHECK(em_pipeline_load(c, dir, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "text_encoder_2 class 'CLIPTextModel'",
               "CLIPTextModelWithProjection");
+    /* a refiner's config with base's UNet: 6 time ids' width where 5 are fed */
     write_index("CLIPTextModelWithProjection", ", \"requires_aesthetics_score\": true");
     CHECK(em_pipeline_load(c, dir, NULL) == NULL);
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "requires_aesthetics_score true", "refiner");
+    CHECK_ERR(c, EM_ERR_SHAPE, "the unet takes 12", "requires_aesthetics_score: 5 ids");
+    write_index("CLIPTextModelWithProjection", ", \"requires_aesthetics_score\": 1");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "requires_aesthetics_score must be true or false");
     write_index("CLIPTextModelWithProjection", ", \"force_zeros_for_empty_prompt\": 1");
     CHECK(em_pipeline_load(c, dir, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_FORMAT, "force_zeros_for_empty_prompt");

@@ -125,14 +125,16 @@ typedef struct em_unet2d_config {
     int64_t transformer_layers[EM_UNET2D_MAX_BLOCKS];
     int64_t conv_in_kernel, conv_out_kernel; /* odd sizes ("same" padding) */
     /* addition_embed_type "text_time" (SDXL): add_time_proj = Timesteps(addition_time_embed_dim,
-     * flip_sin_to_cos, freq_shift) of each of the 6 time ids, concatenated after the pooled text
-     * embeds (projection_class_embeddings_input_dim = text_embeds_dim + 6 *
-     * addition_time_embed_dim in all) through add_embedding = TimestepEmbedding (SiLU), added
-     * to the time embedding. All zero without it. */
+     * flip_sin_to_cos, freq_shift) of each of the K time ids (SDXL base 6, its refiner 5),
+     * concatenated after the pooled text embeds (projection_class_embeddings_input_dim =
+     * text embeds' width + K * addition_time_embed_dim in all) through add_embedding =
+     * TimestepEmbedding (SiLU), added to the time embedding. All zero without it. */
     bool text_time;
     int64_t addition_time_embed_dim;
     int64_t projection_class_embeddings_input_dim;
-    int64_t text_embeds_dim;    /* projection_class_embeddings_input_dim - 6 * addition_... */
+    int64_t text_embeds_dim;    /* projection_class_embeddings_input_dim - 6 * addition_...:
+                                   the width with SDXL base's 6 time ids (a refiner's UNet, fed
+                                   5, takes addition_time_embed_dim more) */
 } em_unet2d_config;
 
 /**
@@ -197,9 +199,12 @@ EM_API em_tensor *em_unet2d_forward_cond(em_ctx *c, em_unet2d *u, em_tensor *sam
 /** SDXL's added_cond_kwargs for a UNet2DConditionModel with addition_embed_type "text_time".
  *  Borrowed tensors on the model's device, any floating dtype. */
 typedef struct em_unet2d_added_cond {
-    em_tensor *text_embeds; /* [N, text_embeds_dim]: the pooled prompt embeds (text_encoder_2's
-                               text_embeds) */
-    em_tensor *time_ids;    /* [N, 6]: original_size + crops_coords_top_left + target_size */
+    em_tensor *text_embeds; /* [N, text_embeds_dim] (with 6 time ids): the pooled prompt
+                               embeds (text_encoder_2's text_embeds) */
+    em_tensor *time_ids;    /* [N, 6]: original_size + crops_coords_top_left + target_size;
+                               or [N, K] for any K whose embeddings and text_embeds fill
+                               projection_class_embeddings_input_dim (a refiner's [N, 5]:
+                               original_size + crops_coords_top_left + aesthetic score) */
 } em_unet2d_added_cond;
 
 /**
@@ -234,7 +239,10 @@ typedef enum em_pipeline_class {
     EM_PIPELINE_STABLE_DIFFUSION_XL = 4 /* StableDiffusionXLPipeline: Stable Diffusion's
                                            components plus tokenizer_2 and text_encoder_2
                                            (CLIPTextModelWithProjection); the UNet has
-                                           addition_embed_type "text_time" */
+                                           addition_embed_type "text_time". Also
+                                           StableDiffusionXLImg2ImgPipeline folders (class_name
+                                           says which), the refiner's layout included: no
+                                           tokenizer / text_encoder */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -261,6 +269,11 @@ typedef struct em_pipeline_index {
     char text_encoder_2_class[64], tokenizer_2_class[64];
     bool force_zeros_for_empty_prompt; /* the pipeline config's (default true): a NULL negative
                                           prompt is zero embeddings, not "" encoded */
+    /* StableDiffusionXLImg2ImgPipeline's requires_aesthetics_score (an SDXL refiner's; default
+     * false): the time ids are (height, width, 0, 0, aesthetic score), five, and runs need an
+     * init image. A refiner folder has no tokenizer and text_encoder (text_encoder_dir and
+     * tokenizer_dir NULL): text_encoder_2 encodes the prompt alone. */
+    bool requires_aesthetics_score;
 } em_pipeline_index;
 
 /**
@@ -441,6 +454,11 @@ typedef struct em_pipeline_run_params {
      * each encoded as given ("" included, as diffusers encodes a list's entries). Borrowed. */
     const char *const *prompts_2;
     const char *const *negative_prompts_2;
+    /* StableDiffusionXLImg2ImgPipeline with requires_aesthetics_score (a refiner): the last time
+     * id of the prompts' rows and of the negatives' rows. em_pipeline_default_params sets
+     * diffusers' defaults, 6.0 and 2.5; the other pipelines ignore them, as diffusers' do. */
+    double aesthetic_score;
+    double negative_aesthetic_score;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,
@@ -449,7 +467,8 @@ typedef struct em_pipeline_run_params {
 
 /** steps 0, eta 0, seed 0, no latents, no progress, no prompt, guidance_scale 0 (the pipeline's
  *  default), class_label -1, no class_labels, no init image (strength 0: 0.8, SDXL 0.3, when an
- *  image is given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing. */
+ *  image is given), num_images_per_prompt 1, no prompt list, no VAE tiling or slicing,
+ *  aesthetic_score 6.0 and negative_aesthetic_score 2.5. */
 EM_API em_pipeline_run_params em_pipeline_default_params(void);
 
 /**

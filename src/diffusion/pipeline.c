@@ -82,7 +82,7 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     uo.dtype = EM_F32;
     em_unet2d *u = em_pipeline_load_unet(c, &p->idx, &uo);
     if (!u) return em_ctx_status(c);
-    if (p->tok && !sd_to(c, p, device)) { /* the text encoder and the VAE go along */
+    if (sd_text(p) && !sd_to(c, p, device)) { /* the text encoder and the VAE go along */
         em_unet2d_free(u);
         return em_ctx_status(c);
     }
@@ -131,6 +131,8 @@ em_pipeline_run_params em_pipeline_default_params(void) {
     memset(&rp, 0, sizeof rp);
     rp.class_label = -1;
     rp.num_images_per_prompt = 1;
+    rp.aesthetic_score = 6.0; /* StableDiffusionXLImg2ImgPipeline.__call__'s */
+    rp.negative_aesthetic_score = 2.5;
     return rp;
 }
 
@@ -153,7 +155,8 @@ static int64_t run_batch(const em_pipeline *p, const em_pipeline_run_params *rp)
 static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                                   em_torch_generator *g) {
     int64_t shape[4];
-    bool have = p->tok ? sd_latent_shape(c, p, rp, shape) : em_pipeline_latent_shape(p, shape);
+    bool have =
+        sd_text(p) ? sd_latent_shape(c, p, rp, shape) : em_pipeline_latent_shape(p, shape);
     if (em_ctx_status(c)) return NULL;
     int64_t batch = run_batch(p, rp);
     shape[0] = batch;
@@ -299,7 +302,7 @@ static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_p
     const char *why = NULL;
     if (n < 0)
         why = "num_images_per_prompt must be 1 or more";
-    else if ((rp->prompts || rp->negative_prompts) && !p->tok)
+    else if ((rp->prompts || rp->negative_prompts) && !sd_text(p))
         why = "a list of prompts is StableDiffusionPipeline's";
     else if (n > 1 && p->dit)
         why = "DiTPipeline takes no num_images_per_prompt: give a list of class_labels (one "
@@ -369,7 +372,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                        : rp->negative_prompt ? "a negative prompt"
                        : rp->height || rp->width ? "a height or width"
                                                  : NULL;
-    if (!p->tok && text) {
+    if (!sd_text(p) && text) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
                     "%s given to %s (%s), which is %s (StableDiffusionPipeline takes one)", text,
                     cls, p->idx.dir, p->dit ? "class-conditional" : "unconditional");
@@ -380,7 +383,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     cls, rp->class_labels ? "s" : "");
         return false;
     }
-    if (!p->tok && !p->dit && rp->guidance_scale != 0.0) {
+    if (!sd_text(p) && !p->dit && rp->guidance_scale != 0.0) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
                     "%s takes no guidance scale (an unconditional pipeline)", cls);
         return false;
@@ -396,9 +399,21 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         return false;
     }
     if (!sdxl_check_prompts_2(c, p, rp)) return false;
-    if (rp->image && !p->tok) {
+    if (rp->image && !sd_text(p)) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "an init image given to %s (%s): image to image "
                     "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
+        return false;
+    }
+    if (p->idx.requires_aesthetics_score && !rp->image) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) has requires_aesthetics_score (a refiner): "
+                    "it needs an init image (its UNet takes the aesthetic-score time ids of "
+                    "image to image)", cls, p->idx.dir);
+        return false;
+    }
+    if (!(rp->aesthetic_score == rp->aesthetic_score &&
+          rp->negative_aesthetic_score == rp->negative_aesthetic_score)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "aesthetic_score %g, negative_aesthetic_score %g: "
+                    "NaN is not a score", rp->aesthetic_score, rp->negative_aesthetic_score);
         return false;
     }
     if (rp->image && rp->latents) {
@@ -414,12 +429,12 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g: it must be in (0, 1]", rp->strength);
         return false;
     }
-    if (p->tok && !rp->prompt && !rp->prompts) {
+    if (sd_text(p) && !rp->prompt && !rp->prompts) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) needs a prompt (\"\" is one)", cls,
                     p->idx.dir);
         return false;
     }
-    if (p->tok && (rp->height < 0 || rp->width < 0)) {
+    if (sd_text(p) && (rp->height < 0 || rp->width < 0)) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "height %lld, width %lld: sizes must be positive",
                     (long long)rp->height, (long long)rp->width);
         return false;
@@ -473,7 +488,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     if (!check_conditioning(c, p, rp)) return NULL;
     /* guidance_scale 0: the pipeline's __call__ default */
     em_pipeline_run_params resolved = *rp;
-    if (resolved.guidance_scale == 0.0 && (p->tok || p->dit))
+    if (resolved.guidance_scale == 0.0 && (sd_text(p) || p->dit))
         resolved.guidance_scale = p->te2 ? 5.0 : p->tok ? 7.5 : 4.0;
     rp = &resolved;
     int64_t steps = rp->steps ? rp->steps : p->idx.pipeline == EM_PIPELINE_DDPM ? 1000 : 50;
@@ -499,7 +514,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
      * largest sigma of the inference steps), so the schedule comes first */
     em_tensor *x = NULL;
     int64_t first = 0;
-    if ((!p->tok || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
+    if ((!sd_text(p) || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
         em_scope_push(c);
         if (rp->image) {
             /* __call__'s default strength: StableDiffusionImg2ImgPipeline 0.8,
@@ -531,7 +546,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
      * then, as the unconditional pipelines, (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2,
      * 3, 1) */
     em_tensor *img = x;
-    if (p->tok)
+    if (sd_text(p))
         img = sd_decode(c, p, x, rp->vae_tiling, rp->vae_slicing);
     else if (p->dit) {
         em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same images */

@@ -16,7 +16,8 @@ struct em_pipeline {
     em_unet2d *unet; /* NULL for DiTPipeline */
     em_dit *dit;     /* DiTPipeline: the transformer instead of the UNet */
     em_scheduler *sched;
-    /* StableDiffusionPipeline (NULL otherwise) */
+    /* StableDiffusionPipeline (NULL otherwise, and in an SDXL refiner, which has only the second
+     * encoder) */
     em_clip_tokenizer *tok;
     em_clip_text *te;
     em_vae *vae;     /* Stable Diffusion and DiT */
@@ -24,6 +25,9 @@ struct em_pipeline {
     em_clip_tokenizer *tok2;
     em_clip_text *te2;
 };
+
+/* A text-conditioned pipeline (Stable Diffusion, SDXL and its refiner). */
+static inline bool sd_text(const em_pipeline *p) { return p->tok || p->tok2; }
 
 /* em_pipeline_index_load on the text[0..len) of a model_index.json: `file` names it in errors,
  * `dir` is the folder whose component sub-folders are checked. out is zeroed on failure. */

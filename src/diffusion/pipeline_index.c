@@ -81,6 +81,26 @@ static char *component(em_ctx *c, json_t *root, const char *file, const char *di
     return sub;
 }
 
+/* An entry that is missing, null or [null, null] (a pipeline saved without that component). */
+static bool absent(json_t *root, const char *name) {
+    json_t *v = json_object_get(root, name);
+    return !v || json_is_null(v) ||
+           (json_is_array(v) && json_array_size(v) == 2 && json_is_null(json_array_get(v, 0)) &&
+            json_is_null(json_array_get(v, 1)));
+}
+
+/* A pipeline config flag: true or false; missing or null keeps *out. */
+static bool flag(em_ctx *c, json_t *root, const char *file, const char *key, bool *out) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s: %s must be true or false", file, key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
 /* A component the pipeline class needs: its folder and its class, one of `want`. */
 typedef struct comp_spec {
     const char *key;
@@ -120,12 +140,24 @@ static bool sd_components(em_ctx *c, json_t *root, const char *file, const char 
     return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
 }
 
-/* StableDiffusionXLPipeline: Stable Diffusion's components, the second tokenizer and text
- * encoder (SDXL base's layout; a folder without text_encoder, the refiner's, is refused by the
- * component's name), and its pipeline config: force_zeros_for_empty_prompt, and
- * requires_aesthetics_score (an img2img refiner's) only false. */
+/* StableDiffusionXLPipeline: Stable Diffusion's components (the refiner's layout has neither
+ * tokenizer nor text_encoder: [null, null] both), the second tokenizer and text encoder, and its
+ * pipeline config: force_zeros_for_empty_prompt and requires_aesthetics_score. */
 static bool sdxl_components(em_ctx *c, json_t *root, const char *file, const char *dir,
                             em_pipeline_index *out) {
+    bool no_te = absent(root, "text_encoder"), no_tok = absent(root, "tokenizer");
+    if (no_te != no_tok) {
+        em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s: %s has a '%s' component but no '%s' (the two go "
+                    "together: both, or neither as in a refiner)", file, out->class_name,
+                    no_te ? "tokenizer" : "text_encoder", no_te ? "text_encoder" : "tokenizer");
+        return false;
+    }
+    if (no_te) {
+        const comp_spec vae[] = {{"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}}};
+        if (!components(c, root, file, dir, out, vae, 1)) return false;
+    } else if (!sd_components(c, root, file, dir, out)) {
+        return false;
+    }
     const comp_spec comps[] = {
         {"text_encoder_2", &out->text_encoder_2_dir, out->text_encoder_2_class,
          {"CLIPTextModelWithProjection", NULL}},
@@ -133,25 +165,11 @@ static bool sdxl_components(em_ctx *c, json_t *root, const char *file, const cha
          {"CLIPTokenizer", "CLIPTokenizerFast"}},
     };
     if (!components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0])) return false;
-    json_t *fz = json_object_get(root, "force_zeros_for_empty_prompt");
     out->force_zeros_for_empty_prompt = true;
-    if (fz && !json_is_null(fz)) {
-        if (!json_is_boolean(fz)) {
-            em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s: force_zeros_for_empty_prompt must be true or "
-                        "false", file);
-            return false;
-        }
-        out->force_zeros_for_empty_prompt = json_is_true(fz);
-    }
-    json_t *ae = json_object_get(root, "requires_aesthetics_score");
-    if (ae && !json_is_null(ae) && !json_is_false(ae)) {
-        em_ctx_fail(c, json_is_true(ae) ? EM_ERR_UNSUPPORTED : EM_ERR_FORMAT, OP,
-                    "%s: requires_aesthetics_score %s (%s; the refiner's aesthetic-score time ids "
-                    "are not implemented)", file, json_is_true(ae) ? "true is not supported" :
-                    "must be true or false", "only false is");
-        return false;
-    }
-    return true;
+    out->requires_aesthetics_score = false;
+    return flag(c, root, file, "force_zeros_for_empty_prompt",
+                &out->force_zeros_for_empty_prompt) &&
+           flag(c, root, file, "requires_aesthetics_score", &out->requires_aesthetics_score);
 }
 
 /* DiTPipeline: transformer (DiTTransformer2DModel, or Transformer2DModel, which diffusers
@@ -175,11 +193,12 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     snprintf(out->class_name, sizeof out->class_name, "%s", name);
     size_t np = sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0], i = 0;
     while (i < np && strcmp(name, PIPELINE_NAMES[i])) i++;
+    if (!strcmp(name, "StableDiffusionXLImg2ImgPipeline")) i = EM_PIPELINE_STABLE_DIFFUSION_XL;
     if (i == np)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                            "%s: pipeline class '%s' is not supported (DDPMPipeline, "
-                           "DDIMPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline and "
-                           "DiTPipeline are)", file, name);
+                           "DDIMPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline, "
+                           "StableDiffusionXLImg2ImgPipeline and DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
@@ -199,8 +218,9 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
             return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                                "%s: unet class '%s' is not supported by %s (%s is)", file,
                                out->unet_class, name, unet_cls);
-        if (sd && !sd_components(c, root, file, dir, out)) return em_ctx_status(c);
-        if (xl && !sdxl_components(c, root, file, dir, out)) return em_ctx_status(c);
+        if (xl ? !sdxl_components(c, root, file, dir, out)
+               : sd && !sd_components(c, root, file, dir, out))
+            return em_ctx_status(c);
     }
     out->scheduler_dir = component(c, root, file, dir, name, "scheduler", out->scheduler_class,
                                    sizeof out->scheduler_class);

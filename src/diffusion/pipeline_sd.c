@@ -21,24 +21,28 @@ void sd_free(em_pipeline *p) {
 }
 
 bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
-    p->tok = em_clip_tokenizer_load(c, p->idx.tokenizer_dir);
-    if (p->tok) p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
-    if (p->te) p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
+    if (p->idx.tokenizer_dir) { /* an SDXL refiner has only the second encoder */
+        p->tok = em_clip_tokenizer_load(c, p->idx.tokenizer_dir);
+        if (p->tok) p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
+        if (!p->te) return false;
+    }
+    p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
     if (!p->vae) return false;
     bool xl = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL;
     if (xl && !sdxl_load(c, p, device)) return false;
     const em_unet2d_config *u = em_unet2d_get_config(p->unet);
-    const em_clip_text_config *t = em_clip_text_get_config(p->te);
     const em_vae_config *v = em_vae_get_config(p->vae);
     /* SDXL's prompt embeddings are both encoders' hidden states side by side */
-    int64_t width = t->hidden_size + (xl ? em_clip_text_get_config(p->te2)->hidden_size : 0);
+    int64_t width = (p->te ? em_clip_text_get_config(p->te)->hidden_size : 0) +
+                    (xl ? em_clip_text_get_config(p->te2)->hidden_size : 0);
+    const char *encoders = !xl ? "text_encoder" : p->te ? "text_encoder + text_encoder_2"
+                                                        : "text_encoder_2";
     if (width != u->cross_attention_dim || v->latent_channels != u->in_channels) {
-        em_ctx_fail(c, EM_ERR_SHAPE, xl ? "StableDiffusionXLPipeline" : OP,
-                    "%s: the components disagree: text_encoder%s hidden_size %lld, unet "
+        em_ctx_fail(c, EM_ERR_SHAPE, xl ? p->idx.class_name : OP,
+                    "%s: the components disagree: %s hidden_size %lld, unet "
                     "cross_attention_dim %lld; vae latent_channels %lld, unet in_channels %lld",
-                    p->idx.dir, xl ? " + text_encoder_2" : "", (long long)width,
-                    (long long)u->cross_attention_dim, (long long)v->latent_channels,
-                    (long long)u->in_channels);
+                    p->idx.dir, encoders, (long long)width, (long long)u->cross_attention_dim,
+                    (long long)v->latent_channels, (long long)u->in_channels);
         return false;
     }
     if (!xl && u->text_time) {
@@ -51,8 +55,9 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
 }
 
 bool sd_to(em_ctx *c, em_pipeline *p, const char *device) {
-    em_clip_text *te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
-    em_vae *vae = te ? em_vae_load(c, p->idx.vae_dir, device, EM_F32) : NULL;
+    em_clip_text *te = NULL;
+    if (p->te && !(te = em_clip_text_load(c, p->idx.text_encoder_dir, device))) return false;
+    em_vae *vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
     if (!vae || (p->te2 && !sdxl_to(c, p, device))) {
         em_vae_free(vae);
         em_clip_text_free(te);

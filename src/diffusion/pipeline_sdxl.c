@@ -31,6 +31,12 @@ static bool check_vae_stats(em_ctx *c, const em_pipeline *p) {
     return !both;
 }
 
+/* _get_add_time_ids' width: (original size, crop corner, target size), or with
+ * requires_aesthetics_score (original size, crop corner, aesthetic score) */
+static int64_t time_ids_count(const em_pipeline *p) {
+    return p->idx.requires_aesthetics_score ? 5 : 6;
+}
+
 bool sdxl_load(em_ctx *c, em_pipeline *p, const char *device) {
     if (!check_vae_stats(c, p)) return false;
     p->tok2 = em_clip_tokenizer_load(c, p->idx.tokenizer_2_dir);
@@ -43,17 +49,25 @@ bool sdxl_load(em_ctx *c, em_pipeline *p, const char *device) {
                     "'text_time', which %s feeds", p->idx.unet_dir, OP);
         return false;
     }
-    if (!t2->has_projection || t2->projection_dim != u->text_embeds_dim) {
+    /* the pooled text_embeds and the time ids' embeddings side by side: SDXL base's 6 ids, a
+     * refiner's 5 (its aesthetic score in place of the target size) */
+    int64_t ids = time_ids_count(p);
+    if (!t2->has_projection ||
+        t2->projection_dim + ids * u->addition_time_embed_dim !=
+            u->projection_class_embeddings_input_dim) {
         em_ctx_fail(c, EM_ERR_SHAPE, OP,
                     "%s: text_encoder_2's pooled text_embeds are %lld wide%s, the unet takes "
-                    "%lld (projection_class_embeddings_input_dim %lld - 6 * "
-                    "addition_time_embed_dim %lld)", p->idx.dir, (long long)t2->projection_dim,
+                    "%lld (projection_class_embeddings_input_dim %lld - %lld time ids * "
+                    "addition_time_embed_dim %lld%s)", p->idx.dir, (long long)t2->projection_dim,
                     t2->has_projection ? "" : " but it has no text_projection",
-                    (long long)u->text_embeds_dim,
-                    (long long)u->projection_class_embeddings_input_dim,
-                    (long long)u->addition_time_embed_dim);
+                    (long long)(u->projection_class_embeddings_input_dim -
+                                ids * u->addition_time_embed_dim),
+                    (long long)u->projection_class_embeddings_input_dim, (long long)ids,
+                    (long long)u->addition_time_embed_dim,
+                    ids == 5 ? "; requires_aesthetics_score: 5 ids" : "");
         return false;
     }
+    if (!p->tok) return true; /* a refiner: text_encoder_2 alone */
     int64_t l1 = em_clip_tokenizer_max_length(p->tok), l2 = em_clip_tokenizer_max_length(p->tok2);
     if (l1 != l2) { /* the two encoders' states are concatenated position by position */
         em_ctx_fail(c, EM_ERR_SHAPE, OP, "%s: tokenizer model_max_length %lld but tokenizer_2's "
@@ -184,18 +198,23 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
      * tokenizers share (sdxl_load) */
     int64_t skip = encode_neg ? 0 : n;
     int rows_in = (int)(encode_neg ? 2 * n : n);
-    em_tensor *pooled = NULL;
-    em_tensor *h1 = encode(c, p->tok, p->te, text + skip, rows_in, NULL);
-    em_tensor *h2 = h1 ? encode(c, p->tok2, p->te2, text2 + skip, rows_in, &pooled) : NULL;
+    em_tensor *pooled = NULL, *h1 = NULL, *h2 = NULL;
+    if (p->te) {
+        h1 = encode(c, p->tok, p->te, text + skip, rows_in, NULL);
+        if (h1) h2 = encode(c, p->tok2, p->te2, text2 + skip, rows_in, &pooled);
+    } else { /* a refiner: encode_prompt zips [prompt, prompt_2] with [tokenizer_2], so the
+                second encoder takes the first prompts and prompt_2 goes unused */
+        h2 = encode(c, p->tok2, p->te2, text + skip, rows_in, &pooled);
+    }
     free(text);
     free(text2);
     if (!h2) return NULL;
     em_device *dev = em_unet2d_device(p->unet);
-    if (em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev);
-    if (h1 && em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev);
+    if (h1 && em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev);
+    if (em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev);
     if (h2 && em_tensor_device(pooled) != dev) pooled = em_to(c, pooled, dev);
     em_tensor *pair[2] = {h1, h2};
-    em_tensor *e = h2 && pooled ? em_cat(c, pair, 2, 2) : NULL;
+    em_tensor *e = !h2 || !pooled ? NULL : h1 ? em_cat(c, pair, 2, 2) : h2;
     if (zero && e) { /* torch.zeros_like of both, before the prompts' */
         e = rows(c, zeros_like(c, e), e);
         pooled = rows(c, zeros_like(c, pooled), pooled);
@@ -208,7 +227,9 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     }
     if (!e || !pooled) return NULL;
     /* add_time_ids: original_size (height, width) + crops_coords_top_left (0, 0) + target_size
-     * (height, width), the same for every row (negative_add_time_ids = add_time_ids).
+     * (height, width), the same for every row (negative_add_time_ids = add_time_ids); with
+     * requires_aesthetics_score original_size + crops_coords_top_left + (aesthetic_score,), the
+     * negatives' rows negative_aesthetic_score.
      * StableDiffusionXLImg2ImgPipeline takes height and width from the init image's latents,
      * i.e. the image's size (sd_image_latents checks it against the VAE's scale factor) */
     int64_t f = (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
@@ -217,19 +238,25 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
         h = (float)em_tensor_dim(rp->image, 1);
         w = (float)em_tensor_dim(rp->image, 2);
     }
-    int64_t m = em_tensor_dim(e, 0);
-    float *ids = malloc((size_t)m * 6 * sizeof *ids);
+    int64_t m = em_tensor_dim(e, 0), k = time_ids_count(p);
+    float *ids = malloc((size_t)(m * k) * sizeof *ids);
     if (!ids) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
     for (int64_t i = 0; i < m; i++) {
-        float *r = ids + 6 * i;
-        r[0] = r[4] = h;
-        r[1] = r[5] = w;
+        float *r = ids + k * i;
+        r[0] = h;
+        r[1] = w;
         r[2] = r[3] = 0.0f;
+        if (k == 6) {
+            r[4] = h;
+            r[5] = w;
+        } else { /* under guidance the first half of the rows are the negatives */
+            r[4] = (float)(cfg && i < m / 2 ? rp->negative_aesthetic_score : rp->aesthetic_score);
+        }
     }
-    added->time_ids = em_from_host_on(c, dev, EM_F32, 2, (int64_t[]){m, 6}, ids);
+    added->time_ids = em_from_host_on(c, dev, EM_F32, 2, (int64_t[]){m, k}, ids);
     free(ids);
     added->text_embeds = pooled;
     return added->time_ids ? e : NULL;

@@ -441,18 +441,19 @@ static em_tensor *embed(em_ctx *c, const em_unet2d *u, em_tensor *tf, em_tensor 
  * [N, D] in the model's dtype. */
 static em_tensor *text_time_embed(em_ctx *c, const em_unet2d *u, const em_unet2d_added_cond *a,
                                   int64_t n) {
-    int64_t w = u->cfg.addition_time_embed_dim;
-    em_tensor *ids = em_reshape(c, em_cast(c, a->time_ids, EM_F32), 2, (int64_t[]){6 * n, 1});
-    em_tensor *te = em_reshape(c, sinusoid(c, u, ids, u->add_freqs, w, 6 * n), 2,
-                               (int64_t[]){n, 6 * w});
+    int64_t w = u->cfg.addition_time_embed_dim, k = em_tensor_dim(a->time_ids, 1);
+    em_tensor *ids = em_reshape(c, em_cast(c, a->time_ids, EM_F32), 2, (int64_t[]){k * n, 1});
+    em_tensor *te = em_reshape(c, sinusoid(c, u, ids, u->add_freqs, w, k * n), 2,
+                               (int64_t[]){n, k * w});
     em_tensor *parts[2] = {em_cast(c, a->text_embeds, EM_F32), te};
     em_tensor *x = em_cast(c, em_cat(c, parts, 2, 1), u->dtype);
     em_tensor *h = em_silu(c, em_linear(c, x, u->add_l1.w, u->add_l1.b));
     return em_linear(c, h, u->add_l2.w, u->add_l2.b);
 }
 
-/* The added conditioning of a text_time model: text_embeds [N, text_embeds_dim] and time_ids
- * [N, 6] (floating, any float dtype), on the model's device; none for the other models. */
+/* The added conditioning of a text_time model: time_ids [N, K] (SDXL base's K = 6, a refiner's
+ * 5) and text_embeds [N, projection_class_embeddings_input_dim - K * addition_time_embed_dim]
+ * (floating, any float dtype), on the model's device; none for the other models. */
 static bool check_added(em_ctx *c, const em_unet2d *u, em_tensor *sample,
                         const em_unet2d_added_cond *a) {
     char s1[160], s2[160];
@@ -472,17 +473,19 @@ static bool check_added(em_ctx *c, const em_unet2d *u, em_tensor *sample,
     }
     int64_t n = em_tensor_dim(sample, 0);
     em_tensor *te = a->text_embeds, *ti = a->time_ids;
-    if (em_tensor_ndim(te) != 2 || em_tensor_dim(te, 0) != n ||
-        em_tensor_dim(te, 1) != u->cfg.text_embeds_dim || em_tensor_ndim(ti) != 2 ||
-        em_tensor_dim(ti, 0) != n || em_tensor_dim(ti, 1) != 6) {
+    /* the time ids' count as given (diffusers' add_embedding takes any split of its input) */
+    int64_t k = em_tensor_ndim(ti) == 2 && em_tensor_dim(ti, 1) > 0 ? em_tensor_dim(ti, 1) : 6;
+    int64_t want = u->cfg.projection_class_embeddings_input_dim -
+                   k * u->cfg.addition_time_embed_dim;
+    if (em_tensor_ndim(te) != 2 || em_tensor_dim(te, 0) != n || em_tensor_dim(te, 1) != want ||
+        want <= 0 || em_tensor_ndim(ti) != 2 || em_tensor_dim(ti, 0) != n) {
         em_ctx_fail(c, EM_ERR_SHAPE, OP_COND,
-                    "text_embeds %s and time_ids %s: expected [%lld, %lld] and [%lld, 6] (the "
-                    "sample's batch; projection_class_embeddings_input_dim %lld - 6 * "
+                    "text_embeds %s and time_ids %s: expected [%lld, %lld] and [%lld, %lld] (the "
+                    "sample's batch; projection_class_embeddings_input_dim %lld - %lld * "
                     "addition_time_embed_dim %lld; model %s)", em_tensor_sig(te, s1, sizeof s1),
-                    em_tensor_sig(ti, s2, sizeof s2), (long long)n,
-                    (long long)u->cfg.text_embeds_dim, (long long)n,
-                    (long long)u->cfg.projection_class_embeddings_input_dim,
-                    (long long)u->cfg.addition_time_embed_dim, u->dir);
+                    em_tensor_sig(ti, s2, sizeof s2), (long long)n, (long long)want, (long long)n,
+                    (long long)k, (long long)u->cfg.projection_class_embeddings_input_dim,
+                    (long long)k, (long long)u->cfg.addition_time_embed_dim, u->dir);
         return false;
     }
     if (!em_dtype_is_float(em_tensor_dtype(te)) || !em_dtype_is_float(em_tensor_dtype(ti)) ||

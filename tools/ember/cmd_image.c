@@ -17,10 +17,12 @@ static void usage(FILE *f) {
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
-            "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]]\n"
+            "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]\n"
+            "                    [--aesthetic-score A] [--negative-aesthetic-score A]]\n"
             "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
-            "StableDiffusionPipeline, StableDiffusionXLPipeline and DiTPipeline today) and\n"
+            "StableDiffusionPipeline, StableDiffusionXLPipeline, StableDiffusionXLImg2ImgPipeline\n"
+            "(the SDXL refiner) and DiTPipeline today) and\n"
             "writes the image. --seed S draws\n"
             "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
@@ -33,6 +35,9 @@ static void usage(FILE *f) {
             "                      force_zeros_for_empty_prompt: zero embeddings)\n"
             "  --prompt-2 T, --negative-prompt-2 T  SDXL: the texts of the second text encoder\n"
             "                      (default: --prompt / --negative-prompt)\n"
+            "  --aesthetic-score A, --negative-aesthetic-score A  an SDXL refiner's\n"
+            "                      (requires_aesthetics_score) last time id of the prompt's and\n"
+            "                      of the negative's rows (default 6.0 and 2.5)\n"
             "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
             "                      Stable Diffusion, 5 for SDXL, 4 for DiT)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
@@ -85,7 +90,8 @@ typedef struct image_args {
     long long steps, seed, height, width, num_images, grid_cols, upscale;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
-    double eta, guidance, strength;
+    double eta, guidance, strength, aesthetic, negative_aesthetic;
+    bool have_aesthetic, have_negative_aesthetic;
     bool have_seed, compile, have_class, have_guidance, vae_tiling, vae_slicing;
 } image_args;
 
@@ -117,6 +123,14 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--init-image") && val) {
             a->init_image = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if ((!strcmp(o, "--aesthetic-score") || !strcmp(o, "--negative-aesthetic-score")) &&
+                   val) {
+            bool neg = o[2] == 'n';
+            if (!cli_real("image", o, argv[++i], -1e6, 1e6,
+                          neg ? &a->negative_aesthetic : &a->aesthetic))
+                return 2;
+            *(neg ? &a->have_negative_aesthetic : &a->have_aesthetic) = true;
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--strength") && val) {
             if (!cli_real("image", o, argv[++i], 1e-9, 1.0, &a->strength)) return 2;
@@ -298,6 +312,8 @@ static int run(em_ctx *c, const image_args *a) {
     rp.progress = a->num_images > 1 && !sd ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
+    if (a->have_aesthetic) rp.aesthetic_score = a->aesthetic;
+    if (a->have_negative_aesthetic) rp.negative_aesthetic_score = a->negative_aesthetic;
     rp.prompt_2 = a->prompt_2;
     rp.negative_prompt_2 = a->negative_2;
     rp.height = a->height;

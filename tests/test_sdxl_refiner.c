@@ -1,0 +1,159 @@
+/* The SDXL refiner's layout against diffusers 0.42.1 (tests/fixtures/diffusion/
+ * sdxl_refiner_tiny, made by scripts/gen_sdxl_refiner_fixtures.py): a
+ * StableDiffusionXLImg2ImgPipeline folder without tokenizer and text_encoder and with
+ * requires_aesthetics_score, whose UNet takes 5 time ids (the aesthetic scores of the prompts'
+ * and the negatives' rows). Images within 1e-3 of diffusers' output_type="np" ones on the CPU
+ * and compiled; the folder's refusals. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+
+/* scripts/gen_sdxl_refiner_fixtures.py's RUNS; strength 0: the default 0.3, scores NAN: the
+ * defaults 6.0 / 2.5 */
+static const struct {
+    const char *name, *prompt, *prompt_2, *negative;
+    double guidance;
+    int64_t steps;
+    double strength;
+    uint64_t seed;
+    double score, negative_score;
+    int64_t per;
+} RUNS[] = {
+    {"refine", "a photo of a cat", NULL, NULL, 5.0, 10, 0.0, 51, NAN, NAN, 1},
+    {"scores", "a red cube on a table", NULL, "blurry", 4.0, 5, 0.6, 53, 8.0, 1.0, 1},
+    {"no_cfg", "an astronaut", NULL, NULL, 1.0, 4, 0.5, 55, 7.0, NAN, 1},
+    {"prompt2", "a tree by a lake", "a dog in the snow", NULL, 5.0, 4, 0.5, 57, NAN, NAN, 2},
+};
+
+static void run_all(bool compile) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_refiner_tiny_ref");
+    CHECK(b != NULL);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_pipeline *p =
+        em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_refiner_tiny"), NULL);
+    CHECK_MSG(p != NULL, "sdxl_refiner_tiny: %s", msg(c));
+    if (p) {
+        const em_pipeline_index *idx = em_pipeline_get_index(p);
+        CHECK(idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL);
+        CHECK(!strcmp(idx->class_name, "StableDiffusionXLImg2ImgPipeline"));
+        CHECK(idx->requires_aesthetics_score && !idx->force_zeros_for_empty_prompt);
+        CHECK(!idx->text_encoder_dir && !idx->tokenizer_dir && idx->text_encoder_2_dir);
+    }
+    for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        char name[64], what[96];
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = RUNS[i].prompt;
+        rp.prompt_2 = RUNS[i].prompt_2;
+        rp.negative_prompt = RUNS[i].negative;
+        rp.guidance_scale = RUNS[i].guidance;
+        rp.steps = RUNS[i].steps;
+        rp.strength = RUNS[i].strength;
+        rp.seed = RUNS[i].seed;
+        rp.num_images_per_prompt = RUNS[i].per;
+        if (RUNS[i].score == RUNS[i].score) rp.aesthetic_score = RUNS[i].score;
+        if (RUNS[i].negative_score == RUNS[i].negative_score)
+            rp.negative_aesthetic_score = RUNS[i].negative_score;
+        rp.compile = compile;
+        snprintf(name, sizeof name, "%s_init", RUNS[i].name);
+        rp.image = em_test_bundle_get(b, c, name);
+        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
+        snprintf(what, sizeof what, "SDXL refiner %s%s", RUNS[i].name, compile ? " compiled" : "");
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    if (p && !compile) {
+        /* text to image: the refiner's UNet takes image to image's time ids only */
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = "a";
+        rp.steps = 2;
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "requires_aesthetics_score (a refiner)",
+                  "needs an init image");
+        em_scope_push(c);
+        rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
+        rp.aesthetic_score = NAN;
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "aesthetic_score nan", "NaN is not a score");
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+static void test_refiner_matches_diffusers(void) { run_all(false); }
+static void test_refiner_compiled(void) { run_all(true); }
+
+/* A scratch refiner folder: links to sdxl_refiner_tiny's components under the index `text`. */
+static void write_index(const char *entries) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"_class_name\": \"StableDiffusionXLImg2ImgPipeline\", "
+             "\"unet\": [\"diffusers\", \"UNet2DConditionModel\"], "
+             "\"vae\": [\"diffusers\", \"AutoencoderKL\"], "
+             "\"text_encoder_2\": [\"transformers\", \"CLIPTextModelWithProjection\"], "
+             "\"tokenizer_2\": [\"transformers\", \"CLIPTokenizer\"], "
+             "\"scheduler\": [\"diffusers\", \"EulerDiscreteScheduler\"]%s}",
+             entries);
+    em_test_scratch_write("model_index.json", text);
+}
+
+static void test_refiner_folders(void) {
+    const char *dir = em_test_scratch_make("sdxl_refiner_bad");
+    if (!dir) return;
+    em_ctx *c = em_ctx_create();
+    const char *comps[] = {"unet", "vae", "tokenizer_2", "scheduler", "text_encoder_2"};
+    char target[64];
+    for (int i = 0; i < 5; i++) {
+        snprintf(target, sizeof target, "sdxl_refiner_tiny/%s", comps[i]);
+        em_test_scratch_link(comps[i], "diffusion", target);
+    }
+    /* a tokenizer without its text encoder */
+    write_index(", \"requires_aesthetics_score\": true, \"text_encoder\": [null, null], "
+                "\"tokenizer\": [\"transformers\", \"CLIPTokenizer\"]");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_FORMAT, "has a 'tokenizer' component but no 'text_encoder'");
+    /* requires_aesthetics_score false: 6 time ids, 4 more values than this UNet takes */
+    write_index("");
+    CHECK(em_pipeline_load(c, dir, NULL) == NULL);
+    CHECK_ERR(c, EM_ERR_SHAPE, "text_encoder_2's pooled text_embeds are 8 wide",
+              "the unet takes 4", "- 6 time ids");
+    /* the missing entries are what a refiner saves as [null, null] */
+    write_index(", \"requires_aesthetics_score\": true");
+    em_pipeline *p = em_pipeline_load(c, dir, NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    em_pipeline_free(p);
+    /* the UNet alone: 5 time ids and the text embeds' width they leave; 6 are refused */
+    em_unet2d *u =
+        em_unet2d_load(c, em_test_fixture_path("diffusion", "sdxl_refiner_tiny/unet"), NULL);
+    CHECK_MSG(u != NULL, "%s", msg(c));
+    if (u) {
+        em_scope_push(c);
+        em_tensor *x = em_zeros(c, EM_F32, 4, (int64_t[]){1, 4, 8, 8});
+        em_tensor *ehs = em_zeros(c, EM_F32, 3, (int64_t[]){1, 5, 16});
+        em_tensor *t = em_zeros(c, EM_F32, 0, NULL);
+        em_unet2d_added_cond a = {.text_embeds = em_zeros(c, EM_F32, 2, (int64_t[]){1, 8}),
+                                  .time_ids = em_zeros(c, EM_F32, 2, (int64_t[]){1, 5})};
+        CHECK_MSG(em_unet2d_forward_added(c, u, x, t, ehs, &a) != NULL, "%s", msg(c));
+        a.time_ids = em_zeros(c, EM_F32, 2, (int64_t[]){1, 6});
+        CHECK(em_unet2d_forward_added(c, u, x, t, ehs, &a) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "expected [1, 4] and [1, 6]", "28 - 6 *");
+        em_scope_pop(c);
+    }
+    em_unet2d_free(u);
+    em_ctx_free(c);
+    em_test_scratch_remove();
+}
+
+EM_TEST_MAIN(T(test_refiner_matches_diffusers), T(test_refiner_compiled), T(test_refiner_folders))
