@@ -89,6 +89,7 @@ def main():
     dit_batch = bundle(fixtures, "dit_batch_ref")  # scripts/gen_dit_batch_fixtures.py
     sdxl = bundle(fixtures, "sdxl_tiny_ref")  # scripts/gen_sdxl_fixtures.py
     refiner = bundle(fixtures, "sdxl_refiner_tiny_ref")  # scripts/gen_sdxl_refiner_fixtures.py
+    inpaint = bundle(fixtures, "sd_inpaint_ref")  # scripts/gen_sd_inpaint_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -103,6 +104,12 @@ def main():
         write_npy(init_pndm, i2i["pndm_init"][0][1:], i2i["pndm_init"][1])
         init_refiner = os.path.join(tmp, "init_refiner.npy")
         write_npy(init_refiner, *refiner["scores_init"])
+        init_inpaint = os.path.join(tmp, "init_inpaint.npy")
+        write_npy(init_inpaint, *inpaint["inpaint_strength_init"])
+        mask_inpaint = os.path.join(tmp, "mask_inpaint.npy")  # [1, H, W, 1]
+        write_npy(mask_inpaint, *inpaint["inpaint_strength_mask"])
+        init_png_mask = os.path.join(tmp, "init_png_mask.npy")
+        write_npy(init_png_mask, *inpaint["png_mask_init"])
         cases = [
             ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
              ddim["image"], 10),
@@ -162,6 +169,18 @@ def main():
                                      "--init-image", init_refiner, "--strength", "0.6",
                                      "--aesthetic-score", "8", "--negative-aesthetic-score", "1"],
              refiner["scores_image"], 3),
+            # inpainting (scripts/gen_sd_inpaint_fixtures.py's run "inpaint_strength": the
+            # 9-channel UNet, 3 of 6 Euler steps at strength 0.6)
+            ("sd inpaint", ["--model", d("sd_inpaint_tiny"), "--prompt", "a red cube",
+                            "--negative-prompt", "blurry", "--guidance", "3", "--steps", "6",
+                            "--seed", "63", "--scheduler", "euler", "--init-image", init_inpaint,
+                            "--mask-image", mask_inpaint, "--strength", "0.6"],
+             inpaint["inpaint_strength_image"], 3),
+            # the mask as an RGB PNG, made grey as PIL's convert("L") does (run "png_mask")
+            ("sd inpaint png mask", ["--model", d("sd_inpaint_tiny"), "--prompt", "a tree",
+                                     "--guidance", "5", "--steps", "3", "--seed", "71",
+                                     "--init-image", init_png_mask, "--mask-image",
+                                     d("sd_inpaint_mask.png")], inpaint["png_mask_image"], 4),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -253,6 +272,10 @@ def main():
              "multiples of 2"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--strength", "0.5"] + out,
              2, "--strength needs --init-image"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--mask-image",
+              init_euler] + out, 2, "--mask-image needs --init-image"),
+            (["--model", d("sd_inpaint_tiny"), "--seed", "1", "--prompt", "x"] + out, 1,
+             "an inpainting UNet (9 input channels)"),
             (["--model", d("ddim_three"), "--seed", "1", "--init-image", init_euler] + out, 2,
              "--init-image is not supported for DDIMPipeline"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--init-image", init_euler,

@@ -233,7 +233,9 @@ typedef enum em_pipeline_class {
     EM_PIPELINE_DDIM = 1, /* DDIMPipeline: unet (UNet2DModel) + scheduler */
     EM_PIPELINE_STABLE_DIFFUSION = 2, /* StableDiffusionPipeline: tokenizer, text_encoder
                                          (CLIPTextModel), unet (UNet2DConditionModel), vae
-                                         (AutoencoderKL), scheduler */
+                                         (AutoencoderKL), scheduler. Also
+                                         StableDiffusionInpaintPipeline folders (class_name
+                                         says which; the UNet may take 9 channels) */
     EM_PIPELINE_DIT = 3, /* DiTPipeline: transformer (DiTTransformer2DModel) + vae (AutoencoderKL)
                            + scheduler (ember/dit.h) */
     EM_PIPELINE_STABLE_DIFFUSION_XL = 4 /* StableDiffusionXLPipeline: Stable Diffusion's
@@ -459,6 +461,14 @@ typedef struct em_pipeline_run_params {
      * diffusers' defaults, 6.0 and 2.5; the other pipelines ignore them, as diffusers' do. */
     double aesthetic_score;
     double negative_aesthetic_score;
+    /* Inpainting, StableDiffusionInpaintPipeline on Stable Diffusion folders (with image): the
+     * mask, f32 [1, H, W] or [1, H, W, 1] (the image's size, any device, borrowed), binarised at
+     * 0.5 as diffusers' mask processor does; white (1) is repainted. A UNet of 9 input channels
+     * (stable-diffusion-inpainting's) takes the mask and the masked image's latents beside the
+     * latents; a 4-channel one keeps the known region from the image's latents after every
+     * step. strength 0 is the default 1.0 (pure noise). Such a UNet needs a mask; SDXL folders
+     * refuse one. NULL: no inpainting. */
+    em_tensor *mask_image;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,

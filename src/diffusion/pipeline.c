@@ -239,12 +239,16 @@ static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor 
  * uncond), as diffusers does. */
 static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *x,
                                double t, em_tensor *ctx, const em_unet2d_added_cond *added,
-                               double guidance) {
+                               double guidance, const sd_inpaint *ip) {
     int64_t rows = em_tensor_dim(x, 0);
     bool cfg = ctx && em_tensor_dim(ctx, 0) == 2 * rows;
     em_tensor *pair[2] = {x, x};
     em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
     in = em_scheduler_scale_model_input(c, p->sched, in, t);
+    if (ip && ip->nine && in) { /* an inpainting UNet: [latents, mask, masked image latents] */
+        em_tensor *parts[3] = {in, ip->mask, ip->masked};
+        in = em_cat(c, parts, 3, 1);
+    }
     em_tensor *eps = denoiser(c, p, f, in, t, ctx, added);
     if (!cfg || !eps) return eps;
     em_tensor *parts[2] = {NULL, NULL};
@@ -252,11 +256,12 @@ static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_ten
     return em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
 }
 
-/* The steps from x (a reference that this takes over), from the schedule's step `first`; the
- * final x, a reference, or NULL. */
+/* The steps from x (a reference that this takes over), from the schedule's step `first` (with
+ * inpainting's tensors when ip is not NULL); the final x, a reference, or NULL. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                           em_torch_generator *g, em_tensor *x, em_tensor *ctx,
-                          const em_unet2d_added_cond *added, int64_t first) {
+                          const em_unet2d_added_cond *added, int64_t first,
+                          const sd_inpaint *ip) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
     ts += first; /* img2img starts mid-schedule */
@@ -269,12 +274,12 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     for (int64_t i = 0; i < n && x; i++) {
         double t0 = now_s();
         em_scope_push(c);
-        em_tensor *eps = model_output(c, p, f, x, ts[i], ctx, added, rp->guidance_scale);
+        em_tensor *eps = model_output(c, p, f, x, ts[i], ctx, added, rp->guidance_scale, ip);
         em_tensor *next = em_scheduler_step(c, p->sched, eps, ts[i], x, g);
         if (next) next = em_tensor_retain(next);
         em_scope_pop(c);
         em_tensor_release(x);
-        x = next;
+        x = ip ? sd_inpaint_blend(c, p, ip, next, ts, i, n) : next;
         if (!x) break; /* the error of the forward or the step, naming the op and shapes */
         if (rp->progress) {
             if (em_device_sync(c, em_pipeline_device(p)) != EM_OK) break;
@@ -404,6 +409,24 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
         return false;
     }
+    if (rp->mask_image && !rp->image) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "a mask image without an init image: inpainting "
+                    "repaints the mask's white part of the image (give both)");
+        return false;
+    }
+    if (rp->mask_image && (!p->tok || p->te2)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "a mask image given to %s (%s): inpainting is "
+                    "StableDiffusionInpaintPipeline's (Stable Diffusion folders)", cls,
+                    p->idx.dir);
+        return false;
+    }
+    if (p->unet && sd_text(p) && !rp->mask_image &&
+        em_unet2d_get_config(p->unet)->in_channels != em_vae_get_config(p->vae)->latent_channels) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) has an inpainting UNet (%lld input "
+                    "channels): it needs an init image and a mask image", cls, p->idx.dir,
+                    (long long)em_unet2d_get_config(p->unet)->in_channels);
+        return false;
+    }
     if (p->idx.requires_aesthetics_score && !rp->image) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) has requires_aesthetics_score (a refiner): "
                     "it needs an init image (its UNet takes the aesthetic-score time ids of "
@@ -514,14 +537,24 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
      * largest sigma of the inference steps), so the schedule comes first */
     em_tensor *x = NULL;
     int64_t first = 0;
+    sd_inpaint inpaint = {0}, *ip = NULL;
     if ((!sd_text(p) || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
         em_scope_push(c);
         if (rp->image) {
             /* __call__'s default strength: StableDiffusionImg2ImgPipeline 0.8,
-             * StableDiffusionXLImg2ImgPipeline 0.3 */
-            double strength = rp->strength ? rp->strength : p->te2 ? 0.3 : 0.8;
+             * StableDiffusionXLImg2ImgPipeline 0.3, StableDiffusionInpaintPipeline 1.0 */
+            double strength = rp->strength        ? rp->strength
+                              : rp->mask_image ? 1.0
+                              : p->te2         ? 0.3
+                                               : 0.8;
             first = img2img_first_step(c, p, steps, strength);
-            if (first >= 0) {
+            if (first >= 0 && rp->mask_image) {
+                int64_t nts = 0;
+                const double *ts = em_scheduler_timesteps(p->sched, &nts);
+                bool cfg = ctx && em_tensor_dim(ctx, 0) == 2 * sd_batch(rp);
+                x = sd_inpaint_prepare(c, p, rp, g, ts[first], strength, cfg, &inpaint);
+                if (x) ip = &inpaint;
+            } else if (first >= 0) {
                 int64_t nts = 0;
                 const double *ts = em_scheduler_timesteps(p->sched, &nts);
                 x = sd_image_latents(c, p, rp->image, rp->height, rp->width, sd_batch(rp), g,
@@ -536,8 +569,9 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     if (x && p->dit)
         x = dit_pipeline_denoise(c, p->dit, p->sched, rp, g, x);
     else if (x)
-        x = denoise(c, p, rp, g, x, ctx, &added, first);
+        x = denoise(c, p, rp, g, x, ctx, &added, first, ip);
     em_torch_generator_free(g);
+    sd_inpaint_free(&inpaint);
     if (!x) {
         em_scope_pop(c);
         return NULL;

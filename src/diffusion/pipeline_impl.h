@@ -65,6 +65,36 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
                             int64_t width, int64_t batch, em_torch_generator *g, double t,
                             bool tiled);
+/* VaeImageProcessor.preprocess of an init image (f32 [1, H, W, 3] in [0, 1], checked as
+ * sd_image_latents does): [1, 3, H, W] in [-1, 1] on the VAE's device, current scope; NULL with
+ * the error. */
+em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
+                          int64_t width);
+/* _encode_vae_image: vae.encode(x) (in tiles when `tiled`), the posterior's sample drawn from g,
+ * times scaling_factor; on the VAE's device, current scope. */
+em_tensor *sd_encode_sample(em_ctx *c, em_pipeline *p, em_tensor *x, em_torch_generator *g,
+                            bool tiled);
+/* StableDiffusionInpaintPipeline's tensors (pipeline_inpaint.c), on the UNet's device: with a
+ * 9-channel UNet, mask and masked (the masked image's latents) are concatenated to the scaled
+ * model input (rows as the model input's: doubled under guidance); with a 4-channel one, after
+ * every step the latents outside mask1 are put back from image_latents, noised to the next
+ * timestep with noise. References, released by sd_inpaint_free. */
+typedef struct sd_inpaint {
+    bool nine;
+    em_tensor *mask, *masked;
+    em_tensor *mask1, *image_latents, *noise;
+} sd_inpaint;
+/* prepare_latents and prepare_mask_latents for rp->image and rp->mask_image at the schedule's
+ * step `first` (t its timestep; strength 1: pure noise): the initial latents [B, C, h, w] (a
+ * reference) and *ip filled, drawing from g in diffusers' order. NULL with the error. */
+em_tensor *sd_inpaint_prepare(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                              em_torch_generator *g, double t, double strength, bool cfg,
+                              sd_inpaint *ip);
+/* The 4-channel blend after the step at schedule position i of n (ts the run's timesteps from
+ * its first): x (a reference this takes over) -> the blended latents (a reference). */
+em_tensor *sd_inpaint_blend(em_ctx *c, em_pipeline *p, const sd_inpaint *ip, em_tensor *x,
+                            const double *ts, int64_t i, int64_t n);
+void sd_inpaint_free(sd_inpaint *ip);
 /* StableDiffusionXLPipeline (pipeline_sdxl.c). Loads tokenizer_2 and text_encoder_2 onto
  * `device` and checks them against the first encoder and the UNet (text_time, whose
  * text_embeds width is text_encoder_2's projection_dim; cross_attention_dim the two hidden sizes

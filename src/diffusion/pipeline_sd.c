@@ -37,12 +37,18 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
                     (xl ? em_clip_text_get_config(p->te2)->hidden_size : 0);
     const char *encoders = !xl ? "text_encoder" : p->te ? "text_encoder + text_encoder_2"
                                                         : "text_encoder_2";
-    if (width != u->cross_attention_dim || v->latent_channels != u->in_channels) {
+    /* an inpainting UNet (StableDiffusionInpaintPipeline) takes the mask and the masked image's
+     * latents beside the latents */
+    bool inpaint = !xl && u->in_channels == 2 * v->latent_channels + 1;
+    if (width != u->cross_attention_dim || (v->latent_channels != u->in_channels && !inpaint) ||
+        u->out_channels != v->latent_channels) {
         em_ctx_fail(c, EM_ERR_SHAPE, xl ? p->idx.class_name : OP,
                     "%s: the components disagree: %s hidden_size %lld, unet "
-                    "cross_attention_dim %lld; vae latent_channels %lld, unet in_channels %lld",
+                    "cross_attention_dim %lld; vae latent_channels %lld, unet in_channels %lld "
+                    "(or 2 * %lld + 1 for inpainting) and out_channels %lld",
                     p->idx.dir, encoders, (long long)width, (long long)u->cross_attention_dim,
-                    (long long)v->latent_channels, (long long)u->in_channels);
+                    (long long)v->latent_channels, (long long)u->in_channels,
+                    (long long)v->latent_channels, (long long)u->out_channels);
         return false;
     }
     if (!xl && u->text_time) {
@@ -154,9 +160,8 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
     return tiled ? em_vae_decode_tiled(c, p->vae, z, NULL) : em_vae_decode(c, p->vae, z);
 }
 
-em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
-                            int64_t width, int64_t batch, em_torch_generator *g, double t,
-                            bool tiled) {
+em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
+                          int64_t width) {
     const int64_t *s = em_tensor_shape(image);
     int64_t f = vae_scale(p);
     char sig[96];
@@ -182,14 +187,26 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
     em_device *dev = em_vae_device(p->vae);
     em_tensor *x = em_tensor_device(image) == dev ? image : em_to(c, image, dev);
     x = em_contiguous(c, em_permute(c, x, 4, (const int[]){0, 3, 1, 2}));
-    x = em_add_scalar(c, em_mul_scalar(c, x, 2.0), -1.0);
+    return em_add_scalar(c, em_mul_scalar(c, x, 2.0), -1.0);
+}
+
+em_tensor *sd_encode_sample(em_ctx *c, em_pipeline *p, em_tensor *x, em_torch_generator *g,
+                            bool tiled) {
     em_vae_latent_dist d;
     if (!x || (tiled ? em_vae_encode_tiled(c, p->vae, x, NULL, &d) : em_vae_encode(c, p->vae, x, &d)))
         return NULL;
-    /* retrieve_latents(..., sample_mode="sample"): the posterior's draw comes first */
-    em_tensor *eps = em_torch_randn(c, g, 4, em_tensor_shape(d.mean), dev);
+    /* retrieve_latents(..., sample_mode="sample"): the posterior's draw */
+    em_tensor *eps = em_torch_randn(c, g, 4, em_tensor_shape(d.mean), em_vae_device(p->vae));
     em_tensor *z = eps ? em_vae_latent_sample(c, &d, eps) : NULL;
-    z = em_mul_scalar(c, z, em_vae_get_config(p->vae)->scaling_factor);
+    return em_mul_scalar(c, z, em_vae_get_config(p->vae)->scaling_factor);
+}
+
+em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
+                            int64_t width, int64_t batch, em_torch_generator *g, double t,
+                            bool tiled) {
+    em_tensor *x = sd_image_input(c, p, image, height, width);
+    /* the posterior's draw comes first */
+    em_tensor *z = x ? sd_encode_sample(c, p, x, g, tiled) : NULL;
     /* prepare_latents: one image for a batch of B is encoded once and repeated (torch.cat([z] *
      * B)); the noise below is then one draw of the batch's shape */
     if (z && batch > 1) z = em_repeat_interleave(c, z, batch, 0);

@@ -1,5 +1,6 @@
 /* `ember image`: a diffusers pipeline folder run to a PNG (and the image as .npy, exactly what
  * the pipeline returns with output_type="np"). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,12 @@ static void usage(FILE *f) {
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
             "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]\n"
-            "                    [--aesthetic-score A] [--negative-aesthetic-score A]]\n"
+            "                    [--mask-image FILE] [--aesthetic-score A]\n"
+            "                    [--negative-aesthetic-score A]]\n"
             "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
-            "StableDiffusionPipeline, StableDiffusionXLPipeline, StableDiffusionXLImg2ImgPipeline\n"
-            "(the SDXL refiner) and DiTPipeline today) and\n"
+            "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
+            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner) and DiTPipeline today) and\n"
             "writes the image. --seed S draws\n"
             "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
@@ -65,7 +67,11 @@ static void usage(FILE *f) {
             "                      [1, H, W, 3] or [H, W, 3] in [0, 1] (what --out-npy writes); H\n"
             "                      and W multiples of the VAE's scale factor\n"
             "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
-            "                      (default 0.8; SDXL 0.3)\n"
+            "                      (default 0.8; SDXL 0.3; inpainting 1.0)\n"
+            "  --mask-image FILE   with --init-image, inpainting (Stable Diffusion folders, as\n"
+            "                      StableDiffusionInpaintPipeline; a 9-channel inpainting UNet\n"
+            "                      needs it): a PNG (made grey) or a float32 .npy [1, H, W, 1],\n"
+            "                      [1, H, W] or [H, W] in [0, 1]; white (>= 0.5) is repainted\n"
             "  --num-images N      N images tiled into one PNG grid (and stacked [N, H, W, C]\n"
             "                      in --out-npy); needs --seed. Stable Diffusion: one batched\n"
             "                      run, diffusers' num_images_per_prompt=N with seed S; the\n"
@@ -84,7 +90,7 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 }
 
 typedef struct image_args {
-    const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image;
+    const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image, *mask_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     const char *prompt_2, *negative_2;        /* SDXL's second prompts */
     long long steps, seed, height, width, num_images, grid_cols, upscale;
@@ -123,6 +129,9 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--init-image") && val) {
             a->init_image = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--mask-image") && val) {
+            a->mask_image = argv[++i];
             if (!a->text_opt) a->text_opt = o;
         } else if ((!strcmp(o, "--aesthetic-score") || !strcmp(o, "--negative-aesthetic-score")) &&
                    val) {
@@ -181,6 +190,11 @@ static int parse(int argc, char **argv, image_args *a) {
             return 2;
         }
     }
+    if (a->mask_image && !a->init_image) {
+        fprintf(stderr, "ember image: --mask-image needs --init-image (the image it masks)\n\n");
+        usage(stderr);
+        return 2;
+    }
     if (a->strength > 0.0 && !a->init_image) {
         fprintf(stderr, "ember image: --strength needs --init-image\n\n");
         usage(stderr);
@@ -215,6 +229,36 @@ static em_tensor *init_image(em_ctx *c, const char *path) {
         t = em_reshape(c, t, 4, (const int64_t[]){1, em_tensor_dim(t, 0), em_tensor_dim(t, 1),
                                                   em_tensor_dim(t, 2)});
     return t;
+}
+
+/* --mask-image: a PNG turned to grey as PIL's convert("L") does (diffusers' mask processor), or
+ * a .npy of [1, H, W, 1], [1, H, W] or [H, W]; [1, H, W] in [0, 1] either way */
+static em_tensor *mask_image(em_ctx *c, const char *path) {
+    size_t n = strlen(path);
+    bool png = n >= 4 && !strcasecmp(path + n - 4, ".png");
+    em_tensor *t = png ? em_png_read(c, path) : em_npy_load_f32(c, "image", path);
+    if (!t) return NULL;
+    int nd = em_tensor_ndim(t);
+    const int64_t *s = em_tensor_shape(t);
+    if (png) { /* [H, W, 3] of k / 255: L = (19595 R + 38470 G + 7471 B + 2^15) >> 16 */
+        int64_t h = s[0], w = s[1];
+        float *v = malloc((size_t)(h * w * 3) * sizeof *v);
+        em_tensor *g = NULL;
+        if (v && em_to_host_f32(c, t, v, h * w * 3) == EM_OK) {
+            for (int64_t i = 0; i < h * w; i++) {
+                unsigned r = (unsigned)lrintf(v[3 * i] * 255.0f);
+                unsigned gr = (unsigned)lrintf(v[3 * i + 1] * 255.0f);
+                unsigned b = (unsigned)lrintf(v[3 * i + 2] * 255.0f);
+                v[i] = (float)((r * 19595u + gr * 38470u + b * 7471u + 0x8000u) >> 16) / 255.0f;
+            }
+            g = em_from_host(c, EM_F32, 3, (const int64_t[]){1, h, w}, v);
+        }
+        free(v);
+        return g;
+    }
+    if (nd == 2) return em_reshape(c, t, 3, (const int64_t[]){1, s[0], s[1]});
+    if (nd == 4 && s[3] == 1) return em_reshape(c, t, 3, (const int64_t[]){s[0], s[1], s[2]});
+    return t; /* the pipeline names any other shape */
 }
 
 /* n images stacked [n, H, W, C]: Stable Diffusion's one batched run (num_images_per_prompt,
@@ -344,7 +388,8 @@ static int run(em_ctx *c, const image_args *a) {
         rc = 2;
     } else if ((!a->scheduler || em_pipeline_set_scheduler(c, p, kind) == EM_OK) &&
                (!a->latents || (rp.latents = em_npy_load_f32(c, "image", a->latents))) &&
-               (!a->init_image || (rp.image = init_image(c, a->init_image)))) {
+               (!a->init_image || (rp.image = init_image(c, a->init_image))) &&
+               (!a->mask_image || (rp.mask_image = mask_image(c, a->mask_image)))) {
         rp.strength = a->strength;
         fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
                 em_scheduler_kind_class(em_scheduler_get_kind(em_pipeline_scheduler(p))),
