@@ -118,7 +118,8 @@ class DiffusionPipeline:
     def __call__(self, num_inference_steps=None, generator=None, eta=0.0, latents=None,
                  output_type="np", callback=None, *, prompt=None, negative_prompt=None,
                  guidance_scale=None, height=None, width=None, class_labels=None, image=None,
-                 strength=None, num_images_per_prompt=1):
+                 strength=None, num_images_per_prompt=1, mask_image=None, aesthetic_score=None,
+                 negative_aesthetic_score=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
         replaces the drawn initial noise. Stable Diffusion: `prompt` (required; a string or a
@@ -129,7 +130,11 @@ class DiffusionPipeline:
         both: `guidance_scale` (None: the pipeline's default, 7.5 or 4.0; <= 1: no guidance).
         Stable Diffusion image to image (StableDiffusionImg2ImgPipeline): `image`, f32 [H, W, 3]
         or [1, H, W, 3] in [0, 1] (numpy, torch or ember; a PIL image is scaled by 1/255), and
-        `strength` (None: 0.8)."""
+        `strength` (None: 0.8; SDXL 0.3; inpainting 1.0). Inpainting
+        (StableDiffusionInpaintPipeline): `mask_image` with `image`, f32 [H, W], [1, H, W] or
+        [1, H, W, 1] in [0, 1], white repainted (a PIL image is made grey with convert("L")).
+        An SDXL refiner (requires_aesthetics_score): `aesthetic_score`, `negative_aesthetic_score`
+        (None: 6.0 and 2.5)."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
@@ -191,8 +196,24 @@ class DiffusionPipeline:
                 image = tensor(image[None] if image.ndim == 3 else image, dtype="f32")
             init = image
             rp.image = init._t
+        mask = None
+        if mask_image is not None:
+            if not isinstance(mask_image, Tensor):
+                import numpy as np
+                if not hasattr(mask_image, "shape"):  # a PIL image, as the mask processor reads it
+                    mask_image = np.asarray(mask_image.convert("L"), dtype=np.float32) / 255.0
+                m = np.asarray(mask_image, dtype=np.float32)
+                if m.ndim == 4 and m.shape[-1] == 1:
+                    m = m[..., 0]
+                mask_image = tensor(m[None] if m.ndim == 2 else m, dtype="f32")
+            mask = mask_image
+            rp.mask_image = mask._t
         if strength is not None:
             rp.strength = float(strength)
+        if aesthetic_score is not None:
+            rp.aesthetic_score = float(aesthetic_score)
+        if negative_aesthetic_score is not None:
+            rp.negative_aesthetic_score = float(negative_aesthetic_score)
         cb = None
         if callback is not None:
             def progress(user, i, n, t, seconds):

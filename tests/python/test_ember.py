@@ -483,6 +483,36 @@ def test_diffusion_conditional_pipelines_match_diffusers():
         ddim(num_inference_steps=1, image=np.zeros((8, 8, 3), np.float32))
 
 
+def test_diffusion_inpaint_and_refiner_match_diffusers():
+    """Inpainting (scripts/gen_sd_inpaint_fixtures.py: the 9-channel UNet, a PIL mask) and the SDXL
+    refiner's aesthetic scores (scripts/gen_sdxl_refiner_fixtures.py): diffusers' images within
+    1e-3."""
+    meta, ref = _diffusion_bundle("sd_inpaint_ref")
+    p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_inpaint_tiny"))
+    assert p.class_name == "StableDiffusionInpaintPipeline"
+    r = meta["runs"]["inpaint"]
+    out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+            guidance_scale=r["guidance"], image=ref["inpaint_init"],
+            mask_image=ref["inpaint_mask"]).images
+    np.testing.assert_allclose(out, ref["inpaint_image"], atol=1e-3, err_msg="inpaint")
+    PIL = pytest.importorskip("PIL.Image")
+    r = meta["runs"]["png_mask"]
+    mask = PIL.open(os.path.join(FX, "diffusion", "sd_inpaint_mask.png"))
+    out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+            guidance_scale=r["guidance"], image=ref["png_mask_init"], mask_image=mask).images
+    np.testing.assert_allclose(out, ref["png_mask_image"], atol=1e-3, err_msg="PIL mask")
+    meta, ref = _diffusion_bundle("sdxl_refiner_tiny_ref")
+    xl = ember.DiffusionPipeline.from_pretrained(
+        os.path.join(FX, "diffusion", "sdxl_refiner_tiny"))
+    r = meta["runs"]["scores"]
+    out = xl(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+             negative_prompt=r["negative_prompt"], guidance_scale=r["guidance"],
+             image=ref["scores_init"], strength=r["strength"],
+             aesthetic_score=r["aesthetic_score"],
+             negative_aesthetic_score=r["negative_aesthetic_score"]).images
+    np.testing.assert_allclose(out, ref["scores_image"], atol=1e-3, err_msg="refiner")
+
+
 def test_diffusion_sd_batches_match_diffusers():
     """Stable Diffusion batches (scripts/gen_sd_batch_fixtures.py): num_images_per_prompt with
     one seed, a list of prompts with a list of negative prompts, the VAE sliced; diffusers'
