@@ -3,11 +3,13 @@
  * same run, the machine's limits (FP32 FMA and BF16 dot peak on all pool threads, DRAM read
  * bandwidth), OpenBLAS sgemm when built with it, and Ember's kernels:
  *
- *   lab_gemm [peak] [mm] [mmsize S] [linear] [shape M N K dtype [packed|dot]] ...
+ *   lab_gemm [peak] [mm] [mmsize S] [linear] [shape M N K dtype [packed|dot]] [train] ...
  *
  * "mm": 2048^3 matmul, f32 and bf16. "linear": decode-shaped linear, x [M, 2048] @ w[N, 2048]^T
  * bf16 for M = 1, 4, 16, 64 and N = 768, 2048, with enough weight copies (rotated, 512 MB in
  * all) that every call reads its weights from DRAM (LAB_HOT=1: one copy, kernel speed only).
+ * "train": the forward, input-gradient and weight-gradient products of a training step's linear
+ * layers at the Qwen3-0.6B shape (512 tokens; the LM head a quarter of the vocabulary).
  *
  * The machine is shared, so every call is timed on its own and the best is kept, twice: by the
  * wall clock, and by the process's CPU time divided by the thread count (which does not count the
@@ -253,6 +255,39 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, em_dtype dt, int engin
     free(w), free(x), free(c);
 }
 
+/* The three products of a linear layer's training step, f32 (C is reused between calls):
+ * forward y = x w^T (x [t, k], w [n, k]), input gradient gx = gy w, weight gradient
+ * gw = gy^T x. */
+static void bench_train_shape(int64_t t, int64_t k, int64_t n) {
+    float *x = aligned_alloc(64, (size_t)(t * k) * 4), *w = aligned_alloc(64, (size_t)(n * k) * 4);
+    float *gy = aligned_alloc(64, (size_t)(t * n) * 4);
+    fill(x, EM_F32, t * k, 1), fill(w, EM_F32, n * k, 2), fill(gy, EM_F32, t * n, 3);
+    size_t cbytes = (size_t)(t > n ? t : n) * (size_t)(k > n ? k : n) * 4;
+    float *c = aligned_alloc(64, cbytes);
+    double flops = 2.0 * (double)t * (double)k * (double)n;
+    for (int which = 0; which < 3; which++) {
+        gemm_job j = {{0}, NULL, 0, 1, 0};
+        j.g.dtype = EM_F32;
+        j.g.c = c;
+        if (which == 0) { /* [t, k] x [k, n] with B = w^T */
+            j.g.m = t, j.g.n = n, j.g.k = k, j.g.a = x, j.g.a_rs = k, j.g.a_cs = 1;
+            j.b0 = (const char *)w, j.g.b_rs = 1, j.g.b_cs = k, j.g.ldc = n;
+        } else if (which == 1) { /* [t, n] x [n, k] */
+            j.g.m = t, j.g.n = k, j.g.k = n, j.g.a = gy, j.g.a_rs = n, j.g.a_cs = 1;
+            j.b0 = (const char *)w, j.g.b_rs = k, j.g.b_cs = 1, j.g.ldc = k;
+        } else { /* [n, t] (gy^T) x [t, k] */
+            j.g.m = n, j.g.n = k, j.g.k = t, j.g.a = gy, j.g.a_rs = 1, j.g.a_cs = n;
+            j.b0 = (const char *)x, j.g.b_rs = k, j.g.b_cs = 1, j.g.ldc = k;
+        }
+        char what[128];
+        snprintf(what, sizeof what, "train %-7s T=%lld K=%lld N=%lld",
+                 which == 0 ? "fwd" : which == 1 ? "grad_x" : "grad_w", (long long)t,
+                 (long long)k, (long long)n);
+        report(what, flops, 0, measure(run_gemm, &j, 5, 1), peak_fma);
+    }
+    free(x), free(w), free(gy), free(c);
+}
+
 int main(int argc, char **argv) {
     em_ctx *ctx = em_ctx_create();
     char feats[256];
@@ -277,6 +312,11 @@ int main(int argc, char **argv) {
             if (i + 5 < argc && !strcmp(argv[i + 5], "dot")) engine = 2;
             bench_linear(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]), dt, engine);
             i += engine ? 5 : 4;
+        }
+        if (!all && !strcmp(w, "train")) { /* the Qwen3-0.6B step's shapes, seq 512 */
+            bench_train_shape(512, 1024, 37984);
+            bench_train_shape(512, 1024, 3072);
+            bench_train_shape(512, 3072, 1024);
         }
         if (all) break;
     }
