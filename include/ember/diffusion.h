@@ -469,6 +469,15 @@ typedef struct em_pipeline_run_params {
      * step. strength 0 is the default 1.0 (pure noise). Such a UNet needs a mask; SDXL folders
      * refuse one. NULL: no inpainting. */
     em_tensor *mask_image;
+    /* StableDiffusionPipeline (and its image to image and inpainting): the prompt embeddings
+     * given instead of prompt / prompts, as diffusers' prompt_embeds: f32 [n, L,
+     * cross_attention_dim] (any device, borrowed; n prompts' worth, each repeated
+     * num_images_per_prompt times). Under guidance negative_prompt_embeds (the same shape) are
+     * the unconditional half; without them the negative prompt (negative_prompt with n 1, or n
+     * negative_prompts; NULL: "") is encoded, tokenized to L tokens. Refused with a prompt and
+     * by the other pipelines. NULL: encode the prompts. */
+    em_tensor *prompt_embeds;
+    em_tensor *negative_prompt_embeds;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,

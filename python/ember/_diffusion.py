@@ -119,7 +119,7 @@ class DiffusionPipeline:
                  output_type="np", callback=None, *, prompt=None, negative_prompt=None,
                  guidance_scale=None, height=None, width=None, class_labels=None, image=None,
                  strength=None, num_images_per_prompt=1, mask_image=None, aesthetic_score=None,
-                 negative_aesthetic_score=None):
+                 negative_aesthetic_score=None, prompt_embeds=None, negative_prompt_embeds=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
         replaces the drawn initial noise. Stable Diffusion: `prompt` (required; a string or a
@@ -134,7 +134,8 @@ class DiffusionPipeline:
         (StableDiffusionInpaintPipeline): `mask_image` with `image`, f32 [H, W], [1, H, W] or
         [1, H, W, 1] in [0, 1], white repainted (a PIL image is made grey with convert("L")).
         An SDXL refiner (requires_aesthetics_score): `aesthetic_score`, `negative_aesthetic_score`
-        (None: 6.0 and 2.5)."""
+        (None: 6.0 and 2.5). Stable Diffusion: `prompt_embeds` [n, L, D] instead of `prompt`, and
+        `negative_prompt_embeds` of the same shape (else the negative prompt is encoded)."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
@@ -196,6 +197,12 @@ class DiffusionPipeline:
                 image = tensor(image[None] if image.ndim == 3 else image, dtype="f32")
             init = image
             rp.image = init._t
+        embeds = []
+        for field, value in (("prompt_embeds", prompt_embeds),
+                             ("negative_prompt_embeds", negative_prompt_embeds)):
+            if value is not None:
+                embeds.append(value if isinstance(value, Tensor) else tensor(value, dtype="f32"))
+                setattr(rp, field, embeds[-1]._t)
         mask = None
         if mask_image is not None:
             if not isinstance(mask_image, Tensor):

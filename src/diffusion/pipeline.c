@@ -312,7 +312,7 @@ static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_p
     else if (n > 1 && p->dit)
         why = "DiTPipeline takes no num_images_per_prompt: give a list of class_labels (one "
               "image per label; repeat a label for more of it)";
-    else if (rp->negative_prompts && !rp->prompts)
+    else if (rp->negative_prompts && !rp->prompts && !rp->prompt_embeds)
         why = "negative_prompts need prompts (a list of the same length)";
     else if (rp->prompts && (rp->prompt || rp->negative_prompt))
         why = "prompts (a list) with prompt or negative_prompt (a string): give a list of "
@@ -332,7 +332,7 @@ static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_p
                         (long long)rp->num_prompts);
             return false;
         }
-    int64_t per = n > 1 ? n : 1, prompts = rp->prompts ? rp->num_prompts : 1;
+    int64_t per = n > 1 ? n : 1, prompts = sd_prompts(rp);
     if (prompts > EM_PIPELINE_MAX_BATCH || per > EM_PIPELINE_MAX_BATCH / prompts) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "a batch of %lld prompt(s) x %lld image(s) per "
                     "prompt is more than the %d images a run makes (EM_PIPELINE_MAX_BATCH)",
@@ -398,7 +398,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     rp->vae_tiling ? "vae_tiling" : "vae_slicing", cls, p->idx.dir);
         return false;
     }
-    if (!check_batch(c, p, rp)) return false;
+    if (!sd_check_prompt_embeds(c, p, rp) || !check_batch(c, p, rp)) return false;
     if (rp->guidance_scale != rp->guidance_scale) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "guidance scale is NaN");
         return false;
@@ -452,7 +452,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g: it must be in (0, 1]", rp->strength);
         return false;
     }
-    if (sd_text(p) && !rp->prompt && !rp->prompts) {
+    if (sd_text(p) && !rp->prompt && !rp->prompts && !rp->prompt_embeds) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) needs a prompt (\"\" is one)", cls,
                     p->idx.dir);
         return false;

@@ -44,8 +44,15 @@ void sd_free(em_pipeline *p);
  * UNet's sample_size times the VAE's scale factor f). False with the error in c. */
 bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
                      int64_t shape[4]);
-/* The run's batch B: (prompts ? num_prompts : 1) * num_images_per_prompt (checked before). */
+/* The prompts' count: the list's, the rows of prompt_embeds, or 1. */
+int64_t sd_prompts(const em_pipeline_run_params *rp);
+/* The run's batch B: (prompts ? num_prompts : prompt_embeds' rows or 1) *
+ * num_images_per_prompt (checked before). */
 int64_t sd_batch(const em_pipeline_run_params *rp);
+/* rp's prompt_embeds / negative_prompt_embeds: only Stable Diffusion's, without a prompt,
+ * shaped [n, L, cross_attention_dim] f32 (the negatives' alike), negative prompts counted as
+ * the rows. False with the error in c. */
+bool sd_check_prompt_embeds(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp);
 /* The run's texts, malloc'd (free it; NULL with the error): n negative prompts (NULL ones "")
  * then the n prompts, n = num_prompts or 1. */
 const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp);

@@ -4,6 +4,7 @@
  * and the VAE decode at the end. The denoising loop is pipeline.c's. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "diffusion/pipeline_impl.h"
 
@@ -105,9 +106,65 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
     return true;
 }
 
+int64_t sd_prompts(const em_pipeline_run_params *rp) {
+    if (rp->prompt_embeds) return em_tensor_ndim(rp->prompt_embeds) == 3
+                                      ? em_tensor_dim(rp->prompt_embeds, 0) : 1;
+    return rp->prompts ? rp->num_prompts : 1;
+}
+
 int64_t sd_batch(const em_pipeline_run_params *rp) {
     int64_t per = rp->num_images_per_prompt > 1 ? rp->num_images_per_prompt : 1;
-    return (rp->prompts ? rp->num_prompts : 1) * per;
+    return sd_prompts(rp) * per;
+}
+
+bool sd_check_prompt_embeds(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
+    em_tensor *e = rp->prompt_embeds, *ne = rp->negative_prompt_embeds;
+    if (!e && !ne) return true;
+    const char *cls = p->idx.class_name, *why = NULL;
+    if (!p->te || p->te2)
+        why = "prompt embeddings are given to StableDiffusionPipeline";
+    else if (!e)
+        why = "negative_prompt_embeds need prompt_embeds";
+    else if (rp->prompt || rp->prompts)
+        why = "prompt_embeds with a prompt: give one of them, as diffusers requires";
+    else if (ne && (rp->negative_prompt || rp->negative_prompts))
+        why = "negative_prompt_embeds with a negative prompt: give one of them";
+    if (why) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s, %s)", why, cls, p->idx.dir);
+        return false;
+    }
+    char s1[96], s2[96];
+    int64_t d = em_unet2d_get_config(p->unet)->cross_attention_dim;
+    bool ok = em_tensor_ndim(e) == 3 && em_tensor_dim(e, 0) >= 1 && em_tensor_dim(e, 1) >= 1 &&
+              em_tensor_dim(e, 2) == d && em_tensor_dtype(e) == EM_F32;
+    if (ok && ne)
+        ok = em_tensor_ndim(ne) == 3 && em_tensor_dtype(ne) == EM_F32 &&
+             !memcmp(em_tensor_shape(ne), em_tensor_shape(e), 3 * sizeof(int64_t));
+    if (!ok) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "prompt_embeds %s%s%s: f32 [n, L, %lld] (the unet's "
+                    "cross_attention_dim), the negatives' the same shape",
+                    em_tensor_sig(e, s1, sizeof s1), ne ? ", negative_prompt_embeds " : "",
+                    ne ? em_tensor_sig(ne, s2, sizeof s2) : "", (long long)d);
+        return false;
+    }
+    int64_t n = em_tensor_dim(e, 0);
+    if (rp->negative_prompt && n != 1) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "negative_prompt (a string) with %lld rows of "
+                    "prompt_embeds: give %lld negative_prompts", (long long)n, (long long)n);
+        return false;
+    }
+    if (rp->negative_prompts && rp->num_prompts != n) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%lld negative_prompts (num_prompts) for %lld rows "
+                    "of prompt_embeds", (long long)rp->num_prompts, (long long)n);
+        return false;
+    }
+    for (int64_t i = 0; rp->negative_prompts && i < n; i++)
+        if (!rp->negative_prompts[i]) {
+            em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "negative prompt %lld of %lld is NULL",
+                        (long long)i, (long long)n);
+            return false;
+        }
+    return true;
 }
 
 const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp) {
@@ -126,7 +183,45 @@ const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp) {
     return text;
 }
 
+/* encode_prompt with prompt_embeds given: the negatives' embeddings given, or their texts
+ * encoded at the prompt embeddings' length, before them under guidance. */
+static em_tensor *given_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                               bool cfg) {
+    em_tensor *e = rp->prompt_embeds, *neg = rp->negative_prompt_embeds;
+    int64_t n = em_tensor_dim(e, 0), len = em_tensor_dim(e, 1);
+    em_device *tdev = em_clip_text_device(p->te);
+    if (cfg && !neg) {
+        const char **text = malloc((size_t)n * sizeof *text);
+        if (!text) {
+            em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
+            return NULL;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const char *t = rp->negative_prompts ? rp->negative_prompts[i] : rp->negative_prompt;
+            text[i] = t ? t : "";
+        }
+        em_device *prev = em_ctx_device(c);
+        em_ctx_set_device(c, tdev);
+        em_tensor *ids = em_clip_tokenize_batch(c, p->tok, text, (int)n, len, NULL);
+        em_ctx_set_device(c, prev);
+        free(text);
+        neg = ids ? em_clip_text_prompt_embeds(c, p->te, ids, NULL, 0) : NULL;
+        if (!neg) return NULL;
+    }
+    em_device *dev = em_unet2d_device(p->unet);
+    if (em_tensor_device(e) != dev) e = em_to(c, e, dev);
+    if (cfg && neg && em_tensor_device(neg) != dev) neg = em_to(c, neg, dev);
+    em_tensor *pair[2] = {neg, e};
+    return cfg ? (e && neg ? em_cat(c, pair, 2, 0) : NULL) : e;
+}
+
 em_tensor *sd_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
+    if (rp->prompt_embeds) {
+        bool cfg = rp->guidance_scale > 1.0;
+        int64_t per = sd_batch(rp) / em_tensor_dim(rp->prompt_embeds, 0);
+        em_tensor *e = given_embeds(c, p, rp, cfg);
+        return e && per > 1 ? em_repeat_interleave(c, e, per, 0) : e;
+    }
     /* the negative prompts' embeddings first, as diffusers concatenates [negative, prompt];
      * None is the empty string. Tokenized to the same max_length (model_max_length), every row
      * is what encode_prompt makes (the text encoder sees no padding mask unless its config sets

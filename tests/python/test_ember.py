@@ -484,9 +484,9 @@ def test_diffusion_conditional_pipelines_match_diffusers():
 
 
 def test_diffusion_inpaint_and_refiner_match_diffusers():
-    """Inpainting (scripts/gen_sd_inpaint_fixtures.py: the 9-channel UNet, a PIL mask) and the SDXL
-    refiner's aesthetic scores (scripts/gen_sdxl_refiner_fixtures.py): diffusers' images within
-    1e-3."""
+    """Inpainting (scripts/gen_sd_inpaint_fixtures.py: the 9-channel UNet, a PIL mask), the SDXL
+    refiner's aesthetic scores (scripts/gen_sdxl_refiner_fixtures.py) and prompt embeddings given
+    (scripts/gen_sd_prompt_embeds_fixtures.py): diffusers' images within 1e-3."""
     meta, ref = _diffusion_bundle("sd_inpaint_ref")
     p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_inpaint_tiny"))
     assert p.class_name == "StableDiffusionInpaintPipeline"
@@ -495,12 +495,6 @@ def test_diffusion_inpaint_and_refiner_match_diffusers():
             guidance_scale=r["guidance"], image=ref["inpaint_init"],
             mask_image=ref["inpaint_mask"]).images
     np.testing.assert_allclose(out, ref["inpaint_image"], atol=1e-3, err_msg="inpaint")
-    PIL = pytest.importorskip("PIL.Image")
-    r = meta["runs"]["png_mask"]
-    mask = PIL.open(os.path.join(FX, "diffusion", "sd_inpaint_mask.png"))
-    out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
-            guidance_scale=r["guidance"], image=ref["png_mask_init"], mask_image=mask).images
-    np.testing.assert_allclose(out, ref["png_mask_image"], atol=1e-3, err_msg="PIL mask")
     meta, ref = _diffusion_bundle("sdxl_refiner_tiny_ref")
     xl = ember.DiffusionPipeline.from_pretrained(
         os.path.join(FX, "diffusion", "sdxl_refiner_tiny"))
@@ -511,6 +505,22 @@ def test_diffusion_inpaint_and_refiner_match_diffusers():
              aesthetic_score=r["aesthetic_score"],
              negative_aesthetic_score=r["negative_aesthetic_score"]).images
     np.testing.assert_allclose(out, ref["scores_image"], atol=1e-3, err_msg="refiner")
+    meta, ref = _diffusion_bundle("sd_prompt_embeds_ref")  # gen_sd_prompt_embeds_fixtures.py
+    sd = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_tiny"))
+    r = meta["runs"]["embeds_neg"]
+    out = sd(num_inference_steps=r["steps"], generator=r["seed"], guidance_scale=r["guidance"],
+             prompt_embeds=ref["embeds_neg_embeds"],
+             negative_prompt_embeds=ref["embeds_neg_neg_embeds"],
+             num_images_per_prompt=r["num_images_per_prompt"]).images
+    np.testing.assert_allclose(out, ref["embeds_neg_image"], atol=1e-3, err_msg="prompt_embeds")
+    meta, ref = _diffusion_bundle("sd_inpaint_ref")  # last: skipped without PIL
+    PIL = pytest.importorskip("PIL.Image")
+    r = meta["runs"]["png_mask"]
+    mask = PIL.open(os.path.join(FX, "diffusion", "sd_inpaint_mask.png"))
+    inp = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_inpaint_tiny"))
+    out = inp(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+              guidance_scale=r["guidance"], image=ref["png_mask_init"], mask_image=mask).images
+    np.testing.assert_allclose(out, ref["png_mask_image"], atol=1e-3, err_msg="PIL mask")
 
 
 def test_diffusion_sd_batches_match_diffusers():

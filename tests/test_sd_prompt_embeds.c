@@ -1,0 +1,115 @@
+/* StableDiffusionPipeline given prompt_embeds (scripts/gen_sd_prompt_embeds_fixtures.py, on
+ * tests/fixtures/diffusion/sd_tiny): negative embeddings given, or the negative prompt encoded at
+ * the embeddings' length, with and without guidance, two images per prompt; diffusers' images
+ * within 1e-3, eager and compiled; and the refusals. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+
+/* scripts/gen_sd_prompt_embeds_fixtures.py's RUNS */
+static const struct {
+    const char *name, *negative;
+    bool neg_embeds;
+    double guidance;
+    int64_t steps;
+    uint64_t seed;
+    int64_t per;
+} RUNS[] = {
+    {"embeds", NULL, false, 7.5, 3, 81, 1},
+    {"embeds_neg", NULL, true, 5.0, 3, 83, 2},
+    {"embeds_short", "blurry, dark", false, 4.0, 3, 85, 1},
+    {"embeds_nocfg", NULL, false, 1.0, 3, 87, 1},
+};
+
+static void run_all(bool compile) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd_prompt_embeds_ref");
+    CHECK(b != NULL);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
+    CHECK_MSG(p != NULL, "sd_tiny: %s", msg(c));
+    for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        char name[64], what[96];
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        snprintf(name, sizeof name, "%s_embeds", RUNS[i].name);
+        rp.prompt_embeds = em_test_bundle_get(b, c, name);
+        if (RUNS[i].neg_embeds) {
+            snprintf(name, sizeof name, "%s_neg_embeds", RUNS[i].name);
+            rp.negative_prompt_embeds = em_test_bundle_get(b, c, name);
+        }
+        rp.negative_prompt = RUNS[i].negative;
+        rp.guidance_scale = RUNS[i].guidance;
+        rp.steps = RUNS[i].steps;
+        rp.seed = RUNS[i].seed;
+        rp.num_images_per_prompt = RUNS[i].per;
+        rp.compile = compile;
+        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
+        snprintf(what, sizeof what, "prompt_embeds %s%s", RUNS[i].name, compile ? " compiled" : "");
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
+static void test_prompt_embeds_match_diffusers(void) { run_all(false); }
+static void test_prompt_embeds_compiled(void) { run_all(true); }
+
+static void test_prompt_embeds_refusals(void) {
+    em_ctx *c = em_ctx_create();
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    if (p) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.steps = 1;
+        rp.prompt_embeds = em_zeros(c, EM_F32, 3, (int64_t[]){2, 77, 16});
+        rp.prompt = "a";
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "prompt_embeds with a prompt");
+        rp.prompt = NULL;
+        rp.negative_prompt = "b";
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "negative_prompt (a string) with 2 rows");
+        rp.negative_prompt = NULL;
+        rp.negative_prompt_embeds = em_zeros(c, EM_F32, 3, (int64_t[]){2, 76, 16});
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "negative_prompt_embeds f32[2,76,16]", "[n, L, 16]");
+        rp.negative_prompt_embeds = NULL;
+        rp.prompt_embeds = em_zeros(c, EM_F32, 3, (int64_t[]){1, 77, 8});
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "prompt_embeds f32[1,77,8]", "cross_attention_dim");
+        rp.prompt_embeds = NULL;
+        rp.negative_prompt_embeds = em_zeros(c, EM_F32, 3, (int64_t[]){1, 77, 16});
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "negative_prompt_embeds need prompt_embeds");
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    if (p) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.steps = 1;
+        rp.prompt_embeds = em_zeros(c, EM_F32, 3, (int64_t[]){1, 77, 32});
+        CHECK(em_pipeline_run(c, p, &rp) == NULL);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "prompt embeddings are given to StableDiffusionPipeline",
+                  "StableDiffusionXLPipeline");
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+}
+
+EM_TEST_MAIN(T(test_prompt_embeds_match_diffusers), T(test_prompt_embeds_compiled),
+             T(test_prompt_embeds_refusals))
