@@ -478,6 +478,14 @@ typedef struct em_pipeline_run_params {
      * by the other pipelines. NULL: encode the prompts. */
     em_tensor *prompt_embeds;
     em_tensor *negative_prompt_embeds;
+    /* A generator per image, diffusers' generator=[torch.Generator("cpu").manual_seed(s) for s
+     * in seeds] (em_torch_generator_create_list): num_seeds must be the run's batch B; row i of
+     * the initial latents and of every per-step noise comes from seeds[i], image to image samples
+     * row i's posterior from seeds[i], and inpainting samples its image's (and the masked
+     * image's) posterior from seeds[0], as diffusers does. Borrowed; `seed` is then unused.
+     * NULL: one generator from `seed`. */
+    const uint64_t *seeds;
+    int64_t num_seeds;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,

@@ -47,6 +47,18 @@ typedef enum em_torch_rng_kind {
  *  kind EMBER_TORCH_RNG names: "avx2" or "default"). NULL only when out of memory. Free with
  *  em_torch_generator_free. */
 EM_API em_torch_generator *em_torch_generator_create(uint64_t seed);
+/**
+ * A list of n generators, diffusers' generator=[torch.Generator("cpu").manual_seed(s) for s in
+ * seeds] (one per image): em_torch_randn draws row i (index i of the first dimension) from
+ * generator i, for a first dimension of at most n rows (diffusers encodes a single init image
+ * with generator 0 alone); em_torch_randn_fill splits n values evenly over the generators (an
+ * uneven n is EM_ERR_INVALID_ARG); em_torch_generator_random draws from the first. Reseeding and
+ * set_kind apply to every one. NULL for no seeds, n < 1 or out of memory. Free with
+ * em_torch_generator_free.
+ */
+EM_API em_torch_generator *em_torch_generator_create_list(const uint64_t *seeds, int n);
+/** How many generators g holds: n for a list, 1 otherwise (0 for NULL). */
+EM_API int em_torch_generator_count(const em_torch_generator *g);
 /** NULL is a no-op. */
 EM_API void em_torch_generator_free(em_torch_generator *g);
 /** Reseeds, as manual_seed: the state and the cached normal value are reset. */

@@ -121,7 +121,8 @@ class DiffusionPipeline:
                  strength=None, num_images_per_prompt=1, mask_image=None, aesthetic_score=None,
                  negative_aesthetic_score=None, prompt_embeds=None, negative_prompt_embeds=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
-        to stop: EmberError). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
+        to stop: EmberError). `generator`: an int seed, a torch.Generator made with manual_seed,
+        or a list of them (one per image of the batch, as diffusers takes). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
         replaces the drawn initial noise. Stable Diffusion: `prompt` (required; a string or a
         list), `negative_prompt` (of the same kind), `height`, `width`, `num_images_per_prompt`
         (the images of all prompts denoised as one batch, as diffusers does; `latents` then has
@@ -140,7 +141,14 @@ class DiffusionPipeline:
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
         rp.eta = eta
-        rp.seed = _seed(generator)
+        seeds = None
+        if isinstance(generator, (list, tuple)):  # a generator per image, as diffusers takes
+            if not generator:
+                raise ValueError("generator: an empty list")
+            seeds = ffi.new("uint64_t[]", [_seed(g) for g in generator])
+            rp.seeds, rp.num_seeds = seeds, len(generator)
+        else:
+            rp.seed = _seed(generator)
         rp.vae_tiling = self._vae_tiling
         rp.vae_slicing = self._vae_slicing
         if isinstance(num_images_per_prompt, bool) or not isinstance(num_images_per_prompt, int):

@@ -522,7 +522,15 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
         return NULL;
     }
     if (kind == EM_SCHED_DDIM) em_scheduler_set_eta(p->sched, rp->eta);
-    em_torch_generator *g = em_torch_generator_create(rp->seed);
+    if (rp->seeds && rp->num_seeds != run_batch(p, rp)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%lld seeds (a generator per image) for a batch of "
+                    "%lld images: give one per image, as diffusers requires",
+                    (long long)rp->num_seeds, (long long)run_batch(p, rp));
+        return NULL;
+    }
+    em_torch_generator *g = rp->seeds ? em_torch_generator_create_list(rp->seeds,
+                                                                      (int)rp->num_seeds)
+                                      : em_torch_generator_create(rp->seed);
     if (!g) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;

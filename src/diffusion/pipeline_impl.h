@@ -77,10 +77,11 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
  * the error. */
 em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
                           int64_t width);
-/* _encode_vae_image: vae.encode(x) (in tiles when `tiled`), the posterior's sample drawn from g,
- * times scaling_factor; on the VAE's device, current scope. */
+/* _encode_vae_image: vae.encode(x) (in tiles when `tiled`), the posterior's sample drawn from g
+ * (rows > 1: x's one image sampled `rows` times, row i from a list's generator i), times
+ * scaling_factor; on the VAE's device, current scope. */
 em_tensor *sd_encode_sample(em_ctx *c, em_pipeline *p, em_tensor *x, em_torch_generator *g,
-                            bool tiled);
+                            bool tiled, int64_t rows);
 /* StableDiffusionInpaintPipeline's tensors (pipeline_inpaint.c), on the UNet's device: with a
  * 9-channel UNet, mask and masked (the masked image's latents) are concatenated to the scaled
  * model input (rows as the model input's: doubled under guidance); with a 4-channel one, after

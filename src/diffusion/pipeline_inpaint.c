@@ -80,7 +80,8 @@ em_tensor *sd_inpaint_prepare(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
      * mixed into them, then the noise */
     em_tensor *image_latents = NULL;
     if (!ip->nine || !pure) {
-        image_latents = sd_encode_sample(c, p, init, g, rp->vae_tiling);
+        /* _encode_vae_image loops over the image's one row: a list's generator 0 alone */
+        image_latents = sd_encode_sample(c, p, init, g, rp->vae_tiling, 1);
         if (image_latents && batch > 1) image_latents = em_repeat_interleave(c, image_latents, batch, 0);
         image_latents = on(c, image_latents, udev);
     }
@@ -95,7 +96,7 @@ em_tensor *sd_inpaint_prepare(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     em_tensor *masked = NULL;
     if (cond) {
         em_tensor *keep_px = em_add_scalar(c, em_mul_scalar(c, cond, -1.0), 1.0);
-        masked = sd_encode_sample(c, p, em_mul(c, init, keep_px), g, rp->vae_tiling);
+        masked = sd_encode_sample(c, p, em_mul(c, init, keep_px), g, rp->vae_tiling, 1);
     }
     em_tensor *mask = masked ? em_upsample_nearest(c, on(c, cond, udev), H / f, W / f) : NULL;
     if (mask && batch > 1) {

@@ -286,10 +286,15 @@ em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t h
 }
 
 em_tensor *sd_encode_sample(em_ctx *c, em_pipeline *p, em_tensor *x, em_torch_generator *g,
-                            bool tiled) {
+                            bool tiled, int64_t rows) {
     em_vae_latent_dist d;
     if (!x || (tiled ? em_vae_encode_tiled(c, p->vae, x, NULL, &d) : em_vae_encode(c, p->vae, x, &d)))
         return NULL;
+    if (rows > 1) { /* one image encoded per row (the same, so once) and sampled per row */
+        d.mean = em_repeat_interleave(c, d.mean, rows, 0);
+        d.logvar = em_repeat_interleave(c, d.logvar, rows, 0);
+        if (!d.mean || !d.logvar) return NULL;
+    }
     /* retrieve_latents(..., sample_mode="sample"): the posterior's draw */
     em_tensor *eps = em_torch_randn(c, g, 4, em_tensor_shape(d.mean), em_vae_device(p->vae));
     em_tensor *z = eps ? em_vae_latent_sample(c, &d, eps) : NULL;
@@ -300,11 +305,13 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
                             int64_t width, int64_t batch, em_torch_generator *g, double t,
                             bool tiled) {
     em_tensor *x = sd_image_input(c, p, image, height, width);
-    /* the posterior's draw comes first */
-    em_tensor *z = x ? sd_encode_sample(c, p, x, g, tiled) : NULL;
-    /* prepare_latents: one image for a batch of B is encoded once and repeated (torch.cat([z] *
-     * B)); the noise below is then one draw of the batch's shape */
-    if (z && batch > 1) z = em_repeat_interleave(c, z, batch, 0);
+    /* the posterior's draw comes first. prepare_latents: one image for a batch of B is encoded
+     * once and repeated (torch.cat([z] * B)); with a list of generators the image is repeated
+     * first and row i sampled from generator i. The noise below is one draw of the batch's
+     * shape */
+    int64_t rows = em_torch_generator_count(g) > 1 ? batch : 1;
+    em_tensor *z = x ? sd_encode_sample(c, p, x, g, tiled, rows) : NULL;
+    if (z && batch > rows) z = em_repeat_interleave(c, z, batch, 0);
     em_device *udev = em_unet2d_device(p->unet);
     if (z && em_tensor_device(z) != udev) z = em_to(c, z, udev);
     em_tensor *noise = z ? em_torch_randn(c, g, 4, em_tensor_shape(z), udev) : NULL;

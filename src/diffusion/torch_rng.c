@@ -24,6 +24,9 @@ struct em_torch_generator {
     bool has_next_normal; /* the second value of the scalar path's last Box-Muller pair */
     double next_normal;
     em_torch_rng_kind kind;
+    /* a list (em_torch_generator_create_list): row i of a draw comes from rows[i] */
+    em_torch_generator **rows;
+    int nrows;
 };
 
 /* ---- MT19937 (std::mt19937's recurrence and tempering) ---- */
@@ -55,6 +58,7 @@ static void mt_next_state(em_torch_generator *g) {
 }
 
 uint32_t em_torch_generator_random(em_torch_generator *g) {
+    if (g->nrows) g = g->rows[0];
     if (--g->left == 0) mt_next_state(g);
     uint32_t y = g->state[g->next++];
     y ^= y >> 11;
@@ -205,16 +209,47 @@ em_torch_generator *em_torch_generator_create(uint64_t seed) {
     return g;
 }
 
-void em_torch_generator_free(em_torch_generator *g) { free(g); }
+em_torch_generator *em_torch_generator_create_list(const uint64_t *seeds, int n) {
+    if (!seeds || n < 1) return NULL;
+    em_torch_generator *g = em_torch_generator_create(seeds[0]);
+    if (!g) return NULL;
+    g->rows = calloc((size_t)n, sizeof *g->rows);
+    g->nrows = g->rows ? n : 0;
+    for (int i = 0; g->rows && i < n; i++)
+        if (!(g->rows[i] = em_torch_generator_create(seeds[i]))) {
+            em_torch_generator_free(g);
+            return NULL;
+        }
+    if (!g->rows) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int em_torch_generator_count(const em_torch_generator *g) {
+    return !g ? 0 : g->nrows ? g->nrows : 1;
+}
+
+void em_torch_generator_free(em_torch_generator *g) {
+    if (!g) return;
+    for (int i = 0; i < g->nrows; i++) free(g->rows[i]);
+    free(g->rows);
+    free(g);
+}
 
 void em_torch_generator_manual_seed(em_torch_generator *g, uint64_t seed) {
-    if (g) mt_seed(g, seed);
+    if (!g) return;
+    mt_seed(g, seed);
+    for (int i = 0; i < g->nrows; i++) mt_seed(g->rows[i], seed);
 }
 
 uint64_t em_torch_generator_initial_seed(const em_torch_generator *g) { return g ? g->seed : 0; }
 
 void em_torch_generator_set_kind(em_torch_generator *g, em_torch_rng_kind kind) {
-    if (g && (unsigned)kind < EM_TORCH_RNG_KIND_COUNT) g->kind = kind;
+    if (!g || (unsigned)kind >= EM_TORCH_RNG_KIND_COUNT) return;
+    g->kind = kind;
+    for (int i = 0; i < g->nrows; i++) g->rows[i]->kind = kind;
 }
 
 em_torch_rng_kind em_torch_generator_kind(const em_torch_generator *g) {
@@ -231,6 +266,12 @@ bool em_torch_rng_kind_parse(const char *s, em_torch_rng_kind *out) {
 
 em_status em_torch_randn_fill(em_torch_generator *g, float *out, int64_t n) {
     if (!g || (!out && n > 0) || n < 0) return EM_ERR_INVALID_ARG;
+    if (g->nrows) { /* one row per generator: n must split evenly */
+        if (n % g->nrows) return EM_ERR_INVALID_ARG;
+        for (int i = 0; i < g->nrows; i++)
+            em_torch_randn_fill(g->rows[i], out + i * (n / g->nrows), n / g->nrows);
+        return EM_OK;
+    }
     if (n < 16) {
         for (int64_t i = 0; i < n; i++) out[i] = (float)normal_f64(g);
         return EM_OK;
@@ -270,7 +311,19 @@ em_tensor *em_torch_randn_(em_ctx *c, const char *file, int line, em_torch_gener
                    (long long)n);
         return NULL;
     }
-    em_torch_randn_fill(g, buf, n);
+    if (g->nrows) { /* row i from generator i, as diffusers' randn_tensor with a list */
+        int64_t rows = ndim > 0 ? shape[0] : 1, per = rows ? n / rows : 0;
+        if (rows > g->nrows) {
+            free(buf);
+            em_fail_at(c, EM_ERR_SHAPE, "torch_randn", file, line,
+                       "a draw of %lld rows from a list of %d generators (one per row)",
+                       (long long)rows, g->nrows);
+            return NULL;
+        }
+        for (int64_t i = 0; i < rows; i++) em_torch_randn_fill(g->rows[i], buf + i * per, per);
+    } else {
+        em_torch_randn_fill(g, buf, n);
+    }
     em_tensor *t = em_from_host_on_(c, file, line, dev ? dev : em_ctx_device(c), EM_F32, ndim,
                                     shape, buf);
     free(buf);

@@ -513,6 +513,12 @@ def test_diffusion_inpaint_and_refiner_match_diffusers():
              negative_prompt_embeds=ref["embeds_neg_neg_embeds"],
              num_images_per_prompt=r["num_images_per_prompt"]).images
     np.testing.assert_allclose(out, ref["embeds_neg_image"], atol=1e-3, err_msg="prompt_embeds")
+    meta, ref = _diffusion_bundle("generator_list_ref")  # gen_generator_list_fixtures.py
+    r = meta["runs"]["sd_list"]
+    sd.set_scheduler("euler-a")
+    out = sd(num_inference_steps=r["steps"], generator=r["seeds"], prompt=r["prompt"],
+             guidance_scale=r["guidance"], num_images_per_prompt=r["per"]).images
+    np.testing.assert_allclose(out, ref["sd_list_image"], atol=1e-3, err_msg="generator list")
     meta, ref = _diffusion_bundle("sd_inpaint_ref")  # last: skipped without PIL
     PIL = pytest.importorskip("PIL.Image")
     r = meta["runs"]["png_mask"]
