@@ -19,7 +19,19 @@ height, width):
   <run>_image    pipe(prompt, image=<run>_init, ..., generator=torch.Generator("cpu")
                  .manual_seed(seed), output_type="np").images
 
-Images must match within 1e-3.
+and the hand-over of diffusers' "ensemble of expert denoisers" (meta "handover"): the base
+folder tests/fixtures/diffusion/sdxl_tiny (StableDiffusionXLPipeline) run to denoising_end with
+output_type="latent", then this refiner from those latents with denoising_start:
+
+  handover_latents  base(prompt, num_inference_steps=steps, denoising_end=split, seed base_seed,
+                    output_type="latent").images: f32 [1, 4, 8, 8]
+  handover_image    refiner(prompt, image=handover_latents, num_inference_steps=steps,
+                    denoising_start=split, seed refiner_seed).images
+  latents_image     refiner(prompt, image=handover_latents, num_inference_steps=steps,
+                    strength 0.5, seed refiner_seed) (latents as the image, noised: no
+                    denoising_start)
+
+Images and latents must match within 1e-3.
 """
 import json
 import os
@@ -116,7 +128,27 @@ def main():
                       "guidance": guidance, "steps": steps, "strength": strength, "seed": seed,
                       "aesthetic_score": score, "negative_aesthetic_score": neg_score,
                       "num_images_per_prompt": per, "height": h, "width": w}
-    b.meta = {"runs": meta}
+    handover = {"prompt": "a photo of a cat", "steps": 10, "split": 0.7, "base_seed": 91,
+                "refiner_seed": 93, "guidance": 5.0}
+    from diffusers import StableDiffusionXLPipeline
+    base = StableDiffusionXLPipeline.from_pretrained(os.path.join(OUT, "sdxl_tiny"),
+                                                     add_watermarker=False)
+    base.set_progress_bar_config(disable=True)
+    h = handover
+    with torch.no_grad():
+        lat = base(h["prompt"], num_inference_steps=h["steps"], denoising_end=h["split"],
+                   guidance_scale=h["guidance"], output_type="latent",
+                   generator=torch.Generator("cpu").manual_seed(h["base_seed"])).images
+        image = pipe(h["prompt"], image=lat, num_inference_steps=h["steps"],
+                     denoising_start=h["split"], guidance_scale=h["guidance"], output_type="np",
+                     generator=torch.Generator("cpu").manual_seed(h["refiner_seed"])).images
+        noised = pipe(h["prompt"], image=lat, num_inference_steps=h["steps"], strength=0.5,
+                      guidance_scale=h["guidance"], output_type="np",
+                      generator=torch.Generator("cpu").manual_seed(h["refiner_seed"])).images
+    b.add("handover_latents", lat)
+    b.add("handover_image", torch.from_numpy(image))
+    b.add("latents_image", torch.from_numpy(noised))
+    b.meta = {"runs": meta, "handover": handover}
     n, nbytes = b.write()
     print("sdxl_refiner_tiny_ref: %d tensors, %d bytes" % (n, nbytes))
     print(json.dumps(meta, indent=1))

@@ -3,7 +3,8 @@
  * StableDiffusionXLImg2ImgPipeline folder without tokenizer and text_encoder and with
  * requires_aesthetics_score, whose UNet takes 5 time ids (the aesthetic scores of the prompts'
  * and the negatives' rows). Images within 1e-3 of diffusers' output_type="np" ones on the CPU
- * and compiled; the folder's refusals. */
+ * and compiled; the folder's refusals; and the hand-over from SDXL base's latents at
+ * denoising_end to the refiner at denoising_start (and the latents as a noised init image). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,99 @@ static void run_all(bool compile) {
     em_test_bundle_free(b);
 }
 
+/* diffusers' ensemble of expert denoisers: the base to denoising_end as latents, the refiner
+ * from them at denoising_start; and the latents as a noised init image */
+static void handover(bool compile) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_refiner_tiny_ref");
+    CHECK(b != NULL);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_pipeline *base = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
+    em_pipeline *ref =
+        em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_refiner_tiny"), NULL);
+    CHECK_MSG(base && ref, "%s", msg(c));
+    if (base && ref) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = "a photo of a cat";
+        rp.steps = 10;
+        rp.guidance_scale = 5.0;
+        rp.compile = compile;
+        rp.denoising_end = 0.7;
+        rp.output_latents = true;
+        rp.seed = 91;
+        em_tensor *lat = em_pipeline_run(c, base, &rp);
+        CHECK_MSG(lat != NULL, "base to denoising_end: %s", msg(c));
+        em_test_allclose(c, lat, em_test_bundle_get(b, c, "handover_latents"), 1e-3, 0,
+                         "base latents at denoising_end 0.7");
+        em_ctx_clear_error(c);
+        rp.denoising_end = 0.0;
+        rp.output_latents = false;
+        rp.image_latents = em_test_bundle_get(b, c, "handover_latents");
+        rp.denoising_start = 0.7;
+        rp.seed = 93;
+        em_tensor *img = em_pipeline_run(c, ref, &rp);
+        CHECK_MSG(img != NULL, "refiner from denoising_start: %s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "handover_image"), 1e-3, 0,
+                         "refiner from the base's latents at denoising_start 0.7");
+        em_ctx_clear_error(c);
+        rp.denoising_start = 0.0;
+        rp.strength = 0.5;
+        img = em_pipeline_run(c, ref, &rp);
+        CHECK_MSG(img != NULL, "refiner from noised latents: %s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                         "refiner from the base's latents, noised at strength 0.5");
+        em_ctx_clear_error(c);
+        if (!compile) { /* refusals */
+            rp.strength = 0.0;
+            rp.denoising_start = 0.7;
+            rp.denoising_end = 0.5;
+            CHECK(em_pipeline_run(c, ref, &rp) == NULL);
+            CHECK_ERR(c, EM_ERR_INVALID_ARG, "denoising_start 0.7, denoising_end 0.5");
+            rp.denoising_end = 0.0;
+            rp.denoising_start = 0.9999;
+            CHECK(em_pipeline_run(c, ref, &rp) == NULL);
+            CHECK_ERR(c, EM_ERR_INVALID_ARG, "denoising_start 0.9999 keeps no timestep");
+            rp.denoising_start = 0.7;
+            rp.image_latents = em_zeros(c, EM_F32, 4, (int64_t[]){1, 3, 8, 8});
+            CHECK(em_pipeline_run(c, ref, &rp) == NULL);
+            CHECK_ERR(c, EM_ERR_SHAPE, "image_latents f32[1,3,8,8]", "latent_channels");
+            rp.image_latents = NULL;
+            CHECK(em_pipeline_run(c, base, &rp) == NULL);
+            CHECK_ERR(c, EM_ERR_INVALID_ARG, "denoising_start without an init image");
+        }
+        em_scope_pop(c);
+    }
+    em_pipeline_free(base);
+    em_pipeline_free(ref);
+    if (!compile) { /* the hand-over is SDXL's; latents out need a VAE */
+        em_pipeline *sd = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
+        em_pipeline *ddpm =
+            em_pipeline_load(c, em_test_fixture_path("diffusion", "ddpm_attn"), NULL);
+        CHECK_MSG(sd && ddpm, "%s", msg(c));
+        if (sd && ddpm) {
+            em_pipeline_run_params rp = em_pipeline_default_params();
+            rp.prompt = "a";
+            rp.steps = 2;
+            rp.denoising_end = 0.5;
+            CHECK(em_pipeline_run(c, sd, &rp) == NULL);
+            CHECK_ERR(c, EM_ERR_INVALID_ARG, "denoising_end given to StableDiffusionPipeline");
+            rp = em_pipeline_default_params();
+            rp.steps = 2;
+            rp.output_latents = true;
+            CHECK(em_pipeline_run(c, ddpm, &rp) == NULL);
+            CHECK_ERR(c, EM_ERR_INVALID_ARG, "output_latents: DDPMPipeline", "has no VAE");
+        }
+        em_pipeline_free(sd);
+        em_pipeline_free(ddpm);
+    }
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
 static void test_refiner_matches_diffusers(void) { run_all(false); }
+static void test_handover_matches_diffusers(void) { handover(false); }
+static void test_handover_compiled(void) { handover(true); }
 static void test_refiner_compiled(void) { run_all(true); }
 
 /* A scratch refiner folder: links to sdxl_refiner_tiny's components under the index `text`. */
@@ -156,4 +249,5 @@ static void test_refiner_folders(void) {
     em_test_scratch_remove();
 }
 
-EM_TEST_MAIN(T(test_refiner_matches_diffusers), T(test_refiner_compiled), T(test_refiner_folders))
+EM_TEST_MAIN(T(test_refiner_matches_diffusers), T(test_refiner_compiled), T(test_refiner_folders),
+             T(test_handover_matches_diffusers), T(test_handover_compiled))

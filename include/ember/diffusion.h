@@ -486,6 +486,19 @@ typedef struct em_pipeline_run_params {
      * NULL: one generator from `seed`. */
     const uint64_t *seeds;
     int64_t num_seeds;
+    /* SDXL's hand-over between the base and the refiner (diffusers' "ensemble of expert
+     * denoisers"): denoising_end in (0, 1) stops the run before the timesteps below
+     * round(T - denoising_end * T) (T num_train_timesteps); with output_latents the run returns
+     * its latents f32 [B, C, h, w] (output_type="latent", on the CPU) instead of images (any
+     * pipeline with a VAE). image_latents (SDXL image to image: [1 or B, C, h, w] f32, any device,
+     * borrowed) are the init image as latents (not encoded; time ids from their size times the
+     * VAE's factor), noised at the first step as an encoded image would be, unless
+     * denoising_start in (0, 1) starts the schedule at the first timestep below the same cutoff
+     * and adds no noise (strength is then unused). 0: none. */
+    double denoising_end;
+    double denoising_start;
+    bool output_latents;
+    em_tensor *image_latents;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,

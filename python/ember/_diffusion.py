@@ -119,7 +119,8 @@ class DiffusionPipeline:
                  output_type="np", callback=None, *, prompt=None, negative_prompt=None,
                  guidance_scale=None, height=None, width=None, class_labels=None, image=None,
                  strength=None, num_images_per_prompt=1, mask_image=None, aesthetic_score=None,
-                 negative_aesthetic_score=None, prompt_embeds=None, negative_prompt_embeds=None):
+                 negative_aesthetic_score=None, prompt_embeds=None, negative_prompt_embeds=None,
+                 denoising_start=None, denoising_end=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `generator`: an int seed, a torch.Generator made with manual_seed,
         or a list of them (one per image of the batch, as diffusers takes). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
@@ -136,7 +137,10 @@ class DiffusionPipeline:
         [1, H, W, 1] in [0, 1], white repainted (a PIL image is made grey with convert("L")).
         An SDXL refiner (requires_aesthetics_score): `aesthetic_score`, `negative_aesthetic_score`
         (None: 6.0 and 2.5). Stable Diffusion: `prompt_embeds` [n, L, D] instead of `prompt`, and
-        `negative_prompt_embeds` of the same shape (else the negative prompt is encoded)."""
+        `negative_prompt_embeds` of the same shape (else the negative prompt is encoded).
+        SDXL's base-to-refiner hand-over: `denoising_end` with output_type="latent" (the latents
+        [B, C, h, w] are returned as .images), then the refiner with those latents as `image`
+        (4 channels, NCHW) and `denoising_start`."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
@@ -196,6 +200,11 @@ class DiffusionPipeline:
             lat = latents if isinstance(latents, Tensor) else tensor(latents, dtype="f32")
             rp.latents = lat._t
         init = None
+        if image is not None and hasattr(image, "shape") and len(image.shape) == 4 \
+                and image.shape[-1] != 3:  # latents as the image (NCHW), diffusers' hand-over
+            init = image if isinstance(image, Tensor) else tensor(image, dtype="f32")
+            rp.image_latents = init._t
+            image = None
         if image is not None:
             if not isinstance(image, Tensor):
                 import numpy as np
@@ -225,6 +234,13 @@ class DiffusionPipeline:
             rp.mask_image = mask._t
         if strength is not None:
             rp.strength = float(strength)
+        if denoising_start is not None:
+            rp.denoising_start = float(denoising_start)
+        if denoising_end is not None:
+            rp.denoising_end = float(denoising_end)
+        if output_type not in ("np", "pil", "latent"):
+            raise ValueError(f"output_type {output_type!r}: 'np', 'pil' or 'latent'")
+        rp.output_latents = output_type == "latent"
         if aesthetic_score is not None:
             rp.aesthetic_score = float(aesthetic_score)
         if negative_aesthetic_score is not None:
@@ -243,7 +259,7 @@ class DiffusionPipeline:
             out = Tensor._adopt(c, img).numpy()
         finally:
             lib.em_scope_pop(c)
-        if output_type == "np":
+        if output_type in ("np", "latent"):
             return ImagePipelineOutput(out)
         if output_type == "pil":
             from PIL import Image

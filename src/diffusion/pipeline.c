@@ -257,15 +257,17 @@ static em_tensor *model_output(em_ctx *c, em_pipeline *p, em_compiled *f, em_ten
 }
 
 /* The steps from x (a reference that this takes over), from the schedule's step `first` (with
- * inpainting's tensors when ip is not NULL); the final x, a reference, or NULL. */
+ * inpainting's tensors when ip is not NULL), `count` of them (-1: to the end); the final x, a
+ * reference, or NULL. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                           em_torch_generator *g, em_tensor *x, em_tensor *ctx,
                           const em_unet2d_added_cond *added, int64_t first,
-                          const sd_inpaint *ip) {
+                          const sd_inpaint *ip, int64_t count) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
     ts += first; /* img2img starts mid-schedule */
     n -= first;
+    if (count >= 0 && count < n) n = count; /* denoising_end stops early */
     em_compiled *f = rp->compile ? em_compile(c, "unet_step", unet_step, p->unet) : NULL;
     if (rp->compile && !f) {
         em_tensor_release(x);
@@ -409,6 +411,39 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     "is Stable Diffusion's (StableDiffusionImg2ImgPipeline)", cls, p->idx.dir);
         return false;
     }
+    const char *xl_only = rp->denoising_end     ? "denoising_end"
+                          : rp->denoising_start ? "denoising_start"
+                          : rp->image_latents   ? "image_latents"
+                                                : NULL;
+    if (xl_only && !p->te2) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s given to %s (%s): the hand-over between "
+                    "SDXL's base and refiner is StableDiffusionXL(Img2Img)Pipeline's", xl_only, cls,
+                    p->idx.dir);
+        return false;
+    }
+    if (!(rp->denoising_end >= 0.0 && rp->denoising_end < 1.0) ||
+        !(rp->denoising_start >= 0.0 && rp->denoising_start < 1.0) ||
+        (rp->denoising_end && rp->denoising_start >= rp->denoising_end)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "denoising_start %g, denoising_end %g: each in "
+                    "(0, 1) (0: none), the start before the end", rp->denoising_start,
+                    rp->denoising_end);
+        return false;
+    }
+    if (rp->denoising_start && !rp->image && !rp->image_latents) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "denoising_start without an init image or "
+                    "image_latents: it is image to image's (the refiner's)");
+        return false;
+    }
+    if (rp->image_latents && (rp->image || rp->latents)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "image_latents with %s: give one of them",
+                    rp->image ? "an init image" : "initial latents");
+        return false;
+    }
+    if (rp->output_latents && !p->vae) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "output_latents: %s (%s) has no VAE (its "
+                    "samples are its images)", cls, p->idx.dir);
+        return false;
+    }
     if (rp->mask_image && !rp->image) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "a mask image without an init image: inpainting "
                     "repaints the mask's white part of the image (give both)");
@@ -427,7 +462,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     (long long)em_unet2d_get_config(p->unet)->in_channels);
         return false;
     }
-    if (p->idx.requires_aesthetics_score && !rp->image) {
+    if (p->idx.requires_aesthetics_score && !rp->image && !rp->image_latents) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s) has requires_aesthetics_score (a refiner): "
                     "it needs an init image (its UNet takes the aesthetic-score time ids of "
                     "image to image)", cls, p->idx.dir);
@@ -444,7 +479,7 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     "image makes its latents from the image (give one of them)");
         return false;
     }
-    if (!rp->image && rp->strength != 0.0) {
+    if (!rp->image && !rp->image_latents && rp->strength != 0.0) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "strength %g without an init image", rp->strength);
         return false;
     }
@@ -548,15 +583,21 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     sd_inpaint inpaint = {0}, *ip = NULL;
     if ((!sd_text(p) || ctx) && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK) {
         em_scope_push(c);
-        if (rp->image) {
+        if (rp->image || rp->image_latents) {
             /* __call__'s default strength: StableDiffusionImg2ImgPipeline 0.8,
              * StableDiffusionXLImg2ImgPipeline 0.3, StableDiffusionInpaintPipeline 1.0 */
             double strength = rp->strength        ? rp->strength
                               : rp->mask_image ? 1.0
                               : p->te2         ? 0.3
                                                : 0.8;
-            first = img2img_first_step(c, p, steps, strength);
-            if (first >= 0 && rp->mask_image) {
+            first = rp->denoising_start ? sdxl_start_step(c, p, rp->denoising_start)
+                                        : img2img_first_step(c, p, steps, strength);
+            if (first >= 0 && rp->image_latents) {
+                int64_t nts = 0;
+                const double *ts = em_scheduler_timesteps(p->sched, &nts);
+                x = sdxl_given_latents(c, p, rp, g, ts[first], !rp->denoising_start);
+                if (x) x = em_tensor_retain(x);
+            } else if (first >= 0 && rp->mask_image) {
                 int64_t nts = 0;
                 const double *ts = em_scheduler_timesteps(p->sched, &nts);
                 bool cfg = ctx && em_tensor_dim(ctx, 0) == 2 * sd_batch(rp);
@@ -577,7 +618,8 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     if (x && p->dit)
         x = dit_pipeline_denoise(c, p->dit, p->sched, rp, g, x);
     else if (x)
-        x = denoise(c, p, rp, g, x, ctx, &added, first, ip);
+        x = denoise(c, p, rp, g, x, ctx, &added, first, ip,
+                    rp->denoising_end ? sdxl_end_count(p, first, rp->denoising_end) : -1);
     em_torch_generator_free(g);
     sd_inpaint_free(&inpaint);
     if (!x) {
@@ -588,6 +630,14 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
      * then, as the unconditional pipelines, (image / 2 + 0.5).clamp(0, 1).cpu().permute(0, 2,
      * 3, 1) */
     em_tensor *img = x;
+    if (rp->output_latents) { /* output_type="latent": the latents as they are */
+        em_device *cpu = em_device_get(c, "cpu");
+        if (cpu && em_tensor_device(img) != cpu) img = em_to(c, img, cpu);
+        em_keep(c, img);
+        em_scope_pop(c);
+        em_tensor_release(x);
+        return img;
+    }
     if (sd_text(p))
         img = sd_decode(c, p, x, rp->vae_tiling, rp->vae_slicing);
     else if (p->dit) {

@@ -120,6 +120,15 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
 /* The second prompts (prompt_2, negative_prompt_2 and their lists): only for SDXL, strings
  * without prompts, lists (without NULL entries) with them. False with the error in c. */
 bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp);
+/* SDXL's hand-over (pipeline_sdxl.c): get_timesteps with denoising_start — the first step of the
+ * timesteps below the cutoff (begin index set), or -1 with the error when none is; the count of
+ * steps from `first` at or above denoising_end's cutoff; and prepare_latents for
+ * rp->image_latents (checked, repeated over the batch, noised at t when add_noise), NULL with
+ * the error. */
+int64_t sdxl_start_step(em_ctx *c, em_pipeline *p, double denoising_start);
+int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end);
+em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                              em_torch_generator *g, double t, bool add_noise);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):
  * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns

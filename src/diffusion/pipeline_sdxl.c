@@ -4,6 +4,7 @@
  * force_zeros_for_empty_prompt) and _get_add_time_ids. The rest of the run is Stable
  * Diffusion's (pipeline_sd.c) and the loop of pipeline.c. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,9 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     if (rp->image && em_tensor_ndim(rp->image) == 4) {
         h = (float)em_tensor_dim(rp->image, 1);
         w = (float)em_tensor_dim(rp->image, 2);
+    } else if (rp->image_latents && em_tensor_ndim(rp->image_latents) == 4) {
+        h = (float)(em_tensor_dim(rp->image_latents, 2) * f);
+        w = (float)(em_tensor_dim(rp->image_latents, 3) * f);
     }
     int64_t m = em_tensor_dim(e, 0), k = time_ids_count(p);
     float *ids = malloc((size_t)(m * k) * sizeof *ids);
@@ -260,4 +264,59 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     free(ids);
     added->text_embeds = pooled;
     return added->time_ids ? e : NULL;
+}
+
+/* denoising_end / denoising_start's discrete_timestep_cutoff: int(round(T - frac * T)), Python's
+ * round (half to even, which nearbyint gives in the default rounding mode) */
+static double cutoff(const em_pipeline *p, double frac) {
+    double t = (double)em_scheduler_num_train_timesteps(p->sched);
+    return nearbyint(t - frac * t);
+}
+
+int64_t sdxl_start_step(em_ctx *c, em_pipeline *p, double denoising_start) {
+    int64_t n = 0, keep = 0;
+    const double *ts = em_scheduler_timesteps(p->sched, &n);
+    double cut = cutoff(p, denoising_start);
+    for (int64_t i = 0; i < n; i++) keep += ts[i] < cut;
+    /* (Ember's schedulers are all first order: no second-order adjustment of the count) */
+    if (keep < 1) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "denoising_start %g keeps no timestep of %lld "
+                    "(none below %g): lower it or take more steps", denoising_start, (long long)n,
+                    cut);
+        return -1;
+    }
+    int64_t first = n - keep;
+    em_scheduler_kind k = em_scheduler_get_kind(p->sched);
+    bool begin = k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
+    if (begin && em_scheduler_set_begin_index(c, p->sched, first) != EM_OK) return -1;
+    return first;
+}
+
+int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end) {
+    int64_t n = 0, count = 0;
+    const double *ts = em_scheduler_timesteps(p->sched, &n);
+    double cut = cutoff(p, denoising_end);
+    for (int64_t i = first; i < n; i++) count += ts[i] >= cut;
+    return count;
+}
+
+em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                              em_torch_generator *g, double t, bool add_noise) {
+    em_tensor *z = rp->image_latents;
+    int64_t batch = sd_batch(rp), ch = em_vae_get_config(p->vae)->latent_channels;
+    char sig[96];
+    if (em_tensor_ndim(z) != 4 || (em_tensor_dim(z, 0) != 1 && em_tensor_dim(z, 0) != batch) ||
+        em_tensor_dim(z, 1) != ch || em_tensor_dtype(z) != EM_F32) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "image_latents %s: f32 [1 or %lld, %lld, h, w] (the "
+                    "batch, the VAE's latent_channels)", em_tensor_sig(z, sig, sizeof sig),
+                    (long long)batch, (long long)ch);
+        return NULL;
+    }
+    em_device *dev = em_unet2d_device(p->unet);
+    if (em_tensor_device(z) != dev) z = em_to(c, z, dev);
+    /* torch.cat([init_latents] * (batch // rows)) */
+    if (z && em_tensor_dim(z, 0) < batch) z = em_repeat_interleave(c, z, batch, 0);
+    if (!z || !add_noise) return z;
+    em_tensor *noise = em_torch_randn(c, g, 4, em_tensor_shape(z), dev);
+    return noise ? em_scheduler_add_noise(c, p->sched, z, noise, t) : NULL;
 }

@@ -505,6 +505,15 @@ def test_diffusion_inpaint_and_refiner_match_diffusers():
              aesthetic_score=r["aesthetic_score"],
              negative_aesthetic_score=r["negative_aesthetic_score"]).images
     np.testing.assert_allclose(out, ref["scores_image"], atol=1e-3, err_msg="refiner")
+    h = meta["handover"]  # the base to denoising_end as latents, the refiner from them
+    base = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sdxl_tiny"))
+    lat = base(num_inference_steps=h["steps"], generator=h["base_seed"], prompt=h["prompt"],
+               guidance_scale=h["guidance"], denoising_end=h["split"],
+               output_type="latent").images
+    np.testing.assert_allclose(lat, ref["handover_latents"], atol=1e-3, err_msg="base latents")
+    out = xl(num_inference_steps=h["steps"], generator=h["refiner_seed"], prompt=h["prompt"],
+             guidance_scale=h["guidance"], image=lat, denoising_start=h["split"]).images
+    np.testing.assert_allclose(out, ref["handover_image"], atol=1e-3, err_msg="hand-over")
     meta, ref = _diffusion_bundle("sd_prompt_embeds_ref")  # gen_sd_prompt_embeds_fixtures.py
     sd = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd_tiny"))
     r = meta["runs"]["embeds_neg"]
