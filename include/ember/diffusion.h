@@ -475,7 +475,12 @@ typedef struct em_pipeline_run_params {
      * num_images_per_prompt times). Under guidance negative_prompt_embeds (the same shape) are
      * the unconditional half; without them the negative prompt (negative_prompt with n 1, or n
      * negative_prompts; NULL: "") is encoded, tokenized to L tokens. Refused with a prompt and
-     * by the other pipelines. NULL: encode the prompts. */
+     * by the other pipelines. NULL: encode the prompts. StableDiffusionXLPipeline (and its
+     * refiner) takes them too, cross_attention_dim wide (the encoders' states side by side),
+     * with pooled_prompt_embeds [n, text_encoder_2's projection_dim] required beside them (and
+     * negative_pooled_prompt_embeds beside negative_prompt_embeds); without negatives under
+     * guidance they are zeros (force_zeros_for_empty_prompt and no negative prompt) or the
+     * negative prompts encoded by every encoder at L tokens, as diffusers does. */
     em_tensor *prompt_embeds;
     em_tensor *negative_prompt_embeds;
     /* A generator per image, diffusers' generator=[torch.Generator("cpu").manual_seed(s) for s
@@ -499,6 +504,9 @@ typedef struct em_pipeline_run_params {
     double denoising_start;
     bool output_latents;
     em_tensor *image_latents;
+    /* SDXL with prompt_embeds: the pooled text embeds (see prompt_embeds). Borrowed. */
+    em_tensor *pooled_prompt_embeds;
+    em_tensor *negative_pooled_prompt_embeds;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,

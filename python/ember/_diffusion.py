@@ -120,7 +120,8 @@ class DiffusionPipeline:
                  guidance_scale=None, height=None, width=None, class_labels=None, image=None,
                  strength=None, num_images_per_prompt=1, mask_image=None, aesthetic_score=None,
                  negative_aesthetic_score=None, prompt_embeds=None, negative_prompt_embeds=None,
-                 denoising_start=None, denoising_end=None):
+                 denoising_start=None, denoising_end=None, pooled_prompt_embeds=None,
+                 negative_pooled_prompt_embeds=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `generator`: an int seed, a torch.Generator made with manual_seed,
         or a list of them (one per image of the batch, as diffusers takes). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
@@ -137,7 +138,8 @@ class DiffusionPipeline:
         [1, H, W, 1] in [0, 1], white repainted (a PIL image is made grey with convert("L")).
         An SDXL refiner (requires_aesthetics_score): `aesthetic_score`, `negative_aesthetic_score`
         (None: 6.0 and 2.5). Stable Diffusion: `prompt_embeds` [n, L, D] instead of `prompt`, and
-        `negative_prompt_embeds` of the same shape (else the negative prompt is encoded).
+        `negative_prompt_embeds` of the same shape (else the negative prompt is encoded); SDXL
+        with `pooled_prompt_embeds` (and `negative_pooled_prompt_embeds`) beside them.
         SDXL's base-to-refiner hand-over: `denoising_end` with output_type="latent" (the latents
         [B, C, h, w] are returned as .images), then the refiner with those latents as `image`
         (4 channels, NCHW) and `denoising_start`."""
@@ -216,7 +218,9 @@ class DiffusionPipeline:
             rp.image = init._t
         embeds = []
         for field, value in (("prompt_embeds", prompt_embeds),
-                             ("negative_prompt_embeds", negative_prompt_embeds)):
+                             ("negative_prompt_embeds", negative_prompt_embeds),
+                             ("pooled_prompt_embeds", pooled_prompt_embeds),
+                             ("negative_pooled_prompt_embeds", negative_pooled_prompt_embeds)):
             if value is not None:
                 embeds.append(value if isinstance(value, Tensor) else tensor(value, dtype="f32"))
                 setattr(rp, field, embeds[-1]._t)

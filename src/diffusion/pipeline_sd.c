@@ -119,16 +119,25 @@ int64_t sd_batch(const em_pipeline_run_params *rp) {
 
 bool sd_check_prompt_embeds(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
     em_tensor *e = rp->prompt_embeds, *ne = rp->negative_prompt_embeds;
-    if (!e && !ne) return true;
+    em_tensor *pe = rp->pooled_prompt_embeds, *npe = rp->negative_pooled_prompt_embeds;
+    if (!e && !ne && !pe && !npe) return true;
     const char *cls = p->idx.class_name, *why = NULL;
-    if (!p->te || p->te2)
-        why = "prompt embeddings are given to StableDiffusionPipeline";
+    bool xl = p->te2 != NULL;
+    if (!sd_text(p))
+        why = "prompt embeddings are given to StableDiffusionPipeline and "
+              "StableDiffusionXLPipeline";
     else if (!e)
-        why = "negative_prompt_embeds need prompt_embeds";
-    else if (rp->prompt || rp->prompts)
+        why = "negative or pooled prompt embeddings need prompt_embeds";
+    else if (rp->prompt || rp->prompts || rp->prompt_2 || rp->prompts_2)
         why = "prompt_embeds with a prompt: give one of them, as diffusers requires";
-    else if (ne && (rp->negative_prompt || rp->negative_prompts))
+    else if (ne && (rp->negative_prompt || rp->negative_prompts || rp->negative_prompt_2 ||
+                    rp->negative_prompts_2))
         why = "negative_prompt_embeds with a negative prompt: give one of them";
+    else if (!xl && (pe || npe))
+        why = "pooled prompt embeddings are StableDiffusionXLPipeline's";
+    else if (xl && (!pe || (ne && !npe) || (npe && !ne)))
+        why = "SDXL's prompt_embeds need pooled_prompt_embeds, and negative_prompt_embeds "
+              "negative_pooled_prompt_embeds, as diffusers requires";
     if (why) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s (%s, %s)", why, cls, p->idx.dir);
         return false;
@@ -148,6 +157,18 @@ bool sd_check_prompt_embeds(em_ctx *c, const em_pipeline *p, const em_pipeline_r
         return false;
     }
     int64_t n = em_tensor_dim(e, 0);
+    for (int i = 0; xl && i < 2; i++) { /* the pooled ones: [n, projection_dim] */
+        em_tensor *t = i ? npe : pe;
+        int64_t w = em_clip_text_get_config(p->te2)->projection_dim;
+        if (t && (em_tensor_ndim(t) != 2 || em_tensor_dim(t, 0) != n ||
+                  em_tensor_dim(t, 1) != w || em_tensor_dtype(t) != EM_F32)) {
+            em_ctx_fail(c, EM_ERR_SHAPE, "StableDiffusionXLPipeline", "%s %s: f32 [%lld, %lld] "
+                        "(prompt_embeds' rows, text_encoder_2's projection_dim)",
+                        i ? "negative_pooled_prompt_embeds" : "pooled_prompt_embeds",
+                        em_tensor_sig(t, s1, sizeof s1), (long long)n, (long long)w);
+            return false;
+        }
+    }
     if (rp->negative_prompt && n != 1) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "negative_prompt (a string) with %lld rows of "
                     "prompt_embeds: give %lld negative_prompts", (long long)n, (long long)n);
@@ -168,17 +189,17 @@ bool sd_check_prompt_embeds(em_ctx *c, const em_pipeline *p, const em_pipeline_r
 }
 
 const char **sd_prompt_texts(em_ctx *c, const em_pipeline_run_params *rp) {
-    int64_t n = rp->prompts ? rp->num_prompts : 1;
+    int64_t n = sd_prompts(rp);
     const char **text = malloc(2 * (size_t)n * sizeof *text);
     if (!text) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
     for (int64_t i = 0; i < n; i++) {
-        const char *neg = rp->prompts ? (rp->negative_prompts ? rp->negative_prompts[i] : NULL)
-                                      : rp->negative_prompt;
+        /* negative_prompts come with prompts or prompt_embeds, negative_prompt without a list */
+        const char *neg = rp->negative_prompts ? rp->negative_prompts[i] : rp->negative_prompt;
         text[i] = neg ? neg : "";
-        text[n + i] = rp->prompts ? rp->prompts[i] : rp->prompt;
+        text[n + i] = rp->prompts ? rp->prompts[i] : rp->prompt ? rp->prompt : "";
     }
     return text;
 }

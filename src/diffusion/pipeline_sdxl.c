@@ -90,10 +90,11 @@ bool sdxl_to(em_ctx *c, em_pipeline *p, const char *device) {
 /* text_encoder(tokenizer(texts, padding="max_length", truncation=True), output_hidden_states=
  * True): hidden_states[-2] [n, L, H] and, from a projecting encoder, text_embeds [n, P]. */
 static em_tensor *encode(em_ctx *c, const em_clip_tokenizer *tok, const em_clip_text *te,
-                         const char *const *texts, int n, em_tensor **pooled) {
+                         const char *const *texts, int n, int64_t max_length,
+                         em_tensor **pooled) {
     em_device *prev = em_ctx_device(c);
     em_ctx_set_device(c, em_clip_text_device(te));
-    em_tensor *ids = em_clip_tokenize_batch(c, tok, texts, n, 0, NULL);
+    em_tensor *ids = em_clip_tokenize_batch(c, tok, texts, n, max_length, NULL);
     em_ctx_set_device(c, prev);
     em_clip_text_output o;
     if (!ids || em_clip_text_forward(c, te, ids, NULL, -2, &o) != EM_OK) return NULL;
@@ -182,12 +183,17 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     int64_t shape[4];
     if (!sd_latent_shape(c, p, rp, shape)) return NULL;
     bool cfg = rp->guidance_scale > 1.0;
-    int64_t n = rp->prompts ? rp->num_prompts : 1;
+    int64_t n = sd_prompts(rp);
     /* zero_out_negative_prompt = negative_prompt is None and force_zeros_for_empty_prompt; a
      * given "" is encoded like any prompt */
-    bool none = rp->prompts ? !rp->negative_prompts : !rp->negative_prompt;
+    bool none = rp->negative_prompts ? false : !rp->negative_prompt;
     bool zero = cfg && none && p->idx.force_zeros_for_empty_prompt;
     bool encode_neg = cfg && !zero;
+    /* prompt embeddings given: only the negatives are encoded (at their length L), when
+     * neither given nor zeroed */
+    em_tensor *given = rp->prompt_embeds;
+    if (given && rp->negative_prompt_embeds) encode_neg = zero = false;
+    int64_t max_len = given ? em_tensor_dim(given, 1) : 0;
     const char **text = sd_prompt_texts(c, rp); /* negative_prompt or "" */
     const char **text2 = text ? second_texts(c, rp, text, n) : NULL;
     if (!text2) {
@@ -199,24 +205,42 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
      * tokenizers share (sdxl_load) */
     int64_t skip = encode_neg ? 0 : n;
     int rows_in = (int)(encode_neg ? 2 * n : n);
-    em_tensor *pooled = NULL, *h1 = NULL, *h2 = NULL;
-    if (p->te) {
-        h1 = encode(c, p->tok, p->te, text + skip, rows_in, NULL);
-        if (h1) h2 = encode(c, p->tok2, p->te2, text2 + skip, rows_in, &pooled);
-    } else { /* a refiner: encode_prompt zips [prompt, prompt_2] with [tokenizer_2], so the
-                second encoder takes the first prompts and prompt_2 goes unused */
-        h2 = encode(c, p->tok2, p->te2, text + skip, rows_in, &pooled);
+    if (given) rows_in = encode_neg ? (int)n : 0; /* the negatives alone */
+    em_tensor *pooled = NULL, *h1 = NULL, *h2 = NULL, *e = NULL;
+    if (rows_in && p->te) {
+        h1 = encode(c, p->tok, p->te, text + skip, rows_in, max_len, NULL);
+        if (h1) h2 = encode(c, p->tok2, p->te2, text2 + skip, rows_in, max_len, &pooled);
+    } else if (rows_in) { /* a refiner: encode_prompt zips [prompt, prompt_2] with
+                             [tokenizer_2], so the second encoder takes the first prompts and
+                             prompt_2 goes unused */
+        h2 = encode(c, p->tok2, p->te2, text + skip, rows_in, max_len, &pooled);
     }
     free(text);
     free(text2);
-    if (!h2) return NULL;
     em_device *dev = em_unet2d_device(p->unet);
     if (h1 && em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev);
-    if (em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev);
-    if (h2 && em_tensor_device(pooled) != dev) pooled = em_to(c, pooled, dev);
+    if (h2 && em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev);
+    if (h2 && pooled && em_tensor_device(pooled) != dev) pooled = em_to(c, pooled, dev);
     em_tensor *pair[2] = {h1, h2};
-    em_tensor *e = !h2 || !pooled ? NULL : h1 ? em_cat(c, pair, 2, 2) : h2;
-    if (zero && e) { /* torch.zeros_like of both, before the prompts' */
+    if (h2 && pooled) e = h1 ? em_cat(c, pair, 2, 2) : h2;
+    if (given) { /* [negatives (encoded above, given, or zeros below); the given prompts'] */
+        em_tensor *pos = em_to(c, given, dev), *pos_pool = em_to(c, rp->pooled_prompt_embeds, dev);
+        if (!cfg) {
+            e = pos;
+            pooled = pos_pool;
+        } else if (rp->negative_prompt_embeds) {
+            e = rows(c, em_to(c, rp->negative_prompt_embeds, dev), pos);
+            pooled = rows(c, em_to(c, rp->negative_pooled_prompt_embeds, dev), pos_pool);
+        } else if (!zero) {
+            e = rows(c, e, pos);
+            pooled = rows(c, pooled, pos_pool);
+        } else {
+            e = pos;
+            pooled = pos_pool;
+        }
+    }
+    if (!e || !pooled) return NULL;
+    if (zero) { /* torch.zeros_like of both, before the prompts' */
         e = rows(c, zeros_like(c, e), e);
         pooled = rows(c, zeros_like(c, pooled), pooled);
     }

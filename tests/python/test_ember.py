@@ -522,6 +522,14 @@ def test_diffusion_inpaint_and_refiner_match_diffusers():
              negative_prompt_embeds=ref["embeds_neg_neg_embeds"],
              num_images_per_prompt=r["num_images_per_prompt"]).images
     np.testing.assert_allclose(out, ref["embeds_neg_image"], atol=1e-3, err_msg="prompt_embeds")
+    meta, ref = _diffusion_bundle("sdxl_prompt_embeds_ref")  # SDXL: pooled ones beside
+    r = meta["runs"]["xl_negative"]
+    out = base(num_inference_steps=r["steps"], generator=r["seed"], guidance_scale=r["guidance"],
+               prompt_embeds=ref["xl_negative_embeds"],
+               pooled_prompt_embeds=ref["xl_negative_pooled"],
+               negative_prompt=r["negative_prompt"],
+               num_images_per_prompt=r["num_images_per_prompt"]).images
+    np.testing.assert_allclose(out, ref["xl_negative_image"], atol=1e-3, err_msg="SDXL embeds")
     meta, ref = _diffusion_bundle("generator_list_ref")  # gen_generator_list_fixtures.py
     r = meta["runs"]["sd_list"]
     sd.set_scheduler("euler-a")
