@@ -28,6 +28,11 @@ tests/fixtures/diffusion/sd_inpaint_mask.png: a seeded 16 x 16 RGB PNG given to 
 a PIL image (the run "png_mask": the mask processor turns it grey with PIL's convert("L")); its
 _mask is the RGB image as read, f32 [1, 16, 16, 3] of k / 255.
 
+And StableDiffusionXLInpaintPipeline on tests/fixtures/diffusion/sdxl_tiny (gen_sdxl_fixtures.py;
+a 4-channel UNet: the blend; not rewritten here), meta "xl_runs", the same tensors per run: its
+default strength 0.9999 skips the schedule's first step and noises the image's latents, and the
+time ids are SDXL base's six.
+
 Ember must match within 1e-3.
 """
 import json
@@ -62,6 +67,12 @@ RUNS = {
     "png_mask": ("sd_inpaint_tiny", "a tree", None, 5.0, 3, None, 71, None, 1),
 }
 PNG = os.path.join(OUT, "sd_inpaint_mask.png")
+
+# name: (prompt, negative_prompt, guidance, steps, strength (None: 0.9999), seed, per)
+XL_RUNS = {
+    "xl_inpaint": ("a photo of a cat", None, 5.0, 5, None, 73, 1),
+    "xl_inpaint_full": ("a red cube", "blurry", 4.0, 4, 1.0, 75, 2),
+}
 
 
 def build():
@@ -122,7 +133,28 @@ def main():
         meta[name] = {"folder": folder, "prompt": prompt, "negative_prompt": neg,
                       "guidance": guidance, "steps": steps, "strength": strength, "seed": seed,
                       "scheduler": sched, "num_images_per_prompt": per}
-    b.meta = {"runs": meta}
+    from diffusers import StableDiffusionXLInpaintPipeline
+    xl = StableDiffusionXLInpaintPipeline.from_pretrained(os.path.join(OUT, "sdxl_tiny"),
+                                                          add_watermarker=False)
+    xl.set_progress_bar_config(disable=True)
+    xl_meta = {}
+    for name, (prompt, neg, guidance, steps, strength, seed, per) in XL_RUNS.items():
+        rng = np.random.default_rng(seed)
+        init = rng.random((1, 16, 16, 3), dtype=np.float32)
+        mask = rng.random((1, 16, 16, 1), dtype=np.float32)
+        kw = {} if strength is None else {"strength": strength}
+        with torch.no_grad():
+            image = xl(prompt, image=init.copy(), mask_image=mask.copy(), negative_prompt=neg,
+                       guidance_scale=guidance, num_inference_steps=steps, height=16, width=16,
+                       num_images_per_prompt=per, output_type="np",
+                       generator=torch.Generator("cpu").manual_seed(seed), **kw).images
+        b.add(name + "_init", torch.from_numpy(init))
+        b.add(name + "_mask", torch.from_numpy(mask))
+        b.add(name + "_image", torch.from_numpy(image))
+        xl_meta[name] = {"prompt": prompt, "negative_prompt": neg, "guidance": guidance,
+                         "steps": steps, "strength": strength, "seed": seed,
+                         "num_images_per_prompt": per}
+    b.meta = {"runs": meta, "xl_runs": xl_meta}
     n, nbytes = b.write()
     print("sd_inpaint_ref: %d tensors, %d bytes" % (n, nbytes))
     print(json.dumps(meta, indent=1))

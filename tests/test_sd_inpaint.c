@@ -2,7 +2,8 @@
  * gen_sd_inpaint_fixtures.py): tests/fixtures/diffusion/sd_inpaint_tiny (a 9-channel inpainting
  * UNet: the latents, the mask and the masked image's latents) and sd_tiny (a 4-channel UNet:
  * the known region blended back after every step), seeded runs within 1e-3 of diffusers'
- * output_type="np" images, eager and compiled; and the refusals. */
+ * output_type="np" images, eager and compiled; StableDiffusionXLInpaintPipeline on sdxl_tiny
+ * (the blend, its default strength 0.9999); and the refusals. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,60 @@ static void run_all(bool compile) {
     em_test_bundle_free(b);
 }
 
+/* the same script's XL_RUNS: StableDiffusionXLInpaintPipeline on sdxl_tiny (the 4-channel
+ * blend; strength 0: the default 0.9999) */
+static const struct {
+    const char *name, *prompt, *negative;
+    double guidance;
+    int64_t steps;
+    double strength;
+    uint64_t seed;
+    int64_t per;
+} XL_RUNS[] = {
+    {"xl_inpaint", "a photo of a cat", NULL, 5.0, 5, 0.0, 73, 1},
+    {"xl_inpaint_full", "a red cube", "blurry", 4.0, 4, 1.0, 75, 2},
+};
+
+static void run_xl(bool compile) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd_inpaint_ref");
+    CHECK(b != NULL);
+    if (!b) return;
+    em_ctx *c = em_ctx_create();
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
+    CHECK_MSG(p != NULL, "sdxl_tiny: %s", msg(c));
+    for (size_t i = 0; p && i < sizeof XL_RUNS / sizeof XL_RUNS[0]; i++) {
+        char name[64], what[96];
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = XL_RUNS[i].prompt;
+        rp.negative_prompt = XL_RUNS[i].negative;
+        rp.guidance_scale = XL_RUNS[i].guidance;
+        rp.steps = XL_RUNS[i].steps;
+        rp.strength = XL_RUNS[i].strength;
+        rp.seed = XL_RUNS[i].seed;
+        rp.num_images_per_prompt = XL_RUNS[i].per;
+        rp.compile = compile;
+        snprintf(name, sizeof name, "%s_init", XL_RUNS[i].name);
+        rp.image = em_test_bundle_get(b, c, name);
+        snprintf(name, sizeof name, "%s_mask", XL_RUNS[i].name);
+        rp.mask_image = em_test_bundle_get(b, c, name);
+        snprintf(name, sizeof name, "%s_image", XL_RUNS[i].name);
+        snprintf(what, sizeof what, "SDXL inpainting %s%s", XL_RUNS[i].name,
+                 compile ? " compiled" : "");
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+    em_test_bundle_free(b);
+}
+
 static void test_inpaint_matches_diffusers(void) { run_all(false); }
+static void test_sdxl_inpaint_matches_diffusers(void) { run_xl(false); }
+static void test_sdxl_inpaint_compiled(void) { run_xl(true); }
 static void test_inpaint_compiled(void) { run_all(true); }
 
 static void test_inpaint_refusals(void) {
@@ -106,19 +160,18 @@ static void test_inpaint_refusals(void) {
         em_scope_pop(c);
     }
     em_pipeline_free(p);
-    /* masks are Stable Diffusion's */
-    p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
+    /* masks are Stable Diffusion's and SDXL's */
+    p = em_pipeline_load(c, em_test_fixture_path("diffusion", "dit_pipe"), NULL);
     CHECK_MSG(p != NULL, "%s", msg(c));
     if (p) {
         em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = "a";
+        rp.class_label = 1;
         rp.steps = 2;
         rp.image = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 16, 3});
         rp.mask_image = em_zeros(c, EM_F32, 3, (int64_t[]){1, 16, 16});
         CHECK(em_pipeline_run(c, p, &rp) == NULL);
-        CHECK_ERR(c, EM_ERR_INVALID_ARG, "a mask image given to StableDiffusionXLPipeline",
-                  "StableDiffusionInpaintPipeline's");
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "given to DiTPipeline");
         em_scope_pop(c);
     }
     em_pipeline_free(p);
@@ -126,4 +179,5 @@ static void test_inpaint_refusals(void) {
 }
 
 EM_TEST_MAIN(T(test_inpaint_matches_diffusers), T(test_inpaint_compiled),
-             T(test_inpaint_refusals))
+             T(test_inpaint_refusals), T(test_sdxl_inpaint_matches_diffusers),
+             T(test_sdxl_inpaint_compiled))

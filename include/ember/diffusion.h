@@ -242,7 +242,8 @@ typedef enum em_pipeline_class {
                                            components plus tokenizer_2 and text_encoder_2
                                            (CLIPTextModelWithProjection); the UNet has
                                            addition_embed_type "text_time". Also
-                                           StableDiffusionXLImg2ImgPipeline folders (class_name
+                                           StableDiffusionXLImg2ImgPipeline and
+                                           StableDiffusionXLInpaintPipeline folders (class_name
                                            says which), the refiner's layout included: no
                                            tokenizer / text_encoder */
 } em_pipeline_class;
@@ -461,13 +462,13 @@ typedef struct em_pipeline_run_params {
      * diffusers' defaults, 6.0 and 2.5; the other pipelines ignore them, as diffusers' do. */
     double aesthetic_score;
     double negative_aesthetic_score;
-    /* Inpainting, StableDiffusionInpaintPipeline on Stable Diffusion folders (with image): the
-     * mask, f32 [1, H, W] or [1, H, W, 1] (the image's size, any device, borrowed), binarised at
-     * 0.5 as diffusers' mask processor does; white (1) is repainted. A UNet of 9 input channels
-     * (stable-diffusion-inpainting's) takes the mask and the masked image's latents beside the
-     * latents; a 4-channel one keeps the known region from the image's latents after every
-     * step. strength 0 is the default 1.0 (pure noise). Such a UNet needs a mask; SDXL folders
-     * refuse one. NULL: no inpainting. */
+    /* Inpainting, StableDiffusionInpaintPipeline on Stable Diffusion folders and
+     * StableDiffusionXLInpaintPipeline on SDXL ones (with image): the mask, f32 [1, H, W] or
+     * [1, H, W, 1] (the image's size, any device, borrowed), binarised at 0.5 as diffusers' mask
+     * processor does; white (1) is repainted. A UNet of 9 input channels (the inpainting
+     * models') takes the mask and the masked image's latents beside the latents; a 4-channel one
+     * keeps the known region from the image's latents after every step. strength 0 is the
+     * default, 1.0 (pure noise; SDXL 0.9999). Such a UNet needs a mask. NULL: no inpainting. */
     em_tensor *mask_image;
     /* StableDiffusionPipeline (and its image to image and inpainting): the prompt embeddings
      * given instead of prompt / prompts, as diffusers' prompt_embeds: f32 [n, L,

@@ -449,10 +449,10 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
                     "repaints the mask's white part of the image (give both)");
         return false;
     }
-    if (rp->mask_image && (!p->tok || p->te2)) {
+    if (rp->mask_image && !sd_text(p)) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "a mask image given to %s (%s): inpainting is "
-                    "StableDiffusionInpaintPipeline's (Stable Diffusion folders)", cls,
-                    p->idx.dir);
+                    "StableDiffusion(XL)InpaintPipeline's (Stable Diffusion and SDXL folders)",
+                    cls, p->idx.dir);
         return false;
     }
     if (p->unet && sd_text(p) && !rp->mask_image &&
@@ -585,11 +585,13 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
         em_scope_push(c);
         if (rp->image || rp->image_latents) {
             /* __call__'s default strength: StableDiffusionImg2ImgPipeline 0.8,
-             * StableDiffusionXLImg2ImgPipeline 0.3, StableDiffusionInpaintPipeline 1.0 */
-            double strength = rp->strength        ? rp->strength
-                              : rp->mask_image ? 1.0
-                              : p->te2         ? 0.3
-                                               : 0.8;
+             * StableDiffusionXLImg2ImgPipeline 0.3, StableDiffusionInpaintPipeline 1.0,
+             * StableDiffusionXLInpaintPipeline 0.9999 */
+            double strength = rp->strength                ? rp->strength
+                              : rp->mask_image && p->te2 ? 0.9999
+                              : rp->mask_image          ? 1.0
+                              : p->te2                  ? 0.3
+                                                        : 0.8;
             first = rp->denoising_start ? sdxl_start_step(c, p, rp->denoising_start)
                                         : img2img_first_step(c, p, steps, strength);
             if (first >= 0 && rp->image_latents) {

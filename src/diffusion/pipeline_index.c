@@ -193,14 +193,16 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     snprintf(out->class_name, sizeof out->class_name, "%s", name);
     size_t np = sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0], i = 0;
     while (i < np && strcmp(name, PIPELINE_NAMES[i])) i++;
-    if (!strcmp(name, "StableDiffusionXLImg2ImgPipeline")) i = EM_PIPELINE_STABLE_DIFFUSION_XL;
+    if (!strcmp(name, "StableDiffusionXLImg2ImgPipeline") ||
+        !strcmp(name, "StableDiffusionXLInpaintPipeline"))
+        i = EM_PIPELINE_STABLE_DIFFUSION_XL;
     if (!strcmp(name, "StableDiffusionInpaintPipeline")) i = EM_PIPELINE_STABLE_DIFFUSION;
     if (i == np)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP,
                            "%s: pipeline class '%s' is not supported (DDPMPipeline, "
                            "DDIMPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline, "
-                           "StableDiffusionXLImg2ImgPipeline, StableDiffusionInpaintPipeline and "
-                           "DiTPipeline are)", file, name);
+                           "StableDiffusionXLImg2ImgPipeline, StableDiffusionInpaintPipeline, "
+                           "StableDiffusionXLInpaintPipeline and DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))

@@ -40,7 +40,7 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
                                                         : "text_encoder_2";
     /* an inpainting UNet (StableDiffusionInpaintPipeline) takes the mask and the masked image's
      * latents beside the latents */
-    bool inpaint = !xl && u->in_channels == 2 * v->latent_channels + 1;
+    bool inpaint = u->in_channels == 2 * v->latent_channels + 1;
     if (width != u->cross_attention_dim || (v->latent_channels != u->in_channels && !inpaint) ||
         u->out_channels != v->latent_channels) {
         em_ctx_fail(c, EM_ERR_SHAPE, xl ? p->idx.class_name : OP,
