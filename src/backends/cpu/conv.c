@@ -228,6 +228,7 @@ static em_status conv2d_kernel(const em_kernel_args *a) {
     g->sw = j.sw;
     g->hp = j.H + 2 * j.ph;
     if (out->numel == 0) return EM_OK;
+    if (em_conv_gemm_takes(x, w, bias, out, G)) return em_conv_gemm(a);
 
     /* thin groups (depthwise) waste a wide block's lanes: one channel per tile instead */
     bool wide = j.og * 2 >= cisa->ocb;

@@ -152,6 +152,12 @@ static void pack_b_block(const em_gemm_args *g, const em_gemm_kernel *kern, char
     const size_t es = em_esize(g->dtype);
     const int nr = kern->nr;
     /* (a format padded per panel to whole tiles cannot be packed in pieces) */
+    if (g->b_panel) {
+        for (int64_t jr = 0; jr < ncur; jr += nr)
+            g->b_panel(g->b_ctx, kern, bbuf + (size_t)(jr / nr) * bpanel, bb, pc, kcur, col + jr,
+                       (int)min64(nr, ncur - jr));
+        return;
+    }
     const int64_t step = g->b_cs == 1 && g->b_rs != 1 && kern->fmt != EM_GEMM_FMT_BF16X2_T16
                              ? PACK_B_ROWS
                              : kcur;
@@ -370,6 +376,7 @@ static bool dot_small(int64_t m, int64_t k, em_dtype dt) {
 
 /* Rows of A and columns of B contiguous along k (they may overlap: they are only read). */
 static bool dot_fits(const em_gemm_args *g) {
+    if (g->b_panel) return false;
     return (g->a_cs == 1 && g->b_rs == 1) || g->k == 1;
 }
 
