@@ -2,10 +2,10 @@
  * Lab timing of conv2d's two CPU engines, the direct kernel and the implicit GEMM (not a test;
  * run by hand):
  *
- *   lab_conv [REPS] [N,C,H,W[,O[,K[,S]]] ...]
+ *   lab_conv [REPS] [f32|bf16|f16] [nobias] [N,C,H,W[,O[,K[,S]]] ...]
  *
  * Each shape (default: SD 1.5's 3x3 resnet convs at 512, batch 2, padding K/2, stride S, O
- * output channels, f32) is timed REPS times (default 5) with EMBER_CONV_ENGINE=direct and =gemm
+ * output channels, f32, with a bias) is timed REPS times (default 5) with EMBER_CONV_ENGINE=direct and =gemm
  * interleaved, so that both see the same load; the best wall and CPU time of each, their GFLOP/s
  * and the fraction of the FP32 FMA peak measured in the same run (before and after the shapes,
  * by the probes of the kernel level in use).
@@ -79,9 +79,18 @@ int main(int argc, char **argv) {
                         {2, 640, 32, 32, 640, 3, 1},
                         {2, 1280, 16, 16, 1280, 3, 1},
                         {2, 1280, 8, 8, 1280, 3, 1}};
-    int n = 4;
-    if (argc > 2) n = 0;
-    for (int i = 2; i < argc && n < 16; i++) {
+    int n = 4, nshapes = 0;
+    em_dtype dt = EM_F32;
+    bool with_bias = true;
+    for (int i = 2; i < argc && nshapes < 16; i++) {
+        if (!strcmp(argv[i], "bf16") || !strcmp(argv[i], "f16") || !strcmp(argv[i], "f32")) {
+            dt = argv[i][0] == 'b' ? EM_BF16 : argv[i][1] == '1' ? EM_F16 : EM_F32;
+            continue;
+        }
+        if (!strcmp(argv[i], "nobias")) {
+            with_bias = false;
+            continue;
+        }
         shape s = {0};
         int got = sscanf(argv[i], "%ld,%ld,%ld,%ld,%ld,%ld,%ld", &s.n, &s.c, &s.h, &s.w, &s.o,
                          &s.k, &s.s);
@@ -92,13 +101,14 @@ int main(int argc, char **argv) {
         if (got < 5) s.o = s.c;
         if (got < 6) s.k = 3;
         if (got < 7) s.s = 1;
-        shapes[n++] = s;
+        shapes[nshapes++] = s;
     }
+    if (nshapes) n = nshapes;
     em_ctx *ctx = em_ctx_create();
     double pw0, pc0, pw1, pc1;
     peak(&pw0, &pc0);
-    printf("FP32 FMA peak before: %.1f GFLOP/s wall, %.1f per CPU second; %d threads\n", pw0, pc0,
-           em_num_threads());
+    printf("FP32 FMA peak before: %.1f GFLOP/s wall, %.1f per CPU second; %d threads; %s%s\n",
+           pw0, pc0, em_num_threads(), em_dtype_name(dt), with_bias ? "" : ", no bias");
     printf("%-26s %8s %8s %7s %7s %8s %8s %7s %7s %6s\n", "[N,C,H,W] O kxk /s", "dir ms",
            "dir cpu", "GF/s", "of pk", "gemm ms", "gemm cpu", "GF/s", "of pk", "ratio");
     for (int i = 0; i < n; i++) {
@@ -107,11 +117,11 @@ int main(int argc, char **argv) {
         int64_t wo = (s->w + 2 * (s->k / 2) - s->k) / s->s + 1;
         double fl = 2.0 * (double)(s->n * s->o * ho * wo) * (double)(s->c * s->k * s->k);
         em_scope_push(ctx);
-        em_tensor *x = em_rand(ctx, EM_F32, EM_SHAPE(s->n, s->c, s->h, s->w), 21, -1, 1);
-        em_tensor *w = em_rand(ctx, EM_F32, EM_SHAPE(s->o, s->c, s->k, s->k), 22, -1, 1);
-        em_tensor *b = em_rand(ctx, EM_F32, EM_SHAPE(s->o), 23, -1, 1);
+        em_tensor *x = em_rand(ctx, dt, EM_SHAPE(s->n, s->c, s->h, s->w), 21, -1, 1);
+        em_tensor *w = em_rand(ctx, dt, EM_SHAPE(s->o, s->c, s->k, s->k), 22, -1, 1);
+        em_tensor *b = with_bias ? em_rand(ctx, dt, EM_SHAPE(s->o), 23, -1, 1) : NULL;
         double wall[2] = {1e30, 1e30}, cpu[2] = {1e30, 1e30};
-        int ok = x && w && b;
+        int ok = x && w && (b || !with_bias);
         for (int r = 0; ok && r <= reps; r++)
             for (int e = 0; e < 2 && ok; e++) {
                 setenv("EMBER_CONV_ENGINE", e ? "gemm" : "direct", 1);

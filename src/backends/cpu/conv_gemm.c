@@ -144,6 +144,14 @@ static void ig_panel(const void *ctx, const em_gemm_kernel *kern, void *dst, con
 
 /* ---- the choice ---- */
 
+/* An image's output of at most this many positions shares one product with the other images
+ * of the batch (columns image after image, into a buffer copied to the NCHW output after): the
+ * engine packs A (the weights) once per product and column block, so per image the weights
+ * were packed and read from DRAM once per image for as few as 64 columns of work ([2,1280,8,8]:
+ * packing took a third of the time). From an nc block (2048 columns) on, each image already
+ * fills its own column blocks and the copy would only cost. */
+#define IG_MERGE_MAX_HW 1024
+
 /* EMBER_CONV_ENGINE=direct|gemm forces one engine where it applies (tests run every conv2d
  * fixture through each; benchmarks compare them); anything else: the measured choice below. */
 static int forced_engine(void) {
@@ -156,7 +164,7 @@ static int forced_engine(void) {
 
 bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
                         const em_tensor *out, int64_t groups) {
-    const int64_t og = w->shape[0] / groups, kdepth = w->shape[1] * w->shape[2] * w->shape[3];
+    const int64_t og = w->shape[0] / groups;
     /* what the engine can express: A and C as they lie, B's panels gathered from x */
     if (!em_is_contiguous(w) || !em_is_contiguous(out) || w->dtype != x->dtype ||
         out->dtype != x->dtype || em_gemm_kernel_for(x->dtype)->nr > IG_MAX_NR)
@@ -166,20 +174,21 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
     if (bias && x->dtype != EM_F32) return false; /* see the top: the bias would round twice */
     int f = forced_engine();
     if (f) return f == 2;
-    /* Measured (docs/notes/2026-12-03-conv-implicit-gemm.md): the engine's 14 x 32 tiles need
-     * output channels to fill their rows and a reduction deep enough to amortise packing. */
-    return x->dtype == EM_F32 && og >= 16 && kdepth >= 64;
+    /* Measured (bench/lab_conv, one thread, CPU time; docs/notes/2026-12-03-conv-implicit-
+     * gemm.md): the engine's 14-row tiles waste lanes on few output channels, and its B blocks
+     * (kc x nc, megabytes) cost their packing and memory traffic over few rows: the direct kernel
+     * wins by 1.2-2x below 64 output channels ([1,64,32,32] -> 32, [1,128,64,64] -> 64; SD's
+     * conv_out to 4 channels: 2.1x), the two are even at 64-128, and the GEMM wins from 128 up
+     * (SD 1.5's 3x3 convs 1.3-2x, its conv_in of 4 input channels 1.65x, VAE [1,512,64,64]
+     * 3.3x). Few input channels do not hold the GEMM back (conv_in). f16 (widened to f32 while
+     * packing, where the direct kernel converts all weights per call) gains 2-3x; bf16, on the
+     * vdpbf16ps kernel (no AMX on that machine), gains 1.1-1.6x up to 32x32 positions and loses
+     * at 64x64 (0.8x). */
+    const int64_t hw = out->shape[2] * out->shape[3];
+    return og >= 128 && (x->dtype != EM_BF16 || hw <= IG_MERGE_MAX_HW);
 }
 
 /* ---- the product ---- */
-
-/* An image's output of at most this many positions shares one product with the other images
- * of the batch (columns image after image, into a buffer copied to the NCHW output after): the
- * engine packs A (the weights) once per product and column block, so per image the weights
- * were packed and read from DRAM once per image for as few as 64 columns of work ([2,1280,8,8]:
- * packing took a third of the time). From an nc block (2048 columns) on, each image already
- * fills its own column blocks and the copy would only cost. */
-#define IG_MERGE_MAX_HW 1024
 
 /* The final pass over the output, per plane (image n, channel o): copied from the merged
  * product's buffer (row o, columns n*hw...) when there is one, plus the bias (f32 only). */
