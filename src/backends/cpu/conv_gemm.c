@@ -190,6 +190,12 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
 
 /* ---- the product ---- */
 
+/* Column blocks of 256 positions: a B block of kc = 1024 steps is then 1 MB, within the L2,
+ * where the kernel's own 2048 make it 8 MB, out to memory and back (one thread, CPU time, load
+ * ~5: [2,320,64,64] 150-160 against 168-175 ms, [1,128,64,64] 14-15 against 17; the shapes of
+ * up to 32x32 positions, whose images share a product, within the noise either way). */
+#define IG_NC_MAX 256
+
 /* The final pass over the output, per plane (image n, channel o): copied from the merged
  * product's buffer (row o, columns n*hw...) when there is one, plus the bias (f32 only). */
 typedef struct finish_job {
@@ -254,6 +260,7 @@ em_status em_conv_gemm(const em_kernel_args *a) {
     g.b = em_tensor_ptr(x);
     g.b_panel = ig_panel;
     g.b_ctx = &c;
+    g.nc_max = IG_NC_MAX;
     em_device *dev = em_device_cpu();
     void *buf = NULL;
     size_t got = 0;

@@ -184,7 +184,9 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
     const em_dtype dt = g->dtype;
     const size_t es = em_esize(dt);
     const int mr = kern->mr, nr = kern->nr;
-    const int64_t kc = kern->kc, mc = kern->mc, nc = col_block(kern, dt, m, k);
+    int64_t nc = col_block(kern, dt, m, k);
+    if (g->nc_max > 0 && round_up(g->nc_max, kern->nr) < nc) nc = round_up(g->nc_max, kern->nr);
+    const int64_t kc = kern->kc, mc = kern->mc;
     const int64_t ks_max = em_gemm_ksteps(kern->fmt, min64(kc, k));
     char *abuf = ws;
     char *bbuf = abuf + align64((size_t)(round_up(min64(mc, m), mr) * ks_max * 4) + 64);

@@ -148,6 +148,8 @@ typedef struct em_gemm_args {
     em_gemm_b_panel_fn b_panel;         /* or NULL: B's panels come from this function (b_rs and
                                            b_cs unused; the packed engine always) */
     const void *b_ctx;                  /* b_panel's context */
+    int64_t nc_max;                     /* 0, or at most this many columns (rounded up to nr)
+                                           in a column block: B blocks that stay in L2 */
 } em_gemm_args;
 
 /* Runs the product on the thread pool. EM_ERR_OOM if the packing buffers cannot be had. */
