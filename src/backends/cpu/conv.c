@@ -1,5 +1,7 @@
 /*
  * conv2d on the CPU: a direct convolution (no im2col), f32 accumulation, one rounding at the end.
+ * Shapes with many output channels go to the implicit GEMM of conv_gemm.c instead
+ * (em_conv_gemm_takes: the choice, measured per shape).
  *
  * Per image the input is copied once into a zero-padded f32 buffer whose rows are split into
  * `stride_w` phases (conv.h), so that every tap of every stride reads unit-stride runs; weights

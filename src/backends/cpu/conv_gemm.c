@@ -7,8 +7,10 @@
  * p = oh * wo + ow. W [og, cg*kh*kw] is A as it lies (contiguous weights), the NCHW output
  * [og, ho*wo] is C as it lies, and B = im2col(x) is never built: the engine asks for its kc x nr
  * panels through em_gemm_args.b_panel, and ig_panel gathers them from the image (stride,
- * padding as zeros, dilation, any input strides). Images and groups are the product's two batch
- * dimensions. The engine sums every output element in one order whatever the thread count.
+ * padding as zeros, dilation, any input strides). Groups are a batch dimension of the product;
+ * images another, or, when an image's output is small, its columns (IG_MERGE_MAX_HW). Column
+ * blocks are capped at IG_NC_MAX. The engine sums every output element in one order whatever
+ * the thread count, and the choices here depend on the shape only.
  *
  * The bias is per row of C (output channel) where the engine's is per column: it is added to
  * the f32 output afterwards, which rounds exactly as adding it to the accumulator would (one
@@ -178,7 +180,7 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
      * gemm.md): the engine's 14-row tiles waste lanes on few output channels, and its B blocks
      * (kc x nc, megabytes) cost their packing and memory traffic over few rows: the direct kernel
      * wins by 1.2-2x below 64 output channels ([1,64,32,32] -> 32, [1,128,64,64] -> 64; SD's
-     * conv_out to 4 channels: 2.1x), the two are even at 64-128, and the GEMM wins from 128 up
+     * conv_out to 4 channels: 1.4-2.1x), the two are even at 64-96, and the GEMM wins from 128 up
      * (SD 1.5's 3x3 convs 1.3-2x, its conv_in of 4 input channels 1.65x, VAE [1,512,64,64]
      * 3.3x). Few input channels do not hold the GEMM back (conv_in). f16 (widened to f32 while
      * packing, where the direct kernel converts all weights per call) gains 2-3x; bf16, on the
