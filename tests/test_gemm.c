@@ -319,6 +319,66 @@ static void test_thread_invariance(void) {
     em_set_num_threads(saved);
 }
 
+/* em_gemm_args.b_panel: B's panels from the caller (here packed from a B it keeps [k, n]
+ * row-major, reached through the batch entry's pointer) and nc_max give bit for bit the plain
+ * packed engine's C, whatever the thread count. */
+typedef struct panel_ctx {
+    int64_t n; /* B's row stride */
+    em_dtype dt;
+} panel_ctx;
+
+static void pack_from_b(const void *ctx, const em_gemm_kernel *kern, void *dst, const void *b,
+                        int64_t k0, int64_t kc, int64_t j0, int width) {
+    const panel_ctx *p = ctx;
+    size_t es = em_dtype_size(p->dt);
+    kern->pack(dst, kern->nr, width, kc, (const char *)b + (size_t)(k0 * p->n + j0) * es, p->dt,
+               1, p->n);
+}
+
+static void test_b_panel(void) {
+    const int64_t m = 70, n = 300, k = quick() ? 300 : 1100, batch = 2;
+    em_dtype dts[] = {EM_F32, EM_BF16};
+    int saved = em_num_threads();
+    for (int d = 0; d < 2; d++) {
+        em_dtype dt = dts[d];
+        size_t es = em_dtype_size(dt), cb = (size_t)(batch * m * n) * es;
+        void *a = rand_buf(dt, m * k), *b = rand_buf(dt, batch * k * n);
+        void *c1 = malloc(cb), *c2 = malloc(cb);
+        float *bias = malloc((size_t)n * sizeof *bias);
+        for (int64_t j = 0; j < n; j++) bias[j] = frand();
+        em_gemm_args g = {0};
+        g.m = m, g.n = n, g.k = k, g.dtype = dt;
+        g.a = a, g.a_rs = k, g.a_cs = 1;
+        g.b = b, g.b_rs = n, g.b_cs = 1;
+        g.ldc = n;
+        g.bias = bias;
+        g.batch_ndim = 1;
+        g.batch_shape[0] = batch;
+        g.a_bs[0] = 0, g.b_bs[0] = k * n, g.c_bs[0] = m * n;
+        g.force_engine = 1;
+        g.c = c1;
+        CHECK(em_gemm(&g) == EM_OK);
+        panel_ctx pc = {n, dt};
+        g.b_panel = pack_from_b;
+        g.b_ctx = &pc;
+        g.force_engine = 2; /* the dot engine cannot take a b_panel: packed all the same */
+        g.c = c2;
+        int counts[] = {1, 3};
+        int64_t caps[] = {0, 64, 100};
+        for (int t = 0; t < 2; t++)
+            for (int cap = 0; cap < 3; cap++) {
+                em_set_num_threads(counts[t]);
+                g.nc_max = caps[cap];
+                memset(c2, 0xff, cb);
+                CHECK(em_gemm(&g) == EM_OK);
+                CHECK_MSG(!memcmp(c1, c2, cb), "b_panel %s, %d threads, nc_max %lld",
+                          em_dtype_name(dt), counts[t], (long long)caps[cap]);
+            }
+        free(a), free(b), free(c1), free(c2), free(bias);
+    }
+    em_set_num_threads(saved);
+}
+
 /* The public ops on big strided views: matmul of a transposed A, linear with 3-D x. */
 static void test_public_ops(void) {
     em_ctx *c = em_ctx_create();
@@ -351,4 +411,5 @@ static void test_public_ops(void) {
 
 EM_TEST_MAIN(T(test_big_shapes), T(test_layouts_and_edges), T(test_dot_engine),
              T(test_dot_f32out_avx2),
-             T(test_block_workspace), T(test_thread_invariance), T(test_public_ops))
+             T(test_block_workspace), T(test_thread_invariance), T(test_b_panel),
+             T(test_public_ops))

@@ -1,5 +1,7 @@
 /*
  * conv2d on the CPU: a direct convolution (no im2col), f32 accumulation, one rounding at the end.
+ * Shapes with many output channels go to the implicit GEMM of conv_gemm.c instead
+ * (em_conv_gemm_takes: the choice, measured per shape).
  *
  * Per image the input is copied once into a zero-padded f32 buffer whose rows are split into
  * `stride_w` phases (conv.h), so that every tap of every stride reads unit-stride runs; weights
@@ -228,6 +230,7 @@ static em_status conv2d_kernel(const em_kernel_args *a) {
     g->sw = j.sw;
     g->hp = j.H + 2 * j.ph;
     if (out->numel == 0) return EM_OK;
+    if (em_conv_gemm_takes(x, w, bias, out, G)) return em_conv_gemm(a);
 
     /* thin groups (depthwise) waste a wide block's lanes: one channel per tile instead */
     bool wide = j.og * 2 >= cisa->ocb;

@@ -53,6 +53,13 @@ const em_conv_isa *em_conv_isa_get(void);
 #define EM_CONV_MAX_OCB 8
 #define EM_CONV_MAX_NV 8
 
+/* conv2d as an implicit GEMM (conv_gemm.c). em_conv_gemm_takes: whether the call (operands
+ * already validated, groups > 0) goes there rather than to the direct kernel: what the GEMM
+ * engine can express, the shapes where it measured faster, or EMBER_CONV_ENGINE=direct|gemm. */
+bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
+                        const em_tensor *out, int64_t groups);
+em_status em_conv_gemm(const em_kernel_args *a);
+
 /* Kernels of resample.c and pool.c. */
 em_status em_cpu_upsample_nearest(const em_kernel_args *a);
 em_status em_cpu_upsample_bilinear(const em_kernel_args *a);

@@ -152,6 +152,12 @@ static void pack_b_block(const em_gemm_args *g, const em_gemm_kernel *kern, char
     const size_t es = em_esize(g->dtype);
     const int nr = kern->nr;
     /* (a format padded per panel to whole tiles cannot be packed in pieces) */
+    if (g->b_panel) {
+        for (int64_t jr = 0; jr < ncur; jr += nr)
+            g->b_panel(g->b_ctx, kern, bbuf + (size_t)(jr / nr) * bpanel, bb, pc, kcur, col + jr,
+                       (int)min64(nr, ncur - jr));
+        return;
+    }
     const int64_t step = g->b_cs == 1 && g->b_rs != 1 && kern->fmt != EM_GEMM_FMT_BF16X2_T16
                              ? PACK_B_ROWS
                              : kcur;
@@ -178,7 +184,9 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
     const em_dtype dt = g->dtype;
     const size_t es = em_esize(dt);
     const int mr = kern->mr, nr = kern->nr;
-    const int64_t kc = kern->kc, mc = kern->mc, nc = col_block(kern, dt, m, k);
+    int64_t nc = col_block(kern, dt, m, k);
+    if (g->nc_max > 0 && round_up(g->nc_max, kern->nr) < nc) nc = round_up(g->nc_max, kern->nr);
+    const int64_t kc = kern->kc, mc = kern->mc;
     const int64_t ks_max = em_gemm_ksteps(kern->fmt, min64(kc, k));
     char *abuf = ws;
     char *bbuf = abuf + align64((size_t)(round_up(min64(mc, m), mr) * ks_max * 4) + 64);
@@ -370,6 +378,7 @@ static bool dot_small(int64_t m, int64_t k, em_dtype dt) {
 
 /* Rows of A and columns of B contiguous along k (they may overlap: they are only read). */
 static bool dot_fits(const em_gemm_args *g) {
+    if (g->b_panel) return false;
     return (g->a_cs == 1 && g->b_rs == 1) || g->k == 1;
 }
 

@@ -117,6 +117,16 @@ void em_gemm_pack_generic(void *dst, em_gemm_fmt fmt, int W, int width, int64_t 
 
 /* ---- the driver ---- */
 
+/*
+ * Fills one B panel of the packed engine in place of kern->pack (implicit GEMMs: conv2d packs
+ * its im2col panels straight from the image, never materialising B). Writes B[k0 + k, j0 + w]
+ * for k < kc, w < width (<= kern->nr) to dst in kern's format with W = kern->nr, lines
+ * width..nr-1 and padding zeros, exactly as kern->pack would from a materialised B. b is the
+ * batch entry's B (g->b advanced by its batch offset), ctx the caller's.
+ */
+typedef void (*em_gemm_b_panel_fn)(const void *ctx, const em_gemm_kernel *kern, void *dst,
+                                   const void *b, int64_t k0, int64_t kc, int64_t j0, int width);
+
 /* One (batched) product. C is written, never read. */
 typedef struct em_gemm_args {
     int64_t m, n, k;
@@ -135,6 +145,11 @@ typedef struct em_gemm_args {
     int64_t c_bs[EM_GEMM_MAX_BATCH_DIMS];
     int force_engine;                   /* 0 auto, 1 packed, 2 dot (lab benchmarks; 2 falls back
                                            to packed where the operands do not fit it) */
+    em_gemm_b_panel_fn b_panel;         /* or NULL: B's panels come from this function (b_rs and
+                                           b_cs unused; the packed engine always) */
+    const void *b_ctx;                  /* b_panel's context */
+    int64_t nc_max;                     /* 0, or at most this many columns (rounded up to nr)
+                                           in a column block: B blocks that stay in L2 */
 } em_gemm_args;
 
 /* Runs the product on the thread pool. EM_ERR_OOM if the packing buffers cannot be had. */
