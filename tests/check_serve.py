@@ -749,8 +749,12 @@ def check_batched_prefill(ember, model):
                     threads.append(t)
 
                 def wait_for(name, n):
+                    # until the count is seen, or no request is left that could still reach it
+                    # (the blockers can end before a poll sees them all: the attempt is then
+                    # retried, rather than waiting out the deadline)
                     deadline = time.time() + 60
-                    while metric(s, name) < n and time.time() < deadline:
+                    while metric(s, name) < n and time.time() < deadline and \
+                            any(t.is_alive() for t in threads):
                         pass
                 if decoding:  # a long answer decodes while the prompts are prefilled
                     start("long", "/v1/chat/completions", go)
