@@ -45,6 +45,23 @@ def write_npy(path, descr, values, fmt):
         f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
 
 
+def fixtures_dir():
+    """EMBER_FIXTURES, or tests/fixtures next to this script."""
+    return os.environ.get("EMBER_FIXTURES") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def train_flags(meta):
+    """The `ember train` flags of a fixture run's hyper-parameters (its bundle's "meta"), without
+    shuffling, one JSON line a step (shared with check_train_bf16.py)."""
+    return ["--seq-len", str(meta["seq_len"]), "--batch", str(meta["batch"]),
+            "--steps", str(meta["steps"]), "--lr", repr(meta["lr"]),
+            "--schedule", meta["schedule"], "--warmup", str(meta["warmup"]),
+            "--weight-decay", repr(meta["weight_decay"]), "--beta1", repr(meta["beta1"]),
+            "--beta2", repr(meta["beta2"]), "--eps", repr(meta["eps"]),
+            "--grad-clip", repr(meta["grad_clip"]), "--no-shuffle", "--json"]
+
+
 def steps(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
@@ -57,17 +74,11 @@ def main():
     if len(argv) < 2:
         sys.exit(__doc__)
     family, ember = argv[0], argv[1:]
-    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    fixtures = fixtures_dir()
     model = os.path.join(fixtures, "models", family)
     data = os.path.join(fixtures, "train", "ids.npy")
     meta = json.load(open(os.path.join(fixtures, "train", family + "_run.json")))["meta"]
-    flags = ["--seq-len", str(meta["seq_len"]), "--batch", str(meta["batch"]),
-             "--steps", str(meta["steps"]), "--lr", repr(meta["lr"]),
-             "--schedule", meta["schedule"], "--warmup", str(meta["warmup"]),
-             "--weight-decay", repr(meta["weight_decay"]), "--beta1", repr(meta["beta1"]),
-             "--beta2", repr(meta["beta2"]), "--eps", repr(meta["eps"]),
-             "--grad-clip", repr(meta["grad_clip"]), "--no-shuffle", "--json"]
+    flags = train_flags(meta)
     if device:
         flags += ["--device", device]
     with tempfile.TemporaryDirectory() as tmp:

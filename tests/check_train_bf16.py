@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 
+from check_train import fail, fixtures_dir, train_flags
+
 # Tolerances, from the measured spread (torch 2.x on the CPU; tests/fixtures/train/*_bf16.json).
 # On these tiny models the logits are small (|logit| < 0.45, so the loss stays near log 256) and
 # bf16 moves the loss little: torch's bf16-master run differs from its f32 run by up to 3.2e-4
@@ -40,24 +42,14 @@ LOSS_TOL = 3e-4
 NORM_TOL = 1.2e-3
 
 
-def fail(msg):
-    sys.exit("FAIL: " + msg)
-
-
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     family, ember = sys.argv[1], sys.argv[2:]
-    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    fixtures = fixtures_dir()
     ref = json.load(open(os.path.join(fixtures, "train", family + "_bf16.json")))
     meta = ref["meta"]
-    flags = ["--seq-len", str(meta["seq_len"]), "--batch", str(meta["batch"]),
-             "--steps", str(meta["steps"]), "--lr", repr(meta["lr"]),
-             "--schedule", meta["schedule"], "--warmup", str(meta["warmup"]),
-             "--weight-decay", repr(meta["weight_decay"]), "--beta1", repr(meta["beta1"]),
-             "--beta2", repr(meta["beta2"]), "--eps", repr(meta["eps"]),
-             "--grad-clip", repr(meta["grad_clip"]), "--no-shuffle", "--json", "--dtype", "bf16"]
+    flags = train_flags(meta) + ["--dtype", "bf16"]
     cmd = ember + ["train", "--model", os.path.join(fixtures, "models", family),
                    "--data", os.path.join(fixtures, "train", "ids.npy")] + flags
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -221,6 +221,45 @@ static void test_adamw_step_op(void) {
     em_ctx_free(c);
 }
 
+/* adamw_step's composition (bf16 takes it) on a parameter of more than 2^20 elements: it goes
+ * slab by slab of rows (ops/decomp.c), which must give, bit for bit, the values of torch's
+ * formula written with the same ops on the whole tensor at once. */
+static void test_adamw_step_slabs(void) {
+    em_ctx *c = em_ctx_create();
+    enum { R = 1500, C = 1024 }; /* 1.5 Mi elements: a slab of 1024 rows and one of 476 */
+    double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    em_tensor *k[3] = {em_scalar(c, 0.999, EM_F32), em_scalar(c, 0.05, EM_F32),
+                       em_scalar(c, -0.02, EM_F32)};
+    static float x[R * C];
+    static uint16_t a[R * C], b[R * C];
+    em_tensor *t[4], *w[4]; /* p, g, m, v: the op's and the whole-tensor formula's */
+    for (int i = 0; i < 4; i++) { /* from the host: no pending work reads what the op writes */
+        for (int j = 0; j < R * C; j++) {
+            x[j] = sinf((float)j * (0.37f + 0.11f * (float)i));
+            if (i == 3) x[j] *= x[j]; /* exp_avg_sq >= 0 */
+        }
+        CHECK(em_to_host(c, em_cast(c, em_from_host(c, EM_F32, EM_SHAPE(R, C), x), EM_BF16), a,
+                         sizeof a) == EM_OK);
+        t[i] = em_from_host(c, EM_BF16, EM_SHAPE(R, C), a);
+        w[i] = em_from_host(c, EM_BF16, EM_SHAPE(R, C), a);
+    }
+    CHECK(em_adamw_step(c, t[0], t[1], t[2], t[3], k[0], k[1], k[2], b1, b2, eps) == EM_OK);
+    em_tensor *p = w[0], *g = w[1], *m = w[2], *v = w[3];
+    em_assign(c, p, em_mul(c, p, k[0]));
+    em_assign(c, m, em_add(c, m, em_mul_scalar(c, em_sub(c, g, m), 1.0 - b1)));
+    em_assign(c, v, em_add(c, em_mul_scalar(c, v, b2), em_mul_scalar(c, em_mul(c, g, g), 1.0 - b2)));
+    em_tensor *denom = em_add_scalar(c, em_div(c, em_sqrt(c, v), k[1]), eps);
+    em_assign(c, p, em_add(c, p, em_mul(c, em_div(c, m, denom), k[2])));
+    const char *names[] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 4; i++) {
+        CHECK(em_to_host(c, t[i], a, sizeof a) == EM_OK && em_to_host(c, w[i], b, sizeof b) == EM_OK);
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s differs from the whole-tensor formula's",
+                  names[i]);
+    }
+    CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_adamw_cosine_clip), T(test_adamw_defaults), T(test_sgd_nesterov_clip),
              T(test_sgd_dampening_cosine), T(test_schedules), T(test_errors),
-             T(test_adamw_step_op))
+             T(test_adamw_step_op), T(test_adamw_step_slabs))

@@ -12,8 +12,7 @@
 
 #include "ember/ember.h"
 #include "harness.h"
-
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+#include "sd_pipeline_test.h"
 
 /* scripts/gen_sd_fixtures.py's RUNS */
 static const struct {
@@ -29,22 +28,13 @@ static const struct {
     {"vpred", "a dog in the snow", "", 5.0, 3, 21, true, true},
 };
 
-/* <scratch>/<comp> links to sd_tiny/<comp> for each of the n components */
-static void link_sd(const char *const *comps, int n) {
-    char target[64];
-    for (int i = 0; i < n; i++) {
-        snprintf(target, sizeof target, "sd_tiny/%s", comps[i]);
-        em_test_scratch_link(comps[i], "diffusion", target);
-    }
-}
-
 /* sd_tiny with the v-prediction DDIM scheduler: a scratch pipeline folder whose components
  * are links to sd_tiny's */
 static const char *vpred_folder(void) {
     const char *dir = em_test_scratch_make("sd_vpred");
     if (!dir) return NULL;
     const char *comps[] = {"unet", "vae", "text_encoder", "tokenizer"};
-    link_sd(comps, 4);
+    sd_test_link("sd_tiny", comps, 4);
     em_test_scratch_link("scheduler", "diffusion", "sd_tiny_vpred_scheduler");
     em_test_scratch_write("model_index.json",
                           "{\"_class_name\": \"StableDiffusionPipeline\", "
@@ -60,41 +50,22 @@ static const char *vpred_folder(void) {
 /* Run i on pipeline p, compared with diffusers' image. */
 static void check_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, size_t i, bool compile,
                       const char *where) {
-    char name[64], what[128];
+    char name[64];
     em_scope_push(c);
-    em_pipeline_run_params rp = em_pipeline_default_params();
-    rp.prompt = RUNS[i].prompt;
-    rp.negative_prompt = RUNS[i].negative;
-    rp.guidance_scale = RUNS[i].guidance;
-    rp.steps = RUNS[i].steps;
-    rp.seed = RUNS[i].seed;
-    rp.compile = compile;
+    em_pipeline_run_params rp = sd_test_params(RUNS[i].prompt, RUNS[i].negative, RUNS[i].guidance,
+                                               RUNS[i].steps, RUNS[i].seed, compile);
     snprintf(name, sizeof name, "%s_latents", RUNS[i].name);
     if (RUNS[i].latents) rp.latents = em_test_bundle_get(b, c, name);
-    snprintf(name, sizeof name, "%s_image", RUNS[i].name);
-    snprintf(what, sizeof what, "%s%s on %s", RUNS[i].name, compile ? " compiled" : "", where);
-    em_tensor *img = em_pipeline_run(c, p, &rp);
-    CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-    if (img) CHECK(em_tensor_device(img) == em_device_cpu());
-    em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-    em_ctx_clear_error(c);
+    sd_test_image(c, p, b, &rp, "", RUNS[i].name, where);
     em_scope_pop(c);
 }
 
 static void run_all(const char *device, bool compile) {
-    em_test_bundle *b = em_test_bundle_load("diffusion/sd_tiny_ref");
-    CHECK(b != NULL);
-    if (!b) return;
-    em_ctx *c = em_ctx_create();
-    if (strcmp(device, "cpu") && !em_test_xla_or_skip(c)) {
-        em_ctx_free(c);
-        em_test_bundle_free(b);
-        return;
-    }
-    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
-    CHECK_MSG(p != NULL, "sd_tiny: %s", msg(c));
-    if (p && strcmp(device, "cpu"))
-        CHECK_MSG(em_pipeline_to(c, p, device) == EM_OK, "%s", msg(c));
+    em_ctx *c;
+    em_test_bundle *b;
+    if (!sd_test_open("sd_tiny_ref", device, &c, &b)) return;
+    em_pipeline *p =
+        sd_test_load(c, em_test_fixture_path("diffusion", "sd_tiny"), device, "sd_tiny");
     if (p) {
         CHECK(em_pipeline_get_index(p)->pipeline == EM_PIPELINE_STABLE_DIFFUSION);
         CHECK(em_unet2d_get_config(em_pipeline_unet(p))->conditional);
@@ -104,11 +75,7 @@ static void run_all(const char *device, bool compile) {
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++)
         if (!RUNS[i].vpred) check_run(c, p, b, i, compile, device);
     em_pipeline_free(p);
-    const char *vp = vpred_folder();
-    p = vp ? em_pipeline_load(c, vp, NULL) : NULL;
-    CHECK_MSG(p != NULL, "v-prediction folder: %s", msg(c));
-    if (p && strcmp(device, "cpu"))
-        CHECK_MSG(em_pipeline_to(c, p, device) == EM_OK, "%s", msg(c));
+    p = sd_test_load(c, vpred_folder(), device, "v-prediction folder");
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++)
         if (RUNS[i].vpred) check_run(c, p, b, i, compile, device);
     em_pipeline_free(p);
@@ -171,7 +138,7 @@ static void test_sd_bad_folders(void) {
     if (!dir) return;
     em_ctx *c = em_ctx_create();
     const char *comps[] = {"unet", "text_encoder", "tokenizer", "scheduler"};
-    link_sd(comps, 4);
+    sd_test_link("sd_tiny", comps, 4);
 #define SD_HEAD                                                                                    \
     "{\"_class_name\": \"StableDiffusionPipeline\", "                                              \
     "\"text_encoder\": [\"transformers\", \"CLIPTextModel\"], "                                    \

@@ -13,22 +13,15 @@
 
 #include "ember/ember.h"
 #include "harness.h"
-
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+#include "sd_pipeline_test.h"
 
 /* ---- the UNet alone ---- */
 
 static void unet_run(const char *device) {
-    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
-    CHECK(b != NULL);
-    if (!b) return;
-    em_ctx *c = em_ctx_create();
-    em_device *dev = strcmp(device, "cpu") ? em_test_xla_or_skip(c) : em_device_cpu();
-    if (!dev) {
-        em_ctx_free(c);
-        em_test_bundle_free(b);
-        return;
-    }
+    em_ctx *c;
+    em_test_bundle *b;
+    if (!sd_test_open("sdxl_tiny_ref", device, &c, &b)) return;
+    em_device *dev = strcmp(device, "cpu") ? em_device_get(c, device) : em_device_cpu();
     em_unet2d_options o = em_unet2d_default_options();
     o.device = device;
     em_unet2d *u = em_unet2d_load(c, em_test_fixture_path("diffusion", "sdxl_tiny/unet"), &o);
@@ -198,29 +191,17 @@ static const struct {
 /* Runs rp and compares the image with the bundle's <run>_image within 1e-3. */
 static void check_image(em_ctx *c, em_pipeline *p, em_test_bundle *b,
                         const em_pipeline_run_params *rp, const char *run, const char *device) {
-    char name[64], what[128];
-    snprintf(name, sizeof name, "%s_image", run);
-    snprintf(what, sizeof what, "SDXL %s%s on %s", run, rp->compile ? " compiled" : "", device);
-    em_scope_push(c);
-    em_tensor *img = em_pipeline_run(c, p, rp);
-    CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-    em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-    em_ctx_clear_error(c);
-    em_scope_pop(c);
+    sd_test_image(c, p, b, rp, "SDXL ", run, device);
 }
 
 static void prompt2_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char *device,
                         bool compile) {
     for (size_t i = 0; i < sizeof PROMPT2 / sizeof PROMPT2[0]; i++) {
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = PROMPT2[i].prompt;
+        em_pipeline_run_params rp =
+            sd_test_params(PROMPT2[i].prompt, PROMPT2[i].negative, PROMPT2[i].guidance,
+                           PROMPT2[i].steps, PROMPT2[i].seed, compile);
         rp.prompt_2 = PROMPT2[i].prompt_2;
-        rp.negative_prompt = PROMPT2[i].negative;
         rp.negative_prompt_2 = PROMPT2[i].negative_2;
-        rp.guidance_scale = PROMPT2[i].guidance;
-        rp.steps = PROMPT2[i].steps;
-        rp.seed = PROMPT2[i].seed;
-        rp.compile = compile;
         check_image(c, p, b, &rp, PROMPT2[i].name, device);
     }
     /* lists: one second prompt per prompt, "" in a list encoded as given */
@@ -243,14 +224,10 @@ static void img2img_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char
     for (size_t i = 0; i < sizeof IMG2IMG / sizeof IMG2IMG[0]; i++) {
         char init[64];
         em_scope_push(c);
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = IMG2IMG[i].prompt;
-        rp.negative_prompt = IMG2IMG[i].negative;
-        rp.guidance_scale = IMG2IMG[i].guidance;
-        rp.steps = IMG2IMG[i].steps;
+        em_pipeline_run_params rp =
+            sd_test_params(IMG2IMG[i].prompt, IMG2IMG[i].negative, IMG2IMG[i].guidance,
+                           IMG2IMG[i].steps, IMG2IMG[i].seed, compile);
         rp.strength = IMG2IMG[i].strength;
-        rp.seed = IMG2IMG[i].seed;
-        rp.compile = compile;
         snprintf(init, sizeof init, "%s_init", IMG2IMG[i].name);
         rp.image = em_test_bundle_get(b, c, init);
         check_image(c, p, b, &rp, IMG2IMG[i].name, device);
@@ -259,19 +236,11 @@ static void img2img_run(em_ctx *c, em_pipeline *p, em_test_bundle *b, const char
 }
 
 static void pipeline_run(const char *device, bool compile) {
-    em_test_bundle *b = em_test_bundle_load("diffusion/sdxl_tiny_ref");
-    CHECK(b != NULL);
-    if (!b) return;
-    em_ctx *c = em_ctx_create();
-    if (strcmp(device, "cpu") && !em_test_xla_or_skip(c)) {
-        em_ctx_free(c);
-        em_test_bundle_free(b);
-        return;
-    }
-    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
-    CHECK_MSG(p != NULL, "sdxl_tiny: %s", msg(c));
-    if (p && strcmp(device, "cpu"))
-        CHECK_MSG(em_pipeline_to(c, p, device) == EM_OK, "%s", msg(c));
+    em_ctx *c;
+    em_test_bundle *b;
+    if (!sd_test_open("sdxl_tiny_ref", device, &c, &b)) return;
+    em_pipeline *p =
+        sd_test_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), device, "sdxl_tiny");
     if (p) {
         const em_pipeline_index *idx = em_pipeline_get_index(p);
         CHECK(idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL);
@@ -280,15 +249,11 @@ static void pipeline_run(const char *device, bool compile) {
         CHECK(em_scheduler_get_kind(em_pipeline_scheduler(p)) == EM_SCHED_EULER);
     }
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = RUNS[i].prompt;
-        rp.negative_prompt = RUNS[i].negative;
-        rp.guidance_scale = RUNS[i].guidance;
-        rp.steps = RUNS[i].steps;
-        rp.seed = RUNS[i].seed;
+        em_pipeline_run_params rp = sd_test_params(RUNS[i].prompt, RUNS[i].negative,
+                                                   RUNS[i].guidance, RUNS[i].steps,
+                                                   RUNS[i].seed, compile);
         rp.height = RUNS[i].height;
         rp.width = RUNS[i].width;
-        rp.compile = compile;
         check_image(c, p, b, &rp, RUNS[i].name, device);
     }
     if (p) { /* two prompts, two images each, the zeroed negatives repeated alike */
@@ -336,11 +301,7 @@ static void test_sdxl_folders(void) {
     em_ctx *c = em_ctx_create();
     const char *comps[] = {"unet", "vae", "text_encoder", "tokenizer", "tokenizer_2", "scheduler",
                            "text_encoder_2"};
-    char target[64];
-    for (int i = 0; i < 7; i++) {
-        snprintf(target, sizeof target, "sdxl_tiny/%s", comps[i]);
-        em_test_scratch_link(comps[i], "diffusion", target);
-    }
+    sd_test_link("sdxl_tiny", comps, 7);
     write_index(NULL, "");
     CHECK(em_pipeline_load(c, dir, NULL) == NULL);
     CHECK_ERR(c, EM_ERR_NOT_FOUND, "StableDiffusionXLPipeline needs a 'text_encoder_2'");

@@ -126,6 +126,7 @@ static void test_vae_config(void) {
     CHECK(g.has_shift_factor && g.shift_factor == 0.0609 && g.scaling_factor == 1.5305);
     CHECK(!g.use_quant_conv && !g.use_post_quant_conv && !g.mid_block_add_attention &&
           !g.force_upcast);
+    CHECK(!g.has_latents_mean && !g.has_latents_std); /* both null in the fixture */
     /* from memory: the same fields; bad text named, the struct zeroed */
     const char *txt = "{\"_class_name\": \"AutoencoderKL\", \"block_out_channels\": [8, 16], "
                       "\"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"], "
@@ -134,6 +135,10 @@ static void test_vae_config(void) {
     CHECK(em_vae_config_parse(c, txt, strlen(txt), "mem.json", &g) == EM_OK);
     CHECK(g.n_blocks == 2 && g.block_out_channels[1] == 16 && !strcmp(g.act_fn, "relu") &&
           g.scaling_factor == 0.18215);
+    CHECK(!g.has_latents_mean && !g.has_latents_std); /* absent */
+    const char *stats = "{\"latents_mean\": [0, 0.5, 1, 2], \"latents_std\": null}";
+    CHECK(em_vae_config_parse(c, stats, strlen(stats), "stats.json", &g) == EM_OK);
+    CHECK(g.has_latents_mean && !g.has_latents_std);
     CHECK(em_vae_config_parse(c, "{\"in_channels\": ", 16, "cut.json", &g) == EM_ERR_FORMAT);
     CHECK_ERR(c, EM_ERR_FORMAT, "cut.json", "not valid JSON");
     CHECK(g.n_blocks == 0);

@@ -37,6 +37,12 @@ extern "C" {
  * that sequence.
  */
 typedef bool (*em_token_callback)(void *user_data, int seq, em_token id, const char *piece);
+/**
+ * The same with the piece's length in bytes: a token's text may hold NUL bytes (byte-level
+ * tokenizers have a token for byte 0), which a C string cuts; write the piece with its length.
+ */
+typedef bool (*em_token_bytes_callback)(void *user_data, int seq, em_token id, const char *piece,
+                                        size_t len);
 
 typedef struct em_generate_params {
     int64_t max_new_tokens;       /* tokens to add at most (> 0) */
@@ -61,6 +67,8 @@ typedef struct em_generate_params {
                                      programs (1: always, -1: never, 0: on PJRT devices, where a
                                      program takes seconds to compile and is cached across calls
                                      by its text) */
+    em_token_bytes_callback on_token_bytes; /* may be NULL; called with on_token, after it,
+                                               with the same user_data */
 } em_generate_params;
 
 /** The checkpoint's generation_config.json values (greedy unless it says do_sample), 256 new
@@ -93,6 +101,8 @@ typedef struct em_generate_result {
     int64_t prompt_tokens; /* prompt ids over all sequences (without padding) */
     char **text;         /* em_generate_text / em_generate_chat: text[b], the new tokens of
                             sequence b decoded with skip_special_tokens; NULL from em_generate */
+    size_t *text_len;    /* with text: text_len[b], text[b]'s length in bytes (it may hold NUL
+                            bytes, as a token's text may) */
 } em_generate_result;
 
 /** Frees what a result holds (ids, stop reasons, texts) and zeroes it. NULL is a no-op. */

@@ -532,10 +532,10 @@ EM_API bool em_ragged_pack_pays(const em_device *dev, em_dtype dtype);
  * step takes them as inputs instead of baking them in). p, g, m, v: contiguous, of one shape and
  * one floating dtype; p, m and v are written, g is only read; none is retained. On the CPU f32
  * runs as one pass over the four tensors; other dtypes, other devices and compiled programs run
- * the same arithmetic as element-wise ops (each rounded to the dtype, as torch's). Not
- * differentiable: call it with grad disabled. Returns the status (EM_ERR_DTYPE, EM_ERR_SHAPE,
- * EM_ERR_INVALID_ARG naming the tensor; the context holds the message); on error nothing is
- * written.
+ * the same arithmetic as element-wise ops (each rounded to the dtype, as torch's), slab by slab
+ * of rows of about 2^20 elements so that their temporaries stay small. Not differentiable:
+ * call it with grad disabled. Returns the status (EM_ERR_DTYPE, EM_ERR_SHAPE, EM_ERR_INVALID_ARG
+ * naming the tensor; the context holds the message); on error nothing is written.
  */
 #define em_adamw_step(c, ...) em_adamw_step_((c), EM_HERE, __VA_ARGS__)
 EM_API em_status em_adamw_step_(EM_OP_ARGS, em_tensor *p, em_tensor *g, em_tensor *m,

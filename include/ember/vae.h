@@ -51,6 +51,10 @@ typedef struct em_vae_config {
     bool use_quant_conv, use_post_quant_conv;
     bool mid_block_add_attention;
     bool force_upcast;                 /* the pipelines run the VAE in f32 for f16 models */
+    /* latents_mean / latents_std given (false: absent or null); when set, each was checked to be
+     * latent_channels numbers. Only whether they are set is kept: diffusers' SDXL pipelines then
+     * decode latents * std / scaling_factor + mean, which Ember refuses rather than applies. */
+    bool has_latents_mean, has_latents_std;
 } em_vae_config;
 
 /**

@@ -10,6 +10,10 @@
 
 #define OP "StableDiffusionPipeline"
 
+/* The folder's pipeline class for errors of the parts Stable Diffusion XL shares
+ * (StableDiffusionPipeline or StableDiffusionXLPipeline). */
+static const char *class_of(const em_pipeline *p) { return p->idx.class_name; }
+
 void sd_free(em_pipeline *p) {
     em_clip_tokenizer_free(p->tok);
     em_clip_text_free(p->te);
@@ -43,7 +47,7 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
     bool inpaint = u->in_channels == 2 * v->latent_channels + 1;
     if (width != u->cross_attention_dim || (v->latent_channels != u->in_channels && !inpaint) ||
         u->out_channels != v->latent_channels) {
-        em_ctx_fail(c, EM_ERR_SHAPE, xl ? p->idx.class_name : OP,
+        em_ctx_fail(c, EM_ERR_SHAPE, class_of(p),
                     "%s: the components disagree: %s hidden_size %lld, unet "
                     "cross_attention_dim %lld; vae latent_channels %lld, unet in_channels %lld "
                     "(or 2 * %lld + 1 for inpainting) and out_channels %lld",
@@ -89,12 +93,12 @@ bool sd_latent_shape(em_ctx *c, const em_pipeline *p, const em_pipeline_run_para
     int64_t h = rp->height ? rp->height : u->sample_size[0] * f;
     int64_t w = rp->width ? rp->width : u->sample_size[1] * f;
     if (h <= 0 || w <= 0) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "%s: the unet's config.json has no sample_size: "
-                    "give the height and width", p->idx.dir);
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, class_of(p), "%s: the unet's config.json has no "
+                    "sample_size: give the height and width", p->idx.dir);
         return false;
     }
     if (h % f || w % f) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, OP,
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, class_of(p),
                     "height %lld and width %lld must be multiples of %lld (the VAE's scale "
                     "factor, %s)", (long long)h, (long long)w, (long long)f, p->idx.vae_dir);
         return false;
@@ -282,18 +286,19 @@ em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t h
     int64_t f = vae_scale(p);
     char sig[96];
     if (em_tensor_ndim(image) != 4 || s[0] != 1 || s[3] != 3 || s[1] < 1 || s[2] < 1) {
-        em_ctx_fail(c, EM_ERR_SHAPE, OP, "the init image is %s: it must be [1, H, W, 3] (RGB in "
-                    "[0, 1], the layout the pipeline returns)", em_tensor_sig(image, sig, sizeof sig));
+        em_ctx_fail(c, EM_ERR_SHAPE, class_of(p), "the init image is %s: it must be [1, H, W, 3] "
+                    "(RGB in [0, 1], the layout the pipeline returns)",
+                    em_tensor_sig(image, sig, sizeof sig));
         return NULL;
     }
     if (em_tensor_dtype(image) != EM_F32) {
-        em_ctx_fail(c, EM_ERR_DTYPE, OP, "the init image is %s: it must be f32",
+        em_ctx_fail(c, EM_ERR_DTYPE, class_of(p), "the init image is %s: it must be f32",
                     em_tensor_sig(image, sig, sizeof sig));
         return NULL;
     }
     if (s[1] % f || s[2] % f || (height && height != s[1]) || (width && width != s[2])) {
-        em_ctx_fail(c, EM_ERR_SHAPE, OP, "the init image is %lld x %lld: its sides must be "
-                    "multiples of %lld (the VAE's scale factor, %s)%s", (long long)s[1],
+        em_ctx_fail(c, EM_ERR_SHAPE, class_of(p), "the init image is %lld x %lld: its sides "
+                    "must be multiples of %lld (the VAE's scale factor, %s)%s", (long long)s[1],
                     (long long)s[2], (long long)f, p->idx.vae_dir,
                     height || width ? " and equal to the height and width given (Ember does "
                                       "not resize)" : "");

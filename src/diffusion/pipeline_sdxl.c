@@ -3,7 +3,6 @@
  * both encoders (hidden_states[-2] side by side, the pooled text_embeds of text_encoder_2,
  * force_zeros_for_empty_prompt) and _get_add_time_ids. The rest of the run is Stable
  * Diffusion's (pipeline_sd.c) and the loop of pipeline.c. */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,20 +15,11 @@
 /* diffusers decodes latents * latents_std / scaling_factor + latents_mean when the VAE's config
  * has both; Ember decodes latents / scaling_factor only, so such a VAE is refused by name. */
 static bool check_vae_stats(em_ctx *c, const em_pipeline *p) {
-    size_t n = strlen(p->idx.vae_dir) + 16;
-    char *path = malloc(n);
-    if (!path) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory"), false;
-    snprintf(path, n, "%s/config.json", p->idx.vae_dir);
-    json_t *root = json_load_file(path, 0, NULL); /* em_vae_load has read it already */
-    json_t *m = root ? json_object_get(root, "latents_mean") : NULL;
-    json_t *sd = root ? json_object_get(root, "latents_std") : NULL;
-    bool both = m && !json_is_null(m) && sd && !json_is_null(sd);
-    if (both)
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s: latents_mean / latents_std set is not "
-                    "supported (only null is: the decode is latents / scaling_factor)", path);
-    json_decref(root);
-    free(path);
-    return !both;
+    const em_vae_config *v = em_vae_get_config(p->vae);
+    if (!v->has_latents_mean || !v->has_latents_std) return true;
+    em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s/config.json: latents_mean / latents_std set is not "
+                "supported (only null is: the decode is latents / scaling_factor)", p->idx.vae_dir);
+    return false;
 }
 
 /* _get_add_time_ids' width: (original size, crop corner, target size), or with

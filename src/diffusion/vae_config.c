@@ -93,10 +93,11 @@ static bool get_sample_size(em_cfg_src *s, em_vae_config *cfg) {
 }
 
 /* latents_mean / latents_std: null or latent_channels numbers (other pipelines' metadata;
- * AutoencoderKL's encode and decode do not use them). */
-static bool check_stats(em_cfg_src *s, const char *key, int64_t latent_channels) {
+ * AutoencoderKL's encode and decode do not use them); *has says whether one is set. */
+static bool check_stats(em_cfg_src *s, const char *key, int64_t latent_channels, bool *has) {
     json_t *v;
     if (!get_list(s, key, (size_t)latent_channels, &v)) return false;
+    *has = v != NULL;
     for (size_t i = 0; v && i < json_array_size(v); i++)
         if (!json_is_number(json_array_get(v, i)))
             return fail_format(s, key, json_array_get(v, i), "a list of numbers");
@@ -142,8 +143,8 @@ static bool parse(em_cfg_src *s, em_vae_config *cfg) {
         em_cfg_bool(s, "use_quant_conv", true, &cfg->use_quant_conv, NULL) ||
         em_cfg_bool(s, "use_post_quant_conv", true, &cfg->use_post_quant_conv, NULL) ||
         em_cfg_bool(s, "mid_block_add_attention", true, &cfg->mid_block_add_attention, NULL) ||
-        !check_stats(s, "latents_mean", cfg->latent_channels) ||
-        !check_stats(s, "latents_std", cfg->latent_channels))
+        !check_stats(s, "latents_mean", cfg->latent_channels, &cfg->has_latents_mean) ||
+        !check_stats(s, "latents_std", cfg->latent_channels, &cfg->has_latents_std))
         return false;
     int n_down = get_blocks(s, "down_block_types", "DownEncoderBlock2D");
     if (n_down < 0) return false;

@@ -58,6 +58,7 @@ void em_generate_result_free(em_generate_result *r) {
     free(r->n_ids);
     free(r->stop_reason);
     free(r->text);
+    free(r->text_len);
     memset(r, 0, sizeof *r);
 }
 
@@ -205,19 +206,27 @@ em_status em_generate(em_ctx *c, const em_model *m, const em_tokenizer *tok,
                 em_stop_reason why = EM_STOP_NONE;
                 for (int e = 0; e < n_eos; e++)
                     if (id == eos[e]) why = EM_STOP_EOS;
-                if (tok && (p->on_token || p->n_stop_strings)) {
+                if (tok && (p->on_token || p->on_token_bytes || p->n_stop_strings)) {
                     const char *piece;
                     s = em_detok_step(c, &st[b].dt, out->ids[b], (size_t)st[b].n, &piece);
                     if (s) goto done;
+                    /* the piece runs to the end of the text emitted (em_detok_step) */
+                    size_t len = piece ? st[b].dt.text_len - (size_t)(piece - st[b].dt.text) : 0;
                     if (p->on_token && piece &&
                         !p->on_token(p->user_data, b, (em_token)id, piece) && !why)
+                        why = EM_STOP_CALLBACK;
+                    if (p->on_token_bytes && piece &&
+                        !p->on_token_bytes(p->user_data, b, (em_token)id, piece, len) && !why)
                         why = EM_STOP_CALLBACK;
                     for (int k = 0; k < p->n_stop_strings && !why; k++)
                         if (hits_stop(&st[b].dt, p->stop_strings[k], stop_buf, stop_buf_n))
                             why = EM_STOP_STRING;
-                } else if (p->on_token && !p->on_token(p->user_data, b, (em_token)id, "") &&
-                           !why) {
-                    why = EM_STOP_CALLBACK;
+                } else {
+                    if (p->on_token && !p->on_token(p->user_data, b, (em_token)id, "") && !why)
+                        why = EM_STOP_CALLBACK;
+                    if (p->on_token_bytes &&
+                        !p->on_token_bytes(p->user_data, b, (em_token)id, "", 0) && !why)
+                        why = EM_STOP_CALLBACK;
                 }
                 if (!why && st[b].n == p->max_new_tokens) why = EM_STOP_LENGTH;
                 if (why) {
@@ -292,10 +301,12 @@ static em_status generate_texts(em_ctx *c, const em_model *m, const em_tokenizer
     if (!s) s = em_generate(c, m, tok, (const em_token *const *)ids, lens, batch, p, out);
     if (!s) {
         out->text = calloc((size_t)batch, sizeof *out->text);
-        if (!out->text) s = em_ctx_fail(c, EM_ERR_OOM, "generate", "out of memory");
+        out->text_len = calloc((size_t)batch, sizeof *out->text_len);
+        if (!out->text || !out->text_len)
+            s = em_ctx_fail(c, EM_ERR_OOM, "generate", "out of memory");
         for (int b = 0; b < batch && !s; b++) {
             out->text[b] = em_tokenizer_decode(c, tok, out->ids[b], (size_t)out->n_ids[b], true,
-                                               NULL);
+                                               &out->text_len[b]);
             if (!out->text[b]) s = em_ctx_status(c);
         }
         if (s) em_generate_result_free(out);

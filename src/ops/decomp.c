@@ -6,6 +6,9 @@
  * backends/pjrt/stablehlo_paged.c): each row's slots gathered out of the pools (index_select), a
  * mask of the positions each query sees from the lengths, and sdpa. It materialises every row's
  * keys up to the table's width, a copy of them per call: a correct path, not a fast one.
+ *
+ * adamw_step (a device without the fused kernel, a dtype other than f32, a trace): torch's
+ * update op by op, in slabs of rows of about 2^20 elements so its temporaries stay small.
  */
 #include <stdlib.h>
 
@@ -92,13 +95,20 @@ static em_status paged_attention(em_ctx *c, const char *file, int line, em_tenso
     return c->err.status;
 }
 
-/* adamw_step as torch's _single_tensor_adamw writes it, op by op (exp_avg.lerp_(grad, 1 -
- * beta1), exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2), ...): for devices without
- * the fused kernel and for traces, whose graphs know only writes into a node's first input. */
-static em_status adamw_step(em_ctx *c, const char *file, int line, em_tensor *const *in,
-                            const em_attr *attrs, em_tensor **out) {
-    (void)out;
-    em_tensor *p = in[0], *g = in[1], *m = in[2], *v = in[3];
+/* Rows of p per slab: about 2^20 elements, so that the composition's temporaries (a dozen
+ * tensors of a slab's size) stay small: an LM head's (vocab x hidden) would otherwise take a
+ * dozen times its memory. */
+static int64_t adamw_slab_rows(const em_tensor *p) {
+    int64_t rows = p->ndim ? p->shape[0] : 1;
+    int64_t per_row = rows ? em_tensor_numel(p) / rows : 1;
+    int64_t k = per_row ? ((int64_t)1 << 20) / per_row : rows;
+    return k < 1 ? 1 : k;
+}
+
+/* torch's _single_tensor_adamw op by op (exp_avg.lerp_(grad, 1 - beta1), exp_avg_sq.mul_(beta2)
+ * .addcmul_(grad, grad, 1 - beta2), ...) on p, g, m, v (whole tensors or slabs of them) */
+static void adamw_ops(em_ctx *c, const char *file, int line, em_tensor *p, em_tensor *g,
+                      em_tensor *m, em_tensor *v, em_tensor *const *in, const em_attr *attrs) {
     double b1 = attrs[0].f, b2 = attrs[1].f, eps = attrs[2].f;
     em_assign_(c, file, line, p, em_mul_(c, file, line, p, in[4]));
     em_assign_(c, file, line, m,
@@ -112,6 +122,29 @@ static em_status adamw_step(em_ctx *c, const char *file, int line, em_tensor *co
     em_assign_(c, file, line, p,
                em_add_(c, file, line, p,
                        em_mul_(c, file, line, em_div_(c, file, line, m, denom), in[6])));
+}
+
+/* adamw_step as element-wise ops, for devices without the fused kernel and for traces, whose
+ * graphs know only writes into a node's first input. The update is element-wise, so slab by
+ * slab of rows (adamw_slab_rows; each slab's temporaries freed before the next) gives the
+ * values of the whole tensor at once. */
+static em_status adamw_step(em_ctx *c, const char *file, int line, em_tensor *const *in,
+                            const em_attr *attrs, em_tensor **out) {
+    (void)out;
+    em_tensor *p = in[0], *g = in[1], *m = in[2], *v = in[3];
+    if (p->ndim == 0) {
+        adamw_ops(c, file, line, p, g, m, v, in, attrs);
+        return c->err.status;
+    }
+    int64_t rows = p->shape[0], k = adamw_slab_rows(p);
+    for (int64_t r0 = 0; r0 < rows && !c->err.status; r0 += k) {
+        int64_t n = r0 + k < rows ? k : rows - r0;
+        if (em_scope_push(c) < 0) break;
+        adamw_ops(c, file, line, em_narrow_(c, file, line, p, 0, r0, n),
+                  em_narrow_(c, file, line, g, 0, r0, n), em_narrow_(c, file, line, m, 0, r0, n),
+                  em_narrow_(c, file, line, v, 0, r0, n), in, attrs);
+        em_scope_pop(c);
+    }
     return c->err.status;
 }
 

@@ -126,35 +126,12 @@ typedef struct adamw_k {
     em_tensor *decay, *sqrt_bc2, *neg_step; /* 1 - lr wd, sqrt(bc2), -lr / bc1 */
 } adamw_k;
 
-/* Rows of a parameter per slab: about 2^20 elements, so that where adamw_step runs as separate
- * element-wise ops (devices without its fused kernel, compiled programs) their temporaries stay
- * small: an LM head's (vocab x hidden) would otherwise take a dozen times its memory. */
-static int64_t slab_rows(const em_tensor *p) {
-    int64_t rows = em_tensor_ndim(p) ? em_tensor_dim(p, 0) : 1;
-    int64_t per_row = rows ? em_tensor_numel(p) / rows : 1;
-    int64_t k = per_row ? ((int64_t)1 << 20) / per_row : rows;
-    return k < 1 ? 1 : k;
-}
-
-/* torch's _single_tensor_adamw for one parameter: element-wise, so slab by slab of rows gives
- * the same values as the whole tensor at once */
+/* torch's _single_tensor_adamw for one parameter: one adamw_step call (where it runs as
+ * element-wise ops, ops/decomp.c bounds their temporaries by going slab by slab of rows) */
 static void adamw_apply(em_ctx *c, const em_adamw_options *a, const adamw_k *k, em_tensor *p,
                         em_tensor *g, em_tensor *m, em_tensor *v) {
-    g = em_contiguous(c, g);
-    if (em_tensor_ndim(p) == 0) {
-        em_adamw_step(c, p, g, m, v, k->decay, k->sqrt_bc2, k->neg_step, a->beta1, a->beta2,
-                      a->eps);
-        return;
-    }
-    int64_t rows = em_tensor_dim(p, 0), n_rows = slab_rows(p);
-    for (int64_t r0 = 0; r0 < rows && !em_ctx_status(c); r0 += n_rows) {
-        int64_t n = r0 + n_rows < rows ? n_rows : rows - r0;
-        em_scope_push(c);
-        em_adamw_step(c, em_narrow(c, p, 0, r0, n), em_narrow(c, g, 0, r0, n),
-                      em_narrow(c, m, 0, r0, n), em_narrow(c, v, 0, r0, n), k->decay,
-                      k->sqrt_bc2, k->neg_step, a->beta1, a->beta2, a->eps);
-        em_scope_pop(c);
-    }
+    em_adamw_step(c, p, em_contiguous(c, g), m, v, k->decay, k->sqrt_bc2, k->neg_step, a->beta1,
+                  a->beta2, a->eps);
 }
 
 static void adamw_numbers(const em_adamw_options *a, double lr, int64_t step, double out[3]) {

@@ -58,11 +58,12 @@ typedef struct stream_state {
     bool on;
 } stream_state;
 
-static bool print_piece(void *user, int seq, em_token id, const char *piece) {
+/* with its length: a token's text may hold NUL bytes */
+static bool print_piece(void *user, int seq, em_token id, const char *piece, size_t len) {
     (void)seq, (void)id;
     stream_state *s = user;
     if (s->on && piece) {
-        fputs(piece, stdout);
+        fwrite(piece, 1, len, stdout);
         fflush(stdout);
     }
     return true;
@@ -172,7 +173,7 @@ static int run(const gen_opts *o, em_ctx *c, bool speak) {
     p.stop_strings = o->stops;
     p.n_stop_strings = tok ? o->n_stops : 0;
     stream_state ss = {speak && !o->print_ids && batch == 1 && tok};
-    p.on_token = print_piece;
+    p.on_token_bytes = print_piece;
     p.user_data = &ss;
     em_status s;
     if (o->ids_s) { /* every prompt is the given ids */
@@ -208,7 +209,8 @@ static int run(const gen_opts *o, em_ctx *c, bool speak) {
                 printf("%s%lld", k ? ", " : "", (long long)r.ids[b][k]);
             printf("]\n");
         } else if (!ss.on && r.text) {
-            printf("%s\n", r.text[b]);
+            fwrite(r.text[b], 1, r.text_len[b], stdout); /* it may hold NUL bytes */
+            putchar('\n');
         }
     }
     fflush(stdout); /* the text before the timings, also when both go to one pipe */

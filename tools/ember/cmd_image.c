@@ -379,6 +379,13 @@ static int run(em_ctx *c, const image_args *a) {
         fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", wrong, idx->class_name,
                 why ? why : "an unconditional pipeline");
         rc = 2;
+    } else if ((a->prompt_2 || a->negative_2) &&
+               idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL) {
+        /* a usage error, as the options the other pipelines do not take */
+        fprintf(stderr, "ember image: %s is not supported for %s (the second text encoder's "
+                        "prompt: StableDiffusionXLPipeline's text_encoder_2)\n",
+                a->prompt_2 ? "--prompt-2" : "--negative-prompt-2", idx->class_name);
+        rc = 2;
     } else if (sd && !a->prompt) {
         fprintf(stderr, "ember image: %s needs --prompt (\"\" is one)\n", idx->class_name);
         rc = 2;
