@@ -9,9 +9,7 @@
 #include <string.h>
 
 #include "ember/ember.h"
-#include "harness.h"
-
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+#include "sd_pipeline_test.h"
 
 /* scripts/gen_sd_inpaint_fixtures.py's RUNS; strength 0: the default 1.0; scheduler NULL: the
  * folder's (PNDM) */
@@ -46,27 +44,18 @@ static void run_all(bool compile) {
             CHECK(em_scheduler_kind_parse(RUNS[i].scheduler, &kind));
             CHECK_MSG(em_pipeline_set_scheduler(c, p, kind) == EM_OK, "%s", msg(c));
         }
-        char name[64], what[96];
+        char name[64];
         em_scope_push(c);
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = RUNS[i].prompt;
-        rp.negative_prompt = RUNS[i].negative;
-        rp.guidance_scale = RUNS[i].guidance;
-        rp.steps = RUNS[i].steps;
+        em_pipeline_run_params rp =
+            sd_test_params(RUNS[i].prompt, RUNS[i].negative, RUNS[i].guidance,
+                           RUNS[i].steps, RUNS[i].seed, compile);
         rp.strength = RUNS[i].strength;
-        rp.seed = RUNS[i].seed;
         rp.num_images_per_prompt = RUNS[i].per;
-        rp.compile = compile;
         snprintf(name, sizeof name, "%s_init", RUNS[i].name);
         rp.image = em_test_bundle_get(b, c, name);
         snprintf(name, sizeof name, "%s_mask", RUNS[i].name);
         rp.mask_image = em_test_bundle_get(b, c, name);
-        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
-        snprintf(what, sizeof what, "inpainting %s%s", RUNS[i].name, compile ? " compiled" : "");
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
+        sd_test_image(c, p, b, &rp, "inpainting ", RUNS[i].name, "cpu");
         em_scope_pop(c);
         em_pipeline_free(p);
     }
@@ -96,28 +85,18 @@ static void run_xl(bool compile) {
     em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sdxl_tiny"), NULL);
     CHECK_MSG(p != NULL, "sdxl_tiny: %s", msg(c));
     for (size_t i = 0; p && i < sizeof XL_RUNS / sizeof XL_RUNS[0]; i++) {
-        char name[64], what[96];
+        char name[64];
         em_scope_push(c);
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = XL_RUNS[i].prompt;
-        rp.negative_prompt = XL_RUNS[i].negative;
-        rp.guidance_scale = XL_RUNS[i].guidance;
-        rp.steps = XL_RUNS[i].steps;
+        em_pipeline_run_params rp =
+            sd_test_params(XL_RUNS[i].prompt, XL_RUNS[i].negative, XL_RUNS[i].guidance,
+                           XL_RUNS[i].steps, XL_RUNS[i].seed, compile);
         rp.strength = XL_RUNS[i].strength;
-        rp.seed = XL_RUNS[i].seed;
         rp.num_images_per_prompt = XL_RUNS[i].per;
-        rp.compile = compile;
         snprintf(name, sizeof name, "%s_init", XL_RUNS[i].name);
         rp.image = em_test_bundle_get(b, c, name);
         snprintf(name, sizeof name, "%s_mask", XL_RUNS[i].name);
         rp.mask_image = em_test_bundle_get(b, c, name);
-        snprintf(name, sizeof name, "%s_image", XL_RUNS[i].name);
-        snprintf(what, sizeof what, "SDXL inpainting %s%s", XL_RUNS[i].name,
-                 compile ? " compiled" : "");
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
+        sd_test_image(c, p, b, &rp, "SDXL inpainting ", XL_RUNS[i].name, "cpu");
         em_scope_pop(c);
     }
     em_pipeline_free(p);

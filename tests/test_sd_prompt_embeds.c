@@ -7,9 +7,7 @@
 #include <string.h>
 
 #include "ember/ember.h"
-#include "harness.h"
-
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+#include "sd_pipeline_test.h"
 
 /* scripts/gen_sd_prompt_embeds_fixtures.py's RUNS */
 static const struct {
@@ -34,7 +32,7 @@ static void run_all(bool compile) {
     em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd_tiny"), NULL);
     CHECK_MSG(p != NULL, "sd_tiny: %s", msg(c));
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
-        char name[64], what[96];
+        char name[64];
         em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         snprintf(name, sizeof name, "%s_embeds", RUNS[i].name);
@@ -49,12 +47,7 @@ static void run_all(bool compile) {
         rp.seed = RUNS[i].seed;
         rp.num_images_per_prompt = RUNS[i].per;
         rp.compile = compile;
-        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
-        snprintf(what, sizeof what, "prompt_embeds %s%s", RUNS[i].name, compile ? " compiled" : "");
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
+        sd_test_image(c, p, b, &rp, "prompt_embeds ", RUNS[i].name, "cpu");
         em_scope_pop(c);
     }
     em_pipeline_free(p);
@@ -87,7 +80,7 @@ static void run_xl(bool compile) {
         em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", XL[i].folder), NULL);
         CHECK_MSG(p != NULL, "%s: %s", XL[i].folder, msg(c));
         if (!p) continue;
-        char name[64], what[96];
+        char name[64];
         em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         snprintf(name, sizeof name, "%s_embeds", XL[i].name);
@@ -111,13 +104,7 @@ static void run_xl(bool compile) {
         rp.seed = XL[i].seed;
         rp.num_images_per_prompt = XL[i].per;
         rp.compile = compile;
-        snprintf(name, sizeof name, "%s_image", XL[i].name);
-        snprintf(what, sizeof what, "SDXL prompt_embeds %s%s", XL[i].name,
-                 compile ? " compiled" : "");
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
+        sd_test_image(c, p, b, &rp, "SDXL prompt_embeds ", XL[i].name, "cpu");
         if (i == 0 && !compile) { /* the pooled embeddings are required, and shaped */
             em_tensor *pooled = rp.pooled_prompt_embeds;
             rp.pooled_prompt_embeds = NULL;

@@ -11,9 +11,7 @@
 #include <string.h>
 
 #include "ember/ember.h"
-#include "harness.h"
-
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+#include "sd_pipeline_test.h"
 
 /* scripts/gen_sdxl_refiner_fixtures.py's RUNS; strength 0: the default 0.3, scores NAN: the
  * defaults 6.0 / 2.5 */
@@ -48,7 +46,7 @@ static void run_all(bool compile) {
         CHECK(!idx->text_encoder_dir && !idx->tokenizer_dir && idx->text_encoder_2_dir);
     }
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
-        char name[64], what[96];
+        char name[64];
         em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
         rp.prompt = RUNS[i].prompt;
@@ -65,12 +63,7 @@ static void run_all(bool compile) {
         rp.compile = compile;
         snprintf(name, sizeof name, "%s_init", RUNS[i].name);
         rp.image = em_test_bundle_get(b, c, name);
-        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
-        snprintf(what, sizeof what, "SDXL refiner %s%s", RUNS[i].name, compile ? " compiled" : "");
-        em_tensor *img = em_pipeline_run(c, p, &rp);
-        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
-        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
-        em_ctx_clear_error(c);
+        sd_test_image(c, p, b, &rp, "SDXL refiner ", RUNS[i].name, "cpu");
         em_scope_pop(c);
     }
     if (p && !compile) {
@@ -106,14 +99,10 @@ static void handover(bool compile) {
     CHECK_MSG(base && ref, "%s", msg(c));
     if (base && ref) {
         em_scope_push(c);
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = "a photo of a cat";
-        rp.steps = 10;
-        rp.guidance_scale = 5.0;
-        rp.compile = compile;
+        em_pipeline_run_params rp =
+            sd_test_params("a photo of a cat", NULL, 5.0, 10, 91, compile);
         rp.denoising_end = 0.7;
         rp.output_latents = true;
-        rp.seed = 91;
         em_tensor *lat = em_pipeline_run(c, base, &rp);
         CHECK_MSG(lat != NULL, "base to denoising_end: %s", msg(c));
         em_test_allclose(c, lat, em_test_bundle_get(b, c, "handover_latents"), 1e-3, 0,
