@@ -3,13 +3,14 @@
  * same run, the machine's limits (FP32 FMA and BF16 dot peak on all pool threads, DRAM read
  * bandwidth), OpenBLAS sgemm when built with it, and Ember's kernels:
  *
- *   lab_gemm [peak] [mm] [mmsize S] [linear] [shape M N K dtype [packed|dot]] [train] ...
+ *   lab_gemm [peak] [mm] [mmsize S] [linear] [shape M N K dtype [packed|dot]] [train [V]] ...
  *
  * "mm": 2048^3 matmul, f32 and bf16. "linear": decode-shaped linear, x [M, 2048] @ w[N, 2048]^T
  * bf16 for M = 1, 4, 16, 64 and N = 768, 2048, with enough weight copies (rotated, 512 MB in
  * all) that every call reads its weights from DRAM (LAB_HOT=1: one copy, kernel speed only).
  * "train": the forward, input-gradient and weight-gradient products of a training step's linear
- * layers at the Qwen3-0.6B shape (512 tokens; the LM head a quarter of the vocabulary).
+ * layers at the Qwen3-0.6B shape (512 tokens; the LM head a quarter of the vocabulary, or V
+ * columns: 151936 is the whole of it).
  *
  * The machine is shared, so every call is timed on its own and the best is kept, twice: by the
  * wall clock, and by the process's CPU time divided by the thread count (which does not count the
@@ -262,7 +263,10 @@ static void bench_train_shape(int64_t t, int64_t k, int64_t n) {
     float *x = aligned_alloc(64, (size_t)(t * k) * 4), *w = aligned_alloc(64, (size_t)(n * k) * 4);
     float *gy = aligned_alloc(64, (size_t)(t * n) * 4);
     fill(x, EM_F32, t * k, 1), fill(w, EM_F32, n * k, 2), fill(gy, EM_F32, t * n, 3);
-    size_t cbytes = (size_t)(t > n ? t : n) * (size_t)(k > n ? k : n) * 4;
+    /* C is [t, n], [t, k] or [n, k] */
+    int64_t most = t * n > t * k ? t * n : t * k;
+    if (n * k > most) most = n * k;
+    size_t cbytes = (size_t)most * 4;
     float *c = aligned_alloc(64, cbytes);
     double flops = 2.0 * (double)t * (double)k * (double)n;
     for (int which = 0; which < 3; which++) {
@@ -314,7 +318,9 @@ int main(int argc, char **argv) {
             i += engine ? 5 : 4;
         }
         if (!all && !strcmp(w, "train")) { /* the Qwen3-0.6B step's shapes, seq 512 */
-            bench_train_shape(512, 1024, 37984);
+            int64_t vocab = 37984;
+            if (i + 1 < argc && atoll(argv[i + 1]) > 0) vocab = atoll(argv[++i]);
+            bench_train_shape(512, 1024, vocab);
             bench_train_shape(512, 1024, 3072);
             bench_train_shape(512, 3072, 1024);
         }
