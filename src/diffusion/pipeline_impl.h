@@ -34,6 +34,11 @@ static inline bool sd_text(const em_pipeline *p) { return p->tok || p->tok2; }
 em_status em_pipeline_index_parse(em_ctx *c, const char *text, size_t len, const char *file,
                                   const char *dir, em_pipeline_index *out);
 
+/* The schedule's first step `first` of an image-to-image run (get_timesteps: strength's or
+ * denoising_start's), given to the schedulers that take a begin index (Euler, Euler ancestral,
+ * DPM-Solver: set_begin_index) (pipeline.c). Returns first, or -1 with the error in c. */
+int64_t set_begin(em_ctx *c, em_pipeline *p, int64_t first);
+
 /* Stable Diffusion (pipeline_sd.c). Loads the tokenizer, text encoder and VAE of p->idx onto
  * `device` (NULL: c's). False with the error in c. */
 bool sd_load(em_ctx *c, em_pipeline *p, const char *device);

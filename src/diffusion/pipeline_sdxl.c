@@ -299,11 +299,7 @@ int64_t sdxl_start_step(em_ctx *c, em_pipeline *p, double denoising_start) {
                     cut);
         return -1;
     }
-    int64_t first = n - keep;
-    em_scheduler_kind k = em_scheduler_get_kind(p->sched);
-    bool begin = k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
-    if (begin && em_scheduler_set_begin_index(c, p->sched, first) != EM_OK) return -1;
-    return first;
+    return set_begin(c, p, n - keep);
 }
 
 int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end) {
