@@ -77,6 +77,13 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
                             int64_t width, int64_t batch, em_torch_generator *g, double t,
                             bool tiled);
+/* prepare_latents' tail, shared by the encoded init image (sd_image_latents) and SDXL's given
+ * image_latents: z ([1 or batch, C, h, w], a row per generator when there are several) repeated
+ * to `batch` rows, moved to the UNet's device and noised at timestep t with one draw from g of
+ * the batch's shape (add_noise); g NULL: not noised (denoising_start's hand-over). The latents in
+ * the current scope, or NULL with the error in c. */
+em_tensor *noised_latents(em_ctx *c, em_pipeline *p, em_tensor *z, int64_t batch,
+                          em_torch_generator *g, double t);
 /* VaeImageProcessor.preprocess of an init image (f32 [1, H, W, 3] in [0, 1], checked as
  * sd_image_latents does): [1, 3, H, W] in [-1, 1] on the VAE's device, current scope; NULL with
  * the error. */
