@@ -535,9 +535,11 @@ static int run(em_ctx *c, const image_args *a) {
                         (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
                 rc = 0;
             }
-        } else if (img && (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
-            em_png_write_tensor(c, a->out, upscale(c, img, a->upscale),
-                                em_tensor_dim(img, 0) > 1 ? (int)a->grid_cols : 1) == EM_OK) {
+        } else if (img && /* the .npy first: a build without libpng still writes it */
+                   (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
+                   em_png_write_tensor(c, a->out, upscale(c, img, a->upscale),
+                                       em_tensor_dim(img, 0) > 1 ? (int)a->grid_cols : 1) ==
+                       EM_OK) {
             const int64_t *s = em_tensor_shape(img);
             fprintf(stderr, "wrote %s (%lld image%s of %lldx%lld)%s%s\n", a->out,
                     (long long)s[0], s[0] > 1 ? "s" : "", (long long)s[2], (long long)s[1],
