@@ -52,7 +52,8 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "diffusion")
 SD = os.path.join(OUT, "sd_tiny")
 INPAINT = os.path.join(OUT, "sd_inpaint_tiny")
 
-# name: (folder, prompt, negative_prompt, guidance, steps, strength, seed, scheduler, per)
+# name: (folder, prompt, negative_prompt, guidance, steps, strength, seed, scheduler, per);
+# strength None: the pipeline's default, scheduler None: the folder's
 RUNS = {
     # the inpainting UNet: pure noise at the default strength 1.0, PNDM, guidance 7.5
     "inpaint": ("sd_inpaint_tiny", "a photo of a cat", None, 7.5, 4, None, 61, None, 1),
@@ -65,14 +66,12 @@ RUNS = {
     "blend_strength": ("sd_tiny", "a boat", "dark", 4.0, 5, 0.6, 69, "euler", 2),
     # the mask as an RGB PNG (greyed by PIL)
     "png_mask": ("sd_inpaint_tiny", "a tree", None, 5.0, 3, None, 71, None, 1),
+    # StableDiffusionXLInpaintPipeline on sdxl_tiny (meta "xl_runs"; strength None: 0.9999)
+    "xl_inpaint": ("sdxl_tiny", "a photo of a cat", None, 5.0, 5, None, 73, None, 1),
+    "xl_inpaint_full": ("sdxl_tiny", "a red cube", "blurry", 4.0, 4, 1.0, 75, None, 2),
 }
+XL = "sdxl_tiny"
 PNG = os.path.join(OUT, "sd_inpaint_mask.png")
-
-# name: (prompt, negative_prompt, guidance, steps, strength (None: 0.9999), seed, per)
-XL_RUNS = {
-    "xl_inpaint": ("a photo of a cat", None, 5.0, 5, None, 73, 1),
-    "xl_inpaint_full": ("a red cube", "blurry", 4.0, 4, 1.0, 75, 2),
-}
 
 
 def build():
@@ -97,20 +96,29 @@ def scheduler(pipe, name):
     pipe.scheduler = cls.from_config(pipe.scheduler.config)
 
 
+def pipeline(folder, sched):
+    from diffusers import StableDiffusionInpaintPipeline, StableDiffusionXLInpaintPipeline
+    path = os.path.join(OUT, folder)
+    if folder == XL:
+        pipe = StableDiffusionXLInpaintPipeline.from_pretrained(path, add_watermarker=False)
+    else:
+        pipe = StableDiffusionInpaintPipeline.from_pretrained(path)
+    pipe.set_progress_bar_config(disable=True)
+    if sched:
+        scheduler(pipe, sched)
+    return pipe
+
+
 def main():
     import diffusers
-    from diffusers import StableDiffusionInpaintPipeline
     assert diffusers.__version__ == "0.42.1", diffusers.__version__
     torch.set_num_threads(1)
     build()
     b = Bundle(os.path.join(OUT, "sd_inpaint_ref"))
-    meta = {}
+    meta, xl_meta = {}, {}
     for name, (folder, prompt, neg, guidance, steps, strength, seed, sched,
                per) in RUNS.items():
-        pipe = StableDiffusionInpaintPipeline.from_pretrained(os.path.join(OUT, folder))
-        pipe.set_progress_bar_config(disable=True)
-        if sched:
-            scheduler(pipe, sched)
+        pipe = pipeline(folder, sched)
         rng = np.random.default_rng(seed)
         init = rng.random((1, 16, 16, 3), dtype=np.float32)
         mask = rng.random((1, 16, 16, 1), dtype=np.float32)
@@ -130,30 +138,12 @@ def main():
         b.add(name + "_init", torch.from_numpy(init))
         b.add(name + "_mask", torch.from_numpy(mask))
         b.add(name + "_image", torch.from_numpy(image))
-        meta[name] = {"folder": folder, "prompt": prompt, "negative_prompt": neg,
-                      "guidance": guidance, "steps": steps, "strength": strength, "seed": seed,
-                      "scheduler": sched, "num_images_per_prompt": per}
-    from diffusers import StableDiffusionXLInpaintPipeline
-    xl = StableDiffusionXLInpaintPipeline.from_pretrained(os.path.join(OUT, "sdxl_tiny"),
-                                                          add_watermarker=False)
-    xl.set_progress_bar_config(disable=True)
-    xl_meta = {}
-    for name, (prompt, neg, guidance, steps, strength, seed, per) in XL_RUNS.items():
-        rng = np.random.default_rng(seed)
-        init = rng.random((1, 16, 16, 3), dtype=np.float32)
-        mask = rng.random((1, 16, 16, 1), dtype=np.float32)
-        kw = {} if strength is None else {"strength": strength}
-        with torch.no_grad():
-            image = xl(prompt, image=init.copy(), mask_image=mask.copy(), negative_prompt=neg,
-                       guidance_scale=guidance, num_inference_steps=steps, height=16, width=16,
-                       num_images_per_prompt=per, output_type="np",
-                       generator=torch.Generator("cpu").manual_seed(seed), **kw).images
-        b.add(name + "_init", torch.from_numpy(init))
-        b.add(name + "_mask", torch.from_numpy(mask))
-        b.add(name + "_image", torch.from_numpy(image))
-        xl_meta[name] = {"prompt": prompt, "negative_prompt": neg, "guidance": guidance,
-                         "steps": steps, "strength": strength, "seed": seed,
-                         "num_images_per_prompt": per}
+        m = {"folder": folder, "prompt": prompt, "negative_prompt": neg, "guidance": guidance,
+             "steps": steps, "strength": strength, "seed": seed, "scheduler": sched,
+             "num_images_per_prompt": per}
+        if folder == XL:  # the XL runs' meta names neither (the folder and its scheduler)
+            del m["folder"], m["scheduler"]
+        (xl_meta if folder == XL else meta)[name] = m
     b.meta = {"runs": meta, "xl_runs": xl_meta}
     n, nbytes = b.write()
     print("sd_inpaint_ref: %d tensors, %d bytes" % (n, nbytes))

@@ -9,7 +9,8 @@ Usage: check_generate.py FAMILY EMBER [ARGS...]
 Runs `EMBER generate --model <checkpoint> --ids <prompt> --greedy --print-ids` and exits
 non-zero, saying where, when the tokens differ or the command fails (a signal included). Then,
 with a byte-level tokenizer whose id for byte 0 is the model's first greedy token, checks that
-the generated text, streamed and printed at the end of a batch, keeps its NUL byte.
+the generated text, streamed and printed at the end of a batch, keeps its NUL byte, and that
+`ember chat` streams it whole too.
 Needs only the Python standard library; EMBER_FIXTURES names the fixtures directory.
 """
 import json
@@ -111,7 +112,18 @@ def check_nul_text(family, model, ember):
             if r.returncode != 0 or not rows or not all(row.startswith(b"\0") for row in rows):
                 sys.exit(f"FAIL: {family}: ember generate ({what}) printed {r.stdout!r} "
                          f"(exit {r.returncode}); the text starts with a NUL byte (id {first})")
-        print(f"{family}: a token whose text is a NUL byte is printed whole (streamed and batch)")
+        # ember chat: a template that renders the messages' contents alone, so the prompt is
+        # "abc" again; the answer follows the message echoed after "> "
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"},
+                      f)
+        r = subprocess.run(ember + ["chat", "--model", tmp, "--max-new-tokens", "3", "--greedy"],
+                           input=b"abc\n", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if r.returncode != 0 or not r.stdout.startswith(b"> abc\n\0"):
+            sys.exit(f"FAIL: {family}: ember chat printed {r.stdout!r} (exit {r.returncode}, "
+                     f"{r.stderr!r}); the answer starts with a NUL byte (id {first})")
+        print(f"{family}: a token whose text is a NUL byte is printed whole (streamed, batch "
+              f"and chat)")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,9 @@ def main():
     sdxl = bundle(fixtures, "sdxl_tiny_ref")  # scripts/gen_sdxl_fixtures.py
     refiner = bundle(fixtures, "sdxl_refiner_tiny_ref")  # scripts/gen_sdxl_refiner_fixtures.py
     inpaint = bundle(fixtures, "sd_inpaint_ref")  # scripts/gen_sd_inpaint_fixtures.py
+    embeds = bundle(fixtures, "sd_prompt_embeds_ref")  # scripts/gen_sd_prompt_embeds_fixtures.py
+    xl_embeds = bundle(fixtures, "sdxl_prompt_embeds_ref")  # gen_sdxl_prompt_embeds_fixtures.py
+    gens = bundle(fixtures, "generator_list_ref")  # scripts/gen_generator_list_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -110,6 +113,33 @@ def main():
         write_npy(mask_inpaint, *inpaint["inpaint_strength_mask"])
         init_png_mask = os.path.join(tmp, "init_png_mask.npy")
         write_npy(init_png_mask, *inpaint["png_mask_init"])
+        # the embeddings options' files: the C tests' runs "embeds_neg" and "xl_given"
+        npys = {}
+        for key, b in [("embeds_neg_embeds", embeds), ("embeds_neg_neg_embeds", embeds),
+                       ("xl_given_embeds", xl_embeds), ("xl_given_neg_embeds", xl_embeds),
+                       ("xl_given_pooled", xl_embeds), ("xl_given_neg_pooled", xl_embeds)]:
+            npys[key] = os.path.join(tmp, key + ".npy")
+            write_npy(npys[key], *b[key])
+        # the SDXL base -> refiner hand-over (test_sdxl_refiner.c's): the base's latents at
+        # --denoising-end 0.7, written by --out-latents, checked against diffusers' here and
+        # given to the refiner's cases below (--image-latents)
+        handover = os.path.join(tmp, "handover_latents.npy")
+        r = run(ember, ["--model", d("sdxl_tiny"), "--prompt", "a photo of a cat", "--guidance",
+                        "5", "--steps", "10", "--seed", "91", "--denoising-end", "0.7",
+                        "--out-latents", handover])
+        if r.returncode != 0:
+            fail("sdxl --denoising-end --out-latents: exit %d:\n%s" % (r.returncode, r.stderr))
+        shape, got = read_npy(handover)
+        wshape, want = refiner["handover_latents"]
+        err = max(abs(a - b) for a, b in zip(got, want))
+        if shape != wshape or err > 1e-3:
+            fail("sdxl --denoising-end 0.7 --out-latents: latents %s, diffusers %s, max "
+                 "|ember - diffusers| = %g" % (shape, wshape, err))
+        nlines = len([ln for ln in r.stderr.splitlines() if "s/step" in ln])
+        if nlines != 7:
+            fail("sdxl --denoising-end 0.7: %d progress lines for 7 of 10 steps" % nlines)
+        print("sdxl --denoising-end 0.7 --out-latents: max |ember - diffusers| = %.2g, 7 of 10 "
+              "steps" % err)
         cases = [
             ("ddim latents", ["--model", d("ddim_three"), "--latents", lat, "--steps", "10"],
              ddim["image"], 10),
@@ -181,6 +211,38 @@ def main():
                                      "--guidance", "5", "--steps", "3", "--seed", "71",
                                      "--init-image", init_png_mask, "--mask-image",
                                      d("sd_inpaint_mask.png")], inpaint["png_mask_image"], 4),
+            # prompt embeddings (test_sd_prompt_embeds.c's runs "embeds_neg": two rows, their
+            # negatives given, two images each; and "xl_given": SDXL with the pooled ones)
+            ("sd --prompt-embeds", ["--model", d("sd_tiny"), "--prompt-embeds",
+                                    npys["embeds_neg_embeds"], "--negative-prompt-embeds",
+                                    npys["embeds_neg_neg_embeds"], "--guidance", "5", "--steps",
+                                    "3", "--seed", "83", "--num-images", "2"],
+             embeds["embeds_neg_image"], 4),
+            ("sdxl --pooled-prompt-embeds", ["--model", d("sdxl_tiny"), "--prompt-embeds",
+                                             npys["xl_given_embeds"], "--negative-prompt-embeds",
+                                             npys["xl_given_neg_embeds"], "--pooled-prompt-embeds",
+                                             npys["xl_given_pooled"],
+                                             "--negative-pooled-prompt-embeds",
+                                             npys["xl_given_neg_pooled"], "--guidance", "5",
+                                             "--steps", "3", "--seed", "105"],
+             xl_embeds["xl_given_image"], 3),
+            # the refiner from the base's latents: at --denoising-start 0.7 (no noise added), and
+            # noised at --strength 0.5 (5 of 10 steps)
+            ("sdxl refiner --denoising-start", ["--model", d("sdxl_refiner_tiny"), "--prompt",
+                                                "a photo of a cat", "--guidance", "5", "--steps",
+                                                "10", "--seed", "93", "--image-latents",
+                                                handover, "--denoising-start", "0.7"],
+             refiner["handover_image"], 3),
+            ("sdxl refiner --image-latents", ["--model", d("sdxl_refiner_tiny"), "--prompt",
+                                              "a photo of a cat", "--guidance", "5", "--steps",
+                                              "10", "--seed", "93", "--image-latents", handover,
+                                              "--strength", "0.5"], refiner["latents_image"], 5),
+            # a generator per image (test_generator_list.c's runs "sd_list" and "ddpm_list")
+            ("sd --seeds", ["--model", d("sd_tiny"), "--prompt", "a photo of a cat", "--guidance",
+                            "7.5", "--steps", "3", "--scheduler", "euler-a", "--seeds", "5,7"],
+             gens["sd_list_image"], 3),
+            ("ddpm --seeds", ["--model", d("ddpm_attn"), "--steps", "5", "--seeds", "1,2,3"],
+             gens["ddpm_list_image"], 5),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -297,7 +359,50 @@ def main():
              "class label 1000 (index 1 of 2) is out of range"),
             (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "7,3", "--num-images",
               "2"] + out, 2, "give no --num-images with it"),
-            (["--model", d("ddpm_attn")] + out, 2, "--seed or --latents is required"),
+            (["--model", d("ddpm_attn")] + out, 2, "--seed, --seeds or --latents is required"),
+            # --seeds, the hand-over and the embeddings options
+            (["--model", d("ddpm_attn"), "--seeds", "1,x"] + out, 2,
+             "--seeds expects an integer, got 'x'"),
+            (["--model", d("ddpm_attn"), "--seeds", "1,2", "--seed", "3"] + out, 2,
+             "--seeds is a generator per image instead of --seed"),
+            (["--model", d("sd_tiny"), "--prompt", "x", "--seeds", "1,2", "--num-images", "3"]
+             + out, 2, "--num-images, when given, must equal it"),
+            (["--model", d("dit_pipe"), "--class-label", "7", "--seeds", "1,2"] + out, 1,
+             "2 seeds (a generator per image) for a batch of 1 images"),
+            (["--model", d("sdxl_tiny"), "--seed", "1", "--prompt", "x", "--denoising-end", "1"]
+             + out, 2, "--denoising-end must be in (0, 1), got 1"),
+            (["--model", d("sdxl_tiny"), "--seed", "1", "--prompt", "x", "--denoising-end", "abc"]
+             + out, 2, "--denoising-end expects a number, got 'abc'"),
+            (["--model", d("sdxl_refiner_tiny"), "--seed", "1", "--prompt", "x",
+              "--denoising-start", "0.7"] + out, 2,
+             "--denoising-start needs --image-latents or --init-image"),
+            (["--model", d("sdxl_refiner_tiny"), "--seed", "1", "--prompt", "x",
+              "--image-latents", bad_lat, "--denoising-start", "0.7"] + out, 1,
+             "image_latents f32[1,3,8,8]"),
+            (["--model", d("sdxl_refiner_tiny"), "--seed", "1", "--prompt", "x",
+              "--image-latents", bad_lat, "--init-image", init_refiner] + out, 2,
+             "--image-latents is the init image as latents: give no --init-image"),
+            (["--model", d("sdxl_tiny"), "--seed", "1", "--prompt", "x", "--out-latents",
+              bad_lat] + out, 2, "--out-latents writes the latents instead of the image"),
+            (["--model", d("ddpm_attn"), "--seed", "1", "--out-latents",
+              os.path.join(tmp, "l.npy")], 1, "output_latents: DDPMPipeline"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--prompt-embeds",
+              npys["embeds_neg_embeds"]] + out, 2, "--prompt-embeds replaces the prompts"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x",
+              "--negative-prompt-embeds", npys["embeds_neg_embeds"]] + out, 2,
+             "--negative-prompt-embeds and the pooled embeddings go with --prompt-embeds"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt-embeds", bad_lat] + out, 1,
+             "prompt_embeds f32[1,3,8,8]"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt-embeds",
+              os.path.join(tmp, "missing.npy")] + out, 1, "--prompt-embeds: cannot open"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt-embeds", npys["embeds_neg_embeds"],
+              "--pooled-prompt-embeds", npys["xl_given_pooled"]] + out, 2,
+             "--pooled-prompt-embeds is not supported for StableDiffusionPipeline"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--denoising-end", "0.5"]
+             + out, 2, "--denoising-end is not supported for StableDiffusionPipeline"),
+            (["--model", d("ddpm_attn"), "--seed", "1", "--prompt-embeds",
+              npys["embeds_neg_embeds"]] + out, 2,
+             "--prompt-embeds is not supported for DDPMPipeline"),
             (["--model", d("ddim_three"), "--latents", bad_lat] + out, 1,
              "[1, 3, 8, 8] do not fit DDIMPipeline"),
             (["--model", d("ddim_three"), "--seed", "1", "--scheduler", "lms"] + out, 2,

@@ -48,19 +48,15 @@ static void run_all(bool compile) {
     for (size_t i = 0; p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
         char name[64];
         em_scope_push(c);
-        em_pipeline_run_params rp = em_pipeline_default_params();
-        rp.prompt = RUNS[i].prompt;
+        em_pipeline_run_params rp =
+            sd_test_params(RUNS[i].prompt, RUNS[i].negative, RUNS[i].guidance, RUNS[i].steps,
+                           RUNS[i].seed, compile);
         rp.prompt_2 = RUNS[i].prompt_2;
-        rp.negative_prompt = RUNS[i].negative;
-        rp.guidance_scale = RUNS[i].guidance;
-        rp.steps = RUNS[i].steps;
         rp.strength = RUNS[i].strength;
-        rp.seed = RUNS[i].seed;
         rp.num_images_per_prompt = RUNS[i].per;
         if (RUNS[i].score == RUNS[i].score) rp.aesthetic_score = RUNS[i].score;
         if (RUNS[i].negative_score == RUNS[i].negative_score)
             rp.negative_aesthetic_score = RUNS[i].negative_score;
-        rp.compile = compile;
         snprintf(name, sizeof name, "%s_init", RUNS[i].name);
         rp.image = em_test_bundle_get(b, c, name);
         sd_test_image(c, p, b, &rp, "SDXL refiner ", RUNS[i].name, "cpu");

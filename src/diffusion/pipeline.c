@@ -517,9 +517,18 @@ static bool check_conditioning(em_ctx *c, const em_pipeline *p, const em_pipelin
     return true;
 }
 
+int64_t set_begin(em_ctx *c, em_pipeline *p, int64_t first) {
+    /* the schedulers with a begin index: diffusers' get_timesteps calls set_begin_index when the
+     * scheduler has one (Euler, Euler ancestral, DPM-Solver) */
+    em_scheduler_kind k = em_scheduler_get_kind(p->sched);
+    bool begin = k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
+    if (begin && em_scheduler_set_begin_index(c, p->sched, first) != EM_OK) return -1;
+    return first;
+}
+
 /* StableDiffusionImg2ImgPipeline.get_timesteps: the first kept step of the schedule, t_start =
  * steps - int(steps * strength) (every scheduler here has order 1), given to the schedulers
- * that take a begin index; -1 with the error in c when no step is left. */
+ * that take a begin index (set_begin); -1 with the error in c when no step is left. */
 static int64_t img2img_first_step(em_ctx *c, em_pipeline *p, int64_t steps, double strength) {
     int64_t init = (int64_t)((double)steps * strength);
     if (init > steps) init = steps;
@@ -528,11 +537,7 @@ static int64_t img2img_first_step(em_ctx *c, em_pipeline *p, int64_t steps, doub
                     "(int(steps * strength) is 0): raise either", strength, (long long)steps);
         return -1;
     }
-    int64_t first = steps - init;
-    em_scheduler_kind k = em_scheduler_get_kind(p->sched);
-    bool begin = k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
-    if (begin && em_scheduler_set_begin_index(c, p->sched, first) != EM_OK) return -1;
-    return first;
+    return set_begin(c, p, steps - init);
 }
 
 em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {

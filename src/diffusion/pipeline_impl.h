@@ -34,6 +34,11 @@ static inline bool sd_text(const em_pipeline *p) { return p->tok || p->tok2; }
 em_status em_pipeline_index_parse(em_ctx *c, const char *text, size_t len, const char *file,
                                   const char *dir, em_pipeline_index *out);
 
+/* The schedule's first step `first` of an image-to-image run (get_timesteps: strength's or
+ * denoising_start's), given to the schedulers that take a begin index (Euler, Euler ancestral,
+ * DPM-Solver: set_begin_index) (pipeline.c). Returns first, or -1 with the error in c. */
+int64_t set_begin(em_ctx *c, em_pipeline *p, int64_t first);
+
 /* Stable Diffusion (pipeline_sd.c). Loads the tokenizer, text encoder and VAE of p->idx onto
  * `device` (NULL: c's). False with the error in c. */
 bool sd_load(em_ctx *c, em_pipeline *p, const char *device);
@@ -72,6 +77,13 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
 em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
                             int64_t width, int64_t batch, em_torch_generator *g, double t,
                             bool tiled);
+/* prepare_latents' tail, shared by the encoded init image (sd_image_latents) and SDXL's given
+ * image_latents: z ([1 or batch, C, h, w], a row per generator when there are several) repeated
+ * to `batch` rows, moved to the UNet's device and noised at timestep t with one draw from g of
+ * the batch's shape (add_noise); g NULL: not noised (denoising_start's hand-over). The latents in
+ * the current scope, or NULL with the error in c. */
+em_tensor *noised_latents(em_ctx *c, em_pipeline *p, em_tensor *z, int64_t batch,
+                          em_torch_generator *g, double t);
 /* VaeImageProcessor.preprocess of an init image (f32 [1, H, W, 3] in [0, 1], checked as
  * sd_image_latents does): [1, 3, H, W] in [-1, 1] on the VAE's device, current scope; NULL with
  * the error. */

@@ -337,9 +337,16 @@ em_tensor *sd_image_latents(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t
      * shape */
     int64_t rows = em_torch_generator_count(g) > 1 ? batch : 1;
     em_tensor *z = x ? sd_encode_sample(c, p, x, g, tiled, rows) : NULL;
-    if (z && batch > rows) z = em_repeat_interleave(c, z, batch, 0);
+    return z ? noised_latents(c, p, z, batch, g, t) : NULL;
+}
+
+em_tensor *noised_latents(em_ctx *c, em_pipeline *p, em_tensor *z, int64_t batch,
+                          em_torch_generator *g, double t) {
+    /* torch.cat([init_latents] * (batch // rows)) */
+    if (em_tensor_dim(z, 0) < batch) z = em_repeat_interleave(c, z, batch, 0);
     em_device *udev = em_unet2d_device(p->unet);
     if (z && em_tensor_device(z) != udev) z = em_to(c, z, udev);
-    em_tensor *noise = z ? em_torch_randn(c, g, 4, em_tensor_shape(z), udev) : NULL;
+    if (!z || !g) return z;
+    em_tensor *noise = em_torch_randn(c, g, 4, em_tensor_shape(z), udev);
     return noise ? em_scheduler_add_noise(c, p->sched, z, noise, t) : NULL;
 }

@@ -299,11 +299,7 @@ int64_t sdxl_start_step(em_ctx *c, em_pipeline *p, double denoising_start) {
                     cut);
         return -1;
     }
-    int64_t first = n - keep;
-    em_scheduler_kind k = em_scheduler_get_kind(p->sched);
-    bool begin = k == EM_SCHED_EULER || k == EM_SCHED_EULER_ANCESTRAL || k == EM_SCHED_DPM_MULTISTEP;
-    if (begin && em_scheduler_set_begin_index(c, p->sched, first) != EM_OK) return -1;
-    return first;
+    return set_begin(c, p, n - keep);
 }
 
 int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end) {
@@ -326,11 +322,5 @@ em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
                     (long long)batch, (long long)ch);
         return NULL;
     }
-    em_device *dev = em_unet2d_device(p->unet);
-    if (em_tensor_device(z) != dev) z = em_to(c, z, dev);
-    /* torch.cat([init_latents] * (batch // rows)) */
-    if (z && em_tensor_dim(z, 0) < batch) z = em_repeat_interleave(c, z, batch, 0);
-    if (!z || !add_noise) return z;
-    em_tensor *noise = em_torch_randn(c, g, 4, em_tensor_shape(z), dev);
-    return noise ? em_scheduler_add_noise(c, p->sched, z, noise, t) : NULL;
+    return noised_latents(c, p, z, batch, add_noise ? g : NULL, t);
 }

@@ -120,6 +120,37 @@ def test_streaming_and_threads():
     assert results[0] == alone and results[1] == alone
 
 
+def test_generated_nul_byte_kept(tmp_path):
+    """A generated token whose text is a NUL byte (byte-level tokenizers have one): the streamer
+    gets ids, as transformers' streamers do (generate's callback passes no text), and
+    Tokenizer.decode gives them back with the "\\0", the C text taken with its length. The
+    tokenizer is check_generate.py's byte-level one, byte 0 mapped to the first greedy id."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from check_generate import byte_tokenizer
+    src = os.path.join(FX, "models", "qwen3")
+    model = ember.AutoModelForCausalLM.from_pretrained(src)
+
+    class Collect:
+        ids = []
+
+        def put(self, ids):
+            self.ids = self.ids + list(ids)
+
+    s = Collect()
+    out = model.generate([[97, 98, 99]], max_new_tokens=3, do_sample=False, eos_token_id=[],
+                         streamer=s)
+    first = out[0][3]
+    assert 0 < first < 256 and first not in (97, 98, 99), f"first greedy id {first}"
+    for f in os.listdir(src):
+        os.symlink(os.path.join(src, f), tmp_path / f)
+    byte_tokenizer(str(tmp_path / "tokenizer.json"), first)
+    tok = ember.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert s.ids == out[0][3:]
+    text = tok.decode(s.ids)
+    assert text[0] == "\0" and len(text) > 1, repr(text)
+    assert tok.decode(s.ids[:1]) == "\0"
+
+
 @pytest.mark.parametrize("name", ["bpe_llama3_style", "bpe_gemma_style", "post_bert"])
 def test_tokenizer_ids_match_tokenizers(name):
     texts = json.load(open(os.path.join(FX, "tokenizers", "texts.json")))

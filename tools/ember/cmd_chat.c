@@ -50,13 +50,14 @@ typedef struct reply {
     size_t printed;
 } reply;
 
-static bool stream_piece(void *user, int seq, em_token id, const char *piece) {
+/* with its length: a token's text may hold NUL bytes, which fputs would cut */
+static bool stream_piece(void *user, int seq, em_token id, const char *piece, size_t len) {
     (void)seq, (void)id;
     reply *r = user;
-    if (piece && *piece) {
-        fputs(piece, stdout);
+    if (piece && len) {
+        fwrite(piece, 1, len, stdout);
         fflush(stdout);
-        r->printed += strlen(piece);
+        r->printed += len;
     }
     return !interrupted; /* Ctrl-C: this answer stops here */
 }
@@ -82,7 +83,7 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
                  const em_generate_params *gp, bool tty, bool bound) {
     reply r = {tty, 0};
     em_generate_params p = *gp;
-    p.on_token = stream_piece;
+    p.on_token_bytes = stream_piece;
     p.user_data = &r;
     em_generate_result res;
     char *msgs = json_dumps(conv, JSON_COMPACT);
@@ -110,6 +111,8 @@ static bool turn(em_ctx *c, const em_model *m, const em_tokenizer *tok, json_t *
                 "%.1f GB/s, measured now)", 100.0 * tps / max_tps, max_tps, bytes / 1e6, gbs);
     }
     fprintf(stderr, "]\n");
+    /* the conversation keeps the answer up to a NUL byte it may hold: the next turn's prompt
+     * is rendered as a C string, and em_chat_template_render refuses a text with a NUL */
     json_array_append_new(conv, json_pack("{s:s, s:s}", "role", "assistant", "content",
                                           res.text[0]));
     em_generate_result_free(&res);

@@ -12,7 +12,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
+            "usage: ember image --model DIR (--seed S | --seeds S1,S2,... | --latents FILE.npy)\n"
+            "                   (--out FILE.png | --out-latents FILE.npy)\n"
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
             "                    [--prompt-2 T] [--negative-prompt-2 T]\n"
             "                    [--height H --width W]]\n"
@@ -21,7 +22,12 @@ static void usage(FILE *f) {
             "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]\n"
             "                    [--mask-image FILE] [--aesthetic-score A]\n"
             "                    [--negative-aesthetic-score A]]\n"
-            "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
+            "                   [--num-images N [--grid-cols K] [--upscale U]]\n"
+            "                   [--prompt-embeds FILE.npy [--negative-prompt-embeds FILE.npy]\n"
+            "                    [--pooled-prompt-embeds FILE.npy]\n"
+            "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
+            "                   [--denoising-end F] [--image-latents FILE.npy\n"
+            "                    [--denoising-start F]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner) and DiTPipeline today) and\n"
@@ -48,6 +54,10 @@ static void usage(FILE *f) {
             "                      and Stable Diffusion)\n"
             "  --eta E             DDIM's eta (0: deterministic)\n"
             "  --seed S            the generator's seed\n"
+            "  --seeds S1,S2,...   a generator per image, diffusers' generator=[torch.Generator(\n"
+            "                      \"cpu\").manual_seed(s) for s in seeds]: one batched run of\n"
+            "                      as many images (Stable Diffusion: num_images_per_prompt; DiT:\n"
+            "                      one per --class-label); not with --seed\n"
             "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
             "                      (with --seed, the seed still gives the per-step noise)\n"
             "  --device D          cpu (default), xla:0, tpu:0, cuda:0, ...\n"
@@ -59,6 +69,9 @@ static void usage(FILE *f) {
             "                      diffusers' pipe.vae.enable_slicing(): the same images\n"
             "  --out FILE.png      the image\n"
             "  --out-npy FILE      the image as float32 [1, H, W, C] in [0, 1]\n"
+            "  --out-latents FILE  the final latents instead of the image\n"
+            "                      (output_type=\"latent\"): float32 .npy [B, C, h, w]; not\n"
+            "                      with --out / --out-npy\n"
             "  --class-label N     DiTPipeline: the class (ImageNet id for DiT-XL-2); a list\n"
             "                      a,b,c is one batched run, diffusers' class_labels=[a, b, c]\n"
             "                      (a grid, as --num-images; not with --num-images)\n"
@@ -66,20 +79,37 @@ static void usage(FILE *f) {
             "                      StableDiffusion(XL)Img2ImgPipeline): a PNG, or a float32 .npy\n"
             "                      [1, H, W, 3] or [H, W, 3] in [0, 1] (what --out-npy writes); H\n"
             "                      and W multiples of the VAE's scale factor\n"
-            "  --strength S        with --init-image: the part of the schedule run, in (0, 1]\n"
+            "  --strength S        with --init-image (or --image-latents): the part of the\n"
+            "                      schedule run, in (0, 1]\n"
             "                      (default 0.8; SDXL 0.3; inpainting 1.0)\n"
             "  --mask-image FILE   with --init-image, inpainting (Stable Diffusion folders, as\n"
             "                      StableDiffusionInpaintPipeline; a 9-channel inpainting UNet\n"
             "                      needs it): a PNG (made grey) or a float32 .npy [1, H, W, 1],\n"
             "                      [1, H, W] or [H, W] in [0, 1]; white (>= 0.5) is repainted\n"
             "  --num-images N      N images tiled into one PNG grid (and stacked [N, H, W, C]\n"
-            "                      in --out-npy); needs --seed. Stable Diffusion: one batched\n"
+            "                      in --out-npy); needs --seed (--seeds sets N itself).\n"
+            "                      Stable Diffusion: one batched\n"
             "                      run, diffusers' num_images_per_prompt=N with seed S; the\n"
             "                      other pipelines: seeds S, S+1, ..., S+N-1, one run each\n"
             "  --grid-cols K       columns of the grid (default: ceil(sqrt(N)))\n"
             "  --upscale U         enlarge the PNG U times, nearest neighbour (8x8 images are\n"
             "                      hard to see; grid cells get a gray frame of U/4 pixels);\n"
-            "                      the .npy keeps the pipeline's size\n");
+            "                      the .npy keeps the pipeline's size\n"
+            "  --prompt-embeds FILE  instead of --prompt (Stable Diffusion and SDXL): float32\n"
+            "                      .npy [n, L, cross_attention_dim], diffusers' prompt_embeds\n"
+            "  --negative-prompt-embeds FILE  with --prompt-embeds: the unconditional half (the\n"
+            "                      same shape; default: --negative-prompt encoded)\n"
+            "  --pooled-prompt-embeds FILE, --negative-pooled-prompt-embeds FILE  SDXL, beside\n"
+            "                      them: float32 .npy [n, projection_dim] of text_encoder_2\n"
+            "  --denoising-end F   SDXL: stop before the timesteps below round(T - F * T), in\n"
+            "                      (0, 1) (the base's part of the base -> refiner hand-over; with\n"
+            "                      --out-latents)\n"
+            "  --image-latents FILE  SDXL image to image from latents instead of --init-image:\n"
+            "                      float32 .npy [1 or B, C, h, w] (what --out-latents writes),\n"
+            "                      noised at the first step (--strength)\n"
+            "  --denoising-start F with --image-latents (or --init-image), SDXL: start at the\n"
+            "                      first timestep below round(T - F * T), in (0, 1), adding no\n"
+            "                      noise (the refiner's part of the hand-over)\n");
 }
 
 static bool progress(void *user, int64_t i, int64_t n, double t, double seconds) {
@@ -93,6 +123,12 @@ typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image, *mask_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     const char *prompt_2, *negative_2;        /* SDXL's second prompts */
+    const char *xl_opt;                       /* the first SDXL-only option */
+    const char *out_latents, *image_latents;  /* the hand-over's .npy files */
+    const char *embeds, *negative_embeds, *pooled, *negative_pooled; /* .npy files */
+    long long seeds[EM_PIPELINE_MAX_BATCH];   /* --seeds' list */
+    int num_seeds;
+    double denoising_end, denoising_start;
     long long steps, seed, height, width, num_images, grid_cols, upscale;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
@@ -120,9 +156,38 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if (!strcmp(o, "--prompt-2") && val) {
             a->prompt_2 = argv[++i];
             if (!a->text_opt) a->text_opt = o;
+            if (!a->xl_opt) a->xl_opt = o;
         } else if (!strcmp(o, "--negative-prompt-2") && val) {
             a->negative_2 = argv[++i];
             if (!a->text_opt) a->text_opt = o;
+            if (!a->xl_opt) a->xl_opt = o;
+        } else if ((!strcmp(o, "--prompt-embeds") || !strcmp(o, "--negative-prompt-embeds")) &&
+                   val) {
+            *(o[2] == 'n' ? &a->negative_embeds : &a->embeds) = argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+        } else if ((!strcmp(o, "--pooled-prompt-embeds") ||
+                    !strcmp(o, "--negative-pooled-prompt-embeds") ||
+                    !strcmp(o, "--image-latents")) && val) {
+            *(o[2] == 'n' ? &a->negative_pooled : o[2] == 'p' ? &a->pooled : &a->image_latents) =
+                argv[++i];
+            if (!a->text_opt) a->text_opt = o;
+            if (!a->xl_opt) a->xl_opt = o;
+        } else if ((!strcmp(o, "--denoising-end") || !strcmp(o, "--denoising-start")) && val) {
+            /* in (0, 1): 0 would be "none" and 1 keeps no step */
+            double *v = o[12] == 'e' ? &a->denoising_end : &a->denoising_start;
+            if (!cli_real("image", o, argv[++i], 0.0, 1.0, v)) return 2;
+            if (*v <= 0.0 || *v >= 1.0) {
+                fprintf(stderr, "ember image: %s must be in (0, 1), got %s\n", o, argv[i]);
+                return 2;
+            }
+            if (!a->text_opt) a->text_opt = o;
+            if (!a->xl_opt) a->xl_opt = o;
+        } else if (!strcmp(o, "--out-latents") && val) {
+            a->out_latents = argv[++i];
+        } else if (!strcmp(o, "--seeds") && val) {
+            a->num_seeds = cli_int_list("image", o, argv[++i], 0, LLONG_MAX, a->seeds,
+                                        EM_PIPELINE_MAX_BATCH);
+            if (a->num_seeds < 0) return 2;
         } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
             if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
                 return 2;
@@ -195,18 +260,44 @@ static int parse(int argc, char **argv, image_args *a) {
         usage(stderr);
         return 2;
     }
-    if (a->strength > 0.0 && !a->init_image) {
-        fprintf(stderr, "ember image: --strength needs --init-image\n\n");
+    if (a->strength > 0.0 && !a->init_image && !a->image_latents) {
+        fprintf(stderr, "ember image: --strength needs --init-image (or --image-latents)\n\n");
         usage(stderr);
         return 2;
     }
-    const char *missing = !a->model ? "--model" : !a->out ? "--out"
-                          : !a->have_seed && !a->latents ? "--seed or --latents" : NULL;
+    /* the hand-over's and the embeddings' combinations (a usage error each, exit 2) */
+    const char *bad =
+        a->denoising_start && !a->init_image && !a->image_latents
+            ? "--denoising-start needs --image-latents or --init-image (the image it continues)"
+        : a->image_latents && (a->init_image || a->latents)
+            ? "--image-latents is the init image as latents: give no --init-image or --latents"
+        : a->out_latents && (a->out || a->out_npy)
+            ? "--out-latents writes the latents instead of the image: give no --out or --out-npy"
+        : a->embeds && (a->prompt || a->prompt_2)
+            ? "--prompt-embeds replaces the prompts: give no --prompt or --prompt-2"
+        : !a->embeds && (a->negative_embeds || a->pooled || a->negative_pooled)
+            ? "--negative-prompt-embeds and the pooled embeddings go with --prompt-embeds"
+        : a->num_seeds && a->have_seed
+            ? "--seeds is a generator per image instead of --seed: give one of them"
+        : a->num_seeds && a->num_images > 1 && a->num_images != a->num_seeds
+            ? "--seeds gives the number of images (one seed each): --num-images, when given, "
+              "must equal it"
+            : NULL;
+    if (bad) {
+        fprintf(stderr, "ember image: %s\n", bad);
+        return 2;
+    }
+    const char *missing = !a->model                 ? "--model"
+                          : !a->out && !a->out_latents ? "--out (or --out-latents)"
+                          : !a->have_seed && !a->num_seeds && !a->latents
+                              ? "--seed, --seeds or --latents"
+                              : NULL;
     if (missing) {
         fprintf(stderr, "ember image: %s is required\n\n", missing);
         usage(stderr);
         return 2;
     }
+    if (a->num_seeds) a->num_images = 1; /* the batch is the seeds' */
     if (a->num_images > 1 && (!a->have_seed || a->latents)) {
         fprintf(stderr, "ember image: --num-images draws its images from the seed: give --seed "
                         "and no --latents\n");
@@ -259,6 +350,25 @@ static em_tensor *mask_image(em_ctx *c, const char *path) {
     if (nd == 2) return em_reshape(c, t, 3, (const int64_t[]){1, s[0], s[1]});
     if (nd == 4 && s[3] == 1) return em_reshape(c, t, 3, (const int64_t[]){s[0], s[1], s[2]});
     return t; /* the pipeline names any other shape */
+}
+
+/* The .npy inputs of the hand-over and the embeddings options (float32, any shape: the pipeline
+ * checks them) into rp, errors naming the option; false with the error in c. */
+static bool npy_inputs(em_ctx *c, const image_args *a, em_pipeline_run_params *rp) {
+    const struct {
+        const char *opt, *path;
+        em_tensor **t;
+    } in[] = {
+        {"--image-latents", a->image_latents, &rp->image_latents},
+        {"--prompt-embeds", a->embeds, &rp->prompt_embeds},
+        {"--negative-prompt-embeds", a->negative_embeds, &rp->negative_prompt_embeds},
+        {"--pooled-prompt-embeds", a->pooled, &rp->pooled_prompt_embeds},
+        {"--negative-pooled-prompt-embeds", a->negative_pooled,
+         &rp->negative_pooled_prompt_embeds},
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (in[i].path && !(*in[i].t = em_npy_load_f32(c, in[i].opt, in[i].path))) return false;
+    return true;
 }
 
 /* n images stacked [n, H, W, C]: Stable Diffusion's one batched run (num_images_per_prompt,
@@ -335,6 +445,12 @@ static int run(em_ctx *c, const image_args *a) {
     rp.steps = a->steps;
     rp.eta = a->eta;
     rp.seed = (uint64_t)a->seed;
+    uint64_t seeds[EM_PIPELINE_MAX_BATCH];
+    for (int i = 0; i < a->num_seeds; i++) seeds[i] = (uint64_t)a->seeds[i];
+    if (a->num_seeds) {
+        rp.seeds = seeds;
+        rp.num_seeds = a->num_seeds;
+    }
     /* one label is class_labels=[N]; a list, DiT's batch */
     int64_t labels[EM_PIPELINE_MAX_BATCH];
     for (int i = 0; i < a->num_class_labels; i++) labels[i] = (int64_t)a->class_labels[i];
@@ -353,6 +469,8 @@ static int run(em_ctx *c, const image_args *a) {
     /* Stable Diffusion batches its images in one run (a line per step); the others run once
      * per image (a line per image instead) */
     if (sd) rp.num_images_per_prompt = a->num_images;
+    /* --seeds: one batched run of an image per seed (DiT's batch is its labels') */
+    if (a->num_seeds && !dit) rp.num_images_per_prompt = a->num_seeds;
     rp.progress = a->num_images > 1 && !sd ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
@@ -367,6 +485,9 @@ static int run(em_ctx *c, const image_args *a) {
     rp.vae_tiling = a->vae_tiling;
     rp.vae_slicing = a->vae_slicing;
     rp.compile_stats = &cs;
+    rp.denoising_end = a->denoising_end;
+    rp.denoising_start = a->denoising_start;
+    rp.output_latents = a->out_latents != NULL;
     em_scheduler_kind kind;
     const char *wrong = NULL, *why = "";
     if (!sd && a->text_opt)
@@ -379,15 +500,19 @@ static int run(em_ctx *c, const image_args *a) {
         fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", wrong, idx->class_name,
                 why ? why : "an unconditional pipeline");
         rc = 2;
-    } else if ((a->prompt_2 || a->negative_2) &&
-               idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL) {
+    } else if (a->xl_opt && idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL) {
         /* a usage error, as the options the other pipelines do not take */
-        fprintf(stderr, "ember image: %s is not supported for %s (the second text encoder's "
-                        "prompt: StableDiffusionXLPipeline's text_encoder_2)\n",
-                a->prompt_2 ? "--prompt-2" : "--negative-prompt-2", idx->class_name);
+        bool second = !strcmp(a->xl_opt, "--prompt-2") || !strcmp(a->xl_opt, "--negative-prompt-2");
+        fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", a->xl_opt,
+                idx->class_name,
+                second ? "the second text encoder's prompt: StableDiffusionXLPipeline's "
+                         "text_encoder_2"
+                       : "StableDiffusionXLPipeline's: the base -> refiner hand-over and the "
+                         "pooled embeddings of text_encoder_2");
         rc = 2;
-    } else if (sd && !a->prompt) {
-        fprintf(stderr, "ember image: %s needs --prompt (\"\" is one)\n", idx->class_name);
+    } else if (sd && !a->prompt && !a->embeds) {
+        fprintf(stderr, "ember image: %s needs --prompt (\"\" is one) or --prompt-embeds\n",
+                idx->class_name);
         rc = 2;
     } else if (a->scheduler && !em_scheduler_kind_parse(a->scheduler, &kind)) {
         fprintf(stderr, "ember image: --scheduler '%s' is not one of ddpm ddim pndm euler "
@@ -396,16 +521,25 @@ static int run(em_ctx *c, const image_args *a) {
     } else if ((!a->scheduler || em_pipeline_set_scheduler(c, p, kind) == EM_OK) &&
                (!a->latents || (rp.latents = em_npy_load_f32(c, "image", a->latents))) &&
                (!a->init_image || (rp.image = init_image(c, a->init_image))) &&
-               (!a->mask_image || (rp.mask_image = mask_image(c, a->mask_image)))) {
+               (!a->mask_image || (rp.mask_image = mask_image(c, a->mask_image))) &&
+               npy_inputs(c, a, &rp)) {
         rp.strength = a->strength;
         fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
                 em_scheduler_kind_class(em_scheduler_get_kind(em_pipeline_scheduler(p))),
                 em_device_name(em_pipeline_device(p)));
         em_tensor *img = run_images(c, p, &rp, a->num_images);
-        /* the .npy first: a build without libpng still writes it */
-        if (img && (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
-            em_png_write_tensor(c, a->out, upscale(c, img, a->upscale),
-                                em_tensor_dim(img, 0) > 1 ? (int)a->grid_cols : 1) == EM_OK) {
+        if (img && a->out_latents) {
+            if (em_npy_save_f32(c, "image", a->out_latents, img) == EM_OK) {
+                const int64_t *s = em_tensor_shape(img);
+                fprintf(stderr, "wrote %s (latents [%lld, %lld, %lld, %lld])\n", a->out_latents,
+                        (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
+                rc = 0;
+            }
+        } else if (img && /* the .npy first: a build without libpng still writes it */
+                   (!a->out_npy || em_npy_save_f32(c, "image", a->out_npy, img) == EM_OK) &&
+                   em_png_write_tensor(c, a->out, upscale(c, img, a->upscale),
+                                       em_tensor_dim(img, 0) > 1 ? (int)a->grid_cols : 1) ==
+                       EM_OK) {
             const int64_t *s = em_tensor_shape(img);
             fprintf(stderr, "wrote %s (%lld image%s of %lldx%lld)%s%s\n", a->out,
                     (long long)s[0], s[0] > 1 ? "s" : "", (long long)s[2], (long long)s[1],
