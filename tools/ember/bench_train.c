@@ -320,6 +320,11 @@ int bench_train(int argc, char **argv) {
             printf("  %s: %.0f tokens/s, MFU %.0f %%", r.shape, r.tokens_per_s,
                    peak_ms > 0 ? 100 * peak_ms / r.step_ms : 0.0);
             if (tms > 0) printf(", %.2fx torch eager's tokens/s (target >= 1.5x)", tms / r.step_ms);
+            /* CPU time over wall time: how many threads were busy on average (the thread count
+             * when every op keeps the pool busy; less where ops run on one thread or the host's
+             * other processes take cores) */
+            printf("\n  CPU time per step %.0f ms: %.2f of %d threads busy on average", r.cpu_ms,
+                   r.cpu_ms / r.step_ms, em_num_threads());
             printf("\n  memory above the weights: %.0f KB per token (peak %.0f MB); kept by the "
                    "forward for the backward: %.0f KB per token",
                    r.kb_per_token, r.peak_mb, r.saved_kb_per_token);
