@@ -325,9 +325,18 @@ typedef struct em_pipeline em_pipeline;
 
 typedef struct em_pipeline_options {
     const char *device; /* "cpu", "xla:0", ...; NULL: the context's default device */
+    /* diffusers' torch_dtype: f32 (the default), bf16 or f16 for the denoiser's (UNet or DiT
+     * transformer) and the VAE's weights and activations. The text encoders stay f32 (their
+     * embeddings are cast to the denoiser's dtype), and so do the latents and the scheduler's
+     * arithmetic: each denoiser call takes its input cast to the dtype and gives its output
+     * back as f32 (diffusers keeps the latents in the dtype between steps, so half-precision
+     * images differ from diffusers' by about as much as diffusers' own differ from f32). An f16
+     * VAE whose config says force_upcast decodes in f32 in the SDXL pipelines, as diffusers'
+     * upcast_vae does. */
+    em_dtype dtype;
 } em_pipeline_options;
 
-/** device NULL. */
+/** device NULL, dtype f32. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**
@@ -338,15 +347,15 @@ EM_API em_pipeline_options em_pipeline_default_options(void);
  * scheduler into a DDIMScheduler (DDIMScheduler.from_config), as diffusers' DDIMPipeline does.
  * o may be NULL. NULL with the first error in c, naming the file and what is wrong: the errors
  * of em_pipeline_index_load (unknown pipeline class, a component missing or of an unknown
- * class, broken JSON), of em_unet2d_load and of em_scheduler_from_file. Free with
- * em_pipeline_free.
+ * class, broken JSON), of em_unet2d_load and of em_scheduler_from_file; EM_ERR_DTYPE for a
+ * dtype other than f32, bf16 and f16. Free with em_pipeline_free.
  */
 EM_API em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_options *o);
 /** Frees the UNet, the scheduler and the index. NULL is a no-op. */
 EM_API void em_pipeline_free(em_pipeline *p);
 /**
  * pipe.to(device): the UNet's (DiTPipeline: the transformer's and the VAE's) weights are
- * loaded again from the folder onto `device` (the old copy is released only once the new one
+ * loaded again from the folder onto `device`, in the pipeline's dtype (the old copy is released only once the new one
  * is loaded, so a failure leaves the pipeline as it was). The same device is a no-op.
  * EM_ERR_DEVICE for an unknown device (from em_device_get), the errors of em_unet2d_load
  * (em_dit_load, em_vae_load); the status is returned and recorded in c.

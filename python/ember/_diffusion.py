@@ -23,7 +23,7 @@ the one diffusers makes with that generator. The pipelines are those of include/
 The conditioning arguments are keyword-only; a pipeline refuses the ones that are not its own
 (EmberError naming them), as the C API does."""
 from ._ffi import ffi, lib
-from . import Tensor, _check, _ctx, _raise, tensor
+from . import Tensor, _check, _ctx, _dtype, _raise, tensor
 
 _SCHEDULERS = ("ddpm", "ddim", "pndm", "euler", "euler-a", "dpm++2m", "flow-euler")
 
@@ -55,12 +55,17 @@ class DiffusionPipeline:
         self._vae_slicing = False
 
     @classmethod
-    def from_pretrained(cls, path, device=None):
+    def from_pretrained(cls, path, device=None, torch_dtype=None):
+        """torch_dtype: None or float32 (the default), bfloat16 or float16 (a name, or a
+        torch.dtype): the denoiser's and the VAE's weights and activations, as diffusers'
+        torch_dtype (the text encoders, the latents and the scheduler stay float32)."""
         c = _ctx()
         o = ffi.new("em_pipeline_options *", lib.em_pipeline_default_options())
         keep = ffi.new("char[]", device.encode()) if device else None
         if keep is not None:
             o.device = keep
+        if torch_dtype is not None:
+            o.dtype = _dtype(torch_dtype)
         return cls(_check(c, lib.em_pipeline_load(c, str(path).encode(), o)))
 
     @property

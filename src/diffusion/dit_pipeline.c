@@ -70,16 +70,20 @@ static int dit_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *st
     return out[0] ? 1 : -1;
 }
 
-static em_tensor *transformer(em_ctx *c, em_dit *dit, em_compiled *f, em_tensor *in, double t,
-                              em_tensor *labels) {
+/* The transformer's output for the scaled latents `in` (f32) at t: the input cast to the model's
+ * dtype dt, the output back to f32 (the latents and the scheduler stay f32). */
+static em_tensor *transformer(em_ctx *c, em_dit *dit, em_dtype dt, em_compiled *f, em_tensor *in,
+                              double t, em_tensor *labels) {
     float tf = (float)t;
     em_tensor *tt = em_from_host_on(c, em_dit_device(dit), EM_F32, 0, NULL, &tf);
-    if (!f || !tt) return em_dit_forward(c, dit, in, tt, labels);
+    in = pipeline_as(c, in, dt);
+    if (!f || !tt) return pipeline_as(c, em_dit_forward(c, dit, in, tt, labels), EM_F32);
     em_tensor *out = NULL, *args[3] = {in, tt, labels};
-    return em_compiled_call(c, f, args, 3, NULL, 0, &out, 1) == 1 ? out : NULL;
+    return em_compiled_call(c, f, args, 3, NULL, 0, &out, 1) == 1 ? pipeline_as(c, out, EM_F32)
+                                                                  : NULL;
 }
 
-em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
+em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_dtype dt, em_scheduler *s,
                                 const em_pipeline_run_params *rp, em_torch_generator *g,
                                 em_tensor *x) {
     const em_dit_config *cfg = em_dit_get_config(dit);
@@ -113,7 +117,7 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
             in = em_cat(c, two, 2, 0);
         }
         in = em_scheduler_scale_model_input(c, s, in, ts[i]);
-        em_tensor *pred = transformer(c, dit, f, in, ts[i], labels);
+        em_tensor *pred = transformer(c, dit, dt, f, in, ts[i], labels);
         em_tensor *next = pred ? em_scheduler_step(c, s, model_output(c, cfg, pred, guided,
                                                                        guidance),
                                                    ts[i], in, g)

@@ -22,8 +22,21 @@ void em_pipeline_free(em_pipeline *p) {
 }
 
 em_pipeline_options em_pipeline_default_options(void) {
-    em_pipeline_options o = {.device = NULL};
+    em_pipeline_options o = {.device = NULL, .dtype = EM_F32};
     return o;
+}
+
+/* The VAE's dtype: the pipeline's, except an f16 VAE with force_upcast in the SDXL pipelines,
+ * which diffusers decodes in f32 (StableDiffusionXLPipeline's needs_upcasting / upcast_vae). */
+static bool pick_vae_dtype(em_ctx *c, em_pipeline *p) {
+    p->vae_dtype = p->dtype;
+    if (p->dtype != EM_F16 || p->idx.pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL) return true;
+    em_vae_config cfg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", p->idx.vae_dir);
+    if (em_vae_config_load(c, path, &cfg) != EM_OK) return false;
+    if (cfg.force_upcast) p->vae_dtype = EM_F32;
+    return true;
 }
 
 em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_options *o) {
@@ -33,15 +46,22 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         return NULL;
     }
-    if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK) goto fail;
+    p->dtype = o ? o->dtype : EM_F32;
+    if (p->dtype != EM_F32 && p->dtype != EM_BF16 && p->dtype != EM_F16) {
+        em_ctx_fail(c, EM_ERR_DTYPE, OP, "%s: a pipeline runs in f32, bf16 or f16, not %s", dir,
+                    em_dtype_name(p->dtype));
+        goto fail;
+    }
+    if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK || !pick_vae_dtype(c, p)) goto fail;
     const char *dev = o ? o->device : NULL;
     if (p->idx.pipeline == EM_PIPELINE_DIT) {
-        if (!(p->dit = em_dit_load(c, p->idx.transformer_dir, dev, EM_F32)) ||
-            !(p->vae = em_vae_load(c, p->idx.vae_dir, dev, EM_F32)))
+        if (!(p->dit = em_dit_load(c, p->idx.transformer_dir, dev, p->dtype)) ||
+            !(p->vae = em_vae_load(c, p->idx.vae_dir, dev, p->vae_dtype)))
             goto fail;
     } else {
         em_unet2d_options uo = em_unet2d_default_options();
         uo.device = dev;
+        uo.dtype = p->dtype;
         if (!(p->unet = em_pipeline_load_unet(c, &p->idx, &uo))) goto fail;
     }
     if (!(p->sched = em_scheduler_from_file(c, p->idx.scheduler_config))) goto fail;
@@ -65,8 +85,8 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     if (!dev) return em_ctx_status(c);
     if (dev == em_pipeline_device(p)) return EM_OK;
     if (p->dit) {
-        em_dit *d = em_dit_load(c, p->idx.transformer_dir, device, EM_F32);
-        em_vae *v = d ? em_vae_load(c, p->idx.vae_dir, device, EM_F32) : NULL;
+        em_dit *d = em_dit_load(c, p->idx.transformer_dir, device, p->dtype);
+        em_vae *v = d ? em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype) : NULL;
         if (!v) {
             em_dit_free(d);
             return em_ctx_status(c);
@@ -79,7 +99,7 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     }
     em_unet2d_options uo = em_unet2d_default_options();
     uo.device = device;
-    uo.dtype = EM_F32;
+    uo.dtype = p->dtype;
     em_unet2d *u = em_pipeline_load_unet(c, &p->idx, &uo);
     if (!u) return em_ctx_status(c);
     if (sd_text(p) && !sd_to(c, p, device)) { /* the text encoder and the VAE go along */
@@ -222,8 +242,8 @@ static int unet_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *s
 
 /* The model's output for the scaled sample `in` at timestep t (conditioned on ctx when not
  * NULL, and on SDXL's added conditioning when its tensors are set): eager, or through f. */
-static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in, double t,
-                           em_tensor *ctx, const em_unet2d_added_cond *added) {
+static em_tensor *denoiser_in_dtype(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in,
+                                    double t, em_tensor *ctx, const em_unet2d_added_cond *added) {
     if (!f && !ctx) return em_unet2d_forward_at(c, p->unet, in, t, NULL);
     float tf = (float)t; /* forward_at's 0-d f32 timestep, as an input */
     em_tensor *tt = em_from_host_on(c, em_unet2d_device(p->unet), EM_F32, 0, NULL, &tf);
@@ -232,6 +252,21 @@ static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor 
     em_tensor *args[5] = {in, tt, ctx, added->text_embeds, added->time_ids};
     int n = !ctx ? 2 : added->text_embeds ? 5 : 3;
     return tt && em_compiled_call(c, f, args, n, NULL, 0, &out, 1) == 1 ? out : NULL;
+}
+
+/* The denoiser in the pipeline's dtype: its inputs cast to it, its output back to f32 (the
+ * latents and the scheduler stay f32). */
+static em_tensor *denoiser(em_ctx *c, em_pipeline *p, em_compiled *f, em_tensor *in, double t,
+                           em_tensor *ctx, const em_unet2d_added_cond *added) {
+    if (p->dtype == EM_F32) return denoiser_in_dtype(c, p, f, in, t, ctx, added);
+    em_unet2d_added_cond a = {NULL, NULL};
+    if (added) {
+        a.text_embeds = pipeline_as(c, added->text_embeds, p->dtype);
+        a.time_ids = pipeline_as(c, added->time_ids, p->dtype);
+    }
+    em_tensor *out = denoiser_in_dtype(c, p, f, pipeline_as(c, in, p->dtype), t,
+                                       pipeline_as(c, ctx, p->dtype), added ? &a : NULL);
+    return pipeline_as(c, out, EM_F32);
 }
 
 /* One step's model output: with guidance (ctx holds [negatives; prompts], twice the latents'
@@ -623,7 +658,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
         em_scope_pop(c);
     }
     if (x && p->dit)
-        x = dit_pipeline_denoise(c, p->dit, p->sched, rp, g, x);
+        x = dit_pipeline_denoise(c, p->dit, p->dtype, p->sched, rp, g, x);
     else if (x)
         x = denoise(c, p, rp, g, x, ctx, &added, first, ip,
                     rp->denoising_end ? sdxl_end_count(p, first, rp->denoising_end) : -1);
@@ -650,8 +685,10 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     else if (p->dit) {
         em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same images */
         em_tensor *z = em_mul_scalar(c, x, 1.0 / em_vae_get_config(p->vae)->scaling_factor);
+        z = pipeline_as(c, z, p->vae_dtype);
         img = rp->vae_tiling ? em_vae_decode_tiled(c, p->vae, z, NULL)
                              : em_vae_decode(c, p->vae, z);
+        img = pipeline_as(c, img, EM_F32);
     }
     img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
     img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));

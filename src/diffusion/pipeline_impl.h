@@ -24,7 +24,15 @@ struct em_pipeline {
     /* StableDiffusionXLPipeline's second tokenizer and text encoder (NULL otherwise) */
     em_clip_tokenizer *tok2;
     em_clip_text *te2;
+    em_dtype dtype;     /* the denoiser's (em_pipeline_options.dtype) */
+    em_dtype vae_dtype; /* the VAE's: dtype, or f32 for an upcast f16 SDXL VAE */
 };
+
+/* x as dtype dt (x itself when it is already; NULL stays NULL), in the current scope: the casts
+ * around the half-precision denoiser and VAE. */
+static inline em_tensor *pipeline_as(em_ctx *c, em_tensor *x, em_dtype dt) {
+    return !x || em_tensor_dtype(x) == dt ? x : em_cast(c, x, dt);
+}
 
 /* A text-conditioned pipeline (Stable Diffusion, SDXL and its refiner). */
 static inline bool sd_text(const em_pipeline *p) { return p->tok || p->tok2; }
@@ -144,8 +152,9 @@ em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):
  * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns
- * the final latents [B, C, H, W] (a reference) or NULL with the error in c. */
-em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_scheduler *s,
+ * the final latents [B, C, H, W] (a reference) or NULL with the error in c. The transformer runs
+ * in dt (its weights' dtype), the latents and the scheduler in f32. */
+em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_dtype dt, em_scheduler *s,
                                 const em_pipeline_run_params *rp, em_torch_generator *g,
                                 em_tensor *x);
 

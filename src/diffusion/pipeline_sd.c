@@ -31,7 +31,7 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
         if (p->tok) p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device);
         if (!p->te) return false;
     }
-    p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
+    p->vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype);
     if (!p->vae) return false;
     bool xl = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL;
     if (xl && !sdxl_load(c, p, device)) return false;
@@ -68,7 +68,7 @@ bool sd_load(em_ctx *c, em_pipeline *p, const char *device) {
 bool sd_to(em_ctx *c, em_pipeline *p, const char *device) {
     em_clip_text *te = NULL;
     if (p->te && !(te = em_clip_text_load(c, p->idx.text_encoder_dir, device))) return false;
-    em_vae *vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32);
+    em_vae *vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype);
     if (!vae || (p->te2 && !sdxl_to(c, p, device))) {
         em_vae_free(vae);
         em_clip_text_free(te);
@@ -275,9 +275,10 @@ em_tensor *sd_decode(em_ctx *c, em_pipeline *p, em_tensor *latents, bool tiled, 
     em_device *dev = em_vae_device(p->vae);
     if (em_tensor_device(latents) != dev) latents = em_to(c, latents, dev);
     double sf = em_vae_get_config(p->vae)->scaling_factor;
-    em_tensor *z = latents ? em_div_scalar(c, latents, sf) : NULL;
+    em_tensor *z = latents ? pipeline_as(c, em_div_scalar(c, latents, sf), p->vae_dtype) : NULL;
     if (!z) return NULL;
-    return tiled ? em_vae_decode_tiled(c, p->vae, z, NULL) : em_vae_decode(c, p->vae, z);
+    return pipeline_as(c, tiled ? em_vae_decode_tiled(c, p->vae, z, NULL)
+                                : em_vae_decode(c, p->vae, z), EM_F32);
 }
 
 em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t height,
@@ -314,8 +315,13 @@ em_tensor *sd_image_input(em_ctx *c, em_pipeline *p, em_tensor *image, int64_t h
 em_tensor *sd_encode_sample(em_ctx *c, em_pipeline *p, em_tensor *x, em_torch_generator *g,
                             bool tiled, int64_t rows) {
     em_vae_latent_dist d;
+    x = pipeline_as(c, x, p->vae_dtype);
     if (!x || (tiled ? em_vae_encode_tiled(c, p->vae, x, NULL, &d) : em_vae_encode(c, p->vae, x, &d)))
         return NULL;
+    /* the posterior in f32, as the latents (a half-precision VAE's moments cast) */
+    d.mean = pipeline_as(c, d.mean, EM_F32);
+    d.logvar = pipeline_as(c, d.logvar, EM_F32);
+    if (!d.mean || !d.logvar) return NULL;
     if (rows > 1) { /* one image encoded per row (the same, so once) and sampled per row */
         d.mean = em_repeat_interleave(c, d.mean, rows, 0);
         d.logvar = em_repeat_interleave(c, d.logvar, rows, 0);

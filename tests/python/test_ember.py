@@ -452,6 +452,25 @@ def test_diffusion_pipelines_match_diffusers():
         assert seen == list(range(r["steps"]))
 
 
+def test_diffusion_pipeline_torch_dtype():
+    """from_pretrained(torch_dtype=torch.bfloat16 / "float16"): the denoiser and the VAE in half
+    precision, within 2 x (diffusers' own half-vs-f32 gap) + 0.005 of diffusers' image with the
+    same torch_dtype, and not the f32 image (scripts/gen_pipeline_dtype_fixtures.py)."""
+    meta, ref = _diffusion_bundle("pipeline_dtype_ref")
+    for name, dtype in (("sd_bf16", "bfloat16"), ("ddim_f16", "torch.float16")):
+        r = meta["runs"][name]
+        p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", r["folder"]),
+                                                    torch_dtype=dtype)
+        kw = dict(prompt=r["cond"], guidance_scale=r["guidance"], height=r["size"],
+                  width=r["size"]) if r["cond"] else {}
+        out = p(num_inference_steps=r["steps"], latents=ref[name + "_latents"], **kw).images
+        assert np.abs(out - ref[name + "_image"]).max() <= 2 * r["gap_to_f32"] + 0.005, name
+        assert np.abs(out - ref[name + "_f32"]).max() > 1e-3, name
+    with pytest.raises(ember.EmberError, match="f32, bf16 or f16"):
+        ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "ddim_three"),
+                                                torch_dtype="int32")
+
+
 def test_diffusion_conditional_pipelines_match_diffusers():
     """StableDiffusionPipeline with a prompt (guidance from committed latents; a negative prompt
     from a seed), with the VAE tiled at 32 x 32, and DiTPipeline with a class label: diffusers'

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "                    [--prompt-2 T] [--negative-prompt-2 T]\n"
             "                    [--height H --width W]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
+            "                   [--dtype f32|bf16|f16]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
             "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]\n"
             "                    [--mask-image FILE] [--aesthetic-score A]\n"
@@ -61,6 +62,9 @@ static void usage(FILE *f) {
             "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
             "                      (with --seed, the seed still gives the per-step noise)\n"
             "  --device D          cpu (default), xla:0, tpu:0, cuda:0, ...\n"
+            "  --dtype T           f32 (default), bf16 or f16: the denoiser's and the VAE's\n"
+            "                      weights and activations (diffusers' torch_dtype; the text\n"
+            "                      encoders, the latents and the scheduler stay f32)\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -120,6 +124,7 @@ static bool progress(void *user, int64_t i, int64_t n, double t, double seconds)
 }
 
 typedef struct image_args {
+    em_dtype dtype; /* --dtype: f32 (0) unless given */
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image, *mask_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     const char *prompt_2, *negative_2;        /* SDXL's second prompts */
@@ -221,6 +226,13 @@ static int parse(int argc, char **argv, image_args *a) {
             a->scheduler = argv[++i];
         } else if (!strcmp(o, "--device") && val) {
             a->device = argv[++i];
+        } else if (!strcmp(o, "--dtype") && val) {
+            const char *d = argv[++i];
+            if (!em_dtype_parse(d, &a->dtype) ||
+                (a->dtype != EM_F32 && a->dtype != EM_BF16 && a->dtype != EM_F16)) {
+                fprintf(stderr, "ember image: --dtype %s: f32, bf16 or f16\n", d);
+                return 2;
+            }
         } else if (!strcmp(o, "--out") && val) {
             a->out = argv[++i];
         } else if (!strcmp(o, "--out-npy") && val) {
@@ -437,6 +449,7 @@ static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
 static int run(em_ctx *c, const image_args *a) {
     em_pipeline_options po = em_pipeline_default_options();
     po.device = a->device;
+    po.dtype = a->dtype;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
     int rc = 1;
