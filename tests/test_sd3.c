@@ -1,0 +1,189 @@
+/* Stable Diffusion 3 against diffusers 0.42.1 (tests/fixtures/diffusion/sd3_*, made by
+ * scripts/gen_sd3_fixtures.py): SD3Transformer2DModel's output for three timesteps and a
+ * non-square input within 1e-4 (f32), with and without qk RMSNorm; config fields refused by
+ * name; bad inputs and a config its weights contradict. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+
+static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
+                              const char *rel, const char *device) {
+    char what[160], key[64];
+    em_sd3 *m = em_sd3_load(c, em_test_fixture_path("diffusion", rel), device, EM_F32);
+    CHECK_MSG(m != NULL, "%s: %s", rel, msg(c));
+    if (!m) {
+        em_ctx_clear_error(c);
+        return;
+    }
+    em_scope_push(c);
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_sd3_device(m)); /* the bundle's inputs onto the model's device */
+#define GET(name) (snprintf(key, sizeof key, "%s%s", prefix, name), em_test_bundle_get(b, c, key))
+    em_tensor *x = GET("sample"), *ehs = GET("ehs"), *pooled = GET("pooled");
+    em_tensor *wide = GET("wide_sample"), *ts[3] = {GET("t0"), GET("t1"), GET("t2")};
+    float tw = 250.5f;
+    em_tensor *t_wide = em_from_host(c, EM_F32, 1, (int64_t[]){1}, &tw);
+    em_ctx_set_device(c, prev);
+    for (int k = 0; k < 3; k++) {
+        char on[16];
+        snprintf(on, sizeof on, "out%d", k);
+        snprintf(what, sizeof what, "%s on %s, timestep %d", rel, device, k);
+        em_tensor *got = em_sd3_forward(c, m, x, ehs, pooled, ts[k]);
+        CHECK_MSG(got != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, got, GET(on), 1e-4, 1e-4, what);
+    }
+    snprintf(what, sizeof what, "%s on %s, 8x12 latents", rel, device);
+    em_tensor *ehs1 = em_narrow(c, ehs, 0, 0, 1), *pooled1 = em_narrow(c, pooled, 0, 0, 1);
+    em_test_allclose(c, em_sd3_forward(c, m, wide, ehs1, pooled1, t_wide), GET("wide_out"), 1e-4,
+                     1e-4, what);
+#undef GET
+    CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+    em_sd3_free(m);
+}
+
+static void test_sd3_transformer_matches_diffusers(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
+    CHECK(b != NULL);
+    if (b) {
+        check_transformer(c, b, "tf_", "sd3_tiny/transformer", "cpu");
+        check_transformer(c, b, "qk_", "sd3_qk", "cpu");
+    }
+    em_sd3_config cfg;
+    CHECK(em_sd3_config_load(c, em_test_fixture_path("diffusion", "sd3_qk"), &cfg) == EM_OK);
+    CHECK(cfg.qk_norm_rms && cfg.num_layers == 3 && cfg.pos_embed_max_size == 8 &&
+          cfg.joint_attention_dim == 48 && cfg.pooled_projection_dim == 16);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+/* the same on XLA's CPU plugin */
+static void test_sd3_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
+    if (b) {
+        check_transformer(c, b, "tf_", "sd3_tiny/transformer", "xla:0");
+        check_transformer(c, b, "qk_", "sd3_qk", "xla:0");
+    }
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+static void expect_config_error(em_ctx *c, const char *json, em_status want,
+                                const char *needle) {
+    em_sd3_config cfg;
+    CHECK(em_sd3_config_parse(c, json, strlen(json), "t.json", &cfg) == want);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "%s (want '%s')", msg(c),
+              needle);
+    em_ctx_clear_error(c);
+}
+
+static void test_sd3_config(void) {
+    em_ctx *c = em_ctx_create();
+    em_sd3_config cfg;
+    /* diffusers' defaults (caption_projection_dim 1152 is the inner dim, 18 * 64) */
+    const char *ok = "{\"caption_projection_dim\": 1152, \"out_channels\": null}";
+    CHECK_MSG(em_sd3_config_parse(c, ok, strlen(ok), NULL, &cfg) == EM_OK, "%s", msg(c));
+    CHECK(cfg.sample_size == 128 && cfg.patch_size == 2 && cfg.in_channels == 16 &&
+          cfg.out_channels == 16 && cfg.num_layers == 18 && cfg.attention_head_dim == 64 &&
+          cfg.num_attention_heads == 18 && cfg.joint_attention_dim == 4096 &&
+          cfg.pooled_projection_dim == 2048 && cfg.pos_embed_max_size == 96 &&
+          !cfg.qk_norm_rms);
+    em_ctx_clear_error(c);
+    /* indices past the last block are ignored, as diffusers ignores them */
+    const char *dual = "{\"caption_projection_dim\": 1152, \"dual_attention_layers\": [18, 40]}";
+    CHECK_MSG(em_sd3_config_parse(c, dual, strlen(dual), NULL, &cfg) == EM_OK, "%s", msg(c));
+    expect_config_error(c, "{\"caption_projection_dim\": 1152, \"dual_attention_layers\": [0, 1]}",
+                        EM_ERR_UNSUPPORTED, "dual_attention_layers");
+    expect_config_error(c, "{\"caption_projection_dim\": 1152, \"qk_norm\": \"layer_norm\"}",
+                        EM_ERR_UNSUPPORTED, "qk_norm 'layer_norm'");
+    expect_config_error(c, "{\"caption_projection_dim\": 1152, \"pos_embed_max_size\": null}",
+                        EM_ERR_UNSUPPORTED, "pos_embed_max_size");
+    expect_config_error(c, "{\"_class_name\": \"FluxTransformer2DModel\"}", EM_ERR_UNSUPPORTED,
+                        "_class_name 'FluxTransformer2DModel'");
+    expect_config_error(c, "{\"caption_projection_dim\": 1536}", EM_ERR_FORMAT,
+                        "caption_projection_dim must equal");
+    expect_config_error(c, "{\"caption_projection_dim\": 1152, \"patch_size\": 0}", EM_ERR_FORMAT,
+                        "patch_size");
+    expect_config_error(c, "{\"caption_projection_dim\": 1152, \"dual_attention_layers\": 3}",
+                        EM_ERR_FORMAT, "list of block indices");
+    em_ctx_free(c);
+}
+
+static void test_sd3_bad_inputs(void) {
+    em_ctx *c = em_ctx_create();
+    em_sd3 *m = em_sd3_load(c, em_test_fixture_path("diffusion", "sd3_tiny/transformer"), NULL,
+                            EM_F32);
+    CHECK_MSG(m != NULL, "%s", msg(c));
+    if (m) {
+        em_scope_push(c);
+        float t = 10.0f;
+        em_tensor *tt = em_from_host(c, EM_F32, 0, NULL, &t);
+        em_tensor *ehs = em_zeros(c, EM_F32, 3, (int64_t[]){1, 5, 48});
+        em_tensor *pooled = em_zeros(c, EM_F32, 2, (int64_t[]){1, 16});
+        em_tensor *odd = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 7, 8});
+        CHECK(em_sd3_forward(c, m, odd, ehs, pooled, tt) == NULL);
+        CHECK_MSG(em_ctx_status(c) == EM_ERR_SHAPE && strstr(msg(c), "multiples of the patch"),
+                  "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_tensor *big = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 8, 14}); /* 7 > 6 patches */
+        CHECK(em_sd3_forward(c, m, big, ehs, pooled, tt) == NULL);
+        CHECK_MSG(em_ctx_status(c) == EM_ERR_SHAPE && strstr(msg(c), "pos_embed_max_size"), "%s",
+                  msg(c));
+        em_ctx_clear_error(c);
+        em_tensor *x = em_zeros(c, EM_F32, 4, (int64_t[]){1, 16, 8, 8});
+        em_tensor *narrow = em_zeros(c, EM_F32, 3, (int64_t[]){1, 5, 32});
+        CHECK(em_sd3_forward(c, m, x, narrow, pooled, tt) == NULL);
+        CHECK_MSG(em_ctx_status(c) == EM_ERR_SHAPE && strstr(msg(c), "joint_attention_dim"),
+                  "%s", msg(c));
+        em_ctx_clear_error(c);
+        CHECK(em_sd3_forward(c, m, x, ehs, NULL, tt) == NULL &&
+              em_ctx_status(c) == EM_ERR_INVALID_ARG && strstr(msg(c), "pooled_projections"));
+        em_ctx_clear_error(c);
+        CHECK(em_sd3_forward(c, m, x, ehs, pooled, tt) != NULL);
+        em_scope_pop(c);
+    }
+    em_sd3_free(m);
+    /* a config its weights contradict: the tensor and both shapes named */
+    if (em_test_scratch_make("sd3_cfg")) {
+        em_test_scratch_link("diffusion_pytorch_model.safetensors", "diffusion",
+                             "sd3_qk/diffusion_pytorch_model.safetensors");
+        em_test_scratch_write("config.json",
+                              "{\"sample_size\": 8, \"patch_size\": 2, \"in_channels\": 16, "
+                              "\"num_layers\": 3, \"attention_head_dim\": 8, "
+                              "\"num_attention_heads\": 2, \"joint_attention_dim\": 40, "
+                              "\"caption_projection_dim\": 16, \"pooled_projection_dim\": 16, "
+                              "\"pos_embed_max_size\": 8, \"qk_norm\": \"rms_norm\"}");
+        CHECK(em_sd3_load(c, em_test_scratch_dir(), NULL, EM_F32) == NULL);
+        CHECK_MSG(em_ctx_status(c) == EM_ERR_SHAPE && strstr(msg(c), "context_embedder.weight"),
+                  "%s", msg(c));
+        em_ctx_clear_error(c);
+        /* a table of another size than pos_embed_max_size */
+        em_test_scratch_write("config.json",
+                              "{\"sample_size\": 8, \"patch_size\": 2, \"in_channels\": 16, "
+                              "\"num_layers\": 3, \"attention_head_dim\": 8, "
+                              "\"num_attention_heads\": 2, \"joint_attention_dim\": 48, "
+                              "\"caption_projection_dim\": 16, \"pooled_projection_dim\": 16, "
+                              "\"pos_embed_max_size\": 9}");
+        CHECK(em_sd3_load(c, em_test_scratch_dir(), NULL, EM_F32) == NULL);
+        CHECK_MSG(em_ctx_status(c) == EM_ERR_SHAPE && strstr(msg(c), "pos_embed.pos_embed"),
+                  "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_test_scratch_remove();
+    }
+    em_ctx_free(c);
+}
+
+EM_TEST_MAIN(T(test_sd3_transformer_matches_diffusers), T(test_sd3_config),
+             T(test_sd3_bad_inputs), T(test_sd3_on_xla))
