@@ -185,5 +185,160 @@ static void test_sd3_bad_inputs(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_sd3_transformer_matches_diffusers), T(test_sd3_config),
+/* scripts/gen_sd3_fixtures.py's RUNS */
+static const struct {
+    const char *name, *prompt, *negative;
+    double guidance;
+    int64_t steps;
+    uint64_t seed;
+    int64_t height, width, msl;
+} RUNS[] = {
+    {"cfg", "a photo of a cat", NULL, 7.0, 4, 0, 0, 0, 8},
+    {"negative", "a red cube on a table", "blurry, low quality", 5.0, 3, 5, 0, 0, 8},
+    {"nocfg", "an astronaut", NULL, 1.0, 3, 11, 0, 0, 4},
+    {"size", "a dog in the snow", "dark", 4.0, 2, 21, 16, 24, 0}, /* 0: the default 256 */
+};
+
+static int n_progress;
+static bool count_progress(void *user, int64_t i, int64_t n, double t, double s) {
+    (void)user, (void)i, (void)n, (void)t, (void)s;
+    n_progress++;
+    return true;
+}
+
+static void test_sd3_pipeline_runs(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd3_tiny"), NULL);
+    CHECK_MSG(b && p, "%s", msg(c));
+    if (p) {
+        CHECK(em_pipeline_get_index(p)->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3);
+        int64_t shape[4];
+        CHECK(em_pipeline_latent_shape(p, shape) && shape[1] == 16 && shape[2] == 8);
+    }
+    for (size_t i = 0; b && p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = RUNS[i].prompt;
+        rp.negative_prompt = RUNS[i].negative;
+        rp.guidance_scale = RUNS[i].guidance;
+        rp.steps = RUNS[i].steps;
+        rp.seed = RUNS[i].seed;
+        rp.height = RUNS[i].height;
+        rp.width = RUNS[i].width;
+        rp.max_sequence_length = RUNS[i].msl;
+        rp.progress = count_progress;
+        n_progress = 0;
+        char name[64], what[96];
+        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
+        snprintf(what, sizeof what, "StableDiffusion3Pipeline run '%s'", RUNS[i].name);
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        CHECK(n_progress == RUNS[i].steps);
+        if (i == 0) { /* the same run from the committed initial latents */
+            rp.latents = em_test_bundle_get(b, c, "latents");
+            em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                             em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                             "StableDiffusion3Pipeline run 'cfg' from its latents");
+        }
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+static void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                             em_status want, const char *needle) {
+    em_scope_push(c);
+    CHECK(em_pipeline_run(c, p, rp) == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+}
+
+static void test_sd3_bad_runs(void) {
+    em_ctx *c = em_ctx_create();
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd3_tiny"), NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    if (p) {
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.steps = 1;
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "needs a prompt");
+        rp.prompt = "a cat";
+        rp.height = 10; /* not a multiple of 2 * 2 */
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "multiples of 4");
+        rp.height = 0;
+        rp.max_sequence_length = 513;
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "max_sequence_length 513");
+        rp.max_sequence_length = 4;
+        rp.num_images_per_prompt = 2;
+        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "num_images_per_prompt > 1");
+        rp.num_images_per_prompt = 1;
+        rp.class_label = 3;
+        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "a class label");
+        rp.class_label = -1;
+        em_scope_push(c);
+        rp.latents = em_zeros(c, EM_F32, 4, (int64_t[]){1, 4, 8, 8});
+        expect_run_error(c, p, &rp, EM_ERR_SHAPE, "the latent shape is [1, 16, 8, 8]");
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+}
+
+static void expect_load_error(em_ctx *c, em_status want, const char *needle) {
+    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
+    CHECK(p == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_pipeline_free(p);
+}
+
+#define SD3_INDEX(te3, te2)                                                                     \
+    "{\"_class_name\": \"StableDiffusion3Pipeline\", "                                           \
+    "\"transformer\": [\"diffusers\", \"SD3Transformer2DModel\"], "                             \
+    "\"vae\": [\"diffusers\", \"AutoencoderKL\"], "                                             \
+    "\"scheduler\": [\"diffusers\", \"FlowMatchEulerDiscreteScheduler\"], "                     \
+    "\"text_encoder\": [\"transformers\", \"CLIPTextModelWithProjection\"], "                   \
+    "\"tokenizer\": [\"transformers\", \"CLIPTokenizer\"], " te2                                 \
+    "\"tokenizer_2\": [\"transformers\", \"CLIPTokenizer\"], "                                  \
+    "\"text_encoder_3\": " te3 ", \"tokenizer_3\": [null, null]}"
+#define TE2 "\"text_encoder_2\": [\"transformers\", \"CLIPTextModelWithProjection\"], "
+
+static void test_sd3_bad_folders(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_scratch_make("sd3")) {
+        em_ctx_free(c);
+        return;
+    }
+    const char *parts[] = {"transformer", "vae", "scheduler", "text_encoder", "tokenizer",
+                           "text_encoder_2", "tokenizer_2"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "sd3_tiny/%s", parts[i]);
+        em_test_scratch_link(parts[i], "diffusion", rel);
+    }
+    /* T5 present: refused by name */
+    em_test_scratch_write("model_index.json",
+                          SD3_INDEX("[\"transformers\", \"T5EncoderModel\"]", TE2));
+    expect_load_error(c, EM_ERR_UNSUPPORTED, "T5EncoderModel) is not supported yet");
+    /* a missing component */
+    em_test_scratch_write("model_index.json", SD3_INDEX("[null, null]", ""));
+    expect_load_error(c, EM_ERR_NOT_FOUND, "needs a 'text_encoder_2' component");
+    /* the whole folder loads */
+    em_test_scratch_write("model_index.json", SD3_INDEX("null", TE2));
+    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    em_pipeline_free(p);
+    em_test_scratch_remove();
+    em_ctx_free(c);
+}
+
+EM_TEST_MAIN(T(test_sd3_pipeline_runs), T(test_sd3_bad_runs), T(test_sd3_bad_folders), T(test_sd3_transformer_matches_diffusers), T(test_sd3_config),
              T(test_sd3_bad_inputs), T(test_sd3_on_xla))
