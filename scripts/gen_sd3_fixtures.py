@@ -20,6 +20,9 @@ tests/fixtures/diffusion/sd3_tiny_ref.{json,bin} (a Bundle):
   per run (meta "runs": prompt, negative prompt (null: None), guidance, steps, seed, height,
   width, max_sequence_length): <run>_image = pipe(..., generator=torch.Generator("cpu")
   .manual_seed(seed), output_type="np").images, f32 [1, H, W, 3]
+  prompt2_image: pipe("a photo of a cat", prompt_2="a red cube", negative_prompt="blurry",
+  negative_prompt_2="", guidance_scale=5, num_inference_steps=3, max_sequence_length=8, seed 41)
+  ("" falls back to negative_prompt, as `negative_prompt_2 or negative_prompt`)
   latents: randn_tensor((1, 16, 8, 8), generator=torch.Generator("cpu").manual_seed(123)) and
   latents_image, run "cfg" from those latents
 
@@ -146,8 +149,7 @@ def transformer_case(b, prefix, path, seed):
                 timestep=torch.tensor([250.5])).sample)
 
 
-def run(pipe, prompt, neg, guidance, steps, seed, h, w, msl, latents=None):
-    kw = {}
+def run(pipe, prompt, neg, guidance, steps, seed, h, w, msl, latents=None, **kw):
     if h:
         kw.update(height=h, width=w)
     with torch.no_grad():
@@ -179,6 +181,9 @@ def main():
     prompt, neg, guidance, steps, seed, h, w, msl = RUNS["cfg"]
     b.add("latents_image", torch.from_numpy(run(pipe, prompt, neg, guidance, steps, seed, h, w,
                                                  msl, latents=latents.clone())))
+    b.add("prompt2_image", torch.from_numpy(run(
+        pipe, "a photo of a cat", "blurry", 5.0, 3, 41, 0, 0, 8, prompt_2="a red cube",
+        negative_prompt_2="")))
     b.meta = {"runs": meta}
     print(b.write())
 

@@ -90,6 +90,7 @@ def main():
     sdxl = bundle(fixtures, "sdxl_tiny_ref")  # scripts/gen_sdxl_fixtures.py
     refiner = bundle(fixtures, "sdxl_refiner_tiny_ref")  # scripts/gen_sdxl_refiner_fixtures.py
     inpaint = bundle(fixtures, "sd_inpaint_ref")  # scripts/gen_sd_inpaint_fixtures.py
+    sd3 = bundle(fixtures, "sd3_tiny_ref")  # scripts/gen_sd3_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -98,6 +99,8 @@ def main():
         write_npy(sd_lat, *sd["cfg_latents"])
         dit_lat = os.path.join(tmp, "dit_latents.npy")
         write_npy(dit_lat, *dit["latents"])
+        sd3_lat = os.path.join(tmp, "sd3_latents.npy")
+        write_npy(sd3_lat, *sd3["latents"])
         init_euler = os.path.join(tmp, "init_euler.npy")
         write_npy(init_euler, *i2i["euler_init"])
         init_pndm = os.path.join(tmp, "init_pndm.npy")  # [H, W, 3]: the batch of one implied
@@ -181,6 +184,15 @@ def main():
                                      "--guidance", "5", "--steps", "3", "--seed", "71",
                                      "--init-image", init_png_mask, "--mask-image",
                                      d("sd_inpaint_mask.png")], inpaint["png_mask_image"], 4),
+            # StableDiffusion3Pipeline without T5 (scripts/gen_sd3_fixtures.py's runs "cfg"
+            # from its latents, and "size": 16x24 with the default 256 zero T5 tokens)
+            ("sd3 latents", ["--model", d("sd3_tiny"), "--prompt", "a photo of a cat",
+                             "--steps", "4", "--max-sequence-length", "8", "--latents", sd3_lat],
+             sd3["latents_image"], 4),
+            ("sd3 size", ["--model", d("sd3_tiny"), "--prompt", "a dog in the snow",
+                          "--negative-prompt", "dark", "--guidance", "4", "--steps", "2",
+                          "--seed", "21", "--height", "16", "--width", "24"],
+             sd3["size_image"], 2),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -286,6 +298,14 @@ def main():
              "--init-image is not supported for DDIMPipeline"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--init-image", init_euler,
               "--strength", "0.1", "--steps", "5"] + out, 1, "leaves no step"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--max-sequence-length",
+              "8"] + out, 2, "--max-sequence-length is not supported for StableDiffusionPipeline"),
+            (["--model", d("sd3_tiny"), "--seed", "1", "--prompt", "x", "--compile"] + out, 1,
+             "compile is not supported for StableDiffusion3Pipeline"),
+            (["--model", d("sd3_tiny"), "--seed", "1", "--prompt", "x", "--height", "10"] + out,
+             1, "multiples of 4"),
+            (["--model", d("sd3_tiny"), "--seed", "1", "--class-label", "3"] + out, 2,
+             "--class-label is not supported for StableDiffusion3Pipeline (a text-to-image"),
             (["--model", d("ddim_three"), "--seed", "1", "--class-label", "3"] + out, 2,
              "--class-label is not supported for DDIMPipeline (an unconditional pipeline)"),
             (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "3", "--prompt", "x"]

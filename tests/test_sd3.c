@@ -246,6 +246,24 @@ static void test_sd3_pipeline_runs(void) {
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }
+    if (b && p) { /* second-encoder texts; negative_prompt_2 "" falls back to negative_prompt */
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = "a photo of a cat";
+        rp.prompt_2 = "a red cube";
+        rp.negative_prompt = "blurry";
+        rp.negative_prompt_2 = "";
+        rp.guidance_scale = 5.0;
+        rp.steps = 3;
+        rp.seed = 41;
+        rp.max_sequence_length = 8;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "prompt2: %s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "prompt2_image"), 1e-3, 0,
+                         "StableDiffusion3Pipeline run 'prompt2'");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
     em_pipeline_free(p);
     em_test_bundle_free(b);
     em_ctx_free(c);

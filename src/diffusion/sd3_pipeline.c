@@ -97,14 +97,13 @@ bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
     return true;
 }
 
-/* What the run takes: a prompt (one string), a negative prompt, a size in multiples of the VAE
+/* What the run takes: a prompt (one string), a negative prompt, their second-encoder texts, a size in multiples of the VAE
  * factor times the patch, max_sequence_length in [0, 512]; the options of the other pipelines
  * are refused by name. */
 static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
     const char *bad = rp->prompts ? "prompts (a list)"
                       : rp->negative_prompts ? "negative_prompts (a list)"
                       : rp->num_images_per_prompt > 1 ? "num_images_per_prompt > 1"
-                      : rp->prompt_2 || rp->negative_prompt_2 ? "prompt_2 / negative_prompt_2"
                       : rp->prompts_2 || rp->negative_prompts_2 ? "prompts_2 / negative_prompts_2"
                       : rp->prompt_embeds || rp->negative_prompt_embeds ? "prompt_embeds"
                       : rp->pooled_prompt_embeds || rp->negative_pooled_prompt_embeds
@@ -166,16 +165,17 @@ static em_tensor *zeros_on(em_ctx *c, em_device *dev, const int64_t *shape) {
     return z;
 }
 
-/* encode_prompt for texts[0..n) (n 2 under guidance: the negative prompt, then the prompt):
- * the prompt embeddings [n, L + msl, J] and in *pooled [n, P1 + P2], on the transformer's
- * device, in the current scope. */
-static em_tensor *prompt_embeds(em_ctx *c, em_pipeline *p, const char *const *texts, int n,
-                                int64_t msl, em_tensor **pooled) {
+/* encode_prompt for texts[0..n) of the first encoder and texts2 of the second (n 2 under
+ * guidance: the negative prompt, then the prompt): the prompt embeddings [n, L + msl, J] and in
+ * *pooled [n, P1 + P2], on the transformer's device, in the current scope. */
+static em_tensor *prompt_embeds(em_ctx *c, em_pipeline *p, const char *const *texts,
+                                const char *const *texts2, int n, int64_t msl,
+                                em_tensor **pooled) {
     int64_t J = em_sd3_get_config(p->sd3)->joint_attention_dim;
     em_device *dev = em_sd3_device(p->sd3);
     em_tensor *p1 = NULL, *p2 = NULL;
     em_tensor *h1 = clip_embeds(c, p->tok, p->te, texts, n, &p1);
-    em_tensor *h2 = h1 ? clip_embeds(c, p->tok2, p->te2, texts, n, &p2) : NULL;
+    em_tensor *h2 = h1 ? clip_embeds(c, p->tok2, p->te2, texts2, n, &p2) : NULL;
     if (!h2) return NULL;
     if (em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev), p1 = em_to(c, p1, dev);
     if (em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev), p2 = em_to(c, p2, dev);
@@ -275,10 +275,15 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
         return NULL;
     }
     em_scope_push(c);
-    /* encode_prompt: the negative prompt (NULL: "") then the prompt */
+    /* encode_prompt: the negative prompt (None: "") then the prompt; text_encoder_2's are
+     * `prompt_2 or prompt` and `negative_prompt_2 or negative_prompt` ("" falls back) */
     const char *texts[2] = {rp->negative_prompt ? rp->negative_prompt : "", rp->prompt};
+    const char *texts2[2] = {
+        rp->negative_prompt_2 && *rp->negative_prompt_2 ? rp->negative_prompt_2 : texts[0],
+        rp->prompt_2 && *rp->prompt_2 ? rp->prompt_2 : rp->prompt};
     em_tensor *pooled = NULL;
-    em_tensor *ctx = prompt_embeds(c, p, cfg ? texts : texts + 1, cfg ? 2 : 1, msl, &pooled);
+    em_tensor *ctx = prompt_embeds(c, p, cfg ? texts : texts + 1, cfg ? texts2 : texts2 + 1,
+                                   cfg ? 2 : 1, msl, &pooled);
     em_tensor *x = ctx ? initial_latents(c, p, rp, g) : NULL;
     if (x) x = em_tensor_retain(x);
     if (x && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK)

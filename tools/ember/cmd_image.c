@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "usage: ember image --model DIR (--seed S | --latents FILE.npy) --out FILE.png\n"
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
             "                    [--prompt-2 T] [--negative-prompt-2 T]\n"
-            "                    [--height H --width W]]\n"
+            "                    [--height H --width W] [--max-sequence-length N]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
             "                   [--vae-tiling] [--vae-slicing] [--init-image FILE [--strength S]\n"
@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "                   [--num-images N [--grid-cols K] [--upscale U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
-            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner) and DiTPipeline today) and\n"
+            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline\n"
+            "(without T5) and DiTPipeline today) and\n"
             "writes the image. --seed S draws\n"
             "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
@@ -32,20 +33,23 @@ static void usage(FILE *f) {
             "  --model DIR         the pipeline folder\n"
             "  --scheduler NAME    replace the folder's scheduler, as Class.from_config(its\n"
             "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
-            "  --prompt T          the text (Stable Diffusion and SDXL; required there)\n"
+            "  --prompt T          the text (Stable Diffusion, SDXL and SD3; required there)\n"
             "  --negative-prompt T what to steer away from (default: the empty prompt; SDXL with\n"
             "                      force_zeros_for_empty_prompt: zero embeddings)\n"
-            "  --prompt-2 T, --negative-prompt-2 T  SDXL: the texts of the second text encoder\n"
+            "  --prompt-2 T, --negative-prompt-2 T  SDXL and SD3: the texts of the second\n"
+            "                      text encoder\n"
             "                      (default: --prompt / --negative-prompt)\n"
             "  --aesthetic-score A, --negative-aesthetic-score A  an SDXL refiner's\n"
             "                      (requires_aesthetics_score) last time id of the prompt's and\n"
             "                      of the negative's rows (default 6.0 and 2.5)\n"
             "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
-            "                      Stable Diffusion, 5 for SDXL, 4 for DiT)\n"
+            "                      Stable Diffusion, 5 for SDXL, 7 for SD3, 4 for DiT)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
             "                      the VAE's scale factor)\n"
             "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM\n"
-            "                      and Stable Diffusion)\n"
+            "                      and Stable Diffusion, 28 SD3)\n"
+            "  --max-sequence-length N  SD3: the T5 tokens after CLIP's, zeros without\n"
+            "                      text_encoder_3 (default 256; 1 to 512)\n"
             "  --eta E             DDIM's eta (0: deterministic)\n"
             "  --seed S            the generator's seed\n"
             "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
@@ -93,7 +97,7 @@ typedef struct image_args {
     const char *model, *scheduler, *device, *out, *out_npy, *latents, *init_image, *mask_image;
     const char *prompt, *negative, *text_opt; /* text_opt: the first text-to-image option */
     const char *prompt_2, *negative_2;        /* SDXL's second prompts */
-    long long steps, seed, height, width, num_images, grid_cols, upscale;
+    long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
     double eta, guidance, strength, aesthetic, negative_aesthetic;
@@ -126,6 +130,9 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
             if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
                 return 2;
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--max-sequence-length") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 512, &a->max_seq)) return 2;
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--init-image") && val) {
             a->init_image = argv[++i];
@@ -349,7 +356,8 @@ static int run(em_ctx *c, const image_args *a) {
     const em_pipeline_index *idx = em_pipeline_get_index(p);
     bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION ||
               idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL,
-         dit = idx->pipeline == EM_PIPELINE_DIT;
+         dit = idx->pipeline == EM_PIPELINE_DIT,
+         sd3 = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3, text = sd || sd3;
     /* Stable Diffusion batches its images in one run (a line per step); the others run once
      * per image (a line per image instead) */
     if (sd) rp.num_images_per_prompt = a->num_images;
@@ -362,6 +370,7 @@ static int run(em_ctx *c, const image_args *a) {
     rp.negative_prompt_2 = a->negative_2;
     rp.height = a->height;
     rp.width = a->width;
+    rp.max_sequence_length = a->max_seq;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
     rp.vae_tiling = a->vae_tiling;
@@ -369,24 +378,27 @@ static int run(em_ctx *c, const image_args *a) {
     rp.compile_stats = &cs;
     em_scheduler_kind kind;
     const char *wrong = NULL, *why = "";
-    if (!sd && a->text_opt)
+    if (!text && a->text_opt)
         wrong = a->text_opt, why = dit ? "a class-conditional pipeline: --class-label" : NULL;
+    else if (a->max_seq && !sd3)
+        wrong = "--max-sequence-length", why = "StableDiffusion3Pipeline's T5 tokens";
     else if (!dit && a->have_class)
-        wrong = "--class-label", why = sd ? "a text-to-image pipeline: --prompt" : NULL;
-    else if (!sd && !dit && a->have_guidance)
+        wrong = "--class-label", why = text ? "a text-to-image pipeline: --prompt" : NULL;
+    else if (!text && !dit && a->have_guidance)
         wrong = "--guidance", why = NULL;
     if (wrong) {
         fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", wrong, idx->class_name,
                 why ? why : "an unconditional pipeline");
         rc = 2;
     } else if ((a->prompt_2 || a->negative_2) &&
-               idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL) {
+               idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL && !sd3) {
         /* a usage error, as the options the other pipelines do not take */
         fprintf(stderr, "ember image: %s is not supported for %s (the second text encoder's "
-                        "prompt: StableDiffusionXLPipeline's text_encoder_2)\n",
+                        "prompt: StableDiffusionXLPipeline's and StableDiffusion3Pipeline's "
+                        "text_encoder_2)\n",
                 a->prompt_2 ? "--prompt-2" : "--negative-prompt-2", idx->class_name);
         rc = 2;
-    } else if (sd && !a->prompt) {
+    } else if (text && !a->prompt) {
         fprintf(stderr, "ember image: %s needs --prompt (\"\" is one)\n", idx->class_name);
         rc = 2;
     } else if (a->scheduler && !em_scheduler_kind_parse(a->scheduler, &kind)) {
