@@ -23,6 +23,15 @@ tests/fixtures/diffusion/sd3_tiny_ref.{json,bin} (a Bundle):
   prompt2_image: pipe("a photo of a cat", prompt_2="a red cube", negative_prompt="blurry",
   negative_prompt_2="", guidance_scale=5, num_inference_steps=3, max_sequence_length=8, seed 41)
   ("" falls back to negative_prompt, as `negative_prompt_2 or negative_prompt`)
+  batch_image: pipe(["a photo of a cat", "a red cube"], negative_prompt=["blurry", ""],
+  num_images_per_prompt=2, guidance_scale=5, num_inference_steps=2, max_sequence_length=4,
+  seed 3): [4, 16, 16, 3]
+  generators_image: pipe("an astronaut", num_images_per_prompt=2, generator=[seed 7, seed 8],
+  guidance_scale=4, num_inference_steps=2, max_sequence_length=4): [2, 16, 16, 3]
+  images2_image: the same with one seed, 9 (ember image --num-images 2)
+  dynamic_image: run "negative" with the scheduler of sd3_dynamic_scheduler/ (SD3's config
+  with use_dynamic_shifting, base_image_seq_len 8, max_image_seq_len 64: mu from the 16
+  patches, calculate_shift)
   latents: randn_tensor((1, 16, 8, 8), generator=torch.Generator("cpu").manual_seed(123)) and
   latents_image, run "cfg" from those latents
 
@@ -43,6 +52,7 @@ from gen_diffusion_fixtures import randomise  # noqa: E402
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "diffusion")
 SD3 = os.path.join(OUT, "sd3_tiny")
 QK = os.path.join(OUT, "sd3_qk")
+DYNAMIC = os.path.join(OUT, "sd3_dynamic_scheduler")
 
 TRANSFORMER = dict(sample_size=8, patch_size=2, in_channels=16, num_layers=2,
                    attention_head_dim=8, num_attention_heads=2, joint_attention_dim=48,
@@ -121,6 +131,9 @@ def build():
         text_encoder_2=te2, tokenizer_2=tok2, text_encoder_3=None, tokenizer_3=None)
     shutil.rmtree(SD3, ignore_errors=True)
     pipe.save_pretrained(SD3)
+    shutil.rmtree(DYNAMIC, ignore_errors=True)
+    FlowMatchEulerDiscreteScheduler(**SCHEDULER, use_dynamic_shifting=True, base_image_seq_len=8,
+                                    max_image_seq_len=64).save_pretrained(DYNAMIC)
     qk = tiny_transformer(QK_TRANSFORMER, 840)
     shutil.rmtree(QK, ignore_errors=True)
     qk.save_pretrained(QK)
@@ -184,6 +197,26 @@ def main():
     b.add("prompt2_image", torch.from_numpy(run(
         pipe, "a photo of a cat", "blurry", 5.0, 3, 41, 0, 0, 8, prompt_2="a red cube",
         negative_prompt_2="")))
+    with torch.no_grad():
+        b.add("batch_image", torch.from_numpy(pipe(
+            ["a photo of a cat", "a red cube"], negative_prompt=["blurry", ""],
+            num_images_per_prompt=2, guidance_scale=5.0, num_inference_steps=2,
+            max_sequence_length=4, output_type="np",
+            generator=torch.Generator("cpu").manual_seed(3)).images))
+        b.add("generators_image", torch.from_numpy(pipe(
+            "an astronaut", num_images_per_prompt=2, guidance_scale=4.0, num_inference_steps=2,
+            max_sequence_length=4, output_type="np",
+            generator=[torch.Generator("cpu").manual_seed(s) for s in (7, 8)]).images))
+        b.add("images2_image", torch.from_numpy(pipe(
+            "an astronaut", num_images_per_prompt=2, guidance_scale=4.0, num_inference_steps=2,
+            max_sequence_length=4, output_type="np",
+            generator=torch.Generator("cpu").manual_seed(9)).images))
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(DYNAMIC)
+    assert pipe.scheduler.config.use_dynamic_shifting
+    prompt, neg, guidance, steps, seed, h, w, msl = RUNS["negative"]
+    b.add("dynamic_image", torch.from_numpy(run(pipe, prompt, neg, guidance, steps, seed, h, w,
+                                                msl)))
     b.meta = {"runs": meta}
     print(b.write())
 

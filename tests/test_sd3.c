@@ -246,6 +246,40 @@ static void test_sd3_pipeline_runs(void) {
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }
+    if (b && p) { /* two prompts (their negatives a list), two images each: one batch of 4 */
+        em_scope_push(c);
+        static const char *const prompts[] = {"a photo of a cat", "a red cube"};
+        static const char *const negatives[] = {"blurry", ""};
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompts = prompts;
+        rp.negative_prompts = negatives;
+        rp.num_prompts = 2;
+        rp.num_images_per_prompt = 2;
+        rp.guidance_scale = 5.0;
+        rp.steps = 2;
+        rp.seed = 3;
+        rp.max_sequence_length = 4;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL && em_tensor_dim(img, 0) == 4, "batch: %s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "batch_image"), 1e-3, 0,
+                         "StableDiffusion3Pipeline batch");
+        /* a generator per image */
+        static const uint64_t seeds[2] = {7, 8};
+        rp = em_pipeline_default_params();
+        rp.prompt = "an astronaut";
+        rp.num_images_per_prompt = 2;
+        rp.seeds = seeds;
+        rp.num_seeds = 2;
+        rp.guidance_scale = 4.0;
+        rp.steps = 2;
+        rp.max_sequence_length = 4;
+        em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                         em_test_bundle_get(b, c, "generators_image"), 1e-3, 0,
+                         "StableDiffusion3Pipeline generator list");
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
     if (b && p) { /* second-encoder texts; negative_prompt_2 "" falls back to negative_prompt */
         em_scope_push(c);
         em_pipeline_run_params rp = em_pipeline_default_params();
@@ -265,6 +299,48 @@ static void test_sd3_pipeline_runs(void) {
         em_scope_pop(c);
     }
     em_pipeline_free(p);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+/* use_dynamic_shifting: mu from the latents' patch count (sd3_dynamic_scheduler's config) */
+static void test_sd3_dynamic_shifting(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
+    if (!b || !em_test_scratch_make("sd3_dyn")) {
+        CHECK(b != NULL);
+        em_test_bundle_free(b);
+        em_ctx_free(c);
+        return;
+    }
+    const char *parts[] = {"transformer", "vae", "text_encoder", "tokenizer", "text_encoder_2",
+                           "tokenizer_2", "model_index.json"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "sd3_tiny/%s", parts[i]);
+        em_test_scratch_link(parts[i], "diffusion", rel);
+    }
+    em_test_scratch_link("scheduler", "diffusion", "sd3_dynamic_scheduler");
+    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    if (p) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = RUNS[1].prompt;
+        rp.negative_prompt = RUNS[1].negative;
+        rp.guidance_scale = RUNS[1].guidance;
+        rp.steps = RUNS[1].steps;
+        rp.seed = RUNS[1].seed;
+        rp.max_sequence_length = RUNS[1].msl;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "dynamic_image"), 1e-3, 0,
+                         "StableDiffusion3Pipeline with use_dynamic_shifting");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_test_scratch_remove();
     em_test_bundle_free(b);
     em_ctx_free(c);
 }
@@ -295,8 +371,16 @@ static void test_sd3_bad_runs(void) {
         expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "max_sequence_length 513");
         rp.max_sequence_length = 4;
         rp.num_images_per_prompt = 2;
-        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "num_images_per_prompt > 1");
+        static const uint64_t seeds[3] = {1, 2, 3};
+        rp.seeds = seeds;
+        rp.num_seeds = 3;
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "3 seeds (a generator per image) for a "
+                         "batch of 2");
+        rp.seeds = NULL;
         rp.num_images_per_prompt = 1;
+        rp.compile = true;
+        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "compile is not supported");
+        rp.compile = false;
         rp.class_label = 3;
         expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "a class label");
         rp.class_label = -1;
@@ -358,5 +442,5 @@ static void test_sd3_bad_folders(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_sd3_pipeline_runs), T(test_sd3_bad_runs), T(test_sd3_bad_folders), T(test_sd3_transformer_matches_diffusers), T(test_sd3_config),
+EM_TEST_MAIN(T(test_sd3_pipeline_runs), T(test_sd3_dynamic_shifting), T(test_sd3_bad_runs), T(test_sd3_bad_folders), T(test_sd3_transformer_matches_diffusers), T(test_sd3_config),
              T(test_sd3_bad_inputs), T(test_sd3_on_xla))

@@ -323,7 +323,7 @@ static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_p
     const char *why = NULL;
     if (n < 0)
         why = "num_images_per_prompt must be 1 or more";
-    else if ((rp->prompts || rp->negative_prompts) && !sd_text(p))
+    else if ((rp->prompts || rp->negative_prompts) && !sd_text(p) && !p->sd3)
         why = "a list of prompts is StableDiffusionPipeline's";
     else if (n > 1 && p->dit)
         why = "DiTPipeline takes no num_images_per_prompt: give a list of class_labels (one "
@@ -557,7 +557,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     }
     em_pipeline_run_params def = em_pipeline_default_params();
     if (!rp) rp = &def;
-    if (p->sd3) return sd3_pipeline_run(c, p, rp);
+    if (p->sd3) return check_batch(c, p, rp) ? sd3_pipeline_run(c, p, rp) : NULL;
     if (!check_conditioning(c, p, rp)) return NULL;
     /* guidance_scale 0: the pipeline's __call__ default */
     em_pipeline_run_params resolved = *rp;

@@ -122,6 +122,12 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
 /* The second prompts (prompt_2, negative_prompt_2 and their lists): only for SDXL, strings
  * without prompts, lists (without NULL entries) with them. False with the error in c. */
 bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp);
+/* The texts of the second tokenizer / text encoder (SDXL's and SD3's), malloc'd like `text`
+ * (sd_prompt_texts' n negatives then n prompts): encode_prompt's `prompt_2 = prompt_2 or
+ * prompt` and `negative_prompt_2 = negative_prompt_2 or negative_prompt` (a string "" falls
+ * back, a list is taken whole). NULL with the error. */
+const char **sdxl_second_texts(em_ctx *c, const em_pipeline_run_params *rp,
+                               const char *const *text, int64_t n);
 /* SDXL's hand-over (pipeline_sdxl.c): get_timesteps with denoising_start — the first step of the
  * timesteps below the cutoff (begin index set), or -1 with the error when none is; the count of
  * steps from `first` at or above denoising_end's cutoff; and prepare_latents for

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "diffusion/pipeline_impl.h"
+#include "diffusion/sched_impl.h"
 
 #define OP "StableDiffusion3Pipeline"
 #define RUN_OP "pipeline" /* em_pipeline_run's checks name the run, as pipeline.c's do */
@@ -97,15 +98,12 @@ bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
     return true;
 }
 
-/* What the run takes: a prompt (one string), a negative prompt, their second-encoder texts, a size in multiples of the VAE
- * factor times the patch, max_sequence_length in [0, 512]; the options of the other pipelines
- * are refused by name. */
+/* What the run takes: prompts (one or a list; pipeline.c's check_batch has checked the batch),
+ * negative prompts, their second-encoder texts, a size in multiples of the VAE factor times the
+ * patch, max_sequence_length in [0, 512], seeds (one per image); the options of the other
+ * pipelines are refused by name. */
 static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
-    const char *bad = rp->prompts ? "prompts (a list)"
-                      : rp->negative_prompts ? "negative_prompts (a list)"
-                      : rp->num_images_per_prompt > 1 ? "num_images_per_prompt > 1"
-                      : rp->prompts_2 || rp->negative_prompts_2 ? "prompts_2 / negative_prompts_2"
-                      : rp->prompt_embeds || rp->negative_prompt_embeds ? "prompt_embeds"
+    const char *bad = rp->prompt_embeds || rp->negative_prompt_embeds ? "prompt_embeds"
                       : rp->pooled_prompt_embeds || rp->negative_pooled_prompt_embeds
                           ? "pooled_prompt_embeds"
                       : rp->class_label >= 0 || rp->class_labels ? "a class label"
@@ -113,7 +111,6 @@ static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_par
                       : rp->mask_image ? "a mask image (inpainting)"
                       : rp->strength != 0.0 ? "strength"
                       : rp->denoising_start || rp->denoising_end ? "denoising_start / _end"
-                      : rp->seeds ? "seeds (a generator list)"
                       : rp->eta != 0.0 ? "eta"
                       : rp->compile ? "compile"
                       : rp->vae_tiling || rp->vae_slicing ? "vae_tiling / vae_slicing"
@@ -121,13 +118,20 @@ static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_par
                                            : NULL;
     if (bad) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, RUN_OP, "%s is not supported for %s (%s) yet: it "
-                    "runs one prompt (and negative prompt) from a seed or given latents", bad,
+                    "runs prompts (and negative prompts) from seeds or given latents", bad,
                     OP, p->idx.dir);
         return false;
     }
-    if (!rp->prompt) {
+    if (!sdxl_check_prompts_2(c, p, rp)) return false;
+    if (!rp->prompt && !rp->prompts) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s (%s) needs a prompt (\"\" is one)", OP,
                     p->idx.dir);
+        return false;
+    }
+    if (rp->seeds && rp->num_seeds != sd_batch(rp)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%lld seeds (a generator per image) for a "
+                    "batch of %lld images: give one per image, as diffusers requires",
+                    (long long)rp->num_seeds, (long long)sd_batch(rp));
         return false;
     }
     if (rp->num_images_per_prompt < 0 || rp->height < 0 || rp->width < 0 ||
@@ -191,7 +195,7 @@ static em_tensor *prompt_embeds(em_ctx *c, em_pipeline *p, const char *const *te
     return em_cat(c, seq, 2, 1);
 }
 
-/* prepare_latents: [1, C, H / f, W / f] drawn from g, or rp's checked and moved. */
+/* prepare_latents: [B, C, H / f, W / f] drawn from g, or rp's checked and moved. */
 static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                                   em_torch_generator *g) {
     const em_sd3_config *t = em_sd3_get_config(p->sd3);
@@ -205,7 +209,7 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
                     (long long)t->patch_size, p->idx.dir);
         return NULL;
     }
-    int64_t shape[4] = {1, t->in_channels, h / f, w / f};
+    int64_t shape[4] = {sd_batch(rp), t->in_channels, h / f, w / f};
     em_device *dev = em_sd3_device(p->sd3);
     if (!rp->latents) return em_torch_randn(c, g, 4, shape, dev);
     em_tensor *l = rp->latents;
@@ -214,11 +218,26 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
     for (int i = 0; ok && i < 4; i++) ok = em_tensor_dim(l, i) == shape[i];
     if (!ok) {
         em_ctx_fail(c, EM_ERR_SHAPE, RUN_OP, "initial latents %s do not fit %s (%s): the latent "
-                    "shape is [1, %lld, %lld, %lld] f32", em_tensor_sig(l, sig, sizeof sig), OP,
-                    p->idx.dir, (long long)shape[1], (long long)shape[2], (long long)shape[3]);
+                    "shape is [%lld, %lld, %lld, %lld] f32", em_tensor_sig(l, sig, sizeof sig), OP,
+                    p->idx.dir, (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3]);
         return NULL;
     }
     return em_tensor_device(l) == dev ? l : em_to(c, l, dev);
+}
+
+/* retrieve_timesteps: with use_dynamic_shifting, mu = calculate_shift(image_seq_len, the
+ * config's base_image_seq_len, max_image_seq_len, base_shift, max_shift), image_seq_len the
+ * latents' patches (h / p) * (w / p), as StableDiffusion3Pipeline.__call__ computes it. */
+static em_status set_timesteps(em_ctx *c, em_pipeline *p, int64_t steps, em_tensor *x) {
+    const em_sched_cfg *cfg = &p->sched->cfg;
+    if (em_scheduler_get_kind(p->sched) != EM_SCHED_FLOW_MATCH_EULER || !cfg->use_dynamic_shifting)
+        return em_scheduler_set_timesteps(c, p->sched, steps);
+    int64_t patch = em_sd3_get_config(p->sd3)->patch_size;
+    double seq = (double)((em_tensor_dim(x, 2) / patch) * (em_tensor_dim(x, 3) / patch));
+    double m = (cfg->max_shift - cfg->base_shift) /
+               (double)(cfg->max_image_seq_len - cfg->base_image_seq_len);
+    double b = cfg->base_shift - m * (double)cfg->base_image_seq_len;
+    return em_scheduler_set_timesteps_mu(c, p->sched, steps, seq * m + b);
 }
 
 /* The denoising loop from x (a reference this takes over); the final latents, a reference. */
@@ -227,19 +246,26 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
                           em_tensor *pooled, double guidance) {
     int64_t n = 0;
     const double *ts = em_scheduler_timesteps(p->sched, &n);
-    bool cfg = em_tensor_dim(ctx, 0) == 2;
+    int64_t b = em_tensor_dim(x, 0);
+    bool cfg = em_tensor_dim(ctx, 0) == 2 * b;
     em_device *dev = em_sd3_device(p->sd3);
+    float *tf = malloc(2 * (size_t)b * sizeof *tf);
+    if (!tf) {
+        em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+        em_tensor_release(x);
+        return NULL;
+    }
     for (int64_t i = 0; i < n && x; i++) {
         double t0 = now_s();
         em_scope_push(c);
         em_tensor *pair[2] = {x, x};
         em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
-        float tf[2] = {(float)ts[i], (float)ts[i]}; /* t.expand(rows), f32 as diffusers' */
-        int64_t rows = cfg ? 2 : 1;
+        int64_t rows = cfg ? 2 * b : b;
+        for (int64_t r = 0; r < rows; r++) tf[r] = (float)ts[i]; /* t.expand(rows), f32 */
         em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &rows, tf);
         em_tensor *pred = em_sd3_forward(c, p->sd3, in, ctx, pooled, tt);
         em_tensor *parts[2] = {NULL, NULL};
-        if (cfg && pred && em_split(c, pred, 1, 0, parts, 2) == 2) /* uncond, text */
+        if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
             pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
         em_tensor *next = pred ? em_scheduler_step(c, p->sched, pred, ts[i], x, g) : NULL;
         if (next) next = em_tensor_retain(next);
@@ -256,6 +282,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
             }
         }
     }
+    free(tf);
     if (em_ctx_status(c) && x) {
         em_tensor_release(x);
         x = NULL;
@@ -269,24 +296,33 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
     int64_t steps = rp->steps ? rp->steps : 28;
     int64_t msl = rp->max_sequence_length ? rp->max_sequence_length : 256;
     bool cfg = guidance > 1.0;
-    em_torch_generator *g = em_torch_generator_create(rp->seed);
-    if (!g) {
-        em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+    int64_t n = sd_prompts(rp), per = sd_batch(rp) / n;
+    em_torch_generator *g = rp->seeds ? em_torch_generator_create_list(rp->seeds,
+                                                                      (int)rp->num_seeds)
+                                      : em_torch_generator_create(rp->seed);
+    /* encode_prompt: n negative prompts (None: "") then the n prompts; text_encoder_2's are
+     * `prompt_2 or prompt` and `negative_prompt_2 or negative_prompt` */
+    const char **texts = g ? sd_prompt_texts(c, rp) : NULL;
+    const char **texts2 = texts ? sdxl_second_texts(c, rp, texts, n) : NULL;
+    if (!g || !texts2) {
+        if (!g) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+        em_torch_generator_free(g);
+        free((void *)texts);
         return NULL;
     }
     em_scope_push(c);
-    /* encode_prompt: the negative prompt (None: "") then the prompt; text_encoder_2's are
-     * `prompt_2 or prompt` and `negative_prompt_2 or negative_prompt` ("" falls back) */
-    const char *texts[2] = {rp->negative_prompt ? rp->negative_prompt : "", rp->prompt};
-    const char *texts2[2] = {
-        rp->negative_prompt_2 && *rp->negative_prompt_2 ? rp->negative_prompt_2 : texts[0],
-        rp->prompt_2 && *rp->prompt_2 ? rp->prompt_2 : rp->prompt};
     em_tensor *pooled = NULL;
-    em_tensor *ctx = prompt_embeds(c, p, cfg ? texts : texts + 1, cfg ? texts2 : texts2 + 1,
-                                   cfg ? 2 : 1, msl, &pooled);
-    em_tensor *x = ctx ? initial_latents(c, p, rp, g) : NULL;
+    em_tensor *ctx = prompt_embeds(c, p, cfg ? texts : texts + n, cfg ? texts2 : texts2 + n,
+                                   (int)(cfg ? 2 * n : n), msl, &pooled);
+    free((void *)texts);
+    free((void *)texts2);
+    if (ctx && per > 1) { /* .repeat(1, num_images_per_prompt, 1).view(...): each row per times */
+        ctx = em_repeat_interleave(c, ctx, per, 0);
+        pooled = em_repeat_interleave(c, pooled, per, 0);
+    }
+    em_tensor *x = ctx && pooled ? initial_latents(c, p, rp, g) : NULL;
     if (x) x = em_tensor_retain(x);
-    if (x && em_scheduler_set_timesteps(c, p->sched, steps) == EM_OK)
+    if (x && set_timesteps(c, p, steps, x) == EM_OK)
         x = denoise(c, p, rp, g, x, ctx, pooled, guidance);
     em_torch_generator_free(g);
     em_tensor *img = NULL;

@@ -77,7 +77,8 @@ static void usage(FILE *f) {
             "                      needs it): a PNG (made grey) or a float32 .npy [1, H, W, 1],\n"
             "                      [1, H, W] or [H, W] in [0, 1]; white (>= 0.5) is repainted\n"
             "  --num-images N      N images tiled into one PNG grid (and stacked [N, H, W, C]\n"
-            "                      in --out-npy); needs --seed. Stable Diffusion: one batched\n"
+            "                      in --out-npy); needs --seed. Stable Diffusion (and SDXL,\n"
+            "                      SD3): one batched\n"
             "                      run, diffusers' num_images_per_prompt=N with seed S; the\n"
             "                      other pipelines: seeds S, S+1, ..., S+N-1, one run each\n"
             "  --grid-cols K       columns of the grid (default: ceil(sqrt(N)))\n"
@@ -360,8 +361,8 @@ static int run(em_ctx *c, const image_args *a) {
          sd3 = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3, text = sd || sd3;
     /* Stable Diffusion batches its images in one run (a line per step); the others run once
      * per image (a line per image instead) */
-    if (sd) rp.num_images_per_prompt = a->num_images;
-    rp.progress = a->num_images > 1 && !sd ? NULL : progress;
+    if (text) rp.num_images_per_prompt = a->num_images;
+    rp.progress = a->num_images > 1 && !text ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
     if (a->have_aesthetic) rp.aesthetic_score = a->aesthetic;
