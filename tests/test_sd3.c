@@ -64,22 +64,6 @@ static void test_sd3_transformer_matches_diffusers(void) {
     em_ctx_free(c);
 }
 
-/* the same on XLA's CPU plugin */
-static void test_sd3_on_xla(void) {
-    em_ctx *c = em_ctx_create();
-    if (!em_test_xla_or_skip(c)) {
-        em_ctx_free(c);
-        return;
-    }
-    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
-    if (b) {
-        check_transformer(c, b, "tf_", "sd3_tiny/transformer", "xla:0");
-        check_transformer(c, b, "qk_", "sd3_qk", "xla:0");
-    }
-    em_test_bundle_free(b);
-    em_ctx_free(c);
-}
-
 static void expect_config_error(em_ctx *c, const char *json, em_status want,
                                 const char *needle) {
     em_sd3_config cfg;
@@ -241,6 +225,15 @@ static void test_sd3_pipeline_runs(void) {
             em_test_allclose(c, em_pipeline_run(c, p, &rp),
                              em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
                              "StableDiffusion3Pipeline run 'cfg' from its latents");
+            /* the transformer's step compiled once, the same image */
+            em_compile_stats cs = {0};
+            rp.compile = true;
+            rp.compile_stats = &cs;
+            em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                             em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                             "StableDiffusion3Pipeline run 'cfg', compiled");
+            CHECK_MSG(cs.compiles == 1 && cs.calls == RUNS[i].steps, "%lld compiles, %lld calls",
+                      (long long)cs.compiles, (long long)cs.calls);
         }
         CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
         em_ctx_clear_error(c);
@@ -263,6 +256,9 @@ static void test_sd3_pipeline_runs(void) {
         CHECK_MSG(img != NULL && em_tensor_dim(img, 0) == 4, "batch: %s", msg(c));
         em_test_allclose(c, img, em_test_bundle_get(b, c, "batch_image"), 1e-3, 0,
                          "StableDiffusion3Pipeline batch");
+        rp.vae_slicing = true; /* pipe.vae.enable_slicing(): the same images */
+        em_test_allclose(c, em_pipeline_run(c, p, &rp), em_test_bundle_get(b, c, "batch_image"),
+                         1e-3, 0, "StableDiffusion3Pipeline batch, VAE sliced");
         /* a generator per image */
         static const uint64_t seeds[2] = {7, 8};
         rp = em_pipeline_default_params();
@@ -378,9 +374,9 @@ static void test_sd3_bad_runs(void) {
                          "batch of 2");
         rp.seeds = NULL;
         rp.num_images_per_prompt = 1;
-        rp.compile = true;
-        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "compile is not supported");
-        rp.compile = false;
+        rp.vae_tiling = true;
+        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "vae_tiling is not supported");
+        rp.vae_tiling = false;
         rp.class_label = 3;
         expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "a class label");
         rp.class_label = -1;
@@ -439,6 +435,45 @@ static void test_sd3_bad_folders(void) {
     CHECK_MSG(p != NULL, "%s", msg(c));
     em_pipeline_free(p);
     em_test_scratch_remove();
+    em_ctx_free(c);
+}
+
+/* the same on XLA's CPU plugin */
+static void test_sd3_on_xla(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
+    /* the qk-norm model too (its RMSNorms); the pipeline's transformer runs in the runs below */
+    if (b) check_transformer(c, b, "qk_", "sd3_qk", "xla:0");
+    /* the pipeline moved there (pipe.to("xla:0")): run 'cfg' from its latents, eager and
+     * compiled (one XLA executable for every step) */
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "sd3_tiny"), NULL);
+    CHECK_MSG(b && p && em_pipeline_to(c, p, "xla:0") == EM_OK, "%s", msg(c));
+    if (b && p && em_ctx_status(c) == EM_OK) {
+        CHECK(!strcmp(em_device_name(em_pipeline_device(p)), "xla:0"));
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = RUNS[0].prompt;
+        rp.steps = RUNS[0].steps;
+        rp.max_sequence_length = RUNS[0].msl;
+        rp.latents = em_test_bundle_get(b, c, "latents");
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                         "StableDiffusion3Pipeline on xla:0");
+        rp.compile = true;
+        em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                         em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                         "StableDiffusion3Pipeline on xla:0, compiled");
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_ctx_clear_error(c);
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
     em_ctx_free(c);
 }
 

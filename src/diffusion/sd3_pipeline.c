@@ -112,8 +112,7 @@ static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_par
                       : rp->strength != 0.0 ? "strength"
                       : rp->denoising_start || rp->denoising_end ? "denoising_start / _end"
                       : rp->eta != 0.0 ? "eta"
-                      : rp->compile ? "compile"
-                      : rp->vae_tiling || rp->vae_slicing ? "vae_tiling / vae_slicing"
+                      : rp->vae_tiling ? "vae_tiling"
                       : rp->output_latents ? "output_latents"
                                            : NULL;
     if (bad) {
@@ -240,6 +239,23 @@ static em_status set_timesteps(em_ctx *c, em_pipeline *p, int64_t steps, em_tens
     return em_scheduler_set_timesteps_mu(c, p->sched, steps, seq * m + b);
 }
 
+/* The transformer's step as a compiled function: in[0] the latent model input, in[1] the
+ * prompt embeddings, in[2] the pooled ones, in[3] the timesteps (an input, so that every step
+ * runs the same program). */
+static int sd3_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                    int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    out[0] = em_sd3_forward(c, user, in[0], in[1], in[2], in[3]);
+    return out[0] ? 1 : -1;
+}
+
+static em_tensor *transformer(em_ctx *c, em_sd3 *m, em_compiled *f, em_tensor *in,
+                              em_tensor *ctx, em_tensor *pooled, em_tensor *tt) {
+    if (!f || !tt) return em_sd3_forward(c, m, in, ctx, pooled, tt);
+    em_tensor *out = NULL, *args[4] = {in, ctx, pooled, tt};
+    return em_compiled_call(c, f, args, 4, NULL, 0, &out, 1) == 1 ? out : NULL;
+}
+
 /* The denoising loop from x (a reference this takes over); the final latents, a reference. */
 static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                           em_torch_generator *g, em_tensor *x, em_tensor *ctx,
@@ -250,8 +266,10 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
     bool cfg = em_tensor_dim(ctx, 0) == 2 * b;
     em_device *dev = em_sd3_device(p->sd3);
     float *tf = malloc(2 * (size_t)b * sizeof *tf);
-    if (!tf) {
-        em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+    em_compiled *f = rp->compile && tf ? em_compile(c, "sd3_step", sd3_step, p->sd3) : NULL;
+    if (!tf || (rp->compile && !f)) {
+        if (!tf) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+        free(tf);
         em_tensor_release(x);
         return NULL;
     }
@@ -263,7 +281,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         int64_t rows = cfg ? 2 * b : b;
         for (int64_t r = 0; r < rows; r++) tf[r] = (float)ts[i]; /* t.expand(rows), f32 */
         em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &rows, tf);
-        em_tensor *pred = em_sd3_forward(c, p->sd3, in, ctx, pooled, tt);
+        em_tensor *pred = transformer(c, p->sd3, f, in, ctx, pooled, tt);
         em_tensor *parts[2] = {NULL, NULL};
         if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
             pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
@@ -283,6 +301,8 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         }
     }
     free(tf);
+    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
+    em_compiled_free(f);
     if (em_ctx_status(c) && x) {
         em_tensor_release(x);
         x = NULL;
@@ -331,6 +351,7 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
         const em_vae_config *v = em_vae_get_config(p->vae);
         em_tensor *z = em_div_scalar(c, x, v->scaling_factor);
         if (v->has_shift_factor) z = em_add_scalar(c, z, v->shift_factor);
+        em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same */
         img = em_vae_decode(c, p->vae, z);
         img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
         img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
