@@ -403,8 +403,11 @@ typedef struct em_pipeline_run_params {
                                     is encoded) */
     int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
     /* Stable Diffusion and DiT: classifier-free guidance when > 1; 0: the pipeline's default
-     * (StableDiffusionPipeline 7.5, StableDiffusionXLPipeline 5.0, DiTPipeline 4.0); refused by
-     * the unconditional pipelines */
+     * (StableDiffusionPipeline 7.5, StableDiffusionXLPipeline 5.0, StableDiffusion3Pipeline
+     * 7.0, DiTPipeline 4.0); refused by the unconditional pipelines. StableDiffusion3Pipeline
+     * takes prompts, negative prompts, prompt_2 / negative_prompt_2 (and their lists), height,
+     * width, num_images_per_prompt, seeds, latents, compile, vae_slicing and
+     * max_sequence_length; its other run options are refused by name (EM_ERR_UNSUPPORTED) */
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
                              [0, num_embeds_ada_norm), unless class_labels is given); -1: none
