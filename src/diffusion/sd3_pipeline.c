@@ -229,8 +229,12 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
  * latents' patches (h / p) * (w / p), as StableDiffusion3Pipeline.__call__ computes it. */
 static em_status set_timesteps(em_ctx *c, em_pipeline *p, int64_t steps, em_tensor *x) {
     const em_sched_cfg *cfg = &p->sched->cfg;
-    if (em_scheduler_get_kind(p->sched) != EM_SCHED_FLOW_MATCH_EULER || !cfg->use_dynamic_shifting)
-        return em_scheduler_set_timesteps(c, p->sched, steps);
+    if (!cfg->use_dynamic_shifting) return em_scheduler_set_timesteps(c, p->sched, steps);
+    if (cfg->max_image_seq_len == cfg->base_image_seq_len) /* Python: ZeroDivisionError */
+        return em_ctx_fail(c, EM_ERR_FORMAT, RUN_OP, "%s: use_dynamic_shifting with "
+                           "max_image_seq_len = base_image_seq_len (%lld): calculate_shift "
+                           "divides by their difference", p->idx.scheduler_config,
+                           (long long)cfg->base_image_seq_len);
     int64_t patch = em_sd3_get_config(p->sd3)->patch_size;
     double seq = (double)((em_tensor_dim(x, 2) / patch) * (em_tensor_dim(x, 3) / patch));
     double m = (cfg->max_shift - cfg->base_shift) /
