@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ember/ember.h"
 #include "harness.h"
@@ -299,6 +300,16 @@ static void test_sd3_pipeline_runs(void) {
     em_ctx_free(c);
 }
 
+static void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                             em_status want, const char *needle) {
+    em_scope_push(c);
+    CHECK(em_pipeline_run(c, p, rp) == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+}
+
 /* use_dynamic_shifting: mu from the latents' patch count (sd3_dynamic_scheduler's config) */
 static void test_sd3_dynamic_shifting(void) {
     em_ctx *c = em_ctx_create();
@@ -337,18 +348,34 @@ static void test_sd3_dynamic_shifting(void) {
     }
     em_pipeline_free(p);
     em_test_scratch_remove();
+    /* base_image_seq_len = max_image_seq_len: calculate_shift would divide by zero */
+    if (em_test_scratch_make("sd3_dyn0")) {
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            char rel[64];
+            snprintf(rel, sizeof rel, "sd3_tiny/%s", parts[i]);
+            em_test_scratch_link(parts[i], "diffusion", rel);
+        }
+        char sched[1024];
+        snprintf(sched, sizeof sched, "%s/scheduler", em_test_scratch_dir());
+        CHECK(mkdir(sched, 0755) == 0);
+        em_test_scratch_write("scheduler/scheduler_config.json",
+                              "{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", "
+                              "\"shift\": 3.0, \"use_dynamic_shifting\": true, "
+                              "\"base_image_seq_len\": 64, \"max_image_seq_len\": 64}");
+        p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
+        CHECK_MSG(p != NULL, "%s", msg(c));
+        if (p) {
+            em_pipeline_run_params rp = em_pipeline_default_params();
+            rp.prompt = "x";
+            rp.steps = 1;
+            rp.max_sequence_length = 1;
+            expect_run_error(c, p, &rp, EM_ERR_FORMAT, "divides by their difference");
+        }
+        em_pipeline_free(p);
+        em_test_scratch_remove();
+    }
     em_test_bundle_free(b);
     em_ctx_free(c);
-}
-
-static void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                             em_status want, const char *needle) {
-    em_scope_push(c);
-    CHECK(em_pipeline_run(c, p, rp) == NULL);
-    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
-              (int)em_ctx_status(c), msg(c), needle);
-    em_ctx_clear_error(c);
-    em_scope_pop(c);
 }
 
 static void test_sd3_bad_runs(void) {
