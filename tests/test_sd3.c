@@ -504,5 +504,6 @@ static void test_sd3_on_xla(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_sd3_pipeline_runs), T(test_sd3_dynamic_shifting), T(test_sd3_bad_runs), T(test_sd3_bad_folders), T(test_sd3_transformer_matches_diffusers), T(test_sd3_config),
-             T(test_sd3_bad_inputs), T(test_sd3_on_xla))
+EM_TEST_MAIN(T(test_sd3_pipeline_runs), T(test_sd3_dynamic_shifting), T(test_sd3_bad_runs),
+             T(test_sd3_bad_folders), T(test_sd3_transformer_matches_diffusers),
+             T(test_sd3_config), T(test_sd3_bad_inputs), T(test_sd3_on_xla))

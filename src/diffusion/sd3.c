@@ -20,9 +20,9 @@
  * context's output projection nor its feed-forward, and norm1_context gives scale and shift. */
 typedef struct sd3_block {
     bool pre;
-    unet_param ada, ada_ctx;             /* norm1.linear [6D, D]; norm1_context.linear [6D|2D, D] */
+    unet_param ada, ada_ctx; /* norm1.linear [6D, D]; norm1_context.linear [6D, D] (pre: [2D, D]) */
     unet_param q, k, v, out;             /* attn.to_q / to_k / to_v / to_out.0 */
-    unet_param aq, ak, av, aout;         /* attn.add_q_proj / add_k_proj / add_v_proj / to_add_out */
+    unet_param aq, ak, av, aout;         /* attn.add_{q,k,v}_proj / to_add_out */
     unet_param nq, nk, naq, nak;         /* attn.norm_q / norm_k / norm_added_q / norm_added_k */
     unet_param ff_in, ff_out, cff_in, cff_out; /* ff.net.0.proj, ff.net.2; ff_context.* */
 } sd3_block;

@@ -218,7 +218,8 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
     if (!ok) {
         em_ctx_fail(c, EM_ERR_SHAPE, RUN_OP, "initial latents %s do not fit %s (%s): the latent "
                     "shape is [%lld, %lld, %lld, %lld] f32", em_tensor_sig(l, sig, sizeof sig), OP,
-                    p->idx.dir, (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3]);
+                    p->idx.dir, (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                    (long long)shape[3]);
         return NULL;
     }
     return em_tensor_device(l) == dev ? l : em_to(c, l, dev);
