@@ -93,6 +93,7 @@ def main():
     embeds = bundle(fixtures, "sd_prompt_embeds_ref")  # scripts/gen_sd_prompt_embeds_fixtures.py
     xl_embeds = bundle(fixtures, "sdxl_prompt_embeds_ref")  # gen_sdxl_prompt_embeds_fixtures.py
     gens = bundle(fixtures, "generator_list_ref")  # scripts/gen_generator_list_fixtures.py
+    sd3 = bundle(fixtures, "sd3_tiny_ref")  # scripts/gen_sd3_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -101,6 +102,8 @@ def main():
         write_npy(sd_lat, *sd["cfg_latents"])
         dit_lat = os.path.join(tmp, "dit_latents.npy")
         write_npy(dit_lat, *dit["latents"])
+        sd3_lat = os.path.join(tmp, "sd3_latents.npy")
+        write_npy(sd3_lat, *sd3["latents"])
         init_euler = os.path.join(tmp, "init_euler.npy")
         write_npy(init_euler, *i2i["euler_init"])
         init_pndm = os.path.join(tmp, "init_pndm.npy")  # [H, W, 3]: the batch of one implied
@@ -243,6 +246,19 @@ def main():
              gens["sd_list_image"], 3),
             ("ddpm --seeds", ["--model", d("ddpm_attn"), "--steps", "5", "--seeds", "1,2,3"],
              gens["ddpm_list_image"], 5),
+            # StableDiffusion3Pipeline without T5 (scripts/gen_sd3_fixtures.py's runs "cfg"
+            # from its latents, and "size": 16x24 with the default 256 zero T5 tokens)
+            ("sd3 latents", ["--model", d("sd3_tiny"), "--prompt", "a photo of a cat",
+                             "--steps", "4", "--max-sequence-length", "8", "--latents", sd3_lat],
+             sd3["latents_image"], 4),
+            ("sd3 size", ["--model", d("sd3_tiny"), "--prompt", "a dog in the snow",
+                          "--negative-prompt", "dark", "--guidance", "4", "--steps", "2",
+                          "--seed", "21", "--height", "16", "--width", "24"],
+             sd3["size_image"], 2),
+            ("sd3 --num-images 2", ["--model", d("sd3_tiny"), "--prompt", "an astronaut",
+                                    "--guidance", "4", "--steps", "2", "--seed", "9",
+                                    "--max-sequence-length", "4", "--num-images", "2"],
+             sd3["images2_image"], 2),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -348,6 +364,14 @@ def main():
              "--init-image is not supported for DDIMPipeline"),
             (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--init-image", init_euler,
               "--strength", "0.1", "--steps", "5"] + out, 1, "leaves no step"),
+            (["--model", d("sd_tiny"), "--seed", "1", "--prompt", "x", "--max-sequence-length",
+              "8"] + out, 2, "--max-sequence-length is not supported for StableDiffusionPipeline"),
+            (["--model", d("sd3_tiny"), "--seed", "1", "--prompt", "x", "--vae-tiling"] + out,
+             1, "vae_tiling is not supported for StableDiffusion3Pipeline"),
+            (["--model", d("sd3_tiny"), "--seed", "1", "--prompt", "x", "--height", "10"] + out,
+             1, "multiples of 4"),
+            (["--model", d("sd3_tiny"), "--seed", "1", "--class-label", "3"] + out, 2,
+             "--class-label is not supported for StableDiffusion3Pipeline (a text-to-image"),
             (["--model", d("ddim_three"), "--seed", "1", "--class-label", "3"] + out, 2,
              "--class-label is not supported for DDIMPipeline (an unconditional pipeline)"),
             (["--model", d("dit_pipe"), "--seed", "1", "--class-label", "3", "--prompt", "x"]

@@ -245,7 +245,12 @@ typedef enum em_pipeline_class {
                                            StableDiffusionXLImg2ImgPipeline and
                                            StableDiffusionXLInpaintPipeline folders (class_name
                                            says which), the refiner's layout included: no
-                                           tokenizer / text_encoder */
+                                           tokenizer / text_encoder */,
+    EM_PIPELINE_STABLE_DIFFUSION_3 = 5 /* StableDiffusion3Pipeline: transformer
+                                          (SD3Transformer2DModel, ember/sd3.h), vae
+                                          (AutoencoderKL), scheduler, tokenizer + text_encoder
+                                          and tokenizer_2 + text_encoder_2 (CLIP with
+                                          projection); text_encoder_3 (T5) must be null */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -263,8 +268,9 @@ typedef struct em_pipeline_index {
     /* StableDiffusionPipeline's other components (NULL / "" for the others) */
     char *text_encoder_dir, *tokenizer_dir;
     char text_encoder_class[64], tokenizer_class[64];
-    char *transformer_dir;         /* DiTPipeline: <dir>/transformer (else NULL) */
-    char transformer_class[64];    /* "DiTTransformer2DModel" or "Transformer2DModel" */
+    char *transformer_dir;         /* DiT and SD3: <dir>/transformer (else NULL) */
+    char transformer_class[64];    /* "DiTTransformer2DModel", "Transformer2DModel",
+                                      "SD3Transformer2DModel" */
     char *vae_dir;                 /* Stable Diffusion and DiT: <dir>/vae (else NULL) */
     char vae_class[64];            /* "AutoencoderKL" */
     /* StableDiffusionXLPipeline (NULL / "" / false for the others) */
@@ -406,8 +412,11 @@ typedef struct em_pipeline_run_params {
                                     is encoded) */
     int64_t height, width;       /* the image's size; 0: unet sample_size * vae_scale_factor */
     /* Stable Diffusion and DiT: classifier-free guidance when > 1; 0: the pipeline's default
-     * (StableDiffusionPipeline 7.5, StableDiffusionXLPipeline 5.0, DiTPipeline 4.0); refused by
-     * the unconditional pipelines */
+     * (StableDiffusionPipeline 7.5, StableDiffusionXLPipeline 5.0, StableDiffusion3Pipeline
+     * 7.0, DiTPipeline 4.0); refused by the unconditional pipelines. StableDiffusion3Pipeline
+     * takes prompts, negative prompts, prompt_2 / negative_prompt_2 (and their lists), height,
+     * width, num_images_per_prompt, seeds, latents, compile, vae_slicing and
+     * max_sequence_length; its other run options are refused by name (EM_ERR_UNSUPPORTED) */
     double guidance_scale;
     int64_t class_label;  /* DiTPipeline's class_labels=[class_label] (required there, in
                              [0, num_embeds_ada_norm), unless class_labels is given); -1: none
@@ -517,6 +526,9 @@ typedef struct em_pipeline_run_params {
     /* SDXL with prompt_embeds: the pooled text embeds (see prompt_embeds). Borrowed. */
     em_tensor *pooled_prompt_embeds;
     em_tensor *negative_pooled_prompt_embeds;
+    /* StableDiffusion3Pipeline's max_sequence_length: the T5 tokens after the 77 CLIP ones
+     * (zeros without text_encoder_3), 1 to 512; 0: 256, diffusers' default */
+    int64_t max_sequence_length;
 } em_pipeline_run_params;
 
 /** The largest batch em_pipeline_run makes (num_prompts * num_images_per_prompt,

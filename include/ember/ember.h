@@ -15,6 +15,7 @@
  *   train.h   causal-LM training: data windows, the trainer, Hub checkpoints out, resume
  *   diffusion.h  diffusers folders: UNet2DModel, model_index.json routing
  *   dit.h     DiT (DiTTransformer2DModel), the transformer of DiTPipeline
+ *   sd3.h     SD3Transformer2DModel, the MMDiT of StableDiffusion3Pipeline
  *   kernels.h  the kernel hub: packages, resolution, lock file (kernel_abi.h: for authors)
  *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
  *   tokenizer.h  tokenizer.json (BPE, WordPiece, Unigram) id for id with `tokenizers`
@@ -43,6 +44,7 @@
 #include "ember/clip.h"
 #include "ember/vae.h"
 #include "ember/dit.h"
+#include "ember/sd3.h"
 #include "ember/ddpm.h"
 #include "ember/ema.h"
 #include "ember/train.h"

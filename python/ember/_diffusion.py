@@ -8,7 +8,8 @@
 `generator` is a seed (or a torch.Generator whose initial_seed() is used): the initial latents
 and every per-step noise are torch.Generator("cpu").manual_seed(seed)'s draws, so the image is
 the one diffusers makes with that generator. The pipelines are those of include/ember/diffusion.h
-(DDPMPipeline, DDIMPipeline with UNet2DModel; StableDiffusionPipeline; DiTPipeline):
+(DDPMPipeline, DDIMPipeline with UNet2DModel; StableDiffusionPipeline, SDXL and
+StableDiffusion3Pipeline without T5; DiTPipeline):
 
     sd = ember.DiffusionPipeline.from_pretrained("sd15/")
     sd.enable_vae_tiling()                   # optional, as pipe.vae.enable_tiling()
@@ -17,6 +18,9 @@ the one diffusers makes with that generator. The pipelines are those of include/
                num_inference_steps=25, generator=0).images[0]
     images = sd(prompt=["a cat", "a dog"], num_images_per_prompt=2, generator=0).images  # 4
     init = sd(prompt="a castle", image=image[None], strength=0.6).images[0]   # image to image
+    sd3 = ember.DiffusionPipeline.from_pretrained("sd3-medium-no-t5/")   # text_encoder_3 null
+    image = sd3(prompt="a photo of a cat", guidance_scale=7.0, num_inference_steps=28,
+                max_sequence_length=256, generator=0).images[0]
     dit = ember.DiffusionPipeline.from_pretrained("DiT-XL-2-256/")
     image = dit(class_labels=[207], guidance_scale=4.0, generator=0).images[0]
 
@@ -126,7 +130,8 @@ class DiffusionPipeline:
                  strength=None, num_images_per_prompt=1, mask_image=None, aesthetic_score=None,
                  negative_aesthetic_score=None, prompt_embeds=None, negative_prompt_embeds=None,
                  denoising_start=None, denoising_end=None, pooled_prompt_embeds=None,
-                 negative_pooled_prompt_embeds=None):
+                 negative_pooled_prompt_embeds=None, prompt_2=None, negative_prompt_2=None,
+                 max_sequence_length=None):
         """The denoising loop; `callback(step, timestep, seconds)` after each step (return False
         to stop: EmberError). `generator`: an int seed, a torch.Generator made with manual_seed,
         or a list of them (one per image of the batch, as diffusers takes). `latents` (numpy, torch or ember, f32, the pipeline's latent shape)
@@ -147,7 +152,9 @@ class DiffusionPipeline:
         with `pooled_prompt_embeds` (and `negative_pooled_prompt_embeds`) beside them.
         SDXL's base-to-refiner hand-over: `denoising_end` with output_type="latent" (the latents
         [B, C, h, w] are returned as .images), then the refiner with those latents as `image`
-        (4 channels, NCHW) and `denoising_start`."""
+        (4 channels, NCHW) and `denoising_start`. SDXL and SD3: `prompt_2`, `negative_prompt_2`
+        (strings: the second text encoder's texts; None or "": the first ones). SD3:
+        `max_sequence_length` (None: 256), the zero T5 tokens after CLIP's."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0
@@ -187,6 +194,14 @@ class DiffusionPipeline:
                     raise ValueError("negative_prompt: a list needs a list of prompts of the "
                                      "same length")
                 rp.negative_prompts = keep[-1]
+        for field, text in (("prompt_2", prompt_2), ("negative_prompt_2", negative_prompt_2)):
+            if text is not None:
+                if not isinstance(text, str):
+                    raise TypeError(f"{field}: a string")
+                keep.append(ffi.new("char[]", text.encode()))
+                setattr(rp, field, keep[-1])
+        if max_sequence_length is not None:
+            rp.max_sequence_length = int(max_sequence_length)
         if guidance_scale is not None:
             # 0 means "the pipeline's default" to the C API; an explicit 0 is no guidance
             rp.guidance_scale = float(guidance_scale) if guidance_scale > 0 else 1.0

@@ -8,6 +8,7 @@
 #include "ember/compile.h"
 #include "ember/diffusion.h"
 #include "ember/dit.h"
+#include "ember/sd3.h"
 #include "ember/torch_rng.h"
 #include "ember/vae.h"
 
@@ -15,6 +16,7 @@ struct em_pipeline {
     em_pipeline_index idx;
     em_unet2d *unet; /* NULL for DiTPipeline */
     em_dit *dit;     /* DiTPipeline: the transformer instead of the UNet */
+    em_sd3 *sd3;     /* StableDiffusion3Pipeline: the transformer (with tok, te, tok2, te2, vae) */
     em_scheduler *sched;
     /* StableDiffusionPipeline (NULL otherwise, and in an SDXL refiner, which has only the second
      * encoder) */
@@ -34,8 +36,8 @@ static inline em_tensor *pipeline_as(em_ctx *c, em_tensor *x, em_dtype dt) {
     return !x || em_tensor_dtype(x) == dt ? x : em_cast(c, x, dt);
 }
 
-/* A text-conditioned pipeline (Stable Diffusion, SDXL and its refiner). */
-static inline bool sd_text(const em_pipeline *p) { return p->tok || p->tok2; }
+/* A text-conditioned UNet pipeline (Stable Diffusion, SDXL and its refiner). */
+static inline bool sd_text(const em_pipeline *p) { return !p->sd3 && (p->tok || p->tok2); }
 
 /* em_pipeline_index_load on the text[0..len) of a model_index.json: `file` names it in errors,
  * `dir` is the folder whose component sub-folders are checked. out is zeroed on failure. */
@@ -140,6 +142,12 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
 /* The second prompts (prompt_2, negative_prompt_2 and their lists): only for SDXL, strings
  * without prompts, lists (without NULL entries) with them. False with the error in c. */
 bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp);
+/* The texts of the second tokenizer / text encoder (SDXL's and SD3's), malloc'd like `text`
+ * (sd_prompt_texts' n negatives then n prompts): encode_prompt's `prompt_2 = prompt_2 or
+ * prompt` and `negative_prompt_2 = negative_prompt_2 or negative_prompt` (a string "" falls
+ * back, a list is taken whole). NULL with the error. */
+const char **sdxl_second_texts(em_ctx *c, const em_pipeline_run_params *rp,
+                               const char *const *text, int64_t n);
 /* SDXL's hand-over (pipeline_sdxl.c): get_timesteps with denoising_start — the first step of the
  * timesteps below the cutoff (begin index set), or -1 with the error when none is; the count of
  * steps from `first` at or above denoising_end's cutoff; and prepare_latents for
@@ -149,6 +157,13 @@ int64_t sdxl_start_step(em_ctx *c, em_pipeline *p, double denoising_start);
 int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end);
 em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                               em_torch_generator *g, double t, bool add_noise);
+/* StableDiffusion3Pipeline (sd3_pipeline.c): its transformer, VAE, tokenizers and text
+ * encoders loaded onto `device` and checked against each other; false with the error. sd3_to
+ * reloads them all onto `device` (swapped in only on success). sd3_pipeline_run is the run of
+ * em_pipeline_run (its own checks: the options of other pipelines refused by name). */
+bool sd3_load(em_ctx *c, em_pipeline *p, const char *device);
+bool sd3_to(em_ctx *c, em_pipeline *p, const char *device);
+em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):
  * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns

@@ -14,7 +14,8 @@
 
 static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline",
                                               "StableDiffusionPipeline", "DiTPipeline",
-                                              "StableDiffusionXLPipeline"};
+                                              "StableDiffusionXLPipeline",
+                                              "StableDiffusion3Pipeline"};
 
 const char *em_pipeline_class_name(em_pipeline_class p) {
     return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
@@ -172,6 +173,37 @@ static bool sdxl_components(em_ctx *c, json_t *root, const char *file, const cha
            flag(c, root, file, "requires_aesthetics_score", &out->requires_aesthetics_score);
 }
 
+/* StableDiffusion3Pipeline: transformer (SD3Transformer2DModel), vae, both CLIP encoders with
+ * projection and their tokenizers; text_encoder_3 (T5) must be absent (diffusers then uses
+ * zeros for its embeddings); tokenizer_3 is not read. */
+static bool sd3_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                           em_pipeline_index *out) {
+    if (!absent(root, "text_encoder_3")) {
+        json_t *v = json_object_get(root, "text_encoder_3");
+        json_t *cls = json_is_array(v) ? json_array_get(v, 1) : NULL;
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s: text_encoder_3 (%s) is not supported yet: "
+                    "Ember runs StableDiffusion3Pipeline without T5 (text_encoder_3 and "
+                    "tokenizer_3 null, as from_pretrained(..., text_encoder_3=None, "
+                    "tokenizer_3=None) saves it)", file,
+                    json_is_string(cls) ? json_string_value(cls) : "T5EncoderModel");
+        return false;
+    }
+    const comp_spec comps[] = {
+        {"transformer", &out->transformer_dir, out->transformer_class,
+         {"SD3Transformer2DModel", NULL}},
+        {"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}},
+        {"text_encoder", &out->text_encoder_dir, out->text_encoder_class,
+         {"CLIPTextModelWithProjection", NULL}},
+        {"tokenizer", &out->tokenizer_dir, out->tokenizer_class,
+         {"CLIPTokenizer", "CLIPTokenizerFast"}},
+        {"text_encoder_2", &out->text_encoder_2_dir, out->text_encoder_2_class,
+         {"CLIPTextModelWithProjection", NULL}},
+        {"tokenizer_2", &out->tokenizer_2_dir, out->tokenizer_2_class,
+         {"CLIPTokenizer", "CLIPTokenizerFast"}},
+    };
+    return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
+}
+
 /* DiTPipeline: transformer (DiTTransformer2DModel, or Transformer2DModel, which diffusers
  * remaps to it) and vae (AutoencoderKL). */
 static bool dit_components(em_ctx *c, json_t *root, const char *file, const char *dir,
@@ -202,7 +234,8 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
                            "%s: pipeline class '%s' is not supported (DDPMPipeline, "
                            "DDIMPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline, "
                            "StableDiffusionXLImg2ImgPipeline, StableDiffusionInpaintPipeline, "
-                           "StableDiffusionXLInpaintPipeline and DiTPipeline are)", file, name);
+                           "StableDiffusionXLInpaintPipeline, StableDiffusion3Pipeline and "
+                           "DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
@@ -211,6 +244,8 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
     if (!(out->dir = strdup(dir))) return em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     if (out->pipeline == EM_PIPELINE_DIT) {
         if (!dit_components(c, root, file, dir, out)) return em_ctx_status(c);
+    } else if (out->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3) {
+        if (!sd3_components(c, root, file, dir, out)) return em_ctx_status(c);
     } else {
         out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
                                   sizeof out->unet_class);

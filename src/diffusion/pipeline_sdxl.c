@@ -134,8 +134,8 @@ bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run
 /* The texts of tokenizer_2 / text_encoder_2, malloc'd like `text` (n negatives then n
  * prompts): encode_prompt's `prompt_2 = prompt_2 or prompt` and `negative_prompt_2 =
  * negative_prompt_2 or negative_prompt` — a string "" falls back, a list is taken whole. */
-static const char **second_texts(em_ctx *c, const em_pipeline_run_params *rp,
-                                 const char *const *text, int64_t n) {
+const char **sdxl_second_texts(em_ctx *c, const em_pipeline_run_params *rp,
+                               const char *const *text, int64_t n) {
     const char **t2 = malloc(2 * (size_t)n * sizeof *t2);
     if (!t2) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
@@ -185,7 +185,7 @@ em_tensor *sdxl_prompt_embeds(em_ctx *c, em_pipeline *p, const em_pipeline_run_p
     if (given && rp->negative_prompt_embeds) encode_neg = zero = false;
     int64_t max_len = given ? em_tensor_dim(given, 1) : 0;
     const char **text = sd_prompt_texts(c, rp); /* negative_prompt or "" */
-    const char **text2 = text ? second_texts(c, rp, text, n) : NULL;
+    const char **text2 = text ? sdxl_second_texts(c, rp, text, n) : NULL;
     if (!text2) {
         free(text);
         return NULL;

@@ -471,6 +471,35 @@ def test_diffusion_pipeline_torch_dtype():
                                                 torch_dtype="int32")
 
 
+def test_sd3_pipeline_matches_diffusers():
+    """StableDiffusion3Pipeline without T5 (scripts/gen_sd3_fixtures.py): a seeded run with a
+    negative prompt, one from committed latents, second-encoder prompts, a batch of two prompts
+    times two images; diffusers' images within 1e-3."""
+    p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd3_tiny"))
+    assert p.class_name == "StableDiffusion3Pipeline"
+    assert p.scheduler == "FlowMatchEulerDiscreteScheduler"
+    meta, ref = _diffusion_bundle("sd3_tiny_ref")
+    r = meta["runs"]["negative"]
+    out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+            negative_prompt=r["negative_prompt"], guidance_scale=r["guidance"],
+            max_sequence_length=r["max_sequence_length"]).images
+    np.testing.assert_allclose(out, ref["negative_image"], atol=1e-3, err_msg="sd3 negative")
+    r = meta["runs"]["cfg"]
+    out = p(num_inference_steps=r["steps"], latents=ref["latents"], prompt=r["prompt"],
+            max_sequence_length=r["max_sequence_length"]).images  # guidance 7.0 by default
+    np.testing.assert_allclose(out, ref["latents_image"], atol=1e-3, err_msg="sd3 latents")
+    out = p(num_inference_steps=3, generator=41, prompt="a photo of a cat",
+            prompt_2="a red cube", negative_prompt="blurry", negative_prompt_2="",
+            guidance_scale=5.0, max_sequence_length=8).images
+    np.testing.assert_allclose(out, ref["prompt2_image"], atol=1e-3, err_msg="sd3 prompt_2")
+    out = p(num_inference_steps=2, generator=3, prompt=["a photo of a cat", "a red cube"],
+            negative_prompt=["blurry", ""], num_images_per_prompt=2, guidance_scale=5.0,
+            max_sequence_length=4).images
+    np.testing.assert_allclose(out, ref["batch_image"], atol=1e-3, err_msg="sd3 batch")
+    with pytest.raises(ember.EmberError, match="3 seeds"):
+        p(num_inference_steps=1, prompt="x", num_images_per_prompt=2, generator=[1, 2, 3])
+
+
 def test_diffusion_conditional_pipelines_match_diffusers():
     """StableDiffusionPipeline with a prompt (guidance from committed latents; a negative prompt
     from a seed), with the VAE tiled at 32 x 32, and DiTPipeline with a class label: diffusers'

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "                   (--out FILE.png | --out-latents FILE.npy)\n"
             "                   [--prompt T [--negative-prompt T] [--guidance G]\n"
             "                    [--prompt-2 T] [--negative-prompt-2 T]\n"
-            "                    [--height H --width W]]\n"
+            "                    [--height H --width W] [--max-sequence-length N]]\n"
             "                   [--scheduler NAME] [--steps N] [--eta E] [--device D]\n"
             "                   [--dtype f32|bf16|f16]\n"
             "                   [--out-npy FILE.npy] [--compile] [--class-label N[,N...]]\n"
@@ -31,7 +31,8 @@ static void usage(FILE *f) {
             "                    [--denoising-start F]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
-            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner) and DiTPipeline today) and\n"
+            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline\n"
+            "(without T5) and DiTPipeline today) and\n"
             "writes the image. --seed S draws\n"
             "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
@@ -39,20 +40,23 @@ static void usage(FILE *f) {
             "  --model DIR         the pipeline folder\n"
             "  --scheduler NAME    replace the folder's scheduler, as Class.from_config(its\n"
             "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
-            "  --prompt T          the text (Stable Diffusion and SDXL; required there)\n"
+            "  --prompt T          the text (Stable Diffusion, SDXL and SD3; required there)\n"
             "  --negative-prompt T what to steer away from (default: the empty prompt; SDXL with\n"
             "                      force_zeros_for_empty_prompt: zero embeddings)\n"
-            "  --prompt-2 T, --negative-prompt-2 T  SDXL: the texts of the second text encoder\n"
+            "  --prompt-2 T, --negative-prompt-2 T  SDXL and SD3: the texts of the second\n"
+            "                      text encoder\n"
             "                      (default: --prompt / --negative-prompt)\n"
             "  --aesthetic-score A, --negative-aesthetic-score A  an SDXL refiner's\n"
             "                      (requires_aesthetics_score) last time id of the prompt's and\n"
             "                      of the negative's rows (default 6.0 and 2.5)\n"
             "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
-            "                      Stable Diffusion, 5 for SDXL, 4 for DiT)\n"
+            "                      Stable Diffusion, 5 for SDXL, 7 for SD3, 4 for DiT)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
             "                      the VAE's scale factor)\n"
             "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM\n"
-            "                      and Stable Diffusion)\n"
+            "                      and Stable Diffusion, 28 SD3)\n"
+            "  --max-sequence-length N  SD3: the T5 tokens after CLIP's, zeros without\n"
+            "                      text_encoder_3 (default 256; 1 to 512)\n"
             "  --eta E             DDIM's eta (0: deterministic)\n"
             "  --seed S            the generator's seed\n"
             "  --seeds S1,S2,...   a generator per image, diffusers' generator=[torch.Generator(\n"
@@ -92,7 +96,7 @@ static void usage(FILE *f) {
             "                      [1, H, W] or [H, W] in [0, 1]; white (>= 0.5) is repainted\n"
             "  --num-images N      N images tiled into one PNG grid (and stacked [N, H, W, C]\n"
             "                      in --out-npy); needs --seed (--seeds sets N itself).\n"
-            "                      Stable Diffusion: one batched\n"
+            "                      Stable Diffusion (and SDXL, SD3): one batched\n"
             "                      run, diffusers' num_images_per_prompt=N with seed S; the\n"
             "                      other pipelines: seeds S, S+1, ..., S+N-1, one run each\n"
             "  --grid-cols K       columns of the grid (default: ceil(sqrt(N)))\n"
@@ -134,7 +138,7 @@ typedef struct image_args {
     long long seeds[EM_PIPELINE_MAX_BATCH];   /* --seeds' list */
     int num_seeds;
     double denoising_end, denoising_start;
-    long long steps, seed, height, width, num_images, grid_cols, upscale;
+    long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
     double eta, guidance, strength, aesthetic, negative_aesthetic;
@@ -196,6 +200,9 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if ((!strcmp(o, "--height") || !strcmp(o, "--width")) && val) {
             if (!cli_int("image", o, argv[++i], 1, 1 << 16, o[2] == 'h' ? &a->height : &a->width))
                 return 2;
+            if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--max-sequence-length") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 512, &a->max_seq)) return 2;
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--init-image") && val) {
             a->init_image = argv[++i];
@@ -478,13 +485,14 @@ static int run(em_ctx *c, const image_args *a) {
     const em_pipeline_index *idx = em_pipeline_get_index(p);
     bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION ||
               idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL,
-         dit = idx->pipeline == EM_PIPELINE_DIT;
+         dit = idx->pipeline == EM_PIPELINE_DIT,
+         sd3 = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3, text = sd || sd3;
     /* Stable Diffusion batches its images in one run (a line per step); the others run once
      * per image (a line per image instead) */
-    if (sd) rp.num_images_per_prompt = a->num_images;
+    if (text) rp.num_images_per_prompt = a->num_images;
     /* --seeds: one batched run of an image per seed (DiT's batch is its labels') */
     if (a->num_seeds && !dit) rp.num_images_per_prompt = a->num_seeds;
-    rp.progress = a->num_images > 1 && !sd ? NULL : progress;
+    rp.progress = a->num_images > 1 && !text ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
     if (a->have_aesthetic) rp.aesthetic_score = a->aesthetic;
@@ -493,6 +501,7 @@ static int run(em_ctx *c, const image_args *a) {
     rp.negative_prompt_2 = a->negative_2;
     rp.height = a->height;
     rp.width = a->width;
+    rp.max_sequence_length = a->max_seq;
     em_compile_stats cs = {0};
     rp.compile = a->compile;
     rp.vae_tiling = a->vae_tiling;
@@ -503,27 +512,32 @@ static int run(em_ctx *c, const image_args *a) {
     rp.output_latents = a->out_latents != NULL;
     em_scheduler_kind kind;
     const char *wrong = NULL, *why = "";
-    if (!sd && a->text_opt)
+    if (!text && a->text_opt)
         wrong = a->text_opt, why = dit ? "a class-conditional pipeline: --class-label" : NULL;
+    else if (a->max_seq && !sd3)
+        wrong = "--max-sequence-length", why = "StableDiffusion3Pipeline's T5 tokens";
     else if (!dit && a->have_class)
-        wrong = "--class-label", why = sd ? "a text-to-image pipeline: --prompt" : NULL;
-    else if (!sd && !dit && a->have_guidance)
+        wrong = "--class-label", why = text ? "a text-to-image pipeline: --prompt" : NULL;
+    else if (!text && !dit && a->have_guidance)
         wrong = "--guidance", why = NULL;
     if (wrong) {
         fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", wrong, idx->class_name,
                 why ? why : "an unconditional pipeline");
         rc = 2;
-    } else if (a->xl_opt && idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL) {
-        /* a usage error, as the options the other pipelines do not take */
+    } else if (a->xl_opt && idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL &&
+               !(sd3 && (!strcmp(a->xl_opt, "--prompt-2") ||
+                         !strcmp(a->xl_opt, "--negative-prompt-2")))) {
+        /* a usage error, as the options the other pipelines do not take (SD3 takes the second
+         * prompts; the C API refuses what else it lacks) */
         bool second = !strcmp(a->xl_opt, "--prompt-2") || !strcmp(a->xl_opt, "--negative-prompt-2");
         fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", a->xl_opt,
                 idx->class_name,
-                second ? "the second text encoder's prompt: StableDiffusionXLPipeline's "
-                         "text_encoder_2"
+                second ? "the second text encoder's prompt: StableDiffusionXLPipeline's and "
+                         "StableDiffusion3Pipeline's text_encoder_2"
                        : "StableDiffusionXLPipeline's: the base -> refiner hand-over and the "
                          "pooled embeddings of text_encoder_2");
         rc = 2;
-    } else if (sd && !a->prompt && !a->embeds) {
+    } else if (text && !a->prompt && !a->embeds) {
         fprintf(stderr, "ember image: %s needs --prompt (\"\" is one) or --prompt-embeds\n",
                 idx->class_name);
         rc = 2;

@@ -1,0 +1,72 @@
+/*
+ * Stable Diffusion 3: diffusers' SD3Transformer2DModel (the MMDiT of StableDiffusion3Pipeline)
+ * loaded from a component folder and run over Ember's ops.
+ *
+ *     em_sd3 *m = em_sd3_load(c, "sd3-medium/transformer", NULL, EM_F32);
+ *     em_tensor *out = em_sd3_forward(c, m, x, ctx, pooled, t); // x [N, C, H, W]
+ *     em_sd3_free(m);
+ *
+ * docs/diffusion.md ("StableDiffusion3Pipeline") lists the config fields and what each does.
+ */
+#ifndef EMBER_SD3_H
+#define EMBER_SD3_H
+
+#include "ember/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The config.json of an SD3Transformer2DModel, defaults filled as diffusers fills them. */
+typedef struct em_sd3_config {
+    int64_t sample_size;            /* base size of the positional table (sample / patch) */
+    int64_t patch_size;
+    int64_t in_channels, out_channels; /* out_channels null: in_channels */
+    int64_t num_layers;             /* the last block is context_pre_only */
+    int64_t attention_head_dim, num_attention_heads; /* inner dim = their product */
+    int64_t joint_attention_dim;    /* width of encoder_hidden_states (context_embedder in) */
+    int64_t caption_projection_dim; /* context_embedder out; must equal the inner dim */
+    int64_t pooled_projection_dim;  /* width of pooled_projections */
+    int64_t pos_embed_max_size;     /* side of the stored sin-cos table, centre-cropped */
+    bool qk_norm_rms;               /* qk_norm "rms_norm" (SD3.5); false: null */
+} em_sd3_config;
+
+/** Reads `path` (a folder holding config.json, or the file). Unknown `_class_name`, a qk_norm
+ *  other than null or "rms_norm", dual_attention_layers naming a block (SD3.5 Medium's MMDiT-X),
+ *  a null pos_embed_max_size: EM_ERR_UNSUPPORTED naming the field and value; wrong types or
+ *  sizes: EM_ERR_FORMAT. `out` is zeroed on failure. */
+EM_API em_status em_sd3_config_load(em_ctx *c, const char *path, em_sd3_config *out);
+/** Same from `n` bytes of JSON; `name` stands for the file in messages (NULL: "config.json"). */
+EM_API em_status em_sd3_config_parse(em_ctx *c, const char *json, size_t n, const char *name,
+                                     em_sd3_config *out);
+
+typedef struct em_sd3 em_sd3;
+
+/** Loads a transformer folder (config.json + diffusion_pytorch_model.safetensors, or its
+ *  sharded index) onto `device` (NULL: c's device) as `dtype` (f32, bf16, f16). Every weight's
+ *  shape is checked against the config (a mismatch names the tensor and both shapes). NULL with
+ *  the error in c. Free with em_sd3_free. */
+EM_API em_sd3 *em_sd3_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype);
+/** Releases the weights. NULL is a no-op. */
+EM_API void em_sd3_free(em_sd3 *m);
+/** The model's config (owned by m). */
+EM_API const em_sd3_config *em_sd3_get_config(const em_sd3 *m);
+/** The device holding the weights. */
+EM_API em_device *em_sd3_device(const em_sd3 *m);
+
+/**
+ * SD3Transformer2DModel.forward(hidden_states, encoder_hidden_states, pooled_projections,
+ * timestep).sample: sample [N, in, H, W] (H and W multiples of patch_size, at most
+ * pos_embed_max_size patches each), encoder_hidden_states [N, L, joint_attention_dim],
+ * pooled_projections [N, pooled_projection_dim], all of the model's dtype and device; timestep
+ * 0-d, [1] or [N] of any numeric dtype (used as f32). Returns [N, out_channels, H, W] in c's
+ * current scope; NULL with an error naming the shapes.
+ */
+EM_API em_tensor *em_sd3_forward(em_ctx *c, em_sd3 *m, em_tensor *sample,
+                                 em_tensor *encoder_hidden_states,
+                                 em_tensor *pooled_projections, em_tensor *timestep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,371 @@
+/* StableDiffusion3Pipeline (diffusers 0.42, pipelines/stable_diffusion_3/
+ * pipeline_stable_diffusion_3.py) without T5: encode_prompt over the two CLIP encoders
+ * (hidden_states[-2] side by side, zero-padded to joint_attention_dim, then max_sequence_length
+ * zero tokens for the absent text_encoder_3; pooled = both text_embeds side by side), the
+ * FlowMatch loop with classifier-free guidance on [negatives; prompts], and the decode of
+ * latents / scaling_factor + shift_factor. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "diffusion/pipeline_impl.h"
+#include "diffusion/sched_impl.h"
+
+#define OP "StableDiffusion3Pipeline"
+#define RUN_OP "pipeline" /* em_pipeline_run's checks name the run, as pipeline.c's do */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int64_t vae_factor(const em_pipeline *p) {
+    return (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
+}
+
+/* The components agree: the CLIP states fit joint_attention_dim, the two text_embeds make
+ * pooled_projection_dim, the VAE's latents are the transformer's channels. */
+static bool check_components(em_ctx *c, const em_pipeline *p) {
+    const em_sd3_config *t = em_sd3_get_config(p->sd3);
+    const em_clip_text_config *a = em_clip_text_get_config(p->te);
+    const em_clip_text_config *b = em_clip_text_get_config(p->te2);
+    const em_vae_config *v = em_vae_get_config(p->vae);
+    if (!a->has_projection || !b->has_projection) {
+        em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s: %s has no text_projection (the pooled prompt "
+                    "embeddings are both encoders' text_embeds)", p->idx.dir,
+                    a->has_projection ? "text_encoder_2" : "text_encoder");
+        return false;
+    }
+    if (a->hidden_size + b->hidden_size > t->joint_attention_dim ||
+        a->projection_dim + b->projection_dim != t->pooled_projection_dim ||
+        v->latent_channels != t->in_channels || v->latent_channels != t->out_channels) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP,
+                    "%s: the components disagree: text encoders' hidden sizes %lld + %lld (at "
+                    "most joint_attention_dim %lld) and projection dims %lld + %lld "
+                    "(pooled_projection_dim %lld); vae latent_channels %lld, transformer "
+                    "in_channels %lld and out_channels %lld", p->idx.dir,
+                    (long long)a->hidden_size, (long long)b->hidden_size,
+                    (long long)t->joint_attention_dim, (long long)a->projection_dim,
+                    (long long)b->projection_dim, (long long)t->pooled_projection_dim,
+                    (long long)v->latent_channels, (long long)t->in_channels,
+                    (long long)t->out_channels);
+        return false;
+    }
+    if (v->has_latents_mean && v->has_latents_std) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s/config.json: latents_mean / latents_std set "
+                    "is not supported (StableDiffusion3Pipeline decodes latents / "
+                    "scaling_factor + shift_factor)", p->idx.vae_dir);
+        return false;
+    }
+    int64_t l1 = em_clip_tokenizer_max_length(p->tok), l2 = em_clip_tokenizer_max_length(p->tok2);
+    if (l1 != l2) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "%s: tokenizer model_max_length %lld but tokenizer_2's "
+                    "%lld: the prompt embeddings need one length", p->idx.dir, (long long)l1,
+                    (long long)l2);
+        return false;
+    }
+    return true;
+}
+
+bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
+    if (!(p->sd3 = em_sd3_load(c, p->idx.transformer_dir, device, EM_F32)) ||
+        !(p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32)) ||
+        !(p->tok = em_clip_tokenizer_load(c, p->idx.tokenizer_dir)) ||
+        !(p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device)) ||
+        !(p->tok2 = em_clip_tokenizer_load(c, p->idx.tokenizer_2_dir)) ||
+        !(p->te2 = em_clip_text_load(c, p->idx.text_encoder_2_dir, device)))
+        return false;
+    return check_components(c, p);
+}
+
+bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
+    em_pipeline q = {.idx = p->idx};
+    if (!sd3_load(c, &q, device)) {
+        em_sd3_free(q.sd3);
+        sd_free(&q);
+        return false;
+    }
+    em_sd3_free(p->sd3);
+    sd_free(p);
+    p->sd3 = q.sd3;
+    p->vae = q.vae;
+    p->tok = q.tok;
+    p->te = q.te;
+    p->tok2 = q.tok2;
+    p->te2 = q.te2;
+    return true;
+}
+
+/* What the run takes: prompts (one or a list; pipeline.c's check_batch has checked the batch),
+ * negative prompts, their second-encoder texts, a size in multiples of the VAE factor times the
+ * patch, max_sequence_length in [0, 512], seeds (one per image); the options of the other
+ * pipelines are refused by name. */
+static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
+    const char *bad = rp->prompt_embeds || rp->negative_prompt_embeds ? "prompt_embeds"
+                      : rp->pooled_prompt_embeds || rp->negative_pooled_prompt_embeds
+                          ? "pooled_prompt_embeds"
+                      : rp->class_label >= 0 || rp->class_labels ? "a class label"
+                      : rp->image || rp->image_latents ? "an init image (image to image)"
+                      : rp->mask_image ? "a mask image (inpainting)"
+                      : rp->strength != 0.0 ? "strength"
+                      : rp->denoising_start || rp->denoising_end ? "denoising_start / _end"
+                      : rp->eta != 0.0 ? "eta"
+                      : rp->vae_tiling ? "vae_tiling"
+                      : rp->output_latents ? "output_latents"
+                                           : NULL;
+    if (bad) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, RUN_OP, "%s is not supported for %s (%s) yet: it "
+                    "runs prompts (and negative prompts) from seeds or given latents", bad,
+                    OP, p->idx.dir);
+        return false;
+    }
+    if (!sdxl_check_prompts_2(c, p, rp)) return false;
+    if (!rp->prompt && !rp->prompts) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s (%s) needs a prompt (\"\" is one)", OP,
+                    p->idx.dir);
+        return false;
+    }
+    if (rp->seeds && rp->num_seeds != sd_batch(rp)) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%lld seeds (a generator per image) for a "
+                    "batch of %lld images: give one per image, as diffusers requires",
+                    (long long)rp->num_seeds, (long long)sd_batch(rp));
+        return false;
+    }
+    if (rp->num_images_per_prompt < 0 || rp->height < 0 || rp->width < 0 ||
+        rp->max_sequence_length < 0 || rp->max_sequence_length > 512 ||
+        rp->guidance_scale != rp->guidance_scale) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "num_images_per_prompt %lld, height %lld, "
+                    "width %lld, max_sequence_length %lld (at most 512), guidance_scale %g: "
+                    "out of range", (long long)rp->num_images_per_prompt, (long long)rp->height,
+                    (long long)rp->width, (long long)rp->max_sequence_length, rp->guidance_scale);
+        return false;
+    }
+    return true;
+}
+
+/* _get_clip_prompt_embeds of encoder te for texts[0..n): hidden_states[-2] [n, L, H] and the
+ * text_embeds [n, P] in *pooled. */
+static em_tensor *clip_embeds(em_ctx *c, const em_clip_tokenizer *tok, const em_clip_text *te,
+                              const char *const *texts, int n, em_tensor **pooled) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_clip_text_device(te));
+    em_tensor *ids = em_clip_tokenize_batch(c, tok, texts, n, 0, NULL);
+    em_ctx_set_device(c, prev);
+    em_clip_text_output o;
+    if (!ids || em_clip_text_forward(c, te, ids, NULL, -2, &o) != EM_OK) return NULL;
+    *pooled = o.text_embeds;
+    return o.hidden_state;
+}
+
+/* zeros f32 of shape[3] on dev */
+static em_tensor *zeros_on(em_ctx *c, em_device *dev, const int64_t *shape) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, dev);
+    em_tensor *z = em_zeros(c, EM_F32, 3, shape);
+    em_ctx_set_device(c, prev);
+    return z;
+}
+
+/* encode_prompt for texts[0..n) of the first encoder and texts2 of the second (n 2 under
+ * guidance: the negative prompt, then the prompt): the prompt embeddings [n, L + msl, J] and in
+ * *pooled [n, P1 + P2], on the transformer's device, in the current scope. */
+static em_tensor *prompt_embeds(em_ctx *c, em_pipeline *p, const char *const *texts,
+                                const char *const *texts2, int n, int64_t msl,
+                                em_tensor **pooled) {
+    int64_t J = em_sd3_get_config(p->sd3)->joint_attention_dim;
+    em_device *dev = em_sd3_device(p->sd3);
+    em_tensor *p1 = NULL, *p2 = NULL;
+    em_tensor *h1 = clip_embeds(c, p->tok, p->te, texts, n, &p1);
+    em_tensor *h2 = h1 ? clip_embeds(c, p->tok2, p->te2, texts2, n, &p2) : NULL;
+    if (!h2) return NULL;
+    if (em_tensor_device(h1) != dev) h1 = em_to(c, h1, dev), p1 = em_to(c, p1, dev);
+    if (em_tensor_device(h2) != dev) h2 = em_to(c, h2, dev), p2 = em_to(c, p2, dev);
+    int64_t L = em_tensor_dim(h1, 1);
+    int64_t H = em_tensor_dim(h1, 2) + em_tensor_dim(h2, 2);
+    em_tensor *pp[2] = {p1, p2};
+    *pooled = em_cat(c, pp, 2, 1);
+    /* torch.cat on features, F.pad to J with zeros, then the T5 zeros [n, msl, J] */
+    em_tensor *feat[3] = {h1, h2, J > H ? zeros_on(c, dev, (int64_t[]){n, L, J - H}) : NULL};
+    em_tensor *clip = em_cat(c, feat, J > H ? 3 : 2, 2);
+    em_tensor *t5 = zeros_on(c, dev, (int64_t[]){n, msl, J});
+    em_tensor *seq[2] = {clip, t5};
+    return em_cat(c, seq, 2, 1);
+}
+
+/* prepare_latents: [B, C, H / f, W / f] drawn from g, or rp's checked and moved. */
+static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                                  em_torch_generator *g) {
+    const em_sd3_config *t = em_sd3_get_config(p->sd3);
+    int64_t f = vae_factor(p), unit = f * t->patch_size;
+    int64_t h = rp->height ? rp->height : t->sample_size * f;
+    int64_t w = rp->width ? rp->width : t->sample_size * f;
+    if (h % unit || w % unit) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "height %lld and width %lld must be multiples "
+                    "of %lld (the VAE's scale factor %lld times the patch size %lld; %s)",
+                    (long long)h, (long long)w, (long long)unit, (long long)f,
+                    (long long)t->patch_size, p->idx.dir);
+        return NULL;
+    }
+    int64_t shape[4] = {sd_batch(rp), t->in_channels, h / f, w / f};
+    em_device *dev = em_sd3_device(p->sd3);
+    if (!rp->latents) return em_torch_randn(c, g, 4, shape, dev);
+    em_tensor *l = rp->latents;
+    char sig[96];
+    bool ok = em_tensor_ndim(l) == 4 && em_tensor_dtype(l) == EM_F32;
+    for (int i = 0; ok && i < 4; i++) ok = em_tensor_dim(l, i) == shape[i];
+    if (!ok) {
+        em_ctx_fail(c, EM_ERR_SHAPE, RUN_OP, "initial latents %s do not fit %s (%s): the latent "
+                    "shape is [%lld, %lld, %lld, %lld] f32", em_tensor_sig(l, sig, sizeof sig), OP,
+                    p->idx.dir, (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                    (long long)shape[3]);
+        return NULL;
+    }
+    return em_tensor_device(l) == dev ? l : em_to(c, l, dev);
+}
+
+/* retrieve_timesteps: with use_dynamic_shifting, mu = calculate_shift(image_seq_len, the
+ * config's base_image_seq_len, max_image_seq_len, base_shift, max_shift), image_seq_len the
+ * latents' patches (h / p) * (w / p), as StableDiffusion3Pipeline.__call__ computes it. */
+static em_status set_timesteps(em_ctx *c, em_pipeline *p, int64_t steps, em_tensor *x) {
+    const em_sched_cfg *cfg = &p->sched->cfg;
+    if (!cfg->use_dynamic_shifting) return em_scheduler_set_timesteps(c, p->sched, steps);
+    if (cfg->max_image_seq_len == cfg->base_image_seq_len) /* Python: ZeroDivisionError */
+        return em_ctx_fail(c, EM_ERR_FORMAT, RUN_OP, "%s: use_dynamic_shifting with "
+                           "max_image_seq_len = base_image_seq_len (%lld): calculate_shift "
+                           "divides by their difference", p->idx.scheduler_config,
+                           (long long)cfg->base_image_seq_len);
+    int64_t patch = em_sd3_get_config(p->sd3)->patch_size;
+    double seq = (double)((em_tensor_dim(x, 2) / patch) * (em_tensor_dim(x, 3) / patch));
+    double m = (cfg->max_shift - cfg->base_shift) /
+               (double)(cfg->max_image_seq_len - cfg->base_image_seq_len);
+    double b = cfg->base_shift - m * (double)cfg->base_image_seq_len;
+    return em_scheduler_set_timesteps_mu(c, p->sched, steps, seq * m + b);
+}
+
+/* The transformer's step as a compiled function: in[0] the latent model input, in[1] the
+ * prompt embeddings, in[2] the pooled ones, in[3] the timesteps (an input, so that every step
+ * runs the same program). */
+static int sd3_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                    int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    out[0] = em_sd3_forward(c, user, in[0], in[1], in[2], in[3]);
+    return out[0] ? 1 : -1;
+}
+
+static em_tensor *transformer(em_ctx *c, em_sd3 *m, em_compiled *f, em_tensor *in,
+                              em_tensor *ctx, em_tensor *pooled, em_tensor *tt) {
+    if (!f || !tt) return em_sd3_forward(c, m, in, ctx, pooled, tt);
+    em_tensor *out = NULL, *args[4] = {in, ctx, pooled, tt};
+    return em_compiled_call(c, f, args, 4, NULL, 0, &out, 1) == 1 ? out : NULL;
+}
+
+/* The denoising loop from x (a reference this takes over); the final latents, a reference. */
+static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                          em_torch_generator *g, em_tensor *x, em_tensor *ctx,
+                          em_tensor *pooled, double guidance) {
+    int64_t n = 0;
+    const double *ts = em_scheduler_timesteps(p->sched, &n);
+    int64_t b = em_tensor_dim(x, 0);
+    bool cfg = em_tensor_dim(ctx, 0) == 2 * b;
+    em_device *dev = em_sd3_device(p->sd3);
+    float *tf = malloc(2 * (size_t)b * sizeof *tf);
+    em_compiled *f = rp->compile && tf ? em_compile(c, "sd3_step", sd3_step, p->sd3) : NULL;
+    if (!tf || (rp->compile && !f)) {
+        if (!tf) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+        free(tf);
+        em_tensor_release(x);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n && x; i++) {
+        double t0 = now_s();
+        em_scope_push(c);
+        em_tensor *pair[2] = {x, x};
+        em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
+        int64_t rows = cfg ? 2 * b : b;
+        for (int64_t r = 0; r < rows; r++) tf[r] = (float)ts[i]; /* t.expand(rows), f32 */
+        em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &rows, tf);
+        em_tensor *pred = transformer(c, p->sd3, f, in, ctx, pooled, tt);
+        em_tensor *parts[2] = {NULL, NULL};
+        if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
+            pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
+        em_tensor *next = pred ? em_scheduler_step(c, p->sched, pred, ts[i], x, g) : NULL;
+        if (next) next = em_tensor_retain(next);
+        em_scope_pop(c);
+        em_tensor_release(x);
+        x = next;
+        if (!x) break;
+        if (rp->progress) {
+            if (em_device_sync(c, dev) != EM_OK) break;
+            if (!rp->progress(rp->user, i, n, ts[i], now_s() - t0)) {
+                em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "stopped by the progress callback "
+                            "after step %lld of %lld", (long long)i + 1, (long long)n);
+                break;
+            }
+        }
+    }
+    free(tf);
+    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
+    em_compiled_free(f);
+    if (em_ctx_status(c) && x) {
+        em_tensor_release(x);
+        x = NULL;
+    }
+    return x;
+}
+
+em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
+    if (!check_run(c, p, rp)) return NULL;
+    double guidance = rp->guidance_scale != 0.0 ? rp->guidance_scale : 7.0;
+    int64_t steps = rp->steps ? rp->steps : 28;
+    int64_t msl = rp->max_sequence_length ? rp->max_sequence_length : 256;
+    bool cfg = guidance > 1.0;
+    int64_t n = sd_prompts(rp), per = sd_batch(rp) / n;
+    em_torch_generator *g = rp->seeds ? em_torch_generator_create_list(rp->seeds,
+                                                                      (int)rp->num_seeds)
+                                      : em_torch_generator_create(rp->seed);
+    /* encode_prompt: n negative prompts (None: "") then the n prompts; text_encoder_2's are
+     * `prompt_2 or prompt` and `negative_prompt_2 or negative_prompt` */
+    const char **texts = g ? sd_prompt_texts(c, rp) : NULL;
+    const char **texts2 = texts ? sdxl_second_texts(c, rp, texts, n) : NULL;
+    if (!g || !texts2) {
+        if (!g) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+        em_torch_generator_free(g);
+        free((void *)texts);
+        return NULL;
+    }
+    em_scope_push(c);
+    em_tensor *pooled = NULL;
+    em_tensor *ctx = prompt_embeds(c, p, cfg ? texts : texts + n, cfg ? texts2 : texts2 + n,
+                                   (int)(cfg ? 2 * n : n), msl, &pooled);
+    free((void *)texts);
+    free((void *)texts2);
+    if (ctx && per > 1) { /* .repeat(1, num_images_per_prompt, 1).view(...): each row per times */
+        ctx = em_repeat_interleave(c, ctx, per, 0);
+        pooled = em_repeat_interleave(c, pooled, per, 0);
+    }
+    em_tensor *x = ctx && pooled ? initial_latents(c, p, rp, g) : NULL;
+    if (x) x = em_tensor_retain(x);
+    if (x && set_timesteps(c, p, steps, x) == EM_OK)
+        x = denoise(c, p, rp, g, x, ctx, pooled, guidance);
+    em_torch_generator_free(g);
+    em_tensor *img = NULL;
+    if (x && !em_ctx_status(c)) {
+        /* vae.decode(latents / scaling_factor + shift_factor), postprocessed to [0, 1] */
+        const em_vae_config *v = em_vae_get_config(p->vae);
+        em_tensor *z = em_div_scalar(c, x, v->scaling_factor);
+        if (v->has_shift_factor) z = em_add_scalar(c, z, v->shift_factor);
+        em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same */
+        img = em_vae_decode(c, p->vae, z);
+        img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
+        img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
+        em_device *cpu = img ? em_device_get(c, "cpu") : NULL;
+        if (cpu && em_tensor_device(img) != cpu) img = em_to(c, img, cpu);
+    }
+    if (em_ctx_status(c)) img = NULL;
+    em_keep(c, img);
+    em_scope_pop(c);
+    em_tensor_release(x);
+    return img;
+}
