@@ -1,6 +1,6 @@
 /* Pipelines loaded in bf16 and f16 (em_pipeline_options.dtype, diffusers' torch_dtype) against
  * diffusers 0.42.1 loaded with the same torch_dtype (tests/fixtures/diffusion/pipeline_dtype_ref,
- * made by scripts/gen_pipeline_dtype_fixtures.py on the tiny SD, SDXL, DiT and DDIM folders),
+ * made by scripts/gen_pipeline_dtype_fixtures.py on the tiny SD, SDXL, SD3, DiT and DDIM folders),
  * from the same initial latents, with schedulers that draw no per-step noise.
  *
  * Half precision rounds every op, and Ember's kernels do not round where torch's do (and Ember
@@ -28,14 +28,15 @@ static const struct {
     const char *prompt;
     int64_t class_label; /* DiT's; -1 otherwise */
     double guidance;
-    int64_t steps, size;
+    int64_t steps, size, max_seq; /* max_seq: SD3's max_sequence_length */
 } RUNS[] = {
-    {"sd_bf16", "sd_tiny", EM_BF16, -1, "a photo of a cat", -1, 7.5, 3, 16},
-    {"sd_f16", "sd_tiny", EM_F16, EM_SCHED_EULER, "a red cube", -1, 5.0, 4, 16},
-    {"sdxl_bf16", "sdxl_tiny", EM_BF16, -1, "an astronaut", -1, 5.0, 3, 16},
-    {"sdxl_f16", "sdxl_tiny", EM_F16, EM_SCHED_DPM_MULTISTEP, "a dog", -1, 5.0, 3, 16},
-    {"dit_bf16", "dit_pipe", EM_BF16, -1, NULL, 1, 4.0, 3, 0},
-    {"ddim_f16", "ddim_three", EM_F16, -1, NULL, -1, 0.0, 3, 0},
+    {"sd_bf16", "sd_tiny", EM_BF16, -1, "a photo of a cat", -1, 7.5, 3, 16, 0},
+    {"sd_f16", "sd_tiny", EM_F16, EM_SCHED_EULER, "a red cube", -1, 5.0, 4, 16, 0},
+    {"sdxl_bf16", "sdxl_tiny", EM_BF16, -1, "an astronaut", -1, 5.0, 3, 16, 0},
+    {"sdxl_f16", "sdxl_tiny", EM_F16, EM_SCHED_DPM_MULTISTEP, "a dog", -1, 5.0, 3, 16, 0},
+    {"dit_bf16", "dit_pipe", EM_BF16, -1, NULL, 1, 4.0, 3, 0, 0},
+    {"ddim_f16", "ddim_three", EM_F16, -1, NULL, -1, 0.0, 3, 0, 0},
+    {"sd3_bf16", "sd3_tiny", EM_BF16, -1, "a photo of a cat", -1, 5.0, 3, 16, 8},
 };
 #define N_RUNS (sizeof RUNS / sizeof RUNS[0])
 
@@ -75,6 +76,7 @@ static void check_run(em_ctx *c, em_test_bundle *b, size_t i, bool compile) {
     rp.guidance_scale = RUNS[i].guidance;
     rp.class_label = RUNS[i].class_label;
     rp.height = rp.width = RUNS[i].size;
+    rp.max_sequence_length = RUNS[i].max_seq;
     em_tensor *img = em_pipeline_run(c, p, &rp);
     CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
     snprintf(name, sizeof name, "%s_gap", RUNS[i].name);
@@ -103,6 +105,7 @@ static void test_runs(void) {
     for (size_t i = 0; i < N_RUNS; i++) check_run(c, b, i, false);
     check_run(c, b, 0, true); /* SD's UNet compiled in bf16 */
     check_run(c, b, 4, true); /* DiT's transformer compiled in bf16 */
+    check_run(c, b, 6, true); /* SD3's transformer compiled in bf16 */
     em_ctx_free(c);
     em_test_bundle_free(b);
 }

@@ -70,8 +70,8 @@ static bool check_components(em_ctx *c, const em_pipeline *p) {
 }
 
 bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
-    if (!(p->sd3 = em_sd3_load(c, p->idx.transformer_dir, device, EM_F32)) ||
-        !(p->vae = em_vae_load(c, p->idx.vae_dir, device, EM_F32)) ||
+    if (!(p->sd3 = em_sd3_load(c, p->idx.transformer_dir, device, p->dtype)) ||
+        !(p->vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype)) ||
         !(p->tok = em_clip_tokenizer_load(c, p->idx.tokenizer_dir)) ||
         !(p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device)) ||
         !(p->tok2 = em_clip_tokenizer_load(c, p->idx.tokenizer_2_dir)) ||
@@ -81,7 +81,7 @@ bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
 }
 
 bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
-    em_pipeline q = {.idx = p->idx};
+    em_pipeline q = {.idx = p->idx, .dtype = p->dtype, .vae_dtype = p->vae_dtype};
     if (!sd3_load(c, &q, device)) {
         em_sd3_free(q.sd3);
         sd_free(&q);
@@ -254,11 +254,17 @@ static int sd3_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *st
     return out[0] ? 1 : -1;
 }
 
-static em_tensor *transformer(em_ctx *c, em_sd3 *m, em_compiled *f, em_tensor *in,
+/* The transformer's output (f32) for the f32 latent model input: the inputs cast to the
+ * pipeline's dtype dt (the timesteps stay f32), the output back to f32. */
+static em_tensor *transformer(em_ctx *c, em_sd3 *m, em_dtype dt, em_compiled *f, em_tensor *in,
                               em_tensor *ctx, em_tensor *pooled, em_tensor *tt) {
-    if (!f || !tt) return em_sd3_forward(c, m, in, ctx, pooled, tt);
+    in = pipeline_as(c, in, dt);
+    ctx = pipeline_as(c, ctx, dt);
+    pooled = pipeline_as(c, pooled, dt);
+    if (!f || !tt) return pipeline_as(c, em_sd3_forward(c, m, in, ctx, pooled, tt), EM_F32);
     em_tensor *out = NULL, *args[4] = {in, ctx, pooled, tt};
-    return em_compiled_call(c, f, args, 4, NULL, 0, &out, 1) == 1 ? out : NULL;
+    return em_compiled_call(c, f, args, 4, NULL, 0, &out, 1) == 1 ? pipeline_as(c, out, EM_F32)
+                                                                  : NULL;
 }
 
 /* The denoising loop from x (a reference this takes over); the final latents, a reference. */
@@ -286,7 +292,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         int64_t rows = cfg ? 2 * b : b;
         for (int64_t r = 0; r < rows; r++) tf[r] = (float)ts[i]; /* t.expand(rows), f32 */
         em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &rows, tf);
-        em_tensor *pred = transformer(c, p->sd3, f, in, ctx, pooled, tt);
+        em_tensor *pred = transformer(c, p->sd3, p->dtype, f, in, ctx, pooled, tt);
         em_tensor *parts[2] = {NULL, NULL};
         if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
             pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
@@ -357,7 +363,7 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
         em_tensor *z = em_div_scalar(c, x, v->scaling_factor);
         if (v->has_shift_factor) z = em_add_scalar(c, z, v->shift_factor);
         em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same */
-        img = em_vae_decode(c, p->vae, z);
+        img = pipeline_as(c, em_vae_decode(c, p->vae, pipeline_as(c, z, p->vae_dtype)), EM_F32);
         img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
         img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
         em_device *cpu = img ? em_device_get(c, "cpu") : NULL;
