@@ -325,9 +325,15 @@ typedef struct em_pipeline em_pipeline;
 
 typedef struct em_pipeline_options {
     const char *device; /* "cpu", "xla:0", ...; NULL: the context's default device */
+    /* Tensor parallelism of DiTPipeline's transformer over this process group (NULL or a group
+     * of one: none): em_dit_load_tp (ember/dit.h) splits the blocks' heads and feed-forward;
+     * the VAE and the scheduler are whole on every rank, and every rank runs the pipeline with
+     * the same parameters and gets the same image. Other pipelines refuse a group of more than
+     * one (EM_ERR_UNSUPPORTED). The group must outlive the pipeline. */
+    struct em_dist *tp;
 } em_pipeline_options;
 
-/** device NULL. */
+/** device NULL, tp NULL. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**

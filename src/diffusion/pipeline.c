@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "diffusion/pipeline_impl.h"
+#include "ember/dist.h"
 
 #define OP "pipeline"
 
@@ -22,7 +23,7 @@ void em_pipeline_free(em_pipeline *p) {
 }
 
 em_pipeline_options em_pipeline_default_options(void) {
-    em_pipeline_options o = {.device = NULL};
+    em_pipeline_options o = {.device = NULL, .tp = NULL};
     return o;
 }
 
@@ -35,9 +36,17 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     }
     if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK) goto fail;
     const char *dev = o ? o->device : NULL;
+    p->tp = o && o->tp && em_dist_world_size(o->tp) > 1 ? o->tp : NULL;
+    if (p->tp && p->idx.pipeline != EM_PIPELINE_DIT) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tensor parallelism (degree %d): done for "
+                    "DiTPipeline's transformer only, not for %s (%s)",
+                    em_dist_world_size(p->tp), p->idx.class_name, dir);
+        goto fail;
+    }
     if (p->idx.pipeline == EM_PIPELINE_DIT) {
-        if (!(p->dit = em_dit_load(c, p->idx.transformer_dir, dev, EM_F32)) ||
-            !(p->vae = em_vae_load(c, p->idx.vae_dir, dev, EM_F32)))
+        if (!(p->dit = em_dit_load_tp(c, p->idx.transformer_dir, dev, EM_F32, p->tp)) ||
+            !(p->vae = em_vae_load(c, p->idx.vae_dir, em_device_name(em_dit_device(p->dit)),
+                                   EM_F32)))
             goto fail;
     } else {
         em_unet2d_options uo = em_unet2d_default_options();
@@ -65,7 +74,7 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     if (!dev) return em_ctx_status(c);
     if (dev == em_pipeline_device(p)) return EM_OK;
     if (p->dit) {
-        em_dit *d = em_dit_load(c, p->idx.transformer_dir, device, EM_F32);
+        em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, EM_F32, p->tp);
         em_vae *v = d ? em_vae_load(c, p->idx.vae_dir, device, EM_F32) : NULL;
         if (!v) {
             em_dit_free(d);

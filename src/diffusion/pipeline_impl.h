@@ -15,6 +15,7 @@ struct em_pipeline {
     em_pipeline_index idx;
     em_unet2d *unet; /* NULL for DiTPipeline */
     em_dit *dit;     /* DiTPipeline: the transformer instead of the UNet */
+    struct em_dist *tp; /* DiTPipeline's tensor-parallel group (em_pipeline_options.tp) */
     em_scheduler *sched;
     /* StableDiffusionPipeline (NULL otherwise, and in an SDXL refiner, which has only the second
      * encoder) */
