@@ -369,6 +369,10 @@ EM_API const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p);
 /** The pipeline's UNet (NULL for DiTPipeline) and scheduler, owned by p (valid until the next
  *  em_pipeline_to / em_pipeline_set_scheduler or em_pipeline_free). */
 EM_API em_unet2d *em_pipeline_unet(const em_pipeline *p);
+/** DiTPipeline's transformer (ember/dit.h; NULL for the other pipelines), owned by p, valid as
+ *  em_pipeline_unet's. */
+struct em_dit;
+EM_API struct em_dit *em_pipeline_dit(const em_pipeline *p);
 EM_API em_scheduler *em_pipeline_scheduler(const em_pipeline *p);
 /** The device the UNet (DiTPipeline: the transformer) is on. */
 EM_API em_device *em_pipeline_device(const em_pipeline *p);

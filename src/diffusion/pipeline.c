@@ -112,6 +112,7 @@ em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_scheduler_kind
 
 const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p) { return p ? &p->idx : NULL; }
 em_unet2d *em_pipeline_unet(const em_pipeline *p) { return p ? p->unet : NULL; }
+em_dit *em_pipeline_dit(const em_pipeline *p) { return p ? p->dit : NULL; }
 em_scheduler *em_pipeline_scheduler(const em_pipeline *p) { return p ? p->sched : NULL; }
 em_device *em_pipeline_device(const em_pipeline *p) {
     return !p ? NULL : p->dit ? em_dit_device(p->dit) : em_unet2d_device(p->unet);
