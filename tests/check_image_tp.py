@@ -1,6 +1,7 @@
 """`ember image --tp 2` on the tiny DiTPipeline (tests/fixtures/diffusion/dit_pipe): the
 transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
-and over 2 devices of XLA's CPU plugin in one process (skipped without the plugin). The image
+and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
+plugin). The image
 must be the one-process run's within 1e-5 and diffusers' (dit_runs_ref's "cfg") within 1e-3;
 only rank 0 writes and prints (one placement line, one progress line per step).
 
@@ -68,13 +69,18 @@ def main():
             ran += 1
         else:
             print("SKIPPED (loudly): --tp 2 under mpirun: Ember was built without MPI")
-        npy = os.path.join(tmp, "xla.npy")
-        r = image(ember, npy, ["--tp", "2", "--device", "xla"])
-        if r.returncode != 0 and ("no device named" in r.stderr or "xla-cpu-pjrt" in r.stderr):
-            print("SKIPPED (loudly): --tp 2 --device xla: no XLA plugin (pip install "
-                  "xla-cpu-pjrt, or set EMBER_PJRT_XLA_PLUGIN)")
-        else:
-            check("--device xla --tp 2 (a device group)", r, npy, whole, want)
+        for extra in ([], ["--compile"]):
+            npy = os.path.join(tmp, "xla.npy")
+            r = image(ember, npy, ["--tp", "2", "--device", "xla"] + extra)
+            if r.returncode != 0 and ("no device named" in r.stderr or
+                                      "xla-cpu-pjrt" in r.stderr):
+                print("SKIPPED (loudly): --tp 2 --device xla: no XLA plugin (pip install "
+                      "xla-cpu-pjrt, or set EMBER_PJRT_XLA_PLUGIN)")
+                break
+            check("--device xla --tp 2 (a device group)" + " ".join([""] + extra), r, npy,
+                  whole, want)
+            if extra and r.stderr.count("compile mode: 1 program(s)") != 1:
+                fail("--compile: want one 'compile mode' line (rank 0's):\n" + r.stderr)
             ran += 1
     sys.exit(0 if ran else SKIP)
 

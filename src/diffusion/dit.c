@@ -78,21 +78,27 @@ static bool make_freqs(em_ctx *c, em_dit *d) {
 /* Tensor parallelism: rank r's slice of a linear. Column-parallel (row_par false): rows
  * [r*R/N, +R/N) of the weight and bias (with `halves`, those of each half: geglu's fused
  * [hidden; gate] projection); row-parallel: columns [r*K/N, +K/N) of the weight, the bias whole
- * (added once, after the all_reduce). The sizes were checked by check_tp. */
+ * (added once, after the all_reduce). The sizes were checked by check_tp. The weights come on
+ * the CPU and the slices go to d's device: sliced there, a PJRT device would keep the whole
+ * weight and slice it in every program (and each rank's program would differ). */
 static bool shard(em_ctx *c, const em_dit *d, unet_param *p, bool row_par, bool halves) {
     if (d->tp_size <= 1) return true;
     int64_t r = d->tp_rank, n = d->tp_size;
-    em_tensor **ts[2] = {&p->w, row_par ? NULL : &p->b};
+    em_tensor **ts[2] = {&p->w, &p->b};
     em_scope_push(c);
     for (int i = 0; i < 2; i++) {
-        if (!ts[i] || !*ts[i]) continue;
-        em_tensor *t = *ts[i];
+        if (!*ts[i]) continue;
+        em_tensor *t = *ts[i], *s = t;
         int dim = row_par ? 1 : 0;
-        int64_t size = em_tensor_dim(t, dim), parts = halves ? 2 : 1, part = size / parts / n;
-        em_tensor *pieces[2];
-        for (int64_t k = 0; k < parts; k++)
-            pieces[k] = em_narrow(c, t, dim, k * (size / parts) + r * part, part);
-        em_tensor *s = parts == 2 ? em_cat(c, pieces, 2, dim) : em_contiguous(c, pieces[0]);
+        if (!row_par || i == 0) { /* a row-parallel bias stays whole */
+            int64_t size = em_tensor_dim(t, dim), parts = halves ? 2 : 1;
+            int64_t part = size / parts / n;
+            em_tensor *pieces[2];
+            for (int64_t k = 0; k < parts; k++)
+                pieces[k] = em_narrow(c, t, dim, k * (size / parts) + r * part, part);
+            s = parts == 2 ? em_cat(c, pieces, 2, dim) : em_contiguous(c, pieces[0]);
+        }
+        if (s && em_tensor_device(s) != d->dev) s = em_to(c, s, d->dev);
         s = s ? em_detach(c, s) : NULL;
         if (!s) break;
         em_tensor_release(t);
@@ -127,17 +133,20 @@ static bool load_block(unet_loader *l, em_dit *d, int64_t i) {
         return false;
     b->classes = tab.w;
     snprintf(pre, sizeof pre, "transformer_blocks.%lld", (long long)i);
+    /* the weights tensor parallelism splits: read on the CPU, their slices moved by shard */
+    unet_loader h = *l;
+    if (d->tp_size > 1) h.dev = em_device_cpu();
     if (!unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) ||
-        !unet_load_param(l, &b->q, pre, "attn1.to_q", cfg->attention_bias, 2,
+        !unet_load_param(&h, &b->q, pre, "attn1.to_q", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->k, pre, "attn1.to_k", cfg->attention_bias, 2,
+        !unet_load_param(&h, &b->k, pre, "attn1.to_k", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->v, pre, "attn1.to_v", cfg->attention_bias, 2,
+        !unet_load_param(&h, &b->v, pre, "attn1.to_v", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->out, pre, "attn1.to_out.0", true, 2, (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->ff_in, pre, "ff.net.0.proj", true, 2,
+        !unet_load_param(&h, &b->out, pre, "attn1.to_out.0", true, 2, (int64_t[]){D, D}) ||
+        !unet_load_param(&h, &b->ff_in, pre, "ff.net.0.proj", true, 2,
                          (int64_t[]){ff_rows, D}) ||
-        !unet_load_param(l, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}))
+        !unet_load_param(&h, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}))
         return false;
     if (cfg->norm_elementwise_affine &&
         !unet_load_param(l, &b->norm3, pre, "norm3", true, 1, (int64_t[]){D}))

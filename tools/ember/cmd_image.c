@@ -569,7 +569,7 @@ static int run(em_ctx *c, const image_args *a, em_dist *tp, bool speak) {
                     a->out_npy ? " and " : "", a->out_npy ? a->out_npy : "");
             rc = 0;
         }
-        if (img && a->compile)
+        if (img && a->compile && speak)
             fprintf(stderr, "compile mode: %lld program(s) compiled in %.1f ms for %lld steps "
                     "(%s)\n", (long long)cs.compiles, cs.compile_ms,
                     (long long)cs.calls, cs.backend);
