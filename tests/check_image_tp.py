@@ -1,9 +1,9 @@
 """`ember image --tp 2` on the tiny DiTPipeline (tests/fixtures/diffusion/dit_pipe): the
 transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
 and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
-plugin). The image
-must be the one-process run's within 1e-5 and diffusers' (dit_runs_ref's "cfg") within 1e-3;
-only rank 0 writes and prints (one placement line, one progress line per step).
+plugin). The image must be the one-process run's within 1e-5 and diffusers' (dit_runs_ref's
+"cfg") within 1e-3; only rank 0 writes and prints (one placement line, one progress line per
+step).
 
 Usage: check_image_tp.py MPIEXEC EMBER
 """

@@ -135,7 +135,7 @@ static bool load_block(unet_loader *l, em_dit *d, int64_t i) {
     snprintf(pre, sizeof pre, "transformer_blocks.%lld", (long long)i);
     /* the weights tensor parallelism splits: read on the CPU, their slices moved by shard */
     unet_loader h = *l;
-    if (d->tp_size > 1) h.dev = em_device_cpu();
+    if (d->tp_size > 1) h.dev = em_device_get(l->c, "cpu");
     if (!unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) ||
         !unet_load_param(&h, &b->q, pre, "attn1.to_q", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
@@ -173,7 +173,7 @@ static bool load_weights(unet_loader *l, void *user) {
 static bool check_tp(em_ctx *c, em_dit *d, const char *device) {
     const em_dit_config *cfg = &d->cfg;
     int n = d->tp_size;
-    em_device *dev = em_dist_device(d->tp) ? em_dist_device(d->tp) : em_device_cpu();
+    em_device *dev = em_dist_device(d->tp) ? em_dist_device(d->tp) : em_device_get(c, "cpu");
     if (device && em_device_get(c, device) != dev) {
         if (!em_ctx_status(c))
             em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tensor parallelism: rank %d runs on %s (%s), "
