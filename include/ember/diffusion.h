@@ -340,9 +340,15 @@ typedef struct em_pipeline_options {
      * VAE whose config says force_upcast decodes in f32 in the SDXL pipelines, as diffusers'
      * upcast_vae does. */
     em_dtype dtype;
+    /* Tensor parallelism of DiTPipeline's transformer over this process group (NULL or a group
+     * of one: none): em_dit_load_tp (ember/dit.h) splits the blocks' heads and feed-forward;
+     * the VAE and the scheduler are whole on every rank, and every rank runs the pipeline with
+     * the same parameters and gets the same image. Other pipelines refuse a group of more than
+     * one (EM_ERR_UNSUPPORTED). The group must outlive the pipeline. */
+    struct em_dist *tp;
 } em_pipeline_options;
 
-/** device NULL, dtype f32. */
+/** device NULL, dtype f32, tp NULL. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**
@@ -378,6 +384,10 @@ EM_API const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p);
 /** The pipeline's UNet (NULL for DiTPipeline) and scheduler, owned by p (valid until the next
  *  em_pipeline_to / em_pipeline_set_scheduler or em_pipeline_free). */
 EM_API em_unet2d *em_pipeline_unet(const em_pipeline *p);
+/** DiTPipeline's transformer (ember/dit.h; NULL for the other pipelines), owned by p, valid as
+ *  em_pipeline_unet's. */
+struct em_dit;
+EM_API struct em_dit *em_pipeline_dit(const em_pipeline *p);
 EM_API em_scheduler *em_pipeline_scheduler(const em_pipeline *p);
 /** The device the UNet (DiTPipeline: the transformer) is on. */
 EM_API em_device *em_pipeline_device(const em_pipeline *p);

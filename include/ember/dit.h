@@ -6,6 +6,9 @@
  *     em_tensor *out = em_dit_forward(c, d, x, t, labels);   // x [N, C, H, W], labels i64 [N]
  *     em_dit_free(d);
  *
+ * em_dit_load_tp splits the blocks' attention heads and feed-forward over a process group
+ * (tensor parallelism; docs/parallel.md, "DiT").
+ *
  * docs/diffusion.md ("DiTPipeline") lists the config fields and what each does.
  */
 #ifndef EMBER_DIT_H
@@ -50,12 +53,32 @@ EM_API em_status em_dit_config_parse(em_ctx *c, const char *json, size_t n, cons
                                      em_dit_config *out);
 
 typedef struct em_dit em_dit;
+struct em_dist; /* ember/dist.h */
 
 /** Loads a transformer folder (config.json + diffusion_pytorch_model.safetensors) onto
  *  `device` (NULL: c's device) as `dtype` (f32, bf16, f16). Every weight's shape is checked
  *  against the config (a mismatch names the tensor and both shapes). NULL with the error in c.
  *  Free with em_dit_free. */
 EM_API em_dit *em_dit_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype);
+/**
+ * em_dit_load with tensor parallelism over the process group `tp` (ember/dist.h; NULL or a
+ * group of one: em_dit_load), as diffusers' TensorParallelConfig(tp_degree=N): in every
+ * transformer block rank r keeps attention heads [r*H/N, (r+1)*H/N) (to_q, to_k, to_v split
+ * by rows, column-parallel; to_out.0 by columns, row-parallel, its partial outputs summed with
+ * em_all_reduce and its bias added once after) and 1/N of the feed-forward's inner width
+ * (ff.net.0.proj by rows, each half of it for geglu; ff.net.2 by columns, summed the same way).
+ * Everything else (patch embedding, adaLN-Zero and its timestep/label embeddings, the final
+ * layers) is whole on every rank. The full checkpoint is read and each rank keeps its slices.
+ * A group of processes (em_dist_init under mpirun) runs on the CPU (`device` NULL or "cpu");
+ * a rank of a device group (em_dist_local) on its device (`device` NULL or that device's
+ * name). num_attention_heads or the feed-forward width (4 * inner dim) not divisible by the
+ * degree: EM_ERR_SHAPE naming the size and the degree. Every rank calls em_dit_forward with
+ * the same inputs in the same order and gets the same output. The group must outlive d.
+ */
+EM_API em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
+                              struct em_dist *tp);
+/** The tensor-parallel degree d runs at (1: not split). */
+EM_API int em_dit_tp_degree(const em_dit *d);
 /** Releases the weights. NULL is a no-op. */
 EM_API void em_dit_free(em_dit *d);
 /** The model's config (owned by d). */

@@ -9,6 +9,7 @@
 
 #include "diffusion/unet_impl.h"
 #include "diffusion/weights.h"
+#include "ember/dist.h"
 #include "ember/dit.h"
 
 #define OP "DiTTransformer2DModel"
@@ -28,6 +29,9 @@ struct em_dit {
     em_device *dev;
     em_dtype dtype;
     int64_t inner;
+    em_dist *tp;         /* tensor parallelism (NULL: none) */
+    int tp_rank, tp_size;
+    int64_t heads;       /* this rank's attention heads (num_attention_heads / tp_size) */
     em_tensor *freqs;    /* [1, 128] f32: Timesteps' frequencies */
     unet_param patch;    /* pos_embed.proj */
     dit_block *blocks;   /* [num_layers] */
@@ -36,6 +40,7 @@ struct em_dit {
 
 const em_dit_config *em_dit_get_config(const em_dit *d) { return d ? &d->cfg : NULL; }
 em_device *em_dit_device(const em_dit *d) { return d ? d->dev : NULL; }
+int em_dit_tp_degree(const em_dit *d) { return d ? d->tp_size : 1; }
 
 void em_dit_free(em_dit *d) {
     if (!d) return;
@@ -70,6 +75,46 @@ static bool make_freqs(em_ctx *c, em_dit *d) {
     return d->freqs != NULL;
 }
 
+/* Tensor parallelism: rank r's slice of a linear. Column-parallel (row_par false): rows
+ * [r*R/N, +R/N) of the weight and bias (with `halves`, those of each half: geglu's fused
+ * [hidden; gate] projection); row-parallel: columns [r*K/N, +K/N) of the weight, the bias whole
+ * (added once, after the all_reduce). The sizes were checked by check_tp. The weights come on
+ * the CPU and the slices go to d's device: sliced there, a PJRT device would keep the whole
+ * weight and slice it in every program (and each rank's program would differ). */
+static bool shard(em_ctx *c, const em_dit *d, unet_param *p, bool row_par, bool halves) {
+    if (d->tp_size <= 1) return true;
+    int64_t r = d->tp_rank, n = d->tp_size;
+    em_tensor **ts[2] = {&p->w, &p->b};
+    em_scope_push(c);
+    for (int i = 0; i < 2; i++) {
+        if (!*ts[i]) continue;
+        em_tensor *t = *ts[i], *s = t;
+        int dim = row_par ? 1 : 0;
+        if (!row_par || i == 0) { /* a row-parallel bias stays whole */
+            int64_t size = em_tensor_dim(t, dim), parts = halves ? 2 : 1;
+            int64_t part = size / parts / n;
+            em_tensor *pieces[2];
+            for (int64_t k = 0; k < parts; k++)
+                pieces[k] = em_narrow(c, t, dim, k * (size / parts) + r * part, part);
+            s = parts == 2 ? em_cat(c, pieces, 2, dim) : em_contiguous(c, pieces[0]);
+        }
+        if (s && em_tensor_device(s) != d->dev) s = em_to(c, s, d->dev);
+        s = s ? em_detach(c, s) : NULL;
+        if (!s) break;
+        em_tensor_release(t);
+        *ts[i] = s;
+    }
+    em_scope_pop(c);
+    return em_ctx_status(c) == EM_OK;
+}
+
+static bool shard_block(em_ctx *c, const em_dit *d, dit_block *b) {
+    bool geglu = d->cfg.activation == EM_DIT_ACT_GEGLU;
+    return shard(c, d, &b->q, false, false) && shard(c, d, &b->k, false, false) &&
+           shard(c, d, &b->v, false, false) && shard(c, d, &b->out, true, false) &&
+           shard(c, d, &b->ff_in, false, geglu) && shard(c, d, &b->ff_out, true, false);
+}
+
 static bool load_block(unet_loader *l, em_dit *d, int64_t i) {
     const em_dit_config *cfg = &d->cfg;
     dit_block *b = &d->blocks[i];
@@ -88,20 +133,25 @@ static bool load_block(unet_loader *l, em_dit *d, int64_t i) {
         return false;
     b->classes = tab.w;
     snprintf(pre, sizeof pre, "transformer_blocks.%lld", (long long)i);
+    /* the weights tensor parallelism splits: read on the CPU, their slices moved by shard */
+    unet_loader h = *l;
+    if (d->tp_size > 1) h.dev = em_device_get(l->c, "cpu");
     if (!unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) ||
-        !unet_load_param(l, &b->q, pre, "attn1.to_q", cfg->attention_bias, 2,
+        !unet_load_param(&h, &b->q, pre, "attn1.to_q", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->k, pre, "attn1.to_k", cfg->attention_bias, 2,
+        !unet_load_param(&h, &b->k, pre, "attn1.to_k", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->v, pre, "attn1.to_v", cfg->attention_bias, 2,
+        !unet_load_param(&h, &b->v, pre, "attn1.to_v", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->out, pre, "attn1.to_out.0", true, 2, (int64_t[]){D, D}) ||
-        !unet_load_param(l, &b->ff_in, pre, "ff.net.0.proj", true, 2,
+        !unet_load_param(&h, &b->out, pre, "attn1.to_out.0", true, 2, (int64_t[]){D, D}) ||
+        !unet_load_param(&h, &b->ff_in, pre, "ff.net.0.proj", true, 2,
                          (int64_t[]){ff_rows, D}) ||
-        !unet_load_param(l, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}))
+        !unet_load_param(&h, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}))
         return false;
-    return !cfg->norm_elementwise_affine ||
-           unet_load_param(l, &b->norm3, pre, "norm3", true, 1, (int64_t[]){D});
+    if (cfg->norm_elementwise_affine &&
+        !unet_load_param(l, &b->norm3, pre, "norm3", true, 1, (int64_t[]){D}))
+        return false;
+    return shard_block(l->c, d, b);
 }
 
 static bool load_weights(unet_loader *l, void *user) {
@@ -118,7 +168,42 @@ static bool load_weights(unet_loader *l, void *user) {
                            (int64_t[]){p * p * cfg->out_channels, D});
 }
 
+/* The tensor-parallel group's device and sizes: a device group's rank runs on its device, a
+ * process group's on the CPU (its collectives are MPI calls). */
+static bool check_tp(em_ctx *c, em_dit *d, const char *device) {
+    const em_dit_config *cfg = &d->cfg;
+    int n = d->tp_size;
+    em_device *dev = em_dist_device(d->tp) ? em_dist_device(d->tp) : em_device_get(c, "cpu");
+    if (device && em_device_get(c, device) != dev) {
+        if (!em_ctx_status(c))
+            em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tensor parallelism: rank %d runs on %s (%s), "
+                        "not on %s", d->tp_rank, em_device_name(dev),
+                        em_dist_device(d->tp) ? "its device in the device group"
+                                              : "collectives over MPI", device);
+        return false;
+    }
+    d->dev = dev;
+    const char *what = NULL;
+    int64_t size = 0;
+    if (cfg->num_attention_heads % n)
+        what = "num_attention_heads", size = cfg->num_attention_heads;
+    else if ((4 * d->inner) % n)
+        what = "the feed-forward width (4 * inner dim)", size = 4 * d->inner;
+    if (what) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "tensor parallelism: %s (%lld) of %s is not divisible "
+                    "by the degree %d", what, (long long)size, d->dir, n);
+        return false;
+    }
+    d->heads = cfg->num_attention_heads / n;
+    return true;
+}
+
 em_dit *em_dit_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype) {
+    return em_dit_load_tp(c, dir, device, dtype, NULL);
+}
+
+em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
+                       em_dist *tp) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!diff_check_load_args(c, OP, dir, dtype)) return NULL;
     em_dit *d = calloc(1, sizeof *d);
@@ -133,7 +218,19 @@ em_dit *em_dit_load(em_ctx *c, const char *dir, const char *device, em_dtype dty
     }
     d->dtype = dtype;
     d->inner = d->cfg.num_attention_heads * d->cfg.attention_head_dim;
-    d->dev = device ? em_device_get(c, device) : em_ctx_device(c);
+    d->heads = d->cfg.num_attention_heads;
+    d->tp_size = 1;
+    if (tp && em_dist_world_size(tp) > 1) {
+        d->tp = tp;
+        d->tp_rank = em_dist_rank(tp);
+        d->tp_size = em_dist_world_size(tp);
+        if (!check_tp(c, d, device)) {
+            em_dit_free(d);
+            return NULL;
+        }
+    } else {
+        d->dev = device ? em_device_get(c, device) : em_ctx_device(c);
+    }
     d->blocks = calloc((size_t)d->cfg.num_layers, sizeof *d->blocks);
     if (!d->blocks) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     unet_loader l = {.c = c, .dir = dir, .op = OP, .dtype = dtype, .dev = d->dev};
@@ -241,6 +338,14 @@ static em_tensor *conditioning(em_ctx *c, const dit_block *b, em_tensor *tproj,
     return em_add(c, temb, em_embedding(c, b->classes, labels));
 }
 
+/* A row-parallel linear: this rank's partial product summed over the ranks, then the bias
+ * (whole on every rank, added once); the whole layer without tensor parallelism. */
+static em_tensor *lin_rows(em_ctx *c, const em_dit *d, const unet_param *p, em_tensor *x) {
+    if (d->tp_size <= 1) return lin(c, p, x);
+    em_tensor *y = em_all_reduce(c, em_linear(c, x, p->w, NULL), EM_REDUCE_SUM, d->tp);
+    return p->b ? em_add(c, y, p->b) : y;
+}
+
 static em_tensor *feed_forward(em_ctx *c, const em_dit *d, const dit_block *b, em_tensor *h) {
     h = lin(c, &b->ff_in, h);
     switch (d->cfg.activation) {
@@ -253,13 +358,13 @@ static em_tensor *feed_forward(em_ctx *c, const em_dit *d, const dit_block *b, e
         break;
     }
     }
-    return lin(c, &b->ff_out, h);
+    return lin_rows(c, d, &b->ff_out, h);
 }
 
 static em_tensor *block_forward(em_ctx *c, const em_dit *d, const dit_block *b, em_tensor *x,
                                 em_tensor *cond) {
     int64_t n = em_tensor_dim(x, 0), T = em_tensor_dim(x, 1), D = d->inner;
-    int64_t H = d->cfg.num_attention_heads, hd = d->cfg.attention_head_dim;
+    int64_t H = d->heads, hd = d->cfg.attention_head_dim; /* this rank's heads */
     em_tensor *m[6] = {0}; /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
     if (em_split(c, lin(c, &b->ada, em_silu(c, cond)), D, 1, m, 6) != 6) return NULL;
     em_tensor *h = modulate(c, em_layer_norm(c, x, NULL, NULL, 1e-6), m[0], m[1]);
@@ -270,7 +375,8 @@ static em_tensor *block_forward(em_ctx *c, const em_dit *d, const dit_block *b, 
                               1, 2);
     em_sdpa_params sp = em_sdpa_default_params();
     em_tensor *a = em_sdpa(c, qkv[0], qkv[1], qkv[2], NULL, &sp); /* [N, H, T, hd] */
-    a = lin(c, &b->out, em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){n, T, D}));
+    a = lin_rows(c, d, &b->out,
+                 em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){n, T, H * hd}));
     x = em_add(c, em_mul(c, em_unsqueeze(c, m[2], 1), a), x);
     h = em_layer_norm(c, x, b->norm3.w, b->norm3.b, d->cfg.norm_eps);
     h = feed_forward(c, d, b, modulate(c, h, m[3], m[4]));

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "diffusion/pipeline_impl.h"
+#include "ember/dist.h"
 
 #define OP "pipeline"
 
@@ -23,7 +24,7 @@ void em_pipeline_free(em_pipeline *p) {
 }
 
 em_pipeline_options em_pipeline_default_options(void) {
-    em_pipeline_options o = {.device = NULL, .dtype = EM_F32};
+    em_pipeline_options o = {.device = NULL, .dtype = EM_F32, .tp = NULL};
     return o;
 }
 
@@ -55,9 +56,17 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     }
     if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK || !pick_vae_dtype(c, p)) goto fail;
     const char *dev = o ? o->device : NULL;
+    p->tp = o && o->tp && em_dist_world_size(o->tp) > 1 ? o->tp : NULL;
+    if (p->tp && p->idx.pipeline != EM_PIPELINE_DIT) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tensor parallelism (degree %d): done for "
+                    "DiTPipeline's transformer only, not for %s (%s)",
+                    em_dist_world_size(p->tp), p->idx.class_name, dir);
+        goto fail;
+    }
     if (p->idx.pipeline == EM_PIPELINE_DIT) {
-        if (!(p->dit = em_dit_load(c, p->idx.transformer_dir, dev, p->dtype)) ||
-            !(p->vae = em_vae_load(c, p->idx.vae_dir, dev, p->vae_dtype)))
+        if (!(p->dit = em_dit_load_tp(c, p->idx.transformer_dir, dev, p->dtype, p->tp)) ||
+            !(p->vae = em_vae_load(c, p->idx.vae_dir, em_device_name(em_dit_device(p->dit)),
+                                   p->vae_dtype)))
             goto fail;
     } else if (p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_3) {
         if (!sd3_load(c, p, dev)) goto fail;
@@ -89,7 +98,7 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     if (dev == em_pipeline_device(p)) return EM_OK;
     if (p->sd3) return sd3_to(c, p, device) ? EM_OK : em_ctx_status(c);
     if (p->dit) {
-        em_dit *d = em_dit_load(c, p->idx.transformer_dir, device, p->dtype);
+        em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp);
         em_vae *v = d ? em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype) : NULL;
         if (!v) {
             em_dit_free(d);
@@ -127,6 +136,7 @@ em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_scheduler_kind
 
 const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p) { return p ? &p->idx : NULL; }
 em_unet2d *em_pipeline_unet(const em_pipeline *p) { return p ? p->unet : NULL; }
+em_dit *em_pipeline_dit(const em_pipeline *p) { return p ? p->dit : NULL; }
 em_scheduler *em_pipeline_scheduler(const em_pipeline *p) { return p ? p->sched : NULL; }
 em_device *em_pipeline_device(const em_pipeline *p) {
     return !p        ? NULL

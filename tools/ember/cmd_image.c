@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "                    [--pooled-prompt-embeds FILE.npy]\n"
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
-            "                    [--denoising-start F]]\n\n"
+            "                    [--denoising-start F]] [--tp N]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline\n"
@@ -69,6 +69,12 @@ static void usage(FILE *f) {
             "  --dtype T           f32 (default), bf16 or f16: the denoiser's and the VAE's\n"
             "                      weights and activations (diffusers' torch_dtype; the text\n"
             "                      encoders, the latents and the scheduler stay f32)\n"
+            "  --tp N              DiTPipeline: tensor parallelism of degree N over the\n"
+            "                      transformer (each rank 1/N of every block's heads and\n"
+            "                      feed-forward; the rest whole): with --device cpu (or none)\n"
+            "                      over the N processes of mpirun -np N; with a PJRT kind\n"
+            "                      (--device xla, cuda, tpu) over its devices 0..N-1 in this\n"
+            "                      process; only rank 0 writes and prints\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -138,7 +144,7 @@ typedef struct image_args {
     long long seeds[EM_PIPELINE_MAX_BATCH];   /* --seeds' list */
     int num_seeds;
     double denoising_end, denoising_start;
-    long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq;
+    long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq, tp;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
     double eta, guidance, strength, aesthetic, negative_aesthetic;
@@ -149,7 +155,7 @@ typedef struct image_args {
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
 static int parse(int argc, char **argv, image_args *a) {
     memset(a, 0, sizeof *a);
-    a->num_images = a->upscale = 1;
+    a->num_images = a->upscale = a->tp = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         bool val = i + 1 < argc;
@@ -221,6 +227,8 @@ static int parse(int argc, char **argv, image_args *a) {
         } else if (!strcmp(o, "--strength") && val) {
             if (!cli_real("image", o, argv[++i], 1e-9, 1.0, &a->strength)) return 2;
             if (!a->text_opt) a->text_opt = o;
+        } else if (!strcmp(o, "--tp") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 4096, &a->tp)) return 2;
         } else if (!strcmp(o, "--compile")) {
             a->compile = true;
         } else if (!strcmp(o, "--vae-tiling")) {
@@ -453,12 +461,24 @@ static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
     return out;
 }
 
-static int run(em_ctx *c, const image_args *a) {
+/* One run: with a tensor-parallel group every rank runs it; only the speaking rank (rank 0)
+ * prints and writes. */
+static int run(em_ctx *c, const image_args *a, em_dist *tp, bool speak) {
     em_pipeline_options po = em_pipeline_default_options();
-    po.device = a->device;
+    po.device = tp && em_dist_device(tp) ? em_device_name(em_dist_device(tp)) : a->device;
+    po.tp = tp;
     po.dtype = a->dtype;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
+    if (tp && speak) {
+        const em_dit_config *dc = em_dit_get_config(em_pipeline_dit(p));
+        int n = em_dist_world_size(tp);
+        fprintf(stderr, "tensor parallelism: degree %d, per rank and block %lld of %lld "
+                "attention heads and %lld of %lld feed-forward channels\n", n,
+                (long long)(dc->num_attention_heads / n), (long long)dc->num_attention_heads,
+                (long long)(4 * dc->num_attention_heads * dc->attention_head_dim / n),
+                (long long)(4 * dc->num_attention_heads * dc->attention_head_dim));
+    }
     int rc = 1;
     em_scope_push(c);
     em_pipeline_run_params rp = em_pipeline_default_params();
@@ -492,7 +512,7 @@ static int run(em_ctx *c, const image_args *a) {
     if (text) rp.num_images_per_prompt = a->num_images;
     /* --seeds: one batched run of an image per seed (DiT's batch is its labels') */
     if (a->num_seeds && !dit) rp.num_images_per_prompt = a->num_seeds;
-    rp.progress = a->num_images > 1 && !text ? NULL : progress;
+    rp.progress = (a->num_images > 1 && !text) || !speak ? NULL : progress;
     rp.prompt = a->prompt;
     rp.negative_prompt = a->negative;
     if (a->have_aesthetic) rp.aesthetic_score = a->aesthetic;
@@ -551,11 +571,14 @@ static int run(em_ctx *c, const image_args *a) {
                (!a->mask_image || (rp.mask_image = mask_image(c, a->mask_image))) &&
                npy_inputs(c, a, &rp)) {
         rp.strength = a->strength;
-        fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
+        if (speak)
+            fprintf(stderr, "%s from %s: %s, %s\n", em_pipeline_get_index(p)->class_name, a->model,
                 em_scheduler_kind_class(em_scheduler_get_kind(em_pipeline_scheduler(p))),
                 em_device_name(em_pipeline_device(p)));
         em_tensor *img = run_images(c, p, &rp, a->num_images);
-        if (img && a->out_latents) {
+        if (img && !speak) { /* another rank of the group: rank 0 writes */
+            rc = 0;
+        } else if (img && a->out_latents) {
             if (em_npy_save_f32(c, "image", a->out_latents, img) == EM_OK) {
                 const int64_t *s = em_tensor_shape(img);
                 fprintf(stderr, "wrote %s (latents [%lld, %lld, %lld, %lld])\n", a->out_latents,
@@ -573,7 +596,7 @@ static int run(em_ctx *c, const image_args *a) {
                     a->out_npy ? " and " : "", a->out_npy ? a->out_npy : "");
             rc = 0;
         }
-        if (img && a->compile)
+        if (img && a->compile && speak)
             fprintf(stderr, "compile mode: %lld program(s) compiled in %.1f ms for %lld steps "
                     "(%s)\n", (long long)cs.compiles, cs.compile_ms,
                     (long long)cs.calls, cs.backend);
@@ -583,13 +606,41 @@ static int run(em_ctx *c, const image_args *a) {
     return rc;
 }
 
+/* A rank of a --tp N device group (cli_device_group): the run on its device. */
+static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
+    return run(c, arg, g, speak);
+}
+
+/* --tp N over a device group or the ranks of mpirun, or no tp */
+static int run_in_group(em_ctx *c, const image_args *a) {
+    char kind[64] = "";
+    if (a->device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(a->device, ":"), a->device);
+    if (a->tp > 1 && kind[0] && strcmp(kind, "cpu")) /* N devices of this process */
+        return cli_device_group(c, "image --tp", kind, (int)a->tp, group_rank, (void *)a);
+    if (a->tp <= 1) return run(c, a, NULL, true);
+    em_dist *group = NULL; /* the ranks of mpirun: each holds its slices, rank 0 speaks */
+    if (em_dist_init(c, NULL, &group) != EM_OK) {
+        fprintf(stderr, "ember image: --tp %lld: %s\n", a->tp, em_ctx_error(c)->message);
+        return 1;
+    }
+    if (em_dist_world_size(group) != a->tp) {
+        fprintf(stderr, "ember image: --tp %lld but %d process(es) were started: launch with "
+                "mpirun -np %lld\n", a->tp, em_dist_world_size(group), a->tp);
+        em_dist_free(group);
+        return 2;
+    }
+    int rc = run(c, a, group, em_dist_rank(group) == 0);
+    em_dist_free(group);
+    return rc;
+}
+
 int cmd_image(int argc, char **argv) {
     image_args a;
     int r = parse(argc, argv, &a);
     if (r) return r == 1 ? 0 : 2;
     em_ctx *c = em_ctx_create();
     if (!c) return 1;
-    int rc = run(c, &a);
+    int rc = run_in_group(c, &a);
     if (rc == 1)
         fprintf(stderr, "ember image: %s\n",
                 em_ctx_error(c) ? em_ctx_error(c)->message : "failed");

@@ -1,0 +1,89 @@
+"""`ember image --tp 2` on the tiny DiTPipeline (tests/fixtures/diffusion/dit_pipe): the
+transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
+and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
+plugin). The image must be the one-process run's within 1e-5 and diffusers' (dit_runs_ref's
+"cfg") within 1e-3; only rank 0 writes and prints (one placement line, one progress line per
+step).
+
+Usage: check_image_tp.py MPIEXEC EMBER
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_image import bundle, fail, read_npy  # noqa: E402
+
+SKIP = 77
+
+
+def image(cmd, out_npy, extra):
+    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    args = ["image", "--model", os.path.join(fixtures, "diffusion", "dit_pipe"), "--class-label",
+            "7", "--guidance", "4", "--steps", "6", "--seed", "0", "--out",
+            out_npy[:-4] + ".png", "--out-npy", out_npy] + extra
+    return subprocess.run(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, EMBER_PJRT_OPTIONS="cpu_device_count=2"))
+
+
+def check(name, r, npy, whole, want):
+    if r.returncode != 0 and "no PNG support" not in r.stderr:
+        fail("%s: exit %d:\n%s" % (name, r.returncode, r.stderr))
+    _, got = read_npy(npy)
+    err1 = max(abs(a - b) for a, b in zip(got, whole))
+    err2 = max(abs(a - b) for a, b in zip(got, want))
+    if err1 > 1e-5 or err2 > 1e-3:
+        fail("%s: max |split - one process| = %g, |split - diffusers| = %g" % (name, err1, err2))
+    lines = r.stderr.splitlines()
+    placed = [ln for ln in lines if ln.startswith("tensor parallelism: degree 2")]
+    steps = [ln for ln in lines if "s/step" in ln]
+    if len(placed) != 1 or "1 of 2 attention heads and 16 of 32" not in placed[0] or \
+            len(steps) != 6:
+        fail("%s: want one placement line (rank 0's) and 6 progress lines:\n%s" %
+             (name, r.stderr))
+    print("%s: max |split - one process| = %.2g, |split - diffusers| = %.2g" %
+          (name, err1, err2))
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    mpiexec, ember = sys.argv[1], sys.argv[2:]
+    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    want = bundle(fixtures, "dit_runs_ref")["cfg_image"][1]
+    ran = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        one = os.path.join(tmp, "one.npy")
+        r = image(ember, one, [])
+        if r.returncode != 0 and "no PNG support" not in r.stderr:
+            fail("one process: exit %d:\n%s" % (r.returncode, r.stderr))
+        whole = read_npy(one)[1]
+        if mpiexec != "none":
+            npy = os.path.join(tmp, "mpi.npy")
+            r = image([mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"] + ember, npy,
+                      ["--tp", "2"])
+            check("mpirun -np 2, --tp 2", r, npy, whole, want)
+            ran += 1
+        else:
+            print("SKIPPED (loudly): --tp 2 under mpirun: Ember was built without MPI")
+        for extra in ([], ["--compile"]):
+            npy = os.path.join(tmp, "xla.npy")
+            r = image(ember, npy, ["--tp", "2", "--device", "xla"] + extra)
+            if r.returncode != 0 and ("no device named" in r.stderr or
+                                      "xla-cpu-pjrt" in r.stderr):
+                print("SKIPPED (loudly): --tp 2 --device xla: no XLA plugin (pip install "
+                      "xla-cpu-pjrt, or set EMBER_PJRT_XLA_PLUGIN)")
+                break
+            check("--device xla --tp 2 (a device group)" + " ".join([""] + extra), r, npy,
+                  whole, want)
+            if extra and r.stderr.count("compile mode: 1 program(s)") != 1:
+                fail("--compile: want one 'compile mode' line (rank 0's):\n" + r.stderr)
+            ran += 1
+    sys.exit(0 if ran else SKIP)
+
+
+if __name__ == "__main__":
+    main()

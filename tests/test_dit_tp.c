@@ -1,0 +1,142 @@
+/*
+ * Tensor parallelism of the DiT transformer (em_dit_load_tp, em_pipeline_options.tp) over MPI
+ * (tests/CMakeLists.txt runs it under `mpirun -np 2`): each rank keeps half the heads and half
+ * the feed-forward of every block. The transformer's output must match the one-process model's
+ * within 1e-5 and diffusers' (tests/fixtures/diffusion/dit_*_ref, scripts/gen_dit_fixtures.py)
+ * within 1e-4; a guided DiTPipeline run the one-process run's image within 1e-5 and diffusers'
+ * within 1e-3 (test_dit's tolerance). Sizes that do not divide by the degree and pipelines
+ * other than DiT are refused naming them. Alone (a world of one) it checks the same without
+ * splitting.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "harness.h"
+
+static em_dist *G;
+
+static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
+
+/* the transformer fixture `name` (dir under fixtures/diffusion) split over G and whole */
+static void check_transformer(const char *name, const char *dir) {
+    char rel[128], what[160];
+    snprintf(rel, sizeof rel, "diffusion/%s_ref", name);
+    em_test_bundle *b = em_test_bundle_load(rel);
+    em_ctx *c = em_ctx_create();
+    const char *path = em_test_fixture_path("diffusion", dir);
+    em_dit *split = em_dit_load_tp(c, path, NULL, EM_F32, G);
+    em_dit *whole = em_dit_load(c, path, NULL, EM_F32);
+    CHECK_MSG(b && split && whole, "%s: %s", name, msg(c));
+    if (b && split && whole) {
+        int n = em_dist_world_size(G);
+        CHECK(em_dit_tp_degree(split) == n && em_dit_tp_degree(whole) == 1);
+        em_scope_push(c);
+        em_tensor *x = em_test_bundle_get(b, c, "sample");
+        em_tensor *labels = em_test_bundle_get(b, c, "class_labels");
+        const char *ts[] = {"t0", "t1", "tvec"}, *outs[] = {"out0", "out1", "out_vec"};
+        for (int k = 0; k < 3; k++) {
+            em_tensor *t = em_test_bundle_get(b, c, ts[k]);
+            em_tensor *got = em_dit_forward(c, split, x, t, labels);
+            CHECK_MSG(got != NULL, "%s: %s", name, msg(c));
+            snprintf(what, sizeof what, "%s %s at degree %d vs one process", name, ts[k], n);
+            em_test_allclose(c, got, em_dit_forward(c, whole, x, t, labels), 1e-5, 1e-5, what);
+            snprintf(what, sizeof what, "%s %s at degree %d vs diffusers", name, ts[k], n);
+            em_test_allclose(c, got, em_test_bundle_get(b, c, outs[k]), 1e-4, 1e-4, what);
+        }
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_scope_pop(c);
+    }
+    em_dit_free(split);
+    em_dit_free(whole);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+static void test_transformer_split(void) {
+    check_transformer("dit_pipe", "dit_pipe/transformer"); /* gelu-approximate, biases */
+    check_transformer("dit_geglu", "dit_geglu");           /* geglu's fused [hidden; gate] */
+}
+
+/* scripts/gen_dit_fixtures.py's run "cfg" (label 7, guidance 4, 6 DDIM steps, seed 0), split
+ * and in one process, eager and compiled */
+static void test_pipeline_split(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/dit_runs_ref");
+    const char *dir = em_test_fixture_path("diffusion", "dit_pipe");
+    em_pipeline_options po = em_pipeline_default_options();
+    po.tp = G;
+    em_pipeline *split = em_pipeline_load(c, dir, &po);
+    em_pipeline *whole = em_pipeline_load(c, dir, NULL);
+    CHECK_MSG(b && split && whole, "%s", msg(c));
+    if (b && split && whole) {
+        int n = em_dist_world_size(G);
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.class_label = 7;
+        rp.guidance_scale = 4.0;
+        rp.steps = 6;
+        rp.seed = 0;
+        char what[128];
+        em_tensor *one = em_pipeline_run(c, whole, &rp);
+        for (int compile = 0; compile < 2; compile++) {
+            rp.compile = compile;
+            em_tensor *img = em_pipeline_run(c, split, &rp);
+            CHECK_MSG(img != NULL, "%s", msg(c));
+            snprintf(what, sizeof what, "DiTPipeline 'cfg' at degree %d%s vs one process", n,
+                     compile ? ", compiled" : "");
+            em_test_allclose(c, img, one, 1e-5, 1e-5, what);
+            snprintf(what, sizeof what, "DiTPipeline 'cfg' at degree %d%s vs diffusers", n,
+                     compile ? ", compiled" : "");
+            em_test_allclose(c, img, em_test_bundle_get(b, c, "cfg_image"), 1e-3, 0, what);
+        }
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_scope_pop(c);
+    }
+    em_pipeline_free(split);
+    em_pipeline_free(whole);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+/* 3 heads over 2 ranks; a DDIMPipeline (no transformer) with a group of two */
+static void test_refused(void) {
+    int n = em_dist_world_size(G);
+    em_ctx *c = em_ctx_create();
+    if (n != 2) { /* the sizes below are for a degree of 2; alone nothing is split */
+        em_pipeline_options po = em_pipeline_default_options();
+        po.tp = G;
+        em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"),
+                                          &po);
+        CHECK_MSG(p != NULL, "a group of one: %s", msg(c));
+        em_pipeline_free(p);
+        em_ctx_free(c);
+        return;
+    }
+    if (em_test_scratch_make("dit_tp")) {
+        em_test_scratch_write("config.json",
+                              "{\"_class_name\": \"DiTTransformer2DModel\", "
+                              "\"num_attention_heads\": 3, \"attention_head_dim\": 4, "
+                              "\"in_channels\": 4, \"num_layers\": 1, \"sample_size\": 4, "
+                              "\"patch_size\": 2, \"num_embeds_ada_norm\": 10}");
+        CHECK(em_dit_load_tp(c, em_test_scratch_dir(), NULL, EM_F32, G) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "num_attention_heads (3)", "not divisible by the degree 2");
+        em_test_scratch_remove();
+    }
+    CHECK(em_dit_load_tp(c, em_test_fixture_path("diffusion", "dit_geglu"), "xla:0", EM_F32,
+                         G) == NULL);
+    CHECK(em_ctx_status(c) != EM_OK);
+    em_ctx_clear_error(c);
+    em_pipeline_options po = em_pipeline_default_options();
+    po.tp = G;
+    CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "done for DiTPipeline's transformer only", "DDIMPipeline");
+    em_ctx_free(c);
+}
+
+int main(int argc, char **argv) {
+    static const em_test_case tests[] = {T(test_transformer_split), T(test_pipeline_split),
+                                         T(test_refused)};
+    return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
+}
