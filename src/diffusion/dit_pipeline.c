@@ -4,17 +4,10 @@
  * the scheduler step. pipeline.c draws the latents and decodes the result with the VAE. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "diffusion/pipeline_impl.h"
 
 #define OP "DiTPipeline"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* The model output the scheduler steps with, from the transformer's noise_pred [2B or B, out,
  * H, W]: with guidance, eps = uncond + g * (cond - uncond) on the first C channels (cond the
@@ -109,7 +102,7 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_dtype dt, em_schedule
         return NULL;
     }
     for (int64_t i = 0; i < n; i++) {
-        double t0 = now_s();
+        double t0 = pipeline_now_s();
         em_scope_push(c);
         em_tensor *in = x;
         if (guided) { /* half = latent_model_input[:B]; cat([half, half]) */
@@ -126,15 +119,7 @@ em_tensor *dit_pipeline_denoise(em_ctx *c, em_dit *dit, em_dtype dt, em_schedule
         em_scope_pop(c);
         em_tensor_release(x);
         x = next;
-        if (!x) break;
-        if (rp->progress) {
-            if (em_device_sync(c, em_dit_device(dit)) != EM_OK) break;
-            if (!rp->progress(rp->user, i, n, ts[i], now_s() - t0)) {
-                em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "stopped by the progress callback after "
-                            "step %lld of %lld", (long long)i + 1, (long long)n);
-                break;
-            }
-        }
+        if (!x || !pipeline_step_done(c, rp, em_dit_device(dit), i, n, ts[i], t0, OP)) break;
     }
     em_tensor_release(labels);
     if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);

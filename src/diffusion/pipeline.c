@@ -180,10 +180,20 @@ em_pipeline_run_params em_pipeline_default_params(void) {
     return rp;
 }
 
-static double now_s(void) {
+double pipeline_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+bool pipeline_step_done(em_ctx *c, const em_pipeline_run_params *rp, em_device *dev, int64_t i,
+                        int64_t n, double t, double t0, const char *op) {
+    if (!rp->progress) return true;
+    if (em_device_sync(c, dev) != EM_OK) return false;
+    if (rp->progress(rp->user, i, n, t, pipeline_now_s() - t0)) return true;
+    em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "stopped by the progress callback after step %lld of "
+                "%lld", (long long)i + 1, (long long)n);
+    return false;
 }
 
 /* The run's batch B (checked before): DiT's number of class labels, else num_images_per_prompt
@@ -333,7 +343,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         return NULL;
     }
     for (int64_t i = 0; i < n && x; i++) {
-        double t0 = now_s();
+        double t0 = pipeline_now_s();
         em_scope_push(c);
         em_tensor *eps = model_output(c, p, f, x, ts[i], ctx, added, rp->guidance_scale, ip);
         em_tensor *next = em_scheduler_step(c, p->sched, eps, ts[i], x, g);
@@ -342,14 +352,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         em_tensor_release(x);
         x = ip ? sd_inpaint_blend(c, p, ip, next, ts, i, n) : next;
         if (!x) break; /* the error of the forward or the step, naming the op and shapes */
-        if (rp->progress) {
-            if (em_device_sync(c, em_pipeline_device(p)) != EM_OK) break;
-            if (!rp->progress(rp->user, i, n, ts[i], now_s() - t0)) {
-                em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "stopped by the progress callback after "
-                            "step %lld of %lld", (long long)i + 1, (long long)n);
-                break;
-            }
-        }
+        if (!pipeline_step_done(c, rp, em_pipeline_device(p), i, n, ts[i], t0, OP)) break;
     }
     if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
     em_compiled_free(f);

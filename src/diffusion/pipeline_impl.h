@@ -40,6 +40,14 @@ static inline em_tensor *pipeline_as(em_ctx *c, em_tensor *x, em_dtype dt) {
 /* A text-conditioned UNet pipeline (Stable Diffusion, SDXL and its refiner). */
 static inline bool sd_text(const em_pipeline *p) { return !p->sd3 && (p->tok || p->tok2); }
 
+/* CLOCK_MONOTONIC in seconds: the denoising steps' timing. */
+double pipeline_now_s(void);
+/* After denoising step i of n at timestep t, begun at t0 (pipeline_now_s): rp's progress
+ * callback, if any, with the step's seconds (dev synchronised first). False with the error in
+ * c, naming op, when the sync fails or the callback stops the run. */
+bool pipeline_step_done(em_ctx *c, const em_pipeline_run_params *rp, em_device *dev, int64_t i,
+                        int64_t n, double t, double t0, const char *op);
+
 /* em_pipeline_index_load on the text[0..len) of a model_index.json: `file` names it in errors,
  * `dir` is the folder whose component sub-folders are checked. out is zeroed on failure. */
 em_status em_pipeline_index_parse(em_ctx *c, const char *text, size_t len, const char *file,

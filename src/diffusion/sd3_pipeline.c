@@ -7,19 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "diffusion/pipeline_impl.h"
 #include "diffusion/sched_impl.h"
 
 #define OP "StableDiffusion3Pipeline"
 #define RUN_OP "pipeline" /* em_pipeline_run's checks name the run, as pipeline.c's do */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int64_t vae_factor(const em_pipeline *p) {
     return (int64_t)1 << (em_vae_get_config(p->vae)->n_blocks - 1);
@@ -285,7 +278,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         return NULL;
     }
     for (int64_t i = 0; i < n && x; i++) {
-        double t0 = now_s();
+        double t0 = pipeline_now_s();
         em_scope_push(c);
         em_tensor *pair[2] = {x, x};
         em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
@@ -301,15 +294,7 @@ static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_param
         em_scope_pop(c);
         em_tensor_release(x);
         x = next;
-        if (!x) break;
-        if (rp->progress) {
-            if (em_device_sync(c, dev) != EM_OK) break;
-            if (!rp->progress(rp->user, i, n, ts[i], now_s() - t0)) {
-                em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "stopped by the progress callback "
-                            "after step %lld of %lld", (long long)i + 1, (long long)n);
-                break;
-            }
-        }
+        if (!x || !pipeline_step_done(c, rp, dev, i, n, ts[i], t0, RUN_OP)) break;
     }
     free(tf);
     if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
