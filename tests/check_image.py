@@ -302,6 +302,39 @@ def main():
                     fail("%s: %s is not a %dx%d PNG" % (name, png, pw, ph))
             print("%s: max |ember - diffusers| = %.2g, %d progress lines" % (name, err, nsteps))
 
+        # --dtype bf16 / f16: diffusers' torch_dtype (test_pipeline_dtype.c's runs "sd_bf16" and
+        # "ddim_f16", scripts/gen_pipeline_dtype_fixtures.py): within 2 x diffusers' own
+        # half-vs-f32 gap + 0.005 of diffusers' half-precision image, and not the f32 image
+        half = bundle(fixtures, "pipeline_dtype_ref")
+        with open(os.path.join(fixtures, "diffusion", "pipeline_dtype_ref.json")) as f:
+            half_runs = json.load(f)["meta"]["runs"]
+        for run_name, dt, extra in (("sd_bf16", "bf16", ["--prompt", "a photo of a cat",
+                                                          "--guidance", "7.5", "--height", "16",
+                                                          "--width", "16"]),
+                                    ("ddim_f16", "f16", [])):
+            r = half_runs[run_name]
+            lat_h = os.path.join(tmp, run_name + "_latents.npy")
+            write_npy(lat_h, *half[run_name + "_latents"])
+            npy = os.path.join(tmp, run_name + ".npy")
+            res = run(ember, ["--model", d(r["folder"]), "--latents", lat_h, "--steps",
+                              str(r["steps"]), "--dtype", dt, "--out", os.path.join(tmp, "h.png"),
+                              "--out-npy", npy] + extra)
+            if res.returncode != 0 and not (png_missing and os.path.exists(npy)):
+                fail("--dtype %s (%s): exit %d:\n%s" % (dt, run_name, res.returncode, res.stderr))
+            _, got = read_npy(npy)
+            to_half = max(abs(a - b) for a, b in zip(got, half[run_name + "_image"][1]))
+            to_f32 = max(abs(a - b) for a, b in zip(got, half[run_name + "_f32"][1]))
+            bound = 2 * r["gap_to_f32"] + 0.005
+            if not (to_half <= bound and to_f32 > 1e-3):
+                fail("--dtype %s (%s): max |ember - diffusers %s| = %g (bound %g), |ember - f32| "
+                     "= %g (must exceed 1e-3)" % (dt, run_name, dt, to_half, bound, to_f32))
+            print("--dtype %s (%s): max |ember - diffusers %s| = %.2g (bound %.2g)" % (
+                dt, run_name, dt, to_half, bound))
+        bad = run(ember, ["--model", d("ddim_three"), "--seed", "1", "--dtype", "i8", "--out",
+                          os.path.join(tmp, "x.png")])
+        if bad.returncode != 2 or "f32, bf16 or f16" not in bad.stderr:
+            fail("--dtype i8: exit %d (want 2), stderr %r" % (bad.returncode, bad.stderr))
+
         # --compile: the denoiser step traced once (the timestep an input), the same image as
         # the eager run of the same case (within f32 rounding of the compiled plan) and as
         # diffusers'; on XLA's CPU plugin too, when it is installed
