@@ -51,6 +51,11 @@ static void test_t5_encoder_matches_transformers(void) {
             CHECK(em_t5_encoder_forward(c, m, i3, NULL) == NULL);
             CHECK_ERR(c, EM_ERR_SHAPE, "[B, T]");
             em_ctx_clear_error(c);
+            /* an id outside the vocabulary (60 tokens) */
+            em_tensor *oor = em_from_host(c, EM_I64, 2, (int64_t[]){1, 2}, (int64_t[]){0, 60});
+            CHECK(em_t5_encoder_forward(c, m, oor, NULL) == NULL);
+            CHECK_MSG(em_ctx_status(c) != EM_OK, "an id past the vocabulary ran");
+            em_ctx_clear_error(c);
             em_tensor *mk = em_zeros(c, EM_I64, 2, (int64_t[]){2, 3});
             CHECK(em_t5_encoder_forward(c, m, ids, mk) == NULL);
             CHECK_ERR(c, EM_ERR_SHAPE, "attention_mask");
@@ -178,6 +183,8 @@ static void test_t5_bad_configs(void) {
                EM_ERR_UNSUPPORTED, "is_decoder");
     bad_config(c, "{" BASE ", \"d_ff\": 24, \"feed_forward_proj\": \"gated-gelu\", "
                "\"d_model\": 0}", EM_ERR_FORMAT, "d_model");
+    bad_config(c, "{" GATED ", \"relative_attention_max_distance\": 2}", EM_ERR_FORMAT,
+               "relative_attention_max_distance must exceed");
     /* relu: the checkpoint has wi_0 / wi_1, not wi */
     bad_config(c, "{" GATED ", \"feed_forward_proj\": \"relu\"}", EM_ERR_NOT_FOUND,
                "DenseReluDense.wi.weight");

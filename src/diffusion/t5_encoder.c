@@ -99,6 +99,13 @@ static bool parse(em_cfg_src *s, void *out) {
     if (has_gated) cfg->is_gated_act = gated;
     if (!(cfg->layer_norm_epsilon > 0))
         return fail_format(s, " must be > 0", "layer_norm_epsilon");
+    /* the bucketing divides by max_exact = num_buckets / 4 and by log(max_distance / max_exact) */
+    if (cfg->relative_attention_num_buckets < 4)
+        return fail_format(s, " must be at least 4 (bidirectional buckets need an exact bucket "
+                              "per side)", "relative_attention_num_buckets");
+    if (cfg->relative_attention_max_distance <= cfg->relative_attention_num_buckets / 4)
+        return fail_format(s, " must exceed relative_attention_num_buckets / 4 (the exact "
+                              "buckets)", "relative_attention_max_distance");
     if (cfg->num_heads * cfg->d_kv > MAX_SIZE)
         return fail_format(s, " * d_kv is too large", "num_heads");
     const char *a = cfg->dense_act_fn;
