@@ -94,6 +94,7 @@ def main():
     xl_embeds = bundle(fixtures, "sdxl_prompt_embeds_ref")  # gen_sdxl_prompt_embeds_fixtures.py
     gens = bundle(fixtures, "generator_list_ref")  # scripts/gen_generator_list_fixtures.py
     sd3 = bundle(fixtures, "sd3_tiny_ref")  # scripts/gen_sd3_fixtures.py
+    sd3_t5 = bundle(fixtures, "sd3_t5_ref")  # scripts/gen_sd3_t5_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -259,6 +260,11 @@ def main():
                                     "--guidance", "4", "--steps", "2", "--seed", "9",
                                     "--max-sequence-length", "4", "--num-images", "2"],
              sd3["images2_image"], 2),
+            # the folder with its T5 (run "negative": seeded, a negative prompt)
+            ("sd3 with T5", ["--model", d("sd3_t5"), "--prompt", "a red cube on a table",
+                             "--negative-prompt", "blurry, low quality", "--guidance", "5",
+                             "--steps", "3", "--seed", "5", "--max-sequence-length", "8"],
+             sd3_t5["negative_image"], 3),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",

@@ -425,7 +425,8 @@ static void expect_load_error(em_ctx *c, em_status want, const char *needle) {
     em_pipeline_free(p);
 }
 
-#define SD3_INDEX(te3, te2)                                                                     \
+#define SD3_INDEX(te3, te2) SD3_INDEX3(te3, "[null, null]", te2)
+#define SD3_INDEX3(te3, tok3, te2)                                                              \
     "{\"_class_name\": \"StableDiffusion3Pipeline\", "                                           \
     "\"transformer\": [\"diffusers\", \"SD3Transformer2DModel\"], "                             \
     "\"vae\": [\"diffusers\", \"AutoencoderKL\"], "                                             \
@@ -433,7 +434,7 @@ static void expect_load_error(em_ctx *c, em_status want, const char *needle) {
     "\"text_encoder\": [\"transformers\", \"CLIPTextModelWithProjection\"], "                   \
     "\"tokenizer\": [\"transformers\", \"CLIPTokenizer\"], " te2                                 \
     "\"tokenizer_2\": [\"transformers\", \"CLIPTokenizer\"], "                                  \
-    "\"text_encoder_3\": " te3 ", \"tokenizer_3\": [null, null]}"
+    "\"text_encoder_3\": " te3 ", \"tokenizer_3\": " tok3 "}"
 #define TE2 "\"text_encoder_2\": [\"transformers\", \"CLIPTextModelWithProjection\"], "
 
 static void test_sd3_bad_folders(void) {
@@ -449,10 +450,22 @@ static void test_sd3_bad_folders(void) {
         snprintf(rel, sizeof rel, "sd3_tiny/%s", parts[i]);
         em_test_scratch_link(parts[i], "diffusion", rel);
     }
-    /* T5 present: refused by name */
+    em_test_scratch_link("text_encoder_3", "diffusion", "t5/gated");
+    em_test_scratch_link("tokenizer_3", "diffusion", "t5/tok");
+    /* a T5 without its tokenizer; one of another class */
     em_test_scratch_write("model_index.json",
                           SD3_INDEX("[\"transformers\", \"T5EncoderModel\"]", TE2));
-    expect_load_error(c, EM_ERR_UNSUPPORTED, "T5EncoderModel) is not supported yet");
+    expect_load_error(c, EM_ERR_FORMAT, "'text_encoder_3' component but no 'tokenizer_3'");
+    em_test_scratch_write("model_index.json",
+                          SD3_INDEX3("[\"transformers\", \"UMT5EncoderModel\"]",
+                                     "[\"transformers\", \"T5TokenizerFast\"]", TE2));
+    expect_load_error(c, EM_ERR_UNSUPPORTED, "text_encoder_3 class 'UMT5EncoderModel'");
+    /* a T5 whose width is not the transformer's joint_attention_dim */
+    em_test_scratch_write("model_index.json",
+                          SD3_INDEX3("[\"transformers\", \"T5EncoderModel\"]",
+                                     "[\"transformers\", \"T5TokenizerFast\"]", TE2));
+    expect_load_error(c, EM_ERR_SHAPE, "text_encoder_3's d_model 16 is not the transformer's "
+                      "joint_attention_dim 48");
     /* a missing component */
     em_test_scratch_write("model_index.json", SD3_INDEX("[null, null]", ""));
     expect_load_error(c, EM_ERR_NOT_FOUND, "needs a 'text_encoder_2' component");
@@ -462,6 +475,77 @@ static void test_sd3_bad_folders(void) {
     CHECK_MSG(p != NULL, "%s", msg(c));
     em_pipeline_free(p);
     em_test_scratch_remove();
+    em_ctx_free(c);
+}
+
+/* The folder with its T5 (scripts/gen_sd3_t5_fixtures.py): the T5's prompt embeddings
+ * (_get_t5_prompt_embeds) within 1e-4; runs from seeds and from the committed latents, and a
+ * prompt truncated to max_sequence_length, within 1e-3 of diffusers' images. */
+static void test_sd3_with_t5(void) {
+    static const struct {
+        const char *name, *prompt, *negative;
+        double guidance;
+        int64_t steps;
+        uint64_t seed;
+        int64_t msl;
+    } runs[] = {{"cfg", "a photo of a cat", NULL, 7.0, 4, 0, 8},
+                {"negative", "a red cube on a table", "blurry, low quality", 5.0, 3, 5, 8},
+                {"nocfg", "an astronaut in the snow on a table", NULL, 1.0, 3, 11, 4}};
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/sd3_t5_ref");
+    const char *dir = em_test_fixture_path("diffusion", "sd3_t5");
+    em_pipeline *p = em_pipeline_load(c, dir, NULL);
+    CHECK_MSG(b && p, "%s", msg(c));
+    if (p) {
+        const em_pipeline_index *idx = em_pipeline_get_index(p);
+        CHECK(idx->text_encoder_3_dir && !strcmp(idx->text_encoder_3_class, "T5EncoderModel"));
+        CHECK(idx->tokenizer_3_dir && !strcmp(idx->tokenizer_3_class, "T5Tokenizer"));
+    }
+    if (b) { /* the T5 alone, as the pipeline calls it */
+        em_scope_push(c);
+        em_t5_tokenizer *tok = em_t5_tokenizer_load(c, em_test_fixture_path("diffusion",
+                                                                            "sd3_t5/tokenizer_3"));
+        em_t5_encoder *te = em_t5_encoder_load(c, em_test_fixture_path("diffusion",
+                                                                       "sd3_t5/text_encoder_3"),
+                                               NULL);
+        const char *prompt = "a photo of a cat";
+        em_tensor *ids = em_t5_tokenize_batch(c, tok, &prompt, 1, 8, NULL);
+        em_test_allclose(c, em_t5_encoder_forward(c, te, ids, NULL),
+                         em_test_bundle_get(b, c, "t5_embeds"), 1e-4, 0,
+                         "SD3's _get_t5_prompt_embeds");
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_t5_encoder_free(te);
+        em_t5_tokenizer_free(tok);
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    for (size_t i = 0; b && p && i < sizeof runs / sizeof runs[0]; i++) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompt = runs[i].prompt;
+        rp.negative_prompt = runs[i].negative;
+        rp.guidance_scale = runs[i].guidance;
+        rp.steps = runs[i].steps;
+        rp.seed = runs[i].seed;
+        rp.max_sequence_length = runs[i].msl;
+        char name[64], what[96];
+        snprintf(name, sizeof name, "%s_image", runs[i].name);
+        snprintf(what, sizeof what, "StableDiffusion3Pipeline with T5, run '%s'", runs[i].name);
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        if (i == 0) {
+            rp.latents = em_test_bundle_get(b, c, "latents");
+            em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                             em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                             "StableDiffusion3Pipeline with T5 from its latents");
+        }
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
     em_ctx_free(c);
 }
 
@@ -506,4 +590,5 @@ static void test_sd3_on_xla(void) {
 
 EM_TEST_MAIN(T(test_sd3_pipeline_runs), T(test_sd3_dynamic_shifting), T(test_sd3_bad_runs),
              T(test_sd3_bad_folders), T(test_sd3_transformer_matches_diffusers),
-             T(test_sd3_config), T(test_sd3_bad_inputs), T(test_sd3_on_xla))
+             T(test_sd3_config), T(test_sd3_bad_inputs), T(test_sd3_with_t5),
+             T(test_sd3_on_xla))

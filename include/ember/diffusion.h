@@ -250,7 +250,8 @@ typedef enum em_pipeline_class {
                                           (SD3Transformer2DModel, ember/sd3.h), vae
                                           (AutoencoderKL), scheduler, tokenizer + text_encoder
                                           and tokenizer_2 + text_encoder_2 (CLIP with
-                                          projection); text_encoder_3 (T5) must be null */
+                                          projection), tokenizer_3 + text_encoder_3 (T5,
+                                          ember/t5.h) or neither (zero T5 embeddings) */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -283,6 +284,11 @@ typedef struct em_pipeline_index {
      * init image. A refiner folder has no tokenizer and text_encoder (text_encoder_dir and
      * tokenizer_dir NULL): text_encoder_2 encodes the prompt alone. */
     bool requires_aesthetics_score;
+    /* StableDiffusion3Pipeline's T5 (text_encoder_3 T5EncoderModel, tokenizer_3 T5TokenizerFast
+     * or T5Tokenizer); NULL / "" when the folder has neither (diffusers then uses zero T5
+     * embeddings) and for the other pipelines */
+    char *text_encoder_3_dir, *tokenizer_3_dir;
+    char text_encoder_3_class[64], tokenizer_3_class[64];
 } em_pipeline_index;
 
 /**

@@ -18,7 +18,7 @@ StableDiffusion3Pipeline without T5; DiTPipeline):
                num_inference_steps=25, generator=0).images[0]
     images = sd(prompt=["a cat", "a dog"], num_images_per_prompt=2, generator=0).images  # 4
     init = sd(prompt="a castle", image=image[None], strength=0.6).images[0]   # image to image
-    sd3 = ember.DiffusionPipeline.from_pretrained("sd3-medium-no-t5/")   # text_encoder_3 null
+    sd3 = ember.DiffusionPipeline.from_pretrained("sd3-medium/")   # with or without its T5
     image = sd3(prompt="a photo of a cat", guidance_scale=7.0, num_inference_steps=28,
                 max_sequence_length=256, generator=0).images[0]
     dit = ember.DiffusionPipeline.from_pretrained("DiT-XL-2-256/")

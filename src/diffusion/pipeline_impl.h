@@ -9,6 +9,7 @@
 #include "ember/diffusion.h"
 #include "ember/dit.h"
 #include "ember/sd3.h"
+#include "ember/t5.h"
 #include "ember/torch_rng.h"
 #include "ember/vae.h"
 
@@ -27,6 +28,9 @@ struct em_pipeline {
     /* StableDiffusionXLPipeline's second tokenizer and text encoder (NULL otherwise) */
     em_clip_tokenizer *tok2;
     em_clip_text *te2;
+    /* StableDiffusion3Pipeline's T5 (NULL without text_encoder_3: zero T5 embeddings) */
+    em_t5_tokenizer *tok3;
+    em_t5_encoder *te3;
     em_dtype dtype;     /* the denoiser's (em_pipeline_options.dtype) */
     em_dtype vae_dtype; /* the VAE's: dtype, or f32 for an upcast f16 SDXL VAE */
 };

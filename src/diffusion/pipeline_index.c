@@ -34,6 +34,8 @@ void em_pipeline_index_free(em_pipeline_index *idx) {
     free(idx->vae_dir);
     free(idx->text_encoder_2_dir);
     free(idx->tokenizer_2_dir);
+    free(idx->text_encoder_3_dir);
+    free(idx->tokenizer_3_dir);
     memset(idx, 0, sizeof *idx);
 }
 
@@ -174,20 +176,25 @@ static bool sdxl_components(em_ctx *c, json_t *root, const char *file, const cha
 }
 
 /* StableDiffusion3Pipeline: transformer (SD3Transformer2DModel), vae, both CLIP encoders with
- * projection and their tokenizers; text_encoder_3 (T5) must be absent (diffusers then uses
- * zeros for its embeddings); tokenizer_3 is not read. */
+ * projection and their tokenizers, and the T5 (text_encoder_3 with tokenizer_3) or neither
+ * (diffusers then uses zeros for its embeddings). */
 static bool sd3_components(em_ctx *c, json_t *root, const char *file, const char *dir,
                            em_pipeline_index *out) {
-    if (!absent(root, "text_encoder_3")) {
-        json_t *v = json_object_get(root, "text_encoder_3");
-        json_t *cls = json_is_array(v) ? json_array_get(v, 1) : NULL;
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s: text_encoder_3 (%s) is not supported yet: "
-                    "Ember runs StableDiffusion3Pipeline without T5 (text_encoder_3 and "
-                    "tokenizer_3 null, as from_pretrained(..., text_encoder_3=None, "
-                    "tokenizer_3=None) saves it)", file,
-                    json_is_string(cls) ? json_string_value(cls) : "T5EncoderModel");
+    bool no_te3 = absent(root, "text_encoder_3"), no_tok3 = absent(root, "tokenizer_3");
+    if (no_te3 != no_tok3) {
+        em_ctx_fail(c, EM_ERR_FORMAT, OP, "%s: %s has a '%s' component but no '%s' (the two go "
+                    "together: both, or neither for zero T5 embeddings)", file, out->class_name,
+                    no_te3 ? "tokenizer_3" : "text_encoder_3",
+                    no_te3 ? "text_encoder_3" : "tokenizer_3");
         return false;
     }
+    const comp_spec t5[] = {
+        {"text_encoder_3", &out->text_encoder_3_dir, out->text_encoder_3_class,
+         {"T5EncoderModel", NULL}},
+        {"tokenizer_3", &out->tokenizer_3_dir, out->tokenizer_3_class,
+         {"T5TokenizerFast", "T5Tokenizer"}},
+    };
+    if (!no_te3 && !components(c, root, file, dir, out, t5, 2)) return false;
     const comp_spec comps[] = {
         {"transformer", &out->transformer_dir, out->transformer_class,
          {"SD3Transformer2DModel", NULL}},

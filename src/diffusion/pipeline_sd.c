@@ -20,6 +20,10 @@ void sd_free(em_pipeline *p) {
     em_vae_free(p->vae);
     em_clip_tokenizer_free(p->tok2);
     em_clip_text_free(p->te2);
+    em_t5_tokenizer_free(p->tok3);
+    em_t5_encoder_free(p->te3);
+    p->tok3 = NULL;
+    p->te3 = NULL;
     p->tok = p->tok2 = NULL;
     p->te = p->te2 = NULL;
     p->vae = NULL;

@@ -1,7 +1,8 @@
 /* StableDiffusion3Pipeline (diffusers 0.42, pipelines/stable_diffusion_3/
- * pipeline_stable_diffusion_3.py) without T5: encode_prompt over the two CLIP encoders
- * (hidden_states[-2] side by side, zero-padded to joint_attention_dim, then max_sequence_length
- * zero tokens for the absent text_encoder_3; pooled = both text_embeds side by side), the
+ * pipeline_stable_diffusion_3.py): encode_prompt over the two CLIP encoders (hidden_states[-2]
+ * side by side, zero-padded to joint_attention_dim) followed along the sequence by the T5's
+ * last_hidden_state for max_sequence_length tokens (_get_t5_prompt_embeds), or as many zero
+ * tokens without text_encoder_3; pooled = both text_embeds side by side), the
  * FlowMatch loop with classifier-free guidance on [negatives; prompts], and the decode of
  * latents / scaling_factor + shift_factor. */
 #include <stdio.h>
@@ -52,6 +53,13 @@ static bool check_components(em_ctx *c, const em_pipeline *p) {
                     "scaling_factor + shift_factor)", p->idx.vae_dir);
         return false;
     }
+    if (p->te3 && em_t5_encoder_get_config(p->te3)->d_model != t->joint_attention_dim) {
+        em_ctx_fail(c, EM_ERR_SHAPE, OP, "%s: text_encoder_3's d_model %lld is not the "
+                    "transformer's joint_attention_dim %lld", p->idx.dir,
+                    (long long)em_t5_encoder_get_config(p->te3)->d_model,
+                    (long long)t->joint_attention_dim);
+        return false;
+    }
     int64_t l1 = em_clip_tokenizer_max_length(p->tok), l2 = em_clip_tokenizer_max_length(p->tok2);
     if (l1 != l2) {
         em_ctx_fail(c, EM_ERR_SHAPE, OP, "%s: tokenizer model_max_length %lld but tokenizer_2's "
@@ -69,6 +77,10 @@ bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
         !(p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device)) ||
         !(p->tok2 = em_clip_tokenizer_load(c, p->idx.tokenizer_2_dir)) ||
         !(p->te2 = em_clip_text_load(c, p->idx.text_encoder_2_dir, device)))
+        return false;
+    if (p->idx.text_encoder_3_dir &&
+        (!(p->tok3 = em_t5_tokenizer_load(c, p->idx.tokenizer_3_dir)) ||
+         !(p->te3 = em_t5_encoder_load(c, p->idx.text_encoder_3_dir, device))))
         return false;
     return check_components(c, p);
 }
@@ -88,6 +100,8 @@ bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
     p->te = q.te;
     p->tok2 = q.tok2;
     p->te2 = q.te2;
+    p->tok3 = q.tok3;
+    p->te3 = q.te3;
     return true;
 }
 
@@ -161,9 +175,23 @@ static em_tensor *zeros_on(em_ctx *c, em_device *dev, const int64_t *shape) {
     return z;
 }
 
-/* encode_prompt for texts[0..n) of the first encoder and texts2 of the second (n 2 under
- * guidance: the negative prompt, then the prompt): the prompt embeddings [n, L + msl, J] and in
- * *pooled [n, P1 + P2], on the transformer's device, in the current scope. */
+/* _get_t5_prompt_embeds for texts[0..n): text_encoder_3(ids)[0] for the ids padded and truncated
+ * to msl (no attention mask, as diffusers passes none), on dev; zeros [n, msl, J] without a T5. */
+static em_tensor *t5_embeds(em_ctx *c, em_pipeline *p, const char *const *texts, int n,
+                            int64_t msl, int64_t J, em_device *dev) {
+    if (!p->te3) return zeros_on(c, dev, (int64_t[]){n, msl, J});
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, em_t5_encoder_device(p->te3));
+    em_tensor *ids = em_t5_tokenize_batch(c, p->tok3, texts, n, msl, NULL);
+    em_ctx_set_device(c, prev);
+    em_tensor *h = ids ? em_t5_encoder_forward(c, p->te3, ids, NULL) : NULL;
+    return h && em_tensor_device(h) != dev ? em_to(c, h, dev) : h;
+}
+
+/* encode_prompt for texts[0..n) of the first encoder and the T5 (prompt_3 is prompt, as
+ * diffusers' `prompt_3 or prompt`) and texts2 of the second (n 2 under guidance: the negative
+ * prompt, then the prompt): the prompt embeddings [n, L + msl, J] and in *pooled [n, P1 + P2],
+ * on the transformer's device, in the current scope. */
 static em_tensor *prompt_embeds(em_ctx *c, em_pipeline *p, const char *const *texts,
                                 const char *const *texts2, int n, int64_t msl,
                                 em_tensor **pooled) {
@@ -182,7 +210,7 @@ static em_tensor *prompt_embeds(em_ctx *c, em_pipeline *p, const char *const *te
     /* torch.cat on features, F.pad to J with zeros, then the T5 zeros [n, msl, J] */
     em_tensor *feat[3] = {h1, h2, J > H ? zeros_on(c, dev, (int64_t[]){n, L, J - H}) : NULL};
     em_tensor *clip = em_cat(c, feat, J > H ? 3 : 2, 2);
-    em_tensor *t5 = zeros_on(c, dev, (int64_t[]){n, msl, J});
+    em_tensor *t5 = t5_embeds(c, p, texts, n, msl, J, dev);
     em_tensor *seq[2] = {clip, t5};
     return em_cat(c, seq, 2, 1);
 }

@@ -500,6 +500,23 @@ def test_sd3_pipeline_matches_diffusers():
         p(num_inference_steps=1, prompt="x", num_images_per_prompt=2, generator=[1, 2, 3])
 
 
+def test_sd3_with_t5_matches_diffusers():
+    """StableDiffusion3Pipeline with its T5 (scripts/gen_sd3_t5_fixtures.py): a seeded run with
+    a negative prompt and one from committed latents; diffusers' images within 1e-3."""
+    p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "sd3_t5"))
+    assert p.class_name == "StableDiffusion3Pipeline"
+    meta, ref = _diffusion_bundle("sd3_t5_ref")
+    r = meta["runs"]["negative"]
+    out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+            negative_prompt=r["negative_prompt"], guidance_scale=r["guidance"],
+            max_sequence_length=r["max_sequence_length"]).images
+    np.testing.assert_allclose(out, ref["negative_image"], atol=1e-3, err_msg="sd3 t5 negative")
+    r = meta["runs"]["cfg"]
+    out = p(num_inference_steps=r["steps"], latents=ref["latents"], prompt=r["prompt"],
+            max_sequence_length=r["max_sequence_length"]).images
+    np.testing.assert_allclose(out, ref["latents_image"], atol=1e-3, err_msg="sd3 t5 latents")
+
+
 def test_diffusion_conditional_pipelines_match_diffusers():
     """StableDiffusionPipeline with a prompt (guidance from committed latents; a negative prompt
     from a seed), with the VAE tiled at 32 x 32, and DiTPipeline with a class label: diffusers'
