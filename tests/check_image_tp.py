@@ -1,9 +1,9 @@
 """`ember image --tp 2` on the tiny DiTPipeline (tests/fixtures/diffusion/dit_pipe): the
 transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
 and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
-plugin). The image must be the one-process run's within 1e-5 and diffusers' (dit_runs_ref's
-"cfg") within 1e-3; only rank 0 writes and prints (one placement line, one progress line per
-step).
+plugin); and `--cp 2` (its image tokens split) under mpirun. The image must be the one-process
+run's within 1e-5 and diffusers' (dit_runs_ref's "cfg") within 1e-3; only rank 0 writes and
+prints (one placement line, one progress line per step).
 
 Usage: check_image_tp.py MPIEXEC EMBER
 """
@@ -37,10 +37,12 @@ def check(name, r, npy, whole, want):
     if err1 > 1e-5 or err2 > 1e-3:
         fail("%s: max |split - one process| = %g, |split - diffusers| = %g" % (name, err1, err2))
     lines = r.stderr.splitlines()
-    placed = [ln for ln in lines if ln.startswith("tensor parallelism: degree 2")]
+    cp = "--cp" in name
+    placed = [ln for ln in lines if ln.startswith("%s parallelism: degree 2" % (
+        "context" if cp else "tensor"))]
     steps = [ln for ln in lines if "s/step" in ln]
-    if len(placed) != 1 or "1 of 2 attention heads and 16 of 32" not in placed[0] or \
-            len(steps) != 6:
+    detail = "1/2 of the image's tokens" if cp else "1 of 2 attention heads and 16 of 32"
+    if len(placed) != 1 or detail not in placed[0] or len(steps) != 6:
         fail("%s: want one placement line (rank 0's) and 6 progress lines:\n%s" %
              (name, r.stderr))
     print("%s: max |split - one process| = %.2g, |split - diffusers| = %.2g" %
@@ -67,6 +69,12 @@ def main():
                       ["--tp", "2"])
             check("mpirun -np 2, --tp 2", r, npy, whole, want)
             ran += 1
+            r = image([mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"] + ember, npy,
+                      ["--cp", "2"])
+            check("mpirun -np 2, --cp 2", r, npy, whole, want)
+            r = image(ember, npy, ["--cp", "2", "--tp", "2"])
+            if r.returncode != 2 or "one or the other" not in r.stderr:
+                fail("--cp 2 --tp 2: exit %d (want 2):\n%s" % (r.returncode, r.stderr))
         else:
             print("SKIPPED (loudly): --tp 2 under mpirun: Ember was built without MPI")
         for extra in ([], ["--compile"]):

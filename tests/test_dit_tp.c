@@ -19,19 +19,22 @@ static em_dist *G;
 
 static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
 
-/* the transformer fixture `name` (dir under fixtures/diffusion) split over G and whole */
-static void check_transformer(const char *name, const char *dir) {
+/* the transformer fixture `name` (dir under fixtures/diffusion) split over G and whole: its
+ * heads and feed-forward (tensor parallelism) or, with cp, its tokens (context parallelism) */
+static void check_transformer(const char *name, const char *dir, bool cp) {
     char rel[128], what[160];
     snprintf(rel, sizeof rel, "diffusion/%s_ref", name);
     em_test_bundle *b = em_test_bundle_load(rel);
     em_ctx *c = em_ctx_create();
     const char *path = em_test_fixture_path("diffusion", dir);
-    em_dit *split = em_dit_load_tp(c, path, NULL, EM_F32, G);
+    em_dit *split = em_dit_load_tp(c, path, NULL, EM_F32, cp ? NULL : G);
+    if (cp && split) CHECK_MSG(em_dit_set_context_parallel(c, split, G) == EM_OK, "%s", msg(c));
     em_dit *whole = em_dit_load(c, path, NULL, EM_F32);
     CHECK_MSG(b && split && whole, "%s: %s", name, msg(c));
     if (b && split && whole) {
         int n = em_dist_world_size(G);
-        CHECK(em_dit_tp_degree(split) == n && em_dit_tp_degree(whole) == 1);
+        CHECK(em_dit_tp_degree(split) == (cp ? 1 : n) && em_dit_tp_degree(whole) == 1);
+        CHECK(em_dit_cp_degree(split) == (cp ? n : 1) && em_dit_cp_degree(whole) == 1);
         em_scope_push(c);
         em_tensor *x = em_test_bundle_get(b, c, "sample");
         em_tensor *labels = em_test_bundle_get(b, c, "class_labels");
@@ -40,9 +43,11 @@ static void check_transformer(const char *name, const char *dir) {
             em_tensor *t = em_test_bundle_get(b, c, ts[k]);
             em_tensor *got = em_dit_forward(c, split, x, t, labels);
             CHECK_MSG(got != NULL, "%s: %s", name, msg(c));
-            snprintf(what, sizeof what, "%s %s at degree %d vs one process", name, ts[k], n);
+            snprintf(what, sizeof what, "%s %s at %s degree %d vs one process", name, ts[k],
+                     cp ? "context" : "tensor", n);
             em_test_allclose(c, got, em_dit_forward(c, whole, x, t, labels), 1e-5, 1e-5, what);
-            snprintf(what, sizeof what, "%s %s at degree %d vs diffusers", name, ts[k], n);
+            snprintf(what, sizeof what, "%s %s at %s degree %d vs diffusers", name, ts[k],
+                     cp ? "context" : "tensor", n);
             em_test_allclose(c, got, em_test_bundle_get(b, c, outs[k]), 1e-4, 1e-4, what);
         }
         CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
@@ -55,18 +60,23 @@ static void check_transformer(const char *name, const char *dir) {
 }
 
 static void test_transformer_split(void) {
-    check_transformer("dit_pipe", "dit_pipe/transformer"); /* gelu-approximate, biases */
-    check_transformer("dit_geglu", "dit_geglu");           /* geglu's fused [hidden; gate] */
+    check_transformer("dit_pipe", "dit_pipe/transformer", false); /* gelu-approximate, biases */
+    check_transformer("dit_geglu", "dit_geglu", false); /* geglu's fused [hidden; gate] */
+}
+
+static void test_transformer_context(void) {
+    check_transformer("dit_pipe", "dit_pipe/transformer", true);
+    check_transformer("dit_geglu", "dit_geglu", true);
 }
 
 /* scripts/gen_dit_fixtures.py's run "cfg" (label 7, guidance 4, 6 DDIM steps, seed 0), split
  * and in one process, eager and compiled */
-static void test_pipeline_split(void) {
+static void check_pipeline(bool cp) {
     em_ctx *c = em_ctx_create();
     em_test_bundle *b = em_test_bundle_load("diffusion/dit_runs_ref");
     const char *dir = em_test_fixture_path("diffusion", "dit_pipe");
     em_pipeline_options po = em_pipeline_default_options();
-    po.tp = G;
+    *(cp ? &po.cp : &po.tp) = G;
     em_pipeline *split = em_pipeline_load(c, dir, &po);
     em_pipeline *whole = em_pipeline_load(c, dir, NULL);
     CHECK_MSG(b && split && whole, "%s", msg(c));
@@ -84,11 +94,11 @@ static void test_pipeline_split(void) {
             rp.compile = compile;
             em_tensor *img = em_pipeline_run(c, split, &rp);
             CHECK_MSG(img != NULL, "%s", msg(c));
-            snprintf(what, sizeof what, "DiTPipeline 'cfg' at degree %d%s vs one process", n,
-                     compile ? ", compiled" : "");
+            snprintf(what, sizeof what, "DiTPipeline 'cfg' at %s degree %d%s vs one process",
+                     cp ? "context" : "tensor", n, compile ? ", compiled" : "");
             em_test_allclose(c, img, one, 1e-5, 1e-5, what);
-            snprintf(what, sizeof what, "DiTPipeline 'cfg' at degree %d%s vs diffusers", n,
-                     compile ? ", compiled" : "");
+            snprintf(what, sizeof what, "DiTPipeline 'cfg' at %s degree %d%s vs diffusers",
+                     cp ? "context" : "tensor", n, compile ? ", compiled" : "");
             em_test_allclose(c, img, em_test_bundle_get(b, c, "cfg_image"), 1e-3, 0, what);
         }
         CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
@@ -100,7 +110,11 @@ static void test_pipeline_split(void) {
     em_ctx_free(c);
 }
 
-/* 3 heads over 2 ranks; a DDIMPipeline (no transformer) with a group of two */
+static void test_pipeline_split(void) { check_pipeline(false); }
+static void test_pipeline_context(void) { check_pipeline(true); }
+
+/* 3 heads over 2 ranks; a DDIMPipeline (no transformer) with a group of two; both kinds of
+ * parallelism at once; 9 patches over 2 ranks */
 static void test_refused(void) {
     int n = em_dist_world_size(G);
     em_ctx *c = em_ctx_create();
@@ -132,11 +146,41 @@ static void test_refused(void) {
     po.tp = G;
     CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);
     CHECK_ERR(c, EM_ERR_UNSUPPORTED, "done for DiTPipeline's transformer only", "DDIMPipeline");
+    po = em_pipeline_default_options();
+    po.cp = G;
+    CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "context parallelism", "DDIMPipeline");
+    em_dit *d = em_dit_load_tp(c, em_test_fixture_path("diffusion", "dit_geglu"), NULL, EM_F32,
+                               G);
+    CHECK_MSG(d != NULL, "%s", msg(c));
+    if (d) {
+        CHECK(em_dit_set_context_parallel(c, d, G) == EM_ERR_UNSUPPORTED);
+        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "already split by tensor parallelism");
+    }
+    em_dit_free(d);
+    /* a 3 x 3 latent in patches of 1 (dit_geglu's): 9 tokens */
+    d = em_dit_load(c, em_test_fixture_path("diffusion", "dit_geglu"), NULL, EM_F32);
+    if (d && em_dit_set_context_parallel(c, d, G) == EM_OK) {
+        const em_dit_config *cfg = em_dit_get_config(d);
+        em_scope_push(c);
+        em_tensor *x = em_zeros(c, EM_F32, 4, (int64_t[]){1, cfg->in_channels, 3, 3});
+        float t = 10;
+        em_tensor *ts = em_from_host(c, EM_F32, 0, NULL, &t);
+        int64_t label = 1;
+        em_tensor *lab = em_from_host(c, EM_I64, 1, (int64_t[]){1}, &label);
+        em_tensor *y = em_dit_forward(c, d, x, ts, lab);
+        CHECK_MSG(y == NULL, "9 patches over 2 ranks ran");
+        CHECK_ERR(c, EM_ERR_SHAPE, "9 patches (3 x 3) do not divide over 2 ranks");
+        em_scope_pop(c);
+    }
+    CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+    em_dit_free(d);
     em_ctx_free(c);
 }
 
 int main(int argc, char **argv) {
-    static const em_test_case tests[] = {T(test_transformer_split), T(test_pipeline_split),
+    static const em_test_case tests[] = {T(test_transformer_split), T(test_transformer_context),
+                                         T(test_pipeline_split), T(test_pipeline_context),
                                          T(test_refused)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

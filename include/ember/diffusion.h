@@ -352,9 +352,14 @@ typedef struct em_pipeline_options {
      * the same parameters and gets the same image. Other pipelines refuse a group of more than
      * one (EM_ERR_UNSUPPORTED). The group must outlive the pipeline. */
     struct em_dist *tp;
+    /* Context parallelism of DiTPipeline's transformer over this process group (NULL or a
+     * group of one: none): em_dit_set_context_parallel (ember/dit.h) splits the image tokens
+     * over the ranks, as diffusers' ContextParallelConfig; not with tp (EM_ERR_UNSUPPORTED);
+     * other pipelines refuse a group of more than one. The group must outlive the pipeline. */
+    struct em_dist *cp;
 } em_pipeline_options;
 
-/** device NULL, dtype f32, tp NULL. */
+/** device NULL, dtype f32, tp NULL, cp NULL. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**

@@ -24,7 +24,7 @@ void em_pipeline_free(em_pipeline *p) {
 }
 
 em_pipeline_options em_pipeline_default_options(void) {
-    em_pipeline_options o = {.device = NULL, .dtype = EM_F32, .tp = NULL};
+    em_pipeline_options o = {.device = NULL, .dtype = EM_F32, .tp = NULL, .cp = NULL};
     return o;
 }
 
@@ -57,14 +57,17 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     if (em_pipeline_index_load(c, dir, &p->idx) != EM_OK || !pick_vae_dtype(c, p)) goto fail;
     const char *dev = o ? o->device : NULL;
     p->tp = o && o->tp && em_dist_world_size(o->tp) > 1 ? o->tp : NULL;
-    if (p->tp && p->idx.pipeline != EM_PIPELINE_DIT) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tensor parallelism (degree %d): done for "
+    p->cp = o && o->cp && em_dist_world_size(o->cp) > 1 ? o->cp : NULL;
+    if ((p->tp || p->cp) && p->idx.pipeline != EM_PIPELINE_DIT) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s parallelism (degree %d): done for "
                     "DiTPipeline's transformer only, not for %s (%s)",
-                    em_dist_world_size(p->tp), p->idx.class_name, dir);
+                    p->tp ? "tensor" : "context", em_dist_world_size(p->tp ? p->tp : p->cp),
+                    p->idx.class_name, dir);
         goto fail;
     }
     if (p->idx.pipeline == EM_PIPELINE_DIT) {
         if (!(p->dit = em_dit_load_tp(c, p->idx.transformer_dir, dev, p->dtype, p->tp)) ||
+            em_dit_set_context_parallel(c, p->dit, p->cp) != EM_OK ||
             !(p->vae = em_vae_load(c, p->idx.vae_dir, em_device_name(em_dit_device(p->dit)),
                                    p->vae_dtype)))
             goto fail;
@@ -99,6 +102,10 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     if (p->sd3) return sd3_to(c, p, device) ? EM_OK : em_ctx_status(c);
     if (p->dit) {
         em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp);
+        if (d && em_dit_set_context_parallel(c, d, p->cp) != EM_OK) {
+            em_dit_free(d);
+            return em_ctx_status(c);
+        }
         em_vae *v = d ? em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype) : NULL;
         if (!v) {
             em_dit_free(d);

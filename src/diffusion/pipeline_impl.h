@@ -19,6 +19,7 @@ struct em_pipeline {
     em_dit *dit;     /* DiTPipeline: the transformer instead of the UNet */
     em_sd3 *sd3;     /* StableDiffusion3Pipeline: the transformer (with tok, te, tok2, te2, vae) */
     struct em_dist *tp; /* DiTPipeline's tensor-parallel group (em_pipeline_options.tp) */
+    struct em_dist *cp; /* DiTPipeline's context-parallel group (em_pipeline_options.cp) */
     em_scheduler *sched;
     /* StableDiffusionPipeline (NULL otherwise, and in an SDXL refiner, which has only the second
      * encoder) */

@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "                    [--pooled-prompt-embeds FILE.npy]\n"
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
-            "                    [--denoising-start F]] [--tp N]\n\n"
+            "                    [--denoising-start F]] [--tp N | --cp N]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline\n"
@@ -75,6 +75,10 @@ static void usage(FILE *f) {
             "                      over the N processes of mpirun -np N; with a PJRT kind\n"
             "                      (--device xla, cuda, tpu) over its devices 0..N-1 in this\n"
             "                      process; only rank 0 writes and prints\n"
+            "  --cp N              DiTPipeline: context parallelism of degree N (diffusers'\n"
+            "                      ContextParallelConfig): each rank 1/N of the image's tokens,\n"
+            "                      attention against every rank's keys and values (gathered);\n"
+            "                      ranks and devices as --tp; not with --tp\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -144,7 +148,7 @@ typedef struct image_args {
     long long seeds[EM_PIPELINE_MAX_BATCH];   /* --seeds' list */
     int num_seeds;
     double denoising_end, denoising_start;
-    long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq, tp;
+    long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq, tp, cp;
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
     double eta, guidance, strength, aesthetic, negative_aesthetic;
@@ -155,7 +159,7 @@ typedef struct image_args {
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
 static int parse(int argc, char **argv, image_args *a) {
     memset(a, 0, sizeof *a);
-    a->num_images = a->upscale = a->tp = 1;
+    a->num_images = a->upscale = a->tp = a->cp = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         bool val = i + 1 < argc;
@@ -229,6 +233,8 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!a->text_opt) a->text_opt = o;
         } else if (!strcmp(o, "--tp") && val) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->tp)) return 2;
+        } else if (!strcmp(o, "--cp") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp)) return 2;
         } else if (!strcmp(o, "--compile")) {
             a->compile = true;
         } else if (!strcmp(o, "--vae-tiling")) {
@@ -463,13 +469,18 @@ static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
 
 /* One run: with a tensor-parallel group every rank runs it; only the speaking rank (rank 0)
  * prints and writes. */
-static int run(em_ctx *c, const image_args *a, em_dist *tp, bool speak) {
+static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     em_pipeline_options po = em_pipeline_default_options();
-    po.device = tp && em_dist_device(tp) ? em_device_name(em_dist_device(tp)) : a->device;
+    em_dist *tp = a->cp > 1 ? NULL : g;
+    po.device = g && em_dist_device(g) ? em_device_name(em_dist_device(g)) : a->device;
     po.tp = tp;
+    po.cp = a->cp > 1 ? g : NULL;
     po.dtype = a->dtype;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
+    if (po.cp && speak)
+        fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens\n",
+                em_dist_world_size(po.cp), em_dist_world_size(po.cp));
     if (tp && speak) {
         const em_dit_config *dc = em_dit_get_config(em_pipeline_dit(p));
         int n = em_dist_world_size(tp);
@@ -611,21 +622,28 @@ static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
     return run(c, arg, g, speak);
 }
 
-/* --tp N over a device group or the ranks of mpirun, or no tp */
+/* --tp N or --cp N over a device group or the ranks of mpirun, or neither */
 static int run_in_group(em_ctx *c, const image_args *a) {
     char kind[64] = "";
     if (a->device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(a->device, ":"), a->device);
-    if (a->tp > 1 && kind[0] && strcmp(kind, "cpu")) /* N devices of this process */
-        return cli_device_group(c, "image --tp", kind, (int)a->tp, group_rank, (void *)a);
-    if (a->tp <= 1) return run(c, a, NULL, true);
-    em_dist *group = NULL; /* the ranks of mpirun: each holds its slices, rank 0 speaks */
+    if (a->tp > 1 && a->cp > 1) {
+        fprintf(stderr, "ember image: --tp and --cp together: one or the other\n");
+        return 2;
+    }
+    const char *opt = a->cp > 1 ? "--cp" : "--tp";
+    long long n = a->cp > 1 ? a->cp : a->tp;
+    if (n > 1 && kind[0] && strcmp(kind, "cpu")) /* N devices of this process */
+        return cli_device_group(c, a->cp > 1 ? "image --cp" : "image --tp", kind, (int)n,
+                                group_rank, (void *)a);
+    if (n <= 1) return run(c, a, NULL, true);
+    em_dist *group = NULL; /* the ranks of mpirun: each holds its share, rank 0 speaks */
     if (em_dist_init(c, NULL, &group) != EM_OK) {
-        fprintf(stderr, "ember image: --tp %lld: %s\n", a->tp, em_ctx_error(c)->message);
+        fprintf(stderr, "ember image: %s %lld: %s\n", opt, n, em_ctx_error(c)->message);
         return 1;
     }
-    if (em_dist_world_size(group) != a->tp) {
-        fprintf(stderr, "ember image: --tp %lld but %d process(es) were started: launch with "
-                "mpirun -np %lld\n", a->tp, em_dist_world_size(group), a->tp);
+    if (em_dist_world_size(group) != n) {
+        fprintf(stderr, "ember image: %s %lld but %d process(es) were started: launch with "
+                "mpirun -np %lld\n", opt, n, em_dist_world_size(group), n);
         em_dist_free(group);
         return 2;
     }
