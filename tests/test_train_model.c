@@ -199,5 +199,5 @@ static void test_checkpointing_refused(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe), T(test_gemma4), T(test_router_aux),
-             T(test_router_aux_dense), T(test_checkpointing_refused))
+EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe), T(test_gemma4),
+             T(test_router_aux), T(test_router_aux_dense), T(test_checkpointing_refused))
