@@ -88,7 +88,8 @@ def record_aux(family):
 
 
 def main():
-    fams = sys.argv[1:] or ["qwen3", "llama", "qwen3_moe", "aux:qwen3_moe", "aux:mixtral"]
+    fams = sys.argv[1:] or ["qwen3", "llama", "qwen3_moe", "gemma4_text", "aux:qwen3_moe",
+                            "aux:mixtral"]
     for fam in fams:
         if fam.startswith("aux:"):
             record_aux(fam[4:])

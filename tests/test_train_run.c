@@ -208,6 +208,13 @@ static void test_bad_input(void) {
     CHECK(t && em_trainer_eval(c, t, &v) == EM_OK && v > 0);
     em_trainer_free(t);
     em_model_free(m);
+    /* gemma4's layer_scalar is a buffer, not a parameter: a checkpoint would lack it */
+    m = em_model_load(c, em_test_fixture_path("models", "gemma4_text"), &mo);
+    CHECK(m != NULL);
+    o.val_fraction = 0;
+    CHECK(m && em_trainer_create(c, m, d, &o) == NULL);
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "trainer", "gemma4_text", "layer_scalar");
+    em_model_free(m);
     em_train_data_free(d);
     em_ctx_free(c);
 }

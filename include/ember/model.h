@@ -170,9 +170,9 @@ EM_API void em_model_set_moe_impl(em_model *m, em_moe_impl impl);
  * recomputes one layer's activations at a time, about one more forward's work per step for
  * activation memory of one layer instead of all. Gradients are the same. Forwards with a cache
  * or not recording are unchanged. Set it before forwards, not while another thread runs one.
- * EM_ERR_UNSUPPORTED (naming the reason) for a model whose layers cannot be recomputed alone:
- * not a decoder LM, or gemma4 (per-layer inputs, layers reading other layers' keys and
- * values); `on = false` always succeeds. Returns the status.
+ * Gemma 4's per-layer inputs and shared keys/values pass between the regions as their inputs
+ * and outputs. EM_ERR_UNSUPPORTED (naming the reason) for a model that is not a decoder LM;
+ * `on = false` always succeeds. Returns the status.
  */
 EM_API em_status em_model_set_gradient_checkpointing(em_ctx *c, em_model *m, bool on);
 
@@ -183,15 +183,16 @@ typedef struct em_model_param {
 } em_model_param;
 
 /**
- * The parameters of a decoder language model, as transformers' model.named_parameters() lists
- * them: names with the checkpoint's prefix, a tied LM head listed once (as the embedding), MoE
- * experts in the v5 stacked layout (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj
- * [E, H, I]). Writes the first `max` of them into out (out may be NULL when max is 0) and returns
- * how many there are. The tensors are the model's own weights: a trainer marks them with
- * em_tensor_requires_grad and updates them in place (then the model is no longer immutable: do
- * not run forwards on other threads meanwhile). -1 with EM_ERR_UNSUPPORTED for models whose
- * weights are not plain trainable tensors: encoders, gemma4, quantized GGUF weights, experts
- * packed at load for ragged_dot, tensor-parallel shards; EM_ERR_INVALID_ARG for NULL arguments.
+ * The parameters of a decoder language model, as transformers' model.named_parameters() lists them:
+ * names with the checkpoint's prefix, a tied LM head listed once (as the embedding), MoE experts in
+ * the v5 stacked layout (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]),
+ * Gemma 4's per-layer input weights (not its layer_scalar: a buffer). Writes the first `max` of
+ * them into out (out may be NULL when max is 0) and returns how many there are. The tensors are the
+ * model's own weights: a trainer marks them with em_tensor_requires_grad and updates them in place
+ * (then the model is no longer immutable: do not run forwards on other threads meanwhile). -1 with
+ * EM_ERR_UNSUPPORTED for models whose weights are not plain trainable tensors: encoders, gemma4
+ * with experts, quantized GGUF weights, experts packed at load for ragged_dot, tensor-parallel
+ * shards; EM_ERR_INVALID_ARG for NULL arguments.
  */
 EM_API int em_model_params(em_ctx *c, const em_model *m, em_model_param *out, int max);
 

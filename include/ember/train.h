@@ -119,7 +119,8 @@ typedef struct em_trainer em_trainer;
  * which are rounded into the weights after each step. NULL with an error for invalid options
  * (named), a seq_len above the model's max_position_embeddings, data shorter than one window (or
  * no training window left after the validation share), or a model that cannot train
- * (em_model_params' error).
+ * (em_model_params' error; EM_ERR_UNSUPPORTED for a model that reads weights which are not
+ * parameters, gemma4's layer_scalar buffers: its checkpoints would lack them).
  */
 EM_API em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
                                      const em_train_options *o);

@@ -33,6 +33,8 @@ struct em_fwd {
     bool stat;
     em_tensor *cache_pos, *smask, *smask_local;
     em_tensor *pli;            /* per-layer inputs [B, T, L, P] (Gemma 4), or NULL */
+    int64_t pli_first;         /* the layer of pli's first slice (a checkpointed layer's own
+                                * slice [B, T, 1, P]: its index), 0 else */
     em_tensor **keys, **vals;  /* without a cache: per layer, keys/values a later layer shares */
     /* per device: rope tables (global, and local for sliding layers) and the mask */
     em_device *dev;
@@ -82,8 +84,11 @@ em_tensor *em_blk_layer(em_fwd *f, const em_dec_layer *l, em_tensor *h, int64_t 
 /* layer(f, l, h, li) as a checkpointed region (em_checkpoint): while recording, its activations
  * are not kept but recomputed in the backward (the model's gradient checkpointing,
  * decoder_recompute.c). The region keeps what it reads of f; with f->want_aux the layer's routing
- * probabilities come out of the region too and are added to f->aux_prob_sum here. Only for a
- * forward without a cache, on models em_model_set_gradient_checkpointing accepted. */
+ * probabilities come out of the region too and are added to f->aux_prob_sum here. The layer's
+ * slice of f->pli and, on a KV-sharing layer, the source layer's f->keys/vals are region inputs;
+ * a layer whose keys and values a later layer reads returns them as outputs, stored in
+ * f->keys/vals here (so gradients reach it through them). Only for a forward without a cache,
+ * on models em_model_set_gradient_checkpointing accepted. */
 em_tensor *em_blk_layer_checkpointed(em_fwd *f, em_blk_layer_fn layer, const em_dec_layer *l,
                                      em_tensor *h, int64_t li);
 /* x times / divided by a Python float: torch keeps the number in f32 for bf16 tensors

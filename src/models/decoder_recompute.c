@@ -8,6 +8,11 @@
  * it (positions, masks, rope tables). The router's load-balancing loss: the region returns the
  * layer's routing probabilities as a second output (so their gradient reaches the router
  * through the recomputation), and the top-k choices are counted by the first run only.
+ *
+ * Gemma 4: the layer's slice of the per-layer inputs is a region input; a layer whose keys and
+ * values a later layer shares returns them as outputs (the caller stores them in f->keys/vals),
+ * and the sharing layer takes them as inputs, so their gradients flow between the regions. The
+ * region's own f->keys/vals hold them while the layer runs.
  */
 #include <stdlib.h>
 
@@ -19,7 +24,17 @@ typedef struct layer_region {
     em_fwd *first;      /* the forward's own state during the first run (it takes the counts) */
     em_blk_layer_fn layer;
     int64_t li;
+    bool pli;           /* in[1]: the layer's per-layer input slice */
+    bool kv_in, kv_out; /* the source layer's keys and values as inputs; this layer's as outputs */
+    em_tensor *kv[];    /* the region's f.keys then f.vals (n_layers each; borrowed per call) */
 } layer_region;
+
+/* Does a KV-sharing layer read layer li's keys/values? */
+static bool kv_read_later(const em_model *m, int64_t li) {
+    for (int64_t j = m->first_kv_shared; j < m->n_layers; j++)
+        if (m->layers[j].kv_shared && m->layers[j].kv_src == li) return true;
+    return false;
+}
 
 static em_tensor **held(layer_region *r, int i) {
     em_tensor **t[] = {&r->f.positions, &r->f.key_mask, &r->f.cos,  &r->f.sin,
@@ -40,6 +55,21 @@ static em_status region_fn(em_ctx *c, void *user, em_tensor *const *in, int n_in
     em_fwd f = r->f;
     f.c = c;
     f.aux_prob_sum = NULL;
+    int64_t nl = f.m->n_layers, src = f.m->layers[r->li].kv_src;
+    int k = 1;
+    if (r->pli) {
+        f.pli = in[k++];
+        f.pli_first = r->li;
+    }
+    if (r->kv_in || r->kv_out) {
+        for (int64_t j = 0; j < 2 * nl; j++) r->kv[j] = NULL;
+        f.keys = r->kv;
+        f.vals = r->kv + nl;
+    }
+    if (r->kv_in) {
+        f.keys[src] = in[k++];
+        f.vals[src] = in[k++];
+    }
     em_fwd *first = r->first;
     r->first = NULL; /* every later call is a recomputation */
     if (first) {
@@ -54,9 +84,17 @@ static em_status region_fn(em_ctx *c, void *user, em_tensor *const *in, int n_in
                                                               : f.aux_counts;
         first->aux_rows = f.aux_rows;
     }
-    if (n_out > 1) {
-        out[1] = f.aux_prob_sum;
-        if (!out[1] && !em_ctx_status(c))
+    int o = 1;
+    if (r->kv_out) {
+        out[o++] = f.keys[r->li];
+        out[o++] = f.vals[r->li];
+        if ((!out[1] || !out[2]) && !em_ctx_status(c))
+            return em_ctx_fail(c, EM_ERR_INTERNAL, "model_forward",
+                               "layer %lld kept no keys and values to share", (long long)r->li);
+    }
+    if (n_out > o) {
+        out[o] = f.aux_prob_sum;
+        if (!out[o] && !em_ctx_status(c))
             return em_ctx_fail(c, EM_ERR_INTERNAL, "model_forward",
                                "layer %lld recorded no routing probabilities", (long long)r->li);
     }
@@ -66,7 +104,10 @@ static em_status region_fn(em_ctx *c, void *user, em_tensor *const *in, int n_in
 em_tensor *em_blk_layer_checkpointed(em_fwd *f, em_blk_layer_fn layer, const em_dec_layer *l,
                                      em_tensor *h, int64_t li) {
     em_ctx *c = f->c;
-    layer_region *r = calloc(1, sizeof *r);
+    const em_model *m = f->m;
+    bool kv_in = l->kv_shared && f->keys, kv_out = f->keys && !l->kv_shared && kv_read_later(m, li);
+    layer_region *r = calloc(1, sizeof *r + (kv_in || kv_out ? 2 * (size_t)m->n_layers : 0) *
+                                                sizeof(em_tensor *));
     if (!r) {
         em_ctx_fail(c, EM_ERR_OOM, "model_forward", "out of memory (checkpointed layer)");
         return NULL;
@@ -75,16 +116,33 @@ em_tensor *em_blk_layer_checkpointed(em_fwd *f, em_blk_layer_fn layer, const em_
     r->f.aux_prob_sum = NULL;
     r->f.aux_counts = NULL;
     r->f.aux_rows = 0;
-    r->f.keys = r->f.vals = NULL; /* KV-sharing models are refused */
+    r->f.keys = r->f.vals = NULL; /* the region's own (kv[]) when it shares them */
+    r->f.pli = NULL;              /* its slice comes as an input */
     r->first = f;
     r->layer = layer;
     r->li = li;
+    r->pli = f->pli != NULL;
+    r->kv_in = kv_in;
+    r->kv_out = kv_out;
     for (int i = 0; held(r, i); i++) em_tensor_retain(*held(r, i));
-    em_tensor *out[2] = {NULL, NULL};
-    int n_out = f->want_aux && l->moe ? 2 : 1;
-    if (em_checkpoint(c, region_fn, r, region_free, &h, 1, out, n_out)) return NULL;
-    if (n_out == 2)
-        f->aux_prob_sum = f->aux_prob_sum ? em_add(c, f->aux_prob_sum, out[1]) : out[1];
+    em_tensor *in[4] = {h}, *out[4] = {NULL};
+    int n_in = 1, n_out = 1;
+    if (r->pli) in[n_in++] = em_narrow(c, f->pli, 2, li - f->pli_first, 1);
+    if (kv_in) {
+        in[n_in++] = f->keys[l->kv_src];
+        in[n_in++] = f->vals[l->kv_src];
+    }
+    n_out += kv_out ? 2 : 0;
+    bool aux = f->want_aux && l->moe;
+    n_out += aux;
+    if (em_checkpoint(c, region_fn, r, region_free, in, n_in, out, n_out)) return NULL;
+    if (kv_out) { /* outlive the layer's scope, as em_blk_attn keeps them */
+        f->keys[li] = em_keep(c, out[1]);
+        f->vals[li] = em_keep(c, out[2]);
+    }
+    if (aux)
+        f->aux_prob_sum = f->aux_prob_sum ? em_add(c, f->aux_prob_sum, out[n_out - 1])
+                                          : out[n_out - 1];
     return out[0];
 }
 
@@ -96,10 +154,6 @@ em_status em_model_set_gradient_checkpointing(em_ctx *c, em_model *m, bool on) {
     const char *why = NULL;
     if (!m->fam->causal || !m->layers)
         why = "it is not a decoder language model";
-    else if (m->fam->layer || m->fam->after_embed)
-        why = "its family has a layer of its own (per-layer inputs, KV sharing: gemma4)";
-    else if (m->first_kv_shared < m->n_layers)
-        why = "its layers read other layers' keys and values (KV sharing)";
     if (on && why)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, "gradient_checkpointing",
                            "%s (%s) cannot recompute its layers: %s", m->dir, m->cfg.model_type,

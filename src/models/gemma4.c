@@ -363,7 +363,7 @@ static em_tensor *gemma4_layer(em_fwd *f, const em_dec_layer *l, em_tensor *h, i
     }
     h = em_add(c, h, em_blk_norm(f, y, l->post_ffn_norm));
     if (f->pli) {
-        em_tensor *in = em_reshape(c, em_narrow(c, f->pli, 2, li, 1), 3,
+        em_tensor *in = em_reshape(c, em_narrow(c, f->pli, 2, li - f->pli_first, 1), 3,
                                    (int64_t[]){f->b, f->t, m->pl_dim});
         em_tensor *g = em_mul(c, em_blk_act(f, em_linear(c, h, l->pl_gate, NULL)),
                               em_model_to_dev(c, in, l->dev));

@@ -163,6 +163,11 @@ typedef struct em_family {
     const em_tp_rule *ep_plan;
 } em_family;
 
+/* The name of a weight the model reads that em_model_params does not list (a buffer in
+ * transformers: Gemma 4's layer_scalar), so a trainer's checkpoint would lack it; NULL: none
+ * (model_params.c). */
+const char *em_model_unlisted_weight(const em_model *m);
+
 /* The family of a (text or multimodal) model_type from family_table.c, NULL if none. */
 const em_family *em_family_find(const char *model_type);
 /* The family row of a GGUF file's general.architecture; NULL with an EM_ERR_UNSUPPORTED

@@ -1,7 +1,8 @@
 /*
  * A decoder's parameters under the names transformers gives them (ember/model.h,
  * em_model_params): what model.named_parameters() lists, the LM head once when it is tied to
- * the embeddings, MoE experts in the v5 stacked layout the loader builds.
+ * the embeddings, MoE experts in the v5 stacked layout the loader builds; Gemma 4's per-layer
+ * input weights (its layer_scalar is a buffer there, not listed).
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,16 +29,21 @@ static void add(lister *ls, em_tensor *t, const char *fmt, const char *a, long l
 /* Why the model's weights cannot be listed as trainable tensors (NULL: they can). */
 static const char *refusal(const em_model *m) {
     if (!m->fam || !m->fam->causal) return "an encoder (only decoder language models)";
-    if (m->fam->layer) return "a family with its own layer (gemma4)";
     if (m->tp_size > 1) return "split by tensor parallelism (each rank holds slices)";
-    if (m->embed_pl) return "a model with per-layer inputs";
     if (!m->embed || !em_dtype_is_float(em_tensor_dtype(m->embed))) return "quantized (GGUF)";
     for (int64_t l = 0; l < m->n_layers; l++) {
         const em_dec_layer *L = &m->layers[l];
         if (L->q && !em_dtype_is_float(em_tensor_dtype(L->q))) return "quantized (GGUF)";
+        if (m->fam->layer && L->moe) return "a Gemma 4 model with experts (enable_moe_block)";
         if (L->experts.gate_up && em_tensor_ndim(L->experts.gate_up) != 3)
             return "holding experts packed for ragged_dot (load with another moe_impl)";
     }
+    return NULL;
+}
+
+const char *em_model_unlisted_weight(const em_model *m) {
+    for (int64_t l = 0; m && l < m->n_layers; l++)
+        if (m->layers[l].layer_scalar) return "layer_scalar";
     return NULL;
 }
 
@@ -81,8 +87,14 @@ int em_model_params(em_ctx *c, const em_model *m, em_model_param *out, int max) 
         add(&ls, L->post_attn_norm, f, p, i, "post_attention_layernorm.weight");
         add(&ls, L->pre_ffn_norm, f, p, i, "pre_feedforward_layernorm.weight");
         add(&ls, L->post_ffn_norm, f, p, i, "post_feedforward_layernorm.weight");
+        add(&ls, L->pl_gate, f, p, i, "per_layer_input_gate.weight");
+        add(&ls, L->pl_proj, f, p, i, "per_layer_projection.weight");
+        add(&ls, L->pl_norm, f, p, i, "post_per_layer_input_norm.weight");
     }
     add(&ls, m->final_norm, "%snorm.weight%s", p, -1, "");
+    add(&ls, m->embed_pl, "%sembed_tokens_per_layer.weight%s", p, -1, "");
+    add(&ls, m->pl_model_proj, "%sper_layer_model_projection.weight%s", p, -1, "");
+    add(&ls, m->pl_proj_norm, "%sper_layer_projection_norm.weight%s", p, -1, "");
     if (m->lm_head && m->lm_head != m->embed) add(&ls, m->lm_head, "%slm_head.weight", "", -1, "");
     return ls.n;
 }

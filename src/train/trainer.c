@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "train/optim_impl.h" /* em_train_snapshot */
+#include "models/model_impl.h" /* em_model_unlisted_weight */
+#include "train/optim_impl.h"  /* em_train_snapshot */
 #include "train/trainer_impl.h"
 
 em_train_options em_train_default_options(void) {
@@ -144,6 +145,13 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
     }
     int np = em_model_params(c, m, NULL, 0);
     if (np < 0) return NULL;
+    const char *unlisted = em_model_unlisted_weight(m);
+    if (unlisted) { /* the checkpoints hold the parameters only */
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer",
+                    "%s (%s) reads weights that are not parameters (%s): its checkpoints would "
+                    "lack them", em_model_dir(m), em_model_config_get(m)->model_type, unlisted);
+        return NULL;
+    }
     em_trainer *t = calloc(1, sizeof *t);
     if (t) {
         t->params = calloc((size_t)(np ? np : 1), sizeof *t->params);
