@@ -73,7 +73,8 @@ static void put32(unsigned char *p, uint32_t v) {
 /* A Darts trie of the one key "a" whose leaf value is `value`, then the strings `strs`
  * (strs_len bytes): the root's offset 1 leads to unit 1 ^ 'a' = 96 (label 'a', has_leaf,
  * offset 1), whose value unit is 96 ^ 1 = 97. `trie_size` overrides the size field when
- * nonzero; `cut` keeps only that many bytes. Returns a tokenizer.json: that normalizer and a
+ * nonzero; `cut` keeps only that many bytes. Only 98 units: 1 ^ 'b' = 99 is past the array,
+ * where Ember stops the search (no match; the library would index out of bounds and panic). Returns a tokenizer.json: that normalizer and a
  * BPE over {a, b, ab}. */
 static char *doc_with(uint32_t value, const char *strs, size_t strs_len, uint32_t trie_size,
                       size_t cut) {
