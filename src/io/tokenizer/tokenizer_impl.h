@@ -10,6 +10,7 @@
  *   tokenizer_regex.c       PCRE2 wrapper with Oniguruma's match iteration
  *   tokenizer_added.c       added tokens: matching before and after normalization
  *   tokenizer_normalizers.c normalizers
+ *   tokenizer_precompiled.c the Precompiled normalizer (SentencePiece charsmap)
  *   tokenizer_pretok.c      pre-tokenizers (split behaviours)
  *   tokenizer_bpe.c         the BPE model (+ its word cache)
  *   tokenizer_models.c      WordPiece, WordLevel and Unigram models
