@@ -16,7 +16,7 @@ as T5TokenizerFast does), and writes under tests/fixtures/tokenizers/:
                                   (gen_tokenizer_fixtures.expectations), plus "normalized": the
                                   normalizer's output per text (tok.normalizer.normalize_str)
 
-Needs sentencepiece (pip install sentencepiece) besides scripts/requirements-fixtures.txt.
+Needs sentencepiece and protobuf (pinned in scripts/requirements-fixtures.txt).
 """
 import io
 import json
