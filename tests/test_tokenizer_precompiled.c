@@ -1,5 +1,6 @@
 /*
- * The "Precompiled" normalizer (a SentencePiece charsmap; src/io/tokenizer/tokenizer_precompiled.c).
+ * The "Precompiled" normalizer (a SentencePiece charsmap;
+ * src/io/tokenizer/tokenizer_precompiled.c).
  *
  * The ids of the trained T5-style tokenizer norm_precompiled.json (a real nmt_nfkc charsmap,
  * scripts/gen_precompiled_fixtures.py) are checked on every text by test_tokenizer's fixture
@@ -74,8 +75,8 @@ static void put32(unsigned char *p, uint32_t v) {
  * (strs_len bytes): the root's offset 1 leads to unit 1 ^ 'a' = 96 (label 'a', has_leaf,
  * offset 1), whose value unit is 96 ^ 1 = 97. `trie_size` overrides the size field when
  * nonzero; `cut` keeps only that many bytes. Only 98 units: 1 ^ 'b' = 99 is past the array,
- * where Ember stops the search (no match; the library would index out of bounds and panic). Returns a tokenizer.json: that normalizer and a
- * BPE over {a, b, ab}. */
+ * where Ember stops the search (no match; the library would index out of bounds and panic).
+ * Returns a tokenizer.json: that normalizer and a BPE over {a, b, ab}. */
 static char *doc_with(uint32_t value, const char *strs, size_t strs_len, uint32_t trie_size,
                       size_t cut) {
     enum { UNITS = 98 };

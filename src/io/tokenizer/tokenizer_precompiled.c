@@ -97,7 +97,8 @@ bool tk_precompiled_parse(tk_ld *l, json_t *v, const char *where, tk_precompiled
     size_t strs_len = bad ? 0 : len - 4 - trie;
     const char *strs = (const char *)raw + 4 + trie;
     size_t at;
-    if (!bad && !tk_utf8_valid(strs, strs_len, &at)) bad = "has normalized strings that are not UTF-8";
+    if (!bad && !tk_utf8_valid(strs, strs_len, &at))
+        bad = "has normalized strings that are not UTF-8";
     else if (!bad && strs_len && strs[strs_len - 1] != 0)
         bad = "has normalized strings that do not end with a NUL";
     if (bad) {
@@ -161,8 +162,8 @@ static int first_match(const tk_precompiled *pc, const char *key, size_t n, cons
         if (unit_leaf(u)) {
             if (pos >= pc->n_units) return 0;
             size_t v = unit_value(pc->units[pos]);
-            if (v > pc->strs_len || (v < pc->strs_len && ((unsigned char)pc->strs[v] & 0xC0) == 0x80))
-                return -1;
+            bool mid_char = v < pc->strs_len && ((unsigned char)pc->strs[v] & 0xC0) == 0x80;
+            if (v > pc->strs_len || mid_char) return -1;
             *rep = pc->strs + v;
             *rep_len = strlen(pc->strs + v); /* strs is NUL-terminated past its end too */
             return 1;
