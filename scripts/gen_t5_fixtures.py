@@ -5,8 +5,8 @@ transformers' outputs from them, for tests/test_t5.c.
 tests/fixtures/diffusion/t5/:
   tok/      T5Tokenizer (tokenizers' Unigram) of a made-up 60-piece vocabulary, saved with
             save_pretrained: pad 0, </s> 1, <unk> 2, no precompiled charsmap (a real T5's
-            "Precompiled" normalizer is refused by Ember), WhitespaceSplit + Metaspace, the
-            TemplateProcessing that appends </s>; model_max_length 16
+            "Precompiled" normalizer: scripts/gen_precompiled_fixtures.py), WhitespaceSplit +
+            Metaspace, the TemplateProcessing that appends </s>; model_max_length 16
   gated/    T5EncoderModel, feed_forward_proj "gated-gelu" (T5 v1.1, SD3's T5-XXL): d_model 16,
             2 heads of d_kv 6 (inner 12 != d_model), d_ff 24, 3 layers, 8 buckets up to
             distance 12 (sequences of 20 reach the logarithmic buckets)

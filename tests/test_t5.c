@@ -128,7 +128,7 @@ static void test_t5_tokenizer_matches_transformers(void) {
         CHECK_MSG(same, "plain prompt %zu '%s'", i, ps[i]);
         em_free(ids);
     }
-    /* a real T5's SentencePiece charsmap normalizer is refused by name */
+    /* a truncated SentencePiece charsmap (the first bytes of a real T5's) is refused */
     json_t *tj = em_test_load_json(em_test_fixture_path("diffusion", "t5/tok/tokenizer.json"));
     if (tj && em_test_scratch_make("t5_tok")) {
         json_object_set_new(tj, "normalizer",
@@ -138,7 +138,7 @@ static void test_t5_tokenizer_matches_transformers(void) {
         em_test_scratch_write("tokenizer.json", text);
         free(text);
         CHECK(em_t5_tokenizer_load(c, em_test_scratch_dir()) == NULL);
-        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "Precompiled");
+        CHECK_ERR(c, EM_ERR_FORMAT, "precompiled_charsmap", "past its end");
         em_ctx_clear_error(c);
         em_test_scratch_remove();
     }
@@ -154,6 +154,58 @@ static void test_t5_tokenizer_matches_transformers(void) {
     em_t5_tokenizer_free(t);
     em_ctx_free(c);
     json_decref(ref);
+}
+
+/* An SD3 tokenizer_3 style folder: T5TokenizerFast's tokenizer.json with a real nmt_nfkc
+ * "Precompiled" normalizer (tests/fixtures/tokenizers/norm_precompiled.json, converted by
+ * transformers' T5Converter; scripts/gen_precompiled_fixtures.py) loads as a T5 tokenizer, and
+ * its ids with </s> appended equal `tokenizers`' on every text of the tokenizer text set. */
+static void test_t5_tokenizer_precompiled(void) {
+    em_ctx *c = em_ctx_create();
+    /* the texts hold U+0000 */
+    json_t *texts =
+        json_load_file(em_test_fixture_path("tokenizers", "texts.json"), JSON_ALLOW_NUL, NULL);
+    json_t *exp = json_load_file(
+        em_test_fixture_path("tokenizers", "expected/norm_precompiled.json"), JSON_ALLOW_NUL, NULL);
+    CHECK(texts && exp);
+    if (!em_test_scratch_make("t5_pc")) {
+        json_decref(texts);
+        json_decref(exp);
+        em_ctx_free(c);
+        return;
+    }
+    em_test_scratch_link("tokenizer.json", "tokenizers", "norm_precompiled.json");
+    em_test_scratch_write("tokenizer_config.json",
+                          "{\"eos_token\": \"</s>\", \"pad_token\": \"<pad>\", "
+                          "\"unk_token\": \"<unk>\", \"tokenizer_class\": \"T5Tokenizer\"}");
+    em_t5_tokenizer *t = em_t5_tokenizer_load(c, em_test_scratch_dir());
+    CHECK_MSG(t != NULL, "%s", msg(c));
+    json_t *cases = json_object_get(exp, "cases");
+    size_t same = 0, n = json_array_size(cases);
+    for (size_t i = 0; t && i < n; i++) {
+        json_t *cs = json_array_get(cases, i);
+        json_t *tx = json_object_get(
+            json_array_get(texts, (size_t)json_integer_value(json_object_get(cs, "text"))), "text");
+        em_token *ids = NULL;
+        size_t k = 0;
+        if (em_tokenizer_encode(c, em_t5_tokenizer_base(t), json_string_value(tx),
+                                json_string_length(tx), true, &ids, &k) != EM_OK)
+            continue;
+        json_t *want = json_object_get(cs, "ids"), *suf = json_object_get(cs, "special_suffix");
+        size_t nw = json_array_size(want);
+        bool ok = k == nw + json_array_size(suf);
+        for (size_t j = 0; ok && j < k; j++)
+            ok = ids[j] == json_integer_value(j < nw ? json_array_get(want, j)
+                                                      : json_array_get(suf, j - nw));
+        same += ok;
+        em_free(ids);
+    }
+    CHECK_MSG(n >= 25 && same == n, "%zu/%zu texts", same, n);
+    em_t5_tokenizer_free(t);
+    em_test_scratch_remove();
+    json_decref(texts);
+    json_decref(exp);
+    em_ctx_free(c);
 }
 
 /* A model's folder with config.json replaced: the error names the field. */
@@ -209,4 +261,4 @@ static void test_t5_bad_configs(void) {
 }
 
 EM_TEST_MAIN(T(test_t5_encoder_matches_transformers), T(test_t5_tokenizer_matches_transformers),
-             T(test_t5_bad_configs))
+             T(test_t5_bad_configs), T(test_t5_tokenizer_precompiled))

@@ -289,7 +289,7 @@ static void test_errors(void) {
         {mini("{\"type\": \"FooNormalizer\"}", 0, 0, 0, 0, 0), EM_ERR_FORMAT,
          "unknown normalizer type \"FooNormalizer\"", NULL},
         {mini("{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}", 0, 0, 0, 0, 0),
-         EM_ERR_UNSUPPORTED, "normalizer", "Precompiled"},
+         EM_ERR_FORMAT, "precompiled_charsmap", "shorter than"},
         {mini("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": 3}]}",
               0, 0, 0, 0, 0),
          EM_ERR_FORMAT, "normalizer.normalizers[1]", "type"},

@@ -34,8 +34,8 @@ typedef struct em_t5_tokenizer em_t5_tokenizer;
  * Loads a T5 tokenizer folder: its `tokenizer.json` (read by em_tokenizer_load, with the
  * `tokenizer_config.json` next to it naming eos_token and pad_token). The post-processor must
  * append the eos token and nothing else (T5's TemplateProcessing "$A </s>"): that is checked.
- * A SentencePiece "Precompiled" normalizer (real T5 checkpoints' charsmap) is refused by
- * em_tokenizer_load with EM_ERR_UNSUPPORTED naming it. Returns NULL and records
+ * A SentencePiece "Precompiled" normalizer (real T5 checkpoints' charsmap, SD3's tokenizer_3)
+ * is applied as `tokenizers` does (a malformed charsmap: EM_ERR_FORMAT). Returns NULL and records
  * EM_ERR_NOT_FOUND (no tokenizer.json; an eos or pad token that is not in the vocabulary),
  * EM_ERR_FORMAT, EM_ERR_UNSUPPORTED (as em_tokenizer_load; a post-processor that does not
  * append eos alone), EM_ERR_IO. Free with em_t5_tokenizer_free.

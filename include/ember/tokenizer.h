@@ -22,9 +22,14 @@
  *     not applied (transformers' fast tokenizers also turn them off unless a call asks for them):
  *     the caller truncates and pads.
  *   - BPE `dropout` is ignored: encoding is deterministic (dropout is a training-time option).
- *   - Unsupported components (the `Precompiled` normalizer, the `UnicodeScripts` pre-tokenizer,
- *     ...) make loading fail with EM_ERR_UNSUPPORTED naming the component and the file; they are
- *     never skipped silently.
+ *   - Unsupported components (the `UnicodeScripts` pre-tokenizer, ...) make loading fail with
+ *     EM_ERR_UNSUPPORTED naming the component and the file; they are never skipped silently.
+ *   - The `Precompiled` normalizer (a SentencePiece charsmap: T5, SD3's tokenizer_3, most
+ *     converted SentencePiece models) is applied as `tokenizers` does, per grapheme cluster
+ *     (utf8proc's UAX #29 rules, which may differ from the library's unicode-segmentation on
+ *     characters newer than the installed utf8proc); a malformed charsmap fails loading with
+ *     EM_ERR_FORMAT, and a trie value pointing outside its strings fails the encode with
+ *     EM_ERR_FORMAT.
  *   - decode() returns what `tokenizers` returns; transformers' extra
  *     `clean_up_tokenization_spaces` pass is not applied.
  *   - Known differences, all outside what real tokenizer files do: Metaspace's prepend_scheme

@@ -10,6 +10,7 @@
  *   tokenizer_regex.c       PCRE2 wrapper with Oniguruma's match iteration
  *   tokenizer_added.c       added tokens: matching before and after normalization
  *   tokenizer_normalizers.c normalizers
+ *   tokenizer_precompiled.c the Precompiled normalizer (SentencePiece charsmap)
  *   tokenizer_pretok.c      pre-tokenizers (split behaviours)
  *   tokenizer_bpe.c         the BPE model (+ its word cache)
  *   tokenizer_models.c      WordPiece, WordLevel and Unigram models
@@ -239,8 +240,12 @@ typedef enum tk_norm_type {
     TK_NORM_PREPEND,
     TK_NORM_BERT,
     TK_NORM_NMT,
-    TK_NORM_BYTE_LEVEL
+    TK_NORM_BYTE_LEVEL,
+    TK_NORM_PRECOMPILED
 } tk_norm_type;
+
+/* A parsed SentencePiece charsmap (tokenizer_precompiled.c). */
+typedef struct tk_precompiled tk_precompiled;
 
 typedef struct tk_norm {
     tk_norm_type type;
@@ -252,6 +257,7 @@ typedef struct tk_norm {
     tk_regex re;                           /* Replace */
     const char *content;                   /* Replace / Prepend */
     size_t content_len;
+    tk_precompiled *pc;                    /* Precompiled (owned) */
 } tk_norm;
 
 typedef enum tk_pretok_type {
@@ -521,6 +527,11 @@ void tk_bpe_cache_free(tk_bpe_cache *c);
 bool tk_unigram_build(tk_model *m);
 void tk_model_free(tk_model *m);
 void tk_norm_free(tk_norm *n);
+/* The Precompiled normalizer (tokenizer_precompiled.c): parse refuses a malformed charsmap;
+ * normalize appends to out and records an error on failure. */
+void tk_precompiled_free(tk_precompiled *pc);
+bool tk_precompiled_normalize(tk_enc *e, const tk_precompiled *pc, const char *s, size_t n,
+                              tk_buf *out, bool *lead_removed);
 void tk_post_free(tk_post *p);
 void tk_decoder_free(tk_decoder *d);
 
@@ -562,6 +573,7 @@ bool tk_get_array(tk_ld *l, json_t *o, const char *key, const char *where, json_
 
 /* The component loaders. `where` is the JSON path used in messages. */
 bool tk_parse_normalizer(tk_ld *l, json_t *v, const char *where, tk_norm *n);
+bool tk_precompiled_parse(tk_ld *l, json_t *v, const char *where, tk_precompiled **out);
 bool tk_parse_pretok(tk_ld *l, json_t *v, const char *where, int depth); /* appends to t->pretok */
 bool tk_parse_post(tk_ld *l, json_t *v, const char *where, tk_post *p, int depth);
 bool tk_parse_decoder(tk_ld *l, json_t *v, const char *where, tk_decoder *d, int depth);

@@ -223,6 +223,7 @@ static bool norm_one(tk_enc *e, const tk_norm *nm, const char *s, size_t n, tk_b
     case TK_NORM_BERT: ok = norm_bert(nm, s, n, out, lead_removed); break;
     case TK_NORM_NMT: ok = norm_nmt(s, n, out, lead_removed); break;
     case TK_NORM_BYTE_LEVEL: ok = tk_byte_level_map(s, n, out); break;
+    case TK_NORM_PRECOMPILED: return tk_precompiled_normalize(e, nm->pc, s, n, out, lead_removed);
     }
     return ok ? true : oom(e);
 }
@@ -295,16 +296,17 @@ bool tk_parse_normalizer(tk_ld *l, json_t *v, const char *where, tk_norm *n) {
         n->type = TK_NORM_PREPEND;
         return tk_opt_str(l, v, "prepend", true, &n->content, &n->content_len, where);
     }
-    if (!strcmp(type, "Precompiled"))
-        return tk_ld_fail(l, EM_ERR_UNSUPPORTED, where,
-                     "the normalizer type \"Precompiled\" (a SentencePiece precompiled "
-                     "charsmap) is not supported by Ember");
+    if (!strcmp(type, "Precompiled")) {
+        n->type = TK_NORM_PRECOMPILED;
+        return tk_precompiled_parse(l, v, where, &n->pc);
+    }
     return tk_ld_fail(l, EM_ERR_FORMAT, where, "unknown normalizer type \"%s\"", type);
 }
 
 void tk_norm_free(tk_norm *n) {
     if (!n) return;
     tk_regex_free(&n->re);
+    tk_precompiled_free(n->pc);
     for (size_t i = 0; i < n->n_children; i++) tk_norm_free(&n->children[i]);
     free(n->children);
 }
