@@ -15,7 +15,9 @@
 # else pip installs jax-cuda13-pjrt and the NVIDIA libraries into build-gpu/venv. Ember: the
 # bundle of scripts/gpu-bundle.sh (build-gpu/bundle) when present, else built here (needs the
 # Debian -dev packages of scripts/deps.sh). Steps stop early when EMBER_GPU_BUDGET_S (default
-# 480) seconds are spent, so that the folder comes back within a lease.
+# 480) seconds are spent, so that the folder comes back within a lease; EMBER_GPU_STEPS="bench_moe
+# bench_decode" runs only the steps named. The benchmarks keep XLA's autotuning (about 11 s per
+# program on an H200) unless EMBER_GPU_BENCH_XLA_FLAGS says otherwise.
 #   usage: scripts/gpu-check.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,10 @@ left() { echo $(( BUDGET - ($(date +%s) - start) )); }
 step() { # name, log file, time limit in s, command...
   local name=$1 log=$2 limit=$3
   shift 3
+  if [ -n "${EMBER_GPU_STEPS:-}" ] && ! [[ " $EMBER_GPU_STEPS " == *" $name "* ]] &&
+    [ "$name" != pip_install ] && [ "$name" != build ]; then
+    return 0
+  fi
   local l; l=$(left)
   if [ "$l" -lt 20 ]; then
     echo "== $name: skipped, ${l}s of the budget left" | tee -a "$OUT/summary.txt"
@@ -130,10 +136,10 @@ export EMBER fam_dir families DEV
 step conformance conformance.txt 170 bash -c conformance
 step image image.txt 120 python3 tests/check_image_device.py $DEV "$EMBER"
 step train train.txt 120 python3 tests/check_train.py --device $DEV qwen3 "$EMBER"
-step bench_ops bench.txt 45 env XLA_FLAGS= "$EMBER" bench ops --device $DEV --quick
-step bench_moe bench.txt 60 env XLA_FLAGS= "$EMBER" bench moe --device $DEV --quick --skip-peers \
+step bench_ops bench.txt 45 env XLA_FLAGS="${EMBER_GPU_BENCH_XLA_FLAGS:-}" "$EMBER" bench ops --device $DEV --quick
+step bench_moe bench.txt ${EMBER_GPU_MOE_S:-60} env XLA_FLAGS="${EMBER_GPU_BENCH_XLA_FLAGS:-}" "$EMBER" bench moe --device $DEV --quick --skip-peers \
   --batches 1,16,64
-step bench_decode bench.txt 90 env XLA_FLAGS= "$EMBER" bench decode --preset qwen3-0.6b --device $DEV --compile \
+step bench_decode bench.txt ${EMBER_GPU_DECODE_S:-90} env XLA_FLAGS="${EMBER_GPU_BENCH_XLA_FLAGS:-}" "$EMBER" bench decode --preset qwen3-0.6b --device $DEV --compile \
   --skip-peers --batches 1,16 --cache-dir /tmp/ember-bench-models
 step conformance_compiled conformance.txt 120 bash -c "conformance --compile"
 echo "total $(( $(date +%s) - start ))s; results in $OUT" | tee -a "$OUT/summary.txt"
