@@ -542,6 +542,8 @@ static em_tensor *forward(em_ctx *c, const em_model *m, em_tensor *ids, em_tenso
                     ids ? em_tensor_sig(ids, s1, sizeof s1) : "none");
         return NULL;
     }
+    if (kv && !aux && em_model_forward_bucketed_pays(m, kv))
+        return em_model_forward_bucketed(c, m, ids, key_mask, kv, last_only);
     int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
     int64_t pos0 = kv ? kv->len : 0, tk = pos0 + t;
     if (!em_decoder_check_step(c, "model_forward", m, kv, ids, key_mask)) return NULL;

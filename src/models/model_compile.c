@@ -205,21 +205,16 @@ static uint8_t *make_mask(const uint8_t *valid, int64_t b, int64_t t, int64_t po
     return mk;
 }
 
-em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor *ids,
-                                     em_tensor *key_mask, bool last_only) {
-    if (!c || em_ctx_status(c)) return NULL;
-    char s1[96];
-    if (!mc || !ids || em_tensor_ndim(ids) != 2) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_forward_compiled", "needs ids [B, T], got %s",
-                    ids ? em_tensor_sig(ids, s1, sizeof s1) : "none");
-        return NULL;
-    }
-    const em_model *m = mc->m;
-    em_kv_cache *kv = mc->kv;
+/* One step with static shapes: positions, write positions and masks over the first l cache
+ * positions (the step's key length rounded up to the bucket) are data, so every step of a bucket
+ * has the same shapes. fn is the compiled step; NULL runs the same static forward eagerly. */
+static em_tensor *static_step(em_ctx *c, const em_model *m, em_kv_cache *kv, int64_t bucket,
+                              bool local, em_compiled *fn, em_tensor *ids, em_tensor *key_mask,
+                              bool last_only, const char *what) {
     int64_t b = em_tensor_dim(ids, 0), t = em_tensor_dim(ids, 1);
     int64_t pos0 = kv->len, tk = pos0 + t;
-    if (!em_decoder_check_step(c, "model_forward_compiled", m, kv, ids, key_mask)) return NULL;
-    int64_t l = (tk + mc->bucket - 1) / mc->bucket * mc->bucket;
+    if (!em_decoder_check_step(c, what, m, kv, ids, key_mask)) return NULL;
+    int64_t l = (tk + bucket - 1) / bucket * bucket;
     if (l > kv->max_len) l = kv->max_len;
     em_scope_push(c);
     em_device *d = m->dev_embed;
@@ -229,7 +224,7 @@ em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor
     uint8_t *mk = NULL, *mkl = NULL;
     em_tensor *r = NULL;
     if ((key_mask && !valid) || !cpos || !pos) {
-        em_ctx_fail(c, EM_ERR_OOM, "model_forward_compiled", "out of memory");
+        em_ctx_fail(c, EM_ERR_OOM, what, "out of memory");
         goto done;
     }
     if (valid && em_to_host(c, em_cast(c, key_mask, EM_BOOL), valid, (size_t)(b * tk)))
@@ -237,9 +232,9 @@ em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor
     for (int64_t i = 0; i < t; i++) cpos[i] = pos0 + i;
     em_decoder_positions_host(valid, b, t, pos0, tk, pos);
     mk = make_mask(valid, b, t, pos0, tk, l, 0);
-    mkl = mc->local ? make_mask(valid, b, t, pos0, tk, l, m->cfg.sliding_window) : NULL;
-    if (!mk || (mc->local && !mkl)) {
-        em_ctx_fail(c, EM_ERR_OOM, "model_forward_compiled", "out of memory");
+    mkl = local ? make_mask(valid, b, t, pos0, tk, l, m->cfg.sliding_window) : NULL;
+    if (!mk || (local && !mkl)) {
+        em_ctx_fail(c, EM_ERR_OOM, what, "out of memory");
         goto done;
     }
     int64_t ms[4] = {b, 1, t, l};
@@ -252,8 +247,15 @@ em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor
     };
     int64_t st[1] = {last_only && t > 1};
     em_tensor *out = NULL;
-    if (!em_ctx_status(c) &&
-        em_compiled_call(c, mc->fn, in, mkl ? 5 : 4, st, 1, &out, 1) == 1) {
+    if (!em_ctx_status(c)) {
+        if (fn) {
+            if (em_compiled_call(c, fn, in, mkl ? 5 : 4, st, 1, &out, 1) != 1) out = NULL;
+        } else {
+            out = em_decoder_forward_static(c, m, in[0], in[1], in[2], in[3], in[4], kv,
+                                            st[0] != 0);
+        }
+    }
+    if (out) {
         kv->len = tk;
         kv->experts_hit = -1; /* the routing stayed on the device */
         r = em_keep(c, out);
@@ -266,4 +268,30 @@ done:
     free(mkl);
     em_scope_pop(c);
     return r;
+}
+
+em_tensor *em_model_forward_compiled(em_ctx *c, em_model_compiled *mc, em_tensor *ids,
+                                     em_tensor *key_mask, bool last_only) {
+    if (!c || em_ctx_status(c)) return NULL;
+    char s1[96];
+    if (!mc || !ids || em_tensor_ndim(ids) != 2) {
+        em_ctx_fail(c, EM_ERR_INVALID_ARG, "model_forward_compiled", "needs ids [B, T], got %s",
+                    ids ? em_tensor_sig(ids, s1, sizeof s1) : "none");
+        return NULL;
+    }
+    return static_step(c, mc->m, mc->kv, mc->bucket, mc->local, mc->fn, ids, key_mask, last_only,
+                       "model_forward_compiled");
+}
+
+bool em_model_forward_bucketed_pays(const em_model *m, const em_kv_cache *kv) {
+    return m && kv && kv->m == m && !m->dev_embed->be->host_accessible &&
+           em_model_compile_supported(m) && m->spmd_parts <= 1 && m->tp_size <= 1;
+}
+
+em_tensor *em_model_forward_bucketed(em_ctx *c, const em_model *m, em_tensor *ids,
+                                     em_tensor *key_mask, em_kv_cache *kv, bool last_only) {
+    if (!c || em_ctx_status(c)) return NULL;
+    bool local = false;
+    for (int64_t i = 0; i < m->n_layers; i++) local |= m->layers[i].sliding;
+    return static_step(c, m, kv, 128, local, NULL, ids, key_mask, last_only, "model_forward");
 }

@@ -204,6 +204,16 @@ em_tensor *em_decoder_forward_static(em_ctx *c, const em_model *m, em_tensor *id
                                      em_tensor *positions, em_tensor *cache_pos, em_tensor *mask,
                                      em_tensor *mask_local, em_kv_cache *kv, bool last_only);
 
+/* Eager decoding on an accelerator (model_compile.c): the cache length grows by one each step,
+ * so the plain forward's attention has new shapes every step and a PJRT device compiles its ops
+ * again each time. The bucketed forward is compile mode's static forward run eagerly (positions
+ * and masks as data over the cache length rounded up to 128), so each op compiles once per
+ * bucket. _pays: the model runs whole on one device that is not the host's memory (a PJRT
+ * device), without tensor parallelism or SPMD, and kv is its cache. */
+bool em_model_forward_bucketed_pays(const em_model *m, const em_kv_cache *kv);
+em_tensor *em_model_forward_bucketed(em_ctx *c, const em_model *m, em_tensor *ids,
+                                     em_tensor *key_mask, em_kv_cache *kv, bool last_only);
+
 struct em_kv_cache {
     const em_model *m;
     int64_t batch, max_len, len;

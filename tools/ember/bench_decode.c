@@ -22,6 +22,25 @@
 /* Bytes one decode step must read: every weight as the model holds it (quantized ones at their
  * quantized size) but the embedding table (one row), only the experts that were hit, and the
  * KV cache up to `pos`. */
+static int64_t moe_layers(const em_model_config *cfg) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {
+        bool dense = false;
+        for (int k = 0; k < cfg->n_mlp_only_layers; k++) dense |= cfg->mlp_only_layers[k] == i;
+        int64_t step = cfg->decoder_sparse_step > 0 ? cfg->decoder_sparse_step : 1;
+        n += !dense && (i + 1) % step == 0;
+    }
+    return n;
+}
+
+/* Experts a step can hit at most (summed over layers): where the routing stays on the device
+ * (PJRT) nobody counts them, and the bound then counts this many, an upper bound on its bytes. */
+static int64_t experts_hit_at_most(const em_model *m, int64_t batch) {
+    const em_model_config *cfg = em_model_config_get(m);
+    int64_t per = batch * cfg->num_experts_per_tok;
+    return moe_layers(cfg) * (per < cfg->num_experts ? per : cfg->num_experts);
+}
+
 static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, int64_t pos) {
     const em_model_config *cfg = em_model_config_get(m);
     double es = em_model_dtype(m) == EM_F32 ? 4 : 2; /* activations, KV cache and experts */
@@ -29,14 +48,7 @@ static double step_bytes(const em_model *m, int64_t experts_hit, int64_t batch, 
     double total = (double)em_model_weight_bytes(m, true);
     if (cfg->num_experts > 0) { /* all experts are counted: keep the ones hit */
         double expert = 3.0 * (double)cfg->moe_intermediate_size * h * es;
-        int64_t moe_layers = 0;
-        for (int64_t i = 0; i < L; i++) {
-            bool dense = false;
-            for (int k = 0; k < cfg->n_mlp_only_layers; k++) dense |= cfg->mlp_only_layers[k] == i;
-            int64_t step = cfg->decoder_sparse_step > 0 ? cfg->decoder_sparse_step : 1;
-            moe_layers += !dense && (i + 1) % step == 0;
-        }
-        total -= expert * (double)(moe_layers * cfg->num_experts - experts_hit);
+        total -= expert * (double)(moe_layers(cfg) * cfg->num_experts - experts_hit);
     }
     double kv = 2.0 * (double)L * cfg->num_key_value_heads * hd * (double)pos * (double)batch;
     return total + kv * es;
@@ -139,6 +151,7 @@ static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n, doub
             l->total += l->dt;
             l->dts[s] = l->dt;
             if (!l->compiled) hit = em_kv_cache_experts_hit(l->kv);
+            if (hit < 0) hit = experts_hit_at_most(m, l->r->batch);
             em_scope_pop(c);
             l->next = nx;
             l->gbs_step = gbs;
