@@ -1,7 +1,9 @@
 /* Flux against diffusers 0.42.1 (tests/fixtures/diffusion/flux_*, made by
  * scripts/gen_flux_fixtures.py): FluxTransformer2DModel's output for three timesteps within 1e-4
  * (f32), with guidance embeddings (FLUX.1-dev's layout) and without (schnell's, with patch_size
- * 2 and out_channels 32); config fields refused by name; bad inputs. */
+ * 2 and out_channels 32); config fields refused by name; bad inputs. FluxPipeline's images from
+ * seeds and from the committed (packed) initial latents, eager and compiled, within 1e-3 of
+ * diffusers'; bad runs and folders with clear errors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,5 +170,172 @@ static void test_flux_bad_inputs(void) {
     em_ctx_free(c);
 }
 
+/* scripts/gen_flux_fixtures.py's RUNS */
+static const struct {
+    const char *name, *prompt, *prompt_2;
+    double guidance;
+    int64_t steps;
+    uint64_t seed;
+    int64_t height, width, msl;
+} RUNS[] = {
+    {"dev", "a photo of a cat", NULL, 3.5, 4, 0, 16, 16, 8},
+    {"prompt2", "a red cube on a table", "a blue sphere", 5.0, 3, 5, 16, 16, 8},
+    {"size", "a dog in the snow", NULL, 2.0, 2, 21, 16, 24, 6},
+};
+
+static int n_progress;
+static bool count_progress(void *user, int64_t i, int64_t n, double t, double s) {
+    (void)user, (void)i, (void)n, (void)t, (void)s;
+    n_progress++;
+    return true;
+}
+
+static em_pipeline_run_params run_params(size_t i) {
+    em_pipeline_run_params rp = em_pipeline_default_params();
+    rp.prompt = RUNS[i].prompt;
+    rp.prompt_2 = RUNS[i].prompt_2;
+    rp.guidance_scale = RUNS[i].guidance;
+    rp.steps = RUNS[i].steps;
+    rp.seed = RUNS[i].seed;
+    rp.height = RUNS[i].height;
+    rp.width = RUNS[i].width;
+    rp.max_sequence_length = RUNS[i].msl;
+    return rp;
+}
+
+static void test_flux_pipeline_runs(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/flux_tiny_ref");
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "flux_tiny"), NULL);
+    CHECK_MSG(b && p, "%s", msg(c));
+    if (p) {
+        CHECK(em_pipeline_get_index(p)->pipeline == EM_PIPELINE_FLUX);
+        int64_t shape[4];
+        CHECK(em_pipeline_latent_shape(p, shape) && shape[1] == 16 && shape[2] == 128);
+    }
+    for (size_t i = 0; b && p && i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        em_scope_push(c);
+        em_pipeline_run_params rp = run_params(i);
+        rp.progress = count_progress;
+        n_progress = 0;
+        char name[64], what[96];
+        snprintf(name, sizeof name, "%s_image", RUNS[i].name);
+        snprintf(what, sizeof what, "FluxPipeline run '%s'", RUNS[i].name);
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, name), 1e-3, 0, what);
+        CHECK(n_progress == RUNS[i].steps);
+        if (i == 0) { /* the same run from the committed initial latents (packed) */
+            rp.latents = em_test_bundle_get(b, c, "latents");
+            em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                             em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                             "FluxPipeline run 'dev' from its latents");
+            /* the transformer's step compiled once, the same image */
+            em_compile_stats cs = {0};
+            rp.compile = true;
+            rp.compile_stats = &cs;
+            em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                             em_test_bundle_get(b, c, "latents_image"), 1e-3, 0,
+                             "FluxPipeline run 'dev', compiled");
+            CHECK_MSG(cs.compiles == 1 && cs.calls == RUNS[i].steps, "%lld compiles, %lld calls",
+                      (long long)cs.compiles, (long long)cs.calls);
+        }
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
+    em_pipeline_free(p);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+static void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                             em_status want, const char *needle) {
+    em_scope_push(c);
+    CHECK(em_pipeline_run(c, p, rp) == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+}
+
+static void test_flux_bad_runs(void) {
+    em_ctx *c = em_ctx_create();
+    em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "flux_tiny"), NULL);
+    CHECK_MSG(p != NULL, "%s", msg(c));
+    if (p) {
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.steps = 1;
+        rp.height = rp.width = 16;
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "needs a prompt");
+        rp.prompt = "a cat";
+        rp.height = 18; /* not a multiple of 2 * 2 */
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "multiples of 4");
+        rp.height = 16;
+        rp.max_sequence_length = 513;
+        expect_run_error(c, p, &rp, EM_ERR_INVALID_ARG, "max_sequence_length 513");
+        rp.max_sequence_length = 4;
+        rp.negative_prompt = "blurry";
+        expect_run_error(c, p, &rp, EM_ERR_UNSUPPORTED, "true_cfg_scale");
+        rp.negative_prompt = NULL;
+        rp.latents = em_zeros(c, EM_F32, 3, (int64_t[]){1, 16, 32});
+        expect_run_error(c, p, &rp, EM_ERR_SHAPE, "the latent shape is [1, 16, 64] f32");
+        em_ctx_clear_error(c);
+    }
+    em_pipeline_free(p);
+    em_ctx_free(c);
+}
+
+static void expect_load_error(em_ctx *c, em_status want, const char *needle) {
+    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
+    CHECK(p == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_pipeline_free(p);
+}
+
+#define FLUX_INDEX(te2, tok2)                                                                   \
+    "{\"_class_name\": \"FluxPipeline\", "                                                      \
+    "\"transformer\": [\"diffusers\", \"FluxTransformer2DModel\"], "                            \
+    "\"vae\": [\"diffusers\", \"AutoencoderKL\"], "                                             \
+    "\"scheduler\": [\"diffusers\", \"FlowMatchEulerDiscreteScheduler\"], "                     \
+    "\"text_encoder\": [\"transformers\", \"CLIPTextModel\"], "                                 \
+    "\"tokenizer\": [\"transformers\", \"CLIPTokenizer\"], "                                    \
+    "\"text_encoder_2\": " te2 ", \"tokenizer_2\": " tok2 "}"
+
+static void test_flux_bad_folders(void) {
+    em_ctx *c = em_ctx_create();
+    if (!em_test_scratch_make("flux")) {
+        em_ctx_free(c);
+        return;
+    }
+    const char *parts[] = {"transformer", "vae", "scheduler", "text_encoder", "tokenizer",
+                           "tokenizer_2"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "flux_tiny/%s", parts[i]);
+        em_test_scratch_link(parts[i], "diffusion", rel);
+    }
+    em_test_scratch_link("text_encoder_2", "diffusion", "t5/gated");
+    const char *t5 = "[\"transformers\", \"T5EncoderModel\"]";
+    const char *tok = "[\"transformers\", \"T5TokenizerFast\"]";
+    /* a missing component */
+    em_test_scratch_write("model_index.json", FLUX_INDEX("[null, null]", "[null, null]"));
+    expect_load_error(c, EM_ERR_NOT_FOUND, "needs a 'text_encoder_2' component");
+    /* a component of a class FluxPipeline does not take */
+    char buf[1024];
+    snprintf(buf, sizeof buf, FLUX_INDEX("%s", "[\"transformers\", \"CLIPTokenizer\"]"), t5);
+    em_test_scratch_write("model_index.json", buf);
+    expect_load_error(c, EM_ERR_UNSUPPORTED, "tokenizer_2 class 'CLIPTokenizer'");
+    /* a T5 whose width is not the transformer's joint_attention_dim */
+    snprintf(buf, sizeof buf, FLUX_INDEX("%s", "%s"), t5, tok);
+    em_test_scratch_write("model_index.json", buf);
+    expect_load_error(c, EM_ERR_SHAPE, "text_encoder_2's d_model 16 (joint_attention_dim 48)");
+    em_test_scratch_remove();
+    em_ctx_free(c);
+}
+
 EM_TEST_MAIN(T(test_flux_transformer_matches_diffusers), T(test_flux_config),
-             T(test_flux_bad_inputs))
+             T(test_flux_bad_inputs), T(test_flux_pipeline_runs), T(test_flux_bad_runs),
+             T(test_flux_bad_folders))
