@@ -66,24 +66,6 @@ bool flux_load(em_ctx *c, em_pipeline *p, const char *device) {
            check_components(c, p);
 }
 
-bool flux_to(em_ctx *c, em_pipeline *p, const char *device) {
-    em_pipeline q = {.idx = p->idx, .dtype = p->dtype, .vae_dtype = p->vae_dtype};
-    if (!flux_load(c, &q, device)) {
-        em_flux_free(q.flux);
-        sd_free(&q);
-        return false;
-    }
-    em_flux_free(p->flux);
-    sd_free(p);
-    p->flux = q.flux;
-    p->vae = q.vae;
-    p->tok = q.tok;
-    p->te = q.te;
-    p->tok3 = q.tok3;
-    p->te3 = q.te3;
-    return true;
-}
-
 /* What the run takes: prompts (one or a list), prompt_2, a size in multiples of twice the VAE
  * factor, max_sequence_length in [1, 512], seeds (one per image); negative prompts
  * (true_cfg_scale) and the options of the other pipelines are refused by name. */

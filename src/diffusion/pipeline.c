@@ -102,8 +102,9 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     em_device *dev = em_device_get(c, device);
     if (!dev) return em_ctx_status(c);
     if (dev == em_pipeline_device(p)) return EM_OK;
-    if (p->sd3) return sd3_to(c, p, device) ? EM_OK : em_ctx_status(c);
-    if (p->flux) return flux_to(c, p, device) ? EM_OK : em_ctx_status(c);
+    if (p->sd3 || p->flux)
+        return flow_reload(c, p, device, p->sd3 ? sd3_load : flux_load) ? EM_OK
+                                                                        : em_ctx_status(c);
     if (p->dit) {
         em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp);
         if (d && em_dit_set_context_parallel(c, d, p->cp) != EM_OK) {

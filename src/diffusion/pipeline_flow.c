@@ -121,3 +121,27 @@ bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_param
     }
     return true;
 }
+
+bool flow_reload(em_ctx *c, em_pipeline *p, const char *device,
+                 bool (*load)(em_ctx *, em_pipeline *, const char *)) {
+    em_pipeline q = {.idx = p->idx, .dtype = p->dtype, .vae_dtype = p->vae_dtype};
+    if (!load(c, &q, device)) {
+        em_sd3_free(q.sd3);
+        em_flux_free(q.flux);
+        sd_free(&q);
+        return false;
+    }
+    em_sd3_free(p->sd3);
+    em_flux_free(p->flux);
+    sd_free(p);
+    p->sd3 = q.sd3;
+    p->flux = q.flux;
+    p->vae = q.vae;
+    p->tok = q.tok;
+    p->te = q.te;
+    p->tok2 = q.tok2;
+    p->te2 = q.te2;
+    p->tok3 = q.tok3;
+    p->te3 = q.te3;
+    return true;
+}

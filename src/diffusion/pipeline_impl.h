@@ -177,11 +177,10 @@ int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end
 em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                               em_torch_generator *g, double t, bool add_noise);
 /* StableDiffusion3Pipeline (sd3_pipeline.c): its transformer, VAE, tokenizers and text
- * encoders loaded onto `device` and checked against each other; false with the error. sd3_to
- * reloads them all onto `device` (swapped in only on success). sd3_pipeline_run is the run of
+ * encoders loaded onto `device` and checked against each other; false with the error (moving
+ * the pipeline: flow_reload with sd3_load). sd3_pipeline_run is the run of
  * em_pipeline_run (its own checks: the options of other pipelines refused by name). */
 bool sd3_load(em_ctx *c, em_pipeline *p, const char *device);
-bool sd3_to(em_ctx *c, em_pipeline *p, const char *device);
 em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 /* The flow-matching transformer pipelines' shared pieces (pipeline_flow.c), in the current scope,
  * NULL / false with the error in c. flow_clip_encode: em_clip_text_forward of texts[0..n)
@@ -206,9 +205,12 @@ em_tensor *flow_decode(em_ctx *c, em_pipeline *p, em_tensor *x, bool sliced);
  * per image; sizes and max_sequence_length (0 to 512) in range. False with the error in c. */
 bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
                     const char *bad);
-/* FluxPipeline (flux_pipeline.c), as sd3_load / sd3_to / sd3_pipeline_run. */
+/* pipe.to(device) of a transformer pipeline: its components reloaded by `load` (sd3_load,
+ * flux_load) onto device and swapped in only on success; false with the error. */
+bool flow_reload(em_ctx *c, em_pipeline *p, const char *device,
+                 bool (*load)(em_ctx *, em_pipeline *, const char *));
+/* FluxPipeline (flux_pipeline.c), as sd3_load / sd3_pipeline_run. */
 bool flux_load(em_ctx *c, em_pipeline *p, const char *device);
-bool flux_to(em_ctx *c, em_pipeline *p, const char *device);
 em_tensor *flux_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):

@@ -85,26 +85,6 @@ bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
     return check_components(c, p);
 }
 
-bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
-    em_pipeline q = {.idx = p->idx, .dtype = p->dtype, .vae_dtype = p->vae_dtype};
-    if (!sd3_load(c, &q, device)) {
-        em_sd3_free(q.sd3);
-        sd_free(&q);
-        return false;
-    }
-    em_sd3_free(p->sd3);
-    sd_free(p);
-    p->sd3 = q.sd3;
-    p->vae = q.vae;
-    p->tok = q.tok;
-    p->te = q.te;
-    p->tok2 = q.tok2;
-    p->te2 = q.te2;
-    p->tok3 = q.tok3;
-    p->te3 = q.te3;
-    return true;
-}
-
 /* What the run takes: prompts (one or a list; pipeline.c's check_batch has checked the batch),
  * negative prompts, their second-encoder texts, a size in multiples of the VAE factor times the
  * patch, max_sequence_length in [0, 512], seeds (one per image); the options of the other
