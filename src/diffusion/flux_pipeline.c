@@ -144,64 +144,28 @@ static int flux_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *s
 }
 
 typedef struct flux_run {
+    em_pipeline *p;
     em_tensor *ctx, *pooled, *guidance, *cos, *sin; /* the pipeline's dtype; guidance f32 */
-    em_compiled *f;
 } flux_run;
 
-/* The transformer's output (f32) for the f32 latents x at timestep t / 1000 (f32 [B]) */
-static em_tensor *transformer(em_ctx *c, em_pipeline *p, const flux_run *r, em_tensor *x,
-                              em_tensor *tt) {
+/* The transformer's output (f32) for the f32 latents x at timestep t: t.expand(B) / 1000 in
+ * f32, the latents cast to the pipeline's dtype and the output back. */
+static em_tensor *predict(em_ctx *c, void *user, em_compiled *f, em_tensor *x, double t) {
+    const flux_run *r = user;
+    em_pipeline *p = r->p;
     em_tensor *in = pipeline_as(c, x, p->dtype);
-    if (!r->f) {
+    em_tensor *tt = flow_full(c, em_flux_device(p->flux), em_tensor_dim(x, 0),
+                              (float)t / 1000.0f);
+    if (!f) {
         em_flux_inputs fi = {.hidden_states = in, .encoder_hidden_states = r->ctx,
                              .pooled_projections = r->pooled, .timestep = tt,
                              .guidance = r->guidance};
         return pipeline_as(c, flux_forward_tables(c, p->flux, &fi, r->cos, r->sin), EM_F32);
     }
     em_tensor *out = NULL, *args[7] = {in, r->ctx, r->pooled, tt, r->cos, r->sin, r->guidance};
-    return em_compiled_call(c, r->f, args, r->guidance ? 7 : 6, NULL, 0, &out, 1) == 1
+    return em_compiled_call(c, f, args, r->guidance ? 7 : 6, NULL, 0, &out, 1) == 1
                ? pipeline_as(c, out, EM_F32)
                : NULL;
-}
-
-/* The denoising loop from x (a reference this takes over); the final latents, a reference. */
-static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                          em_torch_generator *g, em_tensor *x, flux_run *r) {
-    int64_t n = 0;
-    const double *ts = em_scheduler_timesteps(p->sched, &n);
-    int64_t b = em_tensor_dim(x, 0);
-    em_device *dev = em_flux_device(p->flux);
-    float *tf = malloc((size_t)b * sizeof *tf);
-    r->f = rp->compile && tf ? em_compile(c, "flux_step", flux_step, p->flux) : NULL;
-    if (!tf || (rp->compile && !r->f)) {
-        if (!tf) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
-        free(tf);
-        em_tensor_release(x);
-        return NULL;
-    }
-    for (int64_t i = 0; i < n && x; i++) {
-        double t0 = pipeline_now_s();
-        em_scope_push(c);
-        /* t.expand(B).to(f32) / 1000, in f32 */
-        for (int64_t k = 0; k < b; k++) tf[k] = (float)ts[i] / 1000.0f;
-        em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &b, tf);
-        em_tensor *pred = tt ? transformer(c, p, r, x, tt) : NULL;
-        em_tensor *next = pred ? em_scheduler_step(c, p->sched, pred, ts[i], x, g) : NULL;
-        if (next) next = em_tensor_retain(next);
-        em_scope_pop(c);
-        em_tensor_release(x);
-        x = next;
-        if (!x || !pipeline_step_done(c, rp, dev, i, n, ts[i], t0, RUN_OP)) break;
-    }
-    free(tf);
-    if (r->f && rp->compile_stats) em_compiled_stats(r->f, rp->compile_stats);
-    em_compiled_free(r->f);
-    r->f = NULL;
-    if (em_ctx_status(c) && x) {
-        em_tensor_release(x);
-        x = NULL;
-    }
-    return x;
 }
 
 /* The text ids (zeros [L, 3]) and image ids ((0, row, col) per packed token) as rotary tables */
@@ -269,7 +233,7 @@ em_tensor *flux_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_pa
         return NULL;
     }
     em_scope_push(c);
-    flux_run r = {0};
+    flux_run r = {.p = p};
     r.ctx = prompt_embeds(c, p, texts + n, texts2 + n, (int)n, msl, &r.pooled);
     free((void *)texts);
     free((void *)texts2);
@@ -281,17 +245,13 @@ em_tensor *flux_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_pa
     r.pooled = pipeline_as(c, r.pooled, p->dtype);
     int64_t lh = 0, lw = 0;
     em_tensor *x = r.ctx && r.pooled ? initial_latents(c, p, rp, g, &lh, &lw) : NULL;
-    if (x && em_flux_get_config(p->flux)->guidance_embeds) { /* full([B], guidance_scale) */
-        float *gv = malloc((size_t)B * sizeof *gv);
-        for (int64_t i = 0; gv && i < B; i++) gv[i] = (float)guidance;
-        r.guidance = gv ? em_from_host_on(c, em_flux_device(p->flux), EM_F32, 1, &B, gv) : NULL;
-        if (!gv) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
-        free(gv);
-    }
+    if (x && em_flux_get_config(p->flux)->guidance_embeds) /* full([B], guidance_scale) */
+        r.guidance = flow_full(c, em_flux_device(p->flux), B, (float)guidance);
     if (x) x = em_tensor_retain(x);
     if (x && !em_ctx_status(c) && rope_tables(c, p, msl, lh, lw, &r) &&
         set_timesteps(c, p, steps, em_tensor_dim(x, 1)) == EM_OK)
-        x = denoise(c, p, rp, g, x, &r);
+        x = flow_denoise(c, p, rp, g, x, em_flux_device(p->flux), predict, &r,
+                         rp->compile ? em_compile(c, "flux_step", flux_step, p->flux) : NULL);
     em_torch_generator_free(g);
     em_tensor *img = NULL;
     if (x && !em_ctx_status(c)) img = flow_decode(c, p, unpack(c, x, lh, lw), rp->vae_slicing);

@@ -145,3 +145,40 @@ bool flow_reload(em_ctx *c, em_pipeline *p, const char *device,
     p->te3 = q.te3;
     return true;
 }
+
+em_tensor *flow_full(em_ctx *c, em_device *dev, int64_t rows, float value) {
+    em_device *prev = em_ctx_device(c);
+    em_ctx_set_device(c, dev);
+    em_tensor *t = em_full(c, EM_F32, 1, &rows, (double)value);
+    em_ctx_set_device(c, prev);
+    return t;
+}
+
+em_tensor *flow_denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                        em_torch_generator *g, em_tensor *x, em_device *dev, flow_pred_fn pred,
+                        void *user, em_compiled *f) {
+    int64_t n = 0;
+    const double *ts = em_scheduler_timesteps(p->sched, &n);
+    if (rp->compile && !f) {
+        em_tensor_release(x);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n && x; i++) {
+        double t0 = pipeline_now_s();
+        em_scope_push(c);
+        em_tensor *y = pred(c, user, f, x, ts[i]);
+        em_tensor *next = y ? em_scheduler_step(c, p->sched, y, ts[i], x, g) : NULL;
+        if (next) next = em_tensor_retain(next);
+        em_scope_pop(c);
+        em_tensor_release(x);
+        x = next;
+        if (!x || !pipeline_step_done(c, rp, dev, i, n, ts[i], t0, RUN_OP)) break;
+    }
+    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
+    em_compiled_free(f);
+    if (em_ctx_status(c) && x) {
+        em_tensor_release(x);
+        x = NULL;
+    }
+    return x;
+}

@@ -205,6 +205,20 @@ em_tensor *flow_decode(em_ctx *c, em_pipeline *p, em_tensor *x, bool sliced);
  * per image; sizes and max_sequence_length (0 to 512) in range. False with the error in c. */
 bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
                     const char *bad);
+/* The model's prediction (f32, x's shape) for the f32 latents x at timestep t, through the
+ * compiled step f when not NULL, in the current scope; NULL with the error. */
+typedef em_tensor *(*flow_pred_fn)(em_ctx *c, void *user, em_compiled *f, em_tensor *x,
+                                   double t);
+/* The denoising loop of the transformer pipelines over the scheduler's timesteps from x (a
+ * reference this takes over): pred, then the scheduler's step (noise from g), the progress
+ * callback with dev synchronised. f (rp->compile's step; NULL with rp->compile means its
+ * creation failed: the error is in c) is freed after, its stats in rp->compile_stats. The final
+ * latents (a reference) or NULL with the error. */
+em_tensor *flow_denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                        em_torch_generator *g, em_tensor *x, em_device *dev, flow_pred_fn pred,
+                        void *user, em_compiled *f);
+/* full([rows], value) f32 on dev: the timesteps expanded over the rows */
+em_tensor *flow_full(em_ctx *c, em_device *dev, int64_t rows, float value);
 /* pipe.to(device) of a transformer pipeline: its components reloaded by `load` (sd3_load,
  * flux_load) onto device and swapped in only on success; false with the error. */
 bool flow_reload(em_ctx *c, em_pipeline *p, const char *device,

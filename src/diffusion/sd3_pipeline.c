@@ -187,63 +187,32 @@ static int sd3_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *st
     return out[0] ? 1 : -1;
 }
 
-/* The transformer's output (f32) for the f32 latent model input: the inputs cast to the
- * pipeline's dtype dt (the timesteps stay f32), the output back to f32. */
-static em_tensor *transformer(em_ctx *c, em_sd3 *m, em_dtype dt, em_compiled *f, em_tensor *in,
-                              em_tensor *ctx, em_tensor *pooled, em_tensor *tt) {
-    in = pipeline_as(c, in, dt);
-    ctx = pipeline_as(c, ctx, dt);
-    pooled = pipeline_as(c, pooled, dt);
-    if (!f || !tt) return pipeline_as(c, em_sd3_forward(c, m, in, ctx, pooled, tt), EM_F32);
-    em_tensor *out = NULL, *args[4] = {in, ctx, pooled, tt};
-    return em_compiled_call(c, f, args, 4, NULL, 0, &out, 1) == 1 ? pipeline_as(c, out, EM_F32)
-                                                                  : NULL;
-}
+typedef struct sd3_run {
+    em_pipeline *p;
+    em_tensor *ctx, *pooled; /* [2B or B, ...]: [negatives; prompts] under guidance */
+    double guidance;
+} sd3_run;
 
-/* The denoising loop from x (a reference this takes over); the final latents, a reference. */
-static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                          em_torch_generator *g, em_tensor *x, em_tensor *ctx,
-                          em_tensor *pooled, double guidance) {
-    int64_t n = 0;
-    const double *ts = em_scheduler_timesteps(p->sched, &n);
+/* The transformer's noise prediction for the f32 latents x at t: the latent model input (doubled
+ * under guidance) and the embeddings cast to the pipeline's dtype (the timesteps f32), the
+ * output back to f32, uncond + g * (text - uncond). */
+static em_tensor *predict(em_ctx *c, void *user, em_compiled *f, em_tensor *x, double t) {
+    const sd3_run *r = user;
+    em_pipeline *p = r->p;
     int64_t b = em_tensor_dim(x, 0);
-    bool cfg = em_tensor_dim(ctx, 0) == 2 * b;
-    em_device *dev = em_sd3_device(p->sd3);
-    float *tf = malloc(2 * (size_t)b * sizeof *tf);
-    em_compiled *f = rp->compile && tf ? em_compile(c, "sd3_step", sd3_step, p->sd3) : NULL;
-    if (!tf || (rp->compile && !f)) {
-        if (!tf) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
-        free(tf);
-        em_tensor_release(x);
-        return NULL;
-    }
-    for (int64_t i = 0; i < n && x; i++) {
-        double t0 = pipeline_now_s();
-        em_scope_push(c);
-        em_tensor *pair[2] = {x, x};
-        em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
-        int64_t rows = cfg ? 2 * b : b;
-        for (int64_t r = 0; r < rows; r++) tf[r] = (float)ts[i]; /* t.expand(rows), f32 */
-        em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &rows, tf);
-        em_tensor *pred = transformer(c, p->sd3, p->dtype, f, in, ctx, pooled, tt);
-        em_tensor *parts[2] = {NULL, NULL};
-        if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
-            pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
-        em_tensor *next = pred ? em_scheduler_step(c, p->sched, pred, ts[i], x, g) : NULL;
-        if (next) next = em_tensor_retain(next);
-        em_scope_pop(c);
-        em_tensor_release(x);
-        x = next;
-        if (!x || !pipeline_step_done(c, rp, dev, i, n, ts[i], t0, RUN_OP)) break;
-    }
-    free(tf);
-    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
-    em_compiled_free(f);
-    if (em_ctx_status(c) && x) {
-        em_tensor_release(x);
-        x = NULL;
-    }
-    return x;
+    bool cfg = em_tensor_dim(r->ctx, 0) == 2 * b;
+    em_tensor *pair[2] = {x, x};
+    em_tensor *in = pipeline_as(c, cfg ? em_cat(c, pair, 2, 0) : x, p->dtype);
+    em_tensor *tt = flow_full(c, em_sd3_device(p->sd3), cfg ? 2 * b : b, (float)t);
+    em_tensor *ctx = pipeline_as(c, r->ctx, p->dtype), *pooled = pipeline_as(c, r->pooled, p->dtype);
+    em_tensor *pred = NULL, *args[4] = {in, ctx, pooled, tt};
+    if (!f) pred = em_sd3_forward(c, p->sd3, in, ctx, pooled, tt);
+    else if (em_compiled_call(c, f, args, 4, NULL, 0, &pred, 1) != 1) pred = NULL;
+    pred = pipeline_as(c, pred, EM_F32);
+    em_tensor *parts[2] = {NULL, NULL};
+    if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
+        pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), r->guidance));
+    return pred;
 }
 
 em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
@@ -278,8 +247,10 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
     }
     em_tensor *x = ctx && pooled ? initial_latents(c, p, rp, g) : NULL;
     if (x) x = em_tensor_retain(x);
+    sd3_run r = {p, ctx, pooled, guidance};
     if (x && set_timesteps(c, p, steps, x) == EM_OK)
-        x = denoise(c, p, rp, g, x, ctx, pooled, guidance);
+        x = flow_denoise(c, p, rp, g, x, em_sd3_device(p->sd3), predict, &r,
+                         rp->compile ? em_compile(c, "sd3_step", sd3_step, p->sd3) : NULL);
     em_torch_generator_free(g);
     em_tensor *img = NULL;
     if (x && !em_ctx_status(c)) img = flow_decode(c, p, x, rp->vae_slicing);
