@@ -27,6 +27,11 @@ tests/fixtures/diffusion/flux_tiny_ref.{json,bin} (a Bundle):
   .manual_seed(seed), output_type="np").images, f32 [1, H, W, 3]
   latents: randn_tensor((1, 16, 8, 8), generator seed 123) packed 2x2 ([1, 16, 64], as
   FluxPipeline takes them) and latents_image, run "dev" from those latents
+  batch_image: pipe(["a photo of a cat", "a red cube"], prompt_2=["a blue sphere", "a dog"],
+  num_images_per_prompt=2, guidance_scale=4, num_inference_steps=2, 16x16,
+  max_sequence_length=6, seed 3): [4, 16, 16, 3]
+  generators_image: pipe("an astronaut", num_images_per_prompt=2, generator=[seed 7, seed 8],
+  guidance_scale=3, num_inference_steps=2, 16x16, max_sequence_length=6): [2, 16, 16, 3]
 
 The transformer must match within 1e-4, images within 1e-3.
 """
@@ -163,6 +168,16 @@ def main():
     packed = FluxPipeline._pack_latents(latents, 1, 16, 8, 8)
     b.add("latents", packed)
     b.add("latents_image", torch.from_numpy(run(pipe, *RUNS["dev"], latents=packed.clone())))
+    with torch.no_grad():
+        b.add("batch_image", torch.from_numpy(pipe(
+            ["a photo of a cat", "a red cube"], prompt_2=["a blue sphere", "a dog"],
+            num_images_per_prompt=2, guidance_scale=4.0, num_inference_steps=2, height=16,
+            width=16, max_sequence_length=6, output_type="np",
+            generator=torch.Generator("cpu").manual_seed(3)).images))
+        b.add("generators_image", torch.from_numpy(pipe(
+            "an astronaut", num_images_per_prompt=2, guidance_scale=3.0, num_inference_steps=2,
+            height=16, width=16, max_sequence_length=6, output_type="np",
+            generator=[torch.Generator("cpu").manual_seed(s) for s in (7, 8)]).images))
     b.meta = {"runs": meta}
     print(b.write())
 

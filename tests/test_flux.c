@@ -244,6 +244,44 @@ static void test_flux_pipeline_runs(void) {
         em_ctx_clear_error(c);
         em_scope_pop(c);
     }
+    if (b && p) { /* two prompts (their T5 texts a list), two images each: one batch of 4 */
+        em_scope_push(c);
+        static const char *const prompts[] = {"a photo of a cat", "a red cube"};
+        static const char *const prompts_2[] = {"a blue sphere", "a dog"};
+        em_pipeline_run_params rp = em_pipeline_default_params();
+        rp.prompts = prompts;
+        rp.prompts_2 = prompts_2;
+        rp.num_prompts = 2;
+        rp.num_images_per_prompt = 2;
+        rp.guidance_scale = 4.0;
+        rp.steps = 2;
+        rp.seed = 3;
+        rp.height = rp.width = 16;
+        rp.max_sequence_length = 6;
+        em_tensor *img = em_pipeline_run(c, p, &rp);
+        CHECK_MSG(img != NULL && em_tensor_dim(img, 0) == 4, "batch: %s", msg(c));
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "batch_image"), 1e-3, 0,
+                         "FluxPipeline batch");
+        rp.vae_slicing = true; /* pipe.vae.enable_slicing(): the same images */
+        em_test_allclose(c, em_pipeline_run(c, p, &rp), em_test_bundle_get(b, c, "batch_image"),
+                         1e-3, 0, "FluxPipeline batch, VAE sliced");
+        static const uint64_t seeds[2] = {7, 8}; /* a generator per image */
+        rp = em_pipeline_default_params();
+        rp.prompt = "an astronaut";
+        rp.num_images_per_prompt = 2;
+        rp.seeds = seeds;
+        rp.num_seeds = 2;
+        rp.guidance_scale = 3.0;
+        rp.steps = 2;
+        rp.height = rp.width = 16;
+        rp.max_sequence_length = 6;
+        em_test_allclose(c, em_pipeline_run(c, p, &rp),
+                         em_test_bundle_get(b, c, "generators_image"), 1e-3, 0,
+                         "FluxPipeline generator list");
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_ctx_clear_error(c);
+        em_scope_pop(c);
+    }
     em_pipeline_free(p);
     em_test_bundle_free(b);
     em_ctx_free(c);
