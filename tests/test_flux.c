@@ -90,6 +90,9 @@ static void test_flux_config(void) {
                         "_class_name 'SD3Transformer2DModel'");
     expect_config_error(c, "{\"axes_dims_rope\": [16, 56, 40]}", EM_ERR_FORMAT,
                         "axes_dims_rope sum to 112, not attention_head_dim 128");
+    /* the default axes (16, 56, 56) do not fit another head size: refused, not run */
+    expect_config_error(c, "{\"attention_head_dim\": 64}", EM_ERR_FORMAT,
+                        "axes_dims_rope sum to 128, not attention_head_dim 64");
     expect_config_error(c, "{\"axes_dims_rope\": [15, 57, 56]}", EM_ERR_FORMAT,
                         "axes_dims_rope[0] must be an even");
     expect_config_error(c, "{\"axes_dims_rope\": 128}", EM_ERR_FORMAT, "axes_dims_rope");

@@ -19,17 +19,30 @@ static bool get_size(em_cfg_src *s, const char *key, int64_t *v, int64_t min) {
     return diff_cfg_size(s, key, v, min, MAX_SIZE);
 }
 
+/* the rotary tables cover the whole head: the axes sum to attention_head_dim */
+static bool check_axes_sum(em_cfg_src *s, const em_flux_config *cfg) {
+    int64_t sum = 0;
+    for (int i = 0; i < cfg->n_axes; i++) sum += cfg->axes_dims_rope[i];
+    if (sum != cfg->attention_head_dim) {
+        em_ctx_fail(s->c, EM_ERR_FORMAT, OP, "%s: axes_dims_rope sum to %lld, not "
+                    "attention_head_dim %lld (the rotary tables cover the whole head)", s->file,
+                    (long long)sum, (long long)cfg->attention_head_dim);
+        return false;
+    }
+    return true;
+}
+
 /* axes_dims_rope: a list of even positive ints (the rotary dims per id column) */
 static bool get_axes(em_cfg_src *s, em_flux_config *cfg) {
     json_t *v = json_object_get(s->obj, "axes_dims_rope");
-    if (!v) return true;
+    if (!v) /* the default (16, 56, 56) must fit the head too */
+        return check_axes_sum(s, cfg);
     if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > EM_FLUX_MAX_AXES) {
         em_ctx_fail(s->c, EM_ERR_FORMAT, OP, "%s: axes_dims_rope must be a list of 1 to %d "
                     "rotary dims, not %s", s->file, EM_FLUX_MAX_AXES, em_cfg_kind(v));
         return false;
     }
     cfg->n_axes = (int)json_array_size(v);
-    int64_t sum = 0;
     for (int i = 0; i < cfg->n_axes; i++) {
         json_t *e = json_array_get(v, (size_t)i);
         json_int_t d = json_is_integer(e) ? json_integer_value(e) : 0;
@@ -39,15 +52,8 @@ static bool get_axes(em_cfg_src *s, em_flux_config *cfg) {
             return false;
         }
         cfg->axes_dims_rope[i] = d;
-        sum += d;
     }
-    if (sum != cfg->attention_head_dim) {
-        em_ctx_fail(s->c, EM_ERR_FORMAT, OP, "%s: axes_dims_rope sum to %lld, not "
-                    "attention_head_dim %lld (the rotary tables cover the whole head)", s->file,
-                    (long long)sum, (long long)cfg->attention_head_dim);
-        return false;
-    }
-    return true;
+    return check_axes_sum(s, cfg);
 }
 
 static bool parse(em_cfg_src *s, em_flux_config *cfg) {
