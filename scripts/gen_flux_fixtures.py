@@ -30,6 +30,9 @@ tests/fixtures/diffusion/flux_tiny_ref.{json,bin} (a Bundle):
   batch_image: pipe(["a photo of a cat", "a red cube"], prompt_2=["a blue sphere", "a dog"],
   num_images_per_prompt=2, guidance_scale=4, num_inference_steps=2, 16x16,
   max_sequence_length=6, seed 3): [4, 16, 16, 3]
+  sched_sigmas / sched_timesteps: the scheduler's after retrieve_timesteps(sigmas=
+  np.linspace(1.0, 1 / 7, 7), mu=calculate_shift(16, ...)) as FluxPipeline calls it (meta
+  "sched_mu": that mu)
   generators_image: pipe("an astronaut", num_images_per_prompt=2, generator=[seed 7, seed 8],
   guidance_scale=3, num_inference_steps=2, 16x16, max_sequence_length=6): [2, 16, 16, 3]
 
@@ -178,7 +181,15 @@ def main():
             "an astronaut", num_images_per_prompt=2, guidance_scale=3.0, num_inference_steps=2,
             height=16, width=16, max_sequence_length=6, output_type="np",
             generator=[torch.Generator("cpu").manual_seed(s) for s in (7, 8)]).images))
-    b.meta = {"runs": meta}
+    import numpy as np
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift, retrieve_timesteps
+    cfg = pipe.scheduler.config
+    mu = calculate_shift(16, cfg.base_image_seq_len, cfg.max_image_seq_len, cfg.base_shift,
+                         cfg.max_shift)
+    retrieve_timesteps(pipe.scheduler, 7, "cpu", sigmas=np.linspace(1.0, 1 / 7, 7), mu=mu)
+    b.add("sched_sigmas", pipe.scheduler.sigmas.float())
+    b.add("sched_timesteps", pipe.scheduler.timesteps.float())
+    b.meta = {"runs": meta, "sched_mu": mu}
     print(b.write())
 
 

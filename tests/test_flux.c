@@ -4,6 +4,7 @@
  * 2 and out_channels 32); config fields refused by name; bad inputs. FluxPipeline's images from
  * seeds and from the committed (packed) initial latents, eager and compiled, within 1e-3 of
  * diffusers'; bad runs and folders with clear errors. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,46 @@ static void test_flux_bad_inputs(void) {
         em_ctx_clear_error(c);
         em_test_scratch_remove();
     }
+    em_ctx_free(c);
+}
+
+/* em_scheduler_set_sigmas_mu as FluxPipeline calls it: sigmas np.linspace(1, 1/7, 7) and
+ * diffusers' mu for 16 tokens give diffusers' sigmas and timesteps (f32, within 1e-6) */
+static void test_flux_scheduler_sigmas(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/flux_tiny_ref");
+    em_scheduler *s = em_scheduler_from_file(
+        c, em_test_fixture_path("diffusion", "flux_tiny/scheduler/scheduler_config.json"));
+    CHECK_MSG(b && s, "%s", msg(c));
+    if (b && s) {
+        float sig[7];
+        for (int i = 0; i < 7; i++) sig[i] = (float)(1.0 + i * ((1.0 / 7 - 1.0) / 6));
+        sig[6] = (float)(1.0 / 7);
+        double mu = em_test_bundle_meta_num(b, "sched_mu", 0);
+        CHECK_MSG(em_scheduler_set_sigmas_mu(c, s, sig, 7, mu) == EM_OK, "%s", msg(c));
+        int64_t n = 0, ns = 0;
+        const double *ts = em_scheduler_timesteps(s, &n);
+        const float *sg = em_scheduler_sigmas(s, &ns);
+        em_scope_push(c);
+        float tsf[7];
+        for (int64_t i = 0; i < n && i < 7; i++) tsf[i] = (float)ts[i];
+        CHECK(n == 7 && ns == 8);
+        em_test_allclose(c, em_from_host(c, EM_F32, 1, (int64_t[]){8}, sg),
+                         em_test_bundle_get(b, c, "sched_sigmas"), 1e-6, 1e-6, "sigmas");
+        em_test_allclose(c, em_from_host(c, EM_F32, 1, (int64_t[]){7}, tsf),
+                         em_test_bundle_get(b, c, "sched_timesteps"), 1e-6, 1e-6, "timesteps");
+        em_scope_pop(c);
+        sig[2] = 0.0f; /* FlowMatch sigmas lie in (0, 1] */
+        CHECK(em_scheduler_set_sigmas_mu(c, s, sig, 7, mu) == EM_ERR_INVALID_ARG &&
+              strstr(msg(c), "sigma 2"));
+        em_ctx_clear_error(c);
+        sig[2] = 0.5f; /* use_dynamic_shifting needs a mu */
+        CHECK(em_scheduler_set_sigmas_mu(c, s, sig, 7, NAN) == EM_ERR_INVALID_ARG &&
+              strstr(msg(c), "needs mu"));
+        em_ctx_clear_error(c);
+    }
+    em_scheduler_free(s);
+    em_test_bundle_free(b);
     em_ctx_free(c);
 }
 
@@ -379,4 +420,4 @@ static void test_flux_bad_folders(void) {
 
 EM_TEST_MAIN(T(test_flux_transformer_matches_diffusers), T(test_flux_config),
              T(test_flux_bad_inputs), T(test_flux_pipeline_runs), T(test_flux_bad_runs),
-             T(test_flux_bad_folders))
+             T(test_flux_bad_folders), T(test_flux_scheduler_sigmas))
