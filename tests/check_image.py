@@ -95,6 +95,7 @@ def main():
     gens = bundle(fixtures, "generator_list_ref")  # scripts/gen_generator_list_fixtures.py
     sd3 = bundle(fixtures, "sd3_tiny_ref")  # scripts/gen_sd3_fixtures.py
     sd3_t5 = bundle(fixtures, "sd3_t5_ref")  # scripts/gen_sd3_t5_fixtures.py
+    flux = bundle(fixtures, "flux_tiny_ref")  # scripts/gen_flux_fixtures.py
     png_missing = False
     with tempfile.TemporaryDirectory() as tmp:
         lat = os.path.join(tmp, "latents.npy")
@@ -105,6 +106,8 @@ def main():
         write_npy(dit_lat, *dit["latents"])
         sd3_lat = os.path.join(tmp, "sd3_latents.npy")
         write_npy(sd3_lat, *sd3["latents"])
+        flux_lat = os.path.join(tmp, "flux_latents.npy")  # packed [1, 16, 64]
+        write_npy(flux_lat, *flux["latents"])
         init_euler = os.path.join(tmp, "init_euler.npy")
         write_npy(init_euler, *i2i["euler_init"])
         init_pndm = os.path.join(tmp, "init_pndm.npy")  # [H, W, 3]: the batch of one implied
@@ -265,6 +268,16 @@ def main():
                              "--negative-prompt", "blurry, low quality", "--guidance", "5",
                              "--steps", "3", "--seed", "5", "--max-sequence-length", "8"],
              sd3_t5["negative_image"], 3),
+            # FluxPipeline (scripts/gen_flux_fixtures.py's run "dev" from its packed latents, and
+            # "prompt2": seeded, the T5's own text)
+            ("flux latents", ["--model", d("flux_tiny"), "--prompt", "a photo of a cat",
+                              "--guidance", "3.5", "--steps", "4", "--height", "16", "--width",
+                              "16", "--max-sequence-length", "8", "--latents", flux_lat],
+             flux["latents_image"], 4),
+            ("flux --prompt-2", ["--model", d("flux_tiny"), "--prompt", "a red cube on a table",
+                                 "--prompt-2", "a blue sphere", "--guidance", "5", "--steps",
+                                 "3", "--seed", "5", "--height", "16", "--width", "16",
+                                 "--max-sequence-length", "8"], flux["prompt2_image"], 3),
             ("dit --class-label", ["--model", d("dit_pipe"), "--class-label", "7", "--guidance",
                                    "4", "--steps", "6", "--seed", "0"], dit["cfg_image"], 6),
             ("dit latents", ["--model", d("dit_pipe"), "--class-label", "7", "--steps", "6",
@@ -409,6 +422,10 @@ def main():
              1, "vae_tiling is not supported for StableDiffusion3Pipeline"),
             (["--model", d("sd3_tiny"), "--seed", "1", "--prompt", "x", "--height", "10"] + out,
              1, "multiples of 4"),
+            (["--model", d("flux_tiny"), "--seed", "1", "--prompt", "x", "--negative-prompt",
+              "y"] + out, 2, "--negative-prompt is not supported for FluxPipeline"),
+            (["--model", d("flux_tiny"), "--seed", "1", "--prompt", "x", "--height", "18",
+              "--width", "16"] + out, 1, "multiples of 4"),
             (["--model", d("sd3_tiny"), "--seed", "1", "--class-label", "3"] + out, 2,
              "--class-label is not supported for StableDiffusion3Pipeline (a text-to-image"),
             (["--model", d("ddim_three"), "--seed", "1", "--class-label", "3"] + out, 2,

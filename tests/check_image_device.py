@@ -5,9 +5,10 @@ usage: check_image_device.py DEV EMBER [ARGS...]
 
 The device counterpart of check_image.py (which runs every option on the CPU): DDIM from the
 committed latents, DDPM seeded (per-step noise drawn on the host), Stable Diffusion with a prompt
-and classifier-free guidance, DiT with a class label, SD3 from its latents; each eager and with
---compile, compared with diffusers' output_type="np" image within 1e-3 (the fixtures of
-scripts/gen_diffusion_fixtures.py, gen_sd_fixtures.py, gen_dit_fixtures.py, gen_sd3_fixtures.py).
+and classifier-free guidance, DiT with a class label, SD3 and Flux from their latents; each eager
+and with --compile, compared with diffusers' output_type="np" image within 1e-3 (the fixtures of
+scripts/gen_diffusion_fixtures.py, gen_sd_fixtures.py, gen_dit_fixtures.py, gen_sd3_fixtures.py,
+gen_flux_fixtures.py).
 Exits 77 (skipped) when the device is not found. scripts/gpu-check.sh runs it on an NVIDIA GPU
 (cuda:0); on XLA's CPU plugin (xla:0) it is the same script's dry run.
 """
@@ -31,11 +32,13 @@ def main():
     sd = bundle(fixtures, "sd_tiny_ref")
     dit = bundle(fixtures, "dit_runs_ref")
     sd3 = bundle(fixtures, "sd3_tiny_ref")
+    flux = bundle(fixtures, "flux_tiny_ref")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         lat = {}
         for key, b, name in [("ddim", ddim, "latents"), ("sd", sd, "cfg_latents"),
-                             ("dit", dit, "latents"), ("sd3", sd3, "latents")]:
+                             ("dit", dit, "latents"), ("sd3", sd3, "latents"),
+                             ("flux", flux, "latents")]:
             lat[key] = os.path.join(tmp, key + "_latents.npy")
             write_npy(lat[key], *b[name])
         cases = [
@@ -50,6 +53,10 @@ def main():
             ("sd3 latents", ["--model", d("sd3_tiny"), "--prompt", "a photo of a cat", "--steps",
                              "4", "--max-sequence-length", "8", "--latents", lat["sd3"]],
              sd3["latents_image"]),
+            ("flux latents", ["--model", d("flux_tiny"), "--prompt", "a photo of a cat",
+                              "--guidance", "3.5", "--steps", "4", "--height", "16", "--width",
+                              "16", "--max-sequence-length", "8", "--latents", lat["flux"]],
+             flux["latents_image"]),
         ]
         for name, args, (wshape, want) in cases:
             for extra in ([], ["--compile"]):

@@ -251,7 +251,10 @@ typedef enum em_pipeline_class {
                                           (AutoencoderKL), scheduler, tokenizer + text_encoder
                                           and tokenizer_2 + text_encoder_2 (CLIP with
                                           projection), tokenizer_3 + text_encoder_3 (T5,
-                                          ember/t5.h) or neither (zero T5 embeddings) */
+                                          ember/t5.h) or neither (zero T5 embeddings) */,
+    EM_PIPELINE_FLUX = 6 /* FluxPipeline: transformer (FluxTransformer2DModel, ember/flux.h),
+                            vae (AutoencoderKL), scheduler, tokenizer + text_encoder (CLIP,
+                            pooled output), tokenizer_2 + text_encoder_2 (T5, ember/t5.h) */
 } em_pipeline_class;
 
 /** What model_index.json says, with the component folders resolved. Plain data; free with
@@ -269,12 +272,13 @@ typedef struct em_pipeline_index {
     /* StableDiffusionPipeline's other components (NULL / "" for the others) */
     char *text_encoder_dir, *tokenizer_dir;
     char text_encoder_class[64], tokenizer_class[64];
-    char *transformer_dir;         /* DiT and SD3: <dir>/transformer (else NULL) */
+    char *transformer_dir;         /* DiT, SD3 and Flux: <dir>/transformer (else NULL) */
     char transformer_class[64];    /* "DiTTransformer2DModel", "Transformer2DModel",
-                                      "SD3Transformer2DModel" */
+                                      "SD3Transformer2DModel", "FluxTransformer2DModel" */
     char *vae_dir;                 /* Stable Diffusion and DiT: <dir>/vae (else NULL) */
     char vae_class[64];            /* "AutoencoderKL" */
-    /* StableDiffusionXLPipeline (NULL / "" / false for the others) */
+    /* StableDiffusionXLPipeline's and SD3's second CLIP, FluxPipeline's T5 (NULL / "" / false
+     * for the others) */
     char *text_encoder_2_dir, *tokenizer_2_dir;
     char text_encoder_2_class[64], tokenizer_2_class[64];
     bool force_zeros_for_empty_prompt; /* the pipeline config's (default true): a NULL negative

@@ -16,6 +16,7 @@
  *   diffusion.h  diffusers folders: UNet2DModel, model_index.json routing
  *   dit.h     DiT (DiTTransformer2DModel), the transformer of DiTPipeline
  *   sd3.h     SD3Transformer2DModel, the MMDiT of StableDiffusion3Pipeline
+ *   flux.h    FluxTransformer2DModel, the transformer of FluxPipeline
  *   t5.h      T5EncoderModel and the T5 tokenizer (SD3's text_encoder_3 / tokenizer_3)
  *   kernels.h  the kernel hub: packages, resolution, lock file (kernel_abi.h: for authors)
  *   generate.h  generation (greedy, sampling, streaming) and sentence embeddings
@@ -46,6 +47,7 @@
 #include "ember/vae.h"
 #include "ember/dit.h"
 #include "ember/sd3.h"
+#include "ember/flux.h"
 #include "ember/t5.h"
 #include "ember/ddpm.h"
 #include "ember/ema.h"

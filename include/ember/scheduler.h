@@ -92,6 +92,13 @@ EM_API em_status em_scheduler_set_timesteps(em_ctx *c, em_scheduler *s, int64_t 
 /** Same with the resolution-dependent shift `mu` (FlowMatch's use_dynamic_shifting, DPM's
  *  flow shift); other schedulers ignore mu. */
 EM_API em_status em_scheduler_set_timesteps_mu(em_ctx *c, em_scheduler *s, int64_t n, double mu);
+/** FlowMatchEulerDiscreteScheduler.set_timesteps(sigmas=sigmas[0..n), mu=mu): the given
+ *  sigmas (in (0, 1], f32 as diffusers casts them) shifted by the config (mu with
+ *  use_dynamic_shifting, else shift), then Karras / exponential / beta as configured, timesteps
+ *  sigmas * num_train_timesteps; FluxPipeline passes linspace(1, 1 / n, n). Other schedulers:
+ *  EM_ERR_UNSUPPORTED. */
+EM_API em_status em_scheduler_set_sigmas_mu(em_ctx *c, em_scheduler *s, const float *sigmas,
+                                            int64_t n, double mu);
 
 /** The timesteps of the schedule (integers for DDPM, DDIM, PNDM and DPM; float32 values for
  *  Euler, Euler ancestral and FlowMatch), *n set; NULL before set_timesteps. Owned by s. */

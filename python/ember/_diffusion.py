@@ -8,8 +8,8 @@
 `generator` is a seed (or a torch.Generator whose initial_seed() is used): the initial latents
 and every per-step noise are torch.Generator("cpu").manual_seed(seed)'s draws, so the image is
 the one diffusers makes with that generator. The pipelines are those of include/ember/diffusion.h
-(DDPMPipeline, DDIMPipeline with UNet2DModel; StableDiffusionPipeline, SDXL and
-StableDiffusion3Pipeline without T5; DiTPipeline):
+(DDPMPipeline, DDIMPipeline with UNet2DModel; StableDiffusionPipeline, SDXL,
+StableDiffusion3Pipeline and FluxPipeline; DiTPipeline):
 
     sd = ember.DiffusionPipeline.from_pretrained("sd15/")
     sd.enable_vae_tiling()                   # optional, as pipe.vae.enable_tiling()
@@ -21,6 +21,9 @@ StableDiffusion3Pipeline without T5; DiTPipeline):
     sd3 = ember.DiffusionPipeline.from_pretrained("sd3-medium/")   # with or without its T5
     image = sd3(prompt="a photo of a cat", guidance_scale=7.0, num_inference_steps=28,
                 max_sequence_length=256, generator=0).images[0]
+    flux = ember.DiffusionPipeline.from_pretrained("FLUX.1-dev/")
+    image = flux(prompt="a photo of a cat", guidance_scale=3.5, num_inference_steps=28,
+                 height=1024, width=1024, max_sequence_length=512, generator=0).images[0]
     dit = ember.DiffusionPipeline.from_pretrained("DiT-XL-2-256/")
     image = dit(class_labels=[207], guidance_scale=4.0, generator=0).images[0]
 
@@ -154,7 +157,11 @@ class DiffusionPipeline:
         [B, C, h, w] are returned as .images), then the refiner with those latents as `image`
         (4 channels, NCHW) and `denoising_start`. SDXL and SD3: `prompt_2`, `negative_prompt_2`
         (strings: the second text encoder's texts; None or "": the first ones). SD3:
-        `max_sequence_length` (None: 256), the zero T5 tokens after CLIP's."""
+        `max_sequence_length` (None: 256), the zero T5 tokens after CLIP's. Flux: `prompt`
+        (CLIP), `prompt_2` (the T5's text; None: `prompt`), `guidance_scale` (None: 3.5) the
+        guidance embedded in a guidance_embeds transformer (FLUX.1-dev; no classifier-free
+        guidance: negative prompts are refused), `max_sequence_length` (None: 512) the T5's
+        tokens, `latents` packed [B, H W / 4, 4C] as diffusers takes them (or [B, C, H, W])."""
         c = _ctx()
         rp = ffi.new("em_pipeline_run_params *", lib.em_pipeline_default_params())
         rp.steps = num_inference_steps or 0

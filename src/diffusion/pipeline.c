@@ -17,6 +17,7 @@ void em_pipeline_free(em_pipeline *p) {
     em_unet2d_free(p->unet);
     em_dit_free(p->dit);
     em_sd3_free(p->sd3);
+    em_flux_free(p->flux);
     em_scheduler_free(p->sched);
     sd_free(p); /* the text encoder, tokenizer and the VAE (SD's or DiT's) */
     em_pipeline_index_free(&p->idx);
@@ -73,6 +74,8 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
             goto fail;
     } else if (p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_3) {
         if (!sd3_load(c, p, dev)) goto fail;
+    } else if (p->idx.pipeline == EM_PIPELINE_FLUX) {
+        if (!flux_load(c, p, dev)) goto fail;
     } else {
         em_unet2d_options uo = em_unet2d_default_options();
         uo.device = dev;
@@ -99,7 +102,9 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     em_device *dev = em_device_get(c, device);
     if (!dev) return em_ctx_status(c);
     if (dev == em_pipeline_device(p)) return EM_OK;
-    if (p->sd3) return sd3_to(c, p, device) ? EM_OK : em_ctx_status(c);
+    if (p->sd3 || p->flux)
+        return flow_reload(c, p, device, p->sd3 ? sd3_load : flux_load) ? EM_OK
+                                                                        : em_ctx_status(c);
     if (p->dit) {
         em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp);
         if (d && em_dit_set_context_parallel(c, d, p->cp) != EM_OK) {
@@ -149,6 +154,7 @@ em_device *em_pipeline_device(const em_pipeline *p) {
     return !p        ? NULL
            : p->dit ? em_dit_device(p->dit)
            : p->sd3 ? em_sd3_device(p->sd3)
+           : p->flux ? em_flux_device(p->flux)
                     : em_unet2d_device(p->unet);
 }
 
@@ -166,6 +172,12 @@ bool em_pipeline_latent_shape(const em_pipeline *p, int64_t shape[4]) {
         shape[0] = 1;
         shape[1] = t->in_channels;
         shape[2] = shape[3] = t->sample_size;
+        return true;
+    }
+    if (p->flux) { /* FluxPipeline's default: default_sample_size 128 latents, unpacked */
+        shape[0] = 1;
+        shape[1] = em_flux_get_config(p->flux)->in_channels / 4;
+        shape[2] = shape[3] = 128;
         return true;
     }
     const em_unet2d_config *cfg = em_unet2d_get_config(p->unet);
@@ -378,7 +390,7 @@ static bool check_batch(em_ctx *c, const em_pipeline *p, const em_pipeline_run_p
     const char *why = NULL;
     if (n < 0)
         why = "num_images_per_prompt must be 1 or more";
-    else if ((rp->prompts || rp->negative_prompts) && !sd_text(p) && !p->sd3)
+    else if ((rp->prompts || rp->negative_prompts) && !sd_text(p) && !p->sd3 && !p->flux)
         why = "a list of prompts is StableDiffusionPipeline's";
     else if (n > 1 && p->dit)
         why = "DiTPipeline takes no num_images_per_prompt: give a list of class_labels (one "
@@ -618,6 +630,7 @@ em_tensor *em_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_para
     em_pipeline_run_params def = em_pipeline_default_params();
     if (!rp) rp = &def;
     if (p->sd3) return check_batch(c, p, rp) ? sd3_pipeline_run(c, p, rp) : NULL;
+    if (p->flux) return check_batch(c, p, rp) ? flux_pipeline_run(c, p, rp) : NULL;
     if (!check_conditioning(c, p, rp)) return NULL;
     /* guidance_scale 0: the pipeline's __call__ default */
     em_pipeline_run_params resolved = *rp;

@@ -8,6 +8,7 @@
 #include "ember/compile.h"
 #include "ember/diffusion.h"
 #include "ember/dit.h"
+#include "ember/flux.h"
 #include "ember/sd3.h"
 #include "ember/t5.h"
 #include "ember/torch_rng.h"
@@ -18,6 +19,7 @@ struct em_pipeline {
     em_unet2d *unet; /* NULL for DiTPipeline */
     em_dit *dit;     /* DiTPipeline: the transformer instead of the UNet */
     em_sd3 *sd3;     /* StableDiffusion3Pipeline: the transformer (with tok, te, tok2, te2, vae) */
+    em_flux *flux;   /* FluxPipeline: the transformer (with tok, te, tok3, te3, vae) */
     struct em_dist *tp; /* DiTPipeline's tensor-parallel group (em_pipeline_options.tp) */
     struct em_dist *cp; /* DiTPipeline's context-parallel group (em_pipeline_options.cp) */
     em_scheduler *sched;
@@ -29,7 +31,8 @@ struct em_pipeline {
     /* StableDiffusionXLPipeline's second tokenizer and text encoder (NULL otherwise) */
     em_clip_tokenizer *tok2;
     em_clip_text *te2;
-    /* StableDiffusion3Pipeline's T5 (NULL without text_encoder_3: zero T5 embeddings) */
+    /* StableDiffusion3Pipeline's T5 (NULL without text_encoder_3: zero T5 embeddings);
+     * FluxPipeline's (its tokenizer_2 / text_encoder_2) */
     em_t5_tokenizer *tok3;
     em_t5_encoder *te3;
     em_dtype dtype;     /* the denoiser's (em_pipeline_options.dtype) */
@@ -43,7 +46,9 @@ static inline em_tensor *pipeline_as(em_ctx *c, em_tensor *x, em_dtype dt) {
 }
 
 /* A text-conditioned UNet pipeline (Stable Diffusion, SDXL and its refiner). */
-static inline bool sd_text(const em_pipeline *p) { return !p->sd3 && (p->tok || p->tok2); }
+static inline bool sd_text(const em_pipeline *p) {
+    return !p->sd3 && !p->flux && (p->tok || p->tok2);
+}
 
 /* CLOCK_MONOTONIC in seconds: the denoising steps' timing. */
 double pipeline_now_s(void);
@@ -172,12 +177,55 @@ int64_t sdxl_end_count(const em_pipeline *p, int64_t first, double denoising_end
 em_tensor *sdxl_given_latents(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
                               em_torch_generator *g, double t, bool add_noise);
 /* StableDiffusion3Pipeline (sd3_pipeline.c): its transformer, VAE, tokenizers and text
- * encoders loaded onto `device` and checked against each other; false with the error. sd3_to
- * reloads them all onto `device` (swapped in only on success). sd3_pipeline_run is the run of
+ * encoders loaded onto `device` and checked against each other; false with the error (moving
+ * the pipeline: flow_reload with sd3_load). sd3_pipeline_run is the run of
  * em_pipeline_run (its own checks: the options of other pipelines refused by name). */
 bool sd3_load(em_ctx *c, em_pipeline *p, const char *device);
-bool sd3_to(em_ctx *c, em_pipeline *p, const char *device);
 em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
+/* The flow-matching transformer pipelines' shared pieces (pipeline_flow.c), in the current scope,
+ * NULL / false with the error in c. flow_clip_encode: em_clip_text_forward of texts[0..n)
+ * tokenized (padded to model_max_length) on the encoder's device, hidden_states[hidden_index]
+ * kept (0: none). flow_t5_embeds: text_encoder(ids)[0] of the ids padded and truncated to msl
+ * (no attention mask, as diffusers passes none), moved to dev. flow_calculate_shift: diffusers'
+ * calculate_shift over the scheduler config's base/max image_seq_len and shifts.
+ * flow_given_latents: rp's initial latents checked against shape (f32) and moved to dev.
+ * flow_decode: vae.decode(x / scaling_factor + shift_factor) postprocessed to [B, H, W, 3] in
+ * [0, 1] on the CPU (one image at a time when sliced). */
+em_status flow_clip_encode(em_ctx *c, const em_clip_tokenizer *tok, const em_clip_text *te,
+                           const char *const *texts, int n, int hidden_index,
+                           em_clip_text_output *o);
+em_tensor *flow_t5_embeds(em_ctx *c, const em_t5_tokenizer *tok, const em_t5_encoder *te,
+                          const char *const *texts, int n, int64_t msl, em_device *dev);
+bool flow_calculate_shift(em_ctx *c, const em_pipeline *p, double image_seq_len, double *mu);
+em_tensor *flow_given_latents(em_ctx *c, const em_pipeline *p, em_tensor *l, int ndim,
+                              const int64_t *shape, em_device *dev);
+em_tensor *flow_decode(em_ctx *c, em_pipeline *p, em_tensor *x, bool sliced);
+/* The run's common checks: `bad` (an option the caller refuses, named) or the options of the
+ * other pipelines refused by name (EM_ERR_UNSUPPORTED); the second prompts; a prompt; a seed
+ * per image; sizes and max_sequence_length (0 to 512) in range. False with the error in c. */
+bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
+                    const char *bad);
+/* The model's prediction (f32, x's shape) for the f32 latents x at timestep t, through the
+ * compiled step f when not NULL, in the current scope; NULL with the error. */
+typedef em_tensor *(*flow_pred_fn)(em_ctx *c, void *user, em_compiled *f, em_tensor *x,
+                                   double t);
+/* The denoising loop of the transformer pipelines over the scheduler's timesteps from x (a
+ * reference this takes over): pred, then the scheduler's step (noise from g), the progress
+ * callback with dev synchronised. f (rp->compile's step; NULL with rp->compile means its
+ * creation failed: the error is in c) is freed after, its stats in rp->compile_stats. The final
+ * latents (a reference) or NULL with the error. */
+em_tensor *flow_denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                        em_torch_generator *g, em_tensor *x, em_device *dev, flow_pred_fn pred,
+                        void *user, em_compiled *f);
+/* full([rows], value) f32 on dev: the timesteps expanded over the rows */
+em_tensor *flow_full(em_ctx *c, em_device *dev, int64_t rows, float value);
+/* pipe.to(device) of a transformer pipeline: its components reloaded by `load` (sd3_load,
+ * flux_load) onto device and swapped in only on success; false with the error. */
+bool flow_reload(em_ctx *c, em_pipeline *p, const char *device,
+                 bool (*load)(em_ctx *, em_pipeline *, const char *));
+/* FluxPipeline (flux_pipeline.c), as sd3_load / sd3_pipeline_run. */
+bool flux_load(em_ctx *c, em_pipeline *p, const char *device);
+em_tensor *flux_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp);
 /* DiTPipeline.__call__'s denoising loop from the initial latents x ([B, C, H, W] on the
  * transformer's device, B the number of rp's class labels; a reference this takes over):
  * classifier-free guidance on a doubled batch when guidance > 1, as diffusers runs it. Returns

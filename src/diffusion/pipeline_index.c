@@ -15,7 +15,7 @@
 static const char *const PIPELINE_NAMES[] = {"DDPMPipeline", "DDIMPipeline",
                                               "StableDiffusionPipeline", "DiTPipeline",
                                               "StableDiffusionXLPipeline",
-                                              "StableDiffusion3Pipeline"};
+                                              "StableDiffusion3Pipeline", "FluxPipeline"};
 
 const char *em_pipeline_class_name(em_pipeline_class p) {
     return (unsigned)p < sizeof PIPELINE_NAMES / sizeof PIPELINE_NAMES[0] ? PIPELINE_NAMES[p]
@@ -211,6 +211,26 @@ static bool sd3_components(em_ctx *c, json_t *root, const char *file, const char
     return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
 }
 
+/* FluxPipeline: transformer (FluxTransformer2DModel), vae, text_encoder (CLIPTextModel: its
+ * pooled output) with tokenizer, text_encoder_2 (T5EncoderModel) with tokenizer_2; image_encoder
+ * and feature_extractor (IP-Adapter) are not read. */
+static bool flux_components(em_ctx *c, json_t *root, const char *file, const char *dir,
+                            em_pipeline_index *out) {
+    const comp_spec comps[] = {
+        {"transformer", &out->transformer_dir, out->transformer_class,
+         {"FluxTransformer2DModel", NULL}},
+        {"vae", &out->vae_dir, out->vae_class, {"AutoencoderKL", NULL}},
+        {"text_encoder", &out->text_encoder_dir, out->text_encoder_class, {"CLIPTextModel", NULL}},
+        {"tokenizer", &out->tokenizer_dir, out->tokenizer_class,
+         {"CLIPTokenizer", "CLIPTokenizerFast"}},
+        {"text_encoder_2", &out->text_encoder_2_dir, out->text_encoder_2_class,
+         {"T5EncoderModel", NULL}},
+        {"tokenizer_2", &out->tokenizer_2_dir, out->tokenizer_2_class,
+         {"T5TokenizerFast", "T5Tokenizer"}},
+    };
+    return components(c, root, file, dir, out, comps, sizeof comps / sizeof comps[0]);
+}
+
 /* DiTPipeline: transformer (DiTTransformer2DModel, or Transformer2DModel, which diffusers
  * remaps to it) and vae (AutoencoderKL). */
 static bool dit_components(em_ctx *c, json_t *root, const char *file, const char *dir,
@@ -241,8 +261,8 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
                            "%s: pipeline class '%s' is not supported (DDPMPipeline, "
                            "DDIMPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline, "
                            "StableDiffusionXLImg2ImgPipeline, StableDiffusionInpaintPipeline, "
-                           "StableDiffusionXLInpaintPipeline, StableDiffusion3Pipeline and "
-                           "DiTPipeline are)", file, name);
+                           "StableDiffusionXLInpaintPipeline, StableDiffusion3Pipeline, "
+                           "FluxPipeline and DiTPipeline are)", file, name);
     out->pipeline = (em_pipeline_class)i;
     json_t *ver = json_object_get(root, "_diffusers_version");
     if (ver && json_is_string(ver))
@@ -253,6 +273,8 @@ static em_status parse(em_ctx *c, json_t *root, const char *file, const char *di
         if (!dit_components(c, root, file, dir, out)) return em_ctx_status(c);
     } else if (out->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3) {
         if (!sd3_components(c, root, file, dir, out)) return em_ctx_status(c);
+    } else if (out->pipeline == EM_PIPELINE_FLUX) {
+        if (!flux_components(c, root, file, dir, out)) return em_ctx_status(c);
     } else {
         out->unet_dir = component(c, root, file, dir, name, "unet", out->unet_class,
                                   sizeof out->unet_class);

@@ -102,9 +102,9 @@ bool sdxl_check_prompts_2(em_ctx *c, const em_pipeline *p, const em_pipeline_run
     const char *list = rp->prompts_2 ? "prompts_2" : rp->negative_prompts_2 ? "negative_prompts_2"
                                                                             : NULL;
     if (!one && !list) return true;
-    if (!p->te2) {
+    if (!p->te2 && !p->flux) {
         em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s given to %s (%s): second prompts are "
-                    "StableDiffusionXLPipeline's (text_encoder_2)", one ? one : list,
+                    "text_encoder_2's (SDXL, SD3; Flux's T5)", one ? one : list,
                     em_pipeline_class_name(p->idx.pipeline), p->idx.dir);
         return false;
     }

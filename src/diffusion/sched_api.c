@@ -47,6 +47,31 @@ em_status em_scheduler_set_timesteps_mu(em_ctx *c, em_scheduler *s, int64_t n, d
     return em_sched_timesteps(c, s, n, mu);
 }
 
+em_status em_scheduler_set_sigmas_mu(em_ctx *c, em_scheduler *s, const float *sigmas,
+                                     int64_t n, double mu) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (c->err.status) return c->err.status;
+    if (!s || !sigmas || n < 1)
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_sigmas",
+                       "scheduler or sigmas NULL, or %lld sigmas", (long long)n);
+    if (s->kind != EM_SCHED_FLOW_MATCH_EULER)
+        return EM_FAIL(c, EM_ERR_UNSUPPORTED, "scheduler_set_sigmas",
+                       "%s: custom sigmas are FlowMatchEulerDiscreteScheduler's here, not %s's",
+                       s->origin, em_scheduler_kind_class(s->kind));
+    for (int64_t i = 0; i < n; i++)
+        if (!(sigmas[i] > 0.0f && sigmas[i] <= 1.0f))
+            return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_sigmas",
+                           "sigma %lld is %g: FlowMatch sigmas lie in (0, 1]", (long long)i,
+                           (double)sigmas[i]);
+    if (s->cfg.use_dynamic_shifting && isnan(mu))
+        return EM_FAIL(c, EM_ERR_INVALID_ARG, "scheduler_set_sigmas",
+                       "%s: use_dynamic_shifting needs mu", s->origin);
+    s->given_sigmas = sigmas;
+    em_status st = em_sched_timesteps(c, s, n, mu);
+    s->given_sigmas = NULL;
+    return st;
+}
+
 em_status em_scheduler_set_timesteps(em_ctx *c, em_scheduler *s, int64_t n) {
     return em_scheduler_set_timesteps_mu(c, s, n, NAN);
 }

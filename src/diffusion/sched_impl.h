@@ -71,6 +71,7 @@ struct em_scheduler {
     double init_noise_sigma;
     int64_t num_inference_steps; /* 0 before set_timesteps */
     float flow_sigma_min, flow_sigma_max;
+    const float *given_sigmas; /* FlowMatch: set_timesteps(sigmas=...)'s, during the call only */
 
     /* step state */
     double eta;

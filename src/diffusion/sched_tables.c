@@ -279,10 +279,11 @@ static em_status sigma_schedule(em_ctx *c, em_scheduler *s, int64_t n, double mu
     int64_t m = n;
     float last_sigma = 0.0f;
     if (k == EM_SCHED_FLOW_MATCH_EULER) {
-        np_linspace((double)s->flow_sigma_max * (double)N, (double)s->flow_sigma_min * (double)N,
-                    n, ts);
+        if (!s->given_sigmas)
+            np_linspace((double)s->flow_sigma_max * (double)N,
+                        (double)s->flow_sigma_min * (double)N, n, ts);
         for (int64_t i = 0; i < n; i++) {
-            double t = ts[i] / (double)N;
+            double t = s->given_sigmas ? (double)s->given_sigmas[i] : ts[i] / (double)N;
             if (cfg->use_dynamic_shifting) {
                 double e = !strcmp(cfg->time_shift_type, "linear") ? mu : exp(mu);
                 t = e / (e + (1 / t - 1));

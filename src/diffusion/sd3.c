@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diffusion/unet_impl.h"
+#include "diffusion/mmdit_impl.h"
 #include "diffusion/weights.h"
 #include "ember/sd3.h"
 
 #define OP "SD3Transformer2DModel"
-#define TIME_CHANNELS 256 /* CombinedTimestepTextProjEmbeddings' Timesteps(num_channels=256) */
+#define TIME_CHANNELS MMDIT_TIME_CHANNELS
 #define EPS 1e-6          /* every LayerNorm and the qk RMSNorms */
 
 /* One JointTransformerBlock; `pre` (context_pre_only, the last block) has neither the
@@ -68,15 +68,8 @@ void em_sd3_free(em_sd3 *m) {
  * Loading
  * ------------------------------------------------------------------------------------------- */
 
-/* get_timestep_embedding's frequencies for 256 channels, downscale_freq_shift 0, each step
- * rounded to f32 as torch computes them. */
 static bool make_freqs(em_ctx *c, em_sd3 *m) {
-    float f[TIME_CHANNELS / 2];
-    float scale = (float)-log(10000.0), den = (float)(TIME_CHANNELS / 2);
-    for (int i = 0; i < TIME_CHANNELS / 2; i++) f[i] = expf(scale * (float)i / den);
-    em_tensor *t = em_from_host_on(c, m->dev, EM_F32, 2, (int64_t[]){1, TIME_CHANNELS / 2}, f);
-    m->freqs = t ? em_detach(c, t) : NULL;
-    return m->freqs != NULL;
+    return (m->freqs = mmdit_time_freqs(c, m->dev)) != NULL;
 }
 
 static bool load_block(unet_loader *l, em_sd3 *m, int64_t i) {
@@ -227,42 +220,22 @@ static bool check_inputs(em_ctx *c, const em_sd3 *m, em_tensor *x, em_tensor *ct
     return true;
 }
 
-static em_tensor *lin(em_ctx *c, const unet_param *p, em_tensor *x) {
-    return em_linear(c, x, p->w, p->b);
-}
-
-/* x * (1 + scale[:, None]) + shift[:, None] for [N, D] modulations */
-static em_tensor *modulate(em_ctx *c, em_tensor *x, em_tensor *shift, em_tensor *scale) {
-    return em_add(c, em_mul(c, x, em_add_scalar(c, em_unsqueeze(c, scale, 1), 1.0)),
-                  em_unsqueeze(c, shift, 1));
-}
-
-/* x + gate[:, None] * y */
-static em_tensor *gated(em_ctx *c, em_tensor *x, em_tensor *gate, em_tensor *y) {
-    return em_add(c, x, em_mul(c, em_unsqueeze(c, gate, 1), y));
-}
-
-static em_tensor *feed_forward(em_ctx *c, const unet_param *in, const unet_param *out,
-                               em_tensor *h) {
-    return lin(c, out, em_gelu(c, lin(c, in, h), true)); /* "gelu-approximate" */
-}
+#define lin mmdit_lin
+#define modulate mmdit_modulate
+#define gated mmdit_gated
+#define feed_forward mmdit_feed_forward
 
 /* [N, T, D] -> [N, H, T, hd] through projection w, then the head RMSNorm when present */
 static em_tensor *heads(em_ctx *c, const em_sd3 *m, const unet_param *w, const unet_param *norm,
                         em_tensor *x) {
-    int64_t n = em_tensor_dim(x, 0), T = em_tensor_dim(x, 1);
-    em_tensor *h = em_transpose(c, em_reshape(c, lin(c, w, x), 4,
-                                              (int64_t[]){n, T, m->cfg.num_attention_heads,
-                                                          m->cfg.attention_head_dim}),
-                                1, 2);
-    return norm->w ? em_rms_norm(c, h, norm->w, EPS, false) : h;
+    return mmdit_heads(c, w, norm, x, m->cfg.num_attention_heads, m->cfg.attention_head_dim, EPS);
 }
 
 /* JointAttnProcessor2_0: attention over the image tokens then the context's; returns the image
  * stream's output and in *ctx_out the context's (NULL in a pre-only block). */
 static em_tensor *joint_attention(em_ctx *c, const em_sd3 *m, const sd3_block *b, em_tensor *x,
                                   em_tensor *ctx, em_tensor **ctx_out) {
-    int64_t n = em_tensor_dim(x, 0), T = em_tensor_dim(x, 1), L = em_tensor_dim(ctx, 1);
+    int64_t T = em_tensor_dim(x, 1), L = em_tensor_dim(ctx, 1);
     em_tensor *q[2] = {heads(c, m, &b->q, &b->nq, x), heads(c, m, &b->aq, &b->naq, ctx)};
     em_tensor *k[2] = {heads(c, m, &b->k, &b->nk, x), heads(c, m, &b->ak, &b->nak, ctx)};
     em_tensor *v[2] = {heads(c, m, &b->v, &(unet_param){0}, x),
@@ -270,8 +243,7 @@ static em_tensor *joint_attention(em_ctx *c, const em_sd3 *m, const sd3_block *b
     em_sdpa_params sp = em_sdpa_default_params();
     em_tensor *a = em_sdpa(c, em_cat(c, q, 2, 2), em_cat(c, k, 2, 2), em_cat(c, v, 2, 2), NULL,
                            &sp); /* [N, H, T + L, hd] */
-    a = em_reshape(c, em_contiguous(c, em_transpose(c, a, 1, 2)), 3,
-                   (int64_t[]){n, T + L, m->inner});
+    a = mmdit_merge_heads(c, a);
     *ctx_out = b->pre ? NULL : lin(c, &b->aout, em_narrow(c, a, 1, T, L));
     return lin(c, &b->out, em_narrow(c, a, 1, 0, T));
 }
@@ -327,14 +299,8 @@ static em_tensor *patch_embed(em_ctx *c, const em_sd3 *m, em_tensor *sample) {
 /* CombinedTimestepTextProjEmbeddings: [N, D] */
 static em_tensor *conditioning(em_ctx *c, const em_sd3 *m, em_tensor *t, em_tensor *pooled) {
     int64_t n = em_tensor_dim(pooled, 0);
-    /* Timesteps(256, flip_sin_to_cos=True, shift 0): cos then sin of t * freqs, per sample */
-    em_tensor *tf = em_expand(c, em_reshape(c, em_cast(c, t, EM_F32), 1, (int64_t[]){-1}), 1,
-                              (int64_t[]){n});
-    em_tensor *arg = em_mul(c, em_reshape(c, tf, 2, (int64_t[]){n, 1}), m->freqs);
-    em_tensor *tp[2] = {em_cos(c, arg), em_sin(c, arg)};
-    em_tensor *tproj = em_cast(c, em_cat(c, tp, 2, 1), m->dtype);
-    em_tensor *temb = lin(c, &m->t2, em_silu(c, lin(c, &m->t1, tproj)));
-    return em_add(c, temb, lin(c, &m->p2, em_silu(c, lin(c, &m->p1, pooled))));
+    em_tensor *temb = mmdit_mlp(c, &m->t1, &m->t2, mmdit_time_proj(c, m->freqs, t, n, m->dtype));
+    return em_add(c, temb, mmdit_mlp(c, &m->p1, &m->p2, pooled));
 }
 
 em_tensor *em_sd3_forward(em_ctx *c, em_sd3 *m, em_tensor *sample,

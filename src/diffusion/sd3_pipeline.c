@@ -85,83 +85,20 @@ bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
     return check_components(c, p);
 }
 
-bool sd3_to(em_ctx *c, em_pipeline *p, const char *device) {
-    em_pipeline q = {.idx = p->idx, .dtype = p->dtype, .vae_dtype = p->vae_dtype};
-    if (!sd3_load(c, &q, device)) {
-        em_sd3_free(q.sd3);
-        sd_free(&q);
-        return false;
-    }
-    em_sd3_free(p->sd3);
-    sd_free(p);
-    p->sd3 = q.sd3;
-    p->vae = q.vae;
-    p->tok = q.tok;
-    p->te = q.te;
-    p->tok2 = q.tok2;
-    p->te2 = q.te2;
-    p->tok3 = q.tok3;
-    p->te3 = q.te3;
-    return true;
-}
-
 /* What the run takes: prompts (one or a list; pipeline.c's check_batch has checked the batch),
  * negative prompts, their second-encoder texts, a size in multiples of the VAE factor times the
  * patch, max_sequence_length in [0, 512], seeds (one per image); the options of the other
  * pipelines are refused by name. */
 static bool check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp) {
-    const char *bad = rp->prompt_embeds || rp->negative_prompt_embeds ? "prompt_embeds"
-                      : rp->pooled_prompt_embeds || rp->negative_pooled_prompt_embeds
-                          ? "pooled_prompt_embeds"
-                      : rp->class_label >= 0 || rp->class_labels ? "a class label"
-                      : rp->image || rp->image_latents ? "an init image (image to image)"
-                      : rp->mask_image ? "a mask image (inpainting)"
-                      : rp->strength != 0.0 ? "strength"
-                      : rp->denoising_start || rp->denoising_end ? "denoising_start / _end"
-                      : rp->eta != 0.0 ? "eta"
-                      : rp->vae_tiling ? "vae_tiling"
-                      : rp->output_latents ? "output_latents"
-                                           : NULL;
-    if (bad) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, RUN_OP, "%s is not supported for %s (%s) yet: it "
-                    "runs prompts (and negative prompts) from seeds or given latents", bad,
-                    OP, p->idx.dir);
-        return false;
-    }
-    if (!sdxl_check_prompts_2(c, p, rp)) return false;
-    if (!rp->prompt && !rp->prompts) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%s (%s) needs a prompt (\"\" is one)", OP,
-                    p->idx.dir);
-        return false;
-    }
-    if (rp->seeds && rp->num_seeds != sd_batch(rp)) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "%lld seeds (a generator per image) for a "
-                    "batch of %lld images: give one per image, as diffusers requires",
-                    (long long)rp->num_seeds, (long long)sd_batch(rp));
-        return false;
-    }
-    if (rp->num_images_per_prompt < 0 || rp->height < 0 || rp->width < 0 ||
-        rp->max_sequence_length < 0 || rp->max_sequence_length > 512 ||
-        rp->guidance_scale != rp->guidance_scale) {
-        em_ctx_fail(c, EM_ERR_INVALID_ARG, RUN_OP, "num_images_per_prompt %lld, height %lld, "
-                    "width %lld, max_sequence_length %lld (at most 512), guidance_scale %g: "
-                    "out of range", (long long)rp->num_images_per_prompt, (long long)rp->height,
-                    (long long)rp->width, (long long)rp->max_sequence_length, rp->guidance_scale);
-        return false;
-    }
-    return true;
+    return flow_check_run(c, p, rp, NULL);
 }
 
 /* _get_clip_prompt_embeds of encoder te for texts[0..n): hidden_states[-2] [n, L, H] and the
  * text_embeds [n, P] in *pooled. */
 static em_tensor *clip_embeds(em_ctx *c, const em_clip_tokenizer *tok, const em_clip_text *te,
                               const char *const *texts, int n, em_tensor **pooled) {
-    em_device *prev = em_ctx_device(c);
-    em_ctx_set_device(c, em_clip_text_device(te));
-    em_tensor *ids = em_clip_tokenize_batch(c, tok, texts, n, 0, NULL);
-    em_ctx_set_device(c, prev);
     em_clip_text_output o;
-    if (!ids || em_clip_text_forward(c, te, ids, NULL, -2, &o) != EM_OK) return NULL;
+    if (flow_clip_encode(c, tok, te, texts, n, -2, &o) != EM_OK) return NULL;
     *pooled = o.text_embeds;
     return o.hidden_state;
 }
@@ -175,17 +112,11 @@ static em_tensor *zeros_on(em_ctx *c, em_device *dev, const int64_t *shape) {
     return z;
 }
 
-/* _get_t5_prompt_embeds for texts[0..n): text_encoder_3(ids)[0] for the ids padded and truncated
- * to msl (no attention mask, as diffusers passes none), on dev; zeros [n, msl, J] without a T5. */
+/* _get_t5_prompt_embeds for texts[0..n) on dev; zeros [n, msl, J] without a T5. */
 static em_tensor *t5_embeds(em_ctx *c, em_pipeline *p, const char *const *texts, int n,
                             int64_t msl, int64_t J, em_device *dev) {
     if (!p->te3) return zeros_on(c, dev, (int64_t[]){n, msl, J});
-    em_device *prev = em_ctx_device(c);
-    em_ctx_set_device(c, em_t5_encoder_device(p->te3));
-    em_tensor *ids = em_t5_tokenize_batch(c, p->tok3, texts, n, msl, NULL);
-    em_ctx_set_device(c, prev);
-    em_tensor *h = ids ? em_t5_encoder_forward(c, p->te3, ids, NULL) : NULL;
-    return h && em_tensor_device(h) != dev ? em_to(c, h, dev) : h;
+    return flow_t5_embeds(c, p->tok3, p->te3, texts, n, msl, dev);
 }
 
 /* encode_prompt for texts[0..n) of the first encoder and the T5 (prompt_3 is prompt, as
@@ -232,37 +163,18 @@ static em_tensor *initial_latents(em_ctx *c, em_pipeline *p, const em_pipeline_r
     int64_t shape[4] = {sd_batch(rp), t->in_channels, h / f, w / f};
     em_device *dev = em_sd3_device(p->sd3);
     if (!rp->latents) return em_torch_randn(c, g, 4, shape, dev);
-    em_tensor *l = rp->latents;
-    char sig[96];
-    bool ok = em_tensor_ndim(l) == 4 && em_tensor_dtype(l) == EM_F32;
-    for (int i = 0; ok && i < 4; i++) ok = em_tensor_dim(l, i) == shape[i];
-    if (!ok) {
-        em_ctx_fail(c, EM_ERR_SHAPE, RUN_OP, "initial latents %s do not fit %s (%s): the latent "
-                    "shape is [%lld, %lld, %lld, %lld] f32", em_tensor_sig(l, sig, sizeof sig), OP,
-                    p->idx.dir, (long long)shape[0], (long long)shape[1], (long long)shape[2],
-                    (long long)shape[3]);
-        return NULL;
-    }
-    return em_tensor_device(l) == dev ? l : em_to(c, l, dev);
+    return flow_given_latents(c, p, rp->latents, 4, shape, dev);
 }
 
 /* retrieve_timesteps: with use_dynamic_shifting, mu = calculate_shift(image_seq_len, the
  * config's base_image_seq_len, max_image_seq_len, base_shift, max_shift), image_seq_len the
  * latents' patches (h / p) * (w / p), as StableDiffusion3Pipeline.__call__ computes it. */
 static em_status set_timesteps(em_ctx *c, em_pipeline *p, int64_t steps, em_tensor *x) {
-    const em_sched_cfg *cfg = &p->sched->cfg;
-    if (!cfg->use_dynamic_shifting) return em_scheduler_set_timesteps(c, p->sched, steps);
-    if (cfg->max_image_seq_len == cfg->base_image_seq_len) /* Python: ZeroDivisionError */
-        return em_ctx_fail(c, EM_ERR_FORMAT, RUN_OP, "%s: use_dynamic_shifting with "
-                           "max_image_seq_len = base_image_seq_len (%lld): calculate_shift "
-                           "divides by their difference", p->idx.scheduler_config,
-                           (long long)cfg->base_image_seq_len);
+    if (!p->sched->cfg.use_dynamic_shifting) return em_scheduler_set_timesteps(c, p->sched, steps);
     int64_t patch = em_sd3_get_config(p->sd3)->patch_size;
-    double seq = (double)((em_tensor_dim(x, 2) / patch) * (em_tensor_dim(x, 3) / patch));
-    double m = (cfg->max_shift - cfg->base_shift) /
-               (double)(cfg->max_image_seq_len - cfg->base_image_seq_len);
-    double b = cfg->base_shift - m * (double)cfg->base_image_seq_len;
-    return em_scheduler_set_timesteps_mu(c, p->sched, steps, seq * m + b);
+    double seq = (double)((em_tensor_dim(x, 2) / patch) * (em_tensor_dim(x, 3) / patch)), mu;
+    if (!flow_calculate_shift(c, p, seq, &mu)) return em_ctx_status(c);
+    return em_scheduler_set_timesteps_mu(c, p->sched, steps, mu);
 }
 
 /* The transformer's step as a compiled function: in[0] the latent model input, in[1] the
@@ -275,63 +187,32 @@ static int sd3_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *st
     return out[0] ? 1 : -1;
 }
 
-/* The transformer's output (f32) for the f32 latent model input: the inputs cast to the
- * pipeline's dtype dt (the timesteps stay f32), the output back to f32. */
-static em_tensor *transformer(em_ctx *c, em_sd3 *m, em_dtype dt, em_compiled *f, em_tensor *in,
-                              em_tensor *ctx, em_tensor *pooled, em_tensor *tt) {
-    in = pipeline_as(c, in, dt);
-    ctx = pipeline_as(c, ctx, dt);
-    pooled = pipeline_as(c, pooled, dt);
-    if (!f || !tt) return pipeline_as(c, em_sd3_forward(c, m, in, ctx, pooled, tt), EM_F32);
-    em_tensor *out = NULL, *args[4] = {in, ctx, pooled, tt};
-    return em_compiled_call(c, f, args, 4, NULL, 0, &out, 1) == 1 ? pipeline_as(c, out, EM_F32)
-                                                                  : NULL;
-}
+typedef struct sd3_run {
+    em_pipeline *p;
+    em_tensor *ctx, *pooled; /* [2B or B, ...]: [negatives; prompts] under guidance */
+    double guidance;
+} sd3_run;
 
-/* The denoising loop from x (a reference this takes over); the final latents, a reference. */
-static em_tensor *denoise(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                          em_torch_generator *g, em_tensor *x, em_tensor *ctx,
-                          em_tensor *pooled, double guidance) {
-    int64_t n = 0;
-    const double *ts = em_scheduler_timesteps(p->sched, &n);
+/* The transformer's noise prediction for the f32 latents x at t: the latent model input (doubled
+ * under guidance) and the embeddings cast to the pipeline's dtype (the timesteps f32), the
+ * output back to f32, uncond + g * (text - uncond). */
+static em_tensor *predict(em_ctx *c, void *user, em_compiled *f, em_tensor *x, double t) {
+    const sd3_run *r = user;
+    em_pipeline *p = r->p;
     int64_t b = em_tensor_dim(x, 0);
-    bool cfg = em_tensor_dim(ctx, 0) == 2 * b;
-    em_device *dev = em_sd3_device(p->sd3);
-    float *tf = malloc(2 * (size_t)b * sizeof *tf);
-    em_compiled *f = rp->compile && tf ? em_compile(c, "sd3_step", sd3_step, p->sd3) : NULL;
-    if (!tf || (rp->compile && !f)) {
-        if (!tf) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
-        free(tf);
-        em_tensor_release(x);
-        return NULL;
-    }
-    for (int64_t i = 0; i < n && x; i++) {
-        double t0 = pipeline_now_s();
-        em_scope_push(c);
-        em_tensor *pair[2] = {x, x};
-        em_tensor *in = cfg ? em_cat(c, pair, 2, 0) : x;
-        int64_t rows = cfg ? 2 * b : b;
-        for (int64_t r = 0; r < rows; r++) tf[r] = (float)ts[i]; /* t.expand(rows), f32 */
-        em_tensor *tt = em_from_host_on(c, dev, EM_F32, 1, &rows, tf);
-        em_tensor *pred = transformer(c, p->sd3, p->dtype, f, in, ctx, pooled, tt);
-        em_tensor *parts[2] = {NULL, NULL};
-        if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
-            pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), guidance));
-        em_tensor *next = pred ? em_scheduler_step(c, p->sched, pred, ts[i], x, g) : NULL;
-        if (next) next = em_tensor_retain(next);
-        em_scope_pop(c);
-        em_tensor_release(x);
-        x = next;
-        if (!x || !pipeline_step_done(c, rp, dev, i, n, ts[i], t0, RUN_OP)) break;
-    }
-    free(tf);
-    if (f && rp->compile_stats) em_compiled_stats(f, rp->compile_stats);
-    em_compiled_free(f);
-    if (em_ctx_status(c) && x) {
-        em_tensor_release(x);
-        x = NULL;
-    }
-    return x;
+    bool cfg = em_tensor_dim(r->ctx, 0) == 2 * b;
+    em_tensor *pair[2] = {x, x};
+    em_tensor *in = pipeline_as(c, cfg ? em_cat(c, pair, 2, 0) : x, p->dtype);
+    em_tensor *tt = flow_full(c, em_sd3_device(p->sd3), cfg ? 2 * b : b, (float)t);
+    em_tensor *ctx = pipeline_as(c, r->ctx, p->dtype), *pooled = pipeline_as(c, r->pooled, p->dtype);
+    em_tensor *pred = NULL, *args[4] = {in, ctx, pooled, tt};
+    if (!f) pred = em_sd3_forward(c, p->sd3, in, ctx, pooled, tt);
+    else if (em_compiled_call(c, f, args, 4, NULL, 0, &pred, 1) != 1) pred = NULL;
+    pred = pipeline_as(c, pred, EM_F32);
+    em_tensor *parts[2] = {NULL, NULL};
+    if (cfg && pred && em_split(c, pred, b, 0, parts, 2) == 2) /* uncond, text */
+        pred = em_add(c, parts[0], em_mul_scalar(c, em_sub(c, parts[1], parts[0]), r->guidance));
+    return pred;
 }
 
 em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp) {
@@ -366,22 +247,13 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
     }
     em_tensor *x = ctx && pooled ? initial_latents(c, p, rp, g) : NULL;
     if (x) x = em_tensor_retain(x);
+    sd3_run r = {p, ctx, pooled, guidance};
     if (x && set_timesteps(c, p, steps, x) == EM_OK)
-        x = denoise(c, p, rp, g, x, ctx, pooled, guidance);
+        x = flow_denoise(c, p, rp, g, x, em_sd3_device(p->sd3), predict, &r,
+                         rp->compile ? em_compile(c, "sd3_step", sd3_step, p->sd3) : NULL);
     em_torch_generator_free(g);
     em_tensor *img = NULL;
-    if (x && !em_ctx_status(c)) {
-        /* vae.decode(latents / scaling_factor + shift_factor), postprocessed to [0, 1] */
-        const em_vae_config *v = em_vae_get_config(p->vae);
-        em_tensor *z = em_div_scalar(c, x, v->scaling_factor);
-        if (v->has_shift_factor) z = em_add_scalar(c, z, v->shift_factor);
-        em_vae_enable_slicing(p->vae, rp->vae_slicing); /* one image at a time: the same */
-        img = pipeline_as(c, em_vae_decode(c, p->vae, pipeline_as(c, z, p->vae_dtype)), EM_F32);
-        img = em_clamp(c, em_add_scalar(c, em_mul_scalar(c, img, 0.5), 0.5), 0.0, 1.0);
-        img = em_contiguous(c, em_permute(c, img, 4, (const int[]){0, 2, 3, 1}));
-        em_device *cpu = img ? em_device_get(c, "cpu") : NULL;
-        if (cpu && em_tensor_device(img) != cpu) img = em_to(c, img, cpu);
-    }
+    if (x && !em_ctx_status(c)) img = flow_decode(c, p, x, rp->vae_slicing);
     if (em_ctx_status(c)) img = NULL;
     em_keep(c, img);
     em_scope_pop(c);

@@ -517,6 +517,28 @@ def test_sd3_with_t5_matches_diffusers():
     np.testing.assert_allclose(out, ref["latents_image"], atol=1e-3, err_msg="sd3 t5 latents")
 
 
+def test_flux_pipeline_matches_diffusers():
+    """FluxPipeline (scripts/gen_flux_fixtures.py): a seeded run with prompt_2 and one from the
+    committed (packed) latents, guidance embedded; diffusers' images within 1e-3; a negative
+    prompt refused."""
+    p = ember.DiffusionPipeline.from_pretrained(os.path.join(FX, "diffusion", "flux_tiny"))
+    assert p.class_name == "FluxPipeline"
+    assert p.scheduler == "FlowMatchEulerDiscreteScheduler"
+    meta, ref = _diffusion_bundle("flux_tiny_ref")
+    r = meta["runs"]["prompt2"]
+    out = p(num_inference_steps=r["steps"], generator=r["seed"], prompt=r["prompt"],
+            prompt_2=r["prompt_2"], guidance_scale=r["guidance"], height=r["height"],
+            width=r["width"], max_sequence_length=r["max_sequence_length"]).images
+    np.testing.assert_allclose(out, ref["prompt2_image"], atol=1e-3, err_msg="flux prompt_2")
+    r = meta["runs"]["dev"]
+    out = p(num_inference_steps=r["steps"], latents=ref["latents"], prompt=r["prompt"],
+            height=r["height"], width=r["width"],  # guidance 3.5 by default
+            max_sequence_length=r["max_sequence_length"]).images
+    np.testing.assert_allclose(out, ref["latents_image"], atol=1e-3, err_msg="flux latents")
+    with pytest.raises(ember.EmberError, match="true_cfg_scale"):
+        p(num_inference_steps=1, prompt="x", negative_prompt="y", height=16, width=16)
+
+
 def test_diffusion_conditional_pipelines_match_diffusers():
     """StableDiffusionPipeline with a prompt (guidance from committed latents; a negative prompt
     from a seed), with the VAE tiled at 32 x 32, and DiTPipeline with a class label: diffusers'

@@ -31,8 +31,8 @@ static void usage(FILE *f) {
             "                    [--denoising-start F]] [--tp N | --cp N]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
-            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline\n"
-            "(without T5) and DiTPipeline today) and\n"
+            "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline,\n"
+            "FluxPipeline and DiTPipeline today) and\n"
             "writes the image. --seed S draws\n"
             "what diffusers draws with\n"
             "generator=torch.Generator(\"cpu\").manual_seed(S): the initial latents and the\n"
@@ -40,23 +40,25 @@ static void usage(FILE *f) {
             "  --model DIR         the pipeline folder\n"
             "  --scheduler NAME    replace the folder's scheduler, as Class.from_config(its\n"
             "                      config): ddpm ddim pndm euler euler-a dpm++2m flow-euler\n"
-            "  --prompt T          the text (Stable Diffusion, SDXL and SD3; required there)\n"
+            "  --prompt T          the text (Stable Diffusion, SDXL, SD3 and Flux; required there)\n"
             "  --negative-prompt T what to steer away from (default: the empty prompt; SDXL with\n"
             "                      force_zeros_for_empty_prompt: zero embeddings)\n"
             "  --prompt-2 T, --negative-prompt-2 T  SDXL and SD3: the texts of the second\n"
-            "                      text encoder\n"
+            "                      text encoder (Flux: --prompt-2 is the T5's text)\n"
             "                      (default: --prompt / --negative-prompt)\n"
             "  --aesthetic-score A, --negative-aesthetic-score A  an SDXL refiner's\n"
             "                      (requires_aesthetics_score) last time id of the prompt's and\n"
             "                      of the negative's rows (default 6.0 and 2.5)\n"
             "  --guidance G        classifier-free guidance scale, on when > 1 (default 7.5 for\n"
-            "                      Stable Diffusion, 5 for SDXL, 7 for SD3, 4 for DiT)\n"
+            "                      Stable Diffusion, 5 for SDXL, 7 for SD3, 4 for DiT); Flux:\n"
+            "                      the embedded guidance of a guidance_embeds model (3.5)\n"
             "  --height H, --width W  the image size (default: the UNet's sample_size times\n"
             "                      the VAE's scale factor)\n"
             "  --steps N           denoising steps (default: the pipeline's, 1000 DDPM, 50 DDIM\n"
-            "                      and Stable Diffusion, 28 SD3)\n"
+            "                      and Stable Diffusion, 28 SD3 and Flux)\n"
             "  --max-sequence-length N  SD3: the T5 tokens after CLIP's, zeros without\n"
-            "                      text_encoder_3 (default 256; 1 to 512)\n"
+            "                      text_encoder_3 (default 256; 1 to 512); Flux: the T5\n"
+            "                      tokens (default 512)\n"
             "  --eta E             DDIM's eta (0: deterministic)\n"
             "  --seed S            the generator's seed\n"
             "  --seeds S1,S2,...   a generator per image, diffusers' generator=[torch.Generator(\n"
@@ -64,6 +66,7 @@ static void usage(FILE *f) {
             "                      as many images (Stable Diffusion: num_images_per_prompt; DiT:\n"
             "                      one per --class-label); not with --seed\n"
             "  --latents FILE      initial noise, float32 .npy of the latent shape [1, C, H, W]\n"
+            "                      (Flux: that, or packed [1, H W / 4, 4C] as diffusers takes)\n"
             "                      (with --seed, the seed still gives the per-step noise)\n"
             "  --device D          cpu (default), xla:0, tpu:0, cuda:0, ...\n"
             "  --dtype T           f32 (default), bf16 or f16: the denoiser's and the VAE's\n"
@@ -517,7 +520,8 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     bool sd = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION ||
               idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_XL,
          dit = idx->pipeline == EM_PIPELINE_DIT,
-         sd3 = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3, text = sd || sd3;
+         sd3 = idx->pipeline == EM_PIPELINE_STABLE_DIFFUSION_3,
+         flux = idx->pipeline == EM_PIPELINE_FLUX, text = sd || sd3 || flux;
     /* Stable Diffusion batches its images in one run (a line per step); the others run once
      * per image (a line per image instead) */
     if (text) rp.num_images_per_prompt = a->num_images;
@@ -545,8 +549,12 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     const char *wrong = NULL, *why = "";
     if (!text && a->text_opt)
         wrong = a->text_opt, why = dit ? "a class-conditional pipeline: --class-label" : NULL;
-    else if (a->max_seq && !sd3)
-        wrong = "--max-sequence-length", why = "StableDiffusion3Pipeline's T5 tokens";
+    else if (a->max_seq && !sd3 && !flux)
+        wrong = "--max-sequence-length", why = "the T5 tokens of StableDiffusion3Pipeline "
+                                                "and FluxPipeline";
+    else if (flux && (a->negative || (a->xl_opt && !strcmp(a->xl_opt, "--negative-prompt-2"))))
+        wrong = a->negative ? "--negative-prompt" : "--negative-prompt-2",
+        why = "guidance is embedded in the transformer; true_cfg_scale is not run";
     else if (!dit && a->have_class)
         wrong = "--class-label", why = text ? "a text-to-image pipeline: --prompt" : NULL;
     else if (!text && !dit && a->have_guidance)
@@ -557,14 +565,15 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
         rc = 2;
     } else if (a->xl_opt && idx->pipeline != EM_PIPELINE_STABLE_DIFFUSION_XL &&
                !(sd3 && (!strcmp(a->xl_opt, "--prompt-2") ||
-                         !strcmp(a->xl_opt, "--negative-prompt-2")))) {
+                         !strcmp(a->xl_opt, "--negative-prompt-2"))) &&
+               !(flux && !strcmp(a->xl_opt, "--prompt-2"))) {
         /* a usage error, as the options the other pipelines do not take (SD3 takes the second
          * prompts; the C API refuses what else it lacks) */
         bool second = !strcmp(a->xl_opt, "--prompt-2") || !strcmp(a->xl_opt, "--negative-prompt-2");
         fprintf(stderr, "ember image: %s is not supported for %s (%s)\n", a->xl_opt,
                 idx->class_name,
-                second ? "the second text encoder's prompt: StableDiffusionXLPipeline's and "
-                         "StableDiffusion3Pipeline's text_encoder_2"
+                second ? "the second text encoder's prompt: StableDiffusionXLPipeline's, "
+                         "StableDiffusion3Pipeline's and FluxPipeline's text_encoder_2"
                        : "StableDiffusionXLPipeline's: the base -> refiner hand-over and the "
                          "pooled embeddings of text_encoder_2");
         rc = 2;

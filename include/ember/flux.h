@@ -1,0 +1,82 @@
+/*
+ * Flux: diffusers' FluxTransformer2DModel (the transformer of FluxPipeline) loaded from a
+ * component folder and run over Ember's ops.
+ *
+ *     em_flux *m = em_flux_load(c, "flux-dev/transformer", NULL, EM_F32);
+ *     em_tensor *out = em_flux_forward(c, m, &in);   // in.hidden_states [N, T, in_channels]
+ *     em_flux_free(m);
+ *
+ * docs/diffusion.md ("FluxPipeline") lists the config fields and what each does.
+ */
+#ifndef EMBER_FLUX_H
+#define EMBER_FLUX_H
+
+#include "ember/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EM_FLUX_MAX_AXES 8
+
+/** The config.json of a FluxTransformer2DModel, defaults filled as diffusers fills them. */
+typedef struct em_flux_config {
+    int64_t patch_size;             /* proj_out gives patch_size^2 * out_channels features */
+    int64_t in_channels, out_channels; /* out_channels null: in_channels */
+    int64_t num_layers;             /* double-stream blocks (transformer_blocks) */
+    int64_t num_single_layers;      /* single-stream blocks (single_transformer_blocks) */
+    int64_t attention_head_dim, num_attention_heads; /* inner dim = their product */
+    int64_t joint_attention_dim;    /* width of encoder_hidden_states (context_embedder in) */
+    int64_t pooled_projection_dim;  /* width of pooled_projections */
+    bool guidance_embeds;           /* a guidance embedder (FLUX.1-dev); false: FLUX.1-schnell */
+    int n_axes;                     /* len(axes_dims_rope), the ids' columns */
+    int64_t axes_dims_rope[EM_FLUX_MAX_AXES]; /* sum = attention_head_dim, each even */
+} em_flux_config;
+
+/** Reads `path` (a folder holding config.json, or the file). Unknown `_class_name`:
+ *  EM_ERR_UNSUPPORTED naming it; wrong types, sizes, axes_dims_rope not summing to
+ *  attention_head_dim or odd: EM_ERR_FORMAT naming the field. `out` is zeroed on failure. */
+EM_API em_status em_flux_config_load(em_ctx *c, const char *path, em_flux_config *out);
+/** Same from `n` bytes of JSON; `name` stands for the file in messages (NULL: "config.json"). */
+EM_API em_status em_flux_config_parse(em_ctx *c, const char *json, size_t n, const char *name,
+                                      em_flux_config *out);
+
+typedef struct em_flux em_flux;
+
+/** Loads a transformer folder (config.json + diffusion_pytorch_model.safetensors, or its
+ *  sharded index) onto `device` (NULL: c's device) as `dtype` (f32, bf16, f16). Every weight's
+ *  shape is checked against the config (a mismatch names the tensor and both shapes). NULL with
+ *  the error in c. Free with em_flux_free. */
+EM_API em_flux *em_flux_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype);
+/** Releases the weights. NULL is a no-op. */
+EM_API void em_flux_free(em_flux *m);
+/** The model's config (owned by m). */
+EM_API const em_flux_config *em_flux_get_config(const em_flux *m);
+/** The device holding the weights. */
+EM_API em_device *em_flux_device(const em_flux *m);
+
+/** FluxTransformer2DModel.forward's inputs (tensors borrowed). */
+typedef struct em_flux_inputs {
+    em_tensor *hidden_states;         /* [N, T, in_channels] (the packed latents) */
+    em_tensor *encoder_hidden_states; /* [N, L, joint_attention_dim] */
+    em_tensor *pooled_projections;    /* [N, pooled_projection_dim] */
+    em_tensor *timestep;              /* 0-d, [1] or [N], any numeric dtype: t / 1000 as
+                                         FluxPipeline passes it (the model multiplies by 1000) */
+    em_tensor *guidance;              /* as timestep; required with guidance_embeds, else must
+                                         be NULL (diffusers ignores none: it would fail) */
+    em_tensor *img_ids;               /* [T, n_axes] positions, any numeric dtype/device */
+    em_tensor *txt_ids;               /* [L, n_axes] */
+} em_flux_inputs;
+
+/**
+ * FluxTransformer2DModel.forward(...).sample: [N, T, patch_size^2 * out_channels] in c's
+ * current scope. hidden_states, encoder_hidden_states and pooled_projections of the model's
+ * dtype and device. The rotary tables are computed from the ids on the host in f64 as
+ * FluxPosEmbed does (theta 10000). NULL with an error naming the shapes.
+ */
+EM_API em_tensor *em_flux_forward(em_ctx *c, em_flux *m, const em_flux_inputs *in);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
