@@ -1,7 +1,8 @@
-/* Shared by test_sd_pipeline.c and test_sdxl_pipeline.c: the setup of an end-to-end run against
- * diffusers (reference bundle, context, the XLA skip, the fixture pipeline on a device), the run
- * parameters of a fixture script's RUNS row, one image compared with diffusers' and scratch
- * folders linking a fixture pipeline's components. */
+/* Shared by the pipeline tests (test_sd_pipeline.c, test_sdxl_pipeline.c, test_sd3.c,
+ * test_flux.c): the setup of an end-to-end run against diffusers (reference bundle, context, the
+ * XLA skip, the fixture pipeline on a device), the run parameters of a fixture script's RUNS row,
+ * one image compared with diffusers', scratch folders linking a fixture pipeline's components,
+ * and the expected errors of runs and loads. */
 #ifndef EMBER_TESTS_SD_PIPELINE_TEST_H
 #define EMBER_TESTS_SD_PIPELINE_TEST_H
 
@@ -86,6 +87,35 @@ static inline void sd_test_link(const char *fixture, const char *const *comps, i
         snprintf(target, sizeof target, "%s/%s", fixture, comps[i]);
         em_test_scratch_link(comps[i], "diffusion", target);
     }
+}
+
+/* A progress callback that counts the steps it is told of (n_progress). */
+static int n_progress;
+static inline bool count_progress(void *user, int64_t i, int64_t n, double t, double s) {
+    (void)user, (void)i, (void)n, (void)t, (void)s;
+    n_progress++;
+    return true;
+}
+
+/* em_pipeline_run fails with `want` and a message holding `needle`. */
+static inline void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
+                                    em_status want, const char *needle) {
+    em_scope_push(c);
+    CHECK(em_pipeline_run(c, p, rp) == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_scope_pop(c);
+}
+
+/* Loading the scratch folder (em_test_scratch_dir) fails with `want` and `needle`. */
+static inline void expect_load_error(em_ctx *c, em_status want, const char *needle) {
+    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
+    CHECK(p == NULL);
+    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
+              (int)em_ctx_status(c), msg(c), needle);
+    em_ctx_clear_error(c);
+    em_pipeline_free(p);
 }
 
 #endif

@@ -12,8 +12,8 @@
 
 #include "ember/ember.h"
 #include "harness.h"
+#include "sd_pipeline_test.h"
 
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
 
 static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
                               const char *rel) {
@@ -227,13 +227,6 @@ static const struct {
     {"size", "a dog in the snow", NULL, 2.0, 2, 21, 16, 24, 6},
 };
 
-static int n_progress;
-static bool count_progress(void *user, int64_t i, int64_t n, double t, double s) {
-    (void)user, (void)i, (void)n, (void)t, (void)s;
-    n_progress++;
-    return true;
-}
-
 static em_pipeline_run_params run_params(size_t i) {
     em_pipeline_run_params rp = em_pipeline_default_params();
     rp.prompt = RUNS[i].prompt;
@@ -331,16 +324,6 @@ static void test_flux_pipeline_runs(void) {
     em_ctx_free(c);
 }
 
-static void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                             em_status want, const char *needle) {
-    em_scope_push(c);
-    CHECK(em_pipeline_run(c, p, rp) == NULL);
-    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
-              (int)em_ctx_status(c), msg(c), needle);
-    em_ctx_clear_error(c);
-    em_scope_pop(c);
-}
-
 static void test_flux_bad_runs(void) {
     em_ctx *c = em_ctx_create();
     em_pipeline *p = em_pipeline_load(c, em_test_fixture_path("diffusion", "flux_tiny"), NULL);
@@ -366,15 +349,6 @@ static void test_flux_bad_runs(void) {
     }
     em_pipeline_free(p);
     em_ctx_free(c);
-}
-
-static void expect_load_error(em_ctx *c, em_status want, const char *needle) {
-    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
-    CHECK(p == NULL);
-    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
-              (int)em_ctx_status(c), msg(c), needle);
-    em_ctx_clear_error(c);
-    em_pipeline_free(p);
 }
 
 #define FLUX_INDEX(te2, tok2)                                                                   \

@@ -9,8 +9,8 @@
 
 #include "ember/ember.h"
 #include "harness.h"
+#include "sd_pipeline_test.h"
 
-static const char *msg(em_ctx *c) { return em_ctx_error(c) ? em_ctx_error(c)->message : ""; }
 
 static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
                               const char *rel, const char *device) {
@@ -184,13 +184,6 @@ static const struct {
     {"size", "a dog in the snow", "dark", 4.0, 2, 21, 16, 24, 0}, /* 0: the default 256 */
 };
 
-static int n_progress;
-static bool count_progress(void *user, int64_t i, int64_t n, double t, double s) {
-    (void)user, (void)i, (void)n, (void)t, (void)s;
-    n_progress++;
-    return true;
-}
-
 static void test_sd3_pipeline_runs(void) {
     em_ctx *c = em_ctx_create();
     em_test_bundle *b = em_test_bundle_load("diffusion/sd3_tiny_ref");
@@ -300,16 +293,6 @@ static void test_sd3_pipeline_runs(void) {
     em_ctx_free(c);
 }
 
-static void expect_run_error(em_ctx *c, em_pipeline *p, const em_pipeline_run_params *rp,
-                             em_status want, const char *needle) {
-    em_scope_push(c);
-    CHECK(em_pipeline_run(c, p, rp) == NULL);
-    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
-              (int)em_ctx_status(c), msg(c), needle);
-    em_ctx_clear_error(c);
-    em_scope_pop(c);
-}
-
 /* use_dynamic_shifting: mu from the latents' patch count (sd3_dynamic_scheduler's config) */
 static void test_sd3_dynamic_shifting(void) {
     em_ctx *c = em_ctx_create();
@@ -414,15 +397,6 @@ static void test_sd3_bad_runs(void) {
     }
     em_pipeline_free(p);
     em_ctx_free(c);
-}
-
-static void expect_load_error(em_ctx *c, em_status want, const char *needle) {
-    em_pipeline *p = em_pipeline_load(c, em_test_scratch_dir(), NULL);
-    CHECK(p == NULL);
-    CHECK_MSG(em_ctx_status(c) == want && strstr(msg(c), needle), "got %d: %s (want '%s')",
-              (int)em_ctx_status(c), msg(c), needle);
-    em_ctx_clear_error(c);
-    em_pipeline_free(p);
 }
 
 #define SD3_INDEX(te3, te2) SD3_INDEX3(te3, "[null, null]", te2)
