@@ -10,9 +10,9 @@ Usage: check_train.py [--device D] FAMILY EMBER [ARGS...]
   EMBER...  the command that runs the CLI
 Checks: (1) `ember train --no-shuffle --json` with the bundle's flags gives torch's losses within
 1e-5 absolute, grad norms within 1e-5 relative (or 4 times torch's own f32 noise where the
-bundle records it and that is larger: gemma4, see torch_tol) and the same learning rates; (2) the run saved with
---save-every 5, resumed from DIR/checkpoint-5, prints steps 5..9 identical to the uninterrupted
-run's (the printed 17-digit numbers: bit-identical), and `ember generate` loads the saved
+bundle records it and that is larger: gemma4, see torch_tol) and the same learning rates; (2) the
+run saved with --save-every 5, resumed from DIR/checkpoint-5, prints steps 5..9 identical to the
+uninterrupted run's (the printed 17-digit numbers: bit-identical), and `ember generate` loads the saved
 checkpoint; (3) with --gradient-checkpointing (every layer recomputed in the backward) the
 losses and grad norms are torch's too and within 1e-5 of the run without; (3b) with --compile
 (the whole step traced once: one program, counted from EMBER_LOG_COMPILES' lines) torch's
@@ -116,8 +116,8 @@ def main():
             if abs(s["lr"] - want_lr) > 1e-12 * max(1.0, abs(want_lr)):
                 fail(f"{family} step {s['step']}: lr {s['lr']!r}, torch {want_lr!r}")
             if abs(s["grad_norm"] - want_norm) > tn * abs(want_norm):
-                fail(f"{family} step {s['step']}: grad norm {s['grad_norm']!r}, torch {want_norm!r} "
-                     f"(tolerance {tn:.2g} relative)")
+                fail(f"{family} step {s['step']}: grad norm {s['grad_norm']!r}, "
+                     f"torch {want_norm!r} (tolerance {tn:.2g} relative)")
             if not s["tokens_per_s"] > 0:
                 fail(f"tokens_per_s {s['tokens_per_s']!r}")
         worst = max(abs(s["loss"] - w) for s, w in zip(got, meta["losses"]))

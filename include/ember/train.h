@@ -158,8 +158,9 @@ EM_API em_status em_trainer_eval(em_ctx *c, em_trainer *t, double *val_loss);
 /**
  * Writes a Hub-layout checkpoint into dir (created if missing): model.safetensors with the
  * parameters under the Hub's names in the model's dtype (a tied LM head once, as transformers
- * saves it) and the saved buffers (Gemma 4's layer_scalar, unchanged), config.json and generation_config.json copied from the model's folder (the latter
- * written from the model's generation config when it has none), the tokenizer files it has
+ * saves it) and the saved buffers (Gemma 4's layer_scalar, unchanged), config.json and
+ * generation_config.json copied from the model's folder (the latter written from the model's
+ * generation config when it has none), the tokenizer files it has
  * (tokenizer.json, tokenizer_config.json, ...) copied; and trainer_state.safetensors: the AdamW
  * moments, the f32 masters (mixed precision), per-parameter step counts, the step, and the
  * options the data order depends on, so
