@@ -64,7 +64,7 @@ int em_model_unlisted_weights(em_ctx *c, const em_model *m) {
     em_tensor **all = NULL;
     int na = em_model_weight_list(m, &all);
     em_model_param *ps = malloc((size_t)(np + nb + 1) * sizeof *ps);
-    if (!ps || (!all && na)) {
+    if (!ps || !all) {
         free(ps);
         free(all);
         em_ctx_fail(c, EM_ERR_OOM, "model_params", "out of memory");
