@@ -34,7 +34,7 @@ def load(family):
 def record(family):
     model = load(family)
     g = torch.Generator().manual_seed(7)
-    ids = torch.randint(3, model.config.vocab_size, (2, 10), generator=g)
+    ids = torch.randint(3, model.config.get_text_config().vocab_size, (2, 10), generator=g)
     labels = ids.clone()
     labels[0, 4] = -100
     labels[1, 7:] = -100
@@ -88,8 +88,9 @@ def record_aux(family):
 
 
 def main():
-    fams = sys.argv[1:] or ["qwen3", "llama", "qwen3_moe", "gemma4_text", "aux:qwen3_moe",
-                            "aux:mixtral"]
+    # gemma4: the tiny MoE checkpoint (router, experts beside the dense MLP)
+    fams = sys.argv[1:] or ["qwen3", "llama", "qwen3_moe", "gemma4_text", "gemma4",
+                            "aux:qwen3_moe", "aux:mixtral"]
     for fam in fams:
         if fam.startswith("aux:"):
             record_aux(fam[4:])

@@ -2,7 +2,7 @@
 """Records 10 AdamW steps of torch training on the tiny checkpoints of tests/fixtures/models/, driven
 by exactly the windows `ember train --no-shuffle` reads, and the logits of the model it trained.
 
-Usage: python scripts/gen_train_run_fixtures.py [family ...]          (default: qwen3 llama)
+Usage: python scripts/gen_train_run_fixtures.py [family ...]   (default: qwen3 llama gemma4_text gemma4)
        python scripts/gen_train_run_fixtures.py --check DIR FAMILY    (transformers loads Ember's
                                                                       checkpoint DIR: its logits)
 Needs the pinned versions of scripts/requirements-fixtures.txt.
@@ -12,7 +12,11 @@ so the 20 windows of 10 steps of batch 2 wrap around) and tests/fixtures/train/<
 (a Bundle): meta holds the hyper-parameters (the `ember train` flags) and per step the loss before
 the update, the learning rate the update used, and clip_grad_norm_'s total norm (also as f64
 tensors "loss", "lr", "grad_norm"); "eval_ids" [2, 16] and "logits" [2, 16, vocab]: the trained
-model's logits on them. The run: torch.optim.AdamW(model.parameters()) (one group), transformers'
+model's logits on them; meta "f32_noise": how far torch's own f32 run is from the same run in
+f64 (per step the largest |loss difference| and relative grad-norm difference so far, and the
+largest |logits difference|; also as f64 tensors "noise_loss", "noise_grad_norm" and meta
+"f32_noise_logits"), which bounds how closely any f32 run can follow it (Gemma 4's tiny
+checkpoints amplify rounding past 1e-5 within 10 steps; qwen3 and llama stay near 1e-7). The run: torch.optim.AdamW(model.parameters()) (one group), transformers'
 get_cosine_schedule_with_warmup, clip_grad_norm_, loss = model(input_ids=x, labels=x).loss with
 x = windows (s*B + b) mod K, all in float32.
 """
@@ -45,11 +49,11 @@ def eval_ids():
     return torch.randint(3, 256, (2, HP["seq_len"]), generator=g)
 
 
-def record(family, ids):
+def train(family, ids, dtype, **kw):
+    """The 10 steps in dtype: (losses, lrs, grad norms, the trained model's logits on eval_ids)."""
     from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, family),
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(MODELS, family), dtype=dtype, **kw)
     model.train()
     T, B, N = HP["seq_len"], HP["batch"], HP["steps"]
     windows = torch.from_numpy(ids[: len(ids) // T * T].reshape(-1, T))
@@ -70,25 +74,58 @@ def record(family, ids):
         losses.append(float(loss.item()))
         norms.append(float(norm.item()))
     model.eval()
-    e = eval_ids()
     with torch.no_grad():
-        logits = model(input_ids=e).logits
+        logits = model(input_ids=eval_ids()).logits
+    return losses, lrs, norms, logits
+
+
+def running_max(xs):
+    out, m = [], 0.0
+    for x in xs:
+        m = max(m, x)
+        out.append(m)
+    return out
+
+
+def record(family, ids):
+    losses, lrs, norms, logits = train(family, ids, torch.float32)
+    # torch's own f32 noise: the same run in f64 (grouped_mm has no f64: eager experts), the
+    # largest distance so far at each step (chaotic training amplifies rounding step by step)
+    l64, _, n64, g64 = train(family, ids, torch.float64, experts_implementation="eager")
+    noise = {"loss": running_max([abs(a - b) for a, b in zip(losses, l64)]),
+             "grad_norm": running_max([abs(a - b) / b for a, b in zip(norms, n64)]),
+             "logits": (logits.double() - g64).abs().max().item()}
+    e = eval_ids()
     b = Bundle(os.path.join(OUT, family + "_run"))
     b.add("loss", torch.tensor(losses, dtype=torch.float64))
     b.add("lr", torch.tensor(lrs, dtype=torch.float64))
     b.add("grad_norm", torch.tensor(norms, dtype=torch.float64))
     b.add("eval_ids", e)
     b.add("logits", logits)
-    b.meta = dict(HP, family=family, windows=K, losses=losses, lrs=lrs, grad_norms=norms)
+    b.add("noise_loss", torch.tensor(noise["loss"], dtype=torch.float64))
+    b.add("noise_grad_norm", torch.tensor(noise["grad_norm"], dtype=torch.float64))
+    b.meta = dict(HP, family=family, windows=len(ids) // HP["seq_len"], losses=losses, lrs=lrs,
+                  grad_norms=norms, f32_noise=noise,
+                  f32_noise_logits=noise["logits"])
     n, size = b.write()
-    print(f"{family}: losses {losses[0]:.5f} -> {losses[-1]:.5f}; {n} tensors, {size} bytes")
+    print(f"{family}: losses {losses[0]:.5f} -> {losses[-1]:.5f}; {n} tensors, {size} bytes; "
+          f"f32 noise: loss {noise['loss'][-1]:.2g}, grad norm {noise['grad_norm'][-1]:.2g} "
+          f"relative, logits {noise['logits']:.2g}")
 
 
 def check(ckpt, family):
-    """transformers loads Ember's checkpoint and gives the logits of its own trained model."""
+    """transformers loads Ember's checkpoint (every weight present: no missing key, so Gemma 4's
+    layer_scalar buffers too) and gives the logits of its own trained model, within 1e-4 or 4
+    times torch's own f32 noise where the fixture records it; returns (error, tolerance)."""
     import json
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    model, info = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
+                                                       output_loading_info=True)
+    model.eval()
+    if info["missing_keys"] or info["unexpected_keys"]:
+        print(f"{family}: {ckpt}: missing {sorted(info['missing_keys'])}, unexpected "
+              f"{sorted(info['unexpected_keys'])}")
+        return float("inf"), 0.0
     meta = json.load(open(os.path.join(OUT, family + "_run.json")))
     t = meta["tensors"]["logits"]
     with open(os.path.join(OUT, family + "_run.bin"), "rb") as f:
@@ -98,15 +135,18 @@ def check(ckpt, family):
     with torch.no_grad():
         got = model(input_ids=eval_ids()).logits
     err = (got - want).abs().max().item()
-    print(f"{family}: transformers on {ckpt}: max |logits - torch-trained logits| = {err:.3g}")
-    return err
+    tol = max(1e-4, 4 * meta["meta"].get("f32_noise_logits", 0.0))
+    print(f"{family}: transformers on {ckpt}: max |logits - torch-trained logits| = {err:.3g} "
+          f"(tolerance {tol:.2g})")
+    return err, tol
 
 
 def main():
     if sys.argv[1:2] == ["--check"]:
-        sys.exit(0 if check(sys.argv[2], sys.argv[3]) <= 1e-4 else 1)
+        err, tol = check(sys.argv[2], sys.argv[3])
+        sys.exit(0 if err <= tol else 1)
     ids = make_ids()
-    for fam in sys.argv[1:] or ["qwen3", "llama"]:
+    for fam in sys.argv[1:] or ["qwen3", "llama", "gemma4_text", "gemma4"]:
         record(fam, ids)
 
 

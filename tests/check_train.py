@@ -9,9 +9,10 @@ Usage: check_train.py [--device D] FAMILY EMBER [ARGS...]
             scripts/gen_train_run_fixtures.py wrote (torch's run on tests/fixtures/train/ids.npy)
   EMBER...  the command that runs the CLI
 Checks: (1) `ember train --no-shuffle --json` with the bundle's flags gives torch's losses within
-1e-5 absolute, grad norms within 1e-5 relative and the same learning rates; (2) the run saved with
---save-every 5, resumed from DIR/checkpoint-5, prints steps 5..9 identical to the uninterrupted
-run's (the printed 17-digit numbers: bit-identical), and `ember generate` loads the saved
+1e-5 absolute, grad norms within 1e-5 relative (or 4 times torch's own f32 noise where the
+bundle records it and that is larger: gemma4, see torch_tol) and the same learning rates; (2) the
+run saved with --save-every 5, resumed from DIR/checkpoint-5, prints steps 5..9 identical to the
+uninterrupted run's (the printed 17-digit numbers: bit-identical), and `ember generate` loads the saved
 checkpoint; (3) with --gradient-checkpointing (every layer recomputed in the backward) the
 losses and grad norms are torch's too and within 1e-5 of the run without; (3b) with --compile
 (the whole step traced once: one program, counted from EMBER_LOG_COMPILES' lines) torch's
@@ -66,6 +67,16 @@ def steps(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
+def torch_tol(meta, step):
+    """The loss (absolute) and grad-norm (relative) tolerances against torch at step: 1e-5, or 4
+    times torch's own f32 noise where the fixture records it (gemma4: the distance of its f32 run
+    from the same run in f64, the largest so far; no f32 run can follow torch closer)."""
+    noise = meta.get("f32_noise")
+    if not noise:
+        return 1e-5, 1e-5
+    return max(1e-5, 4 * noise["loss"][step]), max(1e-5, 4 * noise["grad_norm"][step])
+
+
 def main():
     argv = sys.argv[1:]
     device = None
@@ -98,12 +109,15 @@ def main():
             fail(f"steps printed: {r.stdout}")
         for s, want_loss, want_lr, want_norm in zip(got, meta["losses"], meta["lrs"],
                                                      meta["grad_norms"]):
-            if abs(s["loss"] - want_loss) > 1e-5:
-                fail(f"{family} step {s['step']}: loss {s['loss']!r}, torch {want_loss!r}")
+            tl, tn = torch_tol(meta, s["step"])
+            if abs(s["loss"] - want_loss) > tl:
+                fail(f"{family} step {s['step']}: loss {s['loss']!r}, torch {want_loss!r} "
+                     f"(tolerance {tl:.2g})")
             if abs(s["lr"] - want_lr) > 1e-12 * max(1.0, abs(want_lr)):
                 fail(f"{family} step {s['step']}: lr {s['lr']!r}, torch {want_lr!r}")
-            if abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm):
-                fail(f"{family} step {s['step']}: grad norm {s['grad_norm']!r}, torch {want_norm!r}")
+            if abs(s["grad_norm"] - want_norm) > tn * abs(want_norm):
+                fail(f"{family} step {s['step']}: grad norm {s['grad_norm']!r}, "
+                     f"torch {want_norm!r} (tolerance {tn:.2g} relative)")
             if not s["tokens_per_s"] > 0:
                 fail(f"tokens_per_s {s['tokens_per_s']!r}")
         worst = max(abs(s["loss"] - w) for s, w in zip(got, meta["losses"]))
@@ -183,17 +197,18 @@ def main():
 
 
 def against_base(family, what, run_steps, base_steps, meta, tol):
-    """Checks a variant's run (`what`) against torch's numbers (1e-5) and the base run's (tol,
+    """Checks a variant's run (`what`) against torch's numbers (torch_tol) and the base run's (tol,
     absolute for the loss, relative for the grad norm); returns the largest loss difference."""
     if len(run_steps) != len(base_steps):
         fail(f"{what} printed {len(run_steps)} steps")
     diff = 0.0
     for s, base, want_loss, want_norm in zip(run_steps, base_steps, meta["losses"],
                                              meta["grad_norms"]):
-        if abs(s["loss"] - want_loss) > 1e-5 or abs(s["loss"] - base["loss"]) > tol:
+        tl, tn = torch_tol(meta, s["step"])
+        if abs(s["loss"] - want_loss) > tl or abs(s["loss"] - base["loss"]) > tol:
             fail(f"{family} step {s['step']} {what}: loss {s['loss']!r}, without "
                  f"{base['loss']!r}, torch {want_loss!r}")
-        if (abs(s["grad_norm"] - want_norm) > 1e-5 * abs(want_norm) or
+        if (abs(s["grad_norm"] - want_norm) > tn * abs(want_norm) or
                 abs(s["grad_norm"] - base["grad_norm"]) > tol * abs(base["grad_norm"])):
             fail(f"{family} step {s['step']} {what}: grad norm {s['grad_norm']!r}, without "
                  f"{base['grad_norm']!r}, torch {want_norm!r}")

@@ -185,6 +185,22 @@ static void test_gemma4(void) {
     for (int i = 0; i < 128; i++) free(keep[i]);
 }
 
+/* Gemma 4 with experts (the tiny 26B-A4B layout of tests/fixtures/models/gemma4, weights under
+ * model.language_model.): the router (proj, scale, per_expert_scale) and the experts train
+ * through both MoE implementations, beside the dense MLP. This checkpoint is better conditioned
+ * than gemma4_text (no per-layer inputs, no shared keys/values): the worst gradient is 5.9e-6
+ * relative from transformers' (measured, AVX-512), so the issue's 1e-5 holds; the recomputed
+ * run's gradients must equal the plain run's exactly. */
+static void test_gemma4_moe(void) {
+    for (int impl = 0; impl < 2; impl++) {
+        float *keep[128] = {NULL};
+        em_moe_impl mi = impl ? EM_MOE_LOOP : EM_MOE_RAGGED;
+        check_grads_tol("gemma4", mi, false, false, 1e-5, keep);
+        check_grads_tol("gemma4", mi, false, true, 1e-5, keep);
+        for (int i = 0; i < 128; i++) free(keep[i]);
+    }
+}
+
 /* gemma4 recomputes its layers too (per-layer inputs, KV sharing); a NULL model is refused */
 static void test_checkpointing_refused(void) {
     em_ctx *c = em_ctx_create();
@@ -200,4 +216,4 @@ static void test_checkpointing_refused(void) {
 }
 
 EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_qwen3_moe), T(test_gemma4),
-             T(test_router_aux), T(test_router_aux_dense), T(test_checkpointing_refused))
+             T(test_gemma4_moe), T(test_router_aux), T(test_router_aux_dense), T(test_checkpointing_refused))

@@ -1,8 +1,9 @@
 /*
  * The trainer (ember/train.h) against torch: 10 AdamW steps (cosine schedule with warmup,
- * clipping) on the tiny qwen3 and (tied) llama checkpoints over the windows of
- * tests/fixtures/train/ids.npy without shuffling must give the losses (1e-5 absolute), learning
- * rates and grad norms (1e-5 relative) torch recorded (tests/fixtures/train/<family>_run, written
+ * clipping) on the tiny qwen3, (tied) llama, gemma4_text and gemma4 (MoE) checkpoints over the
+ * windows of tests/fixtures/train/ids.npy without shuffling must give the losses (1e-5 absolute),
+ * learning rates and grad norms (1e-5 relative) torch recorded, or for gemma4 within 4 times
+ * torch's own f32 noise where that is larger (below) (tests/fixtures/train/<family>_run, written
  * by scripts/gen_train_run_fixtures.py). Then the checkpoint the trainer saves is loaded back and
  * must give the logits of the model torch trained (its own forward on the same eval ids), and a
  * save / reload of the trained weights must change nothing.
@@ -50,6 +51,12 @@ static void check_family(const char *family) {
     em_tensor *want_loss = em_test_bundle_get(b, c, "loss");
     em_tensor *want_lr = em_test_bundle_get(b, c, "lr");
     em_tensor *want_norm = em_test_bundle_get(b, c, "grad_norm");
+    /* torch's own f32 noise (its run's distance from the same run in f64, the largest so far),
+     * recorded for the gemma4 fixtures: no f32 run can follow torch's closer than that, so the
+     * tolerances are max(1e-5, 4 x noise); the qwen3 and llama fixtures stay at 1e-5 */
+    double noise_logits = em_test_bundle_meta_num(b, "f32_noise_logits", -1);
+    em_tensor *noise_loss = noise_logits >= 0 ? em_test_bundle_get(b, c, "noise_loss") : NULL;
+    em_tensor *noise_norm = noise_logits >= 0 ? em_test_bundle_get(b, c, "noise_grad_norm") : NULL;
     for (int64_t s = 0; t && s < o.steps; s++) {
         em_train_step_info info;
         if (em_trainer_step(c, t, &info) != EM_OK) {
@@ -58,13 +65,16 @@ static void check_family(const char *family) {
         }
         double wl = em_test_at(c, want_loss, s), wr = em_test_at(c, want_lr, s),
                wn = em_test_at(c, want_norm, s);
-        CHECK_MSG(info.step == s && fabs(info.loss - wl) <= 1e-5,
-                  "%s step %lld: loss %.9g, torch %.9g", family, (long long)s, info.loss, wl);
+        double tl = noise_loss ? fmax(1e-5, 4 * em_test_at(c, noise_loss, s)) : 1e-5;
+        double tn = noise_norm ? fmax(1e-5, 4 * em_test_at(c, noise_norm, s)) : 1e-5;
+        CHECK_MSG(info.step == s && fabs(info.loss - wl) <= tl,
+                  "%s step %lld: loss %.9g, torch %.9g (tolerance %.2g)", family, (long long)s,
+                  info.loss, wl, tl);
         CHECK_MSG(fabs(info.lr - wr) <= 1e-12, "%s step %lld: lr %.17g, torch %.17g", family,
                   (long long)s, info.lr, wr);
-        CHECK_MSG(fabs(info.grad_norm - wn) <= 1e-5 * wn,
-                  "%s step %lld: grad norm %.9g, torch %.9g", family, (long long)s,
-                  info.grad_norm, wn);
+        CHECK_MSG(fabs(info.grad_norm - wn) <= tn * wn,
+                  "%s step %lld: grad norm %.9g, torch %.9g (tolerance %.2g relative)", family,
+                  (long long)s, info.grad_norm, wn, tn);
     }
     /* the saved checkpoint, read back, gives the logits of torch's trained model */
     char dir[] = "/tmp/ember_train_run_XXXXXX";
@@ -80,7 +90,8 @@ static void check_family(const char *family) {
             em_scope_push(c);
             em_tensor *ids = em_test_bundle_get(b, c, "eval_ids");
             em_tensor *got = em_model_forward(c, m2, ids, NULL, NULL, false);
-            em_test_allclose(c, got, em_test_bundle_get(b, c, "logits"), 1e-4, 1e-4,
+            double tg = fmax(1e-4, 4 * noise_logits);
+            em_test_allclose(c, got, em_test_bundle_get(b, c, "logits"), tg, 1e-4,
                              "logits of the saved checkpoint vs torch's trained model");
             /* and the same as the trained model in memory, exactly (f32 written as is) */
             em_test_allclose(c, got, em_model_forward(c, m, ids, NULL, NULL, false), 0, 0,
@@ -173,6 +184,10 @@ static void test_bf16_resume(void) {
 
 static void test_qwen3(void) { check_family("qwen3"); }
 static void test_llama_tied(void) { check_family("llama"); }
+/* Gemma 4: its layer_scalar buffers stay frozen and are written into the checkpoint, which
+ * transformers and the loader read back; gemma4 is the tiny MoE checkpoint (experts train) */
+static void test_gemma4_text(void) { check_family("gemma4_text"); }
+static void test_gemma4_moe(void) { check_family("gemma4"); }
 
 /* bad input: each a clear error, nothing leaked */
 static void test_bad_input(void) {
@@ -208,15 +223,17 @@ static void test_bad_input(void) {
     CHECK(t && em_trainer_eval(c, t, &v) == EM_OK && v > 0);
     em_trainer_free(t);
     em_model_free(m);
-    /* gemma4's layer_scalar is a buffer, not a parameter: a checkpoint would lack it */
+    /* gemma4's layer_scalar is a buffer, not a parameter: it trains, the buffer frozen */
     m = em_model_load(c, em_test_fixture_path("models", "gemma4_text"), &mo);
     CHECK(m != NULL);
     o.val_fraction = 0;
-    CHECK(m && em_trainer_create(c, m, d, &o) == NULL);
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "trainer", "gemma4_text", "layer_scalar");
+    t = m ? em_trainer_create(c, m, d, &o) : NULL;
+    CHECK_MSG(t != NULL, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
+    em_trainer_free(t);
     em_model_free(m);
     em_train_data_free(d);
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_bad_input), T(test_bf16_resume))
+EM_TEST_MAIN(T(test_qwen3), T(test_llama_tied), T(test_gemma4_text), T(test_gemma4_moe),
+             T(test_bad_input), T(test_bf16_resume))

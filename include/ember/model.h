@@ -186,13 +186,14 @@ typedef struct em_model_param {
  * The parameters of a decoder language model, as transformers' model.named_parameters() lists them:
  * names with the checkpoint's prefix, a tied LM head listed once (as the embedding), MoE experts in
  * the v5 stacked layout (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]),
- * Gemma 4's per-layer input weights (not its layer_scalar: a buffer). Writes the first `max` of
- * them into out (out may be NULL when max is 0) and returns how many there are. The tensors are the
- * model's own weights: a trainer marks them with em_tensor_requires_grad and updates them in place
- * (then the model is no longer immutable: do not run forwards on other threads meanwhile). -1 with
- * EM_ERR_UNSUPPORTED for models whose weights are not plain trainable tensors: encoders, gemma4
- * with experts, quantized GGUF weights, experts packed at load for ragged_dot, tensor-parallel
- * shards; EM_ERR_INVALID_ARG for NULL arguments.
+ * Gemma 4's per-layer input weights and its experts (router.proj.weight, router.scale,
+ * router.per_expert_scale, experts.gate_up_proj, experts.down_proj, the norms beside them; not its
+ * layer_scalar: a buffer). Writes the first `max` of them into out (out may be NULL when max is 0)
+ * and returns how many there are. The tensors are the model's own weights: a trainer marks them
+ * with em_tensor_requires_grad and updates them in place (then the model is no longer immutable:
+ * do not run forwards on other threads meanwhile). -1 with EM_ERR_UNSUPPORTED for models whose
+ * weights are not plain trainable tensors: encoders, quantized GGUF weights, experts packed at
+ * load for ragged_dot, tensor-parallel shards; EM_ERR_INVALID_ARG for NULL arguments.
  */
 EM_API int em_model_params(em_ctx *c, const em_model *m, em_model_param *out, int max);
 

@@ -119,8 +119,9 @@ typedef struct em_trainer em_trainer;
  * which are rounded into the weights after each step. NULL with an error for invalid options
  * (named), a seq_len above the model's max_position_embeddings, data shorter than one window (or
  * no training window left after the validation share), or a model that cannot train
- * (em_model_params' error; EM_ERR_UNSUPPORTED for a model that reads weights which are not
- * parameters, gemma4's layer_scalar buffers: its checkpoints would lack them).
+ * (em_model_params' error; EM_ERR_UNSUPPORTED for a model that reads weights which are neither
+ * parameters nor transformers' saved buffers: its checkpoints would lack them). Buffers (Gemma
+ * 4's layer_scalar) stay frozen: no gradient, no optimizer state, written into checkpoints.
  */
 EM_API em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
                                      const em_train_options *o);
@@ -157,8 +158,9 @@ EM_API em_status em_trainer_eval(em_ctx *c, em_trainer *t, double *val_loss);
 /**
  * Writes a Hub-layout checkpoint into dir (created if missing): model.safetensors with the
  * parameters under the Hub's names in the model's dtype (a tied LM head once, as transformers
- * saves it), config.json and generation_config.json copied from the model's folder (the latter
- * written from the model's generation config when it has none), the tokenizer files it has
+ * saves it) and the saved buffers (Gemma 4's layer_scalar, unchanged), config.json and
+ * generation_config.json copied from the model's folder (the latter written from the model's
+ * generation config when it has none), the tokenizer files it has
  * (tokenizer.json, tokenizer_config.json, ...) copied; and trainer_state.safetensors: the AdamW
  * moments, the f32 masters (mixed precision), per-parameter step counts, the step, and the
  * options the data order depends on, so

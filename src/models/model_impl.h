@@ -163,10 +163,18 @@ typedef struct em_family {
     const em_tp_rule *ep_plan;
 } em_family;
 
-/* The name of a weight the model reads that em_model_params does not list (a buffer in
- * transformers: Gemma 4's layer_scalar), so a trainer's checkpoint would lack it; NULL: none
- * (model_params.c). */
-const char *em_model_unlisted_weight(const em_model *m);
+/* The weights the model reads that transformers keeps as saved buffers, not parameters (Gemma
+ * 4's layer_scalar), under their Hub names, as em_model_params lists parameters: the count, at
+ * most max written to out; -1 for a NULL model or output (model_params.c). A trainer holds them
+ * frozen and writes them into its checkpoints. */
+int em_model_buffers(const em_model *m, em_model_param *out, int max);
+/* How many weights the model reads that neither em_model_params nor em_model_buffers lists (a
+ * trainer's checkpoint would lack them): 0 for every family today; -1 with c's error
+ * (em_model_params' refusal, out of memory). */
+int em_model_unlisted_weights(em_ctx *c, const em_model *m);
+/* Every weight the model holds, each once (a tied head is the embedding), in a malloc'ed array
+ * *out the caller frees: the count (0 with *out NULL when out of memory) (model_load.c). */
+int em_model_weight_list(const em_model *m, em_tensor ***out);
 
 /* The family of a (text or multimodal) model_type from family_table.c, NULL if none. */
 const em_family *em_family_find(const char *model_type);

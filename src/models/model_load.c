@@ -542,7 +542,7 @@ static int model_weights(const em_model *m, em_tensor **out, int cap) {
     return n;
 }
 
-static int weight_list(const em_model *m, em_tensor ***out) {
+int em_model_weight_list(const em_model *m, em_tensor ***out) {
     int cap = (int)(m->n_layers + 1) * 32 + 16;
     *out = malloc((size_t)cap * sizeof **out);
     return *out ? model_weights(m, *out, cap) : 0;
@@ -551,7 +551,7 @@ static int weight_list(const em_model *m, em_tensor ***out) {
 int64_t em_model_weight_bytes(const em_model *m, bool decode_step) {
     if (!m) return 0;
     em_tensor **ts;
-    int n = weight_list(m, &ts);
+    int n = em_model_weight_list(m, &ts);
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         if (!(decode_step && ts[i] == m->embed && m->lm_head != m->embed))
@@ -565,7 +565,7 @@ int em_model_weight_dtypes(const em_model *m, char *buf, size_t cap) {
     buf[0] = 0;
     if (!m) return 0;
     em_tensor **ts;
-    int n = weight_list(m, &ts);
+    int n = em_model_weight_list(m, &ts);
     int64_t by[EM_DTYPE_COUNT] = {0}, total = 0;
     for (int i = 0; i < n; i++) {
         by[em_tensor_dtype(ts[i])] += (int64_t)em_tensor_nbytes(ts[i]);

@@ -1,6 +1,7 @@
 /*
  * Checkpoints of a trainer (ember/train.h): a Hub-layout folder that transformers'
- * from_pretrained reads (model.safetensors under the Hub's names with "format": "pt" metadata,
+ * from_pretrained reads (model.safetensors: the parameters and the saved buffers, such as Gemma
+ * 4's layer_scalar, under the Hub's names in the model's dtype with "format": "pt" metadata,
  * config.json, generation_config.json, tokenizer files) plus trainer_state.safetensors, the
  * state a resumed run needs to continue bit-identically (AdamW moments, step counts; the data
  * order is a function of the seed and the step).
@@ -135,6 +136,9 @@ em_status em_trainer_save(em_ctx *c, em_trainer *t, const char *dir) {
     em_safetensors_writer *w = em_safetensors_writer_create(c);
     for (int i = 0; w && i < t->np && !em_ctx_status(c); i++)
         em_safetensors_writer_add(c, w, t->params[i].name, t->params[i].tensor);
+    /* the saved buffers (frozen), as transformers' save_pretrained writes them */
+    for (int i = 0; w && i < t->nb && !em_ctx_status(c); i++)
+        em_safetensors_writer_add(c, w, t->buffers[i].name, t->buffers[i].tensor);
     if (w) em_safetensors_writer_set_metadata(c, w, "format", "pt");
     snprintf(b, sizeof b, "%s/model.safetensors", dir);
     if (w && !em_ctx_status(c)) em_safetensors_writer_save(c, w, b);

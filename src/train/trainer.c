@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "models/model_impl.h" /* em_model_unlisted_weight */
+#include "models/model_impl.h" /* em_model_buffers, em_model_unlisted_weights */
 #include "train/optim_impl.h"  /* em_train_snapshot */
 #include "train/trainer_impl.h"
 
@@ -145,22 +145,26 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
     }
     int np = em_model_params(c, m, NULL, 0);
     if (np < 0) return NULL;
-    const char *unlisted = em_model_unlisted_weight(m);
-    if (unlisted) { /* the checkpoints hold the parameters only */
+    /* the checkpoints hold the parameters and the saved buffers (frozen): nothing else */
+    int unlisted = em_model_unlisted_weights(c, m), nb = em_model_buffers(m, NULL, 0);
+    if (unlisted < 0) return NULL;
+    if (unlisted > 0) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, "trainer",
-                    "%s (%s) reads weights that are not parameters (%s): its checkpoints would "
-                    "lack them", em_model_dir(m), em_model_config_get(m)->model_type, unlisted);
+                    "%s (%s) reads %d weights that are neither parameters nor buffers: its "
+                    "checkpoints would lack them", em_model_dir(m),
+                    em_model_config_get(m)->model_type, unlisted);
         return NULL;
     }
     em_trainer *t = calloc(1, sizeof *t);
     if (t) {
+        t->buffers = calloc((size_t)(nb > 0 ? nb : 1), sizeof *t->buffers);
         t->params = calloc((size_t)(np ? np : 1), sizeof *t->params);
         t->tensors = calloc((size_t)(np ? np : 1), sizeof *t->tensors);
         t->master = dt != EM_F32 ? calloc((size_t)(np ? np : 1), sizeof *t->master) : NULL;
         t->perm = malloc((size_t)k * sizeof *t->perm);
         t->batch_ids = malloc((size_t)(opt->batch * opt->seq_len) * sizeof *t->batch_ids);
     }
-    if (!t || !t->params || !t->tensors || !t->perm || !t->batch_ids ||
+    if (!t || !t->buffers || !t->params || !t->tensors || !t->perm || !t->batch_ids ||
         (dt != EM_F32 && !t->master)) {
         em_trainer_free(t);
         em_ctx_fail(c, EM_ERR_OOM, "trainer", "out of memory");
@@ -174,6 +178,7 @@ em_trainer *em_trainer_create(em_ctx *c, em_model *m, const em_train_data *d,
     t->k_train = k - k_val;
     t->perm_epoch = -1;
     t->np = em_model_params(c, m, t->params, np);
+    t->nb = em_model_buffers(m, t->buffers, nb); /* frozen: no gradient, no optimizer state */
     for (int i = 0; i < np; i++) {
         t->tensors[i] = t->params[i].tensor;
         em_tensor_requires_grad(c, t->tensors[i], true);
@@ -205,6 +210,7 @@ void em_trainer_free(em_trainer *t) {
     for (int i = 0; t->master && i < t->np; i++) em_tensor_release(t->master[i]);
     free(t->master);
     free(t->params);
+    free(t->buffers);
     free(t->tensors);
     free(t->perm);
     free(t->batch_ids);

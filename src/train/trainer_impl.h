@@ -15,6 +15,9 @@ struct em_trainer {
     int np;
     em_model_param *params;
     em_tensor **tensors;       /* params[i].tensor */
+    int nb;
+    em_model_param *buffers;   /* weights transformers keeps as buffers (Gemma 4's
+                                  layer_scalar): frozen, written into the checkpoints */
     em_tensor **master;        /* bf16/f16 models: f32 master copies, which the optimizer
                                   updates (NULL for f32 models: the parameters themselves) */
     em_tensor **trained;       /* what the optimizer and clipping see: master or tensors */
