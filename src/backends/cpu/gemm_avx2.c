@@ -542,18 +542,23 @@ INLINE void bc_step(const int NB, const char *w, size_t lw, size_t off, const fl
 
 /*
  * NB (1..6) weight rows (bf16, lw bytes apart) by one x^T panel over the whole k: out[b][r].
+ * With pf, the next tile's rows (pf, lw apart) are fetched into L2 along the way: their first
+ * lines would otherwise be demand misses at every tile's start (a tile lasts a few us).
  * The last element of a row is broadcast from a copy (the word after it may not exist); every
  * other one from the word starting with it.
  */
 INLINE void bc_tile(const int NB, int64_t k, const float *xt, const char *w, size_t lw,
-                    float (*out)[BC_ROWS]) {
+                    const char *pf, float (*out)[BC_ROWS]) {
     __m256 acc[BC_W][2];
 #pragma GCC unroll 6
     for (int b = 0; b < NB; b++) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
     int64_t kk = 0;
     for (; kk + 16 < k; kk += 16) {
 #pragma GCC unroll 6
-        for (int b = 0; b < NB; b++) _mm_prefetch(w + b * lw + 2 * kk + 1024, _MM_HINT_T0);
+        for (int b = 0; b < NB; b++) {
+            _mm_prefetch(w + b * lw + 2 * kk + 1024, _MM_HINT_T0);
+            if (pf) _mm_prefetch(pf + b * lw + 2 * kk, _MM_HINT_T1);
+        }
 #pragma GCC unroll 16
         for (int q = 0; q < 16; q++)
             bc_step(NB, w, lw, (size_t)(kk + q) * 2, xt + (kk + q) * BC_ROWS, acc);
@@ -580,16 +585,19 @@ INLINE void dot_bcast(const em_dtype OT, int64_t panels, int64_t n, int64_t k, c
     for (int64_t j = 0; j < n; j += BC_W) {
         const int nb = n - j < BC_W ? (int)(n - j) : BC_W;
         const char *wr = (const char *)w + (size_t)j * lw;
+        const int pn = n - j - nb < BC_W ? (int)(n - j - nb) : BC_W;
         for (int64_t p = 0; p < panels; p++) {
+            /* the first panel reads the tile from memory, the others from cache */
+            const char *pf = p == 0 && pn > 0 ? wr + (size_t)nb * lw : NULL;
             float out[BC_W][BC_ROWS];
             const float *xp = xt + p * k * BC_ROWS;
             switch (nb) {
-            case 1: bc_tile(1, k, xp, wr, lw, out); break;
-            case 2: bc_tile(2, k, xp, wr, lw, out); break;
-            case 3: bc_tile(3, k, xp, wr, lw, out); break;
-            case 4: bc_tile(4, k, xp, wr, lw, out); break;
-            case 5: bc_tile(5, k, xp, wr, lw, out); break;
-            default: bc_tile(6, k, xp, wr, lw, out); break;
+            case 1: bc_tile(1, k, xp, wr, lw, pf, out); break;
+            case 2: bc_tile(2, k, xp, wr, lw, pf, out); break;
+            case 3: bc_tile(3, k, xp, wr, lw, pf, out); break;
+            case 4: bc_tile(4, k, xp, wr, lw, pf, out); break;
+            case 5: bc_tile(5, k, xp, wr, lw, pf, out); break;
+            default: bc_tile(6, k, xp, wr, lw, pf, out); break;
             }
             for (int r = 0; r < BC_ROWS; r++)
                 for (int b = 0; b < nb; b++)
