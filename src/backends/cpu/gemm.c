@@ -15,10 +15,11 @@
 #define DOT_ALWAYS_M 16
 #define DOT_MAX_M 96
 #define DOT_MAX_X_BYTES (512 << 10)
-/* AVX2 has no bf16/f16 dot: its dot engine widens every weight vector for every tile, where the
+/* AVX2 has no f16 dot: its dot engine widens every f16 weight vector for every tile, where the
  * packed engine widens each weight once per call, and the packed engine is ahead from ~48 rows
- * (one thread, K = 2048, bf16: 68 against 70-75 GFLOP/s at 48-64 rows, 82 against 68 at 96;
- * f32 weights keep the dot engine, 86 against 71 at 64). */
+ * (one thread, K = 2048, bf16 as it was: 68 against 70-75 GFLOP/s at 48-64 rows, 82 against
+ * 68 at 96). bf16 from 16 rows takes the broadcast tiles (a shift per weight for 16 rows):
+ * 1.19x the packed engine at 64 rows, level at 96 (Zen 4, 2 threads, weights from DRAM). */
 #define DOT_MAX_M_AVX2_WIDENED 40
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -368,7 +369,7 @@ static void dot_body(void *user, int64_t begin, int64_t end, int tid) {
 /* Whether the dot engine takes a product of m rows of x (k values each, dtype dt). */
 static bool dot_small(int64_t m, int64_t k, em_dtype dt) {
     double xbytes = (double)m * (double)k * (double)em_esize(dt);
-    int64_t max_m = dt != EM_F32 && em_cpu_isa_get() == EM_ISA_AVX2 ? DOT_MAX_M_AVX2_WIDENED
+    int64_t max_m = dt == EM_F16 && em_cpu_isa_get() == EM_ISA_AVX2 ? DOT_MAX_M_AVX2_WIDENED
                                                                     : DOT_MAX_M;
     /* AMX tiles: the packed engine from 17 rows (K = 2048, N = 768, weights from DRAM: 290-310
      * against 320-340 us at 16 rows, 340-400 against 470-900 at 24, 330 against 2190 at 64) */

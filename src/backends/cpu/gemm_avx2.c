@@ -492,6 +492,121 @@ INLINE void dot_tiles(const em_dtype DT, const em_dtype OT, int64_t m, int64_t n
     }
 }
 
+/* ---- broadcast tiles: bf16 weights against 16-row panels of x ---- */
+
+/*
+ * From 16 rows of x on, each bf16 weight is broadcast from its row (a 32-bit load of the word
+ * that ends with it, shifted left by 16: exact) and multiplied with 16 rows of x at once, held
+ * as x^T panels [k][16] f32. Six weight rows by two x vectors make 12 accumulators; per pair of
+ * k: 12 broadcasts, 12 shifts, 4 x loads, 24 FMAs (the 4 x 3 tiles load an x vector for every
+ * 2 FMAs, which bounds them by loads near 70 % of the FMA peak). docs/performance-avx2.md.
+ */
+#define BC_ROWS 16
+#define BC_W 6
+
+/* Rows [16, k] of x (bf16) -> xt [k][16] f32: groups of 8 rows, 8 k at a time, transposed. */
+static void widen_xt(float *xt, const void *x, int64_t ldx, int64_t k) {
+    const uint16_t *xb = x;
+    const int64_t kfull = k & ~(int64_t)7;
+    for (int g = 0; g < BC_ROWS; g += 8) {
+        for (int64_t k0 = 0; k0 < k; k0 += 8) {
+            __m256 r[8];
+            for (int q = 0; q < 8; q++) {
+                const uint16_t *p = xb + (g + q) * ldx + k0;
+                r[q] = k0 < kfull ? load8(p, EM_BF16) : load_part(p, EM_BF16, (int)(k - k0));
+            }
+            transpose8(r);
+            const int steps = k - k0 < 8 ? (int)(k - k0) : 8;
+            for (int q = 0; q < steps; q++) _mm256_store_ps(xt + (k0 + q) * BC_ROWS + g, r[q]);
+        }
+    }
+}
+
+/* The bf16 at p as f32 in all lanes: the word starting with it, shifted (p + 3 is read) */
+INLINE __m256 bc_w(const char *p) {
+    __m256i v = _mm256_castps_si256(_mm256_broadcast_ss((const float *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* One k step of a tile: the weight at offset off of each row, against x^T row xk. */
+INLINE void bc_step(const int NB, const char *w, size_t lw, size_t off, const float *xk,
+                    __m256 (*acc)[2]) {
+    const __m256 x0 = _mm256_load_ps(xk), x1 = _mm256_load_ps(xk + 8);
+#pragma GCC unroll 6
+    for (int b = 0; b < NB; b++) {
+        const __m256 v = bc_w(w + b * lw + off);
+        acc[b][0] = _mm256_fmadd_ps(v, x0, acc[b][0]);
+        acc[b][1] = _mm256_fmadd_ps(v, x1, acc[b][1]);
+    }
+}
+
+/*
+ * NB (1..6) weight rows (bf16, lw bytes apart) by one x^T panel over the whole k: out[b][r].
+ * With pf, the next tile's rows (pf, lw apart) are fetched into L2 along the way: their first
+ * lines would otherwise be demand misses at every tile's start (a tile lasts a few us).
+ * The last element of a row is broadcast from a copy (the word after it may not exist); every
+ * other one from the word starting with it.
+ */
+INLINE void bc_tile(const int NB, int64_t k, const float *xt, const char *w, size_t lw,
+                    const char *pf, float (*out)[BC_ROWS]) {
+    __m256 acc[BC_W][2];
+#pragma GCC unroll 6
+    for (int b = 0; b < NB; b++) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 16 < k; kk += 16) {
+#pragma GCC unroll 6
+        for (int b = 0; b < NB; b++) {
+            _mm_prefetch(w + b * lw + 2 * kk + 1024, _MM_HINT_T0);
+            if (pf) _mm_prefetch(pf + b * lw + 2 * kk, _MM_HINT_T1);
+        }
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; q++)
+            bc_step(NB, w, lw, (size_t)(kk + q) * 2, xt + (kk + q) * BC_ROWS, acc);
+    }
+    for (; kk + 1 < k; kk++) bc_step(NB, w, lw, (size_t)kk * 2, xt + kk * BC_ROWS, acc);
+    {
+        uint16_t last[BC_W][2] = {{0}};
+        for (int b = 0; b < NB; b++) memcpy(&last[b][0], w + b * lw + (size_t)kk * 2, 2);
+        bc_step(NB, (const char *)last, sizeof last[0], 0, xt + kk * BC_ROWS, acc);
+    }
+#pragma GCC unroll 6
+    for (int b = 0; b < NB; b++) {
+        _mm256_storeu_ps(out[b], acc[b][0]);
+        _mm256_storeu_ps(out[b] + 8, acc[b][1]);
+    }
+}
+
+/* panels x^T panels (16 rows each, xt, k * 16 floats apart) against all n weight rows: weight
+ * tiles outer, so that a tile's rows (6 x 2k bytes) stay in cache across the panels. */
+INLINE void dot_bcast(const em_dtype OT, int64_t panels, int64_t n, int64_t k, const float *xt,
+                      const void *w, int64_t ldw, void *c, int64_t ldc,
+                      const float *bias) {
+    const size_t lw = (size_t)ldw * 2;
+    for (int64_t j = 0; j < n; j += BC_W) {
+        const int nb = n - j < BC_W ? (int)(n - j) : BC_W;
+        const char *wr = (const char *)w + (size_t)j * lw;
+        const int pn = n - j - nb < BC_W ? (int)(n - j - nb) : BC_W;
+        for (int64_t p = 0; p < panels; p++) {
+            /* the first panel reads the tile from memory, the others from cache */
+            const char *pf = p == 0 && pn > 0 ? wr + (size_t)nb * lw : NULL;
+            float out[BC_W][BC_ROWS];
+            const float *xp = xt + p * k * BC_ROWS;
+            switch (nb) {
+            case 1: bc_tile(1, k, xp, wr, lw, pf, out); break;
+            case 2: bc_tile(2, k, xp, wr, lw, pf, out); break;
+            case 3: bc_tile(3, k, xp, wr, lw, pf, out); break;
+            case 4: bc_tile(4, k, xp, wr, lw, pf, out); break;
+            case 5: bc_tile(5, k, xp, wr, lw, pf, out); break;
+            default: bc_tile(6, k, xp, wr, lw, pf, out); break;
+            }
+            for (int r = 0; r < BC_ROWS; r++)
+                for (int b = 0; b < nb; b++)
+                    store_one(c, OT, (p * BC_ROWS + r) * ldc + j + b,
+                              out[b][r] + (bias ? bias[j + b] : 0.0f));
+        }
+    }
+}
+
 /*
  * c[i, j] (dtype OT: DT, or f32 for ragged_dot's partial sums) for m rows of x. Rows are taken
  * in blocks of DOT_ROW_BLOCK, each widened once (an L2-sized buffer) and run against all n
@@ -511,7 +626,24 @@ INLINE bool dot_any(const em_dtype DT, const em_dtype OT, int64_t m, int64_t n, 
     for (int64_t i0 = 0; i0 < m; i0 += rb) {
         const int64_t mb = m - i0 < rb ? m - i0 : rb;
         void *cb = (char *)c + (size_t)(i0 * ldc) * os;
-        widen_x(xs, kp, (const char *)x + (size_t)(i0 * ldx) * es, ldx, mb, k, DT);
+        const char *xb = (const char *)x + (size_t)(i0 * ldx) * es;
+        /* bf16 from 16 rows: 16-row panels by broadcast tiles, the rest by 4 x 3 tiles (the
+         * path of a row depends on its index and m only, never on n) */
+        const int64_t panels = DT == EM_BF16 && m >= BC_ROWS ? mb / BC_ROWS : 0;
+        if (panels) {
+            const int64_t done = panels * BC_ROWS;
+            for (int64_t p = 0; p < panels; p++)
+                widen_xt(xs + p * k * BC_ROWS, xb + (size_t)(p * BC_ROWS * ldx) * es, ldx, k);
+            dot_bcast(OT, panels, n, k, xs, w, ldw, cb, ldc, bias);
+            if (done < mb) {
+                float *xr = xs + done * kp; /* past the panels: done * k <= done * kp */
+                widen_x(xr, kp, xb + (size_t)(done * ldx) * es, ldx, mb - done, k, DT);
+                dot_tiles(DT, OT, mb - done, n, k, xr, kp, w, ldw,
+                          (char *)cb + (size_t)(done * ldc) * os, ldc, bias);
+            }
+            continue;
+        }
+        widen_x(xs, kp, xb, ldx, mb, k, DT);
         switch (m <= 4 ? m : 0) { /* by m, not mb: one path for all rows of a call */
         case 1: dot_stream(DT, OT, 1, n, k, xs, kp, w, ldw, cb, ldc, bias); break;
         case 2: dot_stream(DT, OT, 2, n, k, xs, kp, w, ldw, cb, ldc, bias); break;
