@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "diffusion/weights.h"
 #include "ember/clip.h"
@@ -151,11 +150,6 @@ static bool load_config(em_ctx *c, const char *dir, em_clip_text_config *cfg, cl
  * Loading
  * ------------------------------------------------------------------------------------------- */
 
-static bool is_file(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 /* transformers 5 saves CLIPTextModel's weights without the "text_model." prefix that
  * CLIPTextModelWithProjection, CLIPModel and every checkpoint written before it use (Stable
  * Diffusion's text_encoder/); both load, as in transformers. */
@@ -212,9 +206,8 @@ em_clip_text *em_clip_text_load(em_ctx *c, const char *dir, const char *device) 
         return NULL;
     }
     em_clip_text *m = calloc(1, sizeof *m);
-    size_t n = strlen(dir) + 48;
-    char *file = malloc(n);
-    if (!m || !file || !(m->dir = strdup(dir))) {
+    char *file = NULL;
+    if (!m || !(m->dir = strdup(dir))) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         goto fail;
     }
@@ -223,15 +216,7 @@ em_clip_text *em_clip_text_load(em_ctx *c, const char *dir, const char *device) 
     m->layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->layers);
     if (!m->layers) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     if (!m->dev || em_ctx_status(c)) goto fail;
-    const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
-    snprintf(file, n, "%s%smodel.safetensors.index.json", dir, sep);
-    if (!is_file(file)) snprintf(file, n, "%s%smodel.safetensors", dir, sep);
-    if (!is_file(file)) {
-        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP,
-                    "%s holds no model.safetensors (nor its .index.json); Ember reads safetensors "
-                    "weights only", dir);
-        goto fail;
-    }
+    if (!(file = diff_text_weights_file(c, OP, dir))) goto fail;
     em_safetensors *st = em_safetensors_open(c, file);
     if (!st) goto fail;
     diff_weights w = {c, st, file, dir, OP, EM_F32, m->dev};

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "diffusion/weights.h"
 #include "ember/ops.h"
@@ -128,11 +127,6 @@ static t5_act act_of(const char *a) {
  * Loading
  * ------------------------------------------------------------------------------------------- */
 
-static bool is_file(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 static em_tensor *get2(diff_weights *w, const char *name, int64_t rows, int64_t cols) {
     return diff_load_checked(w, name, 2, (int64_t[]){rows, cols});
 }
@@ -177,9 +171,8 @@ em_t5_encoder *em_t5_encoder_load(em_ctx *c, const char *dir, const char *device
         return NULL;
     }
     em_t5_encoder *m = calloc(1, sizeof *m);
-    size_t n = strlen(dir) + 48;
-    char *file = malloc(n);
-    if (!m || !file || !(m->dir = strdup(dir))) {
+    char *file = NULL;
+    if (!m || !(m->dir = strdup(dir))) {
         em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
         goto fail;
     }
@@ -189,14 +182,7 @@ em_t5_encoder *em_t5_encoder_load(em_ctx *c, const char *dir, const char *device
     m->blocks = calloc((size_t)m->cfg.num_layers, sizeof *m->blocks);
     if (!m->blocks) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     if (!m->dev || em_ctx_status(c)) goto fail;
-    const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
-    snprintf(file, n, "%s%smodel.safetensors.index.json", dir, sep);
-    if (!is_file(file)) snprintf(file, n, "%s%smodel.safetensors", dir, sep);
-    if (!is_file(file)) {
-        em_ctx_fail(c, EM_ERR_NOT_FOUND, OP, "%s holds no model.safetensors (nor its .index.json); "
-                    "Ember reads safetensors weights only", dir);
-        goto fail;
-    }
+    if (!(file = diff_text_weights_file(c, OP, dir))) goto fail;
     em_safetensors *st = em_safetensors_open(c, file);
     if (!st) goto fail;
     diff_weights w = {c, st, file, dir, OP, EM_F32, m->dev};

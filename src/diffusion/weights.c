@@ -95,22 +95,31 @@ static bool is_file(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-char *diff_weights_file(em_ctx *c, const char *op, const char *dir) {
-    size_t n = strlen(dir) + 64;
+/* <dir>/<base>.safetensors.index.json when it exists, else <dir>/<base>.safetensors. */
+static char *weights_file(em_ctx *c, const char *op, const char *dir, const char *base) {
+    size_t n = strlen(dir) + strlen(base) + 32;
     char *file = malloc(n);
     if (!file) {
         em_ctx_fail(c, EM_ERR_OOM, op, "out of memory");
         return NULL;
     }
     const char *sep = *dir && dir[strlen(dir) - 1] == '/' ? "" : "/";
-    snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors.index.json", dir, sep);
-    if (!is_file(file)) snprintf(file, n, "%s%sdiffusion_pytorch_model.safetensors", dir, sep);
+    snprintf(file, n, "%s%s%s.safetensors.index.json", dir, sep, base);
+    if (!is_file(file)) snprintf(file, n, "%s%s%s.safetensors", dir, sep, base);
     if (is_file(file)) return file;
     free(file);
     em_ctx_fail(c, EM_ERR_NOT_FOUND, op,
-                "%s holds no diffusion_pytorch_model.safetensors (nor its .index.json); Ember "
-                "reads safetensors weights only", dir);
+                "%s holds no %s.safetensors (nor its .index.json); Ember reads safetensors "
+                "weights only", dir, base);
     return NULL;
+}
+
+char *diff_weights_file(em_ctx *c, const char *op, const char *dir) {
+    return weights_file(c, op, dir, "diffusion_pytorch_model");
+}
+
+char *diff_text_weights_file(em_ctx *c, const char *op, const char *dir) {
+    return weights_file(c, op, dir, "model");
 }
 
 bool diff_check_load_args(em_ctx *c, const char *op, const char *dir, em_dtype dtype) {

@@ -29,6 +29,9 @@ em_tensor *diff_load_checked(const diff_weights *w, const char *name, int ndim,
  * .index.json when it exists, else <dir>/diffusion_pytorch_model.safetensors (malloc'd). NULL
  * with EM_ERR_NOT_FOUND naming the folder when neither exists (Ember reads safetensors only). */
 char *diff_weights_file(em_ctx *c, const char *op, const char *dir);
+/* The same for a transformers component (the text encoders): <dir>/model.safetensors.index.json
+ * or <dir>/model.safetensors. */
+char *diff_text_weights_file(em_ctx *c, const char *op, const char *dir);
 
 /* A loader's arguments: a non-empty folder and a dtype of f32, bf16 or f16. False with
  * EM_ERR_INVALID_ARG / EM_ERR_DTYPE. */
