@@ -145,7 +145,8 @@ static void test_refused(void) {
     em_pipeline_options po = em_pipeline_default_options();
     po.tp = G;
     CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "done for DiTPipeline's transformer only", "DDIMPipeline");
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "done for the transformers of DiTPipeline, "
+              "StableDiffusion3Pipeline and FluxPipeline only", "DDIMPipeline");
     po = em_pipeline_default_options();
     po.cp = G;
     CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);

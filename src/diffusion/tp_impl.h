@@ -1,0 +1,40 @@
+/* Tensor parallelism of the diffusion transformers (DiT in dit.c, SD3 and Flux over mmdit.c), as
+ * diffusers' TensorParallelConfig splits them: attention heads (q/k/v by rows, column-parallel;
+ * the output projection by columns, row-parallel, its partial products all-reduced) and the
+ * feed-forward (up projection by rows, down by columns). A rank of a device group runs on its
+ * device; a rank of a process group on the CPU (its collectives are MPI calls). */
+#ifndef EMBER_DIFFUSION_TP_IMPL_H
+#define EMBER_DIFFUSION_TP_IMPL_H
+
+#include "diffusion/unet_impl.h"
+#include "ember/dist.h"
+
+typedef struct diff_tp {
+    em_dist *g;    /* NULL: no tensor parallelism */
+    int rank, size; /* 0 and 1 without */
+    em_device *dev; /* where this rank's slices go */
+} diff_tp;
+
+/* t from group g (NULL or one rank: none, t->dev = the requested device or c's). With a group,
+ * the device is the group's (its rank's device, or the CPU for a process group); a `device`
+ * other than that fails (EM_ERR_UNSUPPORTED) naming op and the rank. False with the error. */
+bool diff_tp_init(em_ctx *c, diff_tp *t, em_dist *g, const char *device, const char *op);
+/* EM_ERR_SHAPE "tensor parallelism: <what> (<size>) of <dir> is not divisible by the degree N"
+ * unless size % t->size == 0. */
+bool diff_tp_check(em_ctx *c, const diff_tp *t, const char *op, const char *dir,
+                   const char *what, int64_t size);
+/* The loader the split weights come through: l's, on the CPU under tensor parallelism (sliced
+ * there, then moved: a PJRT device would keep the whole weight otherwise). */
+unet_loader diff_tp_loader(const unet_loader *l, const diff_tp *t);
+/* Rank t->rank's slice of a linear, moved to t->dev. The split dimension (rows column-parallel,
+ * columns row-parallel) is made of n_pieces consecutive pieces (NULL: one, the whole
+ * dimension); the rank's part of each, concatenated. Column-parallel splits the bias alike; a
+ * row-parallel bias stays whole (added once, after the all-reduce). Piece sizes were checked
+ * divisible. No-op without tensor parallelism. False with the error. */
+bool diff_tp_shard(em_ctx *c, const diff_tp *t, unet_param *p, bool row_par,
+                   const int64_t *pieces, int n_pieces);
+/* A row-parallel linear: the partial product summed over the ranks, then the whole bias; the
+ * whole layer without tensor parallelism. In the caller's scope. */
+em_tensor *diff_tp_lin_rows(em_ctx *c, const diff_tp *t, const unet_param *p, em_tensor *x);
+
+#endif
