@@ -3,7 +3,8 @@ transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "
 and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
 plugin); and `--cp 2` (its image tokens split) under mpirun. Then `--tp 2` on the tiny
 StableDiffusion3Pipeline and FluxPipeline (sd3_tiny, flux_tiny: their joint and single-stream
-blocks split the same way) under mpirun and over the 2 XLA devices compiled. Each image must be
+blocks split the same way) under mpirun and over the 2 XLA devices compiled, and `--cp 2` (their
+image tokens split, the text whole) under mpirun. Each image must be
 the one-process run's within 1e-5 and diffusers' (dit_runs_ref's "cfg", sd3_tiny_ref's "size",
 flux_tiny_ref's "prompt2", the runs of check_image.py) within 1e-3; only rank 0 writes and
 prints (one placement line, one progress line per step).
@@ -115,7 +116,8 @@ def main():
 
 
 def mmdit(mpiexec, ember, tmp):
-    """--tp 2 on sd3_tiny and flux_tiny: under mpirun (eager), over 2 XLA devices (compiled)"""
+    """--tp 2 on sd3_tiny and flux_tiny under mpirun (eager) and over 2 XLA devices (compiled);
+    --cp 2 under mpirun"""
     ran = 0
     mpi = [mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"]
     detail = "1 of 2 attention heads and 32 of 64"
@@ -130,6 +132,8 @@ def mmdit(mpiexec, ember, tmp):
         if mpiexec != "none":
             r = image(mpi + ember, npy, ["--tp", "2"], run)
             check("%s: mpirun -np 2, --tp 2" % name, r, npy, whole, want, n_steps, detail)
+            r = image(mpi + ember, npy, ["--cp", "2"], run)
+            check("%s: mpirun -np 2, --cp 2" % name, r, npy, whole, want, n_steps)
             ran += 1
         r = image(ember, npy, ["--tp", "2", "--device", "xla", "--compile"], run)
         if r.returncode != 0 and ("no device named" in r.stderr or "xla-cpu-pjrt" in r.stderr):

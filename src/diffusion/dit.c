@@ -31,8 +31,7 @@ struct em_dit {
     em_dtype dtype;
     int64_t inner;
     diff_tp tp;          /* tensor parallelism (tp.g NULL: none) */
-    em_dist *cp;         /* context parallelism: the tokens split (NULL: none) */
-    int cp_rank, cp_size;
+    diff_cp cp;          /* context parallelism: the tokens split (cp.g NULL: none) */
     int64_t heads;       /* this rank's attention heads (num_attention_heads / tp_size) */
     em_tensor *freqs;    /* [1, 128] f32: Timesteps' frequencies */
     unet_param patch;    /* pos_embed.proj */
@@ -43,31 +42,13 @@ struct em_dit {
 const em_dit_config *em_dit_get_config(const em_dit *d) { return d ? &d->cfg : NULL; }
 em_device *em_dit_device(const em_dit *d) { return d ? d->dev : NULL; }
 int em_dit_tp_degree(const em_dit *d) { return d ? d->tp.size : 1; }
-int em_dit_cp_degree(const em_dit *d) { return d && d->cp ? d->cp_size : 1; }
+int em_dit_cp_degree(const em_dit *d) { return d ? d->cp.size : 1; }
 
 em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, em_dist *cp) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!d) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
-    if (!cp || em_dist_world_size(cp) <= 1) {
-        d->cp = NULL;
-        d->cp_size = 1;
-        d->cp_rank = 0;
-        return EM_OK;
-    }
-    if (d->tp.size > 1)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "context parallelism of %s: it is already "
-                           "split by tensor parallelism (degree %d); one or the other", d->dir,
-                           d->tp.size);
-    em_device *want = em_dist_device(cp) ? em_dist_device(cp) : em_device_get(c, "cpu");
-    if (want != d->dev)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "context parallelism of %s: rank %d's "
-                           "transformer is on %s, its group runs on %s", d->dir,
-                           em_dist_rank(cp), em_device_name(d->dev), em_device_name(want));
-    d->cp = cp;
-    d->cp_rank = em_dist_rank(cp);
-    d->cp_size = em_dist_world_size(cp);
-    return EM_OK;
+    return diff_cp_set(c, &d->cp, cp, d->tp.size, d->dev, OP, d->dir);
 }
 
 void em_dit_free(em_dit *d) {
@@ -199,6 +180,7 @@ em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype 
     d->dtype = dtype;
     d->inner = d->cfg.num_attention_heads * d->cfg.attention_head_dim;
     d->heads = d->cfg.num_attention_heads;
+    d->cp.size = 1;
     if (!diff_tp_init(c, &d->tp, tp, device, OP) || !check_tp(c, d)) {
         em_dit_free(d);
         return NULL;
@@ -342,9 +324,9 @@ static em_tensor *block_forward(em_ctx *c, const em_dit *d, const dit_block *b, 
     for (int i = 0; i < 3; i++) {
         em_tensor *y = lin(c, w[i], h);
         int64_t len = T;
-        if (i > 0 && d->cp) { /* keys and values of every rank's tokens, in token order */
-            y = em_all_gather(c, y, 1, d->cp);
-            len = T * d->cp_size;
+        if (i > 0 && d->cp.g) { /* keys and values of every rank's tokens, in token order */
+            y = diff_cp_gather(c, &d->cp, y, 1);
+            len = T * d->cp.size;
         }
         qkv[i] = em_transpose(c, em_reshape(c, y, 4, (int64_t[]){n, len, H, hd}), 1, 2);
     }
@@ -377,15 +359,13 @@ em_tensor *em_dit_forward(em_ctx *c, em_dit *d, em_tensor *sample, em_tensor *ti
     em_tensor *x = em_conv2d(c, sample, d->patch.w, d->patch.b, &cp);
     x = em_transpose(c, em_reshape(c, x, 3, (int64_t[]){n, D, T}), 1, 2);
     x = em_add(c, x, pos_embed(c, d, g));
-    if (d->cp && x) { /* this rank's tokens */
-        if (T % d->cp_size) {
-            em_ctx_fail(c, EM_ERR_SHAPE, OP, "context parallelism: %lld patches (%lld x %lld) do "
-                        "not divide over %d ranks", (long long)T, (long long)g, (long long)g,
-                        d->cp_size);
-            em_scope_pop(c);
-            return NULL;
-        }
-        x = em_contiguous(c, em_narrow(c, x, 1, d->cp_rank * (T / d->cp_size), T / d->cp_size));
+    char what[96];
+    snprintf(what, sizeof what, "%lld patches (%lld x %lld)", (long long)T, (long long)g,
+             (long long)g);
+    x = diff_cp_local(c, &d->cp, x, OP, what); /* this rank's tokens */
+    if (!x) {
+        em_scope_pop(c);
+        return NULL;
     }
     /* Timesteps(256, flip_sin_to_cos=True, shift 1): cos then sin of t * freqs, per sample */
     em_tensor *tf = em_expand(c, em_reshape(c, em_cast(c, timestep, EM_F32), 1, (int64_t[]){-1}),
@@ -404,7 +384,7 @@ em_tensor *em_dit_forward(em_ctx *c, em_dit *d, em_tensor *sample, em_tensor *ti
     if (x && em_split(c, lin(c, &d->out1, em_silu(c, cond0)), D, 1, ss, 2) == 2) {
         x = modulate(c, em_layer_norm(c, x, NULL, NULL, 1e-6), ss[0], ss[1]);
         x = lin(c, &d->out2, x); /* [N, T, p*p*oc] */
-        if (d->cp) x = em_all_gather(c, x, 1, d->cp); /* every rank's patches */
+        x = diff_cp_gather(c, &d->cp, x, 1); /* every rank's patches */
         /* unpatchify: "nhwpqc->nchpwq" */
         x = em_reshape(c, x, 6, (int64_t[]){n, g, g, p, p, oc});
         x = em_permute(c, x, 6, (const int[]){0, 5, 1, 3, 2, 4});

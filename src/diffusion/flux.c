@@ -44,6 +44,7 @@ struct em_flux {
     int64_t inner;
     diff_tp tp;                   /* tensor parallelism (tp.g NULL: none) */
     int64_t heads;                /* this rank's attention heads (num_attention_heads / tp.size) */
+    diff_cp cp;                   /* context parallelism: the image tokens split (g NULL: none) */
     em_tensor *freqs;             /* [1, 128] f32: Timesteps' frequencies */
     unet_param x_emb, ctx_emb;    /* x_embedder, context_embedder */
     unet_param t1, t2, g1, g2, p1, p2; /* time_text_embed: timestep_ / guidance_ / text_embedder */
@@ -55,6 +56,14 @@ struct em_flux {
 const em_flux_config *em_flux_get_config(const em_flux *m) { return m ? &m->cfg : NULL; }
 em_device *em_flux_device(const em_flux *m) { return m ? m->dev : NULL; }
 int em_flux_tp_degree(const em_flux *m) { return m ? m->tp.size : 1; }
+int em_flux_cp_degree(const em_flux *m) { return m ? m->cp.size : 1; }
+
+em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, em_dist *cp) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
+}
 
 void em_flux_free(em_flux *m) {
     if (!m) return;
@@ -212,6 +221,7 @@ em_flux *em_flux_load_tp(em_ctx *c, const char *dir, const char *device, em_dtyp
     }
     m->dev = m->tp.dev;
     m->heads = m->cfg.num_attention_heads / m->tp.size;
+    m->cp.size = 1;
     m->blocks = calloc((size_t)m->cfg.num_layers + 1, sizeof *m->blocks);
     m->singles = calloc((size_t)m->cfg.num_single_layers + 1, sizeof *m->singles);
     if (!m->blocks || !m->singles) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
@@ -362,11 +372,23 @@ static em_tensor *rope(em_ctx *c, const em_flux *m, em_tensor *h, em_tensor *cos
     return em_rope(c, h, cos, sin);
 }
 
-/* scaled dot-product attention of [N, H, S, hd] q, k (rotated) and v: [N, S, D] */
+/* Under context parallelism, [N, H, L + T/R, hd] heads of the text and this rank's image tokens
+ * -> those of the text and every rank's image tokens (h itself without). */
+static em_tensor *gather_image(em_ctx *c, const em_flux *m, em_tensor *h, int64_t L) {
+    if (!m->cp.g || !h) return h;
+    int64_t S = em_tensor_dim(h, 2);
+    em_tensor *parts[2] = {em_narrow(c, h, 2, 0, L),
+                           diff_cp_gather(c, &m->cp, em_narrow(c, h, 2, L, S - L), 2)};
+    return em_cat(c, parts, 2, 2);
+}
+
+/* scaled dot-product attention of [N, H, S, hd] q, k (rotated by the tables of their tokens)
+ * and v over [text (L tokens); image]: [N, S, D] */
 static em_tensor *attend(em_ctx *c, const em_flux *m, em_tensor *q, em_tensor *k, em_tensor *v,
-                         em_tensor *cos, em_tensor *sin) {
+                         em_tensor *cos, em_tensor *sin, int64_t L) {
     em_sdpa_params sp = em_sdpa_default_params();
-    return mmdit_merge_heads(c, em_sdpa(c, rope(c, m, q, cos, sin), rope(c, m, k, cos, sin), v,
+    k = gather_image(c, m, rope(c, m, k, cos, sin), L);
+    return mmdit_merge_heads(c, em_sdpa(c, rope(c, m, q, cos, sin), k, gather_image(c, m, v, L),
                                         NULL, &sp));
 }
 
@@ -386,7 +408,7 @@ static bool block_forward(em_ctx *c, const em_flux *m, const flux_block *b, em_t
     em_tensor *k[2] = {heads(c, m, &b->ak, &b->nak, nc), heads(c, m, &b->k, &b->nk, nx)};
     em_tensor *v[2] = {heads(c, m, &b->av, NULL, nc), heads(c, m, &b->v, NULL, nx)};
     em_tensor *a = attend(c, m, em_cat(c, q, 2, 2), em_cat(c, k, 2, 2), em_cat(c, v, 2, 2), cos,
-                          sin);
+                          sin, L);
     em_tensor *ca = diff_tp_lin_rows(c, &m->tp, &b->aout, em_narrow(c, a, 1, 0, L));
     em_tensor *xa = diff_tp_lin_rows(c, &m->tp, &b->out, em_narrow(c, a, 1, L, T));
     em_tensor *h = mmdit_gated(c, *x, mx[2], xa);
@@ -404,13 +426,13 @@ static bool block_forward(em_ctx *c, const em_flux *m, const flux_block *b, em_t
 /* FluxSingleTransformerBlock.forward on the concatenated sequence s [N, L + T, D] */
 static em_tensor *single_forward(em_ctx *c, const em_flux *m, const flux_single *b,
                                  em_tensor *s, em_tensor *temb_act, em_tensor *cos,
-                                 em_tensor *sin) {
+                                 em_tensor *sin, int64_t L) {
     em_tensor *ms[3] = {0}; /* AdaLayerNormZeroSingle: shift, scale, gate */
     if (em_split(c, mmdit_lin(c, &b->ada, temb_act), m->inner, 1, ms, 3) != 3) return NULL;
     em_tensor *ns = mmdit_modulate(c, em_layer_norm(c, s, NULL, NULL, EPS), ms[0], ms[1]);
     em_tensor *mlp = em_gelu(c, mmdit_lin(c, &b->mlp, ns), true);
     em_tensor *a = attend(c, m, heads(c, m, &b->q, &b->nq, ns), heads(c, m, &b->k, &b->nk, ns),
-                          heads(c, m, &b->v, NULL, ns), cos, sin);
+                          heads(c, m, &b->v, NULL, ns), cos, sin, L);
     em_tensor *cat[2] = {a, mlp};
     return mmdit_gated(c, s, ms[2], diff_tp_lin_rows(c, &m->tp, &b->out, em_cat(c, cat, 2, 2)));
 }
@@ -432,7 +454,17 @@ static em_tensor *forward(em_ctx *c, em_flux *m, const em_flux_inputs *in, em_te
                           em_tensor *sin) {
     int64_t L = em_tensor_dim(in->encoder_hidden_states, 1);
     int64_t T = em_tensor_dim(in->hidden_states, 1);
-    em_tensor *x = mmdit_lin(c, &m->x_emb, in->hidden_states);
+    char what[64];
+    snprintf(what, sizeof what, "%lld image tokens", (long long)T);
+    em_tensor *x = diff_cp_local(c, &m->cp, mmdit_lin(c, &m->x_emb, in->hidden_states), OP, what);
+    if (m->cp.g && x) { /* this rank's tokens and their rows of the tables */
+        int64_t n = T / m->cp.size, at = L + m->cp.rank * n;
+        em_tensor *cs[2] = {em_narrow(c, cos, 1, 0, L), em_narrow(c, cos, 1, at, n)};
+        em_tensor *sn[2] = {em_narrow(c, sin, 1, 0, L), em_narrow(c, sin, 1, at, n)};
+        cos = em_cat(c, cs, 2, 1);
+        sin = em_cat(c, sn, 2, 1);
+        T = n;
+    }
     em_tensor *temb_act = em_silu(c, conditioning(c, m, in)); /* every AdaLayerNorm's silu */
     em_tensor *ctx = mmdit_lin(c, &m->ctx_emb, in->encoder_hidden_states);
     for (int64_t i = 0; i < m->cfg.num_layers && x; i++)
@@ -440,13 +472,13 @@ static em_tensor *forward(em_ctx *c, em_flux *m, const em_flux_inputs *in, em_te
     em_tensor *cat[2] = {ctx, x};
     em_tensor *s = x ? em_cat(c, cat, 2, 1) : NULL;
     for (int64_t i = 0; i < m->cfg.num_single_layers && s; i++)
-        s = single_forward(c, m, &m->singles[i], s, temb_act, cos, sin);
+        s = single_forward(c, m, &m->singles[i], s, temb_act, cos, sin, L);
     x = s ? em_narrow(c, s, 1, L, T) : NULL;
     em_tensor *ss[2] = {0}; /* norm_out: AdaLayerNormContinuous, scale then shift */
     if (!x || em_split(c, mmdit_lin(c, &m->norm_out, temb_act), m->inner, 1, ss, 2) != 2)
         return NULL;
     x = mmdit_modulate(c, em_layer_norm(c, x, NULL, NULL, EPS), ss[1], ss[0]);
-    return mmdit_lin(c, &m->proj_out, x);
+    return diff_cp_gather(c, &m->cp, mmdit_lin(c, &m->proj_out, x), 1); /* every rank's tokens */
 }
 
 static bool check_args(em_ctx *c, em_flux *m, const em_flux_inputs *in) {

@@ -61,13 +61,11 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     p->cp = o && o->cp && em_dist_world_size(o->cp) > 1 ? o->cp : NULL;
     bool mmdit = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_3 ||
                  p->idx.pipeline == EM_PIPELINE_FLUX;
-    if ((p->tp && p->idx.pipeline != EM_PIPELINE_DIT && !mmdit) ||
-        (p->cp && p->idx.pipeline != EM_PIPELINE_DIT)) {
+    if ((p->tp || p->cp) && p->idx.pipeline != EM_PIPELINE_DIT && !mmdit) {
         em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s parallelism (degree %d): done for the "
-                    "transformers of %s only, not for %s (%s)", p->tp ? "tensor" : "context",
-                    em_dist_world_size(p->tp ? p->tp : p->cp),
-                    p->tp ? "DiTPipeline, StableDiffusion3Pipeline and FluxPipeline"
-                          : "DiTPipeline", p->idx.class_name, dir);
+                    "transformers of DiTPipeline, StableDiffusion3Pipeline and FluxPipeline "
+                    "only, not for %s (%s)", p->tp ? "tensor" : "context",
+                    em_dist_world_size(p->tp ? p->tp : p->cp), p->idx.class_name, dir);
         goto fail;
     }
     if (p->idx.pipeline == EM_PIPELINE_DIT) {

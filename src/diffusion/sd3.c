@@ -36,6 +36,7 @@ struct em_sd3 {
     int64_t inner;
     diff_tp tp;          /* tensor parallelism (tp.g NULL: none) */
     int64_t heads;       /* this rank's attention heads (num_attention_heads / tp.size) */
+    diff_cp cp;          /* context parallelism: the image tokens split (cp.g NULL: none) */
     em_tensor *freqs;    /* [1, 128] f32: Timesteps' frequencies */
     em_tensor *pos;      /* pos_embed.pos_embed [1, M * M, D] */
     unet_param patch;    /* pos_embed.proj */
@@ -48,6 +49,14 @@ struct em_sd3 {
 const em_sd3_config *em_sd3_get_config(const em_sd3 *m) { return m ? &m->cfg : NULL; }
 em_device *em_sd3_device(const em_sd3 *m) { return m ? m->dev : NULL; }
 int em_sd3_tp_degree(const em_sd3 *m) { return m ? m->tp.size : 1; }
+int em_sd3_cp_degree(const em_sd3 *m) { return m ? m->cp.size : 1; }
+
+em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, em_dist *cp) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
+}
 
 void em_sd3_free(em_sd3 *m) {
     if (!m) return;
@@ -186,6 +195,7 @@ em_sd3 *em_sd3_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype 
     }
     m->dev = m->tp.dev;
     m->heads = m->cfg.num_attention_heads / m->tp.size;
+    m->cp.size = 1;
     m->blocks = calloc((size_t)m->cfg.num_layers, sizeof *m->blocks);
     if (!m->blocks) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     unet_loader l = {.c = c, .dir = dir, .op = OP, .dtype = dtype, .dev = m->dev};
@@ -265,13 +275,16 @@ static em_tensor *heads(em_ctx *c, const em_sd3 *m, const unet_param *w, const u
 }
 
 /* JointAttnProcessor2_0: attention over the image tokens then the context's; returns the image
- * stream's output and in *ctx_out the context's (NULL in a pre-only block). */
+ * stream's output and in *ctx_out the context's (NULL in a pre-only block). Under context
+ * parallelism x holds this rank's image tokens, the image keys and values are every rank's
+ * (gathered) and the context is whole on every rank. */
 static em_tensor *joint_attention(em_ctx *c, const em_sd3 *m, const sd3_block *b, em_tensor *x,
                                   em_tensor *ctx, em_tensor **ctx_out) {
     int64_t T = em_tensor_dim(x, 1), L = em_tensor_dim(ctx, 1);
     em_tensor *q[2] = {heads(c, m, &b->q, &b->nq, x), heads(c, m, &b->aq, &b->naq, ctx)};
-    em_tensor *k[2] = {heads(c, m, &b->k, &b->nk, x), heads(c, m, &b->ak, &b->nak, ctx)};
-    em_tensor *v[2] = {heads(c, m, &b->v, &(unet_param){0}, x),
+    em_tensor *k[2] = {diff_cp_gather(c, &m->cp, heads(c, m, &b->k, &b->nk, x), 2),
+                       heads(c, m, &b->ak, &b->nak, ctx)};
+    em_tensor *v[2] = {diff_cp_gather(c, &m->cp, heads(c, m, &b->v, &(unet_param){0}, x), 2),
                        heads(c, m, &b->av, &(unet_param){0}, ctx)};
     em_sdpa_params sp = em_sdpa_default_params();
     em_tensor *a = em_sdpa(c, em_cat(c, q, 2, 2), em_cat(c, k, 2, 2), em_cat(c, v, 2, 2), NULL,
@@ -355,7 +368,10 @@ em_tensor *em_sd3_forward(em_ctx *c, em_sd3 *m, em_tensor *sample,
     int64_t h = em_tensor_dim(sample, 2) / p, w = em_tensor_dim(sample, 3) / p;
     int64_t oc = cfg->out_channels;
     em_scope_push(c);
-    em_tensor *x = patch_embed(c, m, sample);
+    char what[96];
+    snprintf(what, sizeof what, "%lld patches (%lld x %lld)", (long long)(h * w), (long long)h,
+             (long long)w);
+    em_tensor *x = diff_cp_local(c, &m->cp, patch_embed(c, m, sample), OP, what);
     em_tensor *temb = conditioning(c, m, timestep, pooled_projections);
     em_tensor *temb_act = em_silu(c, temb); /* every AdaLayerNorm's silu(emb) */
     em_tensor *ctx = lin(c, &m->ctx, encoder_hidden_states);
@@ -365,6 +381,7 @@ em_tensor *em_sd3_forward(em_ctx *c, em_sd3 *m, em_tensor *sample,
     if (x && em_split(c, lin(c, &m->norm_out, temb_act), D, 1, ss, 2) == 2) {
         x = modulate(c, em_layer_norm(c, x, NULL, NULL, EPS), ss[1], ss[0]);
         x = lin(c, &m->proj_out, x); /* [N, h * w, p * p * oc] */
+        x = diff_cp_gather(c, &m->cp, x, 1); /* every rank's patches */
         /* unpatchify: "nhwpqc->nchpwq" */
         x = em_reshape(c, x, 6, (int64_t[]){n, h, w, p, p, oc});
         x = em_permute(c, x, 6, (const int[]){0, 5, 1, 3, 2, 4});

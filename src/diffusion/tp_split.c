@@ -1,5 +1,5 @@
-/* Tensor parallelism's weight slices and row-parallel linears for the diffusion transformers
- * (tp_impl.h). */
+/* Tensor parallelism's weight slices and row-parallel linears, context parallelism's token
+ * split and gathers, for the diffusion transformers (tp_impl.h). */
 #include "diffusion/tp_impl.h"
 
 bool diff_tp_init(em_ctx *c, diff_tp *t, em_dist *g, const char *device, const char *op) {
@@ -72,4 +72,40 @@ em_tensor *diff_tp_lin_rows(em_ctx *c, const diff_tp *t, const unet_param *p, em
     if (t->size <= 1) return em_linear(c, x, p->w, p->b);
     em_tensor *y = em_all_reduce(c, em_linear(c, x, p->w, NULL), EM_REDUCE_SUM, t->g);
     return p->b ? em_add(c, y, p->b) : y;
+}
+
+em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
+                      const char *op, const char *dir) {
+    if (!g || em_dist_world_size(g) <= 1) {
+        *cp = (diff_cp){.size = 1};
+        return EM_OK;
+    }
+    if (tp_size > 1)
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: it is already "
+                           "split by tensor parallelism (degree %d); one or the other", dir,
+                           tp_size);
+    em_device *want = em_dist_device(g) ? em_dist_device(g) : em_device_get(c, "cpu");
+    if (want != dev)
+        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: rank %d's "
+                           "transformer is on %s, its group runs on %s", dir, em_dist_rank(g),
+                           em_device_name(dev), em_device_name(want));
+    *cp = (diff_cp){.g = g, .rank = em_dist_rank(g), .size = em_dist_world_size(g)};
+    return EM_OK;
+}
+
+em_tensor *diff_cp_local(em_ctx *c, const diff_cp *cp, em_tensor *x, const char *op,
+                         const char *what) {
+    if (!cp->g || !x) return x;
+    int64_t T = em_tensor_dim(x, 1);
+    if (T % cp->size) {
+        em_ctx_fail(c, EM_ERR_SHAPE, op, "context parallelism: %s do not divide over %d ranks",
+                    what, cp->size);
+        return NULL;
+    }
+    return em_contiguous(c, em_narrow(c, x, 1, cp->rank * (T / cp->size), T / cp->size));
+}
+
+em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim) {
+    if (!cp->g || !x) return x;
+    return em_all_gather(c, em_contiguous(c, x), dim, cp->g);
 }
