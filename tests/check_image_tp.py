@@ -1,8 +1,12 @@
 """`ember image --tp 2` on the tiny DiTPipeline (tests/fixtures/diffusion/dit_pipe): the
 transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
 and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
-plugin); and `--cp 2` (its image tokens split) under mpirun. The image must be the one-process
-run's within 1e-5 and diffusers' (dit_runs_ref's "cfg") within 1e-3; only rank 0 writes and
+plugin); and `--cp 2` (its image tokens split) under mpirun. Then `--tp 2` on the tiny
+StableDiffusion3Pipeline and FluxPipeline (sd3_tiny, flux_tiny: their joint and single-stream
+blocks split the same way) under mpirun and over the 2 XLA devices compiled, and `--cp 2` (their
+image tokens split, the text whole) under mpirun. Each image must be
+the one-process run's within 1e-5 and diffusers' (dit_runs_ref's "cfg", sd3_tiny_ref's "size",
+flux_tiny_ref's "prompt2", the runs of check_image.py) within 1e-3; only rank 0 writes and
 prints (one placement line, one progress line per step).
 
 Usage: check_image_tp.py MPIEXEC EMBER
@@ -18,17 +22,35 @@ from check_image import bundle, fail, read_npy  # noqa: E402
 SKIP = 77
 
 
-def image(cmd, out_npy, extra):
-    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
+def fixtures_dir():
+    return os.environ.get("EMBER_FIXTURES") or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "fixtures")
-    args = ["image", "--model", os.path.join(fixtures, "diffusion", "dit_pipe"), "--class-label",
-            "7", "--guidance", "4", "--steps", "6", "--seed", "0", "--out",
-            out_npy[:-4] + ".png", "--out-npy", out_npy] + extra
+
+
+# name, the run's arguments, its diffusers image (bundle, key), steps, the placement detail
+DIT = ["--class-label", "7", "--guidance", "4", "--steps", "6", "--seed", "0"]
+MMDIT = [
+    ("sd3", ["--model", "sd3_tiny", "--prompt", "a dog in the snow", "--negative-prompt", "dark",
+             "--guidance", "4", "--steps", "2", "--seed", "21", "--height", "16", "--width",
+             "24"], ("sd3_tiny_ref", "size_image"), 2),
+    ("flux", ["--model", "flux_tiny", "--prompt", "a red cube on a table", "--prompt-2",
+              "a blue sphere", "--guidance", "5", "--steps", "3", "--seed", "5", "--height", "16",
+              "--width", "16", "--max-sequence-length", "8"], ("flux_tiny_ref", "prompt2_image"),
+     3),
+]
+
+
+def image(cmd, out_npy, extra, run=None):
+    run = run or ["--model", "dit_pipe"] + DIT
+    run = [os.path.join(fixtures_dir(), "diffusion", a) if i and run[i - 1] == "--model" else a
+           for i, a in enumerate(run)]
+    args = ["image"] + run + ["--out", out_npy[:-4] + ".png", "--out-npy", out_npy] + extra
     return subprocess.run(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(os.environ, EMBER_PJRT_OPTIONS="cpu_device_count=2"))
 
 
-def check(name, r, npy, whole, want):
+def check(name, r, npy, whole, want, n_steps=6,
+          detail="1 of 2 attention heads and 16 of 32"):
     if r.returncode != 0 and "no PNG support" not in r.stderr:
         fail("%s: exit %d:\n%s" % (name, r.returncode, r.stderr))
     _, got = read_npy(npy)
@@ -41,10 +63,10 @@ def check(name, r, npy, whole, want):
     placed = [ln for ln in lines if ln.startswith("%s parallelism: degree 2" % (
         "context" if cp else "tensor"))]
     steps = [ln for ln in lines if "s/step" in ln]
-    detail = "1/2 of the image's tokens" if cp else "1 of 2 attention heads and 16 of 32"
-    if len(placed) != 1 or detail not in placed[0] or len(steps) != 6:
-        fail("%s: want one placement line (rank 0's) and 6 progress lines:\n%s" %
-             (name, r.stderr))
+    detail = "1/2 of the image's tokens" if cp else detail
+    if len(placed) != 1 or detail not in placed[0] or len(steps) != n_steps:
+        fail("%s: want one placement line (rank 0's) and %d progress lines:\n%s" %
+             (name, n_steps, r.stderr))
     print("%s: max |split - one process| = %.2g, |split - diffusers| = %.2g" %
           (name, err1, err2))
 
@@ -53,8 +75,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     mpiexec, ember = sys.argv[1], sys.argv[2:]
-    fixtures = os.environ.get("EMBER_FIXTURES") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    fixtures = fixtures_dir()
     want = bundle(fixtures, "dit_runs_ref")["cfg_image"][1]
     ran = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,7 +111,37 @@ def main():
             if extra and r.stderr.count("compile mode: 1 program(s)") != 1:
                 fail("--compile: want one 'compile mode' line (rank 0's):\n" + r.stderr)
             ran += 1
+        ran += mmdit(mpiexec, ember, tmp)
     sys.exit(0 if ran else SKIP)
+
+
+def mmdit(mpiexec, ember, tmp):
+    """--tp 2 on sd3_tiny and flux_tiny under mpirun (eager) and over 2 XLA devices (compiled);
+    --cp 2 under mpirun"""
+    ran = 0
+    mpi = [mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"]
+    detail = "1 of 2 attention heads and 32 of 64"
+    for name, run, (ref, key), n_steps in MMDIT:
+        want = bundle(fixtures_dir(), ref)[key][1]
+        one = os.path.join(tmp, name + "_one.npy")
+        r = image(ember, one, [], run)
+        if r.returncode != 0 and "no PNG support" not in r.stderr:
+            fail("%s one process: exit %d:\n%s" % (name, r.returncode, r.stderr))
+        whole = read_npy(one)[1]
+        npy = os.path.join(tmp, name + "_tp.npy")
+        if mpiexec != "none":
+            r = image(mpi + ember, npy, ["--tp", "2"], run)
+            check("%s: mpirun -np 2, --tp 2" % name, r, npy, whole, want, n_steps, detail)
+            r = image(mpi + ember, npy, ["--cp", "2"], run)
+            check("%s: mpirun -np 2, --cp 2" % name, r, npy, whole, want, n_steps)
+            ran += 1
+        r = image(ember, npy, ["--tp", "2", "--device", "xla", "--compile"], run)
+        if r.returncode != 0 and ("no device named" in r.stderr or "xla-cpu-pjrt" in r.stderr):
+            print("SKIPPED (loudly): %s --tp 2 --device xla: no XLA plugin" % name)
+            continue
+        check("%s: --device xla --tp 2 --compile" % name, r, npy, whole, want, n_steps, detail)
+        ran += 1
+    return ran
 
 
 if __name__ == "__main__":

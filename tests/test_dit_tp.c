@@ -5,7 +5,8 @@
  * within 1e-5 and diffusers' (tests/fixtures/diffusion/dit_*_ref, scripts/gen_dit_fixtures.py)
  * within 1e-4; a guided DiTPipeline run the one-process run's image within 1e-5 and diffusers'
  * within 1e-3 (test_dit's tolerance). Sizes that do not divide by the degree and pipelines
- * other than DiT are refused naming them. Alone (a world of one) it checks the same without
+ * other than DiT, SD3 and Flux are refused naming them; so are the SD3 and Flux transformers
+ * split both ways, or their image tokens not divisible by the ranks. Alone (a world of one) it checks the same without
  * splitting.
  */
 #include <stdio.h>
@@ -145,7 +146,8 @@ static void test_refused(void) {
     em_pipeline_options po = em_pipeline_default_options();
     po.tp = G;
     CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);
-    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "done for DiTPipeline's transformer only", "DDIMPipeline");
+    CHECK_ERR(c, EM_ERR_UNSUPPORTED, "done for the transformers of DiTPipeline, "
+              "StableDiffusion3Pipeline and FluxPipeline only", "DDIMPipeline");
     po = em_pipeline_default_options();
     po.cp = G;
     CHECK(em_pipeline_load(c, em_test_fixture_path("diffusion", "ddim_three"), &po) == NULL);
@@ -178,9 +180,76 @@ static void test_refused(void) {
     em_ctx_free(c);
 }
 
+/* The MMDiT transformers (sd3_tiny, flux_tiny; their images are check_image_tp.py's): split by
+ * tensor parallelism, context parallelism refused (one or the other); split by context
+ * parallelism, image tokens that do not divide over the ranks refused naming them. */
+static void test_mmdit_refused(void) {
+    if (em_dist_world_size(G) != 2) {
+        em_test_skip("the MMDiT refusals need 2 ranks (mpirun -np 2: dit_tp_mpi2)");
+        return;
+    }
+    em_ctx *c = em_ctx_create();
+    const char *sd3 = em_test_fixture_path("diffusion", "sd3_tiny/transformer");
+    const char *flux = em_test_fixture_path("diffusion", "flux_tiny/transformer");
+    em_sd3 *s = em_sd3_load_tp(c, sd3, NULL, EM_F32, G);
+    CHECK_MSG(s && em_sd3_tp_degree(s) == 2 && em_sd3_cp_degree(s) == 1, "%s", msg(c));
+    if (s) {
+        CHECK(em_sd3_set_context_parallel(c, s, G) == EM_ERR_UNSUPPORTED);
+        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "already split by tensor parallelism");
+    }
+    em_sd3_free(s);
+    em_flux *f = em_flux_load_tp(c, flux, NULL, EM_F32, G);
+    CHECK_MSG(f && em_flux_tp_degree(f) == 2, "%s", msg(c));
+    if (f) {
+        CHECK(em_flux_set_context_parallel(c, f, G) == EM_ERR_UNSUPPORTED);
+        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "one or the other");
+    }
+    em_flux_free(f);
+    /* context parallelism: 3 x 3 patches of a 6 x 6 SD3 latent, 3 Flux tokens over 2 ranks */
+    s = em_sd3_load(c, sd3, NULL, EM_F32);
+    if (s && em_sd3_set_context_parallel(c, s, G) == EM_OK) {
+        CHECK(em_sd3_cp_degree(s) == 2);
+        const em_sd3_config *cfg = em_sd3_get_config(s);
+        em_scope_push(c);
+        em_tensor *x = em_zeros(c, EM_F32, 4, (int64_t[]){1, cfg->in_channels, 6, 6});
+        em_tensor *ctx = em_zeros(c, EM_F32, 3, (int64_t[]){1, 2, cfg->joint_attention_dim});
+        em_tensor *pooled = em_zeros(c, EM_F32, 2, (int64_t[]){1, cfg->pooled_projection_dim});
+        float t = 10;
+        em_tensor *ts = em_from_host(c, EM_F32, 0, NULL, &t);
+        CHECK(em_sd3_forward(c, s, x, ctx, pooled, ts) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "9 patches (3 x 3) do not divide over 2 ranks");
+        em_scope_pop(c);
+    }
+    CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+    em_sd3_free(s);
+    f = em_flux_load(c, flux, NULL, EM_F32);
+    if (f && em_flux_set_context_parallel(c, f, G) == EM_OK) {
+        const em_flux_config *cfg = em_flux_get_config(f);
+        em_scope_push(c);
+        float t = 0.5f;
+        em_flux_inputs in = {
+            .hidden_states = em_zeros(c, EM_F32, 3, (int64_t[]){1, 3, cfg->in_channels}),
+            .encoder_hidden_states =
+                em_zeros(c, EM_F32, 3, (int64_t[]){1, 2, cfg->joint_attention_dim}),
+            .pooled_projections =
+                em_zeros(c, EM_F32, 2, (int64_t[]){1, cfg->pooled_projection_dim}),
+            .timestep = em_from_host(c, EM_F32, 0, NULL, &t),
+            .guidance = em_from_host(c, EM_F32, 0, NULL, &t),
+            .img_ids = em_zeros(c, EM_F32, 2, (int64_t[]){3, cfg->n_axes}),
+            .txt_ids = em_zeros(c, EM_F32, 2, (int64_t[]){2, cfg->n_axes}),
+        };
+        CHECK(em_flux_forward(c, f, &in) == NULL);
+        CHECK_ERR(c, EM_ERR_SHAPE, "3 image tokens do not divide over 2 ranks");
+        em_scope_pop(c);
+    }
+    CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+    em_flux_free(f);
+    em_ctx_free(c);
+}
+
 int main(int argc, char **argv) {
     static const em_test_case tests[] = {T(test_transformer_split), T(test_transformer_context),
                                          T(test_pipeline_split), T(test_pipeline_context),
-                                         T(test_refused)};
+                                         T(test_refused), T(test_mmdit_refused)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

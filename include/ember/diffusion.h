@@ -350,11 +350,13 @@ typedef struct em_pipeline_options {
      * VAE whose config says force_upcast decodes in f32 in the SDXL pipelines, as diffusers'
      * upcast_vae does. */
     em_dtype dtype;
-    /* Tensor parallelism of DiTPipeline's transformer over this process group (NULL or a group
-     * of one: none): em_dit_load_tp (ember/dit.h) splits the blocks' heads and feed-forward;
-     * the VAE and the scheduler are whole on every rank, and every rank runs the pipeline with
-     * the same parameters and gets the same image. Other pipelines refuse a group of more than
-     * one (EM_ERR_UNSUPPORTED). The group must outlive the pipeline. */
+    /* Tensor parallelism of the transformer of DiTPipeline, StableDiffusion3Pipeline or
+     * FluxPipeline over this process group (NULL or a group of one: none): em_dit_load_tp
+     * (ember/dit.h), em_sd3_load_tp (ember/sd3.h) or em_flux_load_tp (ember/flux.h) splits the
+     * blocks' heads and feed-forward; the text encoders, the VAE and the scheduler are whole on
+     * every rank (on the rank's device), and every rank runs the pipeline with the same
+     * parameters and gets the same image. Other pipelines refuse a group of more than one
+     * (EM_ERR_UNSUPPORTED). The group must outlive the pipeline. */
     struct em_dist *tp;
     /* Context parallelism of DiTPipeline's transformer over this process group (NULL or a
      * group of one: none): em_dit_set_context_parallel (ember/dit.h) splits the image tokens
@@ -403,6 +405,12 @@ EM_API em_unet2d *em_pipeline_unet(const em_pipeline *p);
  *  em_pipeline_unet's. */
 struct em_dit;
 EM_API struct em_dit *em_pipeline_dit(const em_pipeline *p);
+/** StableDiffusion3Pipeline's and FluxPipeline's transformers (ember/sd3.h, ember/flux.h; NULL
+ *  for the other pipelines), owned by p, valid as em_pipeline_unet's. */
+struct em_sd3;
+struct em_flux;
+EM_API struct em_sd3 *em_pipeline_sd3(const em_pipeline *p);
+EM_API struct em_flux *em_pipeline_flux(const em_pipeline *p);
 EM_API em_scheduler *em_pipeline_scheduler(const em_pipeline *p);
 /** The device the UNet (DiTPipeline: the transformer) is on. */
 EM_API em_device *em_pipeline_device(const em_pipeline *p);

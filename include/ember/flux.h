@@ -48,6 +48,48 @@ typedef struct em_flux em_flux;
  *  shape is checked against the config (a mismatch names the tensor and both shapes). NULL with
  *  the error in c. Free with em_flux_free. */
 EM_API em_flux *em_flux_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype);
+struct em_dist; /* ember/dist.h */
+/**
+ * em_flux_load with tensor parallelism over the group `tp` (ember/dist.h; NULL or a group of
+ * one: em_flux_load), as diffusers' TensorParallelConfig(tp_degree=N): in every joint block
+ * rank r keeps attention heads [r*H/N, (r+1)*H/N) (to_q/to_k/to_v and
+ * add_q_proj/add_k_proj/add_v_proj split by rows, column-parallel; to_out.0 and to_add_out by
+ * columns, row-parallel, their partial outputs summed with em_all_reduce and the bias added
+ * once after) and 1/N of both feed-forwards' inner width (ff.net.0.proj /
+ * ff_context.net.0.proj by rows; ff.net.2 / ff_context.net.2 by columns); in every single-
+ * stream block the rank's heads (to_q/to_k/to_v by rows), 1/N of proj_mlp's rows, and of
+ * proj_out (over [attention; mlp]) the columns of its heads and of its mlp slice, summed the
+ * same way. Everything else (embedders, time/guidance/text embeddings, adaLN modulations, qk
+ * RMSNorms, rotary tables, norm_out, proj_out) is whole on every rank. The full checkpoint is
+ * read and each rank keeps its slices. A group of processes (em_dist_init under mpirun) runs
+ * on the CPU (`device` NULL or "cpu"); a rank of a device group (em_dist_local) on its device
+ * (`device` NULL or its name); another device: EM_ERR_UNSUPPORTED. num_attention_heads or the
+ * feed-forward width (4 * inner dim) not divisible by the degree: EM_ERR_SHAPE naming the size
+ * and the degree. Every rank runs the forward with the same inputs in the same order and gets
+ * the same output, equal to the unsplit one within f32 rounding. The group must outlive the
+ * model.
+ */
+EM_API em_flux *em_flux_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
+                                struct em_dist *tp);
+/** The tensor-parallel degree the model runs at (1: not split). */
+EM_API int em_flux_tp_degree(const em_flux *m);
+/**
+ * Context parallelism over the group `cp` (NULL or a group of one: none), as diffusers'
+ * ContextParallelConfig for the transformer: the T image tokens of hidden_states are split over
+ * the R ranks (rank r runs every block on tokens [r*T/R, (r+1)*T/R) with their rotary rows), the
+ * text tokens are whole on every rank; each attention, joint and single-stream, takes its
+ * queries from the text and the rank's image tokens, its keys and values from the text and
+ * every rank's image tokens (rotated, then one em_all_gather of K and V per block), and the
+ * output's tokens are gathered after proj_out, so every rank returns the whole output. The
+ * weights are whole on every rank. The group must run on m's device (a process group on the
+ * CPU, a device group's rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split
+ * by tensor parallelism (one or the other); T not divisible by R is refused by the forward
+ * (EM_ERR_SHAPE naming T and R). Every rank runs the forward with the same inputs in the same
+ * order.
+ */
+EM_API em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, struct em_dist *cp);
+/** The context-parallel degree m runs at (1: not split). */
+EM_API int em_flux_cp_degree(const em_flux *m);
 /** Releases the weights. NULL is a no-op. */
 EM_API void em_flux_free(em_flux *m);
 /** The model's config (owned by m). */

@@ -47,6 +47,45 @@ typedef struct em_sd3 em_sd3;
  *  shape is checked against the config (a mismatch names the tensor and both shapes). NULL with
  *  the error in c. Free with em_sd3_free. */
 EM_API em_sd3 *em_sd3_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype);
+struct em_dist; /* ember/dist.h */
+/**
+ * em_sd3_load with tensor parallelism over the group `tp` (ember/dist.h; NULL or a group of
+ * one: em_sd3_load), as diffusers' TensorParallelConfig(tp_degree=N): in every joint block
+ * rank r keeps attention heads [r*H/N, (r+1)*H/N) (to_q/to_k/to_v and
+ * add_q_proj/add_k_proj/add_v_proj split by rows, column-parallel; to_out.0 and to_add_out by
+ * columns, row-parallel, their partial outputs summed with em_all_reduce and the bias added
+ * once after) and 1/N of both feed-forwards' inner width (ff.net.0.proj and
+ * ff_context.net.0.proj by rows; ff.net.2 and ff_context.net.2 by columns, summed the same
+ * way). Everything else (patch embedding, the timestep/text embeddings, context embedder,
+ * adaLN modulations, qk RMSNorms, norm_out, proj_out) is whole on every rank. The full
+ * checkpoint is read and each rank keeps its slices. A group of processes (em_dist_init under
+ * mpirun) runs on the CPU (`device` NULL or "cpu"); a rank of a device group (em_dist_local)
+ * on its device (`device` NULL or its name); another device: EM_ERR_UNSUPPORTED.
+ * num_attention_heads or the feed-forward width (4 * inner dim) not divisible by the degree:
+ * EM_ERR_SHAPE naming the size and the degree. Every rank runs the forward with the same
+ * inputs in the same order and gets the same output, equal to the unsplit one within f32
+ * rounding. The group must outlive the model.
+ */
+EM_API em_sd3 *em_sd3_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
+                              struct em_dist *tp);
+/** The tensor-parallel degree the model runs at (1: not split). */
+EM_API int em_sd3_tp_degree(const em_sd3 *m);
+/**
+ * Context parallelism over the group `cp` (NULL or a group of one: none), as diffusers'
+ * ContextParallelConfig for the transformer: the image tokens are split over the R ranks (rank r
+ * runs every block on patches [r*T/R, (r+1)*T/R) of the T = (H/p)(W/p) patches), the text
+ * tokens are whole on every rank; each block's joint attention takes its queries from the
+ * rank's image tokens and the text, its keys and values from every rank's image tokens (one
+ * em_all_gather of K and V per block) and the text, and the output's patches are gathered
+ * before the unpatchify, so every rank returns the whole output. The weights are whole on
+ * every rank. The group must run on m's device (a process group on the CPU, a device group's
+ * rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split by tensor parallelism
+ * (one or the other); T not divisible by R is refused by em_sd3_forward (EM_ERR_SHAPE naming T
+ * and R). Every rank calls em_sd3_forward with the same inputs in the same order.
+ */
+EM_API em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, struct em_dist *cp);
+/** The context-parallel degree m runs at (1: not split). */
+EM_API int em_sd3_cp_degree(const em_sd3 *m);
 /** Releases the weights. NULL is a no-op. */
 EM_API void em_sd3_free(em_sd3 *m);
 /** The model's config (owned by m). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diffusion/tp_impl.h"
 #include "diffusion/unet_impl.h"
 #include "diffusion/weights.h"
 #include "ember/dist.h"
@@ -29,10 +30,8 @@ struct em_dit {
     em_device *dev;
     em_dtype dtype;
     int64_t inner;
-    em_dist *tp;         /* tensor parallelism (NULL: none) */
-    int tp_rank, tp_size;
-    em_dist *cp;         /* context parallelism: the tokens split (NULL: none) */
-    int cp_rank, cp_size;
+    diff_tp tp;          /* tensor parallelism (tp.g NULL: none) */
+    diff_cp cp;          /* context parallelism: the tokens split (cp.g NULL: none) */
     int64_t heads;       /* this rank's attention heads (num_attention_heads / tp_size) */
     em_tensor *freqs;    /* [1, 128] f32: Timesteps' frequencies */
     unet_param patch;    /* pos_embed.proj */
@@ -42,32 +41,14 @@ struct em_dit {
 
 const em_dit_config *em_dit_get_config(const em_dit *d) { return d ? &d->cfg : NULL; }
 em_device *em_dit_device(const em_dit *d) { return d ? d->dev : NULL; }
-int em_dit_tp_degree(const em_dit *d) { return d ? d->tp_size : 1; }
-int em_dit_cp_degree(const em_dit *d) { return d && d->cp ? d->cp_size : 1; }
+int em_dit_tp_degree(const em_dit *d) { return d ? d->tp.size : 1; }
+int em_dit_cp_degree(const em_dit *d) { return d ? d->cp.size : 1; }
 
 em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, em_dist *cp) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!d) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
-    if (!cp || em_dist_world_size(cp) <= 1) {
-        d->cp = NULL;
-        d->cp_size = 1;
-        d->cp_rank = 0;
-        return EM_OK;
-    }
-    if (d->tp_size > 1)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "context parallelism of %s: it is already "
-                           "split by tensor parallelism (degree %d); one or the other", d->dir,
-                           d->tp_size);
-    em_device *want = em_dist_device(cp) ? em_dist_device(cp) : em_device_get(c, "cpu");
-    if (want != d->dev)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "context parallelism of %s: rank %d's "
-                           "transformer is on %s, its group runs on %s", d->dir,
-                           em_dist_rank(cp), em_device_name(d->dev), em_device_name(want));
-    d->cp = cp;
-    d->cp_rank = em_dist_rank(cp);
-    d->cp_size = em_dist_world_size(cp);
-    return EM_OK;
+    return diff_cp_set(c, &d->cp, cp, d->tp.size, d->dev, OP, d->dir);
 }
 
 void em_dit_free(em_dit *d) {
@@ -103,44 +84,16 @@ static bool make_freqs(em_ctx *c, em_dit *d) {
     return d->freqs != NULL;
 }
 
-/* Tensor parallelism: rank r's slice of a linear. Column-parallel (row_par false): rows
- * [r*R/N, +R/N) of the weight and bias (with `halves`, those of each half: geglu's fused
- * [hidden; gate] projection); row-parallel: columns [r*K/N, +K/N) of the weight, the bias whole
- * (added once, after the all_reduce). The sizes were checked by check_tp. The weights come on
- * the CPU and the slices go to d's device: sliced there, a PJRT device would keep the whole
- * weight and slice it in every program (and each rank's program would differ). */
-static bool shard(em_ctx *c, const em_dit *d, unet_param *p, bool row_par, bool halves) {
-    if (d->tp_size <= 1) return true;
-    int64_t r = d->tp_rank, n = d->tp_size;
-    em_tensor **ts[2] = {&p->w, &p->b};
-    em_scope_push(c);
-    for (int i = 0; i < 2; i++) {
-        if (!*ts[i]) continue;
-        em_tensor *t = *ts[i], *s = t;
-        int dim = row_par ? 1 : 0;
-        if (!row_par || i == 0) { /* a row-parallel bias stays whole */
-            int64_t size = em_tensor_dim(t, dim), parts = halves ? 2 : 1;
-            int64_t part = size / parts / n;
-            em_tensor *pieces[2];
-            for (int64_t k = 0; k < parts; k++)
-                pieces[k] = em_narrow(c, t, dim, k * (size / parts) + r * part, part);
-            s = parts == 2 ? em_cat(c, pieces, 2, dim) : em_contiguous(c, pieces[0]);
-        }
-        if (s && em_tensor_device(s) != d->dev) s = em_to(c, s, d->dev);
-        s = s ? em_detach(c, s) : NULL;
-        if (!s) break;
-        em_tensor_release(t);
-        *ts[i] = s;
-    }
-    em_scope_pop(c);
-    return em_ctx_status(c) == EM_OK;
-}
-
 static bool shard_block(em_ctx *c, const em_dit *d, dit_block *b) {
+    const diff_tp *t = &d->tp;
+    int64_t ff = 4 * d->inner, halves[2] = {ff, ff}; /* geglu's fused [hidden; gate] */
     bool geglu = d->cfg.activation == EM_DIT_ACT_GEGLU;
-    return shard(c, d, &b->q, false, false) && shard(c, d, &b->k, false, false) &&
-           shard(c, d, &b->v, false, false) && shard(c, d, &b->out, true, false) &&
-           shard(c, d, &b->ff_in, false, geglu) && shard(c, d, &b->ff_out, true, false);
+    return diff_tp_shard(c, t, &b->q, false, NULL, 0) &&
+           diff_tp_shard(c, t, &b->k, false, NULL, 0) &&
+           diff_tp_shard(c, t, &b->v, false, NULL, 0) &&
+           diff_tp_shard(c, t, &b->out, true, NULL, 0) &&
+           diff_tp_shard(c, t, &b->ff_in, false, geglu ? halves : NULL, geglu ? 2 : 0) &&
+           diff_tp_shard(c, t, &b->ff_out, true, NULL, 0);
 }
 
 static bool load_block(unet_loader *l, em_dit *d, int64_t i) {
@@ -162,8 +115,7 @@ static bool load_block(unet_loader *l, em_dit *d, int64_t i) {
     b->classes = tab.w;
     snprintf(pre, sizeof pre, "transformer_blocks.%lld", (long long)i);
     /* the weights tensor parallelism splits: read on the CPU, their slices moved by shard */
-    unet_loader h = *l;
-    if (d->tp_size > 1) h.dev = em_device_get(l->c, "cpu");
+    unet_loader h = diff_tp_loader(l, &d->tp);
     if (!unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) ||
         !unet_load_param(&h, &b->q, pre, "attn1.to_q", cfg->attention_bias, 2,
                          (int64_t[]){D, D}) ||
@@ -196,33 +148,14 @@ static bool load_weights(unet_loader *l, void *user) {
                            (int64_t[]){p * p * cfg->out_channels, D});
 }
 
-/* The tensor-parallel group's device and sizes: a device group's rank runs on its device, a
- * process group's on the CPU (its collectives are MPI calls). */
-static bool check_tp(em_ctx *c, em_dit *d, const char *device) {
-    const em_dit_config *cfg = &d->cfg;
-    int n = d->tp_size;
-    em_device *dev = em_dist_device(d->tp) ? em_dist_device(d->tp) : em_device_get(c, "cpu");
-    if (device && em_device_get(c, device) != dev) {
-        if (!em_ctx_status(c))
-            em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "tensor parallelism: rank %d runs on %s (%s), "
-                        "not on %s", d->tp_rank, em_device_name(dev),
-                        em_dist_device(d->tp) ? "its device in the device group"
-                                              : "collectives over MPI", device);
+/* The split sizes divide by the tensor-parallel degree. */
+static bool check_tp(em_ctx *c, em_dit *d) {
+    if (!diff_tp_check(c, &d->tp, OP, d->dir, "num_attention_heads",
+                       d->cfg.num_attention_heads) ||
+        !diff_tp_check(c, &d->tp, OP, d->dir, "the feed-forward width (4 * inner dim)",
+                       4 * d->inner))
         return false;
-    }
-    d->dev = dev;
-    const char *what = NULL;
-    int64_t size = 0;
-    if (cfg->num_attention_heads % n)
-        what = "num_attention_heads", size = cfg->num_attention_heads;
-    else if ((4 * d->inner) % n)
-        what = "the feed-forward width (4 * inner dim)", size = 4 * d->inner;
-    if (what) {
-        em_ctx_fail(c, EM_ERR_SHAPE, OP, "tensor parallelism: %s (%lld) of %s is not divisible "
-                    "by the degree %d", what, (long long)size, d->dir, n);
-        return false;
-    }
-    d->heads = cfg->num_attention_heads / n;
+    d->heads = d->cfg.num_attention_heads / d->tp.size;
     return true;
 }
 
@@ -247,18 +180,12 @@ em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype 
     d->dtype = dtype;
     d->inner = d->cfg.num_attention_heads * d->cfg.attention_head_dim;
     d->heads = d->cfg.num_attention_heads;
-    d->tp_size = 1;
-    if (tp && em_dist_world_size(tp) > 1) {
-        d->tp = tp;
-        d->tp_rank = em_dist_rank(tp);
-        d->tp_size = em_dist_world_size(tp);
-        if (!check_tp(c, d, device)) {
-            em_dit_free(d);
-            return NULL;
-        }
-    } else {
-        d->dev = device ? em_device_get(c, device) : em_ctx_device(c);
+    d->cp.size = 1;
+    if (!diff_tp_init(c, &d->tp, tp, device, OP) || !check_tp(c, d)) {
+        em_dit_free(d);
+        return NULL;
     }
+    d->dev = d->tp.dev;
     d->blocks = calloc((size_t)d->cfg.num_layers, sizeof *d->blocks);
     if (!d->blocks) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     unet_loader l = {.c = c, .dir = dir, .op = OP, .dtype = dtype, .dev = d->dev};
@@ -366,12 +293,8 @@ static em_tensor *conditioning(em_ctx *c, const dit_block *b, em_tensor *tproj,
     return em_add(c, temb, em_embedding(c, b->classes, labels));
 }
 
-/* A row-parallel linear: this rank's partial product summed over the ranks, then the bias
- * (whole on every rank, added once); the whole layer without tensor parallelism. */
 static em_tensor *lin_rows(em_ctx *c, const em_dit *d, const unet_param *p, em_tensor *x) {
-    if (d->tp_size <= 1) return lin(c, p, x);
-    em_tensor *y = em_all_reduce(c, em_linear(c, x, p->w, NULL), EM_REDUCE_SUM, d->tp);
-    return p->b ? em_add(c, y, p->b) : y;
+    return diff_tp_lin_rows(c, &d->tp, p, x);
 }
 
 static em_tensor *feed_forward(em_ctx *c, const em_dit *d, const dit_block *b, em_tensor *h) {
@@ -401,9 +324,9 @@ static em_tensor *block_forward(em_ctx *c, const em_dit *d, const dit_block *b, 
     for (int i = 0; i < 3; i++) {
         em_tensor *y = lin(c, w[i], h);
         int64_t len = T;
-        if (i > 0 && d->cp) { /* keys and values of every rank's tokens, in token order */
-            y = em_all_gather(c, y, 1, d->cp);
-            len = T * d->cp_size;
+        if (i > 0 && d->cp.g) { /* keys and values of every rank's tokens, in token order */
+            y = diff_cp_gather(c, &d->cp, y, 1);
+            len = T * d->cp.size;
         }
         qkv[i] = em_transpose(c, em_reshape(c, y, 4, (int64_t[]){n, len, H, hd}), 1, 2);
     }
@@ -436,15 +359,13 @@ em_tensor *em_dit_forward(em_ctx *c, em_dit *d, em_tensor *sample, em_tensor *ti
     em_tensor *x = em_conv2d(c, sample, d->patch.w, d->patch.b, &cp);
     x = em_transpose(c, em_reshape(c, x, 3, (int64_t[]){n, D, T}), 1, 2);
     x = em_add(c, x, pos_embed(c, d, g));
-    if (d->cp && x) { /* this rank's tokens */
-        if (T % d->cp_size) {
-            em_ctx_fail(c, EM_ERR_SHAPE, OP, "context parallelism: %lld patches (%lld x %lld) do "
-                        "not divide over %d ranks", (long long)T, (long long)g, (long long)g,
-                        d->cp_size);
-            em_scope_pop(c);
-            return NULL;
-        }
-        x = em_contiguous(c, em_narrow(c, x, 1, d->cp_rank * (T / d->cp_size), T / d->cp_size));
+    char what[96];
+    snprintf(what, sizeof what, "%lld patches (%lld x %lld)", (long long)T, (long long)g,
+             (long long)g);
+    x = diff_cp_local(c, &d->cp, x, OP, what); /* this rank's tokens */
+    if (!x) {
+        em_scope_pop(c);
+        return NULL;
     }
     /* Timesteps(256, flip_sin_to_cos=True, shift 1): cos then sin of t * freqs, per sample */
     em_tensor *tf = em_expand(c, em_reshape(c, em_cast(c, timestep, EM_F32), 1, (int64_t[]){-1}),
@@ -463,7 +384,7 @@ em_tensor *em_dit_forward(em_ctx *c, em_dit *d, em_tensor *sample, em_tensor *ti
     if (x && em_split(c, lin(c, &d->out1, em_silu(c, cond0)), D, 1, ss, 2) == 2) {
         x = modulate(c, em_layer_norm(c, x, NULL, NULL, 1e-6), ss[0], ss[1]);
         x = lin(c, &d->out2, x); /* [N, T, p*p*oc] */
-        if (d->cp) x = em_all_gather(c, x, 1, d->cp); /* every rank's patches */
+        x = diff_cp_gather(c, &d->cp, x, 1); /* every rank's patches */
         /* unpatchify: "nhwpqc->nchpwq" */
         x = em_reshape(c, x, 6, (int64_t[]){n, g, g, p, p, oc});
         x = em_permute(c, x, 6, (const int[]){0, 5, 1, 3, 2, 4});

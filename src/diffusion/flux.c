@@ -42,6 +42,9 @@ struct em_flux {
     em_device *dev;
     em_dtype dtype;
     int64_t inner;
+    diff_tp tp;                   /* tensor parallelism (tp.g NULL: none) */
+    int64_t heads;                /* this rank's attention heads (num_attention_heads / tp.size) */
+    diff_cp cp;                   /* context parallelism: the image tokens split (g NULL: none) */
     em_tensor *freqs;             /* [1, 128] f32: Timesteps' frequencies */
     unet_param x_emb, ctx_emb;    /* x_embedder, context_embedder */
     unet_param t1, t2, g1, g2, p1, p2; /* time_text_embed: timestep_ / guidance_ / text_embedder */
@@ -52,6 +55,15 @@ struct em_flux {
 
 const em_flux_config *em_flux_get_config(const em_flux *m) { return m ? &m->cfg : NULL; }
 em_device *em_flux_device(const em_flux *m) { return m ? m->dev : NULL; }
+int em_flux_tp_degree(const em_flux *m) { return m ? m->tp.size : 1; }
+int em_flux_cp_degree(const em_flux *m) { return m ? m->cp.size : 1; }
+
+em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, em_dist *cp) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
+}
 
 void em_flux_free(em_flux *m) {
     if (!m) return;
@@ -87,26 +99,37 @@ static bool load_block(unet_loader *l, em_flux *m, int64_t i) {
     const int64_t *DD = (int64_t[]){D, D};
     char pre[64];
     snprintf(pre, sizeof pre, "transformer_blocks.%lld", (long long)i);
-    return unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) &&
+    unet_loader hl = diff_tp_loader(l, &m->tp), *h = &hl; /* the split weights */
+    const diff_tp *t = &m->tp;
+    if (!(unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) &&
            unet_load_param(l, &b->ada_ctx, pre, "norm1_context.linear", true, 2,
                            (int64_t[]){6 * D, D}) &&
-           unet_load_param(l, &b->q, pre, "attn.to_q", true, 2, DD) &&
-           unet_load_param(l, &b->k, pre, "attn.to_k", true, 2, DD) &&
-           unet_load_param(l, &b->v, pre, "attn.to_v", true, 2, DD) &&
-           unet_load_param(l, &b->out, pre, "attn.to_out.0", true, 2, DD) &&
-           unet_load_param(l, &b->aq, pre, "attn.add_q_proj", true, 2, DD) &&
-           unet_load_param(l, &b->ak, pre, "attn.add_k_proj", true, 2, DD) &&
-           unet_load_param(l, &b->av, pre, "attn.add_v_proj", true, 2, DD) &&
-           unet_load_param(l, &b->aout, pre, "attn.to_add_out", true, 2, DD) &&
+           unet_load_param(h, &b->q, pre, "attn.to_q", true, 2, DD) &&
+           unet_load_param(h, &b->k, pre, "attn.to_k", true, 2, DD) &&
+           unet_load_param(h, &b->v, pre, "attn.to_v", true, 2, DD) &&
+           unet_load_param(h, &b->out, pre, "attn.to_out.0", true, 2, DD) &&
+           unet_load_param(h, &b->aq, pre, "attn.add_q_proj", true, 2, DD) &&
+           unet_load_param(h, &b->ak, pre, "attn.add_k_proj", true, 2, DD) &&
+           unet_load_param(h, &b->av, pre, "attn.add_v_proj", true, 2, DD) &&
+           unet_load_param(h, &b->aout, pre, "attn.to_add_out", true, 2, DD) &&
            unet_load_param(l, &b->nq, pre, "attn.norm_q", false, 1, &hd) &&
            unet_load_param(l, &b->nk, pre, "attn.norm_k", false, 1, &hd) &&
            unet_load_param(l, &b->naq, pre, "attn.norm_added_q", false, 1, &hd) &&
            unet_load_param(l, &b->nak, pre, "attn.norm_added_k", false, 1, &hd) &&
-           unet_load_param(l, &b->ff_in, pre, "ff.net.0.proj", true, 2, (int64_t[]){ff, D}) &&
-           unet_load_param(l, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}) &&
-           unet_load_param(l, &b->cff_in, pre, "ff_context.net.0.proj", true, 2,
+           unet_load_param(h, &b->ff_in, pre, "ff.net.0.proj", true, 2, (int64_t[]){ff, D}) &&
+           unet_load_param(h, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}) &&
+           unet_load_param(h, &b->cff_in, pre, "ff_context.net.0.proj", true, 2,
                            (int64_t[]){ff, D}) &&
-           unet_load_param(l, &b->cff_out, pre, "ff_context.net.2", true, 2, (int64_t[]){D, ff});
+           unet_load_param(h, &b->cff_out, pre, "ff_context.net.2", true, 2, (int64_t[]){D, ff})))
+        return false;
+    /* tensor parallelism: q/k/v and the up projections by rows, the outputs by columns */
+    unet_param *cols[] = {&b->q, &b->k, &b->v, &b->aq, &b->ak, &b->av, &b->ff_in, &b->cff_in};
+    unet_param *rows[] = {&b->out, &b->aout, &b->ff_out, &b->cff_out};
+    for (size_t j = 0; j < sizeof cols / sizeof cols[0]; j++)
+        if (!diff_tp_shard(l->c, t, cols[j], false, NULL, 0)) return false;
+    for (size_t j = 0; j < sizeof rows / sizeof rows[0]; j++)
+        if (!diff_tp_shard(l->c, t, rows[j], true, NULL, 0)) return false;
+    return true;
 }
 
 static bool load_single(unet_loader *l, em_flux *m, int64_t i) {
@@ -115,14 +138,24 @@ static bool load_single(unet_loader *l, em_flux *m, int64_t i) {
     const int64_t *DD = (int64_t[]){D, D};
     char pre[64];
     snprintf(pre, sizeof pre, "single_transformer_blocks.%lld", (long long)i);
-    return unet_load_param(l, &b->ada, pre, "norm.linear", true, 2, (int64_t[]){3 * D, D}) &&
-           unet_load_param(l, &b->q, pre, "attn.to_q", true, 2, DD) &&
-           unet_load_param(l, &b->k, pre, "attn.to_k", true, 2, DD) &&
-           unet_load_param(l, &b->v, pre, "attn.to_v", true, 2, DD) &&
+    unet_loader hl = diff_tp_loader(l, &m->tp), *h = &hl; /* the split weights */
+    const diff_tp *t = &m->tp;
+    if (!(unet_load_param(l, &b->ada, pre, "norm.linear", true, 2, (int64_t[]){3 * D, D}) &&
+           unet_load_param(h, &b->q, pre, "attn.to_q", true, 2, DD) &&
+           unet_load_param(h, &b->k, pre, "attn.to_k", true, 2, DD) &&
+           unet_load_param(h, &b->v, pre, "attn.to_v", true, 2, DD) &&
            unet_load_param(l, &b->nq, pre, "attn.norm_q", false, 1, &hd) &&
            unet_load_param(l, &b->nk, pre, "attn.norm_k", false, 1, &hd) &&
-           unet_load_param(l, &b->mlp, pre, "proj_mlp", true, 2, (int64_t[]){mlp, D}) &&
-           unet_load_param(l, &b->out, pre, "proj_out", true, 2, (int64_t[]){D, D + mlp});
+           unet_load_param(h, &b->mlp, pre, "proj_mlp", true, 2, (int64_t[]){mlp, D}) &&
+           unet_load_param(h, &b->out, pre, "proj_out", true, 2, (int64_t[]){D, D + mlp})))
+        return false;
+    /* tensor parallelism: the heads' q/k/v and proj_mlp by rows; proj_out, over [attention;
+     * mlp], by columns, this rank's part of each */
+    return diff_tp_shard(l->c, t, &b->q, false, NULL, 0) &&
+           diff_tp_shard(l->c, t, &b->k, false, NULL, 0) &&
+           diff_tp_shard(l->c, t, &b->v, false, NULL, 0) &&
+           diff_tp_shard(l->c, t, &b->mlp, false, NULL, 0) &&
+           diff_tp_shard(l->c, t, &b->out, true, (int64_t[]){D, mlp}, 2);
 }
 
 static bool load_weights(unet_loader *l, void *user) {
@@ -160,6 +193,11 @@ static bool load_weights(unet_loader *l, void *user) {
 }
 
 em_flux *em_flux_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype) {
+    return em_flux_load_tp(c, dir, device, dtype, NULL);
+}
+
+em_flux *em_flux_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
+                         em_dist *tp) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!diff_check_load_args(c, OP, dir, dtype)) return NULL;
     em_flux *m = calloc(1, sizeof *m);
@@ -174,7 +212,16 @@ em_flux *em_flux_load(em_ctx *c, const char *dir, const char *device, em_dtype d
     }
     m->dtype = dtype;
     m->inner = m->cfg.num_attention_heads * m->cfg.attention_head_dim;
-    m->dev = device ? em_device_get(c, device) : em_ctx_device(c);
+    if (!diff_tp_init(c, &m->tp, tp, device, OP) ||
+        !diff_tp_check(c, &m->tp, OP, dir, "num_attention_heads", m->cfg.num_attention_heads) ||
+        !diff_tp_check(c, &m->tp, OP, dir, "the feed-forward width (4 * inner dim)",
+                       4 * m->inner)) {
+        em_flux_free(m);
+        return NULL;
+    }
+    m->dev = m->tp.dev;
+    m->heads = m->cfg.num_attention_heads / m->tp.size;
+    m->cp.size = 1;
     m->blocks = calloc((size_t)m->cfg.num_layers + 1, sizeof *m->blocks);
     m->singles = calloc((size_t)m->cfg.num_single_layers + 1, sizeof *m->singles);
     if (!m->blocks || !m->singles) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
@@ -312,8 +359,7 @@ static bool check_inputs(em_ctx *c, const em_flux *m, const em_flux_inputs *in, 
 /* [N, T, D] -> [N, H, T, hd] heads through w and the RMSNorm (norm NULL: none) */
 static em_tensor *heads(em_ctx *c, const em_flux *m, const unet_param *w, const unet_param *norm,
                         em_tensor *x) {
-    return mmdit_heads(c, w, norm, x, m->cfg.num_attention_heads, m->cfg.attention_head_dim,
-                       EPS);
+    return mmdit_heads(c, w, norm, x, m->heads, m->cfg.attention_head_dim, EPS);
 }
 
 /* apply_rotary_emb(use_real, interleaved pairs) on de-interleaved heads, see the file comment */
@@ -326,11 +372,23 @@ static em_tensor *rope(em_ctx *c, const em_flux *m, em_tensor *h, em_tensor *cos
     return em_rope(c, h, cos, sin);
 }
 
-/* scaled dot-product attention of [N, H, S, hd] q, k (rotated) and v: [N, S, D] */
+/* Under context parallelism, [N, H, L + T/R, hd] heads of the text and this rank's image tokens
+ * -> those of the text and every rank's image tokens (h itself without). */
+static em_tensor *gather_image(em_ctx *c, const em_flux *m, em_tensor *h, int64_t L) {
+    if (!m->cp.g || !h) return h;
+    int64_t S = em_tensor_dim(h, 2);
+    em_tensor *parts[2] = {em_narrow(c, h, 2, 0, L),
+                           diff_cp_gather(c, &m->cp, em_narrow(c, h, 2, L, S - L), 2)};
+    return em_cat(c, parts, 2, 2);
+}
+
+/* scaled dot-product attention of [N, H, S, hd] q, k (rotated by the tables of their tokens)
+ * and v over [text (L tokens); image]: [N, S, D] */
 static em_tensor *attend(em_ctx *c, const em_flux *m, em_tensor *q, em_tensor *k, em_tensor *v,
-                         em_tensor *cos, em_tensor *sin) {
+                         em_tensor *cos, em_tensor *sin, int64_t L) {
     em_sdpa_params sp = em_sdpa_default_params();
-    return mmdit_merge_heads(c, em_sdpa(c, rope(c, m, q, cos, sin), rope(c, m, k, cos, sin), v,
+    k = gather_image(c, m, rope(c, m, k, cos, sin), L);
+    return mmdit_merge_heads(c, em_sdpa(c, rope(c, m, q, cos, sin), k, gather_image(c, m, v, L),
                                         NULL, &sp));
 }
 
@@ -350,16 +408,16 @@ static bool block_forward(em_ctx *c, const em_flux *m, const flux_block *b, em_t
     em_tensor *k[2] = {heads(c, m, &b->ak, &b->nak, nc), heads(c, m, &b->k, &b->nk, nx)};
     em_tensor *v[2] = {heads(c, m, &b->av, NULL, nc), heads(c, m, &b->v, NULL, nx)};
     em_tensor *a = attend(c, m, em_cat(c, q, 2, 2), em_cat(c, k, 2, 2), em_cat(c, v, 2, 2), cos,
-                          sin);
-    em_tensor *ca = mmdit_lin(c, &b->aout, em_narrow(c, a, 1, 0, L));
-    em_tensor *xa = mmdit_lin(c, &b->out, em_narrow(c, a, 1, L, T));
+                          sin, L);
+    em_tensor *ca = diff_tp_lin_rows(c, &m->tp, &b->aout, em_narrow(c, a, 1, 0, L));
+    em_tensor *xa = diff_tp_lin_rows(c, &m->tp, &b->out, em_narrow(c, a, 1, L, T));
     em_tensor *h = mmdit_gated(c, *x, mx[2], xa);
     em_tensor *f = mmdit_feed_forward(
-        c, &b->ff_in, &b->ff_out,
+        c, &m->tp, &b->ff_in, &b->ff_out,
         mmdit_modulate(c, em_layer_norm(c, h, NULL, NULL, EPS), mx[3], mx[4]));
     *x = mmdit_gated(c, h, mx[5], f);
     em_tensor *hc = mmdit_gated(c, *ctx, mc[2], ca);
-    f = mmdit_feed_forward(c, &b->cff_in, &b->cff_out,
+    f = mmdit_feed_forward(c, &m->tp, &b->cff_in, &b->cff_out,
                            mmdit_modulate(c, em_layer_norm(c, hc, NULL, NULL, EPS), mc[3], mc[4]));
     *ctx = mmdit_gated(c, hc, mc[5], f);
     return *x && *ctx;
@@ -368,15 +426,15 @@ static bool block_forward(em_ctx *c, const em_flux *m, const flux_block *b, em_t
 /* FluxSingleTransformerBlock.forward on the concatenated sequence s [N, L + T, D] */
 static em_tensor *single_forward(em_ctx *c, const em_flux *m, const flux_single *b,
                                  em_tensor *s, em_tensor *temb_act, em_tensor *cos,
-                                 em_tensor *sin) {
+                                 em_tensor *sin, int64_t L) {
     em_tensor *ms[3] = {0}; /* AdaLayerNormZeroSingle: shift, scale, gate */
     if (em_split(c, mmdit_lin(c, &b->ada, temb_act), m->inner, 1, ms, 3) != 3) return NULL;
     em_tensor *ns = mmdit_modulate(c, em_layer_norm(c, s, NULL, NULL, EPS), ms[0], ms[1]);
     em_tensor *mlp = em_gelu(c, mmdit_lin(c, &b->mlp, ns), true);
     em_tensor *a = attend(c, m, heads(c, m, &b->q, &b->nq, ns), heads(c, m, &b->k, &b->nk, ns),
-                          heads(c, m, &b->v, NULL, ns), cos, sin);
+                          heads(c, m, &b->v, NULL, ns), cos, sin, L);
     em_tensor *cat[2] = {a, mlp};
-    return mmdit_gated(c, s, ms[2], mmdit_lin(c, &b->out, em_cat(c, cat, 2, 2)));
+    return mmdit_gated(c, s, ms[2], diff_tp_lin_rows(c, &m->tp, &b->out, em_cat(c, cat, 2, 2)));
 }
 
 /* CombinedTimestep(Guidance)TextProjEmbeddings of t * 1000 (and guidance * 1000): [N, D] */
@@ -396,7 +454,17 @@ static em_tensor *forward(em_ctx *c, em_flux *m, const em_flux_inputs *in, em_te
                           em_tensor *sin) {
     int64_t L = em_tensor_dim(in->encoder_hidden_states, 1);
     int64_t T = em_tensor_dim(in->hidden_states, 1);
-    em_tensor *x = mmdit_lin(c, &m->x_emb, in->hidden_states);
+    char what[64];
+    snprintf(what, sizeof what, "%lld image tokens", (long long)T);
+    em_tensor *x = diff_cp_local(c, &m->cp, mmdit_lin(c, &m->x_emb, in->hidden_states), OP, what);
+    if (m->cp.g && x) { /* this rank's tokens and their rows of the tables */
+        int64_t n = T / m->cp.size, at = L + m->cp.rank * n;
+        em_tensor *cs[2] = {em_narrow(c, cos, 1, 0, L), em_narrow(c, cos, 1, at, n)};
+        em_tensor *sn[2] = {em_narrow(c, sin, 1, 0, L), em_narrow(c, sin, 1, at, n)};
+        cos = em_cat(c, cs, 2, 1);
+        sin = em_cat(c, sn, 2, 1);
+        T = n;
+    }
     em_tensor *temb_act = em_silu(c, conditioning(c, m, in)); /* every AdaLayerNorm's silu */
     em_tensor *ctx = mmdit_lin(c, &m->ctx_emb, in->encoder_hidden_states);
     for (int64_t i = 0; i < m->cfg.num_layers && x; i++)
@@ -404,13 +472,13 @@ static em_tensor *forward(em_ctx *c, em_flux *m, const em_flux_inputs *in, em_te
     em_tensor *cat[2] = {ctx, x};
     em_tensor *s = x ? em_cat(c, cat, 2, 1) : NULL;
     for (int64_t i = 0; i < m->cfg.num_single_layers && s; i++)
-        s = single_forward(c, m, &m->singles[i], s, temb_act, cos, sin);
+        s = single_forward(c, m, &m->singles[i], s, temb_act, cos, sin, L);
     x = s ? em_narrow(c, s, 1, L, T) : NULL;
     em_tensor *ss[2] = {0}; /* norm_out: AdaLayerNormContinuous, scale then shift */
     if (!x || em_split(c, mmdit_lin(c, &m->norm_out, temb_act), m->inner, 1, ss, 2) != 2)
         return NULL;
     x = mmdit_modulate(c, em_layer_norm(c, x, NULL, NULL, EPS), ss[1], ss[0]);
-    return mmdit_lin(c, &m->proj_out, x);
+    return diff_cp_gather(c, &m->cp, mmdit_lin(c, &m->proj_out, x), 1); /* every rank's tokens */
 }
 
 static bool check_args(em_ctx *c, em_flux *m, const em_flux_inputs *in) {

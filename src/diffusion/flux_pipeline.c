@@ -57,8 +57,11 @@ static bool check_components(em_ctx *c, const em_pipeline *p) {
 }
 
 bool flux_load(em_ctx *c, em_pipeline *p, const char *device) {
-    return (p->flux = em_flux_load(c, p->idx.transformer_dir, device, p->dtype)) &&
-           (p->vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype)) &&
+    if (!(p->flux = em_flux_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp)) ||
+        em_flux_set_context_parallel(c, p->flux, p->cp) != EM_OK)
+        return false;
+    device = em_device_name(em_flux_device(p->flux)); /* a tensor-parallel rank's */
+    return (p->vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype)) &&
            (p->tok = em_clip_tokenizer_load(c, p->idx.tokenizer_dir)) &&
            (p->te = em_clip_text_load(c, p->idx.text_encoder_dir, device)) &&
            (p->tok3 = em_t5_tokenizer_load(c, p->idx.tokenizer_2_dir)) &&

@@ -33,9 +33,9 @@ em_tensor *mmdit_gated(em_ctx *c, em_tensor *x, em_tensor *gate, em_tensor *y) {
     return em_add(c, x, em_mul(c, em_unsqueeze(c, gate, 1), y));
 }
 
-em_tensor *mmdit_feed_forward(em_ctx *c, const unet_param *in, const unet_param *out,
-                              em_tensor *h) {
-    return mmdit_lin(c, out, em_gelu(c, mmdit_lin(c, in, h), true)); /* "gelu-approximate" */
+em_tensor *mmdit_feed_forward(em_ctx *c, const diff_tp *tp, const unet_param *in,
+                              const unet_param *out, em_tensor *h) {
+    return diff_tp_lin_rows(c, tp, out, em_gelu(c, mmdit_lin(c, in, h), true)); /* gelu-tanh */
 }
 
 em_tensor *mmdit_heads(em_ctx *c, const unet_param *w, const unet_param *norm, em_tensor *x,

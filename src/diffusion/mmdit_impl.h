@@ -6,6 +6,7 @@
 #ifndef EMBER_DIFFUSION_MMDIT_IMPL_H
 #define EMBER_DIFFUSION_MMDIT_IMPL_H
 
+#include "diffusion/tp_impl.h"
 #include "diffusion/unet_impl.h"
 
 #define MMDIT_TIME_CHANNELS 256 /* Timesteps(num_channels=256) */
@@ -26,9 +27,10 @@ static inline em_tensor *mmdit_lin(em_ctx *c, const unet_param *p, em_tensor *x)
 em_tensor *mmdit_modulate(em_ctx *c, em_tensor *x, em_tensor *shift, em_tensor *scale);
 /* x + gate[:, None] * y */
 em_tensor *mmdit_gated(em_ctx *c, em_tensor *x, em_tensor *gate, em_tensor *y);
-/* FeedForward(activation_fn="gelu-approximate"): out(gelu_tanh(in(h))) */
-em_tensor *mmdit_feed_forward(em_ctx *c, const unet_param *in, const unet_param *out,
-                              em_tensor *h);
+/* FeedForward(activation_fn="gelu-approximate"): out(gelu_tanh(in(h))), `out` row-parallel
+ * under tensor parallelism tp (diff_tp_lin_rows; in and out this rank's slices) */
+em_tensor *mmdit_feed_forward(em_ctx *c, const diff_tp *tp, const unet_param *in,
+                              const unet_param *out, em_tensor *h);
 /* [N, T, D] -> [N, heads, T, hd] through projection w, then the head RMSNorm (eps) when norm->w
  * is set. */
 em_tensor *mmdit_heads(em_ctx *c, const unet_param *w, const unet_param *norm, em_tensor *x,

@@ -59,11 +59,13 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     const char *dev = o ? o->device : NULL;
     p->tp = o && o->tp && em_dist_world_size(o->tp) > 1 ? o->tp : NULL;
     p->cp = o && o->cp && em_dist_world_size(o->cp) > 1 ? o->cp : NULL;
-    if ((p->tp || p->cp) && p->idx.pipeline != EM_PIPELINE_DIT) {
-        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s parallelism (degree %d): done for "
-                    "DiTPipeline's transformer only, not for %s (%s)",
-                    p->tp ? "tensor" : "context", em_dist_world_size(p->tp ? p->tp : p->cp),
-                    p->idx.class_name, dir);
+    bool mmdit = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_3 ||
+                 p->idx.pipeline == EM_PIPELINE_FLUX;
+    if ((p->tp || p->cp) && p->idx.pipeline != EM_PIPELINE_DIT && !mmdit) {
+        em_ctx_fail(c, EM_ERR_UNSUPPORTED, OP, "%s parallelism (degree %d): done for the "
+                    "transformers of DiTPipeline, StableDiffusion3Pipeline and FluxPipeline "
+                    "only, not for %s (%s)", p->tp ? "tensor" : "context",
+                    em_dist_world_size(p->tp ? p->tp : p->cp), p->idx.class_name, dir);
         goto fail;
     }
     if (p->idx.pipeline == EM_PIPELINE_DIT) {
@@ -149,6 +151,8 @@ em_status em_pipeline_set_scheduler(em_ctx *c, em_pipeline *p, em_scheduler_kind
 const em_pipeline_index *em_pipeline_get_index(const em_pipeline *p) { return p ? &p->idx : NULL; }
 em_unet2d *em_pipeline_unet(const em_pipeline *p) { return p ? p->unet : NULL; }
 em_dit *em_pipeline_dit(const em_pipeline *p) { return p ? p->dit : NULL; }
+em_sd3 *em_pipeline_sd3(const em_pipeline *p) { return p ? p->sd3 : NULL; }
+em_flux *em_pipeline_flux(const em_pipeline *p) { return p ? p->flux : NULL; }
 em_scheduler *em_pipeline_scheduler(const em_pipeline *p) { return p ? p->sched : NULL; }
 em_device *em_pipeline_device(const em_pipeline *p) {
     return !p        ? NULL

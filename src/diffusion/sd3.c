@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "diffusion/mmdit_impl.h"
+#include "diffusion/tp_impl.h"
 #include "diffusion/weights.h"
 #include "ember/sd3.h"
 
@@ -33,6 +34,9 @@ struct em_sd3 {
     em_device *dev;
     em_dtype dtype;
     int64_t inner;
+    diff_tp tp;          /* tensor parallelism (tp.g NULL: none) */
+    int64_t heads;       /* this rank's attention heads (num_attention_heads / tp.size) */
+    diff_cp cp;          /* context parallelism: the image tokens split (cp.g NULL: none) */
     em_tensor *freqs;    /* [1, 128] f32: Timesteps' frequencies */
     em_tensor *pos;      /* pos_embed.pos_embed [1, M * M, D] */
     unet_param patch;    /* pos_embed.proj */
@@ -44,6 +48,15 @@ struct em_sd3 {
 
 const em_sd3_config *em_sd3_get_config(const em_sd3 *m) { return m ? &m->cfg : NULL; }
 em_device *em_sd3_device(const em_sd3 *m) { return m ? m->dev : NULL; }
+int em_sd3_tp_degree(const em_sd3 *m) { return m ? m->tp.size : 1; }
+int em_sd3_cp_degree(const em_sd3 *m) { return m ? m->cp.size : 1; }
+
+em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, em_dist *cp) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
+}
 
 void em_sd3_free(em_sd3 *m) {
     if (!m) return;
@@ -72,6 +85,20 @@ static bool make_freqs(em_ctx *c, em_sd3 *m) {
     return (m->freqs = mmdit_time_freqs(c, m->dev)) != NULL;
 }
 
+/* Tensor parallelism: each stream's q/k/v and feed-forward up projection by rows, its output
+ * projection and feed-forward down projection by columns (a pre-only block has no context
+ * output nor context feed-forward). */
+static bool shard_block(em_ctx *c, const em_sd3 *m, sd3_block *b) {
+    const diff_tp *t = &m->tp;
+    unet_param *cols[] = {&b->q, &b->k, &b->v, &b->aq, &b->ak, &b->av, &b->ff_in, &b->cff_in};
+    unet_param *rows[] = {&b->out, &b->aout, &b->ff_out, &b->cff_out};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        if (cols[i]->w && !diff_tp_shard(c, t, cols[i], false, NULL, 0)) return false;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (rows[i]->w && !diff_tp_shard(c, t, rows[i], true, NULL, 0)) return false;
+    return true;
+}
+
 static bool load_block(unet_loader *l, em_sd3 *m, int64_t i) {
     sd3_block *b = &m->blocks[i];
     int64_t D = m->inner, hd = m->cfg.attention_head_dim, ff = 4 * D; /* FeedForward(mult=4) */
@@ -79,18 +106,19 @@ static bool load_block(unet_loader *l, em_sd3 *m, int64_t i) {
     b->pre = i == m->cfg.num_layers - 1;
     char pre[64];
     snprintf(pre, sizeof pre, "transformer_blocks.%lld", (long long)i);
+    unet_loader hl = diff_tp_loader(l, &m->tp), *h = &hl; /* the split weights */
     if (!unet_load_param(l, &b->ada, pre, "norm1.linear", true, 2, (int64_t[]){6 * D, D}) ||
         !unet_load_param(l, &b->ada_ctx, pre, "norm1_context.linear", true, 2,
                          (int64_t[]){(b->pre ? 2 : 6) * D, D}) ||
-        !unet_load_param(l, &b->q, pre, "attn.to_q", true, 2, DD) ||
-        !unet_load_param(l, &b->k, pre, "attn.to_k", true, 2, DD) ||
-        !unet_load_param(l, &b->v, pre, "attn.to_v", true, 2, DD) ||
-        !unet_load_param(l, &b->out, pre, "attn.to_out.0", true, 2, DD) ||
-        !unet_load_param(l, &b->aq, pre, "attn.add_q_proj", true, 2, DD) ||
-        !unet_load_param(l, &b->ak, pre, "attn.add_k_proj", true, 2, DD) ||
-        !unet_load_param(l, &b->av, pre, "attn.add_v_proj", true, 2, DD) ||
-        !unet_load_param(l, &b->ff_in, pre, "ff.net.0.proj", true, 2, (int64_t[]){ff, D}) ||
-        !unet_load_param(l, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}))
+        !unet_load_param(h, &b->q, pre, "attn.to_q", true, 2, DD) ||
+        !unet_load_param(h, &b->k, pre, "attn.to_k", true, 2, DD) ||
+        !unet_load_param(h, &b->v, pre, "attn.to_v", true, 2, DD) ||
+        !unet_load_param(h, &b->out, pre, "attn.to_out.0", true, 2, DD) ||
+        !unet_load_param(h, &b->aq, pre, "attn.add_q_proj", true, 2, DD) ||
+        !unet_load_param(h, &b->ak, pre, "attn.add_k_proj", true, 2, DD) ||
+        !unet_load_param(h, &b->av, pre, "attn.add_v_proj", true, 2, DD) ||
+        !unet_load_param(h, &b->ff_in, pre, "ff.net.0.proj", true, 2, (int64_t[]){ff, D}) ||
+        !unet_load_param(h, &b->ff_out, pre, "ff.net.2", true, 2, (int64_t[]){D, ff}))
         return false;
     if (m->cfg.qk_norm_rms &&
         (!unet_load_param(l, &b->nq, pre, "attn.norm_q", false, 1, &hd) ||
@@ -98,12 +126,14 @@ static bool load_block(unet_loader *l, em_sd3 *m, int64_t i) {
          !unet_load_param(l, &b->naq, pre, "attn.norm_added_q", false, 1, &hd) ||
          !unet_load_param(l, &b->nak, pre, "attn.norm_added_k", false, 1, &hd)))
         return false;
-    return b->pre ||
-           (unet_load_param(l, &b->aout, pre, "attn.to_add_out", true, 2, DD) &&
-            unet_load_param(l, &b->cff_in, pre, "ff_context.net.0.proj", true, 2,
-                            (int64_t[]){ff, D}) &&
-            unet_load_param(l, &b->cff_out, pre, "ff_context.net.2", true, 2,
-                            (int64_t[]){D, ff}));
+    if (!b->pre &&
+        (!unet_load_param(h, &b->aout, pre, "attn.to_add_out", true, 2, DD) ||
+         !unet_load_param(h, &b->cff_in, pre, "ff_context.net.0.proj", true, 2,
+                          (int64_t[]){ff, D}) ||
+         !unet_load_param(h, &b->cff_out, pre, "ff_context.net.2", true, 2,
+                          (int64_t[]){D, ff})))
+        return false;
+    return shard_block(l->c, m, b);
 }
 
 static bool load_weights(unet_loader *l, void *user) {
@@ -137,6 +167,11 @@ static bool load_weights(unet_loader *l, void *user) {
 }
 
 em_sd3 *em_sd3_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype) {
+    return em_sd3_load_tp(c, dir, device, dtype, NULL);
+}
+
+em_sd3 *em_sd3_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
+                       em_dist *tp) {
     if (!c || em_ctx_status(c)) return NULL;
     if (!diff_check_load_args(c, OP, dir, dtype)) return NULL;
     em_sd3 *m = calloc(1, sizeof *m);
@@ -151,7 +186,16 @@ em_sd3 *em_sd3_load(em_ctx *c, const char *dir, const char *device, em_dtype dty
     }
     m->dtype = dtype;
     m->inner = m->cfg.num_attention_heads * m->cfg.attention_head_dim;
-    m->dev = device ? em_device_get(c, device) : em_ctx_device(c);
+    if (!diff_tp_init(c, &m->tp, tp, device, OP) ||
+        !diff_tp_check(c, &m->tp, OP, dir, "num_attention_heads", m->cfg.num_attention_heads) ||
+        !diff_tp_check(c, &m->tp, OP, dir, "the feed-forward width (4 * inner dim)",
+                       4 * m->inner)) {
+        em_sd3_free(m);
+        return NULL;
+    }
+    m->dev = m->tp.dev;
+    m->heads = m->cfg.num_attention_heads / m->tp.size;
+    m->cp.size = 1;
     m->blocks = calloc((size_t)m->cfg.num_layers, sizeof *m->blocks);
     if (!m->blocks) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     unet_loader l = {.c = c, .dir = dir, .op = OP, .dtype = dtype, .dev = m->dev};
@@ -223,29 +267,31 @@ static bool check_inputs(em_ctx *c, const em_sd3 *m, em_tensor *x, em_tensor *ct
 #define lin mmdit_lin
 #define modulate mmdit_modulate
 #define gated mmdit_gated
-#define feed_forward mmdit_feed_forward
 
 /* [N, T, D] -> [N, H, T, hd] through projection w, then the head RMSNorm when present */
 static em_tensor *heads(em_ctx *c, const em_sd3 *m, const unet_param *w, const unet_param *norm,
                         em_tensor *x) {
-    return mmdit_heads(c, w, norm, x, m->cfg.num_attention_heads, m->cfg.attention_head_dim, EPS);
+    return mmdit_heads(c, w, norm, x, m->heads, m->cfg.attention_head_dim, EPS);
 }
 
 /* JointAttnProcessor2_0: attention over the image tokens then the context's; returns the image
- * stream's output and in *ctx_out the context's (NULL in a pre-only block). */
+ * stream's output and in *ctx_out the context's (NULL in a pre-only block). Under context
+ * parallelism x holds this rank's image tokens, the image keys and values are every rank's
+ * (gathered) and the context is whole on every rank. */
 static em_tensor *joint_attention(em_ctx *c, const em_sd3 *m, const sd3_block *b, em_tensor *x,
                                   em_tensor *ctx, em_tensor **ctx_out) {
     int64_t T = em_tensor_dim(x, 1), L = em_tensor_dim(ctx, 1);
     em_tensor *q[2] = {heads(c, m, &b->q, &b->nq, x), heads(c, m, &b->aq, &b->naq, ctx)};
-    em_tensor *k[2] = {heads(c, m, &b->k, &b->nk, x), heads(c, m, &b->ak, &b->nak, ctx)};
-    em_tensor *v[2] = {heads(c, m, &b->v, &(unet_param){0}, x),
+    em_tensor *k[2] = {diff_cp_gather(c, &m->cp, heads(c, m, &b->k, &b->nk, x), 2),
+                       heads(c, m, &b->ak, &b->nak, ctx)};
+    em_tensor *v[2] = {diff_cp_gather(c, &m->cp, heads(c, m, &b->v, &(unet_param){0}, x), 2),
                        heads(c, m, &b->av, &(unet_param){0}, ctx)};
     em_sdpa_params sp = em_sdpa_default_params();
     em_tensor *a = em_sdpa(c, em_cat(c, q, 2, 2), em_cat(c, k, 2, 2), em_cat(c, v, 2, 2), NULL,
                            &sp); /* [N, H, T + L, hd] */
     a = mmdit_merge_heads(c, a);
-    *ctx_out = b->pre ? NULL : lin(c, &b->aout, em_narrow(c, a, 1, T, L));
-    return lin(c, &b->out, em_narrow(c, a, 1, 0, T));
+    *ctx_out = b->pre ? NULL : diff_tp_lin_rows(c, &m->tp, &b->aout, em_narrow(c, a, 1, T, L));
+    return diff_tp_lin_rows(c, &m->tp, &b->out, em_narrow(c, a, 1, 0, T));
 }
 
 /* JointTransformerBlock.forward: x [N, T, D] and ctx [N, L, D] updated in place of the
@@ -267,15 +313,16 @@ static bool block_forward(em_ctx *c, const em_sd3 *m, const sd3_block *b, em_ten
     em_tensor *ca = NULL;
     em_tensor *xa = joint_attention(c, m, b, nx, nc, &ca);
     em_tensor *h = gated(c, *x, mx[2], xa);
-    em_tensor *f = feed_forward(c, &b->ff_in, &b->ff_out,
-                                modulate(c, em_layer_norm(c, h, NULL, NULL, EPS), mx[3], mx[4]));
+    em_tensor *f = mmdit_feed_forward(
+        c, &m->tp, &b->ff_in, &b->ff_out,
+        modulate(c, em_layer_norm(c, h, NULL, NULL, EPS), mx[3], mx[4]));
     *x = gated(c, h, mx[5], f);
     if (b->pre) {
         *ctx = NULL;
     } else {
         em_tensor *hc = gated(c, *ctx, mc[2], ca);
-        f = feed_forward(c, &b->cff_in, &b->cff_out,
-                         modulate(c, em_layer_norm(c, hc, NULL, NULL, EPS), mc[3], mc[4]));
+        f = mmdit_feed_forward(c, &m->tp, &b->cff_in, &b->cff_out,
+                               modulate(c, em_layer_norm(c, hc, NULL, NULL, EPS), mc[3], mc[4]));
         *ctx = gated(c, hc, mc[5], f);
     }
     return *x != NULL;
@@ -321,7 +368,10 @@ em_tensor *em_sd3_forward(em_ctx *c, em_sd3 *m, em_tensor *sample,
     int64_t h = em_tensor_dim(sample, 2) / p, w = em_tensor_dim(sample, 3) / p;
     int64_t oc = cfg->out_channels;
     em_scope_push(c);
-    em_tensor *x = patch_embed(c, m, sample);
+    char what[96];
+    snprintf(what, sizeof what, "%lld patches (%lld x %lld)", (long long)(h * w), (long long)h,
+             (long long)w);
+    em_tensor *x = diff_cp_local(c, &m->cp, patch_embed(c, m, sample), OP, what);
     em_tensor *temb = conditioning(c, m, timestep, pooled_projections);
     em_tensor *temb_act = em_silu(c, temb); /* every AdaLayerNorm's silu(emb) */
     em_tensor *ctx = lin(c, &m->ctx, encoder_hidden_states);
@@ -331,6 +381,7 @@ em_tensor *em_sd3_forward(em_ctx *c, em_sd3 *m, em_tensor *sample,
     if (x && em_split(c, lin(c, &m->norm_out, temb_act), D, 1, ss, 2) == 2) {
         x = modulate(c, em_layer_norm(c, x, NULL, NULL, EPS), ss[1], ss[0]);
         x = lin(c, &m->proj_out, x); /* [N, h * w, p * p * oc] */
+        x = diff_cp_gather(c, &m->cp, x, 1); /* every rank's patches */
         /* unpatchify: "nhwpqc->nchpwq" */
         x = em_reshape(c, x, 6, (int64_t[]){n, h, w, p, p, oc});
         x = em_permute(c, x, 6, (const int[]){0, 5, 1, 3, 2, 4});

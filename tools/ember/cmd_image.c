@@ -72,16 +72,17 @@ static void usage(FILE *f) {
             "  --dtype T           f32 (default), bf16 or f16: the denoiser's and the VAE's\n"
             "                      weights and activations (diffusers' torch_dtype; the text\n"
             "                      encoders, the latents and the scheduler stay f32)\n"
-            "  --tp N              DiTPipeline: tensor parallelism of degree N over the\n"
-            "                      transformer (each rank 1/N of every block's heads and\n"
-            "                      feed-forward; the rest whole): with --device cpu (or none)\n"
-            "                      over the N processes of mpirun -np N; with a PJRT kind\n"
-            "                      (--device xla, cuda, tpu) over its devices 0..N-1 in this\n"
-            "                      process; only rank 0 writes and prints\n"
-            "  --cp N              DiTPipeline: context parallelism of degree N (diffusers'\n"
-            "                      ContextParallelConfig): each rank 1/N of the image's tokens,\n"
-            "                      attention against every rank's keys and values (gathered);\n"
-            "                      ranks and devices as --tp; not with --tp\n"
+            "  --tp N              DiT, SD3 and Flux pipelines: tensor parallelism of\n"
+            "                      degree N over the transformer (each rank 1/N of every\n"
+            "                      block's heads and feed-forward; the rest whole): with\n"
+            "                      --device cpu (or none) over the N processes of mpirun\n"
+            "                      -np N; with a PJRT kind (--device xla, cuda, tpu) over its\n"
+            "                      devices 0..N-1 in this process; only rank 0 writes and\n"
+            "                      prints\n"
+            "  --cp N              DiT, SD3 and Flux pipelines: context parallelism of degree\n"
+            "                      N (diffusers' ContextParallelConfig): each rank 1/N of the\n"
+            "                      image's tokens, attention against every rank's keys and\n"
+            "                      values (gathered); ranks and devices as --tp; not with --tp\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -485,13 +486,22 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
         fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens\n",
                 em_dist_world_size(po.cp), em_dist_world_size(po.cp));
     if (tp && speak) {
-        const em_dit_config *dc = em_dit_get_config(em_pipeline_dit(p));
+        int64_t heads, hd; /* the transformer's, whichever pipeline holds one */
+        if (em_pipeline_sd3(p)) {
+            heads = em_sd3_get_config(em_pipeline_sd3(p))->num_attention_heads;
+            hd = em_sd3_get_config(em_pipeline_sd3(p))->attention_head_dim;
+        } else if (em_pipeline_flux(p)) {
+            heads = em_flux_get_config(em_pipeline_flux(p))->num_attention_heads;
+            hd = em_flux_get_config(em_pipeline_flux(p))->attention_head_dim;
+        } else {
+            heads = em_dit_get_config(em_pipeline_dit(p))->num_attention_heads;
+            hd = em_dit_get_config(em_pipeline_dit(p))->attention_head_dim;
+        }
         int n = em_dist_world_size(tp);
         fprintf(stderr, "tensor parallelism: degree %d, per rank and block %lld of %lld "
                 "attention heads and %lld of %lld feed-forward channels\n", n,
-                (long long)(dc->num_attention_heads / n), (long long)dc->num_attention_heads,
-                (long long)(4 * dc->num_attention_heads * dc->attention_head_dim / n),
-                (long long)(4 * dc->num_attention_heads * dc->attention_head_dim));
+                (long long)(heads / n), (long long)heads, (long long)(4 * heads * hd / n),
+                (long long)(4 * heads * hd));
     }
     int rc = 1;
     em_scope_push(c);
