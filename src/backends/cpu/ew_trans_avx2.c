@@ -21,12 +21,14 @@
 
 #define AVX2_INLINE static inline __attribute__((always_inline))
 
-/* em_expf on eight lanes (see above). */
-AVX2_INLINE __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3365f), hi = _mm256_set1_ps(88.7228f);
+/*
+ * em_expf on eight lanes without its edge values: the input is clamped to [-87.3365, 88.7228],
+ * so x below gives exp(-87.3365) (FLT_MIN) instead of 0, x above gives ~FLT_MAX instead of
+ * infinity, and NaN gives FLT_MIN. Callers add the edges they can tell apart (see exp8).
+ */
+AVX2_INLINE __m256 exp8_core(__m256 x) {
     const __m256 magic = _mm256_set1_ps(12582912.0f);
-    /* NaN lanes become lo here; they are restored at the end */
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365f)), _mm256_set1_ps(88.7228f));
     __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic);
     __m256 fx = _mm256_sub_ps(t, magic);
     __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
@@ -40,9 +42,19 @@ AVX2_INLINE __m256 exp8(__m256 x) {
     y = _mm256_add_ps(_mm256_fmadd_ps(y, z, r), _mm256_set1_ps(1.0f));
     /* t = 1.5 * 2^23 + n: its low mantissa bits hold n + 2^22 */
     __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(magic));
-    __m256 res = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
-    res = _mm256_blendv_ps(res, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
-    res = _mm256_blendv_ps(res, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
+}
+
+/* exp8_core's value, infinity where x > 88.7228 */
+AVX2_INLINE __m256 exp8_inf(__m256 x) {
+    __m256 big = _mm256_cmp_ps(x, _mm256_set1_ps(88.7228f), _CMP_GT_OQ);
+    return _mm256_blendv_ps(exp8_core(x), _mm256_set1_ps(INFINITY), big);
+}
+
+/* em_expf on eight lanes: its edge values (0 below -87.3365, infinity above 88.7228, NaN kept) */
+AVX2_INLINE __m256 exp8(__m256 x) {
+    __m256 res = exp8_inf(x);
+    res = _mm256_blendv_ps(res, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365f), _CMP_LT_OQ));
     return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
@@ -56,7 +68,8 @@ AVX2_INLINE __m256 tanh8(__m256 x) {
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036E-1f));
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
     __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
-    __m256 e = exp8(_mm256_add_ps(_mm256_min_ps(ax, nine), _mm256_min_ps(ax, nine)));
+    /* exp of 2 min(|x|, 9), in [0, 18]: no edge values; NaN lanes are restored below */
+    __m256 e = exp8_core(_mm256_add_ps(_mm256_min_ps(ax, nine), _mm256_min_ps(ax, nine)));
     /* 1 - 2 / (e + 1) with the sign of x; |x| > 9 gives 1 (e is exp(18) there) */
     __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
     big = _mm256_blendv_ps(big, one, _mm256_cmp_ps(ax, nine, _CMP_GT_OQ));
@@ -65,8 +78,19 @@ AVX2_INLINE __m256 tanh8(__m256 x) {
     return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/*
+ * 1 + exp(-x) for silu and sigmoid: where -x < -87.3365 exp(-x) is below 2^-24 either way and
+ * 1 + it rounds to 1, so only the infinity edge is needed; NaN lanes are the callers' (silu's
+ * x / d is NaN by itself).
+ */
 AVX2_INLINE __m256 one_plus_exp_neg8(__m256 x) {
-    return _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
+    return _mm256_add_ps(_mm256_set1_ps(1.0f), exp8_inf(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
+}
+
+/* em_sigmoidf on eight lanes */
+AVX2_INLINE __m256 sigmoid8(__m256 x) {
+    __m256 s = _mm256_div_ps(_mm256_set1_ps(1.0f), one_plus_exp_neg8(x));
+    return _mm256_blendv_ps(s, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 AVX2_INLINE __m256 gelu_tanh8(__m256 x) {
@@ -110,7 +134,7 @@ AVX2_INLINE __m256 gelu_tanh8(__m256 x) {
 
 UNARY(exp_f32, exp8(x), em_expf(x))
 UNARY(tanh_f32, tanh8(x), em_tanhf(x))
-UNARY(sigmoid_f32, _mm256_div_ps(_mm256_set1_ps(1.0f), one_plus_exp_neg8(x)), em_sigmoidf(x))
+UNARY(sigmoid_f32, sigmoid8(x), em_sigmoidf(x))
 UNARY(silu_f32, _mm256_div_ps(x, one_plus_exp_neg8(x)), em_siluf(x))
 UNARY(gelu_tanh_f32, gelu_tanh8(x), em_gelu_tanhf(x))
 
