@@ -39,6 +39,9 @@ void em_ew_fill_generic(void *t);
 void em_ew_fill_avx2(void *t);
 void em_ew_fill_avx512(void *t);
 void em_ew_fill_neon(void *t);
+/* ew_trans_avx2.c: exp, tanh, sigmoid, silu and tanh-gelu (f32) with AVX2 + FMA intrinsics;
+ * called at the end of em_ew_fill_avx2 */
+void em_ew_fill_trans_avx2(void *t);
 
 /* The table for the CPU's kernel level. */
 const em_ew_isa *em_ew_isa_get(void);
