@@ -712,9 +712,10 @@ def check_batched_prefill(ember, model):
         tok = lambda p: s.json("POST", "/tokenize", {"prompt": p})["tokens"]  # noqa: E731
         base = "The river ran past old stone mills and quiet fields under a grey sky."
         s.json("POST", "/v1/completions", {"model": "tiny", "prompt": base, "max_tokens": 1})
-        go = chat_body("Go.", 140)
+        # the long stream outlasts the blockers, whose answers are prefixes of its answer
+        go = chat_body("Go.", 300)
         s.json("POST", "/v1/chat/completions", chat_body("Go.", 1))  # kept: the n choices reuse it
-        go_ref = ember_generate(ember, model, "--chat", "Go.", 140)
+        go_ref = ember_generate(ember, model, "--chat", "Go.", 300)
         for phase, decoding in (("idle", False), ("decoding", True)):
             # distinct beginnings: only the first prompt reuses a kept prefix (base, or more)
             trio = [base + f" {phase.upper()}: then the rain came down on the town",
@@ -755,12 +756,16 @@ def check_batched_prefill(ember, model):
                     deadline = time.time() + 60
                     while metric(s, name) < n and time.time() < deadline and \
                             any(t.is_alive() for t in threads):
-                        pass
+                        time.sleep(0.001)  # leave the cores to the server and the clients
                 if decoding:  # a long answer decodes while the prompts are prefilled
                     start("long", "/v1/chat/completions", go)
                     wait_for("vllm:num_requests_running", 1)
                 blockers = 4 - decoding
-                start("block", "/v1/chat/completions", dict(chat_body("Go.", 40), n=blockers))
+                # longer blockers on each retry: on a loaded machine the three clients can be
+                # slower to queue their prompts than 40 decode steps
+                block_tokens = min(200, 40 << attempt)
+                start("block", "/v1/chat/completions",
+                      dict(chat_body("Go.", block_tokens), n=blockers))
                 wait_for("vllm:num_requests_running", 4)
                 for i, p in enumerate(trio):
                     start(i, "/v1/completions", {"model": "tiny", "prompt": p, "max_tokens": 12,
