@@ -10,10 +10,18 @@
  * (the shipped AVX2 read probe). Variants: the read probes of both x86 levels, AVX2 candidates
  * (more accumulators, 2x unroll, software prefetch), and the reductions' sum_f32 / max_f32 row
  * kernels of both levels. Where the CPU lacks AVX-512 those rows are skipped.
+ *
+ *   lab_read dot K N [rounds]
+ *
+ * The decode-shaped bf16 linear x [1, K] @ w [N, K]^T at the process's kernel level
+ * (EMBER_CPU_LEVEL), its weights rotated over copies spanning 256 MiB (each call reads them from
+ * DRAM), timed in blocks of calls interleaved with passes of the AVX2 read probe over 256 MiB:
+ * the median of the per-round fractions (weight bytes per second over the probe's).
  */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
@@ -227,7 +235,57 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int dot_mode(int argc, char **argv) {
+    int64_t K = argc > 2 ? atoll(argv[2]) : 1024, N = argc > 3 ? atoll(argv[3]) : 3072;
+    int rounds = argc > 4 ? atoi(argv[4]) : 21;
+    if (K < 1 || N < 1 || rounds < 1 || rounds > 200) return 2;
+    em_probe_fill_avx2(&P2);
+    em_ctx *c = em_ctx_create();
+    size_t n = (size_t)256 << 18;
+    em_tensor *t = em_randn(c, EM_F32, EM_SHAPE((int64_t)n), 1, 0, 1);
+    double wbytes = (double)N * (double)K * 2;
+    int copies = (int)(256.0 * 1048576 / wbytes) + 1;
+    if (copies > 256) copies = 256;
+    em_tensor *x = em_randn(c, EM_BF16, EM_SHAPE(1, K), 5, 0, 1), *w[256];
+    for (int i = 0; i < copies; i++)
+        w[i] = em_rand(c, EM_BF16, EM_SHAPE(N, K), 10 + (uint64_t)i, -0.05, 0.05);
+    job j = {em_tensor_data(c, t), n, pr_avx2, {0}};
+    int calls = copies < 8 ? 8 : copies, next = 0;
+    double frac[200], gb[200], pg[200];
+    for (int r = -1; r < rounds; r++) {
+        double t0 = bench_now();
+        em_parallel_each(each, &j);
+        double t1 = bench_now();
+        for (int k = 0; k < calls; k++) {
+            em_scope_push(c);
+            em_tensor *y = em_linear(c, x, w[next], NULL);
+            next = (next + 1) % copies;
+            if (y) em_tensor_data(c, y);
+            em_scope_pop(c);
+        }
+        double t2 = bench_now();
+        if (r < 0) continue;
+        pg[r] = (double)n * 4 / (t1 - t0) / 1e9;
+        gb[r] = wbytes * calls / (t2 - t1) / 1e9;
+        frac[r] = gb[r] / pg[r];
+    }
+    if (em_ctx_status(c)) {
+        fprintf(stderr, "lab_read: %s\n", em_ctx_error(c)->message);
+        return 1;
+    }
+    qsort(frac, (size_t)rounds, sizeof *frac, cmp_d);
+    qsort(gb, (size_t)rounds, sizeof *gb, cmp_d);
+    qsort(pg, (size_t)rounds, sizeof *pg, cmp_d);
+    printf("dot M1 K%lld N%lld bf16, %d copies, %d threads: %.1f GB/s (best %.1f), probe %.1f GB/s "
+           "(best %.1f), median fraction %.3f (%.3f-%.3f)\n",
+           (long long)K, (long long)N, copies, em_num_threads(), gb[rounds / 2], gb[rounds - 1],
+           pg[rounds / 2], pg[rounds - 1], frac[rounds / 2], frac[0], frac[rounds - 1]);
+    em_ctx_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "dot")) return dot_mode(argc, argv);
     size_t mib = argc > 1 ? (size_t)atoll(argv[1]) : 256;
     int rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (argc > 3) em_set_num_threads(atoi(argv[3]));
