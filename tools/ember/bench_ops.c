@@ -176,8 +176,9 @@ int bench_ops(int argc, char **argv) {
     if (!json)
         printf("machine limits (%d threads): read %.1f GB/s (1 thread %.1f), triad %.1f GB/s, "
                "FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s%s\n"
-               "(bandwidths: median of %d passes over %d MiB arrays, read %.1f-%.1f; a row's "
-               "limit: the probe passes run between its op's runs, median)\n\n",
+               "(bandwidths: median of %d passes over %d MiB arrays, read %.1f-%.1f; a "
+               "memory-bound row's limit: the passes run between its op's runs, median;\n"
+               "fused_chain's: this header's triad)\n\n",
                threads, L.read_gbs, L.read_gbs_1, L.triad_gbs, L.fp32_gflops, L.bf16_gflops,
                tiles, BENCH_PROBE_PASSES, BENCH_PROBE_MIB, L.read_gbs_min, L.read_gbs_max);
 
