@@ -284,8 +284,44 @@ static int dot_mode(int argc, char **argv) {
     return 0;
 }
 
+static int ew_mode(int argc, char **argv) {
+    int64_t n = (argc > 2 ? atoll(argv[2]) : 2) << 18;
+    int rounds = argc > 3 ? atoi(argv[3]) : 21;
+    if (n < 1 || rounds < 1 || rounds > 200) return 2;
+    em_ctx *c = em_ctx_create();
+    em_tensor *a = em_randn(c, EM_F32, EM_SHAPE(n), 1, 0, 1);
+    em_tensor *b = em_randn(c, EM_F32, EM_SHAPE(n), 2, 0, 1);
+    const char *names[3] = {"add", "mul", "neg"};
+    double g[3][200];
+    for (int r = -1; r < rounds; r++)
+        for (int o = 0; o < 3; o++) {
+            double t0 = bench_now();
+            for (int k = 0; k < 8; k++) {
+                em_scope_push(c);
+                em_tensor *y = o == 0 ? em_add(c, a, b) : o == 1 ? em_mul(c, a, b) : em_neg(c, a);
+                if (y) em_tensor_data(c, y);
+                em_scope_pop(c);
+            }
+            double dt = (bench_now() - t0) / 8;
+            if (r >= 0) g[o][r] = (o < 2 ? 3.0 : 2.0) * (double)n * 4 / dt / 1e9;
+        }
+    if (em_ctx_status(c)) {
+        fprintf(stderr, "lab_read: %s\n", em_ctx_error(c)->message);
+        return 1;
+    }
+    printf("ew %lld floats, %d threads, GB/s median (best):", (long long)n, em_num_threads());
+    for (int o = 0; o < 3; o++) {
+        qsort(g[o], (size_t)rounds, sizeof **g, cmp_d);
+        printf(" %s %.1f (%.1f)", names[o], g[o][rounds / 2], g[o][rounds - 1]);
+    }
+    printf("\n");
+    em_ctx_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "dot")) return dot_mode(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "ew")) return ew_mode(argc, argv);
     size_t mib = argc > 1 ? (size_t)atoll(argv[1]) : 256;
     int rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (argc > 3) em_set_num_threads(atoi(argv[3]));
