@@ -17,6 +17,15 @@
  * (EMBER_CPU_LEVEL), its weights rotated over copies spanning 256 MiB (each call reads them from
  * DRAM), timed in blocks of calls interleaved with passes of the AVX2 read probe over 256 MiB:
  * the median of the per-round fractions (weight bytes per second over the probe's).
+ *
+ *   lab_read ew MiB [rounds]
+ *
+ * The element-wise engine at the process's kernel level: add, mul (two inputs, one output) and
+ * neg (one input) on f32 arrays of MiB each, median and best GB/s (bytes of all arrays) over
+ * rounds of 8 calls; with a few MiB the arrays stay in L2/L3 and this is the engine's own
+ * speed, to compare with what the memory gives a core.
+ *
+ * x86-64 only; needs AVX2 + FMA (the AVX-512 rows also AVX-512 F/BW/VL/DQ).
  */
 #include <immintrin.h>
 #include <stdio.h>
@@ -320,13 +329,18 @@ static int ew_mode(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    const em_cpu_features *f = em_cpu_features_get();
+    if (!f->avx2 || !f->fma) {
+        fprintf(stderr, "lab_read: needs AVX2 and FMA\n");
+        return 77;
+    }
     if (argc > 1 && !strcmp(argv[1], "dot")) return dot_mode(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "ew")) return ew_mode(argc, argv);
     size_t mib = argc > 1 ? (size_t)atoll(argv[1]) : 256;
     int rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (argc > 3) em_set_num_threads(atoi(argv[3]));
     if (rounds < 1 || rounds > 200) rounds = 15;
-    bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    bool has512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
     em_probe_fill_avx2(&P2);
     em_red_fill_avx2(&R2);
     if (has512) {
