@@ -72,8 +72,8 @@ typedef struct run {
     int64_t batch, prompt, steps;
     double prefill_ms, step_ms;
     int64_t experts_hit; /* per step, summed over layers, averaged */
-    double frac;         /* median over steps of (bytes / step time) / bandwidth probed just
-                            before that step (the host's bandwidth drifts) */
+    double frac;         /* median over steps of (bytes / step time) / bandwidth of one read
+                            probe pass just before that step (the host's bandwidth drifts) */
     int64_t compiles;    /* compiled runs: programs compiled during the decode steps */
     double compile_ms;   /* compiled runs: all tracing + compiling, prefill included */
     double speedup;      /* compiled runs: median over steps of eager / compiled step time */
@@ -121,6 +121,7 @@ static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n, doub
     for (int64_t i = 0; ids && i < r0->batch * r0->prompt; i++) ids[i] = 10 + (i * 7919) % (vocab - 10);
     double ratio[256];
     int64_t nr = 0;
+    bench_probe *probe = dev_gbs > 0 ? NULL : bench_probe_create(false);
     em_scope_push(c);
     for (int k = 0; k < n && !em_ctx_status(c); k++) {
         lane *l = &L[k];
@@ -140,8 +141,8 @@ static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n, doub
         int64_t hit = r0->experts_hit;
         for (int q = 0; q < n && !em_ctx_status(c); q++) {
             lane *l = &L[(s % 2) ? n - 1 - q : q];
-            /* the bandwidth of this moment; an accelerator's own is steady */
-            double gbs = dev_gbs > 0 ? dev_gbs : bench_read_gbs();
+            /* the bandwidth of this moment (one probe pass); an accelerator's own is steady */
+            double gbs = dev_gbs > 0 ? dev_gbs : probe ? bench_probe_pass(probe) : -1;
             em_scope_push(c);
             double t1 = bench_now();
             em_tensor *lg = forward(c, m, l->mc, l->next, l->kv);
@@ -187,6 +188,7 @@ static em_status decode_lanes(em_ctx *c, const em_model *m, lane *L, int n, doub
         L[1].r->speedup = nr ? ratio[nr / 2] : 0;
     }
     em_scope_pop(c);
+    bench_probe_free(probe);
     free(ids);
     return em_ctx_status(c);
 }
@@ -356,8 +358,11 @@ int bench_decode(int argc, char **argv) {
         printf("%s memory bandwidth %.0f GB/s (x + x over 512 MiB, read + written)\n", device,
                dev_gbs);
     else if (!json)
-        printf("read bandwidth %.1f GB/s, bf16 dot peak %.0f GFLOP/s on %d threads\n", bw,
-               L.bf16_gflops, threads);
+        printf("read bandwidth %.1f GB/s on %d threads (median of %d passes over %d MiB, %.1f-%.1f;"
+               " one thread %.1f), bf16 dot peak %.0f GFLOP/s;\nbound ms: the step's bytes at "
+               "the read pass run just before each step (median over steps)\n",
+               bw, threads, BENCH_PROBE_PASSES, BENCH_PROBE_MIB, L.read_gbs_min, L.read_gbs_max,
+               L.read_gbs_1, L.bf16_gflops);
     for (int k = 0; k < n_models; k++) {
         bench_peer torch = {0};
         size_t dl = strlen(dirs[k]);

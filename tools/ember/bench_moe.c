@@ -435,12 +435,16 @@ int bench_moe(int argc, char **argv) {
         printf("%s memory bandwidth %.0f GB/s (x + x over 512 MiB, read + written)\n", device,
                dev_gbs);
     } else if (!json) {
-        printf("read bandwidth %.1f GB/s on %d threads", bw, em_num_threads());
+        printf("read bandwidth %.1f GB/s on %d threads (median of %d passes over %d MiB, "
+               "%.1f-%.1f", bw, em_num_threads(), BENCH_PROBE_PASSES, BENCH_PROBE_MIB,
+               L.read_gbs_min, L.read_gbs_max);
         /* one core's own limit: where the threads' figure is about that many times it, the
          * cores' miss handling sets the bound, not the memory (see the README) */
-        if (em_num_threads() > 1 && L.read_gbs_1 > 0) printf(" (one thread %.1f)", L.read_gbs_1);
+        if (em_num_threads() > 1 && L.read_gbs_1 > 0) printf("; one thread %.1f", L.read_gbs_1);
+        printf(")");
         if (peak > 0) printf(", bf16 dot peak %.0f GFLOP/s", peak);
-        printf("\n");
+        printf(";\nbound ms: the bytes at the read passes run between the layer's runs (median; "
+               "this header's figure where a column is not timed so)\n");
     }
     for (size_t m = 0; m < sizeof MODELS / sizeof MODELS[0]; m++) {
         const moe_model *md = &MODELS[m];

@@ -175,9 +175,12 @@ int bench_ops(int argc, char **argv) {
         snprintf(tiles, sizeof tiles, ", BF16 AMX tiles %.0f GFLOP/s", L.bf16_tiles_gflops);
     if (!json)
         printf("machine limits (%d threads): read %.1f GB/s (1 thread %.1f), triad %.1f GB/s, "
-               "FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s%s\n\n",
+               "FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s%s\n"
+               "(bandwidths: median of %d passes over %d MiB arrays, read %.1f-%.1f; a "
+               "memory-bound row's limit: the passes run between its op's runs, median;\n"
+               "fused_chain's: this header's triad)\n\n",
                threads, L.read_gbs, L.read_gbs_1, L.triad_gbs, L.fp32_gflops, L.bf16_gflops,
-               tiles);
+               tiles, BENCH_PROBE_PASSES, BENCH_PROBE_MIB, L.read_gbs_min, L.read_gbs_max);
 
     int64_t big = quick ? ((int64_t)16 << 20) : ((int64_t)64 << 20); /* 256 MiB of f32 */
     const int M_[4] = {1, 4, 16, 64}, N_[2] = {768, 2048};

@@ -268,8 +268,11 @@ const em_gemm_kernel *em_gemm_kernel_avx2(em_dtype dt) {
 /* x values in f32 per call, on the stack up to this many floats; rows widened at a time */
 #define DOT_X_STACK 8192
 #define DOT_ROW_BLOCK 32
-/* Bytes ahead of the current position that a streamed weight row is fetched into L2 */
-#define DOT_STREAM_PF 2048
+/* Bytes ahead of the current position that a streamed weight row is fetched into L2. One or two
+ * rows of x: 512 (at 2048, the AVX-512 value, M = 1 read its weights at 0.45-0.64 of the read
+ * probe on a loaded Zen 4 host, at 512 0.76-0.96, with none 0.70-0.90; bench/lab_read dot,
+ * docs/notes/2026-12-04-avx2-read.md). */
+#define DOT_STREAM_PF 512
 #define DOT_STREAM_PF_3 4096
 
 /* Sixteen weights at p (dtype DT) as two f32 vectors; for bf16 the even and odd elements. */
