@@ -1,6 +1,6 @@
 /*
  * ember/dist.h — many processes as one: a process group, its key-value store, and the
- * collective ops (all_reduce, all_gather, reduce_scatter, all_to_all) over it.
+ * collective ops (all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift) over it.
  *
  *   em_dist *g;
  *   if (em_dist_init(c, NULL, &g)) ...            // rank and world from mpirun or EMBER_* vars
@@ -122,6 +122,17 @@ EM_API em_tensor *em_reduce_scatter_(EM_OP_ARGS, em_tensor *x, em_reduce_op op, 
 #define em_all_to_all(c, ...) em_all_to_all_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_all_to_all_(EM_OP_ARGS, em_tensor *x, int split_dim, int concat_dim,
                                  em_dist *g);
+/* A collective permute around the ring of ranks (jax.lax.ppermute with the pairs
+ * r -> r + offset, StableHLO's collective_permute): rank r gets rank ((r - offset) mod N)'s x
+ * and hands its own x to rank ((r + offset) mod N). Same shape and dtype as x; any offset
+ * (negative: the other way round; a multiple of N: x itself, copied). Point to point: each rank
+ * sends and receives one tensor (MPI_Sendrecv over MPI; one collective_permute program over a
+ * device group). The result is a new tensor in c's scope; x is not changed. Errors as the
+ * other collectives': a group that is not live (EM_ERR_INVALID_ARG), a dtype other than f32 or
+ * bf16 (EM_ERR_DTYPE), ranks that disagree on the shape, dtype or offset (a device group
+ * names them; over MPI the shapes must agree, as for every collective). */
+#define em_ring_shift(c, ...) em_ring_shift_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_ring_shift_(EM_OP_ARGS, em_tensor *x, int offset, em_dist *g);
 
 /* What a rank's collective calls cost: counted on each handle by the calls made through it (its
  * own thread's; not shared between ranks). bytes are the input tensors' bytes (what this rank
@@ -131,8 +142,8 @@ typedef struct em_dist_stats {
     int64_t calls;
     int64_t bytes;
     double seconds;
-    int64_t calls_by_op[4]; /* all_reduce, all_gather, reduce_scatter, all_to_all */
-    int64_t bytes_by_op[4];
+    int64_t calls_by_op[5]; /* all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift */
+    int64_t bytes_by_op[5];
 } em_dist_stats;
 /* Copies g's counters into *out (zeros for a NULL g). */
 EM_API void em_dist_stats_get(const em_dist *g, em_dist_stats *out);
