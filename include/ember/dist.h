@@ -134,6 +134,18 @@ EM_API em_tensor *em_all_to_all_(EM_OP_ARGS, em_tensor *x, int split_dim, int co
 #define em_ring_shift(c, ...) em_ring_shift_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_ring_shift_(EM_OP_ARGS, em_tensor *x, int offset, em_dist *g);
 
+/* How context parallelism (em_dit_set_context_parallel, em_sd3_set_context_parallel,
+ * em_flux_set_context_parallel) runs an attention whose queries, keys and values are split over
+ * the ranks by tokens, as diffusers' ContextParallelConfig. EM_CP_RING (the default, its
+ * ring_degree): each rank keeps its key and value block; N steps of attention against the block
+ * at hand, merged by log-sum-exp (flash attention's running maximum and sum, in f32), the blocks
+ * passed one rank along the ring (em_ring_shift) between steps: a rank holds one block at a
+ * time. EM_CP_ALL_GATHER: every rank's keys and values gathered (em_all_gather), one attention
+ * over the whole sequence: fewer, larger transfers (faster in one process at small sizes), a
+ * rank holds every key and value of a block. Both give the one-device result within f32
+ * rounding. */
+typedef enum em_cp_schedule { EM_CP_RING = 0, EM_CP_ALL_GATHER = 1 } em_cp_schedule;
+
 /* What a rank's collective calls cost: counted on each handle by the calls made through it (its
  * own thread's; not shared between ranks). bytes are the input tensors' bytes (what this rank
  * hands to the collective); seconds the wall time inside the calls, waiting for the other ranks

@@ -1,0 +1,99 @@
+/* Context parallelism's attention for the diffusion transformers (tp_impl.h): the all-gather
+ * schedule (every rank's keys and values gathered, one em_sdpa) and the ring (each rank keeps
+ * its block; n steps of attention against the block at hand, merged by log-sum-exp as flash
+ * attention does, then the blocks shifted one rank along the ring with em_ring_shift). */
+#include <math.h>
+
+#include "diffusion/tp_impl.h"
+
+/* The running state of the ring: unnormalised output o [N, H, Sq, hd], the rows' maximum
+ * logit m and their sum of exponentials l [N, H, Sq, 1], the key and value block at hand. Each
+ * is a reference of its own (detached), so one step's temporaries go with its scope. */
+typedef struct ring_state {
+    em_tensor *o, *m, *l, *k, *v;
+} ring_state;
+
+static void state_release(ring_state *s) {
+    em_tensor *t[5] = {s->o, s->m, s->l, s->k, s->v};
+    for (int i = 0; i < 5; i++) em_tensor_release(t[i]);
+    *s = (ring_state){0};
+}
+
+/* s merged with the attention of q against (k, v): logits in f32, scaled */
+static void merge_block(em_ctx *c, ring_state *s, em_tensor *q, em_tensor *k, em_tensor *v,
+                        double scale) {
+    int last = 3;
+    em_tensor *z = em_mul_scalar(c, em_matmul(c, q, em_transpose(c, k, 2, 3)), scale);
+    em_tensor *mb = em_max(c, z, &last, 1, true);
+    em_tensor *p = em_exp(c, em_sub(c, z, mb));
+    em_tensor *lb = em_sum(c, p, &last, 1, true), *ob = em_matmul(c, p, v);
+    if (!s->o) {
+        s->o = ob, s->m = mb, s->l = lb;
+        return;
+    }
+    em_tensor *mn = em_maximum(c, s->m, mb);
+    em_tensor *a = em_exp(c, em_sub(c, s->m, mn)), *b = em_exp(c, em_sub(c, mb, mn));
+    s->o = em_add(c, em_mul(c, s->o, a), em_mul(c, ob, b));
+    s->l = em_add(c, em_mul(c, s->l, a), em_mul(c, lb, b));
+    s->m = mn;
+}
+
+/* One step in a scope of its own: *s advanced by f (which sees the old state), the new state
+ * detached and the old released. False with the error. */
+static bool step(em_ctx *c, ring_state *s, const diff_cp *cp, em_tensor *q, em_tensor *kf,
+                 em_tensor *vf, double scale, int i) {
+    em_scope_push(c);
+    ring_state n = *s;
+    if (i == 0 && kf) merge_block(c, &n, q, kf, vf, scale); /* the fixed (text) keys, once */
+    merge_block(c, &n, q, n.k, n.v, scale);
+    if (i + 1 < cp->size) { /* the next block: rank r - 1's, r - 2's, ... */
+        n.k = em_ring_shift(c, n.k, 1, cp->g);
+        n.v = em_ring_shift(c, n.v, 1, cp->g);
+    }
+    bool ok = em_ctx_status(c) == EM_OK;
+    em_tensor **nt[5] = {&n.o, &n.m, &n.l, &n.k, &n.v};
+    for (int j = 0; j < 5; j++) {
+        if (ok) em_tensor_retain(*nt[j]); /* the new state outlives the scope */
+        else *nt[j] = NULL;
+    }
+    em_scope_pop(c);
+    state_release(s);
+    *s = n;
+    return ok;
+}
+
+static em_tensor *ring(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k, em_tensor *v,
+                       em_tensor *kf, em_tensor *vf) {
+    em_dtype dt = em_tensor_dtype(q);
+    double scale = 1.0 / sqrt((double)em_tensor_dim(q, 3));
+    if (dt != EM_F32) { /* logits, exponentials and sums in f32, one rounding at the end */
+        q = em_cast(c, q, EM_F32), k = em_cast(c, k, EM_F32), v = em_cast(c, v, EM_F32);
+        if (kf) kf = em_cast(c, kf, EM_F32), vf = em_cast(c, vf, EM_F32);
+    }
+    if (em_ctx_status(c)) return NULL;
+    ring_state s = {0};
+    em_tensor_retain(s.k = k);
+    em_tensor_retain(s.v = v);
+    for (int i = 0; i < cp->size; i++)
+        if (!step(c, &s, cp, q, kf, vf, scale, i)) {
+            state_release(&s);
+            return NULL;
+        }
+    em_tensor *o = em_div(c, s.o, s.l);
+    state_release(&s);
+    return dt != EM_F32 ? em_cast(c, o, dt) : o;
+}
+
+em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
+                             em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
+    if (!q || !k || !v || (kf && !vf)) return NULL;
+    if (cp->g && cp->schedule == EM_CP_RING) return ring(c, cp, q, k, v, kf, vf);
+    em_tensor *kk[2] = {diff_cp_gather(c, cp, k, 2), kf}, *vv[2] = {diff_cp_gather(c, cp, v, 2), vf};
+    if (kf && fixed_first) {
+        kk[1] = kk[0], kk[0] = kf;
+        vv[1] = vv[0], vv[0] = vf;
+    }
+    em_sdpa_params sp = em_sdpa_default_params();
+    return em_sdpa(c, q, kf ? em_cat(c, kk, 2, 2) : kk[0], kf ? em_cat(c, vv, 2, 2) : vv[0], NULL,
+                   &sp);
+}
