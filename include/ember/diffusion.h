@@ -366,7 +366,8 @@ typedef struct em_pipeline_options {
      * other pipelines refuse a group of more than one. The group must outlive the pipeline. */
     struct em_dist *cp;
     /* How cp's attention meets every rank's keys: EM_CP_RING (the default, diffusers'
-     * ring_degree) or EM_CP_ALL_GATHER (ember/dist.h's em_cp_schedule). */
+     * ring_degree), EM_CP_ALL_GATHER or EM_CP_ULYSSES (its ulysses_degree; ember/dist.h's
+     * em_cp_schedule). */
     em_cp_schedule cp_schedule;
 } em_pipeline_options;
 

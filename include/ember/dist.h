@@ -142,9 +142,16 @@ EM_API em_tensor *em_ring_shift_(EM_OP_ARGS, em_tensor *x, int offset, em_dist *
  * passed one rank along the ring (em_ring_shift) between steps: a rank holds one block at a
  * time. EM_CP_ALL_GATHER: every rank's keys and values gathered (em_all_gather), one attention
  * over the whole sequence: fewer, larger transfers (faster in one process at small sizes), a
- * rank holds every key and value of a block. Both give the one-device result within f32
- * rounding. */
-typedef enum em_cp_schedule { EM_CP_RING = 0, EM_CP_ALL_GATHER = 1 } em_cp_schedule;
+ * rank holds every key and value of a block. EM_CP_ULYSSES (its ulysses_degree): an
+ * em_all_to_all of Q, K and V trades the token split for a head split (rank r: heads
+ * [r*H/N, (r+1)*H/N) of every token), one attention, and an all-to-all back; the heads must
+ * divide by N (else the forward fails with EM_ERR_SHAPE naming both). All give the one-device
+ * result within f32 rounding. */
+typedef enum em_cp_schedule {
+    EM_CP_RING = 0,
+    EM_CP_ALL_GATHER = 1,
+    EM_CP_ULYSSES = 2
+} em_cp_schedule;
 
 /* What a rank's collective calls cost: counted on each handle by the calls made through it (its
  * own thread's; not shared between ranks). bytes are the input tensors' bytes (what this rank

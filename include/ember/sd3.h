@@ -89,8 +89,9 @@ EM_API em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, struct em_dis
 /**
  * The schedule of m's context-parallel attention (ember/dist.h's em_cp_schedule): EM_CP_RING
  * (the default: the key and value blocks passed around the ring of ranks with em_ring_shift,
- * one block held at a time, merged by log-sum-exp) or EM_CP_ALL_GATHER (every rank's keys and
- * values gathered, one attention over them). Either gives the one-device output within f32
+ * one block held at a time, merged by log-sum-exp), EM_CP_ALL_GATHER (every rank's keys and
+ * values gathered, one attention over them) or EM_CP_ULYSSES (all-to-all from tokens to heads
+ * and back; the heads must divide by the degree). Each gives the one-device output within f32
  * rounding; it may be set before or after em_sd3_set_context_parallel and is kept across it.
  * EM_ERR_INVALID_ARG for another value or a NULL m.
  */

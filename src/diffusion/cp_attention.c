@@ -1,7 +1,9 @@
 /* Context parallelism's attention for the diffusion transformers (tp_impl.h): the all-gather
- * schedule (every rank's keys and values gathered, one em_sdpa) and the ring (each rank keeps
- * its block; n steps of attention against the block at hand, merged by log-sum-exp as flash
- * attention does, then the blocks shifted one rank along the ring with em_ring_shift). */
+ * schedule (every rank's keys and values gathered, one em_sdpa), the ring (each rank keeps its
+ * block; n steps of attention against the block at hand, merged by log-sum-exp as flash
+ * attention does, then the blocks shifted one rank along the ring with em_ring_shift) and
+ * Ulysses (em_all_to_all from a token split to a head split, one em_sdpa over every token of
+ * the rank's heads, and back). */
 #include <math.h>
 
 #include "diffusion/tp_impl.h"
@@ -84,10 +86,48 @@ static em_tensor *ring(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
     return dt != EM_F32 ? em_cast(c, o, dt) : o;
 }
 
+/* [fixed; x] or [x; fixed] along the tokens (x alone without fixed tokens) */
+static em_tensor *with_fixed(em_ctx *c, em_tensor *x, em_tensor *f, bool fixed_first) {
+    if (!f) return x;
+    em_tensor *p[2] = {fixed_first ? f : x, fixed_first ? x : f};
+    return em_cat(c, p, 2, 2);
+}
+
+static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
+                          em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
+    int64_t H = em_tensor_dim(q, 1), h = H / cp->size, at = cp->rank * h;
+    if (H % cp->size) {
+        em_ctx_fail(c, EM_ERR_SHAPE, "context_parallel", "context parallelism (Ulysses): %lld "
+                    "attention heads do not divide over %d ranks; use the ring or the "
+                    "all-gather schedule", (long long)H, cp->size);
+        return NULL;
+    }
+    int64_t L = kf ? em_tensor_dim(kf, 2) : 0, Ti = em_tensor_dim(q, 2) - L;
+    int64_t T = em_tensor_dim(k, 2) * cp->size, img = fixed_first ? L : 0;
+    /* the image tokens' heads: [N, H, T/R, hd] -> the rank's heads of every token [N, h, T, hd] */
+    em_tensor *qi = em_all_to_all(c, em_contiguous(c, em_narrow(c, q, 2, img, Ti)), 1, 2, cp->g);
+    em_tensor *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, cp->g);
+    em_tensor *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, cp->g);
+    em_tensor *qf = L ? em_narrow(c, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L), 1, at, h) : NULL;
+    em_tensor *kh = L ? em_narrow(c, kf, 1, at, h) : NULL, *vh = L ? em_narrow(c, vf, 1, at, h) : NULL;
+    em_sdpa_params sp = em_sdpa_default_params();
+    em_tensor *o = em_sdpa(c, with_fixed(c, qi, qf, fixed_first), with_fixed(c, ki, kh, fixed_first),
+                           with_fixed(c, vi, vh, fixed_first), NULL, &sp); /* [N, h, T + L, hd] */
+    if (!o) return NULL;
+    /* back: the image tokens' rows to their ranks with every head; the fixed rows' heads from
+     * every rank */
+    em_tensor *oi = em_all_to_all(c, em_contiguous(c, em_narrow(c, o, 2, img, T)), 2, 1, cp->g);
+    em_tensor *of = L ? em_all_gather(c, em_contiguous(c, em_narrow(c, o, 2, fixed_first ? 0 : T,
+                                                                      L)), 1, cp->g)
+                      : NULL;
+    return with_fixed(c, oi, of, fixed_first);
+}
+
 em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
                              em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
     if (!q || !k || !v || (kf && !vf)) return NULL;
     if (cp->g && cp->schedule == EM_CP_RING) return ring(c, cp, q, k, v, kf, vf);
+    if (cp->g && cp->schedule == EM_CP_ULYSSES) return ulysses(c, cp, q, k, v, kf, vf, fixed_first);
     em_tensor *kk[2] = {diff_cp_gather(c, cp, k, 2), kf}, *vv[2] = {diff_cp_gather(c, cp, v, 2), vf};
     if (kf && fixed_first) {
         kk[1] = kk[0], kk[0] = kf;

@@ -64,8 +64,10 @@ em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim);
  * key order. [N, H, Sq, hd] in q's dtype. Without context parallelism one em_sdpa over
  * [k; kf] or [kf; k]; with it, cp->schedule's: EM_CP_ALL_GATHER gathers k and v (em_sdpa
  * over the whole sequence), EM_CP_RING keeps one block at a time (R steps of attention merged
- * by log-sum-exp in f32, the blocks passed along the ring by em_ring_shift). In the caller's
- * scope; NULL with the error (or when an input is NULL, the error already set). */
+ * by log-sum-exp in f32, the blocks passed along the ring by em_ring_shift), EM_CP_ULYSSES
+ * trades the token split for a head split (em_all_to_all; the fixed tokens' rows of the rank's
+ * heads; H % R != 0 is EM_ERR_SHAPE) and back, the fixed rows' heads all-gathered. In the
+ * caller's scope; NULL with the error (or when an input is NULL, the error already set). */
 em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
                              em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first);
 /* Sets the schedule of cp (EM_ERR_INVALID_ARG naming op and dir for an unknown one). */

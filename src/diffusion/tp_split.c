@@ -114,9 +114,10 @@ em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim) {
 
 em_status diff_cp_set_schedule(em_ctx *c, diff_cp *cp, em_cp_schedule s, const char *op,
                                const char *dir) {
-    if (s != EM_CP_RING && s != EM_CP_ALL_GATHER)
+    if (s != EM_CP_RING && s != EM_CP_ALL_GATHER && s != EM_CP_ULYSSES)
         return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "context parallelism of %s: schedule %d "
-                           "is not EM_CP_RING (0) or EM_CP_ALL_GATHER (1)", dir, (int)s);
+                           "is not EM_CP_RING (0), EM_CP_ALL_GATHER (1) or EM_CP_ULYSSES (2)",
+                           dir, (int)s);
     cp->schedule = s;
     return EM_OK;
 }

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
             "                    [--denoising-start F]]\n"
-            "                   [--tp N | --cp N [--cp-schedule ring|all-gather]]\n\n"
+            "                   [--tp N | --cp N [--cp-schedule ring|all-gather|ulysses]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline,\n"
@@ -87,7 +87,9 @@ static void usage(FILE *f) {
             "  --cp-schedule S     how --cp's attention meets every rank's keys and values:\n"
             "                      ring (the default: the blocks passed around the ranks,\n"
             "                      one held at a time, merged by log-sum-exp) or all-gather\n"
-            "                      (every rank's gathered, one attention over them)\n"
+            "                      (every rank's gathered, one attention over them) or\n"
+            "                      ulysses (all-to-all from a token split to a head split\n"
+            "                      and back; the heads must divide by N)\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -251,8 +253,11 @@ static int parse(int argc, char **argv, image_args *a) {
                 a->cp_schedule = EM_CP_RING;
             } else if (!strcmp(v, "all-gather")) {
                 a->cp_schedule = EM_CP_ALL_GATHER;
+            } else if (!strcmp(v, "ulysses")) {
+                a->cp_schedule = EM_CP_ULYSSES;
             } else {
-                fprintf(stderr, "ember image: --cp-schedule '%s': want ring or all-gather\n", v);
+                fprintf(stderr, "ember image: --cp-schedule '%s': want ring, all-gather or "
+                        "ulysses\n", v);
                 return 2;
             }
         } else if (!strcmp(o, "--compile")) {
@@ -502,7 +507,9 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     if (po.cp && speak)
         fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens, "
                 "%s attention\n", em_dist_world_size(po.cp), em_dist_world_size(po.cp),
-                po.cp_schedule == EM_CP_RING ? "ring" : "all-gather");
+                po.cp_schedule == EM_CP_RING         ? "ring"
+                : po.cp_schedule == EM_CP_ALL_GATHER ? "all-gather"
+                                                     : "ulysses");
     if (tp && speak) {
         int64_t heads, hd; /* the transformer's, whichever pipeline holds one */
         if (em_pipeline_sd3(p)) {
