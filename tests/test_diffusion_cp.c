@@ -1,16 +1,16 @@
 /*
  * Context parallelism of the diffusion transformers by its three schedules (ember/dist.h's
- * em_cp_schedule): the ring (the key and value blocks passed along with em_ring_shift, merged
- * by log-sum-exp), the all-gather and Ulysses (all-to-all from tokens to heads and back; the
- * tiny models' 2 heads do not divide over 4 ranks: refused there, naming both). Run by ctest under `mpirun -np 2` and `-np 4`
- * (diffusion_cp_mpi2, diffusion_cp_mpi4): the DiT, SD3 and Flux transformers (dit_pipe,
- * dit_geglu, sd3_tiny, flux_tiny; 16, 16, 16 and 24, 12 image tokens: they divide over 2 and 4
- * ranks) split by tokens must give the one-process model's output within 1e-5 and diffusers'
- * (the *_ref bundles of scripts/gen_dit_fixtures.py, gen_sd3_fixtures.py, gen_flux_fixtures.py)
- * within 1e-4, and a DiTPipeline run (dit_runs_ref's "cfg") the one-process image within 1e-5 and
- * diffusers' within 1e-3, eager and compiled. The transfers are counted: the ring's 2 (R - 1)
- * ring shifts per attention, Ulysses' 4 all-to-alls, the all-gather neither. Alone (a world of one)
- * nothing is split and the same outputs are checked.
+ * em_cp_schedule): the ring (the key and value blocks passed along with em_ring_shift, merged by
+ * log-sum-exp), the all-gather and Ulysses (all-to-all from tokens to heads and back; the tiny
+ * models' 2 heads do not divide over 4 ranks: refused there, naming both). Run by ctest under
+ * `mpirun -np 2` and `-np 4` (diffusion_cp_mpi2, diffusion_cp_mpi4): the DiT, SD3 and Flux
+ * transformers (dit_pipe, dit_geglu, sd3_tiny, flux_tiny; 16, 16, 16 and 24, 12 image tokens: they
+ * divide over 2 and 4 ranks) split by tokens must give the one-process model's output within 1e-5
+ * and diffusers' (the *_ref bundles of scripts/gen_dit_fixtures.py, gen_sd3_fixtures.py,
+ * gen_flux_fixtures.py) within 1e-4, and a DiTPipeline run (dit_runs_ref's "cfg") the one-process
+ * image within 1e-5 and diffusers' within 1e-3, eager and compiled. The transfers are counted: the
+ * ring's 2 (R - 1) ring shifts per attention, Ulysses' 4 all-to-alls, the all-gather neither. Alone
+ * (a world of one) nothing is split and the same outputs are checked.
  */
 #include <stdio.h>
 #include <string.h>
@@ -107,7 +107,8 @@ static void check_sd3(em_ctx *c, em_test_bundle *b, em_cp_schedule s) {
     if (split && whole && !em_ctx_status(c)) {
         char what[128];
         em_scope_push(c);
-        em_tensor *x = em_test_bundle_get(b, c, "tf_sample"), *ehs = em_test_bundle_get(b, c, "tf_ehs");
+        em_tensor *x = em_test_bundle_get(b, c, "tf_sample");
+        em_tensor *ehs = em_test_bundle_get(b, c, "tf_ehs");
         em_tensor *pooled = em_test_bundle_get(b, c, "tf_pooled");
         em_tensor *t = em_test_bundle_get(b, c, "tf_t1");
         em_dist_stats_reset(G);

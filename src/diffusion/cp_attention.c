@@ -109,10 +109,12 @@ static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor 
     em_tensor *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, cp->g);
     em_tensor *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, cp->g);
     em_tensor *qf = L ? em_narrow(c, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L), 1, at, h) : NULL;
-    em_tensor *kh = L ? em_narrow(c, kf, 1, at, h) : NULL, *vh = L ? em_narrow(c, vf, 1, at, h) : NULL;
+    em_tensor *kh = L ? em_narrow(c, kf, 1, at, h) : NULL;
+    em_tensor *vh = L ? em_narrow(c, vf, 1, at, h) : NULL;
     em_sdpa_params sp = em_sdpa_default_params();
-    em_tensor *o = em_sdpa(c, with_fixed(c, qi, qf, fixed_first), with_fixed(c, ki, kh, fixed_first),
-                           with_fixed(c, vi, vh, fixed_first), NULL, &sp); /* [N, h, T + L, hd] */
+    em_tensor *o = em_sdpa(c, with_fixed(c, qi, qf, fixed_first),
+                           with_fixed(c, ki, kh, fixed_first), with_fixed(c, vi, vh, fixed_first),
+                           NULL, &sp); /* [N, h, T + L, hd] */
     if (!o) return NULL;
     /* back: the image tokens' rows to their ranks with every head; the fixed rows' heads from
      * every rank */
@@ -128,7 +130,8 @@ em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tens
     if (!q || !k || !v || (kf && !vf)) return NULL;
     if (cp->g && cp->schedule == EM_CP_RING) return ring(c, cp, q, k, v, kf, vf);
     if (cp->g && cp->schedule == EM_CP_ULYSSES) return ulysses(c, cp, q, k, v, kf, vf, fixed_first);
-    em_tensor *kk[2] = {diff_cp_gather(c, cp, k, 2), kf}, *vv[2] = {diff_cp_gather(c, cp, v, 2), vf};
+    em_tensor *kk[2] = {diff_cp_gather(c, cp, k, 2), kf};
+    em_tensor *vv[2] = {diff_cp_gather(c, cp, v, 2), vf};
     if (kf && fixed_first) {
         kk[1] = kk[0], kk[0] = kf;
         vv[1] = vv[0], vv[0] = vf;

@@ -2,10 +2,11 @@
  * mmdit.c). Tensor parallelism as diffusers' TensorParallelConfig splits them: attention heads
  * (q/k/v by rows, column-parallel; the output projection by columns, row-parallel, its partial
  * products all-reduced) and the feed-forward (up projection by rows, down by columns). Context
- * parallelism as its ContextParallelConfig: the image tokens split over the ranks, the
- * attention over every rank's keys and values by a ring (cp_attention.c: the blocks passed
- * along with em_ring_shift, merged by log-sum-exp) or by gathering them all. A rank of a device group runs on its device; a rank of a process group on
- * the CPU (its collectives are MPI calls). */
+ * parallelism as its ContextParallelConfig: the image tokens split over the ranks, the attention
+ * over every rank's keys and values by a ring (cp_attention.c: the blocks passed along with
+ * em_ring_shift, merged by log-sum-exp), by gathering them all or by Ulysses' all-to-all. A rank of
+ * a device group runs on its device; a rank of a process group on the CPU (its collectives are MPI
+ * calls). */
 #ifndef EMBER_DIFFUSION_TP_IMPL_H
 #define EMBER_DIFFUSION_TP_IMPL_H
 
@@ -46,9 +47,9 @@ typedef struct diff_cp {
     em_cp_schedule schedule; /* how the attention meets every rank's keys (ring by default) */
 } diff_cp;
 
-/* Sets *cp from group g (NULL or one rank: none; the schedule is kept) for a model on dev split tp_size ways by
- * tensor parallelism (op and dir name it): EM_ERR_UNSUPPORTED when tp_size > 1 (one or the
- * other) or when g's device (the CPU for a process group) is not dev. */
+/* Sets *cp from group g (NULL or one rank: none; the schedule is kept) for a model on dev split
+ * tp_size ways by tensor parallelism (op and dir name it): EM_ERR_UNSUPPORTED when tp_size > 1 (one
+ * or the other) or when g's device (the CPU for a process group) is not dev. */
 em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
                       const char *op, const char *dir);
 /* This rank's tokens [rank*T/R, +T/R) of x [N, T, ...] along dim 1 (x itself without context

@@ -1,10 +1,10 @@
 /*
- * The collectives on the native CPU: MPI calls between processes (Open MPI), one rank per
- * process, the group being MPI_COMM_WORLD. Sums and maxima are computed in f32 whatever the
- * dtype: a bf16 input is widened exactly, MPI reduces the f32 values (in an order of its own
- * choosing), and the result is rounded to bf16 once, to nearest even. Gathers, all-to-all and
- * the ring shift (MPI_Sendrecv, point to point) move the elements as stored. Built without MPI, every collective is refused with
- * EM_ERR_UNSUPPORTED, saying how to get one.
+ * The collectives on the native CPU: MPI calls between processes (Open MPI), one rank per process,
+ * the group being MPI_COMM_WORLD. Sums and maxima are computed in f32 whatever the dtype: a bf16
+ * input is widened exactly, MPI reduces the f32 values (in an order of its own choosing), and the
+ * result is rounded to bf16 once, to nearest even. Gathers, all-to-all and the ring shift
+ * (MPI_Sendrecv, point to point) move the elements as stored. Built without MPI, every collective
+ * is refused with EM_ERR_UNSUPPORTED, saying how to get one.
  */
 #include <limits.h>
 #include <stdio.h>
