@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generates tests/fixtures/dist/collectives.{json,bin}: per-rank inputs and expected per-rank
-outputs of all_reduce, all_gather, reduce_scatter and all_to_all for 2 and 4 ranks.
+outputs of all_reduce, all_gather, reduce_scatter, all_to_all and ring_shift (a collective
+permute: rank r gets rank (r - offset) mod N's tensor) for 2 and 4 ranks.
 
 The references are numpy's (sum/max over the ranks, concatenate, split); bf16 values are rounded
 from float32 by torch's cast (round to nearest even), the pinned torch of
@@ -104,6 +105,17 @@ def main():
                                        axis=cd) for r in range(world)]
                 case(f"all_to_all/{dtype}/w{world}/split{sd}/concat{cd}", "all_to_all", world,
                      dtype, shape, outs, xs, split_dim=sd, concat_dim=cd)
+
+    # ring_shift (drawn from a generator of its own: the cases above keep their values)
+    rng = np.random.default_rng(20)
+    for world in (2, 4):
+        for dtype in ("f32", "bf16"):
+            shape = (2, 3, 4)
+            xs = inputs(rng, world, shape, dtype, False)
+            for off in (1, -1, 2, world + 1):
+                outs = [xs[(r - off) % world] for r in range(world)]
+                case(f"ring_shift/{dtype}/w{world}/offset{off}", "ring_shift", world, dtype,
+                     shape, outs, xs, offset=off)
 
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "collectives.bin"), "wb") as f:

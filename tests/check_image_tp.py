@@ -1,7 +1,8 @@
 """`ember image --tp 2` on the tiny DiTPipeline (tests/fixtures/diffusion/dit_pipe): the
 transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
 and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
-plugin); and `--cp 2` (its image tokens split) under mpirun. Then `--tp 2` on the tiny
+plugin); and `--cp 2` (its image tokens split; ring attention, and `--cp-schedule all-gather`
+and `ulysses`) under mpirun, and by the ring over the 2 XLA devices (stablehlo.collective_permute). Then `--tp 2` on the tiny
 StableDiffusion3Pipeline and FluxPipeline (sd3_tiny, flux_tiny: their joint and single-stream
 blocks split the same way) under mpirun and over the 2 XLA devices compiled, and `--cp 2` (their
 image tokens split, the text whole) under mpirun. Each image must be
@@ -63,7 +64,9 @@ def check(name, r, npy, whole, want, n_steps=6,
     placed = [ln for ln in lines if ln.startswith("%s parallelism: degree 2" % (
         "context" if cp else "tensor"))]
     steps = [ln for ln in lines if "s/step" in ln]
-    detail = "1/2 of the image's tokens" if cp else detail
+    if cp:
+        detail = "1/2 of the image's tokens, %s attention" % (
+            "all-gather" if "all-gather" in name else "ulysses" if "ulysses" in name else "ring")
     if len(placed) != 1 or detail not in placed[0] or len(steps) != n_steps:
         fail("%s: want one placement line (rank 0's) and %d progress lines:\n%s" %
              (name, n_steps, r.stderr))
@@ -93,6 +96,12 @@ def main():
             r = image([mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"] + ember, npy,
                       ["--cp", "2"])
             check("mpirun -np 2, --cp 2", r, npy, whole, want)
+            r = image([mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"] + ember, npy,
+                      ["--cp", "2", "--cp-schedule", "all-gather"])
+            check("mpirun -np 2, --cp 2 --cp-schedule all-gather", r, npy, whole, want)
+            r = image([mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"] + ember, npy,
+                      ["--cp", "2", "--cp-schedule", "ulysses"])
+            check("mpirun -np 2, --cp 2 --cp-schedule ulysses", r, npy, whole, want)
             r = image(ember, npy, ["--cp", "2", "--tp", "2"])
             if r.returncode != 2 or "one or the other" not in r.stderr:
                 fail("--cp 2 --tp 2: exit %d (want 2):\n%s" % (r.returncode, r.stderr))
@@ -108,6 +117,9 @@ def main():
                 break
             check("--device xla --tp 2 (a device group)" + " ".join([""] + extra), r, npy,
                   whole, want)
+            if not extra:  # the ring over the device group: stablehlo.collective_permute
+                r = image(ember, npy, ["--cp", "2", "--device", "xla"])
+                check("--device xla --cp 2 (a device group)", r, npy, whole, want)
             if extra and r.stderr.count("compile mode: 1 program(s)") != 1:
                 fail("--compile: want one 'compile mode' line (rank 0's):\n" + r.stderr)
             ran += 1

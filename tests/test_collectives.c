@@ -80,6 +80,8 @@ static void test_fixtures(void) {
             got = em_all_gather(c, x, attr(cs, "dim"), G);
         } else if (!strcmp(op, "all_to_all")) {
             got = em_all_to_all(c, x, attr(cs, "split_dim"), attr(cs, "concat_dim"), G);
+        } else if (!strcmp(op, "ring_shift")) {
+            got = em_ring_shift(c, x, attr(cs, "offset"), G);
         }
         CHECK_MSG(got && em_ctx_status(c) == EM_OK, "%s: %s", name,
                   em_ctx_status(c) ? em_ctx_error(c)->message : "unknown op");
@@ -126,7 +128,17 @@ static void test_errors(void) {
         em_tensor *r = em_all_to_all(c, em_all_gather(c, em_all_reduce(c, y, EM_REDUCE_SUM, G),
                                                       1, G), 0, 1, G);
         CHECK(r && em_test_allclose(c, r, y, 0, 0, "world of one"));
+        CHECK(em_test_allclose(c, em_ring_shift(c, y, 3, G), y, 0, 0, "ring shift alone"));
     }
+    /* the ring shift is counted in its own slot */
+    em_dist_stats st;
+    em_dist_stats_reset(G);
+    em_tensor *s = em_ring_shift(c, x, 1, G);
+    em_dist_stats_get(G, &st);
+    CHECK(s && st.calls == 1 && st.calls_by_op[4] == 1 && st.bytes_by_op[4] == 24);
+    CHECK(!em_ring_shift(c, xi, 1, G));
+    CHECK_ERR(c, EM_ERR_DTYPE, "ring_shift", "f32 or bf16");
+    em_ctx_clear_error(c);
     CHECK(em_ctx_status(c) == EM_OK);
     em_ctx_free(c);
 }

@@ -133,6 +133,8 @@ static void rank_fixtures(job *j) {
             got = em_all_gather(c, x, attr(cs, "dim"), j->g);
         } else if (!strcmp(op, "all_to_all")) {
             got = em_all_to_all(c, x, attr(cs, "split_dim"), attr(cs, "concat_dim"), j->g);
+        } else if (!strcmp(op, "ring_shift")) {
+            got = em_ring_shift(c, x, attr(cs, "offset"), j->g);
         }
         compare(j, c, got, want, json_real_value(json_object_get(cs, "atol")),
                 json_real_value(json_object_get(cs, "rtol")), name);

@@ -44,6 +44,7 @@
 #define EMBER_DIFFUSION_H
 
 #include "ember/compile.h"
+#include "ember/dist.h"
 #include "ember/ops.h"
 #include "ember/scheduler.h"
 
@@ -358,14 +359,19 @@ typedef struct em_pipeline_options {
      * parameters and gets the same image. Other pipelines refuse a group of more than one
      * (EM_ERR_UNSUPPORTED). The group must outlive the pipeline. */
     struct em_dist *tp;
-    /* Context parallelism of DiTPipeline's transformer over this process group (NULL or a
-     * group of one: none): em_dit_set_context_parallel (ember/dit.h) splits the image tokens
+    /* Context parallelism of the transformer of DiTPipeline, StableDiffusion3Pipeline or
+     * FluxPipeline over this process group (NULL or a group of one: none):
+     * em_dit_set_context_parallel (ember/dit.h; em_sd3_..., em_flux_...) splits the image tokens
      * over the ranks, as diffusers' ContextParallelConfig; not with tp (EM_ERR_UNSUPPORTED);
      * other pipelines refuse a group of more than one. The group must outlive the pipeline. */
     struct em_dist *cp;
+    /* How cp's attention meets every rank's keys: EM_CP_RING (the default, diffusers'
+     * ring_degree), EM_CP_ALL_GATHER or EM_CP_ULYSSES (its ulysses_degree; ember/dist.h's
+     * em_cp_schedule). */
+    em_cp_schedule cp_schedule;
 } em_pipeline_options;
 
-/** device NULL, dtype f32, tp NULL, cp NULL. */
+/** device NULL, dtype f32, tp NULL, cp NULL, cp_schedule EM_CP_RING. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**

@@ -1,6 +1,6 @@
 /*
  * ember/dist.h — many processes as one: a process group, its key-value store, and the
- * collective ops (all_reduce, all_gather, reduce_scatter, all_to_all) over it.
+ * collective ops (all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift) over it.
  *
  *   em_dist *g;
  *   if (em_dist_init(c, NULL, &g)) ...            // rank and world from mpirun or EMBER_* vars
@@ -122,6 +122,36 @@ EM_API em_tensor *em_reduce_scatter_(EM_OP_ARGS, em_tensor *x, em_reduce_op op, 
 #define em_all_to_all(c, ...) em_all_to_all_((c), EM_HERE, __VA_ARGS__)
 EM_API em_tensor *em_all_to_all_(EM_OP_ARGS, em_tensor *x, int split_dim, int concat_dim,
                                  em_dist *g);
+/* A collective permute around the ring of ranks (jax.lax.ppermute with the pairs
+ * r -> r + offset, StableHLO's collective_permute): rank r gets rank ((r - offset) mod N)'s x
+ * and hands its own x to rank ((r + offset) mod N). Same shape and dtype as x; any offset
+ * (negative: the other way round; a multiple of N: x itself, copied). Point to point: each rank
+ * sends and receives one tensor (MPI_Sendrecv over MPI; one collective_permute program over a
+ * device group). The result is a new tensor in c's scope; x is not changed. Errors as the
+ * other collectives': a group that is not live (EM_ERR_INVALID_ARG), a dtype other than f32 or
+ * bf16 (EM_ERR_DTYPE), ranks that disagree on the shape, dtype or offset (a device group
+ * names them; over MPI the shapes must agree, as for every collective). */
+#define em_ring_shift(c, ...) em_ring_shift_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_ring_shift_(EM_OP_ARGS, em_tensor *x, int offset, em_dist *g);
+
+/* How context parallelism (em_dit_set_context_parallel, em_sd3_set_context_parallel,
+ * em_flux_set_context_parallel) runs an attention whose queries, keys and values are split over
+ * the ranks by tokens, as diffusers' ContextParallelConfig. EM_CP_RING (the default, its
+ * ring_degree): each rank keeps its key and value block; N steps of attention against the block
+ * at hand, merged by log-sum-exp (flash attention's running maximum and sum, in f32), the blocks
+ * passed one rank along the ring (em_ring_shift) between steps: a rank holds one block at a
+ * time. EM_CP_ALL_GATHER: every rank's keys and values gathered (em_all_gather), one attention
+ * over the whole sequence: fewer, larger transfers (faster in one process at small sizes), a
+ * rank holds every key and value of a block. EM_CP_ULYSSES (its ulysses_degree): an
+ * em_all_to_all of Q, K and V trades the token split for a head split (rank r: heads
+ * [r*H/N, (r+1)*H/N) of every token), one attention, and an all-to-all back; the heads must
+ * divide by N (else the forward fails with EM_ERR_SHAPE naming both). All give the one-device
+ * result within f32 rounding. */
+typedef enum em_cp_schedule {
+    EM_CP_RING = 0,
+    EM_CP_ALL_GATHER = 1,
+    EM_CP_ULYSSES = 2
+} em_cp_schedule;
 
 /* What a rank's collective calls cost: counted on each handle by the calls made through it (its
  * own thread's; not shared between ranks). bytes are the input tensors' bytes (what this rank
@@ -131,8 +161,8 @@ typedef struct em_dist_stats {
     int64_t calls;
     int64_t bytes;
     double seconds;
-    int64_t calls_by_op[4]; /* all_reduce, all_gather, reduce_scatter, all_to_all */
-    int64_t bytes_by_op[4];
+    int64_t calls_by_op[5]; /* all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift */
+    int64_t bytes_by_op[5];
 } em_dist_stats;
 /* Copies g's counters into *out (zeros for a NULL g). */
 EM_API void em_dist_stats_get(const em_dist *g, em_dist_stats *out);

@@ -14,6 +14,7 @@
 #ifndef EMBER_DIT_H
 #define EMBER_DIT_H
 
+#include "ember/dist.h"
 #include "ember/ops.h"
 
 #ifdef __cplusplus
@@ -82,8 +83,9 @@ EM_API em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em
  * diffusers' ContextParallelConfig for the transformer: the image tokens are split over the
  * ranks (rank r runs every block on tokens [r*T/R, (r+1)*T/R) of the T = (H/p)^2 patches), each
  * block's attention takes its queries from the rank's tokens and its keys and values from all
- * of them (one em_all_gather of K and V per block: the all-gather form, not a ring, so a rank
- * holds every key and value of one block at a time), and the output's patches are gathered
+ * of them (by the ring, em_ring_shift of the K and V blocks R - 1 times per block, a rank
+ * holding one block at a time; or with em_dit_set_cp_schedule's EM_CP_ALL_GATHER one
+ * em_all_gather of K and V per block), and the output's patches are gathered
  * before the unpatchify, so every rank returns the whole output. The weights are whole on
  * every rank (nothing is reloaded). The group must run on d's device (a process group on the
  * CPU, or a device group's rank on its device) and outlive d. EM_ERR_UNSUPPORTED when d is
@@ -92,6 +94,16 @@ EM_API em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em
  * inputs in the same order.
  */
 EM_API em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, struct em_dist *cp);
+/**
+ * The schedule of d's context-parallel attention (ember/dist.h's em_cp_schedule): EM_CP_RING
+ * (the default: the key and value blocks passed around the ring of ranks with em_ring_shift,
+ * one block held at a time, merged by log-sum-exp), EM_CP_ALL_GATHER (every rank's keys and
+ * values gathered, one attention over them) or EM_CP_ULYSSES (all-to-all from tokens to heads
+ * and back; the heads must divide by the degree). Each gives the one-device output within f32
+ * rounding; it may be set before or after em_dit_set_context_parallel and is kept across it.
+ * EM_ERR_INVALID_ARG for another value or a NULL d.
+ */
+EM_API em_status em_dit_set_cp_schedule(em_ctx *c, em_dit *d, em_cp_schedule s);
 /** The context-parallel degree d runs at (1: not split). */
 EM_API int em_dit_cp_degree(const em_dit *d);
 /** The tensor-parallel degree d runs at (1: not split). */

@@ -11,6 +11,7 @@
 #ifndef EMBER_FLUX_H
 #define EMBER_FLUX_H
 
+#include "ember/dist.h"
 #include "ember/ops.h"
 
 #ifdef __cplusplus
@@ -79,7 +80,8 @@ EM_API int em_flux_tp_degree(const em_flux *m);
  * the R ranks (rank r runs every block on tokens [r*T/R, (r+1)*T/R) with their rotary rows), the
  * text tokens are whole on every rank; each attention, joint and single-stream, takes its
  * queries from the text and the rank's image tokens, its keys and values from the text and
- * every rank's image tokens (rotated, then one em_all_gather of K and V per block), and the
+ * every rank's image tokens (rotated, then passed around the ring or gathered once per block:
+ * em_flux_set_cp_schedule; the text's never move), and the
  * output's tokens are gathered after proj_out, so every rank returns the whole output. The
  * weights are whole on every rank. The group must run on m's device (a process group on the
  * CPU, a device group's rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split
@@ -88,6 +90,16 @@ EM_API int em_flux_tp_degree(const em_flux *m);
  * order.
  */
 EM_API em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, struct em_dist *cp);
+/**
+ * The schedule of m's context-parallel attention (ember/dist.h's em_cp_schedule): EM_CP_RING
+ * (the default: the key and value blocks passed around the ring of ranks with em_ring_shift,
+ * one block held at a time, merged by log-sum-exp), EM_CP_ALL_GATHER (every rank's keys and
+ * values gathered, one attention over them) or EM_CP_ULYSSES (all-to-all from tokens to heads
+ * and back; the heads must divide by the degree). Each gives the one-device output within f32
+ * rounding; it may be set before or after em_flux_set_context_parallel and is kept across it.
+ * EM_ERR_INVALID_ARG for another value or a NULL m.
+ */
+EM_API em_status em_flux_set_cp_schedule(em_ctx *c, em_flux *m, em_cp_schedule s);
 /** The context-parallel degree m runs at (1: not split). */
 EM_API int em_flux_cp_degree(const em_flux *m);
 /** Releases the weights. NULL is a no-op. */

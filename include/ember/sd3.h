@@ -11,6 +11,7 @@
 #ifndef EMBER_SD3_H
 #define EMBER_SD3_H
 
+#include "ember/dist.h"
 #include "ember/ops.h"
 
 #ifdef __cplusplus
@@ -75,8 +76,9 @@ EM_API int em_sd3_tp_degree(const em_sd3 *m);
  * ContextParallelConfig for the transformer: the image tokens are split over the R ranks (rank r
  * runs every block on patches [r*T/R, (r+1)*T/R) of the T = (H/p)(W/p) patches), the text
  * tokens are whole on every rank; each block's joint attention takes its queries from the
- * rank's image tokens and the text, its keys and values from every rank's image tokens (one
- * em_all_gather of K and V per block) and the text, and the output's patches are gathered
+ * rank's image tokens and the text, its keys and values from every rank's image tokens (by the
+ * ring or one em_all_gather of K and V per block: em_sd3_set_cp_schedule) and the text (whole
+ * on every rank, never passed around), and the output's patches are gathered
  * before the unpatchify, so every rank returns the whole output. The weights are whole on
  * every rank. The group must run on m's device (a process group on the CPU, a device group's
  * rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split by tensor parallelism
@@ -84,6 +86,16 @@ EM_API int em_sd3_tp_degree(const em_sd3 *m);
  * and R). Every rank calls em_sd3_forward with the same inputs in the same order.
  */
 EM_API em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, struct em_dist *cp);
+/**
+ * The schedule of m's context-parallel attention (ember/dist.h's em_cp_schedule): EM_CP_RING
+ * (the default: the key and value blocks passed around the ring of ranks with em_ring_shift,
+ * one block held at a time, merged by log-sum-exp), EM_CP_ALL_GATHER (every rank's keys and
+ * values gathered, one attention over them) or EM_CP_ULYSSES (all-to-all from tokens to heads
+ * and back; the heads must divide by the degree). Each gives the one-device output within f32
+ * rounding; it may be set before or after em_sd3_set_context_parallel and is kept across it.
+ * EM_ERR_INVALID_ARG for another value or a NULL m.
+ */
+EM_API em_status em_sd3_set_cp_schedule(em_ctx *c, em_sd3 *m, em_cp_schedule s);
 /** The context-parallel degree m runs at (1: not split). */
 EM_API int em_sd3_cp_degree(const em_sd3 *m);
 /** Releases the weights. NULL is a no-op. */

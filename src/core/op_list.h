@@ -142,6 +142,7 @@
       rule_reduce_scatter)                                                                       \
     X(ALL_TO_ALL, "all_to_all", OTHER, 1, 1, 1, "split_dim:int,concat_dim:int,group:int",        \
       rule_all_to_all)                                                                             \
+    X(RING_SHIFT, "ring_shift", OTHER, 1, 1, 1, "offset:int,group:int", rule_ring_shift)         \
     /* training: torch's AdamW update of one parameter, in place on p, m, v (inputs p, g, m, v */  \
     /* and the step's 0-d f32 numbers decay, sqrt(bias_correction2), -lr/bias_correction1) */    \
     X(ADAMW_STEP, "adamw_step", OTHER, 7, 7, 0, "beta1:float,beta2:float,eps:float",              \

@@ -1,4 +1,5 @@
-/* Shape and dtype rules of the collectives (all_reduce, all_gather, reduce_scatter, all_to_all).
+/* Shape and dtype rules of the collectives (all_reduce, all_gather, reduce_scatter, all_to_all,
+ * ring_shift).
  * Each member of the group calls the op with the same shape; the rules check what one member
  * can see: its group exists, the dtype is one the collectives carry, the split dims divide. */
 #include <stdio.h>
@@ -90,4 +91,10 @@ em_status rule_all_to_all(RULE_ARGS) {
     out->shape[sd] /= g.size;
     out->shape[cd] *= g.size;
     return EM_OK;
+}
+
+em_status rule_ring_shift(RULE_ARGS) {
+    (void)n_in, (void)n_out;
+    em_group_info g;
+    return common(c, op, in, attrs, out, &g);
 }

@@ -51,6 +51,13 @@ em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, em_dist *cp) {
     return diff_cp_set(c, &d->cp, cp, d->tp.size, d->dev, OP, d->dir);
 }
 
+em_status em_dit_set_cp_schedule(em_ctx *c, em_dit *d, em_cp_schedule s) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!d) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set_schedule(c, &d->cp, s, OP, d->dir);
+}
+
 void em_dit_free(em_dit *d) {
     if (!d) return;
     for (int64_t i = 0; d->blocks && i < d->cfg.num_layers; i++) {
@@ -321,17 +328,10 @@ static em_tensor *block_forward(em_ctx *c, const em_dit *d, const dit_block *b, 
     em_tensor *h = modulate(c, em_layer_norm(c, x, NULL, NULL, 1e-6), m[0], m[1]);
     em_tensor *qkv[3];
     const unet_param *w[3] = {&b->q, &b->k, &b->v};
-    for (int i = 0; i < 3; i++) {
-        em_tensor *y = lin(c, w[i], h);
-        int64_t len = T;
-        if (i > 0 && d->cp.g) { /* keys and values of every rank's tokens, in token order */
-            y = diff_cp_gather(c, &d->cp, y, 1);
-            len = T * d->cp.size;
-        }
-        qkv[i] = em_transpose(c, em_reshape(c, y, 4, (int64_t[]){n, len, H, hd}), 1, 2);
-    }
-    em_sdpa_params sp = em_sdpa_default_params();
-    em_tensor *a = em_sdpa(c, qkv[0], qkv[1], qkv[2], NULL, &sp); /* [N, H, T, hd] */
+    for (int i = 0; i < 3; i++)
+        qkv[i] = em_transpose(c, em_reshape(c, lin(c, w[i], h), 4, (int64_t[]){n, T, H, hd}), 1, 2);
+    /* over every rank's keys and values under context parallelism: [N, H, T, hd] */
+    em_tensor *a = diff_cp_attention(c, &d->cp, qkv[0], qkv[1], qkv[2], NULL, NULL, false);
     a = lin_rows(c, d, &b->out,
                  em_reshape(c, em_transpose(c, a, 1, 2), 3, (int64_t[]){n, T, H * hd}));
     x = em_add(c, em_mul(c, em_unsqueeze(c, m[2], 1), a), x);

@@ -65,6 +65,13 @@ em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, em_dist *cp) {
     return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
 }
 
+em_status em_flux_set_cp_schedule(em_ctx *c, em_flux *m, em_cp_schedule s) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set_schedule(c, &m->cp, s, OP, m->dir);
+}
+
 void em_flux_free(em_flux *m) {
     if (!m) return;
     for (int64_t i = 0; m->blocks && i < m->cfg.num_layers; i++) {
@@ -372,24 +379,23 @@ static em_tensor *rope(em_ctx *c, const em_flux *m, em_tensor *h, em_tensor *cos
     return em_rope(c, h, cos, sin);
 }
 
-/* Under context parallelism, [N, H, L + T/R, hd] heads of the text and this rank's image tokens
- * -> those of the text and every rank's image tokens (h itself without). */
-static em_tensor *gather_image(em_ctx *c, const em_flux *m, em_tensor *h, int64_t L) {
-    if (!m->cp.g || !h) return h;
-    int64_t S = em_tensor_dim(h, 2);
-    em_tensor *parts[2] = {em_narrow(c, h, 2, 0, L),
-                           diff_cp_gather(c, &m->cp, em_narrow(c, h, 2, L, S - L), 2)};
-    return em_cat(c, parts, 2, 2);
-}
-
 /* scaled dot-product attention of [N, H, S, hd] q, k (rotated by the tables of their tokens)
- * and v over [text (L tokens); image]: [N, S, D] */
+ * and v over [text (L tokens); image]: [N, S, D]. Under context parallelism S = L + T/R (the
+ * text and this rank's image tokens) and the keys and values are the text's and every rank's
+ * image tokens (diff_cp_attention). */
 static em_tensor *attend(em_ctx *c, const em_flux *m, em_tensor *q, em_tensor *k, em_tensor *v,
                          em_tensor *cos, em_tensor *sin, int64_t L) {
-    em_sdpa_params sp = em_sdpa_default_params();
-    k = gather_image(c, m, rope(c, m, k, cos, sin), L);
-    return mmdit_merge_heads(c, em_sdpa(c, rope(c, m, q, cos, sin), k, gather_image(c, m, v, L),
-                                        NULL, &sp));
+    k = rope(c, m, k, cos, sin);
+    if (!m->cp.g) {
+        em_sdpa_params sp = em_sdpa_default_params();
+        return mmdit_merge_heads(c, em_sdpa(c, rope(c, m, q, cos, sin), k, v, NULL, &sp));
+    }
+    if (!k || !v) return NULL;
+    int64_t S = em_tensor_dim(k, 2);
+    return mmdit_merge_heads(
+        c, diff_cp_attention(c, &m->cp, rope(c, m, q, cos, sin), em_narrow(c, k, 2, L, S - L),
+                             em_narrow(c, v, 2, L, S - L), em_narrow(c, k, 2, 0, L),
+                             em_narrow(c, v, 2, 0, L), true));
 }
 
 /* FluxTransformerBlock.forward: x [N, T, D] and ctx [N, L, D] updated in place */

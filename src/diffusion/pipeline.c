@@ -25,7 +25,8 @@ void em_pipeline_free(em_pipeline *p) {
 }
 
 em_pipeline_options em_pipeline_default_options(void) {
-    em_pipeline_options o = {.device = NULL, .dtype = EM_F32, .tp = NULL, .cp = NULL};
+    em_pipeline_options o = {.device = NULL, .dtype = EM_F32, .tp = NULL, .cp = NULL,
+                             .cp_schedule = EM_CP_RING};
     return o;
 }
 
@@ -59,6 +60,7 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     const char *dev = o ? o->device : NULL;
     p->tp = o && o->tp && em_dist_world_size(o->tp) > 1 ? o->tp : NULL;
     p->cp = o && o->cp && em_dist_world_size(o->cp) > 1 ? o->cp : NULL;
+    p->cp_schedule = o ? o->cp_schedule : EM_CP_RING;
     bool mmdit = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_3 ||
                  p->idx.pipeline == EM_PIPELINE_FLUX;
     if ((p->tp || p->cp) && p->idx.pipeline != EM_PIPELINE_DIT && !mmdit) {
@@ -71,6 +73,7 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     if (p->idx.pipeline == EM_PIPELINE_DIT) {
         if (!(p->dit = em_dit_load_tp(c, p->idx.transformer_dir, dev, p->dtype, p->tp)) ||
             em_dit_set_context_parallel(c, p->dit, p->cp) != EM_OK ||
+            em_dit_set_cp_schedule(c, p->dit, p->cp_schedule) != EM_OK ||
             !(p->vae = em_vae_load(c, p->idx.vae_dir, em_device_name(em_dit_device(p->dit)),
                                    p->vae_dtype)))
             goto fail;
@@ -109,7 +112,8 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
                                                                         : em_ctx_status(c);
     if (p->dit) {
         em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp);
-        if (d && em_dit_set_context_parallel(c, d, p->cp) != EM_OK) {
+        if (d && (em_dit_set_context_parallel(c, d, p->cp) != EM_OK ||
+                  em_dit_set_cp_schedule(c, d, p->cp_schedule) != EM_OK)) {
             em_dit_free(d);
             return em_ctx_status(c);
         }

@@ -22,6 +22,7 @@ struct em_pipeline {
     em_flux *flux;   /* FluxPipeline: the transformer (with tok, te, tok3, te3, vae) */
     struct em_dist *tp; /* DiTPipeline's tensor-parallel group (em_pipeline_options.tp) */
     struct em_dist *cp; /* DiTPipeline's context-parallel group (em_pipeline_options.cp) */
+    em_cp_schedule cp_schedule; /* its attention's schedule (em_pipeline_options.cp_schedule) */
     em_scheduler *sched;
     /* StableDiffusionPipeline (NULL otherwise, and in an SDXL refiner, which has only the second
      * encoder) */

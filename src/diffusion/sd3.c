@@ -58,6 +58,13 @@ em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, em_dist *cp) {
     return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
 }
 
+em_status em_sd3_set_cp_schedule(em_ctx *c, em_sd3 *m, em_cp_schedule s) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set_schedule(c, &m->cp, s, OP, m->dir);
+}
+
 void em_sd3_free(em_sd3 *m) {
     if (!m) return;
     for (int64_t i = 0; m->blocks && i < m->cfg.num_layers; i++) {
@@ -277,18 +284,17 @@ static em_tensor *heads(em_ctx *c, const em_sd3 *m, const unet_param *w, const u
 /* JointAttnProcessor2_0: attention over the image tokens then the context's; returns the image
  * stream's output and in *ctx_out the context's (NULL in a pre-only block). Under context
  * parallelism x holds this rank's image tokens, the image keys and values are every rank's
- * (gathered) and the context is whole on every rank. */
+ * (by the ring or gathered: diff_cp_attention) and the context is whole on every rank. */
 static em_tensor *joint_attention(em_ctx *c, const em_sd3 *m, const sd3_block *b, em_tensor *x,
                                   em_tensor *ctx, em_tensor **ctx_out) {
     int64_t T = em_tensor_dim(x, 1), L = em_tensor_dim(ctx, 1);
     em_tensor *q[2] = {heads(c, m, &b->q, &b->nq, x), heads(c, m, &b->aq, &b->naq, ctx)};
-    em_tensor *k[2] = {diff_cp_gather(c, &m->cp, heads(c, m, &b->k, &b->nk, x), 2),
-                       heads(c, m, &b->ak, &b->nak, ctx)};
-    em_tensor *v[2] = {diff_cp_gather(c, &m->cp, heads(c, m, &b->v, &(unet_param){0}, x), 2),
+    em_tensor *k[2] = {heads(c, m, &b->k, &b->nk, x), heads(c, m, &b->ak, &b->nak, ctx)};
+    em_tensor *v[2] = {heads(c, m, &b->v, &(unet_param){0}, x),
                        heads(c, m, &b->av, &(unet_param){0}, ctx)};
-    em_sdpa_params sp = em_sdpa_default_params();
-    em_tensor *a = em_sdpa(c, em_cat(c, q, 2, 2), em_cat(c, k, 2, 2), em_cat(c, v, 2, 2), NULL,
-                           &sp); /* [N, H, T + L, hd] */
+    /* keys [every rank's image tokens; context]: [N, H, T + L, hd] */
+    em_tensor *a = diff_cp_attention(c, &m->cp, em_cat(c, q, 2, 2), k[0], v[0], k[1], v[1],
+                                     false);
     a = mmdit_merge_heads(c, a);
     *ctx_out = b->pre ? NULL : diff_tp_lin_rows(c, &m->tp, &b->aout, em_narrow(c, a, 1, T, L));
     return diff_tp_lin_rows(c, &m->tp, &b->out, em_narrow(c, a, 1, 0, T));

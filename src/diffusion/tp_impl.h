@@ -2,9 +2,11 @@
  * mmdit.c). Tensor parallelism as diffusers' TensorParallelConfig splits them: attention heads
  * (q/k/v by rows, column-parallel; the output projection by columns, row-parallel, its partial
  * products all-reduced) and the feed-forward (up projection by rows, down by columns). Context
- * parallelism as its ContextParallelConfig: the image tokens split over the ranks, keys and
- * values all-gathered. A rank of a device group runs on its device; a rank of a process group on
- * the CPU (its collectives are MPI calls). */
+ * parallelism as its ContextParallelConfig: the image tokens split over the ranks, the attention
+ * over every rank's keys and values by a ring (cp_attention.c: the blocks passed along with
+ * em_ring_shift, merged by log-sum-exp), by gathering them all or by Ulysses' all-to-all. A rank of
+ * a device group runs on its device; a rank of a process group on the CPU (its collectives are MPI
+ * calls). */
 #ifndef EMBER_DIFFUSION_TP_IMPL_H
 #define EMBER_DIFFUSION_TP_IMPL_H
 
@@ -42,11 +44,12 @@ em_tensor *diff_tp_lin_rows(em_ctx *c, const diff_tp *t, const unet_param *p, em
 typedef struct diff_cp {
     em_dist *g;     /* NULL: no context parallelism */
     int rank, size; /* 0 and 1 without */
+    em_cp_schedule schedule; /* how the attention meets every rank's keys (ring by default) */
 } diff_cp;
 
-/* Sets *cp from group g (NULL or one rank: none) for a model on dev split tp_size ways by
- * tensor parallelism (op and dir name it): EM_ERR_UNSUPPORTED when tp_size > 1 (one or the
- * other) or when g's device (the CPU for a process group) is not dev. */
+/* Sets *cp from group g (NULL or one rank: none; the schedule is kept) for a model on dev split
+ * tp_size ways by tensor parallelism (op and dir name it): EM_ERR_UNSUPPORTED when tp_size > 1 (one
+ * or the other) or when g's device (the CPU for a process group) is not dev. */
 em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
                       const char *op, const char *dir);
 /* This rank's tokens [rank*T/R, +T/R) of x [N, T, ...] along dim 1 (x itself without context
@@ -55,5 +58,21 @@ em_tensor *diff_cp_local(em_ctx *c, const diff_cp *cp, em_tensor *x, const char 
                          const char *what);
 /* Every rank's x along dim (x without context parallelism), in rank order: contiguous. */
 em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim);
+/* Scaled dot-product attention (scale 1/sqrt(hd), no mask) of this rank's queries q
+ * [N, H, Sq, hd] over every rank's keys and values k, v [N, H, S/R, hd] (this rank's block
+ * given; in rank order) and the fixed ones kf, vf [N, H, L, hd] every rank holds whole (the
+ * text tokens of joint attention; NULL: none), which come first (fixed_first) or last in the
+ * key order. [N, H, Sq, hd] in q's dtype. Without context parallelism one em_sdpa over
+ * [k; kf] or [kf; k]; with it, cp->schedule's: EM_CP_ALL_GATHER gathers k and v (em_sdpa
+ * over the whole sequence), EM_CP_RING keeps one block at a time (R steps of attention merged
+ * by log-sum-exp in f32, the blocks passed along the ring by em_ring_shift), EM_CP_ULYSSES
+ * trades the token split for a head split (em_all_to_all; the fixed tokens' rows of the rank's
+ * heads; H % R != 0 is EM_ERR_SHAPE) and back, the fixed rows' heads all-gathered. In the
+ * caller's scope; NULL with the error (or when an input is NULL, the error already set). */
+em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
+                             em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first);
+/* Sets the schedule of cp (EM_ERR_INVALID_ARG naming op and dir for an unknown one). */
+em_status diff_cp_set_schedule(em_ctx *c, diff_cp *cp, em_cp_schedule s, const char *op,
+                               const char *dir);
 
 #endif

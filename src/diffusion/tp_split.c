@@ -76,8 +76,9 @@ em_tensor *diff_tp_lin_rows(em_ctx *c, const diff_tp *t, const unet_param *p, em
 
 em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
                       const char *op, const char *dir) {
+    em_cp_schedule sched = cp->schedule;
     if (!g || em_dist_world_size(g) <= 1) {
-        *cp = (diff_cp){.size = 1};
+        *cp = (diff_cp){.size = 1, .schedule = sched};
         return EM_OK;
     }
     if (tp_size > 1)
@@ -89,7 +90,8 @@ em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: rank %d's "
                            "transformer is on %s, its group runs on %s", dir, em_dist_rank(g),
                            em_device_name(dev), em_device_name(want));
-    *cp = (diff_cp){.g = g, .rank = em_dist_rank(g), .size = em_dist_world_size(g)};
+    *cp = (diff_cp){.g = g, .rank = em_dist_rank(g), .size = em_dist_world_size(g),
+                    .schedule = sched};
     return EM_OK;
 }
 
@@ -108,4 +110,14 @@ em_tensor *diff_cp_local(em_ctx *c, const diff_cp *cp, em_tensor *x, const char 
 em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim) {
     if (!cp->g || !x) return x;
     return em_all_gather(c, em_contiguous(c, x), dim, cp->g);
+}
+
+em_status diff_cp_set_schedule(em_ctx *c, diff_cp *cp, em_cp_schedule s, const char *op,
+                               const char *dir) {
+    if (s != EM_CP_RING && s != EM_CP_ALL_GATHER && s != EM_CP_ULYSSES)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "context parallelism of %s: schedule %d "
+                           "is not EM_CP_RING (0), EM_CP_ALL_GATHER (1) or EM_CP_ULYSSES (2)",
+                           dir, (int)s);
+    cp->schedule = s;
+    return EM_OK;
 }

@@ -60,3 +60,8 @@ em_tensor *em_all_to_all_(EM_OP_ARGS, em_tensor *x, int split_dim, int concat_di
     em_attr a[3] = {em_attr_int(split_dim), em_attr_int(concat_dim), group_attr(g)};
     return counted(c, file, line, EM_OP_ALL_TO_ALL, 3, x, a, g);
 }
+
+em_tensor *em_ring_shift_(EM_OP_ARGS, em_tensor *x, int offset, em_dist *g) {
+    em_attr a[2] = {em_attr_int(offset), group_attr(g)};
+    return counted(c, file, line, EM_OP_RING_SHIFT, 4, x, a, g);
+}

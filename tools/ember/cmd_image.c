@@ -28,7 +28,8 @@ static void usage(FILE *f) {
             "                    [--pooled-prompt-embeds FILE.npy]\n"
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
-            "                    [--denoising-start F]] [--tp N | --cp N]\n\n"
+            "                    [--denoising-start F]]\n"
+            "                   [--tp N | --cp N [--cp-schedule ring|all-gather|ulysses]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline,\n"
@@ -82,7 +83,13 @@ static void usage(FILE *f) {
             "  --cp N              DiT, SD3 and Flux pipelines: context parallelism of degree\n"
             "                      N (diffusers' ContextParallelConfig): each rank 1/N of the\n"
             "                      image's tokens, attention against every rank's keys and\n"
-            "                      values (gathered); ranks and devices as --tp; not with --tp\n"
+            "                      values; ranks and devices as --tp; not with --tp\n"
+            "  --cp-schedule S     how --cp's attention meets every rank's keys and values:\n"
+            "                      ring (the default: the blocks passed around the ranks,\n"
+            "                      one held at a time, merged by log-sum-exp) or all-gather\n"
+            "                      (every rank's gathered, one attention over them) or\n"
+            "                      ulysses (all-to-all from a token split to a head split\n"
+            "                      and back; the heads must divide by N)\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -158,6 +165,7 @@ typedef struct image_args {
     double eta, guidance, strength, aesthetic, negative_aesthetic;
     bool have_aesthetic, have_negative_aesthetic;
     bool have_seed, compile, have_class, have_guidance, vae_tiling, vae_slicing;
+    em_cp_schedule cp_schedule; /* --cp-schedule */
 } image_args;
 
 /* 0 parsed, 1 help printed, 2 a usage error (printed). */
@@ -239,6 +247,19 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->tp)) return 2;
         } else if (!strcmp(o, "--cp") && val) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp)) return 2;
+        } else if (!strcmp(o, "--cp-schedule") && val) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "ring")) {
+                a->cp_schedule = EM_CP_RING;
+            } else if (!strcmp(v, "all-gather")) {
+                a->cp_schedule = EM_CP_ALL_GATHER;
+            } else if (!strcmp(v, "ulysses")) {
+                a->cp_schedule = EM_CP_ULYSSES;
+            } else {
+                fprintf(stderr, "ember image: --cp-schedule '%s': want ring, all-gather or "
+                        "ulysses\n", v);
+                return 2;
+            }
         } else if (!strcmp(o, "--compile")) {
             a->compile = true;
         } else if (!strcmp(o, "--vae-tiling")) {
@@ -479,12 +500,16 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     po.device = g && em_dist_device(g) ? em_device_name(em_dist_device(g)) : a->device;
     po.tp = tp;
     po.cp = a->cp > 1 ? g : NULL;
+    po.cp_schedule = a->cp_schedule;
     po.dtype = a->dtype;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
     if (po.cp && speak)
-        fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens\n",
-                em_dist_world_size(po.cp), em_dist_world_size(po.cp));
+        fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens, "
+                "%s attention\n", em_dist_world_size(po.cp), em_dist_world_size(po.cp),
+                po.cp_schedule == EM_CP_RING         ? "ring"
+                : po.cp_schedule == EM_CP_ALL_GATHER ? "all-gather"
+                                                     : "ulysses");
     if (tp && speak) {
         int64_t heads, hd; /* the transformer's, whichever pipeline holds one */
         if (em_pipeline_sd3(p)) {

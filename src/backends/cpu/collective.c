@@ -1,10 +1,10 @@
 /*
- * The collectives on the native CPU: MPI calls between processes (Open MPI), one rank per
- * process, the group being MPI_COMM_WORLD. Sums and maxima are computed in f32 whatever the
- * dtype: a bf16 input is widened exactly, MPI reduces the f32 values (in an order of its own
- * choosing), and the result is rounded to bf16 once, to nearest even. Gathers and all-to-all
- * move the elements as stored. Built without MPI, every collective is refused with
- * EM_ERR_UNSUPPORTED, saying how to get one.
+ * The collectives on the native CPU: MPI calls between processes (Open MPI), one rank per process,
+ * the group being MPI_COMM_WORLD. Sums and maxima are computed in f32 whatever the dtype: a bf16
+ * input is widened exactly, MPI reduces the f32 values (in an order of its own choosing), and the
+ * result is rounded to bf16 once, to nearest even. Gathers, all-to-all and the ring shift
+ * (MPI_Sendrecv, point to point) move the elements as stored. Built without MPI, every collective
+ * is refused with EM_ERR_UNSUPPORTED, saying how to get one.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -152,6 +152,23 @@ static em_status mpi_all_to_all(const em_kernel_args *a, em_group_info g) {
     return rc == MPI_SUCCESS ? EM_OK : mpi_fail(a, rc, "MPI_Alltoall");
 }
 
+/* Rank r sends x to r + offset and receives r - offset's (mod the size) in one MPI_Sendrecv. */
+static em_status mpi_ring_shift(const em_kernel_args *a, em_group_info g) {
+    const em_tensor *x = a->in[0];
+    size_t es = em_dtype_size(x->dtype);
+    int64_t bytes = x->numel * (int64_t)es;
+    if (count_ok(a, bytes)) return a->ctx->err.status;
+    int off = (int)(((a->attrs[0].i % g.size) + g.size) % g.size);
+    int to = (g.rank + off) % g.size, from = (g.rank - off + g.size) % g.size;
+    void *owned;
+    const void *src = packed(x, &owned);
+    if (!src) return em_op_fail(a->ctx, EM_ERR_OOM, "out of memory");
+    int rc = MPI_Sendrecv(src, (int)bytes, MPI_BYTE, to, 0x52, em_tensor_ptr(a->out[0]),
+                          (int)bytes, MPI_BYTE, from, 0x52, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    free(owned);
+    return rc == MPI_SUCCESS ? EM_OK : mpi_fail(a, rc, "MPI_Sendrecv");
+}
+
 #endif
 
 /* The front of every collective: a group of one is a copy; otherwise the group must be an MPI
@@ -201,7 +218,12 @@ static em_status k_all_to_all(const em_kernel_args *a) {
     return run(a, 2, MPI_IMPL(mpi_all_to_all));
 }
 
+static em_status k_ring_shift(const em_kernel_args *a) {
+    return run(a, 1, MPI_IMPL(mpi_ring_shift));
+}
+
 void em_cpu_register_collective(em_kernel_fn *k) {
+    k[EM_OP_RING_SHIFT] = k_ring_shift;
     k[EM_OP_ALL_REDUCE] = k_all_reduce;
     k[EM_OP_ALL_GATHER] = k_all_gather;
     k[EM_OP_REDUCE_SCATTER] = k_reduce_scatter;

@@ -94,7 +94,7 @@ void em_cpu_register_conv(em_kernel_fn *k);
 void em_cpu_register_moe(em_kernel_fn *k);
 /* adamw_step: the optimizer's update in one pass (adamw.c) */
 void em_cpu_register_adamw(em_kernel_fn *k);
-/* all_reduce, all_gather, reduce_scatter, all_to_all over MPI (collective.c) */
+/* all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift over MPI (collective.c) */
 void em_cpu_register_collective(em_kernel_fn *k);
 /* quantized weights (quant_ops.c): wraps linear, embedding and cast, so it registers last */
 void em_cpu_register_quant(em_kernel_fn *k);

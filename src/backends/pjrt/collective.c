@@ -3,7 +3,8 @@
  * process (em_dist_local), one thread each, call the op with their tensors on their devices.
  * Each rank's kernel hands its part to the group's meeting point (core/group.h); the last rank
  * to arrive builds one program with stablehlo.all_reduce / all_gather / reduce_scatter /
- * all_to_all over replica_groups [[0..N-1]], compiles it for N replicas on the ranks' devices
+ * all_to_all over replica_groups [[0..N-1]] (ring_shift: stablehlo.collective_permute with the
+ * source_target_pairs [r, r + offset mod N]), compiles it for N replicas on the ranks' devices
  * (device assignment: replica r on rank r's device) and launches it once with N argument lists
  * (PJRT_LoadedExecutable_Execute, num_devices = N). Each rank's output is its replica's result.
  * Sums and maxima of bf16 run in f32 and are rounded once, as on the CPU over MPI.
@@ -118,6 +119,16 @@ static sh_val coll_value(sh_b *b, const em_op_def *op, const em_attr *attrs, sh_
                  "split_dimension = %d : i64", dim_of(attrs[1].i, nd), groups, n,
                  dim_of(attrs[0].i, nd));
         return sh_collective(b, "stablehlo.all_to_all", v, NULL, at, rt);
+    case EM_OP_RING_SHIFT: {
+        int off = (int)(((attrs[0].i % n) + n) % n);
+        if (off == 0) return v; /* every rank keeps its own */
+        u = snprintf(at, sizeof at, "source_target_pairs = dense<[");
+        for (int r = 0; r < n; r++)
+            u += snprintf(at + u, sizeof at - (size_t)u, "%s[%d, %d]", r ? ", " : "", r,
+                          (r + off) % n);
+        snprintf(at + u, sizeof at - (size_t)u, "]> : tensor<%dx2xi64>", n);
+        return sh_collective(b, "stablehlo.collective_permute", v, NULL, at, rt);
+    }
     default:
         sh_fail(b, "%s is not a collective", op->name);
         return v;
@@ -171,6 +182,7 @@ void pj_register_collective(pj_op *t) {
     t[EM_OP_ALL_GATHER].emit_program = emit_program;
     t[EM_OP_REDUCE_SCATTER].emit_program = emit_program;
     t[EM_OP_ALL_TO_ALL].emit_program = emit_program;
+    t[EM_OP_RING_SHIFT].emit_program = emit_program;
 }
 
 bool pj_device_id(const pj_plugin *pl, const em_device *d, int64_t *id) {
@@ -516,4 +528,5 @@ void pj_backend_collectives(em_backend *be) {
     be->kernels[EM_OP_ALL_GATHER] = kernel;
     be->kernels[EM_OP_REDUCE_SCATTER] = kernel;
     be->kernels[EM_OP_ALL_TO_ALL] = kernel;
+    be->kernels[EM_OP_RING_SHIFT] = kernel;
 }
