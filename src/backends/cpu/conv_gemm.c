@@ -185,8 +185,9 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
      * 3.3x). Few input channels do not hold the GEMM back (conv_in). f16 (widened to f32 while
      * packing, where the direct kernel converts all weights per call) gains 2-3x; bf16, on the
      * vdpbf16ps kernel (no AMX on that machine; the direct kernel widens it to f32 FMAs), gains
-     * 1.8-4.6x at SD 1.5's shapes, with or without a bias, 64x64 positions included (2.0x at
-     * [2,320,64,64]; 2026-12-04, after nc_max: an earlier 0.8x there is gone). */
+     * 1.8-3.5x in CPU time at SD 1.5's shapes, with or without a bias, 64x64 positions
+     * included (2.0x at [2,320,64,64] on two threads, 2.1x on one; 2026-12-04: the 0.8x measured
+     * there on 12-03 does not reproduce). */
     return og >= 128;
 }
 
