@@ -33,14 +33,17 @@ printf '%s\n' "$out" | awk '
 printf '%s\n' "$out" | grep -q '^fractions of the FP32 FMA peak [0-9.]* GFLOP/s (the higher of' ||
     fail "the peak line"
 [ -z "$(ls -A "$tmp" | grep -v '^err$')" ] || fail "left behind: $(ls "$tmp")"
+# (in bf16: the dtype named, the fractions of the bf16 dot peak)
 json=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 1 --sizes 32 --json \
-    2>"$tmp/err") || fail "--json: exit status $?"
+    --dtype bf16 2>"$tmp/err") || fail "--json: exit status $?"
 printf '%s\n' "$json"
-printf '%s\n' "$json" | grep -q '^{"bench": "diffusion_step", "preset": "tiny", "size": 32, "latent": \[2, 4, 4, 4\], "ember_s": [0-9.e-]*, "ember_cpu_s": .*"fraction_of_fp32_peak": [0-9.]*, "peer": null}$' ||
+printf '%s\n' "$json" | grep -q '^{"bench": "diffusion_step", "preset": "tiny", "dtype": "bf16", "size": 32, "latent": \[2, 4, 4, 4\], "ember_s": [0-9.e-]*, "ember_cpu_s": .*"fraction_of_bf16_peak": [0-9.]*, "peer": null}$' ||
     fail "the JSON step line"
-[ "$(printf '%s\n' "$json" | grep -c '^{"bench": "diffusion_conv3x3", "shape": "\[2,[36][24],[24],[24]\]", ')" -eq 2 ] ||
+[ "$(printf '%s\n' "$json" | grep -c '^{"bench": "diffusion_conv3x3", "shape": "\[2,[36][24],[24],[24]\]", "ms": [0-9.e-]*, "dtype": "bf16", ')" -eq 2 ] ||
     fail "the JSON conv line"
 # bad arguments: named, status 2
+$ember bench diffusion --preset tiny --dtype f8 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "\-\-dtype 'f8': f32 or bf16" "$tmp/err" || fail "--dtype f8"
 $ember bench diffusion --preset nope >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "unknown preset 'nope'" "$tmp/err" || fail "--preset nope"
 $ember bench diffusion --preset tiny --sizes 36 >/dev/null 2>"$tmp/err"

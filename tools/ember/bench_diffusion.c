@@ -12,8 +12,10 @@
  * forwards in wall seconds and in process CPU seconds (all threads; less disturbed by the
  * neighbours of a shared machine than the wall time), the step's FLOPs counted analytically
  * from the config (bench_unet_arch.c, per kind) and by the peer's torch.utils.flop_counter, and
- * the fraction of the FP32 FMA peak measured in this run (bench_limits.c). Then the 3x3 conv
- * alone at the UNet's main shapes (batch 2, padding 1) against torch's F.conv2d.
+ * the fraction of the FP32 FMA peak measured in this run (bench_limits.c). --dtype bf16: both
+ * sides in bf16 (diffusers also in f32, the same run), fractions of the bf16 dot peak. Then the
+ * 3x3 conv alone at the UNet's main shapes (batch 2, padding 1, in the dtype) against torch's
+ * F.conv2d.
  */
 #include <errno.h>
 #include <math.h>
@@ -38,25 +40,28 @@
 typedef struct size_run {
     int64_t size, latent;
     double ms, cpu_ms;           /* Ember's medians */
-    double peer_ms, peer_cpu_ms; /* the peer's (< 0: none) */
+    double peer_ms, peer_cpu_ms; /* the peer's in the same dtype (< 0: none) */
+    double f32_ms, f32_cpu_ms;   /* the peer's in f32 when the dtype is not f32 (< 0: none) */
     double peer_flops;
     bench_unet_flops f;
     float *out; /* Ember's warm-up output, [2, out_channels, latent, latent] */
     int64_t out_n;
-    double max_diff, max_ref; /* against the peer (< 0: none) */
+    double max_diff, max_ref; /* against the peer in the same dtype (< 0: none) */
+    double diff_f32, peer_diff_f32; /* Ember and the peer against the peer's f32 (< 0: none) */
 } size_run;
 
 typedef struct opts {
     const char *preset, *device, *dir;
     int64_t sizes[MAX_SIZES];
     int n_sizes, steps;
+    em_dtype dtype; /* of the weights and activations: f32 or bf16 */
     bool skip_peers, json, no_conv;
 } opts;
 
 static void usage(void) {
     printf("usage: ember bench diffusion [--preset sd15|tiny] [--sizes 512,256] [--steps N]\n"
-           "                             [--device D] [--skip-peers] [--no-conv] [--dir DIR]\n"
-           "                             [--json]\n\n"
+           "                             [--dtype f32|bf16] [--device D] [--skip-peers]\n"
+           "                             [--no-conv] [--dir DIR] [--json]\n\n"
            "Times one denoising step of Stable Diffusion 1.5's UNet2DConditionModel (random\n"
            "weights; classifier-free guidance's batch of 2, text states [2, 77, 768]) at each\n"
            "image size (latents of size/8), the median of --steps forwards (default 3) after a\n"
@@ -66,11 +71,14 @@ static void usage(void) {
            "fraction of the FP32 FMA peak, the outputs' max difference, then the 3x3 conv alone\n"
            "at the UNet's main shapes against torch (--no-conv: not). --preset tiny: the same\n"
            "layout at 32/64 channels (default sizes 64,32). --dir keeps the random-weight\n"
-           "folder there and reuses it (default: a temporary folder, removed).\n");
+           "folder there and reuses it (default: a temporary folder, removed). --dtype bf16:\n"
+           "weights and activations in bf16 on both sides (the folder stays f32; the inputs\n"
+           "are rounded to bf16 once and fed to both), diffusers timed in bf16 and in f32 in\n"
+           "the same run, fractions of the bf16 dot peak, outputs compared with both.\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){.preset = "sd15", .steps = 3};
+    *o = (opts){.preset = "sd15", .steps = 3, .dtype = EM_F32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -80,6 +88,15 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--preset") && has) o->preset = argv[++i];
         else if (!strcmp(a, "--device") && has) o->device = argv[++i];
         else if (!strcmp(a, "--dir") && has) o->dir = argv[++i];
+        else if (!strcmp(a, "--dtype") && has) {
+            const char *d = argv[++i];
+            if (!strcmp(d, "f32")) o->dtype = EM_F32;
+            else if (!strcmp(d, "bf16")) o->dtype = EM_BF16;
+            else {
+                fprintf(stderr, "%s: --dtype '%s': f32 or bf16\n", CMD, d);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--steps") && has) {
             long long v;
             if (!cli_int(CMD, a, argv[++i], 1, MAX_STEPS, &v)) return 2;
@@ -218,8 +235,11 @@ static bool time_size(em_ctx *c, em_unet2d *u, const opts *o, const char *dir, s
     em_scope_push(c);
     em_ctx_set_device(c, em_unet2d_device(u));
     float tv = 500;
-    em_tensor *x = em_randn(c, EM_F32, EM_SHAPE(n, cfg->in_channels, l, l), 11, 0, 1);
-    em_tensor *ehs = em_randn(c, EM_F32, EM_SHAPE(n, CTX_LEN, cfg->cross_attention_dim), 12, 0, 1);
+    /* in the model's dtype; saved so, the peer widens them for its f32 run (exact) */
+    em_tensor *x = em_cast(c, em_randn(c, EM_F32, EM_SHAPE(n, cfg->in_channels, l, l), 11, 0, 1),
+                           o->dtype);
+    em_tensor *ehs = em_cast(c, em_randn(c, EM_F32, EM_SHAPE(n, CTX_LEN, cfg->cross_attention_dim),
+                                         12, 0, 1), o->dtype);
     em_tensor *t = em_from_host_on(c, em_unet2d_device(u), EM_F32, 1, (int64_t[]){1}, &tv);
     char path[1100];
     snprintf(path, sizeof path, "%s/inputs_%lld.safetensors", dir, (long long)r->size);
@@ -295,12 +315,12 @@ static double conv_flops(const int64_t *s) {
     return 2.0 * (double)(s[0] * s[1] * s[1] * 9 * s[2] * s[3]);
 }
 
-static bool time_conv(em_ctx *c, em_device *dev, const int64_t *s, double *ms) {
+static bool time_conv(em_ctx *c, em_device *dev, em_dtype dt, const int64_t *s, double *ms) {
     em_scope_push(c);
     em_ctx_set_device(c, dev);
-    conv_job j = {c, em_rand(c, EM_F32, EM_SHAPE(s[0], s[1], s[2], s[3]), 21, -1, 1),
-                  em_rand(c, EM_F32, EM_SHAPE(s[1], s[1], 3, 3), 22, -1, 1),
-                  em_rand(c, EM_F32, EM_SHAPE(s[1]), 23, -1, 1), true};
+    conv_job j = {c, em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[0], s[1], s[2], s[3]), 21, -1, 1), dt),
+                  em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1], s[1], 3, 3), 22, -1, 1), dt),
+                  em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 23, -1, 1), dt), true};
     j.ok = j.x && j.w && j.b;
     if (j.ok) *ms = bench_median_ms(conv_call, &j, 0.5);
     em_scope_pop(c);
@@ -317,12 +337,13 @@ static void run_peer(const opts *o, const char *dir, size_run *runs, int64_t (*c
         snprintf(peer->why, sizeof peer->why, "out of memory");
         return;
     }
-    int len = snprintf(tasks, 16384, "{\"dir\": \"%s\", \"threads\": %d, \"steps\": %d, \"runs\": [",
-                       dir, em_num_threads(), o->steps);
+    int len = snprintf(tasks, 16384, "{\"dir\": \"%s\", \"threads\": %d, \"steps\": %d, "
+                       "\"dtypes\": [%s], \"runs\": [", dir, em_num_threads(), o->steps,
+                       o->dtype == EM_F32 ? "\"f32\"" : "\"bf16\", \"f32\"");
     for (int i = 0; i < o->n_sizes; i++)
         len += snprintf(tasks + len, 16384 - (size_t)len,
                         "%s{\"size\": %lld, \"inputs\": \"%s/inputs_%lld.safetensors\", "
-                        "\"out\": \"%s/out_%lld.safetensors\"}", i ? ", " : "",
+                        "\"out\": \"%s/out_%lld\"}", i ? ", " : "",
                         (long long)runs[i].size, dir, (long long)runs[i].size, dir,
                         (long long)runs[i].size);
     len += snprintf(tasks + len, 16384 - (size_t)len, "], \"conv\": [");
@@ -335,31 +356,54 @@ static void run_peer(const opts *o, const char *dir, size_run *runs, int64_t (*c
     free(tasks);
 }
 
-/* Max |Ember - diffusers| of a size's output (and max |diffusers|), from the peer's file. */
-static void compare(em_ctx *c, const char *dir, size_run *r) {
-    r->max_diff = r->max_ref = -1;
+/* The peer's output of a size in dtype dt (its file out_S_dt.safetensors, written as f32) into
+ * a malloc'd array of n floats, or NULL (none, or unreadable: the error printed). */
+static float *peer_out(em_ctx *c, const char *dir, const size_run *r, const char *dt) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/out_%lld.safetensors", dir, (long long)r->size);
-    if (!is_file(path) || !r->out) return;
+    snprintf(path, sizeof path, "%s/out_%lld_%s.safetensors", dir, (long long)r->size, dt);
+    if (!is_file(path) || !r->out) return NULL;
     em_scope_push(c);
     em_safetensors *st = em_safetensors_open(c, path);
     em_tensor *ref = st ? em_safetensors_load_as(c, st, "sample", EM_F32, em_device_cpu()) : NULL;
     float *v = ref && em_tensor_numel(ref) == r->out_n ? malloc((size_t)r->out_n * sizeof *v)
                                                        : NULL;
-    if (v && em_to_host_f32(c, ref, v, r->out_n) == EM_OK) {
-        r->max_diff = r->max_ref = 0;
-        for (int64_t i = 0; i < r->out_n; i++) {
-            double d = fabs((double)v[i] - r->out[i]), a = fabs((double)v[i]);
-            r->max_diff = d > r->max_diff ? d : r->max_diff;
-            r->max_ref = a > r->max_ref ? a : r->max_ref;
-        }
-    } else if (em_ctx_status(c)) {
+    if (v && em_to_host_f32(c, ref, v, r->out_n) != EM_OK) {
+        free(v);
+        v = NULL;
+    }
+    if (em_ctx_status(c)) {
         fprintf(stderr, "%s: the peer's output: %s\n", CMD, em_ctx_error(c)->message);
         em_ctx_clear_error(c);
     }
-    free(v);
     em_safetensors_free(st);
     em_scope_pop(c);
+    return v;
+}
+
+/* max |a - b| over n, and max |b| into *max_ref (when not NULL); -1 when either is NULL */
+static double max_diff(const float *a, const float *b, int64_t n, double *max_ref) {
+    if (!a || !b) return -1;
+    double m = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]), v = fabs((double)b[i]);
+        m = d > m ? d : m;
+        r = v > r ? v : r;
+    }
+    if (max_ref) *max_ref = r;
+    return m;
+}
+
+/* Ember's output against the peer's in the same dtype and, for bf16, against the peer's f32
+ * (and the peer's bf16 against its f32: the scale of bf16's rounding on torch's side). */
+static void compare(em_ctx *c, const char *dir, em_dtype dt, size_run *r) {
+    r->max_diff = r->max_ref = r->diff_f32 = r->peer_diff_f32 = -1;
+    float *same = peer_out(c, dir, r, dt == EM_F32 ? "f32" : "bf16");
+    float *f32 = dt == EM_F32 ? NULL : peer_out(c, dir, r, "f32");
+    r->max_diff = max_diff(r->out, same, r->out_n, &r->max_ref);
+    r->diff_f32 = max_diff(r->out, f32, r->out_n, NULL);
+    r->peer_diff_f32 = max_diff(same, f32, r->out_n, NULL);
+    free(same);
+    free(f32);
 }
 
 static double total_flops(const bench_unet_flops *f) {
@@ -367,51 +411,71 @@ static double total_flops(const bench_unet_flops *f) {
 }
 
 static void print_runs(const opts *o, const size_run *runs, double peak_gflops) {
-    char a[32], b[32], d[32], e[32], g[32];
-    if (!o->json)
-        printf("%-5s %-7s %12s %11s %16s %15s %8s %10s %8s %11s %10s\n", "size", "latent",
-               "ember s/step", "ember cpu-s", "diffusers s/step", "diffusers cpu-s", "speedup",
-               "GFLOP/step", "of peak", "torch GFLOP", "max|diff|");
+    char a[32], b[32], d[32], e[32], g[32], h[32], k[32], m[32];
+    const bool f32 = o->dtype == EM_F32;
+    const char *dn = em_dtype_name(o->dtype), *pk = f32 ? "fp32" : "bf16";
+    if (!o->json) {
+        printf("%-5s %-7s %12s %11s %16s %15s %8s", "size", "latent", "ember s/step",
+               "ember cpu-s", f32 ? "diffusers s/step" : "diff bf16 s/step",
+               f32 ? "diffusers cpu-s" : "diff bf16 cpu-s", "speedup");
+        if (!f32) printf(" %15s %14s %8s", "diff f32 s/step", "diff f32 cpu-s", "vs f32");
+        printf(" %10s %8s %11s %10s\n", "GFLOP/step", "of peak", "torch GFLOP", "max|diff|");
+    }
     for (int i = 0; i < o->n_sizes; i++) {
         const size_run *r = &runs[i];
         double fl = total_flops(&r->f);
         double frac = fl / (r->ms * 1e-3) / (peak_gflops * 1e9);
         double sp = r->peer_ms > 0 ? r->peer_ms / r->ms : -1;
+        double sp32 = r->f32_ms > 0 ? r->f32_ms / r->ms : -1;
         if (o->json) {
-            printf("{\"bench\": \"diffusion_step\", \"preset\": \"%s\", \"size\": %lld, "
-                   "\"latent\": [2, 4, %lld, %lld], \"ember_s\": %.6g, \"ember_cpu_s\": %.6g, "
-                   "\"flops\": %.6g, \"flops_conv3x3\": %.6g, \"flops_conv1x1\": %.6g, "
-                   "\"flops_linear\": %.6g, \"flops_attention\": %.6g, \"fp32_peak_gflops\": "
-                   "%.6g, \"fraction_of_fp32_peak\": %.4f",
-                   o->preset, (long long)r->size, (long long)r->latent, (long long)r->latent,
+            printf("{\"bench\": \"diffusion_step\", \"preset\": \"%s\", \"dtype\": \"%s\", "
+                   "\"size\": %lld, \"latent\": [2, 4, %lld, %lld], \"ember_s\": %.6g, "
+                   "\"ember_cpu_s\": %.6g, \"flops\": %.6g, \"flops_conv3x3\": %.6g, "
+                   "\"flops_conv1x1\": %.6g, \"flops_linear\": %.6g, \"flops_attention\": %.6g, "
+                   "\"%s_peak_gflops\": %.6g, \"fraction_of_%s_peak\": %.4f",
+                   o->preset, dn, (long long)r->size, (long long)r->latent, (long long)r->latent,
                    r->ms * 1e-3, r->cpu_ms * 1e-3, fl, r->f.conv3x3, r->f.conv1x1, r->f.linear,
-                   r->f.attention, peak_gflops, frac);
+                   r->f.attention, pk, peak_gflops, pk, frac);
             if (r->peer_ms > 0)
                 printf(", \"peer\": \"diffusers\", \"peer_s\": %.6g, \"peer_cpu_s\": %.6g, "
                        "\"speedup_vs_peer\": %.3f, \"torch_flops\": %.6g, \"max_abs_diff\": %.4g",
                        r->peer_ms * 1e-3, r->peer_cpu_ms * 1e-3, sp, r->peer_flops, r->max_diff);
             else
                 printf(", \"peer\": null");
+            if (r->f32_ms > 0)
+                printf(", \"peer_f32_s\": %.6g, \"peer_f32_cpu_s\": %.6g, \"speedup_vs_peer_f32\":"
+                       " %.3f, \"max_abs_diff_vs_peer_f32\": %.4g, \"peer_max_abs_diff_vs_f32\": "
+                       "%.4g", r->f32_ms * 1e-3, r->f32_cpu_ms * 1e-3, sp32, r->diff_f32,
+                       r->peer_diff_f32);
             printf("}\n");
             continue;
         }
         char lat[16];
         snprintf(lat, sizeof lat, "%lldx%lld", (long long)r->latent, (long long)r->latent);
-        printf("%-5lld %-7s %12.4g %11.4g %16s %15s %8s %10.4g %7.1f%% %11s %10s\n",
-               (long long)r->size, lat, r->ms * 1e-3, r->cpu_ms * 1e-3,
-               bench_cell(a, sizeof a, "%.4g", r->peer_ms * 1e-3),
+        printf("%-5lld %-7s %12.4g %11.4g %16s %15s %8s", (long long)r->size, lat, r->ms * 1e-3,
+               r->cpu_ms * 1e-3, bench_cell(a, sizeof a, "%.4g", r->peer_ms * 1e-3),
                bench_cell(b, sizeof b, "%.4g", r->peer_cpu_ms * 1e-3),
-               bench_cell(d, sizeof d, "%.2fx", sp), fl * 1e-9, 100 * frac,
+               bench_cell(d, sizeof d, "%.2fx", sp));
+        if (!f32)
+            printf(" %15s %14s %8s", bench_cell(h, sizeof h, "%.4g", r->f32_ms * 1e-3),
+                   bench_cell(k, sizeof k, "%.4g", r->f32_cpu_ms * 1e-3),
+                   bench_cell(m, sizeof m, "%.2fx", sp32));
+        printf(" %10.4g %7.1f%% %11s %10s\n", fl * 1e-9, 100 * frac,
                bench_cell(e, sizeof e, "%.4g", r->peer_flops * 1e-9),
                r->max_diff >= 0 ? (snprintf(g, sizeof g, "%.2e", r->max_diff), g) : "-");
     }
     if (o->json) return;
     for (int i = 0; i < o->n_sizes; i++) {
-        const bench_unet_flops *f = &runs[i].f;
+        const size_run *r = &runs[i];
+        if (!f32 && r->max_diff >= 0)
+            printf("agreement %lld px (max |output| %.3g): Ember bf16 vs diffusers bf16 %.3g, "
+                   "Ember bf16 vs diffusers f32 %.3g, diffusers bf16 vs diffusers f32 %.3g\n",
+                   (long long)r->size, r->max_ref, r->max_diff, r->diff_f32, r->peer_diff_f32);
+        const bench_unet_flops *f = &r->f;
         double t = total_flops(f) / 100;
         printf("flops %lld px (analytic, GFLOP): conv3x3 %.4g (%.0f%%), conv1x1 %.4g (%.0f%%), "
                "linear %.4g (%.0f%%), attention %.4g (%.0f%%)\n",
-               (long long)runs[i].size, f->conv3x3 * 1e-9, f->conv3x3 / t, f->conv1x1 * 1e-9,
+               (long long)r->size, f->conv3x3 * 1e-9, f->conv3x3 / t, f->conv1x1 * 1e-9,
                f->conv1x1 / t, f->linear * 1e-9, f->linear / t, f->attention * 1e-9,
                f->attention / t);
     }
@@ -422,8 +486,10 @@ static void print_runs(const opts *o, const size_run *runs, double peak_gflops) 
 static void print_convs(const opts *o, int64_t (*convs)[4], const double *ms, int n,
                         const bench_peer *peer, double peak_gflops) {
     char a[32], b[32], d[32];
+    const char *pk = o->dtype == EM_F32 ? "fp32" : "bf16";
     if (!o->json)
-        printf("%-24s %9s %9s %8s %9s %8s %8s\n", "conv3x3 pad 1 [N,C,H,W]", "ember ms",
+        printf("%-24s %9s %9s %8s %9s %8s %8s\n", o->dtype == EM_F32 ? "conv3x3 pad 1 [N,C,H,W]"
+               : "bf16 conv3x3 [N,C,H,W]", "ember ms",
                "GFLOP/s", "of peak", "torch ms", "of peak", "speedup");
     for (int i = 0; i < n; i++) {
         char name[96], shape[64];
@@ -435,11 +501,11 @@ static void print_convs(const opts *o, int64_t (*convs)[4], const double *ms, in
         double gf = fl / (ms[i] * 1e-3) * 1e-9, pf = pms > 0 ? fl / (pms * 1e-3) * 1e-9 : -1;
         if (o->json) {
             printf("{\"bench\": \"diffusion_conv3x3\", \"shape\": \"%s\", \"ms\": %.6g, "
-                   "\"flops\": %.6g, \"fraction_of_fp32_peak\": %.4f", shape, ms[i], fl,
-                   gf / peak_gflops);
+                   "\"dtype\": \"%s\", \"flops\": %.6g, \"fraction_of_%s_peak\": %.4f", shape,
+                   ms[i], em_dtype_name(o->dtype), fl, pk, gf / peak_gflops);
             if (pms > 0)
-                printf(", \"peer\": \"torch\", \"peer_ms\": %.6g, \"peer_fraction_of_fp32_peak\": "
-                       "%.4f, \"speedup_vs_peer\": %.3f", pms, pf / peak_gflops, pms / ms[i]);
+                printf(", \"peer\": \"torch\", \"peer_ms\": %.6g, \"peer_fraction_of_%s_peak\": "
+                       "%.4f, \"speedup_vs_peer\": %.3f", pms, pk, pf / peak_gflops, pms / ms[i]);
             printf("}\n");
             continue;
         }
@@ -460,8 +526,11 @@ static void remove_folder(const char *dir, const opts *o) {
     for (int i = 0; i < o->n_sizes; i++) {
         snprintf(path, sizeof path, "%s/inputs_%lld.safetensors", dir, (long long)o->sizes[i]);
         unlink(path);
-        snprintf(path, sizeof path, "%s/out_%lld.safetensors", dir, (long long)o->sizes[i]);
-        unlink(path);
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "%s/out_%lld_%s.safetensors", dir, (long long)o->sizes[i],
+                     k ? "bf16" : "f32");
+            unlink(path);
+        }
     }
     rmdir(dir);
 }
@@ -518,22 +587,25 @@ int bench_diffusion(int argc, char **argv) {
         bench_measure_peaks(&L);
         em_unet2d_options uo = em_unet2d_default_options();
         uo.device = o.device;
+        uo.dtype = o.dtype;
         u = em_unet2d_load(c, dir, &uo);
         ok = u || fail(c, "loading the UNet");
     }
     if (ok && !o.json)
-        printf("diffusion: UNet2DConditionModel preset %s (%.1f M parameters, f32, random "
+        printf("diffusion: UNet2DConditionModel preset %s (%.1f M parameters, %s, random "
                "weights), batch 2 (classifier-free guidance), text states [2, %d, %lld], device "
-               "%s, %d threads; FP32 FMA peak %.1f GFLOP/s (measured now); load average "
-               "%.2f\n",
-               o.preset, params * 1e-6, CTX_LEN, (long long)cfg.cross_attention_dim,
-               o.device ? o.device : "cpu", em_num_threads(), L.fp32_gflops, load0);
+               "%s, %d threads; FP32 FMA peak %.1f, bf16 dot peak %.1f GFLOP/s (measured now); "
+               "load average %.2f\n",
+               o.preset, params * 1e-6, em_dtype_name(o.dtype), CTX_LEN,
+               (long long)cfg.cross_attention_dim, o.device ? o.device : "cpu", em_num_threads(),
+               L.fp32_gflops, L.bf16_gflops, load0);
     fflush(stdout);
     for (int i = 0; ok && i < o.n_sizes; i++) {
         size_run *r = &runs[i];
         r->size = o.sizes[i];
         r->latent = o.sizes[i] / 8;
         r->peer_ms = r->peer_cpu_ms = r->peer_flops = r->max_diff = -1;
+        r->f32_ms = r->f32_cpu_ms = r->diff_f32 = r->peer_diff_f32 = -1;
         bench_unet_walk(&cfg, 2, r->latent, r->latent, CTX_LEN, NULL, NULL, &r->f);
         ok = time_size(c, u, &o, dir, r);
     }
@@ -542,31 +614,41 @@ int bench_diffusion(int argc, char **argv) {
         bench_limits L2 = {0};
         bench_measure_peaks(&L2);
         L.fp32_gflops = L2.fp32_gflops > L.fp32_gflops ? L2.fp32_gflops : L.fp32_gflops;
+        L.bf16_gflops = L2.bf16_gflops > L.bf16_gflops ? L2.bf16_gflops : L.bf16_gflops;
     }
     for (int i = 0; ok && i < n_convs; i++)
-        ok = time_conv(c, o.device ? em_device_get(c, o.device) : em_device_cpu(), convs[i],
+        ok = time_conv(c, o.device ? em_device_get(c, o.device) : em_device_cpu(), o.dtype, convs[i],
                        &conv_ms[i]);
     if (ok && !o.skip_peers) {
         run_peer(&o, dir, runs, convs, n_convs, &peer);
         for (int i = 0; i < o.n_sizes; i++) {
             char name[64];
-            snprintf(name, sizeof name, "step_%lld", (long long)runs[i].size);
+            long long sz = (long long)runs[i].size;
+            const char *dn = o.dtype == EM_F32 ? "f32" : "bf16";
+            snprintf(name, sizeof name, "step_%lld_%s", sz, dn);
             runs[i].peer_ms = bench_peer_ms(&peer, name);
-            snprintf(name, sizeof name, "step_cpu_%lld", (long long)runs[i].size);
+            snprintf(name, sizeof name, "step_cpu_%lld_%s", sz, dn);
             runs[i].peer_cpu_ms = bench_peer_ms(&peer, name);
+            if (o.dtype != EM_F32) {
+                snprintf(name, sizeof name, "step_%lld_f32", sz);
+                runs[i].f32_ms = bench_peer_ms(&peer, name);
+                snprintf(name, sizeof name, "step_cpu_%lld_f32", sz);
+                runs[i].f32_cpu_ms = bench_peer_ms(&peer, name);
+            }
             snprintf(name, sizeof name, "flops_%lld", (long long)runs[i].size);
             runs[i].peer_flops = bench_peer_ms(&peer, name);
-            compare(c, dir, &runs[i]);
+            compare(c, dir, o.dtype, &runs[i]);
         }
         if (!peer.available && !o.json) printf("diffusers: not run (%s)\n", peer.why);
     }
     if (ok) {
-        print_runs(&o, runs, L.fp32_gflops);
-        print_convs(&o, convs, conv_ms, n_convs, &peer, L.fp32_gflops);
+        double peak = o.dtype == EM_F32 ? L.fp32_gflops : L.bf16_gflops;
+        print_runs(&o, runs, peak);
+        print_convs(&o, convs, conv_ms, n_convs, &peer, peak);
         if (!o.json)
-            printf("fractions of the FP32 FMA peak %.1f GFLOP/s (the higher of the measurements "
-                   "before and after the steps); load average after: %.2f\n", L.fp32_gflops,
-                   loadavg());
+            printf("fractions of the %s peak %.1f GFLOP/s (the higher of the measurements "
+                   "before and after the steps); load average after: %.2f\n",
+                   o.dtype == EM_F32 ? "FP32 FMA" : "bf16 dot", peak, loadavg());
     }
     for (int i = 0; i < o.n_sizes; i++) free(runs[i].out);
     if (!o.dir) remove_folder(dir, &o);

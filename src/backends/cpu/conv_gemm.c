@@ -14,8 +14,9 @@
  *
  * The bias is per row of C (output channel) where the engine's is per column: it is added to
  * the f32 output afterwards, which rounds exactly as adding it to the accumulator would (one
- * f32 addition either way). bf16/f16 outputs would round twice that way, so they take the
- * engine only without a bias.
+ * f32 addition either way). A bf16/f16 output with a bias would round twice that way, so its
+ * product keeps f32 sums (em_gemm_args.c_f32, in a buffer), and the final pass adds the bias
+ * and rounds once, as the engine's own bias would.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,6 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
         return false;
     for (int d = 0; d < 4; d++)
         if (x->strides[d] < 0) return false;
-    if (bias && x->dtype != EM_F32) return false; /* see the top: the bias would round twice */
     int f = forced_engine();
     if (f) return f == 2;
     /* Measured (bench/lab_conv, one thread, CPU time; docs/notes/2026-12-03-conv-implicit-
@@ -184,10 +184,11 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
      * (SD 1.5's 3x3 convs 1.3-2x, its conv_in of 4 input channels 1.65x, VAE [1,512,64,64]
      * 3.3x). Few input channels do not hold the GEMM back (conv_in). f16 (widened to f32 while
      * packing, where the direct kernel converts all weights per call) gains 2-3x; bf16, on the
-     * vdpbf16ps kernel (no AMX on that machine), gains 1.1-1.6x up to 32x32 positions and loses
-     * at 64x64 (0.8x). */
-    const int64_t hw = out->shape[2] * out->shape[3];
-    return og >= 128 && (x->dtype != EM_BF16 || hw <= IG_MERGE_MAX_HW);
+     * vdpbf16ps kernel (no AMX on that machine; the direct kernel widens it to f32 FMAs), gains
+     * 1.8-3.5x in CPU time at SD 1.5's shapes, with or without a bias, 64x64 positions
+     * included (2.0x at [2,320,64,64] on two threads, 2.1x on one; 2026-12-04: the 0.8x measured
+     * there on 12-03 does not reproduce). */
+    return og >= 128;
 }
 
 /* ---- the product ---- */
@@ -198,24 +199,36 @@ bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor 
  * up to 32x32 positions, whose images share a product, within the noise either way). */
 #define IG_NC_MAX 256
 
-/* The final pass over the output, per plane (image n, channel o): copied from the merged
- * product's buffer (row o, columns n*hw...) when there is one, plus the bias (f32 only). */
+/* The final pass over the output, per plane (image n, channel o): copied from the product's
+ * buffer when there is one (merged: row o, columns n*hw...; else laid out as the output), plus
+ * the bias. An f32 buffer of a bf16/f16 output (sums) gets the bias and is rounded once. */
 typedef struct finish_job {
-    char *out;
-    const char *merged; /* or NULL: the output holds the product already */
+    em_tensor *out;
+    char *buf;          /* or NULL: the output holds the product already */
+    bool merged;        /* buf's layout */
     const float *bias;  /* or NULL */
     int64_t N, O, hw;
-    size_t es;
+    size_t es;          /* of buf's elements */
 } finish_job;
 
 static void finish(void *user, int64_t p0, int64_t p1, int tid) {
     (void)tid;
     const finish_job *j = user;
+    char *out = em_tensor_ptr(j->out);
+    const size_t oes = em_esize(j->out->dtype);
     for (int64_t p = p0; p < p1; p++) {
         int64_t n = p / j->O, o = p % j->O;
-        char *dst = j->out + (size_t)(p * j->hw) * j->es;
-        if (j->merged)
-            memcpy(dst, j->merged + (size_t)((o * j->N + n) * j->hw) * j->es, (size_t)j->hw * j->es);
+        char *dst = out + (size_t)(p * j->hw) * oes;
+        char *src = !j->buf ? dst
+                    : j->buf + (size_t)((j->merged ? o * j->N + n : p) * j->hw) * j->es;
+        if (j->es != oes) { /* f32 sums of a bf16/f16 output */
+            float *v = (float *)src, b = j->bias ? j->bias[o] : 0;
+            if (j->bias)
+                for (int64_t e = 0; e < j->hw; e++) v[e] += b;
+            em_conv_store_row(j->out, p * j->hw, v, j->hw);
+            continue;
+        }
+        if (src != dst) memcpy(dst, src, (size_t)j->hw * oes);
         if (j->bias) {
             float *v = (float *)dst, b = j->bias[o];
             for (int64_t e = 0; e < j->hw; e++) v[e] += b;
@@ -230,7 +243,9 @@ em_status em_conv_gemm(const em_kernel_args *a) {
     const int64_t N = x->shape[0], G = at[3].i, O = w->shape[0], og = O / G, cg = w->shape[1];
     const int64_t ho = out->shape[2], wo = out->shape[3], hw = ho * wo;
     const int64_t kdepth = cg * w->shape[2] * w->shape[3];
-    const size_t es = em_esize(x->dtype);
+    /* a bf16/f16 output with a bias: f32 sums in a buffer, rounded once in finish() */
+    const bool sums = bias && x->dtype != EM_F32;
+    const size_t es = sums ? sizeof(float) : em_esize(x->dtype);
     const bool merge = N > 1 && hw <= IG_MERGE_MAX_HW;
     ig_ctx c = {
         .dt = x->dtype,
@@ -263,17 +278,20 @@ em_status em_conv_gemm(const em_kernel_args *a) {
     g.b_panel = ig_panel;
     g.b_ctx = &c;
     g.nc_max = IG_NC_MAX;
+    g.c_f32 = sums;
     em_device *dev = em_device_cpu();
     void *buf = NULL;
     size_t got = 0;
-    if (merge) {
-        /* one product per group: C [og, N*hw] at row o of the buffer [O, N*hw] */
-        g.n = N * hw;
-        g.ldc = N * hw;
+    if (merge || sums) {
         buf = em_allocator_alloc(dev, (size_t)(O * N * hw) * es, &got);
         if (!buf)
             return em_op_fail(a->ctx, EM_ERR_OOM, "conv2d: cannot allocate %zu bytes for %lld "
                               "images' outputs", (size_t)(O * N * hw) * es, (long long)N);
+    }
+    if (merge) {
+        /* one product per group: C [og, N*hw] at row o of the buffer [O, N*hw] */
+        g.n = N * hw;
+        g.ldc = N * hw;
         g.c = buf;
         g.batch_ndim = 1;
         g.batch_shape[0] = G;
@@ -281,10 +299,10 @@ em_status em_conv_gemm(const em_kernel_args *a) {
         g.b_bs[0] = cg * x->strides[1];
         g.c_bs[0] = og * N * hw;
     } else {
-        /* one product per (image, group), C where the output lies */
+        /* one product per (image, group), C where the output lies (or laid out so in buf) */
         g.n = hw;
         g.ldc = hw;
-        g.c = em_tensor_ptr(out);
+        g.c = buf ? buf : em_tensor_ptr(out);
         g.batch_ndim = 2;
         g.batch_shape[0] = N;
         g.batch_shape[1] = G;
@@ -301,8 +319,8 @@ em_status em_conv_gemm(const em_kernel_args *a) {
     } else if (bias && !(bf = em_cpu_to_f32(bias))) {
         st = em_op_fail(a->ctx, EM_ERR_OOM, "conv2d: cannot allocate %lld floats of bias",
                         (long long)O);
-    } else if (merge || bf) {
-        finish_job j = {em_tensor_ptr(out), buf, bf, N, O, hw, es};
+    } else if (buf || bf) {
+        finish_job j = {out, buf, merge, bf, N, O, hw, es};
         /* ~64 KB per task */
         em_parallel_for(N * O, 1 + 16384 / hw, finish, &j);
     }

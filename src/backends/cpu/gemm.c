@@ -129,13 +129,17 @@ size_t em_gemm_block_ws(const em_gemm_kernel *kern, em_dtype dt, int64_t m, int6
     return a + b + s;
 }
 
+/* C's dtype: A's and B's, or f32 (c_f32). */
+static em_dtype c_dtype(const em_gemm_args *g) { return g->c_f32 ? EM_F32 : g->dtype; }
+
 /* C = bias (or 0) where there is nothing to sum. */
 static void fill_empty(const em_gemm_args *g, void *c, int64_t i0, int64_t i1, int64_t j0,
                        int64_t j1) {
-    size_t es = em_esize(g->dtype);
+    const em_dtype cdt = c_dtype(g);
+    size_t es = em_esize(cdt);
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = j0; j < j1; j++)
-            em_store_f64((char *)c + (size_t)(i * g->ldc) * es, g->dtype, j,
+            em_store_f64((char *)c + (size_t)(i * g->ldc) * es, cdt, j,
                          g->bias ? g->bias[j] : 0.0);
 }
 
@@ -182,10 +186,10 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
         fill_empty(g, c, i0, i1, j0, j1);
         return;
     }
-    const em_dtype dt = g->dtype;
-    const size_t es = em_esize(dt);
+    const em_dtype dt = g->dtype, cdt = c_dtype(g);
+    const size_t es = em_esize(dt), ces = em_esize(cdt);
     const int mr = kern->mr, nr = kern->nr;
-    int64_t nc = col_block(kern, dt, m, k);
+    int64_t nc = col_block(kern, cdt, m, k);
     if (g->nc_max > 0 && round_up(g->nc_max, kern->nr) < nc) nc = round_up(g->nc_max, kern->nr);
     const int64_t kc = kern->kc, mc = kern->mc;
     const int64_t ks_max = em_gemm_ksteps(kern->fmt, min64(kc, k));
@@ -193,7 +197,7 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
     char *bbuf = abuf + align64((size_t)(round_up(min64(mc, m), mr) * ks_max * 4) + 64);
     float *scratch = NULL;
     int64_t ld_scr = min64(nc, n);
-    if (needs_scratch(kern, dt, k))
+    if (needs_scratch(kern, cdt, k))
         scratch = (float *)(bbuf +
                             align64((size_t)(round_up(min64(kern->nc, n), nr) * ks_max * 4) + 64));
     const char *ab = a, *bb = b;
@@ -209,7 +213,7 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
             em_gemm_tile t;
             t.load_acc = pc > 0;
             t.final = pc + kcur >= k;
-            t.out_dt = dt;
+            t.out_dt = cdt;
             t.ld_out = g->ldc;
             t.ld_acc = scratch ? ld_scr : g->ldc;
             for (int64_t ic = 0; ic < m; ic += mc) {
@@ -223,9 +227,9 @@ void em_gemm_block(const em_gemm_args *g, const em_gemm_kernel *kern, const void
                     t.bias = g->bias ? g->bias + col : NULL;
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
                         const int64_t row = i0 + ic + ir;
-                        t.out = (char *)c + (size_t)(row * g->ldc + col) * es;
+                        t.out = (char *)c + (size_t)(row * g->ldc + col) * ces;
                         t.acc = scratch ? scratch + (ic + ir) * ld_scr + jr
-                                        : (dt == EM_F32 ? (float *)t.out : NULL);
+                                        : (cdt == EM_F32 ? (float *)t.out : NULL);
                         kern->ukr(ks, abuf + (size_t)(ir / mr) * apanel,
                                   bbuf + (size_t)(jr / nr) * bpanel, (int)min64(mr, mcur - ir),
                                   (int)min64(nr, ncur - jr), &t);
@@ -264,7 +268,7 @@ typedef struct packed_job {
 static void packed_body(void *user, int64_t begin, int64_t end, int tid) {
     packed_job *j = user;
     const em_gemm_args *g = j->g;
-    size_t es = em_esize(g->dtype);
+    size_t es = em_esize(g->dtype), ces = em_esize(c_dtype(g));
     void *own = NULL, *ws = j->ws + (size_t)tid * j->ws_per_thread;
     if (tid >= j->nws) { /* the pool grew since the job was sized (em_set_num_threads) */
         ws = own = aligned_alloc(64, j->ws_per_thread);
@@ -280,7 +284,7 @@ static void packed_body(void *user, int64_t begin, int64_t end, int tid) {
         batch_offsets(g, e, &oa, &ob, &oc);
         int64_t i0 = ti * j->mt, j0 = tj * j->nt;
         em_gemm_block(g, j->kern, (const char *)g->a + (size_t)oa * es,
-                      (const char *)g->b + (size_t)ob * es, (char *)g->c + (size_t)oc * es, i0,
+                      (const char *)g->b + (size_t)ob * es, (char *)g->c + (size_t)oc * ces, i0,
                       min64(i0 + j->mt, g->m), j0, min64(j0 + j->nt, g->n), ws);
     }
     free(own);
@@ -328,7 +332,7 @@ static em_status run_packed(const em_gemm_args *g, int64_t nbatch) {
     /* Any pool thread may take a task, so every one has a workspace. It comes from the CPU
      * device's caching allocator: a loop of same-sized products reuses one block (no page faults
      * for megabytes of panels on every call; huge pages when large). */
-    packed_job j = {g, kern, tm, tn, mt, nt, NULL, em_gemm_block_ws(kern, g->dtype, mt, nt, g->k),
+    packed_job j = {g, kern, tm, tn, mt, nt, NULL, em_gemm_block_ws(kern, c_dtype(g), mt, nt, g->k),
                     ntasks == 1 ? 1 : nthr, false};
     em_device *dev = em_device_cpu();
     size_t got = 0;
@@ -379,7 +383,7 @@ static bool dot_small(int64_t m, int64_t k, em_dtype dt) {
 
 /* Rows of A and columns of B contiguous along k (they may overlap: they are only read). */
 static bool dot_fits(const em_gemm_args *g) {
-    if (g->b_panel) return false;
+    if (g->b_panel || g->c_f32) return false;
     return (g->a_cs == 1 && g->b_rs == 1) || g->k == 1;
 }
 
@@ -391,7 +395,7 @@ em_status em_gemm(const em_gemm_args *g) {
         for (int64_t e = 0; e < nbatch; e++) {
             int64_t oa, ob, oc;
             batch_offsets(g, e, &oa, &ob, &oc);
-            fill_empty(g, (char *)g->c + (size_t)oc * em_esize(g->dtype), 0, g->m, 0, g->n);
+            fill_empty(g, (char *)g->c + (size_t)oc * em_esize(c_dtype(g)), 0, g->m, 0, g->n);
         }
         return EM_OK;
     }

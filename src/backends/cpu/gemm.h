@@ -150,6 +150,9 @@ typedef struct em_gemm_args {
     const void *b_ctx;                  /* b_panel's context */
     int64_t nc_max;                     /* 0, or at most this many columns (rounded up to nr)
                                            in a column block: B blocks that stay in L2 */
+    bool c_f32;                         /* C is f32 whatever dtype (the f32 sums, not rounded:
+                                           callers that add a per-row bias before rounding
+                                           themselves, conv2d); the packed engine always */
 } em_gemm_args;
 
 /* Runs the product on the thread pool. EM_ERR_OOM if the packing buffers cannot be had. */

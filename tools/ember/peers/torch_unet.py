@@ -1,15 +1,17 @@
-"""Peer for `ember bench diffusion`: diffusers' UNet2DConditionModel on torch eager (CPU, f32),
-loaded from the same random-weight folder Ember times, on the same inputs.
+"""Peer for `ember bench diffusion`: diffusers' UNet2DConditionModel on torch eager (CPU),
+loaded from the same random-weight folder Ember times, on the same inputs, in each dtype asked
+(f32, bf16: from_pretrained(torch_dtype=...), the inputs cast to it).
 
-stdin: {"dir": DIR, "threads": N, "steps": N,
-        "runs": [{"size": S, "inputs": FILE, "out": FILE}, ...],   # inputs: sample, timestep,
+stdin: {"dir": DIR, "threads": N, "steps": N, "dtypes": ["bf16", "f32"] (default ["f32"]),
+        "runs": [{"size": S, "inputs": FILE, "out": PREFIX}, ...],  # inputs: sample, timestep,
                                                                     # encoder_hidden_states
         "conv": [[N, C, H, W], ...]}                                 # 3x3 convs, padding 1
-stdout, one JSON object per line ("ms" carries every value, as bench_peer_run reads it):
-  {"name": "step_S", "ms": median wall ms of one forward}, {"name": "step_cpu_S", "ms": median
-  process CPU ms}, {"name": "flops_S", "ms": FLOPs that torch.utils.flop_counter counts in one
-  forward}, {"name": "conv_N_C_H_W", "ms": median ms of F.conv2d}. The output of the first
-  forward is written to "out" (safetensors, "sample") for Ember to compare.
+stdout, one JSON object per line ("ms" carries every value, as bench_peer_run reads it), per
+dtype D (f32, bf16): {"name": "step_S_D", "ms": median wall ms of one forward},
+  {"name": "step_cpu_S_D", "ms": median process CPU ms}; once: {"name": "flops_S", "ms": FLOPs
+  that torch.utils.flop_counter counts in one forward}, {"name": "conv_N_C_H_W", "ms": median ms
+  of F.conv2d in the first dtype}. The output of each dtype's first forward is written to
+  PREFIX_D.safetensors ("sample", as f32) for Ember to compare.
 Exits 3 when torch or diffusers cannot be imported.
 """
 import json
@@ -27,6 +29,9 @@ except Exception as e:  # noqa: BLE001
     sys.exit(3)
 
 
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
 def emit(name, v):
     print(json.dumps({"name": name, "ms": v}), flush=True)
 
@@ -41,31 +46,35 @@ def main():
     torch.set_num_threads(int(task["threads"]))
     steps = max(1, int(task["steps"]))
     torch.manual_seed(0)
-    if task.get("runs"):
-        unet = UNet2DConditionModel.from_pretrained(task["dir"]).eval()
+    dtypes = task.get("dtypes") or ["f32"]
+    for dn in dtypes if task.get("runs") else []:
+        dt = DTYPES[dn]
+        unet = UNet2DConditionModel.from_pretrained(task["dir"], torch_dtype=dt).eval()
         for run in task["runs"]:
             inp = load_file(run["inputs"])
-            args = (inp["sample"], inp["timestep"], inp["encoder_hidden_states"])
+            args = (inp["sample"].to(dt), inp["timestep"], inp["encoder_hidden_states"].to(dt))
             with torch.inference_mode():
                 # the untimed warm-up counts the FLOPs and gives the output Ember compares with
                 counter = FlopCounterMode(display=False)
                 with counter:
                     out = unet(*args).sample
-                save_file({"sample": out.contiguous()}, run["out"])
-                emit(f"flops_{run['size']}", float(counter.get_total_flops()))
+                save_file({"sample": out.float().contiguous()}, f"{run['out']}_{dn}.safetensors")
+                if dn == dtypes[0]:
+                    emit(f"flops_{run['size']}", float(counter.get_total_flops()))
                 wall, cpu = [], []
                 for _ in range(steps):
                     w0, c0 = time.perf_counter(), time.process_time()
                     unet(*args)
                     wall.append((time.perf_counter() - w0) * 1e3)
                     cpu.append((time.process_time() - c0) * 1e3)
-            emit(f"step_{run['size']}", median(wall))
-            emit(f"step_cpu_{run['size']}", median(cpu))
+            emit(f"step_{run['size']}_{dn}", median(wall))
+            emit(f"step_cpu_{run['size']}_{dn}", median(cpu))
         del unet
+    cdt = DTYPES[dtypes[0]]
     for n, c, h, w in task.get("conv", []):
-        x = torch.rand(n, c, h, w) * 2 - 1
-        wt = torch.rand(c, c, 3, 3) * 2 - 1
-        b = torch.rand(c)
+        x = (torch.rand(n, c, h, w) * 2 - 1).to(cdt)
+        wt = (torch.rand(c, c, 3, 3) * 2 - 1).to(cdt)
+        b = torch.rand(c).to(cdt)
         with torch.inference_mode():
             F.conv2d(x, wt, b, padding=1)
             times, start = [], time.perf_counter()
