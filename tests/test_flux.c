@@ -1,7 +1,8 @@
 /* Flux against diffusers 0.42.1 (tests/fixtures/diffusion/flux_*, made by
  * scripts/gen_flux_fixtures.py): FluxTransformer2DModel's output for three timesteps within 1e-4
  * (f32), with guidance embeddings (FLUX.1-dev's layout) and without (schnell's, with patch_size
- * 2 and out_channels 32); config fields refused by name; bad inputs. FluxPipeline's images from
+ * 2 and out_channels 32); the transformer in bf16 against diffusers' bf16 output (flux_tiny_bf16,
+ * tolerance from torch's own bf16-vs-f32 error); config fields refused by name; bad inputs. FluxPipeline's images from
  * seeds and from the committed (packed) initial latents, eager and compiled, within 1e-3 of
  * diffusers'; bad runs and folders with clear errors. */
 #include <math.h>
@@ -61,6 +62,46 @@ static void test_flux_transformer_matches_diffusers(void) {
     CHECK(!cfg.guidance_embeds && cfg.patch_size == 2 && cfg.out_channels == 32 &&
           cfg.num_layers == 1 && cfg.num_single_layers == 3 && cfg.n_axes == 3 &&
           cfg.axes_dims_rope[0] == 4);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+/* bf16: flux_tiny's transformer loaded as bf16 against diffusers' same model in bfloat16 on the
+ * same (bf16) inputs (flux_tiny_bf16, one timestep). The tolerance is derived from torch's own
+ * bf16 error, measured by the generator: atol = max |torch bf16 - torch f32| (meta
+ * bf16_vs_f32; the random tiny model's outputs reach ~18, its bf16 error ~2.9; Ember's bf16
+ * stays within a quarter of it), rtol 0: Ember's bf16 as close to diffusers' bf16 as that is to
+ * diffusers' f32. */
+static void test_flux_transformer_bf16(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/flux_tiny_bf16");
+    CHECK(b != NULL);
+    em_flux *m = b ? em_flux_load(c, em_test_fixture_path("diffusion", "flux_tiny/transformer"),
+                                  NULL, EM_BF16)
+                   : NULL;
+    CHECK_MSG(!b || m != NULL, "flux_tiny bf16: %s", msg(c));
+    if (m) {
+        double tol = em_test_bundle_meta_num(b, "bf16_vs_f32", -1.0);
+        CHECK(tol > 0.0);
+        em_scope_push(c);
+        em_flux_inputs in = {.hidden_states = em_test_bundle_get(b, c, "hidden"),
+                             .encoder_hidden_states = em_test_bundle_get(b, c, "ehs"),
+                             .pooled_projections = em_test_bundle_get(b, c, "pooled"),
+                             .timestep = em_test_bundle_get(b, c, "t"),
+                             .guidance = em_test_bundle_get(b, c, "guidance"),
+                             .img_ids = em_test_bundle_get(b, c, "img_ids"),
+                             .txt_ids = em_test_bundle_get(b, c, "txt_ids")};
+        em_tensor *got = em_flux_forward(c, m, &in);
+        CHECK_MSG(got != NULL && em_tensor_dtype(got) == EM_BF16, "bf16 forward: %s", msg(c));
+        em_tensor *want = em_test_bundle_get(b, c, "out");
+        if (got && want)
+            em_test_allclose(c, em_cast(c, got, EM_F32), em_cast(c, want, EM_F32), tol, 0.0,
+                             "flux_tiny bf16 vs diffusers bf16");
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_scope_pop(c);
+    }
+    em_ctx_clear_error(c);
+    em_flux_free(m);
     em_test_bundle_free(b);
     em_ctx_free(c);
 }
@@ -392,6 +433,7 @@ static void test_flux_bad_folders(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_flux_transformer_matches_diffusers), T(test_flux_config),
+EM_TEST_MAIN(T(test_flux_transformer_matches_diffusers), T(test_flux_transformer_bf16),
+             T(test_flux_config),
              T(test_flux_bad_inputs), T(test_flux_pipeline_runs), T(test_flux_bad_runs),
              T(test_flux_bad_folders), T(test_flux_scheduler_sigmas))
