@@ -2,9 +2,9 @@
  * scripts/gen_flux_fixtures.py): FluxTransformer2DModel's output for three timesteps within 1e-4
  * (f32), with guidance embeddings (FLUX.1-dev's layout) and without (schnell's, with patch_size
  * 2 and out_channels 32); the transformer in bf16 against diffusers' bf16 output (flux_tiny_bf16,
- * tolerance from torch's own bf16-vs-f32 error); config fields refused by name; bad inputs. FluxPipeline's images from
- * seeds and from the committed (packed) initial latents, eager and compiled, within 1e-3 of
- * diffusers'; bad runs and folders with clear errors. */
+ * tolerance from torch's own bf16-vs-f32 error); config fields refused by name; bad inputs.
+ * FluxPipeline's images from seeds and from the committed (packed) initial latents, eager and
+ * compiled, within 1e-3 of diffusers'; bad runs and folders with clear errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
