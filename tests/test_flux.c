@@ -16,6 +16,20 @@
 #include "sd_pipeline_test.h"
 
 
+/* The forward's inputs <prefix>hidden, ehs, pooled, img_ids, txt_ids (and guidance with the
+ * model's guidance_embeds) of bundle b, in c's current scope; the timestep left to the caller. */
+static em_flux_inputs bundle_inputs(em_ctx *c, em_test_bundle *b, const char *prefix,
+                                    const em_flux *m) {
+    char key[64];
+#define GET(name) (snprintf(key, sizeof key, "%s%s", prefix, name), em_test_bundle_get(b, c, key))
+    em_flux_inputs in = {.hidden_states = GET("hidden"), .encoder_hidden_states = GET("ehs"),
+                         .pooled_projections = GET("pooled"), .img_ids = GET("img_ids"),
+                         .txt_ids = GET("txt_ids")};
+    if (em_flux_get_config(m)->guidance_embeds) in.guidance = GET("guidance");
+#undef GET
+    return in;
+}
+
 static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
                               const char *rel) {
     char what[160], key[64];
@@ -27,10 +41,7 @@ static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
     }
     em_scope_push(c);
 #define GET(name) (snprintf(key, sizeof key, "%s%s", prefix, name), em_test_bundle_get(b, c, key))
-    em_flux_inputs in = {.hidden_states = GET("hidden"), .encoder_hidden_states = GET("ehs"),
-                         .pooled_projections = GET("pooled"), .img_ids = GET("img_ids"),
-                         .txt_ids = GET("txt_ids")};
-    if (em_flux_get_config(m)->guidance_embeds) in.guidance = GET("guidance");
+    em_flux_inputs in = bundle_inputs(c, b, prefix, m);
     for (int k = 0; k < 3; k++) {
         char on[16], tn[16];
         snprintf(on, sizeof on, "out%d", k);
@@ -84,13 +95,8 @@ static void test_flux_transformer_bf16(void) {
         double tol = em_test_bundle_meta_num(b, "bf16_vs_f32", -1.0);
         CHECK(tol > 0.0);
         em_scope_push(c);
-        em_flux_inputs in = {.hidden_states = em_test_bundle_get(b, c, "hidden"),
-                             .encoder_hidden_states = em_test_bundle_get(b, c, "ehs"),
-                             .pooled_projections = em_test_bundle_get(b, c, "pooled"),
-                             .timestep = em_test_bundle_get(b, c, "t"),
-                             .guidance = em_test_bundle_get(b, c, "guidance"),
-                             .img_ids = em_test_bundle_get(b, c, "img_ids"),
-                             .txt_ids = em_test_bundle_get(b, c, "txt_ids")};
+        em_flux_inputs in = bundle_inputs(c, b, "", m);
+        in.timestep = em_test_bundle_get(b, c, "t");
         em_tensor *got = em_flux_forward(c, m, &in);
         CHECK_MSG(got != NULL && em_tensor_dtype(got) == EM_BF16, "bf16 forward: %s", msg(c));
         em_tensor *want = em_test_bundle_get(b, c, "out");
