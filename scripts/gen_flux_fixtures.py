@@ -36,7 +36,14 @@ tests/fixtures/diffusion/flux_tiny_ref.{json,bin} (a Bundle):
   generators_image: pipe("an astronaut", num_images_per_prompt=2, generator=[seed 7, seed 8],
   guidance_scale=3, num_inference_steps=2, 16x16, max_sequence_length=6): [2, 16, 16, 3]
 
-The transformer must match within 1e-4, images within 1e-3.
+tests/fixtures/diffusion/flux_tiny_bf16.{json,bin} (a Bundle): flux_tiny's transformer in
+bfloat16 on tf_'s inputs (the same seed, so the same values, stored again as bf16) at timestep
+0.5005: hidden, ehs, pooled (bf16), img_ids, txt_ids, t, guidance (f32), out = the bf16 model's
+sample (bf16), and out_f32 = the f32 model's on the same (bf16-rounded) inputs. meta
+"bf16_vs_f32": max |out - out_f32|, torch's own bf16 error on this model and input.
+
+The transformer must match within 1e-4, images within 1e-3; Ember's bf16 transformer within
+bf16_vs_f32 of diffusers' bf16 output (--bf16-only writes just that bundle).
 """
 import os
 import shutil
@@ -146,6 +153,36 @@ def transformer_case(b, prefix, path, seed):
                     img_ids=img_ids, txt_ids=txt_ids, guidance=guidance).sample)
 
 
+def bf16_case():
+    from diffusers import FluxPipeline, FluxTransformer2DModel
+    path = os.path.join(FLUX, "transformer")
+    f32 = FluxTransformer2DModel.from_pretrained(path, torch_dtype=torch.float32).eval()
+    bf16 = FluxTransformer2DModel.from_pretrained(path, torch_dtype=torch.bfloat16).eval()
+    cfg = f32.config
+    g = torch.Generator().manual_seed(930)  # transformer_case's tf_ inputs
+    hidden = torch.randn((2, 12, cfg.in_channels), generator=g).bfloat16()
+    ehs = torch.randn((2, 5, cfg.joint_attention_dim), generator=g).bfloat16()
+    pooled = torch.randn((2, cfg.pooled_projection_dim), generator=g).bfloat16()
+    img_ids = FluxPipeline._prepare_latent_image_ids(1, 3, 4, "cpu", torch.float32)
+    img_ids[:, 0] = 1.0
+    txt_ids = torch.randint(0, 7, (5, 3), generator=g).float()
+    t = torch.tensor([0.5005, 0.5005])
+    guidance = torch.tensor([3.5, 3.5])
+    with torch.no_grad():
+        out = bf16(hidden, encoder_hidden_states=ehs, pooled_projections=pooled, timestep=t,
+                   img_ids=img_ids, txt_ids=txt_ids, guidance=guidance).sample
+        ref = f32(hidden.float(), encoder_hidden_states=ehs.float(),
+                  pooled_projections=pooled.float(), timestep=t, img_ids=img_ids,
+                  txt_ids=txt_ids, guidance=guidance).sample
+    b = Bundle(os.path.join(OUT, "flux_tiny_bf16"))
+    for k, v in (("hidden", hidden), ("ehs", ehs), ("pooled", pooled), ("img_ids", img_ids),
+                 ("txt_ids", txt_ids), ("t", t), ("guidance", guidance), ("out", out),
+                 ("out_f32", ref)):
+        b.add(k, v)
+    b.meta = {"bf16_vs_f32": (out.float() - ref).abs().max().item()}
+    print(b.write(), b.meta)
+
+
 def run(pipe, prompt, prompt_2, guidance, steps, seed, h, w, msl, latents=None):
     with torch.no_grad():
         return pipe(prompt, prompt_2=prompt_2, guidance_scale=guidance, num_inference_steps=steps,
@@ -154,6 +191,9 @@ def run(pipe, prompt, prompt_2, guidance, steps, seed, h, w, msl, latents=None):
 
 
 def main():
+    if sys.argv[1:] == ["--bf16-only"]:
+        bf16_case()
+        return
     from diffusers import FluxPipeline
     from diffusers.utils.torch_utils import randn_tensor
     build()
@@ -191,6 +231,7 @@ def main():
     b.add("sched_timesteps", pipe.scheduler.timesteps.float())
     b.meta = {"runs": meta, "sched_mu": mu}
     print(b.write())
+    bf16_case()
 
 
 if __name__ == "__main__":

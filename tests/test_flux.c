@@ -1,9 +1,10 @@
 /* Flux against diffusers 0.42.1 (tests/fixtures/diffusion/flux_*, made by
  * scripts/gen_flux_fixtures.py): FluxTransformer2DModel's output for three timesteps within 1e-4
  * (f32), with guidance embeddings (FLUX.1-dev's layout) and without (schnell's, with patch_size
- * 2 and out_channels 32); config fields refused by name; bad inputs. FluxPipeline's images from
- * seeds and from the committed (packed) initial latents, eager and compiled, within 1e-3 of
- * diffusers'; bad runs and folders with clear errors. */
+ * 2 and out_channels 32); the transformer in bf16 against diffusers' bf16 output (flux_tiny_bf16,
+ * tolerance from torch's own bf16-vs-f32 error); config fields refused by name; bad inputs.
+ * FluxPipeline's images from seeds and from the committed (packed) initial latents, eager and
+ * compiled, within 1e-3 of diffusers'; bad runs and folders with clear errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,20 @@
 #include "harness.h"
 #include "sd_pipeline_test.h"
 
+
+/* The forward's inputs <prefix>hidden, ehs, pooled, img_ids, txt_ids (and guidance with the
+ * model's guidance_embeds) of bundle b, in c's current scope; the timestep left to the caller. */
+static em_flux_inputs bundle_inputs(em_ctx *c, em_test_bundle *b, const char *prefix,
+                                    const em_flux *m) {
+    char key[64];
+#define GET(name) (snprintf(key, sizeof key, "%s%s", prefix, name), em_test_bundle_get(b, c, key))
+    em_flux_inputs in = {.hidden_states = GET("hidden"), .encoder_hidden_states = GET("ehs"),
+                         .pooled_projections = GET("pooled"), .img_ids = GET("img_ids"),
+                         .txt_ids = GET("txt_ids")};
+    if (em_flux_get_config(m)->guidance_embeds) in.guidance = GET("guidance");
+#undef GET
+    return in;
+}
 
 static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
                               const char *rel) {
@@ -26,10 +41,7 @@ static void check_transformer(em_ctx *c, em_test_bundle *b, const char *prefix,
     }
     em_scope_push(c);
 #define GET(name) (snprintf(key, sizeof key, "%s%s", prefix, name), em_test_bundle_get(b, c, key))
-    em_flux_inputs in = {.hidden_states = GET("hidden"), .encoder_hidden_states = GET("ehs"),
-                         .pooled_projections = GET("pooled"), .img_ids = GET("img_ids"),
-                         .txt_ids = GET("txt_ids")};
-    if (em_flux_get_config(m)->guidance_embeds) in.guidance = GET("guidance");
+    em_flux_inputs in = bundle_inputs(c, b, prefix, m);
     for (int k = 0; k < 3; k++) {
         char on[16], tn[16];
         snprintf(on, sizeof on, "out%d", k);
@@ -61,6 +73,41 @@ static void test_flux_transformer_matches_diffusers(void) {
     CHECK(!cfg.guidance_embeds && cfg.patch_size == 2 && cfg.out_channels == 32 &&
           cfg.num_layers == 1 && cfg.num_single_layers == 3 && cfg.n_axes == 3 &&
           cfg.axes_dims_rope[0] == 4);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
+/* bf16: flux_tiny's transformer loaded as bf16 against diffusers' same model in bfloat16 on the
+ * same (bf16) inputs (flux_tiny_bf16, one timestep). The tolerance is derived from torch's own
+ * bf16 error, measured by the generator: atol = max |torch bf16 - torch f32| (meta
+ * bf16_vs_f32; the random tiny model's outputs reach ~18, its bf16 error ~2.9; Ember's bf16
+ * stays within a quarter of it), rtol 0: Ember's bf16 as close to diffusers' bf16 as that is to
+ * diffusers' f32. */
+static void test_flux_transformer_bf16(void) {
+    em_ctx *c = em_ctx_create();
+    em_test_bundle *b = em_test_bundle_load("diffusion/flux_tiny_bf16");
+    CHECK(b != NULL);
+    em_flux *m = b ? em_flux_load(c, em_test_fixture_path("diffusion", "flux_tiny/transformer"),
+                                  NULL, EM_BF16)
+                   : NULL;
+    CHECK_MSG(!b || m != NULL, "flux_tiny bf16: %s", msg(c));
+    if (m) {
+        double tol = em_test_bundle_meta_num(b, "bf16_vs_f32", -1.0);
+        CHECK(tol > 0.0);
+        em_scope_push(c);
+        em_flux_inputs in = bundle_inputs(c, b, "", m);
+        in.timestep = em_test_bundle_get(b, c, "t");
+        em_tensor *got = em_flux_forward(c, m, &in);
+        CHECK_MSG(got != NULL && em_tensor_dtype(got) == EM_BF16, "bf16 forward: %s", msg(c));
+        em_tensor *want = em_test_bundle_get(b, c, "out");
+        if (got && want)
+            em_test_allclose(c, em_cast(c, got, EM_F32), em_cast(c, want, EM_F32), tol, 0.0,
+                             "flux_tiny bf16 vs diffusers bf16");
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_scope_pop(c);
+    }
+    em_ctx_clear_error(c);
+    em_flux_free(m);
     em_test_bundle_free(b);
     em_ctx_free(c);
 }
@@ -392,6 +439,7 @@ static void test_flux_bad_folders(void) {
     em_ctx_free(c);
 }
 
-EM_TEST_MAIN(T(test_flux_transformer_matches_diffusers), T(test_flux_config),
+EM_TEST_MAIN(T(test_flux_transformer_matches_diffusers), T(test_flux_transformer_bf16),
+             T(test_flux_config),
              T(test_flux_bad_inputs), T(test_flux_pipeline_runs), T(test_flux_bad_runs),
              T(test_flux_bad_folders), T(test_flux_scheduler_sigmas))

@@ -199,6 +199,11 @@ static bool load_weights(unet_loader *l, void *user) {
                                        D});
 }
 
+/* em_flux_config_load for mmdit_load_setup */
+static em_status load_config(em_ctx *c, const char *dir, void *cfg) {
+    return em_flux_config_load(c, dir, cfg);
+}
+
 em_flux *em_flux_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype) {
     return em_flux_load_tp(c, dir, device, dtype, NULL);
 }
@@ -206,29 +211,15 @@ em_flux *em_flux_load(em_ctx *c, const char *dir, const char *device, em_dtype d
 em_flux *em_flux_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
                          em_dist *tp) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (!diff_check_load_args(c, OP, dir, dtype)) return NULL;
     em_flux *m = calloc(1, sizeof *m);
-    if (!m || !(m->dir = strdup(dir))) {
-        free(m);
-        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-        return NULL;
-    }
-    if (em_flux_config_load(c, dir, &m->cfg) != EM_OK) {
+    const mmdit_fields *f = m ? &(mmdit_fields){&m->dir, &m->dev, &m->dtype, &m->inner, &m->tp,
+                                                &m->heads, &m->cp, &m->cfg,
+                                                &m->cfg.num_attention_heads,
+                                                &m->cfg.attention_head_dim} : NULL;
+    if (!mmdit_load_setup(c, OP, f, dir, device, dtype, tp, load_config)) {
         em_flux_free(m);
         return NULL;
     }
-    m->dtype = dtype;
-    m->inner = m->cfg.num_attention_heads * m->cfg.attention_head_dim;
-    if (!diff_tp_init(c, &m->tp, tp, device, OP) ||
-        !diff_tp_check(c, &m->tp, OP, dir, "num_attention_heads", m->cfg.num_attention_heads) ||
-        !diff_tp_check(c, &m->tp, OP, dir, "the feed-forward width (4 * inner dim)",
-                       4 * m->inner)) {
-        em_flux_free(m);
-        return NULL;
-    }
-    m->dev = m->tp.dev;
-    m->heads = m->cfg.num_attention_heads / m->tp.size;
-    m->cp.size = 1;
     m->blocks = calloc((size_t)m->cfg.num_layers + 1, sizeof *m->blocks);
     m->singles = calloc((size_t)m->cfg.num_single_layers + 1, sizeof *m->singles);
     if (!m->blocks || !m->singles) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");

@@ -224,27 +224,16 @@ em_tensor *flux_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_pa
                     (long long)steps);
         return NULL;
     }
-    em_torch_generator *g = rp->seeds ? em_torch_generator_create_list(rp->seeds,
-                                                                      (int)rp->num_seeds)
-                                      : em_torch_generator_create(rp->seed);
-    /* sd_prompt_texts: n (empty) negatives then the n prompts; the T5's `prompt_2 or prompt` */
-    const char **texts = g ? sd_prompt_texts(c, rp) : NULL;
-    const char **texts2 = texts ? sdxl_second_texts(c, rp, texts, n) : NULL;
-    if (!g || !texts2) {
-        if (!g) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
-        em_torch_generator_free(g);
-        free((void *)texts);
-        return NULL;
-    }
+    /* n (empty) negatives then the n prompts; the T5's `prompt_2 or prompt` */
+    em_torch_generator *g;
+    const char **texts, **texts2;
+    if (!flow_run_begin(c, rp, n, &g, &texts, &texts2)) return NULL;
     em_scope_push(c);
     flux_run r = {.p = p};
     r.ctx = prompt_embeds(c, p, texts + n, texts2 + n, (int)n, msl, &r.pooled);
     free((void *)texts);
     free((void *)texts2);
-    if (r.ctx && per > 1) { /* .repeat(1, num_images_per_prompt, ...): each row per times */
-        r.ctx = em_repeat_interleave(c, r.ctx, per, 0);
-        r.pooled = em_repeat_interleave(c, r.pooled, per, 0);
-    }
+    flow_repeat_embeds(c, per, &r.ctx, &r.pooled);
     r.ctx = pipeline_as(c, r.ctx, p->dtype);
     r.pooled = pipeline_as(c, r.pooled, p->dtype);
     int64_t lh = 0, lw = 0;

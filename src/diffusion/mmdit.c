@@ -1,8 +1,12 @@
 /* The MMDiT transformers' shared pieces (mmdit_impl.h): diffusers 0.42's Timesteps,
- * TimestepEmbedding, AdaLayerNorm modulation, FeedForward and attention head projections. */
+ * TimestepEmbedding, AdaLayerNorm modulation, FeedForward and attention head projections, and the
+ * loaders' common setup. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "diffusion/mmdit_impl.h"
+#include "diffusion/weights.h"
 
 em_tensor *mmdit_time_freqs(em_ctx *c, em_device *dev) {
     float f[MMDIT_TIME_CHANNELS / 2];
@@ -51,4 +55,25 @@ em_tensor *mmdit_merge_heads(em_ctx *c, em_tensor *a) {
     int64_t hd = em_tensor_dim(a, 3);
     return em_reshape(c, em_contiguous(c, em_transpose(c, a, 1, 2)), 3,
                       (int64_t[]){n, T, H * hd});
+}
+
+bool mmdit_load_setup(em_ctx *c, const char *op, const mmdit_fields *f, const char *dir,
+                      const char *device, em_dtype dtype, em_dist *tp,
+                      em_status (*load_config)(em_ctx *c, const char *dir, void *cfg)) {
+    if (!diff_check_load_args(c, op, dir, dtype)) return false;
+    if (!f || !(*f->dir = strdup(dir))) {
+        em_ctx_fail(c, EM_ERR_OOM, op, "out of memory");
+        return false;
+    }
+    if (load_config(c, dir, f->cfg) != EM_OK) return false;
+    *f->dtype = dtype;
+    *f->inner = *f->cfg_heads * *f->cfg_head_dim;
+    if (!diff_tp_init(c, f->tp, tp, device, op) ||
+        !diff_tp_check(c, f->tp, op, dir, "num_attention_heads", *f->cfg_heads) ||
+        !diff_tp_check(c, f->tp, op, dir, "the feed-forward width (4 * inner dim)", 4 * *f->inner))
+        return false;
+    *f->dev = f->tp->dev;
+    *f->heads = *f->cfg_heads / f->tp->size;
+    f->cp->size = 1;
+    return true;
 }

@@ -38,4 +38,28 @@ em_tensor *mmdit_heads(em_ctx *c, const unet_param *w, const unet_param *norm, e
 /* [N, H, T, hd] attention output -> [N, T, H * hd] */
 em_tensor *mmdit_merge_heads(em_ctx *c, em_tensor *a);
 
+/* The fields every MMDiT transformer sets up alike at load, as pointers into the model's struct
+ * (cfg_heads and cfg_head_dim into its config, read once load_config has filled it). */
+typedef struct mmdit_fields {
+    char **dir;
+    em_device **dev;
+    em_dtype *dtype;
+    int64_t *inner;     /* num_attention_heads * attention_head_dim */
+    diff_tp *tp;
+    int64_t *heads;     /* this rank's heads: num_attention_heads / tp.size */
+    diff_cp *cp;        /* size 1: no context parallelism until set */
+    void *cfg;          /* the model's config, filled by load_config */
+    const int64_t *cfg_heads, *cfg_head_dim;
+} mmdit_fields;
+
+/* em_sd3_load_tp's and em_flux_load_tp's common setup of a freshly calloc'd model's fields f
+ * (NULL when that calloc failed): diff_check_load_args, then *f->dir = strdup(dir) (EM_ERR_OOM
+ * when that or the calloc failed), load_config(c, dir, f->cfg), the dtype, inner dim, tensor
+ * parallelism over tp (diff_tp_init on device; num_attention_heads and 4 * inner divisible by
+ * its degree), the device, the rank's heads and cp->size = 1. False with the error in c; the
+ * caller then frees the model with its own free (every field is still zero or set). */
+bool mmdit_load_setup(em_ctx *c, const char *op, const mmdit_fields *f, const char *dir,
+                      const char *device, em_dtype dtype, em_dist *tp,
+                      em_status (*load_config)(em_ctx *c, const char *dir, void *cfg));
+
 #endif

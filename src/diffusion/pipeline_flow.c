@@ -1,6 +1,7 @@
 /* Pieces the flow-matching transformer pipelines share (StableDiffusion3Pipeline in
  * sd3_pipeline.c, FluxPipeline in flux_pipeline.c): running a CLIP or T5 encoder on texts,
- * calculate_shift, the initial latents' checks, and the decode of latents / scaling_factor +
+ * calculate_shift, the run's prologue (generator, texts, repeated embeddings), the initial
+ * latents' checks, and the decode of latents / scaling_factor +
  * shift_factor to images. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,27 @@ em_tensor *flow_decode(em_ctx *c, em_pipeline *p, em_tensor *x, bool sliced) {
     em_device *cpu = img ? em_device_get(c, "cpu") : NULL;
     if (cpu && em_tensor_device(img) != cpu) img = em_to(c, img, cpu);
     return em_ctx_status(c) ? NULL : img;
+}
+
+bool flow_run_begin(em_ctx *c, const em_pipeline_run_params *rp, int64_t n,
+                    em_torch_generator **g, const char ***texts, const char ***texts2) {
+    *g = rp->seeds ? em_torch_generator_create_list(rp->seeds, (int)rp->num_seeds)
+                   : em_torch_generator_create(rp->seed);
+    *texts = *g ? sd_prompt_texts(c, rp) : NULL;
+    *texts2 = *texts ? sdxl_second_texts(c, rp, *texts, n) : NULL;
+    if (*texts2) return true;
+    if (!*g) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
+    em_torch_generator_free(*g);
+    free((void *)*texts);
+    *g = NULL;
+    *texts = NULL;
+    return false;
+}
+
+void flow_repeat_embeds(em_ctx *c, int64_t per, em_tensor **ctx, em_tensor **pooled) {
+    if (!*ctx || per <= 1) return;
+    *ctx = em_repeat_interleave(c, *ctx, per, 0);
+    *pooled = em_repeat_interleave(c, *pooled, per, 0);
 }
 
 bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,

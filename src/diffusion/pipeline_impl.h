@@ -206,6 +206,15 @@ em_tensor *flow_decode(em_ctx *c, em_pipeline *p, em_tensor *x, bool sliced);
  * per image; sizes and max_sequence_length (0 to 512) in range. False with the error in c. */
 bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_params *rp,
                     const char *bad);
+/* The run's prologue: its generator (rp->seeds' list, else rp->seed) in *g and its texts,
+ * sd_prompt_texts' n negatives then the n prompts in *texts and sdxl_second_texts' ones for the
+ * second encoder (`prompt_2 or prompt`, `negative_prompt_2 or negative_prompt`) in *texts2 (the
+ * caller frees both arrays and g). False with the error in c, nothing to free. */
+bool flow_run_begin(em_ctx *c, const em_pipeline_run_params *rp, int64_t n,
+                    em_torch_generator **g, const char ***texts, const char ***texts2);
+/* .repeat(1, num_images_per_prompt, ...).view(...) of the prompt embeddings: each row of *ctx
+ * and *pooled per times, when per > 1 and *ctx is set. */
+void flow_repeat_embeds(em_ctx *c, int64_t per, em_tensor **ctx, em_tensor **pooled);
 /* The model's prediction (f32, x's shape) for the f32 latents x at timestep t, through the
  * compiled step f when not NULL, in the current scope; NULL with the error. */
 typedef em_tensor *(*flow_pred_fn)(em_ctx *c, void *user, em_compiled *f, em_tensor *x,

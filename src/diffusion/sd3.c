@@ -173,6 +173,11 @@ static bool load_weights(unet_loader *l, void *user) {
                            (int64_t[]){p * p * cfg->out_channels, D});
 }
 
+/* em_sd3_config_load for mmdit_load_setup */
+static em_status load_config(em_ctx *c, const char *dir, void *cfg) {
+    return em_sd3_config_load(c, dir, cfg);
+}
+
 em_sd3 *em_sd3_load(em_ctx *c, const char *dir, const char *device, em_dtype dtype) {
     return em_sd3_load_tp(c, dir, device, dtype, NULL);
 }
@@ -180,29 +185,15 @@ em_sd3 *em_sd3_load(em_ctx *c, const char *dir, const char *device, em_dtype dty
 em_sd3 *em_sd3_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
                        em_dist *tp) {
     if (!c || em_ctx_status(c)) return NULL;
-    if (!diff_check_load_args(c, OP, dir, dtype)) return NULL;
     em_sd3 *m = calloc(1, sizeof *m);
-    if (!m || !(m->dir = strdup(dir))) {
-        free(m);
-        em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
-        return NULL;
-    }
-    if (em_sd3_config_load(c, dir, &m->cfg) != EM_OK) {
+    const mmdit_fields *f = m ? &(mmdit_fields){&m->dir, &m->dev, &m->dtype, &m->inner, &m->tp,
+                                                &m->heads, &m->cp, &m->cfg,
+                                                &m->cfg.num_attention_heads,
+                                                &m->cfg.attention_head_dim} : NULL;
+    if (!mmdit_load_setup(c, OP, f, dir, device, dtype, tp, load_config)) {
         em_sd3_free(m);
         return NULL;
     }
-    m->dtype = dtype;
-    m->inner = m->cfg.num_attention_heads * m->cfg.attention_head_dim;
-    if (!diff_tp_init(c, &m->tp, tp, device, OP) ||
-        !diff_tp_check(c, &m->tp, OP, dir, "num_attention_heads", m->cfg.num_attention_heads) ||
-        !diff_tp_check(c, &m->tp, OP, dir, "the feed-forward width (4 * inner dim)",
-                       4 * m->inner)) {
-        em_sd3_free(m);
-        return NULL;
-    }
-    m->dev = m->tp.dev;
-    m->heads = m->cfg.num_attention_heads / m->tp.size;
-    m->cp.size = 1;
     m->blocks = calloc((size_t)m->cfg.num_layers, sizeof *m->blocks);
     if (!m->blocks) em_ctx_fail(c, EM_ERR_OOM, OP, "out of memory");
     unet_loader l = {.c = c, .dir = dir, .op = OP, .dtype = dtype, .dev = m->dev};

@@ -226,29 +226,18 @@ em_tensor *sd3_pipeline_run(em_ctx *c, em_pipeline *p, const em_pipeline_run_par
     int64_t msl = rp->max_sequence_length ? rp->max_sequence_length : 256;
     bool cfg = guidance > 1.0;
     int64_t n = sd_prompts(rp), per = sd_batch(rp) / n;
-    em_torch_generator *g = rp->seeds ? em_torch_generator_create_list(rp->seeds,
-                                                                      (int)rp->num_seeds)
-                                      : em_torch_generator_create(rp->seed);
     /* encode_prompt: n negative prompts (None: "") then the n prompts; text_encoder_2's are
      * `prompt_2 or prompt` and `negative_prompt_2 or negative_prompt` */
-    const char **texts = g ? sd_prompt_texts(c, rp) : NULL;
-    const char **texts2 = texts ? sdxl_second_texts(c, rp, texts, n) : NULL;
-    if (!g || !texts2) {
-        if (!g) em_ctx_fail(c, EM_ERR_OOM, RUN_OP, "out of memory");
-        em_torch_generator_free(g);
-        free((void *)texts);
-        return NULL;
-    }
+    em_torch_generator *g;
+    const char **texts, **texts2;
+    if (!flow_run_begin(c, rp, n, &g, &texts, &texts2)) return NULL;
     em_scope_push(c);
     em_tensor *pooled = NULL;
     em_tensor *ctx = prompt_embeds(c, p, cfg ? texts : texts + n, cfg ? texts2 : texts2 + n,
                                    (int)(cfg ? 2 * n : n), msl, &pooled);
     free((void *)texts);
     free((void *)texts2);
-    if (ctx && per > 1) { /* .repeat(1, num_images_per_prompt, 1).view(...): each row per times */
-        ctx = em_repeat_interleave(c, ctx, per, 0);
-        pooled = em_repeat_interleave(c, pooled, per, 0);
-    }
+    flow_repeat_embeds(c, per, &ctx, &pooled);
     em_tensor *x = ctx && pooled ? initial_latents(c, p, rp, g) : NULL;
     if (x) x = em_tensor_retain(x);
     sd3_run r = {p, ctx, pooled, guidance};
