@@ -130,13 +130,8 @@ em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tens
     if (!q || !k || !v || (kf && !vf)) return NULL;
     if (cp->g && cp->schedule == EM_CP_RING) return ring(c, cp, q, k, v, kf, vf);
     if (cp->g && cp->schedule == EM_CP_ULYSSES) return ulysses(c, cp, q, k, v, kf, vf, fixed_first);
-    em_tensor *kk[2] = {diff_cp_gather(c, cp, k, 2), kf};
-    em_tensor *vv[2] = {diff_cp_gather(c, cp, v, 2), vf};
-    if (kf && fixed_first) {
-        kk[1] = kk[0], kk[0] = kf;
-        vv[1] = vv[0], vv[0] = vf;
-    }
+    em_tensor *kk = with_fixed(c, diff_cp_gather(c, cp, k, 2), kf, fixed_first);
+    em_tensor *vv = with_fixed(c, diff_cp_gather(c, cp, v, 2), vf, fixed_first);
     em_sdpa_params sp = em_sdpa_default_params();
-    return em_sdpa(c, q, kf ? em_cat(c, kk, 2, 2) : kk[0], kf ? em_cat(c, vv, 2, 2) : vv[0], NULL,
-                   &sp);
+    return em_sdpa(c, q, kk, vv, NULL, &sp);
 }
