@@ -22,9 +22,11 @@ typedef void (*em_ragged_nk_f32_fn)(const float *x, int64_t ldx, int64_t rows, c
  * K/2 steps of 32 columns x a (k, k+1) pair, [N/32, K/2, 32, 2] — vdpbf16ps's operand layout, so
  * a 16-column vector of the panel meets one broadcast pair of an x row. Computes
  * out[r*ldo + 32*p + c] (bf16, rounded once) for rows r < rows and the np panels at wp (panel
- * stride ks*64 elements); ks = K/2. Each panel is one sequential stream, read once for up to 10
- * rows (larger groups in equal blocks of at most 10, the panel again from L2 for each), and x
- * is read 32 columns at a time instead of 4.
+ * stride ks*64 elements); ks = K/2. Each panel is one sequential stream from DRAM and x is read
+ * 32 columns at a time instead of 4. How a group's rows share the stream is the set's choice:
+ * AVX-512 reads a panel once for up to 10 rows (larger groups in equal blocks of at most 10, the
+ * panel again from L2 for each); AVX2 walks it in 8 KB chunks, every 2-row pass over a chunk
+ * from L1 before the next (ragged_packed_avx2.inc).
  */
 typedef void (*em_ragged_packed_bf16_fn)(const uint16_t *x, int64_t ldx, int64_t rows,
                                          const uint16_t *wp, int64_t np, int64_t ks,
