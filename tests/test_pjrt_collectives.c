@@ -3,8 +3,9 @@
  * XLA's CPU plugin with 2 and 4 devices (em_dist_local; cpu_device_count=4), one thread per
  * rank, against the numpy references the CPU's MPI collectives are tested with
  * (tests/fixtures/dist, scripts/gen_collective_fixtures.py: bf16 sums exact, compared bit for
- * bit). Then the errors: ranks that disagree, a rank that never comes, tensors on the wrong
- * device. Skipped, loudly, without the plugin.
+ * bit), each case eager and compiled (the op inside a traced program compiled for the group).
+ * Then the errors: ranks that disagree, a rank that never comes, tensors on the wrong device.
+ * Skipped, loudly, without the plugin.
  */
 #include <jansson.h>
 #include <math.h>
@@ -24,7 +25,7 @@ typedef struct job {
     em_dist *g;
     int rank, world;
     void (*fn)(struct job *j);
-    int fails, ran;
+    int fails, ran, compiled;
     char msg[1024];
     em_status st;       /* error tests: the status of the rank's call */
     char err[1536];     /* and its message */
@@ -100,6 +101,38 @@ static void compare(job *j, em_ctx *c, em_tensor *got, em_tensor *want, double a
     free(w);
 }
 
+/* One case's op, by name (NULL for an unknown name). */
+static em_tensor *run_op(em_ctx *c, json_t *cs, em_tensor *x, em_dist *g) {
+    const char *op = json_string_value(json_object_get(cs, "op"));
+    const char *r = json_string_value(json_object_get(cs, "reduce"));
+    em_reduce_op red = r && !strcmp(r, "max") ? EM_REDUCE_MAX : EM_REDUCE_SUM;
+    if (!strcmp(op, "all_reduce")) return em_all_reduce(c, x, red, g);
+    if (!strcmp(op, "reduce_scatter")) return em_reduce_scatter(c, x, red, attr(cs, "dim"), g);
+    if (!strcmp(op, "all_gather")) return em_all_gather(c, x, attr(cs, "dim"), g);
+    if (!strcmp(op, "all_to_all"))
+        return em_all_to_all(c, x, attr(cs, "split_dim"), attr(cs, "concat_dim"), g);
+    if (!strcmp(op, "ring_shift")) return em_ring_shift(c, x, attr(cs, "offset"), g);
+    return NULL;
+}
+
+/* Compile mode: the case's op inside a traced function, so it reaches the device as part of
+ * one StableHLO program compiled for the group (the collective's lowering inside a module,
+ * not the eager one-op program). A 2x is applied on either side so the collective is not the
+ * whole program; doubling is exact, and so is halving what came back. */
+typedef struct compiled_case {
+    json_t *cs;
+    em_dist *g;
+} compiled_case;
+
+static int compiled_fn(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                       int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    compiled_case *k = user;
+    em_tensor *y = run_op(c, k->cs, em_mul_scalar(c, in[0], 2.0), k->g);
+    out[0] = y ? em_mul_scalar(c, y, 0.5) : NULL;
+    return out[0] ? 1 : -1;
+}
+
 /* Every case of this world size, in the fixtures' order (the same on every rank). */
 static void rank_fixtures(job *j) {
     em_ctx *c = em_ctx_create();
@@ -110,8 +143,6 @@ static void rank_fixtures(job *j) {
         if (attr(cs, "world") != j->world) continue;
         const char *name = json_string_value(json_object_get(cs, "name"));
         const char *op = json_string_value(json_object_get(cs, "op"));
-        const char *r = json_string_value(json_object_get(cs, "reduce"));
-        em_reduce_op red = r && !strcmp(r, "max") ? EM_REDUCE_MAX : EM_REDUCE_SUM;
         em_dtype dt = !strcmp(json_string_value(json_object_get(cs, "dtype")), "bf16") ? EM_BF16
                                                                                       : EM_F32;
         em_scope_push(c);
@@ -119,25 +150,30 @@ static void rank_fixtures(job *j) {
                                      dt, json_object_get(cs, "shape")), dev);
         em_tensor *want = load(c, json_array_get(json_object_get(cs, "outputs"), j->rank), dt,
                                json_object_get(cs, "out_shape"));
-        em_tensor *got = NULL, *got_t = NULL;
+        double atol = json_real_value(json_object_get(cs, "atol"));
+        double rtol = json_real_value(json_object_get(cs, "rtol"));
         if (!strcmp(op, "all_reduce")) {
-            got = em_all_reduce(c, x, red, j->g);
             /* the same values through a strided view on the device (copied whole first) */
             em_tensor *xt = em_transpose(c, em_contiguous(c, em_transpose(c, x, 0, -1)), 0, -1);
-            got_t = em_all_reduce(c, xt, red, j->g);
-            compare(j, c, got_t, want, json_real_value(json_object_get(cs, "atol")),
-                    json_real_value(json_object_get(cs, "rtol")), name);
-        } else if (!strcmp(op, "reduce_scatter")) {
-            got = em_reduce_scatter(c, x, red, attr(cs, "dim"), j->g);
-        } else if (!strcmp(op, "all_gather")) {
-            got = em_all_gather(c, x, attr(cs, "dim"), j->g);
-        } else if (!strcmp(op, "all_to_all")) {
-            got = em_all_to_all(c, x, attr(cs, "split_dim"), attr(cs, "concat_dim"), j->g);
-        } else if (!strcmp(op, "ring_shift")) {
-            got = em_ring_shift(c, x, attr(cs, "offset"), j->g);
+            compare(j, c, run_op(c, cs, xt, j->g), want, atol, rtol, name);
         }
-        compare(j, c, got, want, json_real_value(json_object_get(cs, "atol")),
-                json_real_value(json_object_get(cs, "rtol")), name);
+        compare(j, c, run_op(c, cs, x, j->g), want, atol, rtol, name);
+        compiled_case k = {cs, j->g};
+        em_compiled *f = em_compile(c, name, compiled_fn, &k);
+        em_tensor *got = NULL;
+        if (f && em_compiled_call(c, f, &x, 1, NULL, 0, &got, 1) != 1) got = NULL;
+        char cname[160];
+        snprintf(cname, sizeof cname, "%s (compiled)", name);
+        compare(j, c, got, want, atol, rtol, cname);
+        if (f) {
+            em_compile_stats st;
+            em_compiled_stats(f, &st);
+            if (strcmp(st.backend, "pjrt"))
+                fail(j, "%s: rank %d: compiled on %s, not as a PJRT program", cname, j->rank,
+                     st.backend);
+            j->compiled++;
+        }
+        em_compiled_free(f);
         em_scope_pop(c);
         j->ran++;
     }
@@ -172,8 +208,11 @@ static void test_fixtures(void) {
         for (int r = 0; r < world; r++) {
             CHECK_MSG(jobs[r].fails == 0, "%d failures; first: %s", jobs[r].fails, jobs[r].msg);
             CHECK_MSG(jobs[r].ran >= 20, "rank %d ran %d cases", r, jobs[r].ran);
+            CHECK_MSG(jobs[r].compiled == jobs[r].ran, "rank %d compiled %d of %d cases", r,
+                      jobs[r].compiled, jobs[r].ran);
         }
-        printf("pjrt collectives: %d cases on %d devices of one process\n", jobs[0].ran, world);
+        printf("pjrt collectives: %d cases on %d devices of one process, eager and compiled\n",
+               jobs[0].ran, world);
         for (int r = 0; r < world; r++) em_dist_free(g[r]);
     }
     em_ctx_free(c);
