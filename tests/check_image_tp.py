@@ -2,10 +2,12 @@
 transformer's heads and feed-forward split over the 2 ranks of mpirun (MPIEXEC "none": skipped),
 and over 2 devices of XLA's CPU plugin in one process, eager and --compile (skipped without the
 plugin); and `--cp 2` (its image tokens split; ring attention, and `--cp-schedule all-gather`
-and `ulysses`) under mpirun, and by the ring over the 2 XLA devices (stablehlo.collective_permute). Then `--tp 2` on the tiny
-StableDiffusion3Pipeline and FluxPipeline (sd3_tiny, flux_tiny: their joint and single-stream
-blocks split the same way) under mpirun and over the 2 XLA devices compiled, and `--cp 2` (their
-image tokens split, the text whole) under mpirun. Each image must be
+and `ulysses`) under mpirun, and over the 2 XLA devices: the ring eager
+(stablehlo.collective_permute) and every schedule --compile'd (one program for both devices).
+Then `--tp 2` on the tiny StableDiffusion3Pipeline and FluxPipeline (sd3_tiny, flux_tiny: their
+joint and single-stream blocks split the same way) under mpirun and over the 2 XLA devices
+compiled, and `--cp 2` (their image tokens split, the text whole) under mpirun and over the 2
+XLA devices compiled (ring and Ulysses). Each image must be
 the one-process run's within 1e-5 and diffusers' (dit_runs_ref's "cfg", sd3_tiny_ref's "size",
 flux_tiny_ref's "prompt2", the runs of check_image.py) within 1e-3; only rank 0 writes and
 prints (one placement line, one progress line per step).
@@ -117,11 +119,18 @@ def main():
                 break
             check("--device xla --tp 2 (a device group)" + " ".join([""] + extra), r, npy,
                   whole, want)
-            if not extra:  # the ring over the device group: stablehlo.collective_permute
-                r = image(ember, npy, ["--cp", "2", "--device", "xla"])
-                check("--device xla --cp 2 (a device group)", r, npy, whole, want)
             if extra and r.stderr.count("compile mode: 1 program(s)") != 1:
                 fail("--compile: want one 'compile mode' line (rank 0's):\n" + r.stderr)
+            # context parallelism over the device group: the ring's stablehlo.collective_permute;
+            # compiled, one program for both devices, so the rank's share of the tokens is taken
+            # by a collective, not a constant offset (every schedule)
+            for sched in (["ring"] if not extra else ["ring", "all-gather", "ulysses"]):
+                r = image(ember, npy, ["--cp", "2", "--cp-schedule", sched, "--device", "xla"] +
+                          extra)
+                check("--device xla --cp 2 --cp-schedule %s (a device group)%s" %
+                      (sched, " ".join([""] + extra)), r, npy, whole, want)
+                if extra and r.stderr.count("compile mode: 1 program(s)") != 1:
+                    fail("--cp --compile: want one 'compile mode' line (rank 0's):\n" + r.stderr)
             ran += 1
         ran += mmdit(mpiexec, ember, tmp)
     sys.exit(0 if ran else SKIP)
@@ -152,6 +161,14 @@ def mmdit(mpiexec, ember, tmp):
             print("SKIPPED (loudly): %s --tp 2 --device xla: no XLA plugin" % name)
             continue
         check("%s: --device xla --tp 2 --compile" % name, r, npy, whole, want, n_steps, detail)
+        # context parallelism compiled over the devices: the text tokens whole, the image
+        # tokens' share and their rows of the position tables (Flux's rotary cos/sin) taken by
+        # a collective; Ulysses' heads of the text tokens too
+        for sched in ("ring", "ulysses"):
+            r = image(ember, npy, ["--cp", "2", "--cp-schedule", sched, "--device", "xla",
+                                   "--compile"], run)
+            check("%s: --device xla --cp 2 --cp-schedule %s --compile" % (name, sched), r, npy,
+                  whole, want, n_steps)
         ran += 1
     return ran
 

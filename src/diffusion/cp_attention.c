@@ -95,7 +95,7 @@ static em_tensor *with_fixed(em_ctx *c, em_tensor *x, em_tensor *f, bool fixed_f
 
 static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
                           em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
-    int64_t H = em_tensor_dim(q, 1), h = H / cp->size, at = cp->rank * h;
+    int64_t H = em_tensor_dim(q, 1);
     if (H % cp->size) {
         em_ctx_fail(c, EM_ERR_SHAPE, "context_parallel", "context parallelism (Ulysses): %lld "
                     "attention heads do not divide over %d ranks; use the ring or the "
@@ -108,9 +108,11 @@ static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor 
     em_tensor *qi = em_all_to_all(c, em_contiguous(c, em_narrow(c, q, 2, img, Ti)), 1, 2, cp->g);
     em_tensor *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, cp->g);
     em_tensor *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, cp->g);
-    em_tensor *qf = L ? em_narrow(c, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L), 1, at, h) : NULL;
-    em_tensor *kh = L ? em_narrow(c, kf, 1, at, h) : NULL;
-    em_tensor *vh = L ? em_narrow(c, vf, 1, at, h) : NULL;
+    /* the fixed tokens: whole and alike on every rank, so the rank's heads are its share */
+    em_tensor *qf = L ? diff_cp_share(c, cp, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L), 1,
+                                      "context_parallel", "attention heads") : NULL;
+    em_tensor *kh = L ? diff_cp_share(c, cp, kf, 1, "context_parallel", "attention heads") : NULL;
+    em_tensor *vh = L ? diff_cp_share(c, cp, vf, 1, "context_parallel", "attention heads") : NULL;
     em_sdpa_params sp = em_sdpa_default_params();
     em_tensor *o = em_sdpa(c, with_fixed(c, qi, qf, fixed_first),
                            with_fixed(c, ki, kh, fixed_first), with_fixed(c, vi, vh, fixed_first),

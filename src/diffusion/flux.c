@@ -455,12 +455,13 @@ static em_tensor *forward(em_ctx *c, em_flux *m, const em_flux_inputs *in, em_te
     snprintf(what, sizeof what, "%lld image tokens", (long long)T);
     em_tensor *x = diff_cp_local(c, &m->cp, mmdit_lin(c, &m->x_emb, in->hidden_states), OP, what);
     if (m->cp.g && x) { /* this rank's tokens and their rows of the tables */
-        int64_t n = T / m->cp.size, at = L + m->cp.rank * n;
-        em_tensor *cs[2] = {em_narrow(c, cos, 1, 0, L), em_narrow(c, cos, 1, at, n)};
-        em_tensor *sn[2] = {em_narrow(c, sin, 1, 0, L), em_narrow(c, sin, 1, at, n)};
+        em_tensor *cs[2] = {em_narrow(c, cos, 1, 0, L),
+                            diff_cp_share(c, &m->cp, em_narrow(c, cos, 1, L, T), 1, OP, what)};
+        em_tensor *sn[2] = {em_narrow(c, sin, 1, 0, L),
+                            diff_cp_share(c, &m->cp, em_narrow(c, sin, 1, L, T), 1, OP, what)};
         cos = em_cat(c, cs, 2, 1);
         sin = em_cat(c, sn, 2, 1);
-        T = n;
+        T /= m->cp.size;
     }
     em_tensor *temb_act = em_silu(c, conditioning(c, m, in)); /* every AdaLayerNorm's silu */
     em_tensor *ctx = mmdit_lin(c, &m->ctx_emb, in->encoder_hidden_states);

@@ -53,8 +53,15 @@ typedef struct diff_cp {
 em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
                       const char *op, const char *dir);
 /* This rank's tokens [rank*T/R, +T/R) of x [N, T, ...] along dim 1 (x itself without context
- * parallelism); T not divisible by R fails (EM_ERR_SHAPE) naming `what` (T's description). */
+ * parallelism): diff_cp_share's, `what` describing T. */
 em_tensor *diff_cp_local(em_ctx *c, const diff_cp *cp, em_tensor *x, const char *op,
+                         const char *what);
+/* This rank's share [rank*S/R, +S/R) of x along dim, of a tensor every rank holds whole and
+ * alike (x without context parallelism); S not divisible by R fails (EM_ERR_SHAPE) naming
+ * `what`. Over a process group a narrow; over a device group a max-reduce-scatter of the
+ * identical copies (exact): every rank of a device group traces the same compiled program, so
+ * the rank may not appear as a constant in it. Contiguous, in the caller's scope. */
+em_tensor *diff_cp_share(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim, const char *op,
                          const char *what);
 /* Every rank's x along dim (x without context parallelism), in rank order: contiguous. */
 em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim);

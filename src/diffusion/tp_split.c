@@ -95,16 +95,23 @@ em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device
     return EM_OK;
 }
 
-em_tensor *diff_cp_local(em_ctx *c, const diff_cp *cp, em_tensor *x, const char *op,
+em_tensor *diff_cp_share(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim, const char *op,
                          const char *what) {
     if (!cp->g || !x) return x;
-    int64_t T = em_tensor_dim(x, 1);
-    if (T % cp->size) {
+    int64_t S = em_tensor_dim(x, dim);
+    if (S % cp->size) {
         em_ctx_fail(c, EM_ERR_SHAPE, op, "context parallelism: %s do not divide over %d ranks",
                     what, cp->size);
         return NULL;
     }
-    return em_contiguous(c, em_narrow(c, x, 1, cp->rank * (T / cp->size), T / cp->size));
+    if (em_dist_device(cp->g))
+        return em_reduce_scatter(c, em_contiguous(c, x), EM_REDUCE_MAX, dim, cp->g);
+    return em_contiguous(c, em_narrow(c, x, dim, cp->rank * (S / cp->size), S / cp->size));
+}
+
+em_tensor *diff_cp_local(em_ctx *c, const diff_cp *cp, em_tensor *x, const char *op,
+                         const char *what) {
+    return diff_cp_share(c, cp, x, 1, op, what);
 }
 
 em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim) {
