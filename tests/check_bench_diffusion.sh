@@ -1,7 +1,7 @@
 #!/bin/sh
 # `ember bench diffusion` on its tiny preset without the peer (arguments: the ember tool, with
 # its launcher): the table's columns and one row per size, the 3x3 conv rows, the JSON lines,
-# and its temporary folder removed. No timing is checked.
+# and its temporary folder removed; --compile's mode and compile lines. No timing is checked.
 ember="$*"
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -37,10 +37,21 @@ printf '%s\n' "$out" | grep -q '^fractions of the FP32 FMA peak [0-9.]* GFLOP/s 
 json=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 1 --sizes 32 --json \
     --dtype bf16 2>"$tmp/err") || fail "--json: exit status $?"
 printf '%s\n' "$json"
-printf '%s\n' "$json" | grep -q '^{"bench": "diffusion_step", "preset": "tiny", "dtype": "bf16", "size": 32, "latent": \[2, 4, 4, 4\], "ember_s": [0-9.e-]*, "ember_cpu_s": .*"fraction_of_bf16_peak": [0-9.]*, "peer": null}$' ||
+printf '%s\n' "$json" | grep -q '^{"bench": "diffusion_step", "preset": "tiny", "dtype": "bf16", "ember_mode": "eager", "ember_compile_s": 0, "size": 32, "latent": \[2, 4, 4, 4\], "ember_s": [0-9.e-]*, "ember_cpu_s": .*"fraction_of_bf16_peak": [0-9.]*, "peer": null}$' ||
     fail "the JSON step line"
 [ "$(printf '%s\n' "$json" | grep -c '^{"bench": "diffusion_conv3x3", "shape": "\[2,[36][24],[24],[24]\]", "ms": [0-9.e-]*, "dtype": "bf16", ')" -eq 2 ] ||
     fail "the JSON conv line"
+# --compile: Ember's step as one program, traced once per size (the bench fails otherwise)
+out=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 2 --no-conv \
+    --compile 2>"$tmp/err") || fail "--compile: exit status $? ($(cat "$tmp/err"))"
+printf '%s\n' "$out"
+printf '%s\n' "$out" | grep -q 'Ember compiled (one program per size)' || fail "--compile: mode"
+[ "$(printf '%s\n' "$out" | grep -c '^compile [36][24] px: traced and planned in [0-9.]* ms')" -eq 2 ] ||
+    fail "--compile: the compile lines"
+json=$(TMPDIR=$tmp $ember bench diffusion --preset tiny --skip-peers --steps 1 --sizes 32 --json \
+    --no-conv --compile 2>"$tmp/err") || fail "--compile --json: exit status $?"
+printf '%s\n' "$json" | grep -q '"ember_mode": "compiled", "ember_compile_s": [0-9.e-]*, "size": 32' ||
+    fail "--compile: the JSON step line"
 # bad arguments: named, status 2
 $ember bench diffusion --preset tiny --dtype f8 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "\-\-dtype 'f8': f32 or bf16" "$tmp/err" || fail "--dtype f8"

@@ -40,6 +40,7 @@
 typedef struct size_run {
     int64_t size, latent;
     double ms, cpu_ms;           /* Ember's medians */
+    double compile_ms;           /* --compile: tracing and compiling the step (warm-up) */
     double peer_ms, peer_cpu_ms; /* the peer's in the same dtype (< 0: none) */
     double f32_ms, f32_cpu_ms;   /* the peer's in f32 when the dtype is not f32 (< 0: none) */
     double peer_flops;
@@ -56,12 +57,13 @@ typedef struct opts {
     int n_sizes, steps;
     em_dtype dtype; /* of the weights and activations: f32 or bf16 */
     bool skip_peers, json, no_conv;
+    bool compile; /* Ember's step as one compiled program (compile mode), not eager ops */
 } opts;
 
 static void usage(void) {
     printf("usage: ember bench diffusion [--preset sd15|tiny] [--sizes 512,256] [--steps N]\n"
            "                             [--dtype f32|bf16] [--device D] [--skip-peers]\n"
-           "                             [--no-conv] [--dir DIR] [--json]\n\n"
+           "                             [--no-conv] [--compile] [--dir DIR] [--json]\n\n"
            "Times one denoising step of Stable Diffusion 1.5's UNet2DConditionModel (random\n"
            "weights; classifier-free guidance's batch of 2, text states [2, 77, 768]) at each\n"
            "image size (latents of size/8), the median of --steps forwards (default 3) after a\n"
@@ -74,7 +76,9 @@ static void usage(void) {
            "folder there and reuses it (default: a temporary folder, removed). --dtype bf16:\n"
            "weights and activations in bf16 on both sides (the folder stays f32; the inputs\n"
            "are rounded to bf16 once and fed to both), diffusers timed in bf16 and in f32 in\n"
-           "the same run, fractions of the bf16 dot peak, outputs compared with both.\n");
+           "the same run, fractions of the bf16 dot peak, outputs compared with both.\n"
+           "--compile: Ember's step as one compiled program (ember/compile.h: element-wise\n"
+           "fusion, preplanned buffers), traced in the warm-up forward; diffusers stays eager.\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
@@ -85,6 +89,7 @@ static int parse(int argc, char **argv, opts *o) {
         if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--skip-peers")) o->skip_peers = true;
         else if (!strcmp(a, "--no-conv")) o->no_conv = true;
+        else if (!strcmp(a, "--compile")) o->compile = true;
         else if (!strcmp(a, "--preset") && has) o->preset = argv[++i];
         else if (!strcmp(a, "--device") && has) o->device = argv[++i];
         else if (!strcmp(a, "--dir") && has) o->dir = argv[++i];
@@ -229,6 +234,14 @@ static bool make_folder(em_ctx *c, const char *dir, const char *config,
 
 /* ---- Ember's step ---- */
 
+/* The step as a compiled function: in = sample, timestep, encoder_hidden_states. */
+static int unet_step(em_ctx *c, em_tensor *const *in, int n_in, const int64_t *statics,
+                     int n_statics, em_tensor **out, int max_out, void *user) {
+    (void)n_in, (void)statics, (void)n_statics, (void)max_out;
+    out[0] = em_unet2d_forward_cond(c, user, in[0], in[1], in[2]);
+    return out[0] ? 1 : -1;
+}
+
 static bool time_size(em_ctx *c, em_unet2d *u, const opts *o, const char *dir, size_run *r) {
     const em_unet2d_config *cfg = em_unet2d_get_config(u);
     int64_t l = r->latent, n = 2;
@@ -251,10 +264,21 @@ static bool time_size(em_ctx *c, em_unet2d *u, const opts *o, const char *dir, s
         return fail(c, "making the inputs");
     }
     double wall[MAX_STEPS], cpu[MAX_STEPS];
+    em_compiled *f = o->compile ? em_compile(c, "unet_step", unet_step, u) : NULL;
+    if (o->compile && !f) {
+        em_scope_pop(c);
+        return fail(c, "compiling the step");
+    }
     for (int s = -1; ok && s < o->steps; s++) {
         em_scope_push(c);
         double w0 = bench_now(), c0 = cpu_now();
-        em_tensor *y = em_unet2d_forward_cond(c, u, x, t, ehs);
+        em_tensor *y = NULL;
+        if (f) {
+            em_tensor *args[3] = {x, t, ehs};
+            if (em_compiled_call(c, f, args, 3, NULL, 0, &y, 1) != 1) y = NULL;
+        } else {
+            y = em_unet2d_forward_cond(c, u, x, t, ehs);
+        }
         /* reading the result back is the step's end on any device */
         ok = y != NULL;
         if (ok && !r->out) {
@@ -271,6 +295,16 @@ static bool time_size(em_ctx *c, em_unet2d *u, const opts *o, const char *dir, s
         if (!o->json) fprintf(stderr, "\r  %lld px: step %d/%d", (long long)r->size, s + 2, o->steps + 1);
     }
     if (!o->json) fprintf(stderr, "\n");
+    if (f) {
+        em_compile_stats st;
+        em_compiled_stats(f, &st);
+        r->compile_ms = st.compile_ms;
+        ok = ok && st.compiles == 1;
+        if (!ok && !em_ctx_status(c))
+            em_ctx_fail(c, EM_ERR_INTERNAL, "bench diffusion", "the step compiled %lld times "
+                        "(%s)", (long long)st.compiles, st.last_reason);
+    }
+    em_compiled_free(f);
     em_scope_pop(c);
     if (!ok) return fail(c, "the UNet forward");
     r->ms = median(wall, o->steps);
@@ -429,11 +463,12 @@ static void print_runs(const opts *o, const size_run *runs, double peak_gflops) 
         double sp32 = r->f32_ms > 0 ? r->f32_ms / r->ms : -1;
         if (o->json) {
             printf("{\"bench\": \"diffusion_step\", \"preset\": \"%s\", \"dtype\": \"%s\", "
-                   "\"size\": %lld, \"latent\": [2, 4, %lld, %lld], \"ember_s\": %.6g, "
+                   "\"ember_mode\": \"%s\", \"ember_compile_s\": %.6g, \"size\": %lld, \"latent\": [2, 4, %lld, %lld], \"ember_s\": %.6g, "
                    "\"ember_cpu_s\": %.6g, \"flops\": %.6g, \"flops_conv3x3\": %.6g, "
                    "\"flops_conv1x1\": %.6g, \"flops_linear\": %.6g, \"flops_attention\": %.6g, "
                    "\"%s_peak_gflops\": %.6g, \"fraction_of_%s_peak\": %.4f",
-                   o->preset, dn, (long long)r->size, (long long)r->latent, (long long)r->latent,
+                   o->preset, dn, o->compile ? "compiled" : "eager", r->compile_ms * 1e-3,
+                   (long long)r->size, (long long)r->latent, (long long)r->latent,
                    r->ms * 1e-3, r->cpu_ms * 1e-3, fl, r->f.conv3x3, r->f.conv1x1, r->f.linear,
                    r->f.attention, pk, peak_gflops, pk, frac);
             if (r->peer_ms > 0)
@@ -465,6 +500,9 @@ static void print_runs(const opts *o, const size_run *runs, double peak_gflops) 
                r->max_diff >= 0 ? (snprintf(g, sizeof g, "%.2e", r->max_diff), g) : "-");
     }
     if (o->json) return;
+    for (int i = 0; o->compile && i < o->n_sizes; i++)
+        printf("compile %lld px: traced and planned in %.1f ms (in the warm-up forward; not in "
+               "s/step)\n", (long long)runs[i].size, runs[i].compile_ms);
     for (int i = 0; i < o->n_sizes; i++) {
         const size_run *r = &runs[i];
         if (!f32 && r->max_diff >= 0)
@@ -594,10 +632,11 @@ int bench_diffusion(int argc, char **argv) {
     if (ok && !o.json)
         printf("diffusion: UNet2DConditionModel preset %s (%.1f M parameters, %s, random "
                "weights), batch 2 (classifier-free guidance), text states [2, %d, %lld], device "
-               "%s, %d threads; FP32 FMA peak %.1f, bf16 dot peak %.1f GFLOP/s (measured now); "
+               "%s, Ember %s, %d threads; FP32 FMA peak %.1f, bf16 dot peak %.1f GFLOP/s (measured now); "
                "load average %.2f\n",
                o.preset, params * 1e-6, em_dtype_name(o.dtype), CTX_LEN,
-               (long long)cfg.cross_attention_dim, o.device ? o.device : "cpu", em_num_threads(),
+               (long long)cfg.cross_attention_dim, o.device ? o.device : "cpu",
+               o.compile ? "compiled (one program per size)" : "eager", em_num_threads(),
                L.fp32_gflops, L.bf16_gflops, load0);
     fflush(stdout);
     for (int i = 0; ok && i < o.n_sizes; i++) {
