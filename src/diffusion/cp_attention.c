@@ -2,9 +2,8 @@
  * schedule (every rank's keys and values gathered, one em_sdpa), the ring (each rank keeps its
  * block; n steps of one em_sdpa_lse against the block at hand, merged by the rows' log-sum-exp
  * as diffusers' TemplatedRingAttention does, then the blocks shifted one rank along the ring
- * with em_ring_shift in their own dtype) and
- * Ulysses (em_all_to_all from a token split to a head split, one em_sdpa over every token of
- * the rank's heads, and back). */
+ * with em_ring_shift in their own dtype) and Ulysses (em_all_to_all from a token split to a
+ * head split, one em_sdpa over every token of the rank's heads, and back). */
 #include "diffusion/tp_impl.h"
 
 /* [fixed; x] or [x; fixed] along the tokens (x alone without fixed tokens) */
