@@ -368,7 +368,7 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
         }
     p.k_direct = readable_in_place(k, &p.k_src);
     p.v_direct = readable_in_place(v, &p.v_src);
-    if (p.nb * p.hq * p.tq * p.dv == 0) return 0;
+    if (p.nb * p.hq * p.tq == 0 || (p.dv == 0 && !p.lse)) return 0; /* Dv 0: lse still wanted */
 
     p.gh = p.g < ROWS_MAX ? p.g : ROWS_MAX;
     p.nhs = (p.g + p.gh - 1) / p.gh;
