@@ -8,7 +8,9 @@
  * divide over 2 and 4 ranks) split by tokens must give the one-process model's output within 1e-5
  * and diffusers' (the *_ref bundles of scripts/gen_dit_fixtures.py, gen_sd3_fixtures.py,
  * gen_flux_fixtures.py) within 1e-4, and a DiTPipeline run (dit_runs_ref's "cfg") the one-process
- * image within 1e-5 and diffusers' within 1e-3, eager and compiled. The transfers are counted: the
+ * image within 1e-5 and diffusers' within 1e-3, eager and compiled; dit_geglu in bf16 by the ring
+ * (its blocks shifted as bf16: half the f32 ring's bytes) against the one-process bf16 model and
+ * the bf16 all-gather within 2e-2. The transfers are counted: the
  * ring's 2 (R - 1) ring shifts per attention, Ulysses' 4 all-to-alls, the all-gather neither. Alone
  * (a world of one) nothing is split and the same outputs are checked.
  */
@@ -97,6 +99,52 @@ static void test_dit(void) {
         check_dit("dit_pipe", "dit_pipe/transformer", (em_cp_schedule)s);
         check_dit("dit_geglu", "dit_geglu", (em_cp_schedule)s);
     }
+}
+
+/* The ring in bf16: the K/V blocks shift as bf16 (half the f32 ring's bytes), each step's
+ * attention and the log-sum-exp merge in f32 with one rounding at the end, so the split model
+ * gives the one-process bf16 model's output within a bf16 rounding's reach (and the all-gather
+ * schedule's; on an AVX-512 host all three are bit for bit the same at 2 and 4 ranks). */
+static void test_dit_bf16_ring(void) {
+    em_test_bundle *b = em_test_bundle_load("diffusion/dit_geglu_ref");
+    em_ctx *c = em_ctx_create();
+    const char *path = em_test_fixture_path("diffusion", "dit_geglu");
+    em_dit *m[4] = {em_dit_load(c, path, NULL, EM_BF16), em_dit_load(c, path, NULL, EM_BF16),
+                    em_dit_load(c, path, NULL, EM_BF16), em_dit_load(c, path, NULL, EM_F32)};
+    em_cp_schedule sc[4] = {EM_CP_RING, EM_CP_RING, EM_CP_ALL_GATHER, EM_CP_RING};
+    bool ok = b && m[0] && m[1] && m[2] && m[3];
+    for (int i = 1; ok && i < 4; i++)
+        ok = em_dit_set_cp_schedule(c, m[i], sc[i]) == EM_OK &&
+             em_dit_set_context_parallel(c, m[i], G) == EM_OK;
+    CHECK_MSG(ok, "dit_geglu bf16: %s", msg(c));
+    if (ok) {
+        em_scope_push(c);
+        em_tensor *x = em_test_bundle_get(b, c, "sample"), *t = em_test_bundle_get(b, c, "t1");
+        em_tensor *labels = em_test_bundle_get(b, c, "class_labels");
+        em_tensor *xb = em_cast(c, x, EM_BF16), *out[4];
+        int64_t bytes[4];
+        for (int i = 0; i < 4; i++) {
+            em_dist_stats_reset(G);
+            out[i] = em_dit_forward(c, m[i], i == 3 ? x : xb, t, labels);
+            em_dist_stats st;
+            em_dist_stats_get(G, &st);
+            bytes[i] = st.bytes_by_op[4];
+        }
+        CHECK_MSG(out[0] && out[1] && out[2] && out[3], "%s", msg(c));
+        int n = em_dist_world_size(G);
+        CHECK_MSG(n == 1 || (bytes[1] > 0 && 2 * bytes[1] == bytes[3]),
+                  "bf16 ring shifted %lld bytes, the f32 ring %lld: want half", (long long)bytes[1],
+                  (long long)bytes[3]);
+        if (out[0] && out[1] && out[2]) {
+            em_test_allclose(c, out[1], out[0], 2e-2, 2e-2, "dit_geglu bf16 ring vs one process");
+            em_test_allclose(c, out[1], out[2], 2e-2, 2e-2, "dit_geglu bf16 ring vs all-gather");
+            CHECK(em_tensor_dtype(out[1]) == EM_BF16);
+        }
+        em_scope_pop(c);
+    }
+    for (int i = 0; i < 4; i++) em_dit_free(m[i]);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
 }
 
 static void check_sd3(em_ctx *c, em_test_bundle *b, em_cp_schedule s) {
@@ -250,7 +298,7 @@ static void test_refused(void) {
 }
 
 int main(int argc, char **argv) {
-    static const em_test_case tests[] = {T(test_dit), T(test_mmdit), T(test_pipeline),
-                                         T(test_refused)};
+    static const em_test_case tests[] = {T(test_dit), T(test_dit_bf16_ring), T(test_mmdit),
+                                         T(test_pipeline), T(test_refused)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

@@ -335,6 +335,25 @@ EM_API em_sdpa_params em_sdpa_default_params(void);
 EM_API em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask,
                            const em_sdpa_params *p);
 /**
+ * em_sdpa that also gives each row's log-sum-exp, as torch's _scaled_dot_product_flash_attention
+ * returns logsumexp: lse[b, h, i] = log(sum_j exp(logit[b, h, i, j])) over the row's visible
+ * keys, the logits scaled, softcapped and masked exactly as em_sdpa's, in f32. Ring attention
+ * (context parallelism) merges the attention of a query block against several key blocks with
+ * it: o = o_1 * exp(lse_1 - lse) + o_2 * exp(lse_2 - lse), lse = logaddexp(lse_1, lse_2).
+ * Same inputs and parameters as em_sdpa (GQA, bool/float masks, causal, window, softcap). The
+ * output [B, Hq, Tq, Dv] is out_dtype: q's dtype (em_sdpa's bits exactly) or EM_F32 (the same
+ * f32 values before em_sdpa's final rounding, so a merge of blocks rounds once, at its end).
+ * A row with no visible key gives zeros and lse -inf. The log-sum-exp [B, Hq, Tq] f32 is
+ * written to *lse_out (may be NULL to drop it); both results are new tensors in the current
+ * scope. Errors: em_sdpa's (EM_ERR_SHAPE / EM_ERR_DTYPE / EM_ERR_INVALID_ARG), an out_dtype
+ * other than q's or f32 (EM_ERR_DTYPE); NULL returned and *lse_out NULL. A backend without a
+ * kernel or lowering for it reports EM_ERR_UNSUPPORTED.
+ */
+#define em_sdpa_lse(c, ...) em_sdpa_lse_((c), EM_HERE, __VA_ARGS__)
+EM_API em_tensor *em_sdpa_lse_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v,
+                               em_tensor *mask, const em_sdpa_params *p, em_dtype out_dtype,
+                               em_tensor **lse_out);
+/**
  * Causal attention over a paged KV cache (vLLM's paged attention). The keys and values live in
  * pools k_pool[Hkv, S, D] and v_pool[Hkv, S, Dv] of S slots, cut into blocks of block_size
  * slots; row b's position p is slot block_table[b, p / block_size] * block_size +

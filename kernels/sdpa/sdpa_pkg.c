@@ -71,7 +71,7 @@ static int run(const ember_kernel_call *k, char *err, size_t err_n) {
     sdpa_args a = {view_of(&k->in[0]), view_of(&k->in[1]), view_of(&k->in[2]),
                    view_of(k->n_in > 3 ? &k->in[3] : NULL), k->out[0].data, k->out[0].dtype,
                    kabi_attr(k, "scale")->f, kabi_attr(k, "softcap")->f,
-                   kabi_attr(k, "causal")->i != 0, kabi_attr(k, "window")->i};
+                   kabi_attr(k, "causal")->i != 0, kabi_attr(k, "window")->i, NULL};
     const char *what = "";
     if (!sdpa_flash_run(&env, &a, &what)) return 0;
     snprintf(err, err_n, "%s", what);

@@ -101,6 +101,11 @@
     X(ROPE, "rope", OTHER, 3, 3, 1, "", rule_rope)                                                 \
     X(SDPA, "sdpa", OTHER, 3, 4, 1, "scale:float,causal:bool,window:int,softcap:float",            \
       rule_sdpa)                                                                                   \
+    /* sdpa that also gives each row's log-sum-exp of its logits [B,Hq,Tq] f32 (torch's */         \
+    /* flash attention's logsumexp; ring attention merges blocks with it); out in `dtype`, */      \
+    /* q's or f32 (ops.h, em_sdpa_lse) */                                                         \
+    X(SDPA_LSE, "sdpa_lse", OTHER, 3, 4, 2,                                                        \
+      "scale:float,causal:bool,window:int,softcap:float,dtype:dtype", rule_sdpa_lse)               \
     /* attention over a paged KV cache: q [B,Hq,T,D], pools [Hkv,S,D], block table [B,MB], */  \
     /* per-row lengths [B] (ops.h, em_paged_attention) */                                       \
     X(PAGED_ATTENTION, "paged_attention", OTHER, 5, 5, 1,                                          \

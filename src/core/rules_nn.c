@@ -233,6 +233,21 @@ em_status rule_sdpa(RULE_ARGS) {
     return EM_OK;
 }
 
+/* sdpa's checks, the output in `dtype` (q's or f32) and the rows' log-sum-exp [B, Hq, Tq] f32 */
+em_status rule_sdpa_lse(RULE_ARGS) {
+    em_status s = rule_sdpa(c, op, in, n_in, attrs, out, n_out);
+    if (s) return s;
+    em_dtype dt = (em_dtype)attrs[4].i, qd = in[0]->dtype;
+    if (dt != qd && dt != EM_F32)
+        return em_op_fail(c, EM_ERR_DTYPE, "output dtype %s: must be q's (%s) or f32",
+                          em_dtype_name(dt), em_dtype_name(qd));
+    out[0].dtype = dt;
+    out[1].dtype = EM_F32;
+    out[1].ndim = 3;
+    memcpy(out[1].shape, out[0].shape, 3 * sizeof(int64_t));
+    return EM_OK;
+}
+
 /* q [B, Hq, T, D], k/v pools [Hkv, S, D] and [Hkv, S, Dv] (S slots, a multiple of the block
  * size), block table [B, MB] and lengths [B] (index dtypes). Values (slot ranges, lengths within
  * MB blocks) are checked by the kernels, which see them. */

@@ -1,60 +1,69 @@
 /* Context parallelism's attention for the diffusion transformers (tp_impl.h): the all-gather
  * schedule (every rank's keys and values gathered, one em_sdpa), the ring (each rank keeps its
- * block; n steps of attention against the block at hand, merged by log-sum-exp as flash
- * attention does, then the blocks shifted one rank along the ring with em_ring_shift) and
- * Ulysses (em_all_to_all from a token split to a head split, one em_sdpa over every token of
- * the rank's heads, and back). */
-#include <math.h>
-
+ * block; n steps of one em_sdpa_lse against the block at hand, merged by the rows' log-sum-exp
+ * as diffusers' TemplatedRingAttention does, then the blocks shifted one rank along the ring
+ * with em_ring_shift in their own dtype) and Ulysses (em_all_to_all from a token split to a
+ * head split, one em_sdpa over every token of the rank's heads, and back). */
 #include "diffusion/tp_impl.h"
 
-/* The running state of the ring: unnormalised output o [N, H, Sq, hd], the rows' maximum
- * logit m and their sum of exponentials l [N, H, Sq, 1], the key and value block at hand. Each
- * is a reference of its own (detached), so one step's temporaries go with its scope. */
+/* [fixed; x] or [x; fixed] along the tokens (x alone without fixed tokens) */
+static em_tensor *with_fixed(em_ctx *c, em_tensor *x, em_tensor *f, bool fixed_first) {
+    if (!f) return x;
+    em_tensor *p[2] = {fixed_first ? f : x, fixed_first ? x : f};
+    return em_cat(c, p, 2, 2);
+}
+
+/* The running state of the ring: the output so far o [N, H, Sq, hd] (f32, normalised) and its
+ * rows' log-sum-exp lse [N, H, Sq, 1] (f32), the key and value block at hand (in the inputs'
+ * dtype: a bf16 block travels as bf16). Each is a reference of its own (detached), so one
+ * step's temporaries go with its scope. */
 typedef struct ring_state {
-    em_tensor *o, *m, *l, *k, *v;
+    em_tensor *o, *lse, *k, *v;
 } ring_state;
 
 static void state_release(ring_state *s) {
-    em_tensor *t[5] = {s->o, s->m, s->l, s->k, s->v};
-    for (int i = 0; i < 5; i++) em_tensor_release(t[i]);
+    em_tensor *t[4] = {s->o, s->lse, s->k, s->v};
+    for (int i = 0; i < 4; i++) em_tensor_release(t[i]);
     *s = (ring_state){0};
 }
 
-/* s merged with the attention of q against (k, v): logits in f32, scaled */
-static void merge_block(em_ctx *c, ring_state *s, em_tensor *q, em_tensor *k, em_tensor *v,
-                        double scale) {
-    int last = 3;
-    em_tensor *z = em_mul_scalar(c, em_matmul(c, q, em_transpose(c, k, 2, 3)), scale);
-    em_tensor *mb = em_max(c, z, &last, 1, true);
-    em_tensor *p = em_exp(c, em_sub(c, z, mb));
-    em_tensor *lb = em_sum(c, p, &last, 1, true), *ob = em_matmul(c, p, v);
+/* s merged with the attention of q against (k, v): one fused call (em_sdpa_lse, f32 output
+ * and log-sum-exp), then o = o * exp(lse - lse') + o_b * exp(lse_b - lse') with
+ * lse' = logaddexp(lse, lse_b), in f32. Every row sees keys in every block (no mask here), so
+ * each lse is finite. */
+static void merge_block(em_ctx *c, ring_state *s, em_tensor *q, em_tensor *k, em_tensor *v) {
+    em_sdpa_params sp = em_sdpa_default_params();
+    em_tensor *lb = NULL;
+    em_tensor *ob = em_sdpa_lse(c, q, k, v, NULL, &sp, EM_F32, &lb);
+    lb = em_unsqueeze(c, lb, 3);
     if (!s->o) {
-        s->o = ob, s->m = mb, s->l = lb;
+        s->o = ob, s->lse = lb;
         return;
     }
-    em_tensor *mn = em_maximum(c, s->m, mb);
-    em_tensor *a = em_exp(c, em_sub(c, s->m, mn)), *b = em_exp(c, em_sub(c, mb, mn));
-    s->o = em_add(c, em_mul(c, s->o, a), em_mul(c, ob, b));
-    s->l = em_add(c, em_mul(c, s->l, a), em_mul(c, lb, b));
-    s->m = mn;
+    em_tensor *mx = em_maximum(c, s->lse, lb);
+    em_tensor *ea = em_exp(c, em_sub(c, s->lse, mx)), *eb = em_exp(c, em_sub(c, lb, mx));
+    em_tensor *sum = em_add(c, ea, eb); /* lse' = mx + log(sum) */
+    s->o = em_add(c, em_mul(c, s->o, em_div(c, ea, sum)), em_mul(c, ob, em_div(c, eb, sum)));
+    s->lse = em_add(c, mx, em_log(c, sum));
 }
 
-/* One step in a scope of its own: *s advanced by f (which sees the old state), the new state
- * detached and the old released. False with the error. */
+/* One step in a scope of its own: *s advanced (the fixed (text) keys joined to the rank's own
+ * block on the first), the new state detached and the old released. False with the error. */
 static bool step(em_ctx *c, ring_state *s, const diff_cp *cp, em_tensor *q, em_tensor *kf,
-                 em_tensor *vf, double scale, int i) {
+                 em_tensor *vf, int i) {
     em_scope_push(c);
     ring_state n = *s;
-    if (i == 0 && kf) merge_block(c, &n, q, kf, vf, scale); /* the fixed (text) keys, once */
-    merge_block(c, &n, q, n.k, n.v, scale);
+    if (i == 0 && kf)
+        merge_block(c, &n, q, with_fixed(c, n.k, kf, true), with_fixed(c, n.v, vf, true));
+    else
+        merge_block(c, &n, q, n.k, n.v);
     if (i + 1 < cp->size) { /* the next block: rank r - 1's, r - 2's, ... */
         n.k = em_ring_shift(c, n.k, 1, cp->g);
         n.v = em_ring_shift(c, n.v, 1, cp->g);
     }
     bool ok = em_ctx_status(c) == EM_OK;
-    em_tensor **nt[5] = {&n.o, &n.m, &n.l, &n.k, &n.v};
-    for (int j = 0; j < 5; j++) {
+    em_tensor **nt[4] = {&n.o, &n.lse, &n.k, &n.v};
+    for (int j = 0; j < 4; j++) {
         if (ok) em_tensor_retain(*nt[j]); /* the new state outlives the scope */
         else *nt[j] = NULL;
     }
@@ -66,31 +75,19 @@ static bool step(em_ctx *c, ring_state *s, const diff_cp *cp, em_tensor *q, em_t
 
 static em_tensor *ring(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k, em_tensor *v,
                        em_tensor *kf, em_tensor *vf) {
-    em_dtype dt = em_tensor_dtype(q);
-    double scale = 1.0 / sqrt((double)em_tensor_dim(q, 3));
-    if (dt != EM_F32) { /* logits, exponentials and sums in f32, one rounding at the end */
-        q = em_cast(c, q, EM_F32), k = em_cast(c, k, EM_F32), v = em_cast(c, v, EM_F32);
-        if (kf) kf = em_cast(c, kf, EM_F32), vf = em_cast(c, vf, EM_F32);
-    }
-    if (em_ctx_status(c)) return NULL;
     ring_state s = {0};
     em_tensor_retain(s.k = k);
     em_tensor_retain(s.v = v);
     for (int i = 0; i < cp->size; i++)
-        if (!step(c, &s, cp, q, kf, vf, scale, i)) {
+        if (!step(c, &s, cp, q, kf, vf, i)) {
             state_release(&s);
             return NULL;
         }
-    em_tensor *o = em_div(c, s.o, s.l);
+    em_tensor *o = em_adopt(c, s.o); /* the state's reference, now the caller's scope's */
+    s.o = NULL;
     state_release(&s);
-    return dt != EM_F32 ? em_cast(c, o, dt) : o;
-}
-
-/* [fixed; x] or [x; fixed] along the tokens (x alone without fixed tokens) */
-static em_tensor *with_fixed(em_ctx *c, em_tensor *x, em_tensor *f, bool fixed_first) {
-    if (!f) return x;
-    em_tensor *p[2] = {fixed_first ? f : x, fixed_first ? x : f};
-    return em_cat(c, p, 2, 2);
+    em_dtype dt = em_tensor_dtype(q);
+    return dt != EM_F32 ? em_cast(c, o, dt) : o; /* one rounding, at the end */
 }
 
 static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,

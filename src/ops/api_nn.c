@@ -116,6 +116,20 @@ em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v, em_ten
     return EM_RUN(EM_OP_SDPA, in, 4, a);
 }
 
+em_tensor *em_sdpa_lse_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *mask,
+                        const em_sdpa_params *p, em_dtype out_dtype, em_tensor **lse_out) {
+    em_sdpa_params d = em_sdpa_default_params();
+    if (!p) p = &d;
+    if (lse_out) *lse_out = NULL;
+    em_tensor *in[4] = {q, k, v, mask};
+    em_attr a[5] = {em_attr_float(p->scale), em_attr_int(p->causal), em_attr_int(p->window),
+                    em_attr_float(p->softcap), em_attr_int(out_dtype)};
+    em_tensor *outs[2] = {NULL, NULL};
+    em_tensor *r = em_op_run(c, file, line, EM_OP_SDPA_LSE, in, 4, a, outs, 2, NULL);
+    if (lse_out) *lse_out = outs[1];
+    return r;
+}
+
 em_tensor *em_paged_attention_(EM_OP_ARGS, em_tensor *q, em_tensor *k_pool, em_tensor *v_pool,
                                em_tensor *block_table, em_tensor *lens, int64_t block_size,
                                const em_sdpa_params *p) {

@@ -24,10 +24,15 @@ static em_status k_sdpa(const em_kernel_args *a) {
     sdpa_args s = {view_of(a->in[0]), view_of(a->in[1]), view_of(a->in[2]),
                    view_of(a->n_in > 3 ? a->in[3] : NULL), em_tensor_ptr(a->out[0]),
                    (int)a->out[0]->dtype, a->attrs[0].f, a->attrs[3].f, a->attrs[1].i != 0,
-                   a->attrs[2].i};
+                   a->attrs[2].i, NULL};
+    if (a->op->id == EM_OP_SDPA_LSE) s.lse = em_tensor_ptr(a->out[1]);
     const char *what = "";
     if (sdpa_flash_run(&env, &s, &what)) return em_op_fail(a->ctx, EM_ERR_OOM, "%s", what);
     return EM_OK;
 }
 
-void em_cpu_register_nn_attention(em_kernel_fn *k) { k[EM_OP_SDPA] = k_sdpa; }
+/* sdpa and sdpa_lse (the same call, the rows' log-sum-exp written too) */
+void em_cpu_register_nn_attention(em_kernel_fn *k) {
+    k[EM_OP_SDPA] = k_sdpa;
+    k[EM_OP_SDPA_LSE] = k_sdpa;
+}

@@ -36,7 +36,8 @@ typedef struct sdpa_env {
 } sdpa_env;
 
 /* One call: mask.data NULL when absent; out contiguous [B, Hq, Tq, Dv] of out_dtype; scale 0
- * means 1/sqrt(D). */
+ * means 1/sqrt(D); lse, when not NULL, contiguous [B, Hq, Tq] f32: each row's log-sum-exp of
+ * its logits (-inf for a row without a visible key). */
 typedef struct sdpa_args {
     sdpa_view q, k, v, mask;
     void *out;
@@ -44,6 +45,7 @@ typedef struct sdpa_args {
     double scale, softcap;
     bool causal;
     int64_t window;
+    float *lse;
 } sdpa_args;
 
 /* Bytes per element of the dtypes a call may hold (em_dtype codes). */

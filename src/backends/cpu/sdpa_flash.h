@@ -10,7 +10,10 @@
  *   logits = (q . k) * scale; softcap: cap * tanh(logits / cap) (Gemma, before the mask);
  *   causal: query i sees keys j <= i + (Tk - Tq) (the KV-cache offset); window W: and keys
  *   j > i + (Tk - Tq) - W (masking_utils.sliding_window_overlay); mask: bool (false hides a key)
- *   or floating (added); softmax in f32; out = p . v, rounded once to q's dtype.
+ *   or floating (added); softmax in f32; out = p . v, rounded once to the output's dtype (q's,
+ *   or f32 for sdpa_lse); with an lse buffer also each row's log-sum-exp m + log(l) of its
+ *   online-softmax state (sdpa_lse: torch's flash attention's logsumexp), which changes none
+ *   of the output's bits.
  *   A row with no visible key gives zeros, as torch's scaled_dot_product_attention does (HF's
  *   eager path with a finite "min" float mask gives the mean of v; a float mask of that kind is
  *   added like any other and so reproduces it).
@@ -48,6 +51,7 @@ typedef struct sdpa_plan {
     const sdpa_view *q, *k, *v, *mask;
     void *out;
     int out_dtype;
+    float *lse; /* [B, Hq, Tq] or NULL */
     int64_t nb, hq, hkv, g, tq, tk, d, dv, off;
     float scale, softcap;
     bool causal;
@@ -162,6 +166,9 @@ static void apply_mask(const sdpa_plan *p, const item_geo *g, float *st, int64_t
     }
 }
 
+/* A row's log-sum-exp from its online-softmax state (maximum m, sum of exp(x - m) l). */
+static float row_lse(float m, float l) { return l > 0 ? m + logf(l) : -INFINITY; }
+
 static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
     item_geo g;
     item_decode(p, it, &g);
@@ -260,6 +267,7 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
         float *ar = s->acc + (int64_t)r * dv;
         float inv = s->l[r] > 0 ? 1.0f / s->l[r] : 0.0f;
+        if (p->lse) p->lse[(g.b * p->hq + h) * p->tq + i] = row_lse(s->m[r], s->l[r]);
         nn->scale(ar, dv, inv);
         if (nn->perm_out[p->v_src]) nn->perm_out[p->v_src](ar, dv);
         p->env->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * p->dv) * es, ar, dv);
@@ -317,6 +325,7 @@ static void combine_chunk(void *user, int64_t i0, int64_t i1, int tid) {
             for (int64_t c = 0; c < dv; c++) buf[c] *= inv;
             if (p->nn->perm_out[p->v_src]) p->nn->perm_out[p->v_src](buf, (int)dv);
             int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
+            if (p->lse) p->lse[(g.b * p->hq + h) * p->tq + i] = row_lse(mx, l);
             p->env->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * dv) * es, buf, dv);
         }
     }
@@ -336,7 +345,7 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
     const sdpa_view *q = &a->q, *k = &a->k, *v = &a->v;
     const sdpa_view *mask = a->mask.data ? &a->mask : NULL;
     sdpa_plan p = {.env = env, .nn = env->nn, .q = q, .k = k, .v = v, .mask = mask,
-                   .out = a->out, .out_dtype = a->out_dtype};
+                   .out = a->out, .out_dtype = a->out_dtype, .lse = a->lse};
     atomic_init(&p.oom, false);
     p.nb = q->shape[0];
     p.hq = q->shape[1];
@@ -359,7 +368,7 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
         }
     p.k_direct = readable_in_place(k, &p.k_src);
     p.v_direct = readable_in_place(v, &p.v_src);
-    if (p.nb * p.hq * p.tq * p.dv == 0) return 0;
+    if (p.nb * p.hq * p.tq == 0 || (p.dv == 0 && !p.lse)) return 0; /* Dv 0: lse still wanted */
 
     p.gh = p.g < ROWS_MAX ? p.g : ROWS_MAX;
     p.nhs = (p.g + p.gh - 1) / p.gh;

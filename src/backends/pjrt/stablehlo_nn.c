@@ -215,6 +215,11 @@ static em_status emit_sdpa(pj_emit *e) {
     sh_val o = sh_dot(b, p, v, lb, rb, 2, &lc2, &rc2, 1, SH_F32); /* [B, Hk, G, Tq, Dv] */
     int64_t o4[4] = {B, Hq, Tq, Dv};
     e->out[0] = sh_reshape(b, o, 4, o4);
+    if (e->op->id == EM_OP_SDPA_LSE) { /* the rows' log-sum-exp: m + log(sum), -inf (0 + log 0)
+                                          for a row without a visible key */
+        int64_t l3[3] = {B, Hq, Tq};
+        e->out[1] = sh_reshape(b, sh_bin(b, "add", mx_ok, sh_un(b, "log", sum)), 3, l3);
+    }
     return EM_OK;
 }
 
@@ -236,6 +241,7 @@ void pj_register_nn(pj_op *t) {
     t[EM_OP_ROPE_COS_SIN].emit = emit_rope_cos_sin;
     t[EM_OP_ROPE].emit = emit_rope;
     t[EM_OP_SDPA].emit = emit_sdpa;
+    t[EM_OP_SDPA_LSE].emit = emit_sdpa; /* with the rows' log-sum-exp as a second result */
     t[EM_OP_EMBEDDING].emit = emit_embedding;
     t[EM_OP_EMBEDDING].indices = embedding_ids;
 }
