@@ -325,7 +325,10 @@ EM_API em_sdpa_params em_sdpa_default_params(void);
  * Scaled dot-product attention. q[B, Hq, Tq, D], k[B, Hkv, Tk, D], v[B, Hkv, Tk, Dv] with
  * Hq % Hkv == 0 (grouped-query attention: query head h uses kv head h / (Hq / Hkv));
  * mask (may be NULL) broadcastable to [B, Hq, Tq, Tk], bool (true = attend) or floating (added
- * to the logits). Logits, softmax and the weighted sum in f32, one rounding to q's dtype. Rows
+ * to the logits). Logits, softmax and the weighted sum in f32, one rounding to q's dtype;
+ * except with bf16 q, k and v on a CPU with AVX-512 BF16, where query blocks of 8 or more rows
+ * (heads x queries) round the softmax weights to bf16 before the weighted sum (the products
+ * then run on vdpbf16ps), as torch's CPU flash attention does for bf16. Rows
  * with no visible key (all false, -inf, or outside causal/window) give zeros, as torch's
  * scaled_dot_product_attention; a finite "minimum" float mask is added like any other value,
  * which gives the mean of v on such rows, as transformers' eager attention does. Returns

@@ -41,7 +41,7 @@ typedef struct em_nn_isa {
      * online softmax step of softmax_step over those logits (rows r < rows contiguous), the
      * weights written rounded to bf16 in pairs of keys, pw: (bk + 1) / 2 x ldq words. pack_v:
      * n rows of v (ldv apart, dv values) into pairs of rows, (n + 1) / 2 x dvp words (dvp a
-     * multiple of 16). pv_dp: acc[r, :dvp] = alpha[r] * acc[r, :dvp] + sum_j p(j, r) v[j, :]
+     * multiple of 8). pv_dp: acc[r, :dvp] = alpha[r] * acc[r, :dvp] + sum_j p(j, r) v[j, :]
      * for r < rows over bk keys. */
     void (*qk_dp)(int ldq, int d, const uint32_t *qp, int bk, const uint16_t *k, int64_t ldk,
                   float scale, float *st);

@@ -66,7 +66,7 @@ typedef struct sdpa_plan {
     bool k_direct, v_direct;
     int k_src, v_src;
     bool dp;      /* the tiled items use the bf16 pair dot product (see above) */
-    int64_t dvp;  /* dv rounded up to 16: the accumulator rows of that route */
+    int64_t dvp;  /* dv rounded up to 8: the accumulator rows of that route */
     float *part;             /* nsplit > 1: per item, rows x (dv + 2) partial states */
     int64_t part_stride;
     atomic_bool oom;
@@ -419,7 +419,7 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
     p.v_direct = readable_in_place(v, &p.v_src);
     p.dp = env->nn->qk_dp && q->dtype == EM_BF16 && p.k_direct && p.k_src == NN_SRC_BF16 &&
            p.v_direct && p.v_src == NN_SRC_BF16;
-    p.dvp = (p.dv + 15) / 16 * 16;
+    p.dvp = (p.dv + 7) / 8 * 8;
     if (p.nb * p.hq * p.tq * p.dv == 0) return 0;
 
     p.gh = p.g < ROWS_MAX ? p.g : ROWS_MAX;
