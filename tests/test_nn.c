@@ -27,7 +27,7 @@ static double max_diff(em_ctx *c, em_tensor *a, em_tensor *b) {
 }
 
 typedef struct nn_outputs {
-    em_tensor *t[9];
+    em_tensor *t[10];
 } nn_outputs;
 
 /* Runs every op on inputs large enough to be split across threads. */
@@ -67,6 +67,11 @@ static void run_all(em_ctx *c, nn_outputs *o) {
                       em_randn(c, EM_F32, 4, pk, 14, 0.0, 1.0),
                       em_randn(c, EM_F32, 4, pk, 15, 0.0, 1.0), NULL, &p);
     o->t[8] = sn;
+    /* bf16 self-attention at an SD 1.5 head dim (the pair-dot route on AVX-512 BF16) */
+    int64_t ss[4] = {1, 8, 300, 40};
+    o->t[9] = em_sdpa(c, em_randn(c, EM_BF16, 4, ss, 16, 0.0, 1.0),
+                      em_randn(c, EM_BF16, 4, ss, 17, 0.0, 1.0),
+                      em_randn(c, EM_BF16, 4, ss, 18, 0.0, 1.0), NULL, NULL);
 }
 
 static void test_thread_count_invariance(void) {
@@ -79,9 +84,10 @@ static void test_thread_count_invariance(void) {
     run_all(c, &many);
     em_set_num_threads(saved);
     CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", em_ctx_error(c) ? em_ctx_error(c)->message : "");
-    static const char *names[9] = {"rms_norm", "layer_norm", "group_norm", "rope_cos_sin",
-                                   "rope", "embedding", "sdpa decode", "sdpa prefill", "sin"};
-    for (int i = 0; i < 9; i++) {
+    static const char *names[10] = {"rms_norm",    "layer_norm",   "group_norm", "rope_cos_sin",
+                                    "rope",        "embedding",    "sdpa decode", "sdpa prefill",
+                                    "sin",         "sdpa bf16 d40"};
+    for (int i = 0; i < 10; i++) {
         double d = max_diff(c, one.t[i], many.t[i]);
         /* row-wise kernels are bitwise reproducible; a decode split over threads merges
          * partial softmaxes in another grouping (a rounding or two of f32, then bf16) */

@@ -325,7 +325,10 @@ EM_API em_sdpa_params em_sdpa_default_params(void);
  * Scaled dot-product attention. q[B, Hq, Tq, D], k[B, Hkv, Tk, D], v[B, Hkv, Tk, Dv] with
  * Hq % Hkv == 0 (grouped-query attention: query head h uses kv head h / (Hq / Hkv));
  * mask (may be NULL) broadcastable to [B, Hq, Tq, Tk], bool (true = attend) or floating (added
- * to the logits). Logits, softmax and the weighted sum in f32, one rounding to q's dtype. Rows
+ * to the logits). Logits, softmax and the weighted sum in f32, one rounding to q's dtype;
+ * except with bf16 q, k and v on a CPU with AVX-512 BF16, where query blocks of 8 or more rows
+ * (heads x queries) round the softmax weights to bf16 before the weighted sum (the products
+ * then run on vdpbf16ps), as torch's CPU flash attention does for bf16. Rows
  * with no visible key (all false, -inf, or outside causal/window) give zeros, as torch's
  * scaled_dot_product_attention; a finite "minimum" float mask is added like any other value,
  * which gives the mean of v on such rows, as transformers' eager attention does. Returns
@@ -342,8 +345,9 @@ EM_API em_tensor *em_sdpa_(EM_OP_ARGS, em_tensor *q, em_tensor *k, em_tensor *v,
  * it: o = o_1 * exp(lse_1 - lse) + o_2 * exp(lse_2 - lse), lse = logaddexp(lse_1, lse_2).
  * Same inputs and parameters as em_sdpa (GQA, bool/float masks, causal, window, softcap). The
  * output [B, Hq, Tq, Dv] is out_dtype: q's dtype (em_sdpa's bits exactly) or EM_F32 (the same
- * f32 values before em_sdpa's final rounding, so a merge of blocks rounds once, at its end).
- * A row with no visible key gives zeros and lse -inf. The log-sum-exp [B, Hq, Tq] f32 is
+ * f32 values before em_sdpa's final rounding, so a merge of blocks rounds once, at its end;
+ * with bf16 inputs the softmax weights then stay f32, never rounded to bf16 as em_sdpa's bf16
+ * route does). A row with no visible key gives zeros and lse -inf. The log-sum-exp [B, Hq, Tq] f32 is
  * written to *lse_out (may be NULL to drop it); both results are new tensors in the current
  * scope. Errors: em_sdpa's (EM_ERR_SHAPE / EM_ERR_DTYPE / EM_ERR_INVALID_ARG), an out_dtype
  * other than q's or f32 (EM_ERR_DTYPE); NULL returned and *lse_out NULL. A backend without a

@@ -26,6 +26,12 @@
  * product with q transposed. When there are fewer items than threads (decode: B x Hkv), the key
  * range is split and the partial softmax states combined in a second pass (flash-decoding), so
  * a long KV cache is streamed once, by every core.
+ *
+ * bf16 q, k and v on a CPU with the bf16 pair dot product (nn->qk_dp, AVX-512 BF16) take a
+ * faster route in the tiled items: logits from the bf16 values themselves (exact products, f32
+ * sums) scaled in f32 afterwards, the same f32 online softmax, and P rounded to bf16 for its
+ * product with V, as torch's CPU flash attention does for reduced dtypes. Softcap, masks,
+ * causal and window apply to the f32 logits as on the other route.
  */
 #ifndef EMBER_CPU_SDPA_FLASH_H
 #define EMBER_CPU_SDPA_FLASH_H
@@ -63,6 +69,8 @@ typedef struct sdpa_plan {
      * or converted tile by tile into f32 scratch */
     bool k_direct, v_direct;
     int k_src, v_src;
+    bool dp;      /* the tiled items use the bf16 pair dot product (see above) */
+    int64_t dvp;  /* dv rounded up to 8: the accumulator rows of that route */
     float *part;             /* nsplit > 1: per item, rows x (dv + 2) partial states */
     int64_t part_stride;
     atomic_bool oom;
@@ -91,13 +99,17 @@ static void item_decode(const sdpa_plan *p, int64_t it, item_geo *g) {
 /* Per-thread scratch, sized for the largest item. */
 typedef struct scratch {
     float *q, *qt, *k, *v, *st, *acc, *m, *l, *alpha, *tmp, *mrow;
+    uint32_t *qp, *vp, *pw; /* the pair-dot route's packed q, V tile and P (p->dp) */
     int ldq;
 } scratch;
 
 static float *scratch_alloc(const sdpa_plan *p, scratch *s) {
     int64_t rows = p->gh * p->bq, ldq = (rows + 15) / 16 * 16, d = p->d, dv = p->dv;
-    int64_t n = rows * d + ldq * d + KEY_TILE * d + KEY_TILE * dv + KEY_TILE * ldq + rows * dv +
-                4 * rows + KEY_TILE + 16 * 11;
+    int64_t dva = p->dp ? p->dvp : dv;
+    int64_t qpn = p->dp ? ldq * ((d + 1) / 2) : 0, vpn = p->dp ? KEY_TILE / 2 * dva : 0;
+    int64_t pwn = p->dp ? KEY_TILE / 2 * ldq : 0;
+    int64_t n = rows * d + ldq * d + KEY_TILE * d + KEY_TILE * dv + KEY_TILE * ldq + rows * dva +
+                4 * rows + KEY_TILE + qpn + vpn + pwn + 16 * 14;
     float *base = malloc((size_t)n * sizeof *base);
     if (!base) return NULL;
     float *c = base;
@@ -111,12 +123,18 @@ static float *scratch_alloc(const sdpa_plan *p, scratch *s) {
     TAKE(k, KEY_TILE * d);
     TAKE(v, KEY_TILE * dv);
     TAKE(st, KEY_TILE * ldq);
-    TAKE(acc, rows * dv);
+    TAKE(acc, rows * dva);
     TAKE(m, rows);
     TAKE(l, rows);
     TAKE(alpha, rows);
     TAKE(tmp, rows);
     TAKE(mrow, KEY_TILE);
+    /* words, in memory only ever accessed as words */
+    s->qp = (uint32_t *)c;
+    c += (qpn + 15) / 16 * 16;
+    s->vp = (uint32_t *)c;
+    c += (vpn + 15) / 16 * 16;
+    s->pw = (uint32_t *)c;
 #undef TAKE
     s->ldq = (int)ldq;
     return base;
@@ -169,11 +187,31 @@ static void apply_mask(const sdpa_plan *p, const item_geo *g, float *st, int64_t
 /* A row's log-sum-exp from its online-softmax state (maximum m, sum of exp(x - m) l). */
 static float row_lse(float m, float l) { return l > 0 ? m + logf(l) : -INFINITY; }
 
+/* The item's q rows packed in pairs of elements for qk_dp: s->qp[x2 * ldq + r] holds q[r, 2 x2]
+ * in its low half and q[r, 2 x2 + 1] (zero past d) in its high half; padding rows zero. */
+static void pack_q_pairs(const sdpa_plan *p, const item_geo *g, scratch *s) {
+    const sdpa_view *q = p->q;
+    int64_t d = p->d, d2 = (d + 1) / 2, ld = s->ldq, xs = q->strides[3];
+    for (int64_t r = 0; r < g->rows; r++) {
+        int64_t h = g->h0 + r / g->nq, i = g->i0 + r % g->nq;
+        const uint16_t *qr = sdpa_at(q->data, q->dtype,
+                                     g->b * q->strides[0] + h * q->strides[1] + i * q->strides[2]);
+        for (int64_t x = 0; x < d2; x++) {
+            uint32_t hi = 2 * x + 1 < d ? qr[(2 * x + 1) * xs] : 0;
+            s->qp[x * ld + r] = qr[2 * x * xs] | hi << 16;
+        }
+    }
+    for (int64_t x = 0; x < d2; x++)
+        for (int64_t r = g->rows; r < ld; r++) s->qp[x * ld + r] = 0;
+}
+
 static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
     item_geo g;
     item_decode(p, it, &g);
     int rows = (int)g.rows, d = (int)p->d, dv = (int)p->dv;
     bool gemm = rows >= GEMM_MIN_ROWS;
+    bool dp = gemm && p->dp;       /* the pair-dot route */
+    int adv = dp ? (int)p->dvp : dv; /* accumulator row stride */
     /* logit (j, r) at st[j * sj + r * sr]: rows contiguous for the tiled product, keys
      * contiguous for the dot products */
     int64_t sj = gemm ? s->ldq : 1, sr = gemm ? 1 : KEY_TILE;
@@ -195,8 +233,10 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         s->m[r] = -INFINITY;
         s->l[r] = 0;
     }
-    memset(s->acc, 0, (size_t)rows * (size_t)dv * sizeof *s->acc);
-    if (jlo < jhi) {
+    memset(s->acc, 0, (size_t)rows * (size_t)adv * sizeof *s->acc);
+    if (jlo < jhi && dp) {
+        pack_q_pairs(p, &g, s);
+    } else if (jlo < jhi) {
         const sdpa_view *q = p->q;
         for (int r = 0; r < rows; r++) {
             int64_t h = g.h0 + r / g.nq, i = g.i0 + r % g.nq;
@@ -221,12 +261,15 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
             prefetch_tile(p->k, g.b, g.hkv, j0 + n, next, d);
             prefetch_tile(p->v, g.b, g.hkv, j0 + n, next, dv);
         }
-        /* the tiled product reads each key value once per 16 rows as a broadcast scalar, so
-         * it wants f32 keys: a bf16 tile is converted once (vectorised) rather than per use */
-        bool kdirect = p->k_direct && (!gemm || p->k_src == NN_SRC_F32);
+        /* the f32 tiled product reads each key value once per 16 rows as a broadcast scalar, so
+         * it wants f32 keys: a bf16 tile is converted once (vectorised) rather than per use;
+         * the pair dot product reads bf16 keys in place */
+        bool kdirect = p->k_direct && (!gemm || dp || p->k_src == NN_SRC_F32);
         const void *kt = load_tile(p, p->k, kdirect, g.b, g.hkv, j0, n, d, s->k);
         int64_t kld = kdirect ? p->k->strides[2] : d;
-        if (gemm)
+        if (dp)
+            nn->qk_dp(ld, d, s->qp, n, kt, kld, p->scale, s->st);
+        else if (gemm)
             nn->qk_gemm(ld, d, s->qt, n, kt, kld, s->st);
         else
             nn->qk_dot[kdirect ? p->k_src : NN_SRC_F32](rows, d, s->q, n, kt, kld, s->st, KEY_TILE);
@@ -245,6 +288,13 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
                     if (j0 + j < lo || j0 + j > hi) s->st[j * sj + r * sr] = -INFINITY;
             }
         }
+        if (dp) {
+            nn->softmax_dp(rows, n, s->st, ld, s->m, s->l, s->alpha, s->pw);
+            nn->pack_v(n, dv, adv, load_tile(p, p->v, true, g.b, g.hkv, j0, n, dv, NULL),
+                       p->v->strides[2], s->vp);
+            nn->pv_dp(rows, adv, n, s->pw, ld, s->vp, s->alpha, s->acc);
+            continue;
+        }
         nn->softmax_step(rows, n, s->st, sj, sr, s->m, s->l, s->alpha, s->tmp);
         for (int r = 0; r < rows; r++)
             if (s->alpha[r] != 1.0f) nn->scale(s->acc + (int64_t)r * dv, dv, s->alpha[r]);
@@ -253,6 +303,14 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
                          s->acc);
     }
 
+    if (dp) {
+        /* rows dv apart, as the other route leaves them; combine_chunk expects v's block order */
+        for (int r = 1; r < rows; r++)
+            memmove(s->acc + (int64_t)r * dv, s->acc + (int64_t)r * adv,
+                    (size_t)dv * sizeof *s->acc);
+        if (p->nsplit > 1 && nn->perm_in[p->v_src])
+            for (int r = 0; r < rows; r++) nn->perm_in[p->v_src](s->acc + (int64_t)r * dv, dv);
+    }
     if (p->nsplit > 1) {
         float *part = p->part + it * p->part_stride;
         memcpy(part, s->m, (size_t)rows * sizeof *part);
@@ -269,7 +327,7 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         float inv = s->l[r] > 0 ? 1.0f / s->l[r] : 0.0f;
         if (p->lse) p->lse[(g.b * p->hq + h) * p->tq + i] = row_lse(s->m[r], s->l[r]);
         nn->scale(ar, dv, inv);
-        if (nn->perm_out[p->v_src]) nn->perm_out[p->v_src](ar, dv);
+        if (!dp && nn->perm_out[p->v_src]) nn->perm_out[p->v_src](ar, dv);
         p->env->store[od](ob + (size_t)(((g.b * p->hq + h) * p->tq + i) * p->dv) * es, ar, dv);
     }
 }
@@ -368,6 +426,12 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
         }
     p.k_direct = readable_in_place(k, &p.k_src);
     p.v_direct = readable_in_place(v, &p.v_src);
+    /* the pair-dot route rounds the weights P to bf16 (torch's reduced-precision flash
+     * attention), so only for a bf16 result: a caller that asks for f32 out of bf16 inputs
+     * (sdpa_lse, the ring's steps) keeps f32 weights */
+    p.dp = env->nn->qk_dp && q->dtype == EM_BF16 && a->out_dtype == EM_BF16 && p.k_direct &&
+           p.k_src == NN_SRC_BF16 && p.v_direct && p.v_src == NN_SRC_BF16;
+    p.dvp = (p.dv + 7) / 8 * 8;
     if (p.nb * p.hq * p.tq == 0 || (p.dv == 0 && !p.lse)) return 0; /* Dv 0: lse still wanted */
 
     p.gh = p.g < ROWS_MAX ? p.g : ROWS_MAX;

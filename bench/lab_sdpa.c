@@ -1,0 +1,140 @@
+/*
+ * Lab timing of the CPU attention (sdpa_flash.h) on bf16 q, k, v (not a test; run by hand):
+ *
+ *   lab_sdpa [REPS] [THREADS ...]
+ *
+ * SD 1.5's attention at 512 px, [1, 8, 4096, 40] self-attention and the same queries over 77
+ * text keys (cross-attention), on each thread count (default 1 and 2), REPS times (default 3)
+ * with the two bf16 routes interleaved so that both see the same load: "f32 tiles" (K tiles
+ * converted to f32 and f32 products, the route of CPUs without the bf16 pair dot product) and
+ * "pair dot" (vdpbf16ps, nn->qk_dp; only where the CPU has it). Prints the best wall and CPU
+ * time of each (CPU time / threads does not count other processes' slices), GFLOP/s (4 Tq Tk D
+ * per head), and each route's error against the f32 attention of the same (bf16-valued) inputs.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cpu/sdpa_flash.h"
+#include "core/threadpool.h"
+#include "ember/ember.h"
+
+static double clock_of(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* n bf16 values of a fixed pseudo-random normal-ish distribution (sum of 4 uniforms), and the
+ * same values as f32 */
+static void fill(uint16_t *b, float *f, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        float x = 0;
+        for (int r = 0; r < 4; r++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x += (float)(s >> 40) / (float)(1 << 24) - 0.5f;
+        }
+        b[i] = em_f32_to_bf16(x * 1.7f);
+        f[i] = bf2f(b[i]);
+    }
+}
+
+static sdpa_view view(const void *data, int dt, int64_t b, int64_t h, int64_t t, int64_t d) {
+    sdpa_view v = {.data = data, .dtype = dt, .ndim = 4, .shape = {b, h, t, d},
+                   .strides = {h * t * d, t * d, d, 1}};
+    return v;
+}
+
+static int run(const em_nn_isa *nn, int dt, const void *q, const void *k, const void *v, int64_t tq,
+               int64_t tk, void *out) {
+    const em_ew_isa *isa = em_ew_isa_get();
+    sdpa_env env = {isa->load, isa->store, nn, em_parallel_for, em_num_threads()};
+    sdpa_args a = {view(q, dt, 1, 8, tq, 40), view(k, dt, 1, 8, tk, 40), view(v, dt, 1, 8, tk, 40),
+                   {0}, out, dt, 0.0, 0.0, false, 0, NULL};
+    const char *what = "";
+    if (sdpa_flash_run(&env, &a, &what)) {
+        fprintf(stderr, "lab_sdpa: %s\n", what);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 3;
+    int threads[8] = {1, 2}, nt = 2;
+    if (argc > 2) {
+        nt = 0;
+        for (int i = 2; i < argc && nt < 8; i++) threads[nt++] = atoi(argv[i]);
+    }
+    if (reps < 1) reps = 1;
+    const em_nn_isa *dp = em_nn_isa_get();
+    em_nn_isa tiles = *dp;
+    tiles.qk_dp = NULL;
+    tiles.pack_v = NULL;
+    tiles.pv_dp = NULL;
+    const int64_t tq = 4096, d = 40, nq = 8 * tq * d;
+    const int64_t tks[2] = {4096, 77};
+    printf("kernel level %s, pair dot product %s\n",
+           em_cpu_isa_name(em_cpu_isa_get()), dp->qk_dp ? "yes" : "no (both routes are f32 tiles)");
+    uint16_t *qb = malloc((size_t)nq * 2), *kb = malloc((size_t)nq * 2);
+    uint16_t *vb = malloc((size_t)nq * 2);
+    uint16_t *ob[2] = {malloc((size_t)nq * 2), malloc((size_t)nq * 2)};
+    float *qf = malloc((size_t)nq * 4), *kf = malloc((size_t)nq * 4), *vf = malloc((size_t)nq * 4);
+    float *of = malloc((size_t)nq * 4);
+    if (!qb || !kb || !vb || !ob[0] || !ob[1] || !qf || !kf || !vf || !of) return 1;
+    fill(qb, qf, nq, 1);
+    fill(kb, kf, nq, 2);
+    fill(vb, vf, nq, 3);
+    const char *names[2] = {"f32 tiles", "pair dot"};
+    for (int s = 0; s < 2; s++) {
+        int64_t tk = tks[s];
+        double gflop = 4.0 * 8 * (double)tq * (double)tk * (double)d * 1e-9;
+        if (run(&tiles, EM_F32, qf, kf, vf, tq, tk, of)) return 1;
+        for (int ti = 0; ti < nt; ti++) {
+            em_set_num_threads(threads[ti]);
+            double wall[2] = {1e30, 1e30}, cpu[2] = {1e30, 1e30};
+            for (int r = 0; r < reps; r++)
+                for (int w = 0; w < 2; w++) {
+                    double w0 = clock_of(CLOCK_MONOTONIC), c0 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
+                    if (run(w ? dp : &tiles, EM_BF16, qb, kb, vb, tq, tk, ob[w])) return 1;
+                    double w1 = clock_of(CLOCK_MONOTONIC), c1 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
+                    if (w1 - w0 < wall[w]) wall[w] = w1 - w0;
+                    if ((c1 - c0) / threads[ti] < cpu[w]) cpu[w] = (c1 - c0) / threads[ti];
+                }
+            for (int w = 0; w < 2; w++) {
+                double maxe = 0, sume = 0;
+                for (int64_t i = 0; i < nq; i++) {
+                    double e = fabs((double)bf2f(ob[w][i]) - (double)of[i]);
+                    maxe = e > maxe ? e : maxe;
+                    sume += e;
+                }
+                printf("%-5s [1,8,4096,40] x %4lld keys, %d thr, %-9s: wall %7.1f ms  cpu %7.1f ms"
+                       "  %6.1f GFLOP/s (cpu)  err vs f32: max %.2e mean %.2e\n",
+                       s ? "cross" : "self", (long long)tk, threads[ti], names[w], wall[w] * 1e3,
+                       cpu[w] * 1e3, gflop / cpu[w], maxe, sume / (double)nq);
+            }
+            printf("      speed-up (cpu time) %.2fx, (wall) %.2fx\n", cpu[0] / cpu[1],
+                   wall[0] / wall[1]);
+        }
+    }
+    free(qb);
+    free(kb);
+    free(vb);
+    free(ob[0]);
+    free(ob[1]);
+    free(qf);
+    free(kf);
+    free(vf);
+    free(of);
+    return 0;
+}
