@@ -25,6 +25,14 @@
  * rounds of 8 calls; with a few MiB the arrays stay in L2/L3 and this is the engine's own
  * speed, to compare with what the memory gives a core.
  *
+ *   lab_read gelu MiB [rounds]
+ *
+ * Exact (erf) GELU through the element-wise engine at the process's kernel level, on an f32 and
+ * a bf16 array of MiB each (values N(0, 3^2), SD's GEGLU range), against neg on the same arrays
+ * (one input, one output: what the memory gives this op) and the tanh form; GB/s of input plus
+ * output bytes, median (best) over rounds of 4 calls, and each op's median per-round fraction of
+ * neg's GB/s.
+ *
  * x86-64 only; needs AVX2 + FMA (the AVX-512 rows also AVX-512 F/BW/VL/DQ).
  */
 #include <immintrin.h>
@@ -328,6 +336,55 @@ static int ew_mode(int argc, char **argv) {
     return 0;
 }
 
+static int gelu_mode(int argc, char **argv) {
+    int64_t mib = argc > 2 ? atoll(argv[2]) : 64;
+    int rounds = argc > 3 ? atoi(argv[3]) : 11;
+    if (mib < 1 || rounds < 1 || rounds > 200) return 2;
+    em_ctx *c = em_ctx_create();
+    enum { NG = 6 };
+    const char *names[NG] = {"neg f32", "gelu_erf f32", "gelu_tanh f32",
+                             "neg bf16", "gelu_erf bf16", "gelu_tanh bf16"};
+    em_tensor *x[2];
+    for (int d = 0; d < 2; d++) {
+        em_dtype dt = d ? EM_BF16 : EM_F32;
+        x[d] = em_randn(c, dt, EM_SHAPE((mib << 20) / (d ? 2 : 4)), 1 + d, 0, 3);
+    }
+    static double g[NG][200];
+    for (int r = -1; r < rounds; r++) /* round -1 warms up */
+        for (int o = 0; o < NG; o++) {
+            em_tensor *a = x[o / 3];
+            double t0 = bench_now();
+            for (int k = 0; k < 4; k++) {
+                em_scope_push(c);
+                em_tensor *y = o % 3 == 0 ? em_neg(c, a) : em_gelu(c, a, o % 3 == 2);
+                if (y) em_tensor_data(c, y);
+                em_scope_pop(c);
+            }
+            double dt = (bench_now() - t0) / 4;
+            if (r >= 0) g[o][r] = 2.0 * (double)(mib << 20) / dt / 1e9;
+        }
+    if (em_ctx_status(c)) {
+        fprintf(stderr, "lab_read: %s\n", em_ctx_error(c)->message);
+        return 1;
+    }
+    printf("gelu %lld MiB per array, %d threads, %d rounds: GB/s (in + out) median (best), "
+           "median fraction of neg's\n",
+           (long long)mib, em_num_threads(), rounds);
+    for (int o = 0; o < NG; o++) {
+        double s[200], f[200];
+        for (int r = 0; r < rounds; r++) {
+            s[r] = g[o][r];
+            f[r] = g[o][r] / g[o / 3 * 3][r];
+        }
+        qsort(s, (size_t)rounds, sizeof *s, cmp_d);
+        qsort(f, (size_t)rounds, sizeof *f, cmp_d);
+        printf("  %-15s %6.2f (%6.2f)  %.3f\n", names[o], s[rounds / 2], s[rounds - 1],
+               f[rounds / 2]);
+    }
+    em_ctx_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const em_cpu_features *f = em_cpu_features_get();
     if (!f->avx2 || !f->fma) {
@@ -336,6 +393,7 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && !strcmp(argv[1], "dot")) return dot_mode(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "ew")) return ew_mode(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "gelu")) return gelu_mode(argc, argv);
     size_t mib = argc > 1 ? (size_t)atoll(argv[1]) : 256;
     int rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (argc > 3) em_set_num_threads(atoi(argv[3]));

@@ -7,6 +7,6 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 #define EW_ISA avx2
-/* exp, tanh, sigmoid, silu and tanh-gelu in f32: intrinsics with FMA (ew_trans_avx2.c) */
+/* exp, tanh, sigmoid, silu and gelu in f32: intrinsics (ew_trans_avx2.c; FMA but for erf) */
 #define EW_FILL_MORE em_ew_fill_trans_avx2
 #include "backends/cpu/ew_funcs.inc"

@@ -1,6 +1,6 @@
 /*
  * Branch-free float math that compilers vectorise: exp (Cephes polynomial, ~1 ulp), tanh,
- * sigmoid and the activations built on them. Included by the ISA variants of ew_funcs.inc.
+ * sigmoid, erf and the activations built on them. Included by the ISA variants of ew_funcs.inc.
  */
 #ifndef EMBER_EW_MATH_H
 #define EMBER_EW_MATH_H
@@ -58,6 +58,36 @@ static inline float em_gelu_tanhf(float x) {
     return 0.5f * x * (1.0f + em_tanhf(inner));
 }
 
-static inline float em_gelu_erff(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+/*
+ * erf: max 1.39 ulp from the exact value over all floats (checked exhaustively by lab_erf, see
+ * docs/notes/2026-12-04-gelu-erf.md). Two minimax fits, with their own coefficients:
+ *  - |x| < 0.921875: x + x P(x^2), P of degree 6 (relative error of the fit 4e-10);
+ *  - 0.921875 <= |x| < 3.921875: 1 - exp(Q(|x|)), Q of degree 6 fitted to log(erfc) with the
+ *    weight erfc (error of erfc relative 1.5e-9), exp by em_expf;
+ *  - |x| >= 3.921875 (erfc below 2^-25, so erf rounds to 1) and infinities: +-1.
+ * NaN stays NaN and -0 gives -0, as libm's erff. Both fits are evaluated and one selected so that
+ * the loops vectorise; no FMA (ISO C does not contract), so that every kernel level, NEON
+ * included (neon.h's em_neon_erff), gives the same bits.
+ */
+static inline float em_erff(float x) {
+    float a = fabsf(x), z = x * x;
+    float p = ((((((8.397982310e-05f * z - 8.149854257e-04f) * z + 5.201720633e-03f) * z -
+                  2.685970441e-02f) * z + 1.128370166e-01f) * z - 3.761263490e-01f) * z +
+               1.283791661e-01f);
+    float small = x + x * p;
+    float ac = a < 3.921875f ? a : 3.921875f;
+    float q = ((((((1.947325800e-04f * ac - 3.031582106e-03f) * ac + 2.218132652e-02f) * ac -
+                  1.038387641e-01f) * ac - 6.372858882e-01f) * ac - 1.127615333e+00f) * ac -
+               2.099301782e-04f);
+    float big = 1.0f - em_expf(q);
+    big = a < 3.921875f ? big : 1.0f;
+    big = x < 0 ? -big : big;
+    float r = a < 0.921875f ? small : big;
+    return x != x ? x : r;
+}
+
+static inline float em_gelu_erff(float x) {
+    return 0.5f * x * (1.0f + em_erff(x * 0.70710678118654752f));
+}
 
 #endif

@@ -3,8 +3,8 @@
  * as ew_funcs_generic.c) already run on NEON where GCC vectorises them, which it does for the
  * arithmetic, comparisons and bf16 conversions of the aarch64 baseline; em_cpu_isa_fill installs
  * them first and this fill replaces what it does not vectorise:
- *  - exp, tanh, sigmoid, silu and tanh-gelu in f32 (neon.h's em_neon_expf / em_neon_tanhf: the
- *    same bits as the portable C, four lanes at a time);
+ *  - exp, tanh, sigmoid, silu and gelu (both forms) in f32 (neon.h's em_neon_expf /
+ *    em_neon_tanhf / em_neon_erff: the same bits as the portable C, four lanes at a time);
  *  - f16 loads, stores and rounding, which the portable C does with a call per element
  *    (FCVTL / FCVTN here, round to nearest even as em_f32_to_f16).
  */
@@ -48,17 +48,20 @@ UNARY(sigmoid_f32, vdivq_f32(vdupq_n_f32(1.0f), one_plus_exp_neg(x)), em_sigmoid
 UNARY(silu_f32, vdivq_f32(x, one_plus_exp_neg(x)), em_siluf(x))
 UNARY(gelu_tanh_f32, gelu_tanh4(x), em_gelu_tanhf(x))
 
-/* gelu: attrs[0] chooses the tanh approximation (on vectors) or erf (libm's erff per element,
- * as the portable function does). */
+NEON_INLINE float32x4_t gelu_erf4(float32x4_t x) {
+    float32x4_t e = em_neon_erff(vmulq_f32(x, vdupq_n_f32(0.70710678118654752f)));
+    return vmulq_f32(vmulq_f32(vdupq_n_f32(0.5f), x), vaddq_f32(vdupq_n_f32(1.0f), e));
+}
+
+UNARY(gelu_erf_f32, gelu_erf4(x), em_gelu_erff(x))
+
+/* gelu: attrs[0] chooses the tanh approximation or erf */
 static void gelu_f32(int64_t n, void *o, const void *a, const void *b, const void *c,
                      const em_attr *at) {
-    if (at[0].i) {
+    if (at[0].i)
         gelu_tanh_f32(n, o, a, b, c, at);
-        return;
-    }
-    const float *x = a;
-    float *r = o;
-    for (int64_t i = 0; i < n; i++) r[i] = em_gelu_erff(x[i]);
+    else
+        gelu_erf_f32(n, o, a, b, c, at);
 }
 
 /* ---- f16 ---- */

@@ -1,6 +1,7 @@
 /*
  * AVX2 + FMA entries of the element-wise table for the f32 transcendentals: exp, tanh, sigmoid,
- * silu and tanh-gelu (ew_funcs_avx2.c's fill installs them over the portable loops).
+ * silu and both gelu forms (ew_funcs_avx2.c's fill installs them over the portable loops); erf
+ * (exact gelu) alone is FMA-free, see erf8.
  *
  * The portable loops compiled for AVX2 vectorise but stay compute-bound (silu at 40 % of the
  * triad bandwidth on a Zen 4 at the AVX2 level): ISO C11 mode keeps GCC from contracting
@@ -107,6 +108,66 @@ AVX2_INLINE __m256 gelu_tanh8(__m256 x) {
 }
 
 /*
+ * em_erff on eight lanes, without FMA: the same operations in the same order as the portable C
+ * (ISO C11 does not contract), so the avx2 level gives the bits of every other level. Faster
+ * than GCC's vectorisation of em_erff here: the constants stay in registers or memory operands
+ * instead of spills, and exp's 2^n is an add to the exponent field, equal to em_expf's two
+ * multiplications by powers of two because exp's argument here lies in [-17.3, 0] (its result
+ * is a normal float; em_expf's edges are never reached); a NaN lane's exp sees the clamp
+ * 3.921875 and the last select restores x.
+ */
+AVX2_INLINE __m256 mul_add(__m256 a, __m256 b, float c) {
+    return _mm256_add_ps(_mm256_mul_ps(a, b), _mm256_set1_ps(c));
+}
+
+AVX2_INLINE __m256 erf8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f), top = _mm256_set1_ps(3.921875f);
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), z = _mm256_mul_ps(x, x);
+    __m256 p = mul_add(_mm256_set1_ps(8.397982310e-05f), z, -8.149854257e-04f);
+    p = mul_add(p, z, 5.201720633e-03f);
+    p = mul_add(p, z, -2.685970441e-02f);
+    p = mul_add(p, z, 1.128370166e-01f);
+    p = mul_add(p, z, -3.761263490e-01f);
+    p = mul_add(p, z, 1.283791661e-01f);
+    __m256 small = _mm256_add_ps(x, _mm256_mul_ps(x, p));
+    __m256 ac = _mm256_min_ps(a, top); /* NaN -> 3.921875 */
+    __m256 q = mul_add(_mm256_set1_ps(1.947325800e-04f), ac, -3.031582106e-03f);
+    q = mul_add(q, ac, 2.218132652e-02f);
+    q = mul_add(q, ac, -1.038387641e-01f);
+    q = mul_add(q, ac, -6.372858882e-01f);
+    q = mul_add(q, ac, -1.127615333e+00f);
+    q = mul_add(q, ac, -2.099301782e-04f);
+    /* em_expf(q) */
+    __m256 t = _mm256_add_ps(_mm256_mul_ps(q, _mm256_set1_ps(1.44269504088896341f)), magic);
+    __m256 fx = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_sub_ps(q, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_add_ps(r, _mm256_mul_ps(fx, _mm256_set1_ps(2.12194440e-4f)));
+    __m256 rr = _mm256_mul_ps(r, r);
+    __m256 y = mul_add(_mm256_set1_ps(1.9875691500E-4f), r, 1.3981999507E-3f);
+    y = mul_add(y, r, 8.3334519073E-3f);
+    y = mul_add(y, r, 4.1665795894E-2f);
+    y = mul_add(y, r, 1.6666665459E-1f);
+    y = mul_add(y, r, 5.0000001201E-1f);
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, rr), r), one);
+    __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(magic));
+    __m256 e = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
+    __m256 big = _mm256_sub_ps(one, e);
+    big = _mm256_blendv_ps(one, big, _mm256_cmp_ps(a, top, _CMP_LT_OQ));
+    big = _mm256_or_ps(big, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); /* x < 0: -big; -0: +big */
+    __m256 lo = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
+    __m256 res = _mm256_blendv_ps(big, small, lo);
+    return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+AVX2_INLINE __m256 gelu_erf8(__m256 x) {
+    __m256 e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)));
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
+                         _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/*
  * A unary f32 block function from an eight-lane body V and its scalar twin S (the tail). The
  * input is fetched EW_PF_AHEAD values ahead, one request per cache line, as in ew_funcs.inc:
  * each vector's long dependency chain leaves too few loads in flight to hide DRAM latency.
@@ -143,14 +204,14 @@ UNARY(sigmoid_f32, sigmoid8(x), em_sigmoidf(x))
 UNARY(silu_f32, _mm256_div_ps(x, one_plus_exp_neg8(x)), em_siluf(x))
 UNARY(gelu_tanh_f32, gelu_tanh8(x), em_gelu_tanhf(x))
 
-/* gelu: the tanh form here; the erf form goes to the entry this fill replaced */
-static em_ew_block_fn gelu_prev;
+UNARY(gelu_erf_f32, gelu_erf8(x), em_gelu_erff(x))
+
 static void gelu_f32(int64_t n, void *o, const void *a_, const void *b_, const void *c_,
                      const em_attr *at) {
     if (at[0].i)
         gelu_tanh_f32(n, o, a_, b_, c_, at);
     else
-        gelu_prev(n, o, a_, b_, c_, at);
+        gelu_erf_f32(n, o, a_, b_, c_, at);
 }
 
 void em_ew_fill_trans_avx2(void *table) {
@@ -159,6 +220,5 @@ void em_ew_fill_trans_avx2(void *table) {
     t->fn[EM_OP_TANH][EW_CT_F32] = tanh_f32;
     t->fn[EM_OP_SIGMOID][EW_CT_F32] = sigmoid_f32;
     t->fn[EM_OP_SILU][EW_CT_F32] = silu_f32;
-    gelu_prev = t->fn[EM_OP_GELU][EW_CT_F32];
     t->fn[EM_OP_GELU][EW_CT_F32] = gelu_f32;
 }

@@ -1,12 +1,13 @@
 /*
  * NEON building blocks of the aarch64 kernels (included only by *_neon.c and *_neon_bf16.c):
- * bf16/f16 <-> f32 conversions on vectors, exp and tanh on vectors (ew_neon.c, reduce_neon.c),
- * and the row-dot tile that the dot engine (gemm_neon.c) and ragged_dot (ragged_neon.c) share.
+ * bf16/f16 <-> f32 conversions on vectors, exp, tanh and erf on vectors (ew_neon.c,
+ * reduce_neon.c), and the row-dot tile that the dot engine (gemm_neon.c) and ragged_dot
+ * (ragged_neon.c) share.
  *
- * exp and tanh are ew_math.h's em_expf / em_tanhf lane by lane: the same constants and the same
- * operations in the same order (no fused multiply-adds, as the portable C is compiled), so they
- * give the portable twins' bits. GCC does not vectorise the C versions (their selects stay
- * branches), which is why they are written out here.
+ * exp, tanh and erf are ew_math.h's em_expf / em_tanhf / em_erff lane by lane: the same
+ * constants and the same operations in the same order (no fused multiply-adds, as the portable
+ * C is compiled), so they give the portable twins' bits. GCC does not vectorise the C versions
+ * (their selects stay branches), which is why they are written out here.
  *
  * The dot tile: MB rows of x against NB weight rows, contiguous along k, one f32x4 accumulator
  * per output, so each output is summed in one order whatever the tile shape, the thread count or
@@ -94,6 +95,33 @@ NEON_INLINE float32x4_t em_neon_tanhf(float32x4_t x) {
     big = vbslq_f32(vcgtq_f32(ax, nine), one, big);
     big = vbslq_f32(vcltq_f32(x, vdupq_n_f32(0.0f)), vnegq_f32(big), big);
     float32x4_t r = vbslq_f32(vcltq_f32(ax, vdupq_n_f32(0.625f)), small, big);
+    return vbslq_f32(vceqq_f32(x, x), r, x);
+}
+
+/* em_erff on four lanes (NaN lanes: the two fits see NaN, the last select restores x). */
+NEON_INLINE float32x4_t em_neon_erff(float32x4_t x) {
+    const float32x4_t one = vdupq_n_f32(1.0f), top = vdupq_n_f32(3.921875f);
+    float32x4_t a = vabsq_f32(x), z = vmulq_f32(x, x);
+    float32x4_t p = vsubq_f32(vmulq_f32(vdupq_n_f32(8.397982310e-05f), z),
+                              vdupq_n_f32(8.149854257e-04f));
+    p = vaddq_f32(vmulq_f32(p, z), vdupq_n_f32(5.201720633e-03f));
+    p = vsubq_f32(vmulq_f32(p, z), vdupq_n_f32(2.685970441e-02f));
+    p = vaddq_f32(vmulq_f32(p, z), vdupq_n_f32(1.128370166e-01f));
+    p = vsubq_f32(vmulq_f32(p, z), vdupq_n_f32(3.761263490e-01f));
+    p = vaddq_f32(vmulq_f32(p, z), vdupq_n_f32(1.283791661e-01f));
+    float32x4_t small = vaddq_f32(x, vmulq_f32(x, p));
+    float32x4_t ac = vminq_f32(a, top);
+    float32x4_t q = vsubq_f32(vmulq_f32(vdupq_n_f32(1.947325800e-04f), ac),
+                              vdupq_n_f32(3.031582106e-03f));
+    q = vaddq_f32(vmulq_f32(q, ac), vdupq_n_f32(2.218132652e-02f));
+    q = vsubq_f32(vmulq_f32(q, ac), vdupq_n_f32(1.038387641e-01f));
+    q = vsubq_f32(vmulq_f32(q, ac), vdupq_n_f32(6.372858882e-01f));
+    q = vsubq_f32(vmulq_f32(q, ac), vdupq_n_f32(1.127615333e+00f));
+    q = vsubq_f32(vmulq_f32(q, ac), vdupq_n_f32(2.099301782e-04f));
+    float32x4_t big = vsubq_f32(one, em_neon_expf(q));
+    big = vbslq_f32(vcltq_f32(a, top), big, one);
+    big = vbslq_f32(vcltq_f32(x, vdupq_n_f32(0.0f)), vnegq_f32(big), big);
+    float32x4_t r = vbslq_f32(vcltq_f32(a, vdupq_n_f32(0.921875f)), small, big);
     return vbslq_f32(vceqq_f32(x, x), r, x);
 }
 
