@@ -692,8 +692,8 @@ int bench_diffusion(int argc, char **argv) {
     em_device *dev = o.device ? em_device_get(c, o.device) : em_device_cpu();
     for (int i = 0; ok && i < n_convs; i++)
         ok = time_conv(c, dev, o.dtype, convs[i], &conv_ms[i]);
-    for (int i = 0; ok && i < n_gns; i++)
-        ok = bench_time_group_norm(c, dev, o.dtype, cfg.norm_num_groups, cfg.norm_eps, &gns[i]);
+    ok = ok && bench_time_group_norms(c, dev, o.dtype, cfg.norm_num_groups, cfg.norm_eps, gns,
+                                      n_gns);
     for (int i = 0; ok && i < n_attns; i++) ok = bench_time_attn(c, dev, o.dtype, &attns[i]);
     if (ok && !o.skip_peers) {
         char ops_tasks[2048];

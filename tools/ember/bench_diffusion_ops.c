@@ -3,12 +3,14 @@
  *
  * Group norm is memory-bound: its bound is the bytes it must move (x read once, y written once)
  * at the triad probe's bandwidth (bench_limits.h: reads and a write, like the op), the probe run
- * before each call (bench_interleaved), which also leaves the caches cold for it. Attention is
+ * before each call (as bench_interleaved, one probe for all rows), which also leaves the caches
+ * cold for it. Attention is
  * compute-bound: 4 * B * H * Tq * Tk * D FLOPs (the two products) against the dtype's peak.
  */
 #include "bench_diffusion_ops.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench_limits.h"
@@ -50,25 +52,58 @@ static void gn_call(void *user) {
     em_scope_pop(j->c);
 }
 
-bool bench_time_group_norm(em_ctx *c, em_device *dev, em_dtype dt, int64_t groups, double eps,
-                           bench_gn_row *r) {
-    em_scope_push(c);
-    em_ctx_set_device(c, dev);
-    const int64_t *s = r->s;
-    gn_job j = {c, em_cast(c, em_randn(c, EM_F32, EM_SHAPE(s[0], s[1], s[2], s[3]), 31, 0.5, 2), dt),
-                em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 32, 0.5, 1.5), dt),
-                em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 33, -0.1, 0.1), dt), groups, eps,
-                true};
-    j.ok = j.x && j.w && j.b;
-    if (j.ok) {
-        double bytes = 2.0 * (double)em_tensor_numel(j.x) * (double)em_dtype_size(dt);
-        r->frac = bench_interleaved(gn_call, &j, bytes, true, GN_REPS, 1, &r->ms, &r->probe_gbs);
-        j.ok = j.ok && r->frac > 0;
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* bench_interleaved's measurement with one probe for all rows (its 3 x 256 MiB arrays made and
+ * first-touched once) */
+static void gn_interleaved(bench_probe *p, gn_job *j, double bytes, bench_gn_row *r) {
+    double frac[GN_REPS], ms[GN_REPS], bw[GN_REPS];
+    bench_probe_pass(p);
+    gn_call(j);
+    for (int k = 0; k < GN_REPS; k++) {
+        bw[k] = bench_probe_pass(p);
+        double t = bench_now();
+        gn_call(j);
+        t = bench_now() - t;
+        ms[k] = t * 1e3;
+        frac[k] = bytes / t / (bw[k] * 1e9);
     }
-    em_scope_pop(c);
-    if (!j.ok) fprintf(stderr, "ember bench diffusion: the group norm: %s\n",
-                       em_ctx_status(c) ? em_ctx_error(c)->message : "out of memory");
-    return j.ok;
+    qsort(frac, GN_REPS, sizeof *frac, cmp_d);
+    qsort(ms, GN_REPS, sizeof *ms, cmp_d);
+    qsort(bw, GN_REPS, sizeof *bw, cmp_d);
+    r->frac = frac[GN_REPS / 2];
+    r->ms = ms[GN_REPS / 2];
+    r->probe_gbs = bw[GN_REPS / 2];
+}
+
+bool bench_time_group_norms(em_ctx *c, em_device *dev, em_dtype dt, int64_t groups, double eps,
+                            bench_gn_row *rows, int n) {
+    bench_probe *p = n ? bench_probe_create(true) : NULL;
+    bool ok = !n || p;
+    for (int i = 0; ok && i < n; i++) {
+        bench_gn_row *r = &rows[i];
+        const int64_t *s = r->s;
+        em_scope_push(c);
+        em_ctx_set_device(c, dev);
+        gn_job j = {c,
+                    em_cast(c, em_randn(c, EM_F32, EM_SHAPE(s[0], s[1], s[2], s[3]), 31, 0.5, 2), dt),
+                    em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 32, 0.5, 1.5), dt),
+                    em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 33, -0.1, 0.1), dt), groups, eps,
+                    true};
+        j.ok = j.x && j.w && j.b;
+        if (j.ok)
+            gn_interleaved(p, &j, 2.0 * (double)em_tensor_numel(j.x) * (double)em_dtype_size(dt),
+                           r);
+        ok = j.ok;
+        em_scope_pop(c);
+    }
+    bench_probe_free(p);
+    if (!ok) fprintf(stderr, "ember bench diffusion: the group norm: %s\n",
+                     em_ctx_status(c) ? em_ctx_error(c)->message : "out of memory");
+    return ok;
 }
 
 typedef struct attn_job {

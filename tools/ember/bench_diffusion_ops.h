@@ -37,9 +37,9 @@ typedef struct bench_attn_row {
 int bench_attn_shapes(const em_unet2d_config *cfg, int64_t latent, int64_t ctx_len,
                       bench_attn_row *out);
 
-/* Times one row (random inputs in dt on dev); false with the error printed. */
-bool bench_time_group_norm(em_ctx *c, em_device *dev, em_dtype dt, int64_t groups, double eps,
-                           bench_gn_row *r);
+/* Times the rows (random inputs in dt on dev); false with the error printed. */
+bool bench_time_group_norms(em_ctx *c, em_device *dev, em_dtype dt, int64_t groups, double eps,
+                            bench_gn_row *rows, int n);
 bool bench_time_attn(em_ctx *c, em_device *dev, em_dtype dt, bench_attn_row *r);
 
 /* The peer's task entries: "group_norm": {...}, "attention": [...] (with a leading ", "). */
