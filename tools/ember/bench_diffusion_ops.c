@@ -88,8 +88,8 @@ bool bench_time_group_norms(em_ctx *c, em_device *dev, em_dtype dt, int64_t grou
         const int64_t *s = r->s;
         em_scope_push(c);
         em_ctx_set_device(c, dev);
-        gn_job j = {c,
-                    em_cast(c, em_randn(c, EM_F32, EM_SHAPE(s[0], s[1], s[2], s[3]), 31, 0.5, 2), dt),
+        em_tensor *x = em_randn(c, EM_F32, EM_SHAPE(s[0], s[1], s[2], s[3]), 31, 0.5, 2);
+        gn_job j = {c, em_cast(c, x, dt),
                     em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 32, 0.5, 1.5), dt),
                     em_cast(c, em_rand(c, EM_F32, EM_SHAPE(s[1]), 33, -0.1, 0.1), dt), groups, eps,
                     true};
@@ -124,10 +124,10 @@ static void attn_call(void *user) {
 bool bench_time_attn(em_ctx *c, em_device *dev, em_dtype dt, bench_attn_row *r) {
     em_scope_push(c);
     em_ctx_set_device(c, dev);
-    attn_job j = {c, em_cast(c, em_randn(c, EM_F32, EM_SHAPE(r->b, r->h, r->tq, r->d), 41, 0, 1), dt),
-                  em_cast(c, em_randn(c, EM_F32, EM_SHAPE(r->b, r->h, r->tk, r->d), 42, 0, 1), dt),
-                  em_cast(c, em_randn(c, EM_F32, EM_SHAPE(r->b, r->h, r->tk, r->d), 43, 0, 1), dt),
-                  true};
+    em_tensor *q = em_randn(c, EM_F32, EM_SHAPE(r->b, r->h, r->tq, r->d), 41, 0, 1);
+    em_tensor *k = em_randn(c, EM_F32, EM_SHAPE(r->b, r->h, r->tk, r->d), 42, 0, 1);
+    em_tensor *v = em_randn(c, EM_F32, EM_SHAPE(r->b, r->h, r->tk, r->d), 43, 0, 1);
+    attn_job j = {c, em_cast(c, q, dt), em_cast(c, k, dt), em_cast(c, v, dt), true};
     j.ok = j.q && j.k && j.v;
     if (j.ok) r->ms = bench_median_ms(attn_call, &j, 0.5);
     em_scope_pop(c);
@@ -144,7 +144,8 @@ int bench_ops_peer_tasks(char *buf, size_t n, const bench_gn_row *gn, int n_gn, 
         len += snprintf(buf + len, n - (size_t)len, "%s[%lld, %lld, %lld, %lld]", i ? ", " : "",
                         (long long)gn[i].s[0], (long long)gn[i].s[1], (long long)gn[i].s[2],
                         (long long)gn[i].s[3]);
-    if (len > 0 && (size_t)len < n) len += snprintf(buf + len, n - (size_t)len, "]}, \"attention\": [");
+    if (len > 0 && (size_t)len < n)
+        len += snprintf(buf + len, n - (size_t)len, "]}, \"attention\": [");
     for (int i = 0; i < n_at && len > 0 && (size_t)len < n; i++)
         len += snprintf(buf + len, n - (size_t)len, "%s[%lld, %lld, %lld, %lld, %lld]",
                         i ? ", " : "", (long long)at[i].b, (long long)at[i].h, (long long)at[i].tq,
