@@ -15,7 +15,9 @@
  * the fraction of the FP32 FMA peak measured in this run (bench_limits.c). --dtype bf16: both
  * sides in bf16 (diffusers also in f32, the same run), fractions of the bf16 dot peak. Then the
  * 3x3 conv alone at the UNet's main shapes (batch 2, padding 1, in the dtype) against torch's
- * F.conv2d.
+ * F.conv2d, group norm at the same shapes against F.group_norm (fractions of the bandwidth
+ * bound) and the spatial attentions against F.scaled_dot_product_attention
+ * (bench_diffusion_ops.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -26,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_diffusion_ops.h"
 #include "bench_limits.h"
 #include "bench_unet_arch.h"
 #include "bench_util.h"
@@ -57,23 +60,33 @@ typedef struct opts {
     int n_sizes, steps;
     em_dtype dtype; /* of the weights and activations: f32 or bf16 */
     bool skip_peers, json, no_conv;
+    bool ops_only; /* no UNet step: the op rows alone (at the largest size's shapes) */
     bool compile; /* Ember's step as one compiled program (compile mode), not eager ops */
 } opts;
 
 static void usage(void) {
     printf("usage: ember bench diffusion [--preset sd15|tiny] [--sizes 512,256] [--steps N]\n"
            "                             [--dtype f32|bf16] [--device D] [--skip-peers]\n"
-           "                             [--no-conv] [--compile] [--dir DIR] [--json]\n\n"
+           "                             [--no-conv | --ops-only] [--compile] [--dir DIR]\n"
+           "                             [--json]\n\n"
            "Times one denoising step of Stable Diffusion 1.5's UNet2DConditionModel (random\n"
            "weights; classifier-free guidance's batch of 2, text states [2, 77, 768]) at each\n"
            "image size (latents of size/8), the median of --steps forwards (default 3) after a\n"
            "warm-up, in wall and process CPU seconds, next to diffusers on torch eager in the\n"
            "same run (same folder, inputs and thread count; $EMBER_PYTHON). Prints the step's\n"
            "FLOPs (counted from the config per op kind, and by torch's flop counter), the\n"
-           "fraction of the FP32 FMA peak, the outputs' max difference, then the 3x3 conv alone\n"
-           "at the UNet's main shapes against torch (--no-conv: not). --preset tiny: the same\n"
-           "layout at 32/64 channels (default sizes 64,32). --dir keeps the random-weight\n"
-           "folder there and reuses it (default: a temporary folder, removed). --dtype bf16:\n"
+           "fraction of the FP32 FMA peak, the outputs' max difference, then ops alone at the\n"
+           "largest size's shapes against torch in the same run (--no-conv: none of them): the\n"
+           "3x3 conv at the UNet's main shapes (fraction of the FLOP peak); group norm\n"
+           "(norm_num_groups, norm_eps, affine) at the same shapes, in GB/s and as a fraction\n"
+           "of its bandwidth bound (bytes: x read once + y written once; bandwidth: the triad\n"
+           "probe's, run before each call, caches cold); the spatial attentions (each\n"
+           "cross-attention block's self-attention [2,heads,HW,D] and cross-attention on the\n"
+           "77 text states; FLOPs 4*B*H*Tq*Tk*D, fraction of the FLOP peak). --ops-only: those\n"
+           "op rows alone, no UNet step (nor its weights). --preset tiny:\n"
+           "the same layout at 32/64 channels (default sizes 64,32). --dir keeps the\n"
+           "random-weight folder there and reuses it (default: a temporary folder, removed).\n"
+           "--dtype bf16: "
            "weights and activations in bf16 on both sides (the folder stays f32; the inputs\n"
            "are rounded to bf16 once and fed to both), diffusers timed in bf16 and in f32 in\n"
            "the same run, fractions of the bf16 dot peak, outputs compared with both.\n"
@@ -89,6 +102,7 @@ static int parse(int argc, char **argv, opts *o) {
         if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--skip-peers")) o->skip_peers = true;
         else if (!strcmp(a, "--no-conv")) o->no_conv = true;
+        else if (!strcmp(a, "--ops-only")) o->ops_only = true;
         else if (!strcmp(a, "--compile")) o->compile = true;
         else if (!strcmp(a, "--preset") && has) o->preset = argv[++i];
         else if (!strcmp(a, "--device") && has) o->device = argv[++i];
@@ -119,6 +133,10 @@ static int parse(int argc, char **argv, opts *o) {
             fprintf(stderr, "%s: unknown option or missing value '%s'\n", CMD, a);
             return 2;
         }
+    }
+    if (o->ops_only && o->no_conv) {
+        fprintf(stderr, "%s: --ops-only with --no-conv leaves nothing to time\n", CMD);
+        return 2;
     }
     if (!bench_unet_preset_config(o->preset)) {
         fprintf(stderr, "%s: unknown preset '%s' (sd15, tiny)\n", CMD, o->preset);
@@ -364,7 +382,7 @@ static bool time_conv(em_ctx *c, em_device *dev, em_dtype dt, const int64_t *s, 
 /* ---- the peer ---- */
 
 static void run_peer(const opts *o, const char *dir, size_run *runs, int64_t (*convs)[4],
-                     int n_convs, bench_peer *peer) {
+                     int n_convs, const char *ops_tasks, bench_peer *peer) {
     char *tasks = malloc(16384);
     if (!tasks) {
         memset(peer, 0, sizeof *peer);
@@ -385,7 +403,7 @@ static void run_peer(const opts *o, const char *dir, size_run *runs, int64_t (*c
         len += snprintf(tasks + len, 16384 - (size_t)len, "%s[%lld, %lld, %lld, %lld]",
                         i ? ", " : "", (long long)convs[i][0], (long long)convs[i][1],
                         (long long)convs[i][2], (long long)convs[i][3]);
-    snprintf(tasks + len, 16384 - (size_t)len, "]}");
+    snprintf(tasks + len, 16384 - (size_t)len, "]%s}", ops_tasks);
     bench_peer_run("torch_unet.py", tasks, peer);
     free(tasks);
 }
@@ -617,19 +635,35 @@ int bench_diffusion(int argc, char **argv) {
     int64_t largest = 0; /* the convs at the largest size's latents */
     for (int i = 0; i < o.n_sizes; i++) largest = o.sizes[i] > largest ? o.sizes[i] : largest;
     int n_convs = o.no_conv ? 0 : conv_shapes(&cfg, largest / 8, convs);
+    /* group norm at the conv shapes, the spatial attentions at the same size */
+    bench_gn_row gns[EM_UNET2D_MAX_BLOCKS];
+    bench_attn_row attns[BENCH_DIFF_MAX_ATTN];
+    int n_gns = n_convs;
+    int n_attns = o.no_conv ? 0 : bench_attn_shapes(&cfg, largest / 8, CTX_LEN, attns);
+    for (int i = 0; i < n_gns; i++) {
+        memset(&gns[i], 0, sizeof gns[i]);
+        memcpy(gns[i].s, convs[i], sizeof gns[i].s);
+    }
     bench_peer peer = {0};
     bench_limits L = {0};
     em_unet2d *u = NULL;
-    bool ok = make_folder(c, dir, config, &cfg, &params);
-    if (ok) {
-        bench_measure_peaks(&L);
+    if (o.ops_only) o.n_sizes = 0; /* no step (the shapes above are the largest size's) */
+    bool ok = o.ops_only || make_folder(c, dir, config, &cfg, &params);
+    if (ok) bench_measure_peaks(&L);
+    if (ok && !o.ops_only) {
         em_unet2d_options uo = em_unet2d_default_options();
         uo.device = o.device;
         uo.dtype = o.dtype;
         u = em_unet2d_load(c, dir, &uo);
         ok = u || fail(c, "loading the UNet");
     }
-    if (ok && !o.json)
+    if (ok && !o.json && o.ops_only)
+        printf("diffusion: UNet2DConditionModel preset %s's ops at %lld px (--ops-only: no "
+               "step), %s, device %s, %d threads; FP32 FMA peak %.1f, bf16 dot peak %.1f GFLOP/s "
+               "(measured now); load average %.2f\n", o.preset, (long long)largest,
+               em_dtype_name(o.dtype), o.device ? o.device : "cpu", em_num_threads(),
+               L.fp32_gflops, L.bf16_gflops, load0);
+    else if (ok && !o.json)
         printf("diffusion: UNet2DConditionModel preset %s (%.1f M parameters, %s, random "
                "weights), batch 2 (classifier-free guidance), text states [2, %d, %lld], device "
                "%s, Ember %s, %d threads; FP32 FMA peak %.1f, bf16 dot peak %.1f GFLOP/s (measured now); "
@@ -655,11 +689,17 @@ int bench_diffusion(int argc, char **argv) {
         L.fp32_gflops = L2.fp32_gflops > L.fp32_gflops ? L2.fp32_gflops : L.fp32_gflops;
         L.bf16_gflops = L2.bf16_gflops > L.bf16_gflops ? L2.bf16_gflops : L.bf16_gflops;
     }
+    em_device *dev = o.device ? em_device_get(c, o.device) : em_device_cpu();
     for (int i = 0; ok && i < n_convs; i++)
-        ok = time_conv(c, o.device ? em_device_get(c, o.device) : em_device_cpu(), o.dtype, convs[i],
-                       &conv_ms[i]);
+        ok = time_conv(c, dev, o.dtype, convs[i], &conv_ms[i]);
+    ok = ok && bench_time_group_norms(c, dev, o.dtype, cfg.norm_num_groups, cfg.norm_eps, gns,
+                                      n_gns);
+    for (int i = 0; ok && i < n_attns; i++) ok = bench_time_attn(c, dev, o.dtype, &attns[i]);
     if (ok && !o.skip_peers) {
-        run_peer(&o, dir, runs, convs, n_convs, &peer);
+        char ops_tasks[2048];
+        bench_ops_peer_tasks(ops_tasks, sizeof ops_tasks, gns, n_gns, cfg.norm_num_groups,
+                             cfg.norm_eps, attns, n_attns);
+        run_peer(&o, dir, runs, convs, n_convs, ops_tasks, &peer);
         for (int i = 0; i < o.n_sizes; i++) {
             char name[64];
             long long sz = (long long)runs[i].size;
@@ -682,8 +722,11 @@ int bench_diffusion(int argc, char **argv) {
     }
     if (ok) {
         double peak = o.dtype == EM_F32 ? L.fp32_gflops : L.bf16_gflops;
-        print_runs(&o, runs, peak);
+        if (o.n_sizes) print_runs(&o, runs, peak);
         print_convs(&o, convs, conv_ms, n_convs, &peer, peak);
+        bench_print_group_norms(o.json, o.dtype, gns, n_gns, cfg.norm_num_groups, cfg.norm_eps,
+                                &peer);
+        bench_print_attns(o.json, o.dtype, attns, n_attns, &peer, peak);
         if (!o.json)
             printf("fractions of the %s peak %.1f GFLOP/s (the higher of the measurements "
                    "before and after the steps); load average after: %.2f\n",

@@ -19,6 +19,8 @@
 
 #define ROW_PAR_ELEMS 16384 /* elements per parallel chunk, at least */
 #define GN_CHUNK 4096       /* group_norm streams a group through buffers of this size */
+#define GN_KEEP 65536       /* a group of at most this many values stays widened in f32 between
+                               the statistics and the normalisation (256 KB: in L2) */
 
 /* A 1-D parameter as contiguous f32 plus `add` (a NULL parameter gives `fill`). Caller frees. */
 static float *param_f32(const em_ew_isa *isa, const em_tensor *p, int64_t n, float fill,
@@ -152,7 +154,9 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     gn_job *j = user;
     const em_tensor *x = j->x;
-    float *buf = malloc(GN_CHUNK * sizeof *buf);
+    int64_t total = j->cg * j->s;
+    bool keep = total <= GN_KEEP; /* the group loaded (and widened) once, not twice */
+    float *buf = malloc((size_t)(keep && total > GN_CHUNK ? total : GN_CHUNK) * sizeof *buf);
     if (!buf) {
         atomic_store(&j->oom, true);
         return;
@@ -161,23 +165,34 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     size_t es = em_esize(dt);
     /* a group is the sub-array [cg, *spatial] of x */
     int nd = x->ndim - 1;
-    int64_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
+    int64_t shape[EM_MAX_DIMS] = {0}, strides[EM_MAX_DIMS] = {0};
     for (int d = 0; d < nd; d++) {
         shape[d] = x->shape[d + 1];
         strides[d] = x->strides[d + 1];
     }
     shape[0] = j->cg;
+    /* a contiguous group (the usual case) is one run of cg * s values: loaded in GN_CHUNK
+     * pieces, not row by row (rows of 8 to 64 values at the UNet's shapes cost more in calls
+     * than in bytes) */
+    bool contiguous = strides[nd - 1] == 1;
+    for (int d = nd - 2; d >= 0 && contiguous; d--)
+        contiguous = strides[d] == strides[d + 1] * shape[d + 1];
+    if (contiguous) {
+        shape[0] = j->cg * j->s;
+        strides[0] = 1;
+        nd = 1;
+    }
     for (int64_t it = i0; it < i1; it++) {
         int64_t n = it / j->g, g = it % j->g;
         int64_t off = x->offset + n * x->strides[0] + g * j->cg * x->strides[1];
         const void *gb = nn_at(nn_base(x), dt, off);
-        int64_t total = j->cg * j->s;
         double s = 0, q = 0, shift = 0;
         for (int64_t p = 0; p < total; p += GN_CHUNK) {
             int64_t len = total - p < GN_CHUNK ? total - p : GN_CHUNK;
-            nn_load_f32(j->isa, gb, dt, nd, shape, strides, p, len, buf);
-            if (p == 0) shift = buf[0]; /* shifted sums keep the variance exact enough */
-            j->nn->moments(buf, len, shift, &s, &q);
+            float *v = keep ? buf + p : buf;
+            nn_load_f32(j->isa, gb, dt, nd, shape, strides, p, len, v);
+            if (p == 0) shift = v[0]; /* shifted sums keep the variance exact enough */
+            j->nn->moments(v, len, shift, &s, &q);
         }
         double mean_s = total ? s / (double)total : 0;
         double var = total ? q / (double)total - mean_s * mean_s : 0;
@@ -185,15 +200,20 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
         float mean = (float)(mean_s + shift);
         float rstd = (float)(1.0 / sqrt(var + (double)j->eps));
         char *ob = (char *)em_tensor_ptr(j->out) + (size_t)((n * j->c + g * j->cg) * j->s) * es;
-        for (int64_t cc = 0; cc < j->cg; cc++) {
-            int64_t ch = g * j->cg + cc;
-            float sc = rstd * j->w[ch], sh = j->b[ch];
-            for (int64_t p = 0; p < j->s; p += GN_CHUNK) {
-                int64_t len = j->s - p < GN_CHUNK ? j->s - p : GN_CHUNK;
-                nn_load_f32(j->isa, gb, dt, nd, shape, strides, cc * j->s + p, len, buf);
-                for (int64_t i = 0; i < len; i++) buf[i] = (buf[i] - mean) * sc + sh;
-                j->isa->store[dt](ob + (size_t)(cc * j->s + p) * es, buf, len);
+        /* the group's values in GN_CHUNK pieces across its channels (each channel's own scale
+         * and shift), the output group contiguous */
+        for (int64_t p = 0; p < total; p += GN_CHUNK) {
+            int64_t len = total - p < GN_CHUNK ? total - p : GN_CHUNK;
+            float *v = keep ? buf + p : buf;
+            if (!keep) nn_load_f32(j->isa, gb, dt, nd, shape, strides, p, len, v);
+            for (int64_t i = 0; i < len;) {
+                int64_t cc = (p + i) / j->s, end = (cc + 1) * j->s - p;
+                int64_t ch = g * j->cg + cc;
+                float sc = rstd * j->w[ch], sh = j->b[ch];
+                if (end > len) end = len;
+                for (; i < end; i++) v[i] = (v[i] - mean) * sc + sh;
             }
+            j->isa->store[dt](ob + (size_t)p * es, v, len);
         }
     }
     free(buf);
