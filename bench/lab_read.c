@@ -55,22 +55,6 @@ static double bench_now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* the shipped probe, 4 accumulators of 8 (probe_avx2.c) */
-static AVX2 double rd_4x8(const float *p, size_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-    }
-    a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    float o[8];
-    _mm256_storeu_ps(o, a0);
-    return o[0] + o[7];
-}
-
 /* 8 accumulators, 64 floats (four lines) an iteration */
 static AVX2 double rd_8x8(const float *p, size_t n) {
     __m256 a[8];
@@ -144,6 +128,20 @@ static AVX2 double sum_8d_pf(const float *v, size_t n) {
     return t;
 }
 
+/* The 16 double lanes of a0..a3 and the tail v[i..n) summed as the portable loop does (the
+ * tail first, then the lanes in order). */
+static AVX2 double fold_4d(__m256d a0, __m256d a1, __m256d a2, __m256d a3, const float *v,
+                           size_t i, size_t n) {
+    double l[16], t = 0;
+    _mm256_storeu_pd(l, a0);
+    _mm256_storeu_pd(l + 4, a1);
+    _mm256_storeu_pd(l + 8, a2);
+    _mm256_storeu_pd(l + 12, a3);
+    for (; i < n; i++) t += v[i];
+    for (int j = 0; j < 16; j++) t += l[j];
+    return t;
+}
+
 /* sum_f32 with the portable loop's 16 double lanes (the same sums, bit for bit) as 4 ymm of 4,
  * each converted straight from memory (vcvtps2pd ymm, m128): fewer instructions per line */
 static AVX2 double sum_4d_mem(const float *v, size_t n) {
@@ -155,14 +153,7 @@ static AVX2 double sum_4d_mem(const float *v, size_t n) {
         a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm_loadu_ps(v + i + 8)));
         a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm_loadu_ps(v + i + 12)));
     }
-    double l[16], t = 0;
-    _mm256_storeu_pd(l, a0);
-    _mm256_storeu_pd(l + 4, a1);
-    _mm256_storeu_pd(l + 8, a2);
-    _mm256_storeu_pd(l + 12, a3);
-    for (; i < n; i++) t += v[i];
-    for (int j = 0; j < 16; j++) t += l[j];
-    return t;
+    return fold_4d(a0, a1, a2, a3, v, i, n);
 }
 
 /* the same unrolled twice (the same chains) */
@@ -179,14 +170,7 @@ static AVX2 double sum_4d_mem_x2(const float *v, size_t n) {
         a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm_loadu_ps(v + i + 24)));
         a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm_loadu_ps(v + i + 28)));
     }
-    double l[16], t = 0;
-    _mm256_storeu_pd(l, a0);
-    _mm256_storeu_pd(l + 4, a1);
-    _mm256_storeu_pd(l + 8, a2);
-    _mm256_storeu_pd(l + 12, a3);
-    for (; i < n; i++) t += v[i];
-    for (int j = 0; j < 16; j++) t += l[j];
-    return t;
+    return fold_4d(a0, a1, a2, a3, v, i, n);
 }
 
 /* the portable loop of reduce_funcs.inc before the AVX2 one (what GCC made of it for AVX2) */
@@ -226,7 +210,7 @@ static const variant V[] = {
     {"probe avx2 (4x8)", pr_avx2, false},   {"probe avx512", pr_avx512, true},
     {"read 8x8", rd_8x8, false},            {"read 4x8 pf 512B", rd_pf512, false},
     {"read 4x8 pf 1KiB", rd_pf1k, false},   {"read 4x8 pf 2KiB", rd_pf2k, false},
-    {"read 4x8 pf 4KiB", rd_pf4k, false},   {"read 4x8 (lab copy)", rd_4x8, false},
+    {"read 4x8 pf 4KiB", rd_pf4k, false},
     {"sum portable (old)", sum_portable, false}, {"sum_f32 avx2", sum_avx2, false},      {"sum_f32 avx512", sum_avx512, true},
     {"sum 8 dbl acc", sum_8d, false},       {"sum 8 dbl acc pf1K", sum_8d_pf, false},
     {"sum 4 dbl memcvt", sum_4d_mem, false}, {"sum 4 dbl memcvt x2", sum_4d_mem_x2, false},
