@@ -3,8 +3,9 @@
  *
  *   lab_sdpa [REPS] [THREADS ...]
  *
- * SD 1.5's attention at 512 px, [1, 8, 4096, 40] self-attention and the same queries over 77
- * text keys (cross-attention), on each thread count (default 1 and 2), REPS times (default 3)
+ * SD 1.5's attention at 512 px, [1, 8, 4096, 40] self-attention, the same queries over 77
+ * text keys (cross-attention) and the self-attention of the lower levels, [1, 8, 1024, 80] and
+ * [1, 8, 256, 160], on each thread count (default 1 and 2), REPS times (default 3)
  * with the two bf16 routes interleaved so that both see the same load: "f32 tiles" (K tiles
  * converted to f32 and f32 products, the route of CPUs without the bf16 pair dot product) and
  * "pair dot" (vdpbf16ps, nn->qk_dp; only where the CPU has it). Prints the best wall and CPU
@@ -56,10 +57,10 @@ static sdpa_view view(const void *data, int dt, int64_t b, int64_t h, int64_t t,
 }
 
 static int run(const em_nn_isa *nn, int dt, const void *q, const void *k, const void *v, int64_t tq,
-               int64_t tk, void *out) {
+               int64_t tk, int64_t d, void *out) {
     const em_ew_isa *isa = em_ew_isa_get();
     sdpa_env env = {isa->load, isa->store, nn, em_parallel_for, em_num_threads()};
-    sdpa_args a = {view(q, dt, 1, 8, tq, 40), view(k, dt, 1, 8, tk, 40), view(v, dt, 1, 8, tk, 40),
+    sdpa_args a = {view(q, dt, 1, 8, tq, d), view(k, dt, 1, 8, tk, d), view(v, dt, 1, 8, tk, d),
                    {0}, out, dt, 0.0, 0.0, false, 0, NULL};
     const char *what = "";
     if (sdpa_flash_run(&env, &a, &what)) {
@@ -82,8 +83,10 @@ int main(int argc, char **argv) {
     tiles.qk_dp = NULL;
     tiles.pack_v = NULL;
     tiles.pv_dp = NULL;
-    const int64_t tq = 4096, d = 40, nq = 8 * tq * d;
-    const int64_t tks[2] = {4096, 77};
+    /* SD 1.5 at 512 px: the self-attention of the three UNet levels and the 40-wide
+     * cross-attention over 77 text keys */
+    const int64_t tqs[4] = {4096, 4096, 1024, 256}, tks[4] = {4096, 77, 1024, 256};
+    const int64_t ds[4] = {40, 40, 80, 160}, nq = 8 * 4096 * 40;
     printf("kernel level %s, pair dot product %s\n",
            em_cpu_isa_name(em_cpu_isa_get()), dp->qk_dp ? "yes" : "no (both routes are f32 tiles)");
     uint16_t *qb = malloc((size_t)nq * 2), *kb = malloc((size_t)nq * 2);
@@ -96,32 +99,33 @@ int main(int argc, char **argv) {
     fill(kb, kf, nq, 2);
     fill(vb, vf, nq, 3);
     const char *names[2] = {"f32 tiles", "pair dot"};
-    for (int s = 0; s < 2; s++) {
-        int64_t tk = tks[s];
+    for (int s = 0; s < 4; s++) {
+        int64_t tq = tqs[s], tk = tks[s], d = ds[s], n = 8 * tq * d;
         double gflop = 4.0 * 8 * (double)tq * (double)tk * (double)d * 1e-9;
-        if (run(&tiles, EM_F32, qf, kf, vf, tq, tk, of)) return 1;
+        if (run(&tiles, EM_F32, qf, kf, vf, tq, tk, d, of)) return 1;
         for (int ti = 0; ti < nt; ti++) {
             em_set_num_threads(threads[ti]);
             double wall[2] = {1e30, 1e30}, cpu[2] = {1e30, 1e30};
             for (int r = 0; r < reps; r++)
                 for (int w = 0; w < 2; w++) {
                     double w0 = clock_of(CLOCK_MONOTONIC), c0 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
-                    if (run(w ? dp : &tiles, EM_BF16, qb, kb, vb, tq, tk, ob[w])) return 1;
+                    if (run(w ? dp : &tiles, EM_BF16, qb, kb, vb, tq, tk, d, ob[w])) return 1;
                     double w1 = clock_of(CLOCK_MONOTONIC), c1 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
                     if (w1 - w0 < wall[w]) wall[w] = w1 - w0;
                     if ((c1 - c0) / threads[ti] < cpu[w]) cpu[w] = (c1 - c0) / threads[ti];
                 }
             for (int w = 0; w < 2; w++) {
                 double maxe = 0, sume = 0;
-                for (int64_t i = 0; i < nq; i++) {
+                for (int64_t i = 0; i < n; i++) {
                     double e = fabs((double)bf2f(ob[w][i]) - (double)of[i]);
                     maxe = e > maxe ? e : maxe;
                     sume += e;
                 }
-                printf("%-5s [1,8,4096,40] x %4lld keys, %d thr, %-9s: wall %7.1f ms  cpu %7.1f ms"
+                printf("%-5s [1,8,%lld,%lld] x %4lld keys, %d thr, %-9s: wall %7.1f ms  cpu %7.1f ms"
                        "  %6.1f GFLOP/s (cpu)  err vs f32: max %.2e mean %.2e\n",
-                       s ? "cross" : "self", (long long)tk, threads[ti], names[w], wall[w] * 1e3,
-                       cpu[w] * 1e3, gflop / cpu[w], maxe, sume / (double)nq);
+                       s == 1 ? "cross" : "self", (long long)tq, (long long)d, (long long)tk,
+                       threads[ti], names[w], wall[w] * 1e3, cpu[w] * 1e3, gflop / cpu[w], maxe,
+                       sume / (double)n);
             }
             printf("      speed-up (cpu time) %.2fx, (wall) %.2fx\n", cpu[0] / cpu[1],
                    wall[0] / wall[1]);
