@@ -71,6 +71,10 @@ typedef struct sdpa_plan {
     int k_src, v_src;
     bool dp;      /* the tiled items use the bf16 pair dot product (see above) */
     int64_t dvp;  /* dv rounded up to 8: the accumulator rows of that route */
+    /* that route's V packed once per (batch, kv head) when several items read it (NULL: each
+     * item packs its tiles): ((tk + 1) / 2) x dvp words a head, vpk_stride apart */
+    uint32_t *vpk;
+    int64_t vpk_stride;
     float *part;             /* nsplit > 1: per item, rows x (dv + 2) partial states */
     int64_t part_stride;
     atomic_bool oom;
@@ -290,9 +294,15 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         }
         if (dp) {
             nn->softmax_dp(rows, n, s->st, ld, s->m, s->l, s->alpha, s->pw);
-            nn->pack_v(n, dv, adv, load_tile(p, p->v, true, g.b, g.hkv, j0, n, dv, NULL),
-                       p->v->strides[2], s->vp);
-            nn->pv_dp(rows, adv, n, s->pw, ld, s->vp, s->alpha, s->acc);
+            /* the head's packed pairs are the tile's when the tile starts on a pair and ends on
+             * one or at the last key (the same words, so the same bits either way) */
+            const uint32_t *vp = s->vp;
+            if (p->vpk && j0 % 2 == 0 && (n % 2 == 0 || j0 + n == p->tk))
+                vp = p->vpk + (g.b * p->hkv + g.hkv) * p->vpk_stride + j0 / 2 * adv;
+            else
+                nn->pack_v(n, dv, adv, load_tile(p, p->v, true, g.b, g.hkv, j0, n, dv, NULL),
+                           p->v->strides[2], s->vp);
+            nn->pv_dp(rows, adv, n, s->pw, ld, vp, s->alpha, s->acc);
             continue;
         }
         nn->softmax_step(rows, n, s->st, sj, sr, s->m, s->l, s->alpha, s->tmp);
@@ -343,6 +353,17 @@ static void items_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     }
     for (int64_t it = i0; it < i1; it++) run_item(p, it, &s);
     free(mem);
+}
+
+/* The pair-dot route's V of heads (batch, kv head) i0..i1 packed whole (p->vpk). */
+static void pack_v_chunk(void *user, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    sdpa_plan *p = user;
+    for (int64_t bh = i0; bh < i1; bh++)
+        p->nn->pack_v((int)p->tk, (int)p->dv, (int)p->dvp,
+                      load_tile(p, p->v, true, bh / p->hkv, bh % p->hkv, 0, (int)p->tk, p->dv,
+                                NULL),
+                      p->v->strides[2], p->vpk + bh * p->vpk_stride);
 }
 
 /* Second pass of a split key range: merges the partial softmax states of each row. */
@@ -456,9 +477,19 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
             return 1;
         }
     }
+    /* V packed once per head rather than once per item when a head's V is read by several
+     * items of GEMM_MIN_ROWS rows or more (those take the pair-dot route); without the memory
+     * each item packs its tiles, with the same words */
+    if (p.dp && p.nhs * p.nqb >= 2 && p.gh * (p.bq < p.tq ? p.bq : p.tq) >= GEMM_MIN_ROWS &&
+        p.tk <= INT32_MAX) {
+        p.vpk_stride = (p.tk + 1) / 2 * p.dvp;
+        p.vpk = malloc((size_t)(p.nb * p.hkv * p.vpk_stride) * sizeof *p.vpk);
+        if (p.vpk) env->parallel_for(p.nb * p.hkv, 1, pack_v_chunk, &p);
+    }
     env->parallel_for(p.n_base * p.nsplit, 1, items_chunk, &p);
     if (p.nsplit > 1 && !atomic_load(&p.oom)) env->parallel_for(p.n_base, 1, combine_chunk, &p);
     free(p.part);
+    free(p.vpk);
     if (atomic_load(&p.oom)) {
         *what = "cannot allocate scratch";
         return 1;
