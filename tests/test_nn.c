@@ -129,6 +129,33 @@ static void test_sdpa_empty_rows(void) {
     em_ctx_free(c);
 }
 
+/* bf16 attention's tiles at odd edges against the f32 route on the same values: an odd key
+ * count (the last pair half empty), a causal window whose key range starts on an odd key (a
+ * tile that does not start on a pair of the head's packed V), and the causal diagonal. On a
+ * CPU with the bf16 pair dot product this is the route that packs V once per head (items of
+ * 64 rows, five of them a head); elsewhere the same check of the f32-tile route. */
+static void test_sdpa_bf16_tile_edges(void) {
+    em_ctx *c = em_ctx_create();
+    int64_t s[4] = {1, 2, 301, 40};
+    em_tensor *q = em_randn(c, EM_BF16, 4, s, 21, 0.0, 1.0);
+    em_tensor *k = em_randn(c, EM_BF16, 4, s, 22, 0.0, 1.0);
+    em_tensor *v = em_randn(c, EM_BF16, 4, s, 23, 0.0, 1.0);
+    em_tensor *qf = em_cast(c, q, EM_F32), *kf = em_cast(c, k, EM_F32);
+    em_tensor *vf = em_cast(c, v, EM_F32);
+    static const char *names[3] = {"full (301 keys)", "causal window 38", "causal"};
+    for (int i = 0; i < 3; i++) {
+        em_sdpa_params p = em_sdpa_default_params();
+        p.causal = i > 0;
+        p.window = i == 1 ? 38 : 0;
+        em_tensor *o = em_sdpa(c, q, k, v, NULL, &p), *of = em_sdpa(c, qf, kf, vf, NULL, &p);
+        /* P rounded to bf16 (2^-9 relative a weight) and the result to bf16 (|o| < 2) */
+        double d = max_diff(c, o, of);
+        CHECK_MSG(d <= 2e-2, "%s: bf16 and f32 attention differ by %g", names[i], d);
+    }
+    CHECK(em_ctx_status(c) == EM_OK);
+    em_ctx_free(c);
+}
+
 static void test_embedding_error_leaves_nothing(void) {
     em_ctx *c = em_ctx_create();
     em_scope_push(c);
@@ -143,4 +170,4 @@ static void test_embedding_error_leaves_nothing(void) {
 }
 
 EM_TEST_MAIN(T(test_thread_count_invariance), T(test_sdpa_empty_rows),
-             T(test_embedding_error_leaves_nothing))
+             T(test_sdpa_bf16_tile_edges), T(test_embedding_error_leaves_nothing))
