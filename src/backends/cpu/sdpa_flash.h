@@ -72,8 +72,11 @@ typedef struct sdpa_plan {
     bool dp;      /* the tiled items use the bf16 pair dot product (see above) */
     int64_t dvp;  /* dv rounded up to 8: the accumulator rows of that route */
     /* that route's V packed once per (batch, kv head) when several items read it (NULL: each
-     * item packs its tiles): ((tk + 1) / 2) x dvp words a head, vpk_stride apart */
+     * item packs its tiles): ((tk + 1) / 2) x dvp words a head, vpk_stride apart, packed by
+     * the first item of the head to claim it (vpk_state: 0 not yet, 1 being packed, 2 ready);
+     * an item that finds it being packed packs its own tiles, the same words */
     uint32_t *vpk;
+    atomic_int *vpk_state;
     int64_t vpk_stride;
     float *part;             /* nsplit > 1: per item, rows x (dv + 2) partial states */
     int64_t part_stride;
@@ -238,6 +241,19 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         s->l[r] = 0;
     }
     memset(s->acc, 0, (size_t)rows * (size_t)adv * sizeof *s->acc);
+    const uint32_t *vhead = NULL; /* the head's packed V, once ready */
+    if (jlo < jhi && dp && p->vpk) {
+        int64_t bh = g.b * p->hkv + g.hkv;
+        int st = atomic_load_explicit(&p->vpk_state[bh], memory_order_acquire), zero = 0;
+        if (st == 0 && atomic_compare_exchange_strong(&p->vpk_state[bh], &zero, 1)) {
+            nn->pack_v((int)p->tk, dv, adv,
+                       load_tile(p, p->v, true, g.b, g.hkv, 0, (int)p->tk, dv, NULL),
+                       p->v->strides[2], p->vpk + bh * p->vpk_stride);
+            atomic_store_explicit(&p->vpk_state[bh], 2, memory_order_release);
+            st = 2;
+        }
+        if (st == 2) vhead = p->vpk + bh * p->vpk_stride;
+    }
     if (jlo < jhi && dp) {
         pack_q_pairs(p, &g, s);
     } else if (jlo < jhi) {
@@ -297,8 +313,8 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
             /* the head's packed pairs are the tile's when the tile starts on a pair and ends on
              * one or at the last key (the same words, so the same bits either way) */
             const uint32_t *vp = s->vp;
-            if (p->vpk && j0 % 2 == 0 && (n % 2 == 0 || j0 + n == p->tk))
-                vp = p->vpk + (g.b * p->hkv + g.hkv) * p->vpk_stride + j0 / 2 * adv;
+            if (vhead && j0 % 2 == 0 && (n % 2 == 0 || j0 + n == p->tk))
+                vp = vhead + j0 / 2 * adv;
             else
                 nn->pack_v(n, dv, adv, load_tile(p, p->v, true, g.b, g.hkv, j0, n, dv, NULL),
                            p->v->strides[2], s->vp);
@@ -353,17 +369,6 @@ static void items_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     }
     for (int64_t it = i0; it < i1; it++) run_item(p, it, &s);
     free(mem);
-}
-
-/* The pair-dot route's V of heads (batch, kv head) i0..i1 packed whole (p->vpk). */
-static void pack_v_chunk(void *user, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    sdpa_plan *p = user;
-    for (int64_t bh = i0; bh < i1; bh++)
-        p->nn->pack_v((int)p->tk, (int)p->dv, (int)p->dvp,
-                      load_tile(p, p->v, true, bh / p->hkv, bh % p->hkv, 0, (int)p->tk, p->dv,
-                                NULL),
-                      p->v->strides[2], p->vpk + bh * p->vpk_stride);
 }
 
 /* Second pass of a split key range: merges the partial softmax states of each row. */
@@ -478,18 +483,28 @@ static int sdpa_flash_run(const sdpa_env *env, const sdpa_args *a, const char **
         }
     }
     /* V packed once per head rather than once per item when a head's V is read by several
-     * items of GEMM_MIN_ROWS rows or more (those take the pair-dot route); without the memory
+     * items of GEMM_MIN_ROWS rows or more (those take the pair-dot route), by the first of
+     * them to run (no pass of its own, so no extra wait for the threads); without the memory
      * each item packs its tiles, with the same words */
     if (p.dp && p.nhs * p.nqb >= 2 && p.gh * (p.bq < p.tq ? p.bq : p.tq) >= GEMM_MIN_ROWS &&
         p.tk <= INT32_MAX) {
         p.vpk_stride = (p.tk + 1) / 2 * p.dvp;
         p.vpk = malloc((size_t)(p.nb * p.hkv * p.vpk_stride) * sizeof *p.vpk);
-        if (p.vpk) env->parallel_for(p.nb * p.hkv, 1, pack_v_chunk, &p);
+        p.vpk_state = malloc((size_t)(p.nb * p.hkv) * sizeof *p.vpk_state);
+        if (!p.vpk || !p.vpk_state) {
+            free(p.vpk);
+            free(p.vpk_state);
+            p.vpk = NULL;
+            p.vpk_state = NULL;
+        } else {
+            for (int64_t i = 0; i < p.nb * p.hkv; i++) atomic_init(&p.vpk_state[i], 0);
+        }
     }
     env->parallel_for(p.n_base * p.nsplit, 1, items_chunk, &p);
     if (p.nsplit > 1 && !atomic_load(&p.oom)) env->parallel_for(p.n_base, 1, combine_chunk, &p);
     free(p.part);
     free(p.vpk);
+    free(p.vpk_state);
     if (atomic_load(&p.oom)) {
         *what = "cannot allocate scratch";
         return 1;
