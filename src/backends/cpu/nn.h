@@ -37,16 +37,18 @@ typedef struct em_nn_isa {
     /* bf16 q, k, v with the bf16 pair dot product (AVX-512 BF16; NULL where the kernel level
      * or the CPU lacks it). Layouts in nn_kern_dpbf16.inc: a word is two bf16 values, the first
      * in the low half. qk_dp: st[j * ldq + r] = scale * (q[r, :d] . k[j, :d]) from qp (q packed
-     * in pairs of elements, (d + 1) / 2 x ldq words), k bf16 rows ldk apart. softmax_dp: the
-     * online softmax step of softmax_step over those logits (rows r < rows contiguous), the
-     * weights written rounded to bf16 in pairs of keys, pw: (bk + 1) / 2 x ldq words. pack_v:
+     * in pairs of elements, (d + 1) / 2 x ldq words), k bf16 rows ldk apart, and each row's
+     * maximum over the bk logits in rmax[r] (r < ldq). softmax_dp: the online softmax step of
+     * softmax_step over those logits (rows r < rows contiguous; rmax: their row maxima, or NULL
+     * to take them from st, as after a mask or softcap changed the logits), the weights
+     * written rounded to bf16 in pairs of keys, pw: (bk + 1) / 2 x ldq words. pack_v:
      * n rows of v (ldv apart, dv values) into pairs of rows, (n + 1) / 2 x dvp words (dvp a
      * multiple of 8). pv_dp: acc[r, :dvp] = alpha[r] * acc[r, :dvp] + sum_j p(j, r) v[j, :]
      * for r < rows over bk keys. */
     void (*qk_dp)(int ldq, int d, const uint32_t *qp, int bk, const uint16_t *k, int64_t ldk,
-                  float scale, float *st);
-    void (*softmax_dp)(int rows, int bk, const float *st, int ldq, float *m, float *l,
-                       float *alpha, uint32_t *pw);
+                  float scale, float *st, float *rmax);
+    void (*softmax_dp)(int rows, int bk, const float *st, int ldq, const float *rmax, float *m,
+                       float *l, float *alpha, uint32_t *pw);
     void (*pack_v)(int n, int dv, int dvp, const uint16_t *v, int64_t ldv, uint32_t *vp);
     void (*pv_dp)(int rows, int dvp, int bk, const uint32_t *pw, int ldq, const uint32_t *vp,
                   const float *alpha, float *acc);

@@ -105,7 +105,7 @@ static void item_decode(const sdpa_plan *p, int64_t it, item_geo *g) {
 
 /* Per-thread scratch, sized for the largest item. */
 typedef struct scratch {
-    float *q, *qt, *k, *v, *st, *acc, *m, *l, *alpha, *tmp, *mrow;
+    float *q, *qt, *k, *v, *st, *acc, *m, *l, *alpha, *tmp, *mrow, *rmax;
     uint32_t *qp, *vp, *pw; /* the pair-dot route's packed q, V tile and P (p->dp) */
     int ldq;
 } scratch;
@@ -116,7 +116,7 @@ static float *scratch_alloc(const sdpa_plan *p, scratch *s) {
     int64_t qpn = p->dp ? ldq * ((d + 1) / 2) : 0, vpn = p->dp ? KEY_TILE / 2 * dva : 0;
     int64_t pwn = p->dp ? KEY_TILE / 2 * ldq : 0;
     int64_t n = rows * d + ldq * d + KEY_TILE * d + KEY_TILE * dv + KEY_TILE * ldq + rows * dva +
-                4 * rows + KEY_TILE + qpn + vpn + pwn + 16 * 14;
+                4 * rows + KEY_TILE + ldq + qpn + vpn + pwn + 16 * 15;
     float *base = malloc((size_t)n * sizeof *base);
     if (!base) return NULL;
     float *c = base;
@@ -136,6 +136,7 @@ static float *scratch_alloc(const sdpa_plan *p, scratch *s) {
     TAKE(alpha, rows);
     TAKE(tmp, rows);
     TAKE(mrow, KEY_TILE);
+    TAKE(rmax, ldq);
     /* words, in memory only ever accessed as words */
     s->qp = (uint32_t *)c;
     c += (qpn + 15) / 16 * 16;
@@ -288,11 +289,13 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         const void *kt = load_tile(p, p->k, kdirect, g.b, g.hkv, j0, n, d, s->k);
         int64_t kld = kdirect ? p->k->strides[2] : d;
         if (dp)
-            nn->qk_dp(ld, d, s->qp, n, kt, kld, p->scale, s->st);
+            nn->qk_dp(ld, d, s->qp, n, kt, kld, p->scale, s->st, s->rmax);
         else if (gemm)
             nn->qk_gemm(ld, d, s->qt, n, kt, kld, s->st);
         else
             nn->qk_dot[kdirect ? p->k_src : NN_SRC_F32](rows, d, s->q, n, kt, kld, s->st, KEY_TILE);
+        /* qk_dp's row maxima hold while nothing below changes the logits */
+        bool rmax_ok = p->softcap <= 0 && !p->mask;
         if (p->softcap > 0) {
             if (gemm)
                 nn->softcap(s->st, (int64_t)n * ld, p->softcap);
@@ -301,6 +304,7 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
         }
         if (p->mask) apply_mask(p, &g, s->st, sj, sr, j0, n, s->mrow);
         if (j0 < all_lo || j0 + n - 1 > all_hi) {
+            rmax_ok = false;
             for (int r = 0; r < rows; r++) {
                 int64_t pos = g.i0 + r % g.nq + p->off;
                 int64_t lo = p->window ? pos - p->window + 1 : 0, hi = p->causal ? pos : p->tk - 1;
@@ -309,7 +313,8 @@ static void run_item(const sdpa_plan *p, int64_t it, scratch *s) {
             }
         }
         if (dp) {
-            nn->softmax_dp(rows, n, s->st, ld, s->m, s->l, s->alpha, s->pw);
+            nn->softmax_dp(rows, n, s->st, ld, rmax_ok ? s->rmax : NULL, s->m, s->l, s->alpha,
+                           s->pw);
             /* the head's packed pairs are the tile's when the tile starts on a pair and ends on
              * one or at the last key (the same words, so the same bits either way) */
             const uint32_t *vp = s->vp;
