@@ -121,8 +121,8 @@ int main(int argc, char **argv) {
                     maxe = e > maxe ? e : maxe;
                     sume += e;
                 }
-                printf("%-5s [1,8,%lld,%lld] x %4lld keys, %d thr, %-9s: wall %7.1f ms  cpu %7.1f ms"
-                       "  %6.1f GFLOP/s (cpu)  err vs f32: max %.2e mean %.2e\n",
+                printf("%-5s [1,8,%lld,%lld] x %4lld keys, %d thr, %-9s: wall %7.1f ms"
+                       "  cpu %7.1f ms  %6.1f GFLOP/s (cpu)  err vs f32: max %.2e mean %.2e\n",
                        s == 1 ? "cross" : "self", (long long)tq, (long long)d, (long long)tk,
                        threads[ti], names[w], wall[w] * 1e3, cpu[w] * 1e3, gflop / cpu[w], maxe,
                        sume / (double)n);

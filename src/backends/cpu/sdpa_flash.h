@@ -31,7 +31,9 @@
  * faster route in the tiled items: logits from the bf16 values themselves (exact products, f32
  * sums) scaled in f32 afterwards, the same f32 online softmax, and P rounded to bf16 for its
  * product with V, as torch's CPU flash attention does for reduced dtypes. Softcap, masks,
- * causal and window apply to the f32 logits as on the other route.
+ * causal and window apply to the f32 logits as on the other route. V is packed in key pairs
+ * once per head (by the head's first item; plan->vpk) when several items read it, else per
+ * tile; the words are the same, so which item packs never changes a bit.
  */
 #ifndef EMBER_CPU_SDPA_FLASH_H
 #define EMBER_CPU_SDPA_FLASH_H
