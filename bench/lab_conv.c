@@ -2,7 +2,10 @@
  * Lab timing of conv2d's two CPU engines, the direct kernel and the implicit GEMM (not a test;
  * run by hand):
  *
- *   lab_conv [REPS] [f32|bf16|f16] [nobias] [N,C,H,W[,O[,K[,S]]] ...]
+ *   lab_conv [REPS] [f32|bf16|f16] [nobias] [old] [N,C,H,W[,O[,K[,S]]] ...]
+ *
+ * `old`: the GEMM engine against itself as it was before the conv-pack change (BF16X2 panels
+ * gathered by rows, then packed: EMBER_CONV_GATHER=rows) instead of against the direct kernel.
  *
  * Each shape (default: SD 1.5's 3x3 resnet convs at 512, batch 2, padding K/2, stride S, O
  * output channels, f32, with a bias) is timed REPS times (default 5) with EMBER_CONV_ENGINE=direct and =gemm
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
                         {2, 1280, 8, 8, 1280, 3, 1}};
     int n = 4, nshapes = 0;
     em_dtype dt = EM_F32;
-    bool with_bias = true;
+    bool with_bias = true, old = false;
     for (int i = 2; i < argc && nshapes < 16; i++) {
         if (!strcmp(argv[i], "bf16") || !strcmp(argv[i], "f16") || !strcmp(argv[i], "f32")) {
             dt = argv[i][0] == 'b' ? EM_BF16 : argv[i][1] == '1' ? EM_F16 : EM_F32;
@@ -89,6 +92,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "nobias")) {
             with_bias = false;
+            continue;
+        }
+        if (!strcmp(argv[i], "old")) {
+            old = true;
             continue;
         }
         shape s = {0};
@@ -109,8 +116,9 @@ int main(int argc, char **argv) {
     peak(&pw0, &pc0);
     printf("FP32 FMA peak before: %.1f GFLOP/s wall, %.1f per CPU second; %d threads; %s%s\n",
            pw0, pc0, em_num_threads(), em_dtype_name(dt), with_bias ? "" : ", no bias");
-    printf("%-26s %8s %8s %7s %7s %8s %8s %7s %7s %6s\n", "[N,C,H,W] O kxk /s", "dir ms",
-           "dir cpu", "GF/s", "of pk", "gemm ms", "gemm cpu", "GF/s", "of pk", "ratio");
+    printf("%-26s %8s %8s %7s %7s %8s %8s %7s %7s %6s\n", "[N,C,H,W] O kxk /s",
+           old ? "old ms" : "dir ms", old ? "old cpu" : "dir cpu", "GF/s", "of pk", "gemm ms",
+           "gemm cpu", "GF/s", "of pk", "ratio");
     for (int i = 0; i < n; i++) {
         const shape *s = &shapes[i];
         int64_t ho = (s->h + 2 * (s->k / 2) - s->k) / s->s + 1;
@@ -124,7 +132,11 @@ int main(int argc, char **argv) {
         int ok = x && w && (b || !with_bias);
         for (int r = 0; ok && r <= reps; r++)
             for (int e = 0; e < 2 && ok; e++) {
-                setenv("EMBER_CONV_ENGINE", e ? "gemm" : "direct", 1);
+                setenv("EMBER_CONV_ENGINE", e || old ? "gemm" : "direct", 1);
+                if (old && !e)
+                    setenv("EMBER_CONV_GATHER", "rows", 1);
+                else
+                    unsetenv("EMBER_CONV_GATHER");
                 double dw = 1e30, dc = 1e30;
                 ok = run(ctx, x, w, b, s, &dw, &dc);
                 if (r == 0) continue; /* warm-up */

@@ -36,6 +36,7 @@ typedef struct ig_ctx {
     int64_t H, W, wo, hw;     /* input height and width, output width, output positions */
     int64_t sh, sw, ph, pw, dh, dw;
     int64_t xs_n, xs_c, xs_h, xs_w; /* input strides (elements) */
+    bool rows;                      /* BF16X2 panels gathered by rows and packed (see ig_lines) */
 } ig_ctx;
 
 /* A run of a panel's columns that lies in one output row of one image. */
@@ -98,8 +99,110 @@ static void valid_cols(const ig_ctx *c, int64_t off, int64_t *lo, int64_t *hi) {
 IG_GATHER(gather32, uint32_t)
 IG_GATHER(gather16, uint16_t)
 
-/* em_gemm_b_panel_fn: f32 panels of an f32 image are written in place; other formats are
- * gathered IG_ROWS rows at a time and handed to the kernel's own packer. */
+/*
+ * BF16X2 panels of a bf16 image read at stride 1 (SD's 3x3 convs on AVX512_BF16), written
+ * directly. The kw taps of one (channel, kernel row) read one stretch of an input row at kw
+ * shifts: each stretch (per segment, the segment's columns and the kw - 1 columns past them,
+ * zeros outside the image) is copied once into a line, and the (k, k + 1) pairs are interleaved
+ * from two lines' shifted windows (em_gemm_kernel.pair). Gathering each row (a memcpy per row
+ * and segment, the pad columns element by element) and then interleaving the rows in the
+ * kernel's packer took 9-10 % of a [2,320,64,64] conv, this 7 % (docs/notes/2026-12-04-conv-
+ * pack.md); the same words come out.
+ */
+#define IG_LINE_MAX 320
+
+typedef struct ig_line {
+    int64_t key; /* ic * kh + i, or -1 */
+    uint16_t v[IG_LINE_MAX];
+} ig_line;
+
+/* The line of (ic, i) over segments s (segment q at offset q's start plus q * (kw - 1) * dw). */
+static void line_fill(const ig_ctx *c, const uint16_t *x, int64_t ic, int64_t i, const ig_seg *s,
+                      int ns, uint16_t *l) {
+    const int64_t ext = (c->kw - 1) * c->dw;
+    for (int q = 0; q < ns; q++) {
+        uint16_t *o = l + s[q].w0 + q * ext;
+        const int64_t ih = s[q].ih0 + i * c->dh, n = s[q].len + ext, c0 = s[q].ow0 - c->pw;
+        const int64_t v0 = max64(0, -c0), v1 = min64(n, c->W - c0);
+        if (ih < 0 || ih >= c->H || v1 <= v0) {
+            for (int64_t e = 0; e < n; e++) o[e] = 0;
+            continue;
+        }
+        const uint16_t *src = x + s[q].xoff + ic * c->xs_c + ih * c->xs_h + c0;
+        for (int64_t e = 0; e < v0; e++) o[e] = 0;
+        for (int64_t e = v0; e < v1; e++) o[e] = src[e];
+        for (int64_t e = v1; e < n; e++) o[e] = 0;
+    }
+}
+
+/* A cursor over the rows k = (ic, i, j) of X_col, without divisions. */
+typedef struct ig_pos {
+    int64_t ic, i, j;
+} ig_pos;
+
+static void pos_next(const ig_ctx *c, ig_pos *p) {
+    if (++p->j == c->kw) {
+        p->j = 0;
+        if (++p->i == c->kh) {
+            p->i = 0;
+            p->ic++;
+        }
+    }
+}
+
+/* lines[0..1] holding line p (filled if absent). Lines only advance along a panel, so the slot
+ * not holding `keep` (the pair's other line) is free. */
+static const uint16_t *line_get(const ig_ctx *c, const uint16_t *x, ig_line *lines,
+                                const ig_pos *p, int64_t keep, const ig_seg *s, int ns) {
+    const int64_t key = p->ic * c->kh + p->i;
+    if (lines[0].key == key) return lines[0].v;
+    if (lines[1].key == key) return lines[1].v;
+    ig_line *l = lines[0].key != keep ? &lines[0] : &lines[1];
+    l->key = key;
+    line_fill(c, x, p->ic, p->i, s, ns, l->v);
+    return l->v;
+}
+
+/* The portable em_gemm_kernel.pair. */
+static void pair_lines(uint32_t *dst, const uint16_t *a, const uint16_t *b, int n) {
+    if (b)
+        for (int e = 0; e < n; e++) dst[e] = a[e] | (uint32_t)b[e] << 16;
+    else
+        for (int e = 0; e < n; e++) dst[e] = a[e];
+}
+
+static void ig_lines(const ig_ctx *c, const em_gemm_kernel *kern, uint32_t *dst,
+                     const uint16_t *x, int64_t k0, int64_t kc, const ig_seg *s, int ns, int width,
+                     int W) {
+    void (*pair)(uint32_t *, const uint16_t *, const uint16_t *, int) =
+        kern->pair ? kern->pair : pair_lines;
+    const int64_t ext = (c->kw - 1) * c->dw;
+    ig_line lines[2];
+    lines[0].key = lines[1].key = -1;
+    const int64_t t = k0 % c->taps;
+    ig_pos p = {k0 / c->taps, t / c->kw, t % c->kw};
+    for (int64_t k = 0; k < kc; k += 2, dst += W) {
+        const ig_pos pa = p;
+        pos_next(c, &p);
+        const uint16_t *la = line_get(c, x, lines, &pa, -1, s, ns), *lb = NULL;
+        int64_t jb = 0;
+        if (k + 1 < kc) {
+            lb = line_get(c, x, lines, &p, pa.ic * c->kh + pa.i, s, ns);
+            jb = p.j;
+            pos_next(c, &p);
+        }
+        for (int q = 0; q < ns; q++) {
+            const int64_t at = s[q].w0 + q * ext;
+            pair(dst + s[q].w0, la + at + pa.j * c->dw, lb ? lb + at + jb * c->dw : NULL,
+                 s[q].len);
+        }
+        for (int e = width; e < W; e++) dst[e] = 0;
+    }
+}
+
+/* em_gemm_b_panel_fn: f32 panels of an f32 image are written in place, BF16X2 panels of a bf16
+ * image at stride 1 by ig_lines; other formats are gathered IG_ROWS rows at a time and handed
+ * to the kernel's own packer. */
 static void ig_panel(const void *ctx, const em_gemm_kernel *kern, void *dst, const void *b,
                      int64_t k0, int64_t kc, int64_t j0, int width) {
     const ig_ctx *c = ctx;
@@ -108,6 +211,11 @@ static void ig_panel(const void *ctx, const em_gemm_kernel *kern, void *dst, con
     const int W = kern->nr;
     const size_t es = em_esize(c->dt);
     const bool direct = kern->fmt == EM_GEMM_FMT_F32 && c->dt == EM_F32;
+    if (!c->rows && kern->fmt == EM_GEMM_FMT_BF16X2 && c->dt == EM_BF16 && c->sw == 1 &&
+        c->xs_w == 1 && width + ns * (c->kw - 1) * c->dw <= IG_LINE_MAX) {
+        ig_lines(c, kern, dst, b, k0, kc, s, ns, width, W);
+        return;
+    }
     int64_t lo[IG_MAX_KW], hi[IG_MAX_KW];
     for (int64_t j = 0; j < c->kw && j < IG_MAX_KW; j++)
         valid_cols(c, j * c->dw - c->pw, &lo[j], &hi[j]);
@@ -163,6 +271,13 @@ static int forced_engine(void) {
     if (!strcmp(e, "direct")) return 1;
     if (!strcmp(e, "gemm")) return 2;
     return 0;
+}
+
+/* EMBER_CONV_GATHER=rows: BF16X2 panels gathered by rows and packed as before ig_lines (lab
+ * comparisons: bench/lab_conv's `old`). */
+static bool gather_rows(void) {
+    const char *e = getenv("EMBER_CONV_GATHER");
+    return e && !strcmp(e, "rows");
 }
 
 bool em_conv_gemm_takes(const em_tensor *x, const em_tensor *w, const em_tensor *bias,
@@ -266,6 +381,7 @@ em_status em_conv_gemm(const em_kernel_args *a) {
         .xs_c = x->strides[1],
         .xs_h = x->strides[2],
         .xs_w = x->strides[3],
+        .rows = gather_rows(),
     };
     em_gemm_args g = {0};
     g.m = og;

@@ -77,6 +77,10 @@ typedef struct em_gemm_kernel {
     em_gemm_ukr_fn ukr;
     void (*begin)(void); /* or NULL: prepares the calling thread before a block's ukr calls
                             (AMX: loads the tile configuration once, not per tile) */
+    /* or NULL (a portable loop then): BF16X2 words of two bf16 lines, dst[e] = a[e] | b[e] << 16
+     * for e < n (b NULL: high halves zero). Implicit GEMMs that write panels directly (conv2d's
+     * ig_lines). */
+    void (*pair)(uint32_t *dst, const uint16_t *a, const uint16_t *b, int n);
 } em_gemm_kernel;
 
 /*

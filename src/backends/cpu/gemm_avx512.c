@@ -293,6 +293,17 @@ static void pack_bf16x2(void *dst, int W, int width, int64_t kc, const void *src
     em_gemm_pack_generic(dst, EM_GEMM_FMT_BF16X2, W, width, kc, src, dt, sw, sk);
 }
 
+static void pair_bf16(uint32_t *dst, const uint16_t *a, const uint16_t *b, int n) {
+    for (int e = 0; e < n; e += 16) {
+        const __mmask16 m = mask16(n - e);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, a + e));
+        if (b)
+            w = _mm512_or_si512(
+                w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, b + e)), 16));
+        _mm512_mask_storeu_epi32(dst + e, m, w);
+    }
+}
+
 /* Blocks (bench/lab_gemm on Zen 4, 32 KB L1, 1 MB L2, 32 MB L3): a deep k block writes each C
  * tile once or twice instead of k/256 times, which beat keeping the B micro-panel in L1 (it streams
  * from L2 at a few bytes per cycle); mc keeps the A block (mc x kc) within half the L2. bf16 takes
@@ -319,6 +330,7 @@ static const em_gemm_kernel kernel_bf16 = {
     .nc = 1024,
     .pack = pack_bf16x2,
     .ukr = ukr_bf16,
+    .pair = pair_bf16,
 };
 
 const em_gemm_kernel *em_gemm_kernel_avx512(em_dtype dt, bool bf16_hw) {
