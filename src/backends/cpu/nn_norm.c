@@ -1,8 +1,10 @@
 /*
  * Normalisation kernels: rms_norm (Llama/Qwen and Gemma forms), layer_norm, group_norm.
  *
- * Statistics are accumulated in double from f32 values, so they are at least as accurate as
- * torch's f32 ones; everything else follows the reference's f32 arithmetic and rounding points:
+ * Statistics are accumulated in double from f32 values (group norm's contiguous f32 / bf16
+ * groups: f32 vector sums of x - x[0] over 1024-value blocks, the blocks added in double), so
+ * they are at least as accurate as torch's f32 ones; everything else follows the reference's
+ * f32 arithmetic and rounding points:
  *  - rms_norm, unit_offset = false (LlamaRMSNorm): h = x * rsqrt(mean(x^2) + eps) in f32,
  *    rounded to x's dtype, then weight * h rounded to x's dtype (two roundings in bf16/f16).
  *  - rms_norm, unit_offset = true (Gemma3RMSNorm): x * rsqrt(...) * (1 + weight) in f32, one
@@ -151,9 +153,16 @@ typedef struct gn_job {
     atomic_bool oom;
 } gn_job;
 
+/* the first value of group item it (batch it / g, group it % g) */
+static const void *gn_group(const gn_job *j, int64_t it) {
+    const em_tensor *x = j->x;
+    int64_t off = x->offset + it / j->g * x->strides[0] + it % j->g * j->cg * x->strides[1];
+    return nn_at(nn_base(x), x->dtype, off);
+}
+
 /* Contiguous f32 / bf16 groups, read in their own dtype: one pass for the statistics, one to
- * normalise (the group, at most a few hundred KB at the UNet's shapes, is then still in L2), no
- * widened copy. sc: 2 * cg floats. */
+ * normalise (the group, at most a few hundred KB at the UNet's shapes, is then still in L2),
+ * no widened copy. sc: 2 * cg floats. */
 static void gn_direct(const gn_job *j, int src, int64_t i0, int64_t i1, float *sc) {
     const em_tensor *x = j->x;
     em_dtype dt = x->dtype;
@@ -162,8 +171,7 @@ static void gn_direct(const gn_job *j, int src, int64_t i0, int64_t i1, float *s
     float *sh = sc + j->cg;
     for (int64_t it = i0; it < i1; it++) {
         int64_t n = it / j->g, g = it % j->g;
-        int64_t off = x->offset + n * x->strides[0] + g * j->cg * x->strides[1];
-        const void *gb = nn_at(nn_base(x), dt, off);
+        const void *gb = gn_group(j, it);
         /* shifted sums keep the variance exact enough when |mean| >> std */
         float shift = dt == EM_F32 ? *(const float *)gb
                                    : em_bf16_to_f32_inline(*(const uint16_t *)gb);
