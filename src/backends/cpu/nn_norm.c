@@ -197,13 +197,6 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     const em_tensor *x = j->x;
     int64_t total = j->cg * j->s;
     bool keep = total <= GN_KEEP; /* the group loaded (and widened) once, not twice */
-    int64_t blen = keep && total > GN_CHUNK ? total : GN_CHUNK;
-    if (blen < 2 * j->cg) blen = 2 * j->cg;
-    float *buf = malloc((size_t)blen * sizeof *buf);
-    if (!buf) {
-        atomic_store(&j->oom, true);
-        return;
-    }
     em_dtype dt = x->dtype;
     size_t es = em_esize(dt);
     /* a group is the sub-array [cg, *spatial] of x */
@@ -224,12 +217,19 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
         shape[0] = j->cg * j->s;
         strides[0] = 1;
         nd = 1;
-        int src = dt == EM_F32 ? NN_SRC_F32 : dt == EM_BF16 ? NN_SRC_BF16 : -1;
-        if (src >= 0) {
-            gn_direct(j, src, i0, i1, buf);
-            free(buf);
-            return;
-        }
+    }
+    int src = dt == EM_F32 ? NN_SRC_F32 : dt == EM_BF16 ? NN_SRC_BF16 : -1;
+    bool direct = contiguous && src >= 0; /* gn_direct needs only the channels' scale, shift */
+    float *buf = malloc((size_t)(direct ? 2 * j->cg : keep && total > GN_CHUNK ? total : GN_CHUNK) *
+                        sizeof *buf);
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    if (direct) {
+        gn_direct(j, src, i0, i1, buf);
+        free(buf);
+        return;
     }
     for (int64_t it = i0; it < i1; it++) {
         int64_t n = it / j->g, g = it % j->g;
