@@ -63,6 +63,14 @@ typedef struct em_nn_isa {
     /* x = (x - mean) * (rstd * w) + b, b may be NULL (n values) */
     void (*norm_apply)(float *x, int64_t n, float mean, float rstd, const float *w,
                        const float *b);
+    /* Group norm of a contiguous group in its own storage type (f32 or bf16), converted in
+     * registers. gn_moments: sum and sum of squares of (x - shift) over n values, added to *sum
+     * and *sumsq (f32 vector sums over blocks, combined in double). gn_apply: y = (x - mean) *
+     * scale[c] + shift[c] over cg channels of s values each, x and y contiguous. */
+    void (*gn_moments[NN_SRC_COUNT])(const void *x, int64_t n, float shift, double *sum,
+                                     double *sumsq);
+    void (*gn_apply[NN_SRC_COUNT])(const void *x, void *y, int64_t cg, int64_t s, float mean,
+                                   const float *scale, const float *shift);
     /* t1 = x * c, t2 = rotate_half(x) * s over the first r values (r even) */
     void (*rope_products)(const float *x, const float *c, const float *s, int64_t r, float *t1,
                           float *t2);

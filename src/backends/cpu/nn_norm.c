@@ -1,8 +1,10 @@
 /*
  * Normalisation kernels: rms_norm (Llama/Qwen and Gemma forms), layer_norm, group_norm.
  *
- * Statistics are accumulated in double from f32 values, so they are at least as accurate as
- * torch's f32 ones; everything else follows the reference's f32 arithmetic and rounding points:
+ * Statistics are accumulated in double from f32 values (group norm's contiguous f32 / bf16
+ * groups: f32 vector sums of x - x[0] over 1024-value blocks, the blocks added in double), so
+ * they are at least as accurate as torch's f32 ones; everything else follows the reference's
+ * f32 arithmetic and rounding points:
  *  - rms_norm, unit_offset = false (LlamaRMSNorm): h = x * rsqrt(mean(x^2) + eps) in f32,
  *    rounded to x's dtype, then weight * h rounded to x's dtype (two roundings in bf16/f16).
  *  - rms_norm, unit_offset = true (Gemma3RMSNorm): x * rsqrt(...) * (1 + weight) in f32, one
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/nn.h"
+#include "core/bf16_inline.h"
 
 #define ROW_PAR_ELEMS 16384 /* elements per parallel chunk, at least */
 #define GN_CHUNK 4096       /* group_norm streams a group through buffers of this size */
@@ -150,17 +153,50 @@ typedef struct gn_job {
     atomic_bool oom;
 } gn_job;
 
+/* the first value of group item it (batch it / g, group it % g) */
+static const void *gn_group(const gn_job *j, int64_t it) {
+    const em_tensor *x = j->x;
+    int64_t off = x->offset + it / j->g * x->strides[0] + it % j->g * j->cg * x->strides[1];
+    return nn_at(nn_base(x), x->dtype, off);
+}
+
+/* Contiguous f32 / bf16 groups, read in their own dtype: one pass for the statistics, one to
+ * normalise (the group, at most a few hundred KB at the UNet's shapes, is then still in L2),
+ * no widened copy. sc: 2 * cg floats. */
+static void gn_direct(const gn_job *j, int src, int64_t i0, int64_t i1, float *sc) {
+    const em_tensor *x = j->x;
+    em_dtype dt = x->dtype;
+    size_t es = em_esize(dt);
+    int64_t total = j->cg * j->s;
+    float *sh = sc + j->cg;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t n = it / j->g, g = it % j->g;
+        const void *gb = gn_group(j, it);
+        /* shifted sums keep the variance exact enough when |mean| >> std */
+        float shift = dt == EM_F32 ? *(const float *)gb
+                                   : em_bf16_to_f32_inline(*(const uint16_t *)gb);
+        double s = 0, q = 0;
+        j->nn->gn_moments[src](gb, total, shift, &s, &q);
+        double mean_s = s / (double)total;
+        double var = q / (double)total - mean_s * mean_s;
+        if (var < 0) var = 0;
+        float mean = (float)(mean_s + shift);
+        float rstd = (float)(1.0 / sqrt(var + (double)j->eps));
+        for (int64_t cc = 0; cc < j->cg; cc++) {
+            sc[cc] = rstd * j->w[g * j->cg + cc];
+            sh[cc] = j->b[g * j->cg + cc];
+        }
+        char *ob = (char *)em_tensor_ptr(j->out) + (size_t)((n * j->c + g * j->cg) * j->s) * es;
+        j->nn->gn_apply[src](gb, ob, j->cg, j->s, mean, sc, sh);
+    }
+}
+
 static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     gn_job *j = user;
     const em_tensor *x = j->x;
     int64_t total = j->cg * j->s;
     bool keep = total <= GN_KEEP; /* the group loaded (and widened) once, not twice */
-    float *buf = malloc((size_t)(keep && total > GN_CHUNK ? total : GN_CHUNK) * sizeof *buf);
-    if (!buf) {
-        atomic_store(&j->oom, true);
-        return;
-    }
     em_dtype dt = x->dtype;
     size_t es = em_esize(dt);
     /* a group is the sub-array [cg, *spatial] of x */
@@ -181,6 +217,19 @@ static void gn_chunk(void *user, int64_t i0, int64_t i1, int tid) {
         shape[0] = j->cg * j->s;
         strides[0] = 1;
         nd = 1;
+    }
+    int src = dt == EM_F32 ? NN_SRC_F32 : dt == EM_BF16 ? NN_SRC_BF16 : -1;
+    bool direct = contiguous && src >= 0; /* gn_direct needs only the channels' scale, shift */
+    float *buf = malloc((size_t)(direct ? 2 * j->cg : keep && total > GN_CHUNK ? total : GN_CHUNK) *
+                        sizeof *buf);
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    if (direct) {
+        gn_direct(j, src, i0, i1, buf);
+        free(buf);
+        return;
     }
     for (int64_t it = i0; it < i1; it++) {
         int64_t n = it / j->g, g = it % j->g;
