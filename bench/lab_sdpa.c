@@ -75,8 +75,8 @@ static int run(const em_nn_isa *nn, int dt, const void *q, const void *k, const 
     return 0;
 }
 
-/* Double-precision attention of query rows i (every 61st) of each head: max and mean
- * |out - ref| and the largest |ref|. */
+/* The double-precision attention of every 61st query row of each head (scale 1/sqrt(d), as
+ * run's): the max and mean of |out - ref| over those rows. */
 static void f64_err(const float *q, const float *k, const float *v, const float *o, int64_t tq,
                     int64_t tk, int64_t d, double *maxe, double *meane) {
     double *w = malloc((size_t)tk * sizeof *w), sc = 1.0 / sqrt((double)d), se = 0;
