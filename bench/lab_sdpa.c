@@ -2,6 +2,7 @@
  * Lab timing of the CPU attention (sdpa_flash.h) on bf16 q, k, v (not a test; run by hand):
  *
  *   lab_sdpa [REPS] [THREADS ...]
+ *   lab_sdpa f32 [REPS] [THREADS ...]
  *
  * SD 1.5's attention at 512 px, [1, 8, 4096, 40] self-attention, the same queries over 77
  * text keys (cross-attention) and the self-attention of the lower levels, [1, 8, 1024, 80] and
@@ -11,6 +12,10 @@
  * "pair dot" (vdpbf16ps, nn->qk_dp; only where the CPU has it). Prints the best wall and CPU
  * time of each (CPU time / threads does not count other processes' slices), GFLOP/s (4 Tq Tk D
  * per head), and each route's error against the f32 attention of the same (bf16-valued) inputs.
+ *
+ * With "f32" first it times the f32 route on f32 inputs instead (what `ember image` runs by
+ * default) and prints each shape's error against a double-precision attention of the same
+ * inputs (rows sampled); run two binaries alternately to compare kernel versions.
  */
 #include <math.h>
 #include <stdio.h>
@@ -70,7 +75,88 @@ static int run(const em_nn_isa *nn, int dt, const void *q, const void *k, const 
     return 0;
 }
 
+/* The double-precision attention of every 61st query row of each head (scale 1/sqrt(d), as
+ * run's): the max and mean of |out - ref| over those rows. */
+static void f64_err(const float *q, const float *k, const float *v, const float *o, int64_t tq,
+                    int64_t tk, int64_t d, double *maxe, double *meane) {
+    double *w = malloc((size_t)tk * sizeof *w), sc = 1.0 / sqrt((double)d), se = 0;
+    int64_t cnt = 0;
+    *maxe = 0;
+    for (int64_t h = 0; h < 8; h++)
+        for (int64_t i = 0; i < tq; i += 61) {
+            const float *qi = q + (h * tq + i) * d;
+            double mx = -INFINITY, l = 0;
+            for (int64_t j = 0; j < tk; j++) {
+                const float *kj = k + (h * tk + j) * d;
+                double s = 0;
+                for (int64_t x = 0; x < d; x++) s += (double)qi[x] * kj[x];
+                w[j] = s * sc;
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            for (int64_t j = 0; j < tk; j++) l += (w[j] = exp(w[j] - mx));
+            for (int64_t x = 0; x < d; x++) {
+                double r = 0;
+                for (int64_t j = 0; j < tk; j++) r += w[j] * v[(h * tk + j) * d + x];
+                double e = fabs(r / l - (double)o[(h * tq + i) * d + x]);
+                *maxe = e > *maxe ? e : *maxe;
+                se += e;
+                cnt++;
+            }
+        }
+    *meane = se / (double)cnt;
+    free(w);
+}
+
+static int main_f32(int argc, char **argv) {
+    int reps = argc > 2 ? atoi(argv[2]) : 3;
+    int threads[8] = {1, 2}, nt = 2;
+    if (argc > 3) {
+        nt = 0;
+        for (int i = 3; i < argc && nt < 8; i++) threads[nt++] = atoi(argv[i]);
+    }
+    if (reps < 1) reps = 1;
+    const em_nn_isa *nn = em_nn_isa_get();
+    const int64_t tqs[4] = {4096, 4096, 1024, 256}, tks[4] = {4096, 77, 1024, 256};
+    const int64_t ds[4] = {40, 40, 80, 160}, nq = 8 * 4096 * 40;
+    printf("kernel level %s, f32 route\n", em_cpu_isa_name(em_cpu_isa_get()));
+    uint16_t *tb = malloc((size_t)nq * 2);
+    float *qf = malloc((size_t)nq * 4), *kf = malloc((size_t)nq * 4), *vf = malloc((size_t)nq * 4);
+    float *of = malloc((size_t)nq * 4);
+    if (!tb || !qf || !kf || !vf || !of) return 1;
+    fill(tb, qf, nq, 1);
+    fill(tb, kf, nq, 2);
+    fill(tb, vf, nq, 3);
+    for (int s = 0; s < 4; s++) {
+        int64_t tq = tqs[s], tk = tks[s], d = ds[s];
+        double gflop = 4.0 * 8 * (double)tq * (double)tk * (double)d * 1e-9;
+        for (int ti = 0; ti < nt; ti++) {
+            em_set_num_threads(threads[ti]);
+            double wall = 1e30, cpu = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double w0 = clock_of(CLOCK_MONOTONIC), c0 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
+                if (run(nn, EM_F32, qf, kf, vf, tq, tk, d, of)) return 1;
+                double w1 = clock_of(CLOCK_MONOTONIC), c1 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
+                if (w1 - w0 < wall) wall = w1 - w0;
+                if ((c1 - c0) / threads[ti] < cpu) cpu = (c1 - c0) / threads[ti];
+            }
+            double maxe, meane;
+            f64_err(qf, kf, vf, of, tq, tk, d, &maxe, &meane);
+            printf("%-5s [1,8,%lld,%lld] x %4lld keys, %d thr: wall %7.1f ms  cpu %7.1f ms  "
+                   "%6.1f GFLOP/s (cpu)  err vs f64: max %.2e mean %.2e\n",
+                   s == 1 ? "cross" : "self", (long long)tq, (long long)d, (long long)tk,
+                   threads[ti], wall * 1e3, cpu * 1e3, gflop / cpu, maxe, meane);
+        }
+    }
+    free(tb);
+    free(qf);
+    free(kf);
+    free(vf);
+    free(of);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "f32")) return main_f32(argc, argv);
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     int threads[8] = {1, 2}, nt = 2;
     if (argc > 2) {
