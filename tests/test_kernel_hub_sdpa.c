@@ -1,6 +1,7 @@
 /*
  * The attention package ember-sdpa (kernels/sdpa/) loaded from the hub: the registry picks it
- * for sdpa calls in every mode, its outputs equal the built-in's bit for bit (the same calls with
+ * for sdpa and sdpa_lse calls in every mode, its outputs (sdpa_lse: both, out in q's dtype and in
+ * f32) equal the built-in's bit for bit (the same calls with
  * the packages suspended) on decode (one query, a long KV cache split over the threads) and
  * prefill shapes, GQA, causal, sliding-window, softcap, bool and float masks, strided K/V, f32,
  * bf16 and f16; its supports() declines what it does not take (answered directly by each
@@ -101,14 +102,26 @@ static sdpa_call make_call(em_ctx *c, const sdpa_case *s, uint64_t seed) {
     return r;
 }
 
-/* The implementation the registry picks for the call in `mode`. */
-static const char *pick(em_ctx *c, const sdpa_call *r, em_tensor *out, unsigned mode) {
-    em_tensor *ins[] = {r->q, r->k, r->v, r->mask};
+/* The implementation the registry picks for the call in `mode`: sdpa (lse NULL) or sdpa_lse. */
+static const char *pick_op(em_ctx *c, const sdpa_call *r, em_tensor *out, em_tensor *lse,
+                           unsigned mode) {
+    em_tensor *ins[] = {r->q, r->k, r->v, r->mask}, *outs[] = {out, lse};
+    em_op_id op = lse ? EM_OP_SDPA_LSE : EM_OP_SDPA;
     em_attr at[EM_MAX_ATTRS] = {{.f = r->p.scale}, {.i = r->p.causal}, {.i = r->p.window},
-                                {.f = r->p.softcap}};
-    em_kernel_args a = {c, em_op_get(EM_OP_SDPA), ins, r->mask ? 4 : 3, &out, 1, at};
-    const em_kimpl *k = em_kset_pick(em_kset_get(em_device_cpu()->be, EM_OP_SDPA), &a, mode);
+                                {.f = r->p.softcap}, {.i = out ? em_tensor_dtype(out) : 0}};
+    em_kernel_args a = {c, em_op_get(op), ins, r->mask ? 4 : 3, outs, lse ? 2 : 1, at};
+    const em_kimpl *k = em_kset_pick(em_kset_get(em_device_cpu()->be, op), &a, mode);
     return k ? k->name : "(none)";
+}
+
+static const char *pick(em_ctx *c, const sdpa_call *r, em_tensor *out, unsigned mode) {
+    return pick_op(c, r, out, NULL, mode);
+}
+
+static bool same_bits(em_ctx *c, em_tensor *a, em_tensor *b) {
+    size_t n = a && b ? em_tensor_nbytes(a) : 0;
+    return a && b && n == em_tensor_nbytes(b) &&
+           !memcmp(em_tensor_data(c, a), em_tensor_data(c, b), n);
 }
 
 static void test_sdpa_bits(void) {
@@ -154,30 +167,83 @@ static void test_sdpa_bits(void) {
     em_ctx_free(c);
 }
 
-/* Each variant's supports(), asked directly with plain ABI structs: a bf16 decode call (q [1, 8,
- * 1, 64], k/v [1, 2, 512, 64]) at `level`, with the given q/k/v dtype and mask dtype (-1: none);
- * -1 when the library does not load. */
-static int direct_supports(const char *isa, const char *level, int dtype, int mask_dtype,
-                           bool strided_out) {
+/* sdpa_lse (the ring attention's op): the package takes it in every mode, with out in q's dtype
+ * and, for bf16/f16 q, in f32; out and lse are the built-in's bits. */
+static void test_sdpa_lse_bits(void) {
+    em_ctx *c = em_ctx_create();
+    if (!loaded(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    char want[64];
+    snprintf(want, sizeof want, "sdpa_flash_%s", variant());
+    static const unsigned modes[] = {EM_KMODE_INFERENCE, EM_KMODE_TRAINING, EM_KMODE_COMPILE};
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        const sdpa_case *s = &CASES[i];
+        for (int f32_out = 0; f32_out < (s->dtype == EM_F32 ? 1 : 2); f32_out++) {
+            em_dtype odt = f32_out ? EM_F32 : s->dtype;
+            em_scope_push(c);
+            sdpa_call r = make_call(c, s, 300 + 10 * i);
+            em_tensor *lse = NULL, *lse_ref = NULL;
+            em_tensor *hub = em_sdpa_lse(c, r.q, r.k, r.v, r.mask, &r.p, odt, &lse);
+            for (size_t m = 0; hub && lse && m < 3; m++) {
+                const char *got = pick_op(c, &r, hub, lse, modes[m]);
+                CHECK_MSG(!strcmp(got, want), "%s, out %s (mode %u): %s took the call, expected %s",
+                          s->what, em_dtype_name(odt), modes[m], got, want);
+            }
+            em_kreg_suspend_packages(true);
+            em_tensor *ref = em_sdpa_lse(c, r.q, r.k, r.v, r.mask, &r.p, odt, &lse_ref);
+            CHECK(hub && lse && !strcmp(pick_op(c, &r, hub, lse, EM_KMODE_INFERENCE), "built-in"));
+            em_kreg_suspend_packages(false);
+            CHECK_MSG(hub && ref && lse && lse_ref, "%s: %s", s->what, em_ctx_error(c)->message);
+            CHECK_MSG(same_bits(c, hub, ref), "%s (%s, out %s): the package's out differs from the "
+                      "built-in's bits", s->what, em_dtype_name(s->dtype), em_dtype_name(odt));
+            CHECK_MSG(same_bits(c, lse, lse_ref), "%s (%s, out %s): the package's lse differs from "
+                      "the built-in's bits", s->what, em_dtype_name(s->dtype), em_dtype_name(odt));
+            em_ctx_clear_error(c);
+            em_scope_pop(c);
+        }
+    }
+    em_ctx_free(c);
+}
+
+/* Each variant's supports(), asked directly with plain ABI structs: a decode call (q [1, 8, 1,
+ * 64], k/v [1, 2, 512, 64]) at `level`, with the given q/k/v dtype and mask dtype (-1: none);
+ * -1 when the library does not load. lse_dtype -1: sdpa; else sdpa_lse with out of out_dtype
+ * and lse [1, 8, lse_rows] of lse_dtype. */
+static int direct_call(const char *isa, const char *level, int dtype, int mask_dtype,
+                       bool strided_out, int out_dtype, int lse_dtype, int64_t lse_rows) {
     char variant[64], lib[64];
     snprintf(variant, sizeof variant, "ember-abi1-cpu-%s-x86_64-linux", isa);
     snprintf(lib, sizeof lib, "libember_sdpa_%s.so", isa);
     const ember_kernel_library *L = test_pkg_library("ember-sdpa", variant, lib);
-    if (!L || L->n_impls != 1) return -1;
-    ember_kernel_tensor t[5] = {
+    if (!L || L->n_impls != 2) return -1;
+    ember_kernel_tensor t[6] = {
         {NULL, dtype, 4, {1, 8, 1, 64}, {512, 64, 64, 1}},
         {NULL, dtype, 4, {1, 2, 512, 64}, {65536, 32768, 64, 1}},
         {NULL, dtype, 4, {1, 2, 512, 64}, {65536, 32768, 64, 1}},
         {(void *)1, mask_dtype, 2, {1, 512}, {512, 1}},
-        {NULL, dtype, 4, {1, 8, 1, 64}, {512, 64, 64, strided_out ? 2 : 1}},
+        {NULL, out_dtype, 4, {1, 8, 1, 64}, {512, 64, 64, strided_out ? 2 : 1}},
+        {NULL, lse_dtype, 3, {1, 8, lse_rows}, {8 * lse_rows, lse_rows, 1}},
     };
     ember_kernel_attr at[4] = {{"scale", EMBER_KATTR_FLOAT, 0, 0, 0, NULL},
                                {"causal", EMBER_KATTR_BOOL, 0, 1, 0, NULL},
                                {"window", EMBER_KATTR_INT, 0, 0, 0, NULL},
                                {"softcap", EMBER_KATTR_FLOAT, 0, 0, 0, NULL}};
-    ember_kernel_call k = {sizeof k, "sdpa", EMBER_KERNEL_MODE_INFERENCE, mask_dtype < 0 ? 3 : 4,
-                           1, 4, t, t + 4, at, 1, NULL, level};
-    return L->impls[0].supports(&k) != 0;
+    bool lse = lse_dtype >= 0;
+    ember_kernel_call k = {sizeof k, lse ? "sdpa_lse" : "sdpa", EMBER_KERNEL_MODE_INFERENCE,
+                           mask_dtype < 0 ? 3 : 4, lse ? 2 : 1, 4, t, t + 4, at, 1, NULL, level};
+    return L->impls[lse ? 1 : 0].supports(&k) != 0;
+}
+
+static int direct_supports(const char *isa, const char *level, int dtype, int mask_dtype,
+                           bool strided_out) {
+    return direct_call(isa, level, dtype, mask_dtype, strided_out, dtype, -1, 1);
+}
+
+/* sdpa_lse at the avx2 level: out of out_dtype, lse [1, 8, rows] of lse_dtype */
+static int direct_supports_lse(int dtype, int out_dtype, int lse_dtype, int64_t rows) {
+    return direct_call("avx2", "avx2", dtype, -1, false, out_dtype, lse_dtype, rows);
 }
 
 static void test_sdpa_supports(void) {
@@ -202,6 +268,14 @@ static void test_sdpa_supports(void) {
     CHECK(direct_supports("avx2", "avx2", EMBER_KDT_F32, EMBER_KDT_I32, false) == 0);
     CHECK(direct_supports("avx2", "avx2", EMBER_KDT_F64, -1, false) == 0);
     CHECK(direct_supports("avx2", "avx2", EMBER_KDT_BF16, -1, true) == 0);
+    /* sdpa_lse: out in q's dtype or f32, lse f32 of q's [B, Hq, Tq]; anything else declined */
+    CHECK(direct_supports_lse(EMBER_KDT_BF16, EMBER_KDT_BF16, EMBER_KDT_F32, 1) == 1);
+    CHECK(direct_supports_lse(EMBER_KDT_BF16, EMBER_KDT_F32, EMBER_KDT_F32, 1) == 1);
+    CHECK(direct_supports_lse(EMBER_KDT_F32, EMBER_KDT_F32, EMBER_KDT_F32, 1) == 1);
+    CHECK(direct_supports_lse(EMBER_KDT_F32, EMBER_KDT_BF16, EMBER_KDT_F32, 1) == 0);
+    CHECK(direct_supports_lse(EMBER_KDT_BF16, EMBER_KDT_F16, EMBER_KDT_F32, 1) == 0);
+    CHECK(direct_supports_lse(EMBER_KDT_BF16, EMBER_KDT_BF16, EMBER_KDT_BF16, 1) == 0);
+    CHECK(direct_supports_lse(EMBER_KDT_BF16, EMBER_KDT_BF16, EMBER_KDT_F32, 2) == 0);
 }
 
 /* A copy of the package without its library: loading it fails naming the file, and the
@@ -233,4 +307,5 @@ static void test_sdpa_removed(void) {
     CHECK(system(cmd) == 0);
 }
 
-EM_TEST_MAIN(T(test_sdpa_removed), T(test_sdpa_supports), T(test_sdpa_bits))
+EM_TEST_MAIN(T(test_sdpa_removed), T(test_sdpa_supports), T(test_sdpa_bits),
+             T(test_sdpa_lse_bits))

@@ -1,8 +1,9 @@
 /*
  * The load-time self-test of a package's implementation (khub.h): it and the built-in run the
  * same small calls — element-wise ops on a few shapes; ragged_dot with plain, transposed and
- * packed experts and rows past the groups; sdpa at decode (keys split over the threads) and
- * prefill shapes with GQA, causal, window, softcap and masks — in the first float dtype the
+ * packed experts and rows past the groups; sdpa and sdpa_lse (both outputs) at decode (keys
+ * split over the threads) and prefill shapes with GQA, causal, window, softcap and masks, the
+ * latter also with an f32 out from lower-precision inputs — in the first float dtype the
  * implementation declares. Calls its supports() declines are skipped; the first element that
  * differs beyond the dtype's tolerance fails it, with the op, the call and the element named.
  */
@@ -15,14 +16,16 @@
 #include "ember/ops.h"
 #include "kernels_hub/khub.h"
 
-/* One call: inputs (owned), attributes, the output's shape and dtype, what it is in words. */
+/* One call: inputs (owned), attributes, the outputs' shapes and dtypes, what it is in words. */
+#define ST_MAX_OUT 2
 typedef struct st_case {
     em_tensor *in[4];
     int n_in;
     em_attr attrs[EM_MAX_ATTRS];
-    int64_t oshape[EM_MAX_DIMS];
-    int ondim;
-    em_dtype odt;
+    int n_out; /* 0 is taken as 1 */
+    int64_t oshape[ST_MAX_OUT][EM_MAX_DIMS];
+    int ondim[ST_MAX_OUT];
+    em_dtype odt[ST_MAX_OUT];
     bool ew; /* element-wise: the message names the flat index and the input */
     char what[200];
 } st_case;
@@ -68,9 +71,9 @@ static int ew_case(em_ctx *c, const em_op_def *op, em_dtype dt, int i, st_case *
     k->n_in = op->min_in;
     for (int j = 0; j < k->n_in; j++)
         k->in[j] = tensor(c, dt, ndims[i], shapes[i], &seed, NAN);
-    k->ondim = ndims[i];
-    memcpy(k->oshape, shapes[i], sizeof shapes[i]);
-    k->odt = dt;
+    k->ondim[0] = ndims[i];
+    memcpy(k->oshape[0], shapes[i], sizeof shapes[i]);
+    k->odt[0] = dt;
     k->ew = true;
     char sh[64];
     snprintf(k->what, sizeof k->what, "a %s %s input", em_shape_str(shapes[i], ndims[i], sh,
@@ -102,10 +105,10 @@ static int ragged_case(em_ctx *c, const em_op_def *op, em_dtype dt, int i, st_ca
         layout = "packed as [G, N/32, K/2, 32, 2]";
         em_ctx_clear_error(c);
     }
-    k->ondim = 2;
-    k->oshape[0] = m;
-    k->oshape[1] = n;
-    k->odt = dt;
+    k->ondim[0] = 2;
+    k->oshape[0][0] = m;
+    k->oshape[0][1] = n;
+    k->odt[0] = dt;
     snprintf(k->what, sizeof k->what, "ragged_dot of lhs [%lld,64] %s, experts [3,64,64] %s, "
                                       "group sizes %d,%d,%d", (long long)m, em_dtype_name(dt),
              layout, sizes[i][0], sizes[i][1], sizes[i][2]);
@@ -139,16 +142,26 @@ static int sdpa_case(em_ctx *c, const em_op_def *op, em_dtype dt, int i, st_case
     k->attrs[1].i = s[6];
     k->attrs[2].i = s[7];
     k->attrs[3].f = (double)s[8] / 10;
-    k->ondim = 4;
+    k->ondim[0] = 4;
     int64_t o[] = {s[0], s[1], s[3], s[5]};
-    memcpy(k->oshape, o, sizeof o);
-    k->odt = dt;
-    snprintf(k->what, sizeof k->what, "sdpa of q [%lld,%lld,%lld,%lld] %s, k and v [%lld,%lld,"
-                                      "%lld,%lld]%s%s%s%s", (long long)s[0], (long long)s[1],
-             (long long)s[3], (long long)s[5], em_dtype_name(dt), (long long)s[0],
+    memcpy(k->oshape[0], o, sizeof o);
+    k->odt[0] = dt;
+    if (op->id == EM_OP_SDPA_LSE) {
+        /* out in q's dtype, or (odd cases, lower-precision q) in f32; the rows' lse in f32 */
+        k->odt[0] = i % 2 ? EM_F32 : dt;
+        k->attrs[4].i = k->odt[0];
+        k->n_out = 2;
+        k->ondim[1] = 3;
+        memcpy(k->oshape[1], o, 3 * sizeof *o);
+        k->odt[1] = EM_F32;
+    }
+    snprintf(k->what, sizeof k->what, "%s of q [%lld,%lld,%lld,%lld] %s, k and v [%lld,%lld,"
+                                      "%lld,%lld]%s%s%s%s%s", op->name, (long long)s[0],
+             (long long)s[1], (long long)s[3], (long long)s[5], em_dtype_name(dt), (long long)s[0],
              (long long)s[2], (long long)s[4], (long long)s[5], s[6] ? ", causal" : "",
              s[7] ? ", window 8" : "", s[8] ? ", softcap 5" : "",
-             s[9] == 1 ? ", a bool mask" : s[9] == 2 ? ", a float mask" : "");
+             s[9] == 1 ? ", a bool mask" : s[9] == 2 ? ", a float mask" : "",
+             k->odt[0] != dt ? ", out f32" : "");
     return 1;
 }
 
@@ -157,7 +170,7 @@ typedef int (*case_fn)(em_ctx *c, const em_op_def *op, em_dtype dt, int i, st_ca
 static case_fn cases_of(const em_op_def *op) {
     if (op->kind == EM_OPK_EW && op->min_in <= 2) return ew_case;
     if (op->id == EM_OP_RAGGED_DOT) return ragged_case;
-    if (op->id == EM_OP_SDPA) return sdpa_case;
+    if (op->id == EM_OP_SDPA || op->id == EM_OP_SDPA_LSE) return sdpa_case;
     return NULL;
 }
 
@@ -181,7 +194,7 @@ static void index_str(int64_t j, const int64_t *shape, int ndim, char *buf, size
 static int64_t first_diff(const float *r, const float *h, int64_t n, double tol, bool ew) {
     double big = 0;
     for (int64_t j = 0; !ew && j < n; j++)
-        if (!isnan(r[j]) && fabs((double)r[j]) > big) big = fabs((double)r[j]);
+        if (isfinite(r[j]) && fabs((double)r[j]) > big) big = fabs((double)r[j]);
     for (int64_t j = 0; j < n; j++) {
         double scale = 1 + (ew ? fabs((double)r[j]) : big);
         if (isnan(r[j]) != isnan(h[j]) ||
@@ -191,15 +204,42 @@ static int64_t first_diff(const float *r, const float *h, int64_t n, double tol,
     return -1;
 }
 
+/* Output o of h against r: 1 when within the dtype's tolerance, else 0 with why set. */
+static int compare_out(const st_case *cs, int o, em_tensor *r_t, em_tensor *h_t, char *why,
+                       size_t why_n) {
+    float *r = em_cpu_to_f32(r_t), *h = em_cpu_to_f32(h_t);
+    double tol = cs->odt[o] == EM_F32 ? (cs->ew ? 1e-5 : 1e-4) : 1e-2;
+    int64_t j = r && h ? first_diff(r, h, r_t->numel, tol, cs->ew) : -1;
+    int res = r && h && j < 0;
+    if (j >= 0) {
+        char at[96];
+        if (cs->ew)
+            snprintf(at, sizeof at, "%lld", (long long)j);
+        else
+            index_str(j, cs->oshape[o], cs->ondim[o], at, sizeof at);
+        snprintf(why, why_n, "self-test failed: element %s of %s%s is %g, the built-in gives %g",
+                 at, o ? "output 2 of " : "", cs->what, (double)h[j], (double)r[j]);
+    }
+    free(r);
+    free(h);
+    return res;
+}
+
 /* Runs k and the built-in on one call; 1 pass, 0 fail (why set), -1 declined. */
 static int run_case(em_ctx *c, em_kimpl *k, em_kernel_fn builtin, st_case *cs, char *why,
                     size_t why_n) {
     const em_op_def *op = em_op_get(k->op);
-    em_tensor *o_ref = em_tensor_new(c, em_device_cpu(), cs->odt, cs->ondim, cs->oshape);
-    em_tensor *o_hub = em_tensor_new(c, em_device_cpu(), cs->odt, cs->ondim, cs->oshape);
+    int n_out = cs->n_out > 0 ? cs->n_out : 1;
+    em_tensor *o_ref[ST_MAX_OUT] = {0}, *o_hub[ST_MAX_OUT] = {0};
     int res = 0;
-    if (!o_ref || !o_hub || !case_ok(cs)) goto out;
-    em_kernel_args a = {c, op, cs->in, cs->n_in, &o_hub, 1, cs->attrs};
+    bool made = true;
+    for (int o = 0; o < n_out; o++) {
+        o_ref[o] = em_tensor_new(c, em_device_cpu(), cs->odt[o], cs->ondim[o], cs->oshape[o]);
+        o_hub[o] = em_tensor_new(c, em_device_cpu(), cs->odt[o], cs->ondim[o], cs->oshape[o]);
+        made = made && o_ref[o] && o_hub[o];
+    }
+    if (!made || !case_ok(cs)) goto out;
+    em_kernel_args a = {c, op, cs->in, cs->n_in, o_hub, n_out, cs->attrs};
     if (!k->supports(k, &a, EM_KMODE_INFERENCE)) {
         res = -1;
         goto out;
@@ -208,29 +248,18 @@ static int run_case(em_ctx *c, em_kimpl *k, em_kernel_fn builtin, st_case *cs, c
         snprintf(why, why_n, "%s failed: %s", cs->what, em_ctx_error(c)->message);
         goto out;
     }
-    a.out = &o_ref;
+    a.out = o_ref;
     if (builtin(&a) != EM_OK) {
         snprintf(why, why_n, "the built-in failed on %s: %s", cs->what, em_ctx_error(c)->message);
         goto out;
     }
-    float *r = em_cpu_to_f32(o_ref), *h = em_cpu_to_f32(o_hub);
-    double tol = cs->odt == EM_F32 ? (cs->ew ? 1e-5 : 1e-4) : 1e-2;
-    int64_t j = r && h ? first_diff(r, h, o_ref->numel, tol, cs->ew) : -1;
-    res = r && h && j < 0;
-    if (j >= 0) {
-        char at[96];
-        if (cs->ew)
-            snprintf(at, sizeof at, "%lld", (long long)j);
-        else
-            index_str(j, cs->oshape, cs->ondim, at, sizeof at);
-        snprintf(why, why_n, "self-test failed: element %s of %s is %g, the built-in gives %g", at,
-                 cs->what, (double)h[j], (double)r[j]);
-    }
-    free(r);
-    free(h);
+    res = 1;
+    for (int o = 0; res && o < n_out; o++) res = compare_out(cs, o, o_ref[o], o_hub[o], why, why_n);
 out:
-    em_tensor_release(o_ref);
-    em_tensor_release(o_hub);
+    for (int o = 0; o < n_out; o++) {
+        em_tensor_release(o_ref[o]);
+        em_tensor_release(o_hub[o]);
+    }
     if (res == 0 && !why[0]) snprintf(why, why_n, "out of memory");
     return res;
 }
@@ -241,7 +270,7 @@ bool khub_self_test(em_kimpl *k, char *why, size_t why_n) {
     em_kernel_fn builtin = em_device_cpu()->be->kernels[k->op];
     case_fn make = cases_of(op);
     if (!make || !builtin) {
-        snprintf(why, why_n, "no self-test for %s (element-wise ops, ragged_dot and sdpa so far)",
+        snprintf(why, why_n, "no self-test for %s (element-wise ops, ragged_dot, sdpa and sdpa_lse so far)",
                  op->name);
         return true;
     }
