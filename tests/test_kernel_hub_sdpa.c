@@ -118,6 +118,20 @@ static const char *pick(em_ctx *c, const sdpa_call *r, em_tensor *out, unsigned 
     return pick_op(c, r, out, NULL, mode);
 }
 
+static const unsigned modes[] = {EM_KMODE_INFERENCE, EM_KMODE_TRAINING, EM_KMODE_COMPILE};
+
+/* A context with the package loaded and the name of the implementation it should pick in
+ * want[0..n), or NULL (skipped or failed) */
+static em_ctx *loaded_ctx(char *want, size_t n) {
+    em_ctx *c = em_ctx_create();
+    if (!loaded(c)) {
+        em_ctx_free(c);
+        return NULL;
+    }
+    snprintf(want, n, "sdpa_flash_%s", variant());
+    return c;
+}
+
 static bool same_bits(em_ctx *c, em_tensor *a, em_tensor *b) {
     size_t n = a && b ? em_tensor_nbytes(a) : 0;
     return a && b && n == em_tensor_nbytes(b) &&
@@ -125,14 +139,9 @@ static bool same_bits(em_ctx *c, em_tensor *a, em_tensor *b) {
 }
 
 static void test_sdpa_bits(void) {
-    em_ctx *c = em_ctx_create();
-    if (!loaded(c)) {
-        em_ctx_free(c);
-        return;
-    }
     char want[64];
-    snprintf(want, sizeof want, "sdpa_flash_%s", variant());
-    static const unsigned modes[] = {EM_KMODE_INFERENCE, EM_KMODE_TRAINING, EM_KMODE_COMPILE};
+    em_ctx *c = loaded_ctx(want, sizeof want);
+    if (!c) return;
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const sdpa_case *s = &CASES[i];
         em_scope_push(c);
@@ -170,14 +179,9 @@ static void test_sdpa_bits(void) {
 /* sdpa_lse (the ring attention's op): the package takes it in every mode, with out in q's dtype
  * and, for bf16/f16 q, in f32; out and lse are the built-in's bits. */
 static void test_sdpa_lse_bits(void) {
-    em_ctx *c = em_ctx_create();
-    if (!loaded(c)) {
-        em_ctx_free(c);
-        return;
-    }
     char want[64];
-    snprintf(want, sizeof want, "sdpa_flash_%s", variant());
-    static const unsigned modes[] = {EM_KMODE_INFERENCE, EM_KMODE_TRAINING, EM_KMODE_COMPILE};
+    em_ctx *c = loaded_ctx(want, sizeof want);
+    if (!c) return;
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const sdpa_case *s = &CASES[i];
         for (int f32_out = 0; f32_out < (s->dtype == EM_F32 ? 1 : 2); f32_out++) {
