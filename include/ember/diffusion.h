@@ -369,9 +369,13 @@ typedef struct em_pipeline_options {
      * ring_degree), EM_CP_ALL_GATHER or EM_CP_ULYSSES (its ulysses_degree; ember/dist.h's
      * em_cp_schedule). */
     em_cp_schedule cp_schedule;
+    /* diffusers' ContextParallelConfig(ring_degree, ulysses_degree) for cp (both 0, the
+     * default: cp_schedule alone decides): their product must be cp's size; both > 1 runs the
+     * unified attention (em_dit_set_cp_degrees in ember/dit.h). Ignored without cp. */
+    int cp_ring_degree, cp_ulysses_degree;
 } em_pipeline_options;
 
-/** device NULL, dtype f32, tp NULL, cp NULL, cp_schedule EM_CP_RING. */
+/** device NULL, dtype f32, tp NULL, cp NULL, cp_schedule EM_CP_RING, the cp degrees 0. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
             "                    [--denoising-start F]]\n"
-            "                   [--tp N | --cp N [--cp-schedule ring|all-gather|ulysses]]\n\n"
+            "                   [--tp N | --cp N [--cp-schedule ring|all-gather|ulysses]\n"
+            "                             [--cp-ring R --cp-ulysses U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline,\n"
@@ -90,6 +91,11 @@ static void usage(FILE *f) {
             "                      (every rank's gathered, one attention over them) or\n"
             "                      ulysses (all-to-all from a token split to a head split\n"
             "                      and back; the heads must divide by N)\n"
+            "  --cp-ring R, --cp-ulysses U\n"
+            "                      diffusers' ContextParallelConfig(ring_degree=R,\n"
+            "                      ulysses_degree=U), R x U = N (give both): Ulysses'\n"
+            "                      all-to-all inside each U consecutive ranks, the ring\n"
+            "                      across them on those heads (the heads must divide by U)\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -160,6 +166,7 @@ typedef struct image_args {
     int num_seeds;
     double denoising_end, denoising_start;
     long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq, tp, cp;
+    long long cp_ring, cp_ulysses; /* --cp-ring, --cp-ulysses (0: not given) */
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
     double eta, guidance, strength, aesthetic, negative_aesthetic;
@@ -247,6 +254,10 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->tp)) return 2;
         } else if (!strcmp(o, "--cp") && val) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp)) return 2;
+        } else if (!strcmp(o, "--cp-ring") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp_ring)) return 2;
+        } else if (!strcmp(o, "--cp-ulysses") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp_ulysses)) return 2;
         } else if (!strcmp(o, "--cp-schedule") && val) {
             const char *v = argv[++i];
             if (!strcmp(v, "ring")) {
@@ -501,13 +512,20 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     po.tp = tp;
     po.cp = a->cp > 1 ? g : NULL;
     po.cp_schedule = a->cp_schedule;
+    po.cp_ring_degree = (int)a->cp_ring;
+    po.cp_ulysses_degree = (int)a->cp_ulysses;
     po.dtype = a->dtype;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
-    if (po.cp && speak)
+    if (po.cp && speak && po.cp_ring_degree > 1 && po.cp_ulysses_degree > 1)
+        fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens, "
+                "ring %d x ulysses %d attention\n", em_dist_world_size(po.cp),
+                em_dist_world_size(po.cp), po.cp_ring_degree, po.cp_ulysses_degree);
+    else if (po.cp && speak)
         fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens, "
                 "%s attention\n", em_dist_world_size(po.cp), em_dist_world_size(po.cp),
-                po.cp_schedule == EM_CP_RING         ? "ring"
+                po.cp_ring_degree == 1 && po.cp_ulysses_degree > 1 ? "ulysses"
+                : po.cp_schedule == EM_CP_RING     ? "ring"
                 : po.cp_schedule == EM_CP_ALL_GATHER ? "all-gather"
                                                      : "ulysses");
     if (tp && speak) {
@@ -672,6 +690,12 @@ static int run_in_group(em_ctx *c, const image_args *a) {
     if (a->device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(a->device, ":"), a->device);
     if (a->tp > 1 && a->cp > 1) {
         fprintf(stderr, "ember image: --tp and --cp together: one or the other\n");
+        return 2;
+    }
+    if ((a->cp_ring || a->cp_ulysses) && (!a->cp_ring || !a->cp_ulysses || a->cp <= 1 ||
+                                          a->cp_ring * a->cp_ulysses != a->cp)) {
+        fprintf(stderr, "ember image: --cp-ring %lld --cp-ulysses %lld with --cp %lld: give "
+                "both, with --cp their product\n", a->cp_ring, a->cp_ulysses, a->cp);
         return 2;
     }
     const char *opt = a->cp > 1 ? "--cp" : "--tp";
