@@ -89,7 +89,9 @@ EM_API em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em
  * before the unpatchify, so every rank returns the whole output. The weights are whole on
  * every rank (nothing is reloaded). The group must run on d's device (a process group on the
  * CPU, or a device group's rank on its device) and outlive d. EM_ERR_UNSUPPORTED when d is
- * already split by tensor parallelism (one or the other); T not divisible by R is refused by
+ * already split by tensor parallelism (one or the other); with degrees set (em_dit_set_cp_degrees) whose product is not
+ * the group's size, EM_ERR_INVALID_ARG (nothing changed);
+ * T not divisible by R is refused by
  * em_dit_forward (EM_ERR_SHAPE naming T and R). Every rank calls em_dit_forward with the same
  * inputs in the same order.
  */

@@ -85,7 +85,9 @@ EM_API int em_flux_tp_degree(const em_flux *m);
  * output's tokens are gathered after proj_out, so every rank returns the whole output. The
  * weights are whole on every rank. The group must run on m's device (a process group on the
  * CPU, a device group's rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split
- * by tensor parallelism (one or the other); T not divisible by R is refused by the forward
+ * by tensor parallelism (one or the other); with degrees set (em_flux_set_cp_degrees) whose product is not
+ * the group's size, EM_ERR_INVALID_ARG (nothing changed);
+ * T not divisible by R is refused by the forward
  * (EM_ERR_SHAPE naming T and R). Every rank runs the forward with the same inputs in the same
  * order.
  */
