@@ -82,7 +82,8 @@ static void test_mesh_mpi4(void) {
         for (int i = 0; i < 3; i++) want[3 * k + i] = (float)(10 * (2 * row + k + 1) + 3 * col + i);
     same(c, em_all_to_all(c, x, 0, 1, inner), want, 2, (int64_t[]){1, 6}, "all_to_all(row)");
     /* reduce_scatter over the column along dim 0: row `row` of the column's sum */
-    for (int i = 0; i < 3; i++) want[i] = (float)(10 * (col + 1) + 10 * (col + 3) + 2 * (3 * row + i));
+    for (int i = 0; i < 3; i++)
+        want[i] = (float)(10 * (col + 1) + 10 * (col + 3) + 2 * (3 * row + i));
     same(c, em_reduce_scatter(c, x, EM_REDUCE_SUM, 0, outer), want, 2, (int64_t[]){1, 3},
          "reduce_scatter(column)");
     /* ring_shift over the row: the other member's x */

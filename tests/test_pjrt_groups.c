@@ -40,7 +40,8 @@ static em_tensor *input(em_ctx *c, int r, em_device *dev) {
     return em_to(c, em_from_host(c, EM_F32, 2, (int64_t[]){2, 3}, v), dev);
 }
 
-static void same(job *j, em_ctx *c, em_tensor *got, const float *want, int64_t n, const char *what) {
+static void same(job *j, em_ctx *c, em_tensor *got, const float *want, int64_t n,
+                 const char *what) {
     float h[32];
     if (!got || em_tensor_numel(got) != n || em_to_host_f32(c, got, h, n)) {
         fail(j, "rank %d: %s: %s", j->rank, what, got ? em_ctx_error(c)->message : "failed");

@@ -79,21 +79,19 @@ EM_API em_dit *em_dit_load(em_ctx *c, const char *dir, const char *device, em_dt
 EM_API em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em_dtype dtype,
                               struct em_dist *tp);
 /**
- * Context parallelism over the process group `cp` (NULL or a group of one: none), as
- * diffusers' ContextParallelConfig for the transformer: the image tokens are split over the
- * ranks (rank r runs every block on tokens [r*T/R, (r+1)*T/R) of the T = (H/p)^2 patches), each
- * block's attention takes its queries from the rank's tokens and its keys and values from all
- * of them (by the ring, em_ring_shift of the K and V blocks R - 1 times per block, a rank
- * holding one block at a time; or with em_dit_set_cp_schedule's EM_CP_ALL_GATHER one
- * em_all_gather of K and V per block), and the output's patches are gathered
- * before the unpatchify, so every rank returns the whole output. The weights are whole on
- * every rank (nothing is reloaded). The group must run on d's device (a process group on the
- * CPU, or a device group's rank on its device) and outlive d. EM_ERR_UNSUPPORTED when d is
- * already split by tensor parallelism (one or the other); with degrees set (em_dit_set_cp_degrees) whose product is not
- * the group's size, EM_ERR_INVALID_ARG (nothing changed);
- * T not divisible by R is refused by
- * em_dit_forward (EM_ERR_SHAPE naming T and R). Every rank calls em_dit_forward with the same
- * inputs in the same order.
+ * Context parallelism over the process group `cp` (NULL or a group of one: none), as diffusers'
+ * ContextParallelConfig for the transformer: the image tokens are split over the ranks (rank r
+ * runs every block on tokens [r*T/R, (r+1)*T/R) of the T = (H/p)^2 patches), each block's
+ * attention takes its queries from the rank's tokens and its keys and values from all of them (by
+ * the ring, em_ring_shift of the K and V blocks R - 1 times per block, a rank holding one block at
+ * a time; or with em_dit_set_cp_schedule's EM_CP_ALL_GATHER one em_all_gather of K and V per
+ * block), and the output's patches are gathered before the unpatchify, so every rank returns the
+ * whole output. The weights are whole on every rank (nothing is reloaded). The group must run on
+ * d's device (a process group on the CPU, or a device group's rank on its device) and outlive d.
+ * EM_ERR_UNSUPPORTED when d is already split by tensor parallelism (one or the other); with
+ * degrees set (em_dit_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG
+ * (nothing changed); T not divisible by R is refused by em_dit_forward (EM_ERR_SHAPE naming T and
+ * R). Every rank calls em_dit_forward with the same inputs in the same order.
  */
 EM_API em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, struct em_dist *cp);
 /**

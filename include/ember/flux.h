@@ -78,18 +78,16 @@ EM_API int em_flux_tp_degree(const em_flux *m);
  * Context parallelism over the group `cp` (NULL or a group of one: none), as diffusers'
  * ContextParallelConfig for the transformer: the T image tokens of hidden_states are split over
  * the R ranks (rank r runs every block on tokens [r*T/R, (r+1)*T/R) with their rotary rows), the
- * text tokens are whole on every rank; each attention, joint and single-stream, takes its
- * queries from the text and the rank's image tokens, its keys and values from the text and
- * every rank's image tokens (rotated, then passed around the ring or gathered once per block:
- * em_flux_set_cp_schedule; the text's never move), and the
- * output's tokens are gathered after proj_out, so every rank returns the whole output. The
- * weights are whole on every rank. The group must run on m's device (a process group on the
- * CPU, a device group's rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split
- * by tensor parallelism (one or the other); with degrees set (em_flux_set_cp_degrees) whose product is not
- * the group's size, EM_ERR_INVALID_ARG (nothing changed);
- * T not divisible by R is refused by the forward
- * (EM_ERR_SHAPE naming T and R). Every rank runs the forward with the same inputs in the same
- * order.
+ * text tokens are whole on every rank; each attention, joint and single-stream, takes its queries
+ * from the text and the rank's image tokens, its keys and values from the text and every rank's
+ * image tokens (rotated, then passed around the ring or gathered once per block:
+ * em_flux_set_cp_schedule; the text's never move), and the output's tokens are gathered after
+ * proj_out, so every rank returns the whole output. The weights are whole on every rank. The group
+ * must run on m's device (a process group on the CPU, a device group's rank on its device) and
+ * outlive m. EM_ERR_UNSUPPORTED when m is split by tensor parallelism (one or the other); with
+ * degrees set (em_flux_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG
+ * (nothing changed); T not divisible by R is refused by the forward (EM_ERR_SHAPE naming T and R).
+ * Every rank runs the forward with the same inputs in the same order.
  */
 EM_API em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, struct em_dist *cp);
 /**

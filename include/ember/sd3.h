@@ -74,18 +74,17 @@ EM_API int em_sd3_tp_degree(const em_sd3 *m);
 /**
  * Context parallelism over the group `cp` (NULL or a group of one: none), as diffusers'
  * ContextParallelConfig for the transformer: the image tokens are split over the R ranks (rank r
- * runs every block on patches [r*T/R, (r+1)*T/R) of the T = (H/p)(W/p) patches), the text
- * tokens are whole on every rank; each block's joint attention takes its queries from the
- * rank's image tokens and the text, its keys and values from every rank's image tokens (by the
- * ring or one em_all_gather of K and V per block: em_sd3_set_cp_schedule) and the text (whole
- * on every rank, never passed around), and the output's patches are gathered
- * before the unpatchify, so every rank returns the whole output. The weights are whole on
- * every rank. The group must run on m's device (a process group on the CPU, a device group's
- * rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split by tensor parallelism
- * (one or the other); with degrees set (em_sd3_set_cp_degrees) whose product is not
- * the group's size, EM_ERR_INVALID_ARG (nothing changed);
- * T not divisible by R is refused by em_sd3_forward (EM_ERR_SHAPE naming T
- * and R). Every rank calls em_sd3_forward with the same inputs in the same order.
+ * runs every block on patches [r*T/R, (r+1)*T/R) of the T = (H/p)(W/p) patches), the text tokens
+ * are whole on every rank; each block's joint attention takes its queries from the rank's image
+ * tokens and the text, its keys and values from every rank's image tokens (by the ring or one
+ * em_all_gather of K and V per block: em_sd3_set_cp_schedule) and the text (whole on every rank,
+ * never passed around), and the output's patches are gathered before the unpatchify, so every rank
+ * returns the whole output. The weights are whole on every rank. The group must run on m's device
+ * (a process group on the CPU, a device group's rank on its device) and outlive m.
+ * EM_ERR_UNSUPPORTED when m is split by tensor parallelism (one or the other); with degrees set
+ * (em_sd3_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG (nothing
+ * changed); T not divisible by R is refused by em_sd3_forward (EM_ERR_SHAPE naming T and R). Every
+ * rank calls em_sd3_forward with the same inputs in the same order.
  */
 EM_API em_status em_sd3_set_context_parallel(em_ctx *c, em_sd3 *m, struct em_dist *cp);
 /**
