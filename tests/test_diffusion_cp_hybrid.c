@@ -181,6 +181,188 @@ static void test_pipeline(void) {
     em_ctx_free(c);
 }
 
+/* ---- tensor and context parallelism together: the mesh (cp 2, tp 2), tensor parallelism over
+ * consecutive ranks {0, 1} and {2, 3}, context parallelism across them {0, 2} and {1, 3} ---- */
+
+typedef struct tp_cp {
+    em_dist *cp, *tp;
+} tp_cp;
+
+static bool mesh(em_ctx *c, tp_cp *m) {
+    m->cp = m->tp = NULL;
+    bool ok = em_dist_mesh2d(c, G, 2, 2, &m->cp, &m->tp) == EM_OK;
+    CHECK_MSG(ok, "mesh: %s", msg(c));
+    return ok;
+}
+
+static void mesh_free(tp_cp *m) {
+    em_dist_free(m->cp);
+    em_dist_free(m->tp);
+}
+
+static void check_dit_tp_cp(em_ctx *c, const tp_cp *m, const char *name, const char *dir,
+                            em_cp_schedule s) {
+    char rel[128], what[160];
+    snprintf(rel, sizeof rel, "diffusion/%s_ref", name);
+    snprintf(what, sizeof what, "%s t1, tp 2 x cp 2 (%s)", name,
+             s == EM_CP_RING ? "ring" : "all-gather");
+    em_test_bundle *b = em_test_bundle_load(rel);
+    const char *path = em_test_fixture_path("diffusion", dir);
+    em_dit *split = em_dit_load_tp(c, path, NULL, EM_F32, m->tp);
+    em_dit *whole = em_dit_load(c, path, NULL, EM_F32);
+    CHECK_MSG(b && split && whole && em_dit_set_context_parallel(c, split, m->cp) == EM_OK &&
+              em_dit_set_cp_schedule(c, split, s) == EM_OK, "%s: %s", what, msg(c));
+    if (b && split && whole && !em_ctx_status(c)) {
+        CHECK(em_dit_tp_degree(split) == 2 && em_dit_cp_degree(split) == 2);
+        em_scope_push(c);
+        em_tensor *x = em_test_bundle_get(b, c, "sample");
+        em_tensor *labels = em_test_bundle_get(b, c, "class_labels");
+        em_tensor *t = em_test_bundle_get(b, c, "t1");
+        em_tensor *got = em_dit_forward(c, split, x, t, labels);
+        CHECK_MSG(got != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, got, em_dit_forward(c, whole, x, t, labels), 1e-5, 1e-5, what);
+        em_test_allclose(c, got, em_test_bundle_get(b, c, "out1"), 1e-4, 1e-4, what);
+        CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+        em_scope_pop(c);
+    }
+    em_ctx_clear_error(c);
+    em_dit_free(split);
+    em_dit_free(whole);
+    em_test_bundle_free(b);
+}
+
+static void test_tp_cp_dit(void) {
+    if (!four()) return;
+    em_ctx *c = em_ctx_create();
+    tp_cp m;
+    if (mesh(c, &m)) {
+        for (int s = EM_CP_RING; s <= EM_CP_ALL_GATHER; s++) {
+            check_dit_tp_cp(c, &m, "dit_pipe", "dit_pipe/transformer", (em_cp_schedule)s);
+            check_dit_tp_cp(c, &m, "dit_geglu", "dit_geglu", (em_cp_schedule)s);
+        }
+        /* Ulysses over the context group: the rank's 1 head (of 2, split 2 ways) does not
+         * divide over its 2 ranks */
+        em_dit *d = em_dit_load_tp(c, em_test_fixture_path("diffusion", "dit_geglu"), NULL,
+                                   EM_F32, m.tp);
+        em_test_bundle *b = em_test_bundle_load("diffusion/dit_geglu_ref");
+        if (d && b && em_dit_set_context_parallel(c, d, m.cp) == EM_OK &&
+            em_dit_set_cp_schedule(c, d, EM_CP_ULYSSES) == EM_OK) {
+            em_scope_push(c);
+            CHECK(em_dit_forward(c, d, em_test_bundle_get(b, c, "sample"),
+                                 em_test_bundle_get(b, c, "t1"),
+                                 em_test_bundle_get(b, c, "class_labels")) == NULL);
+            CHECK_ERR(c, EM_ERR_SHAPE, "1 attention heads do not divide over 2 ranks");
+            em_ctx_clear_error(c);
+            em_scope_pop(c);
+        }
+        CHECK_MSG(d && b, "%s", msg(c));
+        em_test_bundle_free(b);
+        em_dit_free(d);
+    }
+    mesh_free(&m);
+    em_ctx_free(c);
+}
+
+/* SD3 and Flux, by the ring */
+static void test_tp_cp_mmdit(void) {
+    if (!four()) return;
+    em_ctx *c = em_ctx_create();
+    tp_cp m;
+    em_test_bundle *sb = em_test_bundle_load("diffusion/sd3_tiny_ref");
+    em_test_bundle *fb = em_test_bundle_load("diffusion/flux_tiny_ref");
+    if (mesh(c, &m) && sb && fb) {
+        const char *sp = em_test_fixture_path("diffusion", "sd3_tiny/transformer");
+        em_sd3 *s = em_sd3_load_tp(c, sp, NULL, EM_F32, m.tp), *sw = em_sd3_load(c, sp, NULL,
+                                                                                 EM_F32);
+        CHECK_MSG(s && sw && em_sd3_set_context_parallel(c, s, m.cp) == EM_OK, "%s", msg(c));
+        if (s && sw && !em_ctx_status(c)) {
+            em_scope_push(c);
+            em_tensor *x = em_test_bundle_get(sb, c, "tf_sample");
+            em_tensor *ehs = em_test_bundle_get(sb, c, "tf_ehs");
+            em_tensor *pooled = em_test_bundle_get(sb, c, "tf_pooled");
+            em_tensor *t = em_test_bundle_get(sb, c, "tf_t1");
+            em_tensor *got = em_sd3_forward(c, s, x, ehs, pooled, t);
+            CHECK_MSG(got != NULL, "sd3 tp x cp: %s", msg(c));
+            em_test_allclose(c, got, em_sd3_forward(c, sw, x, ehs, pooled, t), 1e-5, 1e-5,
+                             "sd3_tiny t1, tp 2 x cp 2");
+            em_test_allclose(c, got, em_test_bundle_get(sb, c, "tf_out1"), 1e-4, 1e-4,
+                             "sd3_tiny t1 vs diffusers, tp 2 x cp 2");
+            em_scope_pop(c);
+        }
+        em_sd3_free(s);
+        em_sd3_free(sw);
+        const char *fp = em_test_fixture_path("diffusion", "flux_tiny/transformer");
+        em_flux *f = em_flux_load_tp(c, fp, NULL, EM_F32, m.tp), *fw = em_flux_load(c, fp, NULL,
+                                                                                    EM_F32);
+        CHECK_MSG(f && fw && em_flux_set_context_parallel(c, f, m.cp) == EM_OK, "%s", msg(c));
+        if (f && fw && !em_ctx_status(c)) {
+            em_scope_push(c);
+            em_flux_inputs in = {.hidden_states = em_test_bundle_get(fb, c, "tf_hidden"),
+                                 .encoder_hidden_states = em_test_bundle_get(fb, c, "tf_ehs"),
+                                 .pooled_projections = em_test_bundle_get(fb, c, "tf_pooled"),
+                                 .img_ids = em_test_bundle_get(fb, c, "tf_img_ids"),
+                                 .txt_ids = em_test_bundle_get(fb, c, "tf_txt_ids"),
+                                 .timestep = em_test_bundle_get(fb, c, "tf_t1")};
+            if (em_flux_get_config(f)->guidance_embeds)
+                in.guidance = em_test_bundle_get(fb, c, "tf_guidance");
+            em_tensor *got = em_flux_forward(c, f, &in);
+            CHECK_MSG(got != NULL, "flux tp x cp: %s", msg(c));
+            em_test_allclose(c, got, em_flux_forward(c, fw, &in), 1e-5, 1e-5,
+                             "flux_tiny t1, tp 2 x cp 2");
+            em_test_allclose(c, got, em_test_bundle_get(fb, c, "tf_out1"), 1e-4, 1e-4,
+                             "flux_tiny t1 vs diffusers, tp 2 x cp 2");
+            em_scope_pop(c);
+        }
+        em_flux_free(f);
+        em_flux_free(fw);
+    }
+    CHECK_MSG(sb && fb && em_ctx_status(c) == EM_OK, "%s", msg(c));
+    em_test_bundle_free(sb);
+    em_test_bundle_free(fb);
+    mesh_free(&m);
+    em_ctx_free(c);
+}
+
+/* the DiTPipeline "cfg" run with em_pipeline_options.tp and .cp, eager and compiled */
+static void test_tp_cp_pipeline(void) {
+    if (!four()) return;
+    em_ctx *c = em_ctx_create();
+    tp_cp m;
+    em_test_bundle *b = em_test_bundle_load("diffusion/dit_runs_ref");
+    const char *dir = em_test_fixture_path("diffusion", "dit_pipe");
+    em_pipeline *whole = em_pipeline_load(c, dir, NULL), *split = NULL;
+    if (mesh(c, &m) && b && whole) {
+        em_pipeline_options po = em_pipeline_default_options();
+        po.tp = m.tp;
+        po.cp = m.cp;
+        split = em_pipeline_load(c, dir, &po);
+    }
+    CHECK_MSG(b && whole && split, "%s", msg(c));
+    em_pipeline_run_params rp = em_pipeline_default_params();
+    rp.class_label = 7;
+    rp.guidance_scale = 4.0;
+    rp.steps = 6;
+    rp.seed = 0;
+    em_scope_push(c);
+    em_tensor *one = split ? em_pipeline_run(c, whole, &rp) : NULL;
+    for (int compile = 0; one && compile < 2; compile++) {
+        char what[128];
+        rp.compile = compile;
+        em_tensor *img = em_pipeline_run(c, split, &rp);
+        snprintf(what, sizeof what, "DiTPipeline 'cfg', tp 2 x cp 2%s", compile ? ", compiled" : "");
+        CHECK_MSG(img != NULL, "%s: %s", what, msg(c));
+        em_test_allclose(c, img, one, 1e-5, 1e-5, what);
+        em_test_allclose(c, img, em_test_bundle_get(b, c, "cfg_image"), 1e-3, 0, what);
+    }
+    CHECK_MSG(em_ctx_status(c) == EM_OK, "%s", msg(c));
+    em_scope_pop(c);
+    em_pipeline_free(split);
+    em_pipeline_free(whole);
+    mesh_free(&m);
+    em_test_bundle_free(b);
+    em_ctx_free(c);
+}
+
 static void test_refused(void) {
     em_ctx *c = em_ctx_create();
     em_dit *d = em_dit_load(c, em_test_fixture_path("diffusion", "dit_geglu"), NULL, EM_F32);
@@ -226,7 +408,9 @@ static void test_refused(void) {
 }
 
 int main(int argc, char **argv) {
-    static const em_test_case tests[] = {T(test_dit), T(test_sd3), T(test_flux), T(test_pipeline),
-                                         T(test_refused)};
+    static const em_test_case tests[] = {T(test_dit),           T(test_sd3),
+                                         T(test_flux),          T(test_pipeline),
+                                         T(test_tp_cp_dit),     T(test_tp_cp_mmdit),
+                                         T(test_tp_cp_pipeline), T(test_refused)};
     return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
 }

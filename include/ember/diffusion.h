@@ -362,8 +362,10 @@ typedef struct em_pipeline_options {
     /* Context parallelism of the transformer of DiTPipeline, StableDiffusion3Pipeline or
      * FluxPipeline over this process group (NULL or a group of one: none):
      * em_dit_set_context_parallel (ember/dit.h; em_sd3_..., em_flux_...) splits the image tokens
-     * over the ranks, as diffusers' ContextParallelConfig; not with tp (EM_ERR_UNSUPPORTED);
-     * other pipelines refuse a group of more than one. The group must outlive the pipeline. */
+     * over the ranks, as diffusers' ContextParallelConfig; with tp too when they are two
+     * groups (em_dist_mesh2d: each rank its heads of its tokens; the same group for both is
+     * EM_ERR_INVALID_ARG); other pipelines refuse a group of more than one. The group must
+     * outlive the pipeline. */
     struct em_dist *cp;
     /* How cp's attention meets every rank's keys: EM_CP_RING (the default, diffusers'
      * ring_degree), EM_CP_ALL_GATHER or EM_CP_ULYSSES (its ulysses_degree; ember/dist.h's

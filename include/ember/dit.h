@@ -88,10 +88,12 @@ EM_API em_dit *em_dit_load_tp(em_ctx *c, const char *dir, const char *device, em
  * block), and the output's patches are gathered before the unpatchify, so every rank returns the
  * whole output. The weights are whole on every rank (nothing is reloaded). The group must run on
  * d's device (a process group on the CPU, or a device group's rank on its device) and outlive d.
- * EM_ERR_UNSUPPORTED when d is already split by tensor parallelism (one or the other); with
- * degrees set (em_dit_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG
- * (nothing changed); T not divisible by R is refused by em_dit_forward (EM_ERR_SHAPE naming T and
- * R). Every rank calls em_dit_forward with the same inputs in the same order.
+ * Tensor parallelism too (em_dit_load_tp over another group): each rank runs its heads of its
+ * tokens (tensor parallelism over one group of a mesh, context parallelism over the other:
+ * em_dist_mesh2d); cp being the tensor-parallel group itself is EM_ERR_INVALID_ARG; with degrees
+ * set (em_dit_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG (nothing
+ * changed); T not divisible by R is refused by em_dit_forward (EM_ERR_SHAPE naming T and R). Every
+ * rank calls em_dit_forward with the same inputs in the same order.
  */
 EM_API em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, struct em_dist *cp);
 /**

@@ -84,10 +84,12 @@ EM_API int em_flux_tp_degree(const em_flux *m);
  * em_flux_set_cp_schedule; the text's never move), and the output's tokens are gathered after
  * proj_out, so every rank returns the whole output. The weights are whole on every rank. The group
  * must run on m's device (a process group on the CPU, a device group's rank on its device) and
- * outlive m. EM_ERR_UNSUPPORTED when m is split by tensor parallelism (one or the other); with
- * degrees set (em_flux_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG
- * (nothing changed); T not divisible by R is refused by the forward (EM_ERR_SHAPE naming T and R).
- * Every rank runs the forward with the same inputs in the same order.
+ * outlive m. Tensor parallelism too (em_flux_load_tp over another group): each rank runs its heads
+ * of its tokens (tensor parallelism over one group of a mesh, context parallelism over the other:
+ * em_dist_mesh2d); cp being the tensor-parallel group itself is EM_ERR_INVALID_ARG; with degrees
+ * set (em_flux_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG (nothing
+ * changed); T not divisible by R is refused by the forward (EM_ERR_SHAPE naming T and R). Every
+ * rank runs the forward with the same inputs in the same order.
  */
 EM_API em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, struct em_dist *cp);
 /**

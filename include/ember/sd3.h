@@ -80,9 +80,11 @@ EM_API int em_sd3_tp_degree(const em_sd3 *m);
  * em_all_gather of K and V per block: em_sd3_set_cp_schedule) and the text (whole on every rank,
  * never passed around), and the output's patches are gathered before the unpatchify, so every rank
  * returns the whole output. The weights are whole on every rank. The group must run on m's device
- * (a process group on the CPU, a device group's rank on its device) and outlive m.
- * EM_ERR_UNSUPPORTED when m is split by tensor parallelism (one or the other); with degrees set
- * (em_sd3_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG (nothing
+ * (a process group on the CPU, a device group's rank on its device) and outlive m. Tensor
+ * parallelism too (em_sd3_load_tp over another group): each rank runs its heads of its tokens
+ * (tensor parallelism over one group of a mesh, context parallelism over the other:
+ * em_dist_mesh2d); cp being the tensor-parallel group itself is EM_ERR_INVALID_ARG; with degrees
+ * set (em_sd3_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG (nothing
  * changed); T not divisible by R is refused by em_sd3_forward (EM_ERR_SHAPE naming T and R). Every
  * rank calls em_sd3_forward with the same inputs in the same order.
  */

@@ -48,7 +48,7 @@ em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, em_dist *cp) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!d) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
-    return diff_cp_set(c, &d->cp, cp, d->tp.size, d->dev, OP, d->dir);
+    return diff_cp_set(c, &d->cp, cp, d->tp.g, d->dev, OP, d->dir);
 }
 
 em_status em_dit_set_cp_degrees(em_ctx *c, em_dit *d, int ring_degree, int ulysses_degree) {

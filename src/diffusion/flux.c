@@ -62,7 +62,7 @@ em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, em_dist *cp) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
-    return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
+    return diff_cp_set(c, &m->cp, cp, m->tp.g, m->dev, OP, m->dir);
 }
 
 em_status em_flux_set_cp_degrees(em_ctx *c, em_flux *m, int ring_degree, int ulysses_degree) {

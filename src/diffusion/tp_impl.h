@@ -52,10 +52,12 @@ typedef struct diff_cp {
     em_dist *ring, *uly;
 } diff_cp;
 
-/* Sets *cp from group g (NULL or one rank: none; the schedule is kept) for a model on dev split
- * tp_size ways by tensor parallelism (op and dir name it): EM_ERR_UNSUPPORTED when tp_size > 1 (one
- * or the other) or when g's device (the CPU for a process group) is not dev. */
-em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
+/* Sets *cp from group g (NULL or one rank: none; the schedule and degrees are kept) for a model
+ * on dev split by tensor parallelism over tp (NULL: none; op and dir name the model): tensor
+ * parallelism over one group and context parallelism over another work together (the rank's
+ * heads of the rank's tokens); EM_ERR_INVALID_ARG when g is tp itself, EM_ERR_UNSUPPORTED when
+ * g's device (the CPU for a process group) is not dev. */
+em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, em_dist *tp, em_device *dev,
                       const char *op, const char *dir);
 /* This rank's tokens [rank*T/R, +T/R) of x [N, T, ...] along dim 1 (x itself without context
  * parallelism): diff_cp_share's, `what` describing T. */

@@ -102,7 +102,7 @@ static em_status make_mesh(em_ctx *c, diff_cp *cp) {
     return st;
 }
 
-em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
+em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, em_dist *tp, em_device *dev,
                       const char *op, const char *dir) {
     diff_cp keep = {.schedule = cp->schedule, .ring_deg = cp->ring_deg, .uly_deg = cp->uly_deg};
     if (!g || em_dist_world_size(g) <= 1) {
@@ -111,10 +111,11 @@ em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device
         cp->size = 1;
         return EM_OK;
     }
-    if (tp_size > 1)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: it is already "
-                           "split by tensor parallelism (degree %d); one or the other", dir,
-                           tp_size);
+    if (tp && tp == g)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "context parallelism of %s: its group is "
+                           "the one of its tensor parallelism (degree %d); both at once take "
+                           "two groups (em_dist_mesh2d: tensor parallelism over one, context "
+                           "parallelism over the other)", dir, em_dist_world_size(tp));
     em_device *want = em_dist_device(g) ? em_dist_device(g) : em_device_get(c, "cpu");
     if (want != dev)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: rank %d's "

@@ -29,8 +29,8 @@ static void usage(FILE *f) {
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
             "                    [--denoising-start F]]\n"
-            "                   [--tp N | --cp N [--cp-schedule ring|all-gather|ulysses]\n"
-            "                             [--cp-ring R --cp-ulysses U]]\n\n"
+            "                   [--tp N] [--cp N [--cp-schedule ring|all-gather|ulysses]\n"
+            "                                [--cp-ring R --cp-ulysses U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline,\n"
@@ -84,7 +84,9 @@ static void usage(FILE *f) {
             "  --cp N              DiT, SD3 and Flux pipelines: context parallelism of degree\n"
             "                      N (diffusers' ContextParallelConfig): each rank 1/N of the\n"
             "                      image's tokens, attention against every rank's keys and\n"
-            "                      values; ranks and devices as --tp; not with --tp\n"
+            "                      values; ranks and devices as --tp; with --tp T, T x N\n"
+            "                      ranks: tensor parallelism over T consecutive ranks,\n"
+            "                      context parallelism across them\n"
             "  --cp-schedule S     how --cp's attention meets every rank's keys and values:\n"
             "                      ring (the default: the blocks passed around the ranks,\n"
             "                      one held at a time, merged by log-sum-exp) or all-gather\n"
@@ -504,13 +506,14 @@ static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
 }
 
 /* One run: with a tensor-parallel group every rank runs it; only the speaking rank (rank 0)
- * prints and writes. */
-static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
+ * prints and writes. With --tp T and --cp C, g's T x C ranks as the mesh (C, T): tensor
+ * parallelism over T consecutive ranks, context parallelism across them. */
+static int run_split(em_ctx *c, const image_args *a, em_dist *g, em_dist *tp, em_dist *cp,
+                     bool speak) {
     em_pipeline_options po = em_pipeline_default_options();
-    em_dist *tp = a->cp > 1 ? NULL : g;
     po.device = g && em_dist_device(g) ? em_device_name(em_dist_device(g)) : a->device;
     po.tp = tp;
-    po.cp = a->cp > 1 ? g : NULL;
+    po.cp = cp;
     po.cp_schedule = a->cp_schedule;
     po.cp_ring_degree = (int)a->cp_ring;
     po.cp_ulysses_degree = (int)a->cp_ulysses;
@@ -679,6 +682,17 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     return rc;
 }
 
+static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
+    if (!g || a->tp <= 1 || a->cp <= 1)
+        return run_split(c, a, g, a->cp > 1 ? NULL : g, a->cp > 1 ? g : NULL, speak);
+    em_dist *tp = NULL, *cp = NULL;
+    if (em_dist_mesh2d(c, g, (int)a->cp, (int)a->tp, &cp, &tp)) return 1;
+    int rc = run_split(c, a, g, tp, cp, speak);
+    em_dist_free(tp);
+    em_dist_free(cp);
+    return rc;
+}
+
 /* A rank of a --tp N device group (cli_device_group): the run on its device. */
 static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
     return run(c, arg, g, speak);
@@ -688,30 +702,33 @@ static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
 static int run_in_group(em_ctx *c, const image_args *a) {
     char kind[64] = "";
     if (a->device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(a->device, ":"), a->device);
-    if (a->tp > 1 && a->cp > 1) {
-        fprintf(stderr, "ember image: --tp and --cp together: one or the other\n");
-        return 2;
-    }
     if ((a->cp_ring || a->cp_ulysses) && (!a->cp_ring || !a->cp_ulysses || a->cp <= 1 ||
                                           a->cp_ring * a->cp_ulysses != a->cp)) {
         fprintf(stderr, "ember image: --cp-ring %lld --cp-ulysses %lld with --cp %lld: give "
                 "both, with --cp their product\n", a->cp_ring, a->cp_ulysses, a->cp);
         return 2;
     }
-    const char *opt = a->cp > 1 ? "--cp" : "--tp";
-    long long n = a->cp > 1 ? a->cp : a->tp;
+    long long n = a->tp * a->cp;
+    char opt[96]; /* what was asked, for the messages: "--cp 4", "--tp 2 --cp 2 (4 ranks)" */
+    if (a->tp > 1 && a->cp > 1)
+        snprintf(opt, sizeof opt, "--tp %lld --cp %lld (%lld ranks)", a->tp, a->cp, n);
+    else
+        snprintf(opt, sizeof opt, "%s %lld", a->cp > 1 ? "--cp" : "--tp", n);
     if (n > 1 && kind[0] && strcmp(kind, "cpu")) /* N devices of this process */
-        return cli_device_group(c, a->cp > 1 ? "image --cp" : "image --tp", kind, (int)n,
+        return cli_device_group(c, a->tp > 1 && a->cp > 1 ? "image --tp --cp"
+                                   : a->cp > 1                ? "image --cp"
+                                                              : "image --tp",
+                                kind, (int)n,
                                 group_rank, (void *)a);
     if (n <= 1) return run(c, a, NULL, true);
     em_dist *group = NULL; /* the ranks of mpirun: each holds its share, rank 0 speaks */
     if (em_dist_init(c, NULL, &group) != EM_OK) {
-        fprintf(stderr, "ember image: %s %lld: %s\n", opt, n, em_ctx_error(c)->message);
+        fprintf(stderr, "ember image: %s: %s\n", opt, em_ctx_error(c)->message);
         return 1;
     }
     if (em_dist_world_size(group) != n) {
-        fprintf(stderr, "ember image: %s %lld but %d process(es) were started: launch with "
-                "mpirun -np %lld\n", opt, n, em_dist_world_size(group), n);
+        fprintf(stderr, "ember image: %s but %d process(es) were started: launch with "
+                "mpirun -np %lld\n", opt, em_dist_world_size(group), n);
         em_dist_free(group);
         return 2;
     }
