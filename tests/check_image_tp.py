@@ -104,8 +104,8 @@ def main():
             r = image([mpiexec, "--oversubscribe", "--timeout", "120", "-np", "2"] + ember, npy,
                       ["--cp", "2", "--cp-schedule", "ulysses"])
             check("mpirun -np 2, --cp 2 --cp-schedule ulysses", r, npy, whole, want)
-            r = image(ember, npy, ["--cp", "2", "--tp", "2"])
-            if r.returncode != 2 or "one or the other" not in r.stderr:
+            r = image(ember, npy, ["--cp", "2", "--tp", "2"])  # 4 ranks, one started
+            if r.returncode != 2 or "launch with mpirun -np 4" not in r.stderr:
                 fail("--cp 2 --tp 2: exit %d (want 2):\n%s" % (r.returncode, r.stderr))
         else:
             print("SKIPPED (loudly): --tp 2 under mpirun: Ember was built without MPI")

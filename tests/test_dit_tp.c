@@ -156,8 +156,9 @@ static void test_refused(void) {
                                G);
     CHECK_MSG(d != NULL, "%s", msg(c));
     if (d) {
-        CHECK(em_dit_set_context_parallel(c, d, G) == EM_ERR_UNSUPPORTED);
-        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "already split by tensor parallelism");
+        CHECK(em_dit_set_context_parallel(c, d, G) == EM_ERR_INVALID_ARG);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "its group is the one of its tensor parallelism",
+                  "em_dist_mesh2d");
     }
     em_dit_free(d);
     /* a 3 x 3 latent in patches of 1 (dit_geglu's): 9 tokens */
@@ -181,7 +182,8 @@ static void test_refused(void) {
 }
 
 /* The MMDiT transformers (sd3_tiny, flux_tiny; their images are check_image_tp.py's): split by
- * tensor parallelism, context parallelism refused (one or the other); split by context
+ * tensor parallelism, context parallelism over the same group refused (both at once take two
+ * groups: test_diffusion_cp_hybrid.c runs them); split by context
  * parallelism, image tokens that do not divide over the ranks refused naming them. */
 static void test_mmdit_refused(void) {
     if (em_dist_world_size(G) != 2) {
@@ -194,15 +196,15 @@ static void test_mmdit_refused(void) {
     em_sd3 *s = em_sd3_load_tp(c, sd3, NULL, EM_F32, G);
     CHECK_MSG(s && em_sd3_tp_degree(s) == 2 && em_sd3_cp_degree(s) == 1, "%s", msg(c));
     if (s) {
-        CHECK(em_sd3_set_context_parallel(c, s, G) == EM_ERR_UNSUPPORTED);
-        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "already split by tensor parallelism");
+        CHECK(em_sd3_set_context_parallel(c, s, G) == EM_ERR_INVALID_ARG);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "its group is the one of its tensor parallelism");
     }
     em_sd3_free(s);
     em_flux *f = em_flux_load_tp(c, flux, NULL, EM_F32, G);
     CHECK_MSG(f && em_flux_tp_degree(f) == 2, "%s", msg(c));
     if (f) {
-        CHECK(em_flux_set_context_parallel(c, f, G) == EM_ERR_UNSUPPORTED);
-        CHECK_ERR(c, EM_ERR_UNSUPPORTED, "one or the other");
+        CHECK(em_flux_set_context_parallel(c, f, G) == EM_ERR_INVALID_ARG);
+        CHECK_ERR(c, EM_ERR_INVALID_ARG, "its group is the one of its tensor parallelism");
     }
     em_flux_free(f);
     /* context parallelism: 3 x 3 patches of a 6 x 6 SD3 latent, 3 Flux tokens over 2 ranks */

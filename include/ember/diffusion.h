@@ -362,16 +362,22 @@ typedef struct em_pipeline_options {
     /* Context parallelism of the transformer of DiTPipeline, StableDiffusion3Pipeline or
      * FluxPipeline over this process group (NULL or a group of one: none):
      * em_dit_set_context_parallel (ember/dit.h; em_sd3_..., em_flux_...) splits the image tokens
-     * over the ranks, as diffusers' ContextParallelConfig; not with tp (EM_ERR_UNSUPPORTED);
-     * other pipelines refuse a group of more than one. The group must outlive the pipeline. */
+     * over the ranks, as diffusers' ContextParallelConfig; with tp too when they are two
+     * groups (em_dist_mesh2d: each rank its heads of its tokens; the same group for both is
+     * EM_ERR_INVALID_ARG); other pipelines refuse a group of more than one. The group must
+     * outlive the pipeline. */
     struct em_dist *cp;
     /* How cp's attention meets every rank's keys: EM_CP_RING (the default, diffusers'
      * ring_degree), EM_CP_ALL_GATHER or EM_CP_ULYSSES (its ulysses_degree; ember/dist.h's
      * em_cp_schedule). */
     em_cp_schedule cp_schedule;
+    /* diffusers' ContextParallelConfig(ring_degree, ulysses_degree) for cp (both 0, the
+     * default: cp_schedule alone decides): their product must be cp's size; both > 1 runs the
+     * unified attention (em_dit_set_cp_degrees in ember/dit.h). Ignored without cp. */
+    int cp_ring_degree, cp_ulysses_degree;
 } em_pipeline_options;
 
-/** device NULL, dtype f32, tp NULL, cp NULL, cp_schedule EM_CP_RING. */
+/** device NULL, dtype f32, tp NULL, cp NULL, cp_schedule EM_CP_RING, the cp degrees 0. */
 EM_API em_pipeline_options em_pipeline_default_options(void);
 
 /**

@@ -90,6 +90,36 @@ EM_API em_status em_dist_local(em_ctx *c, const char *kind, int n, const em_dist
  * whose ranks place their tensors where they like (the CPU for the collectives). */
 EM_API em_device *em_dist_device(const em_dist *g);
 
+/*
+ * Sub-groups (MPI_Comm_split's semantics): every rank of g calls this, in the same order as its
+ * other collectives; the ranks that pass the same color (>= 0) form one new group, ranked by
+ * key, ties by their rank in g. On success *out is a group of its own, which the caller frees
+ * with em_dist_free, before or after g (they share nothing the caller sees; under mpirun MPI is
+ * finalised once the last of them is freed). Its collectives run over the new group only; its
+ * em_dist_stats start at zero and count its own calls; it has no key-value store (put/get
+ * refuse it with EM_ERR_UNSUPPORTED; use g's), em_dist_barrier works.
+ * Kinds of g: a group over MPI (MPI_Comm_split: the sub-group has its own communicator); a
+ * device group (em_dist_local: each rank's thread calls it; the new groups are device groups
+ * over their members' devices, rank r of a sub-group on its member's device); a group of one
+ * (the sub-group is one rank too). Errors: c, g or out NULL (EM_ERR_INVALID_ARG); a negative
+ * color (EM_ERR_INVALID_ARG on every rank of g, naming the rank that passed it: the ranks
+ * still meet, so none waits forever); a group of more than one rank bootstrapped without MPI
+ * (the TCP store of EMBER_COORDINATOR only; EM_ERR_UNSUPPORTED: it has no transport for tensors,
+ * nor would its sub-groups). On failure *out is NULL.
+ */
+EM_API em_status em_dist_split(em_ctx *c, em_dist *g, int color, int key, em_dist **out);
+/*
+ * A 2-D mesh of g's ranks (outer x inner == world size, both >= 1), rank r at (r / inner,
+ * r % inner), as a torch DeviceMesh of that shape: *inner_group holds the ranks with r's row
+ * (r / inner), `inner` consecutive ranks ranked by r % inner; *outer_group those with r's
+ * column (r % inner), ranked by r / inner. diffusers' ContextParallelConfig(ring_degree=R,
+ * ulysses_degree=U) is outer R (the ring) by inner U (Ulysses). Two em_dist_split calls: the
+ * errors are theirs, and a product that is not the world size (EM_ERR_INVALID_ARG, before any
+ * rank meets). Both groups are the caller's to free; on failure both are NULL.
+ */
+EM_API em_status em_dist_mesh2d(em_ctx *c, em_dist *g, int outer, int inner,
+                                em_dist **outer_group, em_dist **inner_group);
+
 /* Stores value[0..n) under key (a NUL-terminated string of at most 1024 bytes), replacing any
  * earlier value; visible to every rank once this returns. */
 EM_API em_status em_dist_put(em_ctx *c, em_dist *g, const char *key, const void *value, size_t n);

@@ -78,16 +78,18 @@ EM_API int em_flux_tp_degree(const em_flux *m);
  * Context parallelism over the group `cp` (NULL or a group of one: none), as diffusers'
  * ContextParallelConfig for the transformer: the T image tokens of hidden_states are split over
  * the R ranks (rank r runs every block on tokens [r*T/R, (r+1)*T/R) with their rotary rows), the
- * text tokens are whole on every rank; each attention, joint and single-stream, takes its
- * queries from the text and the rank's image tokens, its keys and values from the text and
- * every rank's image tokens (rotated, then passed around the ring or gathered once per block:
- * em_flux_set_cp_schedule; the text's never move), and the
- * output's tokens are gathered after proj_out, so every rank returns the whole output. The
- * weights are whole on every rank. The group must run on m's device (a process group on the
- * CPU, a device group's rank on its device) and outlive m. EM_ERR_UNSUPPORTED when m is split
- * by tensor parallelism (one or the other); T not divisible by R is refused by the forward
- * (EM_ERR_SHAPE naming T and R). Every rank runs the forward with the same inputs in the same
- * order.
+ * text tokens are whole on every rank; each attention, joint and single-stream, takes its queries
+ * from the text and the rank's image tokens, its keys and values from the text and every rank's
+ * image tokens (rotated, then passed around the ring or gathered once per block:
+ * em_flux_set_cp_schedule; the text's never move), and the output's tokens are gathered after
+ * proj_out, so every rank returns the whole output. The weights are whole on every rank. The group
+ * must run on m's device (a process group on the CPU, a device group's rank on its device) and
+ * outlive m. Tensor parallelism too (em_flux_load_tp over another group): each rank runs its heads
+ * of its tokens (tensor parallelism over one group of a mesh, context parallelism over the other:
+ * em_dist_mesh2d); cp being the tensor-parallel group itself is EM_ERR_INVALID_ARG; with degrees
+ * set (em_flux_set_cp_degrees) whose product is not the group's size, EM_ERR_INVALID_ARG (nothing
+ * changed); T not divisible by R is refused by the forward (EM_ERR_SHAPE naming T and R). Every
+ * rank runs the forward with the same inputs in the same order.
  */
 EM_API em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, struct em_dist *cp);
 /**
@@ -100,6 +102,23 @@ EM_API em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, struct em_d
  * EM_ERR_INVALID_ARG for another value or a NULL m.
  */
 EM_API em_status em_flux_set_cp_schedule(em_ctx *c, em_flux *m, em_cp_schedule s);
+/**
+ * diffusers' ContextParallelConfig(ring_degree, ulysses_degree) for m's context parallelism:
+ * ring_degree x ulysses_degree must be the group's size (checked here when the group is set,
+ * else by em_flux_set_context_parallel; EM_ERR_INVALID_ARG naming the three). ulysses_degree
+ * 1: the schedule's attention (em_flux_set_cp_schedule); ring_degree 1: Ulysses over the whole
+ * group (as EM_CP_ULYSSES); both > 1: diffusers' unified attention, its rank layout (a mesh
+ * (ring, ulysses), rank r at (r / ulysses_degree, r % ulysses_degree), em_dist_mesh2d): an
+ * all-to-all over the ulysses_degree consecutive ranks trades their token blocks for a head
+ * split, the ring over the ranks r % ulysses_degree alike on those heads (em_sdpa_lse merged
+ * by log-sum-exp), and an all-to-all back; the heads must divide by ulysses_degree (else the
+ * forward fails with EM_ERR_SHAPE naming both). Making the mesh's sub-groups is a collective:
+ * every rank calls this (and em_flux_set_context_parallel) in the same order. Both 0: unset
+ * (the default: the schedule alone). Kept across em_flux_set_context_parallel. Other values
+ * (a degree < 1 with the other not 0) are EM_ERR_INVALID_ARG; so is a NULL m.
+ */
+EM_API em_status em_flux_set_cp_degrees(em_ctx *c, em_flux *m, int ring_degree,
+                                  int ulysses_degree);
 /** The context-parallel degree m runs at (1: not split). */
 EM_API int em_flux_cp_degree(const em_flux *m);
 /** Releases the weights. NULL is a no-op. */

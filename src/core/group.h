@@ -15,7 +15,8 @@
 /* How the members of a group exchange tensors. */
 typedef enum em_group_transport {
     EM_GROUP_STORE_ONLY = 0, /* a key-value store only (TCP bootstrap without MPI): no collectives */
-    EM_GROUP_MPI = 1,        /* MPI_COMM_WORLD of this process (the group is the whole world) */
+    EM_GROUP_MPI = 1,        /* an MPI communicator of this process: MPI_COMM_WORLD, or a
+                                sub-group's (em_dist_split), named by `comm` */
     EM_GROUP_LOCAL = 2       /* ranks in this process, one thread and one device each
                                 (local_group.c): a backend's kernel meets the others there */
 } em_group_transport;
@@ -26,6 +27,9 @@ typedef struct em_group_info {
     int rank, size;
     em_group_transport transport;
     em_local_group *local; /* EM_GROUP_LOCAL: the ranks' meeting point (borrowed) */
+    /* EM_GROUP_MPI: the communicator, an MPI_Comm the process-group layer owns, as an opaque
+     * pointer (core names no transport); NULL means MPI_COMM_WORLD (borrowed) */
+    void *comm;
 } em_group_info;
 
 /* Registers a group; returns its id (> 0), or 0 when the registry is full (EM_GROUP_MAX). */

@@ -2,8 +2,10 @@
  * schedule (every rank's keys and values gathered, one em_sdpa), the ring (each rank keeps its
  * block; n steps of one em_sdpa_lse against the block at hand, merged by the rows' log-sum-exp
  * as diffusers' TemplatedRingAttention does, then the blocks shifted one rank along the ring
- * with em_ring_shift in their own dtype) and Ulysses (em_all_to_all from a token split to a
- * head split, one em_sdpa over every token of the rank's heads, and back). */
+ * with em_ring_shift in their own dtype), Ulysses (em_all_to_all from a token split to a
+ * head split, one em_sdpa over every token of the rank's heads, and back), and both at once
+ * (ring_degree x ulysses_degree: Ulysses inside groups of consecutive ranks, the ring across
+ * them on the rank's heads). */
 #include "diffusion/tp_impl.h"
 
 /* [fixed; x] or [x; fixed] along the tokens (x alone without fixed tokens) */
@@ -49,7 +51,7 @@ static void merge_block(em_ctx *c, ring_state *s, em_tensor *q, em_tensor *k, em
 
 /* One step in a scope of its own: *s advanced (the fixed (text) keys joined to the rank's own
  * block on the first), the new state detached and the old released. False with the error. */
-static bool step(em_ctx *c, ring_state *s, const diff_cp *cp, em_tensor *q, em_tensor *kf,
+static bool step(em_ctx *c, ring_state *s, em_dist *g, int size, em_tensor *q, em_tensor *kf,
                  em_tensor *vf, int i) {
     em_scope_push(c);
     ring_state n = *s;
@@ -57,9 +59,9 @@ static bool step(em_ctx *c, ring_state *s, const diff_cp *cp, em_tensor *q, em_t
         merge_block(c, &n, q, with_fixed(c, n.k, kf, true), with_fixed(c, n.v, vf, true));
     else
         merge_block(c, &n, q, n.k, n.v);
-    if (i + 1 < cp->size) { /* the next block: rank r - 1's, r - 2's, ... */
-        n.k = em_ring_shift(c, n.k, 1, cp->g);
-        n.v = em_ring_shift(c, n.v, 1, cp->g);
+    if (i + 1 < size) { /* the next block: rank r - 1's, r - 2's, ... */
+        n.k = em_ring_shift(c, n.k, 1, g);
+        n.v = em_ring_shift(c, n.v, 1, g);
     }
     bool ok = em_ctx_status(c) == EM_OK;
     em_tensor **nt[4] = {&n.o, &n.lse, &n.k, &n.v};
@@ -73,13 +75,14 @@ static bool step(em_ctx *c, ring_state *s, const diff_cp *cp, em_tensor *q, em_t
     return ok;
 }
 
-static em_tensor *ring(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k, em_tensor *v,
+/* The ring over group g of `size` ranks: q against every rank's (k, v) and the fixed keys. */
+static em_tensor *ring(em_ctx *c, em_dist *g, int size, em_tensor *q, em_tensor *k, em_tensor *v,
                        em_tensor *kf, em_tensor *vf) {
     ring_state s = {0};
     em_tensor_retain(s.k = k);
     em_tensor_retain(s.v = v);
-    for (int i = 0; i < cp->size; i++)
-        if (!step(c, &s, cp, q, kf, vf, i)) {
+    for (int i = 0; i < size; i++)
+        if (!step(c, &s, g, size, q, kf, vf, i)) {
             state_release(&s);
             return NULL;
         }
@@ -124,11 +127,56 @@ static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor 
     return with_fixed(c, oi, of, fixed_first);
 }
 
+/* x's heads [u*H/U, +H/U) of the Ulysses group u (of U ranks), x whole and alike on every rank:
+ * a narrow over a process group, a max-reduce-scatter of the identical copies on a device
+ * group (the rank may not be a constant of a program every rank traces). */
+static em_tensor *uly_heads(em_ctx *c, const diff_cp *cp, em_tensor *x) {
+    if (em_dist_device(cp->uly))
+        return em_reduce_scatter(c, em_contiguous(c, x), EM_REDUCE_MAX, 1, cp->uly);
+    int64_t h = em_tensor_dim(x, 1) / cp->uly_deg;
+    return em_contiguous(c, em_narrow(c, x, 1, em_dist_rank(cp->uly) * h, h));
+}
+
+/* diffusers' unified attention (ring_degree R x ulysses_degree U, _templated_unified_attention):
+ * an all-to-all over the Ulysses group trades its U token blocks for a head split (the rank's
+ * H/U heads of the ring block's tokens), the ring over the ring group on those heads, and an
+ * all-to-all back; the fixed tokens' rows go with the rank's heads and their output heads are
+ * gathered over the Ulysses group. */
+static em_tensor *unified(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
+                          em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
+    int64_t H = em_tensor_dim(q, 1);
+    if (H % cp->uly_deg) {
+        em_ctx_fail(c, EM_ERR_SHAPE, "context_parallel", "context parallelism (ring %d x "
+                    "Ulysses %d): %lld attention heads do not divide by the Ulysses degree %d",
+                    cp->ring_deg, cp->uly_deg, (long long)H, cp->uly_deg);
+        return NULL;
+    }
+    int64_t L = kf ? em_tensor_dim(kf, 2) : 0, Ti = em_tensor_dim(q, 2) - L;
+    int64_t T = em_tensor_dim(k, 2) * cp->uly_deg, img = fixed_first ? L : 0;
+    /* [N, H, T/(RU), hd] -> the rank's heads of its ring block's tokens [N, H/U, T/R, hd] */
+    em_tensor *qi = em_all_to_all(c, em_contiguous(c, em_narrow(c, q, 2, img, Ti)), 1, 2, cp->uly);
+    em_tensor *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, cp->uly);
+    em_tensor *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, cp->uly);
+    em_tensor *qf = L ? uly_heads(c, cp, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L)) : NULL;
+    em_tensor *kh = L ? uly_heads(c, cp, kf) : NULL, *vh = L ? uly_heads(c, cp, vf) : NULL;
+    if (!qi || !ki || !vi || (L && (!qf || !kh || !vh))) return NULL;
+    em_tensor *o = ring(c, cp->ring, cp->ring_deg, with_fixed(c, qi, qf, fixed_first), ki, vi,
+                        kh, vh); /* [N, H/U, T/R + L, hd] */
+    if (!o) return NULL;
+    em_tensor *oi = em_all_to_all(c, em_contiguous(c, em_narrow(c, o, 2, img, T)), 2, 1, cp->uly);
+    em_tensor *of = L ? em_all_gather(c, em_contiguous(c, em_narrow(c, o, 2, fixed_first ? 0 : T,
+                                                                      L)), 1, cp->uly)
+                      : NULL;
+    return with_fixed(c, oi, of, fixed_first);
+}
+
 em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
                              em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
     if (!q || !k || !v || (kf && !vf)) return NULL;
-    if (cp->g && cp->schedule == EM_CP_RING) return ring(c, cp, q, k, v, kf, vf);
-    if (cp->g && cp->schedule == EM_CP_ULYSSES) return ulysses(c, cp, q, k, v, kf, vf, fixed_first);
+    if (cp->g && cp->ring && cp->uly) return unified(c, cp, q, k, v, kf, vf, fixed_first);
+    em_cp_schedule sched = diff_cp_schedule(cp);
+    if (cp->g && sched == EM_CP_RING) return ring(c, cp->g, cp->size, q, k, v, kf, vf);
+    if (cp->g && sched == EM_CP_ULYSSES) return ulysses(c, cp, q, k, v, kf, vf, fixed_first);
     em_tensor *kk = with_fixed(c, diff_cp_gather(c, cp, k, 2), kf, fixed_first);
     em_tensor *vv = with_fixed(c, diff_cp_gather(c, cp, v, 2), vf, fixed_first);
     em_sdpa_params sp = em_sdpa_default_params();

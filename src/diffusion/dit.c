@@ -48,7 +48,14 @@ em_status em_dit_set_context_parallel(em_ctx *c, em_dit *d, em_dist *cp) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!d) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
-    return diff_cp_set(c, &d->cp, cp, d->tp.size, d->dev, OP, d->dir);
+    return diff_cp_set(c, &d->cp, cp, d->tp.g, d->dev, OP, d->dir);
+}
+
+em_status em_dit_set_cp_degrees(em_ctx *c, em_dit *d, int ring_degree, int ulysses_degree) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!d) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set_degrees(c, &d->cp, ring_degree, ulysses_degree, OP, d->dir);
 }
 
 em_status em_dit_set_cp_schedule(em_ctx *c, em_dit *d, em_cp_schedule s) {
@@ -60,6 +67,7 @@ em_status em_dit_set_cp_schedule(em_ctx *c, em_dit *d, em_cp_schedule s) {
 
 void em_dit_free(em_dit *d) {
     if (!d) return;
+    diff_cp_free(&d->cp);
     for (int64_t i = 0; d->blocks && i < d->cfg.num_layers; i++) {
         dit_block *b = &d->blocks[i];
         unet_param *ps[] = {&b->t1, &b->t2, &b->ada, &b->q, &b->k, &b->v,

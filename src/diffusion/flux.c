@@ -62,7 +62,14 @@ em_status em_flux_set_context_parallel(em_ctx *c, em_flux *m, em_dist *cp) {
     if (!c) return EM_ERR_INVALID_ARG;
     if (em_ctx_status(c)) return em_ctx_status(c);
     if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
-    return diff_cp_set(c, &m->cp, cp, m->tp.size, m->dev, OP, m->dir);
+    return diff_cp_set(c, &m->cp, cp, m->tp.g, m->dev, OP, m->dir);
+}
+
+em_status em_flux_set_cp_degrees(em_ctx *c, em_flux *m, int ring_degree, int ulysses_degree) {
+    if (!c) return EM_ERR_INVALID_ARG;
+    if (em_ctx_status(c)) return em_ctx_status(c);
+    if (!m) return em_ctx_fail(c, EM_ERR_INVALID_ARG, OP, "the transformer is NULL");
+    return diff_cp_set_degrees(c, &m->cp, ring_degree, ulysses_degree, OP, m->dir);
 }
 
 em_status em_flux_set_cp_schedule(em_ctx *c, em_flux *m, em_cp_schedule s) {
@@ -74,6 +81,7 @@ em_status em_flux_set_cp_schedule(em_ctx *c, em_flux *m, em_cp_schedule s) {
 
 void em_flux_free(em_flux *m) {
     if (!m) return;
+    diff_cp_free(&m->cp);
     for (int64_t i = 0; m->blocks && i < m->cfg.num_layers; i++) {
         flux_block *b = &m->blocks[i];
         unet_param *ps[] = {&b->ada, &b->ada_ctx, &b->q, &b->k, &b->v, &b->out, &b->aq,

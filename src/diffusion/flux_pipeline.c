@@ -59,7 +59,8 @@ static bool check_components(em_ctx *c, const em_pipeline *p) {
 bool flux_load(em_ctx *c, em_pipeline *p, const char *device) {
     if (!(p->flux = em_flux_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp)) ||
         em_flux_set_context_parallel(c, p->flux, p->cp) != EM_OK ||
-        em_flux_set_cp_schedule(c, p->flux, p->cp_schedule) != EM_OK)
+        em_flux_set_cp_schedule(c, p->flux, p->cp_schedule) != EM_OK ||
+        em_flux_set_cp_degrees(c, p->flux, p->cp_ring, p->cp_ulysses) != EM_OK)
         return false;
     device = em_device_name(em_flux_device(p->flux)); /* a tensor-parallel rank's */
     return (p->vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype)) &&

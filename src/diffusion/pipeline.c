@@ -61,6 +61,8 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
     p->tp = o && o->tp && em_dist_world_size(o->tp) > 1 ? o->tp : NULL;
     p->cp = o && o->cp && em_dist_world_size(o->cp) > 1 ? o->cp : NULL;
     p->cp_schedule = o ? o->cp_schedule : EM_CP_RING;
+    p->cp_ring = p->cp && o ? o->cp_ring_degree : 0;
+    p->cp_ulysses = p->cp && o ? o->cp_ulysses_degree : 0;
     bool mmdit = p->idx.pipeline == EM_PIPELINE_STABLE_DIFFUSION_3 ||
                  p->idx.pipeline == EM_PIPELINE_FLUX;
     if ((p->tp || p->cp) && p->idx.pipeline != EM_PIPELINE_DIT && !mmdit) {
@@ -74,6 +76,7 @@ em_pipeline *em_pipeline_load(em_ctx *c, const char *dir, const em_pipeline_opti
         if (!(p->dit = em_dit_load_tp(c, p->idx.transformer_dir, dev, p->dtype, p->tp)) ||
             em_dit_set_context_parallel(c, p->dit, p->cp) != EM_OK ||
             em_dit_set_cp_schedule(c, p->dit, p->cp_schedule) != EM_OK ||
+            em_dit_set_cp_degrees(c, p->dit, p->cp_ring, p->cp_ulysses) != EM_OK ||
             !(p->vae = em_vae_load(c, p->idx.vae_dir, em_device_name(em_dit_device(p->dit)),
                                    p->vae_dtype)))
             goto fail;
@@ -113,7 +116,8 @@ em_status em_pipeline_to(em_ctx *c, em_pipeline *p, const char *device) {
     if (p->dit) {
         em_dit *d = em_dit_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp);
         if (d && (em_dit_set_context_parallel(c, d, p->cp) != EM_OK ||
-                  em_dit_set_cp_schedule(c, d, p->cp_schedule) != EM_OK)) {
+                  em_dit_set_cp_schedule(c, d, p->cp_schedule) != EM_OK ||
+                  em_dit_set_cp_degrees(c, d, p->cp_ring, p->cp_ulysses) != EM_OK)) {
             em_dit_free(d);
             return em_ctx_status(c);
         }

@@ -147,7 +147,8 @@ bool flow_check_run(em_ctx *c, const em_pipeline *p, const em_pipeline_run_param
 bool flow_reload(em_ctx *c, em_pipeline *p, const char *device,
                  bool (*load)(em_ctx *, em_pipeline *, const char *)) {
     em_pipeline q = {.idx = p->idx, .dtype = p->dtype, .vae_dtype = p->vae_dtype, .tp = p->tp,
-                     .cp = p->cp};
+                     .cp = p->cp, .cp_schedule = p->cp_schedule, .cp_ring = p->cp_ring,
+                     .cp_ulysses = p->cp_ulysses};
     if (!load(c, &q, device)) {
         em_sd3_free(q.sd3);
         em_flux_free(q.flux);

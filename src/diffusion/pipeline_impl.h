@@ -23,6 +23,7 @@ struct em_pipeline {
     struct em_dist *tp; /* DiTPipeline's tensor-parallel group (em_pipeline_options.tp) */
     struct em_dist *cp; /* DiTPipeline's context-parallel group (em_pipeline_options.cp) */
     em_cp_schedule cp_schedule; /* its attention's schedule (em_pipeline_options.cp_schedule) */
+    int cp_ring, cp_ulysses;    /* its degrees (em_pipeline_options.cp_ring_degree, ...) */
     em_scheduler *sched;
     /* StableDiffusionPipeline (NULL otherwise, and in an SDXL refiner, which has only the second
      * encoder) */

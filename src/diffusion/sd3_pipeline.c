@@ -73,7 +73,8 @@ static bool check_components(em_ctx *c, const em_pipeline *p) {
 bool sd3_load(em_ctx *c, em_pipeline *p, const char *device) {
     if (!(p->sd3 = em_sd3_load_tp(c, p->idx.transformer_dir, device, p->dtype, p->tp)) ||
         em_sd3_set_context_parallel(c, p->sd3, p->cp) != EM_OK ||
-        em_sd3_set_cp_schedule(c, p->sd3, p->cp_schedule) != EM_OK)
+        em_sd3_set_cp_schedule(c, p->sd3, p->cp_schedule) != EM_OK ||
+        em_sd3_set_cp_degrees(c, p->sd3, p->cp_ring, p->cp_ulysses) != EM_OK)
         return false;
     device = em_device_name(em_sd3_device(p->sd3)); /* a tensor-parallel rank's */
     if (!(p->vae = em_vae_load(c, p->idx.vae_dir, device, p->vae_dtype)) ||

@@ -45,12 +45,19 @@ typedef struct diff_cp {
     em_dist *g;     /* NULL: no context parallelism */
     int rank, size; /* 0 and 1 without */
     em_cp_schedule schedule; /* how the attention meets every rank's keys (ring by default) */
+    /* diffusers' ring_degree x ulysses_degree (0, 0: unset, the schedule decides). With g and
+     * both > 1: the mesh (em_dist_mesh2d of g), owned here: Ulysses over uly (consecutive
+     * ranks), the ring over ring; rank = ring rank * uly_deg + uly rank. */
+    int ring_deg, uly_deg;
+    em_dist *ring, *uly;
 } diff_cp;
 
-/* Sets *cp from group g (NULL or one rank: none; the schedule is kept) for a model on dev split
- * tp_size ways by tensor parallelism (op and dir name it): EM_ERR_UNSUPPORTED when tp_size > 1 (one
- * or the other) or when g's device (the CPU for a process group) is not dev. */
-em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
+/* Sets *cp from group g (NULL or one rank: none; the schedule and degrees are kept) for a model
+ * on dev split by tensor parallelism over tp (NULL: none; op and dir name the model): tensor
+ * parallelism over one group and context parallelism over another work together (the rank's
+ * heads of the rank's tokens); EM_ERR_INVALID_ARG when g is tp itself, EM_ERR_UNSUPPORTED when
+ * g's device (the CPU for a process group) is not dev. */
+em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, em_dist *tp, em_device *dev,
                       const char *op, const char *dir);
 /* This rank's tokens [rank*T/R, +T/R) of x [N, T, ...] along dim 1 (x itself without context
  * parallelism): diff_cp_share's, `what` describing T. */
@@ -78,6 +85,17 @@ em_tensor *diff_cp_gather(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim);
  * caller's scope; NULL with the error (or when an input is NULL, the error already set). */
 em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
                              em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first);
+/* Sets diffusers' ring and Ulysses degrees (both >= 1, or both 0: unset; EM_ERR_INVALID_ARG
+ * naming op and dir otherwise). With a group set, their product must be its size (else
+ * EM_ERR_INVALID_ARG naming the three), and both > 1 makes the mesh's sub-groups (a collective:
+ * every rank calls it in the same order); diff_cp_set does the same with degrees set before. */
+em_status diff_cp_set_degrees(em_ctx *c, diff_cp *cp, int ring_degree, int ulysses_degree,
+                              const char *op, const char *dir);
+/* Frees the mesh's sub-groups (cp stays usable without them: the degrees are kept). */
+void diff_cp_free(diff_cp *cp);
+/* The schedule cp runs: EM_CP_ULYSSES when the degrees say Ulysses alone (ring_degree 1),
+ * else cp->schedule (the hybrid when cp->ring and cp->uly are set). */
+em_cp_schedule diff_cp_schedule(const diff_cp *cp);
 /* Sets the schedule of cp (EM_ERR_INVALID_ARG naming op and dir for an unknown one). */
 em_status diff_cp_set_schedule(em_ctx *c, diff_cp *cp, em_cp_schedule s, const char *op,
                                const char *dir);

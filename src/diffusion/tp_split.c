@@ -74,25 +74,73 @@ em_tensor *diff_tp_lin_rows(em_ctx *c, const diff_tp *t, const unet_param *p, em
     return p->b ? em_add(c, y, p->b) : y;
 }
 
-em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, int tp_size, em_device *dev,
+void diff_cp_free(diff_cp *cp) {
+    em_dist_free(cp->ring);
+    em_dist_free(cp->uly);
+    cp->ring = cp->uly = NULL;
+}
+
+em_cp_schedule diff_cp_schedule(const diff_cp *cp) {
+    return cp->ring_deg == 1 && cp->uly_deg > 1 ? EM_CP_ULYSSES : cp->schedule;
+}
+
+/* EM_ERR_INVALID_ARG unless degrees (r, u) fit cp's group (anything without a group). */
+static em_status degrees_fit(em_ctx *c, const diff_cp *cp, int r, int u, const char *op,
+                             const char *dir) {
+    if (!cp->g || !r || (int64_t)r * u == cp->size) return EM_OK;
+    return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "context parallelism of %s: ring_degree %d x "
+                       "ulysses_degree %d is not the group's %d ranks", dir, r, u, cp->size);
+}
+
+/* The mesh of cp's degrees over cp->g (none without a group, without degrees or with one of
+ * them 1); the degrees were checked. On failure the degrees are dropped (the schedule alone). */
+static em_status make_mesh(em_ctx *c, diff_cp *cp) {
+    diff_cp_free(cp);
+    if (!cp->g || cp->ring_deg <= 1 || cp->uly_deg <= 1) return EM_OK;
+    em_status st = em_dist_mesh2d(c, cp->g, cp->ring_deg, cp->uly_deg, &cp->ring, &cp->uly);
+    if (st) cp->ring_deg = cp->uly_deg = 0;
+    return st;
+}
+
+em_status diff_cp_set(em_ctx *c, diff_cp *cp, em_dist *g, em_dist *tp, em_device *dev,
                       const char *op, const char *dir) {
-    em_cp_schedule sched = cp->schedule;
+    diff_cp keep = {.schedule = cp->schedule, .ring_deg = cp->ring_deg, .uly_deg = cp->uly_deg};
     if (!g || em_dist_world_size(g) <= 1) {
-        *cp = (diff_cp){.size = 1, .schedule = sched};
+        diff_cp_free(cp);
+        *cp = keep;
+        cp->size = 1;
         return EM_OK;
     }
-    if (tp_size > 1)
-        return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: it is already "
-                           "split by tensor parallelism (degree %d); one or the other", dir,
-                           tp_size);
+    if (tp && tp == g)
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "context parallelism of %s: its group is "
+                           "the one of its tensor parallelism (degree %d); both at once take "
+                           "two groups (em_dist_mesh2d: tensor parallelism over one, context "
+                           "parallelism over the other)", dir, em_dist_world_size(tp));
     em_device *want = em_dist_device(g) ? em_dist_device(g) : em_device_get(c, "cpu");
     if (want != dev)
         return em_ctx_fail(c, EM_ERR_UNSUPPORTED, op, "context parallelism of %s: rank %d's "
                            "transformer is on %s, its group runs on %s", dir, em_dist_rank(g),
                            em_device_name(dev), em_device_name(want));
-    *cp = (diff_cp){.g = g, .rank = em_dist_rank(g), .size = em_dist_world_size(g),
-                    .schedule = sched};
-    return EM_OK;
+    diff_cp next = keep;
+    next.g = g;
+    next.rank = em_dist_rank(g);
+    next.size = em_dist_world_size(g);
+    if (degrees_fit(c, &next, keep.ring_deg, keep.uly_deg, op, dir)) return em_ctx_status(c);
+    diff_cp_free(cp);
+    *cp = next;
+    return make_mesh(c, cp);
+}
+
+em_status diff_cp_set_degrees(em_ctx *c, diff_cp *cp, int ring_degree, int ulysses_degree,
+                              const char *op, const char *dir) {
+    if (!(ring_degree == 0 && ulysses_degree == 0) && (ring_degree < 1 || ulysses_degree < 1))
+        return em_ctx_fail(c, EM_ERR_INVALID_ARG, op, "context parallelism of %s: ring_degree "
+                           "%d and ulysses_degree %d; need both >= 1 (or both 0: unset)", dir,
+                           ring_degree, ulysses_degree);
+    if (degrees_fit(c, cp, ring_degree, ulysses_degree, op, dir)) return em_ctx_status(c);
+    cp->ring_deg = ring_degree;
+    cp->uly_deg = ulysses_degree;
+    return make_mesh(c, cp);
 }
 
 em_tensor *diff_cp_share(em_ctx *c, const diff_cp *cp, em_tensor *x, int dim, const char *op,

@@ -112,6 +112,7 @@ static em_status init_mpi(em_ctx *c, em_dist *g) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g->world);
     g->mpi = true;
+    em_dist_mpi_hold();
     /* rank 0 listens on every interface and tells the others its host name and port */
     char addr[320] = "";
     em_status st = EM_OK;
@@ -161,7 +162,8 @@ em_status em_dist_init(em_ctx *c, const em_dist_params *p, em_dist **out) {
         st = join_store(c, g, "127.0.0.1", 0);
     }
     if (st == EM_OK) {
-        em_group_info gi = {g->rank, g->world, g->mpi ? EM_GROUP_MPI : EM_GROUP_STORE_ONLY, NULL};
+        em_group_info gi = {g->rank, g->world, g->mpi ? EM_GROUP_MPI : EM_GROUP_STORE_ONLY,
+                           NULL, NULL};
         g->group_id = em_group_register(&gi);
         if (!g->group_id)
             st = EM_FAIL(c, EM_ERR_UNSUPPORTED, "dist_init", "more than %d process groups at once",
@@ -192,9 +194,7 @@ void em_dist_free(em_dist *g) {
     em_store_server_stop(g->server, g->timeout_s);
     em_group_unregister(g->group_id);
     em_local_group_unref(g->local);
-#ifdef EMBER_HAVE_MPI
-    if (g->mpi_owned) MPI_Finalize();
-#endif
+    if (g->mpi) em_dist_mpi_drop(g);
     free(g);
 }
 
@@ -208,6 +208,9 @@ static em_status usable(em_ctx *c, em_dist *g, const char *key, const char *op) 
     if (g && g->local)
         return EM_FAIL(c, EM_ERR_UNSUPPORTED, op, "a device group (em_dist_local) has no "
                        "key-value store");
+    if (g && g->sub)
+        return EM_FAIL(c, EM_ERR_UNSUPPORTED, op, "a sub-group (em_dist_split) has no key-value "
+                       "store: use the store of the group it was split from");
     if (!g || !g->store) return EM_FAIL(c, EM_ERR_INVALID_ARG, op, "group is NULL");
     if (key && !*key) return EM_FAIL(c, EM_ERR_INVALID_ARG, op, "empty key");
     return EM_OK;
@@ -228,6 +231,8 @@ em_status em_dist_get(em_ctx *c, em_dist *g, const char *key, double timeout_s, 
 
 em_status em_dist_barrier(em_ctx *c, em_dist *g) {
     if (c && !c->err.status && g && g->local) return em_dist_local_barrier(c, g);
+    if (c && !c->err.status && g && g->sub) /* over MPI, or a group of one */
+        return g->comm ? em_dist_mpi_barrier(c, g) : EM_OK;
     if (usable(c, g, NULL, "dist_barrier")) return c ? c->err.status : EM_ERR_INVALID_ARG;
     return em_store_barrier(c, g->store, g->timeout_s);
 }

@@ -47,7 +47,7 @@ em_status em_dist_local(em_ctx *c, const char *kind, int n, const em_dist_params
         em_local_group_ref(lg);
         g->local = lg;
         ranks[r] = g;
-        em_group_info gi = {r, n, EM_GROUP_LOCAL, lg};
+        em_group_info gi = {r, n, EM_GROUP_LOCAL, lg, NULL};
         g->group_id = em_group_register(&gi);
         if (!g->group_id)
             st = EM_FAIL(c, EM_ERR_UNSUPPORTED, "dist_local", "more than %d groups (a device "
@@ -68,4 +68,109 @@ em_status em_dist_local_barrier(em_ctx *c, em_dist *g) {
     char err[256];
     em_status s = em_local_meet(g->local, g->rank, NULL, nothing, NULL, err, sizeof err);
     return s ? EM_FAIL(c, s, "dist_barrier", "%s", err) : EM_OK;
+}
+
+/* ---- sub-groups of a device group (em_dist_split) ---- */
+
+#define SPLIT_MAGIC 0x53504c54u
+
+/* One rank's part of a split: what it asks, and what it gets. */
+typedef struct split_part {
+    unsigned magic; /* SPLIT_MAGIC: a rank that called something else is caught */
+    int color, key;
+    em_dist *out;
+    em_status st;
+    char msg[256];
+} split_part;
+
+static void split_fail(split_part **p, int n, em_status st, const char *msg) {
+    for (int r = 0; r < n; r++) {
+        if (!p[r] || p[r]->magic != SPLIT_MAGIC) continue;
+        em_dist_free(p[r]->out);
+        p[r]->out = NULL;
+        p[r]->st = st;
+        snprintf(p[r]->msg, sizeof p[r]->msg, "%s", msg);
+    }
+}
+
+typedef struct split_ctx {
+    em_local_group *parent;
+    double timeout_s;
+} split_ctx;
+
+/* Runs on the last rank's thread: one new device group per color, its members ranked by
+ * (key, parent rank), each on its device of the parent. */
+static void split_lead(void **slots, int n, void *user) {
+    split_part **p = (split_part **)slots;
+    const split_ctx *sc = user;
+    char msg[256];
+    for (int r = 0; r < n; r++) {
+        if (!p[r] || p[r]->magic != SPLIT_MAGIC) {
+            snprintf(msg, sizeof msg, "rank %d called another collective (or a barrier) while "
+                     "others split the group: every rank calls the same ones in the same order", r);
+            split_fail(p, n, EM_ERR_INVALID_ARG, msg);
+            return;
+        }
+        if (p[r]->color < 0) {
+            snprintf(msg, sizeof msg, "rank %d's color is %d; need >= 0 (every rank of the "
+                     "group fails)", r, p[r]->color);
+            split_fail(p, n, EM_ERR_INVALID_ARG, msg);
+            return;
+        }
+    }
+    bool done[EM_GROUP_MAX] = {false};
+    for (int r0 = 0; r0 < n; r0++) {
+        if (done[r0]) continue;
+        int m = 0, mem[EM_GROUP_MAX];
+        for (int r = r0; r < n; r++) /* the members of r0's color by (key, rank): insertion */
+            if (p[r]->color == p[r0]->color) {
+                int i = m++;
+                while (i > 0 && p[mem[i - 1]]->key > p[r]->key) {
+                    mem[i] = mem[i - 1];
+                    i--;
+                }
+                mem[i] = r;
+                done[r] = true;
+            }
+        em_device *devs[EM_GROUP_MAX];
+        for (int i = 0; i < m; i++) devs[i] = em_local_group_device(sc->parent, mem[i]);
+        em_local_group *lg = em_local_group_new(m, devs, sc->timeout_s);
+        if (!lg) {
+            split_fail(p, n, EM_ERR_OOM, "out of memory");
+            return;
+        }
+        for (int i = 0; i < m; i++) {
+            em_dist *g = calloc(1, sizeof *g);
+            if (g) {
+                *g = (em_dist){.rank = i, .world = m, .dev = devs[i], .sub = true,
+                               .timeout_s = sc->timeout_s, .local = lg};
+                em_local_group_ref(lg);
+                em_group_info gi = {i, m, EM_GROUP_LOCAL, lg, NULL};
+                g->group_id = em_group_register(&gi);
+            }
+            p[mem[i]]->out = g;
+            if (!g || !g->group_id) {
+                em_local_group_unref(lg);
+                snprintf(msg, sizeof msg, g ? "more than %d groups at once (a device group takes "
+                         "one per rank)" : "out of memory", EM_GROUP_MAX);
+                split_fail(p, n, g ? EM_ERR_UNSUPPORTED : EM_ERR_OOM, msg);
+                return;
+            }
+        }
+        em_local_group_unref(lg); /* the handles hold it now */
+    }
+}
+
+em_status em_dist_local_split(em_ctx *c, em_dist *g, int color, int key, em_dist **out) {
+    split_part me = {SPLIT_MAGIC, color, key, NULL, EM_OK, ""};
+    split_ctx sc = {g->local, g->timeout_s};
+    char err[256];
+    em_status s = em_local_meet(g->local, g->rank, &me, split_lead, &sc, err, sizeof err);
+    if (s) {
+        em_dist_free(me.out);
+        return EM_FAIL(c, s, "dist_split", "%s", err);
+    }
+    if (me.st) return EM_FAIL(c, me.st, "dist_split", "%s", me.msg);
+    *out = me.out;
+    return EM_OK;
 }

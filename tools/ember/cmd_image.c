@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "                    [--negative-pooled-prompt-embeds FILE.npy]]\n"
             "                   [--denoising-end F] [--image-latents FILE.npy\n"
             "                    [--denoising-start F]]\n"
-            "                   [--tp N | --cp N [--cp-schedule ring|all-gather|ulysses]]\n\n"
+            "                   [--tp N] [--cp N [--cp-schedule ring|all-gather|ulysses]\n"
+            "                                [--cp-ring R --cp-ulysses U]]\n\n"
             "Runs a diffusers pipeline folder (model_index.json; DDPMPipeline, DDIMPipeline,\n"
             "StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline,\n"
             "StableDiffusionXLImg2ImgPipeline (the SDXL refiner), StableDiffusion3Pipeline,\n"
@@ -83,13 +84,20 @@ static void usage(FILE *f) {
             "  --cp N              DiT, SD3 and Flux pipelines: context parallelism of degree\n"
             "                      N (diffusers' ContextParallelConfig): each rank 1/N of the\n"
             "                      image's tokens, attention against every rank's keys and\n"
-            "                      values; ranks and devices as --tp; not with --tp\n"
+            "                      values; ranks and devices as --tp; with --tp T, T x N\n"
+            "                      ranks: tensor parallelism over T consecutive ranks,\n"
+            "                      context parallelism across them\n"
             "  --cp-schedule S     how --cp's attention meets every rank's keys and values:\n"
             "                      ring (the default: the blocks passed around the ranks,\n"
             "                      one held at a time, merged by log-sum-exp) or all-gather\n"
             "                      (every rank's gathered, one attention over them) or\n"
             "                      ulysses (all-to-all from a token split to a head split\n"
             "                      and back; the heads must divide by N)\n"
+            "  --cp-ring R, --cp-ulysses U\n"
+            "                      diffusers' ContextParallelConfig(ring_degree=R,\n"
+            "                      ulysses_degree=U), R x U = N (give both): Ulysses'\n"
+            "                      all-to-all inside each U consecutive ranks, the ring\n"
+            "                      across them on those heads (the heads must divide by U)\n"
             "  --compile           the denoiser step as one compiled program per latent shape\n"
             "                      (the timestep an input: every step reuses it)\n"
             "  --vae-tiling        decode with the VAE in tiles (Stable Diffusion, DiT), as\n"
@@ -160,6 +168,7 @@ typedef struct image_args {
     int num_seeds;
     double denoising_end, denoising_start;
     long long steps, seed, height, width, num_images, grid_cols, upscale, max_seq, tp, cp;
+    long long cp_ring, cp_ulysses; /* --cp-ring, --cp-ulysses (0: not given) */
     long long class_labels[EM_PIPELINE_MAX_BATCH]; /* --class-label's list */
     int num_class_labels;
     double eta, guidance, strength, aesthetic, negative_aesthetic;
@@ -247,6 +256,10 @@ static int parse(int argc, char **argv, image_args *a) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->tp)) return 2;
         } else if (!strcmp(o, "--cp") && val) {
             if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp)) return 2;
+        } else if (!strcmp(o, "--cp-ring") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp_ring)) return 2;
+        } else if (!strcmp(o, "--cp-ulysses") && val) {
+            if (!cli_int("image", o, argv[++i], 1, 4096, &a->cp_ulysses)) return 2;
         } else if (!strcmp(o, "--cp-schedule") && val) {
             const char *v = argv[++i];
             if (!strcmp(v, "ring")) {
@@ -493,21 +506,29 @@ static em_tensor *upscale(em_ctx *c, em_tensor *img, long long u) {
 }
 
 /* One run: with a tensor-parallel group every rank runs it; only the speaking rank (rank 0)
- * prints and writes. */
-static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
+ * prints and writes. With --tp T and --cp C, g's T x C ranks as the mesh (C, T): tensor
+ * parallelism over T consecutive ranks, context parallelism across them. */
+static int run_split(em_ctx *c, const image_args *a, em_dist *g, em_dist *tp, em_dist *cp,
+                     bool speak) {
     em_pipeline_options po = em_pipeline_default_options();
-    em_dist *tp = a->cp > 1 ? NULL : g;
     po.device = g && em_dist_device(g) ? em_device_name(em_dist_device(g)) : a->device;
     po.tp = tp;
-    po.cp = a->cp > 1 ? g : NULL;
+    po.cp = cp;
     po.cp_schedule = a->cp_schedule;
+    po.cp_ring_degree = (int)a->cp_ring;
+    po.cp_ulysses_degree = (int)a->cp_ulysses;
     po.dtype = a->dtype;
     em_pipeline *p = em_pipeline_load(c, a->model, &po);
     if (!p) return 1;
-    if (po.cp && speak)
+    if (po.cp && speak && po.cp_ring_degree > 1 && po.cp_ulysses_degree > 1)
+        fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens, "
+                "ring %d x ulysses %d attention\n", em_dist_world_size(po.cp),
+                em_dist_world_size(po.cp), po.cp_ring_degree, po.cp_ulysses_degree);
+    else if (po.cp && speak)
         fprintf(stderr, "context parallelism: degree %d, each rank 1/%d of the image's tokens, "
                 "%s attention\n", em_dist_world_size(po.cp), em_dist_world_size(po.cp),
-                po.cp_schedule == EM_CP_RING         ? "ring"
+                po.cp_ring_degree == 1 && po.cp_ulysses_degree > 1 ? "ulysses"
+                : po.cp_schedule == EM_CP_RING     ? "ring"
                 : po.cp_schedule == EM_CP_ALL_GATHER ? "all-gather"
                                                      : "ulysses");
     if (tp && speak) {
@@ -661,6 +682,17 @@ static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
     return rc;
 }
 
+static int run(em_ctx *c, const image_args *a, em_dist *g, bool speak) {
+    if (!g || a->tp <= 1 || a->cp <= 1)
+        return run_split(c, a, g, a->cp > 1 ? NULL : g, a->cp > 1 ? g : NULL, speak);
+    em_dist *tp = NULL, *cp = NULL;
+    if (em_dist_mesh2d(c, g, (int)a->cp, (int)a->tp, &cp, &tp)) return 1;
+    int rc = run_split(c, a, g, tp, cp, speak);
+    em_dist_free(tp);
+    em_dist_free(cp);
+    return rc;
+}
+
 /* A rank of a --tp N device group (cli_device_group): the run on its device. */
 static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
     return run(c, arg, g, speak);
@@ -670,24 +702,33 @@ static int group_rank(void *arg, em_ctx *c, em_dist *g, bool speak) {
 static int run_in_group(em_ctx *c, const image_args *a) {
     char kind[64] = "";
     if (a->device) snprintf(kind, sizeof kind, "%.*s", (int)strcspn(a->device, ":"), a->device);
-    if (a->tp > 1 && a->cp > 1) {
-        fprintf(stderr, "ember image: --tp and --cp together: one or the other\n");
+    if ((a->cp_ring || a->cp_ulysses) && (!a->cp_ring || !a->cp_ulysses || a->cp <= 1 ||
+                                          a->cp_ring * a->cp_ulysses != a->cp)) {
+        fprintf(stderr, "ember image: --cp-ring %lld --cp-ulysses %lld with --cp %lld: give "
+                "both, with --cp their product\n", a->cp_ring, a->cp_ulysses, a->cp);
         return 2;
     }
-    const char *opt = a->cp > 1 ? "--cp" : "--tp";
-    long long n = a->cp > 1 ? a->cp : a->tp;
+    long long n = a->tp * a->cp;
+    char opt[96]; /* what was asked, for the messages: "--cp 4", "--tp 2 --cp 2 (4 ranks)" */
+    if (a->tp > 1 && a->cp > 1)
+        snprintf(opt, sizeof opt, "--tp %lld --cp %lld (%lld ranks)", a->tp, a->cp, n);
+    else
+        snprintf(opt, sizeof opt, "%s %lld", a->cp > 1 ? "--cp" : "--tp", n);
     if (n > 1 && kind[0] && strcmp(kind, "cpu")) /* N devices of this process */
-        return cli_device_group(c, a->cp > 1 ? "image --cp" : "image --tp", kind, (int)n,
+        return cli_device_group(c, a->tp > 1 && a->cp > 1 ? "image --tp --cp"
+                                   : a->cp > 1                ? "image --cp"
+                                                              : "image --tp",
+                                kind, (int)n,
                                 group_rank, (void *)a);
     if (n <= 1) return run(c, a, NULL, true);
     em_dist *group = NULL; /* the ranks of mpirun: each holds its share, rank 0 speaks */
     if (em_dist_init(c, NULL, &group) != EM_OK) {
-        fprintf(stderr, "ember image: %s %lld: %s\n", opt, n, em_ctx_error(c)->message);
+        fprintf(stderr, "ember image: %s: %s\n", opt, em_ctx_error(c)->message);
         return 1;
     }
     if (em_dist_world_size(group) != n) {
-        fprintf(stderr, "ember image: %s %lld but %d process(es) were started: launch with "
-                "mpirun -np %lld\n", opt, n, em_dist_world_size(group), n);
+        fprintf(stderr, "ember image: %s but %d process(es) were started: launch with "
+                "mpirun -np %lld\n", opt, em_dist_world_size(group), n);
         em_dist_free(group);
         return 2;
     }

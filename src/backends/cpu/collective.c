@@ -1,8 +1,9 @@
 /*
  * The collectives on the native CPU: MPI calls between processes (Open MPI), one rank per process,
- * the group being MPI_COMM_WORLD. Sums and maxima are computed in f32 whatever the dtype: a bf16
- * input is widened exactly, MPI reduces the f32 values (in an order of its own choosing), and the
- * result is rounded to bf16 once, to nearest even. Gathers, all-to-all and the ring shift
+ * over the group's communicator (MPI_COMM_WORLD, or a sub-group's of em_dist_split). Sums and
+ * maxima are computed in f32 whatever the dtype: a bf16 input is widened exactly, MPI reduces
+ * the f32 values (in an order of its own choosing), and the result is rounded to bf16 once, to
+ * nearest even. Gathers, all-to-all and the ring shift
  * (MPI_Sendrecv, point to point) move the elements as stored. Built without MPI, every collective
  * is refused with EM_ERR_UNSUPPORTED, saying how to get one.
  */
@@ -57,6 +58,11 @@ static void outer_inner(const int64_t *shape, int ndim, int d, int64_t *outer, i
     for (int i = d + 1; i < ndim; i++) *inner *= shape[i];
 }
 
+/* The group's communicator (core/group.h: NULL is the world). */
+static MPI_Comm comm_of(em_group_info g) {
+    return g.comm ? *(MPI_Comm *)g.comm : MPI_COMM_WORLD;
+}
+
 static int norm_dim(int64_t d, int ndim) { return (int)(d < 0 ? d + ndim : d); }
 
 static em_status mpi_all_reduce(const em_kernel_args *a, em_group_info g) {
@@ -65,7 +71,7 @@ static em_status mpi_all_reduce(const em_kernel_args *a, em_group_info g) {
     float *v = em_cpu_to_f32(x);
     if (!v) return em_op_fail(a->ctx, EM_ERR_OOM, "out of memory");
     int rc = MPI_Allreduce(MPI_IN_PLACE, v, (int)x->numel, MPI_FLOAT,
-                           a->attrs[0].i ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
+                           a->attrs[0].i ? MPI_MAX : MPI_SUM, comm_of(g));
     if (rc == MPI_SUCCESS) em_cpu_from_f32(a->out[0], v);
     free(v);
     return rc == MPI_SUCCESS ? EM_OK : mpi_fail(a, rc, "MPI_Allreduce");
@@ -86,7 +92,7 @@ static em_status mpi_reduce_scatter(const em_kernel_args *a, em_group_info g) {
         swap_blocks((char *)send, (const char *)v, outer, g.size,
                     (size_t)(x->shape[d] / g.size * inner) * sizeof(float));
         rc = MPI_Reduce_scatter_block(send, recv, (int)chunk, MPI_FLOAT,
-                                      a->attrs[0].i ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
+                                      a->attrs[0].i ? MPI_MAX : MPI_SUM, comm_of(g));
         if (rc == MPI_SUCCESS) em_cpu_from_f32(a->out[0], recv);
     }
     bool oom = !v || !send || !recv;
@@ -108,7 +114,7 @@ static em_status mpi_all_gather(const em_kernel_args *a, em_group_info g) {
     int rc = MPI_SUCCESS;
     if (src && recv) {
         rc = MPI_Allgather(src, (int)(x->numel * (int64_t)es), MPI_BYTE, recv,
-                           (int)(x->numel * (int64_t)es), MPI_BYTE, MPI_COMM_WORLD);
+                           (int)(x->numel * (int64_t)es), MPI_BYTE, comm_of(g));
         /* [size, outer, rows, inner] -> [outer, size, rows, inner] */
         if (rc == MPI_SUCCESS)
             swap_blocks(em_tensor_ptr(a->out[0]), recv, g.size, outer,
@@ -140,7 +146,7 @@ static em_status mpi_all_to_all(const em_kernel_args *a, em_group_info g) {
     if (src && send && recv) {
         swap_blocks(send, src, so, g.size, (size_t)(cshape[sd] * si) * es);
         rc = MPI_Alltoall(send, (int)(chunk * (int64_t)es), MPI_BYTE, recv,
-                          (int)(chunk * (int64_t)es), MPI_BYTE, MPI_COMM_WORLD);
+                          (int)(chunk * (int64_t)es), MPI_BYTE, comm_of(g));
         /* [size, outer, rows, inner] of the received chunks -> concatenated along concat_dim */
         if (rc == MPI_SUCCESS)
             swap_blocks(em_tensor_ptr(a->out[0]), recv, g.size, co,
@@ -164,7 +170,7 @@ static em_status mpi_ring_shift(const em_kernel_args *a, em_group_info g) {
     const void *src = packed(x, &owned);
     if (!src) return em_op_fail(a->ctx, EM_ERR_OOM, "out of memory");
     int rc = MPI_Sendrecv(src, (int)bytes, MPI_BYTE, to, 0x52, em_tensor_ptr(a->out[0]),
-                          (int)bytes, MPI_BYTE, from, 0x52, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                          (int)bytes, MPI_BYTE, from, 0x52, comm_of(g), MPI_STATUS_IGNORE);
     free(owned);
     return rc == MPI_SUCCESS ? EM_OK : mpi_fail(a, rc, "MPI_Sendrecv");
 }

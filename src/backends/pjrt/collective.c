@@ -346,7 +346,7 @@ em_status pj_graph_group(em_ctx *c, const em_graph *g, em_device *dev, pj_group_
                          bool *found) {
     memset(gs, 0, sizeof *gs);
     *found = false;
-    em_group_info g0 = {0, 0, EM_GROUP_STORE_ONLY, NULL};
+    em_group_info g0 = {0, 0, EM_GROUP_STORE_ONLY, NULL, NULL};
     const em_gnode *n0 = NULL;
     for (int i = 0; i < g->n_nodes; i++) {
         const em_gnode *n = &g->nodes[i];
