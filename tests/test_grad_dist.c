@@ -5,16 +5,46 @@
  * sum(y_r * w_r). Every rank knows every rank's x and w (made from the rank and a seed), so
  * each gradient is checked against its closed form worked out here on the host; the attention's
  * against the one-process em_sdpa gradient (itself checked against torch by test_grad's sdpa
- * cases). Run by ctest under `mpirun -np 2` (grad_dist_mpi2); alone, a world of one.
+ * cases). Run by ctest under `mpirun -np 2` and `-np 4` (grad_dist_mpi2, _mpi4); alone, a
+ * world of one, and then the same checks on a device group of 2 devices of XLA's CPU plugin
+ * (em_dist_local, one thread per rank; skipped, loudly, without the plugin).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 
 #include "diffusion/tp_impl.h"
 #include "ember/ember.h"
 #include "harness.h"
 
-static em_dist *G; /* the group of this run, made in main */
+static em_dist *PG; /* the process group of this run, made in main */
+
+/* What a check body sees: its rank's group, and the first failure it found (thread-local: the
+ * harness's counters are not thread-safe, so the caller turns these into a CHECK). */
+static _Thread_local em_dist *G;
+static _Thread_local int t_fails;
+static _Thread_local char t_msg[1024];
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    if (t_fails++) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_msg, sizeof t_msg, fmt, ap);
+    va_end(ap);
+}
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) fail(__VA_ARGS__);                                                            \
+    } while (0)
+
+/* a context whose tensors go to the rank's device (a device group's; the CPU's otherwise) */
+static em_ctx *ctx_new(void) {
+    em_ctx *c = em_ctx_create();
+    if (em_dist_device(G)) em_ctx_set_device(c, em_dist_device(G));
+    return c;
+}
 
 /* a value in [-1, 1) from (seed, rank, index), the same on every rank */
 static float val(unsigned seed, int rank, int64_t i) {
@@ -58,23 +88,23 @@ static void backprop(em_ctx *c, em_tensor *y, unsigned seed, int r) {
     free(v);
     em_tensor *loss = em_sum(c, em_mul(c, y, w), NULL, 0, false);
     em_grad_enable(c, false);
-    CHECK(em_backward(c, loss) == EM_OK);
+    EXPECT(em_backward(c, loss) == EM_OK, "backward: %s", em_ctx_error(c)->message);
 }
 
 /* x's gradient against want[0..n) within 1e-5 (absolute + relative) */
 static void check_grad(em_ctx *c, em_tensor *x, const double *want, int64_t n, const char *what) {
     em_tensor *g = em_tensor_grad(x);
-    CHECK_MSG(g != NULL, "%s: no gradient (%s)", what, em_ctx_error(c)->message);
+    EXPECT(g != NULL, "%s: no gradient (%s)", what, em_ctx_error(c)->message);
     if (!g) return;
     float *got = malloc((size_t)n * sizeof *got);
-    CHECK(em_to_host_f32(c, g, got, (size_t)n) == EM_OK);
+    EXPECT(em_to_host_f32(c, g, got, (size_t)n) == EM_OK, "%s: %s", what, em_ctx_error(c)->message);
     double worst = 0;
     int64_t at = 0;
     for (int64_t i = 0; i < n; i++) {
         double e = fabs(got[i] - want[i]) - 1e-5 * fabs(want[i]);
         if (!(e <= worst)) worst = e, at = i; /* NaN too */
     }
-    CHECK_MSG(worst <= 1e-5, "%s (rank %d): element %lld: %.8g, want %.8g", what,
+    EXPECT(worst <= 1e-5, "%s (rank %d): element %lld: %.8g, want %.8g", what,
               em_dist_rank(G), (long long)at, got[at], want[at]);
     free(got);
 }
@@ -83,10 +113,10 @@ enum { SX = 11, SW = 29 }; /* the seeds of x and w */
 
 /* all_reduce(sum): dx_r = sum_s w_s; all_reduce(max): that sum to the ranks holding the
  * maximum, shared equally where they tie */
-static void test_all_reduce(void) {
+static void body_all_reduce(void) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
     for (int op = 0; op < 2; op++) {
-        em_ctx *c = em_ctx_create();
+        em_ctx *c = ctx_new();
         int64_t shape[2] = {3, 4}, n = 12;
         em_grad_enable(c, true);
         em_tensor *x = leaf(c, SX, r, 2, shape);
@@ -108,9 +138,9 @@ static void test_all_reduce(void) {
 }
 
 /* all_gather along dim 1 of [2, 3]: dx_r[i, j] = sum_s w_s[i, 3r + j] */
-static void test_all_gather(void) {
+static void body_all_gather(void) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
-    em_ctx *c = em_ctx_create();
+    em_ctx *c = ctx_new();
     int64_t shape[2] = {2, 3};
     em_grad_enable(c, true);
     em_tensor *x = leaf(c, SX, r, 2, shape);
@@ -127,10 +157,10 @@ static void test_all_gather(void) {
 
 /* reduce_scatter along dim 0 of [2N, 3] (chunk j: rows 2j, 2j+1): sum: dx_r[chunk j] = w_j;
  * max: w_j where x_r holds chunk j's maximum, shared equally where ranks tie */
-static void test_reduce_scatter(void) {
+static void body_reduce_scatter(void) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
     for (int op = 0; op < 2; op++) {
-        em_ctx *c = em_ctx_create();
+        em_ctx *c = ctx_new();
         int64_t shape[2] = {2 * N, 3}, n = 6 * N;
         em_grad_enable(c, true);
         em_tensor *x = leaf(c, SX, r, 2, shape);
@@ -152,9 +182,9 @@ static void test_reduce_scatter(void) {
 
 /* all_to_all of [2N, 3], split along 0 and concatenated along 1: y_r[i, 3j + k] =
  * x_j[2r + i, k], so dx_r[2j + i, k] = w_j[i, 3r + k] (w_j is [2, 3N]) */
-static void test_all_to_all(void) {
+static void body_all_to_all(void) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
-    em_ctx *c = em_ctx_create();
+    em_ctx *c = ctx_new();
     int64_t shape[2] = {2 * N, 3}, n = 6 * N;
     em_grad_enable(c, true);
     em_tensor *x = leaf(c, SX, r, 2, shape);
@@ -170,11 +200,11 @@ static void test_all_to_all(void) {
 }
 
 /* ring_shift by k: y_r = x_{r-k}, so dx_r = w_{r+k} (indices mod N) */
-static void test_ring_shift(void) {
+static void body_ring_shift(void) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
     int offsets[2] = {1, -3};
     for (int o = 0; o < 2; o++) {
-        em_ctx *c = em_ctx_create();
+        em_ctx *c = ctx_new();
         int64_t shape[2] = {2, 5};
         em_grad_enable(c, true);
         em_tensor *x = leaf(c, SX, r, 2, shape);
@@ -190,9 +220,9 @@ static void test_ring_shift(void) {
 /* Rank 0's loss does not reach its all_gather's output (sum(x * w_0) directly), the others'
  * do: rank 0 still joins the backward's reduce_scatter (with zeros), so no rank waits, and
  * dx_r = [r == 0] w_0 + sum_{s > 0} w_s[i, 3r + j] (w_s of [2, 3N] for s > 0, [2, 3] for 0) */
-static void test_unreached_output(void) {
+static void body_unreached_output(void) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
-    em_ctx *c = em_ctx_create();
+    em_ctx *c = ctx_new();
     int64_t shape[2] = {2, 3};
     em_grad_enable(c, true);
     em_tensor *x = leaf(c, SX, r, 2, shape);
@@ -232,7 +262,7 @@ static void cp_case(em_cp_schedule sched, const char *what) {
         f[k] = malloc((size_t)n * sizeof *f[k]);
         for (int64_t i = 0; i < n; i++) f[k][i] = 1.5f * val(40 + (unsigned)k, 0, i);
     }
-    em_ctx *c = em_ctx_create();
+    em_ctx *c = ctx_new();
     em_sdpa_params sp = em_sdpa_default_params();
     /* one process: em_sdpa over every token, its gradients' rows of this rank's block */
     em_tensor *full[3], *ref_o, *ref_g[3];
@@ -241,11 +271,13 @@ static void cp_case(em_cp_schedule sched, const char *what) {
     em_tensor *o1 = em_sdpa(c, full[0], full[1], full[2], NULL, &sp);
     em_grad_enable(c, false);
     float *host = malloc((size_t)n * sizeof *host);
-    CHECK(em_to_host_f32(c, o1, host, (size_t)n) == EM_OK);
+    EXPECT(em_to_host_f32(c, o1, host, (size_t)n) == EM_OK, "%s: %s", what, em_ctx_error(c)->message);
     ref_o = block(c, host, H, T, D, r * tb, tb, false);
-    CHECK(em_backward_grad(c, o1, host_tensor(c, f[3], 4, (int64_t[]){1, H, T, D})) == EM_OK);
+    EXPECT(em_backward_grad(c, o1, host_tensor(c, f[3], 4, (int64_t[]){1, H, T, D})) == EM_OK,
+           "%s: one process's backward: %s", what, em_ctx_error(c)->message);
     for (int k = 0; k < 3; k++) {
-        CHECK(em_to_host_f32(c, em_tensor_grad(full[k]), host, (size_t)n) == EM_OK);
+        EXPECT(em_to_host_f32(c, em_tensor_grad(full[k]), host, (size_t)n) == EM_OK, "%s: %s",
+               what, em_ctx_error(c)->message);
         ref_g[k] = block(c, host, H, T, D, r * tb, tb, false);
     }
     /* the ranks: their blocks through diff_cp_attention, loss sum(o_r * w_r) */
@@ -255,39 +287,106 @@ static void cp_case(em_cp_schedule sched, const char *what) {
     for (int k = 0; k < 3; k++) x[k] = block(c, f[k], H, T, D, r * tb, tb, true);
     em_tensor *o = diff_cp_attention(c, &cp, x[0], x[1], x[2], NULL, NULL, false);
     em_grad_enable(c, false);
-    CHECK_MSG(o != NULL, "%s: %s", what, em_ctx_error(c)->message);
+    EXPECT(o != NULL, "%s: %s", what, em_ctx_error(c)->message);
     if (o) {
-        CHECK(em_backward_grad(c, o, block(c, f[3], H, T, D, r * tb, tb, false)) == EM_OK);
+        EXPECT(em_backward_grad(c, o, block(c, f[3], H, T, D, r * tb, tb, false)) == EM_OK,
+               "%s: backward: %s", what, em_ctx_error(c)->message);
         float *a = malloc((size_t)nb * sizeof *a), *b = malloc((size_t)nb * sizeof *b);
         const char *names[4] = {"out", "dq", "dk", "dv"};
         for (int k = 0; k < 4; k++) {
             em_tensor *got = k ? em_tensor_grad(x[k - 1]) : o, *want = k ? ref_g[k - 1] : ref_o;
-            CHECK_MSG(got != NULL, "%s: no %s", what, names[k]);
+            EXPECT(got != NULL, "%s: no %s", what, names[k]);
             if (!got) continue;
-            CHECK(em_to_host_f32(c, got, a, (size_t)nb) == EM_OK);
-            CHECK(em_to_host_f32(c, want, b, (size_t)nb) == EM_OK);
+            EXPECT(em_to_host_f32(c, got, a, (size_t)nb) == EM_OK &&
+                       em_to_host_f32(c, want, b, (size_t)nb) == EM_OK,
+                   "%s: %s", what, em_ctx_error(c)->message);
             double worst = 0;
             for (int64_t i = 0; i < nb; i++) worst = fmax(worst, fabs(a[i] - b[i]));
-            CHECK_MSG(worst <= 1e-5, "%s (rank %d of %d): %s differs from one process's by %.3g",
+            EXPECT(worst <= 1e-5, "%s (rank %d of %d): %s differs from one process's by %.3g",
                       what, r, N, names[k], worst);
         }
         free(a);
         free(b);
     }
-    CHECK(em_ctx_status(c) == EM_OK);
+    EXPECT(em_ctx_status(c) == EM_OK, "%s: %s", what, em_ctx_error(c)->message);
     free(host);
     for (int k = 0; k < 4; k++) free(f[k]);
     em_ctx_free(c);
 }
 
-static void test_ring_attention(void) { cp_case(EM_CP_RING, "ring attention"); }
-static void test_ulysses_attention(void) { cp_case(EM_CP_ULYSSES, "Ulysses attention"); }
+static void body_ring_attention(void) { cp_case(EM_CP_RING, "ring attention"); }
+static void body_ulysses_attention(void) { cp_case(EM_CP_ULYSSES, "Ulysses attention"); }
+
+typedef struct body {
+    const char *name;
+    void (*fn)(void);
+} body;
+#define B(n) {#n, body_##n}
+static const body BODIES[] = {B(all_reduce),       B(all_gather),     B(reduce_scatter),
+                              B(all_to_all),       B(ring_shift),     B(unreached_output),
+                              B(ring_attention),   B(ulysses_attention)};
+enum { NB = sizeof BODIES / sizeof BODIES[0] };
+
+/* every body on this process's rank of the process group (mpirun, or a world of one) */
+static void test_process_group(void) {
+    G = PG;
+    for (int i = 0; i < NB; i++) {
+        t_fails = 0;
+        BODIES[i].fn();
+        CHECK_MSG(t_fails == 0, "%s: %s", BODIES[i].name, t_msg);
+    }
+}
+
+typedef struct job {
+    em_dist *g;
+    const body *b;
+    int fails;
+    char msg[1024];
+} job;
+
+static void *job_main(void *p) {
+    job *j = p;
+    G = j->g;
+    t_fails = 0;
+    j->b->fn();
+    j->fails = t_fails;
+    memcpy(j->msg, t_msg, sizeof j->msg);
+    return NULL;
+}
+
+/* every body on a device group of 2 devices of XLA's CPU plugin, one thread per rank: the
+ * rules' collectives lowered for the group (skipped under mpirun: one process's job) */
+static void test_device_group(void) {
+    if (em_dist_world_size(PG) > 1) {
+        em_test_skip("the device group runs in the one-process run (ctest test_grad_dist)");
+        return;
+    }
+    em_ctx *c = em_ctx_create();
+    em_dist *g[2] = {NULL, NULL};
+    if (!em_test_xla_or_skip(c)) {
+        em_ctx_free(c);
+        return;
+    }
+    em_status s = em_dist_local(c, "xla", 2, NULL, g);
+    CHECK_MSG(s == EM_OK, "%s", s ? em_ctx_error(c)->message : "");
+    for (int i = 0; s == EM_OK && i < NB; i++) {
+        job jobs[2];
+        pthread_t t[2];
+        for (int r = 0; r < 2; r++) {
+            jobs[r] = (job){.g = g[r], .b = &BODIES[i]};
+            pthread_create(&t[r], NULL, job_main, &jobs[r]);
+        }
+        for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+        for (int r = 0; r < 2; r++)
+            CHECK_MSG(jobs[r].fails == 0, "device group, %s: %s", BODIES[i].name, jobs[r].msg);
+    }
+    for (int r = 0; r < 2; r++) em_dist_free(g[r]);
+    em_ctx_free(c);
+}
 
 int main(int argc, char **argv) {
-    static const em_test_case tests[] = {T(test_all_reduce), T(test_all_gather),
-                                         T(test_reduce_scatter), T(test_all_to_all),
-                                         T(test_ring_shift), T(test_unreached_output),
-                                         T(test_ring_attention),
-                                         T(test_ulysses_attention)};
-    return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &G);
+    /* two devices of XLA's CPU plugin (unless the caller asked for something else) */
+    setenv("EMBER_PJRT_OPTIONS", "cpu_device_count=2", 0);
+    static const em_test_case tests[] = {T(test_process_group), T(test_device_group)};
+    return em_test_run_in_group(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv, &PG);
 }
