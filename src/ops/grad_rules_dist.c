@@ -46,9 +46,11 @@ static em_tensor *coll(em_ctx *c, const em_grad_node *n, em_op_id id, em_tensor 
  * (the shape of x too), shared equally between the ranks that tie. */
 static em_tensor *route_max(em_ctx *c, const em_grad_node *n, em_tensor *x, em_tensor *y,
                             em_tensor *gsum) {
+    if (!gsum || !y) return NULL; /* the error is in c */
     em_tensor *hit = em_cast(c, em_eq(c, x, y), gsum->dtype);
     int64_t sum = EM_REDUCE_SUM;
     em_tensor *count = coll(c, n, EM_OP_ALL_REDUCE, hit, &sum, 1); /* >= 1 where hit */
+    if (!count) return NULL;
     return em_div(c, em_mul(c, gsum, hit), em_maximum(c, count, em_scalar(c, 1, count->dtype)));
 }
 
