@@ -11,7 +11,9 @@ each case adds
             input not marked); for an input stored as a View, the gradient of the stored tensor
             (the C runner marks it before applying the view ops, so the gradient flows through
             them),
-  alias     (optional) input k is the same tensor as input 0 (a tensor used twice).
+  alias     (optional) input k is the same tensor as input 0 (a tensor used twice),
+  grad_atol, grad_rtol  (optional) the gradients' tolerances when not 1e-5 (bf16 inputs get
+            bf16 gradients).
 The reference is computed in float64 from the f32 inputs and rounded to f32: torch's float64
 autograd is exact to far below the 1e-5 the C test allows, so the test measures Ember alone.
 """
@@ -53,8 +55,10 @@ def run(fn, inputs, wanted, keep64=False):
     # results as Ember gives them from f32 inputs (f32, or what the op asked for, as cast's f64)
     f32 = [o.detach().to(torch.float32 if o.dtype == torch.float64 and not keep64 else o.dtype)
            for o in outs]
-    grads = [l.grad.to(torch.float32) if l is not None and want else None
-             for l, want in zip(leaves, wanted)]
+    # each gradient in its input's dtype (f32, or bf16 for a bf16 input, as torch gives it)
+    grads = [l.grad.to(torch.bfloat16 if (x.base if isinstance(x, View) else x).dtype ==
+                       torch.bfloat16 else torch.float32) if l is not None and want else None
+             for l, want, x in zip(leaves, wanted, inputs)]
     return f32, [go.to(torch.float32) for go in gouts], grads
 
 
@@ -81,6 +85,34 @@ def rope_ref(x, cos, sin):
     c4, s4 = cos[:, None], sin[:, None]
     xr = x[..., :r]
     return torch.cat([xr * c4 + rotate_half(xr) * s4, x[..., r:]], dim=-1)
+
+
+def sdpa_logits(q, k, mask, scale, causal, window, softcap):
+    """The scaled, capped, masked logits of attention (-inf where a key is not visible)."""
+    rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(rep, 1)
+    s = q @ k.transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+    tq, tk = q.shape[2], k.shape[2]
+    rel = torch.arange(tk)[None, :] - (torch.arange(tq)[:, None] + tk - tq)
+    ok = torch.ones(tq, tk, dtype=torch.bool)
+    if causal:
+        ok &= rel <= 0
+    if window:
+        ok &= rel > -window
+    return s.masked_fill(~ok, float("-inf"))
+
+
+def sdpa_lse_ref(q, k, v, mask, scale, causal, window, softcap):
+    """sdpa_lse's two outputs with plain ops: out = softmax(s) @ v (zeros on a row that sees
+    no key) and lse = logsumexp(s) over the keys (-inf on such a row; the masked_fill of the
+    logits stops the gradient there, so the row's inputs get 0, not NaN)."""
+    s = sdpa_logits(q, k, mask, scale, causal, window, softcap)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return p @ v.repeat_interleave(q.shape[1] // k.shape[1], 1), torch.logsumexp(s, -1)
 
 
 def sdpa_ref(q, k, v, mask, scale, causal, window, softcap):
@@ -357,9 +389,48 @@ def build(w):
          lambda lg, lb: F.cross_entropy(lg, lb.long()), attrs={"ignore_index": -100})
 
 
+def build_sdpa_lse(w):
+    """sdpa_lse: the loss sum(out * w1) + sum(lse * w2) (w1, w2 the random upstream gradients
+    of run()), in float64 from the inputs' values. The bf16 case (inputs bf16, output f32, as
+    the ring calls it) compares bf16 gradients (Ember's f32 gradient rounded once to bf16,
+    torch's float64 one rounded once): 1e-2 (a bf16 ulp is 2^-7 relative) instead of 1e-5. Its own generator, so the cases above keep
+    their bytes."""
+    g = gen(23)
+    sl = [  # tag, q, kv, mask, scale, causal, window, softcap, dtype
+        ("gqa2", (1, 4, 5, 8), (1, 2, 6, 8), None, 0.0, False, 0, 0.0, torch.float32),
+        ("causal", (2, 2, 6, 4), (2, 2, 6, 4), None, 0.0, True, 0, 0.0, torch.float32),
+        ("float_mask", (1, 2, 4, 4), (1, 2, 5, 4), "float", 0.0, False, 0, 0.0, torch.float32),
+        ("softcap_window", (1, 2, 6, 4), (1, 1, 6, 4), None, 0.3, True, 3, 5.0, torch.float32),
+        ("empty_row", (1, 2, 3, 4), (1, 2, 4, 4), "empty_row", 0.0, False, 0, 0.0,
+         torch.float32),
+        ("bf16_in_gqa2_causal", (1, 4, 5, 8), (1, 2, 5, 8), None, 0.0, True, 0, 0.0,
+         torch.bfloat16),
+    ]
+    for tag, qs, ks, mk, scale, causal, window, cap, dt in sl:
+        q, k, v = (randn(g, *qs).to(dt), randn(g, *ks).to(dt), randn(g, *ks).to(dt))
+        tq, tk = qs[2], ks[2]
+        mask = None
+        if mk == "float":
+            mask = randn(g, 1, 1, tq, tk)
+        elif mk == "empty_row":
+            mask = torch.ones(1, 1, tq, tk, dtype=torch.bool)
+            mask[0, 0, 1] = False
+        attrs = {"scale": scale, "causal": causal, "window": window, "softcap": cap,
+                 "dtype": "f32"}
+        name = f"sdpa_lse/{'bf16' if dt == torch.bfloat16 else 'f32'}/{tag}"
+        case(w, name, "sdpa_lse", [q, k, v, mask],
+             lambda q_, k_, v_, m_, scale=scale, causal=causal, window=window, cap=cap:
+             sdpa_lse_ref(q_, k_, v_, m_, scale, causal, window, cap),
+             attrs=attrs, atol=2e-5 if dt == torch.bfloat16 else 1e-5,
+             rtol=2e-5 if dt == torch.bfloat16 else 1e-5)
+        if dt == torch.bfloat16:
+            w.cases[-1]["grad_atol"] = w.cases[-1]["grad_rtol"] = 1e-2
+
+
 def main():
     w = Writer("grad", OUT)
     build(w)
+    build_sdpa_lse(w)
     n, size = w.write()
     print(f"grad: {n} cases, {size} bytes")
 

@@ -18,6 +18,13 @@
  * broadcast input are summed back to its shape; leaf gradients accumulate across calls until
  * em_tensor_zero_grad. Backward rules run with grad disabled (no double backward).
  *
+ * The collectives (ember/dist.h) are differentiable as torch.distributed.nn.functional's: the
+ * loss is the sum of the ranks' losses and each rule is the adjoint collective on the same
+ * group (all_gather <-> reduce_scatter(sum), all_reduce(sum) itself, all_to_all with the dims
+ * swapped, ring_shift by -offset; a max reduction gives the summed gradient to the ranks holding
+ * the maximum, shared equally between ties). Every rank of the group must call em_backward; a
+ * collective's rule runs on a rank even when that rank's loss does not reach its output.
+ *
  * Errors (recorded in the context, as every op): em_backward through an op that has no backward
  * rule names the op and where it was called (EM_ERR_UNSUPPORTED); a value a rule needs that was
  * overwritten in place after the op used it (em_assign, em_index_copy) names the op and the input

@@ -21,7 +21,9 @@
  *
  * Collectives. Every rank of the group calls the op in the same order with the same shape and
  * dtype (f32 or bf16). Sums and maxima are computed in f32 and rounded once to the tensor's dtype.
- * Results belong to the context's scope like any op's; errors as for every op (ops.h).
+ * Results belong to the context's scope like any op's; errors as for every op (ops.h). They are
+ * differentiable (ember/autograd.h: torch.distributed.nn's convention, every rank calls
+ * em_backward).
  */
 #ifndef EMBER_DIST_H
 #define EMBER_DIST_H

@@ -249,8 +249,8 @@ static em_status node_backward(em_ctx *c, em_grad_node *n) {
         if (n->out[o]->node == n) gout[o] = n->out[o]->grad;
         any |= gout[o] != NULL;
     }
-    if (!any) return EM_OK; /* not on the path to the loss */
     const em_grad_rule *r = n->rule ? n->rule : em_grad_rule_get(n->op->id);
+    if (!any && !r->collective) return EM_OK; /* not on the path to the loss */
     if (!r->fn)
         return em_fail_at(c, EM_ERR_UNSUPPORTED, "backward", n->file, n->line,
                           "op '%s' has no backward rule yet (the call recorded here)",

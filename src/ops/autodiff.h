@@ -40,6 +40,10 @@ typedef struct em_grad_rule {
     em_grad_fn fn;       /* NULL: not differentiable yet */
     unsigned reads_in;   /* bit i: the rule reads input i's values (checked for in-place writes) */
     unsigned reads_out;  /* bit o: ... output o's values */
+    /* the rule runs even when no output got a gradient (gout all NULL: zeros): a collective's
+     * backward is a collective too, which every rank of the group must join, also the ranks
+     * whose own loss does not reach the forward's output */
+    bool collective;
 } em_grad_rule;
 
 /* The rule of an op (fn NULL when it has none). */

@@ -97,7 +97,7 @@ static em_status ckpt_backward(em_ctx *c, const em_grad_node *n, em_tensor *cons
 static const em_op_def ckpt_op = {.name = "checkpoint"};
 /* the recomputation reads every input; the outputs' values are not needed (they are made
  * again) */
-static const em_grad_rule ckpt_rule = {ckpt_backward, ~0u, 0u};
+static const em_grad_rule ckpt_rule = {ckpt_backward, ~0u, 0u, false};
 
 em_status em_checkpoint_(em_ctx *c, const char *file, int line, em_checkpoint_fn fn, void *user,
                          void (*user_free)(void *user), em_tensor *const *in, int n_in,

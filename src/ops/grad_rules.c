@@ -16,6 +16,7 @@ static void fill(void) {
     em_grad_rules_shape(table);
     em_grad_rules_nn(table);
     em_grad_rules_conv(table);
+    em_grad_rules_dist(table);
 }
 
 const em_grad_rule *em_grad_rule_get(em_op_id id) {

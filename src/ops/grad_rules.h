@@ -12,10 +12,13 @@ void em_grad_rules_shape(em_grad_rule *t);
 void em_grad_rules_nn(em_grad_rule *t);
 /* conv2d, group_norm, upsampling, avg_pool2d (ops/grad_rules_conv.c) */
 void em_grad_rules_conv(em_grad_rule *t);
+/* the collectives: all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift
+ * (ops/grad_rules_dist.c) */
+void em_grad_rules_dist(em_grad_rule *t);
 
 /* Shorthand for a rule's parameter list and its table entry. */
 #define GRAD_ARGS                                                                                  \
     em_ctx *c, const em_grad_node *n, em_tensor *const *gout, const bool *need, em_tensor **gin
-#define GRAD_RULE(id, fn, in_mask, out_mask) t[EM_OP_##id] = (em_grad_rule){fn, in_mask, out_mask}
+#define GRAD_RULE(id, fn, in_mask, out_mask) t[EM_OP_##id] = (em_grad_rule){fn, in_mask, out_mask, false}
 
 #endif

@@ -175,22 +175,33 @@ static em_tensor *sdpa_probs(em_ctx *c, const em_grad_node *n, em_tensor *qf, em
     return em_where(c, em_ne(c, p, p), em_scalar(c, 0, EM_F32), p); /* NaN rows: no key seen */
 }
 
-static em_status g_sdpa(GRAD_ARGS) {
+/* The gradients of sdpa's inputs from those of its output (go) and of its rows' log-sum-exp
+ * (glse [B, Hq, Tq], sdpa_lse's second output); either may be NULL. With s the scaled, capped,
+ * masked logits and p = softmax(s): d out / d s gives p (go v^T - rowsum(go out)), and
+ * d lse / d s = p gives p glse; a row that sees no key has p = 0, so its gradient is 0 too. */
+static em_status sdpa_backward(em_ctx *c, const em_grad_node *n, em_tensor *go, em_tensor *glse,
+                               const bool *need, em_tensor **gin) {
     em_tensor *q = X(0), *k = X(1), *v = X(2), *mask = n->n_in > 3 ? X(3) : NULL;
     int64_t hq = q->shape[1], hkv = k->shape[1], rep = hq / hkv;
     double scale = em_grad_attr(n, "scale")->f;
     if (scale == 0) scale = 1.0 / sqrt((double)q->shape[3]);
-    em_tensor *qf = f32(c, q), *kf = f32(c, k), *vf = f32(c, v), *g = f32(c, G);
+    em_tensor *qf = f32(c, q), *kf = f32(c, k), *vf = f32(c, v);
     if (rep > 1) {
         kf = em_repeat_interleave(c, kf, rep, 1);
         vf = em_repeat_interleave(c, vf, rep, 1);
     }
     em_tensor *t_cap;
     em_tensor *p = sdpa_probs(c, n, qf, kf, scale, &t_cap);
-    if (need[2]) gin[2] = sum_groups(c, em_matmul(c, mT(c, p), g), hkv, rep);
-    em_tensor *gp = em_matmul(c, g, mT(c, vf));
     int last = -1;
-    em_tensor *gs = em_mul(c, p, em_sub(c, gp, em_sum(c, em_mul(c, gp, p), &last, 1, true)));
+    em_tensor *inner = glse ? em_unsqueeze(c, f32(c, glse), -1) : NULL; /* [B, Hq, Tq, 1] */
+    if (go) {
+        em_tensor *g = f32(c, go);
+        if (need[2]) gin[2] = sum_groups(c, em_matmul(c, mT(c, p), g), hkv, rep);
+        em_tensor *gp = em_matmul(c, g, mT(c, vf));
+        em_tensor *d = em_sub(c, gp, em_sum(c, em_mul(c, gp, p), &last, 1, true));
+        inner = inner ? em_add(c, d, inner) : d;
+    }
+    em_tensor *gs = em_mul(c, p, inner);
     if (mask && mask->dtype != EM_BOOL && need[3]) gin[3] = em_grad_reduce_to(c, gs, mask);
     if (t_cap) gs = em_mul(c, gs, em_add_scalar(c, em_neg(c, em_mul(c, t_cap, t_cap)), 1.0));
     gs = em_mul_scalar(c, gs, scale);
@@ -198,6 +209,11 @@ static em_status g_sdpa(GRAD_ARGS) {
     if (need[1]) gin[1] = sum_groups(c, em_matmul(c, mT(c, gs), qf), hkv, rep);
     return c->err.status;
 }
+
+static em_status g_sdpa(GRAD_ARGS) { return sdpa_backward(c, n, G, NULL, need, gin); }
+
+/* sdpa_lse: out and the rows' log-sum-exp, either or both reached by the loss */
+static em_status g_sdpa_lse(GRAD_ARGS) { return sdpa_backward(c, n, gout[0], gout[1], need, gin); }
 
 /* d rhs of ragged_dot without reading the group sizes (a traced backward: a compiled training
  * step): row m of lhs belongs to group e when start_e <= m < end_e, a [G, M, 1] mask made on
@@ -262,5 +278,6 @@ void em_grad_rules_nn(em_grad_rule *t) {
     GRAD_RULE(LAYER_NORM, g_layer_norm, 3, 0);
     GRAD_RULE(ROPE, g_rope, 7, 0);
     GRAD_RULE(SDPA, g_sdpa, 15, 0);
+    GRAD_RULE(SDPA_LSE, g_sdpa_lse, 15, 0);
     GRAD_RULE(RAGGED_DOT, g_ragged_dot, 7, 0);
 }
