@@ -281,7 +281,7 @@ static void cp_case(em_cp_schedule sched, const char *what) {
         ref_g[k] = block(c, host, H, T, D, r * tb, tb, false);
     }
     /* the ranks: their blocks through diff_cp_attention, loss sum(o_r * w_r) */
-    diff_cp cp = {G, r, N, sched};
+    diff_cp cp = {.g = G, .rank = r, .size = N, .schedule = sched};
     em_tensor *x[3];
     em_grad_enable(c, true);
     for (int k = 0; k < 3; k++) x[k] = block(c, f[k], H, T, D, r * tb, tb, true);
