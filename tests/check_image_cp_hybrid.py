@@ -2,11 +2,13 @@
 (tests/fixtures/diffusion/dit_pipe): diffusers' unified context parallelism (Ulysses inside
 ranks {0, 1} and {2, 3}, the ring across {0, 2} and {1, 3}); and `--tp 2 --cp 2` (tensor
 parallelism inside {0, 1} and {2, 3}, context parallelism across them). Each under mpirun -np 4
-(MPIEXEC "none": skipped); the first also over 4 devices of XLA's CPU plugin in one process,
-eager (skipped without the plugin; about 10 s with a cold compile cache, so the second, whose
-groups are the same kind, is left to mpirun). The image must be the one-process run's within 1e-5 and diffusers'
-(dit_runs_ref's "cfg") within 1e-3, with the placement lines (rank 0's). Then the refusals:
-degrees whose product is not --cp, one degree without the other.
+(MPIEXEC "none": skipped), and over 4 devices of XLA's CPU plugin in one process (skipped
+without the plugin): the first eager (about 10 s with a cold compile cache; the second, whose
+groups are the same kind, is left to mpirun) and both --compile'd (one program over the 4
+devices whose collectives run over the two sub-groups, one 'compile mode: 1 program(s)' line;
+about 1 s more once the eager run has filled the cache). The image must be the one-process
+run's within 1e-5 and diffusers' (dit_runs_ref's "cfg") within 1e-3, with the placement lines
+(rank 0's). Then the refusals: degrees whose product is not --cp, one degree without the other.
 
 Usage: check_image_cp_hybrid.py MPIEXEC EMBER
 """
@@ -87,17 +89,20 @@ def main():
                 ran += 1
             else:
                 print("SKIPPED (loudly): under mpirun: Ember was built without MPI")
-            if split is TP_CP:
-                continue
-            npy = os.path.join(tmp, "xla.npy")
-            r = image(ember, npy, split + ["--device", "xla"])
-            if r.returncode != 0 and ("no device named" in r.stderr or
-                                      "xla-cpu-pjrt" in r.stderr):
-                print("SKIPPED (loudly): --device xla: no XLA plugin (pip install xla-cpu-pjrt, "
-                      "or set EMBER_PJRT_XLA_PLUGIN)")
-            else:
-                check("--device xla " + " ".join(split) + " (a device group)", r, npy, whole,
-                      want)
+            modes = [[], ["--compile"]] if split is HYBRID else [["--compile"]]
+            for mode in modes:
+                npy = os.path.join(tmp, "xla.npy")
+                r = image(ember, npy, split + ["--device", "xla"] + mode)
+                if r.returncode != 0 and ("no device named" in r.stderr or
+                                          "xla-cpu-pjrt" in r.stderr):
+                    print("SKIPPED (loudly): --device xla: no XLA plugin (pip install "
+                          "xla-cpu-pjrt, or set EMBER_PJRT_XLA_PLUGIN)")
+                    break
+                name = "--device xla " + " ".join(split + mode) + " (a device group)"
+                check(name, r, npy, whole, want)
+                if mode and r.stderr.count("compile mode: 1 program(s)") != 1:
+                    fail("%s: want one 'compile mode: 1 program(s)' line (rank 0's):\n%s" %
+                         (name, r.stderr))
                 ran += 1
     sys.exit(0 if ran else SKIP)
 

@@ -103,7 +103,10 @@ EM_API em_device *em_dist_device(const em_dist *g);
  * Kinds of g: a group over MPI (MPI_Comm_split: the sub-group has its own communicator); a
  * device group (em_dist_local: each rank's thread calls it; the new groups are device groups
  * over their members' devices, rank r of a sub-group on its member's device); a group of one
- * (the sub-group is one rank too). Errors: c, g or out NULL (EM_ERR_INVALID_ARG); a negative
+ * (the sub-group is one rank too). A compiled program (ember/compile.h) whose collectives use
+ * several sub-groups of one device group (or it and its sub-groups) runs as one program over
+ * the parent's devices, each collective's replica groups the partition its split made.
+ * Errors: c, g or out NULL (EM_ERR_INVALID_ARG); a negative
  * color (EM_ERR_INVALID_ARG on every rank of g, naming the rank that passed it: the ranks
  * still meet, so none waits forever); a group of more than one rank bootstrapped without MPI
  * (the TCP store of EMBER_COORDINATOR only; EM_ERR_UNSUPPORTED: it has no transport for tensors,

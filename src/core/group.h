@@ -76,6 +76,20 @@ void em_local_group_ref(em_local_group *g);
 void em_local_group_unref(em_local_group *g); /* frees at the last reference; NULL ignored */
 int em_local_group_size(const em_local_group *g);
 em_device *em_local_group_device(const em_local_group *g, int rank);
+/* A sub-group's place in the group it was split from (em_dist_split of a device group), so a
+ * compiled program whose collectives use several sub-groups of one split, or of several splits
+ * of one group, runs as one program over the parent's ranks (the PJRT backend's replica
+ * programs). The split's partition of the parent's ranks: group_of[p] is the index of parent
+ * rank p's sub-group (0..n_groups-1), rank_in[p] its rank there; `index` is g's own. Set once,
+ * by the split's leader, before any rank gets g; g references the parent until it is freed. */
+typedef struct em_local_split {
+    em_local_group *parent; /* NULL: g was not split from a device group */
+    int parent_size, n_groups, index;
+    int group_of[EM_GROUP_MAX], rank_in[EM_GROUP_MAX];
+} em_local_split;
+void em_local_group_set_split(em_local_group *g, const em_local_split *sp);
+/* g's split (parent NULL when it has none); the parent is borrowed from g. */
+const em_local_split *em_local_group_split(const em_local_group *g);
 /* leader(slots, size, user): every rank's `mine`, in rank order; runs on the last rank's thread
  * while the others wait. Returns EM_OK, or an error with its message in err[0..err_n) (a broken
  * group, a timeout, a rank arriving twice). */

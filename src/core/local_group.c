@@ -26,6 +26,7 @@ struct em_local_group {
     unsigned long round;
     bool broken;
     char why[200];    /* what broke the group */
+    em_local_split split; /* the partition it belongs to (a sub-group); parent referenced */
 };
 
 em_local_group *em_local_group_new(int size, em_device *const *devices, double timeout_s) {
@@ -54,9 +55,20 @@ void em_local_group_ref(em_local_group *g) {
 
 void em_local_group_unref(em_local_group *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    em_local_group_unref(g->split.parent);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
     free(g->devices), free(g->slots), free(g->here), free(g);
+}
+
+void em_local_group_set_split(em_local_group *g, const em_local_split *sp) {
+    if (!g || !sp || g->split.parent) return;
+    em_local_group_ref(sp->parent);
+    g->split = *sp;
+}
+
+const em_local_split *em_local_group_split(const em_local_group *g) {
+    return g ? &g->split : NULL;
 }
 
 int em_local_group_size(const em_local_group *g) { return g ? g->size : 0; }

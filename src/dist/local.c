@@ -99,7 +99,8 @@ typedef struct split_ctx {
 } split_ctx;
 
 /* Runs on the last rank's thread: one new device group per color, its members ranked by
- * (key, parent rank), each on its device of the parent. */
+ * (key, parent rank), each on its device of the parent; each new group remembers the parent
+ * and the whole partition (compile mode runs a program over several of them on the parent). */
 static void split_lead(void **slots, int n, void *user) {
     split_part **p = (split_part **)slots;
     const split_ctx *sc = user;
@@ -118,37 +119,49 @@ static void split_lead(void **slots, int n, void *user) {
             return;
         }
     }
+    /* the partition: the colors numbered by their lowest rank, members by (key, rank) */
+    em_local_split sp = {sc->parent, n, 0, 0, {0}, {0}};
+    int mem[EM_GROUP_MAX][EM_GROUP_MAX], m[EM_GROUP_MAX];
     bool done[EM_GROUP_MAX] = {false};
     for (int r0 = 0; r0 < n; r0++) {
         if (done[r0]) continue;
-        int m = 0, mem[EM_GROUP_MAX];
-        for (int r = r0; r < n; r++) /* the members of r0's color by (key, rank): insertion */
+        int k = sp.n_groups++, *mk = mem[k];
+        m[k] = 0;
+        for (int r = r0; r < n; r++) /* insertion by (key, rank) */
             if (p[r]->color == p[r0]->color) {
-                int i = m++;
-                while (i > 0 && p[mem[i - 1]]->key > p[r]->key) {
-                    mem[i] = mem[i - 1];
+                int i = m[k]++;
+                while (i > 0 && p[mk[i - 1]]->key > p[r]->key) {
+                    mk[i] = mk[i - 1];
                     i--;
                 }
-                mem[i] = r;
+                mk[i] = r;
                 done[r] = true;
             }
+        for (int i = 0; i < m[k]; i++) {
+            sp.group_of[mk[i]] = k;
+            sp.rank_in[mk[i]] = i;
+        }
+    }
+    for (int k = 0; k < sp.n_groups; k++) {
         em_device *devs[EM_GROUP_MAX];
-        for (int i = 0; i < m; i++) devs[i] = em_local_group_device(sc->parent, mem[i]);
-        em_local_group *lg = em_local_group_new(m, devs, sc->timeout_s);
+        for (int i = 0; i < m[k]; i++) devs[i] = em_local_group_device(sc->parent, mem[k][i]);
+        em_local_group *lg = em_local_group_new(m[k], devs, sc->timeout_s);
         if (!lg) {
             split_fail(p, n, EM_ERR_OOM, "out of memory");
             return;
         }
-        for (int i = 0; i < m; i++) {
+        sp.index = k;
+        em_local_group_set_split(lg, &sp);
+        for (int i = 0; i < m[k]; i++) {
             em_dist *g = calloc(1, sizeof *g);
             if (g) {
-                *g = (em_dist){.rank = i, .world = m, .dev = devs[i], .sub = true,
+                *g = (em_dist){.rank = i, .world = m[k], .dev = devs[i], .sub = true,
                                .timeout_s = sc->timeout_s, .local = lg};
                 em_local_group_ref(lg);
-                em_group_info gi = {i, m, EM_GROUP_LOCAL, lg, NULL};
+                em_group_info gi = {i, m[k], EM_GROUP_LOCAL, lg, NULL};
                 g->group_id = em_group_register(&gi);
             }
-            p[mem[i]]->out = g;
+            p[mem[k][i]]->out = g;
             if (!g || !g->group_id) {
                 em_local_group_unref(lg);
                 snprintf(msg, sizeof msg, g ? "more than %d groups at once (a device group takes "

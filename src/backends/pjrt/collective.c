@@ -86,16 +86,36 @@ static bool same_call(part **p, int n) {
 
 static int dim_of(int64_t d, int nd) { return (int)(d < 0 ? d + nd : d); }
 
-/* The collective of `op` (attributes `at`) over n replicas applied to x, whose logical rank is
- * nd; the result has out's dtype and shape. */
+/* The replicas of a collective's groups: n_groups groups of `size` replicas, rep[k * size + i]
+ * the replica of rank i of group k. A program over the collective's own group has one group,
+ * 0..N-1; a program over the group it was split from has one group per color of the split. */
+typedef struct layout {
+    int n_groups, size;
+    int rep[EM_GROUP_MAX];
+} layout;
+
+static layout flat(int n) {
+    layout L = {1, n, {0}};
+    for (int r = 0; r < n; r++) L.rep[r] = r;
+    return L;
+}
+
+/* The collective of `op` (attributes `at`) over the replica groups of L applied to x, whose
+ * logical rank is nd; the result has out's dtype and shape. */
 static sh_val coll_value(sh_b *b, const em_op_def *op, const em_attr *attrs, sh_val v, int nd,
-                         const em_meta *out, int n) {
+                         const em_meta *out, const layout *L) {
     sh_type rt = pj_meta_type(out);
-    char groups[600], at[900];
-    int u = snprintf(groups, sizeof groups, "replica_groups = dense<[[");
-    for (int r = 0; r < n; r++) u += snprintf(groups + u, sizeof groups - (size_t)u, "%s%d",
-                                              r ? ", " : "", r);
-    snprintf(groups + u, sizeof groups - (size_t)u, "]]> : tensor<1x%dxi64>", n);
+    int n = L->size;
+    char groups[1200], at[1500];
+    int u = snprintf(groups, sizeof groups, "replica_groups = dense<[");
+    for (int k = 0; k < L->n_groups; k++) {
+        u += snprintf(groups + u, sizeof groups - (size_t)u, "%s[", k ? ", " : "");
+        for (int r = 0; r < n; r++)
+            u += snprintf(groups + u, sizeof groups - (size_t)u, "%s%d", r ? ", " : "",
+                          L->rep[k * n + r]);
+        u += snprintf(groups + u, sizeof groups - (size_t)u, "]");
+    }
+    snprintf(groups + u, sizeof groups - (size_t)u, "]> : tensor<%dx%dxi64>", L->n_groups, n);
     switch (op->id) {
     case EM_OP_ALL_REDUCE:
     case EM_OP_REDUCE_SCATTER: {
@@ -123,10 +143,11 @@ static sh_val coll_value(sh_b *b, const em_op_def *op, const em_attr *attrs, sh_
         int off = (int)(((attrs[0].i % n) + n) % n);
         if (off == 0) return v; /* every rank keeps its own */
         u = snprintf(at, sizeof at, "source_target_pairs = dense<[");
-        for (int r = 0; r < n; r++)
-            u += snprintf(at + u, sizeof at - (size_t)u, "%s[%d, %d]", r ? ", " : "", r,
-                          (r + off) % n);
-        snprintf(at + u, sizeof at - (size_t)u, "]> : tensor<%dx2xi64>", n);
+        for (int k = 0; k < L->n_groups; k++)
+            for (int r = 0; r < n; r++)
+                u += snprintf(at + u, sizeof at - (size_t)u, "%s[%d, %d]", k || r ? ", " : "",
+                              L->rep[k * n + r], L->rep[k * n + (r + off) % n]);
+        snprintf(at + u, sizeof at - (size_t)u, "]> : tensor<%dx2xi64>", L->n_groups * n);
         return sh_collective(b, "stablehlo.collective_permute", v, NULL, at, rt);
     }
     default:
@@ -150,16 +171,38 @@ static char *emit(const em_kernel_args *a, const em_tensor *x, int n, char *err,
     sh_init(&b);
     sh_val v = sh_param(&b, sh_ty(sh_elem_of(x->dtype), x->ndim, x->shape));
     em_meta om = meta_of(a->out[0]);
-    v = coll_value(&b, a->op, a->attrs, v, x->ndim, &om, n);
+    layout L = flat(n);
+    v = coll_value(&b, a->op, a->attrs, v, x->ndim, &om, &L);
     char *text = sh_ok(&b) ? sh_finish(&b, &v, 1) : NULL;
     if (!text) snprintf(err, err_n, "StableHLO emitter: %s", b.err[0] ? b.err : "failed");
     sh_free(&b);
     return text;
 }
 
+/* The sub-group l's split when it was split from `root` and its groups are of one size; NULL
+ * otherwise. */
+static const em_local_split *split_from(const em_local_group *l, const em_local_group *root) {
+    const em_local_split *sp = em_local_group_split(l);
+    if (!sp || !sp->parent || sp->parent != root) return NULL;
+    int count[EM_GROUP_MAX] = {0};
+    for (int p = 0; p < sp->parent_size; p++) count[sp->group_of[p]]++;
+    for (int k = 0; k < sp->n_groups; k++)
+        if (count[k] != count[0]) return NULL;
+    return sp;
+}
+
+/* The replica groups of a collective over l's ranks in a program over the group it was split
+ * from: every group of the split, rank i of group k its member's rank in the parent. */
+static layout split_layout(const em_local_split *sp) {
+    layout L = {sp->n_groups, sp->parent_size / sp->n_groups, {0}};
+    for (int p = 0; p < sp->parent_size; p++) L.rep[sp->group_of[p] * L.size + sp->rank_in[p]] = p;
+    return L;
+}
+
 /* In a whole-graph program (compile mode): the collective over the node's device group, whose
  * size the replica groups name; the program is compiled for that many replicas
- * (pj_group_compile). */
+ * (pj_group_compile). In a program over the group it was split from (e->grp, pj_graph_group),
+ * the replica groups are the split's partition of the parent's replicas. */
 static em_status emit_program(pj_emit *e) {
     em_group_info g;
     if (!em_group_lookup((int)e->attrs[group_attr(e->op)].i, &g)) {
@@ -172,8 +215,17 @@ static em_status emit_program(pj_emit *e) {
                 "them on the CPU");
         return EM_ERR_UNSUPPORTED;
     }
+    layout L = flat(g.size);
+    if (e->grp && e->grp->local != g.local) {
+        const em_local_split *sp = split_from(g.local, e->grp->local);
+        if (!sp) {
+            sh_fail(e->b, "its device group was not split from the program's");
+            return EM_ERR_INTERNAL;
+        }
+        L = split_layout(sp);
+    }
     e->out[0] = coll_value(e->b, e->op, e->attrs, e->in[0], e->tin[0]->ndim, &e->out_meta[0],
-                           g.size);
+                           &L);
     return sh_ok(e->b) ? EM_OK : EM_ERR_INTERNAL;
 }
 
@@ -342,35 +394,90 @@ static em_status kernel(const em_kernel_args *a) {
 
 /* ---- compile mode over a device group ---- */
 
+/* The rank of `root` that rank `rank` of l is: l is root, or split from it; -1 if none. */
+static int root_rank(const em_local_group *l, int rank, const em_local_group *root) {
+    if (l == root) return rank;
+    const em_local_split *sp = em_local_group_split(l);
+    for (int p = 0; p < sp->parent_size; p++)
+        if (sp->group_of[p] == sp->index && sp->rank_in[p] == rank) return p;
+    return -1;
+}
+
+static em_local_group *parent_of(const em_local_group *l) {
+    return em_local_group_split(l)->parent;
+}
+
 em_status pj_graph_group(em_ctx *c, const em_graph *g, em_device *dev, pj_group_spot *gs,
                          bool *found) {
     memset(gs, 0, sizeof *gs);
     *found = false;
+    /* the first collective's group, and the first other group: they name the program's group
+     * (root): the first's, or the one both were split from */
     em_group_info g0 = {0, 0, EM_GROUP_STORE_ONLY, NULL, NULL};
-    const em_gnode *n0 = NULL;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const em_gnode *n = &g->nodes[i];
-        const em_op_def *op = em_op_get(n->op);
-        int gi = n->dead ? -1 : group_attr(op);
-        if (gi < 0) continue;
-        em_group_info gr;
-        if (!em_group_lookup((int)n->attrs[gi].i, &gr))
-            return em_fail_at(c, EM_ERR_INVALID_ARG, op->name, n->file, n->line,
-                              "its group is not a live group");
-        if (gr.transport != EM_GROUP_LOCAL)
-            return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
-                              "a compiled program on %s runs the collectives of a device group "
-                              "of this process (em_dist_local); a group of processes (mpirun) "
-                              "runs them on the CPU", dev->name);
-        if (!n0) {
-            g0 = gr;
-            n0 = n;
-        } else if (gr.local != g0.local || gr.rank != g0.rank) {
-            return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
-                              "this collective's device group is not the one of the %s at "
-                              "%s:%d: a compiled program runs over one device group",
-                              em_op_get(n0->op)->name, n0->file, n0->line);
+    const em_gnode *n0 = NULL, *n1 = NULL;
+    em_local_group *root = NULL;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->n_nodes; i++) {
+            const em_gnode *n = &g->nodes[i];
+            const em_op_def *op = em_op_get(n->op);
+            int gi = n->dead ? -1 : group_attr(op);
+            if (gi < 0) continue;
+            em_group_info gr;
+            if (!em_group_lookup((int)n->attrs[gi].i, &gr))
+                return em_fail_at(c, EM_ERR_INVALID_ARG, op->name, n->file, n->line,
+                                  "its group is not a live group");
+            if (gr.transport != EM_GROUP_LOCAL)
+                return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                                  "a compiled program on %s runs the collectives of a device "
+                                  "group of this process (em_dist_local); a group of processes "
+                                  "(mpirun) runs them on the CPU", dev->name);
+            const em_op_def *op0 = n0 ? em_op_get(n0->op) : NULL;
+            if (pass == 0) {
+                if (!n0) {
+                    g0 = gr;
+                    n0 = n;
+                    root = gr.local;
+                } else if (!n1 && gr.local != g0.local) {
+                    n1 = n;
+                    em_local_group *p0 = parent_of(g0.local), *p1 = parent_of(gr.local);
+                    root = p1 == g0.local ? g0.local : p0 == gr.local ? gr.local
+                           : p0 && p0 == p1 ? p0 : NULL;
+                    if (!root)
+                        return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                                          "this collective's device group and the one of the "
+                                          "%s at %s:%d were not split from one device group "
+                                          "(em_dist_split): a compiled program runs over one "
+                                          "device group, or over sub-groups of one", op0->name,
+                                          n0->file, n0->line);
+                }
+                continue;
+            }
+            /* pass 1: every group is root or split from it, all one rank of root */
+            if (gr.local != root && parent_of(gr.local) != root)
+                return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                                  "this collective's device group is neither the one of the %s "
+                                  "at %s:%d nor split from the same device group "
+                                  "(em_dist_split): a compiled program runs over one device "
+                                  "group, or over sub-groups of one", op0->name, n0->file,
+                                  n0->line);
+            if (gr.local != root && !split_from(gr.local, root))
+                return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                                  "this collective's device group comes from a split into "
+                                  "groups of unequal sizes: a compiled program over several "
+                                  "sub-groups needs equal ones (the replica groups)");
+            int rr = root_rank(gr.local, gr.rank, root),
+                r0 = root_rank(g0.local, g0.rank, root);
+            if (rr != r0)
+                return em_fail_at(c, EM_ERR_UNSUPPORTED, op->name, n->file, n->line,
+                                  "this collective runs on rank %d of the program's device "
+                                  "group, the %s at %s:%d on rank %d: a compiled program "
+                                  "holds one rank's groups", rr, op0->name, n0->file, n0->line,
+                                  r0);
         }
+    if (n0 && root != g0.local) { /* the program runs over root, with this rank's rank there */
+        g0.rank = root_rank(g0.local, g0.rank, root);
+        g0.local = root;
+        g0.size = em_local_group_size(root);
     }
     if (!n0) return EM_OK;
     const em_op_def *op0 = em_op_get(n0->op);

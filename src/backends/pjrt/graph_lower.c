@@ -63,6 +63,7 @@ typedef struct gl {
     em_storage *shadows; /* one per slot (64-byte aligned) */
     gl_val *v;
     const em_gnode *node; /* being lowered (for errors) */
+    const pj_group_spot *grp; /* the device group the program runs over, or NULL */
 } gl;
 
 /* ---- the program ---- */
@@ -273,6 +274,7 @@ static em_status lower_node(gl *L, const em_gnode *n, em_tensor *meta) {
     e.attrs = n->attrs;
     e.n_out = n->n_out;
     e.pl = ((pj_dev *)g->dev->impl)->pl;
+    e.grp = L->grp;
     em_tensor *tin[EM_MAX_INPUTS];
     for (int i = 0; i < n->n_in; i++) {
         tin[i] = NULL;
@@ -617,6 +619,7 @@ em_pjrt_program *em_pjrt_graph_compile(em_ctx *c, const em_graph *g, em_device *
     }
     /* a graph with collectives runs over their device group, compiled once for all ranks */
     if (pj_graph_group(c, g, dev, &p->grp, &grouped)) goto fail;
+    L.grp = grouped ? &p->grp : NULL;
     if (g->spmd_parts > 1) {
         if (grouped) {
             EM_FAIL(c, EM_ERR_UNSUPPORTED, "compile", "SPMD: the graph has collective ops of a "

@@ -261,6 +261,9 @@ typedef struct pj_emit {
     sh_val extra[4];
     int64_t variant[2]; /* what the extra inputs' shapes depend on (part of the cache key) */
     const void *user;   /* a replacing emitter's data (pj_alt) */
+    /* a whole-graph program over a device group (compile mode): the group the program runs over,
+     * which a collective's replica groups are numbered in; NULL otherwise */
+    const struct pj_group_spot *grp;
 } pj_emit;
 
 typedef em_status (*pj_emit_fn)(pj_emit *e);
@@ -374,9 +377,14 @@ typedef struct pj_group_spot {
     int rank, size;
     int64_t ids[EM_GROUP_MAX]; /* the ranks' device ids, the program's device assignment */
 } pj_group_spot;
-/* Finds the device group of g's collectives: *found false when g has none. Fails (naming the
- * node) for a group that is not a device group of this process, two different groups, or a rank
- * whose device is not dev. On success with *found, gs->local is referenced (pj_group_release). */
+/* Finds the device group of g's collectives: *found false when g has none. The program runs
+ * over that group; or, when the collectives use several groups, over the device group they were
+ * split from (em_dist_split), each collective's replica groups the partition its split made
+ * (gs->rank: this rank's rank there). Fails (naming the nodes) for a group that is not a device
+ * group of this process, groups not split from one device group (or that one and its
+ * sub-groups), a split into groups of unequal sizes, handles of different ranks, or a rank
+ * whose device is not dev. On success with *found, gs->local is referenced
+ * (pj_group_release). */
 em_status pj_graph_group(em_ctx *c, const em_graph *g, em_device *dev, pj_group_spot *gs,
                          bool *found);
 void pj_group_release(pj_group_spot *gs);
