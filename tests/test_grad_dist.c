@@ -322,8 +322,38 @@ typedef struct body {
     void (*fn)(void);
 } body;
 #define B(n) {#n, body_##n}
+/* The same through em_checkpoint: the all_gather inside a checkpointed region whose output
+ * rank 0's loss misses. Rank 0 still recomputes the region and joins its backward (the region
+ * is marked as calling collectives), so no rank waits; the gradients are as above. */
+static em_status gather_region(em_ctx *c, void *user, em_tensor *const *in, int n_in,
+                               em_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = em_all_gather(c, em_mul_scalar(c, in[0], 1.0), 1, G);
+    return out[0] ? EM_OK : em_ctx_error(c)->status;
+}
+
+static void body_unreached_checkpoint(void) {
+    int N = em_dist_world_size(G), r = em_dist_rank(G);
+    em_ctx *c = ctx_new();
+    int64_t shape[2] = {2, 3};
+    em_grad_enable(c, true);
+    em_tensor *x = leaf(c, SX, r, 2, shape), *y = NULL;
+    EXPECT(em_checkpoint(c, gather_region, NULL, NULL, &x, 1, &y, 1) == EM_OK, "checkpoint: %s",
+           em_ctx_error(c)->message);
+    backprop(c, r == 0 ? em_mul_scalar(c, x, 1.0) : y, SW, r);
+    double want[6];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            want[i * 3 + j] = r == 0 ? val(SW, 0, i * 3 + j) : 0;
+            for (int s = 1; s < N; s++) want[i * 3 + j] += val(SW, s, i * 3 * N + 3 * r + j);
+        }
+    check_grad(c, x, want, 6, "all_gather in a checkpointed region not reached on rank 0");
+    em_ctx_free(c);
+}
+
 static const body BODIES[] = {B(all_reduce),       B(all_gather),     B(reduce_scatter),
                               B(all_to_all),       B(ring_shift),     B(unreached_output),
+                              B(unreached_checkpoint),
                               B(ring_attention),   B(ulysses_attention)};
 enum { NB = sizeof BODIES / sizeof BODIES[0] };
 

@@ -110,7 +110,10 @@ typedef em_status (*em_checkpoint_fn)(em_ctx *c, void *user, em_tensor *const *i
  * and passes the aliases' gradients on as the inputs'. Peak memory of a backward through N
  * regions is then the inputs of all N plus the values of one region. With recording on the
  * outputs require grad even when nothing the region reads does (which is not known before the
- * recomputation). Regions nest. With recording off it is a plain call of fn.
+ * recomputation). Regions nest. With recording off it is a plain call of fn. A region that
+ * called collectives (ember/dist.h) is recomputed and backpropagated on every rank, also on one
+ * whose loss does not reach its outputs (zeros there), as the collectives' own backward: its
+ * recomputation meets the other ranks.
  *
  * Ownership: `user` passes to em_checkpoint in every case (success, error, recording off):
  * `user_free(user)` (when not NULL) is called once it is no longer needed — at once with

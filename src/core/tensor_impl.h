@@ -195,6 +195,9 @@ struct em_ctx {
     bool grad_on;
     void *tape;
     void (*tape_free)(em_ctx *c);
+    /* collective ops issued through ember/dist.h (src/dist counts them): em_checkpoint learns
+     * from it whether its region joins other ranks, whose backward every rank must then run */
+    uint64_t collectives;
 };
 
 /* Reports that `what` needs the values of symbolic tensor t: the tracer says why it cannot

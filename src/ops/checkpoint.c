@@ -98,6 +98,10 @@ static const em_op_def ckpt_op = {.name = "checkpoint"};
 /* the recomputation reads every input; the outputs' values are not needed (they are made
  * again) */
 static const em_grad_rule ckpt_rule = {ckpt_backward, ~0u, 0u, false};
+/* ... for a region that called collectives: its recomputation and backward meet the other
+ * ranks, so every rank runs it, also one whose loss misses the region's outputs (as the
+ * collectives' own rules, autodiff.h) */
+static const em_grad_rule ckpt_rule_collective = {ckpt_backward, ~0u, 0u, true};
 
 em_status em_checkpoint_(em_ctx *c, const char *file, int line, em_checkpoint_fn fn, void *user,
                          void (*user_free)(void *user), em_tensor *const *in, int n_in,
@@ -127,8 +131,10 @@ em_status em_checkpoint_(em_ctx *c, const char *file, int line, em_checkpoint_fn
     for (int i = 0; i < n_in && rec && !s; i++)
         if (in[i]) s = em_tensor_materialize(c, in[i]);
     c->grad_on = false;
+    uint64_t coll0 = c->collectives;
     if (!s) s = run(c, k, in, n_in, out, n_out, file, line);
     c->grad_on = rec;
+    bool collective = c->collectives != coll0;
     if (s || !rec) {
         ckpt_free(k);
         return s;
@@ -140,8 +146,8 @@ em_status em_checkpoint_(em_ctx *c, const char *file, int line, em_checkpoint_fn
         if (!a || !em_adopt(c, a)) s = c->err.status ? c->err.status : EM_ERR_OOM;
         else out[o] = a;
     }
-    if (!s && !em_grad_record_node(c, &ckpt_op, &ckpt_rule, k, ckpt_free, in, n_in, out, n_out,
-                                   file, line))
+    if (!s && !em_grad_record_node(c, &ckpt_op, collective ? &ckpt_rule_collective : &ckpt_rule,
+                                   k, ckpt_free, in, n_in, out, n_out, file, line))
         s = c->err.status;
     if (s) {
         for (int o = 0; o < n_out; o++) out[o] = NULL;
