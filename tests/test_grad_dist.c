@@ -217,6 +217,16 @@ static void body_ring_shift(void) {
     }
 }
 
+/* The gradient of rank r's x [2, 3] when rank 0's loss is sum(x * w_0) and the others' sum(y *
+ * w_s) of y = all_gather(x, dim 1) */
+static void want_unreached(int N, int r, double want[6]) {
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            want[i * 3 + j] = r == 0 ? val(SW, 0, i * 3 + j) : 0;
+            for (int s = 1; s < N; s++) want[i * 3 + j] += val(SW, s, i * 3 * N + 3 * r + j);
+        }
+}
+
 /* Rank 0's loss does not reach its all_gather's output (sum(x * w_0) directly), the others'
  * do: rank 0 still joins the backward's reduce_scatter (with zeros), so no rank waits, and
  * dx_r = [r == 0] w_0 + sum_{s > 0} w_s[i, 3r + j] (w_s of [2, 3N] for s > 0, [2, 3] for 0) */
@@ -229,11 +239,7 @@ static void body_unreached_output(void) {
     em_tensor *y = em_all_gather(c, x, 1, G);
     backprop(c, r == 0 ? em_mul_scalar(c, x, 1.0) : y, SW, r);
     double want[6];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 3; j++) {
-            want[i * 3 + j] = r == 0 ? val(SW, 0, i * 3 + j) : 0;
-            for (int s = 1; s < N; s++) want[i * 3 + j] += val(SW, s, i * 3 * N + 3 * r + j);
-        }
+    want_unreached(N, r, want);
     check_grad(c, x, want, 6, "all_gather not reached on rank 0");
     em_ctx_free(c);
 }
@@ -342,11 +348,7 @@ static void body_unreached_checkpoint(void) {
            em_ctx_error(c)->message);
     backprop(c, r == 0 ? em_mul_scalar(c, x, 1.0) : y, SW, r);
     double want[6];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 3; j++) {
-            want[i * 3 + j] = r == 0 ? val(SW, 0, i * 3 + j) : 0;
-            for (int s = 1; s < N; s++) want[i * 3 + j] += val(SW, s, i * 3 * N + 3 * r + j);
-        }
+    want_unreached(N, r, want);
     check_grad(c, x, want, 6, "all_gather in a checkpointed region not reached on rank 0");
     em_ctx_free(c);
 }

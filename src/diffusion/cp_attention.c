@@ -93,6 +93,26 @@ static em_tensor *ring(em_ctx *c, em_dist *g, int size, em_tensor *q, em_tensor 
     return dt != EM_F32 ? em_cast(c, o, dt) : o; /* one rounding, at the end */
 }
 
+/* Ulysses' all-to-all over g: the image tokens' rows of q (Ti rows from img) and k, v, each
+ * [N, H, T/n, hd], become the rank's H/n heads of all g's tokens [N, H/n, T, hd] */
+static void to_heads(em_ctx *c, em_dist *g, em_tensor *q, em_tensor *k, em_tensor *v,
+                     int64_t img, int64_t Ti, em_tensor **qi, em_tensor **ki, em_tensor **vi) {
+    *qi = em_all_to_all(c, em_contiguous(c, em_narrow(c, q, 2, img, Ti)), 1, 2, g);
+    *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, g);
+    *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, g);
+}
+
+/* ... and back: o's T image rows (from img) to their ranks with every head, the L fixed rows'
+ * heads gathered from every rank of g, joined as q's rows were */
+static em_tensor *to_tokens(em_ctx *c, em_dist *g, em_tensor *o, int64_t img, int64_t T,
+                            int64_t L, bool fixed_first) {
+    em_tensor *oi = em_all_to_all(c, em_contiguous(c, em_narrow(c, o, 2, img, T)), 2, 1, g);
+    em_tensor *of = L ? em_all_gather(c, em_contiguous(c, em_narrow(c, o, 2, fixed_first ? 0 : T,
+                                                                      L)), 1, g)
+                      : NULL;
+    return with_fixed(c, oi, of, fixed_first);
+}
+
 static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
                           em_tensor *v, em_tensor *kf, em_tensor *vf, bool fixed_first) {
     int64_t H = em_tensor_dim(q, 1);
@@ -105,9 +125,8 @@ static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor 
     int64_t L = kf ? em_tensor_dim(kf, 2) : 0, Ti = em_tensor_dim(q, 2) - L;
     int64_t T = em_tensor_dim(k, 2) * cp->size, img = fixed_first ? L : 0;
     /* the image tokens' heads: [N, H, T/R, hd] -> the rank's heads of every token [N, h, T, hd] */
-    em_tensor *qi = em_all_to_all(c, em_contiguous(c, em_narrow(c, q, 2, img, Ti)), 1, 2, cp->g);
-    em_tensor *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, cp->g);
-    em_tensor *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, cp->g);
+    em_tensor *qi, *ki, *vi;
+    to_heads(c, cp->g, q, k, v, img, Ti, &qi, &ki, &vi);
     /* the fixed tokens: whole and alike on every rank, so the rank's heads are its share */
     em_tensor *qf = L ? diff_cp_share(c, cp, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L), 1,
                                       "context_parallel", "attention heads") : NULL;
@@ -120,11 +139,7 @@ static em_tensor *ulysses(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor 
     if (!o) return NULL;
     /* back: the image tokens' rows to their ranks with every head; the fixed rows' heads from
      * every rank */
-    em_tensor *oi = em_all_to_all(c, em_contiguous(c, em_narrow(c, o, 2, img, T)), 2, 1, cp->g);
-    em_tensor *of = L ? em_all_gather(c, em_contiguous(c, em_narrow(c, o, 2, fixed_first ? 0 : T,
-                                                                      L)), 1, cp->g)
-                      : NULL;
-    return with_fixed(c, oi, of, fixed_first);
+    return to_tokens(c, cp->g, o, img, T, L, fixed_first);
 }
 
 /* x's heads [u*H/U, +H/U) of the Ulysses group u (of U ranks), x whole and alike on every rank:
@@ -154,20 +169,15 @@ static em_tensor *unified(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor 
     int64_t L = kf ? em_tensor_dim(kf, 2) : 0, Ti = em_tensor_dim(q, 2) - L;
     int64_t T = em_tensor_dim(k, 2) * cp->uly_deg, img = fixed_first ? L : 0;
     /* [N, H, T/(RU), hd] -> the rank's heads of its ring block's tokens [N, H/U, T/R, hd] */
-    em_tensor *qi = em_all_to_all(c, em_contiguous(c, em_narrow(c, q, 2, img, Ti)), 1, 2, cp->uly);
-    em_tensor *ki = em_all_to_all(c, em_contiguous(c, k), 1, 2, cp->uly);
-    em_tensor *vi = em_all_to_all(c, em_contiguous(c, v), 1, 2, cp->uly);
+    em_tensor *qi, *ki, *vi;
+    to_heads(c, cp->uly, q, k, v, img, Ti, &qi, &ki, &vi);
     em_tensor *qf = L ? uly_heads(c, cp, em_narrow(c, q, 2, fixed_first ? 0 : Ti, L)) : NULL;
     em_tensor *kh = L ? uly_heads(c, cp, kf) : NULL, *vh = L ? uly_heads(c, cp, vf) : NULL;
     if (!qi || !ki || !vi || (L && (!qf || !kh || !vh))) return NULL;
     em_tensor *o = ring(c, cp->ring, cp->ring_deg, with_fixed(c, qi, qf, fixed_first), ki, vi,
                         kh, vh); /* [N, H/U, T/R + L, hd] */
     if (!o) return NULL;
-    em_tensor *oi = em_all_to_all(c, em_contiguous(c, em_narrow(c, o, 2, img, T)), 2, 1, cp->uly);
-    em_tensor *of = L ? em_all_gather(c, em_contiguous(c, em_narrow(c, o, 2, fixed_first ? 0 : T,
-                                                                      L)), 1, cp->uly)
-                      : NULL;
-    return with_fixed(c, oi, of, fixed_first);
+    return to_tokens(c, cp->uly, o, img, T, L, fixed_first);
 }
 
 em_tensor *diff_cp_attention(em_ctx *c, const diff_cp *cp, em_tensor *q, em_tensor *k,
