@@ -114,7 +114,7 @@ static void raw_free(em_device *d, void *p, size_t nbytes) {
     free(pb);
 }
 
-static em_status pj_sync(em_ctx *c, em_device *d) {
+em_status pj_dev_drain(em_ctx *c, em_device *d) {
     pj_dev *pd = d->impl;
     PJRT_Event *evs[PJ_PENDING];
     pthread_mutex_lock(&pd->lock);
@@ -278,7 +278,7 @@ void pj_backend_memory(em_backend *be) {
     be->raw_free = raw_free;
     be->write = write_bytes;
     be->read = read_bytes;
-    be->sync = pj_sync;
+    be->sync = pj_dev_drain;
     be->upload = upload;
     be->download = download;
     be->copy = copy;

@@ -266,6 +266,26 @@ static void fail_from_ctx(void *p, int n, em_ctx *c) {
     em_ctx_clear_error(c);
 }
 
+/*
+ * Awaits the executions already launched on every member's device before a program that runs
+ * on all of them. XLA's CPU client starts each device's part of a multi-device program on its
+ * own small thread pool, where the part first takes one of the device's in-flight slots (32)
+ * and then waits in the collectives' rendezvous for the other parts. With one device's slots
+ * all held by eager work queued behind that pool (a rank that ran ahead, e.g. while another
+ * compiled), the parts already in the rendezvous hold every pool thread, the queued work never
+ * runs, and the plugin aborts the process after 40 s. Drained first, no part waits for a slot.
+ * The other ranks are waiting in the meet meanwhile, so nothing is launched on these devices
+ * until the program is.
+ */
+static em_status drain_all(em_ctx *c, em_device *const *devs, int n) {
+    em_status s = EM_OK;
+    for (int r = 0; r < n; r++) {
+        em_status sr = pj_dev_drain(s ? NULL : c, devs[r]);
+        if (!s) s = sr;
+    }
+    return s;
+}
+
 /* Runs on the last rank's thread while the others wait: the whole collective for all ranks. */
 static void lead(void **slots, int n, void *user) {
     part **p = (part **)slots, *me = user;
@@ -328,12 +348,14 @@ static void lead(void **slots, int n, void *user) {
     PJRT_Buffer *const *arg_lists[EM_GROUP_MAX];
     PJRT_Buffer **out_lists[EM_GROUP_MAX];
     PJRT_Event *ev[EM_GROUP_MAX] = {NULL};
+    em_device *devs[EM_GROUP_MAX];
     for (int r = 0; r < n; r++) {
         in[r] = ((pj_buf *)p[r]->x->storage->data)->buf;
         arg_lists[r] = &in[r];
         out_lists[r] = &out[r];
+        devs[r] = p[r]->dev;
     }
-    if (pj_execute_multi(c, pl, ex, n, 1, arg_lists, out_lists, ev, true)) {
+    if (drain_all(c, devs, n) || pj_execute_multi(c, pl, ex, n, 1, arg_lists, out_lists, ev, true)) {
         fail_from_ctx(p, n, c);
         return;
     }
@@ -597,6 +619,7 @@ static void lead_execute(void **slots, int n, void *user) {
     PJRT_Buffer *const *arg_lists[EM_GROUP_MAX] = {NULL};
     PJRT_Buffer **out_lists[EM_GROUP_MAX] = {NULL};
     PJRT_Event *ev[EM_GROUP_MAX] = {NULL};
+    em_device *devs[EM_GROUP_MAX];
     for (int r = 0; r < n; r++) {
         if (p[r]->x != p[0]->x || p[r]->n_args != p[0]->n_args) {
             fail_all(p, n, EM_ERR_INVALID_ARG, "rank %d runs another compiled program than "
@@ -606,9 +629,11 @@ static void lead_execute(void **slots, int n, void *user) {
         }
         arg_lists[r] = p[r]->args;
         out_lists[r] = p[r]->outs;
+        devs[r] = p[r]->dev;
     }
     pj_plugin *pl = ((pj_dev *)p[0]->dev->impl)->pl;
-    if (pj_execute_multi(c, pl, p[0]->x, n, p[0]->n_args, arg_lists, out_lists, ev, false)) {
+    if (drain_all(c, devs, n) ||
+        pj_execute_multi(c, pl, p[0]->x, n, p[0]->n_args, arg_lists, out_lists, ev, false)) {
         fail_from_ctx(p, n, c);
         return;
     }

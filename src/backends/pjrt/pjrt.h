@@ -142,6 +142,8 @@ em_status pj_event_await(em_ctx *c, const pj_plugin *pl, PJRT_Event *ev, bool in
 void pj_event_free(const pj_plugin *pl, PJRT_Event *ev);
 /* Keeps an execution's completion event (awaits the oldest when the list is full). */
 em_status pj_dev_track(em_ctx *c, em_device *d, PJRT_Event *ev);
+/* Awaits every tracked execution of d (the backend's sync); the first failure is reported. */
+em_status pj_dev_drain(em_ctx *c, em_device *d);
 void pj_buffer_free(const pj_plugin *pl, PJRT_Buffer *b);
 /* A device buffer on d from contiguous host data of the given shape (copied during the call). */
 em_status pj_buffer_from_host(em_ctx *c, em_device *d, const void *src, em_dtype dt, int nd,
