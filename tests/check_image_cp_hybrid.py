@@ -44,6 +44,15 @@ def image(cmd, out_npy, extra):
                           env=dict(os.environ, EMBER_PJRT_OPTIONS="cpu_device_count=4"))
 
 
+def one_process(ember, tmp):
+    """The image of one process (no split): the values every split run must give."""
+    one = os.path.join(tmp, "one.npy")
+    r = image(ember, one, [])
+    if r.returncode != 0 and "no PNG support" not in r.stderr:
+        fail("one process: exit %d:\n%s" % (r.returncode, r.stderr))
+    return read_npy(one)[1]
+
+
 def check(name, r, npy, whole, want):
     if r.returncode != 0 and "no PNG support" not in r.stderr:
         fail("%s: exit %d:\n%s" % (name, r.returncode, r.stderr))
@@ -74,11 +83,7 @@ def main():
     want = bundle(fixtures_dir(), "dit_runs_ref")["cfg_image"][1]
     ran = 0
     with tempfile.TemporaryDirectory() as tmp:
-        one = os.path.join(tmp, "one.npy")
-        r = image(ember, one, [])
-        if r.returncode != 0 and "no PNG support" not in r.stderr:
-            fail("one process: exit %d:\n%s" % (r.returncode, r.stderr))
-        whole = read_npy(one)[1]
+        whole = one_process(ember, tmp)
         refused(ember, tmp)
         for split in (HYBRID, TP_CP):
             if mpiexec != "none":

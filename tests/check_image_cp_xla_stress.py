@@ -20,7 +20,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_image import fail, read_npy  # noqa: E402
-from check_image_cp_hybrid import SKIP, image  # noqa: E402
+from check_image_cp_hybrid import SKIP, image, one_process  # noqa: E402
 
 RUNS = 3
 
@@ -30,11 +30,7 @@ def main():
         sys.exit(__doc__)
     ember = sys.argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
-        one = os.path.join(tmp, "one.npy")
-        r = image(ember, one, [])
-        if r.returncode != 0 and "no PNG support" not in r.stderr:
-            fail("one process: exit %d:\n%s" % (r.returncode, r.stderr))
-        whole = read_npy(one)[1]
+        whole = one_process(ember, tmp)
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
             for run in range(RUNS):
