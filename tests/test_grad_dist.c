@@ -227,21 +227,40 @@ static void want_unreached(int N, int r, double want[6]) {
         }
 }
 
+/* em_checkpoint's region for the case below: the all_gather, inside it */
+static em_status gather_region(em_ctx *c, void *user, em_tensor *const *in, int n_in,
+                               em_tensor **out, int n_out) {
+    (void)user, (void)n_in, (void)n_out;
+    out[0] = em_all_gather(c, em_mul_scalar(c, in[0], 1.0), 1, G);
+    return out[0] ? EM_OK : em_ctx_error(c)->status;
+}
+
 /* Rank 0's loss does not reach its all_gather's output (sum(x * w_0) directly), the others'
  * do: rank 0 still joins the backward's reduce_scatter (with zeros), so no rank waits, and
- * dx_r = [r == 0] w_0 + sum_{s > 0} w_s[i, 3r + j] (w_s of [2, 3N] for s > 0, [2, 3] for 0) */
-static void body_unreached_output(void) {
+ * dx_r = [r == 0] w_0 + sum_{s > 0} w_s[i, 3r + j] (w_s of [2, 3N] for s > 0, [2, 3] for 0).
+ * Checkpointed: the all_gather inside an em_checkpoint region; rank 0 still recomputes the
+ * region and joins its backward (the region is marked as calling collectives), same gradients. */
+static void unreached(bool checkpointed, const char *what) {
     int N = em_dist_world_size(G), r = em_dist_rank(G);
     em_ctx *c = ctx_new();
     int64_t shape[2] = {2, 3};
     em_grad_enable(c, true);
-    em_tensor *x = leaf(c, SX, r, 2, shape);
-    em_tensor *y = em_all_gather(c, x, 1, G);
+    em_tensor *x = leaf(c, SX, r, 2, shape), *y = NULL;
+    if (!checkpointed) y = em_all_gather(c, x, 1, G);
+    else
+        EXPECT(em_checkpoint(c, gather_region, NULL, NULL, &x, 1, &y, 1) == EM_OK,
+               "checkpoint: %s", em_ctx_error(c)->message);
     backprop(c, r == 0 ? em_mul_scalar(c, x, 1.0) : y, SW, r);
     double want[6];
     want_unreached(N, r, want);
-    check_grad(c, x, want, 6, "all_gather not reached on rank 0");
+    check_grad(c, x, want, 6, what);
     em_ctx_free(c);
+}
+
+static void body_unreached_output(void) { unreached(false, "all_gather not reached on rank 0"); }
+
+static void body_unreached_checkpoint(void) {
+    unreached(true, "all_gather in a checkpointed region not reached on rank 0");
 }
 
 /* rows [t0, t0 + tb) of dim 2 of a host [1, H, T, D] array, as a tensor */
@@ -328,31 +347,6 @@ typedef struct body {
     void (*fn)(void);
 } body;
 #define B(n) {#n, body_##n}
-/* The same through em_checkpoint: the all_gather inside a checkpointed region whose output
- * rank 0's loss misses. Rank 0 still recomputes the region and joins its backward (the region
- * is marked as calling collectives), so no rank waits; the gradients are as above. */
-static em_status gather_region(em_ctx *c, void *user, em_tensor *const *in, int n_in,
-                               em_tensor **out, int n_out) {
-    (void)user, (void)n_in, (void)n_out;
-    out[0] = em_all_gather(c, em_mul_scalar(c, in[0], 1.0), 1, G);
-    return out[0] ? EM_OK : em_ctx_error(c)->status;
-}
-
-static void body_unreached_checkpoint(void) {
-    int N = em_dist_world_size(G), r = em_dist_rank(G);
-    em_ctx *c = ctx_new();
-    int64_t shape[2] = {2, 3};
-    em_grad_enable(c, true);
-    em_tensor *x = leaf(c, SX, r, 2, shape), *y = NULL;
-    EXPECT(em_checkpoint(c, gather_region, NULL, NULL, &x, 1, &y, 1) == EM_OK, "checkpoint: %s",
-           em_ctx_error(c)->message);
-    backprop(c, r == 0 ? em_mul_scalar(c, x, 1.0) : y, SW, r);
-    double want[6];
-    want_unreached(N, r, want);
-    check_grad(c, x, want, 6, "all_gather in a checkpointed region not reached on rank 0");
-    em_ctx_free(c);
-}
-
 static const body BODIES[] = {B(all_reduce),       B(all_gather),     B(reduce_scatter),
                               B(all_to_all),       B(ring_shift),     B(unreached_output),
                               B(unreached_checkpoint),

@@ -271,9 +271,9 @@ static void fail_from_ctx(void *p, int n, em_ctx *c) {
  * on all of them. XLA's CPU client starts each device's part of a multi-device program on its
  * own small thread pool, where the part first takes one of the device's in-flight slots (32)
  * and then waits in the collectives' rendezvous for the other parts. With one device's slots
- * all held by eager work queued behind that pool (a rank that ran ahead, e.g. while another
- * compiled), the parts already in the rendezvous hold every pool thread, the queued work never
- * runs, and the plugin aborts the process after 40 s. Drained first, no part waits for a slot.
+ * all held by eager work queued behind that pool, the parts already in the rendezvous hold
+ * every pool thread, the queued work never runs, and the plugin aborts the process after 40 s
+ * (docs/notes/2026-12-05-xla-group-deadlock.md). Drained first, no part waits for a slot.
  * The other ranks are waiting in the meet meanwhile, so nothing is launched on these devices
  * until the program is.
  */
@@ -355,7 +355,8 @@ static void lead(void **slots, int n, void *user) {
         out_lists[r] = &out[r];
         devs[r] = p[r]->dev;
     }
-    if (drain_all(c, devs, n) || pj_execute_multi(c, pl, ex, n, 1, arg_lists, out_lists, ev, true)) {
+    if (drain_all(c, devs, n) ||
+        pj_execute_multi(c, pl, ex, n, 1, arg_lists, out_lists, ev, true)) {
         fail_from_ctx(p, n, c);
         return;
     }
